@@ -1,0 +1,32 @@
+// A small, strict command-line parser: --flag VALUE and --switch, positional arguments, and a
+// clear error for anything unknown or malformed.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kvscope::cli {
+
+class Args {
+ public:
+  // `value_flags` take a value; `switches` do not. Throws kvscope::Error on unknown flags.
+  Args(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
+       const std::set<std::string>& switches);
+
+  bool has(const std::string& flag) const { return values_.count(flag) != 0 || set_.count(flag) != 0; }
+  std::string get(const std::string& flag, const std::string& fallback = "") const;
+  int get_int(const std::string& flag, int fallback) const;
+  long long get_i64(const std::string& flag, long long fallback) const;
+  double get_double(const std::string& flag, double fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::set<std::string> set_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace kvscope::cli

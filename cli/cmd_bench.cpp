@@ -1,0 +1,147 @@
+// kvscope bench: measured performance, reported as absolute figures and as ratios against a
+// baseline measured in the same run (never as timed assertions in tests).
+//   generate  decode tokens/s on a model (greedy, from BOS)
+//   kv        paged vs contiguous decode cost on the same model, interleaved runs
+//   alloc     block allocate + free cost of the paged pool
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "engine/common/error.h"
+#include "engine/kv/block_pool.h"
+#include "engine/model/generate.h"
+#include "engine/model/locate.h"
+
+namespace kvscope::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kHelp = R"(usage: kvscope bench <generate|kv|alloc> [options]
+
+  generate   decode tokens/s: --model M --steps N (default 256) --threads T --repeat R (default 5)
+             --allocator paged|contiguous --block-size B
+  kv         paged (block 16 unless --block-size) vs contiguous decode, interleaved, same model
+             and steps; prints the paged/contiguous time ratio
+  alloc      BlockPool allocate + free: --blocks N (default 100000) --ops M (default 10000000)
+)";
+
+struct Timing {
+  double best_seconds = 0.0;
+  double median_seconds = 0.0;
+  int tokens = 0;
+};
+
+// Times `repeat` greedy generations of `steps` positions from BOS (prefill-free: pure decode).
+Timing time_generation(Transformer& t, int steps, int repeat, const GenerateOptions& o) {
+  std::vector<double> secs;
+  int tokens = 0;
+  for (int r = 0; r < repeat; ++r) {
+    auto start = Clock::now();
+    tokens = static_cast<int>(generate_tokens(t, {}, steps, o, nullptr).size()) - 1;
+    secs.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  return {secs.front(), secs[secs.size() / 2], tokens};
+}
+
+GenerateOptions options_from(const Args& args) {
+  GenerateOptions o;
+  o.block_size = args.get_int("--block-size", 16);
+  const std::string alloc = args.get("--allocator", "contiguous");
+  if (alloc == "paged") o.allocator = AllocatorKind::kPaged;
+  else if (alloc != "contiguous") fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
+  return o;
+}
+
+int bench_generate(const Args& args) {
+  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  const int threads = args.get_int("--threads", 0);
+  const int repeat = std::max(1, args.get_int("--repeat", 5));
+  const int steps = std::min(args.get_int("--steps", 256), loaded.model->config().seq_len);
+  auto backend = make_cpu_backend(threads);
+  Transformer t(loaded.model, *backend);
+  GenerateOptions o = options_from(args);
+  time_generation(t, std::min(steps, 16), 1, o);  // warm-up
+  Timing tm = time_generation(t, steps, repeat, o);
+  std::printf("%s%s: %d tokens, best %.1f tokens/s, median %.1f tokens/s (%d threads, %d runs)\n",
+              loaded.model->is_random_weights() ? "[random weights] " : "",
+              loaded.model->source().c_str(), tm.tokens, tm.tokens / tm.best_seconds,
+              tm.tokens / tm.median_seconds, threads, repeat);
+  return 0;
+}
+
+int bench_kv(const Args& args) {
+  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  const int repeat = std::max(1, args.get_int("--repeat", 7));
+  const int steps = std::min(args.get_int("--steps", 512), loaded.model->config().seq_len);
+  auto backend = make_cpu_backend(args.get_int("--threads", 0));
+  Transformer t(loaded.model, *backend);
+  GenerateOptions contiguous = options_from(args);
+  contiguous.allocator = AllocatorKind::kContiguous;
+  GenerateOptions paged = contiguous;
+  paged.allocator = AllocatorKind::kPaged;
+  time_generation(t, std::min(steps, 16), 1, paged);  // warm-up
+  std::vector<double> c_secs, p_secs;
+  for (int r = 0; r < repeat; ++r) {  // interleave so drift hits both equally
+    c_secs.push_back(time_generation(t, steps, 1, contiguous).best_seconds);
+    p_secs.push_back(time_generation(t, steps, 1, paged).best_seconds);
+  }
+  std::sort(c_secs.begin(), c_secs.end());
+  std::sort(p_secs.begin(), p_secs.end());
+  const double c = c_secs[c_secs.size() / 2], p = p_secs[p_secs.size() / 2];
+  std::printf("%s%s, %d positions, block %d: contiguous %.2f ms, paged %.2f ms (median of %d); "
+              "paged/contiguous = %.3f\n",
+              loaded.model->is_random_weights() ? "[random weights] " : "",
+              loaded.model->source().c_str(), steps, paged.block_size, c * 1e3, p * 1e3, repeat,
+              p / c);
+  return 0;
+}
+
+int bench_alloc(const Args& args) {
+  const int blocks = args.get_int("--blocks", 100000);
+  const long long ops = args.get_i64("--ops", 10000000);
+  if (blocks < 1) fail_expected("--blocks", "a positive integer", std::to_string(blocks));
+  BlockPool pool(blocks);
+  // Steady state at half occupancy: allocate one, free the oldest held.
+  std::vector<BlockId> held;
+  held.reserve(static_cast<std::size_t>(blocks));
+  for (int i = 0; i < blocks / 2; ++i) held.push_back(*pool.allocate());
+  std::size_t oldest = 0;
+  auto start = Clock::now();
+  for (long long i = 0; i < ops; ++i) {
+    BlockId b = *pool.allocate();
+    pool.release(held[oldest]);
+    held[oldest] = b;
+    oldest = oldest + 1 == held.size() ? 0 : oldest + 1;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  pool.check_invariants();
+  std::printf("BlockPool(%d blocks): %lld allocate+free pairs in %.3f s = %.1f ns per pair, %.1f M pairs/s\n",
+              blocks, ops, secs, secs * 1e9 / static_cast<double>(ops),
+              static_cast<double>(ops) / secs / 1e6);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(const Argv& argv) {
+  Args args(argv,
+            {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
+             "--block-size", "--blocks", "--ops"},
+            {"--help"});
+  if (args.has("--help") || args.positional().empty()) {
+    std::fputs(kHelp, args.has("--help") ? stdout : stderr);
+    return args.has("--help") ? 0 : 2;
+  }
+  const std::string what = args.positional()[0];
+  if (what == "generate") return bench_generate(args);
+  if (what == "kv") return bench_kv(args);
+  if (what == "alloc") return bench_alloc(args);
+  fail_expected("bench", "generate, kv or alloc", "'" + what + "'");
+}
+
+}  // namespace kvscope::cli

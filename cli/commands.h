@@ -1,0 +1,17 @@
+// The kvscope subcommands. Each takes its arguments (after the subcommand name) and returns the
+// process exit code: 0 success, 2 bad input (a one-line error was printed), 1 anything else.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvscope::cli {
+
+using Argv = std::vector<std::string>;
+
+int cmd_generate(const Argv& args);
+int cmd_info(const Argv& args);
+int cmd_synth(const Argv& args);
+int cmd_bench(const Argv& args);
+
+}  // namespace kvscope::cli

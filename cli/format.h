@@ -1,0 +1,13 @@
+// Number formatting for terminal output: 327,680 and "40.00 GiB (42.95 GB)".
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvscope::cli {
+
+std::string with_commas(std::int64_t value);
+// Binary units with the decimal figure beside it, so GB vs GiB is never ambiguous.
+std::string human_bytes(double bytes);
+
+}  // namespace kvscope::cli

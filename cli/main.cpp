@@ -1,0 +1,55 @@
+// kvscope: the headless command-line tool (generate | info | synth | bench | ...).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "engine/common/error.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(kvscope: see and understand the KV cache of LLM inference.
+
+usage: kvscope <command> [options]     (kvscope <command> --help for its options)
+
+commands:
+  generate   run the model on a prompt and print the text (llama2.c run compatible)
+  info       print a model's shape and its KV bytes per token per format
+  synth      write a random-weight model of a published shape as a llama2.c checkpoint
+  bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s)
+
+models are found via --model, $KVSCOPE_MODELS, assets/models/, then ../shared/models;
+--model synthetic:<preset> selects random weights at a published shape (llama-3-70b, ...).
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    using namespace kvscope::cli;
+    if (command == "generate") return cmd_generate(args);
+    if (command == "info") return cmd_info(args);
+    if (command == "synth") return cmd_synth(args);
+    if (command == "bench") return cmd_bench(args);
+    std::fprintf(stderr, "kvscope: unknown command '%s'; run kvscope --help\n", command.c_str());
+    return 2;
+  } catch (const kvscope::Error& e) {
+    std::fprintf(stderr, "kvscope %s: error: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "kvscope %s: error: out of memory\n", command.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvscope %s: internal error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,52 @@
+// Backend: the ops the forward pass needs. The CPU backend (engine/backend/cpu) is the reference
+// that every other backend is tested against.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/kv/kv_view.h"
+
+namespace kvscope {
+
+// Receives attention weights when capture is on (the heatmaps, sink detection, H2O/TOVA scores).
+// `weights` holds one value per slot of the view ([num_slots]); evicted slots hold 0.
+class AttentionObserver {
+ public:
+  virtual ~AttentionObserver() = default;
+  virtual void on_attention(int layer, int head, int query_pos, std::span<const float> weights) = 0;
+};
+
+struct AttentionShape {
+  int n_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // out[d] = W[d][n] * x[n]
+  virtual void matmul(float* out, const float* x, const float* w, int n, int d) = 0;
+  // out[n] = w * x / rms(x)
+  virtual void rmsnorm(float* out, const float* x, const float* w, int n) = 0;
+  // Rotates adjacent pairs of q[q_dim] and k[kv_dim] by pos * theta^(-i/head_dim) (llama2.c).
+  virtual void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim,
+                    float theta) = 0;
+  // hb[i] = silu(hb[i]) * hb2[i]
+  virtual void swiglu(float* hb, const float* hb2, int n) = 0;
+  // Stores k[kv_dim] and v[kv_dim] into the view's write slot for `layer`, in the pool's format.
+  virtual void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) = 0;
+  // out[n_heads][head_dim] = softmax(q K^T / sqrt(head_dim)) V over the view's live slots.
+  virtual void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
+                               const float* q, float* out, int query_pos,
+                               AttentionObserver* observer) = 0;
+};
+
+// The CPU reference backend; `threads` <= 0 means all cores.
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace kvscope

@@ -1,0 +1,21 @@
+// CPU reference ops, free functions so tests and benchmarks can call them directly. Each future
+// CUDA kernel in kernels/ has its twin here, same name and argument order.
+#pragma once
+
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+namespace kvscope::cpu {
+
+void matmul(float* out, const float* x, const float* w, int n, int d);
+void rmsnorm(float* out, const float* x, const float* w, int n);
+void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim, float theta);
+void swiglu(float* hb, const float* hb2, int n);
+void kv_write(const KvSeqView& view, int layer, const float* k, const float* v);
+// scratch grows to [n_heads][num_slots].
+void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
+                     float* out, int query_pos, AttentionObserver* observer,
+                     std::vector<float>& scratch);
+
+}  // namespace kvscope::cpu

@@ -1,0 +1,28 @@
+// KvSeqView: the one seam between the forward pass and the KV cache. The forward pass reads and
+// writes K/V only through this view (storage + block table + format); paging, sharing,
+// quantization and eviction all live behind it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/kv/ids.h"
+#include "engine/kv/kv_storage.h"
+
+namespace kvscope {
+
+struct KvSeqView {
+  KvStorage* storage = nullptr;
+  std::span<const BlockId> blocks;  // logical block -> physical block
+  int num_slots = 0;                // slots in use, including the one being written this step
+  // Optional [num_slots]: 0 where the slot's token was evicted (attention skips it).
+  const std::uint8_t* slot_live = nullptr;
+  // True when blocks are consecutive ids (the contiguous baseline): attention may then address
+  // the whole sequence from one base pointer per layer.
+  bool contiguous = false;
+
+  int block_size() const { return storage->layout().block_size; }
+  int write_slot() const { return num_slots - 1; }
+};
+
+}  // namespace kvscope

@@ -1,0 +1,250 @@
+// Checkpoint parsing and validation for the llama2.c formats.
+//
+// Legacy v0: 7 x int32 header (dim, hidden, layers, heads, kv_heads, vocab, seq_len; a negative
+// vocab means a separate classifier), then fp32 tensors in the order of Weights, then the RoPE
+// tables freq_cis_real/imag [seq_len][head_dim/2], then wcls if separate.
+// v1 "ak42": uint32 magic 0x616b3432, int32 version 1, the 7 ints, uint8 shared flag, zero padding
+// to 256 bytes; then rms_att (all layers), rms_ffn, rms_final, token_embedding, wq, wk, wv, wo,
+// w1, w2, w3, and wcls if not shared. No RoPE tables.
+#include "engine/model/checkpoint.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+
+namespace kvscope {
+namespace {
+
+constexpr std::uint32_t kAk42Magic = 0x616b3432;
+constexpr std::size_t kV1HeaderBytes = 256;
+
+struct Header {
+  ModelConfig config;
+  CheckpointFormat format = CheckpointFormat::kLegacyV0;
+  std::size_t header_bytes = 0;
+};
+
+std::int32_t read_i32(const std::byte* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void check_range(const std::string& path, const char* field, std::int64_t value, std::int64_t lo,
+                 std::int64_t hi) {
+  if (value < lo || value > hi) {
+    fail_expected(path + ": header." + field,
+                  "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                  std::to_string(value));
+  }
+}
+
+void validate_config(const std::string& path, const ModelConfig& c) {
+  check_range(path, "dim", c.dim, 1, 1 << 16);
+  check_range(path, "hidden_dim", c.hidden_dim, 1, 1 << 18);
+  check_range(path, "n_layers", c.n_layers, 1, 1024);
+  check_range(path, "n_heads", c.n_heads, 1, 1024);
+  check_range(path, "n_kv_heads", c.n_kv_heads, 1, c.n_heads);
+  check_range(path, "vocab_size", c.vocab_size, 1, 1 << 22);
+  check_range(path, "seq_len", c.seq_len, 1, 1 << 24);
+  if (c.head_dim_override == 0 && c.dim % c.n_heads != 0) {
+    fail_expected(path + ": header.dim", "a multiple of n_heads (" + std::to_string(c.n_heads) + ")",
+                  std::to_string(c.dim));
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    fail_expected(path + ": header.n_kv_heads",
+                  "a divisor of n_heads (" + std::to_string(c.n_heads) + ")",
+                  std::to_string(c.n_kv_heads));
+  }
+  if (c.head_dim() % 2 != 0) {
+    fail_expected(path + ": header.dim", "an even head size (dim / n_heads) for RoPE",
+                  "head size " + std::to_string(c.head_dim()));
+  }
+}
+
+Header parse_header(const std::string& path, std::span<const std::byte> bytes) {
+  Header h;
+  if (bytes.size() < 7 * sizeof(std::int32_t)) {
+    fail_expected(path, "at least a 28-byte llama2.c header", std::to_string(bytes.size()) + " bytes");
+  }
+  std::uint32_t magic;
+  std::memcpy(&magic, bytes.data(), sizeof magic);
+  std::size_t off = 0;
+  if (magic == kAk42Magic) {
+    if (bytes.size() < kV1HeaderBytes) {
+      fail_expected(path, "a 256-byte ak42 header", std::to_string(bytes.size()) + " bytes");
+    }
+    std::int32_t version = read_i32(bytes.data() + 4);
+    if (version != 1) {
+      fail_expected(path + ": header.version",
+                    "1 (fp32; versions 2+ hold quantized weights kvscope does not load)",
+                    std::to_string(version));
+    }
+    off = 8;
+    h.format = CheckpointFormat::kAk42V1;
+    h.header_bytes = kV1HeaderBytes;
+  } else {
+    h.format = CheckpointFormat::kLegacyV0;
+    h.header_bytes = 7 * sizeof(std::int32_t);
+  }
+  ModelConfig& c = h.config;
+  c.dim = read_i32(bytes.data() + off + 0);
+  c.hidden_dim = read_i32(bytes.data() + off + 4);
+  c.n_layers = read_i32(bytes.data() + off + 8);
+  c.n_heads = read_i32(bytes.data() + off + 12);
+  c.n_kv_heads = read_i32(bytes.data() + off + 16);
+  std::int32_t vocab = read_i32(bytes.data() + off + 20);
+  c.seq_len = read_i32(bytes.data() + off + 24);
+  if (h.format == CheckpointFormat::kLegacyV0) {
+    c.shared_classifier = vocab > 0;
+    c.vocab_size = vocab == std::numeric_limits<std::int32_t>::min() ? 0 : (vocab < 0 ? -vocab : vocab);
+  } else {
+    c.vocab_size = vocab;
+    std::uint8_t shared = static_cast<std::uint8_t>(bytes[off + 28]);
+    if (shared > 1) fail_expected(path + ": header.shared_classifier", "0 or 1", std::to_string(shared));
+    c.shared_classifier = shared == 1;
+  }
+  validate_config(path, c);
+  return h;
+}
+
+// Float counts of the file body for a given header.
+std::int64_t expected_floats(const Header& h) {
+  const ModelConfig& c = h.config;
+  std::int64_t n = c.num_params();
+  if (h.format == CheckpointFormat::kLegacyV0) n += std::int64_t{c.seq_len} * c.head_dim();  // RoPE
+  return n;
+}
+
+// Assigns Weights pointers for the legacy layout starting at `p`.
+Weights map_legacy(const ModelConfig& c, const float* p) {
+  const std::int64_t d = c.dim, L = c.n_layers, kv = c.kv_dim(), hd = c.hidden_dim;
+  Weights w;
+  w.token_embedding = p; p += c.vocab_size * d;
+  w.rms_att = p; p += L * d;
+  w.wq = p; p += L * c.q_dim() * d;
+  w.wk = p; p += L * kv * d;
+  w.wv = p; p += L * kv * d;
+  w.wo = p; p += L * d * c.q_dim();
+  w.rms_ffn = p; p += L * d;
+  w.w1 = p; p += L * hd * d;
+  w.w2 = p; p += L * d * hd;
+  w.w3 = p; p += L * hd * d;
+  w.rms_final = p; p += d;
+  p += std::int64_t{c.seq_len} * c.head_dim();  // freq_cis_real + imag: recomputed, not used
+  w.wcls = c.shared_classifier ? w.token_embedding : p;
+  return w;
+}
+
+Weights map_v1(const ModelConfig& c, const float* p) {
+  const std::int64_t d = c.dim, L = c.n_layers, kv = c.kv_dim(), hd = c.hidden_dim;
+  Weights w;
+  w.rms_att = p; p += L * d;
+  w.rms_ffn = p; p += L * d;
+  w.rms_final = p; p += d;
+  w.token_embedding = p; p += c.vocab_size * d;
+  w.wq = p; p += L * c.q_dim() * d;
+  w.wk = p; p += L * kv * d;
+  w.wv = p; p += L * kv * d;
+  w.wo = p; p += L * d * c.q_dim();
+  w.w1 = p; p += L * hd * d;
+  w.w2 = p; p += L * d * hd;
+  w.w3 = p; p += L * hd * d;
+  w.wcls = c.shared_classifier ? w.token_embedding : p;
+  return w;
+}
+
+}  // namespace
+
+ModelConfig read_checkpoint_config(const std::string& path) {
+  MappedFile file(path);
+  return parse_header(path, file.bytes()).config;
+}
+
+std::shared_ptr<const Model> Model::load(const std::string& path) {
+  MappedFile file(path);
+  Header h = parse_header(path, file.bytes());
+  const std::int64_t want = static_cast<std::int64_t>(h.header_bytes) + 4 * expected_floats(h);
+  if (static_cast<std::int64_t>(file.size()) != want) {
+    fail_expected(path + ": file size",
+                  std::to_string(want) + " bytes for a model with " + h.config.describe(),
+                  std::to_string(file.size()) + " bytes" +
+                      (static_cast<std::int64_t>(file.size()) < want ? " (truncated?)"
+                                                                     : " (trailing data)"));
+  }
+  auto model = std::shared_ptr<Model>(new Model());
+  model->config_ = h.config;
+  model->format_ = h.format;
+  model->source_ = path;
+  const float* body = reinterpret_cast<const float*>(file.bytes().data() + h.header_bytes);
+  model->weights_ = h.format == CheckpointFormat::kLegacyV0 ? map_legacy(h.config, body)
+                                                            : map_v1(h.config, body);
+  model->file_ = std::move(file);
+  return model;
+}
+
+std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<float> data,
+                                               std::string source) {
+  Header h{config, CheckpointFormat::kLegacyV0, 0};
+  validate_config(source, config);
+  if (static_cast<std::int64_t>(data.size()) != expected_floats(h)) {
+    fail_expected(source, std::to_string(expected_floats(h)) + " floats",
+                  std::to_string(data.size()));
+  }
+  auto model = std::shared_ptr<Model>(new Model());
+  model->config_ = config;
+  model->format_ = CheckpointFormat::kSynthetic;
+  model->source_ = std::move(source);
+  model->owned_ = std::move(data);
+  model->weights_ = map_legacy(config, model->owned_.data());
+  return model;
+}
+
+void write_checkpoint(const Model& model, const std::string& path) {
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  const std::int64_t d = c.dim, L = c.n_layers, kv = c.kv_dim(), hd = c.hidden_dim;
+  if (c.head_dim_override != 0 && c.head_dim_override * c.n_heads != c.dim) {
+    throw Error(path, "cannot write a llama2.c checkpoint: its head size " +
+                          std::to_string(c.head_dim()) + " is not dim / n_heads");
+  }
+  write_file_atomically(path, [&](std::ostream& out) {
+    std::int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
+                              c.shared_classifier ? c.vocab_size : -c.vocab_size, c.seq_len};
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    auto put = [&](const float* p, std::int64_t n) {
+      out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * 4));
+    };
+    put(w.token_embedding, c.vocab_size * d);
+    put(w.rms_att, L * d);
+    put(w.wq, L * c.q_dim() * d);
+    put(w.wk, L * kv * d);
+    put(w.wv, L * kv * d);
+    put(w.wo, L * d * c.q_dim());
+    put(w.rms_ffn, L * d);
+    put(w.w1, L * hd * d);
+    put(w.w2, L * d * hd);
+    put(w.w3, L * hd * d);
+    put(w.rms_final, d);
+    // RoPE tables as llama2.c's export writes them: cos and sin of pos * theta^(-2i/head_dim).
+    const int half = c.head_dim() / 2;
+    std::vector<float> table(static_cast<std::size_t>(c.seq_len) * half);
+    for (int which = 0; which < 2; ++which) {
+      for (int pos = 0; pos < c.seq_len; ++pos) {
+        for (int i = 0; i < half; ++i) {
+          double freq = 1.0 / std::pow(static_cast<double>(c.rope_theta), (2.0 * i) / c.head_dim());
+          double a = pos * freq;
+          table[static_cast<std::size_t>(pos) * half + i] =
+              static_cast<float>(which == 0 ? std::cos(a) : std::sin(a));
+        }
+      }
+      put(table.data(), static_cast<std::int64_t>(table.size()));
+    }
+    if (!c.shared_classifier) put(w.wcls, c.vocab_size * d);
+  });
+}
+
+}  // namespace kvscope

@@ -1,0 +1,58 @@
+// Typed events: everything the engine decides, stamped with the step. Flat and fixed-size so a
+// timeline of millions of events stays compact, replays fast and serializes trivially.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace kvscope {
+
+enum class EventType : std::uint8_t {
+  kRequestArrived,     // request; a = prompt tokens, b = max new tokens
+  kAdmitted,           // request; a = blocks held after admission
+  kPrefillChunk,       // request; a = first position, b = tokens in the chunk
+  kDecodeToken,        // request; a = position, b = token id
+  kBlockAllocated,     // request, block, logical
+  kBlockFreed,         // request, block, logical (the request's reference dropped)
+  kBlockTableUpdated,  // request; a = blocks in table, b = tokens
+  kPreempted,          // request; a = PreemptReason, b = tokens lost (to recompute)
+  kSwappedOut,         // request; a = blocks moved to the host tier
+  kSwappedIn,          // request; a = blocks moved back
+  kRequestFinished,    // request; a = prompt tokens, b = generated tokens
+  kRequestRejected,    // request; a = RejectReason, b = blocks it would need
+  kStepEnd,            // a = running requests, b = waiting requests (metrics are in the Timeline)
+  // Prefix sharing and cached blocks.
+  kPrefixLookup,       // request; a = hit tokens, b = MissReason; logical = diverged-at token
+  kBlockShared,        // request, block, logical; a = ref count after
+  kBlockCopiedOnWrite, // request, block = new copy, logical; a = source block
+  kCachedBlockEvicted, // block; a = request that cached it
+  kBlockPinned,        // block
+  // Token eviction.
+  kTokensEvicted,      // request; a = tokens evicted, b = live tokens after
+  kSlotMoved,          // request, block = destination; a = from slot, b = to slot (compaction)
+};
+
+enum class PreemptReason : std::int8_t { kRecompute = 0, kSwap = 1 };
+enum class RejectReason : std::int8_t { kLargerThanPool = 0, kLargerThanContext = 1 };
+
+struct Event {
+  EventType type = EventType::kStepEnd;
+  std::int32_t step = 0;
+  std::int32_t request = -1;  // request (= sequence) id, -1 when none
+  std::int32_t block = -1;    // physical block id, -1 when none
+  std::int32_t logical = -1;  // logical block index (or token index, per type), -1 when none
+  std::int64_t a = 0;         // type-specific, see EventType
+  std::int64_t b = 0;         // type-specific, see EventType
+  bool operator==(const Event&) const = default;
+};
+
+std::string_view event_type_name(EventType type);
+
+// Anything that accepts events (the Timeline; a vector in tests).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void emit(const Event& event) = 0;
+};
+
+}  // namespace kvscope

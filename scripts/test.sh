@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds kvscope with warnings as errors, and runs every test: the
+# release build, then the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+kvscope_install_deps
+
+jobs=$(nproc)
+echo "== release build (warnings as errors) ==" >&2
+cmake --preset release -G Ninja >/dev/null
+cmake --build --preset release -j "$jobs"
+ctest --preset release -j "$jobs"
+
+if [ "${KVSCOPE_SKIP_ASAN:-0}" != "1" ]; then
+  echo "== ASan + UBSan build ==" >&2
+  cmake --preset asan -G Ninja >/dev/null
+  cmake --build --preset asan -j "$jobs"
+  ctest --preset asan -j "$jobs"
+fi

@@ -1,0 +1,22 @@
+// Shared helpers for the test suite: the real model, temporary files.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/locate.h"
+
+namespace kvscope::testing {
+
+// The default model (stories260K) and its tokenizer, loaded once per process.
+const LoadedModel& real_model();
+// A path under a fresh per-process temporary directory.
+std::string temp_path(const std::string& name);
+void write_bytes(const std::string& path, const std::vector<char>& bytes);
+std::vector<char> read_bytes(const std::string& path);
+std::string read_text(const std::string& path);
+// ../shared/models beside the checkout (where the golden outputs are).
+std::string shared_models_dir();
+
+}  // namespace kvscope::testing
