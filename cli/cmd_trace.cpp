@@ -1,0 +1,296 @@
+// kvscope trace: replay request traces through the allocator and prefix cache.
+//   mooncake FILE   Mooncake JSONL trace: hit ratio, prefill saved, peak blocks, evictions;
+//                   --sweep: hit ratio against cache capacity (CSV + PNG with --out DIR)
+//   kv-events FILE  vLLM/SGLang KV-cache event log (JSON lines) -> kvscope events, summarized
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/report/png_plot.h"
+#include "engine/trace/kv_events_import.h"
+#include "engine/trace/mooncake_replay.h"
+
+namespace kvscope::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: kvscope trace <mooncake|kv-events> FILE [options]
+
+  mooncake FILE   replay a Mooncake JSONL trace (no model compute, block ids only)
+    --block-size B        tokens per block (default 512, the trace's own block)
+    --capacity-tokens N   pool size in tokens (default 0 = unlimited, never evicts)
+    --policy P            cached-block eviction: lru (default), lfu, fifo; with --sweep also all
+    --index I             hash (default), radix, or both (runs each, prints each replay's time)
+    --time-scale X        arrival timestamps are divided by X (default 1)
+    --step-ms X           one prefill or decode step, in ms (default 20)
+    --no-prefix-caching   the baseline: every prompt token is computed
+    --skip-bad            count and skip bad lines instead of stopping at the first
+    --sweep               hit ratio against capacity (512 .. 262,144 blocks of 512 tokens + unlimited)
+    --out DIR             with --sweep: write DIR/mooncake_sweep.csv and DIR/mooncake_sweep.png
+    --json                machine-readable output
+  kv-events FILE  import a vLLM/SGLang KV-cache event log (see docs/concepts/prefix-caching.md)
+    --json                machine-readable output
+)";
+
+nlohmann::json result_json(const MooncakeReplayResult& r) {
+  const PrefixCacheMetrics& m = r.cache;
+  nlohmann::json reasons = nlohmann::json::object();
+  for (int i = 0; i < kNumMissReasons; ++i) {
+    reasons[std::string(miss_reason_name(static_cast<MissReason>(i)))] =
+        m.lookups_by_reason[static_cast<std::size_t>(i)];
+  }
+  return {{"requests", r.requests},
+          {"admitted", r.admitted},
+          {"rejected", r.rejected},
+          {"num_blocks", r.num_blocks},
+          {"prompt_tokens", m.prompt_tokens},
+          {"hit_tokens", m.hit_tokens},
+          {"token_hit_ratio", m.token_hit_rate()},
+          {"block_hit_ratio", m.block_hit_rate()},
+          {"prefill_tokens_saved", m.hit_tokens},
+          {"peak_blocks_held", r.peak_blocks_held},
+          {"peak_blocks_no_sharing", r.peak_blocks_no_sharing},
+          {"peak_blocks_cached", r.peak_blocks_cached},
+          {"peak_running", r.peak_running},
+          {"peak_waiting", r.peak_waiting},
+          {"evictions", m.evictions},
+          {"collisions", m.collisions},
+          {"lookups_by_reason", reasons},
+          {"simulated_seconds", r.end_ms / 1000.0},
+          {"replay_wall_seconds", r.wall_seconds}};
+}
+
+void print_result(const MooncakeReplayConfig& c, const MooncakeReplayResult& r) {
+  const PrefixCacheMetrics& m = r.cache;
+  std::printf(
+      "replay: index %s, policy %s, block size %d, capacity %s (%s blocks)%s\n",
+      std::string(index_kind_name(c.index)).c_str(),
+      std::string(eviction_policy_name(c.policy)).c_str(), c.block_size,
+      c.capacity_tokens ? (with_commas(c.capacity_tokens) + " tokens").c_str() : "unlimited",
+      with_commas(r.num_blocks).c_str(), c.prefix_caching ? "" : ", prefix caching OFF");
+  std::printf("  requests %s admitted, %s rejected (larger than the pool)\n",
+              with_commas(r.admitted).c_str(), with_commas(r.rejected).c_str());
+  std::printf("  hit ratio: %.4f of prompt tokens (%s of %s), %.4f of full prompt blocks\n",
+              m.token_hit_rate(), with_commas(m.hit_tokens).c_str(),
+              with_commas(m.prompt_tokens).c_str(), m.block_hit_rate());
+  std::printf("  prefill tokens saved: %s\n", with_commas(m.hit_tokens).c_str());
+  std::printf(
+      "  peak blocks held by running requests: %s (unshared they would be %s); peak cached: %s\n",
+      with_commas(r.peak_blocks_held).c_str(), with_commas(r.peak_blocks_no_sharing).c_str(),
+      with_commas(r.peak_blocks_cached).c_str());
+  std::printf("  evictions: %s; peak running %d, peak waiting %d; simulated %.0f s\n",
+              with_commas(m.evictions).c_str(), r.peak_running, r.peak_waiting, r.end_ms / 1000.0);
+  std::printf("  lookups by reason:");
+  for (int i = 0; i < kNumMissReasons; ++i) {
+    const auto n = m.lookups_by_reason[static_cast<std::size_t>(i)];
+    if (n)
+      std::printf(" %s %s", std::string(miss_reason_name(static_cast<MissReason>(i))).c_str(),
+                  with_commas(n).c_str());
+  }
+  std::printf("\n  replay time: %.2f s (one thread, including synthetic token generation)\n",
+              r.wall_seconds);
+}
+
+void write_sweep_outputs(
+    const std::string& dir, const std::string& source, int block_size,
+    const std::vector<
+        std::pair<EvictionPolicyKind, std::vector<std::pair<std::int64_t, MooncakeReplayResult>>>>&
+        rows) {
+  std::filesystem::create_directories(dir);
+  write_file_atomically(dir + "/mooncake_sweep.csv", [&](std::ostream& out) {
+    out << "policy,capacity_tokens,capacity_blocks,token_hit_ratio,block_hit_ratio,evictions,peak_"
+           "blocks_held\n";
+    for (const auto& [policy, pts] : rows) {
+      for (const auto& [cap, r] : pts) {
+        out << eviction_policy_name(policy) << ',' << cap << ',' << r.num_blocks << ','
+            << r.cache.token_hit_rate() << ',' << r.cache.block_hit_rate() << ','
+            << r.cache.evictions << ',' << r.peak_blocks_held << '\n';
+      }
+    }
+  });
+  PlotSpec spec;
+  spec.title =
+      "Prefix cache hit ratio vs capacity: " + std::filesystem::path(source).filename().string();
+  spec.x_label = "cache capacity (blocks of " + std::to_string(block_size) + " tokens)";
+  spec.y_label = "hit ratio (prompt tokens)";
+  spec.log_x = true;
+  double unlimited = 0.0;
+  for (const auto& [policy, pts] : rows) {
+    PlotSeries s;
+    s.label = std::string(eviction_policy_name(policy));
+    s.markers = true;
+    for (const auto& [cap, r] : pts) {
+      if (cap == 0) {
+        unlimited = r.cache.token_hit_rate();
+        continue;
+      }
+      s.x.push_back(r.num_blocks);
+      s.y.push_back(r.cache.token_hit_rate());
+    }
+    spec.series.push_back(std::move(s));
+  }
+  char label[64];
+  std::snprintf(label, sizeof label, "unlimited capacity: %.3f", unlimited);
+  spec.h_lines.emplace_back(unlimited, label);
+  spec.footnote = "kvscope trace mooncake --sweep (block ids only, no model compute)";
+  write_png_plot(spec, dir + "/mooncake_sweep.png");
+}
+
+int trace_mooncake(const Args& args) {
+  if (args.positional().size() != 2)
+    throw Error("trace mooncake", "expected one trace FILE; see --help");
+  MooncakeLoadOptions lo;
+  lo.skip_bad = args.has("--skip-bad");
+  const MooncakeTrace trace = load_mooncake_trace(args.positional()[1], lo);
+  MooncakeReplayConfig c;
+  c.block_size = args.get_int("--block-size", kMooncakeBlockTokens);
+  c.capacity_tokens = args.get_i64("--capacity-tokens", 0);
+  c.time_scale = args.get_double("--time-scale", 1.0);
+  c.step_ms = args.get_double("--step-ms", 20.0);
+  c.prefix_caching = !args.has("--no-prefix-caching");
+  const bool json = args.has("--json");
+  const std::string policy_name = args.get("--policy", "lru");
+  std::vector<EvictionPolicyKind> policies;
+  if (policy_name == "all" && args.has("--sweep")) {
+    policies = {EvictionPolicyKind::kLru, EvictionPolicyKind::kLfu, EvictionPolicyKind::kFifo};
+  } else if (auto p = parse_eviction_policy(policy_name)) {
+    policies = {*p};
+  } else {
+    fail_expected("--policy", args.has("--sweep") ? "lru, lfu, fifo or all" : "lru, lfu or fifo",
+                  "'" + policy_name + "'");
+  }
+  c.policy = policies.front();
+  const std::string index_name = args.get("--index", "hash");
+  std::vector<IndexKind> indexes;
+  if (index_name == "both") {
+    indexes = {IndexKind::kHashChain, IndexKind::kRadix};
+  } else if (auto k = parse_index_kind(index_name)) {
+    indexes = {*k};
+  } else {
+    fail_expected("--index", "hash, radix or both", "'" + index_name + "'");
+  }
+  nlohmann::json out = {{"trace", trace.source},
+                        {"requests", trace.requests.size()},
+                        {"skipped_lines", trace.skipped_lines},
+                        {"hash_id_reuse_ratio", mooncake_hash_id_reuse_ratio(trace.requests)}};
+  if (!json) {
+    std::printf("mooncake trace %s: %s requests, %s bad lines skipped\n", trace.source.c_str(),
+                with_commas(static_cast<std::int64_t>(trace.requests.size())).c_str(),
+                with_commas(trace.skipped_lines).c_str());
+    for (const auto& e : trace.skipped_errors) std::printf("  skipped: %s\n", e.c_str());
+    std::printf(
+        "trace-level reuse from hash ids alone (unlimited, last partial block counted): %.4f\n",
+        out["hash_id_reuse_ratio"].get<double>());
+  }
+  if (!args.has("--sweep")) {
+    for (IndexKind k : indexes) {
+      c.index = k;
+      const MooncakeReplayResult r = replay_mooncake(trace, c);
+      if (json) {
+        nlohmann::json j = result_json(r);
+        j["index"] = std::string(index_kind_name(k));
+        out["replays"].push_back(j);
+      } else {
+        print_result(c, r);
+      }
+    }
+  } else {
+    c.index = indexes.front();
+    std::vector<
+        std::pair<EvictionPolicyKind, std::vector<std::pair<std::int64_t, MooncakeReplayResult>>>>
+        rows;
+    if (!json)
+      std::printf("%-6s %16s %12s %10s %12s %10s\n", "policy", "capacity tokens", "blocks",
+                  "hit ratio", "evictions", "seconds");
+    for (EvictionPolicyKind p : policies) {
+      c.policy = p;
+      rows.push_back({p, {}});
+      std::vector<std::int64_t> caps;
+      for (std::int64_t b = 512; b <= 262144; b *= 2) caps.push_back(b * kMooncakeBlockTokens);
+      caps.push_back(0);
+      for (std::int64_t cap : caps) {
+        c.capacity_tokens = cap;
+        const MooncakeReplayResult r = replay_mooncake(trace, c);
+        if (json) {
+          nlohmann::json j = result_json(r);
+          j["policy"] = std::string(eviction_policy_name(p));
+          j["capacity_tokens"] = cap;
+          out["sweep"].push_back(j);
+        } else {
+          std::printf(
+              "%-6s %16s %12s %10.4f %12s %10.2f\n", std::string(eviction_policy_name(p)).c_str(),
+              cap ? with_commas(cap).c_str() : "unlimited", with_commas(r.num_blocks).c_str(),
+              r.cache.token_hit_rate(), with_commas(r.cache.evictions).c_str(), r.wall_seconds);
+        }
+        rows.back().second.emplace_back(cap, r);
+      }
+    }
+    if (args.has("--out")) {
+      write_sweep_outputs(args.get("--out"), trace.source, c.block_size, rows);
+      if (!json)
+        std::printf("wrote %s/mooncake_sweep.csv and %s/mooncake_sweep.png\n",
+                    args.get("--out").c_str(), args.get("--out").c_str());
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+int trace_kv_events(const Args& args) {
+  if (args.positional().size() != 2)
+    throw Error("trace kv-events", "expected one event log FILE; see --help");
+  const KvEventImport imp = load_kv_events(args.positional()[1]);
+  if (args.has("--json")) {
+    nlohmann::json out = {{"log", args.positional()[1]},
+                          {"lines", imp.lines},
+                          {"events", imp.events.size()},
+                          {"blocks_stored", imp.blocks_stored},
+                          {"blocks_removed", imp.blocks_removed},
+                          {"clears", imp.clears},
+                          {"unknown_parents", imp.unknown_parents},
+                          {"unknown_removals", imp.unknown_removals},
+                          {"peak_cached", imp.peak_cached},
+                          {"cached_at_end", imp.cached_at_end}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("kv events %s: %s lines -> %s kvscope events\n", args.positional()[1].c_str(),
+              with_commas(imp.lines).c_str(),
+              with_commas(static_cast<std::int64_t>(imp.events.size())).c_str());
+  std::printf("  blocks stored %s, removed %s, all-cleared %s times; cached now %s, peak %s\n",
+              with_commas(imp.blocks_stored).c_str(), with_commas(imp.blocks_removed).c_str(),
+              with_commas(imp.clears).c_str(), with_commas(imp.cached_at_end).c_str(),
+              with_commas(imp.peak_cached).c_str());
+  std::printf("  parents never stored in this log: %s; removals of blocks never stored: %s\n",
+              with_commas(imp.unknown_parents).c_str(), with_commas(imp.unknown_removals).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_trace(const Argv& argv) {
+  if (argv.empty() || argv[0] == "--help" || argv[0] == "-h") {
+    std::fputs(kHelp, argv.empty() ? stderr : stdout);
+    return argv.empty() ? 2 : 0;
+  }
+  const Args args(argv,
+                  {"--block-size", "--capacity-tokens", "--policy", "--index", "--time-scale",
+                   "--step-ms", "--out"},
+                  {"--skip-bad", "--json", "--sweep", "--no-prefix-caching", "--help"});
+  if (args.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (args.positional().empty()) throw Error("trace", "expected mooncake or kv-events; see --help");
+  const std::string what = args.positional()[0];
+  if (what == "mooncake") return trace_mooncake(args);
+  if (what == "kv-events") return trace_kv_events(args);
+  fail_expected("trace", "mooncake or kv-events", "'" + what + "'");
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,52 @@
+// Replays a Mooncake trace through the real allocator (BlockPool) and prefix cache (PrefixCache)
+// on block ids only, no model compute, at full scale.
+//
+// Simplified serving model (documented in docs/concepts/prefix-caching.md):
+// - request i arrives at timestamp_ms / time_scale; requests are admitted first come first
+//   served (head of line blocks the queue);
+// - admission needs num_allocatable() >= ceil((input + output) / block_size) blocks (the whole
+//   lifetime's blocks, reserved up front, ignoring what the prefix hit will save);
+// - at admission: prefix lookup + acquire, the rest allocated (evicting cached blocks as
+//   needed), then the prompt's full blocks are inserted into the cache;
+// - the request holds its blocks for (1 + output_length) steps of step_ms (one prefill step, one
+//   decode step per output token), then releases them (cached blocks stay reusable);
+// - a request larger than the whole pool is rejected.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/prefix/prefix_cache.h"
+#include "engine/trace/mooncake.h"
+
+namespace kvscope {
+
+struct MooncakeReplayConfig {
+  int block_size = kMooncakeBlockTokens;
+  std::int64_t capacity_tokens = 0;  // pool size in tokens; 0 = unlimited (never evicts)
+  IndexKind index = IndexKind::kHashChain;
+  EvictionPolicyKind policy = EvictionPolicyKind::kLru;
+  bool prefix_caching = true;
+  double time_scale = 1.0;  // >1 replays faster (more concurrency)
+  double step_ms = 20.0;    // duration of one prefill or decode step
+};
+
+struct MooncakeReplayResult {
+  std::int64_t requests = 0;
+  std::int64_t admitted = 0;
+  std::int64_t rejected = 0;                // larger than the whole pool
+  std::int32_t num_blocks = 0;              // pool size used
+  std::int32_t peak_blocks_held = 0;        // distinct blocks held by running requests
+  std::int64_t peak_blocks_no_sharing = 0;  // what the running requests would hold unshared
+  std::int32_t peak_blocks_cached = 0;
+  std::int32_t peak_running = 0;
+  std::int32_t peak_waiting = 0;
+  double end_ms = 0.0;        // simulated time when the last request finished
+  double wall_seconds = 0.0;  // time the replay took on this machine
+  PrefixCacheMetrics cache;
+};
+
+// Throws kvscope::Error on a bad configuration (block size, capacity, time scale).
+MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeReplayConfig& config,
+                                     EventSink* sink = nullptr);
+
+}  // namespace kvscope
