@@ -137,7 +137,8 @@ void write_sweep_outputs(
   char label[64];
   std::snprintf(label, sizeof label, "unlimited capacity: %.3f", unlimited);
   spec.h_lines.emplace_back(unlimited, label);
-  spec.footnote = "kvscope trace mooncake --sweep (block ids only, no model compute)";
+  spec.footnote = "kvscope trace mooncake " + std::filesystem::path(source).filename().string() +
+                  " --sweep (block ids only, no model compute)";
   write_png_plot(spec, dir + "/mooncake_sweep.png");
 }
 
