@@ -114,8 +114,7 @@ void write_sweep_outputs(
     }
   });
   PlotSpec spec;
-  spec.title =
-      "Prefix cache hit ratio vs capacity: " + std::filesystem::path(source).filename().string();
+  spec.title = "Prefix hit ratio vs capacity: " + std::filesystem::path(source).stem().string();
   spec.x_label = "cache capacity (blocks of " + std::to_string(block_size) + " tokens)";
   spec.y_label = "hit ratio (prompt tokens)";
   spec.log_x = true;
@@ -137,8 +136,7 @@ void write_sweep_outputs(
   char label[64];
   std::snprintf(label, sizeof label, "unlimited capacity: %.3f", unlimited);
   spec.h_lines.emplace_back(unlimited, label);
-  spec.footnote = "kvscope trace mooncake " + std::filesystem::path(source).filename().string() +
-                  " --sweep (block ids only, no model compute)";
+  spec.footnote = "kvscope trace mooncake --sweep: block ids only, no model compute";
   write_png_plot(spec, dir + "/mooncake_sweep.png");
 }
 
