@@ -143,9 +143,6 @@ void write_sweep_outputs(
 int trace_mooncake(const Args& args) {
   if (args.positional().size() != 2)
     throw Error("trace mooncake", "expected one trace FILE; see --help");
-  MooncakeLoadOptions lo;
-  lo.skip_bad = args.has("--skip-bad");
-  const MooncakeTrace trace = load_mooncake_trace(args.positional()[1], lo);
   MooncakeReplayConfig c;
   c.block_size = args.get_int("--block-size", kMooncakeBlockTokens);
   c.capacity_tokens = args.get_i64("--capacity-tokens", 0);
@@ -173,6 +170,9 @@ int trace_mooncake(const Args& args) {
   } else {
     fail_expected("--index", "hash, radix or both", "'" + index_name + "'");
   }
+  MooncakeLoadOptions lo;
+  lo.skip_bad = args.has("--skip-bad");
+  const MooncakeTrace trace = load_mooncake_trace(args.positional()[1], lo);
   nlohmann::json out = {{"trace", trace.source},
                         {"requests", trace.requests.size()},
                         {"skipped_lines", trace.skipped_lines},
