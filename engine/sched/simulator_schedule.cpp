@@ -133,8 +133,18 @@ void Simulator::preempt(std::int32_t id, Work& w) {
   w.preempted = true;
   const int blocks = cache_->blocks_for(r.num_computed);  // blocks holding computed K/V
   if (config_.preemption == PreemptionMode::kSwap && r.num_computed > 0 && blocks <= host_->num_free()) {
-    emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kSwap), 0);
     const BlockTable& t = cache_->table(seq);
+    // Slots appended for this step's (now cancelled) chunk hold nothing: only computed tokens move.
+    if (t.num_tokens != r.num_computed) {
+      Event e;
+      e.type = EventType::kBlockTableUpdated;
+      e.step = step_;
+      e.request = id;
+      e.a = blocks;
+      e.b = r.num_computed;
+      timeline_->emit(e);
+    }
+    emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kSwap), 0);
     r.host_slots = host_->swap_out(cache_->storage(),
                                    std::span<const BlockId>(t.blocks).subspan(0, static_cast<std::size_t>(blocks)));
     cache_->free_sequence(seq);
