@@ -176,7 +176,8 @@ Timeline Timeline::load(const std::string& path) {
     return n;
   }();
   if (num_events > (r.size() - r.offset()) / kEventBytes) {
-    r.fail(at_events, "an event count that fits the file", std::to_string(num_events));
+    r.fail(at_events, "at most " + std::to_string((r.size() - r.offset()) / kEventBytes) +
+                          " events in the bytes left (truncated recording?)", std::to_string(num_events));
   }
   const std::size_t events_start = r.offset();
   std::vector<Event> events(num_events);
@@ -197,7 +198,8 @@ Timeline Timeline::load(const std::string& path) {
     if (e.request < -1) r.fail(at + 5, "a request id >= -1", std::to_string(e.request));
   }
   if (steps > (r.size() - r.offset()) / (8 + metric_bytes)) {
-    r.fail(at_events - 8, "a step count that fits the file", std::to_string(steps));
+    r.fail(at_events - 8, "at most " + std::to_string((r.size() - r.offset()) / (8 + metric_bytes)) +
+                              " steps in the bytes left (truncated recording?)", std::to_string(steps));
   }
   std::vector<std::uint64_t> ends(steps);
   std::uint64_t prev = 0;
