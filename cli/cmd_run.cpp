@@ -36,7 +36,9 @@ int cmd_run(const Argv& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (args.positional().size() != 1) fail_expected("kvscope run", "one scenario file (see --help)", std::to_string(args.positional().size()) + " arguments");
+  if (args.positional().size() != 1)
+    fail_expected("kvscope run", "one scenario file (see --help)",
+                  std::to_string(args.positional().size()) + " arguments");
   const std::string path = args.positional()[0];
   const std::string out_dir = args.get("--out", "kvscope-out");
   const int max_steps = args.get_int("--steps", 100000);
@@ -44,8 +46,10 @@ int cmd_run(const Argv& argv) {
   const bool quiet = args.has("--quiet");
 
   MinScenario scenario = parse_min_scenario(path);
-  if (args.has("--allocator")) scenario.config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
-  if (args.has("--preemption")) scenario.config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
+  if (args.has("--allocator"))
+    scenario.config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
+  if (args.has("--preemption"))
+    scenario.config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
   scenario.config.threads = args.get_int("--threads", 1);
   const std::string model_arg = args.has("--model") ? args.get("--model") : scenario.model;
   LoadedModel loaded = load_model(model_arg, "");
@@ -63,14 +67,16 @@ int cmd_run(const Argv& argv) {
     const int s = sim->current_step() - 1;
     if (!quiet && s % 50 == 0) {
       const StepMetrics& m = sim->timeline()->metrics(s);
-      std::fprintf(stderr, "step %d: running %d, waiting %d, swapped %d, finished %d, blocks %d/%d used\n", s,
-                   m.requests_running, m.requests_waiting, m.requests_swapped, m.requests_finished,
-                   m.blocks_used, m.blocks_total);
+      std::fprintf(stderr,
+                   "step %d: running %d, waiting %d, swapped %d, finished %d, blocks %d/%d used\n",
+                   s, m.requests_running, m.requests_waiting, m.requests_swapped,
+                   m.requests_finished, m.blocks_used, m.blocks_total);
     }
   }
   const Timeline& t = *sim->timeline();
   std::filesystem::create_directories(out_dir);
-  const std::string rec = out_dir + "/recording.kvr", trace = out_dir + "/trace.json", csv = out_dir + "/metrics.csv";
+  const std::string rec = out_dir + "/recording.kvr", trace = out_dir + "/trace.json",
+                    csv = out_dir + "/metrics.csv";
   t.save(rec);
   t.export_chrome_trace(trace);
   write_metrics_csv(csv, t.all_metrics());
@@ -82,13 +88,18 @@ int cmd_run(const Argv& argv) {
               allocator_name(config.allocator).c_str(), config.block_size, config.num_blocks,
               preemption_name(config.preemption).c_str(), victim_name(config.victim).c_str(),
               model.weights ? "" : " (bookkeeping only)");
-  std::printf("steps %d; requests %d finished, %d rejected, %d unfinished; preemptions %lld (%lld tokens recomputed)\n",
-              s.steps, s.finished, s.rejected, sim->num_requests() - s.finished - s.rejected,
-              static_cast<long long>(s.preemptions), static_cast<long long>(s.tokens_recomputed));
-  std::printf("tokens: %lld prefill, %lld decode; mean batch %.2f (peak %d)\n", static_cast<long long>(s.prefill_tokens),
-              static_cast<long long>(s.decode_tokens), s.mean_running, s.peak_running);
-  std::printf("KV utilization (filled / allocated slots, mean over steps): %.1f%%; blocks used mean %.1f, peak %d (%.0f%%)\n",
-              100.0 * s.mean_utilization, s.mean_blocks_used, s.peak_blocks_used, peak_pct);
+  std::printf(
+      "steps %d; requests %d finished, %d rejected, %d unfinished; preemptions %lld (%lld tokens "
+      "recomputed)\n",
+      s.steps, s.finished, s.rejected, sim->num_requests() - s.finished - s.rejected,
+      static_cast<long long>(s.preemptions), static_cast<long long>(s.tokens_recomputed));
+  std::printf("tokens: %lld prefill, %lld decode; mean batch %.2f (peak %d)\n",
+              static_cast<long long>(s.prefill_tokens), static_cast<long long>(s.decode_tokens),
+              s.mean_running, s.peak_running);
+  std::printf(
+      "KV utilization (filled / allocated slots, mean over steps): %.1f%%; blocks used mean %.1f, "
+      "peak %d (%.0f%%)\n",
+      100.0 * s.mean_utilization, s.mean_blocks_used, s.peak_blocks_used, peak_pct);
   for (int i = 0; i < sim->num_requests(); ++i) {
     if (sim->request(i).phase == RequestPhase::kRejected) {
       std::printf("request %d rejected: %s\n", i, sim->request(i).reject_reason.c_str());
@@ -96,7 +107,8 @@ int cmd_run(const Argv& argv) {
   }
   std::printf("wrote %s, %s, %s\n", rec.c_str(), trace.c_str(), csv.c_str());
   if (!sim->done()) {
-    std::fprintf(stderr, "kvscope run: stopped after --steps %d with requests unfinished\n", max_steps);
+    std::fprintf(stderr, "kvscope run: stopped after --steps %d with requests unfinished\n",
+                 max_steps);
   }
   return 0;
 }

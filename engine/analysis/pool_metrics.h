@@ -21,10 +21,10 @@ void fill_pool_metrics(const KvCacheManager& cache, StepMetrics& m);
 // Whole-run figures for summaries and docs.
 struct RunSummary {
   int steps = 0;
-  double mean_utilization = 0.0;     // mean over steps with allocated slots of filled/allocated
+  double mean_utilization = 0.0;  // mean over steps with allocated slots of filled/allocated
   double mean_blocks_used = 0.0;
   int peak_blocks_used = 0;
-  double mean_running = 0.0;         // mean batch size (running requests) over steps
+  double mean_running = 0.0;  // mean batch size (running requests) over steps
   int peak_running = 0;
   std::int64_t preemptions = 0;
   std::int64_t tokens_recomputed = 0;

@@ -13,7 +13,8 @@ namespace kvscope {
 HostKvTier::HostKvTier(const KvLayout& layout, int capacity_blocks, bool with_storage)
     : layout_(layout), capacity_(capacity_blocks), block_bytes_(layout.block_bytes()) {
   if (capacity_blocks < 0) {
-    fail_expected("host tier: capacity", "a non-negative number of blocks", std::to_string(capacity_blocks));
+    fail_expected("host tier: capacity", "a non-negative number of blocks",
+                  std::to_string(capacity_blocks));
   }
   if (with_storage) bytes_.resize(static_cast<std::size_t>(capacity_blocks) * block_bytes_);
   for (int s = capacity_blocks - 1; s >= 0; --s) free_.push_back(s);
@@ -42,7 +43,8 @@ std::vector<int> HostKvTier::swap_out(const KvStorage* device, std::span<const B
   return slots;
 }
 
-void HostKvTier::swap_in(std::span<const int> slots, KvStorage* device, std::span<const BlockId> blocks) {
+void HostKvTier::swap_in(std::span<const int> slots, KvStorage* device,
+                         std::span<const BlockId> blocks) {
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (!bytes_.empty() && device != nullptr && i < blocks.size()) {
       const std::byte* src = slot(slots[i]);

@@ -22,7 +22,8 @@ std::string shown(const json& v) {
 class Ctx {
  public:
   explicit Ctx(std::string file) : file_(std::move(file)) {}
-  [[noreturn]] void fail(const std::string& at, const std::string& expected, const json& got) const {
+  [[noreturn]] void fail(const std::string& at, const std::string& expected,
+                         const json& got) const {
     fail_expected(file_ + ": " + at, expected, shown(got));
   }
   void only_keys(const json& obj, const std::string& at, const std::set<std::string>& keys) const {
@@ -36,7 +37,8 @@ class Ctx {
       }
     }
   }
-  std::int64_t integer(const json& v, const std::string& at, std::int64_t lo, std::int64_t hi) const {
+  std::int64_t integer(const json& v, const std::string& at, std::int64_t lo,
+                       std::int64_t hi) const {
     if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi) {
       fail(at, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", v);
     }
@@ -55,48 +57,70 @@ class Ctx {
 constexpr std::int64_t kIntMax = 1 << 30;
 
 void parse_cache(const Ctx& c, const json& j, MinScenario& s) {
-  c.only_keys(j, "cache", {"block_size", "num_blocks", "pool_bytes", "allocator", "preemption", "victim",
-                           "host_blocks", "max_seq_len", "kv_dtype"});
+  c.only_keys(j, "cache",
+              {"block_size", "num_blocks", "pool_bytes", "allocator", "preemption", "victim",
+               "host_blocks", "max_seq_len", "kv_dtype"});
   SimConfig& cfg = s.config;
-  if (j.contains("block_size")) cfg.block_size = static_cast<int>(c.integer(j["block_size"], "cache.block_size", 1, 4096));
+  if (j.contains("block_size"))
+    cfg.block_size = static_cast<int>(c.integer(j["block_size"], "cache.block_size", 1, 4096));
   if (j.contains("num_blocks") == j.contains("pool_bytes")) {
     fail_expected(c.file() + ": cache", "exactly one of \"num_blocks\" or \"pool_bytes\"",
                   j.contains("num_blocks") ? "both" : "neither");
   }
-  if (j.contains("num_blocks")) cfg.num_blocks = static_cast<int>(c.integer(j["num_blocks"], "cache.num_blocks", 1, 50'000'000));
+  if (j.contains("num_blocks"))
+    cfg.num_blocks =
+        static_cast<int>(c.integer(j["num_blocks"], "cache.num_blocks", 1, 50'000'000));
   if (j.contains("pool_bytes")) {
     s.pool_bytes = c.integer(j["pool_bytes"], "cache.pool_bytes", 1, std::int64_t{1} << 50);
     cfg.num_blocks = 0;
   }
-  if (j.contains("allocator")) cfg.allocator = parse_allocator(c.string(j["allocator"], "cache.allocator"), c.file() + ": cache.allocator");
-  if (j.contains("preemption")) cfg.preemption = parse_preemption(c.string(j["preemption"], "cache.preemption"), c.file() + ": cache.preemption");
-  if (j.contains("victim")) cfg.victim = parse_victim(c.string(j["victim"], "cache.victim"), c.file() + ": cache.victim");
-  if (j.contains("host_blocks")) cfg.host_blocks = static_cast<int>(c.integer(j["host_blocks"], "cache.host_blocks", 0, 50'000'000));
-  if (j.contains("max_seq_len")) cfg.max_seq_len = static_cast<int>(c.integer(j["max_seq_len"], "cache.max_seq_len", 0, kIntMax));
+  if (j.contains("allocator"))
+    cfg.allocator = parse_allocator(c.string(j["allocator"], "cache.allocator"),
+                                    c.file() + ": cache.allocator");
+  if (j.contains("preemption"))
+    cfg.preemption = parse_preemption(c.string(j["preemption"], "cache.preemption"),
+                                      c.file() + ": cache.preemption");
+  if (j.contains("victim"))
+    cfg.victim = parse_victim(c.string(j["victim"], "cache.victim"), c.file() + ": cache.victim");
+  if (j.contains("host_blocks"))
+    cfg.host_blocks =
+        static_cast<int>(c.integer(j["host_blocks"], "cache.host_blocks", 0, 50'000'000));
+  if (j.contains("max_seq_len"))
+    cfg.max_seq_len =
+        static_cast<int>(c.integer(j["max_seq_len"], "cache.max_seq_len", 0, kIntMax));
   if (j.contains("kv_dtype")) {
-    cfg.k_format = cfg.v_format = parse_kv_format(c.string(j["kv_dtype"], "cache.kv_dtype"), c.file() + ": cache.kv_dtype");
+    cfg.k_format = cfg.v_format =
+        parse_kv_format(c.string(j["kv_dtype"], "cache.kv_dtype"), c.file() + ": cache.kv_dtype");
   }
 }
 
 MinScenarioRequest parse_request(const Ctx& c, const json& j, const std::string& at) {
   c.only_keys(j, at, {"arrival_step", "prompt", "prompt_tokens", "max_new_tokens", "priority"});
   MinScenarioRequest r;
-  if (j.contains("arrival_step")) r.arrival_step = static_cast<int>(c.integer(j["arrival_step"], at + ".arrival_step", 0, kIntMax));
+  if (j.contains("arrival_step"))
+    r.arrival_step =
+        static_cast<int>(c.integer(j["arrival_step"], at + ".arrival_step", 0, kIntMax));
   if (j.contains("prompt") == j.contains("prompt_tokens")) {
-    fail_expected(c.file() + ": " + at, "exactly one of \"prompt\" (text) or \"prompt_tokens\" (ids)",
+    fail_expected(c.file() + ": " + at,
+                  "exactly one of \"prompt\" (text) or \"prompt_tokens\" (ids)",
                   j.contains("prompt") ? "both" : "neither");
   }
   if (j.contains("prompt")) r.prompt = c.string(j["prompt"], at + ".prompt");
   if (j.contains("prompt_tokens")) {
     const json& toks = j["prompt_tokens"];
-    if (!toks.is_array() || toks.empty()) c.fail(at + ".prompt_tokens", "a non-empty array of token ids", toks);
+    if (!toks.is_array() || toks.empty())
+      c.fail(at + ".prompt_tokens", "a non-empty array of token ids", toks);
     for (std::size_t i = 0; i < toks.size(); ++i) {
-      r.prompt_tokens.push_back(static_cast<int>(c.integer(toks[i], at + ".prompt_tokens[" + std::to_string(i) + "]", 0, kIntMax)));
+      r.prompt_tokens.push_back(static_cast<int>(
+          c.integer(toks[i], at + ".prompt_tokens[" + std::to_string(i) + "]", 0, kIntMax)));
     }
   }
-  if (!j.contains("max_new_tokens")) fail_expected(c.file() + ": " + at + ".max_new_tokens", "an integer >= 1", "nothing (missing)");
-  r.max_new_tokens = static_cast<int>(c.integer(j["max_new_tokens"], at + ".max_new_tokens", 1, kIntMax));
-  if (j.contains("priority")) r.priority = static_cast<int>(c.integer(j["priority"], at + ".priority", -kIntMax, kIntMax));
+  if (!j.contains("max_new_tokens"))
+    fail_expected(c.file() + ": " + at + ".max_new_tokens", "an integer >= 1", "nothing (missing)");
+  r.max_new_tokens =
+      static_cast<int>(c.integer(j["max_new_tokens"], at + ".max_new_tokens", 1, kIntMax));
+  if (j.contains("priority"))
+    r.priority = static_cast<int>(c.integer(j["priority"], at + ".priority", -kIntMax, kIntMax));
   return r;
 }
 
@@ -121,15 +145,20 @@ MinScenario parse_min_scenario_text(const std::string& text, const std::string& 
     const json& j = doc["scheduler"];
     c.only_keys(j, "scheduler", {"max_tokens_per_step", "max_running"});
     if (j.contains("max_tokens_per_step")) {
-      s.config.max_tokens_per_step = static_cast<int>(c.integer(j["max_tokens_per_step"], "scheduler.max_tokens_per_step", 0, kIntMax));
+      s.config.max_tokens_per_step = static_cast<int>(
+          c.integer(j["max_tokens_per_step"], "scheduler.max_tokens_per_step", 0, kIntMax));
     }
-    if (j.contains("max_running")) s.config.max_running = static_cast<int>(c.integer(j["max_running"], "scheduler.max_running", 0, kIntMax));
+    if (j.contains("max_running"))
+      s.config.max_running =
+          static_cast<int>(c.integer(j["max_running"], "scheduler.max_running", 0, kIntMax));
   }
   if (!doc.contains("requests") || !doc["requests"].is_array() || doc["requests"].empty()) {
-    c.fail("requests", "a non-empty array of requests", doc.contains("requests") ? doc["requests"] : json());
+    c.fail("requests", "a non-empty array of requests",
+           doc.contains("requests") ? doc["requests"] : json());
   }
   for (std::size_t i = 0; i < doc["requests"].size(); ++i) {
-    s.requests.push_back(parse_request(c, doc["requests"][i], "requests[" + std::to_string(i) + "]"));
+    s.requests.push_back(
+        parse_request(c, doc["requests"][i], "requests[" + std::to_string(i) + "]"));
   }
   return s;
 }
@@ -145,16 +174,21 @@ MinScenario parse_min_scenario(const std::string& path) {
 SimConfig resolve_sim_config(const MinScenario& s, const ModelConfig& shape) {
   SimConfig cfg = s.config;
   if (s.pool_bytes) {
-    const KvLayout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), cfg.block_size, 1, cfg.k_format, cfg.v_format};
-    const auto blocks = static_cast<std::int64_t>(*s.pool_bytes / static_cast<std::int64_t>(layout.block_bytes()));
+    const KvLayout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), cfg.block_size, 1,
+                          cfg.k_format,   cfg.v_format};
+    const auto blocks =
+        static_cast<std::int64_t>(*s.pool_bytes / static_cast<std::int64_t>(layout.block_bytes()));
     if (blocks < 1) {
-      fail_expected(s.path + ": cache.pool_bytes", "at least one block (" + std::to_string(layout.block_bytes()) + " bytes)",
+      fail_expected(s.path + ": cache.pool_bytes",
+                    "at least one block (" + std::to_string(layout.block_bytes()) + " bytes)",
                     std::to_string(*s.pool_bytes));
     }
     cfg.num_blocks = static_cast<int>(std::min<std::int64_t>(blocks, 50'000'000));
   }
   if (cfg.max_seq_len > shape.seq_len) {
-    fail_expected(s.path + ": cache.max_seq_len", "at most the model context " + std::to_string(shape.seq_len), std::to_string(cfg.max_seq_len));
+    fail_expected(s.path + ": cache.max_seq_len",
+                  "at most the model context " + std::to_string(shape.seq_len),
+                  std::to_string(cfg.max_seq_len));
   }
   return cfg;
 }
@@ -169,7 +203,8 @@ std::vector<SimRequest> resolve_requests(const MinScenario& s, const Tokenizer* 
     q.priority = r.priority;
     if (r.prompt) {
       if (tokenizer == nullptr) {
-        fail_expected(s.path + ": requests[" + std::to_string(i) + "].prompt", "prompt_tokens (this model has no tokenizer)", "text");
+        fail_expected(s.path + ": requests[" + std::to_string(i) + "].prompt",
+                      "prompt_tokens (this model has no tokenizer)", "text");
       }
       q.prompt_tokens = tokenizer->encode(*r.prompt, /*bos=*/true, /*eos=*/false);
     } else {

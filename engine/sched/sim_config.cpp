@@ -34,9 +34,12 @@ std::string preemption_name(PreemptionMode mode) {
 
 std::string victim_name(VictimPolicy policy) {
   switch (policy) {
-    case VictimPolicy::kLastAdmitted: return "last_admitted";
-    case VictimPolicy::kLongest: return "longest";
-    case VictimPolicy::kLowestPriority: return "lowest_priority";
+    case VictimPolicy::kLastAdmitted:
+      return "last_admitted";
+    case VictimPolicy::kLongest:
+      return "longest";
+    case VictimPolicy::kLowestPriority:
+      return "lowest_priority";
   }
   return "?";
 }

@@ -27,10 +27,10 @@ enum class VictimPolicy {
 
 struct SimConfig {
   std::string title;
-  int block_size = 16;          // tokens per block
-  int num_blocks = 64;          // device pool size in blocks
+  int block_size = 16;  // tokens per block
+  int num_blocks = 64;  // device pool size in blocks
   AllocatorKind allocator = AllocatorKind::kPaged;
-  int max_seq_len = 0;          // contiguous reservation per request in tokens; 0 = model context
+  int max_seq_len = 0;  // contiguous reservation per request in tokens; 0 = model context
   PreemptionMode preemption = PreemptionMode::kRecompute;
   VictimPolicy victim = VictimPolicy::kLastAdmitted;
   int host_blocks = 0;          // swap tier capacity in blocks
@@ -39,14 +39,14 @@ struct SimConfig {
   SamplerConfig sampler;        // temperature 0 = greedy; request i samples with seed + i
   KvFormat k_format;
   KvFormat v_format;
-  int threads = 1;              // CPU threads for the forward pass
+  int threads = 1;  // CPU threads for the forward pass
 };
 
 struct SimRequest {
   int arrival_step = 0;
   std::vector<int> prompt_tokens;  // fed as given (llama2.c prompts start with BOS = 1)
   int max_new_tokens = 1;
-  int priority = 0;                // higher = more important (VictimPolicy::kLowestPriority)
+  int priority = 0;  // higher = more important (VictimPolicy::kLowestPriority)
 };
 
 // The model the simulator runs: its shape, and its weights unless bookkeeping only (weights null:

@@ -25,20 +25,31 @@ KvLayout layout_for(const SimConfig& c, const ModelConfig& m) {
 }
 
 void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const ModelConfig& m) {
-  if (c.block_size < 1 || c.block_size > 4096) fail_expected("cache.block_size", "an integer in [1, 4096]", std::to_string(c.block_size));
-  if (c.num_blocks < 1) fail_expected("cache.num_blocks", "a positive integer", std::to_string(c.num_blocks));
-  if (c.host_blocks < 0) fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
-  if (c.max_tokens_per_step < 0) fail_expected("max_tokens_per_step", "a non-negative integer", std::to_string(c.max_tokens_per_step));
-  if (c.max_running < 0) fail_expected("max_running", "a non-negative integer", std::to_string(c.max_running));
+  if (c.block_size < 1 || c.block_size > 4096)
+    fail_expected("cache.block_size", "an integer in [1, 4096]", std::to_string(c.block_size));
+  if (c.num_blocks < 1)
+    fail_expected("cache.num_blocks", "a positive integer", std::to_string(c.num_blocks));
+  if (c.host_blocks < 0)
+    fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
+  if (c.max_tokens_per_step < 0)
+    fail_expected("max_tokens_per_step", "a non-negative integer",
+                  std::to_string(c.max_tokens_per_step));
+  if (c.max_running < 0)
+    fail_expected("max_running", "a non-negative integer", std::to_string(c.max_running));
   if (c.max_seq_len < 0 || c.max_seq_len > m.seq_len) {
-    fail_expected("cache.max_seq_len", "an integer in [0, " + std::to_string(m.seq_len) + "] (0 = model context)", std::to_string(c.max_seq_len));
+    fail_expected("cache.max_seq_len",
+                  "an integer in [0, " + std::to_string(m.seq_len) + "] (0 = model context)",
+                  std::to_string(c.max_seq_len));
   }
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const SimRequest& r = requests[i];
     const std::string where = "requests[" + std::to_string(i) + "]";
-    if (r.arrival_step < 0) fail_expected(where + ".arrival_step", "an integer >= 0", std::to_string(r.arrival_step));
-    if (r.max_new_tokens < 1) fail_expected(where + ".max_new_tokens", "an integer >= 1", std::to_string(r.max_new_tokens));
-    if (r.prompt_tokens.empty()) fail_expected(where + ".prompt_tokens", "at least one token", "an empty prompt");
+    if (r.arrival_step < 0)
+      fail_expected(where + ".arrival_step", "an integer >= 0", std::to_string(r.arrival_step));
+    if (r.max_new_tokens < 1)
+      fail_expected(where + ".max_new_tokens", "an integer >= 1", std::to_string(r.max_new_tokens));
+    if (r.prompt_tokens.empty())
+      fail_expected(where + ".prompt_tokens", "at least one token", "an empty prompt");
     for (std::size_t j = 0; j < r.prompt_tokens.size(); ++j) {
       const int t = r.prompt_tokens[j];
       if (t < 0 || t >= m.vocab_size) {
@@ -60,10 +71,13 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   const bool compute = model_.weights != nullptr;
   const KvLayout layout = layout_for(config_, m);
   cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator, reservation_, compute);
-  if (config_.allocator == AllocatorKind::kContiguous && cache_->blocks_for(reservation_) > config_.num_blocks) {
-    throw Error("cache", "the contiguous allocator reserves " + std::to_string(reservation_) + " tokens (" +
-                             std::to_string(cache_->blocks_for(reservation_)) + " blocks) per request but the pool has " +
-                             std::to_string(config_.num_blocks) + " blocks; lower cache.max_seq_len or add blocks");
+  if (config_.allocator == AllocatorKind::kContiguous &&
+      cache_->blocks_for(reservation_) > config_.num_blocks) {
+    throw Error("cache", "the contiguous allocator reserves " + std::to_string(reservation_) +
+                             " tokens (" + std::to_string(cache_->blocks_for(reservation_)) +
+                             " blocks) per request but the pool has " +
+                             std::to_string(config_.num_blocks) +
+                             " blocks; lower cache.max_seq_len or add blocks");
   }
   host_ = std::make_unique<HostKvTier>(layout, config_.host_blocks, compute);
   if (compute) {
@@ -91,9 +105,11 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
     requests_.push_back(std::move(r));
     arrival_order_.push_back(static_cast<std::int32_t>(i));
   }
-  std::stable_sort(arrival_order_.begin(), arrival_order_.end(), [&](std::int32_t a, std::int32_t b) {
-    return requests_[static_cast<std::size_t>(a)].spec.arrival_step < requests_[static_cast<std::size_t>(b)].spec.arrival_step;
-  });
+  std::stable_sort(arrival_order_.begin(), arrival_order_.end(),
+                   [&](std::int32_t a, std::int32_t b) {
+                     return requests_[static_cast<std::size_t>(a)].spec.arrival_step <
+                            requests_[static_cast<std::size_t>(b)].spec.arrival_step;
+                   });
 }
 
 Simulator::~Simulator() {
@@ -101,7 +117,8 @@ Simulator::~Simulator() {
 }
 
 bool Simulator::done() const {
-  return next_arrival_ == arrival_order_.size() && waiting_.empty() && running_.empty() && swapped_.empty();
+  return next_arrival_ == arrival_order_.size() && waiting_.empty() && running_.empty() &&
+         swapped_.empty();
 }
 
 int Simulator::run(int max_steps) {
@@ -123,7 +140,8 @@ void Simulator::emit(EventType type, std::int32_t request, std::int64_t a, std::
 bool Simulator::step() {
   if (done()) return false;
   Work w;
-  w.budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step : std::numeric_limits<int>::max();
+  w.budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
+                                             : std::numeric_limits<int>::max();
   arrive();
   schedule(w);
   execute(w);
@@ -139,14 +157,17 @@ std::optional<RejectReason> Simulator::check_fits(RequestRun& r, int* blocks_nee
   *blocks_needed = contiguous ? cache_->blocks_for(reservation_) : cache_->blocks_for(kv_tokens);
   const int limit = contiguous ? reservation_ : context_;
   if (kv_tokens > limit) {
-    r.reject_reason = "prompt " + std::to_string(prompt) + " + max_new_tokens " + std::to_string(r.spec.max_new_tokens) +
-                      " needs " + std::to_string(kv_tokens) + " KV slots, more than the " +
-                      (contiguous ? "per-request reservation of " : "model context of ") + std::to_string(limit) + " tokens";
+    r.reject_reason = "prompt " + std::to_string(prompt) + " + max_new_tokens " +
+                      std::to_string(r.spec.max_new_tokens) + " needs " +
+                      std::to_string(kv_tokens) + " KV slots, more than the " +
+                      (contiguous ? "per-request reservation of " : "model context of ") +
+                      std::to_string(limit) + " tokens";
     return RejectReason::kLargerThanContext;
   }
   if (*blocks_needed > config_.num_blocks) {
-    r.reject_reason = "needs " + std::to_string(*blocks_needed) + " blocks (" + std::to_string(kv_tokens) +
-                      " tokens at block size " + std::to_string(config_.block_size) + ") but the whole pool has " +
+    r.reject_reason = "needs " + std::to_string(*blocks_needed) + " blocks (" +
+                      std::to_string(kv_tokens) + " tokens at block size " +
+                      std::to_string(config_.block_size) + ") but the whole pool has " +
                       std::to_string(config_.num_blocks);
     return RejectReason::kLargerThanPool;
   }
@@ -159,7 +180,8 @@ void Simulator::arrive() {
     if (r.spec.arrival_step > step_) break;
     ++next_arrival_;
     r.arrived = true;
-    emit(EventType::kRequestArrived, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()), r.spec.max_new_tokens);
+    emit(EventType::kRequestArrived, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
+         r.spec.max_new_tokens);
     int blocks = 0;
     if (auto reason = check_fits(r, &blocks)) {
       r.phase = RequestPhase::kRejected;
@@ -187,8 +209,8 @@ void Simulator::execute(Work& w) {
       }
     }
     // A decode step feeds just the newest sampled token; anything else is (re)prefill.
-    const bool decode = n == 1 && first >= prompt && first + 1 == static_cast<int>(r.tokens.size()) &&
-                        first >= r.high_water;
+    const bool decode = n == 1 && first >= prompt &&
+                        first + 1 == static_cast<int>(r.tokens.size()) && first >= r.high_water;
     tokens_recomputed_ += std::max(0, std::min(first + n, r.high_water) - first);
     r.num_computed += n;
     r.high_water = std::max(r.high_water, r.num_computed);
@@ -204,7 +226,8 @@ void Simulator::execute(Work& w) {
       // One sampler per (request, token index): seeded choices do not depend on batching or
       // preemption, so a request samples the same tokens alone or in any batch.
       Sampler sampler(SamplerConfig{config_.sampler.temperature, config_.sampler.top_p,
-                                    config_.sampler.seed + static_cast<std::uint64_t>(r.id) * 7919u +
+                                    config_.sampler.seed +
+                                        static_cast<std::uint64_t>(r.id) * 7919u +
                                         static_cast<std::uint64_t>(r.generated)});
       next = sampler.sample(logits);
     }
@@ -222,7 +245,8 @@ void Simulator::finish(RequestRun& r) {
   r.phase = RequestPhase::kFinished;
   r.finished_step = step_;
   ++num_finished_;
-  emit(EventType::kRequestFinished, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()), r.generated);
+  emit(EventType::kRequestFinished, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
+       r.generated);
 }
 
 void Simulator::close_step(const Work& w) {

@@ -38,7 +38,7 @@ struct RequestRun {
   int preemptions = 0;
   std::optional<int> admitted_step;
   std::optional<int> finished_step;
-  std::string reject_reason;     // why it was rejected, in one sentence
+  std::string reject_reason;  // why it was rejected, in one sentence
   std::vector<int> generated_tokens() const {
     return {tokens.begin() + static_cast<std::ptrdiff_t>(spec.prompt_tokens.size()), tokens.end()};
   }
@@ -97,17 +97,19 @@ class Simulator {
   bool plan_tokens(Work& w, RequestRun& r);
   std::int32_t pick_victim() const;
   void preempt(std::int32_t id, Work& w);
-  int pending(const RequestRun& r) const { return static_cast<int>(r.tokens.size()) - r.num_computed; }
+  int pending(const RequestRun& r) const {
+    return static_cast<int>(r.tokens.size()) - r.num_computed;
+  }
   std::optional<RejectReason> check_fits(RequestRun& r, int* blocks_needed) const;
 
   SimConfig config_;
   SimModel model_;
-  int context_ = 0;      // the model's context length (tokens)
-  int reservation_ = 0;  // contiguous: tokens reserved per request
-  std::vector<RequestRun> requests_;       // by id
+  int context_ = 0;                          // the model's context length (tokens)
+  int reservation_ = 0;                      // contiguous: tokens reserved per request
+  std::vector<RequestRun> requests_;         // by id
   std::vector<std::int32_t> arrival_order_;  // ids by (arrival_step, id)
   std::size_t next_arrival_ = 0;
-  std::deque<std::int32_t> waiting_;  // FCFS; recompute-preempted requests go to the front
+  std::deque<std::int32_t> waiting_;   // FCFS; recompute-preempted requests go to the front
   std::vector<std::int32_t> running_;  // in admission order
   std::vector<std::int32_t> swapped_;  // in swap-out order
   int num_finished_ = 0;

@@ -45,7 +45,8 @@ void Simulator::grow_running(Work& w) {
     }
     if (victim_is_self) continue;
     if (!plan_tokens(w, r)) {
-      throw Error("simulator", "internal: request " + std::to_string(id) + " could not grow after preemption");
+      throw Error("simulator",
+                  "internal: request " + std::to_string(id) + " could not grow after preemption");
     }
   }
 }
@@ -59,7 +60,8 @@ void Simulator::swap_in(Work& w) {
     if (config_.allocator == AllocatorKind::kPaged && blocks > cache_->pool().num_free()) return;
     if (!cache_->add_sequence(seq)) return;  // contiguous: no free run for the reservation
     if (!cache_->append_slots(seq, r.num_computed)) {
-      throw Error("simulator", "internal: swap-in of request " + std::to_string(r.id) + " found no room");
+      throw Error("simulator",
+                  "internal: swap-in of request " + std::to_string(r.id) + " found no room");
     }
     const BlockTable& t = cache_->table(seq);
     host_->swap_in(r.host_slots, cache_->storage(),
@@ -83,7 +85,9 @@ void Simulator::admit(Work& w) {
     const int n = std::min(pending(r), w.budget);
     if (n <= 0) return;  // token budget spent
     if (config_.max_running > 0 && static_cast<int>(running_.size()) >= config_.max_running) return;
-    if (config_.allocator == AllocatorKind::kPaged && cache_->blocks_for(n) > cache_->pool().num_free()) return;
+    if (config_.allocator == AllocatorKind::kPaged &&
+        cache_->blocks_for(n) > cache_->pool().num_free())
+      return;
     if (!cache_->add_sequence(seq)) return;  // contiguous: no free run (external fragmentation)
     waiting_.pop_front();
     r.phase = RequestPhase::kRunning;
@@ -94,7 +98,8 @@ void Simulator::admit(Work& w) {
     }
     running_.push_back(r.id);
     if (!plan_tokens(w, r)) {
-      throw Error("simulator", "internal: admitted request " + std::to_string(r.id) + " found no room");
+      throw Error("simulator",
+                  "internal: admitted request " + std::to_string(r.id) + " found no room");
     }
     emit(EventType::kAdmitted, r.id, static_cast<std::int64_t>(cache_->table(seq).blocks.size()));
   }
@@ -107,9 +112,11 @@ std::int32_t Simulator::pick_victim() const {
     const RequestRun& r = requests_[static_cast<std::size_t>(*it)];
     const RequestRun& b = requests_[static_cast<std::size_t>(best)];
     switch (config_.victim) {
-      case VictimPolicy::kLastAdmitted: return running_.back();
+      case VictimPolicy::kLastAdmitted:
+        return running_.back();
       case VictimPolicy::kLongest:
-        if (cache_->table(SeqId(r.id)).num_tokens > cache_->table(SeqId(b.id)).num_tokens) best = r.id;
+        if (cache_->table(SeqId(r.id)).num_tokens > cache_->table(SeqId(b.id)).num_tokens)
+          best = r.id;
         break;
       case VictimPolicy::kLowestPriority:
         if (r.spec.priority < b.spec.priority) best = r.id;
@@ -122,7 +129,8 @@ std::int32_t Simulator::pick_victim() const {
 void Simulator::preempt(std::int32_t id, Work& w) {
   RequestRun& r = requests_[static_cast<std::size_t>(id)];
   const SeqId seq(id);
-  auto planned = std::find_if(w.plan.begin(), w.plan.end(), [&](const Work::Entry& e) { return e.id == id; });
+  auto planned =
+      std::find_if(w.plan.begin(), w.plan.end(), [&](const Work::Entry& e) { return e.id == id; });
   if (planned != w.plan.end()) {
     w.budget += planned->tokens;
     w.plan.erase(planned);
@@ -132,7 +140,8 @@ void Simulator::preempt(std::int32_t id, Work& w) {
   ++r.preemptions;
   w.preempted = true;
   const int blocks = cache_->blocks_for(r.num_computed);  // blocks holding computed K/V
-  if (config_.preemption == PreemptionMode::kSwap && r.num_computed > 0 && blocks <= host_->num_free()) {
+  if (config_.preemption == PreemptionMode::kSwap && r.num_computed > 0 &&
+      blocks <= host_->num_free()) {
     const BlockTable& t = cache_->table(seq);
     // Slots appended for this step's (now cancelled) chunk hold nothing: only computed tokens move.
     if (t.num_tokens != r.num_computed) {
@@ -145,8 +154,8 @@ void Simulator::preempt(std::int32_t id, Work& w) {
       timeline_->emit(e);
     }
     emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kSwap), 0);
-    r.host_slots = host_->swap_out(cache_->storage(),
-                                   std::span<const BlockId>(t.blocks).subspan(0, static_cast<std::size_t>(blocks)));
+    r.host_slots = host_->swap_out(cache_->storage(), std::span<const BlockId>(t.blocks).subspan(
+                                                          0, static_cast<std::size_t>(blocks)));
     cache_->free_sequence(seq);
     r.phase = RequestPhase::kSwapped;
     swapped_.push_back(id);
@@ -154,7 +163,8 @@ void Simulator::preempt(std::int32_t id, Work& w) {
     return;
   }
   // Recompute (or swap with a full host tier): drop the K/V, recompute prompt + generated later.
-  emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kRecompute), r.num_computed);
+  emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kRecompute),
+       r.num_computed);
   cache_->free_sequence(seq);
   r.num_computed = 0;
   r.phase = RequestPhase::kWaiting;
@@ -169,7 +179,8 @@ void Simulator::check_invariants() const {
     const std::string who = "request " + std::to_string(r.id);
     const bool has_seq = cache_->has_sequence(SeqId(r.id));
     if (!r.arrived) {
-      if (has_seq || r.generated != 0) throw Error("simulator invariant", who + " acted before arriving");
+      if (has_seq || r.generated != 0)
+        throw Error("simulator invariant", who + " acted before arriving");
       continue;
     }
     ++arrived;
@@ -179,31 +190,38 @@ void Simulator::check_invariants() const {
       throw Error("simulator invariant", who + " token count does not add up");
     }
     if ((r.phase == RequestPhase::kRunning) != has_seq) {
-      throw Error("simulator invariant", who + (has_seq ? " holds blocks but is not running" : " runs without blocks"));
+      throw Error("simulator invariant",
+                  who + (has_seq ? " holds blocks but is not running" : " runs without blocks"));
     }
     if (has_seq && cache_->table(SeqId(r.id)).num_tokens != r.num_computed) {
-      throw Error("simulator invariant", who + " cache holds " + std::to_string(cache_->table(SeqId(r.id)).num_tokens) +
-                                             " tokens, scheduler says " + std::to_string(r.num_computed));
+      throw Error("simulator invariant",
+                  who + " cache holds " + std::to_string(cache_->table(SeqId(r.id)).num_tokens) +
+                      " tokens, scheduler says " + std::to_string(r.num_computed));
     }
-    const int want_slots = r.phase == RequestPhase::kSwapped ? cache_->blocks_for(r.num_computed) : 0;
+    const int want_slots =
+        r.phase == RequestPhase::kSwapped ? cache_->blocks_for(r.num_computed) : 0;
     if (static_cast<int>(r.host_slots.size()) != want_slots) {
-      throw Error("simulator invariant", who + " holds " + std::to_string(r.host_slots.size()) + " host slots, expected " +
-                                             std::to_string(want_slots));
+      throw Error("simulator invariant", who + " holds " + std::to_string(r.host_slots.size()) +
+                                             " host slots, expected " + std::to_string(want_slots));
     }
     if (r.phase == RequestPhase::kWaiting && r.num_computed != 0) {
       throw Error("simulator invariant", who + " waits with computed tokens");
     }
     host_used += static_cast<int>(r.host_slots.size());
   }
-  if (host_used != host_->num_used()) throw Error("simulator invariant", "host tier slot count does not add up");
+  if (host_used != host_->num_used())
+    throw Error("simulator invariant", "host tier slot count does not add up");
   if (counted[static_cast<int>(RequestPhase::kWaiting)] != waiting_.size() ||
       counted[static_cast<int>(RequestPhase::kRunning)] != running_.size() ||
       counted[static_cast<int>(RequestPhase::kSwapped)] != swapped_.size() ||
-      counted[static_cast<int>(RequestPhase::kFinished)] != static_cast<std::size_t>(num_finished_) ||
-      counted[static_cast<int>(RequestPhase::kRejected)] != static_cast<std::size_t>(num_rejected_)) {
+      counted[static_cast<int>(RequestPhase::kFinished)] !=
+          static_cast<std::size_t>(num_finished_) ||
+      counted[static_cast<int>(RequestPhase::kRejected)] !=
+          static_cast<std::size_t>(num_rejected_)) {
     throw Error("simulator invariant", "request queues do not match request phases");
   }
-  if (cache_->sequences().size() != running_.size()) throw Error("simulator invariant", "cache sequences != running requests");
+  if (cache_->sequences().size() != running_.size())
+    throw Error("simulator invariant", "cache sequences != running requests");
   (void)arrived;
 }
 

@@ -44,12 +44,20 @@ void Timeline::export_chrome_trace(const std::string& path) const {
   for (const StepMetrics& m : ms) {
     const std::int64_t ts = m.step * kStepMicros;
     json s = slice("step " + std::to_string(m.step), 1, 0, ts, kStepMicros);
-    s["args"] = {{"prefill_tokens", m.prefill_tokens}, {"decode_tokens", m.decode_tokens},
-                 {"running", m.requests_running}, {"waiting", m.requests_waiting}};
+    s["args"] = {{"prefill_tokens", m.prefill_tokens},
+                 {"decode_tokens", m.decode_tokens},
+                 {"running", m.requests_running},
+                 {"waiting", m.requests_waiting}};
     out.push_back(std::move(s));
-    out.push_back(json{{"name", "free blocks"}, {"ph", "C"}, {"pid", 1}, {"ts", ts},
+    out.push_back(json{{"name", "free blocks"},
+                       {"ph", "C"},
+                       {"pid", 1},
+                       {"ts", ts},
                        {"args", {{"free", m.free_blocks}, {"used", m.blocks_used}}}});
-    out.push_back(json{{"name", "utilization %"}, {"ph", "C"}, {"pid", 1}, {"ts", ts},
+    out.push_back(json{{"name", "utilization %"},
+                       {"ph", "C"},
+                       {"pid", 1},
+                       {"ts", ts},
                        {"args", {{"filled/allocated", 100.0 * m.utilization()}}}});
   }
   std::map<std::int32_t, OpenPhase> open;  // request -> current phase
@@ -65,8 +73,13 @@ void Timeline::export_chrome_trace(const std::string& path) const {
     open[req] = {name, step};
   };
   auto instant = [&](const std::string& name, const Event& e) {
-    out.push_back(json{{"name", name}, {"ph", "i"}, {"s", "g"}, {"pid", 1}, {"tid", 0},
-                       {"ts", e.step * kStepMicros}, {"args", {{"request", e.request}}}});
+    out.push_back(json{{"name", name},
+                       {"ph", "i"},
+                       {"s", "g"},
+                       {"pid", 1},
+                       {"tid", 0},
+                       {"ts", e.step * kStepMicros},
+                       {"args", {{"request", e.request}}}});
   };
   std::span<const Event> evs;
   {
@@ -76,30 +89,44 @@ void Timeline::export_chrome_trace(const std::string& path) const {
   for (const Event& e : evs) {
     switch (e.type) {
       case EventType::kRequestArrived:
-        out.push_back(meta("thread_name", 2, e.request + 1, "request " + std::to_string(e.request)));
+        out.push_back(
+            meta("thread_name", 2, e.request + 1, "request " + std::to_string(e.request)));
         begin(e.request, "queued", e.step);
         break;
-      case EventType::kAdmitted: begin(e.request, "running", e.step); break;
-      case EventType::kSwappedIn: begin(e.request, "running", e.step); break;
-      case EventType::kSwappedOut: begin(e.request, "swapped", e.step); break;
+      case EventType::kAdmitted:
+        begin(e.request, "running", e.step);
+        break;
+      case EventType::kSwappedIn:
+        begin(e.request, "running", e.step);
+        break;
+      case EventType::kSwappedOut:
+        begin(e.request, "swapped", e.step);
+        break;
       case EventType::kPreempted:
         instant("preempt request " + std::to_string(e.request), e);
         if (e.a == static_cast<std::int64_t>(PreemptReason::kRecompute)) {
           begin(e.request, "queued (preempted)", e.step);
         }
         break;
-      case EventType::kRequestFinished: close(e.request, e.step + 1); break;
+      case EventType::kRequestFinished:
+        close(e.request, e.step + 1);
+        break;
       case EventType::kRequestRejected:
         instant("reject request " + std::to_string(e.request), e);
         close(e.request, e.step);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   while (!open.empty()) close(open.begin()->first, steps);
-  json doc = {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(out)},
-              {"otherData", {{"title", header_.title}, {"allocator", header_.allocator},
-                             {"kv_format", header_.kv_format}, {"step_us", kStepMicros}}}};
+  json doc = {{"displayTimeUnit", "ms"},
+              {"traceEvents", std::move(out)},
+              {"otherData",
+               {{"title", header_.title},
+                {"allocator", header_.allocator},
+                {"kv_format", header_.kv_format},
+                {"step_us", kStepMicros}}}};
   write_file_atomically(path, [&](std::ostream& o) { o << doc.dump() << '\n'; });
 }
 

@@ -12,10 +12,12 @@ namespace kvscope {
 
 Timeline::Timeline(TimelineHeader header) : header_(std::move(header)) {
   if (header_.num_blocks <= 0) {
-    fail_expected("timeline header: num_blocks", "a positive integer", std::to_string(header_.num_blocks));
+    fail_expected("timeline header: num_blocks", "a positive integer",
+                  std::to_string(header_.num_blocks));
   }
   if (header_.block_size <= 0 || header_.block_size > 32767) {
-    fail_expected("timeline header: block_size", "an integer in [1, 32767]", std::to_string(header_.block_size));
+    fail_expected("timeline header: block_size", "an integer in [1, 32767]",
+                  std::to_string(header_.block_size));
   }
   live_ = initial_pool_state(header_.num_blocks, header_.block_size);
   // A snapshot costs O(blocks) memory; one taken after fewer events than a quarter of the pool
@@ -140,10 +142,9 @@ void Timeline::state_at(int step, PoolState& out) const {
   {
     std::shared_lock lock(mutex_);
     check_step(step, step_end_.size());
-    auto it = std::upper_bound(snapshots_.begin(), snapshots_.end(), step,
-                               [](int s, const std::shared_ptr<const Snapshot>& p) {
-                                 return s < p->after_step;
-                               });
+    auto it = std::upper_bound(
+        snapshots_.begin(), snapshots_.end(), step,
+        [](int s, const std::shared_ptr<const Snapshot>& p) { return s < p->after_step; });
     snap = *(it - 1);  // the first snapshot (after_step -1) always qualifies
     replay = events_.span(snap->event_offset, step_end_[static_cast<std::size_t>(step)]);
   }

@@ -49,7 +49,8 @@ class Writer {
   void put(T v) {
     using U = std::make_unsigned_t<T>;
     auto u = static_cast<U>(v);
-    for (std::size_t i = 0; i < sizeof(T); ++i) bytes.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      bytes.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
   }
   void put_f64(double v) { put(std::bit_cast<std::uint64_t>(v)); }
   void put_str(const std::string& s) {
@@ -61,12 +62,14 @@ class Writer {
 
 class Reader {
  public:
-  Reader(std::string path, std::vector<char> bytes) : path_(std::move(path)), bytes_(std::move(bytes)) {}
+  Reader(std::string path, std::vector<char> bytes)
+      : path_(std::move(path)), bytes_(std::move(bytes)) {}
   std::size_t offset() const { return pos_; }
   std::size_t size() const { return bytes_.size(); }
   const std::vector<char>& bytes() const { return bytes_; }
 
-  [[noreturn]] void fail(std::size_t at, const std::string& expected, const std::string& got) const {
+  [[noreturn]] void fail(std::size_t at, const std::string& expected,
+                         const std::string& got) const {
     fail_expected(path_ + ": byte " + std::to_string(at), expected, got);
   }
   void need(std::size_t n, const char* what) const {
@@ -151,7 +154,8 @@ Timeline Timeline::load(const std::string& path) {
   r.get<std::uint64_t>("magic");
   const std::size_t at_version = r.offset();
   const auto version = r.get<std::uint32_t>("version");
-  if (version != kVersion) r.fail(at_version, "version " + std::to_string(kVersion), std::to_string(version));
+  if (version != kVersion)
+    r.fail(at_version, "version " + std::to_string(kVersion), std::to_string(version));
   TimelineHeader h;
   const std::size_t at_blocks = r.offset();
   h.num_blocks = r.get<std::int32_t>("num_blocks");
@@ -176,15 +180,19 @@ Timeline Timeline::load(const std::string& path) {
     return n;
   }();
   if (num_events > (r.size() - r.offset()) / kEventBytes) {
-    r.fail(at_events, "at most " + std::to_string((r.size() - r.offset()) / kEventBytes) +
-                          " events in the bytes left (truncated recording?)", std::to_string(num_events));
+    r.fail(at_events,
+           "at most " + std::to_string((r.size() - r.offset()) / kEventBytes) +
+               " events in the bytes left (truncated recording?)",
+           std::to_string(num_events));
   }
   const std::size_t events_start = r.offset();
   std::vector<Event> events(num_events);
   for (Event& e : events) {
     const std::size_t at = r.offset();
     const auto type = r.get<std::uint8_t>("event type");
-    if (type > kMaxEventType) r.fail(at, "an event type in [0, " + std::to_string(kMaxEventType) + "]", std::to_string(type));
+    if (type > kMaxEventType)
+      r.fail(at, "an event type in [0, " + std::to_string(kMaxEventType) + "]",
+             std::to_string(type));
     e.type = static_cast<EventType>(type);
     e.step = r.get<std::int32_t>("event step");
     e.request = r.get<std::int32_t>("event request");
@@ -193,13 +201,16 @@ Timeline Timeline::load(const std::string& path) {
     e.a = r.get<std::int64_t>("event a");
     e.b = r.get<std::int64_t>("event b");
     if (e.block < -1 || e.block >= h.num_blocks) {
-      r.fail(at + 9, "a block id in [-1, " + std::to_string(h.num_blocks) + ")", std::to_string(e.block));
+      r.fail(at + 9, "a block id in [-1, " + std::to_string(h.num_blocks) + ")",
+             std::to_string(e.block));
     }
     if (e.request < -1) r.fail(at + 5, "a request id >= -1", std::to_string(e.request));
   }
   if (steps > (r.size() - r.offset()) / (8 + metric_bytes)) {
-    r.fail(at_events - 8, "at most " + std::to_string((r.size() - r.offset()) / (8 + metric_bytes)) +
-                              " steps in the bytes left (truncated recording?)", std::to_string(steps));
+    r.fail(at_events - 8,
+           "at most " + std::to_string((r.size() - r.offset()) / (8 + metric_bytes)) +
+               " steps in the bytes left (truncated recording?)",
+           std::to_string(steps));
   }
   std::vector<std::uint64_t> ends(steps);
   std::uint64_t prev = 0;
@@ -207,26 +218,33 @@ Timeline Timeline::load(const std::string& path) {
     const std::size_t at = r.offset();
     end = r.get<std::uint64_t>("step end offset");
     if (end < prev || end > num_events) {
-      r.fail(at, "a step end in [" + std::to_string(prev) + ", " + std::to_string(num_events) + "]", std::to_string(end));
+      r.fail(at, "a step end in [" + std::to_string(prev) + ", " + std::to_string(num_events) + "]",
+             std::to_string(end));
     }
     prev = end;
   }
-  if (prev != num_events) r.fail(r.offset() - 8, "the last step to end at event " + std::to_string(num_events), std::to_string(prev));
+  if (prev != num_events)
+    r.fail(r.offset() - 8, "the last step to end at event " + std::to_string(num_events),
+           std::to_string(prev));
   std::vector<StepMetrics> metrics(steps);
   for (StepMetrics& m : metrics) {
-    visit_metrics(m, [&](auto& v) { v = r.get<std::remove_reference_t<decltype(v)>>("step metrics"); });
+    visit_metrics(
+        m, [&](auto& v) { v = r.get<std::remove_reference_t<decltype(v)>>("step metrics"); });
   }
   const std::size_t at_sum = r.offset();
   const auto sum = r.get<std::uint64_t>("checksum");
-  if (sum != fnv1a(r.bytes().data(), at_sum)) r.fail(at_sum, "the FNV-1a checksum of the bytes before it", "a mismatch (corrupt recording)");
-  if (r.offset() != r.size()) r.fail(r.offset(), "end of file", std::to_string(r.size() - r.offset()) + " trailing bytes");
+  if (sum != fnv1a(r.bytes().data(), at_sum))
+    r.fail(at_sum, "the FNV-1a checksum of the bytes before it", "a mismatch (corrupt recording)");
+  if (r.offset() != r.size())
+    r.fail(r.offset(), "end of file", std::to_string(r.size() - r.offset()) + " trailing bytes");
 
   Timeline t(std::move(h));
   std::size_t next = 0;
   for (std::size_t s = 0; s < steps; ++s) {
     for (; next < ends[s]; ++next) {
       if (events[next].step != static_cast<std::int32_t>(s)) {
-        r.fail(events_start + next * kEventBytes + 1, "event " + std::to_string(next) + " to be stamped step " + std::to_string(s),
+        r.fail(events_start + next * kEventBytes + 1,
+               "event " + std::to_string(next) + " to be stamped step " + std::to_string(s),
                std::to_string(events[next].step));
       }
       try {

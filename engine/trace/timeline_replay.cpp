@@ -79,9 +79,15 @@ RequestState& request_state(PoolState& state, std::int32_t id) {
 
 bool event_needs_request(EventType t) {
   switch (t) {
-    case EventType::kRequestArrived: case EventType::kAdmitted: case EventType::kSwappedIn:
-    case EventType::kSwappedOut: case EventType::kRequestRejected: case EventType::kRequestFinished:
-    case EventType::kPreempted: case EventType::kPrefillChunk: case EventType::kDecodeToken:
+    case EventType::kRequestArrived:
+    case EventType::kAdmitted:
+    case EventType::kSwappedIn:
+    case EventType::kSwappedOut:
+    case EventType::kRequestRejected:
+    case EventType::kRequestFinished:
+    case EventType::kPreempted:
+    case EventType::kPrefillChunk:
+    case EventType::kDecodeToken:
     case EventType::kBlockTableUpdated:
       return true;
     default:
@@ -97,11 +103,21 @@ void apply_event(PoolState& s, const Event& e) {
   }
   RequestState* r = e.request >= 0 ? &request_state(s, e.request) : nullptr;
   switch (e.type) {
-    case EventType::kRequestArrived: r->phase = RequestPhase::kWaiting; break;
-    case EventType::kAdmitted: r->phase = RequestPhase::kRunning; break;
-    case EventType::kSwappedIn: r->phase = RequestPhase::kRunning; break;
-    case EventType::kSwappedOut: r->phase = RequestPhase::kSwapped; break;
-    case EventType::kRequestRejected: r->phase = RequestPhase::kRejected; break;
+    case EventType::kRequestArrived:
+      r->phase = RequestPhase::kWaiting;
+      break;
+    case EventType::kAdmitted:
+      r->phase = RequestPhase::kRunning;
+      break;
+    case EventType::kSwappedIn:
+      r->phase = RequestPhase::kRunning;
+      break;
+    case EventType::kSwappedOut:
+      r->phase = RequestPhase::kSwapped;
+      break;
+    case EventType::kRequestRejected:
+      r->phase = RequestPhase::kRejected;
+      break;
     case EventType::kRequestFinished:
       r->phase = RequestPhase::kFinished;
       r->num_tokens = 0;
@@ -114,9 +130,15 @@ void apply_event(PoolState& s, const Event& e) {
         set_tokens(s, *r, 0);
       }
       break;
-    case EventType::kPrefillChunk: set_tokens(s, *r, e.a + e.b); break;
-    case EventType::kDecodeToken: set_tokens(s, *r, e.a + 1); break;
-    case EventType::kBlockTableUpdated: set_tokens(s, *r, e.b); break;
+    case EventType::kPrefillChunk:
+      set_tokens(s, *r, e.a + e.b);
+      break;
+    case EventType::kDecodeToken:
+      set_tokens(s, *r, e.a + 1);
+      break;
+    case EventType::kBlockTableUpdated:
+      set_tokens(s, *r, e.b);
+      break;
     case EventType::kBlockAllocated: {
       BlockState& b = block_at(s, e);
       b = BlockState{e.request, e.logical, 1, 0, BlockStatus::kOwned};
@@ -147,9 +169,14 @@ void apply_event(PoolState& s, const Event& e) {
       if (r != nullptr) put_block(*r, e);
       break;
     }
-    case EventType::kCachedBlockEvicted: block_at(s, e) = BlockState{}; break;
-    case EventType::kBlockPinned: block_at(s, e).status = BlockStatus::kPinned; break;
-    default: break;  // events that do not change block or request state
+    case EventType::kCachedBlockEvicted:
+      block_at(s, e) = BlockState{};
+      break;
+    case EventType::kBlockPinned:
+      block_at(s, e).status = BlockStatus::kPinned;
+      break;
+    default:
+      break;  // events that do not change block or request state
   }
 }
 

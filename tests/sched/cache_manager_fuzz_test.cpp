@@ -33,8 +33,9 @@ void fuzz(AllocatorKind kind, int ops, std::uint32_t seed) {
         const int n = r < 60 ? 1 : 1 + static_cast<int>(rng() % 24);
         const int free_before = cache.pool().num_free();
         const int need = cache.blocks_needed(id, n);
-        const bool fits = it->second + n <= (kind == AllocatorKind::kContiguous ? kMaxSeqLen : 1 << 30) &&
-                          need <= free_before;
+        const bool fits =
+            it->second + n <= (kind == AllocatorKind::kContiguous ? kMaxSeqLen : 1 << 30) &&
+            need <= free_before;
         ASSERT_EQ(cache.append_slots(id, n), fits) << "op " << op;
         if (fits) {
           it->second += n;
@@ -59,13 +60,15 @@ void fuzz(AllocatorKind kind, int ops, std::uint32_t seed) {
       for (const auto& [id, n] : shadow) {
         ASSERT_EQ(cache.table(SeqId(id)).num_tokens, n);
         tokens += n;
-        blocks += kind == AllocatorKind::kPaged ? cache.blocks_for(n) : cache.blocks_for(kMaxSeqLen);
+        blocks +=
+            kind == AllocatorKind::kPaged ? cache.blocks_for(n) : cache.blocks_for(kMaxSeqLen);
       }
       ASSERT_EQ(cache.pool().num_used(), blocks) << "op " << op;
       StepMetrics m;
       fill_pool_metrics(cache, m);
       ASSERT_EQ(m.slots_filled, tokens);
-      ASSERT_EQ(m.slots_allocated, m.slots_filled + m.internal_frag_slots + m.reservation_waste_slots);
+      ASSERT_EQ(m.slots_allocated,
+                m.slots_filled + m.internal_frag_slots + m.reservation_waste_slots);
       ASSERT_LE(m.largest_free_run, m.free_blocks);
     }
   }
@@ -73,8 +76,12 @@ void fuzz(AllocatorKind kind, int ops, std::uint32_t seed) {
   EXPECT_GT(refused, 0) << "the pool should run full at times";
 }
 
-TEST(CacheManagerFuzz, PagedHalfMillionOps) { fuzz(AllocatorKind::kPaged, 500000, 1); }
-TEST(CacheManagerFuzz, ContiguousHalfMillionOps) { fuzz(AllocatorKind::kContiguous, 500000, 2); }
+TEST(CacheManagerFuzz, PagedHalfMillionOps) {
+  fuzz(AllocatorKind::kPaged, 500000, 1);
+}
+TEST(CacheManagerFuzz, ContiguousHalfMillionOps) {
+  fuzz(AllocatorKind::kContiguous, 500000, 2);
+}
 
 }  // namespace
 }  // namespace kvscope

@@ -47,7 +47,8 @@ TEST(ScenarioMin, ParsesEveryField) {
 
 TEST(ScenarioMin, PoolBytesBecomesBlocks) {
   const MinScenario s = parse_min_scenario_text(
-      R"({"cache": {"block_size": 16, "pool_bytes": 1000000}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})", "s.json");
+      R"({"cache": {"block_size": 16, "pool_bytes": 1000000}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})",
+      "s.json");
   const ModelConfig& shape = testing::real_model().model->config();
   const SimConfig c = resolve_sim_config(s, shape);
   const long block_bytes = 2L * shape.n_layers * shape.n_kv_heads * shape.head_dim() * 4 * 16;
@@ -55,24 +56,44 @@ TEST(ScenarioMin, PoolBytesBecomesBlocks) {
 }
 
 TEST(ScenarioMin, ErrorsNameFilePathValueAndExpectation) {
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4}, "requests": [{"prompt": "a", "max_new_tokens": 1}], "extra": 1})"),
-            "s.json: extra: expected one of the keys cache, model, requests, scheduler, title, got unknown key \"extra\"");
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4, "blok_size": 3}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})")
-                .rfind("s.json: cache.blok_size: expected one of the keys", 0), 0u);
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4}, "requests": [{"prompt_tokens": [1, -4], "max_new_tokens": 1}]})"),
-            "s.json: requests[0].prompt_tokens[1]: expected an integer in [0, 1073741824], got -4");
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4, "allocator": "buddy"}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})"),
-            "s.json: cache.allocator: expected \"paged\" or \"contiguous\", got \"buddy\"");
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4, "victim": "oldest"}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})")
-                .rfind("s.json: cache.victim: expected \"last_admitted\"", 0), 0u);
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4}, "requests": [{"prompt": "a", "prompt_tokens": [1], "max_new_tokens": 1}]})"),
-            "s.json: requests[0]: expected exactly one of \"prompt\" (text) or \"prompt_tokens\" (ids), got both");
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": 4}, "requests": [{"prompt": "a", "max_new_tokens": 1}], "extra": 1})"),
+      "s.json: extra: expected one of the keys cache, model, requests, scheduler, title, got "
+      "unknown key \"extra\"");
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": 4, "blok_size": 3}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})")
+          .rfind("s.json: cache.blok_size: expected one of the keys", 0),
+      0u);
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": 4}, "requests": [{"prompt_tokens": [1, -4], "max_new_tokens": 1}]})"),
+      "s.json: requests[0].prompt_tokens[1]: expected an integer in [0, 1073741824], got -4");
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": 4, "allocator": "buddy"}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})"),
+      "s.json: cache.allocator: expected \"paged\" or \"contiguous\", got \"buddy\"");
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": 4, "victim": "oldest"}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})")
+          .rfind("s.json: cache.victim: expected \"last_admitted\"", 0),
+      0u);
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": 4}, "requests": [{"prompt": "a", "prompt_tokens": [1], "max_new_tokens": 1}]})"),
+      "s.json: requests[0]: expected exactly one of \"prompt\" (text) or \"prompt_tokens\" (ids), "
+      "got both");
   EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4}, "requests": [{"prompt": "a"}]})"),
             "s.json: requests[0].max_new_tokens: expected an integer >= 1, got nothing (missing)");
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4, "pool_bytes": 9}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})"),
-            "s.json: cache: expected exactly one of \"num_blocks\" or \"pool_bytes\", got both");
-  EXPECT_EQ(error_of(R"({"cache": {"num_blocks": "many"}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})"),
-            "s.json: cache.num_blocks: expected an integer in [1, 50000000], got \"many\"");
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": 4, "pool_bytes": 9}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})"),
+      "s.json: cache: expected exactly one of \"num_blocks\" or \"pool_bytes\", got both");
+  EXPECT_EQ(
+      error_of(
+          R"({"cache": {"num_blocks": "many"}, "requests": [{"prompt": "a", "max_new_tokens": 1}]})"),
+      "s.json: cache.num_blocks: expected an integer in [1, 50000000], got \"many\"");
   EXPECT_EQ(error_of(R"({"cache": {"num_blocks": 4}, "requests": []})"),
             "s.json: requests: expected a non-empty array of requests, got []");
   EXPECT_EQ(error_of("{\"cache\": ").rfind("s.json: byte ", 0), 0u);
@@ -81,7 +102,8 @@ TEST(ScenarioMin, ErrorsNameFilePathValueAndExpectation) {
 
 TEST(ScenarioMin, ShippedScenariosParse) {
   for (const char* name : {"minimal.json", "mixed-lengths.json"}) {
-    EXPECT_NO_THROW(parse_min_scenario(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name)) << name;
+    EXPECT_NO_THROW(parse_min_scenario(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name))
+        << name;
   }
 }
 

@@ -23,12 +23,12 @@ namespace kvscope::testing {
 // Runs to completion, checking invariants after every step; fails the test on a stuck run.
 // (run_checked)
 
-
 inline std::vector<SimRequest> mixed_requests(int n) {
-  static const char* kPrompts[] = {"Once upon a time", "Lily had a red ball", "The cat sat",
-                                   "Tom and his dog went to the park", "One day", "The sun was hot",
-                                   "A little bird", "Sam wanted to play with his big truck", "Mom said",
-                                   "There was a tree"};
+  static const char* kPrompts[] = {"Once upon a time", "Lily had a red ball",
+                                   "The cat sat",      "Tom and his dog went to the park",
+                                   "One day",          "The sun was hot",
+                                   "A little bird",    "Sam wanted to play with his big truck",
+                                   "Mom said",         "There was a tree"};
   const auto& m = real_model();
   std::vector<SimRequest> out;
   for (int i = 0; i < n; ++i) {
@@ -42,7 +42,9 @@ inline std::vector<SimRequest> mixed_requests(int n) {
   return out;
 }
 
-inline SimModel real_sim_model() { return SimModel{real_model().model->config(), real_model().model}; }
+inline SimModel real_sim_model() {
+  return SimModel{real_model().model->config(), real_model().model};
+}
 
 inline std::vector<int> generate_alone(const SimRequest& request) {
   const auto& m = real_model();
@@ -56,7 +58,8 @@ inline std::vector<int> generate_alone(const SimRequest& request) {
   std::vector<int> tokens = request.prompt_tokens, generated;
   for (int pos = 0; static_cast<int>(generated.size()) < request.max_new_tokens; ++pos) {
     cache.append_slots(seq, 1);
-    std::span<float> logits = t.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq));
+    std::span<float> logits =
+        t.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq));
     if (pos + 1 < static_cast<int>(tokens.size())) continue;  // still in the prompt
     const int next = argmax(logits);
     tokens.push_back(next);

@@ -53,7 +53,7 @@ std::vector<Case> cases() {
   out.push_back({"victim_lowest_priority", prio});
   SimConfig contiguous = small_pool(PreemptionMode::kRecompute);
   contiguous.allocator = AllocatorKind::kContiguous;
-  contiguous.max_seq_len = 72;  // 9 blocks reserved per request: at most one runs at a time... 
+  contiguous.max_seq_len = 72;  // 9 blocks reserved per request: at most one runs at a time...
   contiguous.num_blocks = 20;   // ...two fit, with external fragmentation in between
   out.push_back({"contiguous", contiguous});
   SimConfig contiguous_swap = contiguous;
@@ -73,13 +73,15 @@ TEST_P(BatchedEqualsSolo, EveryTokenMatchesTheRequestAlone) {
   EXPECT_EQ(last.requests_finished, 10);
   EXPECT_EQ(last.blocks_used, 0);
   int peak_running = 0;
-  for (const StepMetrics& m : sim.timeline()->all_metrics()) peak_running = std::max(peak_running, m.requests_running);
+  for (const StepMetrics& m : sim.timeline()->all_metrics())
+    peak_running = std::max(peak_running, m.requests_running);
   EXPECT_GE(peak_running, 2) << "requests must actually run concurrently";
   if (c.config.allocator == AllocatorKind::kPaged) {
     EXPECT_GE(peak_running, 8) << "8+ concurrent requests";
     EXPECT_GT(last.preemptions, 0) << "the pool is meant to be too small";
   }
-  if (c.config.preemption == PreemptionMode::kRecompute && c.config.allocator == AllocatorKind::kPaged) {
+  if (c.config.preemption == PreemptionMode::kRecompute &&
+      c.config.allocator == AllocatorKind::kPaged) {
     EXPECT_GT(last.tokens_recomputed, 0);
   }
 }
@@ -98,7 +100,8 @@ TEST(Simulator, SwapMovesBlocksThroughTheHostTier) {
     swapped_out += e.type == EventType::kSwappedOut;
     swapped_in += e.type == EventType::kSwappedIn;
   }
-  for (const StepMetrics& m : sim.timeline()->all_metrics()) peak_swapped = std::max(peak_swapped, m.requests_swapped);
+  for (const StepMetrics& m : sim.timeline()->all_metrics())
+    peak_swapped = std::max(peak_swapped, m.requests_swapped);
   EXPECT_GT(swapped_out, 0);
   EXPECT_EQ(swapped_out, swapped_in);
   EXPECT_GT(peak_swapped, 0);
@@ -130,14 +133,17 @@ TEST(Simulator, RejectsRequestsThatCanNeverFit) {
   Simulator sim(small_pool(PreemptionMode::kRecompute), testing::real_sim_model(), requests);
   testing::run_checked(sim);
   EXPECT_EQ(sim.request(3).phase, RequestPhase::kRejected);
-  EXPECT_NE(sim.request(3).reject_reason.find("whole pool has 16"), std::string::npos) << sim.request(3).reject_reason;
+  EXPECT_NE(sim.request(3).reject_reason.find("whole pool has 16"), std::string::npos)
+      << sim.request(3).reject_reason;
   EXPECT_EQ(sim.request(4).phase, RequestPhase::kRejected);
-  EXPECT_NE(sim.request(4).reject_reason.find("context"), std::string::npos) << sim.request(4).reject_reason;
+  EXPECT_NE(sim.request(4).reject_reason.find("context"), std::string::npos)
+      << sim.request(4).reject_reason;
   int rejected_events = 0;
   for (const Event& e : sim.timeline()->events()) {
     if (e.type != EventType::kRequestRejected) continue;
     ++rejected_events;
-    EXPECT_EQ(e.a, static_cast<std::int64_t>(e.request == 3 ? RejectReason::kLargerThanPool : RejectReason::kLargerThanContext));
+    EXPECT_EQ(e.a, static_cast<std::int64_t>(e.request == 3 ? RejectReason::kLargerThanPool
+                                                            : RejectReason::kLargerThanContext));
   }
   EXPECT_EQ(rejected_events, 2);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(sim.request(i).phase, RequestPhase::kFinished);

@@ -46,7 +46,8 @@ TEST(TimelineIo, RoundTripKeepsEverything) {
   EXPECT_EQ(back.header().num_blocks, 16);
   EXPECT_DOUBLE_EQ(back.header().kv_bytes_per_token, t->header().kv_bytes_per_token);
   ASSERT_EQ(back.num_steps(), t->num_steps());
-  ASSERT_TRUE(std::equal(back.events().begin(), back.events().end(), t->events().begin(), t->events().end()));
+  ASSERT_TRUE(std::equal(back.events().begin(), back.events().end(), t->events().begin(),
+                         t->events().end()));
   for (int s = 0; s < t->num_steps(); ++s) {
     ASSERT_EQ(back.events_at(s).size(), t->events_at(s).size());
     EXPECT_EQ(back.metrics(s).slots_filled, t->metrics(s).slots_filled);
@@ -71,8 +72,10 @@ TEST(TimelineIo, BadFilesGiveClearErrors) {
   const std::string bad = testing::temp_path("bad.kvr");
 
   EXPECT_NE(error_of(testing::temp_path("missing.kvr")).find("cannot open"), std::string::npos);
-  for (std::size_t cut : {std::size_t{0}, std::size_t{5}, std::size_t{30}, bytes.size() / 2, bytes.size() - 1}) {
-    testing::write_bytes(bad, std::vector<char>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut)));
+  for (std::size_t cut :
+       {std::size_t{0}, std::size_t{5}, std::size_t{30}, bytes.size() / 2, bytes.size() - 1}) {
+    testing::write_bytes(
+        bad, std::vector<char>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut)));
     const std::string err = error_of(bad);
     EXPECT_NE(err.find(bad + ": byte "), std::string::npos) << "cut at " << cut << ": " << err;
     EXPECT_NE(err.find("expected"), std::string::npos) << err;
@@ -88,7 +91,8 @@ TEST(TimelineIo, BadFilesGiveClearErrors) {
   std::vector<char> version = bytes;
   version[8] = 9;
   testing::write_bytes(bad, version);
-  EXPECT_NE(error_of(bad).find("byte 8: expected version 1, got 9"), std::string::npos) << error_of(bad);
+  EXPECT_NE(error_of(bad).find("byte 8: expected version 1, got 9"), std::string::npos)
+      << error_of(bad);
 
   std::vector<char> flipped = bytes;
   flipped[bytes.size() - 20] ^= 0x40;  // inside the last step's metrics
@@ -132,7 +136,8 @@ TEST(TimelineThreads, ReadersSeeConsistentPrefixesWhileTheWriterAppends) {
   c.num_blocks = 16;
   c.preemption = PreemptionMode::kSwap;
   c.host_blocks = 8;
-  Simulator sim(c, SimModel{testing::real_model().model->config(), nullptr}, testing::mixed_requests(10));
+  Simulator sim(c, SimModel{testing::real_model().model->config(), nullptr},
+                testing::mixed_requests(10));
   std::shared_ptr<const Timeline> t = sim.timeline();
   std::atomic<bool> stop{false};
   std::atomic<int> reads{0};

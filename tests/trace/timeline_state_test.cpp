@@ -24,7 +24,8 @@ PoolState live_state_of(const Simulator& sim) {
       b.owner = id.value;
       b.logical = static_cast<std::int32_t>(l);
       b.ref_count = static_cast<std::int16_t>(cache.pool().ref_count(t.blocks[l]));
-      b.filled = static_cast<std::int16_t>(std::clamp(t.num_tokens - static_cast<int>(l) * bs, 0, bs));
+      b.filled =
+          static_cast<std::int16_t>(std::clamp(t.num_tokens - static_cast<int>(l) * bs, 0, bs));
       b.status = BlockStatus::kOwned;
     }
   }
@@ -54,9 +55,9 @@ void expect_same(const PoolState& got, const PoolState& want, int step) {
     const BlockState& w = want.blocks[b];
     ASSERT_TRUE(g.owner == w.owner && g.logical == w.logical && g.ref_count == w.ref_count &&
                 g.filled == w.filled && g.status == w.status)
-        << "step " << step << " block " << b << ": owner " << g.owner << "/" << w.owner << " logical "
-        << g.logical << "/" << w.logical << " ref " << g.ref_count << "/" << w.ref_count << " filled "
-        << g.filled << "/" << w.filled;
+        << "step " << step << " block " << b << ": owner " << g.owner << "/" << w.owner
+        << " logical " << g.logical << "/" << w.logical << " ref " << g.ref_count << "/"
+        << w.ref_count << " filled " << g.filled << "/" << w.filled;
   }
   ASSERT_EQ(got.requests.size(), want.requests.size()) << "step " << step;
   for (std::size_t i = 0; i < want.requests.size(); ++i) {
@@ -101,7 +102,8 @@ TEST(TimelineState, EqualsLiveStateEveryStepWithSwapAndRecompute) {
       c.max_tokens_per_step = 24;
       Simulator sim(c, testing::real_sim_model(), testing::mixed_requests(10));
       check_every_step(sim);
-      EXPECT_GT(sim.timeline()->num_steps(), Timeline::kSnapshotInterval) << "snapshots must be exercised";
+      EXPECT_GT(sim.timeline()->num_steps(), Timeline::kSnapshotInterval)
+          << "snapshots must be exercised";
       EXPECT_GT(sim.timeline()->num_snapshots(), 1);
     }
   }
