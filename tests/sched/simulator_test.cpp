@@ -108,6 +108,33 @@ TEST(Simulator, SwapMovesBlocksThroughTheHostTier) {
   EXPECT_EQ(sim.host_tier().num_used(), 0);
 }
 
+TEST(Simulator, SeededSamplingIsIndependentOfBatching) {
+  const auto requests = testing::mixed_requests(10);
+  SimConfig batched = small_pool(PreemptionMode::kRecompute);
+  batched.sampler.temperature = 0.9f;
+  batched.sampler.seed = 1234;
+  Simulator sim(batched, testing::real_sim_model(), requests);
+  testing::run_checked(sim);
+  int differs_from_greedy = 0;
+  for (int i : {0, 4, 9}) {
+    // The same request alone (same id, so the same seed stream), in a pool that never preempts.
+    std::vector<SimRequest> alone(static_cast<std::size_t>(i) + 1,
+                                  requests[static_cast<std::size_t>(i)]);
+    for (int j = 0; j < i; ++j)
+      alone[static_cast<std::size_t>(j)].arrival_step = 100000;  // never run
+    SimConfig big = batched;
+    big.num_blocks = 64;
+    Simulator solo(big, testing::real_sim_model(), alone);
+    while (solo.current_step() < 2000 && solo.request(i).phase != RequestPhase::kFinished)
+      solo.step();
+    EXPECT_EQ(sim.request(i).generated_tokens(), solo.request(i).generated_tokens())
+        << "request " << i;
+    differs_from_greedy += sim.request(i).generated_tokens() !=
+                           testing::generate_alone(requests[static_cast<std::size_t>(i)]);
+  }
+  EXPECT_GT(differs_from_greedy, 0) << "temperature 0.9 should not reproduce greedy output";
+}
+
 TEST(Simulator, DeterministicRecordingBytes) {
   const auto requests = testing::mixed_requests(10);
   std::vector<std::vector<char>> files;
