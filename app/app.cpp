@@ -7,6 +7,7 @@
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
 
+#include <cfloat>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -103,6 +104,7 @@ int run_app(const AppOptions& options) {
       last = now;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
+      if (capture) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover in screenshots
       ImGui::NewFrame();
       if (!io.WantTextInput) {
         if (ImGui::IsKeyPressed(GLFW_KEY_F1)) shell.toggle_help();

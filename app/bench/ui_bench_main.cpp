@@ -11,6 +11,7 @@
 #include "app/core/headless.h"
 #include "app/core/shell.h"
 #include "app/demo/demo_source.h"
+#include "app/panels/block_map_panel.h"
 
 namespace {
 
@@ -66,5 +67,13 @@ int main(int argc, char** argv) {
               all.mean, all.median, all.p95, all.vertices);
   std::printf("  block map   mean %6.2f ms  median %6.2f ms  p95 %6.2f ms  (%d vertices)\n",
               map.mean, map.median, map.p95, map.vertices);
+  for (auto& p : shell.panels()) {
+    if (const auto* map_panel = dynamic_cast<const kvscope::ui::BlockMapPanel*>(p.get())) {
+      std::printf(
+          "  block map layout: %d cells drawn, %d block(s) per cell, %d blocks used at step %d\n",
+          map_panel->cells_drawn(), map_panel->blocks_per_cell(),
+          shell.state().metrics().blocks_used, shell.state().step());
+    }
+  }
   return 0;
 }

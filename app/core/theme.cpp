@@ -16,16 +16,25 @@ ImVec4 v4(ImU32 c) {
   return ImGui::ColorConvertU32ToFloat4(c);
 }
 
-const Palette kCalm{rgb(17, 19, 24),   rgb(24, 27, 34),    rgb(222, 226, 232), rgb(138, 146, 160),
-                    rgb(94, 176, 239), rgb(52, 58, 70),    rgb(110, 118, 132), rgb(38, 42, 51),
-                    rgb(58, 84, 92),   rgb(240, 196, 92),  rgb(200, 120, 220), rgb(255, 255, 255),
-                    rgb(232, 143, 58), rgb(196, 110, 232), rgb(239, 98, 98)};
+// clang-format off
+const Palette kCalm{
+    .window_bg = rgb(17, 19, 24),      .panel_bg = rgb(24, 27, 34),
+    .text = rgb(222, 226, 232),        .text_dim = rgb(138, 146, 160),
+    .accent = rgb(94, 176, 239),       .grid = rgb(44, 49, 60),        .axis = rgb(110, 118, 132),
+    .block_free = rgb(36, 40, 49),     .block_cached = rgb(42, 88, 98),
+    .block_shared = rgb(240, 196, 92), .block_pinned = rgb(200, 120, 220),
+    .outline_selected = rgb(255, 255, 255),
+    .badge_demo = rgb(232, 143, 58),   .badge_random = rgb(196, 110, 232), .warn = rgb(239, 98, 98)};
 
-const Palette kPresenter{rgb(0, 0, 0),       rgb(10, 11, 14),    rgb(255, 255, 255),
-                         rgb(190, 198, 210), rgb(110, 195, 255), rgb(70, 76, 90),
-                         rgb(170, 178, 190), rgb(44, 48, 58),    rgb(62, 100, 110),
-                         rgb(255, 210, 80),  rgb(220, 140, 240), rgb(255, 255, 255),
-                         rgb(255, 160, 60),  rgb(214, 130, 250), rgb(255, 110, 110)};
+const Palette kPresenter{
+    .window_bg = rgb(0, 0, 0),         .panel_bg = rgb(10, 11, 14),
+    .text = rgb(255, 255, 255),        .text_dim = rgb(196, 204, 216),
+    .accent = rgb(110, 195, 255),      .grid = rgb(56, 62, 76),        .axis = rgb(170, 178, 190),
+    .block_free = rgb(40, 44, 54),     .block_cached = rgb(52, 108, 120),
+    .block_shared = rgb(255, 210, 80), .block_pinned = rgb(220, 140, 240),
+    .outline_selected = rgb(255, 255, 255),
+    .badge_demo = rgb(255, 160, 60),   .badge_random = rgb(214, 130, 250), .warn = rgb(255, 110, 110)};
+// clang-format on
 
 }  // namespace
 

@@ -42,11 +42,19 @@ void scrubber(AppState& state, float width, float height) {
   const ImU32 played = mix_color(pal.accent, pal.panel_bg, 0.35f);
   const ImU32 ahead = mix_color(pal.accent, pal.panel_bg, 0.72f);
   const float x_now = x_of(state.step());
-  for (int c = 0; c < cols; ++c) {
-    if (peak[c] <= 0.0f) continue;
-    const float x = a.x + c;
-    const float top = b.y - 2.0f - (height - 6.0f) * peak[c];
-    dl->AddRectFilled(ImVec2(x, top), ImVec2(x + 1.0f, b.y - 2.0f), x <= x_now ? played : ahead);
+  const auto bar = [&](float x0, float x1, float u) {
+    const float top = b.y - 2.0f - (height - 6.0f) * u;
+    dl->AddRectFilled(ImVec2(x0, top), ImVec2(x1, b.y - 2.0f), x0 < x_now ? played : ahead);
+  };
+  if (n < cols) {  // fewer steps than pixels: one bar per step
+    for (int s = 0; s < n; ++s) {
+      const StepMetrics& m = ms[s];
+      const float u =
+          m.blocks_total > 0 ? static_cast<float>(m.blocks_used) / m.blocks_total : 0.0f;
+      bar(x_of(s), s + 1 < n ? x_of(s + 1) : b.x, u);
+    }
+  } else {
+    for (int c = 0; c < cols; ++c) bar(a.x + c, a.x + c + 1.0f, peak[c]);
   }
   dl->AddLine(ImVec2(x_now, a.y - 1.0f), ImVec2(x_now, b.y + 1.0f), pal.text, 2.0f);
   dl->AddCircleFilled(ImVec2(x_now, a.y), 4.0f, pal.text);

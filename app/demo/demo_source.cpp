@@ -50,6 +50,7 @@ struct DemoSim {
   std::vector<int> running;  // in admission order
   std::vector<int> group_prefix[kGroups];
   int max_batch = 24;
+  int burst_begin = 0, burst_end = 0;  // a late burst of arrivals that forces preemption
   std::int64_t preemptions = 0, recomputed = 0, prefix_hits = 0, prompt_total = 0;
   std::int64_t prefill_now = 0, decode_now = 0;
 
@@ -60,7 +61,9 @@ struct DemoSim {
     cache_tag.assign(c.num_blocks, -1);
     for (int b = 0; b < c.num_blocks; ++b) free_queue.push_back(b);
     free_count = c.num_blocks;
-    max_batch = std::clamp(c.num_blocks / 48, 8, 4096);
+    burst_begin = c.num_steps * 5 / 8;
+    burst_end = burst_begin + std::max(1, c.num_steps / 12);
+    max_batch = std::clamp(c.num_blocks / 14, 8, 8192);  // memory, not the cap, binds in bursts
   }
 
   bool group_prefix_valid(int g) const {
@@ -115,9 +118,10 @@ struct DemoSim {
 
   void arrive() {
     const double wave = 0.5 + 0.5 * std::sin(step / 37.0) + 0.25 * std::sin(step / 11.0);
-    const double expected = std::max(0.1, wave) * max_batch / 26.0;
-    int n = static_cast<int>(expected);
-    if (rng.unit() < expected - n) ++n;
+    const double expected = std::max(0.0, wave) * static_cast<double>(blocks.size()) / 2000.0;
+    const double rate = (step >= burst_begin && step < burst_end) ? expected * 3.5 : expected;
+    int n = static_cast<int>(rate);
+    if (rng.unit() < rate - n) ++n;
     for (int i = 0; i < n; ++i) {
       DemoRequest r;
       r.state.id = static_cast<int>(requests.size());

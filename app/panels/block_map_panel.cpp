@@ -26,17 +26,22 @@ BlockMapPanel::Layout BlockMapPanel::fit_layout(int num_blocks, float width, flo
     l.rows = (num_blocks + l.cols - 1) / l.cols;
     return l;
   }
-  // Largest integer pitch at which every block fits; aggregate below one pixel per block.
-  float cell = std::floor(std::sqrt(width * height / std::max(num_blocks, 1)));
-  for (; cell >= 1.0f; cell -= 1.0f) {
-    const int cols = std::max(1, static_cast<int>(width / cell));
+  // The column count that gives the largest cells with every block visible; below one pixel per
+  // block, cells aggregate several blocks instead.
+  float best = 0.0f;
+  int best_cols = 1;
+  const int max_cols = std::max(1, std::min(num_blocks, static_cast<int>(width)));
+  for (int cols = 1; cols <= max_cols; ++cols) {
     const int rows = (num_blocks + cols - 1) / cols;
-    if (rows * cell <= height) break;
+    const float pitch = std::min(width / cols, height / rows);
+    if (pitch > best) best = pitch, best_cols = cols;
   }
-  l.cell = std::clamp(cell, 1.0f, 48.0f);
-  l.cols = std::max(1, static_cast<int>(width / l.cell));
-  const int max_rows = std::max(1, static_cast<int>(height / l.cell));
-  l.per_cell = std::max(1, (num_blocks + l.cols * max_rows - 1) / (l.cols * max_rows));
+  l.cell = std::clamp(best, 1.0f, 48.0f);
+  l.cols = best >= 1.0f ? best_cols : std::max(1, static_cast<int>(width));
+  if (best < 1.0f) {  // aggregate: as many blocks per one-pixel cell as needed to fit
+    const int max_rows = std::max(1, static_cast<int>(height));
+    l.per_cell = std::max(1, (num_blocks + l.cols * max_rows - 1) / (l.cols * max_rows));
+  }
   const int cells = (num_blocks + l.per_cell - 1) / l.per_cell;
   l.rows = (cells + l.cols - 1) / l.cols;
   return l;
@@ -124,12 +129,9 @@ void BlockMapPanel::draw_legend(const AppState& state) {
   item(p.block_free, "free");
   ImGui::NewLine();
   stat("used", format_count(m.blocks_used) + " / " + format_count(m.blocks_total) + " blocks");
-  ImGui::SameLine(0, 16);
-  stat("slots filled", format_percent(m.utilization()));
-  ImGui::SameLine(0, 16);
-  stat("cached", format_count(m.blocks_cached_free));
-  ImGui::SameLine(0, 16);
-  stat("block", std::to_string(state.pool().block_size) + " tokens");
+  stat("slots filled", format_percent(m.utilization()), true);
+  stat("cached", format_count(m.blocks_cached_free), true);
+  stat("block", std::to_string(state.pool().block_size) + " tokens", true);
 }
 
 void BlockMapPanel::draw(AppState& state) {
@@ -174,8 +176,8 @@ void BlockMapPanel::draw_map(AppState& state) {
   clipper.Begin(l.rows, l.cell);
   while (clipper.Step()) {
     for (int row = clipper.DisplayStart; row < clipper.DisplayEnd; ++row) {
-      const float y0 = origin.y + row * l.cell;
-      const float y1 = y0 + l.cell - gap;
+      const float y0 = std::floor(origin.y + row * l.cell);
+      const float y1 = std::floor(origin.y + (row + 1) * l.cell) - gap;
       // Adjacent cells of one colour merge into one rectangle when there is no gap to draw.
       float run_x0 = 0.0f;
       ImU32 run_col = 0;
@@ -188,7 +190,7 @@ void BlockMapPanel::draw_map(AppState& state) {
         ImU32 col = cell_color(blocks, first, count, presenter);
         const bool dim = selecting && (count > 1 || !marked_[first]);
         if (dim) col = mix_color(col, bg, 0.72f);
-        const float x0 = origin.x + c * l.cell;
+        const float x0 = std::floor(origin.x + c * l.cell);
         ++cells_drawn_;
         if (gap == 0.0f) {
           if (run_len > 0 && col == run_col) {
@@ -199,7 +201,7 @@ void BlockMapPanel::draw_map(AppState& state) {
           run_x0 = x0, run_col = col, run_len = 1;
           continue;
         }
-        const ImVec2 a(x0, y0), b(x0 + l.cell - gap, y1);
+        const ImVec2 a(x0, y0), b(std::floor(origin.x + (c + 1) * l.cell) - gap, y1);
         const BlockState& bs = blocks[first];
         if (fill && bs.ref_count > 0 && bs.filled < block_size) {
           // Empty slots drawn faint, filled slots bright, filling bottom-up.
@@ -212,7 +214,9 @@ void BlockMapPanel::draw_map(AppState& state) {
         if (selecting && !dim && l.cell >= 4.0f) dl->AddRect(a, b, pal.outline_selected);
       }
       if (run_len > 0) {
-        dl->AddRectFilled(ImVec2(run_x0, y0), ImVec2(run_x0 + run_len * l.cell, y1), run_col);
+        const int end_col = static_cast<int>((run_x0 - origin.x) / l.cell + 0.5f) + run_len;
+        dl->AddRectFilled(ImVec2(run_x0, y0), ImVec2(std::floor(origin.x + end_col * l.cell), y1),
+                          run_col);
       }
     }
   }

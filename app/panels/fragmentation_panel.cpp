@@ -60,17 +60,15 @@ void FragmentationPanel::draw(AppState& state) {
   const StepMetrics& m = state.metrics();
   const double slots = static_cast<double>(m.slots_allocated);
   stat("token occupancy", format_percent(m.utilization()));
-  ImGui::SameLine(0, 16);
-  stat("internal", format_count(static_cast<double>(m.internal_frag_slots)) + " slots (" +
-                       format_percent(slots > 0 ? m.internal_frag_slots / slots : 0.0) + ")");
-  ImGui::SameLine(0, 16);
-  stat("reservation waste",
-       format_count(static_cast<double>(m.reservation_waste_slots)) + " slots");
-  ImGui::SameLine(0, 16);
+  stat("internal",
+       format_count(static_cast<double>(m.internal_frag_slots)) + " slots (" +
+           format_percent(slots > 0 ? m.internal_frag_slots / slots : 0.0) + ")",
+       true);
+  stat("reservation waste", format_count(static_cast<double>(m.reservation_waste_slots)) + " slots",
+       true);
   stat("largest free run",
-       std::to_string(m.largest_free_run) + " / " + std::to_string(m.free_blocks) + " free");
-  ImGui::SameLine(0, 16);
-  stat("external", format_percent(m.external_fragmentation()));
+       std::to_string(m.largest_free_run) + " / " + std::to_string(m.free_blocks) + " free", true);
+  stat("external", format_percent(m.external_fragmentation()), true);
   if (!export_message_.empty()) {
     ImGui::SameLine(0, 16);
     ImGui::TextDisabled("%s", export_message_.c_str());

@@ -57,9 +57,11 @@ void MemoryPanel::draw(AppState& state) {
   }
   ImGui::SameLine(0, 16);
   ImGui::Checkbox("loaded run", &show_loaded_);
+  ImGui::PushTextWrapPos(0.0f);
   ImGui::TextDisabled(
-      "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem"
-      "   (MLA: layers x (512 + 64) x tokens x bytes/elem)");
+      "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem;  "
+      "MLA: layers x (512 + 64) x tokens x bytes/elem");
+  ImGui::PopTextWrapPos();
 
   std::vector<PlotSeries> series;
   for (int f = 0; f < num_formats; ++f) {
@@ -77,32 +79,41 @@ void MemoryPanel::draw(AppState& state) {
     series.push_back(curve(loaded_label(state), state.header().kv_bytes_per_token,
                            palette(state.presenter).text));
   }
+  const Palette& pal = palette(state.presenter);
   const std::vector<PlotRefLine> gpus = {
-      {kH100Bytes, "H100: 80 GB", palette(state.presenter).warn, false},
-      {kH200Bytes, "H200: 141 GB", palette(state.presenter).badge_demo, false}};
+      {.value = kH100Bytes, .label = "H100: 80 GB", .color = pal.warn, .label_below = true},
+      {.value = kH200Bytes, .label = "H200: 141 GB", .color = pal.badge_demo}};
   PlotConfig cfg;
   cfg.id = "memory_vs_context";
   cfg.x = PlotAxis{"context length (tokens)", AxisUnits::kTokens, true, 1024.0, 1048576.0};
   cfg.y = PlotAxis{"KV cache per sequence", AxisUnits::kBytes, true, 1024.0 * 1024.0,
-                   4.0 * 1024.0 * 1024 * 1024 * 1024};
+                   1024.0 * 1024 * 1024 * 1024};
   const float table_h = ImGui::GetTextLineHeightWithSpacing() * (shapes_.size() + 4.2f);
-  cfg.size = ImVec2(-1.0f, std::max(ImGui::GetContentRegionAvail().y - table_h, 160.0f));
+  // Short panels (presenter mode) keep the plot and a one-line caption; the table needs room.
+  const float avail = ImGui::GetContentRegionAvail().y;
+  const bool with_table = avail - table_h >= ImGui::GetFontSize() * 14.0f;
+  const float caption_h = ImGui::GetTextLineHeightWithSpacing() * 1.2f;
+  cfg.size = ImVec2(-1.0f, std::max(avail - (with_table ? table_h : caption_h), 120.0f));
   cfg.line_scale = state.presenter ? 1.6f : 1.0f;
   cfg.legend = format_ != num_formats;
   const PlotResult r = plot(cfg, series, gpus);
   if (!r.exported.empty()) export_message_ = r.exported;
-  draw_table(state, formats[format_ == num_formats ? 0 : format_].bytes);
+  if (with_table) {
+    draw_table(state, formats[format_ == num_formats ? 0 : format_].bytes);
+  } else {
+    ImGui::TextDisabled("Formulas for published shapes, not measurements%s.",
+                        state.is_demo() ? "; the loaded-run line is demo data" : "");
+  }
 }
 
 void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
   const ImGuiTableFlags flags =
       ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV;
-  if (ImGui::BeginTable("##shapes", 5, flags)) {
-    ImGui::TableSetupColumn("published shape (formula)");
-    ImGui::TableSetupColumn("values / token");
-    ImGui::TableSetupColumn("bytes / token");
-    ImGui::TableSetupColumn("max context, 80 GB");
-    ImGui::TableSetupColumn("max context, 141 GB");
+  if (ImGui::BeginTable("##shapes", 4, flags)) {
+    ImGui::TableSetupColumn("published shape (formula)", ImGuiTableColumnFlags_WidthStretch, 1.6f);
+    ImGui::TableSetupColumn("KV / token", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableSetupColumn("max ctx, 80 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableSetupColumn("max ctx, 141 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableHeadersRow();
     for (std::size_t m = 0; m < shapes_.size(); ++m) {
       const double bpt = shapes_[m].bytes_per_token(bytes_per_element);
@@ -111,16 +122,20 @@ void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
       swatch(series_color(static_cast<int>(m)));
       ImGui::SameLine(0, 4);
       ImGui::TextUnformatted(shapes_[m].name.c_str());
+      if (ImGui::IsItemHovered()) {
+        ImGui::SetTooltip(
+            "%s: %s values per token at %.1f bytes = %.0f bytes (synthetic preset %s)",
+            shapes_[m].name.c_str(), shapes_[m].dims().c_str(), bytes_per_element, bpt,
+            shapes_[m].preset.c_str());
+      }
       ImGui::TableNextColumn();
-      ImGui::TextDisabled("%s", shapes_[m].dims().c_str());
+      ImGui::TextUnformatted(format_bytes(bpt).c_str());
       ImGui::TableNextColumn();
-      ImGui::Text("%s (%.0f)", format_bytes(bpt).c_str(), bpt);
+      ImGui::TextUnformatted(
+          format_tick(max_context_tokens(kH100Bytes, bpt), AxisUnits::kTokens).c_str());
       ImGui::TableNextColumn();
-      ImGui::Text("%s tokens",
-                  format_tick(max_context_tokens(kH100Bytes, bpt), AxisUnits::kTokens).c_str());
-      ImGui::TableNextColumn();
-      ImGui::Text("%s tokens",
-                  format_tick(max_context_tokens(kH200Bytes, bpt), AxisUnits::kTokens).c_str());
+      ImGui::TextUnformatted(
+          format_tick(max_context_tokens(kH200Bytes, bpt), AxisUnits::kTokens).c_str());
     }
     ImGui::EndTable();
   }

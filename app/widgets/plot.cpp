@@ -51,12 +51,15 @@ void data_range(const PlotAxis& axis, std::span<const PlotSeries> series, bool u
 void add_vertical_text(ImDrawList* dl, ImVec2 center, ImU32 col, const char* text) {
   const ImVec2 ts = ImGui::CalcTextSize(text);
   const int first = dl->VtxBuffer.Size;
+  dl->PushClipRect(ImVec2(-1e5f, -1e5f), ImVec2(1e5f, 1e5f),
+                   false);  // glyphs are culled pre-rotation
   dl->AddText(ImVec2(center.x - ts.x * 0.5f, center.y - ts.y * 0.5f), col, text);
   for (int i = first; i < dl->VtxBuffer.Size; ++i) {
     ImVec2& p = dl->VtxBuffer[i].pos;
     const float dx = p.x - center.x, dy = p.y - center.y;
     p = ImVec2(center.x + dy, center.y - dx);
   }
+  dl->PopClipRect();
 }
 
 void dashed_line(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col, float thickness) {
@@ -128,10 +131,23 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
   for (double t : yt)
     label_w = std::max(label_w, ImGui::CalcTextSize(format_tick(t, cfg.y.units).c_str()).x);
 
-  // Layout: title/legend row on top, y labels left, x labels and axis title below.
-  const float top = origin.y + ((cfg.title.empty() && !cfg.legend) ? fh * 0.5f : fh * 1.6f);
+  // Layout: title and legend flow (wrapping) on top, y labels left, x labels and title below.
   const float left = origin.x + label_w + (cfg.y.label.empty() ? 8.0f : fh + 12.0f);
   const float right = origin.x + size.x - 10.0f;
+  const float row_h = fh * 1.3f;
+  std::vector<ImVec2> legend_pos;  // [series] top-left of each legend entry
+  float lx = left, ly = origin.y;
+  if (!cfg.title.empty()) lx += ImGui::CalcTextSize(cfg.title.c_str()).x + fh * 1.2f;
+  if (cfg.legend) {
+    for (const PlotSeries& s : series) {
+      const float w = fh * 0.95f + ImGui::CalcTextSize(s.label.c_str()).x;
+      if (lx + w > right && lx > left) lx = left, ly += row_h;
+      legend_pos.push_back(ImVec2(lx, ly));
+      lx += w + fh;
+    }
+  }
+  const bool has_header = !cfg.title.empty() || !legend_pos.empty();
+  const float top = has_header ? ly + row_h + fh * 0.2f : origin.y + fh * 0.5f;
   const float bottom = origin.y + size.y - (cfg.x.label.empty() ? fh * 1.4f : fh * 2.6f);
   if (right - left < 20 || bottom - top < 20) {
     ImGui::PopID();
@@ -175,24 +191,15 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
                       cfg.y.label.c_str());
   }
 
-  // Title, then the legend, on the top row.
-  float lx = left;
-  if (!cfg.title.empty()) {
-    dl->AddText(ImVec2(lx, origin.y), text_col, cfg.title.c_str());
-    lx += ImGui::CalcTextSize(cfg.title.c_str()).x + fh * 1.2f;
-  }
+  if (!cfg.title.empty()) dl->AddText(ImVec2(left, origin.y), text_col, cfg.title.c_str());
   const auto color_of = [](const PlotSeries& s, std::size_t i) {
     return s.color != 0 ? s.color : series_color(static_cast<int>(i));
   };
-  if (cfg.legend) {
-    for (std::size_t i = 0; i < series.size(); ++i) {
-      const float w = ImGui::CalcTextSize(series[i].label.c_str()).x;
-      if (lx + fh + w > right) break;
-      dl->AddRectFilled(ImVec2(lx, origin.y + fh * 0.3f), ImVec2(lx + fh * 0.7f, origin.y + fh),
-                        color_of(series[i], i), 2.0f);
-      dl->AddText(ImVec2(lx + fh * 0.95f, origin.y), dim_col, series[i].label.c_str());
-      lx += fh * 0.95f + w + fh * 1.0f;
-    }
+  for (std::size_t i = 0; i < legend_pos.size(); ++i) {
+    const ImVec2 p = legend_pos[i];
+    dl->AddRectFilled(ImVec2(p.x, p.y + fh * 0.25f), ImVec2(p.x + fh * 0.7f, p.y + fh * 0.95f),
+                      color_of(series[i], i), 2.0f);
+    dl->AddText(ImVec2(p.x + fh * 0.95f, p.y), dim_col, series[i].label.c_str());
   }
 
   dl->PushClipRect(ImVec2(left, top - 1), ImVec2(right + 1, bottom + 1), true);
@@ -204,10 +211,13 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
     if (s.fill && !cfg.y.log && pts.size() > 1) {
       const ImU32 fill = (col & ~IM_COL32_A_MASK) | (40u << IM_COL32_A_SHIFT);
       const float base = sy.to_screen(std::max(ylo, 0.0));
+      const ImDrawListFlags saved = dl->Flags;
+      dl->Flags &= ~ImDrawListFlags_AntiAliasedFill;  // no seams between adjacent quads
       for (std::size_t k = 1; k < pts.size(); ++k) {
         dl->AddQuadFilled(pts[k - 1], pts[k], ImVec2(pts[k].x, base), ImVec2(pts[k - 1].x, base),
                           fill);
       }
+      dl->Flags = saved;
     }
     if (s.line && pts.size() > 1) {
       dl->AddPolyline(pts.data(), static_cast<int>(pts.size()), col, 0,
@@ -227,7 +237,9 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
     } else {
       const float y = sy.to_screen(r.value);
       dashed_line(dl, ImVec2(left, y), ImVec2(right, y), col, 1.5f);
-      dl->AddText(ImVec2(right - w - 6.0f, y - fh - 1.0f), col, r.label.c_str());
+      (void)w;
+      dl->AddText(ImVec2(left + 6.0f, r.label_below ? y + 2.0f : y - fh - 1.0f), col,
+                  r.label.c_str());
     }
   }
   if (std::isfinite(cfg.cursor_x)) {

@@ -35,8 +35,9 @@ struct PlotSeries {
 struct PlotRefLine {
   double value = 0.0;
   std::string label;
-  ImU32 color = 0;        // 0: dimmed text colour
-  bool vertical = false;  // at x = value instead of y = value
+  ImU32 color = 0;           // 0: dimmed text colour
+  bool vertical = false;     // at x = value instead of y = value
+  bool label_below = false;  // put the label under the line (for lines close together)
 };
 
 struct PlotConfig {

@@ -100,7 +100,12 @@ void swatch(ImU32 color, float size) {
   ImGui::Dummy(ImVec2(size, ImGui::GetTextLineHeight()));
 }
 
-void stat(const char* label, const std::string& value) {
+void stat(const char* label, const std::string& value, bool flow) {
+  if (flow) {
+    const float w = ImGui::CalcTextSize(label).x + 4.0f + ImGui::CalcTextSize(value.c_str()).x;
+    const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+    if (ImGui::GetItemRectMax().x + 16.0f + w <= right) ImGui::SameLine(0.0f, 16.0f);
+  }
   ImGui::TextDisabled("%s", label);
   ImGui::SameLine(0.0f, 4.0f);
   ImGui::TextUnformatted(value.c_str());

@@ -24,8 +24,9 @@ void badge(const char* text, ImU32 color);
 // A small filled square in `color`, aligned with text.
 void swatch(ImU32 color, float size = 0.0f);
 
-// "label value" with the label dimmed, on the current line.
-void stat(const char* label, const std::string& value);
+// "label value" with the label dimmed. With `flow`, it continues the previous item's line when it
+// fits and wraps to a new line when it does not.
+void stat(const char* label, const std::string& value, bool flow = false);
 
 // Human-readable figures: 1.5 KiB / 3.2 GiB, 12.3k, 45.6%.
 std::string format_bytes(double bytes);
