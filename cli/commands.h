@@ -13,5 +13,6 @@ int cmd_generate(const Argv& args);
 int cmd_info(const Argv& args);
 int cmd_synth(const Argv& args);
 int cmd_bench(const Argv& args);
+int cmd_eval(const Argv& args);
 
 }  // namespace kvscope::cli

@@ -1,0 +1,131 @@
+// kvscope eval --sweep: every KV format against fp32 on the same windows, as a table, a CSV and
+// two Pareto plots (quality loss against exact bytes per token).
+#include "cli/eval_report.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <vector>
+
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/report/png_plot.h"
+
+namespace kvscope::cli {
+namespace {
+
+struct SweepEntry {
+  const char* k;
+  const char* v;
+};
+// Reference first, then roughly by bytes per token.
+constexpr SweepEntry kSweep[] = {
+    {"fp32", "fp32"},         {"fp16", "fp16"},   {"bf16", "bf16"},   {"fp8-e4m3", "fp8-e4m3"},
+    {"fp8-e5m2", "fp8-e5m2"}, {"int8", "int8"},   {"int8", "int4"},   {"int4", "int4"},
+    {"int4-g8", "int4-g8"},   {"kivi4", "kivi4"}, {"kivi2", "kivi2"}, {"kivi2-r64", "kivi2-r64"},
+    {"int2", "int2"},         {"int2-g8", "int2-g8"},
+};
+
+// Progress on stderr, only when it is a terminal.
+void progress_line(const std::string& name, long done, long total) {
+  if (isatty(2) == 0 || total <= 0 || (done % 64 != 0 && done != total)) return;
+  std::fprintf(stderr, "\r%-26s %3ld%%", name.c_str(), total > 0 ? 100 * done / total : 0);
+}
+
+}  // namespace
+
+nlohmann::json report_json(const QualityReport& r) {
+  return {{"variant", r.variant},
+          {"windows", r.windows},
+          {"positions", r.positions},
+          {"ppl_reference", r.ppl_reference},
+          {"ppl_variant", r.ppl_variant},
+          {"ppl_delta", r.ppl_variant - r.ppl_reference},
+          {"kl_mean", r.kl_mean},
+          {"kl_max", r.kl_max},
+          {"top1_agreement", r.top1_agreement},
+          {"bytes_per_token", r.footprint.bytes_per_token},
+          {"bytes_per_sequence", r.footprint.bytes_per_sequence},
+          {"effective_bytes_per_token", r.effective_bytes_per_token},
+          {"reference_bytes_per_token", r.reference_bytes_per_token},
+          {"mean_window_tokens", r.mean_window_tokens}};
+}
+
+int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block_size,
+              const std::string& source, const std::string& out_dir, bool json) {
+  (void)c;
+  std::vector<QualityReport> reports;
+  for (const SweepEntry& e : kSweep) {
+    auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"), parse_kv_format(e.v, "sweep"),
+                                          block_size);
+    const std::string name = variant->name();
+    reports.push_back(evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); }));
+  }
+  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
+  const std::string command = "kvscope eval --sweep --block-size " + std::to_string(block_size) +
+                              " (" + source + ")";
+  write_file_atomically(out_dir + "/quant_sweep.csv", [&](std::ostream& os) {
+    os << "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
+          "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n";
+    os << std::setprecision(8);
+    for (const QualityReport& r : reports) {
+      os << '"' << r.variant << "\"," << r.footprint.bytes_per_token << ',' << r.footprint.bytes_per_sequence
+         << ',' << r.effective_bytes_per_token << ',' << r.ppl_reference << ',' << r.ppl_variant << ','
+         << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean << ',' << r.kl_max << ','
+         << r.top1_agreement << '\n';
+    }
+  });
+  PlotSpec kl;
+  kl.title = "KV formats: KL(fp32 || format) vs bytes per token";
+  kl.x_label = "bytes per token (all layers, K+V, incl. scales and KIVI staging)";
+  kl.y_label = "mean KL divergence (nats)";
+  kl.log_y = true;
+  kl.footnote = command + "; fp32 (KL 0) not drawn on the log axis";
+  PlotSpec ppl = kl;
+  ppl.title = "KV formats: perplexity change vs bytes per token";
+  ppl.y_label = "perplexity - fp32 perplexity";
+  ppl.log_y = false;
+  ppl.footnote = command;
+  for (const QualityReport& r : reports) {
+    PlotSeries s;
+    s.label = r.variant;
+    s.line = false;
+    s.markers = true;
+    s.x = {r.effective_bytes_per_token};
+    s.y = {r.kl_mean};
+    kl.series.push_back(s);
+    s.y = {r.ppl_variant - r.ppl_reference};
+    ppl.series.push_back(s);
+  }
+  write_png_plot(kl, out_dir + "/quant_pareto_kl.png");
+  write_png_plot(ppl, out_dir + "/quant_pareto_ppl.png");
+
+  if (json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const QualityReport& r : reports) j.push_back(report_json(r));
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  const QualityReport& ref = reports.front();
+  std::printf("source: %s; %d windows, %ld scored positions, block %d, mean window %.1f tokens\n",
+              source.c_str(), ref.windows, ref.positions, block_size, ref.mean_window_tokens);
+  std::printf("| format | bytes/token (blocks) | + per sequence | effective bytes/token | vs fp32 | "
+              "perplexity | delta | mean KL | max KL | top-1 agree |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const QualityReport& r : reports) {
+    std::printf("| %s | %.2f | %.0f | %.2f | %.3fx | %.4f | %+.4f | %.2e | %.2e | %.2f%% |\n", r.variant.c_str(),
+                r.footprint.bytes_per_token, r.footprint.bytes_per_sequence, r.effective_bytes_per_token,
+                r.reference_bytes_per_token / r.effective_bytes_per_token, r.ppl_variant,
+                r.ppl_variant - r.ppl_reference, r.kl_mean, r.kl_max, 100.0 * r.top1_agreement);
+  }
+  std::printf("wrote %s/quant_sweep.csv, quant_pareto_kl.png, quant_pareto_ppl.png\n", out_dir.c_str());
+  return 0;
+}
+
+}  // namespace kvscope::cli
