@@ -8,7 +8,7 @@
 namespace kvscope {
 namespace {
 
-constexpr std::size_t kHalf = 2;  // every scale and zero point is stored as fp16
+constexpr std::size_t kHalf = 2;  // scales and zero points are 16-bit (fp16; bf16 for fp8 scales)
 
 struct NamedDtype {
   const char* name;

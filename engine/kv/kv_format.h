@@ -18,8 +18,8 @@ enum class KvDtype {
   kF32,      // IEEE binary32, the reference
   kF16,      // IEEE binary16, round to nearest even, saturating at +-65504
   kBF16,     // bfloat16, round to nearest even, saturating
-  kFp8E4M3,  // OCP FP8 E4M3 (max 448) with an fp16 scale per token per head
-  kFp8E5M2,  // OCP FP8 E5M2 (max 57344) with an fp16 scale per token per head
+  kFp8E4M3,  // OCP FP8 E4M3 (max 448) with a bf16 scale per token per head
+  kFp8E5M2,  // OCP FP8 E5M2 (max 57344) with a bf16 scale per token per head
   kInt8,     // symmetric int8, fp16 scale per token per head
   kInt4,     // asymmetric 4-bit, fp16 scale + fp16 zero (min) per group of a token's row
   kInt2,     // asymmetric 2-bit per token group: the bad baseline

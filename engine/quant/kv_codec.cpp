@@ -53,8 +53,9 @@ void encode_token(const TileGeometry& g, KvDtype d, const float* row, std::byte*
         for (int i = 0; i < g.head_dim; ++i) {
           if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
         }
-        const std::uint16_t stored = f32_to_f16(amax / fmax);
-        const float scale = f16_to_f32(stored);
+        // bf16 scale: amax / 57344 would fall into fp16's subnormals for |x| < 3.5.
+        const std::uint16_t stored = f32_to_bf16(amax / fmax);
+        const float scale = bf16_to_f32(stored);
         store_u16(meta + 2 * h, stored);
         for (int i = 0; i < g.head_dim; ++i) {
           const float v = scale > 0.0f ? x[i] / scale : 0.0f;  // saturates if rounding overshoots
@@ -213,7 +214,7 @@ const float* TileReader::head(int slot, int kvh, float* tmp) const {
     case KvDtype::kFp8E4M3:
     case KvDtype::kFp8E5M2: {
       const float* table = dtype_ == KvDtype::kFp8E4M3 ? e4m3_table() : e5m2_table();
-      const float scale = f16_to_f32(load_u16(meta + 2 * kvh));
+      const float scale = bf16_to_f32(load_u16(meta + 2 * kvh));
       for (int i = 0; i < hd; ++i) tmp[i] = table[u8(codes)[c0 + i]] * scale;
       return tmp;
     }

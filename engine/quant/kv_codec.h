@@ -43,7 +43,7 @@ class TileReader {
 
  private:
   const std::byte* tile_of(int slot) const;
-  const KvSeqView& view_;
+  KvSeqView view_;  // a copy: small (pointers and a span), so temporaries are safe
   KvDtype dtype_;
   bool is_key_;
   TileGeometry g_;

@@ -26,8 +26,8 @@ double bound(const KvFormat& f, float x, float head_amax, float group_lo, float 
     case KvDtype::kF32: return 0.0;
     case KvDtype::kF16: return std::ldexp(ax, -11) + 1e-7;
     case KvDtype::kBF16: return std::ldexp(ax, -8) + 1e-30;
-    case KvDtype::kFp8E4M3: return std::ldexp(ax, -4) + head_amax * 1e-3;
-    case KvDtype::kFp8E5M2: return std::ldexp(ax, -3) + head_amax * 1e-3;
+    case KvDtype::kFp8E4M3: return std::ldexp(ax, -4) + std::ldexp(ax, -8) + head_amax * 1e-5;
+    case KvDtype::kFp8E5M2: return std::ldexp(ax, -3) + std::ldexp(ax, -8) + head_amax * 1e-5;
     case KvDtype::kInt8: return head_amax / 254.0 * 1.01 + head_amax * 1e-3;
     default: return range / ((1 << f.bits()) - 1) / 2.0 * 1.01 + fp16_slack;
   }
@@ -97,6 +97,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(KvCodec, ZerosConstantsAndHugeValuesAreExactOrFinite) {
   for (const auto& name : kv_format_names()) {
     const KvFormat f = parse_kv_format(name, "test");
+    // Zeros are exact everywhere; constants are exact where the group minimum is stored (the
+    // asymmetric formats) and within the fp16 scale's rounding where a scale maps amax to max.
+    const bool scaled = f.dtype == KvDtype::kInt8 || f.dtype == KvDtype::kFp8E4M3 ||
+                        f.dtype == KvDtype::kFp8E5M2;
     QuantCache cache(f, f, 16, 40, 4, 8);
     std::vector<float> zeros(32, 0.0f), halves(32, 0.5f), huge(32);
     for (int c = 0; c < 32; ++c) huge[c] = (c % 2 ? -3e38f : 3e38f) / static_cast<float>(c + 1);
@@ -111,8 +115,10 @@ TEST(KvCodec, ZerosConstantsAndHugeValuesAreExactOrFinite) {
         const float* got = reader.head(t, h, tmp);
         for (int i = 0; i < 8; ++i) {
           ASSERT_TRUE(std::isfinite(got[i])) << name << " slot " << t;  // NaN-free saturation
-          if (t < 32) {
+          if (t < 32 && (t % 2 == 1 || !scaled)) {
             ASSERT_EQ(got[i], t % 2 ? 0.0f : 0.5f) << name << " slot " << t;
+          } else if (t < 32) {  // amax / max_code rounded to a 16-bit scale: off by <= 2^-9
+            ASSERT_NEAR(got[i], 0.5f, 0.5f / 512) << name << " slot " << t;
           }
         }
       }
