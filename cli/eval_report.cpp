@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
@@ -68,8 +69,8 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
-  const std::string command = "kvscope eval --sweep --block-size " + std::to_string(block_size) +
-                              " (" + source + ")";
+  const std::string command = "kvscope eval --sweep --block-size " + std::to_string(block_size) + " (" +
+                              std::filesystem::path(source).filename().string() + ")";
   write_file_atomically(out_dir + "/quant_sweep.csv", [&](std::ostream& os) {
     os << "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
           "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n";
@@ -82,26 +83,46 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
     }
   });
   PlotSpec kl;
-  kl.title = "KV formats: KL(fp32 || format) vs bytes per token";
-  kl.x_label = "bytes per token (all layers, K+V, incl. scales and KIVI staging)";
+  kl.title = "KV formats: KL(fp32 || format) vs compression";
+  kl.x_label = "compression vs fp32 (bytes/token incl. scales and KIVI staging)";
   kl.y_label = "mean KL divergence (nats)";
   kl.log_y = true;
-  kl.footnote = command + "; fp32 (KL 0) not drawn on the log axis";
+  kl.log_x = false;
+  char fp32_note[64];
+  std::snprintf(fp32_note, sizeof fp32_note, "; fp32 = %.0f bytes/token, KL 0",
+                reports.front().effective_bytes_per_token);
+  kl.footnote = command + fp32_note;
   PlotSpec ppl = kl;
-  ppl.title = "KV formats: perplexity change vs bytes per token";
-  ppl.y_label = "perplexity - fp32 perplexity";
-  ppl.log_y = false;
+  ppl.title = "KV formats: perplexity change vs compression";
+  ppl.log_y = true;
+  ppl.y_label = "perplexity - fp32 perplexity (log; <= 0 not drawn)";
   ppl.footnote = command;
+  // One series per family so colours stay distinct; the CSV and table name every point.
+  auto family = [](const std::string& v) -> std::string {
+    if (v.rfind("fp", 0) == 0 || v == "bf16") return "float: fp16, bf16, fp8 e4m3/e5m2";
+    if (v.rfind("kivi", 0) == 0) return "KIVI: kivi4, kivi2, kivi2-r64";
+    if (v.rfind("K ", 0) == 0) return "K int8 + V int4";
+    if (v.rfind("int2", 0) == 0) return "int2 per token (g32, g8)";
+    return "int8 / int4 per token (g32, g8)";
+  };
   for (const QualityReport& r : reports) {
-    PlotSeries s;
-    s.label = r.variant;
-    s.line = false;
-    s.markers = true;
-    s.x = {r.effective_bytes_per_token};
-    s.y = {r.kl_mean};
-    kl.series.push_back(s);
-    s.y = {r.ppl_variant - r.ppl_reference};
-    ppl.series.push_back(s);
+    if (r.variant == "fp32") continue;
+    const std::string f = family(r.variant);
+    auto add = [&](PlotSpec& spec, double y) {
+      auto it = std::find_if(spec.series.begin(), spec.series.end(), [&](const PlotSeries& s) { return s.label == f; });
+      if (it == spec.series.end()) {
+        PlotSeries s;
+        s.label = f;
+        s.line = false;
+        s.markers = true;
+        spec.series.push_back(s);
+        it = spec.series.end() - 1;
+      }
+      it->x.push_back(r.reference_bytes_per_token / r.effective_bytes_per_token);
+      it->y.push_back(y);
+    };
+    add(kl, r.kl_mean);
+    add(ppl, r.ppl_variant - r.ppl_reference);
   }
   write_png_plot(kl, out_dir + "/quant_pareto_kl.png");
   write_png_plot(ppl, out_dir + "/quant_pareto_ppl.png");
