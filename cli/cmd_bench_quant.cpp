@@ -64,7 +64,8 @@ int bench_quant(const Args& args) {
   const int tokens = args.get_int("--tokens", 512);
   const int repeat = std::max(1, args.get_int("--repeat", 7));
   const int block_size = args.get_int("--block-size", 16);
-  if (tokens < 1 || tokens > 1'000'000) fail_expected("--tokens", "an integer in [1, 1000000]", std::to_string(tokens));
+  if (tokens < 1 || tokens > 1'000'000)
+    fail_expected("--tokens", "an integer in [1, 1000000]", std::to_string(tokens));
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));
   }
@@ -85,26 +86,32 @@ int bench_quant(const Args& args) {
   auto time_calls = [&](const BenchCache& cache, int calls) {
     const KvSeqView view = cache.view();
     auto start = Clock::now();
-    for (int i = 0; i < calls; ++i) cpu::paged_attention(view, 0, shape, q.data(), out.data(), tokens - 1, nullptr, scratch);
+    for (int i = 0; i < calls; ++i)
+      cpu::paged_attention(view, 0, shape, q.data(), out.data(), tokens - 1, nullptr, scratch);
     return std::chrono::duration<double>(Clock::now() - start).count() / calls;
   };
   int calls = 1;
   while (time_calls(caches[0], calls) * calls < 0.02 && calls < (1 << 24)) calls *= 2;
   std::vector<std::vector<double>> secs(formats.size());
   for (int r = 0; r < repeat; ++r) {
-    for (std::size_t f = 0; f < formats.size(); ++f) secs[f].push_back(time_calls(caches[f], calls));
+    for (std::size_t f = 0; f < formats.size(); ++f)
+      secs[f].push_back(time_calls(caches[f], calls));
   }
   for (auto& s : secs) std::sort(s.begin(), s.end());
   const double fp32 = secs[0][secs[0].size() / 2];
-  std::printf("%s: decode attention over %d cached tokens, one layer (%d query heads, %d KV heads x %d), "
-              "block %d, %d thread(s); median of %d x %d calls\n",
-              source.c_str(), tokens, c.n_heads, c.n_kv_heads, c.head_dim(), block_size, threads, repeat, calls);
-  std::printf("  %-10s %12s %14s %12s %12s\n", "format", "us/call", "vs fp32 time", "bytes/token", "vs fp32 size");
+  std::printf(
+      "%s: decode attention over %d cached tokens, one layer (%d query heads, %d KV heads x %d), "
+      "block %d, %d thread(s); median of %d x %d calls\n",
+      source.c_str(), tokens, c.n_heads, c.n_kv_heads, c.head_dim(), block_size, threads, repeat,
+      calls);
+  std::printf("  %-10s %12s %14s %12s %12s\n", "format", "us/call", "vs fp32 time", "bytes/token",
+              "vs fp32 size");
   for (std::size_t f = 0; f < formats.size(); ++f) {
     const double t = secs[f][secs[f].size() / 2];
     const KvLayout& L = caches[f].storage->layout();
-    std::printf("  %-10s %12.2f %13.2fx %12.1f %11.3fx\n", formats[f].name().c_str(), t * 1e6, t / fp32,
-                L.bytes_per_token(), L.bytes_per_token() / caches[0].storage->layout().bytes_per_token());
+    std::printf("  %-10s %12.2f %13.2fx %12.1f %11.3fx\n", formats[f].name().c_str(), t * 1e6,
+                t / fp32, L.bytes_per_token(),
+                L.bytes_per_token() / caches[0].storage->layout().bytes_per_token());
   }
   return 0;
 }

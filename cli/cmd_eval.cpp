@@ -49,8 +49,10 @@ class Progress {
     last_ = pct;
     shown_ = true;
     const int width = 30, filled = width * pct / 100;
-    std::fprintf(stderr, "\r%-24s [%s%s] %3d%% (%ld/%ld)", label_.c_str(), std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                 std::string(static_cast<std::size_t>(width - filled), '.').c_str(), pct, done, total);
+    std::fprintf(stderr, "\r%-24s [%s%s] %3d%% (%ld/%ld)", label_.c_str(),
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - filled), '.').c_str(), pct, done,
+                 total);
     std::fflush(stderr);
   }
 
@@ -61,7 +63,9 @@ class Progress {
   int last_ = -1;
 };
 
-std::string default_text_path() { return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt"; }
+std::string default_text_path() {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
+}
 
 std::string read_text_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -85,8 +89,10 @@ int cmd_eval(const Argv& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (!args.positional().empty()) throw Error(args.positional()[0], "unexpected argument; see --help");
-  if (args.has("--text") && args.has("--sample")) throw Error("--sample", "give either --text or --sample, not both");
+  if (!args.positional().empty())
+    throw Error(args.positional()[0], "unexpected argument; see --help");
+  if (args.has("--text") && args.has("--sample"))
+    throw Error("--sample", "give either --text or --sample, not both");
   if (args.has("--kv-dtype") && (args.has("--k-dtype") || args.has("--v-dtype"))) {
     throw Error("--kv-dtype", "give either --kv-dtype or --k-dtype/--v-dtype, not both");
   }
@@ -97,27 +103,37 @@ int cmd_eval(const Argv& argv) {
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
   const std::string default_kv = args.get("--kv-dtype", "fp16");
-  const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv), args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
-  const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv), args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+  const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv),
+                                     args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
+  const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv),
+                                     args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
 
   LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
   if (loaded.model->is_random_weights()) {
-    throw Error(loaded.model->source(), "random weights: no quality figure is meaningful; use a trained model");
+    throw Error(loaded.model->source(),
+                "random weights: no quality figure is meaningful; use a trained model");
   }
   auto backend = make_cpu_backend(threads);
   Transformer transformer(loaded.model, *backend);
   const ModelConfig& c = transformer.config();
+  k.validate(block_size, c.n_kv_heads, c.head_dim(),
+             args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
+  v.validate(block_size, c.n_kv_heads, c.head_dim(),
+             args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
 
   std::vector<std::vector<int>> windows;
   std::string source;
   if (args.has("--sample")) {
     const long n = args.get_i64("--sample", 0);
-    if (n < 2 || n > 10'000'000) fail_expected("--sample", "a token count in [2, 10000000]", std::to_string(n));
+    if (n < 2 || n > 10'000'000)
+      fail_expected("--sample", "a token count in [2, 10000000]", std::to_string(n));
     const auto seed = static_cast<std::uint64_t>(args.get_i64("--seed", 1234));
     windows = sample_windows(transformer, n, seed);
-    source = "sampled " + std::to_string(n) + " tokens, temperature 1, seed " + std::to_string(seed);
+    source =
+        "sampled " + std::to_string(n) + " tokens, temperature 1, seed " + std::to_string(seed);
   } else {
-    if (!loaded.tokenizer) throw Error(loaded.model->source(), "no tokenizer found; pass --tokenizer PATH");
+    if (!loaded.tokenizer)
+      throw Error(loaded.model->source(), "no tokenizer found; pass --tokenizer PATH");
     const std::string path = args.get("--text", default_text_path());
     windows = text_windows(*loaded.tokenizer, read_text_file(path), c.seq_len, path);
     source = path;
@@ -130,7 +146,8 @@ int cmd_eval(const Argv& argv) {
                                                    [&](long d, long t) { bar(d, t); });
   }
   if (args.has("--sweep")) {
-    return run_sweep(*evaluator, c, block_size, source, args.get("--out", "reports/quant"), args.has("--json"));
+    return run_sweep(*evaluator, c, block_size, source, args.get("--out", "reports/quant"),
+                     args.has("--json"));
   }
   auto variant = make_kv_format_variant(k, v, block_size);
   QualityReport r;
@@ -145,16 +162,18 @@ int cmd_eval(const Argv& argv) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("eval: %s, %d windows, %ld scored positions, block %d\n", source.c_str(), r.windows, r.positions,
-              block_size);
+  std::printf("eval: %s, %d windows, %ld scored positions, block %d\n", source.c_str(), r.windows,
+              r.positions, block_size);
   std::printf("  variant              %s\n", r.variant.c_str());
-  std::printf("  perplexity           %.4f (fp32 %.4f, delta %+.4f)\n", r.ppl_variant, r.ppl_reference,
-              r.ppl_variant - r.ppl_reference);
+  std::printf("  perplexity           %.4f (fp32 %.4f, delta %+.4f)\n", r.ppl_variant,
+              r.ppl_reference, r.ppl_variant - r.ppl_reference);
   std::printf("  KL(fp32 || variant)  mean %.3e, max %.3e nats\n", r.kl_mean, r.kl_max);
   std::printf("  top-1 agreement      %.2f%%\n", 100.0 * r.top1_agreement);
-  std::printf("  bytes per token      %.2f in blocks + %.0f per sequence = %.2f at %.0f tokens (fp32 %.0f)\n",
-              r.footprint.bytes_per_token, r.footprint.bytes_per_sequence, r.effective_bytes_per_token,
-              r.mean_window_tokens, r.reference_bytes_per_token);
+  std::printf(
+      "  bytes per token      %.2f in blocks + %.0f per sequence = %.2f at %.0f tokens (fp32 "
+      "%.0f)\n",
+      r.footprint.bytes_per_token, r.footprint.bytes_per_sequence, r.effective_bytes_per_token,
+      r.mean_window_tokens, r.reference_bytes_per_token);
   return 0;
 }
 

@@ -23,9 +23,10 @@ struct SweepEntry {
 };
 // Reference first, then roughly by bytes per token.
 constexpr SweepEntry kSweep[] = {
-    {"fp32", "fp32"},         {"fp16", "fp16"},   {"bf16", "bf16"},   {"fp8-e4m3", "fp8-e4m3"},
-    {"fp8-e5m2", "fp8-e5m2"}, {"int8", "int8"},   {"int8", "int4"},   {"int4", "int4"},
-    {"int4-g8", "int4-g8"},   {"kivi4", "kivi4"}, {"kivi2", "kivi2"}, {"kivi2-r64", "kivi2-r64"},
+    {"fp32", "fp32"},         {"fp16", "fp16"},         {"bf16", "bf16"},
+    {"fp8-e4m3", "fp8-e4m3"}, {"fp8-e5m2", "fp8-e5m2"}, {"int8", "int8"},
+    {"int8", "int4"},         {"int4", "int4"},         {"int4-g8", "int4-g8"},
+    {"kivi4", "kivi4"},       {"kivi2", "kivi2"},       {"kivi2-r64", "kivi2-r64"},
     {"int2", "int2"},         {"int2-g8", "int2-g8"},
 };
 
@@ -59,27 +60,28 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
   (void)c;
   std::vector<QualityReport> reports;
   for (const SweepEntry& e : kSweep) {
-    auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"), parse_kv_format(e.v, "sweep"),
-                                          block_size);
+    auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"),
+                                          parse_kv_format(e.v, "sweep"), block_size);
     const std::string name = variant->name();
-    reports.push_back(evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); }));
+    reports.push_back(
+        evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); }));
   }
   if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
-  const std::string command = "kvscope eval --sweep --block-size " + std::to_string(block_size) + " (" +
-                              std::filesystem::path(source).filename().string() + ")";
+  const std::string command = "kvscope eval --sweep --block-size " + std::to_string(block_size) +
+                              " (" + std::filesystem::path(source).filename().string() + ")";
   write_file_atomically(out_dir + "/quant_sweep.csv", [&](std::ostream& os) {
     os << "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
           "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n";
     os << std::setprecision(8);
     for (const QualityReport& r : reports) {
-      os << '"' << r.variant << "\"," << r.footprint.bytes_per_token << ',' << r.footprint.bytes_per_sequence
-         << ',' << r.effective_bytes_per_token << ',' << r.ppl_reference << ',' << r.ppl_variant << ','
-         << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean << ',' << r.kl_max << ','
-         << r.top1_agreement << '\n';
+      os << '"' << r.variant << "\"," << r.footprint.bytes_per_token << ','
+         << r.footprint.bytes_per_sequence << ',' << r.effective_bytes_per_token << ','
+         << r.ppl_reference << ',' << r.ppl_variant << ',' << r.ppl_variant - r.ppl_reference << ','
+         << r.kl_mean << ',' << r.kl_max << ',' << r.top1_agreement << '\n';
     }
   });
   PlotSpec kl;
@@ -109,7 +111,8 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
     if (r.variant == "fp32") continue;
     const std::string f = family(r.variant);
     auto add = [&](PlotSpec& spec, double y) {
-      auto it = std::find_if(spec.series.begin(), spec.series.end(), [&](const PlotSeries& s) { return s.label == f; });
+      auto it = std::find_if(spec.series.begin(), spec.series.end(),
+                             [&](const PlotSeries& s) { return s.label == f; });
       if (it == spec.series.end()) {
         PlotSeries s;
         s.label = f;
@@ -136,16 +139,19 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
   const QualityReport& ref = reports.front();
   std::printf("source: %s; %d windows, %ld scored positions, block %d, mean window %.1f tokens\n",
               source.c_str(), ref.windows, ref.positions, block_size, ref.mean_window_tokens);
-  std::printf("| format | bytes/token (blocks) | + per sequence | effective bytes/token | vs fp32 | "
-              "perplexity | delta | mean KL | max KL | top-1 agree |\n");
+  std::printf(
+      "| format | bytes/token (blocks) | + per sequence | effective bytes/token | vs fp32 | "
+      "perplexity | delta | mean KL | max KL | top-1 agree |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const QualityReport& r : reports) {
-    std::printf("| %s | %.2f | %.0f | %.2f | %.3fx | %.4f | %+.4f | %.2e | %.2e | %.2f%% |\n", r.variant.c_str(),
-                r.footprint.bytes_per_token, r.footprint.bytes_per_sequence, r.effective_bytes_per_token,
+    std::printf("| %s | %.2f | %.0f | %.2f | %.3fx | %.4f | %+.4f | %.2e | %.2e | %.2f%% |\n",
+                r.variant.c_str(), r.footprint.bytes_per_token, r.footprint.bytes_per_sequence,
+                r.effective_bytes_per_token,
                 r.reference_bytes_per_token / r.effective_bytes_per_token, r.ppl_variant,
                 r.ppl_variant - r.ppl_reference, r.kl_mean, r.kl_max, 100.0 * r.top1_agreement);
   }
-  std::printf("wrote %s/quant_sweep.csv, quant_pareto_kl.png, quant_pareto_ppl.png\n", out_dir.c_str());
+  std::printf("wrote %s/quant_sweep.csv, quant_pareto_kl.png, quant_pareto_ppl.png\n",
+              out_dir.c_str());
   return 0;
 }
 

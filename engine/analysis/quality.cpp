@@ -28,7 +28,9 @@ double kl_divergence(std::span<const double> log_p, std::span<const double> log_
   return std::max(0.0, kl);  // rounding can leave -1e-17 for identical distributions
 }
 
-double perplexity(double sum_nll, long count) { return count > 0 ? std::exp(sum_nll / count) : 0.0; }
+double perplexity(double sum_nll, long count) {
+  return count > 0 ? std::exp(sum_nll / count) : 0.0;
+}
 
 void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const double> var_log_p,
                              int target) {
@@ -50,7 +52,9 @@ class KvFormatVariant final : public CacheVariant {
  public:
   KvFormatVariant(const KvFormat& k, const KvFormat& v, int block_size)
       : k_(k), v_(v), block_size_(block_size) {}
-  std::string name() const override { return k_ == v_ ? k_.name() : "K " + k_.name() + " + V " + v_.name(); }
+  std::string name() const override {
+    return k_ == v_ ? k_.name() : "K " + k_.name() + " + V " + v_.name();
+  }
   CacheFootprint footprint(const ModelConfig& c) const override {
     const KvLayout L = layout(c, 1);
     return {L.bytes_per_token(), static_cast<double>(L.staging_bytes_per_sequence())};
@@ -58,7 +62,8 @@ class KvFormatVariant final : public CacheVariant {
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override {
     const int n = static_cast<int>(window.size());
-    KvCacheManager cache(layout(t.config(), (n + block_size_ - 1) / block_size_), AllocatorKind::kPaged, n,
+    KvCacheManager cache(layout(t.config(), (n + block_size_ - 1) / block_size_),
+                         AllocatorKind::kPaged, n,
                          /*with_storage=*/true);
     const SeqId seq(0);
     cache.add_sequence(seq);
@@ -86,7 +91,8 @@ class KvFormatVariant final : public CacheVariant {
 
 }  // namespace
 
-std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v, int block_size) {
+std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v,
+                                                     int block_size) {
   return std::make_unique<KvFormatVariant>(k, v, block_size);
 }
 
@@ -97,8 +103,8 @@ QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::ve
   for (std::size_t w = 0; w < windows_.size(); ++w) {
     const auto& win = windows_[w];
     if (win.size() < 2 || win.size() > static_cast<std::size_t>(c.seq_len)) {
-      fail_expected("eval window " + std::to_string(w), "2 to " + std::to_string(c.seq_len) + " tokens",
-                    std::to_string(win.size()));
+      fail_expected("eval window " + std::to_string(w),
+                    "2 to " + std::to_string(c.seq_len) + " tokens", std::to_string(win.size()));
     }
     num_positions_ += static_cast<long>(win.size()) - 1;
   }
@@ -171,7 +177,8 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
     for (std::size_t i = 1; i < tokens.size(); i += static_cast<std::size_t>(max_len) - 1) {
       std::vector<int> win = {kTokenBos};
       const std::size_t stop = std::min(tokens.size(), i + static_cast<std::size_t>(max_len) - 1);
-      win.insert(win.end(), tokens.begin() + static_cast<long>(i), tokens.begin() + static_cast<long>(stop));
+      win.insert(win.end(), tokens.begin() + static_cast<long>(i),
+                 tokens.begin() + static_cast<long>(stop));
       if (win.size() >= 2) windows.push_back(std::move(win));
     }
   }
@@ -179,7 +186,8 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
   return windows;
 }
 
-std::vector<std::vector<int>> sample_windows(Transformer& transformer, long num_tokens, std::uint64_t seed) {
+std::vector<std::vector<int>> sample_windows(Transformer& transformer, long num_tokens,
+                                             std::uint64_t seed) {
   if (num_tokens < 2) fail_expected("--sample", "at least 2 tokens", std::to_string(num_tokens));
   std::vector<std::vector<int>> windows;
   long have = 0;
@@ -190,7 +198,8 @@ std::vector<std::vector<int>> sample_windows(Transformer& transformer, long num_
   for (std::uint64_t i = 0; have < num_tokens; ++i) {
     o.sampler.seed = seed + i;
     // BOS plus `steps` sampled tokens: at most seq_len positions.
-    const int steps = static_cast<int>(std::min<long>(transformer.config().seq_len - 1, num_tokens - have));
+    const int steps =
+        static_cast<int>(std::min<long>(transformer.config().seq_len - 1, num_tokens - have));
     std::vector<int> win = generate_tokens(transformer, {}, std::max(steps, 1), o, nullptr);
     if (i > 100000) break;  // a model that only ever emits BOS
     if (win.size() < 2) continue;

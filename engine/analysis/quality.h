@@ -36,7 +36,9 @@ class QualityAccumulator {
   double ppl_variant() const { return perplexity(nll_var_, positions_); }
   double kl_mean() const { return positions_ ? kl_sum_ / positions_ : 0.0; }
   double kl_max() const { return kl_max_; }
-  double top1_agreement() const { return positions_ ? static_cast<double>(top1_same_) / positions_ : 0.0; }
+  double top1_agreement() const {
+    return positions_ ? static_cast<double>(top1_same_) / positions_ : 0.0;
+  }
 
  private:
   long positions_ = 0;
@@ -71,18 +73,19 @@ class CacheVariant {
 };
 
 // K and V stored in the given formats in a paged cache of `block_size`.
-std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v, int block_size);
+std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v,
+                                                     int block_size);
 
 // ---- the evaluator ----
 
 struct QualityReport {
   std::string variant;
-  long positions = 0;       // scored next-token predictions
+  long positions = 0;  // scored next-token predictions
   int windows = 0;
   double ppl_reference = 0.0;
   double ppl_variant = 0.0;
-  double kl_mean = 0.0;     // nats
-  double kl_max = 0.0;      // nats
+  double kl_mean = 0.0;  // nats
+  double kl_max = 0.0;   // nats
   double top1_agreement = 0.0;
   CacheFootprint footprint;
   double mean_window_tokens = 0.0;

@@ -15,9 +15,9 @@ struct NamedDtype {
   KvDtype dtype;
 };
 constexpr NamedDtype kNames[] = {
-    {"fp32", KvDtype::kF32},        {"fp16", KvDtype::kF16},   {"bf16", KvDtype::kBF16},
+    {"fp32", KvDtype::kF32},         {"fp16", KvDtype::kF16},         {"bf16", KvDtype::kBF16},
     {"fp8-e4m3", KvDtype::kFp8E4M3}, {"fp8-e5m2", KvDtype::kFp8E5M2}, {"int8", KvDtype::kInt8},
-    {"int4", KvDtype::kInt4},       {"int2", KvDtype::kInt2},  {"kivi2", KvDtype::kKivi2},
+    {"int4", KvDtype::kInt4},        {"int2", KvDtype::kInt2},        {"kivi2", KvDtype::kKivi2},
     {"kivi4", KvDtype::kKivi4},
 };
 
@@ -25,27 +25,36 @@ bool uses_groups(KvDtype d) {
   return d == KvDtype::kInt4 || d == KvDtype::kInt2 || d == KvDtype::kKivi2 || d == KvDtype::kKivi4;
 }
 
-bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+bool is_power_of_two(int v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
 
 }  // namespace
 
 int KvFormat::bits() const {
   switch (dtype) {
-    case KvDtype::kF32: return 32;
+    case KvDtype::kF32:
+      return 32;
     case KvDtype::kF16:
-    case KvDtype::kBF16: return 16;
+    case KvDtype::kBF16:
+      return 16;
     case KvDtype::kFp8E4M3:
     case KvDtype::kFp8E5M2:
-    case KvDtype::kInt8: return 8;
+    case KvDtype::kInt8:
+      return 8;
     case KvDtype::kInt4:
-    case KvDtype::kKivi4: return 4;
+    case KvDtype::kKivi4:
+      return 4;
     case KvDtype::kInt2:
-    case KvDtype::kKivi2: return 2;
+    case KvDtype::kKivi2:
+      return 2;
   }
   return 32;
 }
 
-int KvFormat::effective_group(int kv_dim) const { return std::max(1, std::min(group_size, kv_dim)); }
+int KvFormat::effective_group(int kv_dim) const {
+  return std::max(1, std::min(group_size, kv_dim));
+}
 
 std::size_t KvFormat::row_bytes(int kv_heads, int head_dim) const {
   const std::size_t bits_per_row = static_cast<std::size_t>(kv_heads) * head_dim * bits();
@@ -75,7 +84,8 @@ std::size_t KvFormat::token_meta_bytes(int kv_heads, int head_dim, KvKind kind) 
   }
 }
 
-std::size_t KvFormat::tile_meta_bytes(int block_size, int kv_heads, int head_dim, KvKind kind) const {
+std::size_t KvFormat::tile_meta_bytes(int block_size, int kv_heads, int head_dim,
+                                      KvKind kind) const {
   if (!is_kivi() || kind != KvKind::kKey) return 0;
   // One set of per-channel (scale, zero) per key group the tile holds tokens of. A tile smaller
   // than the group keeps a full copy of its group's set so every tile decodes on its own.
@@ -98,24 +108,29 @@ std::size_t KvFormat::staging_bytes_per_sequence(int kv_heads, int head_dim) con
   return static_cast<std::size_t>(residual) * kv_heads * head_dim * sizeof(float);
 }
 
-void KvFormat::validate(int block_size, int kv_heads, int head_dim, const std::string& where) const {
+void KvFormat::validate(int block_size, int kv_heads, int head_dim,
+                        const std::string& where) const {
   const int kv_dim = kv_heads * head_dim;
   if ((static_cast<long>(kv_dim) * bits()) % 8 != 0) {
-    fail_expected(where, name() + " rows of whole bytes (kv_heads x head_dim x " +
-                             std::to_string(bits()) + " bits a multiple of 8)",
+    fail_expected(where,
+                  name() + " rows of whole bytes (kv_heads x head_dim x " + std::to_string(bits()) +
+                      " bits a multiple of 8)",
                   std::to_string(kv_dim) + " values");
   }
   if (uses_groups(dtype)) {
     const int g = effective_group(kv_dim);
     if (group_size < 1 || kv_dim % g != 0) {
-      fail_expected(where, name() + " group size dividing the row of " + std::to_string(kv_dim) +
-                               " values", std::to_string(group_size));
+      fail_expected(
+          where, name() + " group size dividing the row of " + std::to_string(kv_dim) + " values",
+          std::to_string(group_size));
     }
   }
   if (is_kivi()) {
     if (!is_power_of_two(residual) || (block_size % residual != 0 && residual % block_size != 0)) {
-      fail_expected(where, name() + " residual (a power of two dividing or divided by block size " +
-                               std::to_string(block_size) + ")", std::to_string(residual));
+      fail_expected(where,
+                    name() + " residual (a power of two dividing or divided by block size " +
+                        std::to_string(block_size) + ")",
+                    std::to_string(residual));
     }
   }
 }
@@ -158,16 +173,20 @@ KvFormat parse_kv_format(const std::string& name, const std::string& where) {
       if (rest.size() < 3 || rest[0] != '-') fail();
       const char key = rest[1];
       std::size_t end = rest.find('-', 2);
-      const std::string digits = rest.substr(2, end == std::string::npos ? std::string::npos : end - 2);
+      const std::string digits =
+          rest.substr(2, end == std::string::npos ? std::string::npos : end - 2);
       if (digits.empty() || digits.size() > 6 ||
           digits.find_first_not_of("0123456789") != std::string::npos) {
         fail();
       }
       const int v = std::stoi(digits);
       if (v < 1) fail();
-      if (key == 'g' && uses_groups(f.dtype)) f.group_size = v;
-      else if (key == 'r' && f.is_kivi()) f.residual = v;
-      else fail();
+      if (key == 'g' && uses_groups(f.dtype))
+        f.group_size = v;
+      else if (key == 'r' && f.is_kivi())
+        f.residual = v;
+      else
+        fail();
       rest = end == std::string::npos ? "" : rest.substr(end);
     }
     return f;

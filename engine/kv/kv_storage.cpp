@@ -9,8 +9,8 @@ namespace kvscope {
 KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
   layout.k_format.validate(layout.block_size, layout.kv_heads, layout.head_dim, "K format");
   layout.v_format.validate(layout.block_size, layout.kv_heads, layout.head_dim, "V format");
-  const std::size_t k_bytes =
-      static_cast<std::size_t>(layout.n_layers) * layout.num_blocks * layout.tile_bytes(KvKind::kKey);
+  const std::size_t k_bytes = static_cast<std::size_t>(layout.n_layers) * layout.num_blocks *
+                              layout.tile_bytes(KvKind::kKey);
   v_offset_ = (k_bytes + 63) / 64 * 64;
   total_bytes_ = k_bytes + static_cast<std::size_t>(layout.n_layers) * layout.num_blocks *
                                layout.tile_bytes(KvKind::kValue);
@@ -30,8 +30,8 @@ float* KvStorage::staging(int layer, KvKind kind, BlockId block, int offset, boo
   const std::int64_t key = staging_key(layer, block, offset);
   auto it = map.find(key);
   if (!create) return it == map.end() ? nullptr : it->second.data();
-  const std::size_t n = static_cast<std::size_t>(layout_.format(kind).residual) * layout_.kv_heads *
-                        layout_.head_dim;
+  const std::size_t n =
+      static_cast<std::size_t>(layout_.format(kind).residual) * layout_.kv_heads * layout_.head_dim;
   if (it == map.end()) {
     it = map.emplace(key, std::vector<float>(n, 0.0f)).first;
     staging_bytes_ += n * sizeof(float);

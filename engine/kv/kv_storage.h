@@ -32,7 +32,8 @@ struct KvLayout {
   }
   // Bytes one block occupies across all layers, K and V.
   std::size_t block_bytes() const {
-    return static_cast<std::size_t>(n_layers) * (tile_bytes(KvKind::kKey) + tile_bytes(KvKind::kValue));
+    return static_cast<std::size_t>(n_layers) *
+           (tile_bytes(KvKind::kKey) + tile_bytes(KvKind::kValue));
   }
   // Exact KV bytes per token for all layers (tile bytes / block_size).
   double bytes_per_token() const { return static_cast<double>(block_bytes()) / block_size; }
@@ -74,11 +75,10 @@ class KvStorage {
   std::size_t peak_staging_bytes() const { return peak_staging_bytes_; }
 
  private:
-  std::byte* base(KvKind kind) {
-    return data_.get() + (kind == KvKind::kKey ? 0 : v_offset_);
-  }
+  std::byte* base(KvKind kind) { return data_.get() + (kind == KvKind::kKey ? 0 : v_offset_); }
   std::int64_t staging_key(int layer, BlockId block, int offset) const {
-    return (static_cast<std::int64_t>(block.value) * layout_.block_size + offset) * layout_.n_layers +
+    return (static_cast<std::int64_t>(block.value) * layout_.block_size + offset) *
+               layout_.n_layers +
            layer;
   }
   KvLayout layout_;

@@ -12,8 +12,8 @@ namespace {
 // Positive values of every code of an 8-bit format, by code ([256]; negative half mirrors).
 struct Fp8Table {
   std::array<float, 256> value{};
-  int max_code = 0;     // largest finite positive code
-  std::uint8_t nan = 0; // positive NaN code
+  int max_code = 0;      // largest finite positive code
+  std::uint8_t nan = 0;  // positive NaN code
 };
 
 Fp8Table make_e4m3() {
@@ -21,9 +21,12 @@ Fp8Table make_e4m3() {
   for (int c = 0; c < 256; ++c) {
     const int e = (c >> 3) & 0xF, m = c & 7;
     float v;
-    if (e == 15 && m == 7) v = NAN;
-    else if (e == 0) v = std::ldexp(static_cast<float>(m), -9);
-    else v = std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+    if (e == 15 && m == 7)
+      v = NAN;
+    else if (e == 0)
+      v = std::ldexp(static_cast<float>(m), -9);
+    else
+      v = std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
     t.value[static_cast<std::size_t>(c)] = (c & 0x80) ? -v : v;
   }
   t.max_code = 0x7E;
@@ -36,9 +39,12 @@ Fp8Table make_e5m2() {
   for (int c = 0; c < 256; ++c) {
     const int e = (c >> 2) & 0x1F, m = c & 3;
     float v;
-    if (e == 31) v = m == 0 ? INFINITY : NAN;
-    else if (e == 0) v = std::ldexp(static_cast<float>(m), -16);
-    else v = std::ldexp(1.0f + static_cast<float>(m) / 4.0f, e - 15);
+    if (e == 31)
+      v = m == 0 ? INFINITY : NAN;
+    else if (e == 0)
+      v = std::ldexp(static_cast<float>(m), -16);
+    else
+      v = std::ldexp(1.0f + static_cast<float>(m) / 4.0f, e - 15);
     t.value[static_cast<std::size_t>(c)] = (c & 0x80) ? -v : v;
   }
   t.max_code = 0x7B;
@@ -66,8 +72,10 @@ std::uint8_t encode_fp8(const Fp8Table& t, float x) {
   int lo = 0, hi = t.max_code;  // value[lo] <= a < value[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (t.value[static_cast<std::size_t>(mid)] <= a) lo = mid;
-    else hi = mid;
+    if (t.value[static_cast<std::size_t>(mid)] <= a)
+      lo = mid;
+    else
+      hi = mid;
   }
   const float dl = a - t.value[static_cast<std::size_t>(lo)];
   const float dh = t.value[static_cast<std::size_t>(hi)] - a;
@@ -82,7 +90,7 @@ std::uint16_t f32_to_f16(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t ax = bits & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);  // NaN
+  if (ax > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);   // NaN
   if (ax >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7BFFu);  // >= 65520: saturate
   if (ax < 0x38800000u) {
     // Below the smallest normal (2^-14): subnormal steps of 2^-24; 1024 steps carry into 0x0400.
@@ -119,13 +127,27 @@ std::uint16_t f32_to_bf16(float x) {
   return static_cast<std::uint16_t>(sign | (rounded >> 16));
 }
 
-float bf16_to_f32(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+float bf16_to_f32(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
 
-std::uint8_t f32_to_e4m3(float x) { return encode_fp8(e4m3(), x); }
-float e4m3_to_f32(std::uint8_t c) { return e4m3().value[c]; }
-std::uint8_t f32_to_e5m2(float x) { return encode_fp8(e5m2(), x); }
-float e5m2_to_f32(std::uint8_t c) { return e5m2().value[c]; }
-const float* e4m3_table() { return e4m3().value.data(); }
-const float* e5m2_table() { return e5m2().value.data(); }
+std::uint8_t f32_to_e4m3(float x) {
+  return encode_fp8(e4m3(), x);
+}
+float e4m3_to_f32(std::uint8_t c) {
+  return e4m3().value[c];
+}
+std::uint8_t f32_to_e5m2(float x) {
+  return encode_fp8(e5m2(), x);
+}
+float e5m2_to_f32(std::uint8_t c) {
+  return e5m2().value[c];
+}
+const float* e4m3_table() {
+  return e4m3().value.data();
+}
+const float* e5m2_table() {
+  return e5m2().value.data();
+}
 
 }  // namespace kvscope::quant

@@ -1,8 +1,8 @@
 // Scalar conversions between float and the narrow floating-point formats kvscope stores K/V in:
 // IEEE binary16, bfloat16, and the OCP 8-bit formats E4M3 (bias 7, max 448, no infinities, one NaN
-// code per sign) and E5M2 (bias 15, max 57344, IEEE-style infinities and NaNs). Every encoder rounds
-// to nearest, ties to even, and saturates: a finite value (or infinity) beyond the largest finite
-// number becomes that number with its sign, never infinity or NaN. NaN input stays NaN.
+// code per sign) and E5M2 (bias 15, max 57344, IEEE-style infinities and NaNs). Every encoder
+// rounds to nearest, ties to even, and saturates: a finite value (or infinity) beyond the largest
+// finite number becomes that number with its sign, never infinity or NaN. NaN input stays NaN.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,8 @@ const float* e4m3_table();
 const float* e5m2_table();
 
 // Rounds through fp16 and back: what a stored fp16 scale or zero point really is.
-inline float round_to_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+inline float round_to_f16(float x) {
+  return f16_to_f32(f32_to_f16(x));
+}
 
 }  // namespace kvscope::quant

@@ -71,12 +71,13 @@ std::uint16_t quantize_int8(const float* x, int n, std::int8_t* codes) {
 
 ScaleZero quantize_asym(const float* x, int n, int stride, int bits, std::uint8_t* row, int first) {
   const AsymParams p = asym_params(x, n, stride, bits);
-  for (int i = 0; i < n; ++i) set_code(row, first + i, bits, p.code(x[static_cast<std::size_t>(i) * stride]));
+  for (int i = 0; i < n; ++i)
+    set_code(row, first + i, bits, p.code(x[static_cast<std::size_t>(i) * stride]));
   return p.stored;
 }
 
-ScaleZero quantize_asym_column(const float* x, int n, int stride, int bits, std::uint8_t* const* rows,
-                               int column) {
+ScaleZero quantize_asym_column(const float* x, int n, int stride, int bits,
+                               std::uint8_t* const* rows, int column) {
   const AsymParams p = asym_params(x, n, stride, bits);
   for (int i = 0; i < n; ++i) {
     set_code(rows[i], column, bits, p.code(x[static_cast<std::size_t>(i) * stride]));

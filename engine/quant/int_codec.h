@@ -38,7 +38,7 @@ ScaleZero quantize_asym(const float* x, int n, int stride, int bits, std::uint8_
 
 // Asymmetric quantization of the same n values laid out in several rows: value i is
 // x[i * stride] and goes to code `column` of rows[i] (used by KIVI's per-channel keys).
-ScaleZero quantize_asym_column(const float* x, int n, int stride, int bits, std::uint8_t* const* rows,
-                               int column);
+ScaleZero quantize_asym_column(const float* x, int n, int stride, int bits,
+                               std::uint8_t* const* rows, int column);
 
 }  // namespace kvscope::quant

@@ -19,12 +19,19 @@ inline std::uint16_t load_u16(const std::byte* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store_u16(std::byte* p, std::uint16_t v) { std::memcpy(p, &v, sizeof v); }
-inline const std::uint8_t* u8(const std::byte* p) { return reinterpret_cast<const std::uint8_t*>(p); }
-inline std::uint8_t* u8(std::byte* p) { return reinterpret_cast<std::uint8_t*>(p); }
+inline void store_u16(std::byte* p, std::uint16_t v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline const std::uint8_t* u8(const std::byte* p) {
+  return reinterpret_cast<const std::uint8_t*>(p);
+}
+inline std::uint8_t* u8(std::byte* p) {
+  return reinterpret_cast<std::uint8_t*>(p);
+}
 
 // Per-token asymmetric groups of a row: codes into `codes`, (scale, zero) pairs into `meta`.
-void quantize_row_groups(const TileGeometry& g, const float* row, std::byte* codes, std::byte* meta) {
+void quantize_row_groups(const TileGeometry& g, const float* row, std::byte* codes,
+                         std::byte* meta) {
   for (int first = 0, k = 0; first < g.kv_dim; first += g.group, ++k) {
     const ScaleZero sz = quantize_asym(row + first, g.group, 1, g.bits, u8(codes), first);
     store_u16(meta + static_cast<std::size_t>(k) * 4, sz.scale);
@@ -66,8 +73,9 @@ void encode_token(const TileGeometry& g, KvDtype d, const float* row, std::byte*
     }
     case KvDtype::kInt8:
       for (int h = 0; h < g.kv_heads; ++h) {
-        const std::uint16_t s = quantize_int8(row + static_cast<std::size_t>(h) * g.head_dim, g.head_dim,
-                                              reinterpret_cast<std::int8_t*>(codes) + h * g.head_dim);
+        const std::uint16_t s =
+            quantize_int8(row + static_cast<std::size_t>(h) * g.head_dim, g.head_dim,
+                          reinterpret_cast<std::int8_t*>(codes) + h * g.head_dim);
         store_u16(meta + 2 * h, s);
       }
       return;
@@ -87,13 +95,15 @@ void flush_kivi_group(const KvSeqView& view, const TileGeometry& g, int layer, K
   std::vector<std::uint8_t*> rows(static_cast<std::size_t>(R));  // [R] code rows of the group
   for (int i = 0; i < R; ++i) {
     const int slot = g0 + i;
-    std::byte* tile = view.storage->tile(layer, kind, view.blocks[static_cast<std::size_t>(slot / B)]);
+    std::byte* tile =
+        view.storage->tile(layer, kind, view.blocks[static_cast<std::size_t>(slot / B)]);
     rows[static_cast<std::size_t>(i)] = u8(tile + static_cast<std::size_t>(slot % B) * g.row_bytes);
     if (kind == KvKind::kValue) {
       // Values: per token, asymmetric groups along the row.
-      quantize_row_groups(g, staging + static_cast<std::size_t>(i) * g.kv_dim,
-                          tile + static_cast<std::size_t>(slot % B) * g.row_bytes,
-                          tile + g.meta_offset + static_cast<std::size_t>(slot % B) * g.token_meta_bytes);
+      quantize_row_groups(
+          g, staging + static_cast<std::size_t>(i) * g.kv_dim,
+          tile + static_cast<std::size_t>(slot % B) * g.row_bytes,
+          tile + g.meta_offset + static_cast<std::size_t>(slot % B) * g.token_meta_bytes);
     }
   }
   if (kind == KvKind::kValue) return;
@@ -138,7 +148,8 @@ void write_token(const KvSeqView& view, int layer, KvKind kind, const float* row
   const KvFormat& f = L.format(kind);
   const int slot = view.write_slot();
   const int B = L.block_size;
-  std::byte* tile = view.storage->tile(layer, kind, view.blocks[static_cast<std::size_t>(slot / B)]);
+  std::byte* tile =
+      view.storage->tile(layer, kind, view.blocks[static_cast<std::size_t>(slot / B)]);
   const std::size_t kv_dim = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
   if (f.dtype == KvDtype::kF32) {
     std::memcpy(tile + static_cast<std::size_t>(slot % B) * kv_dim * sizeof(float), row,
@@ -175,33 +186,39 @@ TileReader::TileReader(const KvSeqView& view, int layer, KvKind kind)
   dtype_ = f.dtype;
   is_key_ = kind == KvKind::kKey;
   g_ = tile_geometry(L, kind);
-  if (view.contiguous && !view.blocks.empty()) contiguous_base_ = storage_->tile(layer, kind, view.blocks[0]);
+  if (view.contiguous && !view.blocks.empty())
+    contiguous_base_ = storage_->tile(layer, kind, view.blocks[0]);
   open_start_ = view.num_slots;
   if (f.is_kivi() && view.num_slots % f.residual != 0) {
     open_start_ = view.num_slots - view.num_slots % f.residual;
-    open_ = storage_->staging(layer, kind, view.blocks[static_cast<std::size_t>(open_start_ / L.block_size)],
+    open_ = storage_->staging(layer, kind,
+                              view.blocks[static_cast<std::size_t>(open_start_ / L.block_size)],
                               open_start_ % L.block_size);
     if (open_ == nullptr) {
       throw Error("kv cache", f.name() + ": no full-precision staging for the open group at slot " +
-                                  std::to_string(open_start_) + " (layer " + std::to_string(layer) + ")");
+                                  std::to_string(open_start_) + " (layer " + std::to_string(layer) +
+                                  ")");
     }
   }
 }
 
 const std::byte* TileReader::tile_of(int slot) const {
   const int B = g_.block_size;
-  if (contiguous_base_ != nullptr) return contiguous_base_ + static_cast<std::size_t>(slot / B) * g_.tile_bytes;
+  if (contiguous_base_ != nullptr)
+    return contiguous_base_ + static_cast<std::size_t>(slot / B) * g_.tile_bytes;
   return storage_->tile(layer_, kind_, view_.blocks[static_cast<std::size_t>(slot / B)]);
 }
 
 const float* TileReader::head(int slot, int kvh, float* tmp) const {
   const int hd = g_.head_dim;
   const int c0 = kvh * hd;  // first channel of the head in the row
-  if (slot >= open_start_) return open_ + static_cast<std::size_t>(slot - open_start_) * g_.kv_dim + c0;
+  if (slot >= open_start_)
+    return open_ + static_cast<std::size_t>(slot - open_start_) * g_.kv_dim + c0;
   const std::byte* tile = tile_of(slot);
   const int offset = slot % g_.block_size;
   const std::byte* codes = tile + static_cast<std::size_t>(offset) * g_.row_bytes;
-  const std::byte* meta = tile + g_.meta_offset + static_cast<std::size_t>(offset) * g_.token_meta_bytes;
+  const std::byte* meta =
+      tile + g_.meta_offset + static_cast<std::size_t>(offset) * g_.token_meta_bytes;
   switch (dtype_) {
     case KvDtype::kF32:
       return reinterpret_cast<const float*>(codes) + c0;
@@ -230,7 +247,8 @@ const float* TileReader::head(int slot, int kvh, float* tmp) const {
     case KvDtype::kKivi4: {
       if (is_key_ && (dtype_ == KvDtype::kKivi2 || dtype_ == KvDtype::kKivi4)) {
         const int set = g_.block_size >= g_.residual ? offset / g_.residual : 0;
-        const std::byte* m = tile + g_.tile_meta_offset + (static_cast<std::size_t>(set) * g_.kv_dim + c0) * 4;
+        const std::byte* m =
+            tile + g_.tile_meta_offset + (static_cast<std::size_t>(set) * g_.kv_dim + c0) * 4;
         for (int i = 0; i < hd; ++i) {
           const float scale = f16_to_f32(load_u16(m + 4 * i));
           const float zero = f16_to_f32(load_u16(m + 4 * i + 2));

@@ -14,10 +14,10 @@ struct TileGeometry {
   int block_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  int kv_dim = 0;          // kv_heads * head_dim values per token
-  int bits = 32;           // code width
-  int group = 0;           // values per group along a token's row (int4/int2/KIVI values)
-  int residual = 0;        // KIVI tokens per key group
+  int kv_dim = 0;                    // kv_heads * head_dim values per token
+  int bits = 32;                     // code width
+  int group = 0;                     // values per group along a token's row (int4/int2/KIVI values)
+  int residual = 0;                  // KIVI tokens per key group
   std::size_t row_bytes = 0;         // codes of one token
   std::size_t token_meta_bytes = 0;  // per-token scales of one token
   std::size_t meta_offset = 0;       // start of [block_size][token_meta_bytes]
@@ -48,8 +48,8 @@ class TileReader {
   bool is_key_;
   TileGeometry g_;
   const std::byte* contiguous_base_ = nullptr;  // first tile when the view is contiguous
-  int open_start_ = 0;             // KIVI: first slot of the open (full-precision) group
-  const float* open_ = nullptr;    // KIVI: its staging [residual][kv_dim]
+  int open_start_ = 0;           // KIVI: first slot of the open (full-precision) group
+  const float* open_ = nullptr;  // KIVI: its staging [residual][kv_dim]
   const KvStorage* storage_;
   int layer_;
   KvKind kind_;

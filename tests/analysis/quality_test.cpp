@@ -33,7 +33,8 @@ TEST(QualityMath, KlDivergenceOfHandMadeDistributions) {
   const auto q = log_probs({0.25, 0.75});
   // 0.5 ln(0.5/0.25) + 0.5 ln(0.5/0.75)
   EXPECT_NEAR(kl_divergence(p, q), 0.5 * std::log(2.0) + 0.5 * std::log(2.0 / 3.0), 1e-12);
-  EXPECT_NEAR(kl_divergence(q, p), 0.25 * std::log(0.5) + 0.75 * std::log(1.5), 1e-12);  // asymmetric
+  EXPECT_NEAR(kl_divergence(q, p), 0.25 * std::log(0.5) + 0.75 * std::log(1.5),
+              1e-12);  // asymmetric
   EXPECT_EQ(kl_divergence(p, p), 0.0);
   // A zero-probability entry of p contributes nothing.
   const auto r = std::vector<double>{0.0, -INFINITY};
@@ -59,7 +60,9 @@ TEST(QualityMath, PerplexityAndAccumulator) {
 
 TEST(QualityEval, TextWindowsSplitStoriesAndStartWithBos) {
   const auto& m = testing::real_model();
-  const auto w = text_windows(*m.tokenizer, "One day a cat sat.\n\nThe dog ran to the park and played all day long.\n", 8, "t");
+  const auto w = text_windows(
+      *m.tokenizer, "One day a cat sat.\n\nThe dog ran to the park and played all day long.\n", 8,
+      "t");
   ASSERT_GE(w.size(), 3u);  // the second story is longer than 8 tokens: cut in two or more
   for (const auto& win : w) {
     EXPECT_EQ(win.front(), kTokenBos);
@@ -72,10 +75,11 @@ TEST(QualityEval, Fp32IsExactAndLossGrowsAsBitsShrink) {
   const auto& m = testing::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
-  auto windows = text_windows(*m.tokenizer,
-                              "Once upon a time, there was a little dog named Spot. Spot liked to run in the "
-                              "garden and play with his red ball. One day, the ball rolled under a big bush.",
-                              512, "t");
+  auto windows =
+      text_windows(*m.tokenizer,
+                   "Once upon a time, there was a little dog named Spot. Spot liked to run in the "
+                   "garden and play with his red ball. One day, the ball rolled under a big bush.",
+                   512, "t");
   QualityEvaluator eval(t, windows, 16);
   auto report = [&](const char* k, const char* v) {
     auto variant = make_kv_format_variant(parse_kv_format(k, "t"), parse_kv_format(v, "t"), 16);

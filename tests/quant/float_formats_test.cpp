@@ -22,12 +22,12 @@ TEST(Fp16, KnownValuesTiesAndSaturation) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3C00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xC000);
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);
-  EXPECT_EQ(f32_to_f16(1e9f), 0x7BFF);                // saturates, no infinity
+  EXPECT_EQ(f32_to_f16(1e9f), 0x7BFF);  // saturates, no infinity
   EXPECT_EQ(f32_to_f16(-INFINITY), 0xFBFF);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);     // tie -> even (0)
-  EXPECT_EQ(f32_to_f16(3 * std::ldexp(1.0f, -25)), 0x0002); // tie -> even (2)
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);             // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);             // tie -> even (0)
+  EXPECT_EQ(f32_to_f16(3 * std::ldexp(1.0f, -25)), 0x0002);         // tie -> even (2)
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie -> even
   EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie -> even
 }

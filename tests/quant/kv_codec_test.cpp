@@ -23,13 +23,20 @@ double bound(const KvFormat& f, float x, float head_amax, float group_lo, float 
   const double range = static_cast<double>(group_hi) - group_lo;
   const double fp16_slack = std::ldexp(std::fabs(group_lo) + std::fabs(group_hi) + 1e-30, -10);
   switch (f.dtype) {
-    case KvDtype::kF32: return 0.0;
-    case KvDtype::kF16: return std::ldexp(ax, -11) + 1e-7;
-    case KvDtype::kBF16: return std::ldexp(ax, -8) + 1e-30;
-    case KvDtype::kFp8E4M3: return std::ldexp(ax, -4) + std::ldexp(ax, -8) + head_amax * 1e-5;
-    case KvDtype::kFp8E5M2: return std::ldexp(ax, -3) + std::ldexp(ax, -8) + head_amax * 1e-5;
-    case KvDtype::kInt8: return head_amax / 254.0 * 1.01 + head_amax * 1e-3;
-    default: return range / ((1 << f.bits()) - 1) / 2.0 * 1.01 + fp16_slack;
+    case KvDtype::kF32:
+      return 0.0;
+    case KvDtype::kF16:
+      return std::ldexp(ax, -11) + 1e-7;
+    case KvDtype::kBF16:
+      return std::ldexp(ax, -8) + 1e-30;
+    case KvDtype::kFp8E4M3:
+      return std::ldexp(ax, -4) + std::ldexp(ax, -8) + head_amax * 1e-5;
+    case KvDtype::kFp8E5M2:
+      return std::ldexp(ax, -3) + std::ldexp(ax, -8) + head_amax * 1e-5;
+    case KvDtype::kInt8:
+      return head_amax / 254.0 * 1.01 + head_amax * 1e-3;
+    default:
+      return range / ((1 << f.bits()) - 1) / 2.0 * 1.01 + fp16_slack;
   }
 }
 
@@ -49,7 +56,8 @@ TEST_P(RoundTrip, RandomDataWithinPerFormatBound) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<std::vector<float>> rows(T, std::vector<float>(32));  // [T][kv_dim]
   for (int t = 0; t < T; ++t) {
-    for (int c = 0; c < 32; ++c) rows[t][c] = normal(rng) * (c == 5 ? 20.0f : 1.0f);  // outlier channel
+    for (int c = 0; c < 32; ++c)
+      rows[t][c] = normal(rng) * (c == 5 ? 20.0f : 1.0f);  // outlier channel
     cache.append(rows[t].data(), rows[t].data());
   }
   const int R = f.residual;
@@ -68,10 +76,16 @@ TEST_P(RoundTrip, RandomDataWithinPerFormatBound) {
           float lo = x, hi = x;
           if (f.is_kivi() && kind == KvKind::kKey) {  // channel c over the token group
             const int g0 = t - t % R;
-            for (int s = g0; s < g0 + R && s < T; ++s) { lo = std::min(lo, rows[s][c]); hi = std::max(hi, rows[s][c]); }
+            for (int s = g0; s < g0 + R && s < T; ++s) {
+              lo = std::min(lo, rows[s][c]);
+              hi = std::max(hi, rows[s][c]);
+            }
           } else {  // group of the token's row
             const int g = f.effective_group(32), first = c - c % g;
-            for (int j = first; j < first + g; ++j) { lo = std::min(lo, rows[t][j]); hi = std::max(hi, rows[t][j]); }
+            for (int j = first; j < first + g; ++j) {
+              lo = std::min(lo, rows[t][j]);
+              hi = std::max(hi, rows[t][j]);
+            }
           }
           const double b = t >= open_start ? 0.0 : bound(f, x, amax, lo, hi);
           ASSERT_LE(std::fabs(got[i] - x), b) << f.name() << " slot " << t << " channel " << c
@@ -82,25 +96,27 @@ TEST_P(RoundTrip, RandomDataWithinPerFormatBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Formats, RoundTrip,
-    ::testing::Values(Case{"fp32", 16}, Case{"fp16", 16}, Case{"bf16", 16}, Case{"fp8-e4m3", 16},
-                      Case{"fp8-e5m2", 16}, Case{"int8", 16}, Case{"int4", 16}, Case{"int4-g8", 4},
-                      Case{"int2", 16}, Case{"int2-g16", 1}, Case{"kivi2", 16}, Case{"kivi2", 64},
-                      Case{"kivi4", 8}, Case{"kivi4-r16-g8", 32}, Case{"kivi2-r8", 1}),
-    [](const auto& param_info) {
-      std::string n = std::string(param_info.param.name) + "_b" + std::to_string(param_info.param.block_size);
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Formats, RoundTrip,
+                         ::testing::Values(Case{"fp32", 16}, Case{"fp16", 16}, Case{"bf16", 16},
+                                           Case{"fp8-e4m3", 16}, Case{"fp8-e5m2", 16},
+                                           Case{"int8", 16}, Case{"int4", 16}, Case{"int4-g8", 4},
+                                           Case{"int2", 16}, Case{"int2-g16", 1}, Case{"kivi2", 16},
+                                           Case{"kivi2", 64}, Case{"kivi4", 8},
+                                           Case{"kivi4-r16-g8", 32}, Case{"kivi2-r8", 1}),
+                         [](const auto& param_info) {
+                           std::string n = std::string(param_info.param.name) + "_b" +
+                                           std::to_string(param_info.param.block_size);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 TEST(KvCodec, ZerosConstantsAndHugeValuesAreExactOrFinite) {
   for (const auto& name : kv_format_names()) {
     const KvFormat f = parse_kv_format(name, "test");
     // Zeros are exact everywhere; constants are exact where the group minimum is stored (the
     // asymmetric formats) and within the fp16 scale's rounding where a scale maps amax to max.
-    const bool scaled = f.dtype == KvDtype::kInt8 || f.dtype == KvDtype::kFp8E4M3 ||
-                        f.dtype == KvDtype::kFp8E5M2;
+    const bool scaled =
+        f.dtype == KvDtype::kInt8 || f.dtype == KvDtype::kFp8E4M3 || f.dtype == KvDtype::kFp8E5M2;
     QuantCache cache(f, f, 16, 40, 4, 8);
     std::vector<float> zeros(32, 0.0f), halves(32, 0.5f), huge(32);
     for (int c = 0; c < 32; ++c) huge[c] = (c % 2 ? -3e38f : 3e38f) / static_cast<float>(c + 1);
@@ -131,7 +147,8 @@ TEST(KvCodec, GroupsAreIndependent) {
   const KvFormat f = parse_kv_format("int4-g8", "test");
   QuantCache cache(f, f, 16, 1, 4, 8);
   std::vector<float> row(32);
-  for (int c = 0; c < 32; ++c) row[c] = c < 8 ? 0.01f * static_cast<float>(c) : 100.0f * static_cast<float>(c - 8);
+  for (int c = 0; c < 32; ++c)
+    row[c] = c < 8 ? 0.01f * static_cast<float>(c) : 100.0f * static_cast<float>(c - 8);
   cache.append(row.data(), row.data());
   quant::TileReader reader(cache.view(), 0, KvKind::kKey);
   float tmp[8];
@@ -148,11 +165,11 @@ TEST(KvFormat, ExactBytesForStories260KShape) {
   EXPECT_EQ(tile("fp16", KvKind::kKey), 16u * 64);
   EXPECT_EQ(tile("fp8-e4m3", KvKind::kKey), 16u * (32 + 4 * 2));  // + fp16 scale per head
   EXPECT_EQ(tile("int8", KvKind::kValue), 16u * (32 + 4 * 2));
-  EXPECT_EQ(tile("int4", KvKind::kKey), 16u * (16 + 4));          // one group: scale + zero
+  EXPECT_EQ(tile("int4", KvKind::kKey), 16u * (16 + 4));  // one group: scale + zero
   EXPECT_EQ(tile("int4-g8", KvKind::kKey), 16u * (16 + 4 * 4));
   EXPECT_EQ(tile("int2", KvKind::kKey), 16u * (8 + 4));
   EXPECT_EQ(tile("kivi2", KvKind::kValue), 16u * (8 + 4));
-  EXPECT_EQ(tile("kivi2", KvKind::kKey), 16u * 8 + 32 * 4);       // one channel set per tile
+  EXPECT_EQ(tile("kivi2", KvKind::kKey), 16u * 8 + 32 * 4);          // one channel set per tile
   EXPECT_EQ(tile("kivi2", KvKind::kKey, 64), 64u * 8 + 2 * 32 * 4);  // two groups per tile
   EXPECT_EQ(parse_kv_format("kivi2", "t").staging_bytes_per_sequence(4, 8), 32u * 32 * 4);
   // Llama-3-70B shape: 8 KV heads x 128, fp16 = 2 bytes per value, int8 adds 2 bytes per head.
@@ -179,7 +196,8 @@ TEST(KvFormat, ParsingAndValidationErrorsNameTheProblem) {
   EXPECT_THROW(parse_kv_format("int4-g12", "x").validate(16, 4, 8, "K format"), Error);
   EXPECT_THROW(parse_kv_format("kivi2-r24", "x").validate(16, 4, 8, "K format"), Error);
   EXPECT_NO_THROW(parse_kv_format("kivi2-r64", "x").validate(16, 4, 8, "K format"));
-  EXPECT_NO_THROW(parse_kv_format("int4-g64", "x").validate(16, 4, 8, "K format"));  // capped at row
+  EXPECT_NO_THROW(
+      parse_kv_format("int4-g64", "x").validate(16, 4, 8, "K format"));  // capped at row
 }
 
 }  // namespace

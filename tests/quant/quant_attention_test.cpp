@@ -46,11 +46,16 @@ double attention_error(const KvFormat& k, const KvFormat& v, int block_size) {
 }
 
 TEST(QuantAttention, WithinPerFormatToleranceOfFp32) {
-  struct Tol { const char* k; const char* v; double max_err; };
-  const Tol cases[] = {{"fp32", "fp32", 0.0},      {"fp16", "fp16", 2e-3},  {"bf16", "bf16", 2e-2},
-                       {"fp8-e4m3", "fp8-e4m3", 0.08}, {"fp8-e5m2", "fp8-e5m2", 0.15},
-                       {"int8", "int8", 0.03},     {"int8", "int4", 0.15},  {"int4", "int4", 0.4},
-                       {"kivi4", "kivi4", 0.15},   {"kivi2", "kivi2", 0.9}, {"int2", "int2", 1.5}};
+  struct Tol {
+    const char* k;
+    const char* v;
+    double max_err;
+  };
+  const Tol cases[] = {
+      {"fp32", "fp32", 0.0},          {"fp16", "fp16", 2e-3},         {"bf16", "bf16", 2e-2},
+      {"fp8-e4m3", "fp8-e4m3", 0.08}, {"fp8-e5m2", "fp8-e5m2", 0.15}, {"int8", "int8", 0.03},
+      {"int8", "int4", 0.15},         {"int4", "int4", 0.4},          {"kivi4", "kivi4", 0.15},
+      {"kivi2", "kivi2", 0.9},        {"int2", "int2", 1.5}};
   for (const Tol& c : cases) {
     for (int bs : {1, 16, 64}) {
       const double err = attention_error(parse_kv_format(c.k, "t"), parse_kv_format(c.v, "t"), bs);
@@ -59,7 +64,9 @@ TEST(QuantAttention, WithinPerFormatToleranceOfFp32) {
     }
   }
   // The ordering the formats promise: more bits, less error; per-channel keys beat per-token.
-  auto err = [](const char* f) { return attention_error(parse_kv_format(f, "t"), parse_kv_format(f, "t"), 16); };
+  auto err = [](const char* f) {
+    return attention_error(parse_kv_format(f, "t"), parse_kv_format(f, "t"), 16);
+  };
   EXPECT_LT(err("fp16"), err("int8"));
   EXPECT_LT(err("int8"), err("int4"));
   EXPECT_LT(err("int4"), err("int2"));
@@ -93,7 +100,8 @@ TEST(Kivi, ResidualStaysExactUntilTheGroupFillsThenHandsOver) {
     for (int s = 0; s < 32; ++s) {
       for (int h = 0; h < 4; ++h) {
         const float* got = r.head(s, h, tmp);
-        for (int i = 0; i < 8; ++i) max_err = std::max(max_err, static_cast<double>(std::fabs(got[i] - rows[s][h * 8 + i])));
+        for (int i = 0; i < 8; ++i)
+          max_err = std::max(max_err, static_cast<double>(std::fabs(got[i] - rows[s][h * 8 + i])));
       }
     }
     EXPECT_GT(max_err, 0.0) << "block " << bs;  // really 2-bit now
@@ -111,7 +119,8 @@ TEST(Kivi, ContinuingAGroupWithoutItsStagingIsAClearError) {
   EXPECT_THROW(cache.append(row.data(), row.data()), Error);
 }
 
-std::string generate_text(const KvFormat& k, const KvFormat& v, AllocatorKind kind, int block_size) {
+std::string generate_text(const KvFormat& k, const KvFormat& v, AllocatorKind kind,
+                          int block_size) {
   const auto& m = testing::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
@@ -127,7 +136,8 @@ std::string generate_text(const KvFormat& k, const KvFormat& v, AllocatorKind ki
 }
 
 TEST(QuantGenerate, Fp16AndBf16KeepTheGoldenGreedyText) {
-  const std::string golden = testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+  const std::string golden =
+      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   for (const char* name : {"fp16", "bf16"}) {
     const KvFormat f = parse_kv_format(name, "t");
     EXPECT_EQ(generate_text(f, f, AllocatorKind::kPaged, 16), golden) << name;
@@ -141,8 +151,8 @@ TEST(QuantGenerate, EveryFormatRunsAndPagingDoesNotChangeTheResult) {
     EXPECT_GT(contiguous.size(), 20u) << name;
     EXPECT_EQ(generate_text(f, f, AllocatorKind::kPaged, 32), contiguous) << name;
   }
-  const std::string mixed = generate_text(parse_kv_format("int8", "t"), parse_kv_format("int4", "t"),
-                                          AllocatorKind::kPaged, 16);
+  const std::string mixed = generate_text(parse_kv_format("int8", "t"),
+                                          parse_kv_format("int4", "t"), AllocatorKind::kPaged, 16);
   EXPECT_GT(mixed.size(), 20u);
 }
 
