@@ -15,5 +15,6 @@ int cmd_synth(const Argv& args);
 int cmd_bench(const Argv& args);
 int cmd_run(const Argv& args);
 int cmd_trace(const Argv& args);
+int cmd_eval(const Argv& args);
 
 }  // namespace kvscope::cli

@@ -22,6 +22,8 @@ commands:
              a Chrome trace and per-step metrics
   trace      replay request traces (mooncake) and import KV-cache event logs (kv-events)
   bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s)
+  bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s), quant
+  eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
 
 models are found via --model, $KVSCOPE_MODELS, assets/models/, then ../shared/models;
 --model synthetic:<preset> selects random weights at a published shape (llama-3-70b, ...).
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     if (command == "bench") return cmd_bench(args);
     if (command == "run") return cmd_run(args);
     if (command == "trace") return cmd_trace(args);
+    if (command == "eval") return cmd_eval(args);
     std::fprintf(stderr, "kvscope: unknown command '%s'; run kvscope --help\n", command.c_str());
     return 2;
   } catch (const kvscope::Error& e) {
