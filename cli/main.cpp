@@ -21,7 +21,6 @@ commands:
   run        run a scenario (continuous batching on the real model); writes a recording,
              a Chrome trace and per-step metrics
   trace      replay request traces (mooncake) and import KV-cache event logs (kv-events)
-  bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s)
   bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s), quant
   eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
 
