@@ -95,7 +95,7 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
   for (std::size_t pos = first; pos < total; ++pos) {
     const bool is_prompt = pos < prompt.size();
     const int id = is_prompt ? prompt[pos] : (pos < gen.size() ? gen[pos] : -1);
-    if (id < 0) continue;
+    if (id < 0 || (is_prompt && pos == 0 && id == 1)) continue;  // not shown: BOS
     std::string piece;
     if (tok != nullptr) {
       piece = printable(tok->decode(prev, id));
@@ -107,10 +107,12 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
     prev = id;
     if (piece.empty()) continue;
     const float w = ImGui::CalcTextSize(piece.c_str()).x;
-    if (x > 0.0f && x + w <= avail)
+    // Wrap only before a word (a piece starting with a space); word pieces stay together.
+    if (x > 0.0f && (x + w <= avail || piece[0] != ' '))
       ImGui::SameLine(0, 0);
     else
       x = 0.0f;
+    if (x == 0.0f && piece[0] == ' ') piece.erase(0, 1);
     ImGui::TextColored(is_prompt ? ImGui::ColorConvertU32ToFloat4(pal.text_dim) : color, "%s",
                        piece.c_str());
     x += w;
