@@ -12,10 +12,10 @@
 #include <ctime>
 #include <memory>
 
-#include "app/core/shell.h"
 #include "app/core/run_session.h"
-#include "engine/common/error.h"
+#include "app/core/shell.h"
 #include "app/screenshot.h"
+#include "engine/common/error.h"
 
 namespace kvscope::ui {
 

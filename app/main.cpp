@@ -8,21 +8,24 @@
 
 namespace {
 
-std::string default_scenario() { return std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json"; }
+std::string default_scenario() {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json";
+}
 
 void usage(std::FILE* out) {
-  std::fprintf(out,
-               "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
-               "                  [--step S]] [--presenter] [--size WxH]\n"
-               "  With no file, opens %s.\n"
-               "  --screenshot OUT.png  render N frames (default 30) of the finished run at step S\n"
-               "                        (default: the middle), write a PNG and exit\n"
-               "  --presenter           large fonts and high contrast (toggle with P)\n"
-               "  --size WxH            window size (default 1600x1000)\n"
-               "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
-               "      F12 screenshot, Ctrl+O open, Ctrl+R restart. Exit code 2: bad input;\n"
-               "      3: no display (use the headless CLI).\n",
-               default_scenario().c_str());
+  std::fprintf(
+      out,
+      "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
+      "                  [--step S]] [--presenter] [--size WxH]\n"
+      "  With no file, opens %s.\n"
+      "  --screenshot OUT.png  render N frames (default 30) of the finished run at step S\n"
+      "                        (default: the middle), write a PNG and exit\n"
+      "  --presenter           large fonts and high contrast (toggle with P)\n"
+      "  --size WxH            window size (default 1600x1000)\n"
+      "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
+      "      F12 screenshot, Ctrl+O open, Ctrl+R restart. Exit code 2: bad input;\n"
+      "      3: no display (use the headless CLI).\n",
+      default_scenario().c_str());
 }
 
 int fail(const std::string& message) {

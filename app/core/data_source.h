@@ -20,9 +20,9 @@ class DataSource {
   virtual int num_steps() const = 0;                             // closed steps, >= 1
   virtual std::span<const StepMetrics> all_metrics() const = 0;  // [num_steps]
   virtual void state_at(int step, PoolState& out) const = 0;     // reuses out's storage
-  virtual bool is_demo() const = 0;          // synthetic data, labelled in the UI
+  virtual bool is_demo() const = 0;               // synthetic data, labelled in the UI
   virtual bool is_live() const { return false; }  // steps are still being appended
-  virtual std::string describe() const = 0;  // one line for the title/status bar
+  virtual std::string describe() const = 0;       // one line for the title/status bar
   // For the text panel: the events of one step, the tokenizer (null when none matches the model)
   // and a request's prompt token ids (empty when unknown, e.g. for recordings).
   virtual std::span<const Event> events_at(int) const { return {}; }

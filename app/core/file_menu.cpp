@@ -48,8 +48,10 @@ void FileMenu::draw_items(const std::string& loaded, bool can_restart) {
     direct_ = FileAction{FileAction::Kind::kRestart, {}};
   item_tooltip("Runs the scenario again from step 0 (same seed: the same timeline)");
   ImGui::Separator();
-  if (ImGui::MenuItem("Save recording...")) ask(FileAction::Kind::kSaveRecording, stem_of(loaded) + ".kvr");
-  if (ImGui::MenuItem("Export metrics CSV...")) ask(FileAction::Kind::kExportCsv, stem_of(loaded) + "-metrics.csv");
+  if (ImGui::MenuItem("Save recording..."))
+    ask(FileAction::Kind::kSaveRecording, stem_of(loaded) + ".kvr");
+  if (ImGui::MenuItem("Export metrics CSV..."))
+    ask(FileAction::Kind::kExportCsv, stem_of(loaded) + "-metrics.csv");
   if (ImGui::MenuItem("Export screenshot", "F12"))
     direct_ = FileAction{FileAction::Kind::kScreenshot, {}};
   ImGui::Separator();
@@ -79,8 +81,8 @@ std::optional<FileAction> FileMenu::draw_popup() {
       focus_input_ = false;
     }
     ImGui::SetNextItemWidth(-1.0f);
-    const bool enter = ImGui::InputText("##path", path_, sizeof path_,
-                                        ImGuiInputTextFlags_EnterReturnsTrue);
+    const bool enter =
+        ImGui::InputText("##path", path_, sizeof path_, ImGuiInputTextFlags_EnterReturnsTrue);
     ImGui::TextDisabled("Relative paths start at %s",
                         std::filesystem::current_path().string().c_str());
     const bool ok = ImGui::Button("OK", ImVec2(120, 0)) || enter;

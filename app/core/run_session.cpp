@@ -69,7 +69,9 @@ void RunSession::work() {
   *running_ = false;
 }
 
-RunSession::~RunSession() { stop(); }
+RunSession::~RunSession() {
+  stop();
+}
 
 void RunSession::stop() {
   stop_ = true;

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/analysis/metrics_csv.h"
-#include "engine/common/error.h"
 #include "app/core/transport.h"
 #include "app/panels/registry.h"
 #include "app/widgets/widgets.h"
+#include "engine/analysis/metrics_csv.h"
+#include "engine/common/error.h"
 
 namespace kvscope::ui {
 

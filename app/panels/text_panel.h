@@ -20,10 +20,10 @@ class TextPanel final : public Panel {
   void catch_up(const AppState& state);  // folds DecodeToken events up to the selected step
   void draw_request(const AppState& state, const RequestState& r);
 
-  int generation_ = -1;  // AppState::source_generation() tokens_ was built from
-  int built_until_ = -1;                // events of steps [0, built_until_] are folded in
+  int generation_ = -1;                     // AppState::source_generation() tokens_ was built from
+  int built_until_ = -1;                    // events of steps [0, built_until_] are folded in
   std::map<int, std::vector<int>> tokens_;  // request id -> [position] generated token id (or -1)
-  std::vector<std::string> pieces_;     // scratch: the decoded pieces of one request
+  std::vector<std::string> pieces_;         // scratch: the decoded pieces of one request
 };
 
 }  // namespace kvscope::ui

@@ -101,6 +101,27 @@ TEST(UiHeadless, EachPanelAloneSurvivesTinyAndEmptyInputs) {
   }
 }
 
+TEST(UiHeadless, OpenKeepsTheRunOnErrorsAndRestartReruns) {
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  UiShell shell(RunSession::open(minimal_scenario()), imgui.fonts());
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "first frame");
+  const std::string title = shell.state().header().title;
+  EXPECT_FALSE(shell.open("/nonexistent/scenario.json"));  // error modal, run kept
+  EXPECT_EQ(shell.state().header().title, title);
+  EXPECT_EQ(shell.session()->path(), minimal_scenario());
+  for (int f = 0; f < 3; ++f) run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "error modal");
+  shell.restart();  // stops the running worker first, then runs again from step 0
+  shell.session()->wait();
+  const int steps = shell.state().num_steps();
+  EXPECT_GT(steps, 100);
+  const std::string kvr = testing::TempDir() + "ui_open_test.kvr";
+  shell.session()->timeline()->save(kvr);
+  ASSERT_TRUE(shell.open(kvr));
+  EXPECT_FALSE(shell.state().is_live());
+  EXPECT_EQ(shell.state().num_steps(), steps);
+  for (int f = 0; f < 5; ++f) run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "recording");
+}
+
 // 100,000 blocks: synthetic pool states (no scenario of that size runs in a unit test).
 TEST(UiHeadless, BlockMapAggregatesWhenCellsFallBelowAPixel) {
   HeadlessImGui imgui(ImVec2(800, 600));
