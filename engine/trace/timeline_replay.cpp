@@ -27,8 +27,9 @@ void refresh_filled(PoolState& s, const RequestState& r, int first, int last) {
     const std::int32_t b = r.blocks[static_cast<std::size_t>(l)];
     if (b < 0) continue;
     BlockState& bstate = s.blocks[static_cast<std::size_t>(b)];
-    if (bstate.owner != r.id || bstate.cached) continue;  // cached blocks are full
-    bstate.filled = static_cast<std::int16_t>(std::clamp(r.num_tokens - l * bs, 0, bs));
+    if (bstate.owner != r.id) continue;
+    const int filled = bstate.cached ? bs : std::clamp(r.num_tokens - l * bs, 0, bs);  // cached: full
+    bstate.filled = static_cast<std::int16_t>(filled);
   }
 }
 
@@ -200,6 +201,7 @@ void apply_event(PoolState& s, const Event& e) {
       BlockState& b = block_at(s, e);
       b.ref_count = static_cast<std::int16_t>(e.a);
       b.cached = true;
+      b.filled = static_cast<std::int16_t>(s.block_size);
       restatus(s, b, e.block);
       break;
     }
