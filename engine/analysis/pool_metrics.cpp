@@ -29,7 +29,7 @@ void fill_pool_metrics(const KvCacheManager& cache, StepMetrics& m) {
   for (SeqId id : cache.sequences()) {
     const BlockTable& t = cache.table(id);
     const std::int64_t holding = cache.blocks_for(t.num_tokens);  // blocks with a token
-    if (source != nullptr) {  // a shared block counts once
+    if (source != nullptr) {                                      // a shared block counts once
       for (std::int64_t l = 0; l < holding; ++l) {
         const auto b = static_cast<std::size_t>(t.blocks[static_cast<std::size_t>(l)].value);
         if (seen[b]) continue;

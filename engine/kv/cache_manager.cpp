@@ -16,19 +16,23 @@ KvCacheManager::KvCacheManager(const KvLayout& layout, AllocatorKind kind, int m
 
 void KvCacheManager::set_block_source(BlockSource* source) {
   if (source != nullptr && kind_ != AllocatorKind::kPaged) {
-    throw Error("kv cache", "prefix caching needs the paged allocator (the contiguous allocator "
-                            "reserves private regions that cannot be shared)");
+    throw Error("kv cache",
+                "prefix caching needs the paged allocator (the contiguous allocator "
+                "reserves private regions that cannot be shared)");
   }
   if (!tables_.empty()) throw Error("kv cache", "set_block_source: sequences already exist");
   source_ = source;
 }
 
 void KvCacheManager::add_sequence_with_prefix(SeqId id, std::vector<BlockId> blocks, int tokens) {
-  if (has_sequence(id)) throw Error("kv cache", "sequence " + std::to_string(id.value) + " already exists");
-  if (kind_ != AllocatorKind::kPaged) throw Error("kv cache", "add_sequence_with_prefix: paged only");
+  if (has_sequence(id))
+    throw Error("kv cache", "sequence " + std::to_string(id.value) + " already exists");
+  if (kind_ != AllocatorKind::kPaged)
+    throw Error("kv cache", "add_sequence_with_prefix: paged only");
   if (tokens < 0 || blocks_for(tokens) != static_cast<int>(blocks.size())) {
     throw Error("kv cache", "add_sequence_with_prefix: " + std::to_string(blocks.size()) +
-                                " blocks cannot hold exactly " + std::to_string(tokens) + " tokens");
+                                " blocks cannot hold exactly " + std::to_string(tokens) +
+                                " tokens");
   }
   BlockTable table;
   table.blocks = std::move(blocks);
@@ -41,7 +45,8 @@ void KvCacheManager::add_sequence_with_prefix(SeqId id, std::vector<BlockId> blo
 
 void KvCacheManager::fork_sequence(SeqId parent, SeqId child) {
   if (source_ == nullptr) throw Error("kv cache", "fork_sequence needs a block source");
-  if (has_sequence(child)) throw Error("kv cache", "sequence " + std::to_string(child.value) + " already exists");
+  if (has_sequence(child))
+    throw Error("kv cache", "sequence " + std::to_string(child.value) + " already exists");
   BlockTable t = table(parent);
   source_->fork(parent.value, child.value, t.blocks);
   const auto n = static_cast<std::int64_t>(t.blocks.size());
@@ -94,7 +99,8 @@ void KvCacheManager::emit(EventType type, SeqId seq, BlockId block, int logical,
 }
 
 bool KvCacheManager::add_sequence(SeqId id) {
-  if (has_sequence(id)) throw Error("kv cache", "sequence " + std::to_string(id.value) + " already exists");
+  if (has_sequence(id))
+    throw Error("kv cache", "sequence " + std::to_string(id.value) + " already exists");
   BlockTable table;
   if (kind_ == AllocatorKind::kContiguous) {
     const int n = blocks_for(max_seq_len_);
@@ -140,8 +146,8 @@ bool KvCacheManager::append_slots(SeqId id, int n) {
   }
   t.num_tokens += n;
   if (need > 0) {
-    emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1, static_cast<std::int64_t>(t.blocks.size()),
-         t.num_tokens);
+    emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1,
+         static_cast<std::int64_t>(t.blocks.size()), t.num_tokens);
   }
   return true;
 }
@@ -178,11 +184,14 @@ KvSeqView KvCacheManager::view(SeqId id) {
   return v;
 }
 
-std::vector<SeqId> KvCacheManager::sequences() const { return order_; }
+std::vector<SeqId> KvCacheManager::sequences() const {
+  return order_;
+}
 
 long KvCacheManager::allocated_slots() const {
   long slots = 0;
-  for (const auto& [id, t] : tables_) slots += static_cast<long>(t.blocks.size()) * layout_.block_size;
+  for (const auto& [id, t] : tables_)
+    slots += static_cast<long>(t.blocks.size()) * layout_.block_size;
   return slots;
 }
 
@@ -198,9 +207,11 @@ void KvCacheManager::check_invariants() const {
   for (const auto& [id, t] : tables_) {
     const std::string who = "sequence " + std::to_string(id.value);
     if (t.num_tokens < 0) throw Error("kv cache invariant", who + " has a negative token count");
-    if (kind_ == AllocatorKind::kPaged && static_cast<int>(t.blocks.size()) != blocks_for(t.num_tokens)) {
+    if (kind_ == AllocatorKind::kPaged &&
+        static_cast<int>(t.blocks.size()) != blocks_for(t.num_tokens)) {
       throw Error("kv cache invariant", who + " holds " + std::to_string(t.blocks.size()) +
-                                            " blocks for " + std::to_string(t.num_tokens) + " tokens");
+                                            " blocks for " + std::to_string(t.num_tokens) +
+                                            " tokens");
     }
     if (kind_ == AllocatorKind::kContiguous) {
       if (static_cast<int>(t.blocks.size()) != t.reserved_blocks || t.num_tokens > max_seq_len_) {

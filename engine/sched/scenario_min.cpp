@@ -57,10 +57,10 @@ class Ctx {
 constexpr std::int64_t kIntMax = 1 << 30;
 
 void parse_cache(const Ctx& c, const json& j, MinScenario& s) {
-  c.only_keys(j, "cache",
-              {"block_size", "num_blocks", "pool_bytes", "allocator", "preemption", "victim",
-               "host_blocks", "max_seq_len", "kv_dtype", "prefix_caching", "prefix_index",
-               "cached_block_eviction"});
+  c.only_keys(
+      j, "cache",
+      {"block_size", "num_blocks", "pool_bytes", "allocator", "preemption", "victim", "host_blocks",
+       "max_seq_len", "kv_dtype", "prefix_caching", "prefix_index", "cached_block_eviction"});
   SimConfig& cfg = s.config;
   if (j.contains("block_size"))
     cfg.block_size = static_cast<int>(c.integer(j["block_size"], "cache.block_size", 1, 4096));

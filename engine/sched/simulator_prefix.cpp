@@ -18,8 +18,9 @@ namespace kvscope {
 void Simulator::make_prefix_cache() {
   if (!config_.prefix_caching) return;
   if (config_.allocator != AllocatorKind::kPaged) {
-    throw Error("cache.prefix_caching", "needs the paged allocator (contiguous regions are private "
-                                        "to one request and cannot be shared)");
+    throw Error("cache.prefix_caching",
+                "needs the paged allocator (contiguous regions are private "
+                "to one request and cannot be shared)");
   }
   if (cache_->layout().staging_bytes_per_sequence() > 0) {
     throw Error("cache.prefix_caching",
@@ -40,8 +41,7 @@ bool Simulator::prefix_admission_fits(const RequestRun& r, int budget) const {
   const int hit = p.hit_blocks * config_.block_size;
   const int n = std::min(static_cast<int>(r.tokens.size()) - hit, budget);
   // Hit blocks nobody holds are counted as allocatable now; mapping them takes them out.
-  return cache_->blocks_for(hit + n) - p.hit_blocks <=
-         cache_->num_allocatable() - p.evictable_hits;
+  return cache_->blocks_for(hit + n) - p.hit_blocks <= cache_->num_allocatable() - p.evictable_hits;
 }
 
 void Simulator::start_sequence(RequestRun& r) {
@@ -62,10 +62,11 @@ void Simulator::cache_full_blocks(RequestRun& r) {
   const SeqId seq(r.id);
   const std::vector<BlockId>& table = cache_->table(seq).blocks;
   std::vector<BlockId> blocks(table.begin(), table.begin() + full);
-  prefix_->insert(r.id,
-                  std::span<const int>(r.tokens).first(static_cast<std::size_t>(full) *
-                                                       static_cast<std::size_t>(config_.block_size)),
-                  blocks);
+  prefix_->insert(
+      r.id,
+      std::span<const int>(r.tokens).first(static_cast<std::size_t>(full) *
+                                           static_cast<std::size_t>(config_.block_size)),
+      blocks);
   for (int i = 0; i < full; ++i) {
     // insert() moved the references already when it switched to a cached copy.
     if (blocks[static_cast<std::size_t>(i)] != table[static_cast<std::size_t>(i)])

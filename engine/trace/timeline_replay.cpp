@@ -28,7 +28,8 @@ void refresh_filled(PoolState& s, const RequestState& r, int first, int last) {
     if (b < 0) continue;
     BlockState& bstate = s.blocks[static_cast<std::size_t>(b)];
     if (bstate.owner != r.id) continue;
-    const int filled = bstate.cached ? bs : std::clamp(r.num_tokens - l * bs, 0, bs);  // cached: full
+    const int filled =
+        bstate.cached ? bs : std::clamp(r.num_tokens - l * bs, 0, bs);  // cached: full
     bstate.filled = static_cast<std::int16_t>(filled);
   }
 }

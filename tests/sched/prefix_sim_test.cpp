@@ -26,7 +26,8 @@ std::vector<SimRequest> system_prompt_requests(int n, int max_new) {
     r.arrival_step = i == 0 ? 0 : 1 + i / 4;  // the first one fills the cache
     r.prompt_tokens = m.tokenizer->encode(
         std::string("You tell short happy stories for small children. Every story has a kind "
-                    "friend and ends well. ") + kUser[i % 6],
+                    "friend and ends well. ") +
+            kUser[i % 6],
         true, false);
     r.max_new_tokens = max_new + i % 5;
     out.push_back(std::move(r));
@@ -89,8 +90,10 @@ TEST(PrefixSim, SharedSystemPromptSameTokensAndLogitsWithFewerPrefillTokens) {
   EXPECT_EQ(last.blocks_used, 0);
   EXPECT_GT(last.blocks_cached_free, 0) << "the prefix stays cached after every request finished";
   int peak_on = 0, peak_off = 0;
-  for (const StepMetrics& m : on.sim->timeline()->all_metrics()) peak_on = std::max(peak_on, m.blocks_used);
-  for (const StepMetrics& m : off.sim->timeline()->all_metrics()) peak_off = std::max(peak_off, m.blocks_used);
+  for (const StepMetrics& m : on.sim->timeline()->all_metrics())
+    peak_on = std::max(peak_on, m.blocks_used);
+  for (const StepMetrics& m : off.sim->timeline()->all_metrics())
+    peak_off = std::max(peak_off, m.blocks_used);
   EXPECT_LT(peak_on, peak_off) << "shared blocks are held once";
 }
 
@@ -129,7 +132,8 @@ TEST(PrefixSim, ParallelSamplingCopiesOnWriteAndMatchesIndependentSamples) {
   ASSERT_EQ(on.sim->num_requests(), 12);
   expect_same_outputs(on, off);
   int cow = 0, forked = 0;
-  for (const Event& e : on.sim->timeline()->events()) cow += e.type == EventType::kBlockCopiedOnWrite;
+  for (const Event& e : on.sim->timeline()->events())
+    cow += e.type == EventType::kBlockCopiedOnWrite;
   for (int i = 0; i < 12; ++i) forked += on.sim->request(i).fork_of >= 0;
   EXPECT_EQ(forked, 9);
   EXPECT_GE(cow, 9) << "each fork's partial prompt block is copied before its first write";
