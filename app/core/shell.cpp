@@ -47,7 +47,9 @@ bool UiShell::open(const std::string& path) {
 }
 
 void UiShell::restart() {
-  if (session_ && session_->is_scenario()) open(session_->path());
+  if (!session_ || !session_->is_scenario()) return;
+  const std::string path = session_->path();  // a copy: open() replaces (and frees) session_
+  open(path);
 }
 
 void UiShell::perform(const FileAction& action) {
