@@ -17,8 +17,9 @@ namespace {
 constexpr long kParallelThreshold = 1L << 16;
 
 inline float dot(const float* a, const float* b, int n) {
+  // A plain loop: this file is built with -fassociative-math (see engine/CMakeLists.txt), so the
+  // compiler vectorizes it with a tree reduction, as llama2.c's -Ofast build does.
   float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
   for (int j = 0; j < n; ++j) acc += a[j] * b[j];
   return acc;
 }
@@ -42,6 +43,65 @@ inline void for_each_fp32_head(const KvSeqView& view, int layer, KvKind kind, in
       if (view.slot_live != nullptr && view.slot_live[t] == 0) continue;
       fn(t, tile + static_cast<std::size_t>(t - t0) * row + static_cast<std::size_t>(kvh) * hd);
     }
+  }
+}
+
+// The fp32 cache, read in place: per query head, block by block, with the arithmetic of the
+// llama2.c reference (divide by sqrt(head_dim), max-subtracted softmax, divide by the sum).
+void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape& shape,
+                          const float* q, float* out, float* weights /*[n_heads][n]*/) {
+  const KvLayout& L = view.storage->layout();
+  const int n = view.num_slots, bs = L.block_size, hd = shape.head_dim;
+  const int group = shape.n_heads / shape.kv_heads;
+  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
+  const float sqrt_hd = std::sqrt(static_cast<float>(hd));
+  const int num_blocks = (n + bs - 1) / bs;
+#pragma omp parallel for schedule(static) if (static_cast<long>(n) * shape.n_heads * hd >= kParallelThreshold)
+  for (int h = 0; h < shape.n_heads; ++h) {
+    const float* qh = q + static_cast<std::size_t>(h) * hd;
+    const std::size_t head_off = static_cast<std::size_t>(h / group) * hd;
+    float* att = weights + static_cast<std::size_t>(h) * n;
+    float max_score = -INFINITY;
+    for (int b = 0; b < num_blocks; ++b) {
+      const float* kt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(b)])) + head_off;
+      const int t0 = b * bs, end = std::min(n, t0 + bs);
+      for (int t = t0; t < end; ++t) {
+        if (view.slot_live != nullptr && view.slot_live[t] == 0) {
+          att[t] = -INFINITY;
+          continue;
+        }
+        att[t] = dot(qh, kt + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
+        max_score = std::max(max_score, att[t]);
+      }
+    }
+    float sum = 0.0f;
+    for (int t = 0; t < n; ++t) {
+      att[t] = att[t] == -INFINITY ? 0.0f : std::exp(att[t] - max_score);
+      sum += att[t];
+    }
+    for (int t = 0; t < n; ++t) att[t] /= sum;
+    float* oh = out + static_cast<std::size_t>(h) * hd;
+    std::memset(oh, 0, static_cast<std::size_t>(hd) * sizeof(float));
+    for (int b = 0; b < num_blocks; ++b) {
+      const float* vt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(b)])) + head_off;
+      const int t0 = b * bs, end = std::min(n, t0 + bs);
+      for (int t = t0; t < end; ++t) {
+        const float a = att[t];
+        if (a == 0.0f) continue;
+        const float* vh = vt + static_cast<std::size_t>(t - t0) * row;
+#pragma omp simd
+        for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
+      }
+    }
+  }
+}
+
+void notify_observer(AttentionObserver* observer, int layer, int n_heads, int query_pos, int n,
+                     const float* weights) {
+  if (observer == nullptr) return;
+  for (int h = 0; h < n_heads; ++h) {
+    observer->on_attention(layer, h, query_pos,
+                           std::span<const float>(weights + static_cast<std::size_t>(h) * n, static_cast<std::size_t>(n)));
   }
 }
 
@@ -107,6 +167,12 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
   const std::size_t weights_size = static_cast<std::size_t>(shape.n_heads) * n;
   const std::size_t need = weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + shape.n_heads;
   if (scratch.size() < need) scratch.resize(need);
+  if (view.storage->layout().k_format.dtype == KvDtype::kF32 &&
+      view.storage->layout().v_format.dtype == KvDtype::kF32) {
+    paged_attention_fp32(view, layer, shape, q, out, scratch.data());
+    notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
+    return;
+  }
   // Readers dequantize one head of one token at a time (fp32 tiles are read in place).
   const quant::TileReader keys(view, layer, KvKind::kKey);
   const quant::TileReader values(view, layer, KvKind::kValue);
@@ -168,13 +234,7 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
       }
     }
   }
-  if (observer != nullptr) {
-    for (int h = 0; h < shape.n_heads; ++h) {
-      observer->on_attention(layer, h, query_pos,
-                             std::span<const float>(scratch.data() + static_cast<std::size_t>(h) * n,
-                                                    static_cast<std::size_t>(n)));
-    }
-  }
+  notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
 }
 
 }  // namespace kvscope::cpu
