@@ -3,6 +3,7 @@
 //   generate  decode tokens/s on a model (greedy, from BOS)
 //   kv        paged vs contiguous decode cost on the same model, interleaved runs
 //   alloc     block allocate + free cost of the paged pool
+//   quant     decode attention cost per KV format (cmd_bench_quant.cpp)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,9 @@
 #include "engine/model/locate.h"
 
 namespace kvscope::cli {
+
+int bench_quant(const Args& args);  // cmd_bench_quant.cpp
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -27,6 +31,8 @@ constexpr const char* kHelp = R"(usage: kvscope bench <generate|kv|alloc> [optio
   kv         paged (block 16 unless --block-size) vs contiguous decode, interleaved, same model
              and steps; prints the paged/contiguous time ratio
   alloc      BlockPool allocate + free: --blocks N (default 100000) --ops M (default 10000000)
+  quant      decode attention cost per KV format vs fp32, same run: --model M --tokens N
+             (default 512) --block-size B --threads T (default 1) --repeat R
 )";
 
 struct Timing {
@@ -131,7 +137,7 @@ int bench_alloc(const Args& args) {
 int cmd_bench(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
-             "--block-size", "--blocks", "--ops"},
+             "--block-size", "--blocks", "--ops", "--tokens"},
             {"--help"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -141,7 +147,8 @@ int cmd_bench(const Argv& argv) {
   if (what == "generate") return bench_generate(args);
   if (what == "kv") return bench_kv(args);
   if (what == "alloc") return bench_alloc(args);
-  fail_expected("bench", "generate, kv or alloc", "'" + what + "'");
+  if (what == "quant") return bench_quant(args);
+  fail_expected("bench", "generate, kv, alloc or quant", "'" + what + "'");
 }
 
 }  // namespace kvscope::cli

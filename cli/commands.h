@@ -13,6 +13,8 @@ int cmd_generate(const Argv& args);
 int cmd_info(const Argv& args);
 int cmd_synth(const Argv& args);
 int cmd_bench(const Argv& args);
+int cmd_run(const Argv& args);
 int cmd_trace(const Argv& args);
+int cmd_eval(const Argv& args);
 
 }  // namespace kvscope::cli

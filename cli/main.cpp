@@ -18,8 +18,11 @@ commands:
   generate   run the model on a prompt and print the text (llama2.c run compatible)
   info       print a model's shape and its KV bytes per token per format
   synth      write a random-weight model of a published shape as a llama2.c checkpoint
+  run        run a scenario (continuous batching on the real model); writes a recording,
+             a Chrome trace and per-step metrics
   trace      replay request traces (mooncake) and import KV-cache event logs (kv-events)
-  bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s)
+  bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s), quant
+  eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
 
 models are found via --model, $KVSCOPE_MODELS, assets/models/, then ../shared/models;
 --model synthetic:<preset> selects random weights at a published shape (llama-3-70b, ...).
@@ -41,7 +44,9 @@ int main(int argc, char** argv) {
     if (command == "info") return cmd_info(args);
     if (command == "synth") return cmd_synth(args);
     if (command == "bench") return cmd_bench(args);
+    if (command == "run") return cmd_run(args);
     if (command == "trace") return cmd_trace(args);
+    if (command == "eval") return cmd_eval(args);
     std::fprintf(stderr, "kvscope: unknown command '%s'; run kvscope --help\n", command.c_str());
     return 2;
   } catch (const kvscope::Error& e) {

@@ -1,15 +1,20 @@
-// KvStorage allocation and block copies.
+// KvStorage allocation, block copies and KIVI staging buffers.
 #include "engine/kv/kv_storage.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kvscope {
 
 KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
-  k_bytes_ = static_cast<std::size_t>(layout.n_layers) * layout.num_blocks * layout.tile_bytes(KvKind::kKey);
-  total_bytes_ = k_bytes_ + static_cast<std::size_t>(layout.n_layers) * layout.num_blocks *
-                                layout.tile_bytes(KvKind::kValue);
-  data_ = std::make_unique<std::byte[]>(total_bytes_);  // zero-initialized
+  layout.k_format.validate(layout.block_size, layout.kv_heads, layout.head_dim, "K format");
+  layout.v_format.validate(layout.block_size, layout.kv_heads, layout.head_dim, "V format");
+  const std::size_t k_bytes = static_cast<std::size_t>(layout.n_layers) * layout.num_blocks *
+                              layout.tile_bytes(KvKind::kKey);
+  v_offset_ = (k_bytes + 63) / 64 * 64;
+  total_bytes_ = k_bytes + static_cast<std::size_t>(layout.n_layers) * layout.num_blocks *
+                               layout.tile_bytes(KvKind::kValue);
+  data_ = std::make_unique<std::byte[]>(v_offset_ + total_bytes_ - k_bytes);  // zero-initialized
 }
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
@@ -18,6 +23,37 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
       std::memcpy(tile(layer, kind, dst), tile(layer, kind, src), layout_.tile_bytes(kind));
     }
   }
+}
+
+float* KvStorage::staging(int layer, KvKind kind, BlockId block, int offset, bool create) {
+  auto& map = staging_[static_cast<int>(kind)];
+  const std::int64_t key = staging_key(layer, block, offset);
+  auto it = map.find(key);
+  if (!create) return it == map.end() ? nullptr : it->second.data();
+  const std::size_t n =
+      static_cast<std::size_t>(layout_.format(kind).residual) * layout_.kv_heads * layout_.head_dim;
+  if (it == map.end()) {
+    it = map.emplace(key, std::vector<float>(n, 0.0f)).first;
+    staging_bytes_ += n * sizeof(float);
+    peak_staging_bytes_ = std::max(peak_staging_bytes_, staging_bytes_);
+  } else {
+    std::fill(it->second.begin(), it->second.end(), 0.0f);
+  }
+  return it->second.data();
+}
+
+const float* KvStorage::staging(int layer, KvKind kind, BlockId block, int offset) const {
+  const auto& map = staging_[static_cast<int>(kind)];
+  auto it = map.find(staging_key(layer, block, offset));
+  return it == map.end() ? nullptr : it->second.data();
+}
+
+void KvStorage::drop_staging(int layer, KvKind kind, BlockId block, int offset) {
+  auto& map = staging_[static_cast<int>(kind)];
+  auto it = map.find(staging_key(layer, block, offset));
+  if (it == map.end()) return;
+  staging_bytes_ -= it->second.size() * sizeof(float);
+  map.erase(it);
 }
 
 }  // namespace kvscope

@@ -2,18 +2,20 @@
 // that a run of consecutive blocks is one contiguous region per layer (the contiguous baseline):
 //   K: [n_layers][num_blocks][tile]   V: [n_layers][num_blocks][tile]
 //   tile = [block_size][kv_heads][head_dim] values in the layer's KvFormat (+ its metadata)
+// KIVI formats also keep each sequence's open group in full precision: fp32 staging buffers
+// [residual][kv_heads * head_dim] keyed by where the group starts (block, offset, layer).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "engine/kv/ids.h"
 #include "engine/kv/kv_format.h"
 
 namespace kvscope {
-
-enum class KvKind : int { kKey = 0, kValue = 1 };
 
 struct KvLayout {
   int n_layers = 0;
@@ -24,22 +26,31 @@ struct KvLayout {
   KvFormat k_format;
   KvFormat v_format;
 
+  const KvFormat& format(KvKind kind) const { return kind == KvKind::kKey ? k_format : v_format; }
   std::size_t tile_bytes(KvKind kind) const {
-    const KvFormat& f = kind == KvKind::kKey ? k_format : v_format;
-    return f.tile_bytes(block_size, kv_heads, head_dim);
+    return format(kind).tile_bytes(block_size, kv_heads, head_dim, kind);
   }
   // Bytes one block occupies across all layers, K and V.
   std::size_t block_bytes() const {
-    return static_cast<std::size_t>(n_layers) * (tile_bytes(KvKind::kKey) + tile_bytes(KvKind::kValue));
+    return static_cast<std::size_t>(n_layers) *
+           (tile_bytes(KvKind::kKey) + tile_bytes(KvKind::kValue));
   }
   // Exact KV bytes per token for all layers (tile bytes / block_size).
   double bytes_per_token() const { return static_cast<double>(block_bytes()) / block_size; }
+  // Full-precision bytes one sequence holds outside the blocks (KIVI's open group), all layers.
+  std::size_t staging_bytes_per_sequence() const {
+    return static_cast<std::size_t>(n_layers) *
+           (k_format.staging_bytes_per_sequence(kv_heads, head_dim) +
+            v_format.staging_bytes_per_sequence(kv_heads, head_dim));
+  }
 };
 
 class KvStorage {
  public:
+  // Throws kvscope::Error when a format cannot store this shape (KvFormat::validate).
   explicit KvStorage(const KvLayout& layout);
   const KvLayout& layout() const { return layout_; }
+  // Bytes of the block tiles (staging excluded).
   std::size_t total_bytes() const { return total_bytes_; }
 
   std::byte* tile(int layer, KvKind kind, BlockId block) {
@@ -49,17 +60,34 @@ class KvStorage {
   const std::byte* tile(int layer, KvKind kind, BlockId block) const {
     return const_cast<KvStorage*>(this)->tile(layer, kind, block);
   }
-  // Copies every layer's K and V tile of `src` over `dst` (copy-on-write, swap-in).
+  // Copies every layer's K and V tile of `src` over `dst` (copy-on-write, swap-in). KIVI staging
+  // is not copied: it belongs to the sequence that opened the group.
   void copy_block(BlockId src, BlockId dst);
 
+  // KIVI staging of the group starting at (block, offset) of `layer`'s K or V:
+  // [residual][kv_heads * head_dim] floats. `create` makes (or re-zeroes) it; otherwise nullptr
+  // when there is none.
+  float* staging(int layer, KvKind kind, BlockId block, int offset, bool create);
+  const float* staging(int layer, KvKind kind, BlockId block, int offset) const;
+  void drop_staging(int layer, KvKind kind, BlockId block, int offset);
+  // Staging bytes held now, and the most ever held at once.
+  std::size_t staging_bytes() const { return staging_bytes_; }
+  std::size_t peak_staging_bytes() const { return peak_staging_bytes_; }
+
  private:
-  std::byte* base(KvKind kind) {
-    return data_.get() + (kind == KvKind::kKey ? 0 : k_bytes_);
+  std::byte* base(KvKind kind) { return data_.get() + (kind == KvKind::kKey ? 0 : v_offset_); }
+  std::int64_t staging_key(int layer, BlockId block, int offset) const {
+    return (static_cast<std::int64_t>(block.value) * layout_.block_size + offset) *
+               layout_.n_layers +
+           layer;
   }
   KvLayout layout_;
-  std::size_t k_bytes_ = 0;
+  std::size_t v_offset_ = 0;  // V region start, 64-byte aligned so fp32 V tiles are aligned
   std::size_t total_bytes_ = 0;
   std::unique_ptr<std::byte[]> data_;
+  std::unordered_map<std::int64_t, std::vector<float>> staging_[2];  // [kind] -> [residual][kv_dim]
+  std::size_t staging_bytes_ = 0;
+  std::size_t peak_staging_bytes_ = 0;
 };
 
 }  // namespace kvscope

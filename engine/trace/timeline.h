@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/trace/events.h"
+#include "engine/trace/stable_vector.h"
 
 namespace kvscope {
 
@@ -81,6 +84,16 @@ struct TimelineHeader {
   bool random_weights = false;
 };
 
+// THREADING: one writer (the thread running the Simulator: emit, end_step) and any number of
+// readers (the UI render thread, exporters) may use one Timeline at the same time. Every method is
+// safe to call concurrently with the writer; a std::shared_mutex guards publication.
+// What readers get back:
+//   - events(), events_at(), all_metrics() spans and metrics() references point into append-only
+//     storage that never moves or changes (StableVector): they stay valid and unchanged for the
+//     Timeline's lifetime; they cover what was published when called (later steps are not in them).
+//   - header() is immutable after construction.
+//   - state_at() returns (or fills) the caller's own copy.
+// Moving a Timeline (load returns one) is not thread-safe: do it before sharing it.
 class Timeline : public EventSink {
  public:
   static constexpr int kSnapshotInterval = 64;
@@ -107,6 +120,34 @@ class Timeline : public EventSink {
   static Timeline load(const std::string& path);
   // Chrome trace JSON (Perfetto): request spans, step slices, free-block and utilization counters.
   void export_chrome_trace(const std::string& path) const;
+
+  Timeline(Timeline&& other) noexcept;
+  Timeline& operator=(Timeline&& other) noexcept;
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+  ~Timeline() override;
+
+  std::size_t num_events() const;
+  int num_snapshots() const;
+  // The writer's running state: the pool after every event emitted so far (writer thread only).
+  const PoolState& live_state() const { return live_; }
+
+ private:
+  struct Snapshot {
+    std::int32_t after_step = -1;  // state after this step closed (-1: before step 0)
+    std::size_t event_offset = 0;  // events [0, event_offset) are folded into `state`
+    PoolState state;
+  };
+  void take_snapshot(int after_step);
+
+  mutable std::shared_mutex mutex_;  // guards the sizes and pointers below (not live_)
+  TimelineHeader header_;
+  StableVector<Event> events_;
+  StableVector<std::uint64_t> step_end_;  // [num_steps] one past each step's last event
+  StableVector<StepMetrics> metrics_;     // [num_steps]
+  std::vector<std::shared_ptr<const Snapshot>> snapshots_;  // by after_step, first at -1
+  PoolState live_;                        // writer only
+  std::size_t snapshot_min_events_ = 0;   // skip a snapshot when fewer events happened since
 };
 
 }  // namespace kvscope

@@ -2,10 +2,13 @@
 // work is large enough to pay for the fork/join.
 #include "engine/backend/cpu/cpu_ops.h"
 
+#include "engine/quant/kv_codec.h"
+
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace kvscope::cpu {
 namespace {
@@ -66,81 +69,69 @@ void swiglu(float* hb, const float* hb2, int n) {
 }
 
 void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) {
-  const KvLayout& L = view.storage->layout();
-  const int slot = view.write_slot();
-  const BlockId block = view.blocks[static_cast<std::size_t>(slot / L.block_size)];
-  const int offset = slot % L.block_size;
-  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
-  auto* kt = reinterpret_cast<float*>(view.storage->tile(layer, KvKind::kKey, block));
-  auto* vt = reinterpret_cast<float*>(view.storage->tile(layer, KvKind::kValue, block));
-  std::memcpy(kt + offset * row, k, row * sizeof(float));
-  std::memcpy(vt + offset * row, v, row * sizeof(float));
+  // Quantize on write: the codec stores the row in the layer's K and V formats.
+  quant::write_token(view, layer, KvKind::kKey, k);
+  quant::write_token(view, layer, KvKind::kValue, v);
 }
 
 void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
                      float* out, int query_pos, AttentionObserver* observer,
                      std::vector<float>& scratch) {
-  const KvLayout& L = view.storage->layout();
   const int n = view.num_slots;
-  const int bs = L.block_size;
   const int hd = shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;
-  const std::size_t row = static_cast<std::size_t>(shape.kv_heads) * hd;
   const float sqrt_hd = std::sqrt(static_cast<float>(hd));
-  if (scratch.size() < static_cast<std::size_t>(shape.n_heads) * n) {
-    scratch.resize(static_cast<std::size_t>(shape.n_heads) * n);
-  }
-  // One base pointer per layer for the contiguous baseline; per-block pointers when paged.
-  const float* k_base = nullptr;
-  const float* v_base = nullptr;
-  if (view.contiguous) {
-    k_base = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kKey, view.blocks[0]));
-    v_base = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kValue, view.blocks[0]));
-  }
-  auto k_row = [&](int slot) -> const float* {
-    if (k_base != nullptr) return k_base + static_cast<std::size_t>(slot) * row;
-    return reinterpret_cast<const float*>(view.storage->tile(
-               layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(slot / bs)])) +
-           static_cast<std::size_t>(slot % bs) * row;
-  };
-  auto v_row = [&](int slot) -> const float* {
-    if (v_base != nullptr) return v_base + static_cast<std::size_t>(slot) * row;
-    return reinterpret_cast<const float*>(view.storage->tile(
-               layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(slot / bs)])) +
-           static_cast<std::size_t>(slot % bs) * row;
-  };
+  // scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
+  const std::size_t weights_size = static_cast<std::size_t>(shape.n_heads) * n;
+  const std::size_t need = weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + shape.n_heads;
+  if (scratch.size() < need) scratch.resize(need);
+  // Readers dequantize one head of one token at a time (fp32 tiles are read in place).
+  const quant::TileReader keys(view, layer, KvKind::kKey);
+  const quant::TileReader values(view, layer, KvKind::kValue);
 
+  // One KV head at a time: its keys and values are decoded once and serve the whole GQA group.
 #pragma omp parallel for schedule(static) if (static_cast<long>(n) * shape.n_heads * hd >= kParallelThreshold)
-  for (int h = 0; h < shape.n_heads; ++h) {
-    const float* qh = q + static_cast<std::size_t>(h) * hd;
-    const int kvh = h / group;
-    float* att = scratch.data() + static_cast<std::size_t>(h) * n;
+  for (int kvh = 0; kvh < shape.kv_heads; ++kvh) {
+    const int h0 = kvh * group;
+    float* tmp = scratch.data() + weights_size + static_cast<std::size_t>(kvh) * hd;  // [head_dim]
+    float* max_score = scratch.data() + weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + h0;
+    float* att0 = scratch.data() + static_cast<std::size_t>(h0) * n;  // [group][n]
     // 1. Scores q . k / sqrt(head_dim) over live slots.
-    float max_score = -INFINITY;
+    for (int j = 0; j < group; ++j) max_score[j] = -INFINITY;
     for (int t = 0; t < n; ++t) {
       if (view.slot_live != nullptr && view.slot_live[t] == 0) {
-        att[t] = -INFINITY;
+        for (int j = 0; j < group; ++j) att0[static_cast<std::size_t>(j) * n + t] = -INFINITY;
         continue;
       }
-      att[t] = dot(qh, k_row(t) + static_cast<std::size_t>(kvh) * hd, hd) / sqrt_hd;
-      max_score = std::max(max_score, att[t]);
+      const float* kh = keys.head(t, kvh, tmp);
+      for (int j = 0; j < group; ++j) {
+        const float s = dot(q + static_cast<std::size_t>(h0 + j) * hd, kh, hd) / sqrt_hd;
+        att0[static_cast<std::size_t>(j) * n + t] = s;
+        max_score[j] = std::max(max_score[j], s);
+      }
     }
-    // 2. Softmax.
-    float sum = 0.0f;
-    for (int t = 0; t < n; ++t) {
-      att[t] = att[t] == -INFINITY ? 0.0f : std::exp(att[t] - max_score);
-      sum += att[t];
+    // 2. Softmax per query head.
+    for (int j = 0; j < group; ++j) {
+      float* att = att0 + static_cast<std::size_t>(j) * n;
+      float sum = 0.0f;
+      for (int t = 0; t < n; ++t) {
+        att[t] = att[t] == -INFINITY ? 0.0f : std::exp(att[t] - max_score[j]);
+        sum += att[t];
+      }
+      for (int t = 0; t < n; ++t) att[t] /= sum;
+      std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0, static_cast<std::size_t>(hd) * sizeof(float));
     }
-    for (int t = 0; t < n; ++t) att[t] /= sum;
     // 3. Weighted sum of values.
-    float* oh = out + static_cast<std::size_t>(h) * hd;
-    std::memset(oh, 0, static_cast<std::size_t>(hd) * sizeof(float));
     for (int t = 0; t < n; ++t) {
-      const float a = att[t];
-      if (a == 0.0f) continue;
-      const float* vh = v_row(t) + static_cast<std::size_t>(kvh) * hd;
+      if (view.slot_live != nullptr && view.slot_live[t] == 0) continue;
+      const float* vh = values.head(t, kvh, tmp);
+      for (int j = 0; j < group; ++j) {
+        const float a = att0[static_cast<std::size_t>(j) * n + t];
+        if (a == 0.0f) continue;
+        float* oh = out + static_cast<std::size_t>(h0 + j) * hd;
 #pragma omp simd
-      for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
+        for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
+      }
     }
   }
   if (observer != nullptr) {

@@ -13,7 +13,7 @@ void rmsnorm(float* out, const float* x, const float* w, int n);
 void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim, float theta);
 void swiglu(float* hb, const float* hb2, int n);
 void kv_write(const KvSeqView& view, int layer, const float* k, const float* v);
-// scratch grows to [n_heads][num_slots].
+// scratch grows to [n_heads][num_slots] weights + [kv_heads][head_dim] + [n_heads] work space.
 void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
                      float* out, int query_pos, AttentionObserver* observer,
                      std::vector<float>& scratch);

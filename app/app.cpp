@@ -1,0 +1,163 @@
+// kvscope-ui main loop: window and GL context, platform shortcuts (F1, F11, F12, P, Ctrl+Q),
+// fullscreen, screenshots, and the no-display fallback (exit code 3).
+#include "app/app.h"
+
+#include <GLFW/glfw3.h>
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
+
+#include <cfloat>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include "app/core/shell.h"
+#include "app/demo/demo_source.h"
+#include "app/screenshot.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+std::string g_glfw_error = "unknown error";  // the GLFW error callback has no user pointer
+
+void on_glfw_error(int code, const char* description) {
+  g_glfw_error =
+      std::string(description ? description : "?") + " (code " + std::to_string(code) + ")";
+}
+
+std::string timestamped_png_name() {
+  char buf[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "kvscope-%Y%m%d-%H%M%S.png", std::localtime(&now));
+  return buf;
+}
+
+struct WindowedGeometry {
+  int x = 100, y = 100, w = 1600, h = 1000;
+};
+
+void toggle_fullscreen(GLFWwindow* window, WindowedGeometry& saved) {
+  if (glfwGetWindowMonitor(window) != nullptr) {
+    glfwSetWindowMonitor(window, nullptr, saved.x, saved.y, saved.w, saved.h, 0);
+    return;
+  }
+  GLFWmonitor* monitor = glfwGetPrimaryMonitor();
+  const GLFWvidmode* mode = monitor ? glfwGetVideoMode(monitor) : nullptr;
+  if (mode == nullptr) return;
+  glfwGetWindowPos(window, &saved.x, &saved.y);
+  glfwGetWindowSize(window, &saved.w, &saved.h);
+  glfwSetWindowMonitor(window, monitor, 0, 0, mode->width, mode->height, mode->refreshRate);
+}
+
+}  // namespace
+
+int run_app(const AppOptions& options) {
+  glfwSetErrorCallback(on_glfw_error);
+  if (!glfwInit()) {
+    std::fprintf(stderr,
+                 "kvscope-ui: no display available (GLFW: %s); use the headless CLI instead\n",
+                 g_glfw_error.c_str());
+    return 3;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  GLFWwindow* window = glfwCreateWindow(options.width, options.height, "kvscope", nullptr, nullptr);
+  if (window == nullptr) {
+    std::fprintf(stderr,
+                 "kvscope-ui: no display available (cannot open an OpenGL 3.0 window: %s); "
+                 "use the headless CLI instead\n",
+                 g_glfw_error.c_str());
+    glfwTerminate();
+    return 3;
+  }
+  glfwMakeContextCurrent(window);
+  const bool capture = !options.screenshot.empty();
+  glfwSwapInterval(capture ? 0 : 1);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // every start gets the same tidy layout
+  const Fonts fonts = load_fonts(io);
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 130");
+
+  int exit_code = 0;
+  {
+    UiShell shell(std::make_unique<DemoSource>(), fonts);
+    if (!options.input.empty()) {
+      shell.show_error("Cannot open " + options.input +
+                       " yet: loading scenarios and recordings "
+                       "arrives with the Simulator. Showing demo data instead.");
+    }
+    if (options.presenter) shell.set_presenter(true);
+    if (capture) shell.state().set_step(shell.state().num_steps() * 2 / 3);  // an eventful step
+    WindowedGeometry saved;
+    double last = glfwGetTime();
+    bool want_screenshot = false;
+    for (int frame = 0; !glfwWindowShouldClose(window); ++frame) {
+      glfwPollEvents();
+      const double now = glfwGetTime();
+      const double dt = capture ? 1.0 / 60.0 : now - last;
+      last = now;
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      if (capture) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover in screenshots
+      ImGui::NewFrame();
+      if (!io.WantTextInput) {
+        if (ImGui::IsKeyPressed(GLFW_KEY_F1)) shell.toggle_help();
+        if (ImGui::IsKeyPressed(GLFW_KEY_F11)) toggle_fullscreen(window, saved);
+        if (ImGui::IsKeyPressed(GLFW_KEY_F12)) want_screenshot = true;
+        if (ImGui::IsKeyPressed(GLFW_KEY_P) && !io.KeyCtrl)
+          shell.set_presenter(!shell.state().presenter);
+        if (ImGui::IsKeyPressed(GLFW_KEY_Q) && io.KeyCtrl) glfwSetWindowShouldClose(window, 1);
+      }
+      shell.set_fullscreen_flag(glfwGetWindowMonitor(window) != nullptr);
+      shell.frame(dt);
+      const ShellRequests req = shell.take_requests();
+      if (req.quit) glfwSetWindowShouldClose(window, 1);
+      if (req.toggle_fullscreen) toggle_fullscreen(window, saved);
+      want_screenshot = want_screenshot || req.screenshot;
+      ImGui::Render();
+      int fb_w = 0, fb_h = 0;
+      glfwGetFramebufferSize(window, &fb_w, &fb_h);
+      glViewport(0, 0, fb_w, fb_h);
+      const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette(shell.state().presenter).window_bg);
+      glClearColor(bg.x, bg.y, bg.z, 1.0f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (capture && frame + 1 >= options.frames) {
+        try {
+          save_framebuffer_png(options.screenshot, fb_w, fb_h);
+          std::printf("kvscope-ui: wrote %s (%dx%d, %d frames)\n", options.screenshot.c_str(), fb_w,
+                      fb_h, frame + 1);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
+          exit_code = 1;
+        }
+        break;
+      }
+      if (want_screenshot) {
+        want_screenshot = false;
+        const std::string path = timestamped_png_name();
+        try {
+          save_framebuffer_png(path, fb_w, fb_h);
+          shell.set_status("saved " + path);
+        } catch (const std::exception& e) {
+          shell.set_status(std::string("screenshot failed: ") + e.what());
+        }
+      }
+      glfwSwapBuffers(window);
+    }
+  }
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return exit_code;
+}
+
+}  // namespace kvscope::ui

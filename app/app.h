@@ -1,0 +1,20 @@
+// The kvscope-ui application: a GLFW window with an OpenGL 3 context around the UiShell.
+#pragma once
+
+#include <string>
+
+namespace kvscope::ui {
+
+struct AppOptions {
+  std::string input;       // scenario .json or recording; empty: demo data
+  std::string screenshot;  // write a PNG after `frames` frames and exit
+  int frames = 30;
+  bool presenter = false;
+  int width = 1600;
+  int height = 1000;
+};
+
+// Runs the app; returns the process exit code (0 ok, 3 no display, 1 screenshot failure).
+int run_app(const AppOptions& options);
+
+}  // namespace kvscope::ui

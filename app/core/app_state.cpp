@@ -1,0 +1,50 @@
+// AppState: step selection, cached pool state and playback.
+#include "app/core/app_state.h"
+
+#include <algorithm>
+
+namespace kvscope::ui {
+
+const RequestState* find_request(const PoolState& pool, int id) {
+  const auto& rs = pool.requests;
+  if (id >= 0 && static_cast<std::size_t>(id) < rs.size() && rs[id].id == id) return &rs[id];
+  const auto it = std::lower_bound(rs.begin(), rs.end(), id,
+                                   [](const RequestState& r, int v) { return r.id < v; });
+  return (it != rs.end() && it->id == id) ? &*it : nullptr;
+}
+
+AppState::AppState(std::unique_ptr<DataSource> source) : source_(std::move(source)) {
+  source_->state_at(step_, pool_);
+}
+
+void AppState::set_source(std::unique_ptr<DataSource> source) {
+  source_ = std::move(source);
+  selected_request.reset();
+  step_ = std::clamp(step_, 0, source_->num_steps() - 1);
+  source_->state_at(step_, pool_);
+}
+
+void AppState::set_step(int step) {
+  const int clamped = std::clamp(step, 0, num_steps() - 1);
+  if (clamped == step_) return;
+  step_ = clamped;
+  source_->state_at(step_, pool_);
+}
+
+void AppState::toggle_play() {
+  if (!playing && step_ >= num_steps() - 1) set_step(0);  // replay from the start at the end
+  playing = !playing;
+  step_accumulator_ = 0.0;
+}
+
+void AppState::advance(double dt_seconds) {
+  if (!playing) return;
+  step_accumulator_ += dt_seconds * speed;
+  const int whole = static_cast<int>(step_accumulator_);
+  if (whole <= 0) return;
+  step_accumulator_ -= whole;
+  set_step(step_ + whole);
+  if (step_ >= num_steps() - 1) playing = false;
+}
+
+}  // namespace kvscope::ui

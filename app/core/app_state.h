@@ -1,0 +1,54 @@
+// AppState: the view model the panels read. It owns the data source, the selected step, the pool
+// state at that step (recomputed only when the step changes) and the transport (play, speed).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "app/core/data_source.h"
+
+namespace kvscope::ui {
+
+// The request with `id` in a pool state (requests are kept in id order), or nullptr.
+const RequestState* find_request(const PoolState& pool, int id);
+
+class AppState {
+ public:
+  explicit AppState(std::unique_ptr<DataSource> source);
+
+  // Replaces the run being shown (keeps the step if it still exists).
+  void set_source(std::unique_ptr<DataSource> source);
+  const DataSource& source() const { return *source_; }
+  const TimelineHeader& header() const { return source_->header(); }
+  bool is_demo() const { return source_->is_demo(); }
+
+  int num_steps() const { return source_->num_steps(); }
+  int step() const { return step_; }
+  void set_step(int step);  // clamped to [0, num_steps)
+  void step_by(int delta) { set_step(step_ + delta); }
+
+  const PoolState& pool() const { return pool_; }
+  std::span<const StepMetrics> metrics_history() const { return source_->all_metrics(); }
+  const StepMetrics& metrics() const { return source_->all_metrics()[step_]; }
+
+  // Transport: playing advances `speed` steps per second of wall time.
+  bool playing = false;
+  float speed = 12.0f;
+  void toggle_play();
+  void advance(double dt_seconds);
+
+  // The sequence the user picked (click in the block map or block tables); panels highlight it.
+  std::optional<int> selected_request;
+  // Presenter mode: larger fonts, high contrast, thicker lines.
+  bool presenter = false;
+
+ private:
+  std::unique_ptr<DataSource> source_;
+  int step_ = 0;
+  double step_accumulator_ = 0.0;
+  PoolState pool_;
+};
+
+}  // namespace kvscope::ui

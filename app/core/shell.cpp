@@ -1,0 +1,216 @@
+// UiShell: menu bar, transport, layout and the help and error windows.
+#include "app/core/shell.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "app/core/transport.h"
+#include "app/panels/registry.h"
+#include "app/widgets/widgets.h"
+
+namespace kvscope::ui {
+
+UiShell::UiShell(std::unique_ptr<DataSource> source, Fonts fonts)
+    : state_(std::move(source)), fonts_(fonts), panels_(make_panels()) {
+  set_presenter(false);
+}
+
+ShellRequests UiShell::take_requests() {
+  ShellRequests r = requests_;
+  requests_ = {};
+  return r;
+}
+
+void UiShell::set_presenter(bool on) {
+  state_.presenter = on;
+  apply_style(on);
+  use_fonts(fonts_, on);
+  layout_dirty_ = true;
+}
+
+void UiShell::show_error(std::string text) {
+  error_ = std::move(text);
+  error_pending_ = true;
+}
+
+void UiShell::frame(double dt_seconds) {
+  state_.advance(dt_seconds);
+  status_age_ += dt_seconds;
+  handle_transport_keys(state_);
+  const ImVec2 display = ImGui::GetIO().DisplaySize;
+  if (display.x != last_display_.x || display.y != last_display_.y) layout_dirty_ = true;
+  last_display_ = display;
+  draw_menu_bar();
+  draw_transport_window();
+  draw_panels();
+  draw_help_window();
+  draw_error_modal();
+  layout_dirty_ = false;
+}
+
+void UiShell::draw_menu_bar() {
+  if (!ImGui::BeginMainMenuBar()) return;
+  menu_height_ = ImGui::GetWindowSize().y;
+  if (ImGui::BeginMenu("File")) {
+    ImGui::MenuItem("Open scenario or recording...", nullptr, false, false);
+    item_tooltip("Arrives with the Simulator; pass a path on the command line meanwhile");
+    if (ImGui::MenuItem("Save screenshot", "F12")) requests_.screenshot = true;
+    ImGui::Separator();
+    if (ImGui::MenuItem("Quit", "Ctrl+Q")) requests_.quit = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("View")) {
+    for (auto& p : panels_) ImGui::MenuItem(p->title(), nullptr, &p->visible);
+    ImGui::Separator();
+    ImGui::TextDisabled("Planned");
+    for (const PlannedPanel& p : planned_panels()) {
+      ImGui::MenuItem(p.title, nullptr, false, false);
+      item_tooltip(p.what);
+    }
+    ImGui::Separator();
+    if (ImGui::MenuItem("Presenter mode", "P", state_.presenter)) set_presenter(!state_.presenter);
+    if (ImGui::MenuItem("Full screen", "F11", fullscreen_)) requests_.toggle_fullscreen = true;
+    if (ImGui::MenuItem("Reset layout")) layout_dirty_ = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Help")) {
+    if (ImGui::MenuItem("Shortcuts and concepts", "F1", show_help_)) show_help_ = !show_help_;
+    ImGui::EndMenu();
+  }
+  // Right side: what is loaded, and whether it is real.
+  const std::string what = state_.header().title + "  |  " + state_.header().allocator + ", " +
+                           state_.header().kv_format;
+  const char* tag = state_.is_demo()
+                        ? "DEMO DATA"
+                        : (state_.header().random_weights ? "RANDOM WEIGHTS" : nullptr);
+  const float tag_w = tag ? ImGui::CalcTextSize(tag).x + 24.0f : 0.0f;
+  const float status_w = (!status_.empty() && status_age_ < 6.0)
+                             ? ImGui::CalcTextSize(status_.c_str()).x + 24.0f
+                             : 0.0f;
+  const float x =
+      ImGui::GetWindowWidth() - ImGui::CalcTextSize(what.c_str()).x - tag_w - status_w - 16.0f;
+  ImGui::SameLine(std::max(x, ImGui::GetCursorPosX() + 20.0f));
+  if (status_w > 0) {
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state_.presenter).accent), "%s",
+                       status_.c_str());
+    ImGui::SameLine(0, 24);
+  }
+  ImGui::TextDisabled("%s", what.c_str());
+  if (tag) {
+    ImGui::SameLine(0, 12);
+    const Palette& p = palette(state_.presenter);
+    badge(tag, state_.is_demo() ? p.badge_demo : p.badge_random);
+    item_tooltip(state_.is_demo() ? state_.source().describe().c_str()
+                                  : "A synthetic model: quality numbers are meaningless here");
+  }
+  ImGui::EndMainMenuBar();
+}
+
+void UiShell::draw_transport_window() {
+  const ImVec2 display = ImGui::GetIO().DisplaySize;
+  const float h = ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
+  ImGui::SetNextWindowPos(ImVec2(0, menu_height_));
+  ImGui::SetNextWindowSize(ImVec2(display.x, h));
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoSavedSettings |
+                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
+  if (ImGui::Begin("##transport", nullptr, flags)) draw_transport(state_);
+  ImGui::End();
+  ImGui::PopStyleVar();
+}
+
+void UiShell::place(int index, ImVec2 pos, ImVec2 size) {
+  const ImGuiCond cond = layout_dirty_ ? ImGuiCond_Always : ImGuiCond_FirstUseEver;
+  ImGui::SetNextWindowPos(pos, cond);
+  ImGui::SetNextWindowSize(size, cond);
+  (void)index;
+}
+
+void UiShell::draw_panels() {
+  // First layout: block pool (big, top left), fragmentation under it, block tables top right,
+  // memory vs context under them. Panels beyond the first four cascade.
+  const ImVec2 display = ImGui::GetIO().DisplaySize;
+  const float top =
+      menu_height_ + ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
+  const float m = 6.0f;
+  const float w = display.x - 3 * m, h = display.y - top - 3 * m;
+  const float left_w = std::floor(w * 0.60f), right_w = w - left_w;
+  const float map_h = std::floor(h * 0.60f), tables_h = std::floor(h * 0.42f);
+  const ImVec2 pos[] = {ImVec2(m, top + m), ImVec2(2 * m + left_w, top + m),
+                        ImVec2(m, top + 2 * m + map_h),
+                        ImVec2(2 * m + left_w, top + 2 * m + tables_h)};
+  const ImVec2 size[] = {ImVec2(left_w, map_h), ImVec2(right_w, tables_h),
+                         ImVec2(left_w, h - map_h), ImVec2(right_w, h - tables_h)};
+  for (std::size_t i = 0; i < panels_.size(); ++i) {
+    Panel& p = *panels_[i];
+    if (!p.visible) continue;
+    if (i < 4)
+      place(static_cast<int>(i), pos[i], size[i]);
+    else
+      place(static_cast<int>(i), ImVec2(60.0f + 30.0f * i, top + 60.0f + 30.0f * i),
+            ImVec2(640, 420));
+    if (ImGui::Begin(p.title(), &p.visible, ImGuiWindowFlags_NoCollapse)) {
+      help_marker(p.help(), p.docs_page());
+      ImGui::SameLine();
+      p.draw(state_);
+    }
+    ImGui::End();
+  }
+}
+
+void UiShell::draw_help_window() {
+  if (!show_help_) return;
+  const ImVec2 display = ImGui::GetIO().DisplaySize;
+  ImGui::SetNextWindowPos(ImVec2(display.x * 0.5f, display.y * 0.5f), ImGuiCond_Appearing,
+                          ImVec2(0.5f, 0.5f));
+  ImGui::SetNextWindowSize(ImVec2(std::min(display.x * 0.8f, ImGui::GetFontSize() * 46.0f), 0.0f),
+                           ImGuiCond_Appearing);
+  if (ImGui::Begin("kvscope help", &show_help_, ImGuiWindowFlags_NoCollapse)) {
+    static const char* const kKeys[][2] = {{"Space", "play / pause"},
+                                           {"Left / Right", "step back / forward (Shift: 10)"},
+                                           {"Home / End", "first / last step"},
+                                           {"F1", "this help"},
+                                           {"F11", "full screen"},
+                                           {"F12", "save a screenshot (PNG)"},
+                                           {"P", "presenter mode"},
+                                           {"Ctrl+Q", "quit"}};
+    if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {
+      for (const auto& k : kKeys) {
+        ImGui::TableNextColumn();
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state_.presenter).accent), "%s",
+                           k[0]);
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(k[1]);
+      }
+      ImGui::EndTable();
+    }
+    ImGui::Separator();
+    ImGui::PushTextWrapPos(0.0f);
+    for (const auto& p : panels_) {
+      ImGui::TextUnformatted(p->title());
+      ImGui::TextDisabled("%s  (%s)", p->help().c_str(), p->docs_page());
+      ImGui::Spacing();
+    }
+    ImGui::PopTextWrapPos();
+  }
+  ImGui::End();
+}
+
+void UiShell::draw_error_modal() {
+  if (error_pending_) {
+    ImGui::OpenPopup("Could not load");
+    error_pending_ = false;
+  }
+  ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 34.0f, 0.0f), ImGuiCond_Appearing);
+  if (ImGui::BeginPopupModal("Could not load", nullptr, ImGuiWindowFlags_NoResize)) {
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextUnformatted(error_.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::TextDisabled("The current run stays loaded.");
+    if (ImGui::Button("OK", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,67 @@
+// UiShell: everything drawn in one frame except the platform window: the main menu bar, the
+// transport bar, the panel windows in a fixed first layout, the help window and error modals.
+// It needs an ImGui context but no GLFW or OpenGL, so headless tests and benchmarks drive it too.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/core/app_state.h"
+#include "app/core/theme.h"
+#include "app/panels/panel.h"
+
+namespace kvscope::ui {
+
+// What the shell asks of the platform layer after a frame (menu clicks, shortcuts).
+struct ShellRequests {
+  bool screenshot = false;
+  bool toggle_fullscreen = false;
+  bool quit = false;
+};
+
+class UiShell {
+ public:
+  UiShell(std::unique_ptr<DataSource> source, Fonts fonts);
+
+  // Draws one frame's UI; call between ImGui::NewFrame() and ImGui::Render().
+  void frame(double dt_seconds);
+
+  AppState& state() { return state_; }
+  std::vector<std::unique_ptr<Panel>>& panels() { return panels_; }
+  ShellRequests take_requests();
+
+  void set_presenter(bool on);
+  void toggle_help() { show_help_ = !show_help_; }
+  void set_fullscreen_flag(bool on) { fullscreen_ = on; }
+  void set_status(std::string text) {
+    status_ = std::move(text);
+    status_age_ = 0.0;
+  }
+  void show_error(std::string text);  // a modal; the current run stays loaded
+  void reset_layout() { layout_dirty_ = true; }
+
+ private:
+  void draw_menu_bar();
+  void draw_transport_window();
+  void draw_panels();
+  void draw_help_window();
+  void draw_error_modal();
+  void place(int index, ImVec2 pos, ImVec2 size);
+
+  AppState state_;
+  Fonts fonts_;
+  std::vector<std::unique_ptr<Panel>> panels_;
+  ShellRequests requests_;
+  bool show_help_ = false;
+  bool fullscreen_ = false;
+  bool layout_dirty_ = true;
+  ImVec2 last_display_{0, 0};
+  float menu_height_ = 0.0f;
+  std::string status_;
+  double status_age_ = 0.0;
+  std::string error_;
+  bool error_pending_ = false;
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,43 @@
+// DEMO DATA: a deterministic, fabricated paged-KV run (arrivals, shared system prompts, decode,
+// preemption, cached-free blocks) so the UI works before the Simulator lands. Labelled "demo data"
+// everywhere it is shown. Isolated here: delete app/demo/ once the Timeline is wired.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "app/core/data_source.h"
+
+namespace kvscope::ui {
+
+struct DemoConfig {
+  int num_blocks = 1536;
+  int block_size = 16;
+  int num_steps = 480;
+  std::uint64_t seed = 7;
+};
+
+struct DemoSim;  // the fabricated scheduler state (demo_source.cpp)
+
+class DemoSource final : public DataSource {
+ public:
+  explicit DemoSource(DemoConfig config = {});
+  ~DemoSource() override;
+
+  const TimelineHeader& header() const override { return header_; }
+  int num_steps() const override { return static_cast<int>(metrics_.size()); }
+  std::span<const StepMetrics> all_metrics() const override { return metrics_; }
+  void state_at(int step, PoolState& out) const override;
+  bool is_demo() const override { return true; }
+  std::string describe() const override;
+
+ private:
+  static constexpr int kSnapshotEvery = 32;
+  DemoConfig config_;
+  TimelineHeader header_;
+  std::vector<StepMetrics> metrics_;                 // [num_steps]
+  std::vector<std::unique_ptr<DemoSim>> snapshots_;  // state after steps 0, 32, 64, ...
+};
+
+}  // namespace kvscope::ui

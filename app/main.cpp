@@ -1,0 +1,72 @@
+// kvscope-ui entry point: command-line parsing, then the app (exit 2 on bad arguments).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "app/app.h"
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: kvscope-ui [SCENARIO.json | RECORDING] [--screenshot OUT.png [--frames N]]\n"
+               "                  [--presenter] [--size WxH]\n"
+               "  --screenshot OUT.png  render N frames (default 30), write a PNG and exit\n"
+               "  --presenter           large fonts and high contrast (toggle with P)\n"
+               "  --size WxH            window size (default 1600x1000)\n"
+               "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
+               "      F12 screenshot. Exit code 3 means no display (use the headless CLI).\n");
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "kvscope-ui: %s\n", message.c_str());
+  usage(stderr);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kvscope::ui::AppOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      (void)name;
+      return argv[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (arg == "--screenshot") {
+      const char* v = value("--screenshot");
+      if (!v) return fail("--screenshot: expected an output path");
+      options.screenshot = v;
+    } else if (arg == "--frames") {
+      const char* v = value("--frames");
+      char* end = nullptr;
+      const long n = v ? std::strtol(v, &end, 10) : 0;
+      if (!v || *end != '\0' || n < 1 || n > 100000) return fail("--frames: expected 1..100000");
+      options.frames = static_cast<int>(n);
+    } else if (arg == "--size") {
+      const char* v = value("--size");
+      if (!v || std::sscanf(v, "%dx%d", &options.width, &options.height) != 2 ||
+          options.width < 320 || options.height < 240 || options.width > 8192 ||
+          options.height > 8192) {
+        return fail("--size: expected WxH between 320x240 and 8192x8192");
+      }
+    } else if (arg == "--presenter") {
+      options.presenter = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return fail("unknown option " + arg);
+    } else if (options.input.empty()) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(arg, ec)) return fail(arg + ": no such file");
+      options.input = arg;
+    } else {
+      return fail("expected one scenario or recording, got a second: " + arg);
+    }
+  }
+  return kvscope::ui::run_app(options);
+}

@@ -1,0 +1,152 @@
+// Memory vs context panel: formula, log-log plot with GPU lines, and a max-context table.
+#include "app/panels/memory_panel.h"
+
+#include <cmath>
+
+#include "app/core/theme.h"
+#include "app/widgets/plot.h"
+#include "app/widgets/widgets.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+constexpr double kH100Bytes = 80e9;
+constexpr double kH200Bytes = 141e9;
+
+PlotSeries curve(const std::string& label, double bytes_per_token, ImU32 color) {
+  PlotSeries s;
+  s.label = label;
+  s.color = color;
+  for (int k = 10; k <= 20; ++k) {  // 1K .. 1M tokens, one point per power of two
+    const double tokens = std::ldexp(1.0, k);
+    s.x.push_back(tokens);
+    s.y.push_back(tokens * bytes_per_token);
+  }
+  s.markers = true;
+  return s;
+}
+
+std::string loaded_label(const AppState& state) {
+  const TimelineHeader& h = state.header();
+  std::string label = "loaded run (" + h.kv_format + ")";
+  if (state.is_demo())
+    label += " [demo data]";
+  else if (h.random_weights)
+    label += " [random weights]";
+  return label;
+}
+
+}  // namespace
+
+MemoryPanel::MemoryPanel() : shapes_(published_kv_shapes()) {}
+
+std::string MemoryPanel::help() const {
+  return "The KV cache grows linearly with context: every token keeps a key and a value vector "
+         "per layer and KV head, so bytes = 2 x layers x kv_heads x head_dim x tokens x bytes per "
+         "element (MLA caches one compressed latent per layer instead). Grouped-query attention, "
+         "latent compression and narrower formats are the levers that move these lines down.";
+}
+
+void MemoryPanel::draw(AppState& state) {
+  const auto& formats = kv_format_bytes();
+  const int num_formats = static_cast<int>(formats.size());
+  for (int i = 0; i <= num_formats; ++i) {
+    if (i > 0) ImGui::SameLine();
+    ImGui::RadioButton(i < num_formats ? formats[i].name : "all formats", &format_, i);
+  }
+  ImGui::SameLine(0, 16);
+  ImGui::Checkbox("loaded run", &show_loaded_);
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextDisabled(
+      "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem;  "
+      "MLA: layers x (512 + 64) x tokens x bytes/elem");
+  ImGui::PopTextWrapPos();
+
+  std::vector<PlotSeries> series;
+  for (int f = 0; f < num_formats; ++f) {
+    if (format_ != num_formats && format_ != f) continue;
+    const bool all = format_ == num_formats;
+    for (std::size_t m = 0; m < shapes_.size(); ++m) {
+      ImU32 col = series_color(static_cast<int>(m));
+      if (all) col = mix_color(col, palette(state.presenter).panel_bg, 0.28f * f);
+      const std::string label = shapes_[m].name + (all ? std::string(" ") + formats[f].name : "");
+      series.push_back(curve(label, shapes_[m].bytes_per_token(formats[f].bytes), col));
+      series.back().markers = !all;
+    }
+  }
+  if (show_loaded_ && state.header().kv_bytes_per_token > 0) {
+    series.push_back(curve(loaded_label(state), state.header().kv_bytes_per_token,
+                           palette(state.presenter).text));
+  }
+  const Palette& pal = palette(state.presenter);
+  const std::vector<PlotRefLine> gpus = {
+      {.value = kH100Bytes, .label = "H100: 80 GB", .color = pal.warn, .label_below = true},
+      {.value = kH200Bytes, .label = "H200: 141 GB", .color = pal.badge_demo}};
+  PlotConfig cfg;
+  cfg.id = "memory_vs_context";
+  cfg.x = PlotAxis{"context length (tokens)", AxisUnits::kTokens, true, 1024.0, 1048576.0};
+  cfg.y = PlotAxis{"KV cache per sequence", AxisUnits::kBytes, true, 1024.0 * 1024.0,
+                   1024.0 * 1024 * 1024 * 1024};
+  const float table_h = ImGui::GetTextLineHeightWithSpacing() * (shapes_.size() + 4.2f);
+  // Short panels (presenter mode) keep the plot and a one-line caption; the table needs room.
+  const float avail = ImGui::GetContentRegionAvail().y;
+  const bool with_table = avail - table_h >= ImGui::GetFontSize() * 14.0f;
+  const float caption_h = ImGui::GetTextLineHeightWithSpacing() * 1.2f;
+  cfg.size = ImVec2(-1.0f, std::max(avail - (with_table ? table_h : caption_h), 120.0f));
+  cfg.line_scale = state.presenter ? 1.6f : 1.0f;
+  cfg.legend = format_ != num_formats;
+  const PlotResult r = plot(cfg, series, gpus);
+  if (!r.exported.empty()) export_message_ = r.exported;
+  if (with_table) {
+    draw_table(state, formats[format_ == num_formats ? 0 : format_].bytes);
+  } else {
+    ImGui::TextDisabled("Formulas for published shapes, not measurements%s.",
+                        state.is_demo() ? "; the loaded-run line is demo data" : "");
+  }
+}
+
+void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
+  const ImGuiTableFlags flags =
+      ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV;
+  if (ImGui::BeginTable("##shapes", 4, flags)) {
+    ImGui::TableSetupColumn("published shape (formula)", ImGuiTableColumnFlags_WidthStretch, 1.6f);
+    ImGui::TableSetupColumn("KV / token", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableSetupColumn("max ctx, 80 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableSetupColumn("max ctx, 141 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableHeadersRow();
+    for (std::size_t m = 0; m < shapes_.size(); ++m) {
+      const double bpt = shapes_[m].bytes_per_token(bytes_per_element);
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      swatch(series_color(static_cast<int>(m)));
+      ImGui::SameLine(0, 4);
+      ImGui::TextUnformatted(shapes_[m].name.c_str());
+      if (ImGui::IsItemHovered()) {
+        ImGui::SetTooltip(
+            "%s: %s values per token at %.1f bytes = %.0f bytes (synthetic preset %s)",
+            shapes_[m].name.c_str(), shapes_[m].dims().c_str(), bytes_per_element, bpt,
+            shapes_[m].preset.c_str());
+      }
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_bytes(bpt).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(
+          format_tick(max_context_tokens(kH100Bytes, bpt), AxisUnits::kTokens).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(
+          format_tick(max_context_tokens(kH200Bytes, bpt), AxisUnits::kTokens).c_str());
+    }
+    ImGui::EndTable();
+  }
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextDisabled(
+      "Formulas for published shapes at %.1f bytes/element (scales excluded), not measurements; "
+      "synthetic models with these shapes run on random weights. Max context assumes the whole "
+      "GPU holds one sequence's KV cache (weights not subtracted).%s%s",
+      bytes_per_element, state.is_demo() ? " The loaded-run line comes from demo data." : "",
+      export_message_.empty() ? "" : ("  " + export_message_).c_str());
+  ImGui::PopTextWrapPos();
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,309 @@
+// The plot widget: layout, scales, grid, series, reference lines, hover read-out and CSV export.
+#include "app/widgets/plot.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <limits>
+
+#include "app/core/theme.h"
+#include "engine/common/atomic_write.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+struct Scale {  // maps data to screen along one axis
+  double lo = 0, hi = 1;
+  float p0 = 0, p1 = 1;  // screen coordinates of lo and hi
+  bool log = false;
+  double t(double v) const { return log ? std::log(std::max(v, 1e-300)) : v; }
+  float to_screen(double v) const {
+    const double a = t(lo), b = t(hi);
+    return p0 + static_cast<float>((t(v) - a) / (b - a)) * (p1 - p0);
+  }
+  double to_data(float p) const {
+    const double a = t(lo), b = t(hi);
+    const double u = a + (p - p0) / static_cast<double>(p1 - p0) * (b - a);
+    return log ? std::exp(u) : u;
+  }
+};
+
+void data_range(const PlotAxis& axis, std::span<const PlotSeries> series, bool use_x, double& lo,
+                double& hi) {
+  lo = std::numeric_limits<double>::infinity();
+  hi = -lo;
+  for (const PlotSeries& s : series) {
+    for (double v : use_x ? s.x : s.y) {
+      if (!std::isfinite(v) || (axis.log && v <= 0)) continue;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  if (!std::isfinite(lo)) lo = axis.log ? 1.0 : 0.0, hi = axis.log ? 10.0 : 1.0;
+  if (!axis.log && !use_x) lo = std::min(lo, 0.0);  // linear value axes start at zero
+  if (!use_x && !axis.log) hi += (hi - lo) * 0.06;  // headroom above the highest point
+  if (axis.min) lo = *axis.min;
+  if (axis.max) hi = *axis.max;
+  if (!(hi > lo)) hi = axis.log ? lo * 10.0 : lo + 1.0;
+}
+
+// Draws text rotated 90 degrees counter-clockwise, centred on `center`.
+void add_vertical_text(ImDrawList* dl, ImVec2 center, ImU32 col, const char* text) {
+  const ImVec2 ts = ImGui::CalcTextSize(text);
+  const int first = dl->VtxBuffer.Size;
+  dl->PushClipRect(ImVec2(-1e5f, -1e5f), ImVec2(1e5f, 1e5f),
+                   false);  // glyphs are culled pre-rotation
+  dl->AddText(ImVec2(center.x - ts.x * 0.5f, center.y - ts.y * 0.5f), col, text);
+  for (int i = first; i < dl->VtxBuffer.Size; ++i) {
+    ImVec2& p = dl->VtxBuffer[i].pos;
+    const float dx = p.x - center.x, dy = p.y - center.y;
+    p = ImVec2(center.x + dy, center.y - dx);
+  }
+  dl->PopClipRect();
+}
+
+void dashed_line(ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col, float thickness) {
+  const float len = std::hypot(b.x - a.x, b.y - a.y);
+  if (len <= 0) return;
+  const ImVec2 d((b.x - a.x) / len, (b.y - a.y) / len);
+  for (float s = 0; s < len; s += 9.0f) {
+    const float e = std::min(s + 5.0f, len);
+    dl->AddLine(ImVec2(a.x + d.x * s, a.y + d.y * s), ImVec2(a.x + d.x * e, a.y + d.y * e), col,
+                thickness);
+  }
+}
+
+// Screen points of one series, reduced to min/max per pixel column when denser than the screen.
+void project(const PlotSeries& s, const Scale& sx, const Scale& sy, std::vector<ImVec2>& out) {
+  out.clear();
+  const std::size_t n = std::min(s.x.size(), s.y.size());
+  const float width = std::fabs(sx.p1 - sx.p0);
+  const bool decimate = n > static_cast<std::size_t>(width * 2.0f);
+  float col_x = -FLT_MAX, col_min = 0, col_max = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+    if ((sx.log && s.x[i] <= 0) || (sy.log && s.y[i] <= 0)) continue;
+    const ImVec2 p(sx.to_screen(s.x[i]), sy.to_screen(s.y[i]));
+    if (!decimate) {
+      out.push_back(p);
+      continue;
+    }
+    const float c = std::floor(p.x);
+    if (c != col_x) {
+      if (col_x != -FLT_MAX) {
+        out.push_back(ImVec2(col_x, col_min));
+        if (col_max != col_min) out.push_back(ImVec2(col_x, col_max));
+      }
+      col_x = c, col_min = col_max = p.y;
+    } else {
+      col_min = std::min(col_min, p.y), col_max = std::max(col_max, p.y);
+    }
+  }
+  if (decimate && col_x != -FLT_MAX) out.push_back(ImVec2(col_x, col_min));
+}
+
+}  // namespace
+
+PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
+                std::span<const PlotRefLine> refs) {
+  PlotResult result;
+  ImGui::PushID(cfg.id);
+  const Palette& pal = palette(cfg.line_scale > 1.0f);
+  const ImU32 text_col = ImGui::GetColorU32(ImGuiCol_Text);
+  const ImU32 dim_col = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  const float fh = ImGui::GetTextLineHeight();
+  ImVec2 size = cfg.size;
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  if (size.x <= 0) size.x = std::max(avail.x + size.x, 120.0f);
+  if (size.y <= 0) size.y = std::max(avail.y + size.y, 100.0f);
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("##plot", size);
+  const bool item_hovered = ImGui::IsItemHovered();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+
+  double xlo, xhi, ylo, yhi;
+  data_range(cfg.x, series, true, xlo, xhi);
+  data_range(cfg.y, series, false, ylo, yhi);
+  const std::vector<double> yt =
+      cfg.y.log ? log_ticks(ylo, yhi, cfg.y.units)
+                : linear_ticks(ylo, yhi, std::max(2, static_cast<int>(size.y / (fh * 2.4f))));
+  float label_w = 0;
+  for (double t : yt)
+    label_w = std::max(label_w, ImGui::CalcTextSize(format_tick(t, cfg.y.units).c_str()).x);
+
+  // Layout: title and legend flow (wrapping) on top, y labels left, x labels and title below.
+  const float left = origin.x + label_w + (cfg.y.label.empty() ? 8.0f : fh + 12.0f);
+  const float right = origin.x + size.x - 10.0f;
+  const float row_h = fh * 1.3f;
+  std::vector<ImVec2> legend_pos;  // [series] top-left of each legend entry
+  float lx = left, ly = origin.y;
+  if (!cfg.title.empty()) lx += ImGui::CalcTextSize(cfg.title.c_str()).x + fh * 1.2f;
+  if (cfg.legend) {
+    for (const PlotSeries& s : series) {
+      const float w = fh * 0.95f + ImGui::CalcTextSize(s.label.c_str()).x;
+      if (lx + w > right && lx > left) lx = left, ly += row_h;
+      legend_pos.push_back(ImVec2(lx, ly));
+      lx += w + fh;
+    }
+  }
+  const bool has_header = !cfg.title.empty() || !legend_pos.empty();
+  const float top = has_header ? ly + row_h + fh * 0.2f : origin.y + fh * 0.5f;
+  const float bottom = origin.y + size.y - (cfg.x.label.empty() ? fh * 1.4f : fh * 2.6f);
+  if (right - left < 20 || bottom - top < 20) {
+    ImGui::PopID();
+    return result;
+  }
+  const Scale sx{xlo, xhi, left, right, cfg.x.log};
+  const Scale sy{ylo, yhi, bottom, top, cfg.y.log};
+  const std::vector<double> xt =
+      cfg.x.log
+          ? log_ticks(xlo, xhi, cfg.x.units)
+          : linear_ticks(xlo, xhi, std::max(2, static_cast<int>((right - left) / (fh * 5.5f))));
+
+  dl->AddRectFilled(ImVec2(left, top), ImVec2(right, bottom),
+                    mix_color(pal.panel_bg, IM_COL32_BLACK, 0.25f), 3.0f);
+  for (double t : yt) {
+    const float y = sy.to_screen(t);
+    dl->AddLine(ImVec2(left, y), ImVec2(right, y), pal.grid);
+    const std::string s = format_tick(t, cfg.y.units);
+    const float w = ImGui::CalcTextSize(s.c_str()).x;
+    dl->AddText(ImVec2(left - 6.0f - w, y - fh * 0.5f), dim_col, s.c_str());
+  }
+  float last_label_end = -FLT_MAX;
+  for (double t : xt) {
+    const float x = sx.to_screen(t);
+    dl->AddLine(ImVec2(x, top), ImVec2(x, bottom), pal.grid);
+    const std::string s = format_tick(t, cfg.x.units);
+    const float w = ImGui::CalcTextSize(s.c_str()).x;
+    if (x - w * 0.5f < last_label_end + 6.0f) continue;  // skip labels that would overlap
+    dl->AddText(ImVec2(x - w * 0.5f, bottom + 4.0f), dim_col, s.c_str());
+    last_label_end = x + w * 0.5f;
+  }
+  dl->AddLine(ImVec2(left, bottom), ImVec2(right, bottom), pal.axis);
+  dl->AddLine(ImVec2(left, top), ImVec2(left, bottom), pal.axis);
+  if (!cfg.x.label.empty()) {
+    const float w = ImGui::CalcTextSize(cfg.x.label.c_str()).x;
+    dl->AddText(ImVec2((left + right - w) * 0.5f, bottom + fh * 1.35f), dim_col,
+                cfg.x.label.c_str());
+  }
+  if (!cfg.y.label.empty()) {
+    add_vertical_text(dl, ImVec2(origin.x + fh * 0.6f, (top + bottom) * 0.5f), dim_col,
+                      cfg.y.label.c_str());
+  }
+
+  if (!cfg.title.empty()) dl->AddText(ImVec2(left, origin.y), text_col, cfg.title.c_str());
+  const auto color_of = [](const PlotSeries& s, std::size_t i) {
+    return s.color != 0 ? s.color : series_color(static_cast<int>(i));
+  };
+  for (std::size_t i = 0; i < legend_pos.size(); ++i) {
+    const ImVec2 p = legend_pos[i];
+    dl->AddRectFilled(ImVec2(p.x, p.y + fh * 0.25f), ImVec2(p.x + fh * 0.7f, p.y + fh * 0.95f),
+                      color_of(series[i], i), 2.0f);
+    dl->AddText(ImVec2(p.x + fh * 0.95f, p.y), dim_col, series[i].label.c_str());
+  }
+
+  dl->PushClipRect(ImVec2(left, top - 1), ImVec2(right + 1, bottom + 1), true);
+  std::vector<ImVec2> pts;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const PlotSeries& s = series[i];
+    const ImU32 col = color_of(s, i);
+    project(s, sx, sy, pts);
+    if (s.fill && !cfg.y.log && pts.size() > 1) {
+      const ImU32 fill = (col & ~IM_COL32_A_MASK) | (40u << IM_COL32_A_SHIFT);
+      const float base = sy.to_screen(std::max(ylo, 0.0));
+      const ImDrawListFlags saved = dl->Flags;
+      dl->Flags &= ~ImDrawListFlags_AntiAliasedFill;  // no seams between adjacent quads
+      for (std::size_t k = 1; k < pts.size(); ++k) {
+        dl->AddQuadFilled(pts[k - 1], pts[k], ImVec2(pts[k].x, base), ImVec2(pts[k - 1].x, base),
+                          fill);
+      }
+      dl->Flags = saved;
+    }
+    if (s.line && pts.size() > 1) {
+      dl->AddPolyline(pts.data(), static_cast<int>(pts.size()), col, 0,
+                      s.thickness * cfg.line_scale);
+    }
+    if (s.markers) {
+      for (const ImVec2& p : pts) dl->AddCircleFilled(p, 3.0f * cfg.line_scale, col, 12);
+    }
+  }
+  for (const PlotRefLine& r : refs) {
+    const ImU32 col = r.color != 0 ? r.color : dim_col;
+    const float w = ImGui::CalcTextSize(r.label.c_str()).x;
+    if (r.vertical) {
+      const float x = sx.to_screen(r.value);
+      dashed_line(dl, ImVec2(x, top), ImVec2(x, bottom), col, 1.5f);
+      dl->AddText(ImVec2(x + 4.0f, top + 2.0f), col, r.label.c_str());
+    } else {
+      const float y = sy.to_screen(r.value);
+      dashed_line(dl, ImVec2(left, y), ImVec2(right, y), col, 1.5f);
+      (void)w;
+      dl->AddText(ImVec2(left + 6.0f, r.label_below ? y + 2.0f : y - fh - 1.0f), col,
+                  r.label.c_str());
+    }
+  }
+  if (std::isfinite(cfg.cursor_x)) {
+    const float x = sx.to_screen(cfg.cursor_x);
+    dl->AddLine(ImVec2(x, top), ImVec2(x, bottom), pal.accent, 1.5f * cfg.line_scale);
+  }
+
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  if (item_hovered && mouse.x >= left && mouse.x <= right && mouse.y >= top && mouse.y <= bottom) {
+    result.hovered = true;
+    result.mouse_x = sx.to_data(mouse.x);
+    result.mouse_y = sy.to_data(mouse.y);
+    result.clicked = ImGui::IsMouseClicked(ImGuiMouseButton_Left);
+    // Nearest point across all series, in screen space.
+    float best = fh * fh * 9.0f;
+    int best_series = -1;
+    std::size_t best_index = 0;
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      const PlotSeries& s = series[i];
+      const std::size_t n = std::min(s.x.size(), s.y.size());
+      for (std::size_t k = 0; k < n; ++k) {
+        if ((sx.log && s.x[k] <= 0) || (sy.log && s.y[k] <= 0)) continue;
+        const float dx = sx.to_screen(s.x[k]) - mouse.x, dy = sy.to_screen(s.y[k]) - mouse.y;
+        const float d = dx * dx + dy * dy * 0.25f;  // favour the column under the mouse
+        if (d < best) best = d, best_series = static_cast<int>(i), best_index = k;
+      }
+    }
+    dl->AddLine(ImVec2(mouse.x, top), ImVec2(mouse.x, bottom), IM_COL32(255, 255, 255, 40));
+    if (best_series >= 0) {
+      const PlotSeries& s = series[best_series];
+      const ImVec2 p(sx.to_screen(s.x[best_index]), sy.to_screen(s.y[best_index]));
+      dl->AddCircleFilled(p, 4.5f * cfg.line_scale, color_of(s, best_series), 16);
+      dl->AddCircle(p, 6.0f * cfg.line_scale, IM_COL32_WHITE, 16, 1.5f);
+      ImGui::BeginTooltip();
+      ImGui::TextUnformatted(s.label.c_str());
+      ImGui::TextDisabled("%s", cfg.x.label.empty() ? "x" : cfg.x.label.c_str());
+      ImGui::SameLine();
+      ImGui::Text("%s", format_tick(s.x[best_index], cfg.x.units).c_str());
+      ImGui::TextDisabled("%s", cfg.y.label.empty() ? "y" : cfg.y.label.c_str());
+      ImGui::SameLine();
+      ImGui::Text("%s", format_tick(s.y[best_index], cfg.y.units).c_str());
+      ImGui::TextDisabled("right-click: export CSV");
+      ImGui::EndTooltip();
+    }
+  }
+  dl->PopClipRect();
+
+  if (ImGui::BeginPopupContextItem("##plot_menu")) {
+    std::size_t points = 0;
+    for (const PlotSeries& s : series) points += std::min(s.x.size(), s.y.size());
+    const std::string path = std::string("kvscope-") + cfg.id + ".csv";
+    if (ImGui::MenuItem(("Export CSV to " + path).c_str(), nullptr, false, points > 0)) {
+      try {
+        const std::string csv = plot_csv(series, cfg.x.label, cfg.y.label);
+        write_file_atomically(path, [&](std::ostream& out) { out << csv; });
+        result.exported = "wrote " + std::to_string(points) + " points to " + path;
+      } catch (const std::exception& e) {
+        result.exported = std::string("CSV export failed: ") + e.what();
+      }
+    }
+    ImGui::EndPopup();
+  }
+  ImGui::PopID();
+  return result;
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,36 @@
+// Small shared widgets: the (?) concept help marker, tooltips with shortcuts, drawn icon buttons,
+// badges and colour swatches. Stateless: every call draws from its arguments.
+#pragma once
+
+#include <imgui.h>
+
+#include <string>
+
+namespace kvscope::ui {
+
+// "(?)" that shows `text` (two sentences on the concept) and the docs page in a tooltip.
+void help_marker(const std::string& text, const std::string& docs_page);
+
+// Tooltip for the last item: a description and, if given, its keyboard shortcut.
+void item_tooltip(const char* text, const char* shortcut = nullptr);
+
+enum class Icon { kToStart, kStepBack, kPlay, kPause, kStepForward, kToEnd };
+// A square button with a vector icon; returns true when clicked.
+bool icon_button(const char* id, Icon icon, float size);
+
+// A rounded label with a coloured background (e.g. "DEMO DATA").
+void badge(const char* text, ImU32 color);
+
+// A small filled square in `color`, aligned with text.
+void swatch(ImU32 color, float size = 0.0f);
+
+// "label value" with the label dimmed. With `flow`, it continues the previous item's line when it
+// fits and wraps to a new line when it does not.
+void stat(const char* label, const std::string& value, bool flow = false);
+
+// Human-readable figures: 1.5 KiB / 3.2 GiB, 12.3k, 45.6%.
+std::string format_bytes(double bytes);
+std::string format_count(double n);
+std::string format_percent(double fraction, int decimals = 1);
+
+}  // namespace kvscope::ui

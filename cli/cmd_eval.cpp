@@ -1,0 +1,180 @@
+// kvscope eval: quality of KV cache formats on the real model against the exact fp32 cache
+// (perplexity, KL divergence, top-1 agreement, exact bytes per token); --sweep runs every format
+// and writes the Pareto view as CSV and PNG.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/eval_report.h"
+#include "engine/analysis/quality.h"
+#include "engine/common/error.h"
+#include "engine/model/locate.h"
+
+namespace kvscope::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: kvscope eval [options]
+
+  --model PATH|NAME          model (default stories260K.bin; random-weight models are refused)
+  --tokenizer PATH           tokenizer (default: found beside the model)
+  --text FILE                stories separated by blank lines (default assets/text/eval_stories.txt)
+  --sample N                 instead of a text: N tokens sampled from the model (temperature 1)
+  --seed S                   seed for --sample (default 1234)
+  --kv-dtype F               K and V format (default fp16)
+  --k-dtype F, --v-dtype F   separate K and V formats
+  --block-size B             KV block size in tokens (default 16)
+  --threads N                CPU threads (default: all cores)
+  --json                     print the report as JSON
+  --sweep                    evaluate every format; writes quant_sweep.csv and PNG plots
+  --out DIR                  where --sweep writes (default reports/quant)
+
+formats: fp32 fp16 bf16 fp8-e4m3 fp8-e5m2 int8 int4[-gN] int2[-gN] kivi2[-rN][-gN] kivi4[-rN][-gN]
+)";
+
+// A one-line progress bar on stderr, only when stderr is a terminal.
+class Progress {
+ public:
+  explicit Progress(std::string label) : label_(std::move(label)), enabled_(isatty(2) != 0) {}
+  ~Progress() {
+    if (enabled_ && shown_) std::fputs("\r\033[K", stderr);
+  }
+  void operator()(long done, long total) {
+    if (!enabled_ || total <= 0) return;
+    const int pct = static_cast<int>(100 * done / total);
+    if (pct == last_ && done != total) return;
+    last_ = pct;
+    shown_ = true;
+    const int width = 30, filled = width * pct / 100;
+    std::fprintf(stderr, "\r%-24s [%s%s] %3d%% (%ld/%ld)", label_.c_str(),
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - filled), '.').c_str(), pct, done,
+                 total);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool shown_ = false;
+  int last_ = -1;
+};
+
+std::string default_text_path() {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
+}
+
+std::string read_text_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw Error(path, "cannot open the text file (--text)");
+  std::string text;
+  char buf[65536];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+}  // namespace
+
+int cmd_eval(const Argv& argv) {
+  Args args(argv,
+            {"--model", "--tokenizer", "--text", "--sample", "--seed", "--kv-dtype", "--k-dtype",
+             "--v-dtype", "--block-size", "--threads", "--out"},
+            {"--help", "--json", "--sweep"});
+  if (args.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (!args.positional().empty())
+    throw Error(args.positional()[0], "unexpected argument; see --help");
+  if (args.has("--text") && args.has("--sample"))
+    throw Error("--sample", "give either --text or --sample, not both");
+  if (args.has("--kv-dtype") && (args.has("--k-dtype") || args.has("--v-dtype"))) {
+    throw Error("--kv-dtype", "give either --kv-dtype or --k-dtype/--v-dtype, not both");
+  }
+  const int block_size = args.get_int("--block-size", 16);
+  if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
+    fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));
+  }
+  const int threads = args.get_int("--threads", 0);
+  if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
+  const std::string default_kv = args.get("--kv-dtype", "fp16");
+  const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv),
+                                     args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
+  const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv),
+                                     args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+
+  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  if (loaded.model->is_random_weights()) {
+    throw Error(loaded.model->source(),
+                "random weights: no quality figure is meaningful; use a trained model");
+  }
+  auto backend = make_cpu_backend(threads);
+  Transformer transformer(loaded.model, *backend);
+  const ModelConfig& c = transformer.config();
+  k.validate(block_size, c.n_kv_heads, c.head_dim(),
+             args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
+  v.validate(block_size, c.n_kv_heads, c.head_dim(),
+             args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+
+  std::vector<std::vector<int>> windows;
+  std::string source;
+  if (args.has("--sample")) {
+    const long n = args.get_i64("--sample", 0);
+    if (n < 2 || n > 10'000'000)
+      fail_expected("--sample", "a token count in [2, 10000000]", std::to_string(n));
+    const auto seed = static_cast<std::uint64_t>(args.get_i64("--seed", 1234));
+    windows = sample_windows(transformer, n, seed);
+    source =
+        "sampled " + std::to_string(n) + " tokens, temperature 1, seed " + std::to_string(seed);
+  } else {
+    if (!loaded.tokenizer)
+      throw Error(loaded.model->source(), "no tokenizer found; pass --tokenizer PATH");
+    const std::string path = args.get("--text", default_text_path());
+    windows = text_windows(*loaded.tokenizer, read_text_file(path), c.seq_len, path);
+    source = path;
+  }
+
+  std::unique_ptr<QualityEvaluator> evaluator;
+  {
+    Progress bar("fp32 reference");
+    evaluator = std::make_unique<QualityEvaluator>(transformer, std::move(windows), block_size,
+                                                   [&](long d, long t) { bar(d, t); });
+  }
+  if (args.has("--sweep")) {
+    return run_sweep(*evaluator, c, block_size, source, args.get("--out", "reports/quant"),
+                     args.has("--json"));
+  }
+  auto variant = make_kv_format_variant(k, v, block_size);
+  QualityReport r;
+  {
+    Progress bar(variant->name());
+    r = evaluator->evaluate(*variant, [&](long d, long t) { bar(d, t); });
+  }
+  if (args.has("--json")) {
+    nlohmann::json j = report_json(r);
+    j["source"] = source;
+    j["block_size"] = block_size;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("eval: %s, %d windows, %ld scored positions, block %d\n", source.c_str(), r.windows,
+              r.positions, block_size);
+  std::printf("  variant              %s\n", r.variant.c_str());
+  std::printf("  perplexity           %.4f (fp32 %.4f, delta %+.4f)\n", r.ppl_variant,
+              r.ppl_reference, r.ppl_variant - r.ppl_reference);
+  std::printf("  KL(fp32 || variant)  mean %.3e, max %.3e nats\n", r.kl_mean, r.kl_max);
+  std::printf("  top-1 agreement      %.2f%%\n", 100.0 * r.top1_agreement);
+  std::printf(
+      "  bytes per token      %.2f in blocks + %.0f per sequence = %.2f at %.0f tokens (fp32 "
+      "%.0f)\n",
+      r.footprint.bytes_per_token, r.footprint.bytes_per_sequence, r.effective_bytes_per_token,
+      r.mean_window_tokens, r.reference_bytes_per_token);
+  return 0;
+}
+
+}  // namespace kvscope::cli

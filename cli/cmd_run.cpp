@@ -1,0 +1,116 @@
+// kvscope run: runs a scenario through the Simulator on the real model and writes the recording,
+// a Chrome trace and per-step metrics; progress on stderr, a short summary on stdout.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "engine/analysis/metrics_csv.h"
+#include "engine/analysis/pool_metrics.h"
+#include "engine/common/error.h"
+#include "engine/model/locate.h"
+#include "engine/sched/scenario_min.h"
+#include "engine/sched/simulator.h"
+
+namespace kvscope::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
+
+  --out DIR                        where recording.kvr, trace.json, metrics.csv go (default kvscope-out)
+  --steps N                        stop after N steps even if requests remain (default 100000)
+  --model PATH|NAME                override the scenario's model
+  --allocator paged|contiguous     override cache.allocator
+  --preemption recompute|swap      override cache.preemption
+  --bookkeeping                    no model compute: block accounting only (tokens are 0)
+  --threads N                      CPU threads for the forward pass (default 1)
+  --quiet                          no progress on stderr
+)";
+
+}  // namespace
+
+int cmd_run(const Argv& argv) {
+  Args args(argv, {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads"},
+            {"--help", "--bookkeeping", "--quiet"});
+  if (args.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (args.positional().size() != 1)
+    fail_expected("kvscope run", "one scenario file (see --help)",
+                  std::to_string(args.positional().size()) + " arguments");
+  const std::string path = args.positional()[0];
+  const std::string out_dir = args.get("--out", "kvscope-out");
+  const int max_steps = args.get_int("--steps", 100000);
+  if (max_steps < 1) fail_expected("--steps", "a positive integer", std::to_string(max_steps));
+  const bool quiet = args.has("--quiet");
+
+  MinScenario scenario = parse_min_scenario(path);
+  if (args.has("--allocator"))
+    scenario.config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
+  if (args.has("--preemption"))
+    scenario.config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
+  scenario.config.threads = args.get_int("--threads", 1);
+  const std::string model_arg = args.has("--model") ? args.get("--model") : scenario.model;
+  LoadedModel loaded = load_model(model_arg, "");
+  SimConfig config = resolve_sim_config(scenario, loaded.model->config());
+  std::vector<SimRequest> requests = resolve_requests(scenario, loaded.tokenizer.get());
+  SimModel model{loaded.model->config(), args.has("--bookkeeping") ? nullptr : loaded.model};
+  std::unique_ptr<Simulator> sim;
+  try {
+    sim = std::make_unique<Simulator>(config, model, std::move(requests));
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.where(), e.detail());
+  }
+
+  while (sim->current_step() < max_steps && sim->step()) {
+    const int s = sim->current_step() - 1;
+    if (!quiet && s % 50 == 0) {
+      const StepMetrics& m = sim->timeline()->metrics(s);
+      std::fprintf(stderr,
+                   "step %d: running %d, waiting %d, swapped %d, finished %d, blocks %d/%d used\n",
+                   s, m.requests_running, m.requests_waiting, m.requests_swapped,
+                   m.requests_finished, m.blocks_used, m.blocks_total);
+    }
+  }
+  const Timeline& t = *sim->timeline();
+  std::filesystem::create_directories(out_dir);
+  const std::string rec = out_dir + "/recording.kvr", trace = out_dir + "/trace.json",
+                    csv = out_dir + "/metrics.csv";
+  t.save(rec);
+  t.export_chrome_trace(trace);
+  write_metrics_csv(csv, t.all_metrics());
+
+  const RunSummary s = summarize(t.all_metrics());
+  const double peak_pct = 100.0 * s.peak_blocks_used / config.num_blocks;
+  std::printf("%s%s: %s allocator, block %d, %d blocks, preemption %s, victim %s%s\n",
+              loaded.model->is_random_weights() ? "[random weights] " : "", path.c_str(),
+              allocator_name(config.allocator).c_str(), config.block_size, config.num_blocks,
+              preemption_name(config.preemption).c_str(), victim_name(config.victim).c_str(),
+              model.weights ? "" : " (bookkeeping only)");
+  std::printf(
+      "steps %d; requests %d finished, %d rejected, %d unfinished; preemptions %lld (%lld tokens "
+      "recomputed)\n",
+      s.steps, s.finished, s.rejected, sim->num_requests() - s.finished - s.rejected,
+      static_cast<long long>(s.preemptions), static_cast<long long>(s.tokens_recomputed));
+  std::printf("tokens: %lld prefill, %lld decode; mean batch %.2f (peak %d)\n",
+              static_cast<long long>(s.prefill_tokens), static_cast<long long>(s.decode_tokens),
+              s.mean_running, s.peak_running);
+  std::printf(
+      "KV utilization (filled / allocated slots, mean over steps): %.1f%%; blocks used mean %.1f, "
+      "peak %d (%.0f%%)\n",
+      100.0 * s.mean_utilization, s.mean_blocks_used, s.peak_blocks_used, peak_pct);
+  for (int i = 0; i < sim->num_requests(); ++i) {
+    if (sim->request(i).phase == RequestPhase::kRejected) {
+      std::printf("request %d rejected: %s\n", i, sim->request(i).reject_reason.c_str());
+    }
+  }
+  std::printf("wrote %s, %s, %s\n", rec.c_str(), trace.c_str(), csv.c_str());
+  if (!sim->done()) {
+    std::fprintf(stderr, "kvscope run: stopped after --steps %d with requests unfinished\n",
+                 max_steps);
+  }
+  return 0;
+}
+
+}  // namespace kvscope::cli

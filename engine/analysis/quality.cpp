@@ -1,0 +1,212 @@
+// Quality evaluation of KV cache variants against the exact fp32 cache.
+#include "engine/analysis/quality.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/common/error.h"
+#include "engine/kv/cache_manager.h"
+#include "engine/model/generate.h"
+
+namespace kvscope {
+
+void log_softmax(std::span<const float> logits, std::span<double> out) {
+  double mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double log_z = mx + std::log(sum);
+  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_z;
+}
+
+double kl_divergence(std::span<const double> log_p, std::span<const double> log_q) {
+  double kl = 0.0;
+  for (std::size_t i = 0; i < log_p.size(); ++i) {
+    const double p = std::exp(log_p[i]);
+    if (p > 0.0) kl += p * (log_p[i] - log_q[i]);
+  }
+  return std::max(0.0, kl);  // rounding can leave -1e-17 for identical distributions
+}
+
+double perplexity(double sum_nll, long count) {
+  return count > 0 ? std::exp(sum_nll / count) : 0.0;
+}
+
+void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const double> var_log_p,
+                             int target) {
+  const auto t = static_cast<std::size_t>(target);
+  nll_ref_ -= ref_log_p[t];
+  nll_var_ -= var_log_p[t];
+  const double kl = kl_divergence(ref_log_p, var_log_p);
+  kl_sum_ += kl;
+  kl_max_ = std::max(kl_max_, kl);
+  const auto ref_top = std::max_element(ref_log_p.begin(), ref_log_p.end()) - ref_log_p.begin();
+  const auto var_top = std::max_element(var_log_p.begin(), var_log_p.end()) - var_log_p.begin();
+  if (ref_top == var_top) ++top1_same_;
+  ++positions_;
+}
+
+namespace {
+
+class KvFormatVariant final : public CacheVariant {
+ public:
+  KvFormatVariant(const KvFormat& k, const KvFormat& v, int block_size)
+      : k_(k), v_(v), block_size_(block_size) {}
+  std::string name() const override {
+    return k_ == v_ ? k_.name() : "K " + k_.name() + " + V " + v_.name();
+  }
+  CacheFootprint footprint(const ModelConfig& c) const override {
+    const KvLayout L = layout(c, 1);
+    return {L.bytes_per_token(), static_cast<double>(L.staging_bytes_per_sequence())};
+  }
+  void run(Transformer& t, const std::vector<int>& window,
+           const std::function<void(int, std::span<const float>)>& on_logits) override {
+    const int n = static_cast<int>(window.size());
+    KvCacheManager cache(layout(t.config(), (n + block_size_ - 1) / block_size_),
+                         AllocatorKind::kPaged, n,
+                         /*with_storage=*/true);
+    const SeqId seq(0);
+    cache.add_sequence(seq);
+    for (int pos = 0; pos < n; ++pos) {
+      cache.append_slots(seq, 1);
+      on_logits(pos, t.forward(window[static_cast<std::size_t>(pos)], pos, cache.view(seq)));
+    }
+  }
+
+ private:
+  KvLayout layout(const ModelConfig& c, int num_blocks) const {
+    KvLayout L;
+    L.n_layers = c.n_layers;
+    L.kv_heads = c.n_kv_heads;
+    L.head_dim = c.head_dim();
+    L.block_size = block_size_;
+    L.num_blocks = num_blocks;
+    L.k_format = k_;
+    L.v_format = v_;
+    return L;
+  }
+  KvFormat k_, v_;
+  int block_size_;
+};
+
+}  // namespace
+
+std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v,
+                                                     int block_size) {
+  return std::make_unique<KvFormatVariant>(k, v, block_size);
+}
+
+QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::vector<int>> windows,
+                                   int block_size, const ProgressFn& progress)
+    : transformer_(transformer), windows_(std::move(windows)) {
+  const ModelConfig& c = transformer_.config();
+  for (std::size_t w = 0; w < windows_.size(); ++w) {
+    const auto& win = windows_[w];
+    if (win.size() < 2 || win.size() > static_cast<std::size_t>(c.seq_len)) {
+      fail_expected("eval window " + std::to_string(w),
+                    "2 to " + std::to_string(c.seq_len) + " tokens", std::to_string(win.size()));
+    }
+    num_positions_ += static_cast<long>(win.size()) - 1;
+  }
+  if (num_positions_ == 0) throw Error("eval", "no token windows to evaluate");
+  const auto vocab = static_cast<std::size_t>(c.vocab_size);
+  reference_.resize(static_cast<std::size_t>(num_positions_) * vocab);
+  auto fp32 = make_kv_format_variant(KvFormat{}, KvFormat{}, block_size);
+  reference_bytes_per_token_ = fp32->footprint(c).bytes_per_token;
+  std::size_t row = 0;
+  long done = 0;
+  for (const auto& win : windows_) {
+    fp32->run(transformer_, win, [&](int pos, std::span<const float> logits) {
+      if (pos + 1 >= static_cast<int>(win.size())) return;  // no next token to score
+      log_softmax(logits, std::span<double>(reference_.data() + row * vocab, vocab));
+      ++row;
+      if (progress) progress(++done, num_positions_);
+    });
+  }
+}
+
+QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn& progress) const {
+  const ModelConfig& c = transformer_.config();
+  const auto vocab = static_cast<std::size_t>(c.vocab_size);
+  std::vector<double> var_log_p(vocab);  // [vocab]
+  QualityAccumulator acc;
+  std::size_t row = 0;
+  long tokens = 0;
+  for (const auto& win : windows_) {
+    tokens += static_cast<long>(win.size());
+    variant.run(transformer_, win, [&](int pos, std::span<const float> logits) {
+      if (pos + 1 >= static_cast<int>(win.size())) return;
+      log_softmax(logits, var_log_p);
+      acc.add(std::span<const double>(reference_.data() + row * vocab, vocab), var_log_p,
+              win[static_cast<std::size_t>(pos) + 1]);
+      ++row;
+      if (progress) progress(acc.positions(), num_positions_);
+    });
+  }
+  QualityReport r;
+  r.variant = variant.name();
+  r.positions = acc.positions();
+  r.windows = static_cast<int>(windows_.size());
+  r.ppl_reference = acc.ppl_reference();
+  r.ppl_variant = acc.ppl_variant();
+  r.kl_mean = acc.kl_mean();
+  r.kl_max = acc.kl_max();
+  r.top1_agreement = acc.top1_agreement();
+  r.footprint = variant.footprint(c);
+  r.mean_window_tokens = static_cast<double>(tokens) / static_cast<double>(windows_.size());
+  r.effective_bytes_per_token = r.footprint.effective_bytes_per_token(r.mean_window_tokens);
+  r.reference_bytes_per_token = reference_bytes_per_token_;
+  return r;
+}
+
+std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& text,
+                                           int max_len, const std::string& where) {
+  std::vector<std::vector<int>> windows;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find("\n\n", start);
+    if (end == std::string::npos) end = text.size();
+    std::string story = text.substr(start, end - start);
+    start = end + 2;
+    // Trim surrounding whitespace and newlines.
+    const auto first = story.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) continue;
+    story = story.substr(first, story.find_last_not_of(" \t\r\n") - first + 1);
+    std::vector<int> tokens = tokenizer.encode(story, /*bos=*/true, /*eos=*/false);
+    // Cut into windows of at most max_len, each starting with BOS.
+    for (std::size_t i = 1; i < tokens.size(); i += static_cast<std::size_t>(max_len) - 1) {
+      std::vector<int> win = {kTokenBos};
+      const std::size_t stop = std::min(tokens.size(), i + static_cast<std::size_t>(max_len) - 1);
+      win.insert(win.end(), tokens.begin() + static_cast<long>(i),
+                 tokens.begin() + static_cast<long>(stop));
+      if (win.size() >= 2) windows.push_back(std::move(win));
+    }
+  }
+  if (windows.empty()) throw Error(where, "expected text with at least one story, got none");
+  return windows;
+}
+
+std::vector<std::vector<int>> sample_windows(Transformer& transformer, long num_tokens,
+                                             std::uint64_t seed) {
+  if (num_tokens < 2) fail_expected("--sample", "at least 2 tokens", std::to_string(num_tokens));
+  std::vector<std::vector<int>> windows;
+  long have = 0;
+  GenerateOptions o;
+  o.allocator = AllocatorKind::kPaged;
+  o.sampler.temperature = 1.0f;
+  o.sampler.top_p = 1.0f;
+  for (std::uint64_t i = 0; have < num_tokens; ++i) {
+    o.sampler.seed = seed + i;
+    // BOS plus `steps` sampled tokens: at most seq_len positions.
+    const int steps =
+        static_cast<int>(std::min<long>(transformer.config().seq_len - 1, num_tokens - have));
+    std::vector<int> win = generate_tokens(transformer, {}, std::max(steps, 1), o, nullptr);
+    if (i > 100000) break;  // a model that only ever emits BOS
+    if (win.size() < 2) continue;
+    have += static_cast<long>(win.size()) - 1;
+    windows.push_back(std::move(win));
+  }
+  return windows;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,127 @@
+// Quality of a KV cache variant measured on the real model: the same token windows are run with
+// the exact fp32 cache and with the variant (a KV format today; token eviction or an MLA latent
+// cache later), and next-token distributions are compared position by position: perplexity of
+// each, KL(reference || variant) mean and max, top-1 agreement, and the variant's exact bytes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/kv/kv_format.h"
+#include "engine/model/tokenizer.h"
+#include "engine/model/transformer.h"
+
+namespace kvscope {
+
+// ---- metric math (pure functions, unit-tested on hand-made distributions) ----
+
+// log softmax of logits[n] into out[n], in double for stable differences.
+void log_softmax(std::span<const float> logits, std::span<double> out);
+// KL(p || q) = sum_i p_i (log p_i - log q_i) from log-probabilities; >= 0.
+double kl_divergence(std::span<const double> log_p, std::span<const double> log_q);
+// exp(mean negative log-likelihood).
+double perplexity(double sum_nll, long count);
+
+// Sums per-position statistics; result() turns them into the report's figures.
+class QualityAccumulator {
+ public:
+  // One position: reference and variant log-probs [vocab] and the true next token.
+  void add(std::span<const double> ref_log_p, std::span<const double> var_log_p, int target);
+  long positions() const { return positions_; }
+  double ppl_reference() const { return perplexity(nll_ref_, positions_); }
+  double ppl_variant() const { return perplexity(nll_var_, positions_); }
+  double kl_mean() const { return positions_ ? kl_sum_ / positions_ : 0.0; }
+  double kl_max() const { return kl_max_; }
+  double top1_agreement() const {
+    return positions_ ? static_cast<double>(top1_same_) / positions_ : 0.0;
+  }
+
+ private:
+  long positions_ = 0;
+  long top1_same_ = 0;
+  double nll_ref_ = 0.0, nll_var_ = 0.0, kl_sum_ = 0.0, kl_max_ = 0.0;
+};
+
+// ---- cache variants ----
+
+// What a variant's cache costs: exact bytes per token held in blocks (all layers, K and V) plus
+// bytes every sequence holds regardless of length (KIVI's full-precision open group).
+struct CacheFootprint {
+  double bytes_per_token = 0.0;
+  double bytes_per_sequence = 0.0;
+  // Average cost per token for sequences of `tokens` tokens.
+  double effective_bytes_per_token(double tokens) const {
+    return bytes_per_token + (tokens > 0 ? bytes_per_sequence / tokens : 0.0);
+  }
+};
+
+// A way of caching K/V to compare against the exact fp32 cache. Implementations own their cache;
+// eviction and MLA variants implement the same two calls.
+class CacheVariant {
+ public:
+  virtual ~CacheVariant() = default;
+  virtual std::string name() const = 0;
+  virtual CacheFootprint footprint(const ModelConfig& c) const = 0;
+  // Runs `window` (window[0] = BOS) teacher-forced from position 0 with a fresh cache, calling
+  // on_logits(pos, logits[vocab]) after each position.
+  virtual void run(Transformer& t, const std::vector<int>& window,
+                   const std::function<void(int, std::span<const float>)>& on_logits) = 0;
+};
+
+// K and V stored in the given formats in a paged cache of `block_size`.
+std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v,
+                                                     int block_size);
+
+// ---- the evaluator ----
+
+struct QualityReport {
+  std::string variant;
+  long positions = 0;  // scored next-token predictions
+  int windows = 0;
+  double ppl_reference = 0.0;
+  double ppl_variant = 0.0;
+  double kl_mean = 0.0;  // nats
+  double kl_max = 0.0;   // nats
+  double top1_agreement = 0.0;
+  CacheFootprint footprint;
+  double mean_window_tokens = 0.0;
+  double effective_bytes_per_token = 0.0;  // footprint at the mean window length
+  double reference_bytes_per_token = 0.0;  // fp32 cache, same model
+};
+
+using ProgressFn = std::function<void(long done, long total)>;
+
+class QualityEvaluator {
+ public:
+  // `windows`: token sequences each starting with BOS and at most seq_len long (see below).
+  // Runs the fp32 reference once, now, keeping its log-probs for every variant evaluated later.
+  QualityEvaluator(Transformer& transformer, std::vector<std::vector<int>> windows, int block_size,
+                   const ProgressFn& progress = {});
+  QualityReport evaluate(CacheVariant& variant, const ProgressFn& progress = {}) const;
+  long num_positions() const { return num_positions_; }
+  const std::vector<std::vector<int>>& windows() const { return windows_; }
+
+ private:
+  Transformer& transformer_;
+  std::vector<std::vector<int>> windows_;
+  std::vector<double> reference_;  // [num_positions][vocab] fp32-cache reference log-probs
+  long num_positions_ = 0;
+  double reference_bytes_per_token_ = 0.0;
+};
+
+// ---- eval inputs ----
+
+// Splits text into stories at blank lines, encodes each with BOS, and cuts stories longer than
+// `max_len` tokens into windows (each restarting with BOS). Throws if nothing remains.
+std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& text,
+                                           int max_len, const std::string& where);
+// Text sampled from the model itself at temperature 1 (no top-p) with `seed`: stories from BOS
+// until at least `num_tokens` tokens are collected, each at most seq_len long.
+std::vector<std::vector<int>> sample_windows(Transformer& transformer, long num_tokens,
+                                             std::uint64_t seed);
+
+}  // namespace kvscope

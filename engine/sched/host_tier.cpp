@@ -1,0 +1,65 @@
+// Host swap tier: slot bookkeeping and tile-by-tile copies to and from the device pool.
+#include "engine/sched/host_tier.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "engine/common/error.h"
+
+namespace kvscope {
+
+HostKvTier::HostKvTier(const KvLayout& layout, int capacity_blocks, bool with_storage)
+    : layout_(layout), capacity_(capacity_blocks), block_bytes_(layout.block_bytes()) {
+  if (capacity_blocks < 0) {
+    fail_expected("host tier: capacity", "a non-negative number of blocks",
+                  std::to_string(capacity_blocks));
+  }
+  if (with_storage) bytes_.resize(static_cast<std::size_t>(capacity_blocks) * block_bytes_);
+  for (int s = capacity_blocks - 1; s >= 0; --s) free_.push_back(s);
+}
+
+std::vector<int> HostKvTier::swap_out(const KvStorage* device, std::span<const BlockId> blocks) {
+  if (blocks.size() > free_.size()) {
+    throw Error("host tier", "swap_out of " + std::to_string(blocks.size()) + " blocks with only " +
+                                 std::to_string(free_.size()) + " free");
+  }
+  std::vector<int> slots;
+  for (BlockId b : blocks) {
+    const int s = free_.back();
+    free_.pop_back();
+    slots.push_back(s);
+    if (bytes_.empty() || device == nullptr) continue;
+    std::byte* dst = slot(s);
+    for (int layer = 0; layer < layout_.n_layers; ++layer) {
+      for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+        const std::size_t n = layout_.tile_bytes(kind);
+        std::memcpy(dst, device->tile(layer, kind, b), n);
+        dst += n;
+      }
+    }
+  }
+  return slots;
+}
+
+void HostKvTier::swap_in(std::span<const int> slots, KvStorage* device,
+                         std::span<const BlockId> blocks) {
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (!bytes_.empty() && device != nullptr && i < blocks.size()) {
+      const std::byte* src = slot(slots[i]);
+      for (int layer = 0; layer < layout_.n_layers; ++layer) {
+        for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+          const std::size_t n = layout_.tile_bytes(kind);
+          std::memcpy(device->tile(layer, kind, blocks[i]), src, n);
+          src += n;
+        }
+      }
+    }
+  }
+  // Return slots so that the lowest id is taken first next time (deterministic reuse).
+  for (int s : slots) free_.push_back(s);
+  std::sort(free_.begin(), free_.end(), std::greater<int>());
+}
+
+}  // namespace kvscope

@@ -1,0 +1,47 @@
+// Policy names.
+#include "engine/sched/sim_config.h"
+
+#include "engine/common/error.h"
+
+namespace kvscope {
+
+AllocatorKind parse_allocator(const std::string& name, const std::string& where) {
+  if (name == "paged") return AllocatorKind::kPaged;
+  if (name == "contiguous") return AllocatorKind::kContiguous;
+  fail_expected(where, "\"paged\" or \"contiguous\"", "\"" + name + "\"");
+}
+
+PreemptionMode parse_preemption(const std::string& name, const std::string& where) {
+  if (name == "recompute") return PreemptionMode::kRecompute;
+  if (name == "swap") return PreemptionMode::kSwap;
+  fail_expected(where, "\"recompute\" or \"swap\"", "\"" + name + "\"");
+}
+
+VictimPolicy parse_victim(const std::string& name, const std::string& where) {
+  if (name == "last_admitted") return VictimPolicy::kLastAdmitted;
+  if (name == "longest") return VictimPolicy::kLongest;
+  if (name == "lowest_priority") return VictimPolicy::kLowestPriority;
+  fail_expected(where, "\"last_admitted\", \"longest\" or \"lowest_priority\"", "\"" + name + "\"");
+}
+
+std::string allocator_name(AllocatorKind kind) {
+  return kind == AllocatorKind::kPaged ? "paged" : "contiguous";
+}
+
+std::string preemption_name(PreemptionMode mode) {
+  return mode == PreemptionMode::kRecompute ? "recompute" : "swap";
+}
+
+std::string victim_name(VictimPolicy policy) {
+  switch (policy) {
+    case VictimPolicy::kLastAdmitted:
+      return "last_admitted";
+    case VictimPolicy::kLongest:
+      return "longest";
+    case VictimPolicy::kLowestPriority:
+      return "lowest_priority";
+  }
+  return "?";
+}
+
+}  // namespace kvscope

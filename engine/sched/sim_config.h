@@ -1,0 +1,68 @@
+// Simulator inputs: the cache/scheduler configuration, the requests, and the policy names used by
+// scenario files and the CLI.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv/cache_manager.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/sampler.h"
+
+namespace kvscope {
+
+enum class PreemptionMode {
+  kRecompute,  // free the victim's blocks, requeue it at the front, recompute its tokens later
+  kSwap,       // copy the victim's K/V into the host tier, bring it back later (falls back to
+               // recompute when the host tier is full)
+};
+
+enum class VictimPolicy {
+  kLastAdmitted,    // the most recently admitted running request (vLLM's default)
+  kLongest,         // the running request holding the most tokens
+  kLowestPriority,  // the smallest SimRequest::priority (ties: the last admitted)
+};
+
+struct SimConfig {
+  std::string title;
+  int block_size = 16;  // tokens per block
+  int num_blocks = 64;  // device pool size in blocks
+  AllocatorKind allocator = AllocatorKind::kPaged;
+  int max_seq_len = 0;  // contiguous reservation per request in tokens; 0 = model context
+  PreemptionMode preemption = PreemptionMode::kRecompute;
+  VictimPolicy victim = VictimPolicy::kLastAdmitted;
+  int host_blocks = 0;          // swap tier capacity in blocks
+  int max_tokens_per_step = 0;  // per-step token budget (chunked prefill); 0 = unlimited
+  int max_running = 0;          // cap on running requests; 0 = unlimited
+  SamplerConfig sampler;        // temperature 0 = greedy; request i samples with seed + i
+  KvFormat k_format;
+  KvFormat v_format;
+  int threads = 1;  // CPU threads for the forward pass
+};
+
+struct SimRequest {
+  int arrival_step = 0;
+  std::vector<int> prompt_tokens;  // fed as given (llama2.c prompts start with BOS = 1)
+  int max_new_tokens = 1;
+  int priority = 0;  // higher = more important (VictimPolicy::kLowestPriority)
+};
+
+// The model the simulator runs: its shape, and its weights unless bookkeeping only (weights null:
+// no K/V bytes, no forward pass, every generated token is 0 and only max_new_tokens stops).
+struct SimModel {
+  ModelConfig config;
+  std::shared_ptr<const Model> weights;
+};
+
+// Names as written in scenarios and on the command line; parse_* throw kvscope::Error naming
+// `where`, the value and the accepted names.
+AllocatorKind parse_allocator(const std::string& name, const std::string& where);
+PreemptionMode parse_preemption(const std::string& name, const std::string& where);
+VictimPolicy parse_victim(const std::string& name, const std::string& where);
+std::string allocator_name(AllocatorKind kind);
+std::string preemption_name(PreemptionMode mode);
+std::string victim_name(VictimPolicy policy);
+
+}  // namespace kvscope

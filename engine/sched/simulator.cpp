@@ -1,0 +1,270 @@
+// Simulator: construction, the step loop, execution through the model, retirement and metrics.
+#include "engine/sched/simulator.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "engine/analysis/pool_metrics.h"
+#include "engine/common/error.h"
+#include "engine/model/tokenizer.h"
+
+namespace kvscope {
+namespace {
+
+KvLayout layout_for(const SimConfig& c, const ModelConfig& m) {
+  KvLayout l;
+  l.n_layers = m.n_layers;
+  l.kv_heads = m.n_kv_heads;
+  l.head_dim = m.head_dim();
+  l.block_size = c.block_size;
+  l.num_blocks = c.num_blocks;
+  l.k_format = c.k_format;
+  l.v_format = c.v_format;
+  return l;
+}
+
+void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const ModelConfig& m) {
+  if (c.block_size < 1 || c.block_size > 4096)
+    fail_expected("cache.block_size", "an integer in [1, 4096]", std::to_string(c.block_size));
+  if (c.num_blocks < 1)
+    fail_expected("cache.num_blocks", "a positive integer", std::to_string(c.num_blocks));
+  if (c.host_blocks < 0)
+    fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
+  if (c.max_tokens_per_step < 0)
+    fail_expected("max_tokens_per_step", "a non-negative integer",
+                  std::to_string(c.max_tokens_per_step));
+  if (c.max_running < 0)
+    fail_expected("max_running", "a non-negative integer", std::to_string(c.max_running));
+  if (c.max_seq_len < 0 || c.max_seq_len > m.seq_len) {
+    fail_expected("cache.max_seq_len",
+                  "an integer in [0, " + std::to_string(m.seq_len) + "] (0 = model context)",
+                  std::to_string(c.max_seq_len));
+  }
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const SimRequest& r = requests[i];
+    const std::string where = "requests[" + std::to_string(i) + "]";
+    if (r.arrival_step < 0)
+      fail_expected(where + ".arrival_step", "an integer >= 0", std::to_string(r.arrival_step));
+    if (r.max_new_tokens < 1)
+      fail_expected(where + ".max_new_tokens", "an integer >= 1", std::to_string(r.max_new_tokens));
+    if (r.prompt_tokens.empty())
+      fail_expected(where + ".prompt_tokens", "at least one token", "an empty prompt");
+    for (std::size_t j = 0; j < r.prompt_tokens.size(); ++j) {
+      const int t = r.prompt_tokens[j];
+      if (t < 0 || t >= m.vocab_size) {
+        fail_expected(where + ".prompt_tokens[" + std::to_string(j) + "]",
+                      "a token id in [0, " + std::to_string(m.vocab_size) + ")", std::to_string(t));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> requests)
+    : config_(std::move(config)), model_(std::move(model)) {
+  const ModelConfig& m = model_.config;
+  validate(config_, requests, m);
+  context_ = m.seq_len;
+  reservation_ = config_.max_seq_len > 0 ? config_.max_seq_len : context_;
+  const bool compute = model_.weights != nullptr;
+  const KvLayout layout = layout_for(config_, m);
+  cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator, reservation_, compute);
+  if (config_.allocator == AllocatorKind::kContiguous &&
+      cache_->blocks_for(reservation_) > config_.num_blocks) {
+    throw Error("cache", "the contiguous allocator reserves " + std::to_string(reservation_) +
+                             " tokens (" + std::to_string(cache_->blocks_for(reservation_)) +
+                             " blocks) per request but the pool has " +
+                             std::to_string(config_.num_blocks) +
+                             " blocks; lower cache.max_seq_len or add blocks");
+  }
+  host_ = std::make_unique<HostKvTier>(layout, config_.host_blocks, compute);
+  if (compute) {
+    backend_ = make_cpu_backend(config_.threads);
+    transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
+  }
+  TimelineHeader h;
+  h.num_blocks = config_.num_blocks;
+  h.block_size = config_.block_size;
+  h.title = config_.title;
+  h.allocator = allocator_name(config_.allocator);
+  h.kv_format = config_.k_format == config_.v_format
+                    ? config_.k_format.name()
+                    : "k=" + config_.k_format.name() + ",v=" + config_.v_format.name();
+  h.kv_bytes_per_token = layout.bytes_per_token();
+  h.random_weights = model_.weights != nullptr && model_.weights->is_random_weights();
+  timeline_ = std::make_shared<Timeline>(std::move(h));
+  cache_->set_event_sink(timeline_.get(), &step_);
+
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    RequestRun r;
+    r.id = static_cast<std::int32_t>(i);
+    r.spec = std::move(requests[i]);
+    r.tokens = r.spec.prompt_tokens;
+    requests_.push_back(std::move(r));
+    arrival_order_.push_back(static_cast<std::int32_t>(i));
+  }
+  std::stable_sort(arrival_order_.begin(), arrival_order_.end(),
+                   [&](std::int32_t a, std::int32_t b) {
+                     return requests_[static_cast<std::size_t>(a)].spec.arrival_step <
+                            requests_[static_cast<std::size_t>(b)].spec.arrival_step;
+                   });
+}
+
+Simulator::~Simulator() {
+  if (cache_) cache_->set_event_sink(nullptr, nullptr);
+}
+
+bool Simulator::done() const {
+  return next_arrival_ == arrival_order_.size() && waiting_.empty() && running_.empty() &&
+         swapped_.empty();
+}
+
+int Simulator::run(int max_steps) {
+  int n = 0;
+  while (step_ < max_steps && step()) ++n;
+  return n;
+}
+
+void Simulator::emit(EventType type, std::int32_t request, std::int64_t a, std::int64_t b) {
+  Event e;
+  e.type = type;
+  e.step = step_;
+  e.request = request;
+  e.a = a;
+  e.b = b;
+  timeline_->emit(e);
+}
+
+bool Simulator::step() {
+  if (done()) return false;
+  Work w;
+  w.budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
+                                             : std::numeric_limits<int>::max();
+  arrive();
+  schedule(w);
+  execute(w);
+  close_step(w);
+  ++step_;
+  return true;
+}
+
+std::optional<RejectReason> Simulator::check_fits(RequestRun& r, int* blocks_needed) const {
+  const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
+  const int kv_tokens = prompt + r.spec.max_new_tokens - 1;  // the last sampled token is never fed
+  const bool contiguous = config_.allocator == AllocatorKind::kContiguous;
+  *blocks_needed = contiguous ? cache_->blocks_for(reservation_) : cache_->blocks_for(kv_tokens);
+  const int limit = contiguous ? reservation_ : context_;
+  if (kv_tokens > limit) {
+    r.reject_reason = "prompt " + std::to_string(prompt) + " + max_new_tokens " +
+                      std::to_string(r.spec.max_new_tokens) + " needs " +
+                      std::to_string(kv_tokens) + " KV slots, more than the " +
+                      (contiguous ? "per-request reservation of " : "model context of ") +
+                      std::to_string(limit) + " tokens";
+    return RejectReason::kLargerThanContext;
+  }
+  if (*blocks_needed > config_.num_blocks) {
+    r.reject_reason = "needs " + std::to_string(*blocks_needed) + " blocks (" +
+                      std::to_string(kv_tokens) + " tokens at block size " +
+                      std::to_string(config_.block_size) + ") but the whole pool has " +
+                      std::to_string(config_.num_blocks);
+    return RejectReason::kLargerThanPool;
+  }
+  return std::nullopt;
+}
+
+void Simulator::arrive() {
+  while (next_arrival_ < arrival_order_.size()) {
+    RequestRun& r = requests_[static_cast<std::size_t>(arrival_order_[next_arrival_])];
+    if (r.spec.arrival_step > step_) break;
+    ++next_arrival_;
+    r.arrived = true;
+    emit(EventType::kRequestArrived, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
+         r.spec.max_new_tokens);
+    int blocks = 0;
+    if (auto reason = check_fits(r, &blocks)) {
+      r.phase = RequestPhase::kRejected;
+      ++num_rejected_;
+      emit(EventType::kRequestRejected, r.id, static_cast<std::int64_t>(*reason), blocks);
+      continue;
+    }
+    r.phase = RequestPhase::kWaiting;
+    waiting_.push_back(r.id);
+  }
+}
+
+void Simulator::execute(Work& w) {
+  for (const Work::Entry& entry : w.plan) {
+    RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
+    const int first = r.num_computed;
+    const int n = entry.tokens;
+    const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
+    std::span<float> logits;
+    if (transformer_) {
+      KvSeqView view = cache_->view(SeqId(r.id));
+      for (int pos = first; pos < first + n; ++pos) {
+        view.num_slots = pos + 1;  // attend to everything up to and including this token
+        logits = transformer_->forward(r.tokens[static_cast<std::size_t>(pos)], pos, view);
+      }
+    }
+    // A decode step feeds just the newest sampled token; anything else is (re)prefill.
+    const bool decode = n == 1 && first >= prompt &&
+                        first + 1 == static_cast<int>(r.tokens.size()) && first >= r.high_water;
+    tokens_recomputed_ += std::max(0, std::min(first + n, r.high_water) - first);
+    r.num_computed += n;
+    r.high_water = std::max(r.high_water, r.num_computed);
+    if (decode) {
+      w.decode_tokens += 1;
+    } else {
+      w.prefill_tokens += n;
+      emit(EventType::kPrefillChunk, r.id, first, n);
+    }
+    if (r.num_computed < static_cast<int>(r.tokens.size())) continue;  // prefill not done yet
+    int next = 0;
+    if (transformer_) {
+      // One sampler per (request, token index): seeded choices do not depend on batching or
+      // preemption, so a request samples the same tokens alone or in any batch.
+      Sampler sampler(SamplerConfig{config_.sampler.temperature, config_.sampler.top_p,
+                                    config_.sampler.seed +
+                                        static_cast<std::uint64_t>(r.id) * 7919u +
+                                        static_cast<std::uint64_t>(r.generated)});
+      next = sampler.sample(logits);
+    }
+    r.tokens.push_back(next);
+    ++r.generated;
+    emit(EventType::kDecodeToken, r.id, r.num_computed - 1, next);
+    const bool stop = transformer_ && (next == kTokenBos || next == kTokenEos);
+    if (stop || r.generated >= r.spec.max_new_tokens) finish(r);
+  }
+}
+
+void Simulator::finish(RequestRun& r) {
+  cache_->free_sequence(SeqId(r.id));
+  running_.erase(std::find(running_.begin(), running_.end(), r.id));
+  r.phase = RequestPhase::kFinished;
+  r.finished_step = step_;
+  ++num_finished_;
+  emit(EventType::kRequestFinished, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
+       r.generated);
+}
+
+void Simulator::close_step(const Work& w) {
+  StepMetrics m;
+  fill_pool_metrics(*cache_, m);
+  m.step = step_;
+  m.requests_waiting = static_cast<std::int32_t>(waiting_.size());
+  m.requests_running = static_cast<std::int32_t>(running_.size());
+  m.requests_swapped = static_cast<std::int32_t>(swapped_.size());
+  m.requests_finished = num_finished_;
+  m.requests_rejected = num_rejected_;
+  m.preemptions = preemptions_;
+  m.tokens_recomputed = tokens_recomputed_;
+  m.prefill_tokens = w.prefill_tokens;
+  m.decode_tokens = w.decode_tokens;
+  m.prompt_tokens = prompt_tokens_;
+  emit(EventType::kStepEnd, -1, m.requests_running, m.requests_waiting);
+  timeline_->end_step(m);
+}
+
+}  // namespace kvscope

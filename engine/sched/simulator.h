@@ -1,0 +1,129 @@
+// Simulator: continuous batching over a real KV cache and the real model. Each step() admits
+// waiting requests when blocks allow (FCFS), runs prefill (optionally chunked by a per-step token
+// budget) for new ones and one decode token for running ones through Transformer::forward with the
+// cache's KvSeqView, retires finished requests, preempts (recompute or swap) when the pool is full,
+// and appends events + metrics to a Timeline.
+//
+// THREADING: step() and run() are the Timeline's writer; call them from one thread. Other threads
+// may read timeline() at any time (see Timeline). Everything else here is for the stepping thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/model/transformer.h"
+#include "engine/sched/host_tier.h"
+#include "engine/sched/sim_config.h"
+#include "engine/trace/timeline.h"
+
+namespace kvscope {
+
+// One request's progress, readable between steps.
+struct RequestRun {
+  std::int32_t id = 0;
+  SimRequest spec;
+  bool arrived = false;
+  RequestPhase phase = RequestPhase::kWaiting;
+  std::vector<int> tokens;       // prompt then generated tokens
+  int num_computed = 0;          // tokens whose K/V is in the cache (or host tier when swapped)
+  int high_water = 0;            // most tokens ever computed (beyond that nothing is recomputed)
+  int generated = 0;             // tokens sampled
+  std::int64_t admit_order = 0;  // increases on every admission or swap-in (victim: last admitted)
+  std::vector<int> host_slots;   // swap tier slots while swapped
+  int preemptions = 0;
+  std::optional<int> admitted_step;
+  std::optional<int> finished_step;
+  std::string reject_reason;  // why it was rejected, in one sentence
+  std::vector<int> generated_tokens() const {
+    return {tokens.begin() + static_cast<std::ptrdiff_t>(spec.prompt_tokens.size()), tokens.end()};
+  }
+};
+
+class Simulator {
+ public:
+  // Throws kvscope::Error on an impossible configuration or malformed request (empty prompt,
+  // token outside the vocabulary, max_new_tokens < 1, negative arrival step).
+  Simulator(SimConfig config, SimModel model, std::vector<SimRequest> requests);
+  ~Simulator();
+
+  // Runs one step. Returns false (and does nothing) once every request finished or was rejected.
+  bool step();
+  // Steps until done() or `max_steps` steps have run in total; returns the steps run now.
+  int run(int max_steps);
+  bool done() const;
+  int current_step() const { return step_; }  // steps completed so far
+
+  // The recording; shared so a UI can keep reading it on another thread (and after the simulator
+  // is gone).
+  std::shared_ptr<const Timeline> timeline() const { return timeline_; }
+  const SimConfig& config() const { return config_; }
+  const KvCacheManager& cache() const { return *cache_; }
+  const HostKvTier& host_tier() const { return *host_; }
+  int num_requests() const { return static_cast<int>(requests_.size()); }
+  const RequestRun& request(int id) const { return requests_.at(static_cast<std::size_t>(id)); }
+
+  // Throws kvscope::Error on the first inconsistency between the scheduler, the cache manager and
+  // the host tier (plus the cache manager's own invariants).
+  void check_invariants() const;
+
+ private:
+  struct Work {  // what one step does
+    struct Entry {
+      std::int32_t id;
+      int tokens;
+    };
+    std::vector<Entry> plan;
+    int budget = 0;
+    bool preempted = false;
+    std::int64_t prefill_tokens = 0;
+    std::int64_t decode_tokens = 0;
+  };
+  // simulator.cpp
+  void arrive();
+  void execute(Work& w);
+  void finish(RequestRun& r);
+  void close_step(const Work& w);
+  void emit(EventType type, std::int32_t request, std::int64_t a = 0, std::int64_t b = 0);
+  // simulator_schedule.cpp
+  void schedule(Work& w);
+  void grow_running(Work& w);
+  void swap_in(Work& w);
+  void admit(Work& w);
+  bool plan_tokens(Work& w, RequestRun& r);
+  std::int32_t pick_victim() const;
+  void preempt(std::int32_t id, Work& w);
+  int pending(const RequestRun& r) const {
+    return static_cast<int>(r.tokens.size()) - r.num_computed;
+  }
+  std::optional<RejectReason> check_fits(RequestRun& r, int* blocks_needed) const;
+
+  SimConfig config_;
+  SimModel model_;
+  int context_ = 0;                          // the model's context length (tokens)
+  int reservation_ = 0;                      // contiguous: tokens reserved per request
+  std::vector<RequestRun> requests_;         // by id
+  std::vector<std::int32_t> arrival_order_;  // ids by (arrival_step, id)
+  std::size_t next_arrival_ = 0;
+  std::deque<std::int32_t> waiting_;   // FCFS; recompute-preempted requests go to the front
+  std::vector<std::int32_t> running_;  // in admission order
+  std::vector<std::int32_t> swapped_;  // in swap-out order
+  int num_finished_ = 0;
+  int num_rejected_ = 0;
+  std::int64_t admit_counter_ = 0;
+  std::int64_t preemptions_ = 0;
+  std::int64_t tokens_recomputed_ = 0;
+  std::int64_t prompt_tokens_ = 0;
+  int step_ = 0;
+  std::unique_ptr<KvCacheManager> cache_;
+  std::unique_ptr<HostKvTier> host_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Transformer> transformer_;
+  std::shared_ptr<Timeline> timeline_;
+};
+
+}  // namespace kvscope

@@ -1,0 +1,261 @@
+// Timeline recordings: a versioned little-endian binary file, written atomically, read back with
+// byte-offset errors. Layout (version 1):
+//   "KVSCOPER" | u32 version | i32 num_blocks | i32 block_size | str title | str allocator |
+//   str kv_format | f64 kv_bytes_per_token | u8 random_weights | u64 num_steps | u64 num_events |
+//   events [num_events] (u8 type, i32 step, request, block, logical, i64 a, b) |
+//   step_end [num_steps] u64 | metrics [num_steps] (StepMetrics fields in declaration order) |
+//   u64 FNV-1a of every byte before it.   (str = u32 length + bytes)
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/trace/timeline.h"
+
+namespace kvscope {
+namespace {
+
+constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R'};
+constexpr std::uint32_t kVersion = 1;
+constexpr std::uint8_t kMaxEventType = static_cast<std::uint8_t>(EventType::kSlotMoved);
+
+// Every StepMetrics field, in file order (the same list writes and reads).
+template <typename M, typename F>
+void visit_metrics(M& m, F&& f) {
+  f(m.step), f(m.blocks_total), f(m.blocks_used), f(m.blocks_cached_free), f(m.slots_allocated);
+  f(m.slots_filled), f(m.internal_frag_slots), f(m.reservation_waste_slots), f(m.largest_free_run);
+  f(m.free_blocks), f(m.requests_waiting), f(m.requests_running), f(m.requests_swapped);
+  f(m.requests_finished), f(m.requests_rejected), f(m.preemptions), f(m.tokens_recomputed);
+  f(m.prefill_tokens), f(m.decode_tokens), f(m.prefix_hit_tokens), f(m.prompt_tokens);
+  f(m.kv_bytes_used);
+}
+
+std::uint64_t fnv1a(const char* data, std::size_t n) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(data[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+class Writer {
+ public:
+  template <typename T>
+  void put(T v) {
+    using U = std::make_unsigned_t<T>;
+    auto u = static_cast<U>(v);
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      bytes.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+  }
+  void put_f64(double v) { put(std::bit_cast<std::uint64_t>(v)); }
+  void put_str(const std::string& s) {
+    put(static_cast<std::uint32_t>(s.size()));
+    bytes.append(s);
+  }
+  std::string bytes;
+};
+
+class Reader {
+ public:
+  Reader(std::string path, std::vector<char> bytes)
+      : path_(std::move(path)), bytes_(std::move(bytes)) {}
+  std::size_t offset() const { return pos_; }
+  std::size_t size() const { return bytes_.size(); }
+  const std::vector<char>& bytes() const { return bytes_; }
+
+  [[noreturn]] void fail(std::size_t at, const std::string& expected,
+                         const std::string& got) const {
+    fail_expected(path_ + ": byte " + std::to_string(at), expected, got);
+  }
+  void need(std::size_t n, const char* what) const {
+    if (bytes_.size() - pos_ < n) {
+      fail(pos_, std::to_string(n) + " more bytes (" + what + ")",
+           "end of file after " + std::to_string(bytes_.size()) + " bytes (truncated recording)");
+    }
+  }
+  template <typename T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    using U = std::make_unsigned_t<T>;
+    U u = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+      u |= static_cast<U>(static_cast<U>(static_cast<unsigned char>(bytes_[pos_ + i])) << (8 * i));
+    }
+    pos_ += sizeof(T);
+    return static_cast<T>(u);
+  }
+  double get_f64(const char* what) { return std::bit_cast<double>(get<std::uint64_t>(what)); }
+  std::string get_str(const char* what) {
+    const std::size_t at = pos_;
+    const auto n = get<std::uint32_t>(what);
+    if (n > bytes_.size() - pos_) {
+      fail(at, std::string(what) + " length within the file", std::to_string(n));
+    }
+    std::string s(bytes_.data() + pos_, n);
+    pos_ += n;
+    return s;
+  }
+
+ private:
+  std::string path_;
+  std::vector<char> bytes_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+void Timeline::save(const std::string& path) const {
+  const int steps = num_steps();  // a consistent prefix even while the writer appends
+  std::vector<std::uint64_t> ends;
+  std::span<const Event> evs;
+  {
+    std::shared_lock lock(mutex_);
+    for (int i = 0; i < steps; ++i) ends.push_back(step_end_[static_cast<std::size_t>(i)]);
+    evs = events_.span(0, steps == 0 ? 0 : ends.back());
+  }
+  std::span<const StepMetrics> ms = all_metrics().subspan(0, static_cast<std::size_t>(steps));
+  Writer w;
+  w.bytes.append(kMagic, 8);
+  w.put(kVersion);
+  w.put(header_.num_blocks);
+  w.put(header_.block_size);
+  w.put_str(header_.title);
+  w.put_str(header_.allocator);
+  w.put_str(header_.kv_format);
+  w.put_f64(header_.kv_bytes_per_token);
+  w.put(static_cast<std::uint8_t>(header_.random_weights ? 1 : 0));
+  w.put(static_cast<std::uint64_t>(steps));
+  w.put(static_cast<std::uint64_t>(evs.size()));
+  for (const Event& e : evs) {
+    w.put(static_cast<std::uint8_t>(e.type));
+    w.put(e.step), w.put(e.request), w.put(e.block), w.put(e.logical), w.put(e.a), w.put(e.b);
+  }
+  for (std::uint64_t end : ends) w.put(end);
+  for (StepMetrics m : ms) visit_metrics(m, [&](auto v) { w.put(v); });
+  w.put(fnv1a(w.bytes.data(), w.bytes.size()));
+  write_file_atomically(path, [&](std::ostream& out) {
+    out.write(w.bytes.data(), static_cast<std::streamsize>(w.bytes.size()));
+  });
+}
+
+Timeline Timeline::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, "cannot open recording: " + std::string(std::strerror(errno)));
+  Reader r(path, {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+  r.need(8, "magic \"KVSCOPER\"");
+  if (std::memcmp(r.bytes().data(), kMagic, 8) != 0) {
+    r.fail(0, "the magic \"KVSCOPER\" (a kvscope recording)", "other bytes");
+  }
+  r.get<std::uint64_t>("magic");
+  const std::size_t at_version = r.offset();
+  const auto version = r.get<std::uint32_t>("version");
+  if (version != kVersion)
+    r.fail(at_version, "version " + std::to_string(kVersion), std::to_string(version));
+  TimelineHeader h;
+  const std::size_t at_blocks = r.offset();
+  h.num_blocks = r.get<std::int32_t>("num_blocks");
+  h.block_size = r.get<std::int32_t>("block_size");
+  if (h.num_blocks <= 0) r.fail(at_blocks, "num_blocks > 0", std::to_string(h.num_blocks));
+  if (h.block_size <= 0 || h.block_size > 32767) {
+    r.fail(at_blocks + 4, "block_size in [1, 32767]", std::to_string(h.block_size));
+  }
+  h.title = r.get_str("title");
+  h.allocator = r.get_str("allocator");
+  h.kv_format = r.get_str("kv_format");
+  h.kv_bytes_per_token = r.get_f64("kv_bytes_per_token");
+  h.random_weights = r.get<std::uint8_t>("random_weights") != 0;
+  const auto steps = r.get<std::uint64_t>("num_steps");
+  const std::size_t at_events = r.offset();
+  const auto num_events = r.get<std::uint64_t>("num_events");
+  constexpr std::size_t kEventBytes = 33;
+  const std::size_t metric_bytes = [] {
+    StepMetrics m;
+    std::size_t n = 0;
+    visit_metrics(m, [&](auto v) { n += sizeof(v); });
+    return n;
+  }();
+  if (num_events > (r.size() - r.offset()) / kEventBytes) {
+    r.fail(at_events,
+           "at most " + std::to_string((r.size() - r.offset()) / kEventBytes) +
+               " events in the bytes left (truncated recording?)",
+           std::to_string(num_events));
+  }
+  const std::size_t events_start = r.offset();
+  std::vector<Event> events(num_events);
+  for (Event& e : events) {
+    const std::size_t at = r.offset();
+    const auto type = r.get<std::uint8_t>("event type");
+    if (type > kMaxEventType)
+      r.fail(at, "an event type in [0, " + std::to_string(kMaxEventType) + "]",
+             std::to_string(type));
+    e.type = static_cast<EventType>(type);
+    e.step = r.get<std::int32_t>("event step");
+    e.request = r.get<std::int32_t>("event request");
+    e.block = r.get<std::int32_t>("event block");
+    e.logical = r.get<std::int32_t>("event logical");
+    e.a = r.get<std::int64_t>("event a");
+    e.b = r.get<std::int64_t>("event b");
+    if (e.block < -1 || e.block >= h.num_blocks) {
+      r.fail(at + 9, "a block id in [-1, " + std::to_string(h.num_blocks) + ")",
+             std::to_string(e.block));
+    }
+    if (e.request < -1) r.fail(at + 5, "a request id >= -1", std::to_string(e.request));
+  }
+  if (steps > (r.size() - r.offset()) / (8 + metric_bytes)) {
+    r.fail(at_events - 8,
+           "at most " + std::to_string((r.size() - r.offset()) / (8 + metric_bytes)) +
+               " steps in the bytes left (truncated recording?)",
+           std::to_string(steps));
+  }
+  std::vector<std::uint64_t> ends(steps);
+  std::uint64_t prev = 0;
+  for (auto& end : ends) {
+    const std::size_t at = r.offset();
+    end = r.get<std::uint64_t>("step end offset");
+    if (end < prev || end > num_events) {
+      r.fail(at, "a step end in [" + std::to_string(prev) + ", " + std::to_string(num_events) + "]",
+             std::to_string(end));
+    }
+    prev = end;
+  }
+  if (prev != num_events)
+    r.fail(r.offset() - 8, "the last step to end at event " + std::to_string(num_events),
+           std::to_string(prev));
+  std::vector<StepMetrics> metrics(steps);
+  for (StepMetrics& m : metrics) {
+    visit_metrics(
+        m, [&](auto& v) { v = r.get<std::remove_reference_t<decltype(v)>>("step metrics"); });
+  }
+  const std::size_t at_sum = r.offset();
+  const auto sum = r.get<std::uint64_t>("checksum");
+  if (sum != fnv1a(r.bytes().data(), at_sum))
+    r.fail(at_sum, "the FNV-1a checksum of the bytes before it", "a mismatch (corrupt recording)");
+  if (r.offset() != r.size())
+    r.fail(r.offset(), "end of file", std::to_string(r.size() - r.offset()) + " trailing bytes");
+
+  Timeline t(std::move(h));
+  std::size_t next = 0;
+  for (std::size_t s = 0; s < steps; ++s) {
+    for (; next < ends[s]; ++next) {
+      if (events[next].step != static_cast<std::int32_t>(s)) {
+        r.fail(events_start + next * kEventBytes + 1,
+               "event " + std::to_string(next) + " to be stamped step " + std::to_string(s),
+               std::to_string(events[next].step));
+      }
+      try {
+        t.emit(events[next]);
+      } catch (const Error& e) {
+        throw Error(path, "event " + std::to_string(next) + ": " + e.what());
+      }
+    }
+    t.end_step(metrics[s]);
+  }
+  return t;
+}
+
+}  // namespace kvscope

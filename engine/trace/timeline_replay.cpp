@@ -1,0 +1,183 @@
+// Event replay onto a PoolState.
+#include "engine/trace/timeline_replay.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/common/error.h"
+
+namespace kvscope {
+namespace {
+
+BlockState& block_at(PoolState& s, const Event& e) {
+  if (e.block < 0 || static_cast<std::size_t>(e.block) >= s.blocks.size()) {
+    throw Error("timeline event " + std::string(event_type_name(e.type)) + " at step " +
+                    std::to_string(e.step),
+                "expected a block id in [0, " + std::to_string(s.blocks.size()) + "), got " +
+                    std::to_string(e.block));
+  }
+  return s.blocks[static_cast<std::size_t>(e.block)];
+}
+
+// Recomputes `filled` of r's blocks with logical index in [first, last).
+void refresh_filled(PoolState& s, const RequestState& r, int first, int last) {
+  const int bs = s.block_size;
+  last = std::min(last, static_cast<int>(r.blocks.size()));
+  for (int l = std::max(0, first); l < last; ++l) {
+    const std::int32_t b = r.blocks[static_cast<std::size_t>(l)];
+    if (b < 0) continue;
+    BlockState& bstate = s.blocks[static_cast<std::size_t>(b)];
+    if (bstate.owner != r.id) continue;
+    bstate.filled = static_cast<std::int16_t>(std::clamp(r.num_tokens - l * bs, 0, bs));
+  }
+}
+
+void set_tokens(PoolState& s, RequestState& r, std::int64_t tokens) {
+  const int before = r.num_tokens;
+  r.num_tokens = static_cast<std::int32_t>(tokens);
+  const int bs = s.block_size;
+  const int lo = std::min(before, r.num_tokens) / bs;
+  const int hi = (std::max(before, r.num_tokens) + bs - 1) / bs + 1;
+  refresh_filled(s, r, lo, hi);
+}
+
+void drop_block(RequestState& r, const Event& e) {
+  if (e.logical >= 0 && static_cast<std::size_t>(e.logical) < r.blocks.size() &&
+      r.blocks[static_cast<std::size_t>(e.logical)] == e.block) {
+    r.blocks[static_cast<std::size_t>(e.logical)] = -1;
+  }
+  while (!r.blocks.empty() && r.blocks.back() < 0) r.blocks.pop_back();
+}
+
+void put_block(RequestState& r, const Event& e) {
+  if (e.logical < 0) return;
+  const auto l = static_cast<std::size_t>(e.logical);
+  if (r.blocks.size() <= l) r.blocks.resize(l + 1, -1);
+  r.blocks[l] = e.block;
+}
+
+}  // namespace
+
+PoolState initial_pool_state(int num_blocks, int block_size) {
+  PoolState s;
+  s.step = -1;
+  s.block_size = block_size;
+  s.blocks.assign(static_cast<std::size_t>(num_blocks), BlockState{});
+  return s;
+}
+
+RequestState& request_state(PoolState& state, std::int32_t id) {
+  auto it = std::lower_bound(state.requests.begin(), state.requests.end(), id,
+                             [](const RequestState& r, std::int32_t v) { return r.id < v; });
+  if (it == state.requests.end() || it->id != id) {
+    RequestState r;
+    r.id = id;
+    it = state.requests.insert(it, std::move(r));
+  }
+  return *it;
+}
+
+bool event_needs_request(EventType t) {
+  switch (t) {
+    case EventType::kRequestArrived:
+    case EventType::kAdmitted:
+    case EventType::kSwappedIn:
+    case EventType::kSwappedOut:
+    case EventType::kRequestRejected:
+    case EventType::kRequestFinished:
+    case EventType::kPreempted:
+    case EventType::kPrefillChunk:
+    case EventType::kDecodeToken:
+    case EventType::kBlockTableUpdated:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void apply_event(PoolState& s, const Event& e) {
+  if (e.request < 0 && event_needs_request(e.type)) {
+    throw Error("timeline event " + std::string(event_type_name(e.type)) + " at step " +
+                    std::to_string(e.step),
+                "expected a request id >= 0, got " + std::to_string(e.request));
+  }
+  RequestState* r = e.request >= 0 ? &request_state(s, e.request) : nullptr;
+  switch (e.type) {
+    case EventType::kRequestArrived:
+      r->phase = RequestPhase::kWaiting;
+      break;
+    case EventType::kAdmitted:
+      r->phase = RequestPhase::kRunning;
+      break;
+    case EventType::kSwappedIn:
+      r->phase = RequestPhase::kRunning;
+      break;
+    case EventType::kSwappedOut:
+      r->phase = RequestPhase::kSwapped;
+      break;
+    case EventType::kRequestRejected:
+      r->phase = RequestPhase::kRejected;
+      break;
+    case EventType::kRequestFinished:
+      r->phase = RequestPhase::kFinished;
+      r->num_tokens = 0;
+      break;
+    case EventType::kPreempted:
+      if (e.a == static_cast<std::int64_t>(PreemptReason::kSwap)) {
+        r->phase = RequestPhase::kSwapped;
+      } else {
+        r->phase = RequestPhase::kWaiting;
+        set_tokens(s, *r, 0);
+      }
+      break;
+    case EventType::kPrefillChunk:
+      set_tokens(s, *r, e.a + e.b);
+      break;
+    case EventType::kDecodeToken:
+      set_tokens(s, *r, e.a + 1);
+      break;
+    case EventType::kBlockTableUpdated:
+      set_tokens(s, *r, e.b);
+      break;
+    case EventType::kBlockAllocated: {
+      BlockState& b = block_at(s, e);
+      b = BlockState{e.request, e.logical, 1, 0, BlockStatus::kOwned};
+      if (r != nullptr) {
+        put_block(*r, e);
+        refresh_filled(s, *r, e.logical, e.logical + 1);
+      }
+      break;
+    }
+    case EventType::kBlockFreed: {
+      BlockState& b = block_at(s, e);
+      if (--b.ref_count <= 0) {
+        b = BlockState{};
+      } else if (b.ref_count == 1 && b.status == BlockStatus::kShared) {
+        b.status = BlockStatus::kOwned;
+      }
+      if (r != nullptr) drop_block(*r, e);
+      break;
+    }
+    case EventType::kBlockShared: {
+      BlockState& b = block_at(s, e);
+      b.ref_count = static_cast<std::int16_t>(e.a);
+      if (b.owner < 0) {
+        b.owner = e.request;
+        b.logical = e.logical;
+      }
+      b.status = e.a > 1 ? BlockStatus::kShared : BlockStatus::kOwned;
+      if (r != nullptr) put_block(*r, e);
+      break;
+    }
+    case EventType::kCachedBlockEvicted:
+      block_at(s, e) = BlockState{};
+      break;
+    case EventType::kBlockPinned:
+      block_at(s, e).status = BlockStatus::kPinned;
+      break;
+    default:
+      break;  // events that do not change block or request state
+  }
+}
+
+}  // namespace kvscope

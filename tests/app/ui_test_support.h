@@ -1,0 +1,16 @@
+// Helpers for the headless UI tests: what is being drawn (for assertion messages) and a frame
+// wrapper that turns ImGui's recoverable errors (missing End/Pop) into test failures.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace kvscope::ui::test {
+
+std::string& current_activity();
+
+// Runs new_frame + body + error recovery check + render on the current headless context.
+// Returns the number of recoverable ImGui errors found (each also reported with ADD_FAILURE).
+int run_checked_frame(const std::function<void()>& body, const std::string& activity);
+
+}  // namespace kvscope::ui::test

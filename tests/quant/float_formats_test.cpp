@@ -1,0 +1,104 @@
+// Narrow float conversions: exhaustive round trips, rounding ties, saturation, NaN handling.
+#include "engine/quant/float_formats.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace kvscope::quant {
+namespace {
+
+TEST(Fp16, EveryFiniteCodeRoundTrips) {
+  for (int c = 0; c < 65536; ++c) {
+    const auto h = static_cast<std::uint16_t>(c);
+    const float f = f16_to_f32(h);
+    if (std::isnan(f) || std::isinf(f)) continue;
+    ASSERT_EQ(f32_to_f16(f), h) << "code " << c;
+  }
+}
+
+TEST(Fp16, KnownValuesTiesAndSaturation) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3C00);
+  EXPECT_EQ(f32_to_f16(-2.0f), 0xC000);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);
+  EXPECT_EQ(f32_to_f16(1e9f), 0x7BFF);  // saturates, no infinity
+  EXPECT_EQ(f32_to_f16(-INFINITY), 0xFBFF);
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);             // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);             // tie -> even (0)
+  EXPECT_EQ(f32_to_f16(3 * std::ldexp(1.0f, -25)), 0x0002);         // tie -> even (2)
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie -> even
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie -> even
+}
+
+TEST(Bf16, EveryFiniteCodeRoundTripsAndSaturates) {
+  for (int c = 0; c < 65536; ++c) {
+    const auto b = static_cast<std::uint16_t>(c);
+    const float f = bf16_to_f32(b);
+    if (std::isnan(f) || std::isinf(f)) continue;
+    ASSERT_EQ(f32_to_bf16(f), b) << "code " << c;
+  }
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);  // tie -> even
+  EXPECT_EQ(f32_to_bf16(3.4e38f), 0x7F7F);                      // rounds up past max: saturate
+  EXPECT_EQ(f32_to_bf16(INFINITY), 0x7F7F);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST(Fp8, E4M3MatchesTheOcpDefinition) {
+  EXPECT_EQ(e4m3_to_f32(0x7E), 448.0f);
+  EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(e4m3_to_f32(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(e4m3_to_f32(0x38), 1.0f);
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7F)));
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0xFF)));
+  EXPECT_EQ(f32_to_e4m3(1000.0f), 0x7E);  // saturate
+  EXPECT_EQ(f32_to_e4m3(-1e30f), 0xFE);
+  EXPECT_EQ(f32_to_e4m3(INFINITY), 0x7E);
+  EXPECT_EQ(f32_to_e4m3(464.0f), 0x7E);   // halfway to the (absent) 480: still max
+  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);  // tie between 1.0 (even) and 1.125
+  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3A);  // tie between 1.125 and 1.25 (even)
+  for (int c = 0; c < 256; ++c) {
+    const float f = e4m3_to_f32(static_cast<std::uint8_t>(c));
+    if (std::isnan(f) || c == 0x80) continue;  // -0 encodes back as -0 (0x80) too
+    ASSERT_EQ(f32_to_e4m3(f), c) << "code " << c;
+  }
+}
+
+TEST(Fp8, E5M2MatchesTheOcpDefinition) {
+  EXPECT_EQ(e5m2_to_f32(0x7B), 57344.0f);
+  EXPECT_EQ(e5m2_to_f32(0x01), std::ldexp(1.0f, -16));
+  EXPECT_TRUE(std::isinf(e5m2_to_f32(0x7C)));
+  EXPECT_TRUE(std::isnan(e5m2_to_f32(0x7D)));
+  EXPECT_EQ(f32_to_e5m2(1e6f), 0x7B);
+  EXPECT_EQ(f32_to_e5m2(-INFINITY), 0xFB);
+  for (int c = 0; c < 256; ++c) {
+    const float f = e5m2_to_f32(static_cast<std::uint8_t>(c));
+    if (!std::isfinite(f) || c == 0x80) continue;
+    ASSERT_EQ(f32_to_e5m2(f), c) << "code " << c;
+  }
+}
+
+TEST(NarrowFloats, RandomRelativeErrorWithinHalfAnUlpAndNeverNaN) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-6, 7);  // normal range of every format (E4M3: < 448)
+  for (int i = 0; i < 20000; ++i) {
+    const float x = std::ldexp(mant(rng), expo(rng)) * (i % 2 ? -1.0f : 1.0f);
+    EXPECT_LE(std::fabs(f16_to_f32(f32_to_f16(x)) - x), std::ldexp(std::fabs(x), -11));
+    EXPECT_LE(std::fabs(bf16_to_f32(f32_to_bf16(x)) - x), std::ldexp(std::fabs(x), -8));
+    EXPECT_LE(std::fabs(e4m3_to_f32(f32_to_e4m3(x)) - x), std::ldexp(std::fabs(x), -4));
+    EXPECT_LE(std::fabs(e5m2_to_f32(f32_to_e5m2(x)) - x), std::ldexp(std::fabs(x), -3));
+  }
+  std::uniform_real_distribution<float> wide(-3e38f, 3e38f);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = wide(rng);
+    ASSERT_TRUE(std::isfinite(f16_to_f32(f32_to_f16(x))));
+    ASSERT_TRUE(std::isfinite(bf16_to_f32(f32_to_bf16(x))));
+    ASSERT_TRUE(std::isfinite(e4m3_to_f32(f32_to_e4m3(x))));
+    ASSERT_TRUE(std::isfinite(e5m2_to_f32(f32_to_e5m2(x))));
+  }
+}
+
+}  // namespace
+}  // namespace kvscope::quant
