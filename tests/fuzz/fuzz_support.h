@@ -20,6 +20,7 @@ class ScratchFile {
     path_ = std::string(dir) + "/kvscope_fuzz_" + tag + "_" + std::to_string(getpid());
   }
   ~ScratchFile() { unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
   // Replaces the file's contents with `size` bytes at `data`; returns its path.
   const std::string& write(const std::uint8_t* data, std::size_t size) {
     int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

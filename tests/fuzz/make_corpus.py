@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the small seed corpora under tests/fuzz/corpus/ (our own synthetic data, a few KB)."""
+"""Writes the small seed corpora under tests/fuzz/corpus/ (our own synthetic data, a few KB).
+Usage: make_corpus.py [KVSCOPE_BINARY]; with a built `kvscope`, the recording seeds are remade too
+(`kvscope run --bookkeeping` on the two tiny scenarios below)."""
 import json
 import os
 import random
 import struct
+import subprocess
+import sys
+import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 rng = random.Random(1234)
@@ -100,3 +105,45 @@ put("kv_events", "bad_token_count.jsonl",
 put("kv_events", "bad_type.jsonl", '{"type": "BlockMoved"}\n{"events": 3}\n')
 put("kv_events", "huge_block_size.jsonl",
     json.dumps({**stored([1], None), "block_size": 4611686018427387904, "token_ids": []}) + "\n")
+
+# --- minimal scenarios (also the inputs of the recording seeds) ---
+tiny = {"title": "fuzz seed: two requests in a four-block pool",
+        "cache": {"block_size": 4, "num_blocks": 4, "allocator": "paged", "preemption": "recompute"},
+        "requests": [{"arrival_step": 0, "prompt_tokens": [1, 5, 6, 7, 8], "max_new_tokens": 4},
+                     {"arrival_step": 1, "prompt_tokens": [1, 5, 6, 9], "max_new_tokens": 6}]}
+tiny_swap = {"title": "fuzz seed: contiguous with swap",
+             "cache": {"block_size": 2, "num_blocks": 6, "allocator": "contiguous",
+                       "max_seq_len": 8, "preemption": "swap", "host_blocks": 4},
+             "requests": [{"arrival_step": 0, "prompt_tokens": [1, 2, 3], "max_new_tokens": 3,
+                           "priority": 1},
+                          {"arrival_step": 0, "prompt_tokens": [1, 4], "max_new_tokens": 5}]}
+pooled = {"title": "pool bytes, text prompt, scheduler",
+          "cache": {"block_size": 16, "pool_bytes": 1000000, "victim": "longest",
+                    "kv_dtype": "int8"},
+          "scheduler": {"max_tokens_per_step": 64, "max_running": 2},
+          "requests": [{"prompt": "Once upon a time", "max_new_tokens": 8}]}
+put("scenario", "tiny.json", json.dumps(tiny, indent=1))
+put("scenario", "tiny_swap.json", json.dumps(tiny_swap))
+put("scenario", "pooled_text.json", json.dumps(pooled))
+put("scenario", "unknown_key.json", '{"cache": {"num_blocks": 4, "colour": 1}, "requests": []}')
+put("scenario", "both_sizes.json", '{"cache": {"num_blocks": 4, "pool_bytes": 9}, "requests": '
+    '[{"prompt_tokens": [1], "max_new_tokens": 0}]}')
+put("scenario", "not_json.json", '{"cache": [1, 2,')
+
+# --- recordings: run the tiny scenarios with kvscope (bookkeeping only), then broken copies ---
+if len(sys.argv) > 1:
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, scenario in (("tiny", tiny), ("tiny_swap", tiny_swap)):
+            src = os.path.join(tmp, name + ".json")
+            with open(src, "w") as f:
+                json.dump(scenario, f)
+            out = os.path.join(tmp, name)
+            subprocess.run([sys.argv[1], "run", src, "--bookkeeping", "--quiet", "--steps", "30",
+                            "--out", out], check=True, stdout=subprocess.DEVNULL)
+            with open(os.path.join(out, "recording.kvr"), "rb") as f:
+                rec = f.read()
+            put("recording", name + ".kvr", rec)
+            if name == "tiny":
+                put("recording", "truncated.kvr", rec[:-40])
+                put("recording", "bad_magic.kvr", b"KVSCOPEX" + rec[8:])
+                put("recording", "version2.kvr", rec[:8] + struct.pack("<I", 2) + rec[12:])
