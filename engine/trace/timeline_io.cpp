@@ -160,7 +160,9 @@ Timeline Timeline::load(const std::string& path) {
   const std::size_t at_blocks = r.offset();
   h.num_blocks = r.get<std::int32_t>("num_blocks");
   h.block_size = r.get<std::int32_t>("block_size");
-  if (h.num_blocks <= 0) r.fail(at_blocks, "num_blocks > 0", std::to_string(h.num_blocks));
+  // The simulator's largest pool (cache.num_blocks); more would allocate gigabytes on a bad file.
+  if (h.num_blocks <= 0 || h.num_blocks > 50'000'000)
+    r.fail(at_blocks, "num_blocks in [1, 50000000]", std::to_string(h.num_blocks));
   if (h.block_size <= 0 || h.block_size > 32767) {
     r.fail(at_blocks + 4, "block_size in [1, 32767]", std::to_string(h.block_size));
   }
