@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz, clang + ASan + UBSan) and runs each one for
-# SECONDS_PER_TARGET (default 30) on a temporary copy of its seed corpus; prints executions and
-# crashes per target and exits non-zero when any target crashed, hung or ran out of memory.
+# SECONDS_PER_TARGET (default 30) on a temporary copy of its seed corpus, one target per core;
+# prints executions and crashes per target and exits non-zero when any target crashed, hung or ran
+# out of memory (the crashing inputs are kept in build-fuzz/fuzz-artifacts/).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,19 +28,34 @@ cmake --build build-fuzz --target kvscope_fuzzers -j "${KVSCOPE_JOBS:-$(nproc)}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvscope-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 keep=build-fuzz/fuzz-artifacts  # crashing inputs are kept here (ignored by git)
-failed=0
-echo "== fuzzing, ${seconds} s per target ==" >&2
-for t in "${targets[@]}"; do
+
+# Runs one target; writes "EXECUTIONS CRASHES" to $work/$t/result.
+run_target() {
+  local t=$1 rc=0 execs crashes
   mkdir -p "$work/$t/corpus" "$work/$t/artifacts"
   cp tests/fuzz/corpus/"$t"/* "$work/$t/corpus/"
-  rc=0
   OMP_NUM_THREADS=1 "build-fuzz/tests/fuzz/fuzz_$t" -max_total_time="$seconds" \
     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="$work/$t/artifacts/" "$work/$t/corpus" >"$work/$t/log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t/log" | tail -n 1)
   crashes=$(find "$work/$t/artifacts" -type f | wc -l)
   if [ "$rc" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes=1; fi  # died without an artifact
-  printf 'fuzz_%-11s executions: %10s  crashes: %s\n' "$t" "${execs:-?}" "$crashes"
+  echo "${execs:-?} $crashes" >"$work/$t/result"
+}
+
+# Targets run side by side, one per core (KVSCOPE_FUZZ_JOBS overrides).
+parallel=${KVSCOPE_FUZZ_JOBS:-$(nproc)}
+echo "== fuzzing ${#targets[@]} targets, ${seconds} s each, ${parallel} at a time ==" >&2
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  run_target "$t" &
+done
+wait
+
+failed=0
+for t in "${targets[@]}"; do
+  read -r execs crashes <"$work/$t/result"
+  printf 'fuzz_%-11s executions: %10s  crashes: %s\n' "$t" "$execs" "$crashes"
   if [ "$crashes" -ne 0 ]; then
     failed=1
     mkdir -p "$keep/$t"

@@ -1,8 +1,11 @@
-// Replays a fuzz_recording finding: a recording header claiming 251,658,240 blocks made
-// Timeline::load allocate ~4 GB for the pool state before reading any event; now num_blocks is
-// bounded by the simulator's largest pool and such a file is a byte-offset error.
+// Replays fuzz_recording findings: a header claiming 251,658,240 blocks made Timeline::load
+// allocate ~4 GB for the pool state, and a BlockAllocated event with logical index INT32_MAX made
+// replay resize a block table to 8 GB. Both are now byte-offset errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,35 @@ TEST(FuzzRegression, RecordingWithGiganticPoolIsRejected) {
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("byte 12: expected num_blocks in [1, 50000000], got 251658240"),
+              std::string::npos)
+        << msg;
+  }
+}
+
+TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
+  // A valid one-event recording whose logical index is then patched to INT32_MAX, checksum
+  // refreshed: the shape of oom-2c362fd0.
+  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true});
+  t.emit(Event{EventType::kBlockAllocated, 0, 0, 2, 3, 0, 0});
+  t.end_step(StepMetrics{});
+  const std::string path = testing::temp_path("fuzz_huge_logical.kvr");
+  t.save(path);
+  std::vector<char> bytes = testing::read_bytes(path);
+  const char three[4] = {3, 0, 0, 0}, huge[4] = {'\xff', '\xff', '\xff', '\x7f'};
+  auto it = std::search(bytes.begin(), bytes.end(), three, three + 4);  // the event's logical
+  ASSERT_NE(it, bytes.end());
+  std::copy(huge, huge + 4, it);
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a of everything before the checksum
+  for (std::size_t i = 0; i + 8 < bytes.size(); ++i)
+    h = (h ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ull;
+  std::memcpy(bytes.data() + bytes.size() - 8, &h, 8);
+  testing::write_bytes(path, bytes);
+  try {
+    Timeline::load(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("expected a block-table index in [-1, 4), got 2147483647"),
               std::string::npos)
         << msg;
   }
