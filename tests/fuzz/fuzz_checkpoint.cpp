@@ -11,7 +11,8 @@ namespace {
 using kvscope::fuzz::check;
 
 // Checks that tensor [p, p + n) lies inside [lo, hi) and reads its first and last float.
-void check_tensor(const float* p, std::int64_t n, const char* lo, const char* hi, const char* what) {
+void check_tensor(const float* p, std::int64_t n, const char* lo, const char* hi,
+                  const char* what) {
   check(p != nullptr && n > 0, what);
   const char* begin = reinterpret_cast<const char*>(p);
   check(begin >= lo && begin + n * 4 <= hi, what);

@@ -21,8 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const kvscope::MooncakeRequest& r : trace.requests) {
       check(r.timestamp_ms >= 0, "timestamp non-negative");
       check(r.input_length >= 0 && r.output_length >= 0, "lengths non-negative");
-      const std::int64_t blocks = (r.input_length + kvscope::kMooncakeBlockTokens - 1) /
-                                  kvscope::kMooncakeBlockTokens;
+      const std::int64_t blocks =
+          (r.input_length + kvscope::kMooncakeBlockTokens - 1) / kvscope::kMooncakeBlockTokens;
       check(static_cast<std::int64_t>(r.hash_ids.size()) == blocks, "one hash id per block");
       kvscope::mooncake_prompt_tokens(r, tokens, 512);
       check(static_cast<std::int64_t>(tokens.size()) == r.input_length, "prompt length");

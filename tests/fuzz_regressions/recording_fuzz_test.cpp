@@ -19,8 +19,8 @@ namespace {
 TEST(FuzzRegression, RecordingWithGiganticPoolIsRejected) {
   // The first 20 bytes of oom-9116276928: magic, version 1, num_blocks 0x0f000000, block_size 4
   // (load stops at num_blocks, so the rest of the input does not matter).
-  const std::vector<char> bytes = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R', 1, 0, 0, 0,
-                                   0,   0,   0,   0x0f, 4,  0,   0,   0};
+  const std::vector<char> bytes = {'K', 'V', 'S', 'C', 'O', 'P',  'E', 'R', 1, 0,
+                                   0,   0,   0,   0,   0,   0x0f, 4,   0,   0, 0};
   const std::string path = testing::temp_path("fuzz_gigantic_pool.kvr");
   testing::write_bytes(path, bytes);
   try {
