@@ -209,9 +209,9 @@ Timeline Timeline::load(const std::string& path) {
     if (e.request < -1) r.fail(at + 5, "a request id >= -1", std::to_string(e.request));
     // A block event's logical index is a slot in one request's block table, which never holds
     // more blocks than the pool (replay sizes the table by it: INT32_MAX would allocate 8 GB).
-    const bool table_event = e.type == EventType::kBlockAllocated ||
-                             e.type == EventType::kBlockFreed || e.type == EventType::kBlockShared ||
-                             e.type == EventType::kBlockCopiedOnWrite;
+    const bool table_event =
+        e.type == EventType::kBlockAllocated || e.type == EventType::kBlockFreed ||
+        e.type == EventType::kBlockShared || e.type == EventType::kBlockCopiedOnWrite;
     if (table_event && (e.logical < -1 || e.logical >= h.num_blocks)) {
       r.fail(at + 13, "a block-table index in [-1, " + std::to_string(h.num_blocks) + ")",
              std::to_string(e.logical));

@@ -1,6 +1,7 @@
 // Replays fuzz_recording findings: a header claiming 251,658,240 blocks made Timeline::load
 // allocate ~4 GB for the pool state, and a BlockAllocated event with logical index INT32_MAX made
-// replay resize a block table to 8 GB. Both are now byte-offset errors.
+// replay resize a block table to 8 GB, and a token count of 2^31 overflowed int in the replay's
+// block arithmetic (UBSan). All three are now errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +35,14 @@ TEST(FuzzRegression, RecordingWithGiganticPoolIsRejected) {
   }
 }
 
+// Rewrites the recording's trailing FNV-1a checksum after a patch.
+void refresh_checksum(std::vector<char>& bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i + 8 < bytes.size(); ++i)
+    h = (h ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ull;
+  std::memcpy(bytes.data() + bytes.size() - 8, &h, 8);
+}
+
 TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
   // A valid one-event recording whose logical index is then patched to INT32_MAX, checksum
   // refreshed: the shape of oom-2c362fd0.
@@ -47,10 +56,7 @@ TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
   auto it = std::search(bytes.begin(), bytes.end(), three, three + 4);  // the event's logical
   ASSERT_NE(it, bytes.end());
   std::copy(huge, huge + 4, it);
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a of everything before the checksum
-  for (std::size_t i = 0; i + 8 < bytes.size(); ++i)
-    h = (h ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ull;
-  std::memcpy(bytes.data() + bytes.size() - 8, &h, 8);
+  refresh_checksum(bytes);
   testing::write_bytes(path, bytes);
   try {
     Timeline::load(path);
@@ -58,6 +64,32 @@ TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("expected a block-table index in [-1, 4), got 2147483647"),
+              std::string::npos)
+        << msg;
+  }
+}
+
+TEST(FuzzRegression, RecordingWithTokenCountOverflowIsRejected) {
+  // The shape of crash-44fe12e6: a request's token count of 2^31 (INT32_MIN once narrowed).
+  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true});
+  t.emit(Event{EventType::kBlockAllocated, 0, 0, 1, 0, 0, 0});
+  t.emit(Event{EventType::kBlockTableUpdated, 0, 0, -1, -1, 1, 0x5a5a5a});
+  t.end_step(StepMetrics{});
+  const std::string path = testing::temp_path("fuzz_token_overflow.kvr");
+  t.save(path);
+  std::vector<char> bytes = testing::read_bytes(path);
+  const char sentinel[3] = {0x5a, 0x5a, 0x5a}, big[4] = {0, 0, 0, '\x80'};
+  auto it = std::search(bytes.begin(), bytes.end(), sentinel, sentinel + 3);  // event b
+  ASSERT_NE(it, bytes.end());
+  std::copy(big, big + 4, it);
+  refresh_checksum(bytes);
+  testing::write_bytes(path, bytes);
+  try {
+    Timeline::load(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("expected a token count in [0, 2^30], got 2147483648 + 0"),
               std::string::npos)
         << msg;
   }
