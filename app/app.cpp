@@ -12,9 +12,10 @@
 #include <ctime>
 #include <memory>
 
+#include "app/core/run_session.h"
 #include "app/core/shell.h"
-#include "app/demo/demo_source.h"
 #include "app/screenshot.h"
+#include "engine/common/error.h"
 
 namespace kvscope::ui {
 
@@ -54,6 +55,14 @@ void toggle_fullscreen(GLFWwindow* window, WindowedGeometry& saved) {
 }  // namespace
 
 int run_app(const AppOptions& options) {
+  // The run opens before the window: a bad scenario is a one-line error and exit code 2.
+  std::unique_ptr<RunSession> session;
+  try {
+    session = RunSession::open(options.input);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
+    return 2;
+  }
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
     std::fprintf(stderr,
@@ -86,14 +95,13 @@ int run_app(const AppOptions& options) {
 
   int exit_code = 0;
   {
-    UiShell shell(std::make_unique<DemoSource>(), fonts);
-    if (!options.input.empty()) {
-      shell.show_error("Cannot open " + options.input +
-                       " yet: loading scenarios and recordings "
-                       "arrives with the Simulator. Showing demo data instead.");
-    }
+    if (capture) session->wait();  // screenshots show the finished run, deterministically
+    UiShell shell(std::move(session), fonts);
     if (options.presenter) shell.set_presenter(true);
-    if (capture) shell.state().set_step(shell.state().num_steps() * 2 / 3);  // an eventful step
+    if (capture) {
+      shell.state().playing = false;
+      shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);
+    }
     WindowedGeometry saved;
     double last = glfwGetTime();
     bool want_screenshot = false;

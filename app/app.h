@@ -6,7 +6,8 @@
 namespace kvscope::ui {
 
 struct AppOptions {
-  std::string input;       // scenario .json or recording; empty: demo data
+  std::string input;       // scenario .json or recording (.kvr); main fills in the default
+  int step = -1;           // screenshots: the step shown (-1: the middle of the run)
   std::string screenshot;  // write a PNG after `frames` frames and exit
   int frames = 30;
   bool presenter = false;
@@ -14,7 +15,8 @@ struct AppOptions {
   int height = 1000;
 };
 
-// Runs the app; returns the process exit code (0 ok, 3 no display, 1 screenshot failure).
+// Runs the app; returns the process exit code (0 ok, 2 bad input, 3 no display, 1 screenshot
+// failure).
 int run_app(const AppOptions& options);
 
 }  // namespace kvscope::ui

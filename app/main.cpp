@@ -8,15 +8,24 @@
 
 namespace {
 
+std::string default_scenario() {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json";
+}
+
 void usage(std::FILE* out) {
-  std::fprintf(out,
-               "usage: kvscope-ui [SCENARIO.json | RECORDING] [--screenshot OUT.png [--frames N]]\n"
-               "                  [--presenter] [--size WxH]\n"
-               "  --screenshot OUT.png  render N frames (default 30), write a PNG and exit\n"
-               "  --presenter           large fonts and high contrast (toggle with P)\n"
-               "  --size WxH            window size (default 1600x1000)\n"
-               "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
-               "      F12 screenshot. Exit code 3 means no display (use the headless CLI).\n");
+  std::fprintf(
+      out,
+      "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
+      "                  [--step S]] [--presenter] [--size WxH]\n"
+      "  With no file, opens %s.\n"
+      "  --screenshot OUT.png  render N frames (default 30) of the finished run at step S\n"
+      "                        (default: the middle), write a PNG and exit\n"
+      "  --presenter           large fonts and high contrast (toggle with P)\n"
+      "  --size WxH            window size (default 1600x1000)\n"
+      "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
+      "      F12 screenshot, Ctrl+O open, Ctrl+R restart. Exit code 2: bad input;\n"
+      "      3: no display (use the headless CLI).\n",
+      default_scenario().c_str());
 }
 
 int fail(const std::string& message) {
@@ -49,6 +58,12 @@ int main(int argc, char** argv) {
       const long n = v ? std::strtol(v, &end, 10) : 0;
       if (!v || *end != '\0' || n < 1 || n > 100000) return fail("--frames: expected 1..100000");
       options.frames = static_cast<int>(n);
+    } else if (arg == "--step") {
+      const char* v = value("--step");
+      char* end = nullptr;
+      const long n = v ? std::strtol(v, &end, 10) : -1;
+      if (!v || *end != '\0' || n < 0 || n > 10000000) return fail("--step: expected a step >= 0");
+      options.step = static_cast<int>(n);
     } else if (arg == "--size") {
       const char* v = value("--size");
       if (!v || std::sscanf(v, "%dx%d", &options.width, &options.height) != 2 ||
@@ -62,11 +77,15 @@ int main(int argc, char** argv) {
       return fail("unknown option " + arg);
     } else if (options.input.empty()) {
       std::error_code ec;
-      if (!std::filesystem::is_regular_file(arg, ec)) return fail(arg + ": no such file");
+      if (!std::filesystem::is_regular_file(arg, ec)) {
+        std::fprintf(stderr, "kvscope-ui: %s: no such file\n", arg.c_str());
+        return 2;
+      }
       options.input = arg;
     } else {
       return fail("expected one scenario or recording, got a second: " + arg);
     }
   }
+  if (options.input.empty()) options.input = default_scenario();
   return kvscope::ui::run_app(options);
 }

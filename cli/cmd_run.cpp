@@ -100,6 +100,28 @@ int cmd_run(const Argv& argv) {
       "KV utilization (filled / allocated slots, mean over steps): %.1f%%; blocks used mean %.1f, "
       "peak %d (%.0f%%)\n",
       100.0 * s.mean_utilization, s.mean_blocks_used, s.peak_blocks_used, peak_pct);
+  if (const PrefixCache* pc = sim->prefix_cache()) {
+    const PrefixCacheMetrics& pm = pc->metrics();
+    const StepMetrics& last = t.metrics(t.num_steps() - 1);
+    std::int64_t cow = 0;
+    for (const Event& e : t.events()) cow += e.type == EventType::kBlockCopiedOnWrite;
+    std::printf(
+        "prefix cache (%s index, %s eviction): lookup hit rate %.1f%% of %lld looked-up tokens; "
+        "prompt tokens served from shared blocks %lld of %lld (%.1f%%, forks included) = prefill "
+        "tokens saved; peak blocks saved by sharing %lld (%.1f KiB); %lld copy-on-write copies, "
+        "%lld evictions\n",
+        std::string(index_kind_name(config.prefix_index)).c_str(),
+        std::string(eviction_policy_name(config.cached_block_eviction)).c_str(),
+        100.0 * pm.token_hit_rate(), static_cast<long long>(pm.prompt_tokens),
+        static_cast<long long>(last.prefix_hit_tokens), static_cast<long long>(last.prompt_tokens),
+        last.prompt_tokens ? 100.0 * static_cast<double>(last.prefix_hit_tokens) /
+                                 static_cast<double>(last.prompt_tokens)
+                           : 0.0,
+        static_cast<long long>(pm.peak_blocks_saved),
+        static_cast<double>(pm.peak_blocks_saved) * t.header().kv_bytes_per_token *
+            config.block_size / 1024.0,
+        static_cast<long long>(cow), static_cast<long long>(pm.evictions));
+  }
   for (int i = 0; i < sim->num_requests(); ++i) {
     if (sim->request(i).phase == RequestPhase::kRejected) {
       std::printf("request %d rejected: %s\n", i, sim->request(i).reject_reason.c_str());

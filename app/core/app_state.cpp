@@ -19,12 +19,19 @@ AppState::AppState(std::unique_ptr<DataSource> source) : source_(std::move(sourc
 
 void AppState::set_source(std::unique_ptr<DataSource> source) {
   source_ = std::move(source);
+  ++source_generation_;
   selected_request.reset();
+  follow_live = false;
   step_ = std::clamp(step_, 0, source_->num_steps() - 1);
   source_->state_at(step_, pool_);
 }
 
 void AppState::set_step(int step) {
+  follow_live = false;
+  go_to(step);
+}
+
+void AppState::go_to(int step) {
   const int clamped = std::clamp(step, 0, num_steps() - 1);
   if (clamped == step_) return;
   step_ = clamped;
@@ -34,17 +41,29 @@ void AppState::set_step(int step) {
 void AppState::toggle_play() {
   if (!playing && step_ >= num_steps() - 1) set_step(0);  // replay from the start at the end
   playing = !playing;
+  follow_live = false;
   step_accumulator_ = 0.0;
 }
 
 void AppState::advance(double dt_seconds) {
   if (!playing) return;
+  const bool live = source_->is_live();
+  if (follow_live) {
+    go_to(num_steps() - 1);
+    if (!live && step_ >= num_steps() - 1) playing = follow_live = false;
+    return;
+  }
   step_accumulator_ += dt_seconds * speed;
   const int whole = static_cast<int>(step_accumulator_);
   if (whole <= 0) return;
   step_accumulator_ -= whole;
-  set_step(step_ + whole);
-  if (step_ >= num_steps() - 1) playing = false;
+  go_to(step_ + whole);
+  if (step_ >= num_steps() - 1) {
+    if (live)
+      follow_live = true;
+    else
+      playing = false;
+  }
 }
 
 }  // namespace kvscope::ui

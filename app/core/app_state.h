@@ -21,20 +21,24 @@ class AppState {
   // Replaces the run being shown (keeps the step if it still exists).
   void set_source(std::unique_ptr<DataSource> source);
   const DataSource& source() const { return *source_; }
+  int source_generation() const { return source_generation_; }  // +1 on every set_source
   const TimelineHeader& header() const { return source_->header(); }
   bool is_demo() const { return source_->is_demo(); }
 
   int num_steps() const { return source_->num_steps(); }
   int step() const { return step_; }
-  void set_step(int step);  // clamped to [0, num_steps)
+  void set_step(int step);  // clamped to [0, num_steps); leaves follow-live mode
   void step_by(int delta) { set_step(step_ + delta); }
+  bool is_live() const { return source_->is_live(); }
 
   const PoolState& pool() const { return pool_; }
   std::span<const StepMetrics> metrics_history() const { return source_->all_metrics(); }
   const StepMetrics& metrics() const { return source_->all_metrics()[step_]; }
 
-  // Transport: playing advances `speed` steps per second of wall time.
+  // Transport: playing advances `speed` steps per second of wall time. Playing into the head of a
+  // run that is still being computed switches to follow-live: the newest step every frame.
   bool playing = false;
+  bool follow_live = false;
   float speed = 12.0f;
   void toggle_play();
   void advance(double dt_seconds);
@@ -45,8 +49,11 @@ class AppState {
   bool presenter = false;
 
  private:
+  void go_to(int step);  // set_step without leaving follow-live
+
   std::unique_ptr<DataSource> source_;
   int step_ = 0;
+  int source_generation_ = 0;
   double step_accumulator_ = 0.0;
   PoolState pool_;
 };

@@ -1,9 +1,13 @@
 // DataSource: what the UI reads about a run (header, per-step metrics, pool state at any step).
-// The Timeline adapter (timeline_source.h) and the demo generator (demo/) both implement it.
+// The Timeline adapter (timeline_source.h) implements it for real runs; the synthetic generator
+// (demo/) only serves the frame-time benchmark and the 100k-block test.
 #pragma once
 
 #include <span>
 #include <string>
+#include <vector>
+
+#include "engine/model/tokenizer.h"
 
 #include "engine/trace/timeline.h"
 
@@ -16,8 +20,14 @@ class DataSource {
   virtual int num_steps() const = 0;                             // closed steps, >= 1
   virtual std::span<const StepMetrics> all_metrics() const = 0;  // [num_steps]
   virtual void state_at(int step, PoolState& out) const = 0;     // reuses out's storage
-  virtual bool is_demo() const = 0;          // fabricated data, labelled in the UI
-  virtual std::string describe() const = 0;  // one line for the title/status bar
+  virtual bool is_demo() const = 0;               // synthetic data, labelled in the UI
+  virtual bool is_live() const { return false; }  // steps are still being appended
+  virtual std::string describe() const = 0;       // one line for the title/status bar
+  // For the text panel: the events of one step, the tokenizer (null when none matches the model)
+  // and a request's prompt token ids (empty when unknown, e.g. for recordings).
+  virtual std::span<const Event> events_at(int) const { return {}; }
+  virtual const Tokenizer* tokenizer() const { return nullptr; }
+  virtual std::span<const int> prompt_tokens(int) const { return {}; }
 };
 
 }  // namespace kvscope::ui

@@ -7,12 +7,78 @@
 #include "app/core/transport.h"
 #include "app/panels/registry.h"
 #include "app/widgets/widgets.h"
+#include "engine/analysis/metrics_csv.h"
+#include "engine/common/error.h"
 
 namespace kvscope::ui {
 
 UiShell::UiShell(std::unique_ptr<DataSource> source, Fonts fonts)
     : state_(std::move(source)), fonts_(fonts), panels_(make_panels()) {
   set_presenter(false);
+}
+
+UiShell::UiShell(std::unique_ptr<RunSession> session, Fonts fonts)
+    : UiShell(session->make_source(), fonts) {
+  attach(std::move(session));
+}
+
+UiShell::~UiShell() {
+  if (session_) session_->stop();
+}
+
+void UiShell::attach(std::unique_ptr<RunSession> session) {
+  if (session_) session_->stop();
+  state_.set_source(session->make_source());
+  session_ = std::move(session);
+  state_.set_step(0);
+  state_.playing = session_->is_running();  // follow the run live as it computes
+  state_.follow_live = state_.playing;
+}
+
+bool UiShell::open(const std::string& path) {
+  try {
+    attach(RunSession::open(path));
+    set_status("opened " + path);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(e.what());
+    return false;
+  }
+}
+
+void UiShell::restart() {
+  if (session_ && session_->is_scenario()) open(session_->path());
+}
+
+void UiShell::perform(const FileAction& action) {
+  using Kind = FileAction::Kind;
+  try {
+    switch (action.kind) {
+      case Kind::kOpen:
+        open(action.path);
+        break;
+      case Kind::kRestart:
+        restart();
+        break;
+      case Kind::kSaveRecording:
+        if (!session_) throw Error(action.path, "no run is loaded");
+        session_->timeline()->save(action.path);
+        set_status("saved " + action.path + (state_.is_live() ? " (run still computing)" : ""));
+        break;
+      case Kind::kExportCsv:
+        write_metrics_csv(action.path, state_.metrics_history());
+        set_status("wrote " + action.path);
+        break;
+      case Kind::kScreenshot:
+        requests_.screenshot = true;
+        break;
+      case Kind::kQuit:
+        requests_.quit = true;
+        break;
+    }
+  } catch (const std::exception& e) {
+    show_error(e.what());
+  }
 }
 
 ShellRequests UiShell::take_requests() {
@@ -34,6 +100,12 @@ void UiShell::show_error(std::string text) {
 }
 
 void UiShell::frame(double dt_seconds) {
+  if (session_) {
+    if (std::optional<std::string> e = session_->take_error()) show_error(*e);
+  }
+  const ImGuiIO& io = ImGui::GetIO();
+  if (!io.WantTextInput && io.KeyCtrl && ImGui::IsKeyPressed('R'))  // GLFW: ASCII
+    restart();
   state_.advance(dt_seconds);
   status_age_ += dt_seconds;
   handle_transport_keys(state_);
@@ -45,6 +117,8 @@ void UiShell::frame(double dt_seconds) {
   draw_panels();
   draw_help_window();
   draw_error_modal();
+  if (std::optional<FileAction> a = file_menu_.draw_popup()) perform(*a);
+  if (std::optional<FileAction> a = file_menu_.take_direct()) perform(*a);
   layout_dirty_ = false;
 }
 
@@ -52,11 +126,8 @@ void UiShell::draw_menu_bar() {
   if (!ImGui::BeginMainMenuBar()) return;
   menu_height_ = ImGui::GetWindowSize().y;
   if (ImGui::BeginMenu("File")) {
-    ImGui::MenuItem("Open scenario or recording...", nullptr, false, false);
-    item_tooltip("Arrives with the Simulator; pass a path on the command line meanwhile");
-    if (ImGui::MenuItem("Save screenshot", "F12")) requests_.screenshot = true;
-    ImGui::Separator();
-    if (ImGui::MenuItem("Quit", "Ctrl+Q")) requests_.quit = true;
+    file_menu_.draw_items(session_ ? session_->path() : std::string(),
+                          session_ && session_->is_scenario());
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("View")) {
@@ -128,24 +199,27 @@ void UiShell::place(int index, ImVec2 pos, ImVec2 size) {
 }
 
 void UiShell::draw_panels() {
-  // First layout: block pool (big, top left), fragmentation under it, block tables top right,
-  // memory vs context under them. Panels beyond the first four cascade.
+  // First layout: block pool (big, top left), fragmentation under it; on the right block tables,
+  // text and memory vs context stacked. Panels beyond the first five cascade.
   const ImVec2 display = ImGui::GetIO().DisplaySize;
   const float top =
       menu_height_ + ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
   const float m = 6.0f;
-  const float w = display.x - 3 * m, h = display.y - top - 3 * m;
+  const float w = display.x - 3 * m, h = display.y - top - 4 * m;
   const float left_w = std::floor(w * 0.60f), right_w = w - left_w;
-  const float map_h = std::floor(h * 0.60f), tables_h = std::floor(h * 0.42f);
-  const ImVec2 pos[] = {ImVec2(m, top + m), ImVec2(2 * m + left_w, top + m),
-                        ImVec2(m, top + 2 * m + map_h),
-                        ImVec2(2 * m + left_w, top + 2 * m + tables_h)};
+  const float map_h = std::floor((h + m) * 0.60f), tables_h = std::floor(h * 0.30f);
+  const float text_h = std::floor(h * 0.32f), memory_h = h - tables_h - text_h;
+  const float rx = 2 * m + left_w;
+  const ImVec2 pos[] = {ImVec2(m, top + m), ImVec2(rx, top + m), ImVec2(m, top + 2 * m + map_h),
+                        ImVec2(rx, top + 3 * m + tables_h + text_h),
+                        ImVec2(rx, top + 2 * m + tables_h)};
   const ImVec2 size[] = {ImVec2(left_w, map_h), ImVec2(right_w, tables_h),
-                         ImVec2(left_w, h - map_h), ImVec2(right_w, h - tables_h)};
+                         ImVec2(left_w, h + m - map_h), ImVec2(right_w, memory_h),
+                         ImVec2(right_w, text_h)};
   for (std::size_t i = 0; i < panels_.size(); ++i) {
     Panel& p = *panels_[i];
     if (!p.visible) continue;
-    if (i < 4)
+    if (i < 5)
       place(static_cast<int>(i), pos[i], size[i]);
     else
       place(static_cast<int>(i), ImVec2(60.0f + 30.0f * i, top + 60.0f + 30.0f * i),
@@ -174,6 +248,8 @@ void UiShell::draw_help_window() {
                                            {"F11", "full screen"},
                                            {"F12", "save a screenshot (PNG)"},
                                            {"P", "presenter mode"},
+                                           {"Ctrl+O", "open a scenario or recording"},
+                                           {"Ctrl+R", "restart the scenario"},
                                            {"Ctrl+Q", "quit"}};
     if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {
       for (const auto& k : kKeys) {
@@ -199,15 +275,15 @@ void UiShell::draw_help_window() {
 
 void UiShell::draw_error_modal() {
   if (error_pending_) {
-    ImGui::OpenPopup("Could not load");
+    ImGui::OpenPopup("Error");
     error_pending_ = false;
   }
   ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 34.0f, 0.0f), ImGuiCond_Appearing);
-  if (ImGui::BeginPopupModal("Could not load", nullptr, ImGuiWindowFlags_NoResize)) {
+  if (ImGui::BeginPopupModal("Error", nullptr, ImGuiWindowFlags_NoResize)) {
     ImGui::PushTextWrapPos(0.0f);
     ImGui::TextUnformatted(error_.c_str());
     ImGui::PopTextWrapPos();
-    ImGui::TextDisabled("The current run stays loaded.");
+    ImGui::TextDisabled("What was loaded before stays loaded.");
     if (ImGui::Button("OK", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
     ImGui::EndPopup();
   }

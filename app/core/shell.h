@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "app/core/app_state.h"
+#include "app/core/file_menu.h"
+#include "app/core/run_session.h"
 #include "app/core/theme.h"
 #include "app/panels/panel.h"
 
@@ -23,6 +25,15 @@ struct ShellRequests {
 class UiShell {
  public:
   UiShell(std::unique_ptr<DataSource> source, Fonts fonts);
+  // Shows a loaded run (scenario still computing on its worker, or a recording).
+  UiShell(std::unique_ptr<RunSession> session, Fonts fonts);
+  ~UiShell();  // stops the worker
+
+  // Opens a scenario or recording; on failure shows the error in a modal, keeps the current run
+  // loaded and returns false. The previous worker is stopped only once the new run is open.
+  bool open(const std::string& path);
+  void restart();  // re-runs the loaded scenario from step 0
+  RunSession* session() { return session_.get(); }
 
   // Draws one frame's UI; call between ImGui::NewFrame() and ImGui::Render().
   void frame(double dt_seconds);
@@ -47,9 +58,13 @@ class UiShell {
   void draw_panels();
   void draw_help_window();
   void draw_error_modal();
+  void attach(std::unique_ptr<RunSession> session);
+  void perform(const FileAction& action);
   void place(int index, ImVec2 pos, ImVec2 size);
 
   AppState state_;
+  std::unique_ptr<RunSession> session_;  // null when a bare DataSource is shown (tests)
+  FileMenu file_menu_;
   Fonts fonts_;
   std::vector<std::unique_ptr<Panel>> panels_;
   ShellRequests requests_;

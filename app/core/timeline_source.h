@@ -1,6 +1,7 @@
 // Adapter from the engine's Timeline to the UI's DataSource: the whole wiring to real runs.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <utility>
 
@@ -11,18 +12,37 @@ namespace kvscope::ui {
 
 class TimelineSource final : public DataSource {
  public:
-  TimelineSource(std::shared_ptr<const Timeline> timeline, std::string origin)
-      : timeline_(std::move(timeline)), origin_(std::move(origin)) {}
+  // `live` (optional) is true while a worker still appends steps to the timeline.
+  TimelineSource(std::shared_ptr<const Timeline> timeline, std::string origin,
+                 std::shared_ptr<const std::atomic<bool>> live = nullptr)
+      : timeline_(std::move(timeline)), origin_(std::move(origin)), live_(std::move(live)) {}
   const TimelineHeader& header() const override { return timeline_->header(); }
   int num_steps() const override { return timeline_->num_steps(); }
   std::span<const StepMetrics> all_metrics() const override { return timeline_->all_metrics(); }
   void state_at(int step, PoolState& out) const override { timeline_->state_at(step, out); }
   bool is_demo() const override { return false; }
+  bool is_live() const override { return live_ && live_->load(); }
   std::string describe() const override { return origin_; }
+  std::span<const Event> events_at(int step) const override { return timeline_->events_at(step); }
+  const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
+  std::span<const int> prompt_tokens(int request) const override {
+    if (request < 0 || static_cast<std::size_t>(request) >= prompts_.size()) return {};
+    return prompts_[static_cast<std::size_t>(request)];
+  }
+  // The tokenizer and prompts of the scenario's requests (by request id), for the text panel.
+  void set_text_info(std::shared_ptr<const Tokenizer> tokenizer,
+                     std::vector<std::vector<int>> prompts) {
+    tokenizer_ = std::move(tokenizer);
+    prompts_ = std::move(prompts);
+  }
+  const Timeline& timeline() const { return *timeline_; }
 
  private:
   std::shared_ptr<const Timeline> timeline_;
   std::string origin_;  // the scenario or recording path
+  std::shared_ptr<const std::atomic<bool>> live_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::vector<std::vector<int>> prompts_;  // [request id] prompt token ids
 };
 
 }  // namespace kvscope::ui

@@ -109,6 +109,14 @@ void draw_transport(AppState& state) {
   ImGui::SameLine(0, 0);
   ImGui::Dummy(ImVec2(std::max(0.0f, label_w - ImGui::CalcTextSize(label).x), 1.0f));
   ImGui::SameLine(0, 12);
+  if (state.is_live()) {  // the Simulator is still appending steps on its worker
+    const Palette& pal = palette(state.presenter);
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(state.follow_live ? pal.accent : pal.warn),
+                       "%s", state.follow_live ? "LIVE" : "computing");
+    item_tooltip(state.follow_live ? "Following the newest step as the Simulator computes it"
+                                   : "The Simulator is still running; play or End to follow it");
+    ImGui::SameLine(0, 12);
+  }
   scrubber(state, ImGui::GetContentRegionAvail().x, size);
 }
 

@@ -1,6 +1,6 @@
-// DEMO DATA: a deterministic, fabricated paged-KV run (arrivals, shared system prompts, decode,
-// preemption, cached-free blocks) so the UI works before the Simulator lands. Labelled "demo data"
-// everywhere it is shown. Isolated here: delete app/demo/ once the Timeline is wired.
+// SYNTHETIC POOL STATES (not a real run): a deterministic, fabricated paged-KV history at any size
+// (100,000 blocks and more). Used only by the frame-time benchmark and the 100k-block map test;
+// the app itself always shows real runs. Labelled "demo data" wherever it is shown.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
@@ -36,7 +37,7 @@ BlockMapPanel::Layout BlockMapPanel::fit_layout(int num_blocks, float width, flo
     const float pitch = std::min(width / cols, height / rows);
     if (pitch > best) best = pitch, best_cols = cols;
   }
-  l.cell = std::clamp(best, 1.0f, 48.0f);
+  l.cell = std::clamp(best, 1.0f, 120.0f);
   l.cols = best >= 1.0f ? best_cols : std::max(1, static_cast<int>(width));
   if (best < 1.0f) {  // aggregate: as many blocks per one-pixel cell as needed to fit
     const int max_rows = std::max(1, static_cast<int>(height));
@@ -165,7 +166,8 @@ void BlockMapPanel::draw_map(AppState& state) {
   const bool presenter = state.presenter;
   const Palette& pal = palette(presenter);
   const ImU32 bg = pal.panel_bg;
-  const float gap = l.cell >= 5.0f ? 1.0f : 0.0f;
+  const float gap = l.cell >= 40.0f ? 3.0f : (l.cell >= 5.0f ? 1.0f : 0.0f);
+  const bool labels = l.per_cell == 1 && l.cell >= 44.0f;  // big cells: block id and owner
   const bool fill = show_fill_ && l.per_cell == 1 && l.cell >= 6.0f;
   const int block_size = std::max(1, state.pool().block_size);
   const int cells = (n + l.per_cell - 1) / l.per_cell;
@@ -210,6 +212,16 @@ void BlockMapPanel::draw_map(AppState& state) {
           dl->AddRectFilled(ImVec2(a.x, b.y - h), b, col);
         } else {
           dl->AddRectFilled(a, b, col);
+        }
+        if (labels) {
+          const ImU32 ink = bs.ref_count > 0 ? IM_COL32(16, 18, 24, 235) : pal.text_dim;
+          char text[32];
+          std::snprintf(text, sizeof text, "#%d", first);
+          dl->AddText(ImVec2(a.x + 4.0f, a.y + 2.0f), ink, text);
+          if (bs.owner >= 0) {
+            std::snprintf(text, sizeof text, "s%d [%d]", bs.owner, bs.logical);
+            dl->AddText(ImVec2(a.x + 4.0f, a.y + 2.0f + ImGui::GetFontSize()), ink, text);
+          }
         }
         if (selecting && !dim && l.cell >= 4.0f) dl->AddRect(a, b, pal.outline_selected);
       }

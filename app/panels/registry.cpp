@@ -5,6 +5,7 @@
 #include "app/panels/block_tables_panel.h"
 #include "app/panels/fragmentation_panel.h"
 #include "app/panels/memory_panel.h"
+#include "app/panels/text_panel.h"
 
 namespace kvscope::ui {
 
@@ -14,6 +15,7 @@ std::vector<std::unique_ptr<Panel>> make_panels() {
   panels.push_back(std::make_unique<BlockTablesPanel>());
   panels.push_back(std::make_unique<FragmentationPanel>());
   panels.push_back(std::make_unique<MemoryPanel>());
+  panels.push_back(std::make_unique<TextPanel>());
   // Extension points: construct the planned panels here once they exist.
   return panels;
 }
@@ -26,7 +28,6 @@ std::span<const PlannedPanel> planned_panels() {
        "attention weights per head, sinks and heavy hitters"},
       {"Quality vs memory", "docs/concepts/kv-quantization.md",
        "perplexity / agreement against KV bytes per format and policy"},
-      {"Text", "docs/concepts/generation.md", "the generated text, tokens coloured by cache state"},
       {"Compare", "docs/concepts/recordings.md", "two recordings side by side, step-aligned"},
   };
   return kPlanned;

@@ -2,25 +2,46 @@
 #include "engine/analysis/pool_metrics.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace kvscope {
 
 void fill_pool_metrics(const KvCacheManager& cache, StepMetrics& m) {
   const BlockPool& pool = cache.pool();
+  const BlockSource* source = cache.block_source();
   const int bs = cache.layout().block_size;
+  // Blocks only the prefix cache holds are reusable, not used by any sequence.
+  m.blocks_cached_free = 0;
+  if (source != nullptr) {
+    for (int b = 0; b < pool.num_blocks(); ++b) {
+      if (source->is_cached(BlockId(b)) && pool.ref_count(BlockId(b)) == 1) ++m.blocks_cached_free;
+    }
+  }
   m.blocks_total = pool.num_blocks();
-  m.blocks_used = pool.num_used();
+  m.blocks_used = pool.num_used() - m.blocks_cached_free;
   m.free_blocks = pool.num_free();
   m.largest_free_run = pool.largest_free_run();
-  m.slots_allocated = static_cast<std::int64_t>(pool.num_used()) * bs;
+  m.slots_allocated = static_cast<std::int64_t>(m.blocks_used) * bs;
   m.slots_filled = 0;
   m.internal_frag_slots = 0;
   m.reservation_waste_slots = 0;
+  std::vector<bool> seen(source != nullptr ? static_cast<std::size_t>(pool.num_blocks()) : 0);
   for (SeqId id : cache.sequences()) {
     const BlockTable& t = cache.table(id);
     const std::int64_t holding = cache.blocks_for(t.num_tokens);  // blocks with a token
-    m.slots_filled += t.num_tokens;
-    m.internal_frag_slots += holding * bs - t.num_tokens;
+    if (source != nullptr) {                                      // a shared block counts once
+      for (std::int64_t l = 0; l < holding; ++l) {
+        const auto b = static_cast<std::size_t>(t.blocks[static_cast<std::size_t>(l)].value);
+        if (seen[b]) continue;
+        seen[b] = true;
+        const std::int64_t filled = std::min<std::int64_t>(bs, t.num_tokens - l * bs);
+        m.slots_filled += filled;
+        m.internal_frag_slots += bs - filled;
+      }
+    } else {
+      m.slots_filled += t.num_tokens;
+      m.internal_frag_slots += holding * bs - t.num_tokens;
+    }
     m.reservation_waste_slots += (static_cast<std::int64_t>(t.blocks.size()) - holding) * bs;
   }
   m.kv_bytes_used = static_cast<std::int64_t>(static_cast<double>(m.slots_allocated) *

@@ -14,6 +14,72 @@ KvCacheManager::KvCacheManager(const KvLayout& layout, AllocatorKind kind, int m
   if (with_storage) storage_ = std::make_unique<KvStorage>(layout_);
 }
 
+void KvCacheManager::set_block_source(BlockSource* source) {
+  if (source != nullptr && kind_ != AllocatorKind::kPaged) {
+    throw Error("kv cache",
+                "prefix caching needs the paged allocator (the contiguous allocator "
+                "reserves private regions that cannot be shared)");
+  }
+  if (!tables_.empty()) throw Error("kv cache", "set_block_source: sequences already exist");
+  source_ = source;
+}
+
+void KvCacheManager::add_sequence_with_prefix(SeqId id, std::vector<BlockId> blocks, int tokens) {
+  if (has_sequence(id))
+    throw Error("kv cache", "sequence " + std::to_string(id.value) + " already exists");
+  if (kind_ != AllocatorKind::kPaged)
+    throw Error("kv cache", "add_sequence_with_prefix: paged only");
+  if (tokens < 0 || blocks_for(tokens) != static_cast<int>(blocks.size())) {
+    throw Error("kv cache", "add_sequence_with_prefix: " + std::to_string(blocks.size()) +
+                                " blocks cannot hold exactly " + std::to_string(tokens) +
+                                " tokens");
+  }
+  BlockTable table;
+  table.blocks = std::move(blocks);
+  table.num_tokens = tokens;
+  const auto n = static_cast<std::int64_t>(table.blocks.size());
+  tables_.emplace(id, std::move(table));
+  order_.push_back(id);
+  if (n > 0) emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1, n, tokens);
+}
+
+void KvCacheManager::fork_sequence(SeqId parent, SeqId child) {
+  if (source_ == nullptr) throw Error("kv cache", "fork_sequence needs a block source");
+  if (has_sequence(child))
+    throw Error("kv cache", "sequence " + std::to_string(child.value) + " already exists");
+  BlockTable t = table(parent);
+  source_->fork(parent.value, child.value, t.blocks);
+  const auto n = static_cast<std::int64_t>(t.blocks.size());
+  const int tokens = t.num_tokens;
+  tables_.emplace(child, std::move(t));
+  order_.push_back(child);
+  emit(EventType::kBlockTableUpdated, child, BlockId(-1), -1, n, tokens);
+}
+
+bool KvCacheManager::shared_tail(const BlockTable& t) const {
+  if (source_ == nullptr || t.num_tokens % layout_.block_size == 0) return false;
+  return pool_.ref_count(t.blocks.back()) > 1;
+}
+
+bool KvCacheManager::prepare_write(SeqId id, int slot) {
+  if (source_ == nullptr) return true;
+  BlockTable& t = tables_.at(id);
+  const int logical = slot / layout_.block_size;
+  const WriteAccess w = source_->prepare_write(id.value, t.blocks, logical);
+  if (w.out_of_blocks) return false;
+  if (w.needs_copy && storage_) storage_->copy_block(w.src, w.dst);
+  return true;
+}
+
+void KvCacheManager::replace_block(SeqId id, int logical, BlockId block) {
+  BlockTable& t = tables_.at(id);
+  BlockId& slot = t.blocks.at(static_cast<std::size_t>(logical));
+  if (slot == block) return;
+  const BlockId old = slot;
+  slot = block;
+  emit(EventType::kBlockFreed, id, old, logical);
+}
+
 int KvCacheManager::blocks_to_admit(int tokens) const {
   return kind_ == AllocatorKind::kContiguous ? blocks_for(max_seq_len_) : blocks_for(tokens);
 }
@@ -33,7 +99,8 @@ void KvCacheManager::emit(EventType type, SeqId seq, BlockId block, int logical,
 }
 
 bool KvCacheManager::add_sequence(SeqId id) {
-  if (has_sequence(id)) throw Error("kv cache", "sequence " + std::to_string(id.value) + " already exists");
+  if (has_sequence(id))
+    throw Error("kv cache", "sequence " + std::to_string(id.value) + " already exists");
   BlockTable table;
   if (kind_ == AllocatorKind::kContiguous) {
     const int n = blocks_for(max_seq_len_);
@@ -53,7 +120,8 @@ bool KvCacheManager::add_sequence(SeqId id) {
 int KvCacheManager::blocks_needed(SeqId id, int n) const {
   const BlockTable& t = table(id);
   if (kind_ == AllocatorKind::kContiguous) return 0;
-  return std::max(0, blocks_for(t.num_tokens + n) - static_cast<int>(t.blocks.size()));
+  return std::max(0, blocks_for(t.num_tokens + n) - static_cast<int>(t.blocks.size())) +
+         (n > 0 && shared_tail(t) ? 1 : 0);  // copy-on-write of the shared partial block
 }
 
 bool KvCacheManager::append_slots(SeqId id, int n) {
@@ -63,17 +131,23 @@ bool KvCacheManager::append_slots(SeqId id, int n) {
     t.num_tokens += n;
     return true;
   }
-  const int need = blocks_needed(id, n);
-  if (need > pool_.num_free()) return false;
+  int need = blocks_needed(id, n);
+  if (need > num_allocatable()) return false;
+  if (n > 0 && shared_tail(t)) {  // the next slot is in a partial block others share: copy it
+    if (!prepare_write(id, t.num_tokens)) return false;
+    --need;
+  }
   for (int i = 0; i < need; ++i) {
-    BlockId b = *pool_.allocate();
+    std::optional<BlockId> got = source_ ? source_->allocate(id.value) : pool_.allocate();
+    if (!got) throw Error("kv cache", "internal: the block source ran dry below num_allocatable");
+    BlockId b = *got;
     t.blocks.push_back(b);
     emit(EventType::kBlockAllocated, id, b, static_cast<int>(t.blocks.size()) - 1);
   }
   t.num_tokens += n;
   if (need > 0) {
-    emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1, static_cast<std::int64_t>(t.blocks.size()),
-         t.num_tokens);
+    emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1,
+         static_cast<std::int64_t>(t.blocks.size()), t.num_tokens);
   }
   return true;
 }
@@ -82,8 +156,11 @@ void KvCacheManager::free_sequence(SeqId id) {
   auto it = tables_.find(id);
   if (it == tables_.end()) return;
   const auto& blocks = it->second.blocks;
+  if (source_) source_->release(id.value, blocks);
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    pool_.release(blocks[i]);
+    if (!source_) pool_.release(blocks[i]);
+    // KIVI staging (open groups) belongs to the sequence: drop it once nobody holds the block.
+    if (storage_ && pool_.is_free(blocks[i])) storage_->drop_block_staging(blocks[i]);
     emit(EventType::kBlockFreed, id, blocks[i], static_cast<int>(i));
   }
   tables_.erase(it);
@@ -107,11 +184,14 @@ KvSeqView KvCacheManager::view(SeqId id) {
   return v;
 }
 
-std::vector<SeqId> KvCacheManager::sequences() const { return order_; }
+std::vector<SeqId> KvCacheManager::sequences() const {
+  return order_;
+}
 
 long KvCacheManager::allocated_slots() const {
   long slots = 0;
-  for (const auto& [id, t] : tables_) slots += static_cast<long>(t.blocks.size()) * layout_.block_size;
+  for (const auto& [id, t] : tables_)
+    slots += static_cast<long>(t.blocks.size()) * layout_.block_size;
   return slots;
 }
 
@@ -127,9 +207,11 @@ void KvCacheManager::check_invariants() const {
   for (const auto& [id, t] : tables_) {
     const std::string who = "sequence " + std::to_string(id.value);
     if (t.num_tokens < 0) throw Error("kv cache invariant", who + " has a negative token count");
-    if (kind_ == AllocatorKind::kPaged && static_cast<int>(t.blocks.size()) != blocks_for(t.num_tokens)) {
+    if (kind_ == AllocatorKind::kPaged &&
+        static_cast<int>(t.blocks.size()) != blocks_for(t.num_tokens)) {
       throw Error("kv cache invariant", who + " holds " + std::to_string(t.blocks.size()) +
-                                            " blocks for " + std::to_string(t.num_tokens) + " tokens");
+                                            " blocks for " + std::to_string(t.num_tokens) +
+                                            " tokens");
     }
     if (kind_ == AllocatorKind::kContiguous) {
       if (static_cast<int>(t.blocks.size()) != t.reserved_blocks || t.num_tokens > max_seq_len_) {
@@ -150,11 +232,16 @@ void KvCacheManager::check_invariants() const {
   }
   for (int b = 0; b < pool_.num_blocks(); ++b) {
     const int rc = pool_.ref_count(BlockId(b));
-    if (owners[static_cast<std::size_t>(b)] != rc) {
+    const int cached = source_ && source_->is_cached(BlockId(b)) ? 1 : 0;
+    if (owners[static_cast<std::size_t>(b)] + cached != rc) {
       throw Error("kv cache invariant", "block " + std::to_string(b) + " has ref count " +
                                             std::to_string(rc) + " but " +
                                             std::to_string(owners[static_cast<std::size_t>(b)]) +
-                                            " owners");
+                                            " owners" + (cached ? " + the cache" : ""));
+    }
+    if (!source_ && rc > 1) {
+      throw Error("kv cache invariant", "block " + std::to_string(b) + " is held by " +
+                                            std::to_string(rc) + " sequences without sharing");
     }
   }
 }

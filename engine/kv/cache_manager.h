@@ -3,6 +3,8 @@
 //   contiguous - one run of consecutive blocks reserved for max_seq_len at admission (first fit),
 //                the pre-paging baseline with its reservation waste and external fragmentation.
 // Hands the forward pass a KvSeqView per sequence. Emits block events into an EventSink.
+// With a BlockSource (the prefix cache; paged only) blocks come from and go back to the source, a
+// block may be in several tables, and sequences can start on a prefix of existing blocks.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "engine/kv/block_pool.h"
+#include "engine/kv/block_source.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/kv_view.h"
 #include "engine/trace/events.h"
@@ -41,6 +44,13 @@ class KvCacheManager {
     step_ = step;
   }
 
+  // Routes allocation and release through `source` (paged only; throws kvscope::Error for the
+  // contiguous allocator). Call before adding sequences. nullptr: back to the pool.
+  void set_block_source(BlockSource* source);
+  BlockSource* block_source() const { return source_; }
+  // Blocks appends can still take (free ones, plus cached ones the source can evict).
+  int num_allocatable() const { return source_ ? source_->num_allocatable() : pool_.num_free(); }
+
   // Blocks a sequence of `tokens` tokens needs.
   int blocks_for(int tokens) const { return (tokens + layout_.block_size - 1) / layout_.block_size; }
   // Blocks the allocator must take to admit a new sequence whose first chunk is `tokens` long.
@@ -50,6 +60,18 @@ class KvCacheManager {
   // Registers a sequence; the contiguous allocator reserves its whole region now. False (and no
   // change) when the pool cannot hold it.
   bool add_sequence(SeqId id);
+  // Registers a sequence that starts on `blocks` (each already holding a reference for it, e.g.
+  // from a prefix-cache hit) filled with `tokens` tokens. Paged only.
+  void add_sequence_with_prefix(SeqId id, std::vector<BlockId> blocks, int tokens);
+  // Parallel sampling: `child` starts as a copy of `parent`'s table, sharing every block (needs
+  // a BlockSource).
+  void fork_sequence(SeqId parent, SeqId child);
+  // Before `id` writes token slot `slot`: copy-on-write of a shared block (the K/V bytes of the
+  // filled slots are copied). False when a copy was needed but no block was free.
+  bool prepare_write(SeqId id, int slot);
+  // The source switched table[logical] of `id` to `block` (its references already moved): records
+  // the drop of the old block.
+  void replace_block(SeqId id, int logical, BlockId block);
   // Extra blocks needed to append `n` tokens to `id`.
   int blocks_needed(SeqId id, int n) const;
   // Makes room for `n` more tokens (allocating blocks as needed). False, with nothing changed,
@@ -67,11 +89,15 @@ class KvCacheManager {
   long allocated_slots() const;
   long filled_slots() const;
 
-  // Throws kvscope::Error on the first inconsistency: blocks owned by two sequences, owned blocks
+  // Throws kvscope::Error on the first inconsistency: pool ref counts that are not the number of
+  // tables holding the block (+1 when the source caches it), blocks owned by two sequences
+  // (without a source), owned blocks
   // marked free, tables too short for their token counts, counts that do not add up.
   void check_invariants() const;
 
  private:
+  // True when the last block is partially filled and also held by another sequence.
+  bool shared_tail(const BlockTable& t) const;
   void emit(EventType type, SeqId seq, BlockId block, int logical, std::int64_t a = 0,
             std::int64_t b = 0);
   KvLayout layout_;
@@ -83,6 +109,7 @@ class KvCacheManager {
   std::vector<SeqId> order_;  // sequences in the order they were added (deterministic iteration)
   EventSink* sink_ = nullptr;
   const int* step_ = nullptr;
+  BlockSource* source_ = nullptr;
 };
 
 }  // namespace kvscope

@@ -56,4 +56,14 @@ void KvStorage::drop_staging(int layer, KvKind kind, BlockId block, int offset) 
   map.erase(it);
 }
 
+void KvStorage::drop_block_staging(BlockId block) {
+  if (staging_[0].empty() && staging_[1].empty()) return;
+  for (int layer = 0; layer < layout_.n_layers; ++layer) {
+    for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+      for (int offset = 0; offset < layout_.block_size; ++offset)
+        drop_staging(layer, kind, block, offset);
+    }
+  }
+}
+
 }  // namespace kvscope

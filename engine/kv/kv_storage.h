@@ -70,6 +70,8 @@ class KvStorage {
   float* staging(int layer, KvKind kind, BlockId block, int offset, bool create);
   const float* staging(int layer, KvKind kind, BlockId block, int offset) const;
   void drop_staging(int layer, KvKind kind, BlockId block, int offset);
+  // Drops every staging buffer of groups that start in `block` (the block's owner went away).
+  void drop_block_staging(BlockId block);
   // Staging bytes held now, and the most ever held at once.
   std::size_t staging_bytes() const { return staging_bytes_; }
   std::size_t peak_staging_bytes() const { return peak_staging_bytes_; }

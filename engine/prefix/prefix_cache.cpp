@@ -112,6 +112,19 @@ PrefixLookupResult PrefixCache::lookup_and_acquire(std::int32_t request,
   return r;
 }
 
+PrefixProbe PrefixCache::probe(std::span<const TokenId> prompt) const {
+  PrefixProbe p;
+  const auto n = static_cast<std::int64_t>(prompt.size());
+  const int max_blocks = n > 0 ? static_cast<int>((n - 1) / config_.block_size) : 0;
+  if (!config_.enabled || max_blocks == 0) return p;
+  for (BlockId b : index_->match(prompt, max_blocks).blocks) {
+    ++p.hit_blocks;
+    const BlockMeta& m = meta_[idx(b)];
+    if (m.cached && !m.pinned && m.seq_refs == 0) ++p.evictable_hits;
+  }
+  return p;
+}
+
 void PrefixCache::evict(BlockId b) {
   BlockMeta& m = meta_[idx(b)];
   unlist(b);
@@ -172,6 +185,8 @@ void PrefixCache::insert(std::int32_t request, std::span<const TokenId> tokens,
       pool_.add_ref(b);  // the cache's own reference
       relist(b);
       ++metrics_.inserted_blocks;
+      emit(EventType::kBlockCached, request, b.value, static_cast<std::int32_t>(i),
+           pool_.ref_count(b));
       if (ib.parent) {
         unlist(*ib.parent);
         ++meta_[idx(*ib.parent)].cached_children;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/kv/block_pool.h"
+#include "engine/kv/block_source.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/miss_reason.h"
 #include "engine/prefix/prefix_index.h"
@@ -40,13 +41,12 @@ struct PrefixLookupResult {
   std::int32_t evicted_at_step = -1;  // kEvicted: the step the first missing block was evicted
 };
 
-// Copy-on-write bookkeeping for a write into logical block `logical`.
-struct WriteAccess {
-  bool needs_copy = false;     // the block was shared: `dst` replaced `src` in the table
-  bool out_of_blocks = false;  // it was shared but no block could be allocated: table unchanged
-  BlockId src;                 // copy src's slots [0, filled) into dst (KvStorage::copy_block)
-  BlockId dst;
+// What lookup_and_acquire would find now, without taking anything (admission control).
+struct PrefixProbe {
+  int hit_blocks = 0;      // cached whole blocks it would map
+  int evictable_hits = 0;  // of them, counted in num_allocatable() now (held by no sequence)
 };
+
 
 struct PrefixCacheMetrics {
   std::int64_t lookups = 0;
@@ -69,7 +69,7 @@ struct PrefixCacheMetrics {
   }
 };
 
-class PrefixCache {
+class PrefixCache : public BlockSource {
  public:
   PrefixCache(BlockPool& pool, const PrefixCacheConfig& config, EventSink* sink = nullptr);
 
@@ -81,20 +81,22 @@ class PrefixCache {
   // Finds the longest cached whole-block prefix of `prompt` (never the whole prompt: the last
   // token is always computed), takes a reference on each of its blocks, records the miss reason.
   PrefixLookupResult lookup_and_acquire(std::int32_t request, std::span<const TokenId> prompt);
+  // Read-only: the blocks a lookup of `prompt` would hit now (no refs, metrics or events).
+  PrefixProbe probe(std::span<const TokenId> prompt) const;
   // A fresh block for `request` (ref 1), evicting a cached block when the pool has no free one.
-  std::optional<BlockId> allocate(std::int32_t request);
+  std::optional<BlockId> allocate(std::int32_t request) override;
   // Blocks allocate() can still deliver: free ones plus cached ones nobody holds (not pinned).
-  int num_allocatable() const { return pool_.num_free() + num_evictable_; }
+  int num_allocatable() const override { return pool_.num_free() + num_evictable_; }
   // Caches the full blocks of a sequence: table[i] holds tokens[i*bs, (i+1)*bs). Where the same
   // prefix is already cached in another block, table[i] is switched to that block (the duplicate
   // is released) so a sequence always holds an unbroken cached chain.
   void insert(std::int32_t request, std::span<const TokenId> tokens, std::span<BlockId> table);
   // Drops the sequence's reference on each block; cached blocks stay reusable.
-  void release(std::int32_t request, std::span<const BlockId> table);
+  void release(std::int32_t request, std::span<const BlockId> table) override;
   // Parallel sampling: `child` shares every block of the parent's table (one more reference each).
-  void fork(std::int32_t parent, std::int32_t child, std::span<const BlockId> table);
+  void fork(std::int32_t parent, std::int32_t child, std::span<const BlockId> table) override;
   // Call before `request` writes into table[logical]: copies on write if the block is shared.
-  WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table, int logical);
+  WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table, int logical) override;
 
   // Pins the cached blocks of `prefix`'s longest cached prefix (system prompts): never evicted.
   int pin(std::span<const TokenId> prefix);
@@ -103,7 +105,7 @@ class PrefixCache {
   int num_cached() const { return static_cast<int>(index_->num_blocks()); }
   int num_evictable() const { return num_evictable_; }
   int sequence_refs(BlockId b) const { return meta_[idx(b)].seq_refs; }
-  bool is_cached(BlockId b) const { return meta_[idx(b)].cached; }
+  bool is_cached(BlockId b) const override { return meta_[idx(b)].cached; }
   bool is_pinned(BlockId b) const { return meta_[idx(b)].pinned; }
   const PrefixCacheMetrics& metrics() const { return metrics_; }
 

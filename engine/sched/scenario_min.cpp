@@ -57,9 +57,10 @@ class Ctx {
 constexpr std::int64_t kIntMax = 1 << 30;
 
 void parse_cache(const Ctx& c, const json& j, MinScenario& s) {
-  c.only_keys(j, "cache",
-              {"block_size", "num_blocks", "pool_bytes", "allocator", "preemption", "victim",
-               "host_blocks", "max_seq_len", "kv_dtype"});
+  c.only_keys(
+      j, "cache",
+      {"block_size", "num_blocks", "pool_bytes", "allocator", "preemption", "victim", "host_blocks",
+       "max_seq_len", "kv_dtype", "prefix_caching", "prefix_index", "cached_block_eviction"});
   SimConfig& cfg = s.config;
   if (j.contains("block_size"))
     cfg.block_size = static_cast<int>(c.integer(j["block_size"], "cache.block_size", 1, 4096));
@@ -88,6 +89,34 @@ void parse_cache(const Ctx& c, const json& j, MinScenario& s) {
   if (j.contains("max_seq_len"))
     cfg.max_seq_len =
         static_cast<int>(c.integer(j["max_seq_len"], "cache.max_seq_len", 0, kIntMax));
+  if (j.contains("prefix_caching")) {
+    if (!j["prefix_caching"].is_boolean())
+      c.fail("cache.prefix_caching", "true or false", j["prefix_caching"]);
+    cfg.prefix_caching = j["prefix_caching"].get<bool>();
+  }
+  if (j.contains("prefix_index")) {
+    const std::string name = c.string(j["prefix_index"], "cache.prefix_index");
+    const auto kind = parse_index_kind(name);
+    if (!kind) c.fail("cache.prefix_index", "\"hash\" or \"radix\"", j["prefix_index"]);
+    cfg.prefix_index = *kind;
+  }
+  if (j.contains("cached_block_eviction")) {
+    const std::string name = c.string(j["cached_block_eviction"], "cache.cached_block_eviction");
+    const auto kind = parse_eviction_policy(name);
+    if (!kind)
+      c.fail("cache.cached_block_eviction", "\"lru\", \"lfu\" or \"fifo\"",
+             j["cached_block_eviction"]);
+    cfg.cached_block_eviction = *kind;
+  }
+  if ((j.contains("prefix_index") || j.contains("cached_block_eviction")) && !cfg.prefix_caching) {
+    fail_expected(c.file() + ": cache.prefix_index", "\"prefix_caching\": true beside it",
+                  "prefix caching off");
+  }
+  if (cfg.prefix_caching && cfg.allocator != AllocatorKind::kPaged) {
+    fail_expected(c.file() + ": cache.prefix_caching",
+                  "the paged allocator (contiguous regions are private to one request)",
+                  "allocator \"contiguous\"");
+  }
   if (j.contains("kv_dtype")) {
     cfg.k_format = cfg.v_format =
         parse_kv_format(c.string(j["kv_dtype"], "cache.kv_dtype"), c.file() + ": cache.kv_dtype");
@@ -95,7 +124,8 @@ void parse_cache(const Ctx& c, const json& j, MinScenario& s) {
 }
 
 MinScenarioRequest parse_request(const Ctx& c, const json& j, const std::string& at) {
-  c.only_keys(j, at, {"arrival_step", "prompt", "prompt_tokens", "max_new_tokens", "priority"});
+  c.only_keys(j, at,
+              {"arrival_step", "prompt", "prompt_tokens", "max_new_tokens", "priority", "n"});
   MinScenarioRequest r;
   if (j.contains("arrival_step"))
     r.arrival_step =
@@ -121,6 +151,7 @@ MinScenarioRequest parse_request(const Ctx& c, const json& j, const std::string&
       static_cast<int>(c.integer(j["max_new_tokens"], at + ".max_new_tokens", 1, kIntMax));
   if (j.contains("priority"))
     r.priority = static_cast<int>(c.integer(j["priority"], at + ".priority", -kIntMax, kIntMax));
+  if (j.contains("n")) r.n_samples = static_cast<int>(c.integer(j["n"], at + ".n", 1, 256));
   return r;
 }
 
@@ -136,7 +167,7 @@ MinScenario parse_min_scenario_text(const std::string& text, const std::string& 
     fail_expected(path, "valid JSON", std::string(e.what()));
   }
   Ctx c(path);
-  c.only_keys(doc, "", {"title", "model", "cache", "scheduler", "requests"});
+  c.only_keys(doc, "", {"title", "model", "cache", "scheduler", "sampler", "requests"});
   MinScenario s;
   s.path = path;
   if (doc.contains("title")) s.config.title = c.string(doc["title"], "title");
@@ -153,6 +184,21 @@ MinScenario parse_min_scenario_text(const std::string& text, const std::string& 
     if (j.contains("max_running"))
       s.config.max_running =
           static_cast<int>(c.integer(j["max_running"], "scheduler.max_running", 0, kIntMax));
+  }
+  if (doc.contains("sampler")) {
+    const json& j = doc["sampler"];
+    c.only_keys(j, "sampler", {"temperature", "top_p", "seed"});
+    SamplerConfig& sc = s.config.sampler;
+    for (const char* key : {"temperature", "top_p"}) {
+      if (!j.contains(key)) continue;
+      const json& v = j[key];
+      const double hi = std::string(key) == "top_p" ? 1.0 : 100.0;
+      if (!v.is_number() || v.get<double>() < 0.0 || v.get<double>() > hi)
+        c.fail(std::string("sampler.") + key, "a number in [0, " + shown(json(hi)) + "]", v);
+      (std::string(key) == "top_p" ? sc.top_p : sc.temperature) = v.get<float>();
+    }
+    if (j.contains("seed"))
+      sc.seed = static_cast<std::uint64_t>(c.integer(j["seed"], "sampler.seed", 0, kIntMax));
   }
   if (!doc.contains("requests") || !doc["requests"].is_array() || doc["requests"].empty()) {
     c.fail("requests", "a non-empty array of requests",
@@ -203,6 +249,7 @@ std::vector<SimRequest> resolve_requests(const MinScenario& s, const Tokenizer* 
     q.arrival_step = r.arrival_step;
     q.max_new_tokens = r.max_new_tokens;
     q.priority = r.priority;
+    q.n_samples = r.n_samples;
     if (r.prompt) {
       if (tokenizer == nullptr) {
         fail_expected(s.path + ": requests[" + std::to_string(i) + "].prompt",

@@ -3,10 +3,13 @@
 //   {"title": "...", "model": "path or name" (optional),
 //    "cache": {"block_size", "num_blocks" | "pool_bytes", "allocator": "paged"|"contiguous",
 //              "preemption": "recompute"|"swap", "victim": "last_admitted"|"longest"|
-//              "lowest_priority", "host_blocks", "max_seq_len", "kv_dtype"},
+//              "lowest_priority", "host_blocks", "max_seq_len", "kv_dtype",
+//              "prefix_caching": bool, "prefix_index": "hash"|"radix",
+//              "cached_block_eviction": "lru"|"lfu"|"fifo"},
+//    "sampler": {"temperature", "top_p", "seed"} (optional; default greedy),
 //    "scheduler": {"max_tokens_per_step", "max_running"},
 //    "requests": [{"arrival_step", "prompt" (text) | "prompt_tokens" (ids), "max_new_tokens",
-//                  "priority"}]}
+//                  "priority", "n" (parallel samples, default 1)}]}
 // Unknown keys are errors; every error names the file, the JSON path, the value and what was
 // expected.
 #pragma once
@@ -28,6 +31,7 @@ struct MinScenarioRequest {
   std::vector<int> prompt_tokens;     // ids, fed as given
   int max_new_tokens = 1;
   int priority = 0;
+  int n_samples = 1;
 };
 
 struct MinScenario {

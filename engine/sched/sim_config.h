@@ -10,6 +10,8 @@
 #include "engine/kv/cache_manager.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/sampler.h"
+#include "engine/prefix/eviction_policy.h"
+#include "engine/prefix/prefix_index.h"
 
 namespace kvscope {
 
@@ -40,6 +42,11 @@ struct SimConfig {
   KvFormat k_format;
   KvFormat v_format;
   int threads = 1;  // CPU threads for the forward pass
+  // Prefix caching (paged only): full prompt blocks are indexed and mapped into later requests'
+  // tables, skipping their prefill; freed cached blocks stay reusable until evicted.
+  bool prefix_caching = false;
+  IndexKind prefix_index = IndexKind::kHashChain;
+  EvictionPolicyKind cached_block_eviction = EvictionPolicyKind::kLru;
 };
 
 struct SimRequest {
@@ -47,6 +54,10 @@ struct SimRequest {
   std::vector<int> prompt_tokens;  // fed as given (llama2.c prompts start with BOS = 1)
   int max_new_tokens = 1;
   int priority = 0;  // higher = more important (VictimPolicy::kLowestPriority)
+  // Parallel sampling: the request becomes n_samples sequences with consecutive ids. With prefix
+  // caching the extra ones fork from the first after its prompt prefill (sharing every prompt
+  // block, copy-on-write); without it they are independent copies that prefill the prompt too.
+  int n_samples = 1;
 };
 
 // The model the simulator runs: its shape, and its weights unless bookkeeping only (weights null:

@@ -46,6 +46,8 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
     const std::string where = "requests[" + std::to_string(i) + "]";
     if (r.arrival_step < 0)
       fail_expected(where + ".arrival_step", "an integer >= 0", std::to_string(r.arrival_step));
+    if (r.n_samples < 1 || r.n_samples > 256)
+      fail_expected(where + ".n", "an integer in [1, 256]", std::to_string(r.n_samples));
     if (r.max_new_tokens < 1)
       fail_expected(where + ".max_new_tokens", "an integer >= 1", std::to_string(r.max_new_tokens));
     if (r.prompt_tokens.empty())
@@ -96,14 +98,24 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   h.random_weights = model_.weights != nullptr && model_.weights->is_random_weights();
   timeline_ = std::make_shared<Timeline>(std::move(h));
   cache_->set_event_sink(timeline_.get(), &step_);
+  make_prefix_cache();
 
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    RequestRun r;
-    r.id = static_cast<std::int32_t>(i);
-    r.spec = std::move(requests[i]);
-    r.tokens = r.spec.prompt_tokens;
-    requests_.push_back(std::move(r));
-    arrival_order_.push_back(static_cast<std::int32_t>(i));
+  // Parallel samples become consecutive ids; with prefix caching all but the first fork off it.
+  for (SimRequest& spec : requests) {
+    const auto lead = static_cast<std::int32_t>(requests_.size());
+    for (int k = 0; k < spec.n_samples; ++k) {
+      RequestRun r;
+      r.id = static_cast<std::int32_t>(requests_.size());
+      r.spec = spec;
+      r.tokens = r.spec.prompt_tokens;
+      if (k > 0 && prefix_) {
+        r.fork_of = lead;
+        requests_[static_cast<std::size_t>(lead)].fork_children.push_back(r.id);
+      } else {
+        arrival_order_.push_back(r.id);
+      }
+      requests_.push_back(std::move(r));
+    }
   }
   std::stable_sort(arrival_order_.begin(), arrival_order_.end(),
                    [&](std::int32_t a, std::int32_t b) {
@@ -142,6 +154,7 @@ bool Simulator::step() {
   Work w;
   w.budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
                                              : std::numeric_limits<int>::max();
+  if (prefix_) prefix_->set_step(step_);
   arrive();
   schedule(w);
   execute(w);
@@ -218,25 +231,34 @@ void Simulator::execute(Work& w) {
       w.decode_tokens += 1;
     } else {
       w.prefill_tokens += n;
+      prefill_total_ += n;
       emit(EventType::kPrefillChunk, r.id, first, n);
     }
+    cache_full_blocks(r);
     if (r.num_computed < static_cast<int>(r.tokens.size())) continue;  // prefill not done yet
-    int next = 0;
-    if (transformer_) {
-      // One sampler per (request, token index): seeded choices do not depend on batching or
-      // preemption, so a request samples the same tokens alone or in any batch.
-      Sampler sampler(SamplerConfig{config_.sampler.temperature, config_.sampler.top_p,
-                                    config_.sampler.seed +
-                                        static_cast<std::uint64_t>(r.id) * 7919u +
-                                        static_cast<std::uint64_t>(r.generated)});
-      next = sampler.sample(logits);
-    }
-    r.tokens.push_back(next);
-    ++r.generated;
-    emit(EventType::kDecodeToken, r.id, r.num_computed - 1, next);
-    const bool stop = transformer_ && (next == kTokenBos || next == kTokenEos);
-    if (stop || r.generated >= r.spec.max_new_tokens) finish(r);
+    if (!r.forked && !r.fork_children.empty() && r.generated == 0) fork_samples(r, logits);
+    sample(r, logits);
   }
+}
+
+void Simulator::sample(RequestRun& r, std::span<const float> logits) {
+  int next = 0;
+  if (transformer_) {
+    if (logits_observer_) logits_observer_(r.id, r.generated, logits);
+    // One sampler per (request, token index): seeded choices do not depend on batching or
+    // preemption, so a request samples the same tokens alone or in any batch. Forked samples
+    // share the logits, so each samples from its own copy.
+    std::vector<float> scratch(logits.begin(), logits.end());
+    Sampler sampler(SamplerConfig{config_.sampler.temperature, config_.sampler.top_p,
+                                  config_.sampler.seed + static_cast<std::uint64_t>(r.id) * 7919u +
+                                      static_cast<std::uint64_t>(r.generated)});
+    next = sampler.sample(scratch);
+  }
+  r.tokens.push_back(next);
+  ++r.generated;
+  emit(EventType::kDecodeToken, r.id, r.num_computed - 1, next);
+  const bool stop = transformer_ && (next == kTokenBos || next == kTokenEos);
+  if (stop || r.generated >= r.spec.max_new_tokens) finish(r);
 }
 
 void Simulator::finish(RequestRun& r) {
@@ -263,6 +285,7 @@ void Simulator::close_step(const Work& w) {
   m.prefill_tokens = w.prefill_tokens;
   m.decode_tokens = w.decode_tokens;
   m.prompt_tokens = prompt_tokens_;
+  m.prefix_hit_tokens = prefix_hit_tokens_;
   emit(EventType::kStepEnd, -1, m.requests_running, m.requests_waiting);
   timeline_->end_step(m);
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/model/transformer.h"
+#include "engine/prefix/prefix_cache.h"
 #include "engine/sched/host_tier.h"
 #include "engine/sched/sim_config.h"
 #include "engine/trace/timeline.h"
@@ -39,6 +41,11 @@ struct RequestRun {
   std::optional<int> admitted_step;
   std::optional<int> finished_step;
   std::string reject_reason;  // why it was rejected, in one sentence
+  std::int32_t fork_of = -1;  // parallel sample forked from this request after its prefill
+  std::vector<std::int32_t> fork_children;  // samples to fork off this one (prefix caching)
+  bool forked = false;        // fork_children were forked
+  int cached_blocks = 0;      // full blocks already offered to the prefix cache
+  std::int64_t prefix_hit_tokens = 0;  // prompt tokens mapped from the prefix cache (all admissions)
   std::vector<int> generated_tokens() const {
     return {tokens.begin() + static_cast<std::ptrdiff_t>(spec.prompt_tokens.size()), tokens.end()};
   }
@@ -64,6 +71,13 @@ class Simulator {
   const SimConfig& config() const { return config_; }
   const KvCacheManager& cache() const { return *cache_; }
   const HostKvTier& host_tier() const { return *host_; }
+  // The prefix cache, or null when prefix caching is off.
+  const PrefixCache* prefix_cache() const { return prefix_.get(); }
+  // Called with every logits vector a request samples from: (request, generated index, logits).
+  using LogitsObserver = std::function<void(std::int32_t, int, std::span<const float>)>;
+  void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
+  // Prompt tokens actually run through the model (prefill and recompute), over the whole run.
+  std::int64_t prefill_tokens_computed() const { return prefill_total_; }
   int num_requests() const { return static_cast<int>(requests_.size()); }
   const RequestRun& request(int id) const { return requests_.at(static_cast<std::size_t>(id)); }
 
@@ -87,6 +101,13 @@ class Simulator {
   void arrive();
   void execute(Work& w);
   void finish(RequestRun& r);
+  void sample(RequestRun& r, std::span<const float> logits);
+  // simulator_prefix.cpp
+  void make_prefix_cache();
+  bool prefix_admission_fits(const RequestRun& r, int budget) const;
+  void start_sequence(RequestRun& r);
+  void cache_full_blocks(RequestRun& r);
+  void fork_samples(RequestRun& lead, std::span<const float> logits);
   void close_step(const Work& w);
   void emit(EventType type, std::int32_t request, std::int64_t a = 0, std::int64_t b = 0);
   // simulator_schedule.cpp
@@ -118,12 +139,16 @@ class Simulator {
   std::int64_t preemptions_ = 0;
   std::int64_t tokens_recomputed_ = 0;
   std::int64_t prompt_tokens_ = 0;
+  std::int64_t prefix_hit_tokens_ = 0;
+  std::int64_t prefill_total_ = 0;
   int step_ = 0;
   std::unique_ptr<KvCacheManager> cache_;
+  std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first
   std::unique_ptr<HostKvTier> host_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
   std::shared_ptr<Timeline> timeline_;
+  LogitsObserver logits_observer_;
 };
 
 }  // namespace kvscope

@@ -35,7 +35,7 @@ void Simulator::grow_running(Work& w) {
     const int n = std::min(pending(r), w.budget);
     if (n <= 0) continue;
     bool victim_is_self = false;
-    while (cache_->blocks_needed(SeqId(id), n) > cache_->pool().num_free()) {
+    while (cache_->blocks_needed(SeqId(id), n) > cache_->num_allocatable()) {
       const std::int32_t victim = pick_victim();
       preempt(victim, w);
       if (victim == id) {
@@ -57,7 +57,7 @@ void Simulator::swap_in(Work& w) {
     const SeqId seq(r.id);
     const int blocks = cache_->blocks_for(r.num_computed);
     if (config_.max_running > 0 && static_cast<int>(running_.size()) >= config_.max_running) return;
-    if (config_.allocator == AllocatorKind::kPaged && blocks > cache_->pool().num_free()) return;
+    if (config_.allocator == AllocatorKind::kPaged && blocks > cache_->num_allocatable()) return;
     if (!cache_->add_sequence(seq)) return;  // contiguous: no free run for the reservation
     if (!cache_->append_slots(seq, r.num_computed)) {
       throw Error("simulator",
@@ -67,12 +67,13 @@ void Simulator::swap_in(Work& w) {
     host_->swap_in(r.host_slots, cache_->storage(),
                    std::span<const BlockId>(t.blocks).subspan(0, static_cast<std::size_t>(blocks)));
     r.host_slots.clear();
+    cache_full_blocks(r);  // re-offer the fresh copies (deduplicated against cached ones)
     swapped_.erase(swapped_.begin());
     r.phase = RequestPhase::kRunning;
     r.admit_order = ++admit_counter_;
     running_.push_back(r.id);
     emit(EventType::kSwappedIn, r.id, blocks);
-    if (cache_->blocks_needed(seq, std::min(pending(r), w.budget)) <= cache_->pool().num_free()) {
+    if (cache_->blocks_needed(seq, std::min(pending(r), w.budget)) <= cache_->num_allocatable()) {
       plan_tokens(w, r);
     }
   }
@@ -85,10 +86,15 @@ void Simulator::admit(Work& w) {
     const int n = std::min(pending(r), w.budget);
     if (n <= 0) return;  // token budget spent
     if (config_.max_running > 0 && static_cast<int>(running_.size()) >= config_.max_running) return;
-    if (config_.allocator == AllocatorKind::kPaged &&
-        cache_->blocks_for(n) > cache_->pool().num_free())
-      return;
-    if (!cache_->add_sequence(seq)) return;  // contiguous: no free run (external fragmentation)
+    if (prefix_) {
+      if (!prefix_admission_fits(r, w.budget)) return;
+      start_sequence(r);  // maps the cached prefix: its prefill is skipped
+    } else {
+      if (config_.allocator == AllocatorKind::kPaged &&
+          cache_->blocks_for(n) > cache_->pool().num_free())
+        return;
+      if (!cache_->add_sequence(seq)) return;  // contiguous: no free run (external fragmentation)
+    }
     waiting_.pop_front();
     r.phase = RequestPhase::kRunning;
     r.admit_order = ++admit_counter_;
@@ -136,6 +142,7 @@ void Simulator::preempt(std::int32_t id, Work& w) {
     w.plan.erase(planned);
   }
   running_.erase(std::find(running_.begin(), running_.end(), id));
+  r.cached_blocks = 0;
   ++preemptions_;
   ++r.preemptions;
   w.preempted = true;
@@ -173,6 +180,7 @@ void Simulator::preempt(std::int32_t id, Work& w) {
 
 void Simulator::check_invariants() const {
   cache_->check_invariants();
+  if (prefix_) prefix_->check_invariants();
   int host_used = 0, arrived = 0;
   std::size_t counted[5] = {0, 0, 0, 0, 0};
   for (const RequestRun& r : requests_) {

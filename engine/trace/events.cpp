@@ -25,6 +25,7 @@ std::string_view event_type_name(EventType type) {
     case EventType::kBlockPinned: return "BlockPinned";
     case EventType::kTokensEvicted: return "TokensEvicted";
     case EventType::kSlotMoved: return "SlotMoved";
+    case EventType::kBlockCached: return "BlockCached";
   }
   return "?";
 }

@@ -30,6 +30,8 @@ enum class EventType : std::uint8_t {
   // Token eviction.
   kTokensEvicted,      // request; a = tokens evicted, b = live tokens after
   kSlotMoved,          // request, block = destination; a = from slot, b = to slot (compaction)
+  // Added later (values above are fixed: recordings store them).
+  kBlockCached,        // request (that inserted it), block, logical; a = pool ref count after
 };
 
 enum class PreemptReason : std::int8_t { kRecompute = 0, kSwap = 1 };

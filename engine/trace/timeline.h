@@ -56,6 +56,7 @@ struct BlockState {
   std::int16_t ref_count = 0;
   std::int16_t filled = 0;       // slots holding tokens (0..block_size)
   BlockStatus status = BlockStatus::kFree;
+  bool cached = false;           // the prefix cache holds one of ref_count (kCachedFree when alone)
 };
 
 // Per request, at a given step.

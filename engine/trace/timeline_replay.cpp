@@ -28,7 +28,9 @@ void refresh_filled(PoolState& s, const RequestState& r, int first, int last) {
     if (b < 0) continue;
     BlockState& bstate = s.blocks[static_cast<std::size_t>(b)];
     if (bstate.owner != r.id) continue;
-    bstate.filled = static_cast<std::int16_t>(std::clamp(r.num_tokens - l * bs, 0, bs));
+    const int filled =
+        bstate.cached ? bs : std::clamp(r.num_tokens - l * bs, 0, bs);  // cached: full
+    bstate.filled = static_cast<std::int16_t>(filled);
   }
 }
 
@@ -60,6 +62,36 @@ void drop_block(RequestState& r, const Event& e) {
     r.blocks[static_cast<std::size_t>(e.logical)] = -1;
   }
   while (!r.blocks.empty() && r.blocks.back() < 0) r.blocks.pop_back();
+}
+
+// Sets status (and owner, when the owner let go) from the ref count and the cached flag.
+void restatus(PoolState& s, BlockState& b, std::int32_t id) {
+  const int holders = b.ref_count - (b.cached ? 1 : 0);
+  if (holders <= 0) {
+    if (!b.cached) {
+      b = BlockState{};
+      return;
+    }
+    b.owner = -1;
+    if (b.status != BlockStatus::kPinned) b.status = BlockStatus::kCachedFree;
+    return;
+  }
+  if (b.status != BlockStatus::kPinned)
+    b.status = holders == 1 ? BlockStatus::kOwned : BlockStatus::kShared;
+  bool owner_holds = false;
+  for (const RequestState& r : s.requests) {
+    if (r.id != b.owner) continue;
+    owner_holds = std::find(r.blocks.begin(), r.blocks.end(), id) != r.blocks.end();
+  }
+  if (owner_holds) return;
+  b.owner = -1;  // the owner let go: the first request (by id) still holding it takes over
+  for (const RequestState& r : s.requests) {
+    auto it = std::find(r.blocks.begin(), r.blocks.end(), id);
+    if (it == r.blocks.end()) continue;
+    b.owner = r.id;
+    b.logical = static_cast<std::int32_t>(it - r.blocks.begin());
+    return;
+  }
 }
 
 void put_block(RequestState& r, const Event& e) {
@@ -163,23 +195,46 @@ void apply_event(PoolState& s, const Event& e) {
     }
     case EventType::kBlockFreed: {
       BlockState& b = block_at(s, e);
-      if (--b.ref_count <= 0) {
-        b = BlockState{};
-      } else if (b.ref_count == 1 && b.status == BlockStatus::kShared) {
-        b.status = BlockStatus::kOwned;
-      }
       if (r != nullptr) drop_block(*r, e);
+      --b.ref_count;
+      restatus(s, b, e.block);
       break;
     }
     case EventType::kBlockShared: {
       BlockState& b = block_at(s, e);
+      if (r != nullptr) put_block(*r, e);
       b.ref_count = static_cast<std::int16_t>(e.a);
       if (b.owner < 0) {
         b.owner = e.request;
         b.logical = e.logical;
       }
-      b.status = e.a > 1 ? BlockStatus::kShared : BlockStatus::kOwned;
-      if (r != nullptr) put_block(*r, e);
+      restatus(s, b, e.block);
+      break;
+    }
+    case EventType::kBlockCached: {
+      BlockState& b = block_at(s, e);
+      b.ref_count = static_cast<std::int16_t>(e.a);
+      b.cached = true;
+      b.filled = static_cast<std::int16_t>(s.block_size);
+      restatus(s, b, e.block);
+      break;
+    }
+    case EventType::kBlockCopiedOnWrite: {
+      // The writer's table swaps the shared source (e.a) for its private copy (e.block).
+      if (e.a < 0 || e.a >= static_cast<std::int64_t>(s.blocks.size())) {
+        throw Error("timeline event BlockCopiedOnWrite at step " + std::to_string(e.step),
+                    "expected a source block id in [0, " + std::to_string(s.blocks.size()) +
+                        "), got " + std::to_string(e.a));
+      }
+      BlockState& dst = block_at(s, e);
+      dst = BlockState{e.request, e.logical, 1, 0, BlockStatus::kOwned};
+      if (r != nullptr) {
+        put_block(*r, e);
+        refresh_filled(s, *r, e.logical, e.logical + 1);
+      }
+      BlockState& src = s.blocks[static_cast<std::size_t>(e.a)];
+      --src.ref_count;
+      restatus(s, src, static_cast<std::int32_t>(e.a));
       break;
     }
     case EventType::kCachedBlockEvicted:

@@ -1,5 +1,5 @@
-// Screenshot test: runs the real kvscope-ui under Xvfb with --screenshot and checks the PNG is not
-// blank. SKIPPED (clearly) only when xvfb-run is not installed.
+// Screenshot test: runs the real kvscope-ui under Xvfb on scenarios/minimal.json with --screenshot
+// and checks the PNG is not blank. SKIPPED (clearly) only when xvfb-run is not installed.
 #include <gtest/gtest.h>
 #include <stb_image.h>
 
@@ -20,7 +20,8 @@ TEST(UiScreenshot, AppRendersANonBlankPngUnderXvfb) {
   const std::string png = (dir / "out.png").string();
   std::filesystem::remove(png);
   const std::string cmd = std::string("xvfb-run -a -s \"-screen 0 1600x1000x24\" ") +
-                          KVSCOPE_UI_BINARY + " --screenshot " + png + " --frames 30 > " +
+                          KVSCOPE_UI_BINARY + " " + KVSCOPE_SOURCE_DIR +
+                          "/scenarios/minimal.json --screenshot " + png + " --frames 30 > " +
                           (dir / "log.txt").string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   ASSERT_EQ(rc, 0) << cmd;

@@ -1,5 +1,6 @@
-// Headless UI test: every registered panel drawn for 120 frames with no window or renderer, mouse
-// sweeping over it, playback and presenter mode on; no ImGui errors and geometry in every panel.
+// Headless UI test: every registered panel drawn for 120 frames with no window or renderer on a
+// real run of scenarios/minimal.json (the Simulator computing on its worker thread meanwhile),
+// mouse sweeping over it, playback and presenter mode on; no ImGui errors, geometry in every panel.
 #include <gtest/gtest.h>
 #include <imgui.h>
 #include <imgui_internal.h>
@@ -7,6 +8,7 @@
 #include <memory>
 
 #include "app/core/headless.h"
+#include "app/core/run_session.h"
 #include "app/core/shell.h"
 #include "app/demo/demo_source.h"
 #include "app/panels/block_map_panel.h"
@@ -17,6 +19,10 @@ namespace kvscope::ui {
 namespace {
 
 using test::run_checked_frame;
+
+std::string minimal_scenario() {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json";
+}
 
 // A run with one step and nothing in it: the smallest input the panels must survive.
 class EmptySource final : public DataSource {
@@ -44,7 +50,8 @@ int panel_vertices(const char* title) {
 
 TEST(UiHeadless, EveryPanelDrawsGeometryFor120Frames) {
   HeadlessImGui imgui(ImVec2(1600, 1000));
-  UiShell shell(std::make_unique<DemoSource>(), imgui.fonts());
+  UiShell shell(RunSession::open(minimal_scenario()), imgui.fonts());
+  EXPECT_TRUE(shell.state().playing) << "a computing run opens in follow-live mode";
   ASSERT_EQ(shell.panels().size(), make_panels().size());
   ImGuiIO& io = ImGui::GetIO();
   for (int frame = 0; frame < 120; ++frame) {
@@ -52,13 +59,17 @@ TEST(UiHeadless, EveryPanelDrawsGeometryFor120Frames) {
     io.MousePos = ImVec2(static_cast<float>((frame * 137) % 1600),
                          static_cast<float>(60 + (frame * 71) % 940));
     io.MouseDown[0] = frame % 17 == 5;
-    if (frame == 10) shell.state().toggle_play();
+    if (frame == 10) shell.state().set_step(0);  // scrub back (still playing) while it may compute
     if (frame == 60) shell.set_presenter(true);
     if (frame == 90) shell.toggle_help();
     run_checked_frame([&] { shell.frame(1.0 / 60.0); },
                       "drawing the shell, frame " + std::to_string(frame));
   }
   EXPECT_GT(shell.state().step(), 0) << "playback should have advanced";
+  shell.session()->wait();
+  EXPECT_FALSE(shell.session()->take_error().has_value());
+  EXPECT_GT(shell.state().num_steps(), 100) << "the minimal scenario runs for hundreds of steps";
+  EXPECT_FALSE(shell.state().header().title.empty());
   for (const auto& panel : shell.panels()) {
     EXPECT_GT(panel_vertices(panel->title()), 0) << panel->title() << " drew nothing";
   }
@@ -70,9 +81,12 @@ TEST(UiHeadless, EveryPanelDrawsGeometryFor120Frames) {
 TEST(UiHeadless, EachPanelAloneSurvivesTinyAndEmptyInputs) {
   HeadlessImGui imgui(ImVec2(320, 240));
   AppState empty(std::make_unique<EmptySource>());
-  AppState demo(std::make_unique<DemoSource>(DemoConfig{64, 16, 40, 3}));
+  std::unique_ptr<RunSession> run = RunSession::open(minimal_scenario(), /*bookkeeping=*/true);
+  run->wait();
+  AppState real(run->make_source());
+  real.set_step(real.num_steps() / 2);
   for (const auto& panel : make_panels()) {
-    for (AppState* state : {&empty, &demo}) {
+    for (AppState* state : {&empty, &real}) {
       for (int frame = 0; frame < 5; ++frame) {
         ImGui::SetNextWindowSize(ImVec2(frame < 3 ? 90.0f : 300.0f, frame < 3 ? 60.0f : 200.0f));
         run_checked_frame(
@@ -87,6 +101,28 @@ TEST(UiHeadless, EachPanelAloneSurvivesTinyAndEmptyInputs) {
   }
 }
 
+TEST(UiHeadless, OpenKeepsTheRunOnErrorsAndRestartReruns) {
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  UiShell shell(RunSession::open(minimal_scenario()), imgui.fonts());
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "first frame");
+  const std::string title = shell.state().header().title;
+  EXPECT_FALSE(shell.open("/nonexistent/scenario.json"));  // error modal, run kept
+  EXPECT_EQ(shell.state().header().title, title);
+  EXPECT_EQ(shell.session()->path(), minimal_scenario());
+  for (int f = 0; f < 3; ++f) run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "error modal");
+  shell.restart();  // stops the running worker first, then runs again from step 0
+  shell.session()->wait();
+  const int steps = shell.state().num_steps();
+  EXPECT_GT(steps, 100);
+  const std::string kvr = testing::TempDir() + "ui_open_test.kvr";
+  shell.session()->timeline()->save(kvr);
+  ASSERT_TRUE(shell.open(kvr));
+  EXPECT_FALSE(shell.state().is_live());
+  EXPECT_EQ(shell.state().num_steps(), steps);
+  for (int f = 0; f < 5; ++f) run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "recording");
+}
+
+// 100,000 blocks: synthetic pool states (no scenario of that size runs in a unit test).
 TEST(UiHeadless, BlockMapAggregatesWhenCellsFallBelowAPixel) {
   HeadlessImGui imgui(ImVec2(800, 600));
   AppState state(std::make_unique<DemoSource>(DemoConfig{100000, 16, 8, 5}));

@@ -138,7 +138,7 @@ TEST(Forward, PagedLogitsEqualContiguousWithinTolerance) {
   GenerateOptions contiguous;
   std::vector<std::vector<float>> ref;
   auto ref_tokens = generate_tokens(t, {}, 200, contiguous, &ref);
-  for (int bs : {1, 16, 256}) {
+  for (int bs : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     GenerateOptions paged;
     paged.allocator = AllocatorKind::kPaged;
     paged.block_size = bs;

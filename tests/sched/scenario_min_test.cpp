@@ -59,7 +59,7 @@ TEST(ScenarioMin, ErrorsNameFilePathValueAndExpectation) {
   EXPECT_EQ(
       error_of(
           R"({"cache": {"num_blocks": 4}, "requests": [{"prompt": "a", "max_new_tokens": 1}], "extra": 1})"),
-      "s.json: extra: expected one of the keys cache, model, requests, scheduler, title, got "
+      "s.json: extra: expected one of the keys cache, model, requests, sampler, scheduler, title, got "
       "unknown key \"extra\"");
   EXPECT_EQ(
       error_of(

@@ -23,6 +23,28 @@ inline float dot(const float* a, const float* b, int n) {
   return acc;
 }
 
+// Calls fn(slot, head) for every live slot of an fp32 view, walking block by block so the tile
+// address is computed once per block (once in all for the contiguous baseline).
+template <typename Fn>
+inline void for_each_fp32_head(const KvSeqView& view, int layer, KvKind kind, int kvh, int hd, Fn&& fn) {
+  const KvLayout& L = view.storage->layout();
+  const int n = view.num_slots, bs = L.block_size;
+  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
+  const float* base = view.contiguous
+                          ? reinterpret_cast<const float*>(view.storage->tile(layer, kind, view.blocks[0]))
+                          : nullptr;
+  for (int t0 = 0, b = 0; t0 < n; t0 += bs, ++b) {
+    const float* tile =
+        base != nullptr ? base + static_cast<std::size_t>(t0) * row
+                        : reinterpret_cast<const float*>(view.storage->tile(layer, kind, view.blocks[static_cast<std::size_t>(b)]));
+    const int end = std::min(n, t0 + bs);
+    for (int t = t0; t < end; ++t) {
+      if (view.slot_live != nullptr && view.slot_live[t] == 0) continue;
+      fn(t, tile + static_cast<std::size_t>(t - t0) * row + static_cast<std::size_t>(kvh) * hd);
+    }
+  }
+}
+
 }  // namespace
 
 void matmul(float* out, const float* x, const float* w, int n, int d) {
@@ -98,16 +120,23 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
     float* att0 = scratch.data() + static_cast<std::size_t>(h0) * n;  // [group][n]
     // 1. Scores q . k / sqrt(head_dim) over live slots.
     for (int j = 0; j < group; ++j) max_score[j] = -INFINITY;
-    for (int t = 0; t < n; ++t) {
-      if (view.slot_live != nullptr && view.slot_live[t] == 0) {
-        for (int j = 0; j < group; ++j) att0[static_cast<std::size_t>(j) * n + t] = -INFINITY;
-        continue;
-      }
-      const float* kh = keys.head(t, kvh, tmp);
+    auto score = [&](int t, const float* kh) {
       for (int j = 0; j < group; ++j) {
         const float s = dot(q + static_cast<std::size_t>(h0 + j) * hd, kh, hd) / sqrt_hd;
         att0[static_cast<std::size_t>(j) * n + t] = s;
         max_score[j] = std::max(max_score[j], s);
+      }
+    };
+    for (int t = 0; t < n; ++t) {  // evicted slots first, so the fast path can skip them
+      if (view.slot_live != nullptr && view.slot_live[t] == 0) {
+        for (int j = 0; j < group; ++j) att0[static_cast<std::size_t>(j) * n + t] = -INFINITY;
+      }
+    }
+    if (keys.is_fp32()) {
+      for_each_fp32_head(view, layer, KvKind::kKey, kvh, hd, score);
+    } else {
+      for (int t = 0; t < n; ++t) {
+        if (view.slot_live == nullptr || view.slot_live[t] != 0) score(t, keys.head(t, kvh, tmp));
       }
     }
     // 2. Softmax per query head.
@@ -122,15 +151,20 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
       std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0, static_cast<std::size_t>(hd) * sizeof(float));
     }
     // 3. Weighted sum of values.
-    for (int t = 0; t < n; ++t) {
-      if (view.slot_live != nullptr && view.slot_live[t] == 0) continue;
-      const float* vh = values.head(t, kvh, tmp);
+    auto accumulate = [&](int t, const float* vh) {
       for (int j = 0; j < group; ++j) {
         const float a = att0[static_cast<std::size_t>(j) * n + t];
         if (a == 0.0f) continue;
         float* oh = out + static_cast<std::size_t>(h0 + j) * hd;
 #pragma omp simd
         for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
+      }
+    };
+    if (values.is_fp32()) {
+      for_each_fp32_head(view, layer, KvKind::kValue, kvh, hd, accumulate);
+    } else {
+      for (int t = 0; t < n; ++t) {
+        if (view.slot_live == nullptr || view.slot_live[t] != 0) accumulate(t, values.head(t, kvh, tmp));
       }
     }
   }

@@ -1,0 +1,98 @@
+// RunSession: scenario/recording loading and the Simulator worker thread.
+#include "app/core/run_session.h"
+
+#include <filesystem>
+
+#include "app/core/timeline_source.h"
+#include "engine/common/error.h"
+#include "engine/model/locate.h"
+#include "engine/sched/scenario_min.h"
+#include "engine/sched/simulator.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+constexpr int kMaxSteps = 100000;  // same default cap as `kvscope run`
+
+bool is_scenario_path(const std::string& path) {
+  return std::filesystem::path(path).extension() == ".json";
+}
+
+}  // namespace
+
+std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping) {
+  std::unique_ptr<RunSession> s(new RunSession());
+  s->path_ = path;
+  if (!is_scenario_path(path)) {
+    s->timeline_ = std::make_shared<const Timeline>(Timeline::load(path));
+    if (s->timeline_->num_steps() < 1) throw Error(path, "the recording holds no steps");
+    return s;
+  }
+  s->is_scenario_ = true;
+  MinScenario scenario = parse_min_scenario(path);
+  LoadedModel loaded = load_model(scenario.model, "");
+  SimConfig config = resolve_sim_config(scenario, loaded.model->config());
+  config.threads = 1;  // the UI thread and the worker share the machine
+  std::vector<SimRequest> requests = resolve_requests(scenario, loaded.tokenizer.get());
+  if (requests.empty()) throw Error(path + ": requests", "expected at least one request, got none");
+  for (const SimRequest& r : requests) s->prompts_.push_back(r.prompt_tokens);
+  SimModel model{loaded.model->config(), bookkeeping ? nullptr : loaded.model};
+  try {
+    s->sim_ = std::make_unique<Simulator>(config, model, std::move(requests));
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.where(), e.detail());
+  }
+  if (!bookkeeping) s->tokenizer_ = loaded.tokenizer;  // bookkeeping tokens are all 0
+  s->timeline_ = s->sim_->timeline();
+  // The first step runs here so the UI always has a step to show; the rest on the worker.
+  s->sim_->step();
+  if (s->timeline_->num_steps() < 1) throw Error(path, "the scenario ran no step");
+  *s->running_ = true;
+  s->worker_ = std::thread([raw = s.get()] { raw->work(); });
+  return s;
+}
+
+void RunSession::work() {
+  try {
+    while (!stop_.load(std::memory_order_relaxed) && sim_->current_step() < kMaxSteps &&
+           sim_->step()) {
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    error_ = path_ + ": the simulation stopped at step " + std::to_string(sim_->current_step()) +
+             ": " + e.what();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    error_ = path_ + ": the simulation stopped with an unknown error";
+  }
+  *running_ = false;
+}
+
+RunSession::~RunSession() {
+  stop();
+}
+
+void RunSession::stop() {
+  stop_ = true;
+  wait();
+}
+
+void RunSession::wait() {
+  if (worker_.joinable()) worker_.join();
+}
+
+std::optional<std::string> RunSession::take_error() {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  std::optional<std::string> e = std::move(error_);
+  error_.reset();
+  return e;
+}
+
+std::unique_ptr<DataSource> RunSession::make_source() const {
+  auto source = std::make_unique<TimelineSource>(timeline_, path_, running_);
+  source->set_text_info(tokenizer_, prompts_);
+  return source;
+}
+
+}  // namespace kvscope::ui

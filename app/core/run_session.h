@@ -1,0 +1,67 @@
+// RunSession: one loaded run for the UI. A scenario is parsed and its model loaded on the calling
+// thread (errors throw kvscope::Error at once), then the Simulator steps on a worker thread that
+// checks a stop flag between steps; a recording (.kvr) is loaded with Timeline::load.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/core/data_source.h"
+#include "engine/model/tokenizer.h"
+#include "engine/trace/timeline.h"
+
+namespace kvscope {
+class Simulator;
+}
+
+namespace kvscope::ui {
+
+class RunSession {
+ public:
+  // Opens a scenario (.json) or a recording (anything else). Throws kvscope::Error naming the
+  // file, JSON path and value on bad input; the caller keeps whatever it had loaded before.
+  // `bookkeeping`: no model compute (block accounting only), for fast tests.
+  static std::unique_ptr<RunSession> open(const std::string& path, bool bookkeeping = false);
+  ~RunSession();  // stops and joins the worker
+  RunSession(const RunSession&) = delete;
+  RunSession& operator=(const RunSession&) = delete;
+
+  // A data source reading this run's Timeline (safe while the worker appends).
+  std::unique_ptr<DataSource> make_source() const;
+  std::shared_ptr<const Timeline> timeline() const { return timeline_; }
+  const std::string& path() const { return path_; }
+  bool is_scenario() const { return is_scenario_; }
+  bool is_running() const { return running_->load(); }
+  // The tokenizer of the scenario's model (null for recordings and synthetic models).
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+
+  // Asks the worker to stop after its current step and waits for it. Idempotent.
+  void stop();
+  // Blocks until the worker finished (tests).
+  void wait();
+  // An exception the worker caught (once), to show in a modal.
+  std::optional<std::string> take_error();
+
+ private:
+  RunSession() = default;
+  void work();
+
+  std::string path_;
+  bool is_scenario_ = false;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::vector<std::vector<int>> prompts_;  // [request id] prompt token ids
+  std::shared_ptr<const Timeline> timeline_;
+  std::unique_ptr<Simulator> sim_;  // touched only by the worker once it started
+  std::thread worker_;
+  std::atomic<bool> stop_{false};
+  std::shared_ptr<std::atomic<bool>> running_ = std::make_shared<std::atomic<bool>>(false);
+  std::mutex error_mutex_;
+  std::optional<std::string> error_;
+};
+
+}  // namespace kvscope::ui

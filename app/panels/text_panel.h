@@ -1,0 +1,29 @@
+// Text panel: each request's phase and its text so far at the selected step: the prompt dimmed,
+// then the generated tokens (decoded from the DecodeToken events) in the request's colour.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "app/panels/panel.h"
+
+namespace kvscope::ui {
+
+class TextPanel final : public Panel {
+ public:
+  const char* title() const override { return "Text"; }
+  std::string help() const override;
+  const char* docs_page() const override { return "docs/concepts/generation.md"; }
+  void draw(AppState& state) override;
+
+ private:
+  void catch_up(const AppState& state);  // folds DecodeToken events up to the selected step
+  void draw_request(const AppState& state, const RequestState& r);
+
+  int generation_ = -1;                     // AppState::source_generation() tokens_ was built from
+  int built_until_ = -1;                    // events of steps [0, built_until_] are folded in
+  std::map<int, std::vector<int>> tokens_;  // request id -> [position] generated token id (or -1)
+  std::vector<std::string> pieces_;         // scratch: the decoded pieces of one request
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,102 @@
+// Simulator prefix caching and parallel sampling: the PrefixCache behind the paged allocator,
+// admission on a cached prefix (its prefill skipped), indexing blocks as they fill, and forking
+// parallel samples off a request after its prompt prefill (copy-on-write in the cache manager).
+//
+// Preemption with shared blocks: recompute releases the sequence's references (blocks others hold
+// or the cache keeps stay put) and the request looks its tokens up again when readmitted; swap
+// copies the sequence's K/V to the host tier and releases its references the same way, then
+// swap-in writes into fresh private blocks and re-offers them to the cache (which deduplicates
+// them against cached copies). No block another sequence holds is ever freed or moved.
+#include <algorithm>
+#include <string>
+
+#include "engine/common/error.h"
+#include "engine/sched/simulator.h"
+
+namespace kvscope {
+
+void Simulator::make_prefix_cache() {
+  if (!config_.prefix_caching) return;
+  if (config_.allocator != AllocatorKind::kPaged) {
+    throw Error("cache.prefix_caching",
+                "needs the paged allocator (contiguous regions are private "
+                "to one request and cannot be shared)");
+  }
+  if (cache_->layout().staging_bytes_per_sequence() > 0) {
+    throw Error("cache.prefix_caching",
+                "is not supported with KV format " + timeline_->header().kv_format +
+                    " (its open group stays in per-sequence full-precision staging); use another "
+                    "kv_dtype or turn prefix caching off");
+  }
+  PrefixCacheConfig pc;
+  pc.block_size = config_.block_size;
+  pc.index = config_.prefix_index;
+  pc.policy = config_.cached_block_eviction;
+  prefix_ = std::make_unique<PrefixCache>(cache_->pool(), pc, timeline_.get());
+  cache_->set_block_source(prefix_.get());
+}
+
+bool Simulator::prefix_admission_fits(const RequestRun& r, int budget) const {
+  const PrefixProbe p = prefix_->probe(r.tokens);
+  const int hit = p.hit_blocks * config_.block_size;
+  const int n = std::min(static_cast<int>(r.tokens.size()) - hit, budget);
+  // Hit blocks nobody holds are counted as allocatable now; mapping them takes them out.
+  return cache_->blocks_for(hit + n) - p.hit_blocks <= cache_->num_allocatable() - p.evictable_hits;
+}
+
+void Simulator::start_sequence(RequestRun& r) {
+  PrefixLookupResult hit = prefix_->lookup_and_acquire(r.id, r.tokens);
+  const auto hit_tokens = static_cast<int>(hit.hit_tokens);
+  r.cached_blocks = static_cast<int>(hit.blocks.size());
+  cache_->add_sequence_with_prefix(SeqId(r.id), std::move(hit.blocks), hit_tokens);
+  r.num_computed = hit_tokens;
+  r.high_water = std::max(r.high_water, hit_tokens);
+  r.prefix_hit_tokens += hit_tokens;
+  prefix_hit_tokens_ += hit_tokens;
+}
+
+void Simulator::cache_full_blocks(RequestRun& r) {
+  if (!prefix_) return;
+  const int full = r.num_computed / config_.block_size;
+  if (full <= r.cached_blocks) return;
+  const SeqId seq(r.id);
+  const std::vector<BlockId>& table = cache_->table(seq).blocks;
+  std::vector<BlockId> blocks(table.begin(), table.begin() + full);
+  prefix_->insert(
+      r.id,
+      std::span<const int>(r.tokens).first(static_cast<std::size_t>(full) *
+                                           static_cast<std::size_t>(config_.block_size)),
+      blocks);
+  for (int i = 0; i < full; ++i) {
+    // insert() moved the references already when it switched to a cached copy.
+    if (blocks[static_cast<std::size_t>(i)] != table[static_cast<std::size_t>(i)])
+      cache_->replace_block(seq, i, blocks[static_cast<std::size_t>(i)]);
+  }
+  r.cached_blocks = full;
+}
+
+void Simulator::fork_samples(RequestRun& lead, std::span<const float> logits) {
+  lead.forked = true;
+  const auto prompt = static_cast<std::int64_t>(lead.spec.prompt_tokens.size());
+  for (std::int32_t id : lead.fork_children) {
+    RequestRun& c = requests_[static_cast<std::size_t>(id)];
+    c.arrived = true;
+    emit(EventType::kRequestArrived, c.id, prompt, c.spec.max_new_tokens);
+    cache_->fork_sequence(SeqId(lead.id), SeqId(c.id));
+    c.num_computed = lead.num_computed;
+    c.high_water = c.num_computed;
+    c.cached_blocks = lead.cached_blocks;
+    c.phase = RequestPhase::kRunning;
+    c.admit_order = ++admit_counter_;
+    c.admitted_step = step_;
+    prompt_tokens_ += prompt;
+    prefix_hit_tokens_ += prompt;  // every prompt token is served by the shared blocks
+    c.prefix_hit_tokens += prompt;
+    running_.push_back(c.id);
+    emit(EventType::kAdmitted, c.id,
+         static_cast<std::int64_t>(cache_->table(SeqId(c.id)).blocks.size()));
+    sample(c, logits);
+  }
+}
+
+}  // namespace kvscope

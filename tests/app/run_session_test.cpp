@@ -1,0 +1,92 @@
+// RunSession: real scenarios run on the worker thread, recordings round-trip, bad files throw
+// naming the file, stop() never hangs, and a restart reproduces the same timeline.
+#include "app/core/run_session.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/common/error.h"
+
+namespace kvscope::ui {
+namespace {
+
+std::string scenario(const char* name) {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name;
+}
+
+std::filesystem::path temp_dir() {
+  const auto dir = std::filesystem::temp_directory_path() / "kvscope_run_session_test";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(RunSession, RunsTheMinimalScenarioOnTheRealModel) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  ASSERT_GE(run->timeline()->num_steps(), 1) << "the first step runs before open returns";
+  EXPECT_NE(run->tokenizer(), nullptr);
+  run->wait();
+  EXPECT_FALSE(run->is_running());
+  EXPECT_FALSE(run->take_error().has_value());
+  const Timeline& t = *run->timeline();
+  EXPECT_GT(t.num_steps(), 100);
+  EXPECT_EQ(t.all_metrics().back().requests_finished, 4);
+  EXPECT_FALSE(t.header().random_weights);
+  EXPECT_EQ(t.header().allocator, "paged");
+}
+
+TEST(RunSession, RestartIsDeterministic) {
+  std::unique_ptr<RunSession> a = RunSession::open(scenario("minimal.json"));
+  std::unique_ptr<RunSession> b = RunSession::open(scenario("minimal.json"));
+  a->wait();
+  b->wait();
+  const auto ma = a->timeline()->all_metrics(), mb = b->timeline()->all_metrics();
+  ASSERT_EQ(ma.size(), mb.size());
+  for (std::size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i].blocks_used, mb[i].blocks_used) << "step " << i;
+    EXPECT_EQ(ma[i].slots_filled, mb[i].slots_filled) << "step " << i;
+  }
+  ASSERT_EQ(a->timeline()->num_events(), b->timeline()->num_events());
+}
+
+TEST(RunSession, StopEndsTheWorkerAndKeepsTheTimelineReadable) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("mixed-lengths.json"));
+  run->stop();
+  EXPECT_FALSE(run->is_running());
+  const int n = run->timeline()->num_steps();
+  ASSERT_GE(n, 1);
+  PoolState state;
+  run->timeline()->state_at(n - 1, state);
+  EXPECT_EQ(state.step, n - 1);
+  run->stop();  // idempotent
+}
+
+TEST(RunSession, RecordingRoundTrips) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), true);
+  run->wait();
+  const std::string path = (temp_dir() / "minimal.kvr").string();
+  run->timeline()->save(path);
+  std::unique_ptr<RunSession> loaded = RunSession::open(path);
+  EXPECT_FALSE(loaded->is_scenario());
+  EXPECT_FALSE(loaded->is_running());
+  EXPECT_EQ(loaded->timeline()->num_steps(), run->timeline()->num_steps());
+  EXPECT_EQ(loaded->timeline()->header().title, run->timeline()->header().title);
+}
+
+TEST(RunSession, BadFilesThrowNamingTheFileAndPath) {
+  const std::string bad = (temp_dir() / "bad.json").string();
+  std::ofstream(bad) << R"({"title": "x", "cache": {"block_size": -4, "num_blocks": 8},
+                          "requests": [{"prompt": "hi", "max_new_tokens": 4}]})";
+  try {
+    RunSession::open(bad);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("block_size"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(RunSession::open((temp_dir() / "missing.kvr").string()), Error);
+}
+
+}  // namespace
+}  // namespace kvscope::ui
