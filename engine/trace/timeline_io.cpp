@@ -21,7 +21,8 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R'};
 constexpr std::uint32_t kVersion = 1;
-constexpr std::uint8_t kMaxEventType = static_cast<std::uint8_t>(EventType::kSlotMoved);
+constexpr std::uint8_t kMaxEventType =
+    static_cast<std::uint8_t>(EventType::kBlockCached);  // the last
 
 // Every StepMetrics field, in file order (the same list writes and reads).
 template <typename M, typename F>
@@ -211,7 +212,8 @@ Timeline Timeline::load(const std::string& path) {
     // more blocks than the pool (replay sizes the table by it: INT32_MAX would allocate 8 GB).
     const bool table_event =
         e.type == EventType::kBlockAllocated || e.type == EventType::kBlockFreed ||
-        e.type == EventType::kBlockShared || e.type == EventType::kBlockCopiedOnWrite;
+        e.type == EventType::kBlockShared || e.type == EventType::kBlockCopiedOnWrite ||
+        e.type == EventType::kBlockCached;
     if (table_event && (e.logical < -1 || e.logical >= h.num_blocks)) {
       r.fail(at + 13, "a block-table index in [-1, " + std::to_string(h.num_blocks) + ")",
              std::to_string(e.logical));

@@ -1,7 +1,8 @@
 // Replays fuzz_recording findings: a header claiming 251,658,240 blocks made Timeline::load
 // allocate ~4 GB for the pool state, and a BlockAllocated event with logical index INT32_MAX made
 // replay resize a block table to 8 GB, and a token count of 2^31 overflowed int in the replay's
-// block arithmetic (UBSan). All three are now errors.
+// block arithmetic (UBSan). All three are now errors. Also: recordings holding BlockCached
+// events (added to the enum after kSlotMoved) were rejected by load.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,6 +68,18 @@ TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
               std::string::npos)
         << msg;
   }
+}
+
+TEST(FuzzRegression, RecordingWithBlockCachedEventsLoads) {
+  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true});
+  t.emit(Event{EventType::kBlockAllocated, 0, 0, 1, 0, 0, 0});
+  t.emit(Event{EventType::kBlockCached, 0, 0, 1, 0, 1, 0});
+  t.end_step(StepMetrics{});
+  const std::string path = testing::temp_path("block_cached.kvr");
+  t.save(path);
+  const Timeline back = Timeline::load(path);
+  ASSERT_EQ(back.num_events(), 2u);
+  EXPECT_EQ(back.events()[1].type, EventType::kBlockCached);
 }
 
 TEST(FuzzRegression, RecordingWithTokenCountOverflowIsRejected) {
