@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds kvscope with warnings as errors, and runs every test: the
-# release build, then the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# release build, then the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then the libFuzzer targets for 30 s each (KVSCOPE_SKIP_FUZZ=1 skips them; see scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -17,4 +18,8 @@ if [ "${KVSCOPE_SKIP_ASAN:-0}" != "1" ]; then
   cmake --preset asan -G Ninja >/dev/null
   cmake --build --preset asan -j "$jobs"
   ctest --preset asan -j "$jobs"
+fi
+
+if [ "${KVSCOPE_SKIP_FUZZ:-0}" != "1" ]; then
+  scripts/fuzz.sh 30
 fi

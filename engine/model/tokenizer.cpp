@@ -51,6 +51,12 @@ Tokenizer::Tokenizer(const std::string& path, int expected_vocab_size) : path_(p
                   std::to_string(expected_vocab_size) + " tokens (the model's vocab_size)",
                   std::to_string(vocab_size()) + " tokens; is this the model's tokenizer?");
   }
+  // encode() falls back to ids 3..258 for bytes and emits BOS/EOS: those ids must exist.
+  if (vocab_size() < 3 + 256) {
+    fail_expected(path + ": vocabulary size",
+                  "at least 259 tokens (<unk>, <s>, </s>, then the 256 byte tokens)",
+                  std::to_string(vocab_size()) + " tokens");
+  }
   for (int i = 0; i < vocab_size(); ++i) ids_.emplace(pieces_[static_cast<std::size_t>(i)], i);
 }
 

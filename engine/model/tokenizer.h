@@ -16,7 +16,8 @@ inline constexpr int kTokenEos = 2;
 class Tokenizer {
  public:
   // Loads tokenizer.bin; throws kvscope::Error when it is malformed or its vocabulary size is not
-  // `expected_vocab_size` (the model's).
+  // `expected_vocab_size` (the model's), or when it has fewer than 259 tokens (3 specials and the
+  // 256 byte-fallback tokens encode() relies on).
   Tokenizer(const std::string& path, int expected_vocab_size);
 
   int vocab_size() const { return static_cast<int>(pieces_.size()); }

@@ -163,6 +163,8 @@ MinScenario parse_min_scenario_text(const std::string& text, const std::string& 
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     fail_expected(path + ": byte " + std::to_string(e.byte), "valid JSON", std::string(e.what()));
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number too large for a double
+    fail_expected(path, "valid JSON", std::string(e.what()));
   }
   Ctx c(path);
   c.only_keys(doc, "", {"title", "model", "cache", "scheduler", "sampler", "requests"});

@@ -2,6 +2,7 @@
 #include "engine/trace/kv_events_import.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -74,7 +75,13 @@ struct Importer {
     const json& tokens = field(ev, "token_ids", where);
     if (!tokens.is_array())
       fail_expected(where + ": token_ids", "an array of token ids", shown(tokens));
-    const auto expected = static_cast<std::int64_t>(hashes.size()) * bs.get<std::int64_t>();
+    const auto num_hashes = static_cast<std::int64_t>(hashes.size());
+    if (bs.get<std::int64_t>() > INT64_MAX / num_hashes)  // the product below must not overflow
+      fail_expected(where + ": block_size",
+                    "at most " + std::to_string(INT64_MAX / num_hashes) + " for " +
+                        std::to_string(num_hashes) + " block hashes",
+                    shown(bs));
+    const std::int64_t expected = num_hashes * bs.get<std::int64_t>();
     if (static_cast<std::int64_t>(tokens.size()) != expected) {
       fail_expected(where + ": token_ids",
                     std::to_string(expected) + " ids (block_hashes x block_size)",

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_set>
@@ -26,8 +27,10 @@ std::int64_t non_negative_int(const nlohmann::json& obj, const char* field,
   if (!obj.contains(field))
     throw Error(where + ": " + field, "missing (expected a non-negative integer)");
   const nlohmann::json& v = obj.at(field);
+  // Unsigned values above INT64_MAX would wrap negative in get<int64_t>().
   if (!v.is_number_integer() ||
-      (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0)) {
+      (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)
+                              : v.get<std::int64_t>() < 0)) {
     fail_expected(where + ": " + field, "a non-negative integer", shown(v));
   }
   return v.get<std::int64_t>();
@@ -64,7 +67,8 @@ MooncakeRequest parse_line(std::string_view line, const std::string& where, std:
     }
     r.hash_ids.push_back(ids[i].get<std::int64_t>());
   }
-  const std::int64_t expected = (r.input_length + kMooncakeBlockTokens - 1) / kMooncakeBlockTokens;
+  const std::int64_t expected =  // ceil without overflowing near INT64_MAX
+      r.input_length / kMooncakeBlockTokens + (r.input_length % kMooncakeBlockTokens != 0);
   if (static_cast<std::int64_t>(r.hash_ids.size()) != expected) {
     fail_expected(where + ": hash_ids",
                   std::to_string(expected) + " ids (ceil(input_length " +

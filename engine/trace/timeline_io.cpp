@@ -21,7 +21,8 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R'};
 constexpr std::uint32_t kVersion = 1;
-constexpr std::uint8_t kMaxEventType = static_cast<std::uint8_t>(EventType::kSlotMoved);
+constexpr std::uint8_t kMaxEventType =
+    static_cast<std::uint8_t>(EventType::kBlockCached);  // the last
 
 // Every StepMetrics field, in file order (the same list writes and reads).
 template <typename M, typename F>
@@ -160,7 +161,9 @@ Timeline Timeline::load(const std::string& path) {
   const std::size_t at_blocks = r.offset();
   h.num_blocks = r.get<std::int32_t>("num_blocks");
   h.block_size = r.get<std::int32_t>("block_size");
-  if (h.num_blocks <= 0) r.fail(at_blocks, "num_blocks > 0", std::to_string(h.num_blocks));
+  // The simulator's largest pool (cache.num_blocks); more would allocate gigabytes on a bad file.
+  if (h.num_blocks <= 0 || h.num_blocks > 50'000'000)
+    r.fail(at_blocks, "num_blocks in [1, 50000000]", std::to_string(h.num_blocks));
   if (h.block_size <= 0 || h.block_size > 32767) {
     r.fail(at_blocks + 4, "block_size in [1, 32767]", std::to_string(h.block_size));
   }
@@ -205,6 +208,16 @@ Timeline Timeline::load(const std::string& path) {
              std::to_string(e.block));
     }
     if (e.request < -1) r.fail(at + 5, "a request id >= -1", std::to_string(e.request));
+    // A block event's logical index is a slot in one request's block table, which never holds
+    // more blocks than the pool (replay sizes the table by it: INT32_MAX would allocate 8 GB).
+    const bool table_event =
+        e.type == EventType::kBlockAllocated || e.type == EventType::kBlockFreed ||
+        e.type == EventType::kBlockShared || e.type == EventType::kBlockCopiedOnWrite ||
+        e.type == EventType::kBlockCached;
+    if (table_event && (e.logical < -1 || e.logical >= h.num_blocks)) {
+      r.fail(at + 13, "a block-table index in [-1, " + std::to_string(h.num_blocks) + ")",
+             std::to_string(e.logical));
+    }
   }
   if (steps > (r.size() - r.offset()) / (8 + metric_bytes)) {
     r.fail(at_events - 8,

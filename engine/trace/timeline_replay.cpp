@@ -34,6 +34,19 @@ void refresh_filled(PoolState& s, const RequestState& r, int first, int last) {
   }
 }
 
+// A request's token count a + b from event fields, bounded so that the block arithmetic in
+// set_tokens and refresh_filled cannot overflow int (a bad recording could say INT32_MIN).
+std::int64_t token_count(const Event& e, std::int64_t a, std::int64_t b) {
+  constexpr std::int64_t kMax = std::int64_t{1} << 30;
+  if (a < 0 || a > kMax || b < 0 || b > kMax - a) {
+    throw Error("timeline event " + std::string(event_type_name(e.type)) + " at step " +
+                    std::to_string(e.step),
+                "expected a token count in [0, 2^30], got " + std::to_string(a) + " + " +
+                    std::to_string(b));
+  }
+  return a + b;
+}
+
 void set_tokens(PoolState& s, RequestState& r, std::int64_t tokens) {
   const int before = r.num_tokens;
   r.num_tokens = static_cast<std::int32_t>(tokens);
@@ -163,13 +176,13 @@ void apply_event(PoolState& s, const Event& e) {
       }
       break;
     case EventType::kPrefillChunk:
-      set_tokens(s, *r, e.a + e.b);
+      set_tokens(s, *r, token_count(e, e.a, e.b));
       break;
     case EventType::kDecodeToken:
-      set_tokens(s, *r, e.a + 1);
+      set_tokens(s, *r, token_count(e, e.a, 1));
       break;
     case EventType::kBlockTableUpdated:
-      set_tokens(s, *r, e.b);
+      set_tokens(s, *r, token_count(e, e.b, 0));
       break;
     case EventType::kBlockAllocated: {
       BlockState& b = block_at(s, e);
