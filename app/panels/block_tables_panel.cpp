@@ -9,26 +9,6 @@
 
 namespace kvscope::ui {
 
-namespace {
-
-const char* phase_name(RequestPhase p) {
-  switch (p) {
-    case RequestPhase::kWaiting:
-      return "waiting";
-    case RequestPhase::kRunning:
-      return "running";
-    case RequestPhase::kSwapped:
-      return "swapped";
-    case RequestPhase::kFinished:
-      return "finished";
-    case RequestPhase::kRejected:
-      return "rejected";
-  }
-  return "?";
-}
-
-}  // namespace
-
 std::string BlockTablesPanel::help() const {
   return "A block table is a sequence's page table: entry i holds the physical block that stores "
          "its tokens i*B to i*B+B-1, so a sequence grows one block at a time without moving. "
@@ -97,7 +77,7 @@ void BlockTablesPanel::draw_row(AppState& state, const RequestState& r) {
       state.selected_request = r.id;
   }
   ImGui::TableNextColumn();
-  ImGui::TextDisabled("%s", phase_name(r.phase));
+  ImGui::TextDisabled("%s", request_phase_name(r.phase));
   ImGui::TableNextColumn();
   ImGui::Text("%d", r.num_tokens);
   ImGui::TableNextColumn();

@@ -14,19 +14,7 @@ namespace {
 constexpr int kMaxTokensShown = 600;  // per request: the newest ones
 
 const char* phase_label(RequestPhase p) {
-  switch (p) {
-    case RequestPhase::kWaiting:
-      return "waiting";
-    case RequestPhase::kRunning:
-      return "running";
-    case RequestPhase::kSwapped:
-      return "swapped out";
-    case RequestPhase::kFinished:
-      return "finished";
-    case RequestPhase::kRejected:
-      return "rejected";
-  }
-  return "?";
+  return p == RequestPhase::kSwapped ? "swapped out" : request_phase_name(p);
 }
 
 std::string printable(std::string s) {

@@ -3,12 +3,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "engine/common/error.h"
+#include "engine/common/text_lines.h"
 
 namespace kvscope {
 namespace {
@@ -158,15 +157,7 @@ struct Importer {
 KvEventImport parse_kv_events(std::string_view text, const std::string& source, EventSink* sink) {
   Importer im;
   im.sink = sink;
-  std::int64_t line_no = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  for_each_nonblank_line(text, [&](std::int64_t line_no, std::string_view line) {
     const std::string where = source + ":" + std::to_string(line_no);
     const json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (obj.is_discarded())
@@ -182,16 +173,12 @@ KvEventImport parse_kv_events(std::string_view text, const std::string& source, 
     }
     ++im.out.lines;
     ++im.step;
-  }
+  }, " \t\r");
   return std::move(im.out);
 }
 
 KvEventImport load_kv_events(const std::string& path, EventSink* sink) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open the KV event log");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_kv_events(ss.str(), path, sink);
+  return parse_kv_events(read_text_file(path, "cannot open the KV event log"), path, sink);
 }
 
 }  // namespace kvscope

@@ -2,13 +2,12 @@
 #include "engine/trace/mooncake.h"
 
 #include <cmath>
-#include <fstream>
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_set>
 
 #include "engine/common/error.h"
+#include "engine/common/text_lines.h"
 
 namespace kvscope {
 namespace {
@@ -92,34 +91,23 @@ MooncakeTrace parse_mooncake_trace(std::string_view text, const std::string& sou
                                    const MooncakeLoadOptions& options) {
   MooncakeTrace trace;
   trace.source = source;
-  std::int32_t line_no = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+  for_each_nonblank_line(text, [&](std::int64_t line_no, std::string_view line) {
     const std::string where = source + ":" + std::to_string(line_no);
     try {
-      trace.requests.push_back(parse_line(line, where, line_no));
+      trace.requests.push_back(parse_line(line, where, static_cast<std::int32_t>(line_no)));
     } catch (const Error& e) {
       if (!options.skip_bad) throw;
       ++trace.skipped_lines;
       if (trace.skipped_errors.size() < 5) trace.skipped_errors.push_back(e.what());
     }
-  }
+  });
   return trace;
 }
 
 MooncakeTrace load_mooncake_trace(const std::string& path, const MooncakeLoadOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open the trace file (expected a Mooncake JSONL trace)");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_mooncake_trace(ss.str(), path, options);
+  return parse_mooncake_trace(
+      read_text_file(path, "cannot open the trace file (expected a Mooncake JSONL trace)"), path,
+      options);
 }
 
 void mooncake_prompt_tokens(const MooncakeRequest& request, std::vector<TokenId>& out, int vocab) {

@@ -10,6 +10,22 @@
 
 namespace kvscope {
 
+const char* request_phase_name(RequestPhase phase) {
+  switch (phase) {
+    case RequestPhase::kWaiting:
+      return "waiting";
+    case RequestPhase::kRunning:
+      return "running";
+    case RequestPhase::kSwapped:
+      return "swapped";
+    case RequestPhase::kFinished:
+      return "finished";
+    case RequestPhase::kRejected:
+      return "rejected";
+  }
+  return "?";
+}
+
 Timeline::Timeline(TimelineHeader header) : header_(std::move(header)) {
   if (header_.num_blocks <= 0) {
     fail_expected("timeline header: num_blocks", "a positive integer",

@@ -61,6 +61,8 @@ struct BlockState {
 
 // Per request, at a given step.
 enum class RequestPhase : std::uint8_t { kWaiting, kRunning, kSwapped, kFinished, kRejected };
+// "waiting", "running", "swapped", "finished", "rejected".
+const char* request_phase_name(RequestPhase phase);
 struct RequestState {
   std::int32_t id = -1;
   RequestPhase phase = RequestPhase::kWaiting;
