@@ -75,15 +75,7 @@ class KvFormatVariant final : public CacheVariant {
 
  private:
   KvLayout layout(const ModelConfig& c, int num_blocks) const {
-    KvLayout L;
-    L.n_layers = c.n_layers;
-    L.kv_heads = c.n_kv_heads;
-    L.head_dim = c.head_dim();
-    L.block_size = block_size_;
-    L.num_blocks = num_blocks;
-    L.k_format = k_;
-    L.v_format = v_;
-    return L;
+    return kv_layout_for(c, block_size_, num_blocks, k_, v_);
   }
   KvFormat k_, v_;
   int block_size_;

@@ -4,7 +4,22 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/model/config.h"
+
 namespace kvscope {
+
+KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks, const KvFormat& k_format,
+                       const KvFormat& v_format) {
+  KvLayout layout;
+  layout.n_layers = model.n_layers;
+  layout.kv_heads = model.n_kv_heads;
+  layout.head_dim = model.head_dim();
+  layout.block_size = block_size;
+  layout.num_blocks = num_blocks;
+  layout.k_format = k_format;
+  layout.v_format = v_format;
+  return layout;
+}
 
 KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
   layout.k_format.validate(layout.block_size, layout.kv_heads, layout.head_dim, "K format");

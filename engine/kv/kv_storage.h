@@ -45,6 +45,11 @@ struct KvLayout {
   }
 };
 
+struct ModelConfig;
+// The layout of a pool for `model`'s K/V heads: num_blocks blocks of block_size tokens.
+KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks, const KvFormat& k_format,
+                       const KvFormat& v_format);
+
 class KvStorage {
  public:
   // Throws kvscope::Error when a format cannot store this shape (KvFormat::validate).

@@ -9,14 +9,8 @@ namespace kvscope {
 namespace {
 
 KvCacheManager make_cache(const ModelConfig& c, const GenerateOptions& o, int steps) {
-  KvLayout layout;
-  layout.n_layers = c.n_layers;
-  layout.kv_heads = c.n_kv_heads;
-  layout.head_dim = c.head_dim();
-  layout.block_size = o.block_size;
-  layout.num_blocks = (steps + o.block_size - 1) / o.block_size;
-  layout.k_format = o.k_format;
-  layout.v_format = o.v_format;
+  const KvLayout layout = kv_layout_for(c, o.block_size, (steps + o.block_size - 1) / o.block_size,
+                                        o.k_format, o.v_format);
   return KvCacheManager(layout, o.allocator, steps, /*with_storage=*/true);
 }
 

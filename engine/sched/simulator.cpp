@@ -13,15 +13,7 @@ namespace kvscope {
 namespace {
 
 KvLayout layout_for(const SimConfig& c, const ModelConfig& m) {
-  KvLayout l;
-  l.n_layers = m.n_layers;
-  l.kv_heads = m.n_kv_heads;
-  l.head_dim = m.head_dim();
-  l.block_size = c.block_size;
-  l.num_blocks = c.num_blocks;
-  l.k_format = c.k_format;
-  l.v_format = c.v_format;
-  return l;
+  return kv_layout_for(m, c.block_size, c.num_blocks, c.k_format, c.v_format);
 }
 
 void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const ModelConfig& m) {
