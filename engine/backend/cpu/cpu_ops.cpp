@@ -24,28 +24,6 @@ inline float dot(const float* a, const float* b, int n) {
   return acc;
 }
 
-// Calls fn(slot, head) for every live slot of an fp32 view, walking block by block so the tile
-// address is computed once per block (once in all for the contiguous baseline).
-template <typename Fn>
-inline void for_each_fp32_head(const KvSeqView& view, int layer, KvKind kind, int kvh, int hd, Fn&& fn) {
-  const KvLayout& L = view.storage->layout();
-  const int n = view.num_slots, bs = L.block_size;
-  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
-  const float* base = view.contiguous
-                          ? reinterpret_cast<const float*>(view.storage->tile(layer, kind, view.blocks[0]))
-                          : nullptr;
-  for (int t0 = 0, b = 0; t0 < n; t0 += bs, ++b) {
-    const float* tile =
-        base != nullptr ? base + static_cast<std::size_t>(t0) * row
-                        : reinterpret_cast<const float*>(view.storage->tile(layer, kind, view.blocks[static_cast<std::size_t>(b)]));
-    const int end = std::min(n, t0 + bs);
-    for (int t = t0; t < end; ++t) {
-      if (view.slot_live != nullptr && view.slot_live[t] == 0) continue;
-      fn(t, tile + static_cast<std::size_t>(t - t0) * row + static_cast<std::size_t>(kvh) * hd);
-    }
-  }
-}
-
 // The fp32 cache, read in place: per query head, block by block, with the arithmetic of the
 // llama2.c reference (divide by sqrt(head_dim), max-subtracted softmax, divide by the sum).
 void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape& shape,
@@ -193,17 +171,13 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
         max_score[j] = std::max(max_score[j], s);
       }
     };
-    for (int t = 0; t < n; ++t) {  // evicted slots first, so the fast path can skip them
+    for (int t = 0; t < n; ++t) {  // evicted slots score -inf
       if (view.slot_live != nullptr && view.slot_live[t] == 0) {
         for (int j = 0; j < group; ++j) att0[static_cast<std::size_t>(j) * n + t] = -INFINITY;
       }
     }
-    if (keys.is_fp32()) {
-      for_each_fp32_head(view, layer, KvKind::kKey, kvh, hd, score);
-    } else {
-      for (int t = 0; t < n; ++t) {
-        if (view.slot_live == nullptr || view.slot_live[t] != 0) score(t, keys.head(t, kvh, tmp));
-      }
+    for (int t = 0; t < n; ++t) {
+      if (view.slot_live == nullptr || view.slot_live[t] != 0) score(t, keys.head(t, kvh, tmp));
     }
     // 2. Softmax per query head.
     for (int j = 0; j < group; ++j) {
@@ -226,12 +200,8 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
         for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
       }
     };
-    if (values.is_fp32()) {
-      for_each_fp32_head(view, layer, KvKind::kValue, kvh, hd, accumulate);
-    } else {
-      for (int t = 0; t < n; ++t) {
-        if (view.slot_live == nullptr || view.slot_live[t] != 0) accumulate(t, values.head(t, kvh, tmp));
-      }
+    for (int t = 0; t < n; ++t) {
+      if (view.slot_live == nullptr || view.slot_live[t] != 0) accumulate(t, values.head(t, kvh, tmp));
     }
   }
   notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
