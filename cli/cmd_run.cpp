@@ -78,7 +78,9 @@ int cmd_run(const Argv& argv) {
     }
   }
   const Timeline& t = *sim->timeline();
-  std::filesystem::create_directories(out_dir);
+  std::error_code dir_error;
+  std::filesystem::create_directories(out_dir, dir_error);
+  if (dir_error) throw Error(out_dir, "cannot create the output directory: " + dir_error.message());
   const std::string rec = out_dir + "/recording.kvr", trace = out_dir + "/trace.json",
                     csv = out_dir + "/metrics.csv";
   t.save(rec);
