@@ -91,6 +91,7 @@ int cmd_run(const Argv& argv) {
     info.title = scenario.config.title;
     info.scenario_path = path;
     info.model_name = loaded.model->source();
+    info.random_weights = loaded.model->is_random_weights();
     info.bookkeeping_only = model.weights == nullptr;
     info.command = "kvscope run";
     for (const std::string& a : argv) info.command += " " + a;

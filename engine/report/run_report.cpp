@@ -127,7 +127,7 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
   j["command"] = info.command;
   j["units"] = "bytes are plain bytes; where text shows sizes, GB = 10^9 bytes and GiB = 2^30 bytes";
   j["model"] = {{"name", info.model_name},
-                {"random_weights", t.header().random_weights},
+                {"random_weights", report_random_weights(info, t)},
                 {"bookkeeping_only", info.bookkeeping_only},
                 {"layers", shape.n_layers},
                 {"heads", shape.n_heads},

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/config.h"
+#include "engine/report/memory_wall_report.h"
 #include "engine/sched/simulator.h"
 #include "engine/trace/timeline.h"
 
@@ -23,6 +24,7 @@ struct RunReportInfo {
   std::string description;    // the scenario's description ("" when it has none)
   std::string scenario_path;  // as given on the command line
   std::string model_name;     // "stories260K.bin", "synthetic:llama-3-70b (random weights)"
+  bool random_weights = false;    // a synthetic model (also true when the Timeline says so)
   bool bookkeeping_only = false;  // no forward pass: tokens are 0, only block accounting is real
   std::string command;        // the command line that produced the run (quoted in the report)
 };
@@ -81,6 +83,11 @@ std::vector<std::string> write_run_report(const RunReportInfo& info, const Model
                                           const Simulator& sim, const std::string& out_dir,
                                           const std::function<void(const std::string&)>& progress);
 
+// Whether the report labels the run "random weights".
+inline bool report_random_weights(const RunReportInfo& info, const Timeline& t) {
+  return info.random_weights || t.header().random_weights;
+}
+
 // Pieces the writer uses (separate files; exposed for tests).
 struct ReportPlot {
   std::string file;   // "utilization.png"
@@ -91,6 +98,10 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
                                            const Simulator& sim, const RunFigures& figures,
                                            const std::string& out_dir,
                                            const std::function<void(const std::string&)>& progress);
+// The memory wall the report shows for random-weight (published shape) models: fp16 weights,
+// 1..8 GPUs of 80 GB, the run's KV format (fp16 when K and V differ), the trained context.
+MemoryWallSpec report_memory_wall_spec(const RunReportInfo& info, const ModelConfig& shape,
+                                       const SimConfig& config);
 std::string run_report_markdown(const RunReportInfo& info, const ModelConfig& shape,
                                 const Simulator& sim, const RunFigures& figures,
                                 const std::vector<ReportPlot>& plots);

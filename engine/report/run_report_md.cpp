@@ -164,8 +164,8 @@ std::string run_report_markdown(const RunReportInfo& info, const ModelConfig& sh
   std::ostringstream o;
   o << "# " << (info.title.empty() ? info.scenario_path : info.title) << "\n\n";
   if (!info.description.empty()) o << info.description << "\n\n";
-  if (h.random_weights)
-    o << "**Random weights**: this model has seeded random weights at a published shape. Its "
+  if (report_random_weights(info, *sim.timeline()))
+    o << "**Random weights**: this model has seeded random weights at a real or chosen shape. Its "
          "memory and allocator figures are real; its tokens mean nothing.\n\n";
   if (info.bookkeeping_only)
     o << "**Bookkeeping only**: no forward pass ran; every generated token is 0 and only "
@@ -181,6 +181,12 @@ std::string run_report_markdown(const RunReportInfo& info, const ModelConfig& sh
   for (const ReportPlot& p : plots) o << "![" << p.title << "](" << p.file << ")\n\n";
   requests_section(o, sim);
   memory_section(o, shape, f, h.kv_bytes_per_token, h.kv_format);
+  if (report_random_weights(info, *sim.timeline())) {
+    const MemoryWallSpec spec = report_memory_wall_spec(info, shape, sim.config());
+    o << "## The memory wall for this shape\n\nHow much context fits in the KV cache beside the "
+         "weights (see memwall.png; `kvscope memwall --help` for other GPUs and formats):\n\n"
+      << memory_wall_markdown(spec, compute_memory_wall(spec)) << "\n";
+  }
   o << "## Files\n\nreport.json (every per-step metric and this summary); `kvscope run` also writes metrics.csv (the per-step "
        "metrics as CSV), recording.kvr (open it in kvscope-ui), trace.json (Chrome trace: open in "
        "https://ui.perfetto.dev), and the PNG plots above.\n";

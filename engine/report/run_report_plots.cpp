@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/analysis/memory_math.h"
+#include "engine/report/memory_wall_report.h"
 #include "engine/report/png_plot.h"
 #include "engine/report/run_report.h"
 
@@ -30,6 +31,18 @@ PlotSeries over_steps(const std::string& label, std::span<const StepMetrics> met
 
 }  // namespace
 
+MemoryWallSpec report_memory_wall_spec(const RunReportInfo& info, const ModelConfig& shape,
+                                       const SimConfig& config) {
+  MemoryWallSpec spec;
+  spec.model_name = info.model_name;
+  spec.shape = shape;
+  spec.params = shape.num_params();
+  spec.kv_format = config.k_format == config.v_format ? config.k_format : parse_kv_format("fp16", "report");
+  spec.block_size = config.block_size;
+  spec.context = shape.seq_len;
+  return spec;
+}
+
 std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const ModelConfig& shape,
                                            const Simulator& sim, const RunFigures& f,
                                            const std::string& out_dir,
@@ -37,7 +50,7 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
   const Timeline& t = *sim.timeline();
   const std::span<const StepMetrics> m = t.all_metrics();
   const double pool_slots = static_cast<double>(f.blocks_total) * f.block_size;
-  const std::string note = footnote(info, t.header().random_weights);
+  const std::string note = footnote(info, report_random_weights(info, t));
   std::vector<ReportPlot> plots;
   auto write = [&](PlotSpec& spec, const std::string& file) {
     spec.footnote = note;
@@ -146,6 +159,14 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
   }
   mem.h_lines = {{pool_bytes, "this run's pool: " + format_bytes(pool_bytes)}};
   write(mem, "memory_vs_context.png");
+
+  if (report_random_weights(info, t)) {  // a published shape: the memory wall on 1..8 80 GB GPUs
+    const MemoryWallSpec spec = report_memory_wall_spec(info, shape, sim.config());
+    const std::string file = "memwall.png";
+    write_memory_wall_png(spec, out_dir + "/" + file, note);
+    plots.push_back({file, "Memory wall: tokens that fit beside the weights"});
+    if (progress) progress(out_dir + "/" + file);
+  }
   return plots;
 }
 

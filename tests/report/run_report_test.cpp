@@ -9,6 +9,7 @@
 
 #include "engine/analysis/pool_metrics.h"
 #include "engine/common/error.h"
+#include "engine/model/synthetic.h"
 #include "engine/report/run_report.h"
 #include "engine/sched/scenario_min.h"
 #include "tests/test_support.h"
@@ -190,6 +191,38 @@ TEST(RunReport, UnwritableDirectoryIsAClearErrorAndLeavesNoPartialFile) {
   }
   EXPECT_EQ(temp_files_in(dir), 0);
   EXPECT_NO_THROW(nlohmann::json::parse(testing::read_text(dir + "/report.json")));
+}
+
+// A random-weight shape (bookkeeping only) is labelled as such and gets the memory wall.
+TEST(RunReport, RandomWeightShapeIsLabelledAndShowsTheMemoryWall) {
+  const ModelConfig shape = parse_synthetic_spec("llama-3-8b,layers=2,vocab=512").config;
+  SimConfig config;
+  config.block_size = 16;
+  config.num_blocks = 8;
+  SimRequest req;
+  req.prompt_tokens = {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  req.max_new_tokens = 30;
+  Simulator sim(config, SimModel{shape, nullptr}, {req});
+  sim.run(100);
+  RunReportInfo info;
+  info.title = "random";
+  info.scenario_path = "mem.json";
+  info.model_name = "synthetic:llama-3-8b,layers=2,vocab=512 (random weights)";
+  info.random_weights = true;
+  info.bookkeeping_only = true;
+  const std::string dir = fresh_dir("report-random");
+  write_run_report(info, shape, sim, dir, {});
+  EXPECT_TRUE(is_png(dir + "/memwall.png"));
+  const std::string md = testing::read_text(dir + "/report.md");
+  for (const char* text : {"**Random weights**", "**Bookkeeping only**", "## The memory wall",
+                           "KV bytes per token (fp32): 2 x 2 layers x 8 KV heads x 128 head_dim x 4 B/element = 16,384 B"}) {
+    EXPECT_NE(md.find(text), std::string::npos) << text;
+  }
+  const nlohmann::json j = nlohmann::json::parse(testing::read_text(dir + "/report.json"));
+  EXPECT_TRUE(j["model"]["random_weights"].get<bool>());
+  EXPECT_EQ(j["summary"]["finished"].get<int>(), 1);
+  EXPECT_EQ(j["requests"][0]["generated"].get<int>(), 30);
+  EXPECT_EQ(j["memory"]["kv_bytes_per_token"].get<double>(), 2.0 * 2 * 8 * 128 * 4);  // fp32 pool
 }
 
 }  // namespace
