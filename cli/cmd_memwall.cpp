@@ -81,15 +81,19 @@ int cmd_memwall(const Argv& argv) {
   spec.weight_dtype = args.get("--weight-dtype", "fp16");
   spec.weight_bytes_per_param = weight_bytes_per_param(spec.weight_dtype);
   spec.params = args.get_i64("--params", spec.shape.num_params());
-  if (spec.params < 1) fail_expected("--params", "a positive parameter count", std::to_string(spec.params));
+  if (spec.params < 1)
+    fail_expected("--params", "a positive parameter count", std::to_string(spec.params));
   spec.context = args.get_i64("--context", spec.shape.seq_len);
-  if (spec.context < 1) fail_expected("--context", "a positive token count", std::to_string(spec.context));
+  if (spec.context < 1)
+    fail_expected("--context", "a positive token count", std::to_string(spec.context));
 
   const MemoryWall wall = compute_memory_wall(spec);
-  std::printf("memory wall: %s\nshape: %s\n", spec.model_name.c_str(), spec.shape.describe().c_str());
+  std::printf("memory wall: %s\nshape: %s\n", spec.model_name.c_str(),
+              spec.shape.describe().c_str());
   if (spec.shape.mla_kv_lora_rank > 0)
-    std::printf("note: an MLA shape; the table is for its full K/V heads, not its %d-value latent cache\n",
-                spec.shape.mla_kv_lora_rank + spec.shape.mla_rope_dim);
+    std::printf(
+        "note: an MLA shape; the table is for its full K/V heads, not its %d-value latent cache\n",
+        spec.shape.mla_kv_lora_rank + spec.shape.mla_rope_dim);
   std::fputs(memory_wall_text(spec, wall).c_str(), stdout);
   if (args.has("--out")) {
     const std::string dir = args.get("--out");

@@ -99,6 +99,8 @@ int cmd_run(const Argv& argv) {
       if (!quiet) std::fprintf(stderr, "wrote %s\n", file.c_str());
     });
   }
+  if (!args.has("--no-report") && t.num_steps() == 0)
+    std::fprintf(stderr, "kvscope run: no step ran, so no report was written\n");
 
   const RunSummary s = summarize(t.all_metrics());
   const double peak_pct = 100.0 * s.peak_blocks_used / config.num_blocks;

@@ -55,10 +55,12 @@ double weight_bytes(const ModelConfig& shape, double bytes_per_param) {
 std::vector<MemoryWallRow> memory_wall(double weights, double bytes_per_token, double gpu_bytes,
                                        int min_gpus, int max_gpus, std::int64_t context) {
   auto positive = [](double v) { return std::isfinite(v) && v > 0; };
-  if (!positive(weights)) fail_expected("weight bytes", "a positive number", std::to_string(weights));
+  if (!positive(weights))
+    fail_expected("weight bytes", "a positive number", std::to_string(weights));
   if (!positive(bytes_per_token))
     fail_expected("KV bytes per token", "a positive number", std::to_string(bytes_per_token));
-  if (!positive(gpu_bytes)) fail_expected("GPU memory", "a positive size", std::to_string(gpu_bytes));
+  if (!positive(gpu_bytes))
+    fail_expected("GPU memory", "a positive size", std::to_string(gpu_bytes));
   if (min_gpus < 1 || max_gpus < min_gpus || max_gpus > 4096)
     fail_expected("GPU count range", "1 <= first <= last <= 4096",
                   std::to_string(min_gpus) + "-" + std::to_string(max_gpus));
@@ -137,13 +139,14 @@ double parse_byte_size(const std::string& text, const std::string& where) {
     const char* name;
     double scale;
   };
-  const Unit units[] = {{"B", 1},          {"KB", 1e3},         {"MB", 1e6},
-                        {"GB", 1e9},       {"TB", 1e12},        {"KiB", 1024.0},
+  const Unit units[] = {{"B", 1},           {"KB", 1e3},           {"MB", 1e6},
+                        {"GB", 1e9},        {"TB", 1e12},          {"KiB", 1024.0},
                         {"MiB", 1048576.0}, {"GiB", kBytesPerGiB}, {"TiB", kBytesPerGiB * 1024.0}};
   for (const Unit& u : units) {
     if (unit == u.name) {
       const double bytes = value * u.scale;
-      if (bytes < 1 || bytes > 1e18) fail_expected(where, "a size between 1 B and 1 EB", "'" + text + "'");
+      if (bytes < 1 || bytes > 1e18)
+        fail_expected(where, "a size between 1 B and 1 EB", "'" + text + "'");
       return bytes;
     }
   }

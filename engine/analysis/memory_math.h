@@ -12,7 +12,7 @@
 
 namespace kvscope {
 
-inline constexpr double kBytesPerGB = 1e9;                // decimal gigabyte
+inline constexpr double kBytesPerGB = 1e9;                        // decimal gigabyte
 inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;  // binary gibibyte, 2^30
 
 // Payload bytes of one element in `dtype` (fp32 4, fp16/bf16 2, fp8/int8 1, int4 0.5, int2 and
@@ -52,12 +52,12 @@ double weight_bytes(const ModelConfig& shape, double bytes_per_param);
 // else counted: activations, CUDA context and allocator slack are extra in real servers).
 struct MemoryWallRow {
   int gpus = 0;
-  double total_bytes = 0;      // gpus x gpu_bytes
+  double total_bytes = 0;  // gpus x gpu_bytes
   double weight_bytes = 0;
   double kv_budget_bytes = 0;  // total - weights; negative when the weights do not fit
   bool weights_fit = false;
-  std::int64_t max_tokens = 0;          // floor(budget / bytes per token): one sequence's context
-  std::int64_t max_batch = 0;           // floor(max_tokens / context): sequences of `context`
+  std::int64_t max_tokens = 0;  // floor(budget / bytes per token): one sequence's context
+  std::int64_t max_batch = 0;   // floor(max_tokens / context): sequences of `context`
 };
 // One row per GPU count in [min_gpus, max_gpus]. Throws kvscope::Error on non-positive inputs.
 std::vector<MemoryWallRow> memory_wall(double weight_bytes, double kv_bytes_per_token,

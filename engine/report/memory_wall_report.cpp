@@ -23,13 +23,16 @@ std::string weights_line(const MemoryWallSpec& spec, const MemoryWall& wall) {
 std::string formula_line(const MemoryWallSpec& spec, const MemoryWall& wall) {
   const ModelConfig& c = spec.shape;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "KV bytes per token (%s): 2 x %d layers x %d KV heads x %d head_dim x %g B/element = %s B",
-                spec.kv_format.name().c_str(), c.n_layers, c.n_kv_heads, c.head_dim(),
-                spec.kv_format.bits() / 8.0,
-                format_count(static_cast<std::int64_t>(wall.kv_payload_bytes_per_token)).c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "KV bytes per token (%s): 2 x %d layers x %d KV heads x %d head_dim x %g B/element = %s B",
+      spec.kv_format.name().c_str(), c.n_layers, c.n_kv_heads, c.head_dim(),
+      spec.kv_format.bits() / 8.0,
+      format_count(static_cast<std::int64_t>(wall.kv_payload_bytes_per_token)).c_str());
   std::string s = buf;
   if (wall.kv_bytes_per_token != wall.kv_payload_bytes_per_token) {
-    std::snprintf(buf, sizeof buf, "; with its scales (block %d): %.2f B", spec.block_size, wall.kv_bytes_per_token);
+    std::snprintf(buf, sizeof buf, "; with its scales (block %d): %.2f B", spec.block_size,
+                  wall.kv_bytes_per_token);
     s += buf;
   }
   return s + " (" + format_bytes(wall.kv_bytes_per_token) + ")";
@@ -44,10 +47,12 @@ std::string gpu_line(const MemoryWallSpec& spec) {
 }  // namespace
 
 MemoryWall compute_memory_wall(const MemoryWallSpec& spec) {
-  if (spec.params <= 0) fail_expected("parameters", "a positive count", std::to_string(spec.params));
+  if (spec.params <= 0)
+    fail_expected("parameters", "a positive count", std::to_string(spec.params));
   MemoryWall w;
   w.kv_payload_bytes_per_token = kv_bytes_per_token(spec.shape, spec.kv_format.bits() / 8.0);
-  w.kv_bytes_per_token = kv_bytes_per_token_exact(spec.shape, spec.block_size, spec.kv_format, spec.kv_format);
+  w.kv_bytes_per_token =
+      kv_bytes_per_token_exact(spec.shape, spec.block_size, spec.kv_format, spec.kv_format);
   w.weight_bytes = static_cast<double>(spec.params) * spec.weight_bytes_per_param;
   w.rows = memory_wall(w.weight_bytes, w.kv_bytes_per_token, spec.gpu_bytes, spec.min_gpus,
                        spec.max_gpus, spec.context);
@@ -56,11 +61,13 @@ MemoryWall compute_memory_wall(const MemoryWallSpec& spec) {
 
 std::string memory_wall_text(const MemoryWallSpec& spec, const MemoryWall& wall) {
   std::ostringstream o;
-  o << formula_line(spec, wall) << "\n" << weights_line(spec, wall) << "\n" << gpu_line(spec) << "\n\n";
+  o << formula_line(spec, wall) << "\n"
+    << weights_line(spec, wall) << "\n"
+    << gpu_line(spec) << "\n\n";
   char buf[320];
   const std::string batch = "max batch (" + format_count(spec.context) + " tokens each)";
-  std::snprintf(buf, sizeof buf, "%4s  %-24s  %-24s  %-24s  %16s  %s\n", "GPUs", "memory", "weights",
-                "left for the KV cache", "max tokens", batch.c_str());
+  std::snprintf(buf, sizeof buf, "%4s  %-24s  %-24s  %-24s  %16s  %s\n", "GPUs", "memory",
+                "weights", "left for the KV cache", "max tokens", batch.c_str());
   o << buf;
   for (const MemoryWallRow& r : wall.rows) {
     if (!r.weights_fit) {
@@ -75,17 +82,21 @@ std::string memory_wall_text(const MemoryWallSpec& spec, const MemoryWall& wall)
     }
     o << buf;
   }
-  o << "(max tokens: one sequence's context, or the total over a batch; GiB = 2^30 bytes, GB = 10^9 bytes)\n";
+  o << "(max tokens: one sequence's context, or the total over a batch; GiB = 2^30 bytes, GB = "
+       "10^9 bytes)\n";
   return o.str();
 }
 
 std::string memory_wall_markdown(const MemoryWallSpec& spec, const MemoryWall& wall) {
   std::ostringstream o;
-  o << "- " << formula_line(spec, wall) << "\n- " << weights_line(spec, wall) << "\n- " << gpu_line(spec)
-    << "\n\n| GPUs | memory | weights | left for the KV cache | max tokens (one sequence, or a batch's total) | max batch of "
+  o << "- " << formula_line(spec, wall) << "\n- " << weights_line(spec, wall) << "\n- "
+    << gpu_line(spec)
+    << "\n\n| GPUs | memory | weights | left for the KV cache | max tokens (one sequence, or a "
+       "batch's total) | max batch of "
     << format_count(spec.context) << "-token sequences |\n|---|---|---|---|---|---|\n";
   for (const MemoryWallRow& r : wall.rows) {
-    o << "| " << r.gpus << " | " << format_bytes(r.total_bytes) << " | " << format_bytes(r.weight_bytes) << " | "
+    o << "| " << r.gpus << " | " << format_bytes(r.total_bytes) << " | "
+      << format_bytes(r.weight_bytes) << " | "
       << (r.weights_fit ? format_bytes(r.kv_budget_bytes) : "none: the weights do not fit") << " | "
       << format_count(r.max_tokens) << " | " << format_count(r.max_batch) << " |\n";
   }
@@ -93,7 +104,8 @@ std::string memory_wall_markdown(const MemoryWallSpec& spec, const MemoryWall& w
   return o.str();
 }
 
-void write_memory_wall_png(const MemoryWallSpec& spec, const std::string& path, const std::string& footnote) {
+void write_memory_wall_png(const MemoryWallSpec& spec, const std::string& path,
+                           const std::string& footnote) {
   PlotSpec plot;
   plot.title = "Memory wall: tokens that fit beside the weights";
   plot.x_label = "GPUs (" + format_bytes(spec.gpu_bytes) + " each)";
@@ -108,7 +120,8 @@ void write_memory_wall_png(const MemoryWallSpec& spec, const std::string& path, 
     s.kv_format = f;
     const MemoryWall w = compute_memory_wall(s);
     PlotSeries series;
-    series.label = "KV " + f.name() + " (" + format_count(static_cast<std::int64_t>(w.kv_bytes_per_token)) +
+    series.label = "KV " + f.name() + " (" +
+                   format_count(static_cast<std::int64_t>(w.kv_bytes_per_token)) +
                    " B/token, scales included)";
     series.markers = true;
     for (const MemoryWallRow& r : w.rows) {
@@ -117,7 +130,8 @@ void write_memory_wall_png(const MemoryWallSpec& spec, const std::string& path, 
     }
     plot.series.push_back(series);
   }
-  plot.h_lines = {{static_cast<double>(spec.context), "one " + format_count(spec.context) + "-token sequence"}};
+  plot.h_lines = {
+      {static_cast<double>(spec.context), "one " + format_count(spec.context) + "-token sequence"}};
   plot.footnote = footnote;
   write_png_plot(plot, path);
 }

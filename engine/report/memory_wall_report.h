@@ -14,21 +14,21 @@
 namespace kvscope {
 
 struct MemoryWallSpec {
-  std::string model_name;           // "synthetic:llama-3-70b"
+  std::string model_name;  // "synthetic:llama-3-70b"
   ModelConfig shape;
-  std::int64_t params = 0;          // parameters counted as weights (shape.num_params() by default)
+  std::int64_t params = 0;  // parameters counted as weights (shape.num_params() by default)
   double weight_bytes_per_param = 2;  // fp16 weights
   std::string weight_dtype = "fp16";
-  KvFormat kv_format;               // the KV format of the table
-  int block_size = 16;              // for the exact bytes of formats with scales
-  double gpu_bytes = 80e9;          // per GPU
+  KvFormat kv_format;       // the KV format of the table
+  int block_size = 16;      // for the exact bytes of formats with scales
+  double gpu_bytes = 80e9;  // per GPU
   int min_gpus = 1;
   int max_gpus = 8;
-  std::int64_t context = 0;         // tokens per sequence for the batch column
+  std::int64_t context = 0;  // tokens per sequence for the batch column
 };
 
 struct MemoryWall {
-  double kv_bytes_per_token = 0;       // exact, scales included
+  double kv_bytes_per_token = 0;          // exact, scales included
   double kv_payload_bytes_per_token = 0;  // the formula, scales excluded
   double weight_bytes = 0;
   std::vector<MemoryWallRow> rows;

@@ -15,7 +15,8 @@ namespace kvscope {
 
 RunFigures run_figures(std::span<const StepMetrics> metrics, int block_size) {
   if (metrics.empty()) fail_expected("run report", "a run with at least one step", "0 steps");
-  if (block_size < 1) fail_expected("run report: block_size", "a positive integer", std::to_string(block_size));
+  if (block_size < 1)
+    fail_expected("run report: block_size", "a positive integer", std::to_string(block_size));
   RunFigures f;
   f.steps = static_cast<int>(metrics.size());
   f.block_size = block_size;
@@ -54,7 +55,8 @@ RunFigures run_figures(std::span<const StepMetrics> metrics, int block_size) {
       f.min_largest_free_run = m.largest_free_run;
       f.min_largest_free_run_step = m.step;
     }
-    f.peak_external_fragmentation = std::max(f.peak_external_fragmentation, m.external_fragmentation());
+    f.peak_external_fragmentation =
+        std::max(f.peak_external_fragmentation, m.external_fragmentation());
     if (m.kv_bytes_used > f.peak_kv_bytes_used) {
       f.peak_kv_bytes_used = m.kv_bytes_used;
       f.peak_kv_bytes_step = m.step;
@@ -125,7 +127,8 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
   j["description"] = info.description;
   j["scenario"] = info.scenario_path;
   j["command"] = info.command;
-  j["units"] = "bytes are plain bytes; where text shows sizes, GB = 10^9 bytes and GiB = 2^30 bytes";
+  j["units"] =
+      "bytes are plain bytes; where text shows sizes, GB = 10^9 bytes and GiB = 2^30 bytes";
   j["model"] = {{"name", info.model_name},
                 {"random_weights", report_random_weights(info, t)},
                 {"bookkeeping_only", info.bookkeeping_only},
@@ -135,20 +138,21 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
                 {"head_dim", shape.head_dim()},
                 {"seq_len", shape.seq_len},
                 {"params", shape.num_params()}};
-  j["config"] = {{"allocator", allocator_name(c.allocator)},
-                 {"block_size", c.block_size},
-                 {"num_blocks", c.num_blocks},
-                 {"max_seq_len", c.max_seq_len},
-                 {"preemption", preemption_name(c.preemption)},
-                 {"victim", victim_name(c.victim)},
-                 {"host_blocks", c.host_blocks},
-                 {"max_tokens_per_step", c.max_tokens_per_step},
-                 {"max_running", c.max_running},
-                 {"k_format", c.k_format.name()},
-                 {"v_format", c.v_format.name()},
-                 {"prefix_caching", c.prefix_caching},
-                 {"prefix_index", std::string(index_kind_name(c.prefix_index))},
-                 {"cached_block_eviction", std::string(eviction_policy_name(c.cached_block_eviction))}};
+  j["config"] = {
+      {"allocator", allocator_name(c.allocator)},
+      {"block_size", c.block_size},
+      {"num_blocks", c.num_blocks},
+      {"max_seq_len", c.max_seq_len},
+      {"preemption", preemption_name(c.preemption)},
+      {"victim", victim_name(c.victim)},
+      {"host_blocks", c.host_blocks},
+      {"max_tokens_per_step", c.max_tokens_per_step},
+      {"max_running", c.max_running},
+      {"k_format", c.k_format.name()},
+      {"v_format", c.v_format.name()},
+      {"prefix_caching", c.prefix_caching},
+      {"prefix_index", std::string(index_kind_name(c.prefix_index))},
+      {"cached_block_eviction", std::string(eviction_policy_name(c.cached_block_eviction))}};
   const double fp16 = kv_bytes_per_token(shape, 2.0);
   j["memory"] = {{"kv_bytes_per_token", per_token},
                  {"kv_bytes_per_token_formula_fp16", fp16},
@@ -235,7 +239,9 @@ std::vector<std::string> write_run_report(const RunReportInfo& info, const Model
   for (const ReportPlot& p : plots) files.push_back(p.file);
   j["plots"] = std::move(files);
   const std::string json_path = out_dir + "/report.json";
-  write_file_atomically(json_path, [&](std::ostream& out) { out << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n'; });
+  write_file_atomically(json_path, [&](std::ostream& out) {
+    out << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  });
   note(json_path);
   const std::string md_path = out_dir + "/report.md";
   const std::string md = run_report_markdown(info, shape, sim, f, plots);

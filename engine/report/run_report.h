@@ -20,13 +20,13 @@ namespace kvscope {
 
 // What the report says about where the run came from.
 struct RunReportInfo {
-  std::string title;          // the scenario's title
-  std::string description;    // the scenario's description ("" when it has none)
-  std::string scenario_path;  // as given on the command line
-  std::string model_name;     // "stories260K.bin", "synthetic:llama-3-70b (random weights)"
+  std::string title;              // the scenario's title
+  std::string description;        // the scenario's description ("" when it has none)
+  std::string scenario_path;      // as given on the command line
+  std::string model_name;         // "stories260K.bin", "synthetic:llama-3-70b (random weights)"
   bool random_weights = false;    // a synthetic model (also true when the Timeline says so)
   bool bookkeeping_only = false;  // no forward pass: tokens are 0, only block accounting is real
-  std::string command;        // the command line that produced the run (quoted in the report)
+  std::string command;            // the command line that produced the run (quoted in the report)
 };
 
 // Whole-run figures derived from the per-step metrics (the numbers the report prints).

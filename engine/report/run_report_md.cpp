@@ -23,9 +23,13 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-std::string n(std::int64_t v) { return format_count(v); }
+std::string n(std::int64_t v) {
+  return format_count(v);
+}
 
-const char* plural(std::int64_t v, const char* one, const char* many) { return v == 1 ? one : many; }
+const char* plural(std::int64_t v, const char* one, const char* many) {
+  return v == 1 ? one : many;
+}
 
 void what_happened(std::ostream& o, const Simulator& sim, const RunFigures& f) {
   const SimConfig& c = sim.config();
@@ -33,48 +37,55 @@ void what_happened(std::ostream& o, const Simulator& sim, const RunFigures& f) {
   const int unfinished = requests - f.finished - f.rejected;
   o << "## What happened\n\n";
   o << n(requests) << " " << plural(requests, "request", "requests")
-    << " (parallel samples count separately) shared a pool of " << n(f.blocks_total) << " blocks of "
-    << f.block_size << " tokens (" << allocator_name(c.allocator) << " allocation) for " << n(f.steps)
-    << " " << plural(f.steps, "step", "steps") << ". " << n(f.finished) << " finished, " << n(f.rejected)
-    << " were rejected";
-  if (unfinished > 0) o << " and " << n(unfinished) << " were still unfinished when the run stopped";
+    << " (parallel samples count separately) shared a pool of " << n(f.blocks_total)
+    << " blocks of " << f.block_size << " tokens (" << allocator_name(c.allocator)
+    << " allocation) for " << n(f.steps) << " " << plural(f.steps, "step", "steps") << ". "
+    << n(f.finished) << " finished, " << n(f.rejected) << " were rejected";
+  if (unfinished > 0)
+    o << " and " << n(unfinished) << " were still unfinished when the run stopped";
   o << ". The model processed " << n(f.prefill_tokens) << " prompt tokens (prefill, recomputation "
-    << "included) and " << n(f.decode_tokens) << " decode tokens; on average " << fixed(f.mean_running, 2)
-    << " requests ran per step (at most " << f.peak_running << ").\n\n";
+    << "included) and " << n(f.decode_tokens) << " decode tokens; on average "
+    << fixed(f.mean_running, 2) << " requests ran per step (at most " << f.peak_running << ").\n\n";
   if (f.preemptions == 0) {
     o << "No request was preempted: the pool never ran out of blocks for the running requests.\n\n";
   } else {
-    o << "The pool ran out of blocks and the scheduler preempted a running request " << n(f.preemptions)
-      << " " << plural(f.preemptions, "time", "times") << " (" << preemption_name(c.preemption)
-      << ", victim: " << victim_name(c.victim) << ")";
-    if (f.tokens_recomputed > 0) o << "; " << n(f.tokens_recomputed) << " tokens had to be recomputed";
+    o << "The pool ran out of blocks and the scheduler preempted a running request "
+      << n(f.preemptions) << " " << plural(f.preemptions, "time", "times") << " ("
+      << preemption_name(c.preemption) << ", victim: " << victim_name(c.victim) << ")";
+    if (f.tokens_recomputed > 0)
+      o << "; " << n(f.tokens_recomputed) << " tokens had to be recomputed";
     o << ".\n\n";
   }
   if (c.prefix_caching) {
     o << "Prefix caching was on (" << index_kind_name(c.prefix_index) << " index, "
-      << eviction_policy_name(c.cached_block_eviction) << " eviction of cached blocks): "
-      << n(f.prefix_hit_tokens) << " of " << n(f.prompt_tokens) << " prompt tokens ("
-      << pct(f.prefill_saved_fraction()) << ") came from shared blocks, so their prefill was skipped.\n\n";
+      << eviction_policy_name(c.cached_block_eviction)
+      << " eviction of cached blocks): " << n(f.prefix_hit_tokens) << " of " << n(f.prompt_tokens)
+      << " prompt tokens (" << pct(f.prefill_saved_fraction())
+      << ") came from shared blocks, so their prefill was skipped.\n\n";
   } else {
     o << "Prefix caching was off: every prompt token was computed.\n\n";
   }
   const StepMetrics& peak = sim.timeline()->metrics(f.peak_step);
-  o << "At the busiest step (" << f.peak_step << ") the requests held " << n(peak.blocks_used) << " of "
-    << n(f.blocks_total) << " blocks (" << pct(f.peak_block_occupancy) << " of the pool, block-level) "
+  o << "At the busiest step (" << f.peak_step << ") the requests held " << n(peak.blocks_used)
+    << " of " << n(f.blocks_total) << " blocks (" << pct(f.peak_block_occupancy)
+    << " of the pool, block-level) "
     << "but those blocks held " << n(peak.slots_filled) << " tokens in " << n(peak.slots_allocated)
     << " slots (" << pct(peak.utilization()) << " of the allocated slots; "
-    << pct(static_cast<double>(peak.slots_filled) / (static_cast<double>(f.blocks_total) * f.block_size))
+    << pct(static_cast<double>(peak.slots_filled) /
+           (static_cast<double>(f.blocks_total) * f.block_size))
     << " of the pool's slots, token-level). The difference is " << n(peak.internal_frag_slots)
     << " empty slots at the ends of last blocks (internal fragmentation)";
   if (peak.reservation_waste_slots > 0)
-    o << " and " << n(peak.reservation_waste_slots) << " slots reserved but not yet used (reservation waste)";
+    o << " and " << n(peak.reservation_waste_slots)
+      << " slots reserved but not yet used (reservation waste)";
   o << ". Over the whole run the blocks were " << pct(f.mean_block_occupancy)
     << " used on average and the pool's token slots " << pct(f.mean_token_occupancy) << ".\n\n";
-  o << "The largest run of consecutive free blocks fell to " << n(f.min_largest_free_run) << " (step "
-    << f.min_largest_free_run_step << ")"
+  o << "The largest run of consecutive free blocks fell to " << n(f.min_largest_free_run)
+    << " (step " << f.min_largest_free_run_step << ")"
     << (c.allocator == AllocatorKind::kPaged
             ? "; paged allocation never needs consecutive free blocks, so this costs it nothing."
-            : "; the contiguous baseline needs a whole reservation in one run, so this decides what it can admit.")
+            : "; the contiguous baseline needs a whole reservation in one run, so this decides "
+              "what it can admit.")
     << "\n\n";
 }
 
@@ -85,12 +96,14 @@ void key_figures(std::ostream& o, const Simulator& sim, const RunFigures& f, dou
        "(1 GB = 10^9 bytes).\n\n"
     << "| figure | value |\n|---|---|\n"
     << "| steps | " << n(f.steps) << " |\n"
-    << "| requests: finished / rejected / unfinished | " << f.finished << " / " << f.rejected << " / "
-    << sim.num_requests() - f.finished - f.rejected << " |\n"
-    << "| prefill tokens / decode tokens | " << n(f.prefill_tokens) << " / " << n(f.decode_tokens) << " |\n"
-    << "| preemptions (tokens recomputed) | " << n(f.preemptions) << " (" << n(f.tokens_recomputed) << ") |\n"
-    << "| prompt tokens served by the prefix cache (prefill saved) | " << n(f.prefix_hit_tokens) << " of "
-    << n(f.prompt_tokens) << " (" << pct(f.prefill_saved_fraction()) << ") |\n"
+    << "| requests: finished / rejected / unfinished | " << f.finished << " / " << f.rejected
+    << " / " << sim.num_requests() - f.finished - f.rejected << " |\n"
+    << "| prefill tokens / decode tokens | " << n(f.prefill_tokens) << " / " << n(f.decode_tokens)
+    << " |\n"
+    << "| preemptions (tokens recomputed) | " << n(f.preemptions) << " (" << n(f.tokens_recomputed)
+    << ") |\n"
+    << "| prompt tokens served by the prefix cache (prefill saved) | " << n(f.prefix_hit_tokens)
+    << " of " << n(f.prompt_tokens) << " (" << pct(f.prefill_saved_fraction()) << ") |\n"
     << "| block-level occupancy: peak / mean | " << pct(f.peak_block_occupancy) << " / "
     << pct(f.mean_block_occupancy) << " |\n"
     << "| token-level occupancy: peak / mean | " << pct(f.peak_token_occupancy) << " / "
@@ -104,19 +117,23 @@ void key_figures(std::ostream& o, const Simulator& sim, const RunFigures& f, dou
     << "| largest free run (blocks): lowest / at the end | " << n(f.min_largest_free_run) << " / "
     << n(f.final_largest_free_run) << " |\n"
     << "| KV bytes per token (exact, this run's formats) | " << fixed(per_token, 2) << " B |\n"
-    << "| pool size | " << format_bytes(pool_bytes) << " (" << n(static_cast<std::int64_t>(pool_bytes)) << " bytes) |\n"
+    << "| pool size | " << format_bytes(pool_bytes) << " ("
+    << n(static_cast<std::int64_t>(pool_bytes)) << " bytes) |\n"
     << "| peak KV bytes allocated (step " << f.peak_kv_bytes_step << ") | "
     << format_bytes(static_cast<double>(f.peak_kv_bytes_used)) << " (" << n(f.peak_kv_bytes_used)
     << " bytes) |\n\n";
 }
 
-void memory_section(std::ostream& o, const ModelConfig& shape, const RunFigures& f, double per_token,
-                    const std::string& kv_format) {
+void memory_section(std::ostream& o, const ModelConfig& shape, const RunFigures& f,
+                    double per_token, const std::string& kv_format) {
   o << "## Memory vs context for this shape\n\n"
     << "bytes per token = 2 (K and V) x " << shape.n_layers << " layers x " << shape.n_kv_heads
-    << " KV heads x " << shape.head_dim() << " head_dim x bytes per element. Payload only; quantized "
-       "formats add their scales (this run's exact figure, scales included, is in the table above).\n\n"
-    << "| format | bytes per token | at " << n(shape.seq_len) << " tokens (trained context) | at 131,072 tokens |\n"
+    << " KV heads x " << shape.head_dim()
+    << " head_dim x bytes per element. Payload only; quantized "
+       "formats add their scales (this run's exact figure, scales included, is in the table "
+       "above).\n\n"
+    << "| format | bytes per token | at " << n(shape.seq_len)
+    << " tokens (trained context) | at 131,072 tokens |\n"
     << "|---|---|---|---|\n";
   const struct {
     const char* name;
@@ -125,18 +142,21 @@ void memory_section(std::ostream& o, const ModelConfig& shape, const RunFigures&
   for (const auto& fmt : formats) {
     const double b = kv_bytes_per_token(shape, fmt.bytes);
     o << "| " << fmt.name << " | " << n(static_cast<std::int64_t>(b)) << " | "
-      << format_bytes(kv_bytes_at(b, shape.seq_len)) << " | " << format_bytes(kv_bytes_at(b, 131072))
-      << " |\n";
+      << format_bytes(kv_bytes_at(b, shape.seq_len)) << " | "
+      << format_bytes(kv_bytes_at(b, 131072)) << " |\n";
   }
-  o << "\nMeasured in this run (" << kv_format << ", " << fixed(per_token, 2) << " B/token): at step "
-    << f.peak_kv_bytes_step << " the pool had " << format_bytes(static_cast<double>(f.peak_kv_bytes_used))
-    << " allocated, the run's largest (allocated slots x exact bytes per token, so the empty slots of "
+  o << "\nMeasured in this run (" << kv_format << ", " << fixed(per_token, 2)
+    << " B/token): at step " << f.peak_kv_bytes_step << " the pool had "
+    << format_bytes(static_cast<double>(f.peak_kv_bytes_used))
+    << " allocated, the run's largest (allocated slots x exact bytes per token, so the empty slots "
+       "of "
        "last blocks count).\n\n";
 }
 
 void requests_section(std::ostream& o, const Simulator& sim) {
   constexpr int kMaxRows = 64;
-  o << "## Requests\n\n| id | arrival | prompt | generated | prefix hits | preemptions | admitted | "
+  o << "## Requests\n\n| id | arrival | prompt | generated | prefix hits | preemptions | admitted "
+       "| "
        "finished | outcome |\n|---|---|---|---|---|---|---|---|---|\n";
   auto step = [](const std::optional<int>& s) { return s ? std::to_string(*s) : std::string("-"); };
   const int rows = std::min(sim.num_requests(), kMaxRows);
@@ -146,8 +166,8 @@ void requests_section(std::ostream& o, const Simulator& sim) {
     if (r.phase == RequestPhase::kRejected) outcome += ": " + r.reject_reason;
     for (char& ch : outcome)
       if (ch == '|' || ch == '\n') ch = ' ';
-    o << "| " << r.id << " | " << r.spec.arrival_step << " | " << r.spec.prompt_tokens.size() << " | "
-      << r.generated << " | " << r.prefix_hit_tokens << " | " << r.preemptions << " | "
+    o << "| " << r.id << " | " << r.spec.arrival_step << " | " << r.spec.prompt_tokens.size()
+      << " | " << r.generated << " | " << r.prefix_hit_tokens << " | " << r.preemptions << " | "
       << step(r.admitted_step) << " | " << step(r.finished_step) << " | " << outcome << " |\n";
   }
   if (sim.num_requests() > rows)
@@ -171,8 +191,9 @@ std::string run_report_markdown(const RunReportInfo& info, const ModelConfig& sh
     o << "**Bookkeeping only**: no forward pass ran; every generated token is 0 and only "
          "max_new_tokens stops a request. Block accounting is real.\n\n";
   o << "- scenario: `" << info.scenario_path << "`\n- model: " << info.model_name << " ("
-    << shape.describe() << ")\n- cache: " << allocator_name(sim.config().allocator) << ", block size "
-    << f.block_size << ", " << n(f.blocks_total) << " blocks, K/V format " << h.kv_format << "\n";
+    << shape.describe() << ")\n- cache: " << allocator_name(sim.config().allocator)
+    << ", block size " << f.block_size << ", " << n(f.blocks_total) << " blocks, K/V format "
+    << h.kv_format << "\n";
   if (!info.command.empty()) o << "- command: `" << info.command << "`\n";
   o << "\n";
   what_happened(o, sim, f);
@@ -187,7 +208,8 @@ std::string run_report_markdown(const RunReportInfo& info, const ModelConfig& sh
          "weights (see memwall.png; `kvscope memwall --help` for other GPUs and formats):\n\n"
       << memory_wall_markdown(spec, compute_memory_wall(spec)) << "\n";
   }
-  o << "## Files\n\nreport.json (every per-step metric and this summary); `kvscope run` also writes metrics.csv (the per-step "
+  o << "## Files\n\nreport.json (every per-step metric and this summary); `kvscope run` also "
+       "writes metrics.csv (the per-step "
        "metrics as CSV), recording.kvr (open it in kvscope-ui), trace.json (Chrome trace: open in "
        "https://ui.perfetto.dev), and the PNG plots above.\n";
   return o.str();

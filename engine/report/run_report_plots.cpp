@@ -37,16 +37,16 @@ MemoryWallSpec report_memory_wall_spec(const RunReportInfo& info, const ModelCon
   spec.model_name = info.model_name;
   spec.shape = shape;
   spec.params = shape.num_params();
-  spec.kv_format = config.k_format == config.v_format ? config.k_format : parse_kv_format("fp16", "report");
+  spec.kv_format =
+      config.k_format == config.v_format ? config.k_format : parse_kv_format("fp16", "report");
   spec.block_size = config.block_size;
   spec.context = shape.seq_len;
   return spec;
 }
 
-std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const ModelConfig& shape,
-                                           const Simulator& sim, const RunFigures& f,
-                                           const std::string& out_dir,
-                                           const std::function<void(const std::string&)>& progress) {
+std::vector<ReportPlot> write_report_plots(
+    const RunReportInfo& info, const ModelConfig& shape, const Simulator& sim, const RunFigures& f,
+    const std::string& out_dir, const std::function<void(const std::string&)>& progress) {
   const Timeline& t = *sim.timeline();
   const std::span<const StepMetrics> m = t.all_metrics();
   const double pool_slots = static_cast<double>(f.blocks_total) * f.block_size;
@@ -68,7 +68,9 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
       over_steps("blocks used / pool blocks (block-level)", m,
                  [&](const StepMetrics& s) { return pct(s.blocks_used, f.blocks_total); }),
       over_steps("tokens held / pool slots (token-level)", m,
-                 [&](const StepMetrics& s) { return pct(static_cast<double>(s.slots_filled), pool_slots); }),
+                 [&](const StepMetrics& s) {
+                   return pct(static_cast<double>(s.slots_filled), pool_slots);
+                 }),
       over_steps("tokens held / allocated slots", m,
                  [&](const StepMetrics& s) { return 100.0 * s.utilization(); })};
   write(util, "utilization.png");
@@ -79,9 +81,13 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
   frag.y_label = "percent";
   frag.series = {
       over_steps("internal: empty slots in last blocks / pool slots", m,
-                 [&](const StepMetrics& s) { return pct(static_cast<double>(s.internal_frag_slots), pool_slots); }),
+                 [&](const StepMetrics& s) {
+                   return pct(static_cast<double>(s.internal_frag_slots), pool_slots);
+                 }),
       over_steps("reservation waste / pool slots", m,
-                 [&](const StepMetrics& s) { return pct(static_cast<double>(s.reservation_waste_slots), pool_slots); }),
+                 [&](const StepMetrics& s) {
+                   return pct(static_cast<double>(s.reservation_waste_slots), pool_slots);
+                 }),
       over_steps("external: 1 - largest free run / free blocks", m,
                  [&](const StepMetrics& s) { return 100.0 * s.external_fragmentation(); })};
   write(frag, "fragmentation.png");
@@ -94,18 +100,19 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
                  over_steps("largest run of consecutive free blocks", m,
                             [](const StepMetrics& s) { return s.largest_free_run; })};
   if (sim.config().prefix_caching) {
-    free.series.push_back(over_steps("free but holding a cached prefix", m, [](const StepMetrics& s) {
-      return s.blocks_cached_free;
-    }));
+    free.series.push_back(over_steps("free but holding a cached prefix", m,
+                                     [](const StepMetrics& s) { return s.blocks_cached_free; }));
   }
-  free.h_lines = {{static_cast<double>(f.blocks_total), "pool: " + std::to_string(f.blocks_total) + " blocks"}};
+  free.h_lines = {
+      {static_cast<double>(f.blocks_total), "pool: " + std::to_string(f.blocks_total) + " blocks"}};
   write(free, "free_blocks.png");
 
   if (sim.config().prefix_caching) {
     PlotSpec hit;
-    hit.title = "Prefix cache: prompt tokens served from shared blocks";
+    hit.title = "Prefix cache hit rate";
     hit.x_label = "step";
-    hit.y_label = "percent of prompt tokens";
+    hit.y_label = "% of prompt tokens from shared blocks";
+    hit.h_lines = {{100.0, "every prompt token"}};
     hit.series = {over_steps("cumulative", m, [&](const StepMetrics& s) {
       return pct(static_cast<double>(s.prefix_hit_tokens), static_cast<double>(s.prompt_tokens));
     })};
@@ -116,7 +123,8 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
       const std::int64_t prompt = m[i].prompt_tokens - prev_prompt;
       if (prompt <= 0) continue;
       per_step.x.push_back(m[i].step);
-      per_step.y.push_back(pct(static_cast<double>(m[i].prefix_hit_tokens - prev_hit), static_cast<double>(prompt)));
+      per_step.y.push_back(
+          pct(static_cast<double>(m[i].prefix_hit_tokens - prev_hit), static_cast<double>(prompt)));
     }
     hit.series.push_back(per_step);
     write(hit, "prefix_hit_rate.png");
@@ -137,8 +145,9 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
   } formats[] = {{"fp32", 4}, {"fp16", 2}, {"int8 / fp8", 1}, {"int4", 0.5}};
   for (const auto& fmt : formats) {
     PlotSeries s;
-    s.label = std::string(fmt.name) + ": " + format_count(static_cast<std::int64_t>(
-                                                 kv_bytes_per_token(shape, fmt.bytes))) + " B/token";
+    s.label = std::string(fmt.name) + ": " +
+              format_count(static_cast<std::int64_t>(kv_bytes_per_token(shape, fmt.bytes))) +
+              " B/token";
     for (double x = 16; x <= x_max * 1.0001; x *= 2) {
       s.x.push_back(x);
       s.y.push_back(kv_bytes_per_token(shape, fmt.bytes) * x);
@@ -147,10 +156,11 @@ std::vector<ReportPlot> write_report_plots(const RunReportInfo& info, const Mode
   }
   if (f.peak_kv_bytes_used > 0) {
     const StepMetrics& at = m[static_cast<std::size_t>(
-        std::find_if(m.begin(), m.end(), [&](const StepMetrics& s) { return s.step == f.peak_kv_bytes_step; }) -
+        std::find_if(m.begin(), m.end(),
+                     [&](const StepMetrics& s) { return s.step == f.peak_kv_bytes_step; }) -
         m.begin())];
-    PlotSeries point{"this run (" + t.header().kv_format + "), step " + std::to_string(at.step) + ": " +
-                         std::to_string(at.slots_filled) + " tokens held, bytes allocated",
+    PlotSeries point{"this run (" + t.header().kv_format + "), step " + std::to_string(at.step) +
+                         ": " + std::to_string(at.slots_filled) + " tokens held, bytes allocated",
                      {static_cast<double>(at.slots_filled)},
                      {static_cast<double>(at.kv_bytes_used)},
                      false,

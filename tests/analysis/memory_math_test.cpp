@@ -8,7 +8,9 @@
 namespace kvscope {
 namespace {
 
-ModelConfig llama3_70b() { return parse_synthetic_spec("llama-3-70b").config; }
+ModelConfig llama3_70b() {
+  return parse_synthetic_spec("llama-3-70b").config;
+}
 
 TEST(MemoryMath, Llama3_70BFp16Is327680BytesPerTokenAnd40GiBAt128K) {
   const ModelConfig c = llama3_70b();

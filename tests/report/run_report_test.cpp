@@ -67,7 +67,8 @@ TEST(RunReport, MinimalScenarioWritesWellFormedFilesThatAgreeWithTheTimeline) {
   const auto written = write_run_report(r.info, testing::real_model().model->config(), *r.sim, dir,
                                         [&](const std::string& f) { progress.push_back(f); });
   EXPECT_EQ(written, progress);
-  for (const char* f : {"utilization.png", "fragmentation.png", "free_blocks.png", "memory_vs_context.png"}) {
+  for (const char* f :
+       {"utilization.png", "fragmentation.png", "free_blocks.png", "memory_vs_context.png"}) {
     EXPECT_TRUE(is_png(dir + "/" + f)) << f;
   }
   EXPECT_FALSE(fs::exists(dir + "/prefix_hit_rate.png"));  // prefix caching is off here
@@ -108,9 +109,9 @@ TEST(RunReport, MinimalScenarioWritesWellFormedFilesThatAgreeWithTheTimeline) {
 
   const std::string md = testing::read_text(dir + "/report.md");
   EXPECT_NE(md.find("# " + r.scenario.config.title), std::string::npos);
-  for (const char* link : {"](utilization.png)", "](fragmentation.png)", "](free_blocks.png)",
-                           "](memory_vs_context.png)", "GiB", "10^9 bytes", "## What happened",
-                           "## Key figures"}) {
+  for (const char* link :
+       {"](utilization.png)", "](fragmentation.png)", "](free_blocks.png)",
+        "](memory_vs_context.png)", "GiB", "10^9 bytes", "## What happened", "## Key figures"}) {
     EXPECT_NE(md.find(link), std::string::npos) << link;
   }
   // The plain-words summary states the run's own preemption count.
@@ -215,7 +216,8 @@ TEST(RunReport, RandomWeightShapeIsLabelledAndShowsTheMemoryWall) {
   EXPECT_TRUE(is_png(dir + "/memwall.png"));
   const std::string md = testing::read_text(dir + "/report.md");
   for (const char* text : {"**Random weights**", "**Bookkeeping only**", "## The memory wall",
-                           "KV bytes per token (fp32): 2 x 2 layers x 8 KV heads x 128 head_dim x 4 B/element = 16,384 B"}) {
+                           "KV bytes per token (fp32): 2 x 2 layers x 8 KV heads x 128 head_dim x "
+                           "4 B/element = 16,384 B"}) {
     EXPECT_NE(md.find(text), std::string::npos) << text;
   }
   const nlohmann::json j = nlohmann::json::parse(testing::read_text(dir + "/report.json"));
