@@ -43,7 +43,7 @@ void what_happened(std::ostream& o, const Simulator& sim, const RunFigures& f) {
     << n(f.finished) << " finished, " << n(f.rejected) << " were rejected";
   if (unfinished > 0)
     o << " and " << n(unfinished) << " were still unfinished when the run stopped";
-  o << ". The model processed " << n(f.prefill_tokens) << " prompt tokens (prefill, recomputation "
+  o << ". The run processed " << n(f.prefill_tokens) << " prompt tokens (prefill, recomputation "
     << "included) and " << n(f.decode_tokens) << " decode tokens; on average "
     << fixed(f.mean_running, 2) << " requests ran per step (at most " << f.peak_running << ").\n\n";
   if (f.preemptions == 0) {
