@@ -7,6 +7,8 @@
 
 #include "engine/analysis/attention_stats.h"
 #include "engine/analysis/eviction_quality.h"
+#include "engine/common/error.h"
+#include "engine/evict/eviction_hook.h"
 #include "engine/model/generate.h"
 #include "tests/test_support.h"
 
@@ -165,6 +167,59 @@ TEST_F(EvictionModel, LongTextWindowsStartWithBosAndCoverTheStream) {
   long stream = 0;
   for (const auto& s : text_windows(*m.tokenizer, text, 1 << 20, "test")) stream += static_cast<long>(s.size());
   EXPECT_EQ(tokens, stream - 1);  // every token after the first BOS, once
+}
+
+}  // namespace
+}  // namespace kvscope
+
+namespace kvscope {
+namespace {
+
+TEST_F(EvictionModel, GenerationWithACoveringBudgetGivesTheSameTokensAndLogits) {
+  const ModelConfig& c = t_.config();
+  GenerateOptions o;
+  o.allocator = AllocatorKind::kPaged;
+  o.sampler.temperature = 1.0f;
+  o.sampler.seed = 11;
+  std::vector<std::vector<float>> ref_logits;
+  const auto ref = generate_tokens(t_, {}, 150, o, &ref_logits);
+  for (EvictionKind kind : kAllPolicies) {
+    for (int budget : {150, 151}) {  // 150: one trim after the last token, seen by no query
+      EvictorOptions eo = eviction(kind, budget).evictor;
+      EvictingCacheHook hook(eo, c, 150);
+      o.cache_hook = &hook;
+      std::vector<std::vector<float>> logits;
+      EXPECT_EQ(generate_tokens(t_, {}, 150, o, &logits), ref) << eviction_kind_name(kind);
+      EXPECT_EQ(logits, ref_logits) << eviction_kind_name(kind);
+      EXPECT_EQ(hook.evictor().counters().tokens_evicted, budget == 150 ? 1 : 0);
+    }
+  }
+}
+
+TEST_F(EvictionModel, GenerationPastTheTrainedContextRunsDenseOrEvicting) {
+  const ModelConfig& c = t_.config();
+  GenerateOptions o;
+  o.allocator = AllocatorKind::kPaged;
+  o.sampler.temperature = 1.0f;
+  o.sampler.seed = 5;
+  o.past_context = true;
+  o.stop_at_bos = false;
+  o.steps = c.seq_len + 100;
+  const auto& tok = *testing::real_model().tokenizer;
+  const GenerateResult dense = generate(t_, tok, o, [](const std::string&) {});
+  EXPECT_EQ(static_cast<int>(dense.tokens.size()), o.steps + 1);
+  EXPECT_EQ(dense.next_logprob.size(), static_cast<std::size_t>(o.steps));
+  EvictingCacheHook hook(eviction(EvictionKind::kSinksWindow, 64).evictor, c, o.steps);
+  o.cache_hook = &hook;
+  const GenerateResult evicting = generate(t_, tok, o, [](const std::string&) {});
+  EXPECT_EQ(static_cast<int>(evicting.tokens.size()), o.steps + 1);
+  EXPECT_EQ(hook.evictor().num_live(), 63);
+  // 63 live tokens: sinks in block 0 plus the window's blocks, far below the dense cache.
+  EXPECT_LE(evicting.peak_kv_bytes, dense.peak_kv_bytes / 5);
+  for (float lp : evicting.next_logprob) EXPECT_TRUE(std::isfinite(lp) && lp <= 0.0f);
+  o.steps = c.seq_len + 1;
+  o.past_context = false;
+  EXPECT_THROW(generate(t_, tok, o, [](const std::string&) {}), Error);
 }
 
 }  // namespace
