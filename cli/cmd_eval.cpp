@@ -52,6 +52,8 @@ token eviction (K/V fp32 unless --kv-dtype is given, so the loss is eviction's a
   --sweep-evict              every policy x every budget: evict_sweep.csv, evict_kl.png,
                              evict_ppl.png
   --budgets LIST             budgets for --sweep-evict (default 16,32,64,128,256)
+  --attention                attention structure on the windows (full cache): mass on the most
+                             recent tokens per layer, sinks (--sink-threshold X, default 4)
 
 formats: fp32 fp16 bf16 fp8-e4m3 fp8-e5m2 int8 int4[-gN] int2[-gN] kivi2[-rN][-gN] kivi4[-rN][-gN]
 )";
@@ -106,8 +108,8 @@ int cmd_eval(const Argv& argv) {
             {"--model", "--tokenizer", "--text", "--sample", "--seed", "--kv-dtype", "--k-dtype",
              "--v-dtype", "--block-size", "--threads", "--out", "--long", "--bucket", "--evict",
              "--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions",
-             "--context", "--budgets"},
-            {"--help", "--json", "--sweep", "--sweep-evict"});
+             "--context", "--budgets", "--sink-threshold"},
+            {"--help", "--json", "--sweep", "--sweep-evict", "--attention"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -192,6 +194,11 @@ int cmd_eval(const Argv& argv) {
   const int bucket = args.get_int("--bucket", args.has("--long") ? 256 : 0);
   if (bucket < 0) fail_expected("--bucket", "an integer >= 0", std::to_string(bucket));
 
+  if (args.has("--attention")) {
+    const double threshold = args.get_double("--sink-threshold", 4.0);
+    if (!(threshold > 0.0)) fail_expected("--sink-threshold", "a number > 0", args.get("--sink-threshold"));
+    return run_attention_report(transformer, windows, source, threshold);
+  }
   std::unique_ptr<QualityEvaluator> evaluator;
   {
     Progress bar("fp32 reference");

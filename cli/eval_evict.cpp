@@ -3,13 +3,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include "cli/eval_report.h"
+#include "engine/analysis/attention_stats.h"
 #include "engine/common/atomic_write.h"
+#include "engine/kv/cache_manager.h"
 #include "engine/common/error.h"
 #include "engine/report/png_plot.h"
 
@@ -272,6 +275,73 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
                 e.stats.slots_moved);
   }
   std::printf("wrote %s/evict_sweep.csv, evict_kl.png, evict_ppl.png\n", out_dir.c_str());
+  return 0;
+}
+
+// A sink must hold its share over many queries: with 16, a strongly local model flags every
+// recent position (each is seen by a few nearby queries only).
+constexpr int kSinkMinQueries = 128;
+
+int run_attention_report(Transformer& transformer, const std::vector<std::vector<int>>& windows,
+                         const std::string& source, double threshold) {
+  const ModelConfig& c = transformer.config();
+  const std::vector<int> ks = {1, 2, 4, 8, 16, 32};
+  // [layer][k] mass on the k most recent tokens, averaged over heads and windows (query-weighted
+  // per window by the recorder); position-0 strength per layer; every sink found.
+  std::vector<std::vector<double>> local(static_cast<std::size_t>(c.n_layers), std::vector<double>(ks.size(), 0.0));
+  std::vector<SinkReport> sinks;
+  std::vector<double> pos0(static_cast<std::size_t>(c.n_layers), 0.0);
+  long queries = 0;
+  for (const auto& w : windows) {
+    const int n = static_cast<int>(w.size());
+    AttentionRecorder rec({c.n_layers, c.n_heads, n}, 0, 8);
+    const KvLayout layout = kv_layout_for(c, 16, (n + 15) / 16, KvFormat{}, KvFormat{});
+    KvCacheManager cache(layout, AllocatorKind::kPaged, n, true);
+    cache.add_sequence(SeqId(0));
+    for (int pos = 0; pos < n; ++pos) {
+      cache.append_slots(SeqId(0), 1);
+      transformer.forward(w[static_cast<std::size_t>(pos)], pos, cache.view(SeqId(0)), &rec);
+    }
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (std::size_t i = 0; i < ks.size(); ++i) {
+        double m = 0.0;
+        for (int h = 0; h < c.n_heads; ++h) m += rec.local_mass(l, h, ks[i]);
+        local[static_cast<std::size_t>(l)][i] += m / c.n_heads * n;
+      }
+    }
+    for (const SinkReport& s : rec.detect_sinks(0.0, 16)) {
+      if (s.position == 0) pos0[static_cast<std::size_t>(s.layer)] += s.strength / c.n_heads * n;
+    }
+    for (const SinkReport& s : rec.detect_sinks(threshold, kSinkMinQueries)) sinks.push_back(s);
+    queries += n;
+  }
+  std::printf("attention structure: %s, %zu windows, %ld queries, full fp32 cache, %d layers x %d heads\n",
+              source.c_str(), windows.size(), queries, c.n_layers, c.n_heads);
+  std::printf("| layer |");
+  for (int k : ks) std::printf(" last %d |", k);
+  std::printf(" position 0 strength |\n|---|");
+  for (std::size_t i = 0; i <= ks.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::printf("| %d |", l);
+    for (std::size_t i = 0; i < ks.size(); ++i) std::printf(" %.3f |", local[static_cast<std::size_t>(l)][i] / queries);
+    std::printf(" %.2fx |\n", pos0[static_cast<std::size_t>(l)] / queries);
+  }
+  std::printf("(mass on the k most recent tokens, itself included, mean over heads and queries; "
+              "position 0 strength = its mean attention / the uniform share 1/keys, mean over heads)\n");
+  std::printf("sinks (>= %.1fx the uniform share, mean over >= %d queries, per window and head): %zu\n", threshold,
+              kSinkMinQueries, sinks.size());
+  std::vector<int> by_pos;
+  for (const SinkReport& s : sinks) by_pos.push_back(s.position);
+  std::sort(by_pos.begin(), by_pos.end());
+  int zero = static_cast<int>(std::count(by_pos.begin(), by_pos.end(), 0));
+  std::printf("  at position 0: %d; elsewhere: %zu", zero, sinks.size() - static_cast<std::size_t>(zero));
+  std::sort(sinks.begin(), sinks.end(), [](const SinkReport& a, const SinkReport& b) { return a.strength > b.strength; });
+  for (std::size_t i = 0; i < std::min<std::size_t>(5, sinks.size()); ++i) {
+    std::printf("%s layer %d head %d position %d %.1fx", i == 0 ? "; strongest:" : ",", sinks[i].layer,
+                sinks[i].head, sinks[i].position, sinks[i].strength);
+  }
+  std::printf("\n");
   return 0;
 }
 

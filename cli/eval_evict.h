@@ -32,4 +32,9 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
                     const std::string& budgets, const EvictEvalSetup& setup,
                     const std::string& out_dir);
 
+// --attention: attention structure of the model on the windows, full cache (AttentionRecorder):
+// mass on the k most recent tokens per layer, and every sink found (threshold x uniform share).
+int run_attention_report(Transformer& transformer, const std::vector<std::vector<int>>& windows,
+                         const std::string& source, double threshold);
+
 }  // namespace kvscope::cli
