@@ -214,18 +214,17 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
          << '\n';
     }
   });
-  std::string command = "kvscope eval --sweep-evict --budgets " + budgets_text;
+  std::string command = "kvscope eval --sweep-evict";
   if (base.context > 0) command += " --context " + std::to_string(base.context);
-  command += " (" + std::filesystem::path(setup.source).filename().string() + ", longest window " +
-             std::to_string(setup.max_window) + ")";
+  command += "; windows up to " + std::to_string(setup.max_window) + " tokens";
   PlotSpec kl;
-  kl.title = "Token eviction on stories260K: KL(full cache || evicted) vs budget";
-  kl.x_label = "budget (tokens each query attends to, itself included; log)";
+  kl.title = "Eviction: KL(full || evicted) vs budget";
+  kl.x_label = "budget (tokens per query; log)";
   kl.y_label = "mean KL divergence (nats, log)";
   kl.log_x = kl.log_y = true;
   kl.footnote = command;
   PlotSpec ppl = kl;
-  ppl.title = "Token eviction on stories260K: perplexity vs budget";
+  ppl.title = "Eviction: perplexity vs budget";
   ppl.y_label = "perplexity (full cache: dashed line)";
   ppl.log_y = false;
   char ref_label[64];
