@@ -12,8 +12,8 @@
 #include "cli/eval_report.h"
 #include "engine/analysis/attention_stats.h"
 #include "engine/common/atomic_write.h"
-#include "engine/kv/cache_manager.h"
 #include "engine/common/error.h"
+#include "engine/kv/cache_manager.h"
 #include "engine/report/png_plot.h"
 
 namespace kvscope::cli {
@@ -36,7 +36,8 @@ EvictResult evaluate(const QualityEvaluator& evaluator, const EvictionRunOptions
   EvalScope scope;
   scope.score_from = o.context;
   scope.bucket_size = setup.bucket_size;
-  EvictResult r{evaluator.evaluate(variant, [&](long d, long t) { progress_line(name, d, t); }, scope),
+  EvictResult r{evaluator.evaluate(
+                    variant, [&](long d, long t) { progress_line(name, d, t); }, scope),
                 variant.stats()};
   if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
   if (r.report.positions == 0) {
@@ -69,9 +70,12 @@ nlohmann::json result_json(const EvictResult& e, const EvictionRunOptions& o) {
   j["keys_rotated"] = e.stats.keys_rotated;
   nlohmann::json buckets = nlohmann::json::array();
   for (const BucketQuality& b : e.report.buckets) {
-    buckets.push_back({{"first", b.first}, {"positions", b.positions},
-                       {"ppl_reference", b.ppl_reference}, {"ppl_variant", b.ppl_variant},
-                       {"kl_mean", b.kl_mean}, {"top1_agreement", b.top1_agreement}});
+    buckets.push_back({{"first", b.first},
+                       {"positions", b.positions},
+                       {"ppl_reference", b.ppl_reference},
+                       {"ppl_variant", b.ppl_variant},
+                       {"kl_mean", b.kl_mean},
+                       {"top1_agreement", b.top1_agreement}});
   }
   j["buckets"] = buckets;
   return j;
@@ -144,9 +148,10 @@ int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& 
   std::printf("eval: %s, %d windows (longest %d tokens), %ld scored positions, block %d\n",
               setup.source.c_str(), r.windows, setup.max_window, r.positions, options.block_size);
   if (setup.max_window > setup.seq_len) {
-    std::printf("  note: positions >= %d are past the model's trained context; the reference there "
-                "is the full fp32 cache (dense attention), itself out of distribution\n",
-                setup.seq_len);
+    std::printf(
+        "  note: positions >= %d are past the model's trained context; the reference there "
+        "is the full fp32 cache (dense attention), itself out of distribution\n",
+        setup.seq_len);
   }
   std::printf("  variant              %s (%s K/V, %s)\n", r.variant.c_str(),
               options.k_format == options.v_format ? options.k_format.name().c_str() : "mixed",
@@ -206,12 +211,11 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
       const QualityReport& r = e.report;
       os << eviction_kind_name(o.evictor.policy.kind) << ',' << o.evictor.policy.budget << ','
          << o.evictor.policy.sinks << ',' << compaction_policy_name(o.evictor.compaction) << ','
-         << position_mode_name(o.evictor.positions) << ',' << o.context << ','
-         << r.ppl_reference << ',' << r.ppl_variant << ',' << r.ppl_variant - r.ppl_reference
-         << ',' << r.kl_mean << ',' << r.kl_max << ',' << r.top1_agreement << ','
-         << e.stats.peak_kv_bytes << ',' << full_bytes << ',' << e.stats.mean_attended << ','
-         << e.stats.tokens_evicted << ',' << e.stats.blocks_freed << ',' << e.stats.slots_moved
-         << '\n';
+         << position_mode_name(o.evictor.positions) << ',' << o.context << ',' << r.ppl_reference
+         << ',' << r.ppl_variant << ',' << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean
+         << ',' << r.kl_max << ',' << r.top1_agreement << ',' << e.stats.peak_kv_bytes << ','
+         << full_bytes << ',' << e.stats.mean_attended << ',' << e.stats.tokens_evicted << ','
+         << e.stats.blocks_freed << ',' << e.stats.slots_moved << '\n';
     }
   });
   std::string command = "kvscope eval --sweep-evict";
@@ -258,20 +262,22 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
   const QualityReport& ref = results.front().second.report;
   std::printf("source: %s; %d windows (longest %d), %ld scored positions, block %d, %s\n",
               setup.source.c_str(), ref.windows, setup.max_window, ref.positions, base.block_size,
-              base.context > 0 ? ("compress after " + std::to_string(base.context) + " tokens").c_str()
-                               : "streaming");
-  std::printf("full fp32 cache: perplexity %.4f, peak %.0f KV bytes\n", ref.ppl_reference, full_bytes);
-  std::printf("| policy | budget | perplexity | delta | mean KL | top-1 agree | peak KV bytes | "
-              "vs full | blocks freed | slots moved |\n");
+              base.context > 0
+                  ? ("compress after " + std::to_string(base.context) + " tokens").c_str()
+                  : "streaming");
+  std::printf("full fp32 cache: perplexity %.4f, peak %.0f KV bytes\n", ref.ppl_reference,
+              full_bytes);
+  std::printf(
+      "| policy | budget | perplexity | delta | mean KL | top-1 agree | peak KV bytes | "
+      "vs full | blocks freed | slots moved |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& [o, e] : results) {
     const QualityReport& r = e.report;
     std::printf("| %s | %d | %.4f | %+.4f | %.3e | %.2f%% | %zu | %.3f | %ld | %ld |\n",
                 eviction_kind_name(o.evictor.policy.kind).c_str(), o.evictor.policy.budget,
-                r.ppl_variant, r.ppl_variant - r.ppl_reference, r.kl_mean,
-                100.0 * r.top1_agreement, e.stats.peak_kv_bytes,
-                static_cast<double>(e.stats.peak_kv_bytes) / full_bytes, e.stats.blocks_freed,
-                e.stats.slots_moved);
+                r.ppl_variant, r.ppl_variant - r.ppl_reference, r.kl_mean, 100.0 * r.top1_agreement,
+                e.stats.peak_kv_bytes, static_cast<double>(e.stats.peak_kv_bytes) / full_bytes,
+                e.stats.blocks_freed, e.stats.slots_moved);
   }
   std::printf("wrote %s/evict_sweep.csv, evict_kl.png, evict_ppl.png\n", out_dir.c_str());
   return 0;
@@ -287,7 +293,8 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
   const std::vector<int> ks = {1, 2, 4, 8, 16, 32};
   // [layer][k] mass on the k most recent tokens, averaged over heads and windows (query-weighted
   // per window by the recorder); position-0 strength per layer; every sink found.
-  std::vector<std::vector<double>> local(static_cast<std::size_t>(c.n_layers), std::vector<double>(ks.size(), 0.0));
+  std::vector<std::vector<double>> local(static_cast<std::size_t>(c.n_layers),
+                                         std::vector<double>(ks.size(), 0.0));
   std::vector<SinkReport> sinks;
   std::vector<double> pos0(static_cast<std::size_t>(c.n_layers), 0.0);
   long queries = 0;
@@ -314,8 +321,9 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
     for (const SinkReport& s : rec.detect_sinks(threshold, kSinkMinQueries)) sinks.push_back(s);
     queries += n;
   }
-  std::printf("attention structure: %s, %zu windows, %ld queries, full fp32 cache, %d layers x %d heads\n",
-              source.c_str(), windows.size(), queries, c.n_layers, c.n_heads);
+  std::printf(
+      "attention structure: %s, %zu windows, %ld queries, full fp32 cache, %d layers x %d heads\n",
+      source.c_str(), windows.size(), queries, c.n_layers, c.n_heads);
   std::printf("| layer |");
   for (int k : ks) std::printf(" last %d |", k);
   std::printf(" position 0 strength |\n|---|");
@@ -323,22 +331,27 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
   std::printf("\n");
   for (int l = 0; l < c.n_layers; ++l) {
     std::printf("| %d |", l);
-    for (std::size_t i = 0; i < ks.size(); ++i) std::printf(" %.3f |", local[static_cast<std::size_t>(l)][i] / queries);
+    for (std::size_t i = 0; i < ks.size(); ++i)
+      std::printf(" %.3f |", local[static_cast<std::size_t>(l)][i] / queries);
     std::printf(" %.2fx |\n", pos0[static_cast<std::size_t>(l)] / queries);
   }
-  std::printf("(mass on the k most recent tokens, itself included, mean over heads and queries; "
-              "position 0 strength = its mean attention / the uniform share 1/keys, mean over heads)\n");
-  std::printf("sinks (>= %.1fx the uniform share, mean over >= %d queries, per window and head): %zu\n", threshold,
-              kSinkMinQueries, sinks.size());
+  std::printf(
+      "(mass on the k most recent tokens, itself included, mean over heads and queries; "
+      "position 0 strength = its mean attention / the uniform share 1/keys, mean over heads)\n");
+  std::printf(
+      "sinks (>= %.1fx the uniform share, mean over >= %d queries, per window and head): %zu\n",
+      threshold, kSinkMinQueries, sinks.size());
   std::vector<int> by_pos;
   for (const SinkReport& s : sinks) by_pos.push_back(s.position);
   std::sort(by_pos.begin(), by_pos.end());
   int zero = static_cast<int>(std::count(by_pos.begin(), by_pos.end(), 0));
-  std::printf("  at position 0: %d; elsewhere: %zu", zero, sinks.size() - static_cast<std::size_t>(zero));
-  std::sort(sinks.begin(), sinks.end(), [](const SinkReport& a, const SinkReport& b) { return a.strength > b.strength; });
+  std::printf("  at position 0: %d; elsewhere: %zu", zero,
+              sinks.size() - static_cast<std::size_t>(zero));
+  std::sort(sinks.begin(), sinks.end(),
+            [](const SinkReport& a, const SinkReport& b) { return a.strength > b.strength; });
   for (std::size_t i = 0; i < std::min<std::size_t>(5, sinks.size()); ++i) {
-    std::printf("%s layer %d head %d position %d %.1fx", i == 0 ? "; strongest:" : ",", sinks[i].layer,
-                sinks[i].head, sinks[i].position, sinks[i].strength);
+    std::printf("%s layer %d head %d position %d %.1fx", i == 0 ? "; strongest:" : ",",
+                sinks[i].layer, sinks[i].head, sinks[i].position, sinks[i].strength);
   }
   std::printf("\n");
   return 0;

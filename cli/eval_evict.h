@@ -16,10 +16,10 @@ EvictionRunOptions parse_eviction_options(const Args& args, const KvFormat& k, c
                                           int block_size);
 
 struct EvictEvalSetup {
-  std::string source;      // where the windows came from
-  int max_window = 0;      // longest window (tokens)
-  int bucket_size = 0;     // > 0: per-position-bucket figures (long texts)
-  int seq_len = 0;         // the model's trained context
+  std::string source;   // where the windows came from
+  int max_window = 0;   // longest window (tokens)
+  int bucket_size = 0;  // > 0: per-position-bucket figures (long texts)
+  int seq_len = 0;      // the model's trained context
   bool json = false;
 };
 

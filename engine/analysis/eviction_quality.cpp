@@ -13,7 +13,8 @@ std::string eviction_variant_name(const EvictorOptions& o) {
   std::string name = eviction_kind_name(p.kind);
   if (p.kind == EvictionKind::kNone) return name;
   // Appended piece by piece (GCC 12 warns falsely on chained operator+ of temporaries).
-  if (p.kind == EvictionKind::kSinksWindow) name.append("(").append(std::to_string(p.sinks)).append(")");
+  if (p.kind == EvictionKind::kSinksWindow)
+    name.append("(").append(std::to_string(p.sinks)).append(")");
   name.append(" B=").append(std::to_string(p.budget));
   if (o.compaction != CompactionPolicy::kNever) {
     name.append(" compact=").append(compaction_policy_name(o.compaction));
@@ -49,9 +50,9 @@ void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
   const EvictionConfig& policy = options_.evictor.policy;
   std::unique_ptr<AttentionRecorder> recorder;
   if (needs_attention(policy.kind)) {
-    recorder = std::make_unique<AttentionRecorder>(AttentionShapeInfo{c.n_layers, c.n_heads, n},
-                                                   /*full_matrix_limit=*/0,
-                                                   policy.observation_window);
+    recorder =
+        std::make_unique<AttentionRecorder>(AttentionShapeInfo{c.n_layers, c.n_heads, n},
+                                            /*full_matrix_limit=*/0, policy.observation_window);
   }
   const bool one_shot = policy.kind == EvictionKind::kSnapKV && options_.context > 0;
   for (int pos = 0; pos < n; ++pos) {

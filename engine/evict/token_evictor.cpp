@@ -21,8 +21,8 @@ TokenEvictor::TokenEvictor(KvCacheManager& cache, SeqId seq, const EvictorOption
   if (p.kind != EvictionKind::kNone) {
     if (p.budget < 2) fail_expected("--budget", "an integer >= 2", std::to_string(p.budget));
     if (p.kind == EvictionKind::kSinksWindow && (p.sinks < 0 || p.sinks >= p.budget - 1)) {
-      fail_expected("--sinks", "an integer in [0, budget - 1) = [0, " +
-                                   std::to_string(p.budget - 1) + ")",
+      fail_expected("--sinks",
+                    "an integer in [0, budget - 1) = [0, " + std::to_string(p.budget - 1) + ")",
                     std::to_string(p.sinks));
     }
     if (p.kind == EvictionKind::kSnapKV && (p.pool_kernel < 1 || p.pool_kernel % 2 == 0)) {
@@ -74,13 +74,15 @@ int TokenEvictor::evict_to(int live_target, const AttentionRecorder* recorder) {
     if (slot_live_[s] != 0) live_slots.push_back(static_cast<int>(s));
   }
   if (static_cast<int>(live_slots.size()) <= live_target) return 0;
-  if (live_target < 1) fail_expected("token eviction: live target", ">= 1", std::to_string(live_target));
+  if (live_target < 1)
+    fail_expected("token eviction: live target", ">= 1", std::to_string(live_target));
   TokenStats stats;
   for (int s : live_slots) stats.positions.push_back(slot_token_[static_cast<std::size_t>(s)]);
   if (needs_attention(options_.policy.kind)) {
     if (recorder == nullptr) {
-      throw Error("token eviction", eviction_kind_name(options_.policy.kind) +
-                                        " needs attention statistics; expected an AttentionRecorder");
+      throw Error("token eviction",
+                  eviction_kind_name(options_.policy.kind) +
+                      " needs attention statistics; expected an AttentionRecorder");
     }
     stats = recorder->token_stats(stats.positions);
   } else {
@@ -137,7 +139,9 @@ void TokenEvictor::compact() {
     // A full (not the last) block with at most half of its slots live.
     for (int b = 0; (b + 1) * bs < n && !go; ++b) {
       go = std::count(slot_live_.begin() + b * bs, slot_live_.begin() + (b + 1) * bs,
-                      std::uint8_t{1}) * 2 <= bs;
+                      std::uint8_t{1}) *
+               2 <=
+           bs;
     }
   }
   if (!go) return;
@@ -203,15 +207,19 @@ void TokenEvictor::rotate_key(int slot, int delta) {
 
 std::string compaction_policy_name(CompactionPolicy policy) {
   switch (policy) {
-    case CompactionPolicy::kNever: return "never";
-    case CompactionPolicy::kHalfEmpty: return "half";
-    case CompactionPolicy::kAlways: return "always";
+    case CompactionPolicy::kNever:
+      return "never";
+    case CompactionPolicy::kHalfEmpty:
+      return "half";
+    case CompactionPolicy::kAlways:
+      return "always";
   }
   return "never";
 }
 
 CompactionPolicy parse_compaction_policy(const std::string& name, const std::string& where) {
-  for (auto p : {CompactionPolicy::kNever, CompactionPolicy::kHalfEmpty, CompactionPolicy::kAlways}) {
+  for (auto p :
+       {CompactionPolicy::kNever, CompactionPolicy::kHalfEmpty, CompactionPolicy::kAlways}) {
     if (compaction_policy_name(p) == name) return p;
   }
   fail_expected(where, "a compaction policy (never, half, always)", "'" + name + "'");

@@ -35,10 +35,10 @@ struct EvictorOptions {
 // What the evictor has done so far.
 struct EvictorCounters {
   long tokens_evicted = 0;
-  long blocks_freed = 0;   // fully evicted blocks, plus blocks freed by compaction
-  long slots_moved = 0;    // compaction moves (each a SlotMoved event)
-  long keys_rotated = 0;   // (slot, layer) keys re-rotated by a position shift
-  int evictions = 0;       // evict_to calls that evicted something
+  long blocks_freed = 0;  // fully evicted blocks, plus blocks freed by compaction
+  long slots_moved = 0;   // compaction moves (each a SlotMoved event)
+  long keys_rotated = 0;  // (slot, layer) keys re-rotated by a position shift
+  int evictions = 0;      // evict_to calls that evicted something
 };
 
 class TokenEvictor {

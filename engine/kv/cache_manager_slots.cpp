@@ -11,16 +11,19 @@ namespace kvscope {
 void KvCacheManager::check_evictable(SeqId id, const std::string& where) const {
   if (!has_sequence(id)) throw Error(where, "no sequence " + std::to_string(id.value));
   if (kind_ != AllocatorKind::kPaged) {
-    throw Error(where, "token eviction needs the paged allocator, got contiguous (a reserved "
-                       "region has no blocks to give back)");
+    throw Error(where,
+                "token eviction needs the paged allocator, got contiguous (a reserved "
+                "region has no blocks to give back)");
   }
   if (source_ != nullptr) {
-    throw Error(where, "token eviction with prefix caching is not supported (evicting or moving "
-                       "a token in a shared block would change other sequences)");
+    throw Error(where,
+                "token eviction with prefix caching is not supported (evicting or moving "
+                "a token in a shared block would change other sequences)");
   }
   if (layout_.k_format.is_kivi() || layout_.v_format.is_kivi()) {
-    throw Error(where, "token eviction with a KIVI format is not supported (KIVI groups "
-                       "consecutive slots); expected fp32, fp16, bf16, fp8, int8, int4 or int2");
+    throw Error(where,
+                "token eviction with a KIVI format is not supported (KIVI groups "
+                "consecutive slots); expected fp32, fp16, bf16, fp8, int8, int4 or int2");
   }
 }
 
@@ -65,7 +68,8 @@ void KvCacheManager::truncate(SeqId id, int num_tokens) {
   check_evictable(id, "kv cache");
   BlockTable& t = tables_.at(id);
   if (num_tokens < 0 || num_tokens > t.num_tokens) {
-    fail_expected("kv cache: truncate", "a token count in [0, " + std::to_string(t.num_tokens) + "]",
+    fail_expected("kv cache: truncate",
+                  "a token count in [0, " + std::to_string(t.num_tokens) + "]",
                   std::to_string(num_tokens));
   }
   const int keep = blocks_for(num_tokens);

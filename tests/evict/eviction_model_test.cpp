@@ -139,7 +139,8 @@ TEST_F(EvictionModel, SlidingWindowGivesTheSameAnswersWithShiftedPositions) {
   float worst = 0.0f;
   int argmax_same = 0;
   for (std::size_t p = 0; p < a.size(); ++p) {
-    for (std::size_t i = 0; i < a[p].size(); ++i) worst = std::max(worst, std::fabs(a[p][i] - b[p][i]));
+    for (std::size_t i = 0; i < a[p].size(); ++i)
+      worst = std::max(worst, std::fabs(a[p][i] - b[p][i]));
     argmax_same += std::max_element(a[p].begin(), a[p].end()) - a[p].begin() ==
                    std::max_element(b[p].begin(), b[p].end()) - b[p].begin();
   }
@@ -156,7 +157,8 @@ TEST_F(EvictionModel, SlidingWindowGivesTheSameAnswersWithShiftedPositions) {
 
 TEST_F(EvictionModel, LongTextWindowsStartWithBosAndCoverTheStream) {
   const auto& m = testing::real_model();
-  const std::string text = "Tom had a red ball.\n\nLily saw a big dog. The dog was happy.\n\nThe end.";
+  const std::string text =
+      "Tom had a red ball.\n\nLily saw a big dog. The dog was happy.\n\nThe end.";
   const auto windows = long_text_windows(*m.tokenizer, text, 8, "test");
   long tokens = 0;
   for (const auto& w : windows) {
@@ -165,7 +167,8 @@ TEST_F(EvictionModel, LongTextWindowsStartWithBosAndCoverTheStream) {
     tokens += static_cast<long>(w.size()) - 1;
   }
   long stream = 0;
-  for (const auto& s : text_windows(*m.tokenizer, text, 1 << 20, "test")) stream += static_cast<long>(s.size());
+  for (const auto& s : text_windows(*m.tokenizer, text, 1 << 20, "test"))
+    stream += static_cast<long>(s.size());
   EXPECT_EQ(tokens, stream - 1);  // every token after the first BOS, once
 }
 

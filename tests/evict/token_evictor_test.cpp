@@ -19,7 +19,8 @@ KvLayout small_layout(int num_blocks, KvFormat f = {}) {
   return KvLayout{kLayers, kHeads, kHeadDim, kBlock, num_blocks, f, f};
 }
 
-EvictorOptions options(EvictionKind kind, int budget, CompactionPolicy c = CompactionPolicy::kNever) {
+EvictorOptions options(EvictionKind kind, int budget,
+                       CompactionPolicy c = CompactionPolicy::kNever) {
   EvictorOptions o;
   o.policy.kind = kind;
   o.policy.budget = budget;
@@ -115,7 +116,8 @@ TEST(TokenEvictor, SinksWithoutCompactionKeepTheSinkBlock) {
 
 TEST(TokenEvictor, CompactionMovesBytesWithTheirTokens) {
   for (auto policy : {CompactionPolicy::kAlways, CompactionPolicy::kHalfEmpty}) {
-    for (KvFormat f : {KvFormat{}, parse_kv_format("int8", "test"), parse_kv_format("int4-g4", "test")}) {
+    for (KvFormat f :
+         {KvFormat{}, parse_kv_format("int8", "test"), parse_kv_format("int4-g4", "test")}) {
       auto o = options(EvictionKind::kSinksWindow, 8, policy);
       o.policy.sinks = 2;
       Seq s(o, 16, f);
@@ -133,7 +135,8 @@ TEST(TokenEvictor, CompactionMovesBytesWithTheirTokens) {
       for (int slot = 0; slot < slots; ++slot) {
         if (!s.evictor.slot_live()[static_cast<std::size_t>(slot)]) continue;
         const int t = s.evictor.slot_tokens()[static_cast<std::size_t>(slot)];
-        for (int l = 0; l < kLayers; ++l) EXPECT_EQ(s.stored_key(slot, l), ref.stored_key(t, l)) << f.name();
+        for (int l = 0; l < kLayers; ++l)
+          EXPECT_EQ(s.stored_key(slot, l), ref.stored_key(t, l)) << f.name();
       }
     }
   }
@@ -179,7 +182,9 @@ TEST(TokenEvictor, ShiftPositionsReRotatesKeysToContiguousPositions) {
         cpu::rope(q.data(), k.data(), expect_pos, kHeadDim, kHeadDim, kHeadDim, 10000.0f);
         const auto got = s.stored_key(static_cast<int>(slot), l);
         const float tol = f.dtype == KvDtype::kF32 ? 1e-4f : 0.05f;
-        for (int i = 0; i < kHeadDim; ++i) EXPECT_NEAR(got[static_cast<std::size_t>(i)], k[static_cast<std::size_t>(i)], tol) << f.name();
+        for (int i = 0; i < kHeadDim; ++i)
+          EXPECT_NEAR(got[static_cast<std::size_t>(i)], k[static_cast<std::size_t>(i)], tol)
+              << f.name();
       }
       ++expect_pos;
     }
@@ -232,7 +237,8 @@ TEST(TokenEvictor, BadConfigurationsAreOneLineErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error([] { Seq s(options(EvictionKind::kWindow, 1)); }, "--budget: expected an integer >= 2, got 1");
+  expect_error([] { Seq s(options(EvictionKind::kWindow, 1)); },
+               "--budget: expected an integer >= 2, got 1");
   expect_error(
       [] {
         auto o = options(EvictionKind::kSinksWindow, 4);
