@@ -122,6 +122,7 @@ int cmd_generate(const Argv& argv) {
   const ModelConfig& c = loaded.model->config();
   options.past_context = options.steps > c.seq_len;
   options.stop_at_bos = !args.has("--through-bos");
+  options.score_tokens = options.past_context || args.has("--evict");
   if (options.past_context) {
     std::fprintf(stderr, "note: --steps %d runs past the model's seq_len %d: positions >= %d are "
                          "outside the trained context\n", options.steps, c.seq_len, c.seq_len);

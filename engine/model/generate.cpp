@@ -107,7 +107,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     cache.append_slots(seq, 1);
     result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
     std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos);
-    log_softmax_into(logits, log_p);
+    if (options.score_tokens) log_softmax_into(logits, log_p);
     int next;
     if (pos < static_cast<int>(prompt.size()) - 1) {
       next = prompt[static_cast<std::size_t>(pos) + 1];
@@ -115,7 +115,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
       next = sampler.sample(logits);
       ++result.num_generated;
     }
-    result.next_logprob.push_back(log_p[static_cast<std::size_t>(next)]);
+    if (options.score_tokens) result.next_logprob.push_back(log_p[static_cast<std::size_t>(next)]);
     if (hook != nullptr) hook->after_token();
     if (next == kTokenBos) {
       if (options.stop_at_bos) break;

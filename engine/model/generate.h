@@ -43,6 +43,9 @@ struct GenerateOptions {
   // run.c stops when the model emits BOS; false feeds it and goes on with the next story.
   bool stop_at_bos = true;
   SequenceCacheHook* cache_hook = nullptr;  // needs the paged allocator
+  // Fills GenerateResult::next_logprob (a log-softmax over the vocabulary per position: off by
+  // default, it costs as much as the attention of a small model).
+  bool score_tokens = false;
 };
 
 struct GenerateResult {
@@ -54,6 +57,7 @@ struct GenerateResult {
   long kv_bytes_used = 0;
   long peak_kv_bytes = 0;             // most block bytes held at once
   std::vector<float> next_logprob;    // [tokens - 1] log p(tokens[i + 1] | tokens[..i]) as run
+                                      // (GenerateOptions::score_tokens only)
 };
 
 // Calls on_piece(text) for each printable piece, exactly what run.c prints.

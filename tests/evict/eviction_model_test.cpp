@@ -78,7 +78,7 @@ TEST_F(EvictionModel, BudgetCoveringTheSequenceIsIdenticalToNoEviction) {
   }
 }
 
-TEST_F(EvictionModel, CompactionMovesBytesButNeverChangesLogits) {
+TEST_F(EvictionModel, CompactionMovesBytesButLeavesLogitsWithinRounding) {
   const auto window = some_tokens(t_, 160);
   for (EvictionKind kind : {EvictionKind::kH2O, EvictionKind::kTova, EvictionKind::kRandom}) {
     EvictionRunOptions o = eviction(kind, 40, 8);
@@ -88,7 +88,14 @@ TEST_F(EvictionModel, CompactionMovesBytesButNeverChangesLogits) {
       o.evictor.compaction = policy;
       EvictionVariant compacted(o);
       const Logits b = run_variant(t_, compacted, window);
-      EXPECT_EQ(a, b) << compacted.name();
+      // Compaction changes where live slots sit in the score array, hence the grouping of the
+      // vectorized softmax sum: equal up to float rounding, not bit for bit.
+      ASSERT_EQ(a.size(), b.size());
+      double worst = 0.0;
+      for (std::size_t p = 0; p < a.size(); ++p)
+        for (std::size_t i = 0; i < a[p].size(); ++i)
+          worst = std::max(worst, static_cast<double>(std::fabs(a[p][i] - b[p][i])));
+      EXPECT_LT(worst, 1e-4) << compacted.name();  // logits reach |20|: ~5e-6 relative
       EXPECT_GT(compacted.stats().slots_moved, 0) << compacted.name();
       EXPECT_LE(compacted.stats().peak_blocks, never.stats().peak_blocks) << compacted.name();
     }
@@ -206,6 +213,7 @@ TEST_F(EvictionModel, GenerationPastTheTrainedContextRunsDenseOrEvicting) {
   o.sampler.temperature = 1.0f;
   o.sampler.seed = 5;
   o.past_context = true;
+  o.score_tokens = true;
   o.stop_at_bos = false;
   o.steps = c.seq_len + 100;
   const auto& tok = *testing::real_model().tokenizer;
