@@ -35,10 +35,10 @@ void UiShell::attach(std::unique_ptr<RunSession> session) {
   state_.follow_live = state_.playing;
 }
 
-bool UiShell::open(const std::string& path) {
+bool UiShell::open(const std::string& path, const PolicyOverride& policy) {
   try {
-    attach(RunSession::open(path));
-    set_status("opened " + path);
+    attach(RunSession::open(path, false, policy));
+    set_status(policy.empty() ? "opened " + path : "restarted with " + policy.describe());
     return true;
   } catch (const std::exception& e) {
     show_error(e.what());
@@ -49,7 +49,9 @@ bool UiShell::open(const std::string& path) {
 void UiShell::restart() {
   if (!session_ || !session_->is_scenario()) return;
   const std::string path = session_->path();  // a copy: open() replaces (and frees) session_
-  open(path);
+  const PolicyOverride policy = session_->run_info() ? session_->run_info()->override
+                                                     : PolicyOverride{};
+  open(path, policy);
 }
 
 void UiShell::perform(const FileAction& action) {
@@ -117,6 +119,14 @@ void UiShell::frame(double dt_seconds) {
   draw_menu_bar();
   draw_transport_window();
   draw_panels();
+  if (state_.restart_request) {
+    const PolicyOverride policy = *state_.restart_request;
+    state_.restart_request.reset();
+    if (session_ && session_->is_scenario()) {
+      const std::string path = session_->path();  // a copy: open() frees session_
+      open(path, policy);
+    }
+  }
   draw_help_window();
   draw_error_modal();
   if (std::optional<FileAction> a = file_menu_.draw_popup()) perform(*a);

@@ -31,8 +31,8 @@ class UiShell {
 
   // Opens a scenario or recording; on failure shows the error in a modal, keeps the current run
   // loaded and returns false. The previous worker is stopped only once the new run is open.
-  bool open(const std::string& path);
-  void restart();  // re-runs the loaded scenario from step 0
+  bool open(const std::string& path, const PolicyOverride& policy = {});
+  void restart();  // re-runs the loaded scenario from step 0 (with its policy override)
   RunSession* session() { return session_.get(); }
 
   // Draws one frame's UI; call between ImGui::NewFrame() and ImGui::Render().

@@ -1,10 +1,13 @@
 // The panel registry.
 #include "app/panels/registry.h"
 
+#include "app/panels/attention_panel.h"
 #include "app/panels/block_map_panel.h"
 #include "app/panels/block_tables_panel.h"
+#include "app/panels/controls_panel.h"
 #include "app/panels/fragmentation_panel.h"
 #include "app/panels/memory_panel.h"
+#include "app/panels/prefix_panel.h"
 #include "app/panels/text_panel.h"
 
 namespace kvscope::ui {
@@ -16,6 +19,9 @@ std::vector<std::unique_ptr<Panel>> make_panels() {
   panels.push_back(std::make_unique<FragmentationPanel>());
   panels.push_back(std::make_unique<MemoryPanel>());
   panels.push_back(std::make_unique<TextPanel>());
+  panels.push_back(std::make_unique<PrefixPanel>());
+  panels.push_back(std::make_unique<ControlsPanel>());
+  panels.push_back(std::make_unique<AttentionPanel>());
   // Extension points: construct the planned panels here once they exist.
   return panels;
 }
