@@ -98,6 +98,7 @@ int run_app(const AppOptions& options) {
     if (capture) session->wait();  // screenshots show the finished run, deterministically
     UiShell shell(std::move(session), fonts);
     if (options.presenter) shell.set_presenter(true);
+    shell.set_workspace(options.workspace);
     if (capture) {
       shell.state().playing = false;
       shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);

@@ -52,6 +52,13 @@ class UiShell {
   void show_error(std::string text);  // a modal; the current run stays loaded
   void reset_layout() { layout_dirty_ = true; }
 
+  // Workspaces: named panel arrangements (pool, prefix, attention & quality, compare). Switching
+  // shows the workspace's panels in its layout and hides the others (View menu brings any back).
+  static int num_workspaces();
+  static const char* workspace_name(int index);
+  int workspace() const { return workspace_; }
+  void set_workspace(int index);  // clamped
+
  private:
   void draw_menu_bar();
   void draw_transport_window();
@@ -61,6 +68,7 @@ class UiShell {
   void attach(std::unique_ptr<RunSession> session);
   void perform(const FileAction& action);
   void place(int index, ImVec2 pos, ImVec2 size);
+  void draw_workspace_tabs();
 
   AppState state_;
   std::unique_ptr<RunSession> session_;  // null when a bare DataSource is shown (tests)
@@ -71,6 +79,7 @@ class UiShell {
   bool show_help_ = false;
   bool fullscreen_ = false;
   bool layout_dirty_ = true;
+  int workspace_ = 0;
   ImVec2 last_display_{0, 0};
   float menu_height_ = 0.0f;
   std::string status_;
