@@ -8,6 +8,8 @@
 #include <imgui.h>
 
 #include <cfloat>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -20,6 +22,8 @@
 namespace kvscope::ui {
 
 namespace {
+
+constexpr double kMaxCaptureWaitSeconds = 300.0;  // then the screenshot is taken regardless
 
 std::string g_glfw_error = "unknown error";  // the GLFW error callback has no user pointer
 
@@ -137,7 +141,12 @@ int run_app(const AppOptions& options) {
       glClearColor(bg.x, bg.y, bg.z, 1.0f);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-      if (capture && frame + 1 >= options.frames) {
+      if (capture && frame + 1 >= options.frames && shell.panels_busy() &&
+          glfwGetTime() < kMaxCaptureWaitSeconds) {
+        // Background work (attention capture, quality sweep, compare variant) finishes first,
+        // so the screenshot shows its result.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } else if (capture && frame + 1 >= options.frames) {
         try {
           save_framebuffer_png(options.screenshot, fb_w, fb_h);
           std::printf("kvscope-ui: wrote %s (%dx%d, %d frames)\n", options.screenshot.c_str(), fb_w,

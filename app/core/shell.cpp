@@ -153,6 +153,12 @@ void UiShell::perform(const FileAction& action) {
   }
 }
 
+bool UiShell::panels_busy() const {
+  for (const auto& p : panels_)
+    if (p->visible && p->busy()) return true;
+  return false;
+}
+
 ShellRequests UiShell::take_requests() {
   ShellRequests r = requests_;
   requests_ = {};

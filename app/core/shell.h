@@ -41,6 +41,8 @@ class UiShell {
   AppState& state() { return state_; }
   std::vector<std::unique_ptr<Panel>>& panels() { return panels_; }
   ShellRequests take_requests();
+  // Whether a visible panel still computes in the background (screenshots wait for it).
+  bool panels_busy() const;
 
   void set_presenter(bool on);
   void toggle_help() { show_help_ = !show_help_; }

@@ -311,17 +311,16 @@ void AttentionPanel::draw(AppState& state) {
   }
   build_view(*cap, n);
   const std::vector<std::uint8_t> live = state.source().slot_live(request, state.step());
-  char sinks[128] = "none detected";
-  if (!sinks_.empty()) {
-    int len = std::snprintf(sinks, sizeof sinks, "position");
-    for (std::size_t i = 0; i < sinks_.size() && i < 8 && len < 100; ++i)
-      len += std::snprintf(sinks + len, sizeof sinks - static_cast<std::size_t>(len), " %d",
-                           sinks_[i]);
-  }
-  ImGui::TextDisabled("%d tokens at step %d; %s; sinks (>= 4x uniform, all queries): %s%s", n,
-                      state.step(),
-                      n <= kMatrixLimit ? "query x key" : "cumulative attention per key", sinks,
+  std::string sinks = sinks_.empty() ? "none" : "";
+  for (std::size_t i = 0; i < sinks_.size() && i < 6; ++i)
+    sinks += (i ? ", " : "") + std::to_string(sinks_[i]);
+  if (sinks_.size() > 6) sinks += " (+" + std::to_string(sinks_.size() - 6) + ")";
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextDisabled("%d tokens at step %d, %s. Sinks (red, >= 4x the uniform share): %s%s", n,
+                      state.step(), n <= kMatrixLimit ? "query (row) x key (column)" :
+                      "cumulative attention per key", sinks.c_str(),
                       live.empty() ? "" : "; grey: evicted");
+  ImGui::PopTextWrapPos();
   if (n <= kMatrixLimit && cap->recorder->has_full_matrices())
     draw_matrix(state, *cap, n);
   else

@@ -22,6 +22,7 @@ class AttentionPanel final : public Panel {
   std::string help() const override;
   const char* docs_page() const override { return "docs/ui.md#attention"; }
   void draw(AppState& state) override;
+  bool busy() const override { return job_.busy(); }
 
   // Tests: wait for the background capture and whether one is cached for `request`.
   void wait_for_capture() { job_.cancel_after_finish(); }

@@ -12,14 +12,21 @@ namespace kvscope::ui {
 
 namespace {
 
-// Mean tokens (prefill + decode) per step over steps [0, step].
-double tokens_per_step(std::span<const StepMetrics> m, int step) {
+// Prefill tokens computed over steps [0, step].
+double cumulative_prefill(std::span<const StepMetrics> m, int step) {
+  double sum = 0.0;
+  for (int i = 0; i <= step && i < static_cast<int>(m.size()); ++i)
+    sum += static_cast<double>(m[static_cast<std::size_t>(i)].prefill_tokens);
+  return sum;
+}
+
+// Mean decode tokens per step over steps [0, step].
+double mean_decode(std::span<const StepMetrics> m, int step) {
   if (m.empty()) return 0.0;
   step = std::clamp(step, 0, static_cast<int>(m.size()) - 1);
   double sum = 0.0;
   for (int i = 0; i <= step; ++i)
-    sum += static_cast<double>(m[static_cast<std::size_t>(i)].prefill_tokens +
-                               m[static_cast<std::size_t>(i)].decode_tokens);
+    sum += static_cast<double>(m[static_cast<std::size_t>(i)].decode_tokens);
   return sum / (step + 1);
 }
 
@@ -28,7 +35,7 @@ double tokens_per_step(std::span<const StepMetrics> m, int step) {
 std::string ComparePanel::help() const {
   return "Two policies on the same requests and seed, step by step: every difference in the "
          "table comes from the policy alone. Set the variant in the Controls panel (target: "
-         "compare variant); throughput is tokens per scheduler step, not per second.";
+         "compare variant); throughput is counted per scheduler step, not per second.";
 }
 
 void ComparePanel::sync(AppState& state) {
@@ -36,6 +43,18 @@ void ComparePanel::sync(AppState& state) {
   if (!info) {
     variant_.reset();
     return;
+  }
+  if (state.compare_variant_version == 0) {
+    // Nobody chose a variant yet: the most telling contrast for this scenario.
+    PolicyOverride v;
+    if (info->config.prefix_caching)
+      v.prefix_caching = false;
+    else if (info->config.allocator == AllocatorKind::kPaged)
+      v.allocator = AllocatorKind::kContiguous;
+    else
+      v.allocator = AllocatorKind::kPaged;
+    state.compare_variant = v;
+    state.compare_variant_version = 1;
   }
   if (generation_ == state.source_generation() && version_ == state.compare_variant_version)
     return;
@@ -119,12 +138,21 @@ void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const
   row("prefix hit rate", frac(a.prefix_hit_tokens, a.prompt_tokens),
       frac(b.prefix_hit_tokens, b.prompt_tokens), +1, true,
       "Prompt tokens served from the prefix cache / prompt tokens admitted");
-  row("tokens per step (mean)", tokens_per_step(state.metrics_history(), state.step()),
-      tokens_per_step(variant_->timeline()->all_metrics(), step_b), +1, false,
-      "Prefill + decode tokens per scheduler step, averaged up to this step (the timeline "
-      "records steps, not wall time)");
-  row("KV bytes in use", static_cast<double>(a.kv_bytes_used), static_cast<double>(b.kv_bytes_used),
-      -1, false, "Allocated token slots x exact bytes per token");
+  row("prefill tokens computed", cumulative_prefill(state.metrics_history(), state.step()),
+      cumulative_prefill(variant_->timeline()->all_metrics(), step_b), -1, false,
+      "Prompt tokens run through the model so far (prefix hits skip theirs; recompute adds)");
+  row("decode tokens per step", mean_decode(state.metrics_history(), state.step()),
+      mean_decode(variant_->timeline()->all_metrics(), step_b), +1, false,
+      "Tokens generated per scheduler step, averaged up to this step (the timeline records "
+      "steps, not wall time)");
+  row("KV MiB in use", static_cast<double>(a.kv_bytes_used) / (1024.0 * 1024.0),
+      static_cast<double>(b.kv_bytes_used) / (1024.0 * 1024.0), -1, false,
+      "Allocated token slots x exact bytes per token");
+  if (!state.is_live() && !variant_->is_running()) {
+    row("steps to finish the run", state.num_steps(),
+        static_cast<double>(variant_->timeline()->num_steps()), -1, false,
+        "Scheduler steps until every request finished (both runs complete)");
+  }
   ImGui::EndTable();
 }
 

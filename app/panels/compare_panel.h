@@ -17,6 +17,7 @@ class ComparePanel final : public Panel {
   std::string help() const override;
   const char* docs_page() const override { return "docs/ui.md#compare"; }
   void draw(AppState& state) override;
+  bool busy() const override { return variant_ && variant_->is_running(); }
 
   RunSession* variant() { return variant_.get(); }  // tests
 

@@ -62,9 +62,13 @@ void PrefixPanel::layout_tree() {
   // Depth-first: leaves take the next row, a parent sits at the middle of its children.
   std::function<float(std::int32_t, int)> place = [&](std::int32_t b, int depth) -> float {
     const std::size_t at = placed_.size();
-    placed_.push_back({b, depth, 0.0f});
+    placed_.push_back({{b}, depth, 0.0f});
     max_depth_ = std::max(max_depth_, depth);
-    const std::vector<std::int32_t> kids = fold_.children(b);
+    std::vector<std::int32_t> kids = fold_.children(b);
+    while (kids.size() == 1 && placed_[at].chain.size() < 4096) {  // fold single-child runs
+      placed_[at].chain.push_back(kids[0]);
+      kids = fold_.children(kids[0]);
+    }
     float row = 0.0f;
     if (kids.empty() || depth > 4096) {
       row = static_cast<float>(rows_++);
@@ -136,7 +140,7 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
   const Palette& pal = palette(state.presenter);
   const PoolState& pool = state.pool();
   const float fs = ImGui::GetFontSize();
-  const float node_w = fs * 4.2f, node_h = fs * 1.45f, gap_x = fs * 1.6f, gap_y = fs * 0.4f;
+  const float node_w = fs * 7.0f, node_h = fs * 1.45f, gap_x = fs * 1.6f, gap_y = fs * 0.4f;
   const float pad = fs * 0.5f;
   ImGui::SetNextWindowContentSize(ImVec2(pad * 2 + (max_depth_ + 1) * (node_w + gap_x),
                                          pad * 2 + static_cast<float>(rows_) * (node_h + gap_y)));
@@ -145,59 +149,80 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
   const ImVec2 origin(ImGui::GetCursorScreenPos().x + pad, ImGui::GetCursorScreenPos().y + pad);
   const ImVec2 clip_min = ImGui::GetWindowPos();
   const ImVec2 clip_max(clip_min.x + ImGui::GetWindowWidth(), clip_min.y + ImGui::GetWindowHeight());
-  std::map<std::int32_t, ImVec2> at;  // block -> node's top-left
-  for (const Placed& p : placed_)
-    at[p.block] = ImVec2(origin.x + p.depth * (node_w + gap_x), origin.y + p.row * (node_h + gap_y));
+  std::map<std::int32_t, std::size_t> node_of;  // block -> index in placed_
+  for (std::size_t i = 0; i < placed_.size(); ++i)
+    for (std::int32_t b : placed_[i].chain) node_of[b] = i;
+  const auto top_left = [&](const Placed& p) {
+    return ImVec2(origin.x + p.depth * (node_w + gap_x), origin.y + p.row * (node_h + gap_y));
+  };
   std::vector<std::int32_t> selected_blocks;
   if (state.selected_request) {
     if (const RequestState* r = find_request(pool, *state.selected_request))
       selected_blocks.assign(r->blocks.begin(), r->blocks.end());
   }
+  const auto status_of = [&](std::int32_t b, std::int32_t* owner) {
+    if (static_cast<std::size_t>(b) >= pool.blocks.size()) return BlockStatus::kCachedFree;
+    *owner = pool.blocks[static_cast<std::size_t>(b)].owner;
+    return pool.blocks[static_cast<std::size_t>(b)].status;
+  };
+  const auto fill_of = [&](BlockStatus st, std::int32_t owner) {
+    switch (st) {
+      case BlockStatus::kShared: return pal.block_shared;
+      case BlockStatus::kPinned: return pal.block_pinned;
+      case BlockStatus::kOwned: return sequence_color(owner);
+      default: return pal.block_cached;
+    }
+  };
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const PrefixNode* hovered = nullptr;
   for (const Placed& p : placed_) {
-    const PrefixNode& n = fold_.nodes().at(p.block);
-    const ImVec2 a = at[p.block];
+    const PrefixNode& head = fold_.nodes().at(p.chain.front());
+    const ImVec2 a = top_left(p);
     const ImVec2 b(a.x + node_w, a.y + node_h);
-    if (n.parent >= 0 && at.count(n.parent)) {  // edge from the parent's right side
-      const ImVec2 pa = at[n.parent];
+    if (head.parent >= 0 && node_of.count(head.parent)) {  // edge from the parent's right side
+      const ImVec2 pa = top_left(placed_[node_of[head.parent]]);
       const ImVec2 from(pa.x + node_w, pa.y + node_h * 0.5f), to(a.x, a.y + node_h * 0.5f);
       if (std::max(from.y, to.y) >= clip_min.y && std::min(from.y, to.y) <= clip_max.y)
         dl->AddBezierCubic(from, ImVec2(from.x + gap_x * 0.5f, from.y),
                            ImVec2(to.x - gap_x * 0.5f, to.y), to, pal.axis, 1.5f);
     }
     if (b.y < clip_min.y || a.y > clip_max.y || b.x < clip_min.x || a.x > clip_max.x) continue;
-    BlockStatus status = BlockStatus::kCachedFree;
-    std::int32_t owner = -1;
-    if (static_cast<std::size_t>(p.block) < pool.blocks.size()) {
-      status = pool.blocks[static_cast<std::size_t>(p.block)].status;
-      owner = pool.blocks[static_cast<std::size_t>(p.block)].owner;
+    // One stripe per block of the run, coloured by its status.
+    const float cw = node_w / static_cast<float>(p.chain.size());
+    bool any_in_use = false;
+    for (std::size_t k = 0; k < p.chain.size(); ++k) {
+      std::int32_t owner = -1;
+      const BlockStatus st = status_of(p.chain[k], &owner);
+      any_in_use = any_in_use || (st != BlockStatus::kCachedFree && st != BlockStatus::kFree);
+      const ImVec2 ca(a.x + cw * static_cast<float>(k), a.y);
+      const ImVec2 cb(k + 1 == p.chain.size() ? b.x : ca.x + cw, b.y);
+      const ImDrawFlags corners = (k == 0 ? ImDrawFlags_RoundCornersLeft : 0) |
+                                  (k + 1 == p.chain.size() ? ImDrawFlags_RoundCornersRight : 0);
+      dl->AddRectFilled(ca, cb, fill_of(st, owner), corners ? fs * 0.25f : 0.0f,
+                        corners ? corners : ImDrawFlags_RoundCornersNone);
+      if (k > 0 && cw >= 3.0f) dl->AddLine(ca, ImVec2(ca.x, cb.y), IM_COL32(16, 18, 24, 120));
+      if (ImGui::IsWindowHovered() && mouse.x >= ca.x && mouse.x < cb.x && mouse.y >= a.y &&
+          mouse.y < b.y) {
+        hovered = &fold_.nodes().at(p.chain[k]);
+        if (ImGui::IsMouseClicked(0) && owner >= 0) state.selected_request = owner;
+      }
     }
-    ImU32 fill = pal.block_cached;
-    if (status == BlockStatus::kShared)
-      fill = pal.block_shared;
-    else if (status == BlockStatus::kPinned)
-      fill = pal.block_pinned;
-    else if (status == BlockStatus::kOwned)
-      fill = sequence_color(owner);
-    const bool in_use = status != BlockStatus::kCachedFree && status != BlockStatus::kFree;
-    dl->AddRectFilled(a, b, fill, fs * 0.25f);
-    const bool sel = std::find(selected_blocks.begin(), selected_blocks.end(), p.block) !=
-                     selected_blocks.end();
+    bool sel = false;
+    for (std::int32_t blk : p.chain)
+      sel = sel || std::find(selected_blocks.begin(), selected_blocks.end(), blk) !=
+                       selected_blocks.end();
     if (sel) dl->AddRect(a, b, pal.outline_selected, fs * 0.25f, 0, 2.0f);
-    char label[48];
-    std::snprintf(label, sizeof label, "#%d", p.block);
-    const ImU32 ink = in_use ? IM_COL32(16, 18, 24, 240) : pal.text;
+    char label[64];
+    if (p.chain.size() == 1)
+      std::snprintf(label, sizeof label, "#%d", p.chain.front());
+    else
+      std::snprintf(label, sizeof label, "%zu blocks", p.chain.size());
+    const ImU32 ink = any_in_use ? IM_COL32(16, 18, 24, 240) : pal.text;
     dl->AddText(ImVec2(a.x + fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
-    if (n.hits > 0) {
-      std::snprintf(label, sizeof label, "x%lld", static_cast<long long>(n.hits));
-      const float w = ImGui::CalcTextSize(label).x;
-      dl->AddText(ImVec2(b.x - w - fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
-    }
-    if (ImGui::IsWindowHovered() && mouse.x >= a.x && mouse.x < b.x && mouse.y >= a.y &&
-        mouse.y < b.y) {
-      hovered = &n;
-      if (ImGui::IsMouseClicked(0) && owner >= 0) state.selected_request = owner;
+    if (head.hits > 0) {
+      std::snprintf(label, sizeof label, "x%lld", static_cast<long long>(head.hits));
+      const float tw = ImGui::CalcTextSize(label).x;
+      dl->AddText(ImVec2(b.x - tw - fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
     }
   }
   if (placed_.empty()) {

@@ -33,10 +33,12 @@ class PrefixPanel final : public Panel {
   int generation_ = -1;
   int built_until_ = -1;
   std::map<std::int32_t, std::vector<int>> generated_;  // request -> [position] sampled token
+  // One drawn node: a run of cached blocks where each has exactly one child (a radix-tree edge),
+  // so a long shared prefix is one node instead of a row of boxes.
   struct Placed {
-    std::int32_t block;
-    int depth;
-    float row;  // leaves get whole rows; parents sit at their children's mean
+    std::vector<std::int32_t> chain;  // blocks, root side first
+    int depth;                        // column
+    float row;                        // leaves get whole rows; parents sit at their children's mean
   };
   std::vector<Placed> placed_;  // this step's layout, depth-first
   int rows_ = 0;

@@ -111,6 +111,13 @@ void QualityPanel::draw_plots(AppState& state) {
   }
   std::vector<PlotRefLine> refs;
   if (ref_bytes > 0) refs.push_back({ref_bytes, "fp32 (exact)", pal.text_dim, true, false});
+  // Fixed ranges with room for the labels: x up to the fp32 reference, y over the data.
+  double xlo = ref_bytes > 0 ? ref_bytes : 1.0, xhi = xlo, klo = 1.0, khi = 1e-9;
+  for (std::size_t i = 0; i < kl.x.size(); ++i) {
+    xlo = std::min(xlo, kl.x[i]);
+    xhi = std::max(xhi, kl.x[i]);
+    if (kl.y[i] > 0) klo = std::min(klo, kl.y[i]), khi = std::max(khi, kl.y[i]);
+  }
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const bool side = avail.x > 900.0f;
   const float gap = ImGui::GetStyle().ItemSpacing.x;
@@ -119,8 +126,8 @@ void QualityPanel::draw_plots(AppState& state) {
   PlotConfig c;
   c.id = "quality_kl";
   c.title = "KL(fp32 || format), mean per token";
-  c.x = {"KV bytes per token (all layers, K+V)", AxisUnits::kBytes, true, {}, {}};
-  c.y = {"KL (nats)", AxisUnits::kNumber, true, {}, {}};
+  c.x = {"KV bytes per token (all layers, K+V)", AxisUnits::kBytes, true, xlo / 1.25, xhi * 1.3};
+  c.y = {"KL (nats)", AxisUnits::kNumber, true, klo / 2.0, std::max(khi, klo) * 3.0};
   c.size = size;
   c.legend = false;
   c.line_scale = state.presenter ? 1.6f : 1.0f;

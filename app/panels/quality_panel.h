@@ -19,6 +19,7 @@ class QualityPanel final : public Panel {
   std::string help() const override;
   const char* docs_page() const override { return "docs/concepts/quantization.md"; }
   void draw(AppState& state) override;
+  bool busy() const override { return job_.busy(); }
 
   void wait_for_sweep() { job_.wait(); }  // tests
   const QualitySweep* sweep() const { return sweep_.get(); }
