@@ -9,10 +9,10 @@
 
 #include <cfloat>
 #include <chrono>
-#include <thread>
 #include <cstdio>
 #include <ctime>
 #include <memory>
+#include <thread>
 
 #include "app/core/run_session.h"
 #include "app/core/shell.h"

@@ -35,15 +35,17 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
     const ModelConfig& c = model->config();
     cap->n_layers = c.n_layers;
     cap->n_heads = c.n_heads;
-    if (static_cast<int>(tokens.size()) > c.seq_len) tokens.resize(static_cast<std::size_t>(c.seq_len));
+    if (static_cast<int>(tokens.size()) > c.seq_len)
+      tokens.resize(static_cast<std::size_t>(c.seq_len));
     cap->tokens = tokens;
     try {
       const int n = static_cast<int>(tokens.size());
       auto backend = make_cpu_backend(1);
       Transformer transformer(model, *backend);
       const int bs = config.block_size;
-      KvCacheManager cache(kv_layout_for(c, bs, (n + bs - 1) / bs, config.k_format, config.v_format),
-                           AllocatorKind::kPaged, n, /*with_storage=*/true);
+      KvCacheManager cache(
+          kv_layout_for(c, bs, (n + bs - 1) / bs, config.k_format, config.v_format),
+          AllocatorKind::kPaged, n, /*with_storage=*/true);
       auto recorder = std::make_unique<AttentionRecorder>(
           AttentionShapeInfo{c.n_layers, c.n_heads, n}, /*full_matrix_limit=*/512);
       const SeqId seq(0);

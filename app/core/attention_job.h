@@ -18,7 +18,7 @@
 namespace kvscope::ui {
 
 struct AttentionCapture {
-  int generation = -1;     // AppState::source_generation() of the run it belongs to
+  int generation = -1;  // AppState::source_generation() of the run it belongs to
   int request = -1;
   std::vector<int> tokens;  // [positions] fed in order from position 0
   int n_layers = 0;
@@ -42,7 +42,7 @@ class AttentionJob {
   int busy_request() const { return busy_request_; }
   // The finished capture (once), or null.
   std::shared_ptr<AttentionCapture> take();
-  void cancel();  // stops a running capture (nothing is handed over) and joins
+  void cancel();                // stops a running capture (nothing is handed over) and joins
   void cancel_after_finish() {  // tests: lets a running capture finish, then joins
     if (worker_.joinable()) worker_.join();
   }

@@ -20,7 +20,7 @@ struct PrefixNode {
   std::int32_t logical = 0;     // logical block index (depth in the tree)
   std::int32_t cached_by = -1;  // request that inserted it
   std::int32_t cached_step = 0;
-  std::int64_t hits = 0;        // lookups that mapped it since it was cached
+  std::int64_t hits = 0;  // lookups that mapped it since it was cached
 };
 
 struct PrefixLookupRow {
@@ -29,9 +29,9 @@ struct PrefixLookupRow {
   std::int64_t prompt_tokens = 0;
   std::int64_t hit_tokens = 0;
   MissReason reason = MissReason::kNone;
-  std::int64_t diverged_at = -1;      // kDiverged: first token no cached prefix matched
-  std::int32_t evicted_step = -1;     // kEvicted: when the first missing block was evicted
-  int lookups = 0;                    // lookups of this request so far (readmissions add one)
+  std::int64_t diverged_at = -1;   // kDiverged: first token no cached prefix matched
+  std::int32_t evicted_step = -1;  // kEvicted: when the first missing block was evicted
+  int lookups = 0;                 // lookups of this request so far (readmissions add one)
 };
 
 class PrefixTreeFold {

@@ -28,9 +28,10 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> sweep_formats() {
-  return {{"fp32", "fp32"},   {"fp16", "fp16"},         {"bf16", "bf16"},   {"fp8-e4m3", "fp8-e4m3"},
-          {"fp8-e5m2", "fp8-e5m2"}, {"int8", "int8"},   {"int8", "int4"},   {"int4", "int4"},
-          {"int4-g8", "int4-g8"}, {"kivi4", "kivi4"},   {"kivi2", "kivi2"}, {"int2", "int2"},
+  return {{"fp32", "fp32"},         {"fp16", "fp16"},         {"bf16", "bf16"},
+          {"fp8-e4m3", "fp8-e4m3"}, {"fp8-e5m2", "fp8-e5m2"}, {"int8", "int8"},
+          {"int8", "int4"},         {"int4", "int4"},         {"int4-g8", "int4-g8"},
+          {"kivi4", "kivi4"},       {"kivi2", "kivi2"},       {"int2", "int2"},
           {"int2-g8", "int2-g8"}};
 }
 
@@ -43,11 +44,19 @@ QualitySweep load_sweep_csv(const std::string& path) {
   if (!in) throw Error(path, "cannot open the sweep CSV");
   std::string line;
   if (!std::getline(in, line) || line.rfind("variant,bytes_per_token,", 0) != 0)
-    throw Error(path + ": line 1", "expected the header of `kvscope eval --sweep` (variant,"
-                                   "bytes_per_token,...), got \"" + line.substr(0, 40) + "\"");
-  constexpr const char* kCols[] = {"bytes_per_token", "bytes_per_sequence",
-                                   "effective_bytes_per_token", "ppl_reference", "ppl_variant",
-                                   "ppl_delta", "kl_mean", "kl_max", "top1_agreement"};
+    throw Error(path + ": line 1",
+                "expected the header of `kvscope eval --sweep` (variant,"
+                "bytes_per_token,...), got \"" +
+                    line.substr(0, 40) + "\"");
+  constexpr const char* kCols[] = {"bytes_per_token",
+                                   "bytes_per_sequence",
+                                   "effective_bytes_per_token",
+                                   "ppl_reference",
+                                   "ppl_variant",
+                                   "ppl_delta",
+                                   "kl_mean",
+                                   "kl_max",
+                                   "top1_agreement"};
   for (int ln = 2; std::getline(in, line); ++ln) {
     if (line.empty()) continue;
     std::vector<std::string> f;

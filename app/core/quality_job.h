@@ -17,9 +17,9 @@
 namespace kvscope::ui {
 
 struct QualitySweep {
-  std::string model;    // checkpoint path (or the CSV path when loaded)
-  std::string source;   // eval text, or "loaded from <csv>"
-  long positions = 0;   // scored next-token predictions per format
+  std::string model;   // checkpoint path (or the CSV path when loaded)
+  std::string source;  // eval text, or "loaded from <csv>"
+  long positions = 0;  // scored next-token predictions per format
   int windows = 0;
   int block_size = 16;
   bool from_csv = false;

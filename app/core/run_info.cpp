@@ -36,9 +36,10 @@ SimConfig with_override(SimConfig c, const PolicyOverride& o) {
   return c;
 }
 
-std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config, const PolicyOverride& policy) {
-  const std::optional<std::int64_t> bytes = policy.pool_bytes ? policy.pool_bytes
-                                                              : info.pool_bytes_field;
+std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config,
+                         const PolicyOverride& policy) {
+  const std::optional<std::int64_t> bytes =
+      policy.pool_bytes ? policy.pool_bytes : info.pool_bytes_field;
   if (!bytes) return info.scenario_config.num_blocks;
   const std::int64_t bb = block_bytes(info.shape, config);
   return bb > 0 ? *bytes / bb : 0;

@@ -38,18 +38,18 @@ struct PolicyOverride {
 
 struct RunInfo {
   std::string scenario_path;
-  SimConfig scenario_config;               // as the scenario file resolves it
-  SimConfig config;                        // what the Simulator runs (override applied)
+  SimConfig scenario_config;  // as the scenario file resolves it
+  SimConfig config;           // what the Simulator runs (override applied)
   PolicyOverride override;
-  std::int64_t pool_bytes = 0;             // config.num_blocks x exact bytes per block
-  std::int64_t scenario_pool_bytes = 0;    // the same for scenario_config
+  std::int64_t pool_bytes = 0;                   // config.num_blocks x exact bytes per block
+  std::int64_t scenario_pool_bytes = 0;          // the same for scenario_config
   std::optional<std::int64_t> pool_bytes_field;  // the scenario's cache.pool_bytes, if given
-  ModelConfig shape;                       // the model's shape
-  std::string model_source;                // checkpoint path or synthetic spec
+  ModelConfig shape;                             // the model's shape
+  std::string model_source;                      // checkpoint path or synthetic spec
   bool random_weights = false;
-  std::shared_ptr<const Model> model;      // null for bookkeeping-only runs
+  std::shared_ptr<const Model> model;  // null for bookkeeping-only runs
   std::shared_ptr<const Tokenizer> tokenizer;
-  std::vector<std::vector<int>> prompts;   // [sequence id] prompt token ids
+  std::vector<std::vector<int>> prompts;  // [sequence id] prompt token ids
 };
 
 // The scenario's config with the override's cache fields applied (pool_bytes aside).
@@ -57,7 +57,8 @@ SimConfig with_override(SimConfig base, const PolicyOverride& o);
 
 // Blocks the pool holds for `config` under `policy`: pool bytes (the override's, else the
 // scenario's cache.pool_bytes) / bytes per block, else the scenario's num_blocks.
-std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config, const PolicyOverride& policy);
+std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config,
+                         const PolicyOverride& policy);
 
 // Exact bytes of one block (all layers, K and V) for a configuration on a model shape.
 std::int64_t block_bytes(const ModelConfig& shape, const SimConfig& config);

@@ -67,7 +67,8 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   }
   info->config = config;
   info->shape = loaded.model->config();
-  info->pool_bytes = static_cast<std::int64_t>(config.num_blocks) * block_bytes(info->shape, config);
+  info->pool_bytes =
+      static_cast<std::int64_t>(config.num_blocks) * block_bytes(info->shape, config);
   info->scenario_pool_bytes = static_cast<std::int64_t>(info->scenario_config.num_blocks) *
                               block_bytes(info->shape, info->scenario_config);
   info->model_source = loaded.model->source();

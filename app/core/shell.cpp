@@ -117,8 +117,8 @@ bool UiShell::open(const std::string& path, const PolicyOverride& policy) {
 void UiShell::restart() {
   if (!session_ || !session_->is_scenario()) return;
   const std::string path = session_->path();  // a copy: open() replaces (and frees) session_
-  const PolicyOverride policy = session_->run_info() ? session_->run_info()->override
-                                                     : PolicyOverride{};
+  const PolicyOverride policy =
+      session_->run_info() ? session_->run_info()->override : PolicyOverride{};
   open(path, policy);
 }
 
@@ -350,17 +350,18 @@ void UiShell::draw_help_window() {
   ImGui::SetNextWindowSize(ImVec2(std::min(display.x * 0.8f, ImGui::GetFontSize() * 46.0f), 0.0f),
                            ImGuiCond_Appearing);
   if (ImGui::Begin("kvscope help", &show_help_, ImGuiWindowFlags_NoCollapse)) {
-    static const char* const kKeys[][2] = {{"Space", "play / pause"},
-                                           {"Left / Right", "step back / forward (Shift: 10)"},
-                                           {"Home / End", "first / last step"},
-                                           {"F1", "this help"},
-                                           {"F11", "full screen"},
-                                           {"F12", "save a screenshot (PNG)"},
-                                           {"P", "presenter mode"},
-                                           {"Ctrl+O", "open a scenario or recording"},
-                                           {"Ctrl+R", "restart the scenario"},
-                                           {"Ctrl+1..4", "workspace: pool, prefix, attention & quality, compare"},
-                                           {"Ctrl+Q", "quit"}};
+    static const char* const kKeys[][2] = {
+        {"Space", "play / pause"},
+        {"Left / Right", "step back / forward (Shift: 10)"},
+        {"Home / End", "first / last step"},
+        {"F1", "this help"},
+        {"F11", "full screen"},
+        {"F12", "save a screenshot (PNG)"},
+        {"P", "presenter mode"},
+        {"Ctrl+O", "open a scenario or recording"},
+        {"Ctrl+R", "restart the scenario"},
+        {"Ctrl+1..4", "workspace: pool, prefix, attention & quality, compare"},
+        {"Ctrl+Q", "quit"}};
     if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {
       for (const auto& k : kKeys) {
         ImGui::TableNextColumn();

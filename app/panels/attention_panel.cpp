@@ -171,7 +171,8 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
                                  : (vmax > 0 ? v / vmax : 0.0f);
       if (t <= 0.0f) continue;
       ImU32 c = heat_color(t, pal.block_free);
-      if (!live.empty() && static_cast<std::size_t>(k) < live.size() && live[static_cast<std::size_t>(k)] == 0)
+      if (!live.empty() && static_cast<std::size_t>(k) < live.size() &&
+          live[static_cast<std::size_t>(k)] == 0)
         c = mix_color(pal.block_free, pal.text_dim, 0.35f);  // evicted key: greyed
       const ImVec2 a(o.x + k * cell, o.y + q * cell);
       dl->AddRectFilled(a, ImVec2(a.x + cell * bin, a.y + cell * bin), c);
@@ -179,8 +180,9 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
   }
   for (int s : sinks_) {  // a marker over each sink column
     const float x = o.x + (s + 0.5f) * cell;
-    dl->AddTriangleFilled(ImVec2(x - fs * 0.3f, o.y - fs * 0.6f), ImVec2(x + fs * 0.3f, o.y - fs * 0.6f),
-                          ImVec2(x, o.y - fs * 0.1f), pal.warn);
+    dl->AddTriangleFilled(ImVec2(x - fs * 0.3f, o.y - fs * 0.6f),
+                          ImVec2(x + fs * 0.3f, o.y - fs * 0.6f), ImVec2(x, o.y - fs * 0.1f),
+                          pal.warn);
   }
   dl->AddRect(o, ImVec2(o.x + side, o.y + side), pal.grid);
   if (ImGui::IsItemHovered()) {
@@ -193,7 +195,8 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
       } else {
         ImGui::Text("query %d \"%s\" -> key %d \"%s\"", q, token_text(state, cap, q).c_str(), k,
                     token_text(state, cap, k).c_str());
-        ImGui::Text("weight %.4f", view_[static_cast<std::size_t>(q) * un + static_cast<std::size_t>(k)]);
+        ImGui::Text("weight %.4f",
+                    view_[static_cast<std::size_t>(q) * un + static_cast<std::size_t>(k)]);
         if (std::find(sinks_.begin(), sinks_.end(), k) != sinks_.end())
           ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "detected sink");
       }
@@ -219,14 +222,17 @@ void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& ca
   for (int k = 0; k < n; ++k) {
     const float v = vmax > 0 ? view_[static_cast<std::size_t>(k)] / vmax : 0.0f;
     ImU32 c = heat_color(0.35f + 0.65f * v, pal.block_free);
-    if (!live.empty() && static_cast<std::size_t>(k) < live.size() && live[static_cast<std::size_t>(k)] == 0)
+    if (!live.empty() && static_cast<std::size_t>(k) < live.size() &&
+        live[static_cast<std::size_t>(k)] == 0)
       c = mix_color(pal.block_free, pal.text_dim, 0.35f);
-    dl->AddRectFilled(ImVec2(o.x + k * bar, o.y + h * (1.0f - v)), ImVec2(o.x + (k + 1) * bar, o.y + h), c);
+    dl->AddRectFilled(ImVec2(o.x + k * bar, o.y + h * (1.0f - v)),
+                      ImVec2(o.x + (k + 1) * bar, o.y + h), c);
   }
   for (int s : sinks_) {
     const float x = o.x + (s + 0.5f) * bar;
-    dl->AddTriangleFilled(ImVec2(x - fs * 0.3f, o.y - fs * 0.8f), ImVec2(x + fs * 0.3f, o.y - fs * 0.8f),
-                          ImVec2(x, o.y - fs * 0.2f), pal.warn);
+    dl->AddTriangleFilled(ImVec2(x - fs * 0.3f, o.y - fs * 0.8f),
+                          ImVec2(x + fs * 0.3f, o.y - fs * 0.8f), ImVec2(x, o.y - fs * 0.2f),
+                          pal.warn);
   }
   dl->AddLine(ImVec2(o.x, o.y + h), ImVec2(o.x + w, o.y + h), pal.axis);
   if (ImGui::IsItemHovered()) {
@@ -316,10 +322,10 @@ void AttentionPanel::draw(AppState& state) {
     sinks += (i ? ", " : "") + std::to_string(sinks_[i]);
   if (sinks_.size() > 6) sinks += " (+" + std::to_string(sinks_.size() - 6) + ")";
   ImGui::PushTextWrapPos(0.0f);
-  ImGui::TextDisabled("%d tokens at step %d, %s. Sinks (red, >= 4x the uniform share): %s%s", n,
-                      state.step(), n <= kMatrixLimit ? "query (row) x key (column)" :
-                      "cumulative attention per key", sinks.c_str(),
-                      live.empty() ? "" : "; grey: evicted");
+  ImGui::TextDisabled(
+      "%d tokens at step %d, %s. Sinks (red, >= 4x the uniform share): %s%s", n, state.step(),
+      n <= kMatrixLimit ? "query (row) x key (column)" : "cumulative attention per key",
+      sinks.c_str(), live.empty() ? "" : "; grey: evicted");
   ImGui::PopTextWrapPos();
   if (n <= kMatrixLimit && cap->recorder->has_full_matrices())
     draw_matrix(state, *cap, n);

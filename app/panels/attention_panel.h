@@ -40,8 +40,8 @@ class AttentionPanel final : public Panel {
   AttentionJob job_;
   int generation_ = -1;
   int scanned_until_ = -1;
-  std::map<int, std::vector<int>> generated_;       // request -> [position] sampled token (-1)
-  std::map<int, std::vector<int>> sampled_step_;    // request -> [position] step it was sampled
+  std::map<int, std::vector<int>> generated_;     // request -> [position] sampled token (-1)
+  std::map<int, std::vector<int>> sampled_step_;  // request -> [position] step it was sampled
   std::map<int, std::shared_ptr<const AttentionCapture>> captures_;  // by request, this run
   std::string last_error_;
   int layer_ = 0;

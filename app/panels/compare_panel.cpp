@@ -56,8 +56,7 @@ void ComparePanel::sync(AppState& state) {
     state.compare_variant = v;
     state.compare_variant_version = 1;
   }
-  if (generation_ == state.source_generation() && version_ == state.compare_variant_version)
-    return;
+  if (generation_ == state.source_generation() && version_ == state.compare_variant_version) return;
   generation_ = state.source_generation();
   version_ = state.compare_variant_version;
   variant_.reset();  // stops the previous variant's worker
@@ -73,8 +72,8 @@ void ComparePanel::sync(AppState& state) {
 void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const StepMetrics& b,
                               int step_b) {
   const Palette& pal = palette(state.presenter);
-  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
-                                ImGuiTableFlags_SizingFixedFit;
+  const ImGuiTableFlags flags =
+      ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit;
   if (!ImGui::BeginTable("##diff", 4, flags)) return;
   ImGui::TableSetupColumn("at the selected step");
   ImGui::TableSetupColumn("current");
@@ -90,8 +89,7 @@ void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const
     item_tooltip(tip);
     const auto fmt = [percent](double v) {
       char buf[32];
-      if (percent)
-        return format_percent(v);
+      if (percent) return format_percent(v);
       std::snprintf(buf, sizeof buf, v == static_cast<long long>(v) ? "%.0f" : "%.2f", v);
       return std::string(buf);
     };
@@ -102,7 +100,8 @@ void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const
     ImGui::TableNextColumn();
     const double d = vb - va;
     ImU32 col = pal.text_dim;
-    if (better != 0 && d != 0.0) col = (d > 0) == (better > 0) ? IM_COL32(110, 200, 140, 255) : pal.warn;
+    if (better != 0 && d != 0.0)
+      col = (d > 0) == (better > 0) ? IM_COL32(110, 200, 140, 255) : pal.warn;
     char buf[48];
     if (percent)
       std::snprintf(buf, sizeof buf, "%+.1f pts", 100.0 * d);
@@ -222,8 +221,9 @@ void ComparePanel::draw(AppState& state) {
   if (!variant_) {
     if (error_.empty()) {
       ImGui::PushTextWrapPos(0.0f);
-      ImGui::TextDisabled("The variant has the same policy as this run. In the Controls panel, "
-                          "pick target \"compare variant\" and change a setting.");
+      ImGui::TextDisabled(
+          "The variant has the same policy as this run. In the Controls panel, "
+          "pick target \"compare variant\" and change a setting.");
       ImGui::PopTextWrapPos();
     }
     return;

@@ -12,9 +12,8 @@ namespace kvscope::ui {
 
 namespace {
 
-constexpr const char* kFormats[] = {"fp32",  "fp16", "bf16",    "fp8-e4m3", "fp8-e5m2",
-                                    "int8",  "int4", "int4-g8", "int2",     "int2-g8",
-                                    "kivi4", "kivi2"};
+constexpr const char* kFormats[] = {"fp32", "fp16",    "bf16", "fp8-e4m3", "fp8-e5m2", "int8",
+                                    "int4", "int4-g8", "int2", "int2-g8",  "kivi4",    "kivi2"};
 
 // A combo over `names`; returns the chosen index when the user picked a different one.
 std::optional<int> pick(const char* label, std::span<const char* const> names, int current,
@@ -98,9 +97,11 @@ void ControlsPanel::draw(AppState& state) {
                     "than keys."))
     set(next.v_format, parse_kv_format(kFormats[*i], "V format"), base.v_format);
   bool prefix = shown.prefix_caching;
-  if (ImGui::Checkbox("prefix caching", &prefix)) set(next.prefix_caching, prefix, base.prefix_caching);
-  item_tooltip("Keep full prompt blocks indexed by their tokens and map them into later requests "
-               "with the same prefix (paged allocator only).");
+  if (ImGui::Checkbox("prefix caching", &prefix))
+    set(next.prefix_caching, prefix, base.prefix_caching);
+  item_tooltip(
+      "Keep full prompt blocks indexed by their tokens and map them into later requests "
+      "with the same prefix (paged allocator only).");
   {
     static constexpr const char* kIndex[] = {"hash", "radix"};
     const int cur = shown.prefix_index == IndexKind::kRadix ? 1 : 0;
@@ -143,8 +144,9 @@ void ControlsPanel::draw(AppState& state) {
       next.pool_bytes = kib * 1024;
       changed = true;
     }
-    item_tooltip("The device KV pool in bytes. The number of blocks follows from it and the "
-                 "bytes per block, so a smaller format fits more blocks in the same memory.");
+    item_tooltip(
+        "The device KV pool in bytes. The number of blocks follows from it and the "
+        "bytes per block, so a smaller format fits more blocks in the same memory.");
     ImGui::SameLine();
     ImGui::TextDisabled("= %lld blocks", blocks_now);
   }
@@ -165,16 +167,14 @@ void ControlsPanel::draw(AppState& state) {
   }
   ImGui::Spacing();
   ImGui::PushTextWrapPos(0.0f);
-  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.accent), "%s:",
-                     edit_variant_ ? "variant" : "running");
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.accent),
+                     "%s:", edit_variant_ ? "variant" : "running");
   ImGui::SameLine();
   ImGui::TextUnformatted(current.describe().c_str());
-  ImGui::TextDisabled("%lld blocks x %d tokens, %s per token (K %s, V %s)", blocks_now,
-                      shown.block_size,
-                      format_bytes(static_cast<double>(block_bytes(info->shape, shown)) /
-                                   shown.block_size)
-                          .c_str(),
-                      shown.k_format.name().c_str(), shown.v_format.name().c_str());
+  ImGui::TextDisabled(
+      "%lld blocks x %d tokens, %s per token (K %s, V %s)", blocks_now, shown.block_size,
+      format_bytes(static_cast<double>(block_bytes(info->shape, shown)) / shown.block_size).c_str(),
+      shown.k_format.name().c_str(), shown.v_format.name().c_str());
   ImGui::PopTextWrapPos();
   if (!changed || next == current) return;
   if (edit_variant_) {

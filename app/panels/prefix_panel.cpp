@@ -15,12 +15,18 @@ namespace {
 
 const char* reason_text(MissReason r) {
   switch (r) {
-    case MissReason::kNone: return "full hit";
-    case MissReason::kFirstOccurrence: return "first occurrence";
-    case MissReason::kShorterThanBlock: return "shorter than a block";
-    case MissReason::kDiverged: return "diverged";
-    case MissReason::kEvicted: return "evicted";
-    case MissReason::kDisabled: return "caching off";
+    case MissReason::kNone:
+      return "full hit";
+    case MissReason::kFirstOccurrence:
+      return "first occurrence";
+    case MissReason::kShorterThanBlock:
+      return "shorter than a block";
+    case MissReason::kDiverged:
+      return "diverged";
+    case MissReason::kEvicted:
+      return "evicted";
+    case MissReason::kDisabled:
+      return "caching off";
   }
   return "?";
 }
@@ -148,7 +154,8 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin(ImGui::GetCursorScreenPos().x + pad, ImGui::GetCursorScreenPos().y + pad);
   const ImVec2 clip_min = ImGui::GetWindowPos();
-  const ImVec2 clip_max(clip_min.x + ImGui::GetWindowWidth(), clip_min.y + ImGui::GetWindowHeight());
+  const ImVec2 clip_max(clip_min.x + ImGui::GetWindowWidth(),
+                        clip_min.y + ImGui::GetWindowHeight());
   std::map<std::int32_t, std::size_t> node_of;  // block -> index in placed_
   for (std::size_t i = 0; i < placed_.size(); ++i)
     for (std::int32_t b : placed_[i].chain) node_of[b] = i;
@@ -167,10 +174,14 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
   };
   const auto fill_of = [&](BlockStatus st, std::int32_t owner) {
     switch (st) {
-      case BlockStatus::kShared: return pal.block_shared;
-      case BlockStatus::kPinned: return pal.block_pinned;
-      case BlockStatus::kOwned: return sequence_color(owner);
-      default: return pal.block_cached;
+      case BlockStatus::kShared:
+        return pal.block_shared;
+      case BlockStatus::kPinned:
+        return pal.block_pinned;
+      case BlockStatus::kOwned:
+        return sequence_color(owner);
+      default:
+        return pal.block_cached;
     }
   };
   const ImVec2 mouse = ImGui::GetIO().MousePos;
@@ -209,8 +220,8 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
     }
     bool sel = false;
     for (std::int32_t blk : p.chain)
-      sel = sel || std::find(selected_blocks.begin(), selected_blocks.end(), blk) !=
-                       selected_blocks.end();
+      sel = sel ||
+            std::find(selected_blocks.begin(), selected_blocks.end(), blk) != selected_blocks.end();
     if (sel) dl->AddRect(a, b, pal.outline_selected, fs * 0.25f, 0, 2.0f);
     char label[64];
     if (p.chain.size() == 1)
@@ -286,8 +297,7 @@ void PrefixPanel::draw(AppState& state) {
   int in_use = 0, cached_free = 0;
   for (const auto& [id, n] : fold_.nodes()) {
     const auto i = static_cast<std::size_t>(id);
-    if (i < state.pool().blocks.size() &&
-        state.pool().blocks[i].status == BlockStatus::kCachedFree)
+    if (i < state.pool().blocks.size() && state.pool().blocks[i].status == BlockStatus::kCachedFree)
       ++cached_free;
     else
       ++in_use;
@@ -305,13 +315,14 @@ void PrefixPanel::draw(AppState& state) {
   stat("in use", std::to_string(in_use), true);
   stat("cached-free", std::to_string(cached_free), true);
   stat("evicted", std::to_string(fold_.evictions()), true);
-  stat("prompt tokens hit",
-       format_count(static_cast<double>(m.prefix_hit_tokens)) + " / " +
-           format_count(static_cast<double>(m.prompt_tokens)) +
-           (m.prompt_tokens > 0
-                ? " (" + format_percent(static_cast<double>(m.prefix_hit_tokens) / m.prompt_tokens) +
-                      ")"
-                : ""),
+  stat(
+      "prompt tokens hit",
+      format_count(static_cast<double>(m.prefix_hit_tokens)) + " / " +
+          format_count(static_cast<double>(m.prompt_tokens)) +
+          (m.prompt_tokens > 0
+               ? " (" + format_percent(static_cast<double>(m.prefix_hit_tokens) / m.prompt_tokens) +
+                     ")"
+               : ""),
       true);
   // Legend.
   const auto legend = [&](ImU32 c, const char* text) {
@@ -335,7 +346,8 @@ void PrefixPanel::draw(AppState& state) {
   } else {
     const float tree_h = std::max(60.0f, std::floor(avail.y * 0.6f));
     draw_tree(state, ImVec2(0, tree_h));
-    draw_lookups(state, ImVec2(0, std::max(40.0f, avail.y - tree_h - ImGui::GetStyle().ItemSpacing.y)));
+    draw_lookups(state,
+                 ImVec2(0, std::max(40.0f, avail.y - tree_h - ImGui::GetStyle().ItemSpacing.y)));
   }
 }
 

@@ -126,8 +126,8 @@ void QualityPanel::draw_plots(AppState& state) {
   PlotConfig c;
   c.id = "quality_kl";
   c.title = "KL(fp32 || format), mean per token";
-  c.x = {"KV bytes per token (all layers, K+V)", AxisUnits::kBytes, true, xlo / 1.25, xhi * 1.3};
-  c.y = {"KL (nats)", AxisUnits::kNumber, true, klo / 2.0, std::max(khi, klo) * 3.0};
+  c.x = {"KV bytes per token (all layers, K+V)", AxisUnits::kBytes, true, xlo / 1.25, xhi * 1.7};
+  c.y = {"KL (nats)", AxisUnits::kNumber, true, klo / 2.0, std::max(khi, klo) * 8.0};
   c.size = size;
   c.legend = false;
   c.line_scale = state.presenter ? 1.6f : 1.0f;

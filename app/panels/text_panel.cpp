@@ -33,7 +33,8 @@ std::string printable(std::string s) {
 
 std::string TextPanel::help() const {
   return "Every request is a prompt (dim) followed by the tokens the model sampled, one per decode "
-         "step, each written into the request's KV cache. Underlines mark prompt tokens served from "
+         "step, each written into the request's KV cache. Underlines mark prompt tokens served "
+         "from "
          "the prefix cache and tokens recomputed after a preemption.";
 }
 
@@ -62,12 +63,14 @@ void TextPanel::catch_up(const AppState& state) {
           hit_tokens_[e.request] = e.a;
           break;
         case EventType::kPreempted:
-          if (e.a == static_cast<std::int64_t>(PreemptReason::kRecompute)) preempted_[e.request] = true;
+          if (e.a == static_cast<std::int64_t>(PreemptReason::kRecompute))
+            preempted_[e.request] = true;
           break;
         case EventType::kPrefillChunk: {
           if (!preempted_[e.request] || e.a < 0 || e.b < 0 || e.a + e.b > (1 << 24)) break;
           std::vector<std::uint8_t>& r = recomputed_[e.request];
-          if (r.size() < static_cast<std::size_t>(e.a + e.b)) r.resize(static_cast<std::size_t>(e.a + e.b), 0);
+          if (r.size() < static_cast<std::size_t>(e.a + e.b))
+            r.resize(static_cast<std::size_t>(e.a + e.b), 0);
           for (std::int64_t p = e.a; p < e.a + e.b; ++p) r[static_cast<std::size_t>(p)] = 1;
           break;
         }
@@ -96,8 +99,8 @@ void TextPanel::draw(AppState& state) {
     ImGui::TextDisabled("%s", text);
     item_tooltip(tip);
   };
-  legend(hit_color(pal), "prefix hit", "Prompt tokens mapped from the prefix cache: never prefilled",
-         true);
+  legend(hit_color(pal), "prefix hit",
+         "Prompt tokens mapped from the prefix cache: never prefilled", true);
   legend(recomputed_color(), "recomputed",
          "Tokens prefilled again after their request was preempted (recompute)", true);
   legend(pal.text_dim, "evicted",
@@ -157,17 +160,19 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
     const bool is_recomputed = !is_hit && rec_it != recomputed_.end() &&
                                pos < rec_it->second.size() && rec_it->second[pos] != 0;
     const bool is_evicted = pos < live.size() && live[pos] == 0;
-    ImGui::TextColored(is_evicted ? ImGui::ColorConvertU32ToFloat4(mix_color(pal.text_dim, pal.panel_bg, 0.4f))
-                       : is_prompt ? ImGui::ColorConvertU32ToFloat4(pal.text_dim)
-                                   : color,
-                       "%s", piece.c_str());
+    ImGui::TextColored(
+        is_evicted  ? ImGui::ColorConvertU32ToFloat4(mix_color(pal.text_dim, pal.panel_bg, 0.4f))
+        : is_prompt ? ImGui::ColorConvertU32ToFloat4(pal.text_dim)
+                    : color,
+        "%s", piece.c_str());
     x += w;
     if (is_hit || is_recomputed || is_evicted) {
       const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
       ImDrawList* dl = ImGui::GetWindowDrawList();
       const float lx = a.x + (piece[0] == ' ' ? ImGui::CalcTextSize(" ").x : 0.0f);
       if (is_evicted)
-        dl->AddLine(ImVec2(lx, (a.y + b.y) * 0.5f), ImVec2(b.x, (a.y + b.y) * 0.5f), pal.text_dim, 1.5f);
+        dl->AddLine(ImVec2(lx, (a.y + b.y) * 0.5f), ImVec2(b.x, (a.y + b.y) * 0.5f), pal.text_dim,
+                    1.5f);
       else
         dl->AddLine(ImVec2(lx, b.y - 1.0f), ImVec2(b.x, b.y - 1.0f),
                     is_hit ? hit_color(pal) : recomputed_color(), 2.0f);

@@ -27,8 +27,9 @@ class TextPanel final : public Panel {
   std::map<int, std::vector<int>> tokens_;  // request id -> [position] generated token id (or -1)
   std::map<int, std::int64_t> hit_tokens_;  // request id -> tokens its latest prefix lookup hit
   std::map<int, bool> preempted_;           // request id -> recompute-preempted since admission
-  std::map<int, std::vector<std::uint8_t>> recomputed_;  // request id -> [position] 1: prefilled again
-  std::vector<std::string> pieces_;         // scratch: the decoded pieces of one request
+  std::map<int, std::vector<std::uint8_t>>
+      recomputed_;                   // request id -> [position] 1: prefilled again
+  std::vector<std::string> pieces_;  // scratch: the decoded pieces of one request
 };
 
 }  // namespace kvscope::ui
