@@ -6,7 +6,7 @@
 #include "app/core/timeline_source.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
-#include "engine/sched/scenario_min.h"
+#include "engine/scenario/scenario.h"
 #include "engine/sched/simulator.h"
 
 namespace kvscope::ui {
@@ -30,20 +30,21 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
     return s;
   }
   s->is_scenario_ = true;
-  MinScenario scenario = parse_min_scenario(path);
-  LoadedModel loaded = load_model(scenario.model, "");
-  SimConfig config = resolve_sim_config(scenario, loaded.model->config());
+  const Scenario scenario = parse_scenario(path);
+  const ScenarioModelLoad loaded = load_scenario_model(scenario, "", bookkeeping);
+  ResolvedRun resolved = resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get());
+  SimConfig config = resolved.config;
   config.threads = 1;  // the UI thread and the worker share the machine
-  std::vector<SimRequest> requests = resolve_requests(scenario, loaded.tokenizer.get());
+  std::vector<SimRequest> requests = std::move(resolved.requests);
   if (requests.empty()) throw Error(path + ": requests", "expected at least one request, got none");
   for (const SimRequest& r : requests) s->prompts_.push_back(r.prompt_tokens);
-  SimModel model{loaded.model->config(), bookkeeping ? nullptr : loaded.model};
+  SimModel model{loaded.shape, loaded.weights};
   try {
     s->sim_ = std::make_unique<Simulator>(config, model, std::move(requests));
   } catch (const Error& e) {
     throw Error(path + ": " + e.where(), e.detail());
   }
-  if (!bookkeeping) s->tokenizer_ = loaded.tokenizer;  // bookkeeping tokens are all 0
+  if (loaded.weights) s->tokenizer_ = loaded.tokenizer;  // bookkeeping tokens are all 0
   s->timeline_ = s->sim_->timeline();
   // The first step runs here so the UI always has a step to show; the rest on the worker.
   s->sim_->step();
