@@ -131,10 +131,13 @@ void JsonReader::require(const json& obj, const std::string& at, const std::stri
 
 std::int64_t JsonReader::integer(const json& v, const std::string& at, std::int64_t lo,
                                  std::int64_t hi) const {
-  const bool ok = v.is_number_integer() &&
-                  (v.is_number_unsigned() ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi)
-                                          : v.get<std::int64_t>() <= hi) &&
-                  (v.is_number_unsigned() || v.get<std::int64_t>() >= lo);
+  bool ok = false;
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    ok = u <= static_cast<std::uint64_t>(hi) && (lo <= 0 || u >= static_cast<std::uint64_t>(lo));
+  } else if (v.is_number_integer()) {
+    ok = v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi;
+  }
   if (!ok) {
     fail(at, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", v);
   }

@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::int64_t kMaxWorkloadTokens = std::int64_t{1} << 28;  // prompt tokens in all
+constexpr std::int64_t kMaxWorkloadTokens = std::int64_t{1} << 26;  // prompt tokens in all
 constexpr int kBos = 1;         // llama2.c prompts start with BOS
 constexpr int kFirstPlain = 3;  // random ids skip <unk>, BOS and EOS
 
