@@ -13,8 +13,8 @@ using json = Json;
 using scenario_detail::apply_cache;
 
 std::vector<std::string> scenario_top_level_keys() {
-  return {"format_version", "title",    "description", "model", "cache",  "scheduler",
-          "sampler",        "workload", "steps",       "captions", "compare"};
+  return {"$schema", "format_version", "title",    "description", "model", "cache",
+          "scheduler", "sampler",        "workload", "steps",       "captions", "compare"};
 }
 
 std::vector<std::string> scenario_cache_keys() {
@@ -131,6 +131,7 @@ Scenario parse_scenario_text(const std::string& text, const std::string& path) {
   r.require(doc, "", "format_version", "1");
   s.format_version = r.int32(doc["format_version"], "format_version", kScenarioFormatVersion,
                              kScenarioFormatVersion);
+  if (doc.contains("$schema")) r.string(doc["$schema"], "$schema");  // for editors only
   if (doc.contains("title")) s.title = r.string(doc["title"], "title");
   if (doc.contains("description")) s.description = r.string(doc["description"], "description");
   if (doc.contains("model")) s.model = parse_model(r, doc["model"]);

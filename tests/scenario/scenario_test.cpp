@@ -63,7 +63,7 @@ TEST(Scenario, PoolBytesBecomesBlocks) {
 TEST(Scenario, ErrorsNameFilePathValueAndExpectation) {
   EXPECT_EQ(scenario_error(R"({"format_version": 1, "cache": {"num_blocks": 4},
       "workload": {"requests": [{"prompt": "a", "max_new_tokens": 1}]}, "extra": 1})"),
-            "s.json: extra: expected one of the keys cache, captions, compare, description, "
+            "s.json: extra: expected one of the keys $schema, cache, captions, compare, description, "
             "format_version, model, sampler, scheduler, steps, title, workload, got unknown key "
             "\"extra\"");
   EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "blok_size": 3)"))
