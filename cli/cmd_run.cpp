@@ -34,9 +34,10 @@ constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
 }  // namespace
 
 int cmd_run(const Argv& argv) {
-  Args args(argv,
-            {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant"},
-            {"--help", "--bookkeeping", "--quiet", "--validate"});
+  Args args(
+      argv,
+      {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant"},
+      {"--help", "--bookkeeping", "--quiet", "--validate"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -63,8 +64,7 @@ int cmd_run(const Argv& argv) {
 
   const ScenarioModelLoad loaded =
       load_scenario_model(scenario, args.get("--model", ""), args.has("--bookkeeping"));
-  ResolvedRun resolved =
-      resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
+  ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
   SimConfig config = resolved.config;
   if (args.has("--allocator"))
     config.allocator = parse_allocator(args.get("--allocator"), "--allocator");

@@ -19,12 +19,16 @@ bool nesting_within(const std::string& text, int limit, std::size_t* at) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > limit) {
         *at = i;
@@ -148,8 +152,9 @@ double JsonReader::number(const json& v, const std::string& at, double lo, doubl
                           bool lo_open) const {
   if (!v.is_number() || (lo_open ? v.get<double>() <= lo : v.get<double>() < lo) ||
       v.get<double>() > hi) {
-    fail(at, "a number in " + std::string(lo_open ? "(" : "[") + fmt_number(lo) + ", " +
-                 fmt_number(hi) + "]",
+    fail(at,
+         "a number in " + std::string(lo_open ? "(" : "[") + fmt_number(lo) + ", " +
+             fmt_number(hi) + "]",
          v);
   }
   return v.get<double>();

@@ -32,8 +32,7 @@ class JsonReader {
   explicit JsonReader(std::string file) : file_(std::move(file)) {}
   const std::string& file() const { return file_; }
 
-  [[noreturn]] void fail(const std::string& at, const std::string& expected,
-                         const Json& got) const;
+  [[noreturn]] void fail(const std::string& at, const std::string& expected, const Json& got) const;
   [[noreturn]] void fail_text(const std::string& at, const std::string& expected,
                               const std::string& got) const;
   // `obj` must be an object whose keys are all in `keys`.

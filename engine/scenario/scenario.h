@@ -42,8 +42,8 @@ struct CacheSettings {
 };
 
 struct ScenarioModel {
-  std::string arg;            // "" = the default model, a checkpoint path/name, "synthetic:<spec>"
-  bool bookkeeping = false;   // no forward pass: block accounting only (tokens are 0)
+  std::string arg;           // "" = the default model, a checkpoint path/name, "synthetic:<spec>"
+  bool bookkeeping = false;  // no forward pass: block accounting only (tokens are 0)
 };
 
 struct Caption {
@@ -57,12 +57,12 @@ struct Scenario {
   std::string title;
   std::string description;
   ScenarioModel model;
-  CacheSettings cache;      // the base variant
+  CacheSettings cache;          // the base variant
   int max_tokens_per_step = 0;  // scheduler: per-step token budget; 0 = unlimited
   int max_running = 0;          // scheduler: cap on running requests; 0 = unlimited
   SamplerConfig sampler;
   Workload workload;
-  std::optional<int> steps;  // run length in steps; absent = until every request is done
+  std::optional<int> steps;       // run length in steps; absent = until every request is done
   std::vector<Caption> captions;  // ascending steps
   // Named variants: the base cache with the variant's overrides applied, in file order.
   std::vector<std::pair<std::string, CacheSettings>> compare;

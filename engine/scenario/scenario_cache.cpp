@@ -43,7 +43,8 @@ EvictionConfig parse_token_eviction(const JsonReader& r, const json& j, const st
   }
   if (j.contains("pool_kernel")) {
     e.pool_kernel = r.int32(j["pool_kernel"], json_path(at, "pool_kernel"), 1, 1 << 10);
-    if (e.pool_kernel % 2 == 0) r.fail(json_path(at, "pool_kernel"), "an odd width", j["pool_kernel"]);
+    if (e.pool_kernel % 2 == 0)
+      r.fail(json_path(at, "pool_kernel"), "an odd width", j["pool_kernel"]);
   }
   if (j.contains("seed")) {
     e.seed = static_cast<std::uint64_t>(r.integer(j["seed"], json_path(at, "seed"), 0, INT64_MAX));
@@ -66,9 +67,12 @@ MlaSettings parse_mla(const JsonReader& r, const json& j, const std::string& at)
   m.rank = r.int32(j["rank"], json_path(at, "rank"), 1, 1 << 16);
   if (j.contains("mode")) {
     const std::string mode = r.string(j["mode"], json_path(at, "mode"));
-    if (mode == "expanded") m.mode = MlaMode::kExpanded;
-    else if (mode == "absorbed") m.mode = MlaMode::kAbsorbed;
-    else r.fail(json_path(at, "mode"), "\"expanded\" or \"absorbed\"", j["mode"]);
+    if (mode == "expanded")
+      m.mode = MlaMode::kExpanded;
+    else if (mode == "absorbed")
+      m.mode = MlaMode::kAbsorbed;
+    else
+      r.fail(json_path(at, "mode"), "\"expanded\" or \"absorbed\"", j["mode"]);
   }
   return m;
 }
@@ -81,7 +85,8 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
   auto path = [&](const char* key) { return json_path(at, key); };
   auto where = [&](const char* key) { return r.file() + ": " + json_path(at, key); };
   SimConfig& cfg = c.sim;
-  if (j.contains("block_size")) cfg.block_size = r.int32(j["block_size"], path("block_size"), 1, 4096);
+  if (j.contains("block_size"))
+    cfg.block_size = r.int32(j["block_size"], path("block_size"), 1, 4096);
   if (j.contains("num_blocks") && j.contains("pool_bytes")) {
     r.fail_text(at, "exactly one of \"num_blocks\" or \"pool_bytes\"", "both");
   }
@@ -97,7 +102,8 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
     cfg.num_blocks = 0;
   }
   if (j.contains("allocator")) {
-    cfg.allocator = parse_allocator(r.string(j["allocator"], path("allocator")), where("allocator"));
+    cfg.allocator =
+        parse_allocator(r.string(j["allocator"], path("allocator")), where("allocator"));
   }
   if (j.contains("max_seq_len")) {
     cfg.max_seq_len = r.int32(j["max_seq_len"], path("max_seq_len"), 0, 1 << 30);

@@ -13,14 +13,26 @@ using json = Json;
 using scenario_detail::apply_cache;
 
 std::vector<std::string> scenario_top_level_keys() {
-  return {"$schema", "format_version", "title",    "description", "model", "cache",
+  return {"$schema",   "format_version", "title",    "description", "model",    "cache",
           "scheduler", "sampler",        "workload", "steps",       "captions", "compare"};
 }
 
 std::vector<std::string> scenario_cache_keys() {
-  return {"block_size",     "num_blocks",  "pool_bytes", "allocator",      "max_seq_len",
-          "kv_dtype",       "k_dtype",     "v_dtype",    "prefix_caching", "prefix_index",
-          "cached_block_eviction", "token_eviction", "mla", "preemption",  "victim",
+  return {"block_size",
+          "num_blocks",
+          "pool_bytes",
+          "allocator",
+          "max_seq_len",
+          "kv_dtype",
+          "k_dtype",
+          "v_dtype",
+          "prefix_caching",
+          "prefix_index",
+          "cached_block_eviction",
+          "token_eviction",
+          "mla",
+          "preemption",
+          "victim",
           "host_blocks"};
 }
 
@@ -65,7 +77,8 @@ void parse_sampler(const JsonReader& r, const json& j, SamplerConfig& sc) {
   if (j.contains("temperature")) {
     sc.temperature = static_cast<float>(r.number(j["temperature"], "sampler.temperature", 0, 100));
   }
-  if (j.contains("top_p")) sc.top_p = static_cast<float>(r.number(j["top_p"], "sampler.top_p", 0, 1));
+  if (j.contains("top_p"))
+    sc.top_p = static_cast<float>(r.number(j["top_p"], "sampler.top_p", 0, 1));
   if (j.contains("seed")) {
     sc.seed = static_cast<std::uint64_t>(r.integer(j["seed"], "sampler.seed", 0, INT64_MAX));
   }

@@ -37,8 +37,7 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
     const std::int64_t blocks = *c.pool_bytes / block_bytes;
     if (blocks < 1 || blocks > 50'000'000) {
       fail_expected(s.path + ": " + at + ".pool_bytes",
-                    "between 1 and 50,000,000 blocks of " + std::to_string(block_bytes) +
-                        " bytes",
+                    "between 1 and 50,000,000 blocks of " + std::to_string(block_bytes) + " bytes",
                     std::to_string(*c.pool_bytes) + " (" + std::to_string(blocks) + " blocks)");
     }
     cfg.num_blocks = static_cast<int>(blocks);

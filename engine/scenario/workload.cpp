@@ -55,10 +55,10 @@ class Builder {
   void add(SimRequest q, const std::string& at) {
     total_ += static_cast<std::int64_t>(q.prompt_tokens.size()) * q.n_samples;
     if (total_ > kMaxWorkloadTokens) {
-      fail_expected(file_ + ": " + at,
-                    "a workload of at most " + std::to_string(kMaxWorkloadTokens) +
-                        " prompt tokens in all",
-                    "more");
+      fail_expected(
+          file_ + ": " + at,
+          "a workload of at most " + std::to_string(kMaxWorkloadTokens) + " prompt tokens in all",
+          "more");
     }
     out_.push_back(std::move(q));
   }

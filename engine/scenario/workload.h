@@ -57,27 +57,27 @@ struct Generator {
   Kind kind = Kind::kRandom;
   std::uint64_t seed = 1;
   Arrivals arrival;
-  int count = 1;                       // shared_prefix, random
-  std::string prefix;                  // shared_prefix (required), chat (optional system prompt)
-  std::vector<std::string> suffixes;   // shared_prefix: texts; empty = random suffix_tokens
-  LengthDist suffix_tokens;            // shared_prefix without suffixes
-  LengthDist prompt_tokens;            // random
-  LengthDist max_new_tokens;           // all kinds (chat: the reply length)
-  int n_samples = 1;                   // shared_prefix, random
-  int conversations = 1, turns = 1;    // chat
-  LengthDist user_tokens;              // chat: tokens per user message
-  int turn_gap = 1;                    // chat: steps between a conversation's turns
+  int count = 1;                      // shared_prefix, random
+  std::string prefix;                 // shared_prefix (required), chat (optional system prompt)
+  std::vector<std::string> suffixes;  // shared_prefix: texts; empty = random suffix_tokens
+  LengthDist suffix_tokens;           // shared_prefix without suffixes
+  LengthDist prompt_tokens;           // random
+  LengthDist max_new_tokens;          // all kinds (chat: the reply length)
+  int n_samples = 1;                  // shared_prefix, random
+  int conversations = 1, turns = 1;   // chat
+  LengthDist user_tokens;             // chat: tokens per user message
+  int turn_gap = 1;                   // chat: steps between a conversation's turns
 };
 
 // A slice of a Mooncake JSONL trace; hash ids become synthetic token blocks
 // (mooncake_prompt_tokens), timestamps become arrival steps.
 struct TraceWorkload {
-  std::string at;        // JSON path ("workload.trace")
-  std::string path;      // as written in the scenario
-  std::int64_t first = 0;               // first line's request index (0-based, in file order)
-  std::optional<std::int64_t> count;    // requests taken; absent = to the end
-  double time_scale = 1.0;              // > 1 replays faster
-  double step_ms = 20.0;                // simulated milliseconds per step
+  std::string at;                     // JSON path ("workload.trace")
+  std::string path;                   // as written in the scenario
+  std::int64_t first = 0;             // first line's request index (0-based, in file order)
+  std::optional<std::int64_t> count;  // requests taken; absent = to the end
+  double time_scale = 1.0;            // > 1 replays faster
+  double step_ms = 20.0;              // simulated milliseconds per step
 };
 
 struct Workload {

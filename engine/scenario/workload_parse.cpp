@@ -33,8 +33,10 @@ LengthDist parse_length(const JsonReader& r, const json& j, const std::string& a
     r.fail(json_path(at, "dist"), "\"fixed\", \"uniform\" or \"lognormal\"", j["dist"]);
   }
   const bool logn = dist == "lognormal";
-  if (logn) r.only_keys(j, at, {"dist", "median", "sigma", "min", "max"});
-  else r.only_keys(j, at, {"dist", "min", "max"});
+  if (logn)
+    r.only_keys(j, at, {"dist", "median", "sigma", "min", "max"});
+  else
+    r.only_keys(j, at, {"dist", "min", "max"});
   r.require(j, at, "min", "an integer >= 1");
   r.require(j, at, "max", "an integer >= min");
   d.kind = logn ? LengthDist::Kind::kLognormal : LengthDist::Kind::kUniform;
@@ -64,22 +66,26 @@ std::string prefix_name(const JsonReader& r, const json& v, const std::string& a
     std::vector<std::string> names;
     for (const auto& [n, text] : w.prefixes) names.push_back(n);
     const std::string near = did_you_mean(name, names);
-    r.fail_text(at, "a name in workload.prefixes" + (near.empty() ? "" : " (did you mean \"" + near + "\"?)"),
-                shown_json(v));
+    r.fail_text(
+        at,
+        "a name in workload.prefixes" + (near.empty() ? "" : " (did you mean \"" + near + "\"?)"),
+        shown_json(v));
   }
   return name;
 }
 
 ExplicitRequest parse_request(const JsonReader& r, const json& j, const std::string& at,
                               const Workload& w) {
-  r.only_keys(j, at, {"arrival_step", "prompt", "prompt_tokens", "max_new_tokens", "priority", "n"});
+  r.only_keys(j, at,
+              {"arrival_step", "prompt", "prompt_tokens", "max_new_tokens", "priority", "n"});
   ExplicitRequest q;
   q.at = at;
   if (j.contains("arrival_step")) {
     q.arrival_step = r.int32(j["arrival_step"], json_path(at, "arrival_step"), 0, kMaxInt);
   }
   if (j.contains("prompt") == j.contains("prompt_tokens")) {
-    r.fail_text(at, "exactly one of \"prompt\" (text or {\"prefix\", \"suffix\"}) or "
+    r.fail_text(at,
+                "exactly one of \"prompt\" (text or {\"prefix\", \"suffix\"}) or "
                 "\"prompt_tokens\" (ids)",
                 j.contains("prompt") ? "both" : "neither");
   }
@@ -171,8 +177,7 @@ Generator parse_generator(const JsonReader& r, const json& j, const std::string&
       g.conversations = r.int32(j["conversations"], path("conversations"), 1, kMaxGenerated);
       g.turns = r.int32(j["turns"], path("turns"), 1, 1000);
       if (static_cast<std::int64_t>(g.conversations) * g.turns > kMaxGenerated) {
-        r.fail_text(path("turns"),
-                    "conversations x turns at most " + std::to_string(kMaxGenerated),
+        r.fail_text(path("turns"), "conversations x turns at most " + std::to_string(kMaxGenerated),
                     std::to_string(static_cast<std::int64_t>(g.conversations) * g.turns));
       }
       g.user_tokens = parse_length(r, j["user_tokens"], path("user_tokens"));

@@ -40,8 +40,8 @@ TEST(FuzzRegression, ScenarioDeepNestingIsAnErrorNotAStackOverflow) {
     }
   }
   // Nesting at the limit is fine for the reader (the value is then rejected by type).
-  const std::string at_limit = R"({"format_version": 1, "title": )" + std::string(63, '[') +
-                               std::string(63, ']') + "}";
+  const std::string at_limit =
+      R"({"format_version": 1, "title": )" + std::string(63, '[') + std::string(63, ']') + "}";
   try {
     parse_scenario_text(at_limit, "s.json");
     FAIL() << "expected an error";

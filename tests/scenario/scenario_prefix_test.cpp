@@ -19,13 +19,13 @@ std::string error_of(const std::string& cache, const std::string& extra = "",
 }
 
 TEST(ScenarioPrefix, ParsesCachingSamplingAndN) {
-  const Scenario s = parse_scenario_text(
-      scenario_json(
-          R"("num_blocks": 8, "prefix_caching": true, "prefix_index": "radix",
+  const Scenario s =
+      parse_scenario_text(scenario_json(
+                              R"("num_blocks": 8, "prefix_caching": true, "prefix_index": "radix",
              "cached_block_eviction": "lfu")",
-          R"([{"prompt": "a", "max_new_tokens": 2, "n": 3}])",
-          R"(, "sampler": {"temperature": 0.7, "top_p": 0.5, "seed": 3})"),
-      "s.json");
+                              R"([{"prompt": "a", "max_new_tokens": 2, "n": 3}])",
+                              R"(, "sampler": {"temperature": 0.7, "top_p": 0.5, "seed": 3})"),
+                          "s.json");
   const auto& m = testing::real_model();
   const ResolvedRun run = resolve_scenario(s, "", m.model->config(), m.tokenizer.get());
   EXPECT_TRUE(run.config.prefix_caching);

@@ -61,11 +61,12 @@ TEST(Scenario, PoolBytesBecomesBlocks) {
 }
 
 TEST(Scenario, ErrorsNameFilePathValueAndExpectation) {
-  EXPECT_EQ(scenario_error(R"({"format_version": 1, "cache": {"num_blocks": 4},
+  EXPECT_EQ(
+      scenario_error(R"({"format_version": 1, "cache": {"num_blocks": 4},
       "workload": {"requests": [{"prompt": "a", "max_new_tokens": 1}]}, "extra": 1})"),
-            "s.json: extra: expected one of the keys $schema, cache, captions, compare, description, "
-            "format_version, model, sampler, scheduler, steps, title, workload, got unknown key "
-            "\"extra\"");
+      "s.json: extra: expected one of the keys $schema, cache, captions, compare, description, "
+      "format_version, model, sampler, scheduler, steps, title, workload, got unknown key "
+      "\"extra\"");
   EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "blok_size": 3)"))
                 .rfind("s.json: cache.blok_size: expected one of the keys", 0),
             0u);
@@ -81,11 +82,11 @@ TEST(Scenario, ErrorsNameFilePathValueAndExpectation) {
   EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "victim": "oldest")"))
                 .rfind("s.json: cache.victim: expected \"last_admitted\"", 0),
             0u);
-  EXPECT_EQ(scenario_error(testing::scenario_json(
-                R"("num_blocks": 4)",
-                R"([{"prompt": "a", "prompt_tokens": [1], "max_new_tokens": 1}])")),
-            "s.json: workload.requests[0]: expected exactly one of \"prompt\" (text or "
-            "{\"prefix\", \"suffix\"}) or \"prompt_tokens\" (ids), got both");
+  EXPECT_EQ(
+      scenario_error(testing::scenario_json(
+          R"("num_blocks": 4)", R"([{"prompt": "a", "prompt_tokens": [1], "max_new_tokens": 1}])")),
+      "s.json: workload.requests[0]: expected exactly one of \"prompt\" (text or "
+      "{\"prefix\", \"suffix\"}) or \"prompt_tokens\" (ids), got both");
   EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)", R"([{"prompt": "a"}])")),
             "s.json: workload.requests[0].max_new_tokens: expected an integer >= 1, got nothing "
             "(missing)");

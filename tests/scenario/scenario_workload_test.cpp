@@ -18,7 +18,8 @@ using testing::scenario_error;
 
 std::string doc(const std::string& workload, const std::string& extra = "") {
   return R"({"format_version": 1, "cache": {"num_blocks": 64, "block_size": 16},
-             "workload": )" + workload + extra + "}";
+             "workload": )" +
+         workload + extra + "}";
 }
 
 std::vector<SimRequest> expand(const std::string& text) {
@@ -64,8 +65,8 @@ TEST(ScenarioWorkload, GeneratorsAreSeededAndDeterministic) {
     EXPECT_EQ(a[i].arrival_step, b[i].arrival_step) << i;
   }
   // Shared-prefix group: arrivals start + i * every, n samples, suffix lengths within the range.
-  const auto prefix = testing::real_model().tokenizer->encode("Once upon a time there was a cat.",
-                                                              true, false);
+  const auto prefix =
+      testing::real_model().tokenizer->encode("Once upon a time there was a cat.", true, false);
   for (int i = 0; i < 5; ++i) {
     const SimRequest& r = a[static_cast<std::size_t>(i)];
     EXPECT_EQ(r.arrival_step, 2 + 3 * i);
@@ -151,15 +152,17 @@ TEST(ScenarioWorkload, MooncakeSliceAndTimeScale) {
     run(R"({"mooncake": "t.jsonl", "first": 2, "count": 5})");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": workload.trace.count: expected a slice inside the "
-                                            "trace's 3 requests, got first 2, count 5");
+    EXPECT_EQ(std::string(e.what()), path +
+                                         ": workload.trace.count: expected a slice inside the "
+                                         "trace's 3 requests, got first 2, count 5");
   }
   try {
     run(R"({"mooncake": "nope.jsonl"})");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("workload.trace.mooncake: expected a trace file (looked at"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("workload.trace.mooncake: expected a trace file (looked at"),
+        std::string::npos)
         << e.what();
   }
   std::filesystem::remove_all(dir);
@@ -189,11 +192,13 @@ TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
               "s.json: compare: expected a variant name (base, int8, tiny, keys), got \"int9\" "
               "(did you mean \"int8\"?)");
   }
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)", R"([{"prompt": "a", "max_new_tokens": 1}])",
+  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)",
+                                                  R"([{"prompt": "a", "max_new_tokens": 1}])",
                                                   R"(, "compare": {"x": {"blocksize": 4}})"))
                 .rfind("s.json: compare.x.blocksize: expected one of the keys", 0),
             0u);
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)", R"([{"prompt": "a", "max_new_tokens": 1}])",
+  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)",
+                                                  R"([{"prompt": "a", "max_new_tokens": 1}])",
                                                   R"(, "compare": {"x": {"kv_dtype": "int3"}})"))
                 .rfind("s.json: compare.x.kv_dtype: expected a KV format", 0),
             0u);
@@ -230,14 +235,15 @@ TEST(ScenarioCompare, EvictionAndMlaParseButDoNotResolveYet) {
   EXPECT_EQ(error("mla"),
             "s.json: compare.mla.mla: expected no \"mla\" (MLA is not supported by the Simulator "
             "yet), got rank 16, mode expanded");
-  EXPECT_EQ(scenario_error(testing::scenario_json(
-                R"("num_blocks": 4, "token_eviction": {"policy": "h2o"})")),
+  EXPECT_EQ(scenario_error(
+                testing::scenario_json(R"("num_blocks": 4, "token_eviction": {"policy": "h2o"})")),
             "s.json: cache.token_eviction.budget: expected an integer >= 1 (live tokens kept per "
             "sequence), got nothing (missing)");
-  EXPECT_EQ(scenario_error(testing::scenario_json(
-                R"("num_blocks": 4, "token_eviction": {"policy": "h20", "budget": 8})"))
-                .rfind("s.json: cache.token_eviction.policy: expected an eviction policy", 0),
-            0u);
+  EXPECT_EQ(
+      scenario_error(testing::scenario_json(
+                         R"("num_blocks": 4, "token_eviction": {"policy": "h20", "budget": 8})"))
+          .rfind("s.json: cache.token_eviction.policy: expected an eviction policy", 0),
+      0u);
   EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "mla": {"rank": 0})")),
             "s.json: cache.mla.rank: expected an integer in [1, 65536], got 0");
 }
