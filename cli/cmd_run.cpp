@@ -22,7 +22,8 @@ constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
   --steps N                        stop after N steps even if requests remain (default: the
                                    scenario's "steps", else 100000)
   --variant NAME                   run this compare variant (default: base, the cache section)
-  --validate                       only parse and check the file (every variant); run nothing
+  --validate                       only parse and check the file (every variant, the trace
+                                   file found); run nothing
   --model PATH|NAME                override the scenario's model
   --allocator paged|contiguous     override cache.allocator
   --preemption recompute|swap      override cache.preemption
@@ -50,6 +51,10 @@ int cmd_run(const Argv& argv) {
   const std::string variant = args.get("--variant", "base");
   scenario.variant(variant);  // an unknown name is an error before anything runs
   if (args.has("--validate")) {
+    if (const auto& t = scenario.workload.trace) {  // the trace file must be found too
+      locate_trace(t->path, std::filesystem::path(path).parent_path().string(),
+                   path + ": " + t->at + ".mooncake");
+    }
     std::string names;
     for (const auto& n : scenario.variant_names()) names += (names.empty() ? "" : ", ") + n;
     std::printf("%s: valid scenario (format %d): \"%s\"; variants: %s; %zu captions\n",
