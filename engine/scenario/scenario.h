@@ -95,6 +95,7 @@ struct ScenarioModelLoad {
   std::shared_ptr<const Model> weights;        // null = bookkeeping only
   std::shared_ptr<const Tokenizer> tokenizer;  // null when none matches the vocabulary
   bool random_weights = false;                 // a synthetic model (label its results)
+  std::string source;  // the checkpoint path, or "synthetic:... (random weights)"
 };
 // `model_override` ("" = the scenario's model) is the command line's --model.
 ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& model_override,

@@ -16,11 +16,12 @@ ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& mode
     out.shape = loaded.model->config();
     out.tokenizer = loaded.tokenizer;
     out.random_weights = loaded.model->is_random_weights();
+    out.source = loaded.model->source();
     if (!(bookkeeping || s.model.bookkeeping)) out.weights = loaded.model;
     return out;
   }
   // A synthetic shape without weights (Llama-3-70B would need 140 GB of them).
-  out.shape = model_config_for(arg);
+  out.shape = model_config_for(arg, &out.source);
   try {
     const std::string tok = locate_tokenizer("", "", out.shape.vocab_size);
     out.tokenizer = std::make_shared<Tokenizer>(tok, out.shape.vocab_size);
