@@ -63,6 +63,7 @@ class RunSession {
   std::shared_ptr<const RunInfo> info_;
   std::shared_ptr<const Timeline> timeline_;
   std::unique_ptr<Simulator> sim_;  // touched only by the worker once it started
+  int max_steps_ = 0;  // the scenario's `steps`, or the default cap
   std::thread worker_;
   std::atomic<bool> stop_{false};
   std::shared_ptr<std::atomic<bool>> running_ = std::make_shared<std::atomic<bool>>(false);
