@@ -12,6 +12,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/model/tokenizer.h"
 #include "engine/prefix/prefix_index.h"
+#include "engine/scenario/scenario.h"
 #include "engine/sched/sim_config.h"
 
 namespace kvscope::ui {
@@ -38,6 +39,9 @@ struct PolicyOverride {
 
 struct RunInfo {
   std::string scenario_path;
+  std::string title;              // the scenario's title and description
+  std::string description;
+  std::vector<Caption> captions;  // presenter captions, ascending steps
   SimConfig scenario_config;  // as the scenario file resolves it
   SimConfig config;           // what the Simulator runs (override applied)
   PolicyOverride override;

@@ -49,6 +49,9 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   const ScenarioModelLoad loaded = load_scenario_model(scenario, "", bookkeeping);
   auto info = std::make_shared<RunInfo>();
   info->scenario_path = path;
+  info->title = scenario.title;
+  info->description = scenario.description;
+  info->captions = scenario.captions;
   info->scenario_config =
       resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get()).config;
   info->override = policy;

@@ -196,6 +196,7 @@ void UiShell::frame(double dt_seconds) {
   draw_menu_bar();
   draw_transport_window();
   draw_panels();
+  draw_caption_bar();
   if (state_.restart_request) {
     const PolicyOverride policy = *state_.restart_request;
     state_.restart_request.reset();
@@ -319,7 +320,7 @@ void UiShell::draw_panels() {
   const float top =
       menu_height_ + ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
   const float m = 6.0f;
-  const float w = display.x - m, h = display.y - top - m;
+  const float w = display.x - m, h = display.y - top - m - caption_bar_height();
   int cascade = 0;
   for (std::size_t i = 0; i < panels_.size(); ++i) {
     Panel& p = *panels_[i];
@@ -342,6 +343,76 @@ void UiShell::draw_panels() {
   }
 }
 
+namespace {
+
+const std::vector<Caption>* captions_of(const AppState& state) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  return info && !info->captions.empty() ? &info->captions : nullptr;
+}
+
+}  // namespace
+
+float UiShell::caption_bar_height() const {
+  if (captions_of(state_) == nullptr) return 0.0f;
+  return ImGui::GetTextLineHeightWithSpacing() * 2.0f + ImGui::GetStyle().WindowPadding.y * 2.0f;
+}
+
+void UiShell::draw_caption_bar() {
+  const std::vector<Caption>* captions = captions_of(state_);
+  if (captions == nullptr) return;
+  const int step = state_.step();
+  // The caption in force: the last one whose step is at or before the selected step.
+  int current = -1;
+  for (int i = 0; i < static_cast<int>(captions->size()); ++i) {
+    if ((*captions)[static_cast<std::size_t>(i)].step <= step) current = i;
+  }
+  const ImGuiIO& io = ImGui::GetIO();
+  const auto pressed = [](ImGuiKey key) { return ImGui::IsKeyPressed(ImGui::GetKeyIndex(key)); };
+  if (!io.WantTextInput) {
+    int target = -1;
+    if (pressed(ImGuiKey_PageDown) && current + 1 < static_cast<int>(captions->size()))
+      target = current + 1;
+    // PageUp: back to the start of the current caption, or to the previous one when already there.
+    if (pressed(ImGuiKey_PageUp) && current >= 0)
+      target = (*captions)[static_cast<std::size_t>(current)].step < step || current == 0
+                   ? current
+                   : current - 1;
+    if (target >= 0) {
+      const int s = (*captions)[static_cast<std::size_t>(target)].step;
+      if (s < state_.num_steps()) state_.set_step(s);
+    }
+  }
+  const ImVec2 display = io.DisplaySize;
+  const float h = caption_bar_height();
+  ImGui::SetNextWindowPos(ImVec2(0, display.y - h));
+  ImGui::SetNextWindowSize(ImVec2(display.x, h));
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoSavedSettings |
+                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
+  const Palette& pal = palette(state_.presenter);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
+  ImGui::PushStyleColor(ImGuiCol_WindowBg, mix_color(pal.panel_bg, pal.accent, 0.12f));
+  if (ImGui::Begin("##captions", nullptr, flags)) {
+    const int n = static_cast<int>(captions->size());
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.accent), "%d/%d", current + 1, n);
+    item_tooltip("Presenter captions from the scenario file",
+                 "PageDown / PageUp: next / previous caption");
+    ImGui::SameLine(0, 16);
+    if (current < 0) {
+      const Caption& first = captions->front();
+      ImGui::TextDisabled("First caption at step %d (PageDown to jump there)", first.step);
+    } else {
+      const Caption& c = (*captions)[static_cast<std::size_t>(current)];
+      ImGui::PushTextWrapPos(display.x - 16.0f);
+      ImGui::TextWrapped("Step %d: %s", c.step, c.text.c_str());
+      ImGui::PopTextWrapPos();
+    }
+  }
+  ImGui::End();
+  ImGui::PopStyleColor();
+  ImGui::PopStyleVar();
+}
+
 void UiShell::draw_help_window() {
   if (!show_help_) return;
   const ImVec2 display = ImGui::GetIO().DisplaySize;
@@ -354,6 +425,7 @@ void UiShell::draw_help_window() {
         {"Space", "play / pause"},
         {"Left / Right", "step back / forward (Shift: 10)"},
         {"Home / End", "first / last step"},
+        {"PageDown / PageUp", "next / previous presenter caption"},
         {"F1", "this help"},
         {"F11", "full screen"},
         {"F12", "save a screenshot (PNG)"},

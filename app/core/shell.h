@@ -67,6 +67,10 @@ class UiShell {
   void draw_panels();
   void draw_help_window();
   void draw_error_modal();
+  // The scenario's presenter caption for the selected step (the last one at or before it), in a
+  // bar under the panels; PageDown / PageUp jump to the next / previous caption's step.
+  void draw_caption_bar();
+  float caption_bar_height() const;
   void attach(std::unique_ptr<RunSession> session);
   void perform(const FileAction& action);
   void place(int index, ImVec2 pos, ImVec2 size);

@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "app/core/attention_job.h"
 #include "app/core/headless.h"
@@ -17,6 +19,7 @@
 #include "app/panels/compare_panel.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_format.h"
+#include "engine/scenario/scenario.h"
 #include "tests/app/ui_test_support.h"
 
 namespace kvscope::ui {
@@ -218,6 +221,43 @@ TEST(QualitySweepCsv, LoadsWhatKvscopeEvalWritesAndNamesBadLines) {
     EXPECT_NE(what.find("lots"), std::string::npos) << what;
   }
   EXPECT_THROW(load_sweep_csv((dir / "missing.csv").string()), Error);
+}
+
+}  // namespace
+}  // namespace kvscope::ui
+
+namespace kvscope::ui {
+namespace {
+
+// Presenter captions: the scenario's captions reach the UI, and PageDown walks the run to each
+// caption's step in order.
+TEST(PresenterCaptions, PageDownJumpsToEachCaptionStep) {
+  const std::string path = scenario("shared-system-prompt.json");
+  const Scenario parsed = parse_scenario(path);
+  ASSERT_GE(parsed.captions.size(), 2u);
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  UiShell shell(RunSession::open(path, true), imgui.fonts());
+  ASSERT_NE(shell.session()->run_info(), nullptr);
+  const std::vector<Caption>& captions = shell.session()->run_info()->captions;
+  ASSERT_EQ(captions.size(), parsed.captions.size());
+  for (std::size_t i = 0; i < captions.size(); ++i) {
+    EXPECT_EQ(captions[i].step, parsed.captions[i].step);
+    EXPECT_EQ(captions[i].text, parsed.captions[i].text);
+  }
+  while (shell.session()->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "first frame");
+  shell.state().set_step(0);
+  ImGuiIO& io = ImGui::GetIO();
+  constexpr int kPageDown = 300;  // any free slot of io.KeysDown: the headless context has no keymap
+  io.KeyMap[ImGuiKey_PageDown] = kPageDown;
+  for (const Caption& c : captions) {
+    if (c.step == 0 && shell.state().step() == 0) continue;  // already there
+    io.KeysDown[kPageDown] = true;
+    run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "PageDown");
+    io.KeysDown[kPageDown] = false;
+    run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "key up");
+    EXPECT_EQ(shell.state().step(), c.step) << c.text;
+  }
 }
 
 }  // namespace
