@@ -24,10 +24,9 @@ void usage(std::FILE* out) {
       "  --size WxH            window size (default 1600x1000)\n"
       "  --view NAME           first workspace: pool (default), prefix, attention, compare\n"
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
-      "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,
-      Ctrl+R restart, Ctrl+1..4 workspace.\n"
-      "      Exit code 2: bad input; "
-      "      3: no display (use the headless CLI).\n",
+      "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,\n"
+      "      Ctrl+R restart, Ctrl+1..4 workspace.\n"
+      "Exit codes: 2 bad input, 3 no display (use the headless CLI: kvscope run).\n",
       default_scenario().c_str());
 }
 

@@ -10,6 +10,7 @@ namespace kvscope::ui {
 std::string PolicyOverride::describe() const {
   std::string s;
   const auto add = [&s](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (!variant.empty()) add("variant " + variant);
   if (block_size) add("block " + std::to_string(*block_size));
   if (k_format && v_format && *k_format == *v_format) {
     add("KV " + k_format->name());

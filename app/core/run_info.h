@@ -19,6 +19,7 @@ namespace kvscope::ui {
 
 // Policy settings the Controls panel changes; each unset field keeps the scenario's value.
 struct PolicyOverride {
+  std::string variant;  // one of the scenario's `compare` variants as the starting point ("" = base)
   std::optional<int> block_size;
   std::optional<KvFormat> k_format;
   std::optional<KvFormat> v_format;
@@ -29,7 +30,7 @@ struct PolicyOverride {
   std::optional<PreemptionMode> preemption;
 
   bool empty() const {
-    return !block_size && !k_format && !v_format && !prefix_caching && !prefix_index &&
+    return variant.empty() && !block_size && !k_format && !v_format && !prefix_caching && !prefix_index &&
            !pool_bytes && !allocator && !preemption;
   }
   // One line, e.g. "block 8, K int8, prefix off" ("scenario defaults" when empty).
@@ -42,6 +43,7 @@ struct RunInfo {
   std::string title;              // the scenario's title and description
   std::string description;
   std::vector<Caption> captions;  // presenter captions, ascending steps
+  std::vector<std::string> variants;  // "base", then the scenario's compare variants
   SimConfig scenario_config;  // as the scenario file resolves it
   SimConfig config;           // what the Simulator runs (override applied)
   PolicyOverride override;

@@ -52,6 +52,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   info->title = scenario.title;
   info->description = scenario.description;
   info->captions = scenario.captions;
+  info->variants = scenario.variant_names();
   info->scenario_config =
       resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get()).config;
   info->override = policy;
@@ -60,6 +61,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   // swapping happens (documented in docs/ui.md and in the control's tooltip).
   const bool host_from_pool =
       policy.preemption == PreemptionMode::kSwap && scenario.cache.sim.host_blocks == 0;
+  if (!policy.variant.empty()) scenario.cache = scenario.variant(policy.variant);
   apply_override(scenario, policy);
   ResolvedRun resolved = resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get());
   SimConfig config = resolved.config;

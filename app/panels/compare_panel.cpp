@@ -47,7 +47,9 @@ void ComparePanel::sync(AppState& state) {
   if (state.compare_variant_version == 0) {
     // Nobody chose a variant yet: the most telling contrast for this scenario.
     PolicyOverride v;
-    if (info->config.prefix_caching)
+    if (info->variants.size() > 1 && info->override.variant.empty())
+      v.variant = info->variants[1];  // the scenario's own first compare variant
+    else if (info->config.prefix_caching)
       v.prefix_caching = false;
     else if (info->config.allocator == AllocatorKind::kPaged)
       v.allocator = AllocatorKind::kContiguous;

@@ -77,6 +77,22 @@ void ControlsPanel::draw(AppState& state) {
 
   const float w = std::min(ImGui::GetFontSize() * 9.0f, ImGui::GetContentRegionAvail().x * 0.5f);
   ImGui::PushItemWidth(w);
+  if (info->variants.size() > 1) {
+    // The scenario file's own compare variants, as the starting point of the policy.
+    std::vector<const char*> names;
+    int cur = 0;
+    for (std::size_t i = 0; i < info->variants.size(); ++i) {
+      names.push_back(info->variants[i].c_str());
+      if (info->variants[i] == current.variant) cur = static_cast<int>(i);
+    }
+    if (ImGui::Combo("scenario variant", &cur, names.data(), static_cast<int>(names.size()))) {
+      next.variant = cur == 0 ? std::string() : info->variants[static_cast<std::size_t>(cur)];
+      changed = true;
+    }
+    item_tooltip(
+        "The variants the scenario file defines under \"compare\" (base = its own cache "
+        "settings); the knobs below change settings on top of it.");
+  }
   {
     static constexpr const char* kSizes[] = {"1", "2", "4", "8", "16", "32", "64", "128", "256"};
     int cur = -1;

@@ -262,3 +262,33 @@ TEST(PresenterCaptions, PageDownJumpsToEachCaptionStep) {
 
 }  // namespace
 }  // namespace kvscope::ui
+
+namespace kvscope::ui {
+namespace {
+
+// A scenario's own compare variants are policies the UI can run: the variant's cache settings
+// replace the base's, and an unknown name is a one-line error naming the known ones.
+TEST(PolicyOverride, ScenarioVariantsAreRunnable) {
+  const std::string path = scenario("naive-vs-paged.json");
+  std::unique_ptr<RunSession> base = RunSession::open(path, true);
+  ASSERT_NE(base->run_info(), nullptr);
+  ASSERT_GE(base->run_info()->variants.size(), 2u);
+  EXPECT_EQ(base->run_info()->variants[0], "base");
+  EXPECT_EQ(base->run_info()->config.allocator, AllocatorKind::kContiguous);
+  PolicyOverride o;
+  o.variant = "paged";
+  std::unique_ptr<RunSession> paged = RunSession::open(path, true, o);
+  EXPECT_EQ(paged->run_info()->config.allocator, AllocatorKind::kPaged);
+  EXPECT_EQ(paged->run_info()->scenario_config.allocator, AllocatorKind::kContiguous);
+  EXPECT_NE(o.describe().find("variant paged"), std::string::npos);
+  o.variant = "pagd";
+  try {
+    RunSession::open(path, true, o);
+    FAIL() << "an unknown variant must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("paged"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvscope::ui
