@@ -11,15 +11,21 @@
 
 namespace kvscope {
 
+struct MlaCodec;  // engine/mla/mla_codec.h
+
 struct KvSeqView {
   KvStorage* storage = nullptr;
   std::span<const BlockId> blocks;  // logical block -> physical block
   int num_slots = 0;                // slots in use, including the one being written this step
   // Optional [num_slots]: 0 where the slot's token was evicted (attention skips it).
   const std::uint8_t* slot_live = nullptr;
+  const std::int32_t* slot_pos = nullptr;  // Optional [num_slots]: the RoPE position of each slot's token (default: the slot index)
   // True when blocks are consecutive ids (the contiguous baseline): attention may then address
   // the whole sequence from one base pointer per layer.
   bool contiguous = false;
+  // Optional: the storage is an MLA latent cache (KvLayout::is_latent) and this codec turns K/V
+  // into latents on write and attends over latents (engine/backend/cpu/mla_ops).
+  const MlaCodec* mla = nullptr;
 
   int block_size() const { return storage->layout().block_size; }
   int write_slot() const { return num_slots - 1; }

@@ -4,13 +4,16 @@
 #include <chrono>
 
 #include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
 
 namespace kvscope {
 namespace {
 
 KvCacheManager make_cache(const ModelConfig& c, const GenerateOptions& o, int steps) {
-  const KvLayout layout = kv_layout_for(c, o.block_size, (steps + o.block_size - 1) / o.block_size,
-                                        o.k_format, o.v_format);
+  const int blocks = (steps + o.block_size - 1) / o.block_size;
+  const KvLayout layout = o.mla != nullptr
+                              ? mla_layout_for(c, *o.mla, o.block_size, blocks, o.k_format)
+                              : kv_layout_for(c, o.block_size, blocks, o.k_format, o.v_format);
   return KvCacheManager(layout, o.allocator, steps, /*with_storage=*/true);
 }
 
@@ -36,7 +39,9 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
   int token = kTokenBos;
   for (int pos = 0; pos < steps; ++pos) {
     cache.append_slots(seq, 1);
-    std::span<float> logits = transformer.forward(token, pos, cache.view(seq));
+    KvSeqView view = cache.view(seq);
+    view.mla = options.mla;
+    std::span<float> logits = transformer.forward(token, pos, view);
     if (logits_out != nullptr) logits_out->emplace_back(logits.begin(), logits.end());
     int next = pos < static_cast<int>(prompt_tokens.size()) ? prompt_tokens[static_cast<std::size_t>(pos)]
                                                             : sampler.sample(logits);
@@ -67,7 +72,9 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   result.tokens.push_back(token);
   for (int pos = 0; pos < options.steps; ++pos) {
     cache.append_slots(seq, 1);
-    std::span<float> logits = transformer.forward(token, pos, cache.view(seq));
+    KvSeqView view = cache.view(seq);
+    view.mla = options.mla;
+    std::span<float> logits = transformer.forward(token, pos, view);
     int next;
     if (pos < static_cast<int>(prompt.size()) - 1) {
       next = prompt[static_cast<std::size_t>(pos) + 1];

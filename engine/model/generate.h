@@ -21,6 +21,8 @@ struct GenerateOptions {
   int block_size = 16;
   KvFormat k_format;
   KvFormat v_format;
+  // MLA latent cache (engine/mla) instead of K/V: latents (and RoPE keys) in k_format.
+  const MlaCodec* mla = nullptr;
 };
 
 struct GenerateResult {
