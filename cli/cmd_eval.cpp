@@ -1,6 +1,7 @@
 // kvscope eval: quality of KV cache formats on the real model against the exact fp32 cache
 // (perplexity, KL divergence, top-1 agreement, exact bytes per token); --sweep runs every format
-// and writes the Pareto view as CSV and PNG.
+// and writes the Pareto view as CSV and PNG; --mla-rank converts the model to an MLA latent cache
+// and --mla-sweep runs MLA ranks and modes beside the formats.
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "cli/eval_report.h"
 #include "engine/analysis/quality.h"
 #include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/locate.h"
 
 namespace kvscope::cli {
@@ -30,7 +32,15 @@ constexpr const char* kHelp = R"(usage: kvscope eval [options]
   --threads N                CPU threads (default: all cores)
   --json                     print the report as JSON
   --sweep                    evaluate every format; writes quant_sweep.csv and PNG plots
-  --out DIR                  where --sweep writes (default reports/quant)
+  --out DIR                  where --sweep writes (default reports/quant; --mla-sweep: reports/mla)
+  --mla-rank R               MLA latent cache of rank R (the model's K/V projections factorized
+                             by SVD); latents in --kv-dtype, default fp32 here
+  --mla-mode a|b             a: rebuild K/V from latents (exact at full rank, default);
+                             b: absorbed attention on latents with decoupled RoPE
+  --mla-rope-dims D          mode b: rotary dims kept per KV head (even, default 2)
+  --mla-rope-select S        mode b: high-freq (default) or norm (largest |W_q| x |W_k| pairs)
+  --mla-sweep                MLA ranks (mode a, mode b) and every format; writes mla_sweep.csv
+                             and PNG plots of quality vs bytes per token
 
 formats: fp32 fp16 bf16 fp8-e4m3 fp8-e5m2 int8 int4[-gN] int2[-gN] kivi2[-rN][-gN] kivi4[-rN][-gN]
 )";
@@ -83,8 +93,9 @@ std::string read_text_file(const std::string& path) {
 int cmd_eval(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--text", "--sample", "--seed", "--kv-dtype", "--k-dtype",
-             "--v-dtype", "--block-size", "--threads", "--out"},
-            {"--help", "--json", "--sweep"});
+             "--v-dtype", "--block-size", "--threads", "--out", "--mla-rank", "--mla-mode",
+             "--mla-rope-dims", "--mla-rope-select"},
+            {"--help", "--json", "--sweep", "--mla-sweep"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -96,13 +107,23 @@ int cmd_eval(const Argv& argv) {
   if (args.has("--kv-dtype") && (args.has("--k-dtype") || args.has("--v-dtype"))) {
     throw Error("--kv-dtype", "give either --kv-dtype or --k-dtype/--v-dtype, not both");
   }
+  const bool mla = args.has("--mla-rank");
+  for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
+    if (args.has(f) && !mla) throw Error(f, "needs --mla-rank R");
+  }
+  if (mla && (args.has("--sweep") || args.has("--mla-sweep")))
+    throw Error("--mla-rank", "give either --mla-rank or a sweep, not both");
+  if (args.has("--sweep") && args.has("--mla-sweep"))
+    throw Error("--mla-sweep", "give either --sweep or --mla-sweep, not both");
+  if (mla && (args.has("--k-dtype") || args.has("--v-dtype")))
+    throw Error("--mla-rank", "latents have one format: use --kv-dtype, not --k-dtype/--v-dtype");
   const int block_size = args.get_int("--block-size", 16);
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));
   }
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
-  const std::string default_kv = args.get("--kv-dtype", "fp16");
+  const std::string default_kv = args.get("--kv-dtype", mla ? "fp32" : "fp16");
   const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv),
                                      args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
   const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv),
@@ -116,10 +137,26 @@ int cmd_eval(const Argv& argv) {
   auto backend = make_cpu_backend(threads);
   Transformer transformer(loaded.model, *backend);
   const ModelConfig& c = transformer.config();
-  k.validate(block_size, c.n_kv_heads, c.head_dim(),
-             args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
-  v.validate(block_size, c.n_kv_heads, c.head_dim(),
-             args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+  std::shared_ptr<const MlaCodec> codec;
+  if (mla) {
+    MlaOptions o;
+    o.mode = parse_mla_mode(args.get("--mla-mode", "a"), "--mla-mode");
+    o.rank = args.get_int("--mla-rank", 0);
+    o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
+    o.rope_select = parse_rope_select(args.get("--mla-rope-select", "high-freq"),
+                                      "--mla-rope-select");
+    codec = std::make_shared<const MlaCodec>(make_mla_codec(*loaded.model, o));
+    // Throws naming --kv-dtype when the format cannot store this latent shape.
+    const KvLayout L = mla_layout_for(c, *codec, block_size, 1, k);
+    k.validate(block_size, L.row_heads(KvKind::kKey), L.row_head_dim(KvKind::kKey), "--kv-dtype");
+    k.validate(block_size, L.row_heads(KvKind::kValue), L.row_head_dim(KvKind::kValue),
+               "--kv-dtype");
+  } else {
+    k.validate(block_size, c.n_kv_heads, c.head_dim(),
+               args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
+    v.validate(block_size, c.n_kv_heads, c.head_dim(),
+               args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+  }
 
   std::vector<std::vector<int>> windows;
   std::string source;
@@ -149,7 +186,11 @@ int cmd_eval(const Argv& argv) {
     return run_sweep(*evaluator, c, block_size, source, args.get("--out", "reports/quant"),
                      args.has("--json"));
   }
-  auto variant = make_kv_format_variant(k, v, block_size);
+  if (args.has("--mla-sweep")) {
+    return run_mla_sweep(*evaluator, *loaded.model, block_size, source,
+                         args.get("--out", "reports/mla"), args.has("--json"));
+  }
+  auto variant = mla ? make_mla_variant(codec, k, block_size) : make_kv_format_variant(k, v, block_size);
   QualityReport r;
   {
     Progress bar(variant->name());
@@ -159,12 +200,30 @@ int cmd_eval(const Argv& argv) {
     nlohmann::json j = report_json(r);
     j["source"] = source;
     j["block_size"] = block_size;
+    if (codec) {
+      double e = 0.0;
+      for (double x : codec->energy_kept) e += x / static_cast<double>(codec->energy_kept.size());
+      j["mla_rank"] = codec->rank();
+      j["mla_full_rank"] = codec->full_rank;
+      j["mla_energy_kept_mean"] = e;
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("eval: %s, %d windows, %ld scored positions, block %d\n", source.c_str(), r.windows,
               r.positions, block_size);
   std::printf("  variant              %s\n", r.variant.c_str());
+  if (codec) {
+    double e = 0.0;
+    for (double x : codec->energy_kept) e += x / static_cast<double>(codec->energy_kept.size());
+    std::printf("  MLA                  rank %d of %d, %.2f%% of ||[W_k%s; W_v]||^2 kept (mean over "
+                "layers)%s\n",
+                codec->rank(), codec->full_rank, 100.0 * e,
+                codec->options.mode == MlaMode::kAbsorbed ? "_nope" : "",
+                codec->options.mode == MlaMode::kAbsorbed
+                    ? "; non-RoPE dims lose rotation, no fine-tuning"
+                    : "");
+  }
   std::printf("  perplexity           %.4f (fp32 %.4f, delta %+.4f)\n", r.ppl_variant,
               r.ppl_reference, r.ppl_variant - r.ppl_reference);
   std::printf("  KL(fp32 || variant)  mean %.3e, max %.3e nats\n", r.kl_mean, r.kl_max);

@@ -16,8 +16,9 @@
 namespace kvscope::cpu {
 namespace {
 
-// Below this many multiply-adds a parallel region costs more than it saves.
-constexpr long kParallelThreshold = 1L << 16;
+// Below this many multiply-adds a parallel region costs more than it saves (measured on a loaded
+// 2-core machine: a region per layer at stories260K sizes made decode 50x slower).
+constexpr long kParallelThreshold = 1L << 22;
 
 inline float dot(const float* a, const float* b, int n) {
   float acc = 0.0f;  // vectorized with a tree reduction (-fassociative-math, engine/CMakeLists.txt)
@@ -25,19 +26,30 @@ inline float dot(const float* a, const float* b, int n) {
   return acc;
 }
 
-// Rotates the adjacent pairs of x[head_dim] by +pos (sign 1) or -pos (sign -1) radians times
-// theta^(-i/head_dim), with the same float arithmetic as cpu::rope so the two cancel.
-void rotate_head(float* x, int head_dim, int pos, float theta, float sign) {
-  for (int i = 0; i < head_dim; i += 2) {
-    const float freq = 1.0f / std::pow(theta, static_cast<float>(i) / static_cast<float>(head_dim));
-    const float val = static_cast<float>(pos) * freq;
-    const float fcr = std::cos(val);
-    const float fci = sign * std::sin(val);
-    const float v0 = x[i], v1 = x[i + 1];
-    x[i] = v0 * fcr - v1 * fci;
-    x[i + 1] = v0 * fci + v1 * fcr;
+// RoPE's rotation at one position: cos and sin per adjacent pair [head_dim / 2], with the same
+// float arithmetic as cpu::rope so that rotating back cancels it.
+struct Rotation {
+  std::vector<float> cos, sin;
+  Rotation(int head_dim, int pos, float theta) {
+    for (int i = 0; i < head_dim; i += 2) {
+      const float freq =
+          1.0f / std::pow(theta, static_cast<float>(i) / static_cast<float>(head_dim));
+      const float val = static_cast<float>(pos) * freq;
+      cos.push_back(std::cos(val));
+      sin.push_back(std::sin(val));
+    }
   }
-}
+  // Rotates the pairs of x[head_dim] forward (sign 1) or back (sign -1).
+  void apply(float* x, int head_dim, float sign) const {
+    for (int i = 0; i < head_dim; i += 2) {
+      const float fcr = cos[static_cast<std::size_t>(i / 2)];
+      const float fci = sign * sin[static_cast<std::size_t>(i / 2)];
+      const float v0 = x[i], v1 = x[i + 1];
+      x[i] = v0 * fcr - v1 * fci;
+      x[i + 1] = v0 * fci + v1 * fcr;
+    }
+  }
+};
 
 int slot_position(const KvSeqView& view, int slot) {
   return view.slot_pos != nullptr ? view.slot_pos[slot] : slot;
@@ -116,9 +128,8 @@ void attention_reconstruct(const KvSeqView& view, int layer, const MlaCodec& m,
       kt[i] = dot(w.w_uk.data() + static_cast<std::size_t>(i) * R, c, R);
       vt[i] = dot(w.w_uv.data() + static_cast<std::size_t>(i) * R, c, R);
     }
-    const int pos = slot_position(view, t);
-    for (int g = 0; g < m.kv_heads; ++g)
-      rotate_head(kt + static_cast<std::size_t>(g) * hd, hd, pos, m.rope_theta, 1.0f);
+    const Rotation rot(hd, slot_position(view, t), m.rope_theta);
+    for (int g = 0; g < m.kv_heads; ++g) rot.apply(kt + static_cast<std::size_t>(g) * hd, hd, 1.0f);
   }
   const float sqrt_hd = std::sqrt(static_cast<float>(hd));
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -159,11 +170,12 @@ void attention_absorbed(const KvSeqView& view, int layer, const MlaCodec& m,
   std::vector<float> q_rope(static_cast<std::size_t>(shape.n_heads) * std::max(rd, 1), 0.0f);
   std::vector<float> ctx(static_cast<std::size_t>(shape.n_heads) * R);
   std::vector<float> q_pre(static_cast<std::size_t>(hd));  // [head_dim] the query before RoPE
+  const Rotation rot(hd, query_pos, m.rope_theta);
   for (int h = 0; h < shape.n_heads; ++h) {
     const int g = h / group;
     const float* qh = q + static_cast<std::size_t>(h) * hd;
     std::memcpy(q_pre.data(), qh, static_cast<std::size_t>(hd) * sizeof(float));
-    rotate_head(q_pre.data(), hd, query_pos, m.rope_theta, -1.0f);
+    rot.apply(q_pre.data(), hd, -1.0f);
     float* ql = q_lat.data() + static_cast<std::size_t>(h) * R;
     for (int j = 0; j < nd; ++j) {  // q_lat = W_uk_g^T q_nope
       const float x =
@@ -201,8 +213,9 @@ void mla_kv_write(const KvSeqView& view, int layer, const float* k, const float*
   const MlaCodecLayer& w = m.layers[static_cast<std::size_t>(layer)];
   const int pos = slot_position(view, view.write_slot());
   std::vector<float> k_pre(k, k + kv_dim);  // [kv_dim] the key before RoPE
+  const Rotation rot(hd, pos, m.rope_theta);
   for (int g = 0; g < m.kv_heads; ++g)
-    rotate_head(k_pre.data() + static_cast<std::size_t>(g) * hd, hd, pos, m.rope_theta, -1.0f);
+    rot.apply(k_pre.data() + static_cast<std::size_t>(g) * hd, hd, -1.0f);
   std::vector<float> row(static_cast<std::size_t>(rows));  // [key_rows + kv_dim] = [k_nope; v]
   for (int g = 0; g < m.kv_heads; ++g) {
     for (int j = 0; j < nd; ++j) {
