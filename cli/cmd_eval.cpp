@@ -143,8 +143,8 @@ int cmd_eval(const Argv& argv) {
     o.mode = parse_mla_mode(args.get("--mla-mode", "a"), "--mla-mode");
     o.rank = args.get_int("--mla-rank", 0);
     o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
-    o.rope_select = parse_rope_select(args.get("--mla-rope-select", "high-freq"),
-                                      "--mla-rope-select");
+    o.rope_select =
+        parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
     codec = std::make_shared<const MlaCodec>(make_mla_codec(*loaded.model, o));
     // Throws naming --kv-dtype when the format cannot store this latent shape.
     const KvLayout L = mla_layout_for(c, *codec, block_size, 1, k);
@@ -190,7 +190,8 @@ int cmd_eval(const Argv& argv) {
     return run_mla_sweep(*evaluator, *loaded.model, block_size, source,
                          args.get("--out", "reports/mla"), args.has("--json"));
   }
-  auto variant = mla ? make_mla_variant(codec, k, block_size) : make_kv_format_variant(k, v, block_size);
+  auto variant =
+      mla ? make_mla_variant(codec, k, block_size) : make_kv_format_variant(k, v, block_size);
   QualityReport r;
   {
     Progress bar(variant->name());
@@ -216,13 +217,13 @@ int cmd_eval(const Argv& argv) {
   if (codec) {
     double e = 0.0;
     for (double x : codec->energy_kept) e += x / static_cast<double>(codec->energy_kept.size());
-    std::printf("  MLA                  rank %d of %d, %.2f%% of ||[W_k%s; W_v]||^2 kept (mean over "
-                "layers)%s\n",
-                codec->rank(), codec->full_rank, 100.0 * e,
-                codec->options.mode == MlaMode::kAbsorbed ? "_nope" : "",
-                codec->options.mode == MlaMode::kAbsorbed
-                    ? "; non-RoPE dims lose rotation, no fine-tuning"
-                    : "");
+    std::printf(
+        "  MLA                  rank %d of %d, %.2f%% of ||[W_k%s; W_v]||^2 kept (mean over "
+        "layers)%s\n",
+        codec->rank(), codec->full_rank, 100.0 * e,
+        codec->options.mode == MlaMode::kAbsorbed ? "_nope" : "",
+        codec->options.mode == MlaMode::kAbsorbed ? "; non-RoPE dims lose rotation, no fine-tuning"
+                                                  : "");
   }
   std::printf("  perplexity           %.4f (fp32 %.4f, delta %+.4f)\n", r.ppl_variant,
               r.ppl_reference, r.ppl_variant - r.ppl_reference);

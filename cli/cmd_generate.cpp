@@ -44,7 +44,8 @@ int cmd_generate(const Argv& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (!args.positional().empty()) throw Error(args.positional()[0], "unexpected argument; see --help");
+  if (!args.positional().empty())
+    throw Error(args.positional()[0], "unexpected argument; see --help");
   LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
   if (!loaded.tokenizer) {
     throw Error(loaded.model->source(), "no tokenizer with " +
@@ -69,9 +70,12 @@ int cmd_generate(const Argv& argv) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(options.block_size));
   }
   const std::string alloc = args.get("--allocator", "contiguous");
-  if (alloc == "paged") options.allocator = AllocatorKind::kPaged;
-  else if (alloc != "contiguous") fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
-  options.k_format = options.v_format = parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
+  if (alloc == "paged")
+    options.allocator = AllocatorKind::kPaged;
+  else if (alloc != "contiguous")
+    fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
+  options.k_format = options.v_format =
+      parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
 
@@ -84,11 +88,11 @@ int cmd_generate(const Argv& argv) {
     o.mode = parse_mla_mode(args.get("--mla-mode", "a"), "--mla-mode");
     o.rank = args.get_int("--mla-rank", 0);
     o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
-    o.rope_select = parse_rope_select(args.get("--mla-rope-select", "high-freq"),
-                                      "--mla-rope-select");
+    o.rope_select =
+        parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
     codec = std::make_unique<MlaCodec>(make_mla_codec(*loaded.model, o));
-    const KvLayout L = mla_layout_for(loaded.model->config(), *codec, options.block_size, 1,
-                                      options.k_format);
+    const KvLayout L =
+        mla_layout_for(loaded.model->config(), *codec, options.block_size, 1, options.k_format);
     for (KvKind kind : {KvKind::kKey, KvKind::kValue})
       options.k_format.validate(options.block_size, L.row_heads(kind), L.row_head_dim(kind),
                                 "--kv-dtype");
@@ -96,16 +100,19 @@ int cmd_generate(const Argv& argv) {
   }
   auto backend = make_cpu_backend(threads);
   Transformer transformer(loaded.model, *backend);
-  GenerateResult r = generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-  });
+  GenerateResult r =
+      generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      });
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const double tps = r.seconds > 0 ? (static_cast<double>(r.tokens.size()) - 2) / r.seconds : 0.0;
   std::string cache = options.k_format.name();
   if (codec) cache = codec->name() + " latents " + cache;
-  std::fprintf(stderr, "%s%d tokens (%d prompt), %.1f tokens/s, KV %ld bytes used of %ld allocated (%s, %s, block %d)\n",
+  std::fprintf(stderr,
+               "%s%d tokens (%d prompt), %.1f tokens/s, KV %ld bytes used of %ld allocated (%s, "
+               "%s, block %d)\n",
                loaded.model->is_random_weights() ? "[random weights] " : "",
                static_cast<int>(r.tokens.size()), r.num_prompt_tokens, tps, r.kv_bytes_used,
                r.kv_bytes_allocated, alloc.c_str(), cache.c_str(), options.block_size);

@@ -48,8 +48,13 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
       {"MLA-A fp32 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp32"},
       {"MLA-A fp16 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp16"},
   };
-  for (int rd : {2, 4}) {
-    if (rd >= hd) continue;
+  std::vector<int> rope_choices;  // drop the slowest pair; keep half; keep one pair
+  for (int rd : {hd - 2, hd / 2, 2}) {
+    if (rd > 0 && rd < hd && rd % 2 == 0 &&
+        std::find(rope_choices.begin(), rope_choices.end(), rd) == rope_choices.end())
+      rope_choices.push_back(rd);
+  }
+  for (int rd : rope_choices) {
     series.push_back({"MLA-B rope " + std::to_string(rd) + "/" + std::to_string(hd) + " high-freq",
                       MlaMode::kAbsorbed, rd, RopeSelect::kHighFrequency, "fp32"});
   }

@@ -98,9 +98,9 @@ class MlaVariant final : public CacheVariant {
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override {
     const int n = static_cast<int>(window.size());
-    KvCacheManager cache(
-        mla_layout_for(t.config(), *codec_, block_size_, (n + block_size_ - 1) / block_size_, format_),
-        AllocatorKind::kPaged, n, /*with_storage=*/true);
+    KvCacheManager cache(mla_layout_for(t.config(), *codec_, block_size_,
+                                        (n + block_size_ - 1) / block_size_, format_),
+                         AllocatorKind::kPaged, n, /*with_storage=*/true);
     const SeqId seq(0);
     cache.add_sequence(seq);
     for (int pos = 0; pos < n; ++pos) {

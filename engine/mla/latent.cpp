@@ -57,8 +57,8 @@ MlaConversion convert_to_mla(const Model& model, int rank, const std::vector<int
     layer.u_t.resize(static_cast<std::size_t>(rank) * rows);
     for (int r = 0; r < rank; ++r) {
       for (int j = 0; j < dim; ++j) {
-        layer.w_dkv[static_cast<std::size_t>(r) * dim + j] =
-            static_cast<float>(d.s[static_cast<std::size_t>(r)] * d.v[static_cast<std::size_t>(j) * d.rank + r]);
+        layer.w_dkv[static_cast<std::size_t>(r) * dim + j] = static_cast<float>(
+            d.s[static_cast<std::size_t>(r)] * d.v[static_cast<std::size_t>(j) * d.rank + r]);
       }
       for (int i = 0; i < rows; ++i) {
         const double u = d.u[static_cast<std::size_t>(i) * d.rank + r];
