@@ -1,5 +1,6 @@
 // kvscope run: runs a scenario through the Simulator on the real model and writes the recording,
-// a Chrome trace and per-step metrics; progress on stderr, a short summary on stdout.
+// a Chrome trace, per-step metrics and the report (report.md, report.json, PNG plots); progress on
+// stderr, a short summary on stdout.
 #include <cstdio>
 #include <filesystem>
 
@@ -9,6 +10,7 @@
 #include "engine/analysis/pool_metrics.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
+#include "engine/report/run_report.h"
 #include "engine/sched/scenario_min.h"
 #include "engine/sched/simulator.h"
 
@@ -17,13 +19,15 @@ namespace {
 
 constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
 
-  --out DIR                        where recording.kvr, trace.json, metrics.csv go (default kvscope-out)
+  --out DIR                        where recording.kvr, trace.json, metrics.csv and the report
+                                   (report.md, report.json, *.png) go (default kvscope-out)
   --steps N                        stop after N steps even if requests remain (default 100000)
   --model PATH|NAME                override the scenario's model
   --allocator paged|contiguous     override cache.allocator
   --preemption recompute|swap      override cache.preemption
   --bookkeeping                    no model compute: block accounting only (tokens are 0)
   --threads N                      CPU threads for the forward pass (default 1)
+  --no-report                      skip report.md, report.json and the PNG plots
   --quiet                          no progress on stderr
 )";
 
@@ -31,7 +35,7 @@ constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
 
 int cmd_run(const Argv& argv) {
   Args args(argv, {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads"},
-            {"--help", "--bookkeeping", "--quiet"});
+            {"--help", "--bookkeeping", "--quiet", "--no-report"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -74,12 +78,29 @@ int cmd_run(const Argv& argv) {
     }
   }
   const Timeline& t = *sim->timeline();
-  std::filesystem::create_directories(out_dir);
+  std::error_code dir_error;
+  std::filesystem::create_directories(out_dir, dir_error);
+  if (dir_error) throw Error(out_dir, "cannot create the output directory: " + dir_error.message());
   const std::string rec = out_dir + "/recording.kvr", trace = out_dir + "/trace.json",
                     csv = out_dir + "/metrics.csv";
   t.save(rec);
   t.export_chrome_trace(trace);
   write_metrics_csv(csv, t.all_metrics());
+  if (!args.has("--no-report") && t.num_steps() > 0) {
+    RunReportInfo info;
+    info.title = scenario.config.title;
+    info.scenario_path = path;
+    info.model_name = loaded.model->source();
+    info.random_weights = loaded.model->is_random_weights();
+    info.bookkeeping_only = model.weights == nullptr;
+    info.command = "kvscope run";
+    for (const std::string& a : argv) info.command += " " + a;
+    write_run_report(info, loaded.model->config(), *sim, out_dir, [quiet](const std::string& file) {
+      if (!quiet) std::fprintf(stderr, "wrote %s\n", file.c_str());
+    });
+  }
+  if (!args.has("--no-report") && t.num_steps() == 0)
+    std::fprintf(stderr, "kvscope run: no step ran, so no report was written\n");
 
   const RunSummary s = summarize(t.all_metrics());
   const double peak_pct = 100.0 * s.peak_blocks_used / config.num_blocks;
@@ -127,7 +148,8 @@ int cmd_run(const Argv& argv) {
       std::printf("request %d rejected: %s\n", i, sim->request(i).reject_reason.c_str());
     }
   }
-  std::printf("wrote %s, %s, %s\n", rec.c_str(), trace.c_str(), csv.c_str());
+  std::printf("wrote %s, %s, %s%s\n", rec.c_str(), trace.c_str(), csv.c_str(),
+              args.has("--no-report") || t.num_steps() == 0 ? "" : " and the report (report.md)");
   if (!sim->done()) {
     std::fprintf(stderr, "kvscope run: stopped after --steps %d with requests unfinished\n",
                  max_steps);

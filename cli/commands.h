@@ -16,5 +16,6 @@ int cmd_bench(const Argv& args);
 int cmd_run(const Argv& args);
 int cmd_trace(const Argv& args);
 int cmd_eval(const Argv& args);
+int cmd_memwall(const Argv& args);
 
 }  // namespace kvscope::cli

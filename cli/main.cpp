@@ -19,10 +19,11 @@ commands:
   info       print a model's shape and its KV bytes per token per format
   synth      write a random-weight model of a published shape as a llama2.c checkpoint
   run        run a scenario (continuous batching on the real model); writes a recording,
-             a Chrome trace and per-step metrics
+             a Chrome trace, per-step metrics and a report (report.md, report.json, PNGs)
   trace      replay request traces (mooncake) and import KV-cache event logs (kv-events)
   bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s), quant
   eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
+  memwall    the context or batch whose KV cache fits beside the weights on 1..8 GPUs
 
 models are found via --model, $KVSCOPE_MODELS, assets/models/, then ../shared/models;
 --model synthetic:<preset> selects random weights at a published shape (llama-3-70b, ...).
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
     if (command == "run") return cmd_run(args);
     if (command == "trace") return cmd_trace(args);
     if (command == "eval") return cmd_eval(args);
+    if (command == "memwall") return cmd_memwall(args);
     std::fprintf(stderr, "kvscope: unknown command '%s'; run kvscope --help\n", command.c_str());
     return 2;
   } catch (const kvscope::Error& e) {

@@ -31,6 +31,10 @@ const std::map<std::string, ModelConfig>& presets() {
     t["llama-3-70b"] = shape(8192, 28672, 80, 64, 8, 128256, 8192);
     t["mistral-7b"] = shape(4096, 14336, 32, 32, 8, 32000, 32768);
     t["llama-2-7b"] = shape(4096, 11008, 32, 32, 32, 32000, 4096);
+    // The published models have an output projection of their own (not tied to the embedding),
+    // which puts the parameter counts at the published 8.0B / 70.6B / 7.2B / 6.7B.
+    for (const char* name : {"llama-3-8b", "llama-3-70b", "mistral-7b", "llama-2-7b"})
+      t[name].shared_classifier = false;
     t["stories15m"] = shape(288, 768, 6, 6, 6, 32000, 256);
     t["stories110m"] = shape(768, 2048, 12, 12, 12, 32000, 1024);
     // DeepSeek-V3 attention dims: 128 heads of 128 (values), 61 layers, MLA latent 512 + RoPE 64.

@@ -3,6 +3,7 @@
 #include "engine/backend/cpu/cpu_ops.h"
 
 #include "engine/backend/cpu/mla_ops.h"
+#include "engine/backend/cpu/vec_math.h"
 #include "engine/common/error.h"
 #include "engine/quant/kv_codec.h"
 
@@ -26,53 +27,80 @@ inline float dot(const float* a, const float* b, int n) {
   return acc;
 }
 
-// The fp32 cache, read in place: per query head, block by block, with the arithmetic of the
-// llama2.c reference (divide by sqrt(head_dim), max-subtracted softmax, divide by the sum).
+// att[t] = exp(att[t] - max) / sum over t, in place; masked slots (-inf) become 0.
+inline void softmax_in_place(float* att, int n, float max_score) {
+  float sum = 0.0f;
+  for (int t = 0; t < n; ++t) {
+    att[t] = vexp(att[t] - max_score);
+    sum += att[t];
+  }
+  for (int t = 0; t < n; ++t) att[t] /= sum;
+}
+
+// One query head over the fp32 cache, read in place block by block, with the arithmetic of the
+// llama2.c reference (divide by sqrt(head_dim), max-subtracted softmax, divide by the sum). HD is
+// the head dimension when known at compile time (the value accumulator then lives in registers
+// instead of round-tripping through memory for every token), 0 when only `hd` knows it.
+template <int HD>
+void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head_off, const float* qh,
+                      float* att, float* oh) {
+  constexpr bool kFixed = HD > 0;
+  const int d = kFixed ? HD : hd;
+  const KvLayout& L = view.storage->layout();
+  const int n = view.num_slots, bs = L.block_size;
+  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
+  const float sqrt_hd = std::sqrt(static_cast<float>(d));
+  const int num_blocks = (n + bs - 1) / bs;
+  for (int b = 0; b < num_blocks; ++b) {
+    const float* kt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(b)])) + head_off;
+    const int t0 = b * bs, end = std::min(n, t0 + bs);
+    // The runtime `hd`, not HD: a constant length lets the compiler vectorize across tokens with
+    // a different summation order per dot, which would make scores depend on the block size.
+    for (int t = t0; t < end; ++t) att[t] = dot(qh, kt + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
+  }
+  if (view.slot_live != nullptr) {
+    for (int t = 0; t < n; ++t) {
+      if (view.slot_live[t] == 0) att[t] = -INFINITY;  // evicted: weight 0
+    }
+  }
+  float max_score = -INFINITY;
+  for (int t = 0; t < n; ++t) max_score = att[t] > max_score ? att[t] : max_score;
+  softmax_in_place(att, n, max_score);
+  float acc[kFixed ? HD : 1];
+  float* sum = kFixed ? acc : oh;
+  for (int i = 0; i < d; ++i) sum[i] = 0.0f;
+  for (int b = 0; b < num_blocks; ++b) {
+    const float* vt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(b)])) + head_off;
+    const int t0 = b * bs, end = std::min(n, t0 + bs);
+    for (int t = t0; t < end; ++t) {
+      const float a = att[t];
+      const float* vh = vt + static_cast<std::size_t>(t - t0) * row;
+      // fma, not +=: the sum over t keeps its order (no reassociation across tokens), so it does
+      // not depend on where block boundaries fall.
+#pragma omp simd
+      for (int i = 0; i < d; ++i) sum[i] = std::fma(a, vh[i], sum[i]);
+    }
+  }
+  if constexpr (kFixed) std::memcpy(oh, acc, sizeof(acc));
+}
+
 void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape& shape,
                           const float* q, float* out, float* weights /*[n_heads][n]*/) {
-  const KvLayout& L = view.storage->layout();
-  const int n = view.num_slots, bs = L.block_size, hd = shape.head_dim;
+  const int n = view.num_slots, hd = shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;
-  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
-  const float sqrt_hd = std::sqrt(static_cast<float>(hd));
-  const int num_blocks = (n + bs - 1) / bs;
+  auto* attend = &attend_head_fp32<0>;
+  switch (hd) {
+    case 8: attend = &attend_head_fp32<8>; break;
+    case 16: attend = &attend_head_fp32<16>; break;
+    case 32: attend = &attend_head_fp32<32>; break;
+    case 64: attend = &attend_head_fp32<64>; break;
+    case 128: attend = &attend_head_fp32<128>; break;
+    default: break;
+  }
 #pragma omp parallel for schedule(static) if (static_cast<long>(n) * shape.n_heads * hd >= kParallelThreshold)
   for (int h = 0; h < shape.n_heads; ++h) {
-    const float* qh = q + static_cast<std::size_t>(h) * hd;
-    const std::size_t head_off = static_cast<std::size_t>(h / group) * hd;
-    float* att = weights + static_cast<std::size_t>(h) * n;
-    float max_score = -INFINITY;
-    for (int b = 0; b < num_blocks; ++b) {
-      const float* kt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(b)])) + head_off;
-      const int t0 = b * bs, end = std::min(n, t0 + bs);
-      for (int t = t0; t < end; ++t) {
-        if (view.slot_live != nullptr && view.slot_live[t] == 0) {
-          att[t] = -INFINITY;
-          continue;
-        }
-        att[t] = dot(qh, kt + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
-        max_score = std::max(max_score, att[t]);
-      }
-    }
-    float sum = 0.0f;
-    for (int t = 0; t < n; ++t) {
-      att[t] = att[t] == -INFINITY ? 0.0f : std::exp(att[t] - max_score);
-      sum += att[t];
-    }
-    for (int t = 0; t < n; ++t) att[t] /= sum;
-    float* oh = out + static_cast<std::size_t>(h) * hd;
-    std::memset(oh, 0, static_cast<std::size_t>(hd) * sizeof(float));
-    for (int b = 0; b < num_blocks; ++b) {
-      const float* vt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(b)])) + head_off;
-      const int t0 = b * bs, end = std::min(n, t0 + bs);
-      for (int t = t0; t < end; ++t) {
-        const float a = att[t];
-        if (a == 0.0f) continue;
-        const float* vh = vt + static_cast<std::size_t>(t - t0) * row;
-#pragma omp simd
-        for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
-      }
-    }
+    attend(view, layer, hd, static_cast<std::size_t>(h / group) * hd, q + static_cast<std::size_t>(h) * hd,
+           weights + static_cast<std::size_t>(h) * n, out + static_cast<std::size_t>(h) * hd);
   }
 }
 
@@ -125,7 +153,7 @@ void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim, floa
 void swiglu(float* hb, const float* hb2, int n) {
   for (int i = 0; i < n; ++i) {
     float v = hb[i];
-    v *= 1.0f / (1.0f + std::exp(-v));
+    v *= 1.0f / (1.0f + vexp(-v));
     hb[i] = v * hb2[i];
   }
 }
@@ -193,13 +221,7 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
     }
     // 2. Softmax per query head.
     for (int j = 0; j < group; ++j) {
-      float* att = att0 + static_cast<std::size_t>(j) * n;
-      float sum = 0.0f;
-      for (int t = 0; t < n; ++t) {
-        att[t] = att[t] == -INFINITY ? 0.0f : std::exp(att[t] - max_score[j]);
-        sum += att[t];
-      }
-      for (int t = 0; t < n; ++t) att[t] /= sum;
+      softmax_in_place(att0 + static_cast<std::size_t>(j) * n, n, max_score[j]);
       std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0, static_cast<std::size_t>(hd) * sizeof(float));
     }
     // 3. Weighted sum of values.

@@ -1,0 +1,77 @@
+// KV memory arithmetic anyone can check by hand: bytes per token for a shape and format, bytes at
+// N tokens, block rounding, and the context or batch that fits beside the weights on G GPUs.
+// Byte sizes are printed with both units, since GB (10^9) and GiB (2^30) differ by 7.4%.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/kv/kv_format.h"
+#include "engine/model/config.h"
+
+namespace kvscope {
+
+inline constexpr double kBytesPerGB = 1e9;                        // decimal gigabyte
+inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;  // binary gibibyte, 2^30
+
+// Payload bytes of one element in `dtype` (fp32 4, fp16/bf16 2, fp8/int8 1, int4 0.5, int2 and
+// KIVI-2 0.25), scales excluded.
+double payload_bytes_per_element(KvDtype dtype);
+
+// The textbook formula: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_element.
+double kv_bytes_per_token(const ModelConfig& shape, double bytes_per_element);
+// Exact bytes per token as kvscope's pool stores them in `block_size`-token blocks: the payload
+// plus every per-token and per-tile scale of the K and V formats (equals the formula for fp32,
+// fp16 and bf16).
+double kv_bytes_per_token_exact(const ModelConfig& shape, int block_size, const KvFormat& k_format,
+                                const KvFormat& v_format);
+// MLA shapes: layers x (latent rank + RoPE key width) x bytes_per_element; 0 for non-MLA shapes.
+double mla_bytes_per_token(const ModelConfig& shape, double bytes_per_element);
+
+// Bytes for `tokens` tokens at `bytes_per_token`.
+inline double kv_bytes_at(double bytes_per_token, std::int64_t tokens) {
+  return bytes_per_token * static_cast<double>(tokens);
+}
+
+// How `tokens` tokens land in `block_size`-token blocks (paged allocation, one sequence).
+struct BlockFit {
+  std::int64_t blocks = 0;        // ceil(tokens / block_size)
+  std::int64_t slots = 0;         // blocks x block_size
+  std::int64_t wasted_slots = 0;  // empty slots in the last block (< block_size)
+  double utilization = 1.0;       // tokens / slots (1 when no slots)
+};
+// Throws kvscope::Error when tokens < 0 or block_size < 1.
+BlockFit paged_block_fit(std::int64_t tokens, int block_size);
+
+// Parameters the shape holds (ModelConfig::num_params: llama2.c layout, a tied classifier counted
+// once) times bytes per parameter.
+double weight_bytes(const ModelConfig& shape, double bytes_per_param);
+
+// What fits beside the weights on `gpus` GPUs of `gpu_bytes` each (weights split evenly, nothing
+// else counted: activations, CUDA context and allocator slack are extra in real servers).
+struct MemoryWallRow {
+  int gpus = 0;
+  double total_bytes = 0;  // gpus x gpu_bytes
+  double weight_bytes = 0;
+  double kv_budget_bytes = 0;  // total - weights; negative when the weights do not fit
+  bool weights_fit = false;
+  std::int64_t max_tokens = 0;  // floor(budget / bytes per token): one sequence's context
+  std::int64_t max_batch = 0;   // floor(max_tokens / context): sequences of `context`
+};
+// One row per GPU count in [min_gpus, max_gpus]. Throws kvscope::Error on non-positive inputs.
+std::vector<MemoryWallRow> memory_wall(double weight_bytes, double kv_bytes_per_token,
+                                       double gpu_bytes, int min_gpus, int max_gpus,
+                                       std::int64_t context);
+
+// "40.00 GiB = 42.95 GB", "320.00 KiB = 327.68 KB", "512 B": binary units with the decimal figure
+// beside them (below 1 KiB: plain bytes).
+std::string format_bytes(double bytes);
+// "327,680".
+std::string format_count(std::int64_t value);
+// Parses a byte size with an explicit unit: "80GB" / "80 GB" (x10^9), "80GiB" (x2^30), also KB,
+// MB, TB, KiB, MiB, TiB and plain "B"; a bare number is refused (the unit must be said). Throws
+// kvscope::Error naming `where`.
+double parse_byte_size(const std::string& text, const std::string& where);
+
+}  // namespace kvscope

@@ -1,0 +1,122 @@
+// Memory arithmetic pinned to figures anyone can check by hand (docs: ../shared/docs/facts.md).
+#include <gtest/gtest.h>
+
+#include "engine/analysis/memory_math.h"
+#include "engine/common/error.h"
+#include "engine/model/synthetic.h"
+
+namespace kvscope {
+namespace {
+
+ModelConfig llama3_70b() {
+  return parse_synthetic_spec("llama-3-70b").config;
+}
+
+TEST(MemoryMath, Llama3_70BFp16Is327680BytesPerTokenAnd40GiBAt128K) {
+  const ModelConfig c = llama3_70b();
+  ASSERT_EQ(c.n_layers, 80);
+  ASSERT_EQ(c.n_kv_heads, 8);
+  ASSERT_EQ(c.head_dim(), 128);
+  const double per_token = kv_bytes_per_token(c, payload_bytes_per_element(KvDtype::kF16));
+  EXPECT_EQ(per_token, 327680.0);
+  EXPECT_EQ(per_token, 320.0 * 1024);  // 320 KiB
+  EXPECT_EQ(kv_bytes_at(per_token, 131072), 40.0 * kBytesPerGiB);
+  EXPECT_EQ(kv_bytes_at(per_token, 1048576), 320.0 * kBytesPerGiB);
+  EXPECT_EQ(kv_bytes_at(per_token, 32 * 4096), 40.0 * kBytesPerGiB);  // batch 32 at 4,096
+  // The pool's exact accounting agrees with the formula where a format has no scales.
+  KvFormat fp16;
+  fp16.dtype = KvDtype::kF16;
+  EXPECT_EQ(kv_bytes_per_token_exact(c, 16, fp16, fp16), 327680.0);
+  // MHA with 64 KV heads would be 8x: 2.5 MiB per token.
+  ModelConfig mha = c;
+  mha.n_kv_heads = 64;
+  EXPECT_EQ(kv_bytes_per_token(mha, 2.0), 2.5 * 1024 * 1024);
+}
+
+TEST(MemoryMath, ScalesMakeQuantizedFormatsExactlyLargerThanTheirPayload) {
+  const ModelConfig c = llama3_70b();
+  KvFormat int8;
+  int8.dtype = KvDtype::kInt8;
+  const double payload = kv_bytes_per_token(c, payload_bytes_per_element(KvDtype::kInt8));
+  EXPECT_EQ(payload, 163840.0);
+  // int8 keeps one fp16 scale per token per head: 2 x 80 x 8 x 2 bytes more.
+  EXPECT_EQ(kv_bytes_per_token_exact(c, 16, int8, int8), payload + 2.0 * 80 * 8 * 2);
+}
+
+TEST(MemoryMath, DeepSeekV3MlaLatentIs70272BytesPerToken) {
+  const ModelConfig ds = parse_synthetic_spec("deepseek-v3-mla-dims").config;
+  EXPECT_EQ(mla_bytes_per_token(ds, 2.0), 70272.0);
+  EXPECT_EQ(mla_bytes_per_token(llama3_70b(), 2.0), 0.0);
+}
+
+TEST(MemoryMath, FiveHundredTokensInSixteenTokenBlocks) {
+  const BlockFit f = paged_block_fit(500, 16);
+  EXPECT_EQ(f.blocks, 32);
+  EXPECT_EQ(f.slots, 512);
+  EXPECT_EQ(f.wasted_slots, 12);
+  EXPECT_DOUBLE_EQ(f.utilization, 500.0 / 512.0);
+  const BlockFit g = paged_block_fit(1000, 16);
+  EXPECT_EQ(g.blocks, 63);
+  EXPECT_EQ(g.wasted_slots, 8);
+  EXPECT_EQ(paged_block_fit(512, 16).wasted_slots, 0);
+  EXPECT_EQ(paged_block_fit(0, 16).blocks, 0);
+  EXPECT_EQ(paged_block_fit(1, 256).wasted_slots, 255);
+  EXPECT_THROW(paged_block_fit(-1, 16), Error);
+  EXPECT_THROW(paged_block_fit(10, 0), Error);
+}
+
+TEST(MemoryMath, MemoryWallOnOneToEightGpus) {
+  const ModelConfig c = llama3_70b();
+  const double weights = weight_bytes(c, 2.0);
+  EXPECT_EQ(weights, static_cast<double>(c.num_params()) * 2.0);
+  const double per_token = kv_bytes_per_token(c, 2.0);
+  const auto rows = memory_wall(weights, per_token, 80e9, 1, 8, 4096);
+  ASSERT_EQ(rows.size(), 8u);
+  EXPECT_FALSE(rows[0].weights_fit);  // ~139 GB of fp16 weights do not fit one 80 GB GPU
+  EXPECT_EQ(rows[0].max_tokens, 0);
+  EXPECT_EQ(rows[0].max_batch, 0);
+  for (const MemoryWallRow& r : rows) {
+    EXPECT_EQ(r.total_bytes, 80e9 * r.gpus);
+    if (!r.weights_fit) continue;
+    // Exactly the largest token count whose bytes fit the budget.
+    EXPECT_LE(static_cast<double>(r.max_tokens) * per_token, r.kv_budget_bytes);
+    EXPECT_GT(static_cast<double>(r.max_tokens + 1) * per_token, r.kv_budget_bytes);
+    EXPECT_EQ(r.max_batch, r.max_tokens / 4096);
+  }
+  // Hand check for 8 GPUs: (640e9 - weights) / 327,680.
+  const auto expect8 = static_cast<std::int64_t>((640e9 - weights) / 327680.0);
+  EXPECT_EQ(rows[7].max_tokens, expect8);
+  EXPECT_THROW(memory_wall(weights, per_token, 80e9, 0, 8, 4096), Error);
+  EXPECT_THROW(memory_wall(weights, per_token, 80e9, 3, 2, 4096), Error);
+  EXPECT_THROW(memory_wall(weights, 0.0, 80e9, 1, 8, 4096), Error);
+  EXPECT_THROW(memory_wall(weights, per_token, 80e9, 1, 8, 0), Error);
+}
+
+TEST(MemoryMath, FormatsBothGiBAndGB) {
+  EXPECT_EQ(format_bytes(40.0 * kBytesPerGiB), "40.00 GiB = 42.95 GB");
+  EXPECT_EQ(format_bytes(327680), "320.00 KiB = 327.68 KB");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(80e9), "74.51 GiB = 80.00 GB");
+  EXPECT_EQ(format_count(327680), "327,680");
+  EXPECT_EQ(format_count(-1234567), "-1,234,567");
+  EXPECT_EQ(format_count(12), "12");
+}
+
+TEST(MemoryMath, ParsesSizesOnlyWithAUnit) {
+  EXPECT_EQ(parse_byte_size("80GB", "--gpu-mem"), 80e9);
+  EXPECT_EQ(parse_byte_size("80 GiB", "--gpu-mem"), 80.0 * kBytesPerGiB);
+  EXPECT_EQ(parse_byte_size("141GB", "--gpu-mem"), 141e9);
+  EXPECT_EQ(parse_byte_size("1.5TB", "--gpu-mem"), 1.5e12);
+  for (const char* bad : {"80", "GB", "-80GB", "80gb", "80 XB", "", "1e3GB", "0GB"}) {
+    try {
+      parse_byte_size(bad, "--gpu-mem");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.where(), "--gpu-mem");
+      EXPECT_NE(std::string(e.what()).find("GiB"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvscope

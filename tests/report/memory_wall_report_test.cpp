@@ -1,0 +1,57 @@
+// The memory wall table and plot for Llama-3-70B: the figures a reader can check by hand.
+#include <gtest/gtest.h>
+
+#include "engine/common/error.h"
+#include "engine/model/synthetic.h"
+#include "engine/report/memory_wall_report.h"
+#include "tests/test_support.h"
+
+namespace kvscope {
+namespace {
+
+MemoryWallSpec llama3_70b_spec() {
+  MemoryWallSpec spec;
+  spec.model_name = "synthetic:llama-3-70b";
+  spec.shape = parse_synthetic_spec("llama-3-70b").config;
+  spec.params = spec.shape.num_params();
+  spec.kv_format = parse_kv_format("fp16", "test");
+  spec.context = 131072;
+  return spec;
+}
+
+TEST(MemoryWallReport, Llama3_70BOnOneToEightH100s) {
+  const MemoryWallSpec spec = llama3_70b_spec();
+  const MemoryWall wall = compute_memory_wall(spec);
+  EXPECT_EQ(wall.kv_bytes_per_token, 327680.0);
+  EXPECT_EQ(wall.kv_payload_bytes_per_token, 327680.0);
+  EXPECT_EQ(wall.weight_bytes, 2.0 * static_cast<double>(spec.shape.num_params()));
+  ASSERT_EQ(wall.rows.size(), 8u);
+  EXPECT_FALSE(wall.rows[0].weights_fit);
+  // 8 x 80 GB minus the weights, in 40 GiB (131,072-token) sequences.
+  const double budget = 640e9 - wall.weight_bytes;
+  EXPECT_EQ(wall.rows[7].max_batch, static_cast<std::int64_t>(budget / (40.0 * kBytesPerGiB)));
+  const std::string text = memory_wall_text(spec, wall);
+  EXPECT_NE(text.find("= 327,680 B (320.00 KiB = 327.68 KB)"), std::string::npos) << text;
+  EXPECT_NE(text.find("none: weights do not fit"), std::string::npos);
+  EXPECT_NE(text.find("GiB = 2^30 bytes, GB = 10^9 bytes"), std::string::npos);
+  const std::string md = memory_wall_markdown(spec, wall);
+  EXPECT_NE(md.find("| 8 | 596.05 GiB = 640.00 GB |"), std::string::npos) << md;
+  const std::string png = testing::temp_path("memwall.png");
+  write_memory_wall_png(spec, png, "test");
+  const std::vector<char> bytes = testing::read_bytes(png);
+  ASSERT_GT(bytes.size(), 8u);
+  EXPECT_EQ(std::string(bytes.begin() + 1, bytes.begin() + 4), "PNG");
+}
+
+TEST(MemoryWallReport, QuantizedFormatsCountTheirScales) {
+  MemoryWallSpec spec = llama3_70b_spec();
+  spec.kv_format = parse_kv_format("int4", "test");  // groups of 32 values, fp16 scale + zero
+  const MemoryWall wall = compute_memory_wall(spec);
+  EXPECT_EQ(wall.kv_payload_bytes_per_token, 81920.0);
+  EXPECT_EQ(wall.kv_bytes_per_token, 81920.0 + 2.0 * 80 * (1024 / 32) * 4);
+  spec.params = 0;
+  EXPECT_THROW(compute_memory_wall(spec), Error);
+}
+
+}  // namespace
+}  // namespace kvscope
