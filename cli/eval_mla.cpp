@@ -91,6 +91,7 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
   const std::string command = "kvscope eval --mla-sweep --block-size " +
                               std::to_string(block_size) + " (" +
                               std::filesystem::path(source).filename().string() + ")";
+  const double kl_floor = 1e-9;  // exact variants (rounding-level KL) would squash the log axis
   write_file_atomically(out_dir + "/mla_sweep.csv", [&](std::ostream& os) {
     os << "variant,kind,rank,rope_dims,energy_kept_mean,energy_kept_min,bytes_per_token,"
           "bytes_per_sequence,effective_bytes_per_token,ppl_reference,ppl_variant,ppl_delta,"
@@ -112,16 +113,16 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
   });
 
   PlotSpec kl;
-  kl.title = "MLA rank sweep and KV formats: KL(fp32 || variant) vs bytes per token";
+  kl.title = "MLA ranks vs KV formats: KL vs bytes/token";
   kl.x_label = "bytes per token, all layers (log)";
-  kl.y_label = "mean KL divergence (nats, log)";
+  kl.y_label = "mean KL (nats, log; < 1e-9 not drawn)";
   kl.log_x = kl.log_y = true;
   char note[96];
-  std::snprintf(note, sizeof note, "; fp32 K/V = %.0f bytes/token",
+  std::snprintf(note, sizeof note, "; fp32 K/V %.0f B/token",
                 formats.front().effective_bytes_per_token);
   kl.footnote = command + note;
   PlotSpec ppl = kl;
-  ppl.title = "MLA rank sweep and KV formats: perplexity change vs bytes per token";
+  ppl.title = "MLA ranks vs KV formats: perplexity change";
   ppl.y_label = "perplexity - fp32 perplexity (log; <= 0 not drawn)";
   auto add = [](PlotSpec& spec, const std::string& label, bool line, double x, double y) {
     auto it = std::find_if(spec.series.begin(), spec.series.end(),
@@ -138,13 +139,15 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
     it->y.push_back(y);
   };
   for (const MlaRow& m : rows) {
-    add(kl, m.series, true, m.report.effective_bytes_per_token, m.report.kl_mean);
+    if (m.report.kl_mean >= kl_floor)
+      add(kl, m.series, true, m.report.effective_bytes_per_token, m.report.kl_mean);
     add(ppl, m.series, true, m.report.effective_bytes_per_token,
         m.report.ppl_variant - m.report.ppl_reference);
   }
   for (const QualityReport& r : formats) {
     if (r.variant == "fp32") continue;
-    add(kl, "KV formats (fp16 ... int2, KIVI)", false, r.effective_bytes_per_token, r.kl_mean);
+    if (r.kl_mean >= kl_floor)
+      add(kl, "KV formats (fp16 ... int2, KIVI)", false, r.effective_bytes_per_token, r.kl_mean);
     add(ppl, "KV formats (fp16 ... int2, KIVI)", false, r.effective_bytes_per_token,
         r.ppl_variant - r.ppl_reference);
   }
