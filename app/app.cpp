@@ -8,9 +8,11 @@
 #include <imgui.h>
 
 #include <cfloat>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <memory>
+#include <thread>
 
 #include "app/core/run_session.h"
 #include "app/core/shell.h"
@@ -20,6 +22,8 @@
 namespace kvscope::ui {
 
 namespace {
+
+constexpr double kMaxCaptureWaitSeconds = 300.0;  // then the screenshot is taken regardless
 
 std::string g_glfw_error = "unknown error";  // the GLFW error callback has no user pointer
 
@@ -98,6 +102,7 @@ int run_app(const AppOptions& options) {
     if (capture) session->wait();  // screenshots show the finished run, deterministically
     UiShell shell(std::move(session), fonts);
     if (options.presenter) shell.set_presenter(true);
+    shell.set_workspace(options.workspace);
     if (capture) {
       shell.state().playing = false;
       shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);
@@ -136,7 +141,12 @@ int run_app(const AppOptions& options) {
       glClearColor(bg.x, bg.y, bg.z, 1.0f);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-      if (capture && frame + 1 >= options.frames) {
+      if (capture && frame + 1 >= options.frames && shell.panels_busy() &&
+          glfwGetTime() < kMaxCaptureWaitSeconds) {
+        // Background work (attention capture, quality sweep, compare variant) finishes first,
+        // so the screenshot shows its result.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } else if (capture && frame + 1 >= options.frames) {
         try {
           save_framebuffer_png(options.screenshot, fb_w, fb_h);
           std::printf("kvscope-ui: wrote %s (%dx%d, %d frames)\n", options.screenshot.c_str(), fb_w,

@@ -11,6 +11,7 @@ struct AppOptions {
   std::string screenshot;  // write a PNG after `frames` frames and exit
   int frames = 30;
   bool presenter = false;
+  int workspace = 0;  // --view: 0 pool, 1 prefix, 2 attention & quality, 3 compare
   int width = 1600;
   int height = 1000;
 };

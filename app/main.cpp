@@ -16,14 +16,17 @@ void usage(std::FILE* out) {
   std::fprintf(
       out,
       "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
-      "                  [--step S]] [--presenter] [--size WxH]\n"
+      "                  [--step S]] [--presenter] [--size WxH] [--view NAME]\n"
       "  With no file, opens %s.\n"
       "  --screenshot OUT.png  render N frames (default 30) of the finished run at step S\n"
       "                        (default: the middle), write a PNG and exit\n"
       "  --presenter           large fonts and high contrast (toggle with P)\n"
       "  --size WxH            window size (default 1600x1000)\n"
+      "  --view NAME           first workspace: pool (default), prefix, attention, compare\n"
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
-      "      F12 screenshot, Ctrl+O open, Ctrl+R restart. Exit code 2: bad input;\n"
+      "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,
+      Ctrl+R restart, Ctrl+1..4 workspace.\n"
+      "      Exit code 2: bad input; "
       "      3: no display (use the headless CLI).\n",
       default_scenario().c_str());
 }
@@ -71,6 +74,16 @@ int main(int argc, char** argv) {
           options.height > 8192) {
         return fail("--size: expected WxH between 320x240 and 8192x8192");
       }
+    } else if (arg == "--view") {
+      const char* v = value("--view");
+      const std::string name = v ? v : "";
+      static const char* const kViews[] = {"pool", "prefix", "attention", "compare"};
+      int found = -1;
+      for (int k = 0; k < 4; ++k)
+        if (name == kViews[k]) found = k;
+      if (found < 0)
+        return fail("--view: expected pool, prefix, attention or compare, got \"" + name + "\"");
+      options.workspace = found;
     } else if (arg == "--presenter") {
       options.presenter = true;
     } else if (!arg.empty() && arg[0] == '-') {

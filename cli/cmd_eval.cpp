@@ -4,12 +4,14 @@
 // and --mla-sweep runs MLA ranks and modes beside the formats.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/eval_evict.h"
 #include "cli/eval_report.h"
 #include "engine/analysis/quality.h"
 #include "engine/common/error.h"
@@ -32,9 +34,32 @@ constexpr const char* kHelp = R"(usage: kvscope eval [options]
   --threads N                CPU threads (default: all cores)
   --json                     print the report as JSON
   --sweep                    evaluate every format; writes quant_sweep.csv and PNG plots
-  --out DIR                  where --sweep writes (default reports/quant; --mla-sweep: reports/mla)
-  --mla-rank R               MLA latent cache of rank R (the model's K/V projections factorized
-                             by SVD); latents in --kv-dtype, default fp32 here
+  --out DIR                  where --sweep writes (default reports/quant, reports/evict,
+                             reports/mla)
+  --long N                   concatenate the stories (BOS between them) into windows of N tokens
+                             (N may exceed the model's seq_len: the reference there is dense
+                             attention past the trained context); reports per-position buckets
+  --bucket B                 bucket size for per-position figures (default 256 with --long)
+
+token eviction (K/V fp32 unless --kv-dtype is given, so the loss is eviction's alone):
+  --evict POLICY             window | sinks | h2o | snapkv | tova | random
+  --budget N                 tokens each query attends to, itself included (default 64)
+  --sinks S                  sinks: first tokens always kept (default 4)
+  --recent R                 h2o: recent window (default budget / 2)
+  --obs-window W             snapkv: last queries that vote (default 8)
+  --compact never|half|always  compaction of partially emptied blocks (default never)
+  --positions keep|shift     keep original RoPE positions (default) or shift them contiguous
+                             (re-rotating cached keys, llama.cpp's context shift)
+  --context C                compress after C prompt tokens, then continue (kvpress); only
+                             positions >= C are scored; snapkv then compresses only once
+  --sweep-evict              every policy x every budget: evict_sweep.csv, evict_kl.png,
+                             evict_ppl.png
+  --budgets LIST             budgets for --sweep-evict (default 16,32,64,128,256)
+  --attention                attention structure on the windows (full cache): mass on the most
+                             recent tokens per layer, sinks (--sink-threshold X, default 4)
+
+MLA latent cache (the K/V projections factorized by SVD):
+  --mla-rank R               latent rank R; latents in --kv-dtype, default fp32 here
   --mla-mode a|b             a: rebuild K/V from latents (exact at full rank, default);
                              b: absorbed attention on latents with decoupled RoPE
   --mla-rope-dims D          mode b: rotary dims kept per KV head (even, default 2)
@@ -93,9 +118,11 @@ std::string read_text_file(const std::string& path) {
 int cmd_eval(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--text", "--sample", "--seed", "--kv-dtype", "--k-dtype",
-             "--v-dtype", "--block-size", "--threads", "--out", "--mla-rank", "--mla-mode",
+             "--v-dtype", "--block-size", "--threads", "--out", "--long", "--bucket", "--evict",
+             "--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions",
+             "--context", "--budgets", "--sink-threshold", "--mla-rank", "--mla-mode",
              "--mla-rope-dims", "--mla-rope-select"},
-            {"--help", "--json", "--sweep", "--mla-sweep"});
+            {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -123,7 +150,29 @@ int cmd_eval(const Argv& argv) {
   }
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
-  const std::string default_kv = args.get("--kv-dtype", mla ? "fp32" : "fp16");
+  const bool evicting = args.has("--evict") || args.has("--sweep-evict");
+  if (args.has("--sweep") && evicting) {
+    throw Error("--sweep", "give either --sweep (formats) or --evict/--sweep-evict, not both");
+  }
+  for (const char* flag : {"--budget", "--sinks", "--recent", "--obs-window", "--compact",
+                           "--positions", "--context"}) {
+    if (args.has(flag) && !evicting) throw Error(flag, "only applies with --evict or --sweep-evict");
+  }
+  if (args.has("--long") && args.has("--sample")) {
+    throw Error("--long", "applies to --text windows, not --sample");
+  }
+  if (args.has("--bucket") && !evicting) throw Error("--bucket", "only applies with --evict or --sweep-evict");
+  if (args.has("--budgets") && !args.has("--sweep-evict")) {
+    throw Error("--budgets", "only applies with --sweep-evict");
+  }
+  if (args.has("--evict") && args.has("--sweep-evict")) {
+    throw Error("--evict", "give either --evict or --sweep-evict, not both");
+  }
+  if (args.has("--mla-sweep") && (evicting || args.has("--attention")))
+    throw Error("--mla-sweep", "give either --mla-sweep or --evict/--sweep-evict/--attention");
+  if (mla && (evicting || args.has("--attention")))
+    throw Error("--mla-rank", "MLA is not combined with --evict, --sweep-evict or --attention yet");
+  const std::string default_kv = args.get("--kv-dtype", evicting || mla ? "fp32" : "fp16");
   const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv),
                                      args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
   const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv),
@@ -172,15 +221,42 @@ int cmd_eval(const Argv& argv) {
     if (!loaded.tokenizer)
       throw Error(loaded.model->source(), "no tokenizer found; pass --tokenizer PATH");
     const std::string path = args.get("--text", default_text_path());
-    windows = text_windows(*loaded.tokenizer, read_text_file(path), c.seq_len, path);
+    if (args.has("--long")) {
+      const int len = args.get_int("--long", 0);
+      if (len < 2 || len > 1'000'000) {
+        fail_expected("--long", "a window length in [2, 1000000] tokens", std::to_string(len));
+      }
+      windows = long_text_windows(*loaded.tokenizer, read_text_file(path), len, path);
+    } else {
+      windows = text_windows(*loaded.tokenizer, read_text_file(path), c.seq_len, path);
+    }
     source = path;
   }
+  int max_window = 0;
+  for (const auto& w : windows) max_window = std::max(max_window, static_cast<int>(w.size()));
+  const int bucket = args.get_int("--bucket", args.has("--long") ? 256 : 0);
+  if (bucket < 0) fail_expected("--bucket", "an integer >= 0", std::to_string(bucket));
 
+  if (args.has("--attention")) {
+    const double threshold = args.get_double("--sink-threshold", 4.0);
+    if (!(threshold > 0.0)) fail_expected("--sink-threshold", "a number > 0", args.get("--sink-threshold"));
+    return run_attention_report(transformer, windows, source, threshold);
+  }
   std::unique_ptr<QualityEvaluator> evaluator;
   {
     Progress bar("fp32 reference");
     evaluator = std::make_unique<QualityEvaluator>(transformer, std::move(windows), block_size,
-                                                   [&](long d, long t) { bar(d, t); });
+                                                   [&](long d, long t) { bar(d, t); },
+                                                   std::max(max_window, c.seq_len));
+  }
+  if (evicting) {
+    const EvictionRunOptions o = parse_eviction_options(args, k, v, block_size);
+    const EvictEvalSetup setup{source, max_window, bucket, c.seq_len, args.has("--json")};
+    if (args.has("--sweep-evict")) {
+      return run_evict_sweep(*evaluator, o, args.get("--budgets", "16,32,64,128,256"), setup,
+                             args.get("--out", "reports/evict"));
+    }
+    return run_evict_eval(*evaluator, o, setup);
   }
   if (args.has("--sweep")) {
     return run_sweep(*evaluator, c, block_size, source, args.get("--out", "reports/quant"),

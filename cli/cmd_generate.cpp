@@ -1,5 +1,7 @@
 // kvscope generate: prints the prompt and the generated text exactly as llama2.c's run does, and a
 // one-line summary on stderr.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -7,6 +9,7 @@
 #include "cli/commands.h"
 #include "engine/common/error.h"
 #include "engine/mla/mla_codec.h"
+#include "engine/evict/eviction_hook.h"
 #include "engine/model/generate.h"
 #include "engine/model/locate.h"
 
@@ -31,15 +34,56 @@ constexpr const char* kHelp = R"(usage: kvscope generate [options]
                                      on latents with decoupled RoPE (no fine-tuning: quality drops)
   --mla-rope-dims D                  mode b: rotary dims kept per KV head (even, default 2)
   --mla-rope-select S                mode b: high-freq (default) or norm
+
+  --through-bos                      keep going when the model ends a story (BOS), as stories
+                                     are concatenated in training (run.c stops there)
+  --steps may exceed the model's seq_len: positions past it are outside the trained context
+  (dense attention unless --evict); a note says so on stderr, and the summary gives perplexity
+  of the model on its own output per 256-position bucket.
+token eviction (paged allocator):
+  --evict POLICY                     window | sinks | h2o | snapkv | tova | random
+  --budget N                         tokens each query attends to, itself included (default 64)
+  --sinks S                          sinks: first tokens always kept (default 4)
+  --recent R                         h2o: recent window (default budget / 2)
+  --obs-window W                     snapkv: last queries that vote (default 8)
+  --compact never|half|always        compaction of partially emptied blocks (default never)
+  --positions keep|shift             keep original RoPE positions or shift them contiguous
 )";
+// Perplexity of the model on its own output per bucket of 256 positions, peak KV bytes and what
+// eviction did: the measurement behind "generation past the trained context".
+void print_position_buckets(const GenerateResult& r, int seq_len, bool random_weights,
+                            const EvictingCacheHook* hook) {
+  if (r.next_logprob.size() <= static_cast<std::size_t>(seq_len) && hook == nullptr) return;
+  const std::string tag = random_weights ? "[random weights] " : "";
+  std::fprintf(stderr, "%speak KV %ld bytes", tag.c_str(), r.peak_kv_bytes);
+  if (hook != nullptr) {
+    const EvictorCounters& k = hook->evictor().counters();
+    std::fprintf(stderr, "; %s evicted %ld tokens, freed %ld blocks, moved %ld slots, re-rotated %ld keys",
+                 eviction_kind_name(hook->evictor().options().policy.kind).c_str(), k.tokens_evicted,
+                 k.blocks_freed, k.slots_moved, k.keys_rotated);
+  }
+  std::fprintf(stderr, "\n%sself-perplexity (exp mean -log p of each next token as run) per position bucket:\n",
+               tag.c_str());
+  constexpr int kBucket = 256;
+  for (std::size_t first = 0; first < r.next_logprob.size(); first += kBucket) {
+    const std::size_t end = std::min(r.next_logprob.size(), first + kBucket);
+    double nll = 0.0;
+    for (std::size_t i = first; i < end; ++i) nll -= r.next_logprob[i];
+    std::fprintf(stderr, "  positions %5zu-%5zu: %8.3f%s\n", first, end - 1,
+                 std::exp(nll / static_cast<double>(end - first)),
+                 static_cast<int>(end) > seq_len ? "  (past seq_len)" : "");
+  }
+}
+
 }  // namespace
 
 int cmd_generate(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--prompt", "--steps", "--temperature", "--top-p", "--seed",
-             "--threads", "--block-size", "--allocator", "--kv-dtype", "--mla-rank", "--mla-mode",
-             "--mla-rope-dims", "--mla-rope-select"},
-            {"--help"});
+             "--threads", "--block-size", "--allocator", "--kv-dtype", "--evict", "--budget",
+             "--sinks", "--recent", "--obs-window", "--compact", "--positions", "--mla-rank",
+             "--mla-mode", "--mla-rope-dims", "--mla-rope-select"},
+            {"--help", "--through-bos"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -69,16 +113,50 @@ int cmd_generate(const Argv& argv) {
       (options.block_size & (options.block_size - 1)) != 0) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(options.block_size));
   }
-  const std::string alloc = args.get("--allocator", "contiguous");
-  if (alloc == "paged")
-    options.allocator = AllocatorKind::kPaged;
-  else if (alloc != "contiguous")
-    fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
-  options.k_format = options.v_format =
-      parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
+  const bool evicting = args.has("--evict");
+  for (const char* flag : {"--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions"}) {
+    if (args.has(flag) && !evicting) throw Error(flag, "only applies with --evict");
+  }
+  const std::string alloc = args.get("--allocator", evicting ? "paged" : "contiguous");
+  if (evicting && alloc != "paged") {
+    fail_expected("--allocator", "paged with --evict (eviction frees blocks)", "'" + alloc + "'");
+  }
+  if (alloc == "paged") options.allocator = AllocatorKind::kPaged;
+  else if (alloc != "contiguous") fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
+  options.k_format = options.v_format = parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
 
+  const ModelConfig& c = loaded.model->config();
+  options.past_context = options.steps > c.seq_len;
+  options.stop_at_bos = !args.has("--through-bos");
+  options.score_tokens = options.past_context || args.has("--evict");
+  if (options.past_context) {
+    std::fprintf(stderr, "note: --steps %d runs past the model's seq_len %d: positions >= %d are "
+                         "outside the trained context\n", options.steps, c.seq_len, c.seq_len);
+  }
+  std::unique_ptr<EvictingCacheHook> hook;
+  if (evicting) {
+    EvictorOptions eo;
+    EvictionConfig& p = eo.policy;
+    p.kind = parse_eviction_kind(args.get("--evict"), "--evict");
+    p.budget = args.get_int("--budget", 64);
+    p.sinks = args.get_int("--sinks", 4);
+    p.recent = args.get_int("--recent", -1);
+    p.observation_window = args.get_int("--obs-window", 8);
+    if (p.recent < -1 || p.recent == 0) {
+      fail_expected("--recent", "a positive integer (or -1: budget / 2)", std::to_string(p.recent));
+    }
+    if (p.observation_window < 1) {
+      fail_expected("--obs-window", "an integer >= 1", std::to_string(p.observation_window));
+    }
+    eo.compaction = parse_compaction_policy(args.get("--compact", "never"), "--compact");
+    eo.positions = parse_position_mode(args.get("--positions", "keep"), "--positions");
+    hook = std::make_unique<EvictingCacheHook>(eo, c, options.steps);
+    options.cache_hook = hook.get();
+  }
+  if (args.has("--mla-rank") && evicting)
+    throw Error("--mla-rank", "MLA is not combined with --evict yet");
   for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
     if (args.has(f) && !args.has("--mla-rank")) throw Error(f, "needs --mla-rank R");
   }
@@ -116,6 +194,7 @@ int cmd_generate(const Argv& argv) {
                loaded.model->is_random_weights() ? "[random weights] " : "",
                static_cast<int>(r.tokens.size()), r.num_prompt_tokens, tps, r.kv_bytes_used,
                r.kv_bytes_allocated, alloc.c_str(), cache.c_str(), options.block_size);
+  print_position_buckets(r, c.seq_len, loaded.model->is_random_weights(), hook.get());
   return 0;
 }
 

@@ -11,17 +11,22 @@
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
 #include "engine/report/run_report.h"
-#include "engine/sched/scenario_min.h"
+#include "engine/scenario/scenario.h"
 #include "engine/sched/simulator.h"
 
 namespace kvscope::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
+       kvscope run --validate SCENARIO.json
 
   --out DIR                        where recording.kvr, trace.json, metrics.csv and the report
                                    (report.md, report.json, *.png) go (default kvscope-out)
-  --steps N                        stop after N steps even if requests remain (default 100000)
+  --steps N                        stop after N steps even if requests remain (default: the
+                                   scenario's "steps", else 100000)
+  --variant NAME                   run this compare variant (default: base, the cache section)
+  --validate                       only parse and check the file (every variant, the trace
+                                   file found); run nothing
   --model PATH|NAME                override the scenario's model
   --allocator paged|contiguous     override cache.allocator
   --preemption recompute|swap      override cache.preemption
@@ -34,8 +39,10 @@ constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
 }  // namespace
 
 int cmd_run(const Argv& argv) {
-  Args args(argv, {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads"},
-            {"--help", "--bookkeeping", "--quiet", "--no-report"});
+  Args args(
+      argv,
+      {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant"},
+      {"--help", "--bookkeeping", "--quiet", "--no-report", "--validate"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -44,22 +51,37 @@ int cmd_run(const Argv& argv) {
     fail_expected("kvscope run", "one scenario file (see --help)",
                   std::to_string(args.positional().size()) + " arguments");
   const std::string path = args.positional()[0];
+  const Scenario scenario = parse_scenario(path);
+  const std::string variant = args.get("--variant", "base");
+  scenario.variant(variant);  // an unknown name is an error before anything runs
+  if (args.has("--validate")) {
+    if (const auto& t = scenario.workload.trace) {  // the trace file must be found too
+      locate_trace(t->path, std::filesystem::path(path).parent_path().string(),
+                   path + ": " + t->at + ".mooncake");
+    }
+    std::string names;
+    for (const auto& n : scenario.variant_names()) names += (names.empty() ? "" : ", ") + n;
+    std::printf("%s: valid scenario (format %d): \"%s\"; variants: %s; %zu captions\n",
+                path.c_str(), scenario.format_version, scenario.title.c_str(), names.c_str(),
+                scenario.captions.size());
+    return 0;
+  }
   const std::string out_dir = args.get("--out", "kvscope-out");
-  const int max_steps = args.get_int("--steps", 100000);
+  const int max_steps = args.get_int("--steps", scenario.steps.value_or(100000));
   if (max_steps < 1) fail_expected("--steps", "a positive integer", std::to_string(max_steps));
   const bool quiet = args.has("--quiet");
 
-  MinScenario scenario = parse_min_scenario(path);
+  const ScenarioModelLoad loaded =
+      load_scenario_model(scenario, args.get("--model", ""), args.has("--bookkeeping"));
+  ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
+  SimConfig config = resolved.config;
   if (args.has("--allocator"))
-    scenario.config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
+    config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
   if (args.has("--preemption"))
-    scenario.config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
-  scenario.config.threads = args.get_int("--threads", 1);
-  const std::string model_arg = args.has("--model") ? args.get("--model") : scenario.model;
-  LoadedModel loaded = load_model(model_arg, "");
-  SimConfig config = resolve_sim_config(scenario, loaded.model->config());
-  std::vector<SimRequest> requests = resolve_requests(scenario, loaded.tokenizer.get());
-  SimModel model{loaded.model->config(), args.has("--bookkeeping") ? nullptr : loaded.model};
+    config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
+  config.threads = args.get_int("--threads", 1);
+  std::vector<SimRequest> requests = std::move(resolved.requests);
+  SimModel model{loaded.shape, loaded.weights};
   std::unique_ptr<Simulator> sim;
   try {
     sim = std::make_unique<Simulator>(config, model, std::move(requests));
@@ -88,14 +110,15 @@ int cmd_run(const Argv& argv) {
   write_metrics_csv(csv, t.all_metrics());
   if (!args.has("--no-report") && t.num_steps() > 0) {
     RunReportInfo info;
-    info.title = scenario.config.title;
+    info.title = variant == "base" ? scenario.title : scenario.title + " [" + variant + "]";
+    info.description = scenario.description;
     info.scenario_path = path;
-    info.model_name = loaded.model->source();
-    info.random_weights = loaded.model->is_random_weights();
+    info.model_name = loaded.source;
+    info.random_weights = loaded.random_weights;
     info.bookkeeping_only = model.weights == nullptr;
     info.command = "kvscope run";
     for (const std::string& a : argv) info.command += " " + a;
-    write_run_report(info, loaded.model->config(), *sim, out_dir, [quiet](const std::string& file) {
+    write_run_report(info, loaded.shape, *sim, out_dir, [quiet](const std::string& file) {
       if (!quiet) std::fprintf(stderr, "wrote %s\n", file.c_str());
     });
   }
@@ -104,8 +127,9 @@ int cmd_run(const Argv& argv) {
 
   const RunSummary s = summarize(t.all_metrics());
   const double peak_pct = 100.0 * s.peak_blocks_used / config.num_blocks;
-  std::printf("%s%s: %s allocator, block %d, %d blocks, preemption %s, victim %s%s\n",
-              loaded.model->is_random_weights() ? "[random weights] " : "", path.c_str(),
+  std::printf("%s%s%s: %s allocator, block %d, %d blocks, preemption %s, victim %s%s\n",
+              loaded.random_weights ? "[random weights] " : "", path.c_str(),
+              variant == "base" ? "" : (" [" + variant + "]").c_str(),
               allocator_name(config.allocator).c_str(), config.block_size, config.num_blocks,
               preemption_name(config.preemption).c_str(), victim_name(config.victim).c_str(),
               model.weights ? "" : " (bookkeeping only)");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/core/data_source.h"
+#include "app/core/run_info.h"
 
 namespace kvscope::ui {
 
@@ -47,6 +48,12 @@ class AppState {
   std::optional<int> selected_request;
   // Presenter mode: larger fonts, high contrast, thicker lines.
   bool presenter = false;
+  // Set by the Controls panel: the shell restarts the scenario with this override at the end of
+  // the frame (deterministically: same scenario, same seed, only the policy differs).
+  std::optional<PolicyOverride> restart_request;
+  // The Compare panel's variant: the policy run beside the current one (Controls panel sets it).
+  PolicyOverride compare_variant;
+  int compare_variant_version = 0;  // +1 on every change of compare_variant
 
  private:
   void go_to(int step);  // set_step without leaving follow-live

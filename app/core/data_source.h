@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/tokenizer.h"
+#include <memory>
 
+#include "engine/model/tokenizer.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope::ui {
+
+struct RunInfo;
 
 class DataSource {
  public:
@@ -28,6 +31,11 @@ class DataSource {
   virtual std::span<const Event> events_at(int) const { return {}; }
   virtual const Tokenizer* tokenizer() const { return nullptr; }
   virtual std::span<const int> prompt_tokens(int) const { return {}; }
+  // How a scenario run was started (null for recordings and demo data).
+  virtual std::shared_ptr<const RunInfo> run_info() const { return nullptr; }
+  // Token eviction: [position] 1 where the sequence's token is still in its cache at `step`, 0
+  // where it was evicted; empty when the run records no per-position eviction (nothing greyed).
+  virtual std::vector<std::uint8_t> slot_live(int /*request*/, int /*step*/) const { return {}; }
 };
 
 }  // namespace kvscope::ui

@@ -6,44 +6,90 @@
 #include "app/core/timeline_source.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
-#include "engine/sched/scenario_min.h"
+#include "engine/scenario/scenario.h"
 #include "engine/sched/simulator.h"
 
 namespace kvscope::ui {
 
 namespace {
 
-constexpr int kMaxSteps = 100000;  // same default cap as `kvscope run`
+constexpr int kMaxSteps = 100000;  // same default cap as `kvscope run` when the scenario sets none
 
 bool is_scenario_path(const std::string& path) {
   return std::filesystem::path(path).extension() == ".json";
 }
 
+void apply_override(Scenario& s, const PolicyOverride& o) {
+  SimConfig& c = s.cache.sim;
+  if (o.block_size) c.block_size = *o.block_size;
+  if (o.k_format) c.k_format = *o.k_format;
+  if (o.v_format) c.v_format = *o.v_format;
+  if (o.prefix_caching) c.prefix_caching = *o.prefix_caching;
+  if (o.prefix_index) c.prefix_index = *o.prefix_index;
+  if (o.allocator) c.allocator = *o.allocator;
+  if (o.preemption) c.preemption = *o.preemption;
+  if (o.pool_bytes) s.cache.pool_bytes = *o.pool_bytes;
+}
+
 }  // namespace
 
-std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping) {
+std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping,
+                                             const PolicyOverride& policy) {
   std::unique_ptr<RunSession> s(new RunSession());
   s->path_ = path;
   if (!is_scenario_path(path)) {
+    if (!policy.empty())
+      throw Error(path, "policy controls need a scenario (.json), got a recording");
     s->timeline_ = std::make_shared<const Timeline>(Timeline::load(path));
     if (s->timeline_->num_steps() < 1) throw Error(path, "the recording holds no steps");
     return s;
   }
   s->is_scenario_ = true;
-  MinScenario scenario = parse_min_scenario(path);
-  LoadedModel loaded = load_model(scenario.model, "");
-  SimConfig config = resolve_sim_config(scenario, loaded.model->config());
+  Scenario scenario = parse_scenario(path);
+  const ScenarioModelLoad loaded = load_scenario_model(scenario, "", bookkeeping);
+  auto info = std::make_shared<RunInfo>();
+  info->scenario_path = path;
+  info->title = scenario.title;
+  info->description = scenario.description;
+  info->captions = scenario.captions;
+  info->scenario_config =
+      resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get()).config;
+  info->override = policy;
+  info->pool_bytes_field = scenario.cache.pool_bytes;
+  // A swap override on a scenario without a host tier gets one as large as the device pool, so
+  // swapping happens (documented in docs/ui.md and in the control's tooltip).
+  const bool host_from_pool =
+      policy.preemption == PreemptionMode::kSwap && scenario.cache.sim.host_blocks == 0;
+  apply_override(scenario, policy);
+  ResolvedRun resolved = resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get());
+  SimConfig config = resolved.config;
+  s->max_steps_ = scenario.steps.value_or(kMaxSteps);
+  if (host_from_pool) config.host_blocks = config.num_blocks;
   config.threads = 1;  // the UI thread and the worker share the machine
-  std::vector<SimRequest> requests = resolve_requests(scenario, loaded.tokenizer.get());
+  std::vector<SimRequest> requests = std::move(resolved.requests);
   if (requests.empty()) throw Error(path + ": requests", "expected at least one request, got none");
-  for (const SimRequest& r : requests) s->prompts_.push_back(r.prompt_tokens);
-  SimModel model{loaded.model->config(), bookkeeping ? nullptr : loaded.model};
+  for (const SimRequest& r : requests) {
+    for (int k = 0; k < r.n_samples; ++k) s->prompts_.push_back(r.prompt_tokens);  // ids in order
+  }
+  info->config = config;
+  info->shape = loaded.shape;
+  info->pool_bytes =
+      static_cast<std::int64_t>(config.num_blocks) * block_bytes(info->shape, config);
+  info->scenario_pool_bytes = static_cast<std::int64_t>(info->scenario_config.num_blocks) *
+                              block_bytes(info->shape, info->scenario_config);
+  info->model_source = loaded.source;
+  info->random_weights = loaded.random_weights;
+  if (loaded.weights) info->model = loaded.weights;
+  info->tokenizer = loaded.tokenizer;
+  info->prompts = s->prompts_;
+  SimModel model{loaded.shape, loaded.weights};
   try {
     s->sim_ = std::make_unique<Simulator>(config, model, std::move(requests));
   } catch (const Error& e) {
     throw Error(path + ": " + e.where(), e.detail());
   }
-  if (!bookkeeping) s->tokenizer_ = loaded.tokenizer;  // bookkeeping tokens are all 0
+  if (loaded.weights) s->tokenizer_ = loaded.tokenizer;  // bookkeeping tokens are all 0
+  s->info_ = std::move(info);
   s->timeline_ = s->sim_->timeline();
   // The first step runs here so the UI always has a step to show; the rest on the worker.
   s->sim_->step();
@@ -55,7 +101,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
 
 void RunSession::work() {
   try {
-    while (!stop_.load(std::memory_order_relaxed) && sim_->current_step() < kMaxSteps &&
+    while (!stop_.load(std::memory_order_relaxed) && sim_->current_step() < max_steps_ &&
            sim_->step()) {
     }
   } catch (const std::exception& e) {
@@ -92,6 +138,7 @@ std::optional<std::string> RunSession::take_error() {
 std::unique_ptr<DataSource> RunSession::make_source() const {
   auto source = std::make_unique<TimelineSource>(timeline_, path_, running_);
   source->set_text_info(tokenizer_, prompts_);
+  source->set_run_info(info_);
   return source;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/core/data_source.h"
+#include "app/core/run_info.h"
 #include "engine/model/tokenizer.h"
 #include "engine/trace/timeline.h"
 
@@ -25,8 +26,10 @@ class RunSession {
  public:
   // Opens a scenario (.json) or a recording (anything else). Throws kvscope::Error naming the
   // file, JSON path and value on bad input; the caller keeps whatever it had loaded before.
-  // `bookkeeping`: no model compute (block accounting only), for fast tests.
-  static std::unique_ptr<RunSession> open(const std::string& path, bool bookkeeping = false);
+  // `bookkeeping`: no model compute (block accounting only), for fast tests. `policy` overrides
+  // the scenario's cache settings (Controls panel); it must be empty for recordings.
+  static std::unique_ptr<RunSession> open(const std::string& path, bool bookkeeping = false,
+                                          const PolicyOverride& policy = {});
   ~RunSession();  // stops and joins the worker
   RunSession(const RunSession&) = delete;
   RunSession& operator=(const RunSession&) = delete;
@@ -39,6 +42,8 @@ class RunSession {
   bool is_running() const { return running_->load(); }
   // The tokenizer of the scenario's model (null for recordings and synthetic models).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // How the scenario was started (null for recordings).
+  std::shared_ptr<const RunInfo> run_info() const { return info_; }
 
   // Asks the worker to stop after its current step and waits for it. Idempotent.
   void stop();
@@ -54,9 +59,11 @@ class RunSession {
   std::string path_;
   bool is_scenario_ = false;
   std::shared_ptr<const Tokenizer> tokenizer_;
-  std::vector<std::vector<int>> prompts_;  // [request id] prompt token ids
+  std::vector<std::vector<int>> prompts_;  // [sequence id] prompt token ids
+  std::shared_ptr<const RunInfo> info_;
   std::shared_ptr<const Timeline> timeline_;
   std::unique_ptr<Simulator> sim_;  // touched only by the worker once it started
+  int max_steps_ = 0;  // the scenario's `steps`, or the default cap
   std::thread worker_;
   std::atomic<bool> stop_{false};
   std::shared_ptr<std::atomic<bool>> running_ = std::make_shared<std::atomic<bool>>(false);

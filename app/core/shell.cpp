@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <vector>
 
 #include "app/core/transport.h"
 #include "app/panels/registry.h"
@@ -12,9 +14,75 @@
 
 namespace kvscope::ui {
 
+namespace {
+
+// A panel's place in a workspace, as fractions of the area under the transport bar.
+struct Slot {
+  const char* panel;
+  float x, y, w, h;
+};
+struct Workspace {
+  const char* name;
+  const char* key;  // shortcut shown in the menu
+  std::vector<Slot> slots;
+};
+
+const std::vector<Workspace>& workspaces() {
+  static const std::vector<Workspace> kAll = {
+      {"Pool",
+       "Ctrl+1",
+       {{"Block pool", 0.0f, 0.0f, 0.6f, 0.6f},
+        {"Fragmentation", 0.0f, 0.6f, 0.6f, 0.4f},
+        {"Block tables", 0.6f, 0.0f, 0.4f, 0.3f},
+        {"Text", 0.6f, 0.3f, 0.4f, 0.32f},
+        {"Memory vs context", 0.6f, 0.62f, 0.4f, 0.38f}}},
+      {"Prefix",
+       "Ctrl+2",
+       {{"Prefix cache", 0.0f, 0.0f, 0.62f, 0.6f},
+        {"Text", 0.0f, 0.6f, 0.62f, 0.4f},
+        {"Block pool", 0.62f, 0.0f, 0.38f, 0.5f},
+        {"Controls", 0.62f, 0.5f, 0.38f, 0.5f}}},
+      {"Attention & quality",
+       "Ctrl+3",
+       {{"Attention", 0.0f, 0.0f, 0.45f, 1.0f},
+        {"Quality vs memory", 0.45f, 0.0f, 0.55f, 0.56f},
+        {"Text", 0.45f, 0.56f, 0.3f, 0.44f},
+        {"Controls", 0.75f, 0.56f, 0.25f, 0.44f}}},
+      {"Compare",
+       "Ctrl+4",
+       {{"Compare", 0.0f, 0.0f, 0.62f, 1.0f},
+        {"Controls", 0.62f, 0.0f, 0.38f, 0.5f},
+        {"Fragmentation", 0.62f, 0.5f, 0.38f, 0.5f}}},
+  };
+  return kAll;
+}
+
+const Slot* find_slot(int workspace, const char* panel) {
+  for (const Slot& s : workspaces()[static_cast<std::size_t>(workspace)].slots)
+    if (std::string_view(s.panel) == panel) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+int UiShell::num_workspaces() {
+  return static_cast<int>(workspaces().size());
+}
+
+const char* UiShell::workspace_name(int index) {
+  return workspaces()[static_cast<std::size_t>(std::clamp(index, 0, num_workspaces() - 1))].name;
+}
+
+void UiShell::set_workspace(int index) {
+  workspace_ = std::clamp(index, 0, num_workspaces() - 1);
+  for (auto& p : panels_) p->visible = find_slot(workspace_, p->title()) != nullptr;
+  layout_dirty_ = true;
+}
+
 UiShell::UiShell(std::unique_ptr<DataSource> source, Fonts fonts)
     : state_(std::move(source)), fonts_(fonts), panels_(make_panels()) {
   set_presenter(false);
+  set_workspace(0);
 }
 
 UiShell::UiShell(std::unique_ptr<RunSession> session, Fonts fonts)
@@ -35,10 +103,10 @@ void UiShell::attach(std::unique_ptr<RunSession> session) {
   state_.follow_live = state_.playing;
 }
 
-bool UiShell::open(const std::string& path) {
+bool UiShell::open(const std::string& path, const PolicyOverride& policy) {
   try {
-    attach(RunSession::open(path));
-    set_status("opened " + path);
+    attach(RunSession::open(path, false, policy));
+    set_status(policy.empty() ? "opened " + path : "restarted with " + policy.describe());
     return true;
   } catch (const std::exception& e) {
     show_error(e.what());
@@ -49,7 +117,9 @@ bool UiShell::open(const std::string& path) {
 void UiShell::restart() {
   if (!session_ || !session_->is_scenario()) return;
   const std::string path = session_->path();  // a copy: open() replaces (and frees) session_
-  open(path);
+  const PolicyOverride policy =
+      session_->run_info() ? session_->run_info()->override : PolicyOverride{};
+  open(path, policy);
 }
 
 void UiShell::perform(const FileAction& action) {
@@ -83,6 +153,12 @@ void UiShell::perform(const FileAction& action) {
   }
 }
 
+bool UiShell::panels_busy() const {
+  for (const auto& p : panels_)
+    if (p->visible && p->busy()) return true;
+  return false;
+}
+
 ShellRequests UiShell::take_requests() {
   ShellRequests r = requests_;
   requests_ = {};
@@ -108,6 +184,9 @@ void UiShell::frame(double dt_seconds) {
   const ImGuiIO& io = ImGui::GetIO();
   if (!io.WantTextInput && io.KeyCtrl && ImGui::IsKeyPressed('R'))  // GLFW: ASCII
     restart();
+  for (int i = 0; i < num_workspaces() && i < 9; ++i) {
+    if (!io.WantTextInput && io.KeyCtrl && ImGui::IsKeyPressed('1' + i)) set_workspace(i);
+  }
   state_.advance(dt_seconds);
   status_age_ += dt_seconds;
   handle_transport_keys(state_);
@@ -117,6 +196,15 @@ void UiShell::frame(double dt_seconds) {
   draw_menu_bar();
   draw_transport_window();
   draw_panels();
+  draw_caption_bar();
+  if (state_.restart_request) {
+    const PolicyOverride policy = *state_.restart_request;
+    state_.restart_request.reset();
+    if (session_ && session_->is_scenario()) {
+      const std::string path = session_->path();  // a copy: open() frees session_
+      open(path, policy);
+    }
+  }
   draw_help_window();
   draw_error_modal();
   if (std::optional<FileAction> a = file_menu_.draw_popup()) perform(*a);
@@ -133,12 +221,20 @@ void UiShell::draw_menu_bar() {
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("View")) {
-    for (auto& p : panels_) ImGui::MenuItem(p->title(), nullptr, &p->visible);
+    for (int i = 0; i < num_workspaces(); ++i) {
+      if (ImGui::MenuItem(workspaces()[static_cast<std::size_t>(i)].name,
+                          workspaces()[static_cast<std::size_t>(i)].key, workspace_ == i))
+        set_workspace(i);
+    }
     ImGui::Separator();
-    ImGui::TextDisabled("Planned");
-    for (const PlannedPanel& p : planned_panels()) {
-      ImGui::MenuItem(p.title, nullptr, false, false);
-      item_tooltip(p.what);
+    for (auto& p : panels_) ImGui::MenuItem(p->title(), nullptr, &p->visible);
+    if (!planned_panels().empty()) {
+      ImGui::Separator();
+      ImGui::TextDisabled("Planned");
+      for (const PlannedPanel& p : planned_panels()) {
+        ImGui::MenuItem(p.title, nullptr, false, false);
+        item_tooltip(p.what);
+      }
     }
     ImGui::Separator();
     if (ImGui::MenuItem("Presenter mode", "P", state_.presenter)) set_presenter(!state_.presenter);
@@ -150,6 +246,7 @@ void UiShell::draw_menu_bar() {
     if (ImGui::MenuItem("Shortcuts and concepts", "F1", show_help_)) show_help_ = !show_help_;
     ImGui::EndMenu();
   }
+  draw_workspace_tabs();
   // Right side: what is loaded, and whether it is real.
   const std::string what = state_.header().title + "  |  " + state_.header().allocator + ", " +
                            state_.header().kv_format;
@@ -179,6 +276,23 @@ void UiShell::draw_menu_bar() {
   ImGui::EndMainMenuBar();
 }
 
+void UiShell::draw_workspace_tabs() {
+  ImGui::SameLine(0, 24);
+  const Palette& pal = palette(state_.presenter);
+  for (int i = 0; i < num_workspaces(); ++i) {
+    const bool active = workspace_ == i;
+    ImGui::PushStyleColor(ImGuiCol_Text, active ? pal.text : pal.text_dim);
+    ImGui::PushStyleColor(ImGuiCol_Header, mix_color(pal.panel_bg, pal.accent, 0.35f));
+    const char* name = workspaces()[static_cast<std::size_t>(i)].name;
+    if (ImGui::Selectable(name, active, 0, ImVec2(ImGui::CalcTextSize(name).x, 0)))
+      set_workspace(i);
+    ImGui::PopStyleColor(2);
+    item_tooltip("Workspace: a layout of panels", workspaces()[static_cast<std::size_t>(i)].key);
+    ImGui::SameLine(0, 14);
+  }
+  ImGui::NewLine();
+}
+
 void UiShell::draw_transport_window() {
   const ImVec2 display = ImGui::GetIO().DisplaySize;
   const float h = ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
@@ -201,31 +315,25 @@ void UiShell::place(int index, ImVec2 pos, ImVec2 size) {
 }
 
 void UiShell::draw_panels() {
-  // First layout: block pool (big, top left), fragmentation under it; on the right block tables,
-  // text and memory vs context stacked. Panels beyond the first five cascade.
+  // The workspace's layout; panels shown from the View menu outside it cascade.
   const ImVec2 display = ImGui::GetIO().DisplaySize;
   const float top =
       menu_height_ + ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
   const float m = 6.0f;
-  const float w = display.x - 3 * m, h = display.y - top - 4 * m;
-  const float left_w = std::floor(w * 0.60f), right_w = w - left_w;
-  const float map_h = std::floor((h + m) * 0.60f), tables_h = std::floor(h * 0.30f);
-  const float text_h = std::floor(h * 0.32f), memory_h = h - tables_h - text_h;
-  const float rx = 2 * m + left_w;
-  const ImVec2 pos[] = {ImVec2(m, top + m), ImVec2(rx, top + m), ImVec2(m, top + 2 * m + map_h),
-                        ImVec2(rx, top + 3 * m + tables_h + text_h),
-                        ImVec2(rx, top + 2 * m + tables_h)};
-  const ImVec2 size[] = {ImVec2(left_w, map_h), ImVec2(right_w, tables_h),
-                         ImVec2(left_w, h + m - map_h), ImVec2(right_w, memory_h),
-                         ImVec2(right_w, text_h)};
+  const float w = display.x - m, h = display.y - top - m - caption_bar_height();
+  int cascade = 0;
   for (std::size_t i = 0; i < panels_.size(); ++i) {
     Panel& p = *panels_[i];
     if (!p.visible) continue;
-    if (i < 5)
-      place(static_cast<int>(i), pos[i], size[i]);
-    else
-      place(static_cast<int>(i), ImVec2(60.0f + 30.0f * i, top + 60.0f + 30.0f * i),
+    if (const Slot* s = find_slot(workspace_, p.title())) {
+      const ImVec2 pos(std::floor(m + s->x * w), std::floor(top + m + s->y * h));
+      const ImVec2 size(std::floor(s->w * w - m), std::floor(s->h * h - m));
+      place(static_cast<int>(i), pos, size);
+    } else {
+      ++cascade;
+      place(static_cast<int>(i), ImVec2(60.0f + 30.0f * cascade, top + 60.0f + 30.0f * cascade),
             ImVec2(640, 420));
+    }
     if (ImGui::Begin(p.title(), &p.visible, ImGuiWindowFlags_NoCollapse)) {
       help_marker(p.help(), p.docs_page());
       ImGui::SameLine();
@@ -233,6 +341,76 @@ void UiShell::draw_panels() {
     }
     ImGui::End();
   }
+}
+
+namespace {
+
+const std::vector<Caption>* captions_of(const AppState& state) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  return info && !info->captions.empty() ? &info->captions : nullptr;
+}
+
+}  // namespace
+
+float UiShell::caption_bar_height() const {
+  if (captions_of(state_) == nullptr) return 0.0f;
+  return ImGui::GetTextLineHeightWithSpacing() * 2.0f + ImGui::GetStyle().WindowPadding.y * 2.0f;
+}
+
+void UiShell::draw_caption_bar() {
+  const std::vector<Caption>* captions = captions_of(state_);
+  if (captions == nullptr) return;
+  const int step = state_.step();
+  // The caption in force: the last one whose step is at or before the selected step.
+  int current = -1;
+  for (int i = 0; i < static_cast<int>(captions->size()); ++i) {
+    if ((*captions)[static_cast<std::size_t>(i)].step <= step) current = i;
+  }
+  const ImGuiIO& io = ImGui::GetIO();
+  const auto pressed = [](ImGuiKey key) { return ImGui::IsKeyPressed(ImGui::GetKeyIndex(key)); };
+  if (!io.WantTextInput) {
+    int target = -1;
+    if (pressed(ImGuiKey_PageDown) && current + 1 < static_cast<int>(captions->size()))
+      target = current + 1;
+    // PageUp: back to the start of the current caption, or to the previous one when already there.
+    if (pressed(ImGuiKey_PageUp) && current >= 0)
+      target = (*captions)[static_cast<std::size_t>(current)].step < step || current == 0
+                   ? current
+                   : current - 1;
+    if (target >= 0) {
+      const int s = (*captions)[static_cast<std::size_t>(target)].step;
+      if (s < state_.num_steps()) state_.set_step(s);
+    }
+  }
+  const ImVec2 display = io.DisplaySize;
+  const float h = caption_bar_height();
+  ImGui::SetNextWindowPos(ImVec2(0, display.y - h));
+  ImGui::SetNextWindowSize(ImVec2(display.x, h));
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoSavedSettings |
+                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
+  const Palette& pal = palette(state_.presenter);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
+  ImGui::PushStyleColor(ImGuiCol_WindowBg, mix_color(pal.panel_bg, pal.accent, 0.12f));
+  if (ImGui::Begin("##captions", nullptr, flags)) {
+    const int n = static_cast<int>(captions->size());
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.accent), "%d/%d", current + 1, n);
+    item_tooltip("Presenter captions from the scenario file",
+                 "PageDown / PageUp: next / previous caption");
+    ImGui::SameLine(0, 16);
+    if (current < 0) {
+      const Caption& first = captions->front();
+      ImGui::TextDisabled("First caption at step %d (PageDown to jump there)", first.step);
+    } else {
+      const Caption& c = (*captions)[static_cast<std::size_t>(current)];
+      ImGui::PushTextWrapPos(display.x - 16.0f);
+      ImGui::TextWrapped("Step %d: %s", c.step, c.text.c_str());
+      ImGui::PopTextWrapPos();
+    }
+  }
+  ImGui::End();
+  ImGui::PopStyleColor();
+  ImGui::PopStyleVar();
 }
 
 void UiShell::draw_help_window() {
@@ -243,16 +421,19 @@ void UiShell::draw_help_window() {
   ImGui::SetNextWindowSize(ImVec2(std::min(display.x * 0.8f, ImGui::GetFontSize() * 46.0f), 0.0f),
                            ImGuiCond_Appearing);
   if (ImGui::Begin("kvscope help", &show_help_, ImGuiWindowFlags_NoCollapse)) {
-    static const char* const kKeys[][2] = {{"Space", "play / pause"},
-                                           {"Left / Right", "step back / forward (Shift: 10)"},
-                                           {"Home / End", "first / last step"},
-                                           {"F1", "this help"},
-                                           {"F11", "full screen"},
-                                           {"F12", "save a screenshot (PNG)"},
-                                           {"P", "presenter mode"},
-                                           {"Ctrl+O", "open a scenario or recording"},
-                                           {"Ctrl+R", "restart the scenario"},
-                                           {"Ctrl+Q", "quit"}};
+    static const char* const kKeys[][2] = {
+        {"Space", "play / pause"},
+        {"Left / Right", "step back / forward (Shift: 10)"},
+        {"Home / End", "first / last step"},
+        {"PageDown / PageUp", "next / previous presenter caption"},
+        {"F1", "this help"},
+        {"F11", "full screen"},
+        {"F12", "save a screenshot (PNG)"},
+        {"P", "presenter mode"},
+        {"Ctrl+O", "open a scenario or recording"},
+        {"Ctrl+R", "restart the scenario"},
+        {"Ctrl+1..4", "workspace: pool, prefix, attention & quality, compare"},
+        {"Ctrl+Q", "quit"}};
     if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {
       for (const auto& k : kKeys) {
         ImGui::TableNextColumn();

@@ -31,8 +31,8 @@ class UiShell {
 
   // Opens a scenario or recording; on failure shows the error in a modal, keeps the current run
   // loaded and returns false. The previous worker is stopped only once the new run is open.
-  bool open(const std::string& path);
-  void restart();  // re-runs the loaded scenario from step 0
+  bool open(const std::string& path, const PolicyOverride& policy = {});
+  void restart();  // re-runs the loaded scenario from step 0 (with its policy override)
   RunSession* session() { return session_.get(); }
 
   // Draws one frame's UI; call between ImGui::NewFrame() and ImGui::Render().
@@ -41,6 +41,8 @@ class UiShell {
   AppState& state() { return state_; }
   std::vector<std::unique_ptr<Panel>>& panels() { return panels_; }
   ShellRequests take_requests();
+  // Whether a visible panel still computes in the background (screenshots wait for it).
+  bool panels_busy() const;
 
   void set_presenter(bool on);
   void toggle_help() { show_help_ = !show_help_; }
@@ -52,15 +54,27 @@ class UiShell {
   void show_error(std::string text);  // a modal; the current run stays loaded
   void reset_layout() { layout_dirty_ = true; }
 
+  // Workspaces: named panel arrangements (pool, prefix, attention & quality, compare). Switching
+  // shows the workspace's panels in its layout and hides the others (View menu brings any back).
+  static int num_workspaces();
+  static const char* workspace_name(int index);
+  int workspace() const { return workspace_; }
+  void set_workspace(int index);  // clamped
+
  private:
   void draw_menu_bar();
   void draw_transport_window();
   void draw_panels();
   void draw_help_window();
   void draw_error_modal();
+  // The scenario's presenter caption for the selected step (the last one at or before it), in a
+  // bar under the panels; PageDown / PageUp jump to the next / previous caption's step.
+  void draw_caption_bar();
+  float caption_bar_height() const;
   void attach(std::unique_ptr<RunSession> session);
   void perform(const FileAction& action);
   void place(int index, ImVec2 pos, ImVec2 size);
+  void draw_workspace_tabs();
 
   AppState state_;
   std::unique_ptr<RunSession> session_;  // null when a bare DataSource is shown (tests)
@@ -71,6 +85,7 @@ class UiShell {
   bool show_help_ = false;
   bool fullscreen_ = false;
   bool layout_dirty_ = true;
+  int workspace_ = 0;
   ImVec2 last_display_{0, 0};
   float menu_height_ = 0.0f;
   std::string status_;

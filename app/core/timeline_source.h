@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "app/core/data_source.h"
+#include "app/core/run_info.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope::ui {
@@ -35,6 +36,8 @@ class TimelineSource final : public DataSource {
     tokenizer_ = std::move(tokenizer);
     prompts_ = std::move(prompts);
   }
+  void set_run_info(std::shared_ptr<const RunInfo> info) { info_ = std::move(info); }
+  std::shared_ptr<const RunInfo> run_info() const override { return info_; }
   const Timeline& timeline() const { return *timeline_; }
 
  private:
@@ -43,6 +46,7 @@ class TimelineSource final : public DataSource {
   std::shared_ptr<const std::atomic<bool>> live_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<std::vector<int>> prompts_;  // [request id] prompt token ids
+  std::shared_ptr<const RunInfo> info_;
 };
 
 }  // namespace kvscope::ui

@@ -15,7 +15,7 @@ class MemoryPanel final : public Panel {
   MemoryPanel();
   const char* title() const override { return "Memory vs context"; }
   std::string help() const override;
-  const char* docs_page() const override { return "docs/concepts/kv-memory.md"; }
+  const char* docs_page() const override { return "docs/ui.md#memory-vs-context"; }
   void draw(AppState& state) override;
 
  private:

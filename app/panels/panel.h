@@ -17,6 +17,8 @@ class Panel {
   virtual const char* docs_page() const = 0;  // "docs/concepts/<page>.md"
   // Draws the panel's contents into the current window (the shell owns Begin/End and the (?)).
   virtual void draw(AppState& state) = 0;
+  // Background work in flight (a capture, a sweep, a variant run): screenshots wait for it.
+  virtual bool busy() const { return false; }
 
   bool visible = true;
 };

@@ -13,6 +13,13 @@ namespace {
 
 constexpr int kMaxTokensShown = 600;  // per request: the newest ones
 
+ImU32 hit_color(const Palette& pal) {
+  return mix_color(pal.block_cached, IM_COL32(110, 220, 190, 255), 0.6f);
+}
+ImU32 recomputed_color() {
+  return IM_COL32(240, 150, 60, 255);
+}
+
 const char* phase_label(RequestPhase p) {
   return p == RequestPhase::kSwapped ? "swapped out" : request_phase_name(p);
 }
@@ -26,8 +33,9 @@ std::string printable(std::string s) {
 
 std::string TextPanel::help() const {
   return "Every request is a prompt (dim) followed by the tokens the model sampled, one per decode "
-         "step, each written into the request's KV cache. Scrub back and the text shrinks to "
-         "what existed at that step.";
+         "step, each written into the request's KV cache. Underlines mark prompt tokens served "
+         "from "
+         "the prefix cache and tokens recomputed after a preemption.";
 }
 
 void TextPanel::catch_up(const AppState& state) {
@@ -35,14 +43,40 @@ void TextPanel::catch_up(const AppState& state) {
     generation_ = state.source_generation();
     built_until_ = -1;
     tokens_.clear();
+    hit_tokens_.clear();
+    preempted_.clear();
+    recomputed_.clear();
   }
   for (int s = built_until_ + 1; s <= state.step(); ++s) {
     for (const Event& e : state.source().events_at(s)) {
-      if (e.type != EventType::kDecodeToken || e.a < 0) continue;
-      std::vector<int>& t = tokens_[e.request];
-      const auto pos = static_cast<std::size_t>(e.a);
-      if (t.size() <= pos) t.resize(pos + 1, -1);
-      t[pos] = static_cast<int>(e.b);
+      switch (e.type) {
+        case EventType::kDecodeToken: {
+          if (e.a < 0 || e.a >= (1 << 24)) break;
+          std::vector<int>& t = tokens_[e.request];
+          // a = position of the last token fed; the sampled token b is fed at a + 1.
+          const auto pos = static_cast<std::size_t>(e.a + 1);
+          if (t.size() <= pos) t.resize(pos + 1, -1);
+          t[pos] = static_cast<int>(e.b);
+          break;
+        }
+        case EventType::kPrefixLookup:
+          hit_tokens_[e.request] = e.a;
+          break;
+        case EventType::kPreempted:
+          if (e.a == static_cast<std::int64_t>(PreemptReason::kRecompute))
+            preempted_[e.request] = true;
+          break;
+        case EventType::kPrefillChunk: {
+          if (!preempted_[e.request] || e.a < 0 || e.b < 0 || e.a + e.b > (1 << 24)) break;
+          std::vector<std::uint8_t>& r = recomputed_[e.request];
+          if (r.size() < static_cast<std::size_t>(e.a + e.b))
+            r.resize(static_cast<std::size_t>(e.a + e.b), 0);
+          for (std::int64_t p = e.a; p < e.a + e.b; ++p) r[static_cast<std::size_t>(p)] = 1;
+          break;
+        }
+        default:
+          break;
+      }
     }
   }
   built_until_ = state.step();
@@ -51,11 +85,28 @@ void TextPanel::catch_up(const AppState& state) {
 void TextPanel::draw(AppState& state) {
   catch_up(state);
   const DataSource& src = state.source();
+  const Palette& pal = palette(state.presenter);
   if (src.tokenizer() == nullptr) {
     ImGui::TextDisabled("no tokenizer for this run: token ids shown");
   } else {
     ImGui::TextDisabled("step %d", state.step());
   }
+  // Legend: the marks under tokens.
+  const auto legend = [&](ImU32 c, const char* text, const char* tip, bool on) {
+    ImGui::SameLine(0, 14);
+    swatch(on ? c : mix_color(c, pal.panel_bg, 0.6f));
+    ImGui::SameLine(0, 4);
+    ImGui::TextDisabled("%s", text);
+    item_tooltip(tip);
+  };
+  legend(hit_color(pal), "prefix hit",
+         "Prompt tokens mapped from the prefix cache: never prefilled", true);
+  legend(recomputed_color(), "recomputed",
+         "Tokens prefilled again after their request was preempted (recompute)", true);
+  legend(pal.text_dim, "evicted",
+         "Tokens evicted from the cache are struck through (when the run records per-position "
+         "token eviction; none otherwise)",
+         true);
   ImGui::BeginChild("##text", ImVec2(0, 0), false);
   for (const RequestState& r : state.pool().requests) draw_request(state, r);
   ImGui::EndChild();
@@ -76,6 +127,10 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
   const std::vector<int> none;
   const std::vector<int>& gen = it != tokens_.end() ? it->second : none;
   const std::size_t total = std::max(gen.size(), prompt.size());
+  const auto hit_it = hit_tokens_.find(r.id);
+  const std::int64_t hit = hit_it != hit_tokens_.end() ? hit_it->second : 0;
+  const auto rec_it = recomputed_.find(r.id);
+  const std::vector<std::uint8_t> live = src.slot_live(r.id, state.step());
   const std::size_t first = total > kMaxTokensShown ? total - kMaxTokensShown : 0;
   const float avail = ImGui::GetContentRegionAvail().x;
   float x = 0.0f;
@@ -101,13 +156,34 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
     else
       x = 0.0f;
     if (x == 0.0f && piece[0] == ' ') piece.erase(0, 1);
-    ImGui::TextColored(is_prompt ? ImGui::ColorConvertU32ToFloat4(pal.text_dim) : color, "%s",
-                       piece.c_str());
+    const bool is_hit = is_prompt && static_cast<std::int64_t>(pos) < hit;
+    const bool is_recomputed = !is_hit && rec_it != recomputed_.end() &&
+                               pos < rec_it->second.size() && rec_it->second[pos] != 0;
+    const bool is_evicted = pos < live.size() && live[pos] == 0;
+    ImGui::TextColored(
+        is_evicted  ? ImGui::ColorConvertU32ToFloat4(mix_color(pal.text_dim, pal.panel_bg, 0.4f))
+        : is_prompt ? ImGui::ColorConvertU32ToFloat4(pal.text_dim)
+                    : color,
+        "%s", piece.c_str());
     x += w;
+    if (is_hit || is_recomputed || is_evicted) {
+      const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+      ImDrawList* dl = ImGui::GetWindowDrawList();
+      const float lx = a.x + (piece[0] == ' ' ? ImGui::CalcTextSize(" ").x : 0.0f);
+      if (is_evicted)
+        dl->AddLine(ImVec2(lx, (a.y + b.y) * 0.5f), ImVec2(b.x, (a.y + b.y) * 0.5f), pal.text_dim,
+                    1.5f);
+      else
+        dl->AddLine(ImVec2(lx, b.y - 1.0f), ImVec2(b.x, b.y - 1.0f),
+                    is_hit ? hit_color(pal) : recomputed_color(), 2.0f);
+    }
     if (ImGui::IsItemHovered()) {
       ImGui::BeginTooltip();
       ImGui::Text("seq %d, position %zu, token id %d", r.id, pos, id);
       ImGui::TextDisabled(is_prompt ? "prompt token" : "sampled by the model");
+      if (is_hit) ImGui::TextDisabled("served from the prefix cache (prefill skipped)");
+      if (is_recomputed) ImGui::TextDisabled("recomputed after a preemption");
+      if (is_evicted) ImGui::TextDisabled("evicted from the cache");
       ImGui::EndTooltip();
     }
   }

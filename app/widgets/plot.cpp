@@ -227,6 +227,30 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
       for (const ImVec2& p : pts) dl->AddCircleFilled(p, 3.0f * cfg.line_scale, col, 12);
     }
   }
+  // Point labels, nudged down past labels already placed so they do not overprint.
+  std::vector<ImVec4> placed_labels;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const PlotSeries& s = series[i];
+    const std::size_t n = std::min({s.x.size(), s.y.size(), s.point_labels.size()});
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!std::isfinite(s.x[k]) || !std::isfinite(s.y[k])) continue;
+      if ((sx.log && s.x[k] <= 0) || (sy.log && s.y[k] <= 0)) continue;
+      const ImVec2 p(sx.to_screen(s.x[k]), sy.to_screen(s.y[k]));
+      const ImVec2 ts = ImGui::CalcTextSize(s.point_labels[k].c_str());
+      ImVec2 at(p.x + 5.0f, p.y - ts.y - 1.0f);
+      if (at.x + ts.x > right) at.x = p.x - 5.0f - ts.x;
+      for (int tries = 0; tries < 4; ++tries) {
+        bool hit = false;
+        for (const ImVec4& r : placed_labels)
+          hit = hit || (at.x < r.z && at.x + ts.x > r.x && at.y < r.w && at.y + ts.y > r.y);
+        if (!hit) break;
+        at.y += ts.y * 0.9f;
+      }
+      placed_labels.push_back(ImVec4(at.x, at.y, at.x + ts.x, at.y + ts.y));
+      dl->AddText(at, (color_of(s, i) & ~IM_COL32_A_MASK) | (220u << IM_COL32_A_SHIFT),
+                  s.point_labels[k].c_str());
+    }
+  }
   for (const PlotRefLine& r : refs) {
     const ImU32 col = r.color != 0 ? r.color : dim_col;
     const float w = ImGui::CalcTextSize(r.label.c_str()).x;

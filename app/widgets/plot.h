@@ -30,6 +30,7 @@ struct PlotSeries {
   bool markers = false;
   bool fill = false;  // shade the area under a line (linear y only)
   float thickness = 2.0f;
+  std::vector<std::string> point_labels;  // optional, one per point: drawn beside its marker
 };
 
 struct PlotRefLine {

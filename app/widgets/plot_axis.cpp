@@ -93,6 +93,11 @@ std::string format_tick(double value, AxisUnits units) {
     }
     case AxisUnits::kNumber: {
       static const char* const kUnits[] = {"", "k", "M", "G", "T"};
+      if (std::fabs(value) < 1e-3 && value != 0.0) {  // tiny values (log axes): 1e-05
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.0e", value);
+        return buf;
+      }
       if (std::fabs(value) < 1.0 && value != 0.0) return trim_number(value, 3);
       return scaled(value, 1000.0, kUnits, 5);
     }

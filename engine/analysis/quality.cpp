@@ -130,14 +130,15 @@ std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const Kv
 }
 
 QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::vector<int>> windows,
-                                   int block_size, const ProgressFn& progress)
+                                   int block_size, const ProgressFn& progress, int max_window)
     : transformer_(transformer), windows_(std::move(windows)) {
   const ModelConfig& c = transformer_.config();
+  const int max_len = max_window > 0 ? max_window : c.seq_len;
   for (std::size_t w = 0; w < windows_.size(); ++w) {
     const auto& win = windows_[w];
-    if (win.size() < 2 || win.size() > static_cast<std::size_t>(c.seq_len)) {
+    if (win.size() < 2 || win.size() > static_cast<std::size_t>(max_len)) {
       fail_expected("eval window " + std::to_string(w),
-                    "2 to " + std::to_string(c.seq_len) + " tokens", std::to_string(win.size()));
+                    "2 to " + std::to_string(max_len) + " tokens", std::to_string(win.size()));
     }
     num_positions_ += static_cast<long>(win.size()) - 1;
   }
@@ -158,22 +159,31 @@ QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::ve
   }
 }
 
-QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn& progress) const {
+QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn& progress,
+                                        const EvalScope& scope) const {
   const ModelConfig& c = transformer_.config();
   const auto vocab = static_cast<std::size_t>(c.vocab_size);
   std::vector<double> var_log_p(vocab);  // [vocab]
   QualityAccumulator acc;
+  std::vector<QualityAccumulator> buckets;  // [position / bucket_size]
   std::size_t row = 0;
-  long tokens = 0;
+  long tokens = 0, done = 0;
   for (const auto& win : windows_) {
     tokens += static_cast<long>(win.size());
     variant.run(transformer_, win, [&](int pos, std::span<const float> logits) {
       if (pos + 1 >= static_cast<int>(win.size())) return;
-      log_softmax(logits, var_log_p);
-      acc.add(std::span<const double>(reference_.data() + row * vocab, vocab), var_log_p,
-              win[static_cast<std::size_t>(pos) + 1]);
+      const std::span<const double> ref(reference_.data() + row * vocab, vocab);
       ++row;
-      if (progress) progress(acc.positions(), num_positions_);
+      if (progress) progress(++done, num_positions_);
+      if (pos < scope.score_from) return;
+      log_softmax(logits, var_log_p);
+      const int target = win[static_cast<std::size_t>(pos) + 1];
+      acc.add(ref, var_log_p, target);
+      if (scope.bucket_size > 0) {
+        const auto b = static_cast<std::size_t>(pos / scope.bucket_size);
+        if (buckets.size() <= b) buckets.resize(b + 1);
+        buckets[b].add(ref, var_log_p, target);
+      }
     });
   }
   QualityReport r;
@@ -189,6 +199,12 @@ QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn
   r.mean_window_tokens = static_cast<double>(tokens) / static_cast<double>(windows_.size());
   r.effective_bytes_per_token = r.footprint.effective_bytes_per_token(r.mean_window_tokens);
   r.reference_bytes_per_token = reference_bytes_per_token_;
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    const QualityAccumulator& a = buckets[b];
+    if (a.positions() == 0) continue;
+    r.buckets.push_back({static_cast<int>(b) * scope.bucket_size, a.positions(), a.ppl_reference(),
+                         a.ppl_variant(), a.kl_mean(), a.top1_agreement()});
+  }
   return r;
 }
 
@@ -216,6 +232,25 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
     }
   }
   if (windows.empty()) throw Error(where, "expected text with at least one story, got none");
+  return windows;
+}
+
+std::vector<std::vector<int>> long_text_windows(const Tokenizer& tokenizer, const std::string& text,
+                                                int len, const std::string& where) {
+  if (len < 2) fail_expected("long window length", "at least 2 tokens", std::to_string(len));
+  std::vector<int> stream;  // BOS story BOS story ...
+  for (const auto& story : text_windows(tokenizer, text, 1 << 30, where)) {
+    stream.insert(stream.end(), story.begin(), story.end());
+  }
+  // Each window starts with BOS, then the next len - 1 tokens of the stream (BOS at story starts).
+  std::vector<std::vector<int>> windows;
+  const std::size_t step = static_cast<std::size_t>(len) - 1;
+  for (std::size_t i = 1; i < stream.size(); i += step) {
+    std::vector<int> win = {kTokenBos};
+    const std::size_t stop = std::min(stream.size(), i + step);
+    win.insert(win.end(), stream.begin() + static_cast<long>(i), stream.begin() + static_cast<long>(stop));
+    windows.push_back(std::move(win));
+  }
   return windows;
 }
 

@@ -83,6 +83,22 @@ std::unique_ptr<CacheVariant> make_mla_variant(std::shared_ptr<const MlaCodec> c
 
 // ---- the evaluator ----
 
+// Figures over the scored positions of one position bucket [first, first + size).
+struct BucketQuality {
+  int first = 0;
+  long positions = 0;
+  double ppl_reference = 0.0;
+  double ppl_variant = 0.0;
+  double kl_mean = 0.0;
+  double top1_agreement = 0.0;
+};
+
+// Which positions evaluate() scores, and how it groups them.
+struct EvalScope {
+  int score_from = 0;   // positions < score_from are run but not scored (a prompt)
+  int bucket_size = 0;  // > 0: also report figures per bucket of positions
+};
+
 struct QualityReport {
   std::string variant;
   long positions = 0;  // scored next-token predictions
@@ -96,17 +112,20 @@ struct QualityReport {
   double mean_window_tokens = 0.0;
   double effective_bytes_per_token = 0.0;  // footprint at the mean window length
   double reference_bytes_per_token = 0.0;  // fp32 cache, same model
+  std::vector<BucketQuality> buckets;      // when EvalScope::bucket_size > 0
 };
 
 using ProgressFn = std::function<void(long done, long total)>;
 
 class QualityEvaluator {
  public:
-  // `windows`: token sequences each starting with BOS and at most seq_len long (see below).
+  // `windows`: token sequences each starting with BOS and at most `max_window` long (0: the
+  // model's seq_len; longer windows run past the trained context with dense attention).
   // Runs the fp32 reference once, now, keeping its log-probs for every variant evaluated later.
   QualityEvaluator(Transformer& transformer, std::vector<std::vector<int>> windows, int block_size,
-                   const ProgressFn& progress = {});
-  QualityReport evaluate(CacheVariant& variant, const ProgressFn& progress = {}) const;
+                   const ProgressFn& progress = {}, int max_window = 0);
+  QualityReport evaluate(CacheVariant& variant, const ProgressFn& progress = {},
+                         const EvalScope& scope = {}) const;
   long num_positions() const { return num_positions_; }
   const std::vector<std::vector<int>>& windows() const { return windows_; }
 
@@ -124,6 +143,10 @@ class QualityEvaluator {
 // `max_len` tokens into windows (each restarting with BOS). Throws if nothing remains.
 std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& text,
                                            int max_len, const std::string& where);
+// Stories concatenated into one token stream (each story starting with BOS, as in training) and
+// cut into windows of `len` tokens, each BOS + the next len - 1 tokens (the last may be shorter).
+std::vector<std::vector<int>> long_text_windows(const Tokenizer& tokenizer, const std::string& text,
+                                                int len, const std::string& where);
 // Text sampled from the model itself at temperature 1 (no top-p) with `seed`: stories from BOS
 // until at least `num_tokens` tokens are collected, each at most seq_len long.
 std::vector<std::vector<int>> sample_windows(Transformer& transformer, long num_tokens,

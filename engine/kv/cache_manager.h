@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -79,6 +80,21 @@ class KvCacheManager {
   bool append_slots(SeqId id, int n);
   // Releases every block of the sequence and forgets it.
   void free_sequence(SeqId id);
+
+  // Token eviction (paged, no block source; see engine/evict/token_evictor.h). Slot indices are
+  // view indices: removing a block shifts every later slot down by block_size.
+  // Releases table[logical] to the pool and removes it from the table (BlockFreed).
+  void remove_block(SeqId id, int logical);
+  // Copies the K/V bytes of slot `from` over slot `to` in every layer (SlotMoved).
+  void move_slot(SeqId id, int from, int to);
+  // Keeps the first `num_tokens` slots, releasing blocks no longer needed (BlockFreed).
+  void truncate(SeqId id, int num_tokens);
+  // Records that `evicted` tokens of `id` were just evicted, `live` remaining (TokensEvicted).
+  void record_tokens_evicted(SeqId id, int evicted, int live) {
+    emit(EventType::kTokensEvicted, id, BlockId(-1), -1, evicted, live);
+  }
+  // Throws kvscope::Error (naming `where`) unless slots of `id` can be removed and moved.
+  void check_evictable(SeqId id, const std::string& where) const;
 
   const BlockTable& table(SeqId id) const;
   // The forward pass's view of the sequence; num_slots = tokens appended so far.

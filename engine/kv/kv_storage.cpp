@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/common/error.h"
 #include "engine/model/config.h"
 
 namespace kvscope {
@@ -40,6 +41,31 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
       std::memcpy(tile(layer, kind, dst), tile(layer, kind, src), layout_.tile_bytes(kind));
+    }
+  }
+}
+
+void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offset) {
+  if (layout_.k_format.is_kivi() || layout_.v_format.is_kivi()) {
+    throw Error("kv storage", "cannot move a token slot in a KIVI format (keys are quantized per "
+                              "channel over groups of consecutive slots); expected a per-token format");
+  }
+  const int bs = layout_.block_size;
+  for (int layer = 0; layer < layout_.n_layers; ++layer) {
+    for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+      // Tile: [block_size][row_bytes] codes, then [block_size][token_meta_bytes] scales.
+      const KvFormat& f = layout_.format(kind);
+      const std::size_t row = f.row_bytes(layout_.kv_heads, layout_.head_dim);
+      const std::size_t meta = f.token_meta_bytes(layout_.kv_heads, layout_.head_dim, kind);
+      const std::byte* s = tile(layer, kind, src);
+      std::byte* d = tile(layer, kind, dst);
+      std::memmove(d + static_cast<std::size_t>(dst_offset) * row,
+                   s + static_cast<std::size_t>(src_offset) * row, row);
+      if (meta > 0) {
+        const std::size_t meta_base = static_cast<std::size_t>(bs) * row;
+        std::memmove(d + meta_base + static_cast<std::size_t>(dst_offset) * meta,
+                     s + meta_base + static_cast<std::size_t>(src_offset) * meta, meta);
+      }
     }
   }
 }

@@ -88,6 +88,10 @@ class KvStorage {
   // Copies every layer's K and V tile of `src` over `dst` (copy-on-write, swap-in). KIVI staging
   // is not copied: it belongs to the sequence that opened the group.
   void copy_block(BlockId src, BlockId dst);
+  // Copies one token (codes and per-token scales, every layer, K and V) from slot `src_offset`
+  // of `src` to slot `dst_offset` of `dst` (token-eviction compaction). Bytes are copied, never
+  // re-quantized. Throws kvscope::Error for KIVI, whose key scales span groups of tokens.
+  void copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offset);
 
   // KIVI staging of the group starting at (block, offset) of `layer`'s K or V:
   // [residual][kv_heads * head_dim] floats. `create` makes (or re-zeroes) it; otherwise nullptr

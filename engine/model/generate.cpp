@@ -1,7 +1,9 @@
 // The generation loop.
 #include "engine/model/generate.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "engine/common/error.h"
 #include "engine/mla/mla_codec.h"
@@ -17,11 +19,42 @@ KvCacheManager make_cache(const ModelConfig& c, const GenerateOptions& o, int st
   return KvCacheManager(layout, o.allocator, steps, /*with_storage=*/true);
 }
 
-void check_steps(const ModelConfig& c, int steps) {
+void check_steps(const ModelConfig& c, int steps, bool past_context = false) {
+  if (past_context) {
+    if (steps < 1 || steps > 1'000'000) {
+      fail_expected("--steps", "an integer in [1, 1000000]", std::to_string(steps));
+    }
+    return;
+  }
   if (steps < 1 || steps > c.seq_len) {
     fail_expected("--steps", "an integer in [1, " + std::to_string(c.seq_len) +
                                  "] (the model's seq_len)", std::to_string(steps));
   }
+}
+
+// log softmax(logits) into out (before the sampler rewrites the logits in place).
+void log_softmax_into(std::span<const float> logits, std::vector<float>& out) {
+  double mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double log_z = mx + std::log(sum);
+  out.resize(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(logits[i] - log_z);
+}
+
+// One position through the hook's view (view first: it registers the new slot) or the plain one.
+std::span<float> forward_one(Transformer& t, KvCacheManager& cache, SeqId seq,
+                             SequenceCacheHook* hook, int token, int pos, const MlaCodec* mla) {
+  if (hook == nullptr) {
+    KvSeqView view = cache.view(seq);
+    view.mla = mla;
+    return t.forward(token, pos, view);
+  }
+  KvSeqView view = hook->view();
+  view.mla = mla;
+  const int rope_pos = hook->position();
+  return t.forward(token, rope_pos, view, hook->observer());
 }
 
 }  // namespace
@@ -30,21 +63,22 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
                                  int steps, const GenerateOptions& options,
                                  std::vector<std::vector<float>>* logits_out) {
   const ModelConfig& c = transformer.config();
-  check_steps(c, steps);
+  check_steps(c, steps, options.past_context);
   KvCacheManager cache = make_cache(c, options, steps);
   const SeqId seq(0);
   cache.add_sequence(seq);
+  SequenceCacheHook* hook = options.cache_hook;
+  if (hook != nullptr) hook->begin(cache, seq);
   Sampler sampler(options.sampler);
   std::vector<int> tokens = {kTokenBos};
   int token = kTokenBos;
   for (int pos = 0; pos < steps; ++pos) {
     cache.append_slots(seq, 1);
-    KvSeqView view = cache.view(seq);
-    view.mla = options.mla;
-    std::span<float> logits = transformer.forward(token, pos, view);
+    std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
     if (logits_out != nullptr) logits_out->emplace_back(logits.begin(), logits.end());
     int next = pos < static_cast<int>(prompt_tokens.size()) ? prompt_tokens[static_cast<std::size_t>(pos)]
                                                             : sampler.sample(logits);
+    if (hook != nullptr) hook->after_token();
     if (next == kTokenBos) break;
     tokens.push_back(next);
     token = next;
@@ -56,14 +90,21 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
                         const GenerateOptions& options,
                         const std::function<void(const std::string&)>& on_piece) {
   const ModelConfig& c = transformer.config();
-  check_steps(c, options.steps);
+  check_steps(c, options.steps, options.past_context);
+  if (options.cache_hook != nullptr && options.allocator != AllocatorKind::kPaged) {
+    throw Error("--allocator", "expected paged with token eviction, got contiguous");
+  }
   GenerateResult result;
   std::vector<int> prompt = tokenizer.encode(options.prompt, /*bos=*/true, /*eos=*/false);
   result.num_prompt_tokens = static_cast<int>(prompt.size());
   KvCacheManager cache = make_cache(c, options, options.steps);
   const SeqId seq(0);
   cache.add_sequence(seq);
+  if (options.cache_hook != nullptr) options.cache_hook->begin(cache, seq);
   Sampler sampler(options.sampler);
+  SequenceCacheHook* hook = options.cache_hook;
+  const auto block_bytes = static_cast<long>(cache.layout().block_bytes());
+  std::vector<float> log_p;  // [vocab]
 
   using Clock = std::chrono::steady_clock;
   Clock::time_point start{};
@@ -72,9 +113,9 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   result.tokens.push_back(token);
   for (int pos = 0; pos < options.steps; ++pos) {
     cache.append_slots(seq, 1);
-    KvSeqView view = cache.view(seq);
-    view.mla = options.mla;
-    std::span<float> logits = transformer.forward(token, pos, view);
+    result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
+    std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
+    if (options.score_tokens) log_softmax_into(logits, log_p);
     int next;
     if (pos < static_cast<int>(prompt.size()) - 1) {
       next = prompt[static_cast<std::size_t>(pos) + 1];
@@ -82,7 +123,15 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
       next = sampler.sample(logits);
       ++result.num_generated;
     }
-    if (next == kTokenBos) break;
+    if (options.score_tokens) result.next_logprob.push_back(log_p[static_cast<std::size_t>(next)]);
+    if (hook != nullptr) hook->after_token();
+    if (next == kTokenBos) {
+      if (options.stop_at_bos) break;
+      on_piece("\n\n");  // a new story starts (BOS), as stories are concatenated in training
+      result.tokens.push_back(next);
+      token = next;
+      continue;
+    }
     std::string piece = tokenizer.decode(token, next);
     if (is_printable_piece(piece)) on_piece(piece);
     result.tokens.push_back(next);

@@ -13,6 +13,22 @@
 
 namespace kvscope {
 
+// Optional control of what stands behind the cache view during generation (token eviction
+// plugs in here): the loop asks it for each token's view, RoPE position and attention observer,
+// and tells it when the token's logits have been used. The forward pass never knows.
+class SequenceCacheHook {
+ public:
+  virtual ~SequenceCacheHook() = default;
+  // The sequence now exists in `cache` (paged).
+  virtual void begin(KvCacheManager& cache, SeqId seq) = 0;
+  // After append_slots for the next token: its view, RoPE position and observer (may be null).
+  virtual KvSeqView view() = 0;
+  virtual int position() const = 0;
+  virtual AttentionObserver* observer() = 0;
+  // The token's logits have been used.
+  virtual void after_token() = 0;
+};
+
 struct GenerateOptions {
   std::string prompt;
   int steps = 256;  // positions including the prompt's (run.c's -n)
@@ -23,6 +39,15 @@ struct GenerateOptions {
   KvFormat v_format;
   // MLA latent cache (engine/mla) instead of K/V: latents (and RoPE keys) in k_format.
   const MlaCodec* mla = nullptr;
+  // Allows steps > the model's seq_len (positions past the trained context; the cache is sized
+  // for `steps`). Off by default: run.c stops at seq_len.
+  bool past_context = false;
+  // run.c stops when the model emits BOS; false feeds it and goes on with the next story.
+  bool stop_at_bos = true;
+  SequenceCacheHook* cache_hook = nullptr;  // needs the paged allocator
+  // Fills GenerateResult::next_logprob (a log-softmax over the vocabulary per position: off by
+  // default, it costs as much as the attention of a small model).
+  bool score_tokens = false;
 };
 
 struct GenerateResult {
@@ -32,6 +57,9 @@ struct GenerateResult {
   double seconds = 0.0;     // wall time from the first sampled token on (run.c's measure)
   long kv_bytes_allocated = 0;
   long kv_bytes_used = 0;
+  long peak_kv_bytes = 0;             // most block bytes held at once
+  std::vector<float> next_logprob;    // [tokens - 1] log p(tokens[i + 1] | tokens[..i]) as run
+                                      // (GenerateOptions::score_tokens only)
 };
 
 // Calls on_piece(text) for each printable piece, exactly what run.c prints.

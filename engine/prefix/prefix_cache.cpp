@@ -186,7 +186,7 @@ void PrefixCache::insert(std::int32_t request, std::span<const TokenId> tokens,
       relist(b);
       ++metrics_.inserted_blocks;
       emit(EventType::kBlockCached, request, b.value, static_cast<std::int32_t>(i),
-           pool_.ref_count(b));
+           pool_.ref_count(b), ib.parent ? ib.parent->value + 1 : 0);
       if (ib.parent) {
         unlist(*ib.parent);
         ++meta_[idx(*ib.parent)].cached_children;

@@ -31,7 +31,9 @@ enum class EventType : std::uint8_t {
   kTokensEvicted,      // request; a = tokens evicted, b = live tokens after
   kSlotMoved,          // request, block = destination; a = from slot, b = to slot (compaction)
   // Added later (values above are fixed: recordings store them).
-  kBlockCached,        // request (that inserted it), block, logical; a = pool ref count after
+  kBlockCached,        // request (that inserted it), block, logical; a = pool ref count after,
+                       // b = the index's parent block + 1 (0: first block of a prefix, or a
+                       // recording made before parents were recorded)
 };
 
 enum class PreemptReason : std::int8_t { kRecompute = 0, kSwap = 1 };

@@ -76,8 +76,9 @@ TEST(RunSession, RecordingRoundTrips) {
 
 TEST(RunSession, BadFilesThrowNamingTheFileAndPath) {
   const std::string bad = (temp_dir() / "bad.json").string();
-  std::ofstream(bad) << R"({"title": "x", "cache": {"block_size": -4, "num_blocks": 8},
-                          "requests": [{"prompt": "hi", "max_new_tokens": 4}]})";
+  std::ofstream(bad) << R"({"format_version": 1, "title": "x",
+                          "cache": {"block_size": -4, "num_blocks": 8},
+                          "workload": {"requests": [{"prompt": "hi", "max_new_tokens": 4}]}})";
   try {
     RunSession::open(bad);
     FAIL() << "expected an error";

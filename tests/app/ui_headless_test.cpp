@@ -5,6 +5,7 @@
 #include <imgui.h>
 #include <imgui_internal.h>
 
+#include <map>
 #include <memory>
 
 #include "app/core/headless.h"
@@ -48,34 +49,75 @@ int panel_vertices(const char* title) {
   return n;
 }
 
-TEST(UiHeadless, EveryPanelDrawsGeometryFor120Frames) {
+// Every panel is drawn in every one of the 120 frames (all shown at once, beyond any workspace),
+// on a prefix-caching scenario so the prefix tree, the attention capture, the quality sweep and the
+// compare variant all have real work in flight while the frames run.
+void draw_every_panel_for_120_frames(const std::string& scenario) {
   HeadlessImGui imgui(ImVec2(1600, 1000));
-  UiShell shell(RunSession::open(minimal_scenario()), imgui.fonts());
+  UiShell shell(RunSession::open(scenario), imgui.fonts());
   EXPECT_TRUE(shell.state().playing) << "a computing run opens in follow-live mode";
   ASSERT_EQ(shell.panels().size(), make_panels().size());
   ImGuiIO& io = ImGui::GetIO();
+  std::map<std::string, int> frames_with_geometry;
   for (int frame = 0; frame < 120; ++frame) {
+    for (auto& p : shell.panels()) p->visible = true;
     // Sweep the mouse over a grid so every panel's hover and tooltip paths run.
     io.MousePos = ImVec2(static_cast<float>((frame * 137) % 1600),
                          static_cast<float>(60 + (frame * 71) % 940));
     io.MouseDown[0] = frame % 17 == 5;
     if (frame == 10) shell.state().set_step(0);  // scrub back (still playing) while it may compute
+    if (frame == 30) shell.set_workspace(frame / 30);
     if (frame == 60) shell.set_presenter(true);
     if (frame == 90) shell.toggle_help();
     run_checked_frame([&] { shell.frame(1.0 / 60.0); },
                       "drawing the shell, frame " + std::to_string(frame));
+    for (const auto& panel : shell.panels())
+      if (panel_vertices(panel->title()) > 0) ++frames_with_geometry[panel->title()];
   }
   EXPECT_GT(shell.state().step(), 0) << "playback should have advanced";
   shell.session()->wait();
   EXPECT_FALSE(shell.session()->take_error().has_value());
-  EXPECT_GT(shell.state().num_steps(), 100) << "the minimal scenario runs for hundreds of steps";
   EXPECT_FALSE(shell.state().header().title.empty());
   for (const auto& panel : shell.panels()) {
-    EXPECT_GT(panel_vertices(panel->title()), 0) << panel->title() << " drew nothing";
+    EXPECT_EQ(frames_with_geometry[panel->title()], 120)
+        << panel->title() << " drew nothing in some frames";
   }
   const ImDrawData* dd = ImGui::GetDrawData();
   ASSERT_NE(dd, nullptr);
   EXPECT_GT(dd->TotalVtxCount, 1000);
+}
+
+TEST(UiHeadless, EveryPanelDrawsGeometryFor120Frames) {
+  draw_every_panel_for_120_frames(minimal_scenario());
+}
+
+TEST(UiHeadless, EveryPanelDrawsGeometryFor120FramesWithPrefixCaching) {
+  draw_every_panel_for_120_frames(std::string(KVSCOPE_SOURCE_DIR) +
+                                  "/scenarios/shared-system-prompt.json");
+}
+
+TEST(UiHeadless, WorkspacesShowTheirPanels) {
+  HeadlessImGui imgui(ImVec2(1400, 900));
+  std::unique_ptr<RunSession> run = RunSession::open(minimal_scenario(), /*bookkeeping=*/true);
+  run->wait();
+  UiShell shell(std::move(run), imgui.fonts());
+  ASSERT_GE(UiShell::num_workspaces(), 4);
+  for (int w = 0; w < UiShell::num_workspaces(); ++w) {
+    shell.set_workspace(w);
+    int shown = 0;
+    for (const auto& p : shell.panels()) shown += p->visible ? 1 : 0;
+    EXPECT_GE(shown, 3) << UiShell::workspace_name(w);
+    for (int f = 0; f < 3; ++f)
+      run_checked_frame([&] { shell.frame(1.0 / 60.0); }, UiShell::workspace_name(w));
+  }
+  // Together the workspaces show every panel.
+  std::map<std::string, bool> seen;
+  for (int w = 0; w < UiShell::num_workspaces(); ++w) {
+    shell.set_workspace(w);
+    for (const auto& p : shell.panels())
+      if (p->visible) seen[p->title()] = true;
+  }
+  for (const auto& p : shell.panels()) EXPECT_TRUE(seen[p->title()]) << p->title();
 }
 
 TEST(UiHeadless, EachPanelAloneSurvivesTinyAndEmptyInputs) {

@@ -1,10 +1,10 @@
-// libFuzzer target: the minimal scenario parser (parse_min_scenario_text), then resolving its
-// pool size and requests against the stories260K shape. Bad files must end in kvscope::Error.
+// libFuzzer target: the scenario parser (parse_scenario_text), then resolving every variant's pool
+// size and requests against the stories260K shape. Bad files must end in kvscope::Error.
 #include <cstdint>
 #include <string>
 
 #include "engine/common/error.h"
-#include "engine/sched/scenario_min.h"
+#include "engine/scenario/scenario.h"
 #include "tests/fuzz/fuzz_support.h"
 
 using kvscope::fuzz::check;
@@ -18,14 +18,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }();
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    const kvscope::MinScenario s = kvscope::parse_min_scenario_text(text, "fuzz.json");
-    check(!s.requests.empty(), "at least one request");
-    const kvscope::SimConfig cfg = kvscope::resolve_sim_config(s, shape);
-    check(cfg.num_blocks >= 1 && cfg.block_size >= 1, "pool of at least one block");
-    const auto requests = kvscope::resolve_requests(s, nullptr);
-    check(requests.size() == s.requests.size(), "one SimRequest per request");
-    for (const auto& r : requests) {
-      check(!r.prompt_tokens.empty() && r.max_new_tokens >= 1, "request shape");
+    const kvscope::Scenario s = kvscope::parse_scenario_text(text, "fuzz.json");
+    for (const std::string& name : s.variant_names()) {
+      try {
+        const kvscope::ResolvedRun run = kvscope::resolve_scenario(s, name, shape, nullptr);
+        check(run.config.num_blocks >= 1 && run.config.block_size >= 1, "pool of one block");
+        check(run.requests.size() >= s.workload.requests.size(), "a request per request");
+        for (const auto& r : run.requests) {
+          check(!r.prompt_tokens.empty() && r.max_new_tokens >= 1 && r.n_samples >= 1,
+                "request shape");
+        }
+      } catch (const kvscope::Error&) {
+      }
     }
   } catch (const kvscope::Error&) {
     return 0;

@@ -106,28 +106,53 @@ put("kv_events", "bad_type.jsonl", '{"type": "BlockMoved"}\n{"events": 3}\n')
 put("kv_events", "huge_block_size.jsonl",
     json.dumps({**stored([1], None), "block_size": 4611686018427387904, "token_ids": []}) + "\n")
 
-# --- minimal scenarios (also the inputs of the recording seeds) ---
-tiny = {"title": "fuzz seed: two requests in a four-block pool",
+# --- scenarios (docs/scenario-format.md; the tiny ones are also the inputs of the recording seeds) ---
+tiny = {"format_version": 1, "title": "fuzz seed: two requests in a four-block pool",
         "cache": {"block_size": 4, "num_blocks": 4, "allocator": "paged", "preemption": "recompute"},
-        "requests": [{"arrival_step": 0, "prompt_tokens": [1, 5, 6, 7, 8], "max_new_tokens": 4},
-                     {"arrival_step": 1, "prompt_tokens": [1, 5, 6, 9], "max_new_tokens": 6}]}
-tiny_swap = {"title": "fuzz seed: contiguous with swap",
+        "workload": {"requests": [
+            {"arrival_step": 0, "prompt_tokens": [1, 5, 6, 7, 8], "max_new_tokens": 4},
+            {"arrival_step": 1, "prompt_tokens": [1, 5, 6, 9], "max_new_tokens": 6}]}}
+tiny_swap = {"format_version": 1, "title": "fuzz seed: contiguous with swap",
              "cache": {"block_size": 2, "num_blocks": 6, "allocator": "contiguous",
                        "max_seq_len": 8, "preemption": "swap", "host_blocks": 4},
-             "requests": [{"arrival_step": 0, "prompt_tokens": [1, 2, 3], "max_new_tokens": 3,
-                           "priority": 1},
-                          {"arrival_step": 0, "prompt_tokens": [1, 4], "max_new_tokens": 5}]}
-pooled = {"title": "pool bytes, text prompt, scheduler",
+             "workload": {"requests": [
+                 {"arrival_step": 0, "prompt_tokens": [1, 2, 3], "max_new_tokens": 3,
+                  "priority": 1},
+                 {"arrival_step": 0, "prompt_tokens": [1, 4], "max_new_tokens": 5}]}}
+pooled = {"format_version": 1, "title": "pool bytes, text prompt, scheduler",
           "cache": {"block_size": 16, "pool_bytes": 1000000, "victim": "longest",
                     "kv_dtype": "int8"},
           "scheduler": {"max_tokens_per_step": 64, "max_running": 2},
-          "requests": [{"prompt": "Once upon a time", "max_new_tokens": 8}]}
+          "workload": {"requests": [{"prompt": "Once upon a time", "max_new_tokens": 8}]}}
+generators = {
+    "format_version": 1, "title": "generators, prefixes, captions, compare", "description": "d",
+    "model": {"synthetic": "stories15m,vocab=512", "bookkeeping": True},
+    "cache": {"block_size": 8, "num_blocks": 64, "k_dtype": "int4", "v_dtype": "fp16",
+              "prefix_caching": True, "prefix_index": "radix", "cached_block_eviction": "lfu"},
+    "sampler": {"temperature": 0.8, "top_p": 0.9, "seed": 3},
+    "workload": {
+        "prefixes": {"sys": "You are kind."},
+        "requests": [{"prompt": {"prefix": "sys", "suffix": "hi"}, "max_new_tokens": 2, "n": 2}],
+        "generators": [
+            {"type": "shared_prefix", "prefix": "sys", "count": 3, "suffix_tokens": 4,
+             "max_new_tokens": {"dist": "uniform", "min": 1, "max": 5}, "arrival": {"every": 2}},
+            {"type": "chat", "conversations": 2, "turns": 3, "user_tokens": 3,
+             "max_new_tokens": 2, "turn_gap": 5, "seed": 9},
+            {"type": "random", "count": 4, "max_new_tokens": 3, "prompt_tokens": {
+                "dist": "lognormal", "median": 10, "sigma": 0.5, "min": 2, "max": 40}}]},
+    "steps": 50, "captions": [{"step": 0, "caption": "a"}, {"step": 4, "caption": "b"}],
+    "compare": {"paged1": {"block_size": 1}, "h2o": {"token_eviction": {
+        "policy": "h2o", "budget": 16, "recent": 4}}, "mla": {"mla": {"rank": 8}}}}
 put("scenario", "tiny.json", json.dumps(tiny, indent=1))
 put("scenario", "tiny_swap.json", json.dumps(tiny_swap))
 put("scenario", "pooled_text.json", json.dumps(pooled))
-put("scenario", "unknown_key.json", '{"cache": {"num_blocks": 4, "colour": 1}, "requests": []}')
-put("scenario", "both_sizes.json", '{"cache": {"num_blocks": 4, "pool_bytes": 9}, "requests": '
-    '[{"prompt_tokens": [1], "max_new_tokens": 0}]}')
+put("scenario", "generators.json", json.dumps(generators))
+put("scenario", "unknown_key.json",
+    '{"format_version": 1, "cache": {"num_blocks": 4, "colour": 1}, "workload": {}}')
+put("scenario", "both_sizes.json", '{"format_version": 1, "cache": {"num_blocks": 4, '
+    '"pool_bytes": 9}, "workload": {"requests": [{"prompt_tokens": [1], "max_new_tokens": 0}]}}')
+put("scenario", "trace_missing.json", '{"format_version": 1, "cache": {"num_blocks": 4}, '
+    '"workload": {"trace": {"mooncake": "no/such.jsonl", "first": 1, "time_scale": 2}}}')
 put("scenario", "not_json.json", '{"cache": [1, 2,')
 
 # --- recordings: run the tiny scenarios with kvscope (bookkeeping only), then broken copies ---

@@ -11,7 +11,7 @@
 #include "engine/common/error.h"
 #include "engine/model/synthetic.h"
 #include "engine/report/run_report.h"
-#include "engine/sched/scenario_min.h"
+#include "engine/scenario/scenario.h"
 #include "tests/test_support.h"
 
 namespace kvscope {
@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ScenarioRun {
-  MinScenario scenario;
+  Scenario scenario;
   std::unique_ptr<Simulator> sim;
   RunReportInfo info;
 };
@@ -28,13 +28,13 @@ struct ScenarioRun {
 ScenarioRun run_scenario(const std::string& name, int steps) {
   ScenarioRun r;
   const std::string path = std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name;
-  r.scenario = parse_min_scenario(path);
+  r.scenario = parse_scenario(path);
   const auto& m = testing::real_model();
-  const SimConfig config = resolve_sim_config(r.scenario, m.model->config());
-  r.sim = std::make_unique<Simulator>(config, SimModel{m.model->config(), m.model},
-                                      resolve_requests(r.scenario, m.tokenizer.get()));
+  ResolvedRun run = resolve_scenario(r.scenario, "base", m.model->config(), m.tokenizer.get());
+  r.sim = std::make_unique<Simulator>(run.config, SimModel{m.model->config(), m.model},
+                                      std::move(run.requests));
   r.sim->run(steps);
-  r.info.title = r.scenario.config.title;
+  r.info.title = r.scenario.title;
   r.info.scenario_path = "scenarios/" + name;
   r.info.model_name = m.model->source();
   r.info.command = "kvscope run scenarios/" + name + " --steps " + std::to_string(steps);
@@ -104,11 +104,11 @@ TEST(RunReport, MinimalScenarioWritesWellFormedFilesThatAgreeWithTheTimeline) {
   EXPECT_EQ(j.at("requests").size(), static_cast<std::size_t>(r.sim->num_requests()));
   EXPECT_EQ(j.at("config").at("block_size").get<int>(), 16);
   EXPECT_EQ(j.at("memory").at("kv_bytes_per_token").get<double>(), t.header().kv_bytes_per_token);
-  EXPECT_EQ(j.at("title").get<std::string>(), r.scenario.config.title);
+  EXPECT_EQ(j.at("title").get<std::string>(), r.scenario.title);
   EXPECT_EQ(j.at("plots").size(), 4u);
 
   const std::string md = testing::read_text(dir + "/report.md");
-  EXPECT_NE(md.find("# " + r.scenario.config.title), std::string::npos);
+  EXPECT_NE(md.find("# " + r.scenario.title), std::string::npos);
   for (const char* link :
        {"](utilization.png)", "](fragmentation.png)", "](free_blocks.png)",
         "](memory_vs_context.png)", "GiB", "10^9 bytes", "## What happened", "## Key figures"}) {

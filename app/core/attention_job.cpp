@@ -1,0 +1,81 @@
+// AttentionJob: the background capture.
+#include "app/core/attention_job.h"
+
+#include <exception>
+
+#include "engine/backend/backend.h"
+#include "engine/kv/cache_manager.h"
+#include "engine/kv/kv_storage.h"
+#include "engine/model/transformer.h"
+
+namespace kvscope::ui {
+
+AttentionJob::~AttentionJob() {
+  cancel();
+}
+
+void AttentionJob::cancel() {
+  cancel_ = true;
+  if (worker_.joinable()) worker_.join();
+  cancel_ = false;
+  busy_ = false;
+}
+
+bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& config,
+                         int generation, int request, std::vector<int> tokens) {
+  if (busy_.load() || !model || tokens.empty()) return false;
+  if (worker_.joinable()) worker_.join();
+  busy_ = true;
+  busy_request_ = request;
+  worker_ = std::thread([this, model = std::move(model), config, generation, request,
+                         tokens = std::move(tokens)]() mutable {
+    auto cap = std::make_shared<AttentionCapture>();
+    cap->generation = generation;
+    cap->request = request;
+    const ModelConfig& c = model->config();
+    cap->n_layers = c.n_layers;
+    cap->n_heads = c.n_heads;
+    if (static_cast<int>(tokens.size()) > c.seq_len)
+      tokens.resize(static_cast<std::size_t>(c.seq_len));
+    cap->tokens = tokens;
+    try {
+      const int n = static_cast<int>(tokens.size());
+      auto backend = make_cpu_backend(1);
+      Transformer transformer(model, *backend);
+      const int bs = config.block_size;
+      KvCacheManager cache(
+          kv_layout_for(c, bs, (n + bs - 1) / bs, config.k_format, config.v_format),
+          AllocatorKind::kPaged, n, /*with_storage=*/true);
+      auto recorder = std::make_unique<AttentionRecorder>(
+          AttentionShapeInfo{c.n_layers, c.n_heads, n}, /*full_matrix_limit=*/512);
+      const SeqId seq(0);
+      cache.add_sequence(seq);
+      for (int pos = 0; pos < n; ++pos) {
+        if (cancel_.load()) {
+          busy_ = false;
+          return;
+        }
+        cache.append_slots(seq, 1);
+        transformer.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq),
+                            recorder.get());
+      }
+      cap->sinks = recorder->detect_sinks();
+      cap->recorder = std::move(recorder);
+    } catch (const std::exception& e) {
+      cap->error = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = std::move(cap);
+    }
+    busy_ = false;
+  });
+  return true;
+}
+
+std::shared_ptr<AttentionCapture> AttentionJob::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(done_);
+}
+
+}  // namespace kvscope::ui

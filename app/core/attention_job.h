@@ -1,0 +1,59 @@
+// AttentionJob: captures one sequence's attention weights on a background thread by running its
+// tokens through the real model (a fresh cache in the run's K/V formats) with an
+// AttentionRecorder attached, so the UI never waits on the forward pass. One capture at a time;
+// the result is handed over once it is complete.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/analysis/attention_stats.h"
+#include "engine/model/checkpoint.h"
+#include "engine/sched/sim_config.h"
+
+namespace kvscope::ui {
+
+struct AttentionCapture {
+  int generation = -1;  // AppState::source_generation() of the run it belongs to
+  int request = -1;
+  std::vector<int> tokens;  // [positions] fed in order from position 0
+  int n_layers = 0;
+  int n_heads = 0;
+  std::unique_ptr<AttentionRecorder> recorder;  // full matrices when tokens.size() <= 512
+  std::vector<SinkReport> sinks;                // detect_sinks() over the whole capture
+  std::string error;                            // set instead of recorder on failure
+};
+
+class AttentionJob {
+ public:
+  AttentionJob() = default;
+  ~AttentionJob();  // cancels and joins
+  AttentionJob(const AttentionJob&) = delete;
+  AttentionJob& operator=(const AttentionJob&) = delete;
+
+  // Starts capturing; ignored (returns false) while a capture is running.
+  bool start(std::shared_ptr<const Model> model, const SimConfig& config, int generation,
+             int request, std::vector<int> tokens);
+  bool busy() const { return busy_.load(); }
+  int busy_request() const { return busy_request_; }
+  // The finished capture (once), or null.
+  std::shared_ptr<AttentionCapture> take();
+  void cancel();                // stops a running capture (nothing is handed over) and joins
+  void cancel_after_finish() {  // tests: lets a running capture finish, then joins
+    if (worker_.joinable()) worker_.join();
+  }
+
+ private:
+  std::thread worker_;
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> cancel_{false};
+  int busy_request_ = -1;
+  std::mutex mutex_;
+  std::shared_ptr<AttentionCapture> done_;
+};
+
+}  // namespace kvscope::ui

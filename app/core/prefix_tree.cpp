@@ -1,0 +1,119 @@
+// PrefixTreeFold: folding prefix events into the cached-block tree.
+#include "app/core/prefix_tree.h"
+
+#include <algorithm>
+
+namespace kvscope::ui {
+
+void PrefixTreeFold::reset(int num_blocks, int block_size) {
+  (void)block_size;
+  num_blocks_ = num_blocks;
+  nodes_.clear();
+  children_.clear();
+  lookups_.clear();
+  pending_shared_.clear();
+  prompt_tokens_.clear();
+  tables_.clear();
+  evictions_ = lookups_total_ = hit_tokens_total_ = 0;
+}
+
+void PrefixTreeFold::apply(const Event& e) {
+  const bool block_ok = e.block >= 0 && e.block < num_blocks_;
+  if (e.type != EventType::kBlockShared && e.request >= 0) {
+    // A request's BlockShared events run right before its PrefixLookup; anything else between
+    // (a fork, a copy) ends the run of shares, which then were not lookup hits.
+    if (e.type != EventType::kPrefixLookup) pending_shared_.erase(e.request);
+  }
+  switch (e.type) {
+    case EventType::kRequestArrived:
+      prompt_tokens_[e.request] = e.a;
+      break;
+    case EventType::kBlockAllocated:
+    case EventType::kBlockShared:
+    case EventType::kBlockCopiedOnWrite: {
+      if (!block_ok || e.request < 0 || e.logical < 0 || e.logical > (1 << 24)) break;
+      std::vector<std::int32_t>& t = tables_[e.request];
+      if (t.size() <= static_cast<std::size_t>(e.logical))
+        t.resize(static_cast<std::size_t>(e.logical) + 1, -1);
+      t[static_cast<std::size_t>(e.logical)] = e.block;
+      if (e.type == EventType::kBlockShared) pending_shared_[e.request].push_back(e.block);
+      break;
+    }
+    case EventType::kBlockFreed: {
+      auto it = tables_.find(e.request);
+      if (it != tables_.end() && e.logical >= 0 &&
+          static_cast<std::size_t>(e.logical) < it->second.size())
+        it->second[static_cast<std::size_t>(e.logical)] = -1;
+      break;
+    }
+    case EventType::kBlockCached: {
+      if (!block_ok) break;
+      PrefixNode n;
+      n.block = e.block;
+      n.logical = std::max(0, e.logical);
+      n.cached_by = e.request;
+      n.cached_step = e.step;
+      if (e.b > 0 && e.b <= num_blocks_) {
+        n.parent = static_cast<std::int32_t>(e.b - 1);
+      } else if (e.logical > 0) {  // older recordings: the inserting table's previous block
+        auto it = tables_.find(e.request);
+        if (it != tables_.end() && static_cast<std::size_t>(e.logical) <= it->second.size())
+          n.parent = it->second[static_cast<std::size_t>(e.logical) - 1];
+      }
+      if (n.parent >= 0 && nodes_.count(n.parent) == 0) n.parent = -1;
+      nodes_[e.block] = n;
+      if (n.parent >= 0) children_[n.parent].push_back(e.block);
+      break;
+    }
+    case EventType::kCachedBlockEvicted: {
+      auto it = nodes_.find(e.block);
+      if (it == nodes_.end()) break;
+      ++evictions_;
+      if (it->second.parent >= 0) {
+        std::vector<std::int32_t>& c = children_[it->second.parent];
+        c.erase(std::remove(c.begin(), c.end(), e.block), c.end());
+      }
+      children_.erase(e.block);
+      nodes_.erase(it);
+      break;
+    }
+    case EventType::kPrefixLookup: {
+      ++lookups_total_;
+      hit_tokens_total_ += e.a;
+      PrefixLookupRow& row = lookups_[e.request];
+      row.request = e.request;
+      row.step = e.step;
+      row.hit_tokens = e.a;
+      row.reason = unpack_miss_reason(e.b);
+      row.evicted_step = unpack_evicted_step(e.b);
+      row.diverged_at = e.logical;
+      row.prompt_tokens = prompt_tokens_.count(e.request) ? prompt_tokens_[e.request] : 0;
+      ++row.lookups;
+      for (std::int32_t b : pending_shared_[e.request]) {
+        auto it = nodes_.find(b);
+        if (it != nodes_.end()) ++it->second.hits;
+      }
+      pending_shared_.erase(e.request);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+std::vector<std::int32_t> PrefixTreeFold::roots() const {
+  std::vector<std::int32_t> r;
+  for (const auto& [id, n] : nodes_)
+    if (n.parent < 0) r.push_back(id);
+  return r;
+}
+
+std::vector<std::int32_t> PrefixTreeFold::children(std::int32_t block) const {
+  auto it = children_.find(block);
+  if (it == children_.end()) return {};
+  std::vector<std::int32_t> c = it->second;
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,66 @@
+// PrefixTreeFold: the prefix cache's tree at any step, rebuilt from the Timeline's events (the
+// UI cannot ask the Simulator, which lives on its worker). Nodes are cached blocks linked to the
+// block holding the preceding prefix (BlockCached's parent field), with the lookups that reused
+// them; every request's latest prefix lookup keeps its hit tokens and miss reason.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "engine/prefix/miss_reason.h"
+#include "engine/trace/events.h"
+#include "engine/trace/timeline.h"
+
+namespace kvscope::ui {
+
+struct PrefixNode {
+  std::int32_t block = -1;
+  std::int32_t parent = -1;     // block of the preceding prefix; -1 for a first block
+  std::int32_t logical = 0;     // logical block index (depth in the tree)
+  std::int32_t cached_by = -1;  // request that inserted it
+  std::int32_t cached_step = 0;
+  std::int64_t hits = 0;  // lookups that mapped it since it was cached
+};
+
+struct PrefixLookupRow {
+  std::int32_t request = -1;
+  std::int32_t step = 0;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t hit_tokens = 0;
+  MissReason reason = MissReason::kNone;
+  std::int64_t diverged_at = -1;   // kDiverged: first token no cached prefix matched
+  std::int32_t evicted_step = -1;  // kEvicted: when the first missing block was evicted
+  int lookups = 0;                 // lookups of this request so far (readmissions add one)
+};
+
+class PrefixTreeFold {
+ public:
+  // Starts over for a pool of `num_blocks` blocks.
+  void reset(int num_blocks, int block_size);
+  // Folds one event in (events must come in Timeline order). Bad block ids are ignored.
+  void apply(const Event& e);
+
+  const std::map<std::int32_t, PrefixNode>& nodes() const { return nodes_; }  // by block id
+  const std::map<std::int32_t, PrefixLookupRow>& lookups() const { return lookups_; }
+  std::int64_t evictions() const { return evictions_; }
+  std::int64_t lookups_total() const { return lookups_total_; }
+  std::int64_t hit_tokens_total() const { return hit_tokens_total_; }
+  // Children of each node, sorted by block id, and the roots (first blocks).
+  std::vector<std::int32_t> roots() const;
+  std::vector<std::int32_t> children(std::int32_t block) const;
+
+ private:
+  int num_blocks_ = 0;
+  std::map<std::int32_t, PrefixNode> nodes_;
+  std::map<std::int32_t, std::vector<std::int32_t>> children_;
+  std::map<std::int32_t, PrefixLookupRow> lookups_;
+  std::map<std::int32_t, std::vector<std::int32_t>> pending_shared_;  // request -> blocks mapped
+  std::map<std::int32_t, std::int64_t> prompt_tokens_;                // request -> prompt length
+  std::map<std::int32_t, std::vector<std::int32_t>> tables_;          // request -> block table
+  std::int64_t evictions_ = 0;
+  std::int64_t lookups_total_ = 0;
+  std::int64_t hit_tokens_total_ = 0;
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,53 @@
+// RunInfo helpers: the override's one-line description and block byte accounting.
+#include "app/core/run_info.h"
+
+#include "app/widgets/widgets.h"
+#include "engine/kv/kv_storage.h"
+#include "engine/model/config.h"
+
+namespace kvscope::ui {
+
+std::string PolicyOverride::describe() const {
+  std::string s;
+  const auto add = [&s](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (block_size) add("block " + std::to_string(*block_size));
+  if (k_format && v_format && *k_format == *v_format) {
+    add("KV " + k_format->name());
+  } else {
+    if (k_format) add("K " + k_format->name());
+    if (v_format) add("V " + v_format->name());
+  }
+  if (prefix_caching) add(*prefix_caching ? "prefix on" : "prefix off");
+  if (prefix_index) add("index " + std::string(index_kind_name(*prefix_index)));
+  if (pool_bytes) add("pool " + format_bytes(static_cast<double>(*pool_bytes)));
+  if (allocator) add(allocator_name(*allocator));
+  if (preemption) add("preempt " + preemption_name(*preemption));
+  return s.empty() ? "scenario defaults" : s;
+}
+
+SimConfig with_override(SimConfig c, const PolicyOverride& o) {
+  if (o.block_size) c.block_size = *o.block_size;
+  if (o.k_format) c.k_format = *o.k_format;
+  if (o.v_format) c.v_format = *o.v_format;
+  if (o.prefix_caching) c.prefix_caching = *o.prefix_caching;
+  if (o.prefix_index) c.prefix_index = *o.prefix_index;
+  if (o.allocator) c.allocator = *o.allocator;
+  if (o.preemption) c.preemption = *o.preemption;
+  return c;
+}
+
+std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config,
+                         const PolicyOverride& policy) {
+  const std::optional<std::int64_t> bytes =
+      policy.pool_bytes ? policy.pool_bytes : info.pool_bytes_field;
+  if (!bytes) return info.scenario_config.num_blocks;
+  const std::int64_t bb = block_bytes(info.shape, config);
+  return bb > 0 ? *bytes / bb : 0;
+}
+
+std::int64_t block_bytes(const ModelConfig& shape, const SimConfig& config) {
+  return static_cast<std::int64_t>(
+      kv_layout_for(shape, config.block_size, 1, config.k_format, config.v_format).block_bytes());
+}
+
+}  // namespace kvscope::ui

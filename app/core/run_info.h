@@ -1,0 +1,70 @@
+// RunInfo: what a scenario run was started with (the resolved SimConfig, the policy override on
+// top of the scenario file, the model and each sequence's prompt), for the panels that re-run
+// parts of it: controls, compare, attention capture. Recordings and demo data have none.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model/checkpoint.h"
+#include "engine/model/tokenizer.h"
+#include "engine/prefix/prefix_index.h"
+#include "engine/scenario/scenario.h"
+#include "engine/sched/sim_config.h"
+
+namespace kvscope::ui {
+
+// Policy settings the Controls panel changes; each unset field keeps the scenario's value.
+struct PolicyOverride {
+  std::optional<int> block_size;
+  std::optional<KvFormat> k_format;
+  std::optional<KvFormat> v_format;
+  std::optional<bool> prefix_caching;
+  std::optional<IndexKind> prefix_index;
+  std::optional<std::int64_t> pool_bytes;  // device pool in bytes (replaces num_blocks)
+  std::optional<AllocatorKind> allocator;
+  std::optional<PreemptionMode> preemption;
+
+  bool empty() const {
+    return !block_size && !k_format && !v_format && !prefix_caching && !prefix_index &&
+           !pool_bytes && !allocator && !preemption;
+  }
+  // One line, e.g. "block 8, K int8, prefix off" ("scenario defaults" when empty).
+  std::string describe() const;
+  bool operator==(const PolicyOverride&) const = default;
+};
+
+struct RunInfo {
+  std::string scenario_path;
+  std::string title;              // the scenario's title and description
+  std::string description;
+  std::vector<Caption> captions;  // presenter captions, ascending steps
+  SimConfig scenario_config;  // as the scenario file resolves it
+  SimConfig config;           // what the Simulator runs (override applied)
+  PolicyOverride override;
+  std::int64_t pool_bytes = 0;                   // config.num_blocks x exact bytes per block
+  std::int64_t scenario_pool_bytes = 0;          // the same for scenario_config
+  std::optional<std::int64_t> pool_bytes_field;  // the scenario's cache.pool_bytes, if given
+  ModelConfig shape;                             // the model's shape
+  std::string model_source;                      // checkpoint path or synthetic spec
+  bool random_weights = false;
+  std::shared_ptr<const Model> model;  // null for bookkeeping-only runs
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::vector<std::vector<int>> prompts;  // [sequence id] prompt token ids
+};
+
+// The scenario's config with the override's cache fields applied (pool_bytes aside).
+SimConfig with_override(SimConfig base, const PolicyOverride& o);
+
+// Blocks the pool holds for `config` under `policy`: pool bytes (the override's, else the
+// scenario's cache.pool_bytes) / bytes per block, else the scenario's num_blocks.
+std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config,
+                         const PolicyOverride& policy);
+
+// Exact bytes of one block (all layers, K and V) for a configuration on a model shape.
+std::int64_t block_bytes(const ModelConfig& shape, const SimConfig& config);
+
+}  // namespace kvscope::ui

@@ -1,0 +1,336 @@
+// Attention heatmap panel: capture bookkeeping, the matrix and the cumulative view.
+#include "app/panels/attention_panel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "app/core/run_info.h"
+#include "app/core/theme.h"
+#include "app/widgets/widgets.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+// Dark background -> blue -> warm yellow, t in [0, 1].
+ImU32 heat_color(float t, ImU32 bg) {
+  t = std::clamp(t, 0.0f, 1.0f);
+  const ImU32 mid = IM_COL32(60, 130, 220, 255), hot = IM_COL32(255, 214, 90, 255);
+  return t < 0.5f ? mix_color(bg, mid, t * 2.0f) : mix_color(mid, hot, (t - 0.5f) * 2.0f);
+}
+
+constexpr float kLogFloor = 1e-4f;  // log scale: weights below this draw as background
+
+}  // namespace
+
+std::string AttentionPanel::help() const {
+  return "Attention weights say how much each new token (a query, one row) reads from every "
+         "earlier token's cached key (a column); each row sums to 1. Columns that draw attention "
+         "from every query are sinks, which eviction policies must keep.";
+}
+
+void AttentionPanel::scan_tokens(const AppState& state) {
+  if (generation_ != state.source_generation()) {
+    job_.cancel();
+    generation_ = state.source_generation();
+    scanned_until_ = -1;
+    generated_.clear();
+    sampled_step_.clear();
+    captures_.clear();
+    view_of_ = nullptr;
+    last_error_.clear();
+  }
+  const int last = state.num_steps() - 1;
+  for (int s = scanned_until_ + 1; s <= last; ++s) {
+    for (const Event& e : state.source().events_at(s)) {
+      if (e.type != EventType::kDecodeToken || e.a < 0 || e.a >= (1 << 24)) continue;
+      const auto pos = static_cast<std::size_t>(e.a + 1);  // where the sampled token goes
+      std::vector<int>& t = generated_[e.request];
+      std::vector<int>& st = sampled_step_[e.request];
+      if (t.size() <= pos) {
+        t.resize(pos + 1, -1);
+        st.resize(pos + 1, -1);
+      }
+      t[pos] = static_cast<int>(e.b);
+      st[pos] = s;
+    }
+  }
+  scanned_until_ = std::max(scanned_until_, last);
+}
+
+int AttentionPanel::pick_request(const AppState& state) const {
+  if (state.selected_request) return *state.selected_request;
+  for (const RequestState& r : state.pool().requests)
+    if (r.phase == RequestPhase::kRunning) return r.id;
+  return state.pool().requests.empty() ? -1 : state.pool().requests.front().id;
+}
+
+int AttentionPanel::shown_positions(const AppState& state, int request) const {
+  const RequestState* r = find_request(state.pool(), request);
+  if (r == nullptr || r->phase == RequestPhase::kWaiting || r->phase == RequestPhase::kRejected)
+    return 0;
+  if (r->phase == RequestPhase::kRunning && r->num_tokens > 0) return r->num_tokens;
+  // Finished or swapped: every token fed so far (the newest sampled one is not fed yet).
+  int n = static_cast<int>(state.source().prompt_tokens(request).size());
+  const auto it = sampled_step_.find(request);
+  int sampled = 0;
+  if (it != sampled_step_.end()) {
+    for (std::size_t p = static_cast<std::size_t>(n); p < it->second.size(); ++p) {
+      if (it->second[p] < 0 || it->second[p] > state.step()) break;
+      ++sampled;
+    }
+  }
+  return n + std::max(0, sampled - 1);
+}
+
+std::string AttentionPanel::token_text(const AppState& state, const AttentionCapture& cap,
+                                       int pos) const {
+  const Tokenizer* tok = state.source().tokenizer();
+  if (pos < 0 || pos >= static_cast<int>(cap.tokens.size())) return {};
+  const int id = cap.tokens[static_cast<std::size_t>(pos)];
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "#%d", id);
+  if (tok == nullptr) return buf;
+  const int prev = pos == 0 ? 1 : cap.tokens[static_cast<std::size_t>(pos) - 1];
+  std::string s;
+  if (pos == 0 && id == 1)
+    s = "<s>";
+  else
+    s = tok->decode(prev, id);
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+void AttentionPanel::build_view(const AttentionCapture& cap, int n) {
+  if (view_of_ == &cap && view_layer_ == layer_ && view_head_ == head_ && view_n_ == n &&
+      view_mean_ == mean_heads_)
+    return;
+  view_of_ = &cap;
+  view_layer_ = layer_;
+  view_head_ = head_;
+  view_n_ = n;
+  view_mean_ = mean_heads_;
+  const AttentionRecorder& rec = *cap.recorder;
+  const int h0 = mean_heads_ ? 0 : head_, h1 = mean_heads_ ? cap.n_heads : head_ + 1;
+  const float inv = 1.0f / static_cast<float>(h1 - h0);
+  const auto un = static_cast<std::size_t>(n);
+  if (n <= kMatrixLimit && rec.has_full_matrices()) {
+    view_.assign(un * un, 0.0f);
+    for (int h = h0; h < h1; ++h)
+      for (int q = 0; q < n; ++q)
+        for (int k = 0; k <= q; ++k)
+          view_[static_cast<std::size_t>(q) * un + static_cast<std::size_t>(k)] +=
+              rec.weight(layer_, h, q, k) * inv;
+  } else {
+    view_.assign(un, 0.0f);
+    for (int h = h0; h < h1; ++h) {
+      for (int k = 0; k < n; ++k) {
+        float sum = 0.0f;
+        if (rec.has_full_matrices()) {
+          for (int q = k; q < n; ++q) sum += rec.weight(layer_, h, q, k);
+        } else {
+          sum = rec.cumulative(layer_, h, k);
+        }
+        view_[static_cast<std::size_t>(k)] += sum * inv;
+      }
+    }
+  }
+  sinks_.clear();
+  for (const SinkReport& s : cap.sinks) {
+    if (s.layer != layer_ || (!mean_heads_ && s.head != head_) || s.position >= n) continue;
+    if (std::find(sinks_.begin(), sinks_.end(), s.position) == sinks_.end())
+      sinks_.push_back(s.position);
+  }
+  std::sort(sinks_.begin(), sinks_.end());
+}
+
+void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, int n) {
+  const Palette& pal = palette(state.presenter);
+  const std::vector<std::uint8_t> live = state.source().slot_live(cap.request, state.step());
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float fs = ImGui::GetFontSize();
+  const float side = std::max(8.0f, std::min(avail.x - fs, avail.y - fs * 0.8f));
+  const float cell = side / static_cast<float>(n);
+  const int bin = std::max(1, static_cast<int>(std::ceil(1.0f / cell)));  // keys per drawn cell
+  ImGui::InvisibleButton("##matrix", ImVec2(side + fs, side + fs * 0.8f));
+  const ImVec2 o(ImGui::GetItemRectMin().x + fs * 0.5f, ImGui::GetItemRectMin().y + fs * 0.7f);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(o, ImVec2(o.x + side, o.y + side), pal.block_free);
+  float vmax = 0.0f;
+  for (float v : view_) vmax = std::max(vmax, v);
+  const auto un = static_cast<std::size_t>(n);
+  for (int q = 0; q < n; q += bin) {
+    for (int k = 0; k <= q; k += bin) {
+      float v = 0.0f;  // the bin's strongest weight
+      for (int qq = q; qq < std::min(n, q + bin); ++qq)
+        for (int kk = k; kk < std::min(qq + 1, k + bin); ++kk)
+          v = std::max(v, view_[static_cast<std::size_t>(qq) * un + static_cast<std::size_t>(kk)]);
+      const float t = log_scale_ ? (std::log10(std::max(v, kLogFloor)) - std::log10(kLogFloor)) /
+                                       -std::log10(kLogFloor)
+                                 : (vmax > 0 ? v / vmax : 0.0f);
+      if (t <= 0.0f) continue;
+      ImU32 c = heat_color(t, pal.block_free);
+      if (!live.empty() && static_cast<std::size_t>(k) < live.size() &&
+          live[static_cast<std::size_t>(k)] == 0)
+        c = mix_color(pal.block_free, pal.text_dim, 0.35f);  // evicted key: greyed
+      const ImVec2 a(o.x + k * cell, o.y + q * cell);
+      dl->AddRectFilled(a, ImVec2(a.x + cell * bin, a.y + cell * bin), c);
+    }
+  }
+  for (int s : sinks_) {  // a marker over each sink column
+    const float x = o.x + (s + 0.5f) * cell;
+    dl->AddTriangleFilled(ImVec2(x - fs * 0.3f, o.y - fs * 0.6f),
+                          ImVec2(x + fs * 0.3f, o.y - fs * 0.6f), ImVec2(x, o.y - fs * 0.1f),
+                          pal.warn);
+  }
+  dl->AddRect(o, ImVec2(o.x + side, o.y + side), pal.grid);
+  if (ImGui::IsItemHovered()) {
+    const ImVec2 m = ImGui::GetIO().MousePos;
+    const int k = static_cast<int>((m.x - o.x) / cell), q = static_cast<int>((m.y - o.y) / cell);
+    if (q >= 0 && q < n && k >= 0 && k < n) {
+      ImGui::BeginTooltip();
+      if (k > q) {
+        ImGui::TextDisabled("key %d is after query %d: causal mask (never attended)", k, q);
+      } else {
+        ImGui::Text("query %d \"%s\" -> key %d \"%s\"", q, token_text(state, cap, q).c_str(), k,
+                    token_text(state, cap, k).c_str());
+        ImGui::Text("weight %.4f",
+                    view_[static_cast<std::size_t>(q) * un + static_cast<std::size_t>(k)]);
+        if (std::find(sinks_.begin(), sinks_.end(), k) != sinks_.end())
+          ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "detected sink");
+      }
+      ImGui::EndTooltip();
+    }
+  }
+}
+
+void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& cap, int n) {
+  const Palette& pal = palette(state.presenter);
+  const std::vector<std::uint8_t> live = state.source().slot_live(cap.request, state.step());
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float fs = ImGui::GetFontSize();
+  const ImVec2 size(std::max(20.0f, avail.x), std::max(40.0f, avail.y));
+  ImGui::InvisibleButton("##cumulative", size);
+  const ImVec2 o(ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y + fs);
+  const float w = size.x, h = size.y - fs * 1.2f;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  float vmax = 0.0f;
+  for (float v : view_) vmax = std::max(vmax, v);
+  const float bar = w / static_cast<float>(n);
+  dl->AddRectFilled(o, ImVec2(o.x + w, o.y + h), pal.panel_bg);
+  for (int k = 0; k < n; ++k) {
+    const float v = vmax > 0 ? view_[static_cast<std::size_t>(k)] / vmax : 0.0f;
+    ImU32 c = heat_color(0.35f + 0.65f * v, pal.block_free);
+    if (!live.empty() && static_cast<std::size_t>(k) < live.size() &&
+        live[static_cast<std::size_t>(k)] == 0)
+      c = mix_color(pal.block_free, pal.text_dim, 0.35f);
+    dl->AddRectFilled(ImVec2(o.x + k * bar, o.y + h * (1.0f - v)),
+                      ImVec2(o.x + (k + 1) * bar, o.y + h), c);
+  }
+  for (int s : sinks_) {
+    const float x = o.x + (s + 0.5f) * bar;
+    dl->AddTriangleFilled(ImVec2(x - fs * 0.3f, o.y - fs * 0.8f),
+                          ImVec2(x + fs * 0.3f, o.y - fs * 0.8f), ImVec2(x, o.y - fs * 0.2f),
+                          pal.warn);
+  }
+  dl->AddLine(ImVec2(o.x, o.y + h), ImVec2(o.x + w, o.y + h), pal.axis);
+  if (ImGui::IsItemHovered()) {
+    const int k = static_cast<int>((ImGui::GetIO().MousePos.x - o.x) / bar);
+    if (k >= 0 && k < n) {
+      ImGui::BeginTooltip();
+      ImGui::Text("key %d \"%s\"", k, token_text(state, cap, k).c_str());
+      ImGui::Text("attention received %.3f (from %d queries)", view_[static_cast<std::size_t>(k)],
+                  n - k);
+      ImGui::EndTooltip();
+    }
+  }
+}
+
+void AttentionPanel::draw(AppState& state) {
+  scan_tokens(state);
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info || !info->model) {
+    ImGui::TextDisabled("attention needs the model: open a scenario (recordings hold no weights)");
+    return;
+  }
+  if (std::shared_ptr<AttentionCapture> c = job_.take()) {
+    if (c->generation == generation_) {
+      if (c->error.empty())
+        captures_[c->request] = std::move(c);
+      else
+        last_error_ = c->error;
+    }
+  }
+  const int request = pick_request(state);
+  if (request < 0) {
+    ImGui::TextDisabled("no sequence yet");
+    return;
+  }
+  // The sequence's tokens as far as the run has computed them (prompt, then sampled tokens).
+  std::vector<int> tokens(state.source().prompt_tokens(request).begin(),
+                          state.source().prompt_tokens(request).end());
+  if (auto it = generated_.find(request); it != generated_.end()) {
+    for (std::size_t p = tokens.size(); p < it->second.size() && it->second[p] >= 0; ++p)
+      tokens.push_back(it->second[p]);
+  }
+  const int n = std::min(shown_positions(state, request), info->shape.seq_len);
+  const auto cit = captures_.find(request);
+  const AttentionCapture* cap = cit != captures_.end() ? cit->second.get() : nullptr;
+  if ((cap == nullptr || static_cast<int>(cap->tokens.size()) < n) && !job_.busy() &&
+      last_error_.empty())
+    job_.start(info->model, info->config, generation_, request, tokens);
+
+  // Header: sequence, layer, head.
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(sequence_color(request)), "seq %d", request);
+  item_tooltip("The selected sequence (click one in the block map or block tables)");
+  ImGui::SameLine();
+  const float w = ImGui::GetFontSize() * 5.5f;
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("layer", &layer_, 0, std::max(0, info->shape.n_layers - 1));
+  layer_ = std::clamp(layer_, 0, std::max(0, info->shape.n_layers - 1));
+  ImGui::SameLine();
+  ImGui::BeginDisabled(mean_heads_);
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("head", &head_, 0, std::max(0, info->shape.n_heads - 1));
+  head_ = std::clamp(head_, 0, std::max(0, info->shape.n_heads - 1));
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  ImGui::Checkbox("mean of heads", &mean_heads_);
+  ImGui::SameLine();
+  ImGui::Checkbox("log", &log_scale_);
+  item_tooltip("Colour by log10(weight) from 1e-4 to 1 (off: linear, scaled to the largest)");
+
+  if (!last_error_.empty()) {
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state.presenter).warn),
+                       "capture failed: %s", last_error_.c_str());
+    return;
+  }
+  if (n <= 0) {
+    ImGui::TextDisabled("seq %d has no token in its cache at step %d", request, state.step());
+    return;
+  }
+  if (cap == nullptr || static_cast<int>(cap->tokens.size()) < n) {
+    ImGui::TextDisabled("capturing attention of seq %d (%d tokens) on a background thread...",
+                        request, static_cast<int>(tokens.size()));
+    return;
+  }
+  build_view(*cap, n);
+  const std::vector<std::uint8_t> live = state.source().slot_live(request, state.step());
+  std::string sinks = sinks_.empty() ? "none" : "";
+  for (std::size_t i = 0; i < sinks_.size() && i < 6; ++i)
+    sinks += (i ? ", " : "") + std::to_string(sinks_[i]);
+  if (sinks_.size() > 6) sinks += " (+" + std::to_string(sinks_.size() - 6) + ")";
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextDisabled(
+      "%d tokens at step %d, %s. Sinks (red, >= 4x the uniform share): %s%s", n, state.step(),
+      n <= kMatrixLimit ? "query (row) x key (column)" : "cumulative attention per key",
+      sinks.c_str(), live.empty() ? "" : "; grey: evicted");
+  ImGui::PopTextWrapPos();
+  if (n <= kMatrixLimit && cap->recorder->has_full_matrices())
+    draw_matrix(state, *cap, n);
+  else
+    draw_cumulative(state, *cap, n);
+}
+
+}  // namespace kvscope::ui

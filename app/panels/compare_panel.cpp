@@ -1,0 +1,242 @@
+// Compare panel: variant session management, the difference table and overlaid plots.
+#include "app/panels/compare_panel.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "app/core/theme.h"
+#include "app/widgets/plot.h"
+#include "app/widgets/widgets.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+// Prefill tokens computed over steps [0, step].
+double cumulative_prefill(std::span<const StepMetrics> m, int step) {
+  double sum = 0.0;
+  for (int i = 0; i <= step && i < static_cast<int>(m.size()); ++i)
+    sum += static_cast<double>(m[static_cast<std::size_t>(i)].prefill_tokens);
+  return sum;
+}
+
+// Mean decode tokens per step over steps [0, step].
+double mean_decode(std::span<const StepMetrics> m, int step) {
+  if (m.empty()) return 0.0;
+  step = std::clamp(step, 0, static_cast<int>(m.size()) - 1);
+  double sum = 0.0;
+  for (int i = 0; i <= step; ++i)
+    sum += static_cast<double>(m[static_cast<std::size_t>(i)].decode_tokens);
+  return sum / (step + 1);
+}
+
+}  // namespace
+
+std::string ComparePanel::help() const {
+  return "Two policies on the same requests and seed, step by step: every difference in the "
+         "table comes from the policy alone. Set the variant in the Controls panel (target: "
+         "compare variant); throughput is counted per scheduler step, not per second.";
+}
+
+void ComparePanel::sync(AppState& state) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info) {
+    variant_.reset();
+    return;
+  }
+  if (state.compare_variant_version == 0) {
+    // Nobody chose a variant yet: the most telling contrast for this scenario.
+    PolicyOverride v;
+    if (info->config.prefix_caching)
+      v.prefix_caching = false;
+    else if (info->config.allocator == AllocatorKind::kPaged)
+      v.allocator = AllocatorKind::kContiguous;
+    else
+      v.allocator = AllocatorKind::kPaged;
+    state.compare_variant = v;
+    state.compare_variant_version = 1;
+  }
+  if (generation_ == state.source_generation() && version_ == state.compare_variant_version) return;
+  generation_ = state.source_generation();
+  version_ = state.compare_variant_version;
+  variant_.reset();  // stops the previous variant's worker
+  error_.clear();
+  if (state.compare_variant == info->override) return;  // same policy: nothing to compare
+  try {
+    variant_ = RunSession::open(info->scenario_path, info->model == nullptr, state.compare_variant);
+  } catch (const std::exception& e) {
+    error_ = e.what();
+  }
+}
+
+void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const StepMetrics& b,
+                              int step_b) {
+  const Palette& pal = palette(state.presenter);
+  const ImGuiTableFlags flags =
+      ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit;
+  if (!ImGui::BeginTable("##diff", 4, flags)) return;
+  ImGui::TableSetupColumn("at the selected step");
+  ImGui::TableSetupColumn("current");
+  ImGui::TableSetupColumn("variant");
+  ImGui::TableSetupColumn("variant - current");
+  ImGui::TableHeadersRow();
+  // better: +1 when higher is better, -1 when lower is better, 0 neutral.
+  const auto row = [&](const char* name, double va, double vb, int better, bool percent,
+                       const char* tip) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(name);
+    item_tooltip(tip);
+    const auto fmt = [percent](double v) {
+      char buf[32];
+      if (percent) return format_percent(v);
+      std::snprintf(buf, sizeof buf, v == static_cast<long long>(v) ? "%.0f" : "%.2f", v);
+      return std::string(buf);
+    };
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(fmt(va).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(fmt(vb).c_str());
+    ImGui::TableNextColumn();
+    const double d = vb - va;
+    ImU32 col = pal.text_dim;
+    if (better != 0 && d != 0.0)
+      col = (d > 0) == (better > 0) ? IM_COL32(110, 200, 140, 255) : pal.warn;
+    char buf[48];
+    if (percent)
+      std::snprintf(buf, sizeof buf, "%+.1f pts", 100.0 * d);
+    else
+      std::snprintf(buf, sizeof buf, d == static_cast<long long>(d) ? "%+.0f" : "%+.2f", d);
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col), "%s", d == 0.0 ? "=" : buf);
+  };
+  const auto frac = [](std::int64_t n, std::int64_t d) {
+    return d > 0 ? static_cast<double>(n) / static_cast<double>(d) : 0.0;
+  };
+  row("blocks in use", a.blocks_used, b.blocks_used, 0, false, "Blocks referenced by a sequence");
+  row("pool size (blocks)", a.blocks_total, b.blocks_total, 0, false,
+      "The pool in blocks (a smaller KV format fits more blocks in the same bytes)");
+  row("utilization", a.utilization(), b.utilization(), +1, true,
+      "Token slots holding a token / token slots allocated");
+  row("internal fragmentation (slots)", static_cast<double>(a.internal_frag_slots),
+      static_cast<double>(b.internal_frag_slots), -1, false,
+      "Empty slots in the partly filled last block of each sequence");
+  row("reservation waste (slots)", static_cast<double>(a.reservation_waste_slots),
+      static_cast<double>(b.reservation_waste_slots), -1, false,
+      "Contiguous allocator: slots reserved beyond the last used block");
+  row("external fragmentation", a.external_fragmentation(), b.external_fragmentation(), -1, true,
+      "1 - largest free run / free blocks");
+  row("running requests", a.requests_running, b.requests_running, +1, false,
+      "Requests decoding or prefilling in this step");
+  row("finished requests", a.requests_finished, b.requests_finished, +1, false,
+      "Requests done by this step");
+  row("preemptions", static_cast<double>(a.preemptions), static_cast<double>(b.preemptions), -1,
+      false, "Cumulative preemptions (recompute or swap)");
+  row("tokens recomputed", static_cast<double>(a.tokens_recomputed),
+      static_cast<double>(b.tokens_recomputed), -1, false,
+      "Cumulative tokens prefilled again after a recompute preemption");
+  row("prefix hit rate", frac(a.prefix_hit_tokens, a.prompt_tokens),
+      frac(b.prefix_hit_tokens, b.prompt_tokens), +1, true,
+      "Prompt tokens served from the prefix cache / prompt tokens admitted");
+  row("prefill tokens computed", cumulative_prefill(state.metrics_history(), state.step()),
+      cumulative_prefill(variant_->timeline()->all_metrics(), step_b), -1, false,
+      "Prompt tokens run through the model so far (prefix hits skip theirs; recompute adds)");
+  row("decode tokens per step", mean_decode(state.metrics_history(), state.step()),
+      mean_decode(variant_->timeline()->all_metrics(), step_b), +1, false,
+      "Tokens generated per scheduler step, averaged up to this step (the timeline records "
+      "steps, not wall time)");
+  row("KV MiB in use", static_cast<double>(a.kv_bytes_used) / (1024.0 * 1024.0),
+      static_cast<double>(b.kv_bytes_used) / (1024.0 * 1024.0), -1, false,
+      "Allocated token slots x exact bytes per token");
+  if (!state.is_live() && !variant_->is_running()) {
+    row("steps to finish the run", state.num_steps(),
+        static_cast<double>(variant_->timeline()->num_steps()), -1, false,
+        "Scheduler steps until every request finished (both runs complete)");
+  }
+  ImGui::EndTable();
+}
+
+void ComparePanel::draw_plots(const AppState& state) {
+  const std::span<const StepMetrics> ma = state.metrics_history();
+  const std::span<const StepMetrics> mb = variant_->timeline()->all_metrics();
+  PlotSeries ua, ub, ba, bb;
+  ua.label = ba.label = "current";
+  ub.label = bb.label = "variant";
+  ua.color = ba.color = series_color(0);
+  ub.color = bb.color = series_color(1);
+  for (const StepMetrics& m : ma) {
+    ua.x.push_back(m.step);
+    ua.y.push_back(m.utilization());
+    ba.x.push_back(m.step);
+    ba.y.push_back(m.blocks_used);
+  }
+  for (const StepMetrics& m : mb) {
+    ub.x.push_back(m.step);
+    ub.y.push_back(m.utilization());
+    bb.x.push_back(m.step);
+    bb.y.push_back(m.blocks_used);
+  }
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float gap = ImGui::GetStyle().ItemSpacing.x;
+  PlotConfig c;
+  c.size = ImVec2((avail.x - gap) * 0.5f, std::max(100.0f, avail.y));
+  c.cursor_x = state.step();
+  c.line_scale = state.presenter ? 1.6f : 1.0f;
+  c.id = "cmp_util";
+  c.title = "utilization";
+  c.x = {"step", AxisUnits::kNumber, false, {}, {}};
+  c.y = {"filled / allocated", AxisUnits::kPercent, false, 0.0, 1.0};
+  const PlotSeries u[] = {ua, ub};
+  plot(c, u);
+  ImGui::SameLine();
+  c.id = "cmp_blocks";
+  c.title = "blocks in use";
+  c.y = {"blocks", AxisUnits::kNumber, false, {}, {}};
+  const PlotSeries b[] = {ba, bb};
+  plot(c, b);
+}
+
+void ComparePanel::draw(AppState& state) {
+  sync(state);
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info) {
+    ImGui::TextDisabled("compare needs a scenario run (recordings and demo data cannot re-run)");
+    return;
+  }
+  if (variant_) {
+    if (std::optional<std::string> e = variant_->take_error()) error_ = *e;
+  }
+  const Palette& pal = palette(state.presenter);
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_color(0)), "current:");
+  ImGui::SameLine();
+  ImGui::TextUnformatted(info->override.describe().c_str());
+  ImGui::SameLine(0, 18);
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_color(1)), "variant:");
+  ImGui::SameLine();
+  ImGui::TextUnformatted(state.compare_variant.describe().c_str());
+  if (!error_.empty()) {
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "variant: %s", error_.c_str());
+    ImGui::PopTextWrapPos();
+  }
+  if (!variant_) {
+    if (error_.empty()) {
+      ImGui::PushTextWrapPos(0.0f);
+      ImGui::TextDisabled(
+          "The variant has the same policy as this run. In the Controls panel, "
+          "pick target \"compare variant\" and change a setting.");
+      ImGui::PopTextWrapPos();
+    }
+    return;
+  }
+  const std::span<const StepMetrics> mb = variant_->timeline()->all_metrics();
+  if (mb.empty()) return;
+  const int step_b = std::min(state.step(), static_cast<int>(mb.size()) - 1);
+  const bool b_done = !variant_->is_running();
+  ImGui::TextDisabled("step %d; variant %s %d steps%s", state.step(),
+                      b_done ? "finished in" : "computing,", static_cast<int>(mb.size()),
+                      step_b < state.step() ? " (shown at its last step)" : "");
+  draw_table(state, state.metrics(), mb[static_cast<std::size_t>(step_b)], step_b);
+  draw_plots(state);
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,188 @@
+// Controls panel: one widget per policy knob, each turning into a PolicyOverride.
+#include "app/panels/controls_panel.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "app/core/theme.h"
+#include "app/widgets/widgets.h"
+#include "engine/kv/kv_format.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+constexpr const char* kFormats[] = {"fp32", "fp16",    "bf16", "fp8-e4m3", "fp8-e5m2", "int8",
+                                    "int4", "int4-g8", "int2", "int2-g8",  "kivi4",    "kivi2"};
+
+// A combo over `names`; returns the chosen index when the user picked a different one.
+std::optional<int> pick(const char* label, std::span<const char* const> names, int current,
+                        const char* tip) {
+  std::optional<int> out;
+  const char* preview = current >= 0 ? names[static_cast<std::size_t>(current)] : "(other)";
+  if (ImGui::BeginCombo(label, preview)) {
+    for (int i = 0; i < static_cast<int>(names.size()); ++i) {
+      if (ImGui::Selectable(names[static_cast<std::size_t>(i)], i == current) && i != current)
+        out = i;
+    }
+    ImGui::EndCombo();
+  }
+  item_tooltip(tip);
+  return out;
+}
+
+int format_index(const KvFormat& f) {
+  const std::string n = f.name();
+  for (int i = 0; i < static_cast<int>(std::size(kFormats)); ++i)
+    if (n == kFormats[i]) return i;
+  return -1;
+}
+
+}  // namespace
+
+std::string ControlsPanel::help() const {
+  return "Every control re-runs the same scenario from step 0 with one policy changed, so any "
+         "difference you see comes from that policy alone (same requests, same seed). Switch the "
+         "target to the compare variant to run the change beside the current run instead.";
+}
+
+void ControlsPanel::draw(AppState& state) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info) {
+    ImGui::TextDisabled("controls need a scenario run (this is a %s)",
+                        state.is_demo() ? "demo" : "recording");
+    return;
+  }
+  const Palette& pal = palette(state.presenter);
+  ImGui::TextDisabled("target");
+  ImGui::SameLine();
+  if (ImGui::RadioButton("this run", !edit_variant_)) edit_variant_ = false;
+  item_tooltip("Changes restart the loaded scenario with the new policy");
+  ImGui::SameLine();
+  if (ImGui::RadioButton("compare variant", edit_variant_)) edit_variant_ = true;
+  item_tooltip("Changes set the policy the Compare panel runs beside this one");
+
+  const PolicyOverride current = edit_variant_ ? state.compare_variant : info->override;
+  const SimConfig base = info->scenario_config;
+  const SimConfig shown = edit_variant_ ? with_override(base, current) : info->config;
+  PolicyOverride next = current;
+  bool changed = false;
+  const auto set = [&changed](auto& field, auto value, auto scenario_value) {
+    if (value == scenario_value)
+      field.reset();
+    else
+      field = value;
+    changed = true;
+  };
+
+  const float w = std::min(ImGui::GetFontSize() * 9.0f, ImGui::GetContentRegionAvail().x * 0.5f);
+  ImGui::PushItemWidth(w);
+  {
+    static constexpr const char* kSizes[] = {"1", "2", "4", "8", "16", "32", "64", "128", "256"};
+    int cur = -1;
+    for (int i = 0; i < 9; ++i)
+      if ((1 << i) == shown.block_size) cur = i;
+    if (auto i = pick("block size", kSizes, cur,
+                      "Tokens per KV block. Small blocks waste less in the last, partly filled "
+                      "block; large blocks mean fewer table entries and longer shared prefixes to "
+                      "match."))
+      set(next.block_size, 1 << *i, base.block_size);
+  }
+  if (auto i = pick("K format", kFormats, format_index(shown.k_format),
+                    "How keys are stored in the cache. Fewer bits per value: more tokens fit in "
+                    "the same pool, at some cost in attention accuracy (see Quality vs memory)."))
+    set(next.k_format, parse_kv_format(kFormats[*i], "K format"), base.k_format);
+  if (auto i = pick("V format", kFormats, format_index(shown.v_format),
+                    "How values are stored in the cache; values usually tolerate fewer bits "
+                    "than keys."))
+    set(next.v_format, parse_kv_format(kFormats[*i], "V format"), base.v_format);
+  bool prefix = shown.prefix_caching;
+  if (ImGui::Checkbox("prefix caching", &prefix))
+    set(next.prefix_caching, prefix, base.prefix_caching);
+  item_tooltip(
+      "Keep full prompt blocks indexed by their tokens and map them into later requests "
+      "with the same prefix (paged allocator only).");
+  {
+    static constexpr const char* kIndex[] = {"hash", "radix"};
+    const int cur = shown.prefix_index == IndexKind::kRadix ? 1 : 0;
+    if (auto i = pick("prefix index", kIndex, cur,
+                      "hash: vLLM-style chain of block hashes. radix: SGLang-style radix tree "
+                      "over tokens. Both map whole blocks; they differ in how misses are found."))
+      set(next.prefix_index, *i == 1 ? IndexKind::kRadix : IndexKind::kHashChain,
+          base.prefix_index);
+  }
+  {
+    static constexpr const char* kAlloc[] = {"paged", "contiguous"};
+    const int cur = shown.allocator == AllocatorKind::kContiguous ? 1 : 0;
+    if (auto i = pick("allocator", kAlloc, cur,
+                      "paged: blocks on demand from a shared pool. contiguous: each request "
+                      "reserves max_seq_len tokens up front (the baseline paging replaced)."))
+      set(next.allocator, *i == 1 ? AllocatorKind::kContiguous : AllocatorKind::kPaged,
+          base.allocator);
+  }
+  {
+    static constexpr const char* kPre[] = {"recompute", "swap"};
+    const int cur = shown.preemption == PreemptionMode::kSwap ? 1 : 0;
+    if (auto i = pick("preemption", kPre, cur,
+                      "When the pool is full a running request is preempted. recompute: drop its "
+                      "blocks and prefill again later. swap: copy its K/V to a host tier (as large "
+                      "as the device pool when the scenario has none) and copy it back."))
+      set(next.preemption, *i == 1 ? PreemptionMode::kSwap : PreemptionMode::kRecompute,
+          base.preemption);
+  }
+  const long long blocks_now =
+      edit_variant_ ? pool_blocks(*info, shown, current) : info->config.num_blocks;
+  {
+    const std::int64_t bb = block_bytes(info->shape, shown);
+    const std::int64_t pool_now = blocks_now * bb;
+    std::int64_t kib = std::max<std::int64_t>(1, pool_now / 1024);
+    const std::int64_t lo = std::max<std::int64_t>(1, bb / 1024);
+    const std::int64_t hi = std::max<std::int64_t>(lo + 1, 16 * info->scenario_pool_bytes / 1024);
+    ImGui::SliderScalar("pool (KiB)", ImGuiDataType_S64, &kib, &lo, &hi, "%lld KiB",
+                        ImGuiSliderFlags_Logarithmic);
+    if (ImGui::IsItemDeactivatedAfterEdit()) {
+      next.pool_bytes = kib * 1024;
+      changed = true;
+    }
+    item_tooltip(
+        "The device KV pool in bytes. The number of blocks follows from it and the "
+        "bytes per block, so a smaller format fits more blocks in the same memory.");
+    ImGui::SameLine();
+    ImGui::TextDisabled("= %lld blocks", blocks_now);
+  }
+  ImGui::PopItemWidth();
+
+  if (ImGui::Button("Reset to scenario")) {
+    next = PolicyOverride{};
+    changed = !current.empty();
+  }
+  item_tooltip("Drop every override: the scenario file's own settings");
+  ImGui::SameLine();
+  if (!edit_variant_) {
+    if (ImGui::Button("Copy to variant")) {
+      state.compare_variant = info->override;
+      ++state.compare_variant_version;
+    }
+    item_tooltip("Make the compare variant this run's policy (then change it)");
+  }
+  ImGui::Spacing();
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.accent),
+                     "%s:", edit_variant_ ? "variant" : "running");
+  ImGui::SameLine();
+  ImGui::TextUnformatted(current.describe().c_str());
+  ImGui::TextDisabled(
+      "%lld blocks x %d tokens, %s per token (K %s, V %s)", blocks_now, shown.block_size,
+      format_bytes(static_cast<double>(block_bytes(info->shape, shown)) / shown.block_size).c_str(),
+      shown.k_format.name().c_str(), shown.v_format.name().c_str());
+  ImGui::PopTextWrapPos();
+  if (!changed || next == current) return;
+  if (edit_variant_) {
+    state.compare_variant = next;
+    ++state.compare_variant_version;
+  } else {
+    state.restart_request = next;
+  }
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,354 @@
+// Prefix cache panel: tree layout and drawing, the lookup table.
+#include "app/panels/prefix_panel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "app/core/theme.h"
+#include "app/widgets/widgets.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+const char* reason_text(MissReason r) {
+  switch (r) {
+    case MissReason::kNone:
+      return "full hit";
+    case MissReason::kFirstOccurrence:
+      return "first occurrence";
+    case MissReason::kShorterThanBlock:
+      return "shorter than a block";
+    case MissReason::kDiverged:
+      return "diverged";
+    case MissReason::kEvicted:
+      return "evicted";
+    case MissReason::kDisabled:
+      return "caching off";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string PrefixPanel::help() const {
+  return "Prefix caching keeps the KV blocks of full prompt blocks indexed by their tokens, so a "
+         "later request starting with the same tokens maps those blocks instead of recomputing "
+         "them. Each node is one cached block, linked to the block holding the prefix before it; "
+         "requests that share a prefix share a path from a root.";
+}
+
+void PrefixPanel::catch_up(const AppState& state) {
+  if (generation_ != state.source_generation() || state.step() < built_until_) {
+    generation_ = state.source_generation();
+    built_until_ = -1;
+    fold_.reset(state.header().num_blocks, state.header().block_size);
+    generated_.clear();
+  }
+  for (int s = built_until_ + 1; s <= state.step(); ++s) {
+    for (const Event& e : state.source().events_at(s)) {
+      fold_.apply(e);
+      if (e.type == EventType::kDecodeToken && e.a >= 0 && e.a < (1 << 24)) {
+        std::vector<int>& t = generated_[e.request];
+        const auto pos = static_cast<std::size_t>(e.a + 1);  // the sampled token's position
+        if (t.size() <= pos) t.resize(pos + 1, -1);
+        t[pos] = static_cast<int>(e.b);
+      }
+    }
+  }
+  built_until_ = state.step();
+}
+
+void PrefixPanel::layout_tree() {
+  placed_.clear();
+  rows_ = 0;
+  max_depth_ = 0;
+  // Depth-first: leaves take the next row, a parent sits at the middle of its children.
+  std::function<float(std::int32_t, int)> place = [&](std::int32_t b, int depth) -> float {
+    const std::size_t at = placed_.size();
+    placed_.push_back({{b}, depth, 0.0f});
+    max_depth_ = std::max(max_depth_, depth);
+    std::vector<std::int32_t> kids = fold_.children(b);
+    while (kids.size() == 1 && placed_[at].chain.size() < 4096) {  // fold single-child runs
+      placed_[at].chain.push_back(kids[0]);
+      kids = fold_.children(kids[0]);
+    }
+    float row = 0.0f;
+    if (kids.empty() || depth > 4096) {
+      row = static_cast<float>(rows_++);
+    } else {
+      float first = 0.0f, last = 0.0f;
+      for (std::size_t i = 0; i < kids.size(); ++i) {
+        const float r = place(kids[i], depth + 1);
+        if (i == 0) first = r;
+        last = r;
+      }
+      row = 0.5f * (first + last);
+    }
+    placed_[at].row = row;
+    return row;
+  };
+  for (std::int32_t root : fold_.roots()) place(root, 0);
+}
+
+std::string PrefixPanel::block_text(const AppState& state, const PrefixNode& n) const {
+  const Tokenizer* tok = state.source().tokenizer();
+  const int bs = state.header().block_size;
+  if (tok == nullptr || n.cached_by < 0 || bs <= 0) return {};
+  const std::span<const int> prompt = state.source().prompt_tokens(n.cached_by);
+  const auto git = generated_.find(n.cached_by);
+  std::string text;
+  int prev = n.logical == 0 ? 1 : -1;
+  for (int i = 0; i < bs; ++i) {
+    const auto pos = static_cast<std::size_t>(n.logical) * static_cast<std::size_t>(bs) +
+                     static_cast<std::size_t>(i);
+    int id = -1;
+    if (pos < prompt.size())
+      id = prompt[pos];
+    else if (git != generated_.end() && pos < git->second.size())
+      id = git->second[pos];
+    if (id < 0) return text + " ...";
+    if (!(pos == 0 && id == 1)) text += tok->decode(prev < 0 ? id : prev, id);
+    prev = id;
+  }
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+void PrefixPanel::node_tooltip(const AppState& state, const PrefixNode& n) const {
+  const PoolState& pool = state.pool();
+  ImGui::BeginTooltip();
+  ImGui::Text("block %d  (logical %d)", n.block, n.logical);
+  if (static_cast<std::size_t>(n.block) < pool.blocks.size()) {
+    const BlockState& b = pool.blocks[static_cast<std::size_t>(n.block)];
+    const int holders = b.ref_count - 1;  // the cache holds one reference
+    if (b.status == BlockStatus::kCachedFree)
+      ImGui::TextDisabled("cached-free: no sequence holds it; reusable until evicted");
+    else
+      ImGui::TextDisabled("in use by %d sequence%s (ref count %d incl. the cache)", holders,
+                          holders == 1 ? "" : "s", b.ref_count);
+  }
+  ImGui::Text("cached by seq %d at step %d; reused by %lld lookup%s", n.cached_by, n.cached_step,
+              static_cast<long long>(n.hits), n.hits == 1 ? "" : "s");
+  const std::string text = block_text(state, n);
+  if (!text.empty()) {
+    ImGui::PushTextWrapPos(ImGui::GetFontSize() * 24.0f);
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state.presenter).accent), "\"%s\"",
+                       text.c_str());
+    ImGui::PopTextWrapPos();
+  }
+  ImGui::EndTooltip();
+}
+
+void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
+  const Palette& pal = palette(state.presenter);
+  const PoolState& pool = state.pool();
+  const float fs = ImGui::GetFontSize();
+  const float node_w = fs * 7.0f, node_h = fs * 1.45f, gap_x = fs * 1.6f, gap_y = fs * 0.4f;
+  const float pad = fs * 0.5f;
+  ImGui::SetNextWindowContentSize(ImVec2(pad * 2 + (max_depth_ + 1) * (node_w + gap_x),
+                                         pad * 2 + static_cast<float>(rows_) * (node_h + gap_y)));
+  ImGui::BeginChild("##tree", size, true, ImGuiWindowFlags_HorizontalScrollbar);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 origin(ImGui::GetCursorScreenPos().x + pad, ImGui::GetCursorScreenPos().y + pad);
+  const ImVec2 clip_min = ImGui::GetWindowPos();
+  const ImVec2 clip_max(clip_min.x + ImGui::GetWindowWidth(),
+                        clip_min.y + ImGui::GetWindowHeight());
+  std::map<std::int32_t, std::size_t> node_of;  // block -> index in placed_
+  for (std::size_t i = 0; i < placed_.size(); ++i)
+    for (std::int32_t b : placed_[i].chain) node_of[b] = i;
+  const auto top_left = [&](const Placed& p) {
+    return ImVec2(origin.x + p.depth * (node_w + gap_x), origin.y + p.row * (node_h + gap_y));
+  };
+  std::vector<std::int32_t> selected_blocks;
+  if (state.selected_request) {
+    if (const RequestState* r = find_request(pool, *state.selected_request))
+      selected_blocks.assign(r->blocks.begin(), r->blocks.end());
+  }
+  const auto status_of = [&](std::int32_t b, std::int32_t* owner) {
+    if (static_cast<std::size_t>(b) >= pool.blocks.size()) return BlockStatus::kCachedFree;
+    *owner = pool.blocks[static_cast<std::size_t>(b)].owner;
+    return pool.blocks[static_cast<std::size_t>(b)].status;
+  };
+  const auto fill_of = [&](BlockStatus st, std::int32_t owner) {
+    switch (st) {
+      case BlockStatus::kShared:
+        return pal.block_shared;
+      case BlockStatus::kPinned:
+        return pal.block_pinned;
+      case BlockStatus::kOwned:
+        return sequence_color(owner);
+      default:
+        return pal.block_cached;
+    }
+  };
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const PrefixNode* hovered = nullptr;
+  for (const Placed& p : placed_) {
+    const PrefixNode& head = fold_.nodes().at(p.chain.front());
+    const ImVec2 a = top_left(p);
+    const ImVec2 b(a.x + node_w, a.y + node_h);
+    if (head.parent >= 0 && node_of.count(head.parent)) {  // edge from the parent's right side
+      const ImVec2 pa = top_left(placed_[node_of[head.parent]]);
+      const ImVec2 from(pa.x + node_w, pa.y + node_h * 0.5f), to(a.x, a.y + node_h * 0.5f);
+      if (std::max(from.y, to.y) >= clip_min.y && std::min(from.y, to.y) <= clip_max.y)
+        dl->AddBezierCubic(from, ImVec2(from.x + gap_x * 0.5f, from.y),
+                           ImVec2(to.x - gap_x * 0.5f, to.y), to, pal.axis, 1.5f);
+    }
+    if (b.y < clip_min.y || a.y > clip_max.y || b.x < clip_min.x || a.x > clip_max.x) continue;
+    // One stripe per block of the run, coloured by its status.
+    const float cw = node_w / static_cast<float>(p.chain.size());
+    bool any_in_use = false;
+    for (std::size_t k = 0; k < p.chain.size(); ++k) {
+      std::int32_t owner = -1;
+      const BlockStatus st = status_of(p.chain[k], &owner);
+      any_in_use = any_in_use || (st != BlockStatus::kCachedFree && st != BlockStatus::kFree);
+      const ImVec2 ca(a.x + cw * static_cast<float>(k), a.y);
+      const ImVec2 cb(k + 1 == p.chain.size() ? b.x : ca.x + cw, b.y);
+      const ImDrawFlags corners = (k == 0 ? ImDrawFlags_RoundCornersLeft : 0) |
+                                  (k + 1 == p.chain.size() ? ImDrawFlags_RoundCornersRight : 0);
+      dl->AddRectFilled(ca, cb, fill_of(st, owner), corners ? fs * 0.25f : 0.0f,
+                        corners ? corners : ImDrawFlags_RoundCornersNone);
+      if (k > 0 && cw >= 3.0f) dl->AddLine(ca, ImVec2(ca.x, cb.y), IM_COL32(16, 18, 24, 120));
+      if (ImGui::IsWindowHovered() && mouse.x >= ca.x && mouse.x < cb.x && mouse.y >= a.y &&
+          mouse.y < b.y) {
+        hovered = &fold_.nodes().at(p.chain[k]);
+        if (ImGui::IsMouseClicked(0) && owner >= 0) state.selected_request = owner;
+      }
+    }
+    bool sel = false;
+    for (std::int32_t blk : p.chain)
+      sel = sel ||
+            std::find(selected_blocks.begin(), selected_blocks.end(), blk) != selected_blocks.end();
+    if (sel) dl->AddRect(a, b, pal.outline_selected, fs * 0.25f, 0, 2.0f);
+    char label[64];
+    if (p.chain.size() == 1)
+      std::snprintf(label, sizeof label, "#%d", p.chain.front());
+    else
+      std::snprintf(label, sizeof label, "%zu blocks", p.chain.size());
+    const ImU32 ink = any_in_use ? IM_COL32(16, 18, 24, 240) : pal.text;
+    dl->AddText(ImVec2(a.x + fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
+    if (head.hits > 0) {
+      std::snprintf(label, sizeof label, "x%lld", static_cast<long long>(head.hits));
+      const float tw = ImGui::CalcTextSize(label).x;
+      dl->AddText(ImVec2(b.x - tw - fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
+    }
+  }
+  if (placed_.empty()) {
+    ImGui::TextDisabled(state.step() == 0 ? "nothing cached yet" : "no cached block at this step");
+  }
+  if (hovered) node_tooltip(state, *hovered);
+  ImGui::EndChild();
+}
+
+void PrefixPanel::draw_lookups(AppState& state, ImVec2 size) {
+  const Palette& pal = palette(state.presenter);
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit;
+  if (!ImGui::BeginTable("##lookups", 4, flags, size)) return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  ImGui::TableSetupColumn("seq");
+  ImGui::TableSetupColumn("hit tokens");
+  ImGui::TableSetupColumn("miss reason", ImGuiTableColumnFlags_WidthStretch);
+  ImGui::TableSetupColumn("step");
+  ImGui::TableHeadersRow();
+  for (const auto& [id, row] : fold_.lookups()) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    const bool sel = state.selected_request == id;
+    ImGui::PushStyleColor(ImGuiCol_Text, sequence_color(id));
+    char name[24];
+    std::snprintf(name, sizeof name, "seq %d", id);
+    if (ImGui::Selectable(name, sel, ImGuiSelectableFlags_SpanAllColumns))
+      state.selected_request = sel ? std::optional<int>() : std::optional<int>(id);
+    ImGui::PopStyleColor();
+    ImGui::TableNextColumn();
+    ImGui::Text("%lld / %lld", static_cast<long long>(row.hit_tokens),
+                static_cast<long long>(row.prompt_tokens));
+    ImGui::TableNextColumn();
+    const ImVec4 ok = ImGui::ColorConvertU32ToFloat4(pal.accent);
+    const ImVec4 dim = ImGui::ColorConvertU32ToFloat4(pal.text_dim);
+    switch (row.reason) {
+      case MissReason::kDiverged:
+        ImGui::TextColored(dim, "diverged at token %lld", static_cast<long long>(row.diverged_at));
+        break;
+      case MissReason::kEvicted:
+        ImGui::TextColored(dim, "evicted at step %d", row.evicted_step);
+        break;
+      default:
+        ImGui::TextColored(row.reason == MissReason::kNone ? ok : dim, "%s",
+                           reason_text(row.reason));
+    }
+    ImGui::TableNextColumn();
+    ImGui::TextDisabled("%d%s", row.step, row.lookups > 1 ? "*" : "");
+    if (row.lookups > 1 && ImGui::IsItemHovered())
+      ImGui::SetTooltip("looked up %d times (readmitted after preemption); latest shown",
+                        row.lookups);
+  }
+  ImGui::EndTable();
+}
+
+void PrefixPanel::draw(AppState& state) {
+  catch_up(state);
+  const Palette& pal = palette(state.presenter);
+  const StepMetrics& m = state.metrics();
+  int in_use = 0, cached_free = 0;
+  for (const auto& [id, n] : fold_.nodes()) {
+    const auto i = static_cast<std::size_t>(id);
+    if (i < state.pool().blocks.size() && state.pool().blocks[i].status == BlockStatus::kCachedFree)
+      ++cached_free;
+    else
+      ++in_use;
+  }
+  if (fold_.lookups_total() == 0 && fold_.nodes().empty()) {
+    ImGui::TextDisabled("no prefix lookup up to step %d", state.step());
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextDisabled(
+        "Prefix caching is off for this run, or no request was admitted yet. Turn it on in the "
+        "Controls panel (paged allocator) or open scenarios/shared-system-prompt.json.");
+    ImGui::PopTextWrapPos();
+    return;
+  }
+  stat("cached blocks", std::to_string(fold_.nodes().size()));
+  stat("in use", std::to_string(in_use), true);
+  stat("cached-free", std::to_string(cached_free), true);
+  stat("evicted", std::to_string(fold_.evictions()), true);
+  stat(
+      "prompt tokens hit",
+      format_count(static_cast<double>(m.prefix_hit_tokens)) + " / " +
+          format_count(static_cast<double>(m.prompt_tokens)) +
+          (m.prompt_tokens > 0
+               ? " (" + format_percent(static_cast<double>(m.prefix_hit_tokens) / m.prompt_tokens) +
+                     ")"
+               : ""),
+      true);
+  // Legend.
+  const auto legend = [&](ImU32 c, const char* text) {
+    swatch(c);
+    ImGui::SameLine(0, 4);
+    ImGui::TextDisabled("%s", text);
+    ImGui::SameLine(0, 14);
+  };
+  legend(pal.block_cached, "cached-free");
+  legend(sequence_color(0), "held by one sequence");
+  legend(pal.block_shared, "shared");
+  legend(pal.block_pinned, "pinned");
+  ImGui::TextDisabled("xN = reuses");
+  layout_tree();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  if (avail.x > 720.0f) {
+    const float tree_w = std::floor(avail.x * 0.62f);
+    draw_tree(state, ImVec2(tree_w, avail.y));
+    ImGui::SameLine();
+    draw_lookups(state, ImVec2(0, avail.y));
+  } else {
+    const float tree_h = std::max(60.0f, std::floor(avail.y * 0.6f));
+    draw_tree(state, ImVec2(0, tree_h));
+    draw_lookups(state,
+                 ImVec2(0, std::max(40.0f, avail.y - tree_h - ImGui::GetStyle().ItemSpacing.y)));
+  }
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,48 @@
+// Prefix cache panel: the cached blocks as a tree (each block's parent holds the preceding prefix)
+// with hit counts and cached-free vs in-use colouring, and every request's latest lookup: hit
+// tokens and why the rest missed, all at the selected step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "app/core/prefix_tree.h"
+#include "app/panels/panel.h"
+
+namespace kvscope::ui {
+
+class PrefixPanel final : public Panel {
+ public:
+  const char* title() const override { return "Prefix cache"; }
+  std::string help() const override;
+  const char* docs_page() const override { return "docs/concepts/prefix-caching.md"; }
+  void draw(AppState& state) override;
+
+  const PrefixTreeFold& fold() const { return fold_; }  // tests
+
+ private:
+  void catch_up(const AppState& state);
+  void layout_tree();
+  void draw_tree(AppState& state, ImVec2 size);
+  void draw_lookups(AppState& state, ImVec2 size);
+  void node_tooltip(const AppState& state, const PrefixNode& n) const;
+  std::string block_text(const AppState& state, const PrefixNode& n) const;
+
+  PrefixTreeFold fold_;
+  int generation_ = -1;
+  int built_until_ = -1;
+  std::map<std::int32_t, std::vector<int>> generated_;  // request -> [position] sampled token
+  // One drawn node: a run of cached blocks where each has exactly one child (a radix-tree edge),
+  // so a long shared prefix is one node instead of a row of boxes.
+  struct Placed {
+    std::vector<std::int32_t> chain;  // blocks, root side first
+    int depth;                        // column
+    float row;                        // leaves get whole rows; parents sit at their children's mean
+  };
+  std::vector<Placed> placed_;  // this step's layout, depth-first
+  int rows_ = 0;
+  int max_depth_ = 0;
+};
+
+}  // namespace kvscope::ui

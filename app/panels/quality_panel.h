@@ -1,0 +1,37 @@
+// Quality vs memory panel: the Pareto view of KV formats: KL divergence and perplexity change
+// against the fp32 cache, over exact bytes per token, computed in the background on the real
+// model (or loaded from a `kvscope eval --sweep` CSV), each point labelled by its format.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "app/core/quality_job.h"
+#include "app/panels/panel.h"
+
+namespace kvscope::ui {
+
+class QualityPanel final : public Panel {
+ public:
+  static constexpr long kEvalTokens = 2048;  // tokens of the eval text scored per format
+
+  const char* title() const override { return "Quality vs memory"; }
+  std::string help() const override;
+  const char* docs_page() const override { return "docs/concepts/quantization.md"; }
+  void draw(AppState& state) override;
+  bool busy() const override { return job_.busy(); }
+
+  void wait_for_sweep() { job_.wait(); }  // tests
+  const QualitySweep* sweep() const { return sweep_.get(); }
+
+ private:
+  void draw_plots(AppState& state);
+
+  QualityJob job_;
+  std::shared_ptr<const QualitySweep> sweep_;
+  std::string started_for_;  // model source the running/finished sweep is for
+  std::string error_;
+  char csv_path_[512] = "reports/quant/quant_sweep.csv";
+};
+
+}  // namespace kvscope::ui

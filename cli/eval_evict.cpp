@@ -1,0 +1,360 @@
+// kvscope eval --evict and --sweep-evict: eviction variants against the fp32 reference.
+#include "cli/eval_evict.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "cli/eval_report.h"
+#include "engine/analysis/attention_stats.h"
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/kv/cache_manager.h"
+#include "engine/report/png_plot.h"
+
+namespace kvscope::cli {
+namespace {
+
+void progress_line(const std::string& name, long done, long total) {
+  if (isatty(2) == 0 || total <= 0 || (done % 64 != 0 && done != total)) return;
+  std::fprintf(stderr, "\r%-34s %3ld%%", name.c_str(), 100 * done / total);
+}
+
+struct EvictResult {
+  QualityReport report;
+  EvictionRunStats stats;
+};
+
+EvictResult evaluate(const QualityEvaluator& evaluator, const EvictionRunOptions& o,
+                     const EvictEvalSetup& setup) {
+  EvictionVariant variant(o);
+  const std::string name = variant.name();
+  EvalScope scope;
+  scope.score_from = o.context;
+  scope.bucket_size = setup.bucket_size;
+  EvictResult r{evaluator.evaluate(
+                    variant, [&](long d, long t) { progress_line(name, d, t); }, scope),
+                variant.stats()};
+  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
+  if (r.report.positions == 0) {
+    fail_expected("--context", "fewer tokens than the windows hold (nothing left to score)",
+                  std::to_string(o.context));
+  }
+  return r;
+}
+
+// Bytes the full fp32 cache holds at its peak: the longest window's blocks.
+double full_cache_bytes(const QualityReport& r, const EvictEvalSetup& setup, int block_size) {
+  const int blocks = (setup.max_window + block_size - 1) / block_size;
+  return r.reference_bytes_per_token * block_size * blocks;
+}
+
+nlohmann::json result_json(const EvictResult& e, const EvictionRunOptions& o) {
+  nlohmann::json j = report_json(e.report);
+  j["policy"] = eviction_kind_name(o.evictor.policy.kind);
+  j["budget"] = o.evictor.policy.budget;
+  j["sinks"] = o.evictor.policy.sinks;
+  j["compaction"] = compaction_policy_name(o.evictor.compaction);
+  j["positions_mode"] = position_mode_name(o.evictor.positions);
+  j["context"] = o.context;
+  j["peak_kv_bytes"] = e.stats.peak_kv_bytes;
+  j["peak_blocks"] = e.stats.peak_blocks;
+  j["mean_attended_tokens"] = e.stats.mean_attended;
+  j["tokens_evicted"] = e.stats.tokens_evicted;
+  j["blocks_freed"] = e.stats.blocks_freed;
+  j["slots_moved"] = e.stats.slots_moved;
+  j["keys_rotated"] = e.stats.keys_rotated;
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const BucketQuality& b : e.report.buckets) {
+    buckets.push_back({{"first", b.first},
+                       {"positions", b.positions},
+                       {"ppl_reference", b.ppl_reference},
+                       {"ppl_variant", b.ppl_variant},
+                       {"kl_mean", b.kl_mean},
+                       {"top1_agreement", b.top1_agreement}});
+  }
+  j["buckets"] = buckets;
+  return j;
+}
+
+std::vector<int> parse_budgets(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    int b = 0;
+    try {
+      b = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || b < 2) {
+      fail_expected("--budgets", "comma-separated integers >= 2", "'" + item + "'");
+    }
+    out.push_back(b);
+  }
+  if (out.empty()) fail_expected("--budgets", "comma-separated integers >= 2", "''");
+  return out;
+}
+
+}  // namespace
+
+EvictionRunOptions parse_eviction_options(const Args& args, const KvFormat& k, const KvFormat& v,
+                                          int block_size) {
+  EvictionRunOptions o;
+  o.k_format = k;
+  o.v_format = v;
+  o.block_size = block_size;
+  EvictionConfig& p = o.evictor.policy;
+  p.kind = parse_eviction_kind(args.get("--evict", "window"), "--evict");
+  p.budget = args.get_int("--budget", 64);
+  p.sinks = args.get_int("--sinks", 4);
+  p.recent = args.get_int("--recent", -1);
+  p.observation_window = args.get_int("--obs-window", 8);
+  if (p.kind != EvictionKind::kNone && p.budget < 2) {
+    fail_expected("--budget", "an integer >= 2", std::to_string(p.budget));
+  }
+  if (p.sinks < 0) fail_expected("--sinks", "an integer >= 0", std::to_string(p.sinks));
+  if (p.recent < -1 || p.recent == 0) {
+    fail_expected("--recent", "a positive integer (or -1: budget / 2)", std::to_string(p.recent));
+  }
+  if (p.observation_window < 1) {
+    fail_expected("--obs-window", "an integer >= 1", std::to_string(p.observation_window));
+  }
+  o.evictor.compaction = parse_compaction_policy(args.get("--compact", "never"), "--compact");
+  o.evictor.positions = parse_position_mode(args.get("--positions", "keep"), "--positions");
+  o.context = args.get_int("--context", 0);
+  if (o.context < 0) fail_expected("--context", "an integer >= 0", std::to_string(o.context));
+  return o;
+}
+
+int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& options,
+                   const EvictEvalSetup& setup) {
+  const EvictResult e = evaluate(evaluator, options, setup);
+  const QualityReport& r = e.report;
+  if (setup.json) {
+    nlohmann::json j = result_json(e, options);
+    j["source"] = setup.source;
+    j["block_size"] = options.block_size;
+    j["full_cache_peak_bytes"] = full_cache_bytes(r, setup, options.block_size);
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("eval: %s, %d windows (longest %d tokens), %ld scored positions, block %d\n",
+              setup.source.c_str(), r.windows, setup.max_window, r.positions, options.block_size);
+  if (setup.max_window > setup.seq_len) {
+    std::printf(
+        "  note: positions >= %d are past the model's trained context; the reference there "
+        "is the full fp32 cache (dense attention), itself out of distribution\n",
+        setup.seq_len);
+  }
+  std::printf("  variant              %s (%s K/V, %s)\n", r.variant.c_str(),
+              options.k_format == options.v_format ? options.k_format.name().c_str() : "mixed",
+              options.context > 0 ? ("compress after " + std::to_string(options.context) +
+                                     " prompt tokens, then continue; scored after the prompt")
+                                        .c_str()
+                                  : "streaming: evict after every token");
+  std::printf("  perplexity           %.4f (full cache %.4f, delta %+.4f)\n", r.ppl_variant,
+              r.ppl_reference, r.ppl_variant - r.ppl_reference);
+  std::printf("  KL(full || evicted)  mean %.3e, max %.3e nats\n", r.kl_mean, r.kl_max);
+  std::printf("  top-1 agreement      %.2f%%\n", 100.0 * r.top1_agreement);
+  std::printf("  peak KV bytes        %zu (%d blocks; full cache %.0f)\n", e.stats.peak_kv_bytes,
+              e.stats.peak_blocks, full_cache_bytes(r, setup, options.block_size));
+  std::printf("  attended per query   %.1f tokens on average\n", e.stats.mean_attended);
+  std::printf("  evicted %ld tokens, freed %ld blocks, moved %ld slots, re-rotated %ld keys\n",
+              e.stats.tokens_evicted, e.stats.blocks_freed, e.stats.slots_moved,
+              e.stats.keys_rotated);
+  if (!r.buckets.empty()) {
+    std::printf("  | positions | scored | ppl full | ppl evicted | mean KL | top-1 |\n");
+    std::printf("  |---|---:|---:|---:|---:|---:|\n");
+    for (const BucketQuality& b : r.buckets) {
+      std::printf("  | %d-%d | %ld | %.4f | %.4f | %.3e | %.2f%% |\n", b.first,
+                  b.first + setup.bucket_size - 1, b.positions, b.ppl_reference, b.ppl_variant,
+                  b.kl_mean, 100.0 * b.top1_agreement);
+    }
+  }
+  return 0;
+}
+
+int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
+                    const std::string& budgets_text, const EvictEvalSetup& setup,
+                    const std::string& out_dir) {
+  const std::vector<int> budgets = parse_budgets(budgets_text);
+  const std::vector<EvictionKind> policies = {EvictionKind::kWindow, EvictionKind::kSinksWindow,
+                                              EvictionKind::kH2O,    EvictionKind::kSnapKV,
+                                              EvictionKind::kTova,   EvictionKind::kRandom};
+  std::vector<std::pair<EvictionRunOptions, EvictResult>> results;
+  for (EvictionKind kind : policies) {
+    for (int budget : budgets) {
+      EvictionRunOptions o = base;
+      o.evictor.policy.kind = kind;
+      o.evictor.policy.budget = budget;
+      if (kind == EvictionKind::kSinksWindow && o.evictor.policy.sinks >= budget - 1) continue;
+      results.emplace_back(o, evaluate(evaluator, o, setup));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
+  const double full_bytes = full_cache_bytes(results.front().second.report, setup, base.block_size);
+  write_file_atomically(out_dir + "/evict_sweep.csv", [&](std::ostream& os) {
+    os << "policy,budget,sinks,compaction,positions,context,ppl_reference,ppl_variant,ppl_delta,"
+          "kl_mean,kl_max,top1_agreement,peak_kv_bytes,full_cache_peak_bytes,mean_attended,"
+          "tokens_evicted,blocks_freed,slots_moved\n";
+    os << std::setprecision(8);
+    for (const auto& [o, e] : results) {
+      const QualityReport& r = e.report;
+      os << eviction_kind_name(o.evictor.policy.kind) << ',' << o.evictor.policy.budget << ','
+         << o.evictor.policy.sinks << ',' << compaction_policy_name(o.evictor.compaction) << ','
+         << position_mode_name(o.evictor.positions) << ',' << o.context << ',' << r.ppl_reference
+         << ',' << r.ppl_variant << ',' << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean
+         << ',' << r.kl_max << ',' << r.top1_agreement << ',' << e.stats.peak_kv_bytes << ','
+         << full_bytes << ',' << e.stats.mean_attended << ',' << e.stats.tokens_evicted << ','
+         << e.stats.blocks_freed << ',' << e.stats.slots_moved << '\n';
+    }
+  });
+  std::string command = "kvscope eval --sweep-evict";
+  if (base.context > 0) command += " --context " + std::to_string(base.context);
+  command += "; windows up to " + std::to_string(setup.max_window) + " tokens";
+  PlotSpec kl;
+  kl.title = "Eviction: KL(full || evicted) vs budget";
+  kl.x_label = "budget (tokens per query; log)";
+  kl.y_label = "mean KL divergence (nats, log)";
+  kl.log_x = kl.log_y = true;
+  kl.footnote = command;
+  PlotSpec ppl = kl;
+  ppl.title = "Eviction: perplexity vs budget";
+  ppl.y_label = "perplexity (full cache: dashed line)";
+  ppl.log_y = false;
+  char ref_label[64];
+  std::snprintf(ref_label, sizeof ref_label, "full cache %.3f",
+                results.front().second.report.ppl_reference);
+  ppl.h_lines.emplace_back(results.front().second.report.ppl_reference, ref_label);
+  for (const auto& [o, e] : results) {
+    const std::string label = eviction_kind_name(o.evictor.policy.kind);
+    for (PlotSpec* spec : {&kl, &ppl}) {
+      auto it = std::find_if(spec->series.begin(), spec->series.end(),
+                             [&](const PlotSeries& s) { return s.label == label; });
+      if (it == spec->series.end()) {
+        PlotSeries s;
+        s.label = label;
+        s.markers = true;
+        spec->series.push_back(s);
+        it = spec->series.end() - 1;
+      }
+      it->x.push_back(o.evictor.policy.budget);
+      it->y.push_back(spec == &kl ? std::max(e.report.kl_mean, 1e-9) : e.report.ppl_variant);
+    }
+  }
+  write_png_plot(kl, out_dir + "/evict_kl.png");
+  write_png_plot(ppl, out_dir + "/evict_ppl.png");
+  if (setup.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& [o, e] : results) j.push_back(result_json(e, o));
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  const QualityReport& ref = results.front().second.report;
+  std::printf("source: %s; %d windows (longest %d), %ld scored positions, block %d, %s\n",
+              setup.source.c_str(), ref.windows, setup.max_window, ref.positions, base.block_size,
+              base.context > 0
+                  ? ("compress after " + std::to_string(base.context) + " tokens").c_str()
+                  : "streaming");
+  std::printf("full fp32 cache: perplexity %.4f, peak %.0f KV bytes\n", ref.ppl_reference,
+              full_bytes);
+  std::printf(
+      "| policy | budget | perplexity | delta | mean KL | top-1 agree | peak KV bytes | "
+      "vs full | blocks freed | slots moved |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& [o, e] : results) {
+    const QualityReport& r = e.report;
+    std::printf("| %s | %d | %.4f | %+.4f | %.3e | %.2f%% | %zu | %.3f | %ld | %ld |\n",
+                eviction_kind_name(o.evictor.policy.kind).c_str(), o.evictor.policy.budget,
+                r.ppl_variant, r.ppl_variant - r.ppl_reference, r.kl_mean, 100.0 * r.top1_agreement,
+                e.stats.peak_kv_bytes, static_cast<double>(e.stats.peak_kv_bytes) / full_bytes,
+                e.stats.blocks_freed, e.stats.slots_moved);
+  }
+  std::printf("wrote %s/evict_sweep.csv, evict_kl.png, evict_ppl.png\n", out_dir.c_str());
+  return 0;
+}
+
+// A sink must hold its share over many queries: with 16, a strongly local model flags every
+// recent position (each is seen by a few nearby queries only).
+constexpr int kSinkMinQueries = 128;
+
+int run_attention_report(Transformer& transformer, const std::vector<std::vector<int>>& windows,
+                         const std::string& source, double threshold) {
+  const ModelConfig& c = transformer.config();
+  const std::vector<int> ks = {1, 2, 4, 8, 16, 32};
+  // [layer][k] mass on the k most recent tokens, averaged over heads and windows (query-weighted
+  // per window by the recorder); position-0 strength per layer; every sink found.
+  std::vector<std::vector<double>> local(static_cast<std::size_t>(c.n_layers),
+                                         std::vector<double>(ks.size(), 0.0));
+  std::vector<SinkReport> sinks;
+  std::vector<double> pos0(static_cast<std::size_t>(c.n_layers), 0.0);
+  long queries = 0;
+  for (const auto& w : windows) {
+    const int n = static_cast<int>(w.size());
+    AttentionRecorder rec({c.n_layers, c.n_heads, n}, 0, 8);
+    const KvLayout layout = kv_layout_for(c, 16, (n + 15) / 16, KvFormat{}, KvFormat{});
+    KvCacheManager cache(layout, AllocatorKind::kPaged, n, true);
+    cache.add_sequence(SeqId(0));
+    for (int pos = 0; pos < n; ++pos) {
+      cache.append_slots(SeqId(0), 1);
+      transformer.forward(w[static_cast<std::size_t>(pos)], pos, cache.view(SeqId(0)), &rec);
+    }
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (std::size_t i = 0; i < ks.size(); ++i) {
+        double m = 0.0;
+        for (int h = 0; h < c.n_heads; ++h) m += rec.local_mass(l, h, ks[i]);
+        local[static_cast<std::size_t>(l)][i] += m / c.n_heads * n;
+      }
+    }
+    for (const SinkReport& s : rec.detect_sinks(0.0, 16)) {
+      if (s.position == 0) pos0[static_cast<std::size_t>(s.layer)] += s.strength / c.n_heads * n;
+    }
+    for (const SinkReport& s : rec.detect_sinks(threshold, kSinkMinQueries)) sinks.push_back(s);
+    queries += n;
+  }
+  std::printf(
+      "attention structure: %s, %zu windows, %ld queries, full fp32 cache, %d layers x %d heads\n",
+      source.c_str(), windows.size(), queries, c.n_layers, c.n_heads);
+  std::printf("| layer |");
+  for (int k : ks) std::printf(" last %d |", k);
+  std::printf(" position 0 strength |\n|---|");
+  for (std::size_t i = 0; i <= ks.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::printf("| %d |", l);
+    for (std::size_t i = 0; i < ks.size(); ++i)
+      std::printf(" %.3f |", local[static_cast<std::size_t>(l)][i] / queries);
+    std::printf(" %.2fx |\n", pos0[static_cast<std::size_t>(l)] / queries);
+  }
+  std::printf(
+      "(mass on the k most recent tokens, itself included, mean over heads and queries; "
+      "position 0 strength = its mean attention / the uniform share 1/keys, mean over heads)\n");
+  std::printf(
+      "sinks (>= %.1fx the uniform share, mean over >= %d queries, per window and head): %zu\n",
+      threshold, kSinkMinQueries, sinks.size());
+  std::vector<int> by_pos;
+  for (const SinkReport& s : sinks) by_pos.push_back(s.position);
+  std::sort(by_pos.begin(), by_pos.end());
+  int zero = static_cast<int>(std::count(by_pos.begin(), by_pos.end(), 0));
+  std::printf("  at position 0: %d; elsewhere: %zu", zero,
+              sinks.size() - static_cast<std::size_t>(zero));
+  std::sort(sinks.begin(), sinks.end(),
+            [](const SinkReport& a, const SinkReport& b) { return a.strength > b.strength; });
+  for (std::size_t i = 0; i < std::min<std::size_t>(5, sinks.size()); ++i) {
+    std::printf("%s layer %d head %d position %d %.1fx", i == 0 ? "; strongest:" : ",",
+                sinks[i].layer, sinks[i].head, sinks[i].position, sinks[i].strength);
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace kvscope::cli

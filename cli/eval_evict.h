@@ -1,0 +1,40 @@
+// kvscope eval --evict / --sweep-evict: token eviction measured on the real model against the
+// full fp32 cache (perplexity, KL, top-1 agreement, peak KV bytes), one policy or a sweep over
+// policies x budgets written as CSV + PNG.
+#pragma once
+
+#include <string>
+
+#include "cli/args.h"
+#include "engine/analysis/eviction_quality.h"
+
+namespace kvscope::cli {
+
+// The eviction flags (--evict --budget --sinks --recent --obs-window --compact --positions
+// --context) as run options over K/V formats `k`, `v` and `block_size`.
+EvictionRunOptions parse_eviction_options(const Args& args, const KvFormat& k, const KvFormat& v,
+                                          int block_size);
+
+struct EvictEvalSetup {
+  std::string source;   // where the windows came from
+  int max_window = 0;   // longest window (tokens)
+  int bucket_size = 0;  // > 0: per-position-bucket figures (long texts)
+  int seq_len = 0;      // the model's trained context
+  bool json = false;
+};
+
+// One policy: a report on stdout. Returns the exit code.
+int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& options,
+                   const EvictEvalSetup& setup);
+// Every policy x every budget in `budgets` ("16,32,64"): table on stdout, <out>/evict_sweep.csv,
+// <out>/evict_kl.png and <out>/evict_ppl.png. Returns the exit code.
+int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
+                    const std::string& budgets, const EvictEvalSetup& setup,
+                    const std::string& out_dir);
+
+// --attention: attention structure of the model on the windows, full cache (AttentionRecorder):
+// mass on the k most recent tokens per layer, and every sink found (threshold x uniform share).
+int run_attention_report(Transformer& transformer, const std::vector<std::vector<int>>& windows,
+                         const std::string& source, double threshold);
+
+}  // namespace kvscope::cli

@@ -1,0 +1,57 @@
+// Token eviction as a CacheVariant: `kvscope eval --evict` runs each window through a paged cache
+// with a TokenEvictor and compares next-token distributions with the exact fp32 cache. Also the
+// per-sequence run used by generation past the trained context (engine/evict + AttentionRecorder).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/analysis/quality.h"
+#include "engine/evict/token_evictor.h"
+
+namespace kvscope {
+
+struct EvictionRunOptions {
+  EvictorOptions evictor;
+  KvFormat k_format;  // fp32 by default: the loss measured is eviction's alone
+  KvFormat v_format;
+  int block_size = 16;
+  // 0: streaming, every policy evicts after each token, using only queries already computed.
+  // > 0: compress-then-continue (kvpress): the first `context` tokens are prefilled densely and
+  // compressed once to the budget; then the continuation runs. SnapKV is one-shot: it never
+  // compresses again (its cache grows); the other policies keep evicting after each token.
+  int context = 0;
+};
+
+// What an eviction variant did over every window it ran.
+struct EvictionRunStats {
+  std::size_t peak_kv_bytes = 0;  // most block bytes one sequence held at once (all layers, K+V)
+  int peak_blocks = 0;
+  long tokens_evicted = 0;
+  long blocks_freed = 0;
+  long slots_moved = 0;
+  long keys_rotated = 0;
+  double mean_attended = 0.0;  // mean live tokens each query attended to (itself included)
+  long queries = 0;
+};
+
+class EvictionVariant final : public CacheVariant {
+ public:
+  explicit EvictionVariant(const EvictionRunOptions& options);
+  std::string name() const override;
+  CacheFootprint footprint(const ModelConfig& c) const override;
+  void run(Transformer& t, const std::vector<int>& window,
+           const std::function<void(int, std::span<const float>)>& on_logits) override;
+  const EvictionRunStats& stats() const { return stats_; }
+  const EvictionRunOptions& options() const { return options_; }
+
+ private:
+  EvictionRunOptions options_;
+  EvictionRunStats stats_;
+  double attended_sum_ = 0.0;
+};
+
+// "window B=64", "sinks(4) B=64", ... plus compaction / position mode when not the defaults.
+std::string eviction_variant_name(const EvictorOptions& o);
+
+}  // namespace kvscope

@@ -1,0 +1,238 @@
+// TokenEvictor: eviction, block release, compaction and position shifts on one paged sequence.
+#include "engine/evict/token_evictor.h"
+
+#include <algorithm>
+
+#include "engine/analysis/attention_stats.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/common/error.h"
+#include "engine/quant/kv_codec.h"
+
+namespace kvscope {
+
+bool needs_attention(EvictionKind kind) {
+  return kind == EvictionKind::kH2O || kind == EvictionKind::kSnapKV || kind == EvictionKind::kTova;
+}
+
+TokenEvictor::TokenEvictor(KvCacheManager& cache, SeqId seq, const EvictorOptions& options,
+                           float rope_theta)
+    : cache_(cache), seq_(seq), options_(options), rope_theta_(rope_theta) {
+  const EvictionConfig& p = options_.policy;
+  if (p.kind != EvictionKind::kNone) {
+    if (p.budget < 2) fail_expected("--budget", "an integer >= 2", std::to_string(p.budget));
+    if (p.kind == EvictionKind::kSinksWindow && (p.sinks < 0 || p.sinks >= p.budget - 1)) {
+      fail_expected("--sinks",
+                    "an integer in [0, budget - 1) = [0, " + std::to_string(p.budget - 1) + ")",
+                    std::to_string(p.sinks));
+    }
+    if (p.kind == EvictionKind::kSnapKV && (p.pool_kernel < 1 || p.pool_kernel % 2 == 0)) {
+      fail_expected("snapkv pool_kernel", "an odd integer >= 1", std::to_string(p.pool_kernel));
+    }
+    if (p.kind == EvictionKind::kSnapKV && p.observation_window < 1) {
+      fail_expected("snapkv observation_window", "an integer >= 1",
+                    std::to_string(p.observation_window));
+    }
+  }
+  cache_.check_evictable(seq_, "token eviction");
+  const KvLayout& L = cache_.layout();
+  row_.resize(static_cast<std::size_t>(L.kv_heads) * L.head_dim);
+  scratch_.resize(row_.size());
+  sync();
+}
+
+void TokenEvictor::sync() {
+  const int n = cache_.table(seq_).num_tokens;
+  const int have = static_cast<int>(slot_live_.size());
+  if (n < have) {
+    throw Error("token eviction", "the sequence lost slots outside the evictor (" +
+                                      std::to_string(have) + " -> " + std::to_string(n) + ")");
+  }
+  for (int s = have; s < n; ++s) {
+    slot_live_.push_back(1);
+    slot_pos_.push_back(next_position_++);
+    slot_token_.push_back(next_token_++);
+  }
+}
+
+KvSeqView TokenEvictor::view() {
+  sync();
+  KvSeqView v = cache_.view(seq_);
+  v.slot_live = slot_live_.data();
+  v.slot_pos = slot_pos_.data();
+  return v;
+}
+
+int TokenEvictor::num_live() const {
+  return static_cast<int>(std::count(slot_live_.begin(), slot_live_.end(), std::uint8_t{1}));
+}
+
+int TokenEvictor::evict_to(int live_target, const AttentionRecorder* recorder) {
+  sync();
+  if (options_.policy.kind == EvictionKind::kNone) return 0;
+  std::vector<int> live_slots;  // ascending slots = ascending token indices
+  for (std::size_t s = 0; s < slot_live_.size(); ++s) {
+    if (slot_live_[s] != 0) live_slots.push_back(static_cast<int>(s));
+  }
+  if (static_cast<int>(live_slots.size()) <= live_target) return 0;
+  if (live_target < 1)
+    fail_expected("token eviction: live target", ">= 1", std::to_string(live_target));
+  TokenStats stats;
+  for (int s : live_slots) stats.positions.push_back(slot_token_[static_cast<std::size_t>(s)]);
+  if (needs_attention(options_.policy.kind)) {
+    if (recorder == nullptr) {
+      throw Error("token eviction",
+                  eviction_kind_name(options_.policy.kind) +
+                      " needs attention statistics; expected an AttentionRecorder");
+    }
+    stats = recorder->token_stats(stats.positions);
+  } else {
+    stats.cumulative.assign(live_slots.size(), 0.0f);
+    stats.last_query.assign(live_slots.size(), 0.0f);
+    stats.window_votes.assign(live_slots.size(), 0.0f);
+  }
+  EvictionConfig config = options_.policy;
+  config.budget = live_target;
+  const std::vector<int> keep = select_keep(config, stats, counters_.evictions);
+  std::vector<std::uint8_t> kept(live_slots.size(), 0);
+  for (int i : keep) kept[static_cast<std::size_t>(i)] = 1;
+  int evicted = 0;
+  for (std::size_t i = 0; i < live_slots.size(); ++i) {
+    if (kept[i] == 0) {
+      slot_live_[static_cast<std::size_t>(live_slots[i])] = 0;
+      ++evicted;
+    }
+  }
+  if (evicted == 0) return 0;
+  counters_.tokens_evicted += evicted;
+  ++counters_.evictions;
+  cache_.record_tokens_evicted(seq_, evicted, static_cast<int>(live_slots.size()) - evicted);
+  free_dead_blocks();
+  compact();
+  if (options_.positions == PositionMode::kShift) shift_positions();
+  return evicted;
+}
+
+void TokenEvictor::free_dead_blocks() {
+  const int bs = cache_.layout().block_size;
+  const int n = static_cast<int>(slot_live_.size());
+  for (int b = (n + bs - 1) / bs - 1; b >= 0; --b) {
+    const int first = b * bs, end = std::min(n, first + bs);
+    if (std::any_of(slot_live_.begin() + first, slot_live_.begin() + end,
+                    [](std::uint8_t v) { return v != 0; })) {
+      continue;
+    }
+    cache_.remove_block(seq_, b);
+    slot_live_.erase(slot_live_.begin() + first, slot_live_.begin() + end);
+    slot_pos_.erase(slot_pos_.begin() + first, slot_pos_.begin() + end);
+    slot_token_.erase(slot_token_.begin() + first, slot_token_.begin() + end);
+    ++counters_.blocks_freed;
+  }
+}
+
+void TokenEvictor::compact() {
+  const int bs = cache_.layout().block_size;
+  const int n = static_cast<int>(slot_live_.size());
+  const auto first_dead = std::find(slot_live_.begin(), slot_live_.end(), std::uint8_t{0});
+  if (first_dead == slot_live_.end()) return;
+  bool go = options_.compaction == CompactionPolicy::kAlways;
+  if (options_.compaction == CompactionPolicy::kHalfEmpty) {
+    // A full (not the last) block with at most half of its slots live.
+    for (int b = 0; (b + 1) * bs < n && !go; ++b) {
+      go = std::count(slot_live_.begin() + b * bs, slot_live_.begin() + (b + 1) * bs,
+                      std::uint8_t{1}) *
+               2 <=
+           bs;
+    }
+  }
+  if (!go) return;
+  // Slide every live slot after the first hole down, keeping token order.
+  int write = static_cast<int>(first_dead - slot_live_.begin());
+  for (int read = write + 1; read < n; ++read) {
+    const auto r = static_cast<std::size_t>(read), w = static_cast<std::size_t>(write);
+    if (slot_live_[r] == 0) continue;
+    cache_.move_slot(seq_, read, write);
+    slot_live_[w] = 1;
+    slot_pos_[w] = slot_pos_[r];
+    slot_token_[w] = slot_token_[r];
+    ++counters_.slots_moved;
+    ++write;
+  }
+  const int blocks_before = cache_.blocks_for(n);
+  cache_.truncate(seq_, write);
+  counters_.blocks_freed += blocks_before - cache_.blocks_for(write);
+  slot_live_.resize(static_cast<std::size_t>(write));
+  slot_pos_.resize(static_cast<std::size_t>(write));
+  slot_token_.resize(static_cast<std::size_t>(write));
+}
+
+void TokenEvictor::shift_positions() {
+  int next = 0;
+  for (std::size_t s = 0; s < slot_live_.size(); ++s) {
+    if (slot_live_[s] == 0) continue;
+    if (slot_pos_[s] != next) {
+      rotate_key(static_cast<int>(s), next - slot_pos_[s]);
+      slot_pos_[s] = next;
+    }
+    ++next;
+  }
+  next_position_ = next;
+}
+
+void TokenEvictor::rotate_key(int slot, int delta) {
+  const KvLayout& L = cache_.layout();
+  const int kv_dim = L.kv_heads * L.head_dim, bs = L.block_size;
+  KvSeqView v = cache_.view(seq_);
+  v.num_slots = slot + 1;  // the slot is the view's write slot: write_token re-encodes it
+  const BlockId block = v.blocks[static_cast<std::size_t>(slot / bs)];
+  for (int layer = 0; layer < L.n_layers; ++layer) {
+    float* key = row_.data();
+    if (L.k_format.dtype == KvDtype::kF32) {  // rotate in place
+      key = reinterpret_cast<float*>(cache_.storage()->tile(layer, KvKind::kKey, block)) +
+            static_cast<std::size_t>(slot % bs) * static_cast<std::size_t>(kv_dim);
+    } else {
+      const quant::TileReader reader(v, layer, KvKind::kKey);
+      for (int h = 0; h < L.kv_heads; ++h) {
+        const float* head = reader.head(slot, h, scratch_.data());
+        std::copy(head, head + L.head_dim, row_.begin() + static_cast<long>(h) * L.head_dim);
+      }
+    }
+    // Rotating by `delta` composes with the rotation by the old position: RoPE(p) then
+    // RoPE(delta) = RoPE(p + delta). cpu::rope rotates q and k together; q is scratch here.
+    std::copy(key, key + kv_dim, scratch_.begin());
+    cpu::rope(scratch_.data(), key, delta, kv_dim, kv_dim, L.head_dim, rope_theta_);
+    if (L.k_format.dtype != KvDtype::kF32) quant::write_token(v, layer, KvKind::kKey, key);
+    ++counters_.keys_rotated;
+  }
+}
+
+std::string compaction_policy_name(CompactionPolicy policy) {
+  switch (policy) {
+    case CompactionPolicy::kNever:
+      return "never";
+    case CompactionPolicy::kHalfEmpty:
+      return "half";
+    case CompactionPolicy::kAlways:
+      return "always";
+  }
+  return "never";
+}
+
+CompactionPolicy parse_compaction_policy(const std::string& name, const std::string& where) {
+  for (auto p :
+       {CompactionPolicy::kNever, CompactionPolicy::kHalfEmpty, CompactionPolicy::kAlways}) {
+    if (compaction_policy_name(p) == name) return p;
+  }
+  fail_expected(where, "a compaction policy (never, half, always)", "'" + name + "'");
+}
+
+std::string position_mode_name(PositionMode mode) {
+  return mode == PositionMode::kKeep ? "keep" : "shift";
+}
+
+PositionMode parse_position_mode(const std::string& name, const std::string& where) {
+  if (name == "keep") return PositionMode::kKeep;
+  if (name == "shift") return PositionMode::kShift;
+  fail_expected(where, "a position mode (keep, shift)", "'" + name + "'");
+}
+
+}  // namespace kvscope

@@ -1,0 +1,110 @@
+// The scenario format (docs/scenario-format.md): one JSON file that `kvscope run` and kvscope-ui
+// run identically. parse_scenario* validates the whole file (every compare variant included) into
+// plain structs; resolve_scenario turns one variant into the Simulator's SimConfig + requests.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/evict/policy.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/config.h"
+#include "engine/model/tokenizer.h"
+#include "engine/scenario/workload.h"
+#include "engine/sched/sim_config.h"
+
+namespace kvscope {
+
+inline constexpr int kScenarioFormatVersion = 1;
+
+// MLA: K/V replaced by a low-rank latent of `rank` values per token and layer.
+enum class MlaMode {
+  kExpanded,  // mode A: latents are expanded back to K/V before attention
+  kAbsorbed,  // mode B: the up-projections are absorbed into the query and output
+};
+
+struct MlaSettings {
+  int rank = 0;
+  MlaMode mode = MlaMode::kAbsorbed;
+};
+
+// The cache section (and, after a compare variant's overrides, one variant's cache).
+struct CacheSettings {
+  SimConfig sim;  // block size, pool in blocks, formats, allocator, prefix caching, preemption...
+  std::optional<std::int64_t> pool_bytes;  // device pool in bytes; sim.num_blocks is then unused
+  EvictionConfig token_eviction;           // kind kNone = dense (every token kept)
+  std::optional<MlaSettings> mla;          // absent = ordinary K/V
+  std::string token_eviction_at, mla_at;   // JSON paths they were set at (for errors)
+};
+
+struct ScenarioModel {
+  std::string arg;           // "" = the default model, a checkpoint path/name, "synthetic:<spec>"
+  bool bookkeeping = false;  // no forward pass: block accounting only (tokens are 0)
+};
+
+struct Caption {
+  int step = 0;
+  std::string text;
+};
+
+struct Scenario {
+  std::string path;
+  int format_version = kScenarioFormatVersion;
+  std::string title;
+  std::string description;
+  ScenarioModel model;
+  CacheSettings cache;          // the base variant
+  int max_tokens_per_step = 0;  // scheduler: per-step token budget; 0 = unlimited
+  int max_running = 0;          // scheduler: cap on running requests; 0 = unlimited
+  SamplerConfig sampler;
+  Workload workload;
+  std::optional<int> steps;       // run length in steps; absent = until every request is done
+  std::vector<Caption> captions;  // ascending steps
+  // Named variants: the base cache with the variant's overrides applied, in file order.
+  std::vector<std::pair<std::string, CacheSettings>> compare;
+
+  // The cache of a variant ("" or "base" = the base); throws naming the known variants.
+  const CacheSettings& variant(const std::string& name) const;
+  std::vector<std::string> variant_names() const;  // "base" first, then compare's names
+};
+
+// Throws kvscope::Error ("file: json.path: expected ..., got ...") on any problem.
+Scenario parse_scenario(const std::string& path);
+Scenario parse_scenario_text(const std::string& text, const std::string& path);
+
+// What the Simulator runs for one variant.
+struct ResolvedRun {
+  SimConfig config;
+  std::vector<SimRequest> requests;
+};
+
+// Resolves a variant against the model's shape: pool_bytes -> blocks, the workload -> token
+// prompts (`tokenizer` may be null when no request has text), the Mooncake trace loaded. Throws
+// naming the field for what the Simulator cannot run yet (token eviction, MLA).
+ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
+                             const ModelConfig& shape, const Tokenizer* tokenizer);
+
+// The model a scenario runs on. With bookkeeping (the scenario's or the caller's) there are no
+// weights: a synthetic model's shape is read without allocating its weights.
+struct ScenarioModelLoad {
+  ModelConfig shape;
+  std::shared_ptr<const Model> weights;        // null = bookkeeping only
+  std::shared_ptr<const Tokenizer> tokenizer;  // null when none matches the vocabulary
+  bool random_weights = false;                 // a synthetic model (label its results)
+  std::string source;  // the checkpoint path, or "synthetic:... (random weights)"
+};
+// `model_override` ("" = the scenario's model) is the command line's --model.
+ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& model_override,
+                                      bool bookkeeping);
+
+// The keys the parser accepts at the top level and in "cache" (the JSON Schema test pins them).
+std::vector<std::string> scenario_top_level_keys();
+std::vector<std::string> scenario_cache_keys();
+
+std::string mla_mode_name(MlaMode mode);
+
+}  // namespace kvscope

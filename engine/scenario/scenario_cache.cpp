@@ -1,0 +1,176 @@
+// The scenario's cache section and compare overrides: pool, KV formats, allocator, prefix caching,
+// token eviction, MLA, preemption.
+#include <string>
+
+#include "engine/common/error.h"
+#include "engine/scenario/scenario_internal.h"
+
+namespace kvscope::scenario_detail {
+
+using json = Json;
+
+namespace {
+
+constexpr int kMaxBlocks = 50'000'000;
+
+const std::vector<std::string>& eviction_keys() {
+  static const std::vector<std::string> keys = {
+      "policy", "budget", "sinks", "recent", "observation_window", "pool_kernel", "seed"};
+  return keys;
+}
+
+EvictionConfig parse_token_eviction(const JsonReader& r, const json& j, const std::string& at) {
+  r.only_keys(j, at, eviction_keys());
+  r.require(j, at, "policy", "an eviction policy name");
+  EvictionConfig e;
+  e.kind = parse_eviction_kind(r.string(j["policy"], json_path(at, "policy")),
+                               r.file() + ": " + json_path(at, "policy"));
+  if (e.kind == EvictionKind::kNone) {
+    for (const auto& k : eviction_keys()) {
+      if (k != "policy" && j.contains(k)) {
+        r.fail_text(json_path(at, k), "no other key beside \"policy\": \"none\"", "\"" + k + "\"");
+      }
+    }
+    return e;
+  }
+  r.require(j, at, "budget", "an integer >= 1 (live tokens kept per sequence)");
+  e.budget = r.int32(j["budget"], json_path(at, "budget"), 1, 1 << 24);
+  if (j.contains("sinks")) e.sinks = r.int32(j["sinks"], json_path(at, "sinks"), 0, 1 << 20);
+  if (j.contains("recent")) e.recent = r.int32(j["recent"], json_path(at, "recent"), 0, 1 << 24);
+  if (j.contains("observation_window")) {
+    e.observation_window =
+        r.int32(j["observation_window"], json_path(at, "observation_window"), 1, 1 << 16);
+  }
+  if (j.contains("pool_kernel")) {
+    e.pool_kernel = r.int32(j["pool_kernel"], json_path(at, "pool_kernel"), 1, 1 << 10);
+    if (e.pool_kernel % 2 == 0)
+      r.fail(json_path(at, "pool_kernel"), "an odd width", j["pool_kernel"]);
+  }
+  if (j.contains("seed")) {
+    e.seed = static_cast<std::uint64_t>(r.integer(j["seed"], json_path(at, "seed"), 0, INT64_MAX));
+  }
+  if (e.kind == EvictionKind::kSinksWindow && e.sinks >= e.budget) {
+    r.fail_text(json_path(at, "sinks"), "fewer sinks than the budget " + std::to_string(e.budget),
+                std::to_string(e.sinks));
+  }
+  if (e.recent > e.budget) {
+    r.fail_text(json_path(at, "recent"), "at most the budget " + std::to_string(e.budget),
+                std::to_string(e.recent));
+  }
+  return e;
+}
+
+MlaSettings parse_mla(const JsonReader& r, const json& j, const std::string& at) {
+  r.only_keys(j, at, {"rank", "mode"});
+  r.require(j, at, "rank", "an integer >= 1 (latent values per token and layer)");
+  MlaSettings m;
+  m.rank = r.int32(j["rank"], json_path(at, "rank"), 1, 1 << 16);
+  if (j.contains("mode")) {
+    const std::string mode = r.string(j["mode"], json_path(at, "mode"));
+    if (mode == "expanded")
+      m.mode = MlaMode::kExpanded;
+    else if (mode == "absorbed")
+      m.mode = MlaMode::kAbsorbed;
+    else
+      r.fail(json_path(at, "mode"), "\"expanded\" or \"absorbed\"", j["mode"]);
+  }
+  return m;
+}
+
+}  // namespace
+
+void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool is_base,
+                 CacheSettings& c) {
+  r.only_keys(j, at, scenario_cache_keys());
+  auto path = [&](const char* key) { return json_path(at, key); };
+  auto where = [&](const char* key) { return r.file() + ": " + json_path(at, key); };
+  SimConfig& cfg = c.sim;
+  if (j.contains("block_size"))
+    cfg.block_size = r.int32(j["block_size"], path("block_size"), 1, 4096);
+  if (j.contains("num_blocks") && j.contains("pool_bytes")) {
+    r.fail_text(at, "exactly one of \"num_blocks\" or \"pool_bytes\"", "both");
+  }
+  if (is_base && !j.contains("num_blocks") && !j.contains("pool_bytes")) {
+    r.fail_text(at, "exactly one of \"num_blocks\" or \"pool_bytes\"", "neither");
+  }
+  if (j.contains("num_blocks")) {
+    cfg.num_blocks = r.int32(j["num_blocks"], path("num_blocks"), 1, kMaxBlocks);
+    c.pool_bytes.reset();
+  }
+  if (j.contains("pool_bytes")) {
+    c.pool_bytes = r.integer(j["pool_bytes"], path("pool_bytes"), 1, std::int64_t{1} << 50);
+    cfg.num_blocks = 0;
+  }
+  if (j.contains("allocator")) {
+    cfg.allocator =
+        parse_allocator(r.string(j["allocator"], path("allocator")), where("allocator"));
+  }
+  if (j.contains("max_seq_len")) {
+    cfg.max_seq_len = r.int32(j["max_seq_len"], path("max_seq_len"), 0, 1 << 30);
+  }
+  if (j.contains("kv_dtype") && (j.contains("k_dtype") || j.contains("v_dtype"))) {
+    r.fail_text(path("kv_dtype"), "either \"kv_dtype\" (both) or \"k_dtype\"/\"v_dtype\"",
+                "both kinds");
+  }
+  if (j.contains("kv_dtype")) {
+    cfg.k_format = cfg.v_format =
+        parse_kv_format(r.string(j["kv_dtype"], path("kv_dtype")), where("kv_dtype"));
+  }
+  if (j.contains("k_dtype")) {
+    cfg.k_format = parse_kv_format(r.string(j["k_dtype"], path("k_dtype")), where("k_dtype"));
+  }
+  if (j.contains("v_dtype")) {
+    cfg.v_format = parse_kv_format(r.string(j["v_dtype"], path("v_dtype")), where("v_dtype"));
+  }
+  if (j.contains("prefix_caching")) {
+    cfg.prefix_caching = r.boolean(j["prefix_caching"], path("prefix_caching"));
+  }
+  if (j.contains("prefix_index")) {
+    const auto kind = parse_index_kind(r.string(j["prefix_index"], path("prefix_index")));
+    if (!kind) r.fail(path("prefix_index"), "\"hash\" or \"radix\"", j["prefix_index"]);
+    cfg.prefix_index = *kind;
+  }
+  if (j.contains("cached_block_eviction")) {
+    const auto kind =
+        parse_eviction_policy(r.string(j["cached_block_eviction"], path("cached_block_eviction")));
+    if (!kind) {
+      r.fail(path("cached_block_eviction"), "\"lru\", \"lfu\" or \"fifo\"",
+             j["cached_block_eviction"]);
+    }
+    cfg.cached_block_eviction = *kind;
+  }
+  for (const char* key : {"prefix_index", "cached_block_eviction"}) {
+    if (j.contains(key) && !cfg.prefix_caching) {
+      r.fail_text(path(key), "\"prefix_caching\": true beside it", "prefix caching off");
+    }
+  }
+  if (j.contains("token_eviction")) {
+    c.token_eviction = parse_token_eviction(r, j["token_eviction"], path("token_eviction"));
+    c.token_eviction_at = path("token_eviction");
+  }
+  if (j.contains("mla")) {
+    if (j["mla"].is_null()) {
+      c.mla.reset();
+    } else {
+      c.mla = parse_mla(r, j["mla"], path("mla"));
+    }
+    c.mla_at = path("mla");
+  }
+  if (j.contains("preemption")) {
+    cfg.preemption =
+        parse_preemption(r.string(j["preemption"], path("preemption")), where("preemption"));
+  }
+  if (j.contains("victim")) {
+    cfg.victim = parse_victim(r.string(j["victim"], path("victim")), where("victim"));
+  }
+  if (j.contains("host_blocks")) {
+    cfg.host_blocks = r.int32(j["host_blocks"], path("host_blocks"), 0, kMaxBlocks);
+  }
+  if (cfg.prefix_caching && cfg.allocator != AllocatorKind::kPaged) {
+    r.fail_text(j.contains("allocator") ? path("allocator") : path("prefix_caching"),
+                "the paged allocator (contiguous regions are private to one request)",
+                "allocator \"contiguous\"");
+  }
+}
+
+}  // namespace kvscope::scenario_detail

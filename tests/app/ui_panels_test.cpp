@@ -1,0 +1,264 @@
+// The new panels' data paths on real runs: policy overrides restart deterministically, the prefix
+// tree folded from events matches the pool's cached blocks at every step, the attention capture
+// holds real softmax rows, the compare variant runs, and sweep CSVs load or fail with a clear line.
+#include <gtest/gtest.h>
+#include <imgui.h>
+
+#include <filesystem>
+#include <fstream>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "app/core/attention_job.h"
+#include "app/core/headless.h"
+#include "app/core/prefix_tree.h"
+#include "app/core/quality_job.h"
+#include "app/core/run_session.h"
+#include "app/core/shell.h"
+#include "app/panels/compare_panel.h"
+#include "engine/common/error.h"
+#include "engine/kv/kv_format.h"
+#include "engine/scenario/scenario.h"
+#include "tests/app/ui_test_support.h"
+
+namespace kvscope::ui {
+namespace {
+
+using test::run_checked_frame;
+
+std::string scenario(const char* name) {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name;
+}
+
+TEST(PolicyOverride, RestartsTheScenarioWithTheOverride) {
+  PolicyOverride o;
+  o.block_size = 8;
+  o.k_format = parse_kv_format("int8", "test");
+  o.v_format = parse_kv_format("int8", "test");
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), true, o);
+  run->wait();
+  const std::shared_ptr<const RunInfo> info = run->run_info();
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->config.block_size, 8);
+  EXPECT_EQ(run->timeline()->header().block_size, 8);
+  EXPECT_EQ(info->config.k_format.name(), "int8");
+  EXPECT_NE(info->scenario_config.block_size, 8) << "the scenario's own value stays recorded";
+  EXPECT_EQ(info->override, o);
+  EXPECT_EQ(o.describe(), "block 8, KV int8");
+  // Same override twice: byte-identical metrics (deterministic restart).
+  std::unique_ptr<RunSession> again = RunSession::open(scenario("minimal.json"), true, o);
+  again->wait();
+  ASSERT_EQ(again->timeline()->num_steps(), run->timeline()->num_steps());
+  for (int s = 0; s < run->timeline()->num_steps(); ++s)
+    EXPECT_EQ(again->timeline()->metrics(s).blocks_used, run->timeline()->metrics(s).blocks_used);
+}
+
+TEST(PolicyOverride, PoolBytesSetTheBlockCount) {
+  std::unique_ptr<RunSession> base = RunSession::open(scenario("minimal.json"), true);
+  const std::shared_ptr<const RunInfo> info = base->run_info();
+  PolicyOverride o;
+  o.pool_bytes = 3 * block_bytes(info->shape, info->config) + 5;
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), true, o);
+  EXPECT_EQ(run->run_info()->config.num_blocks, 3);
+  EXPECT_EQ(pool_blocks(*info, info->config, o), 3);
+}
+
+TEST(PolicyOverride, ImpossibleOverridesAreOneLineErrorsNamingTheField) {
+  PolicyOverride o;
+  o.allocator = AllocatorKind::kContiguous;  // the scenario caches prefixes
+  try {
+    RunSession::open(scenario("shared-system-prompt.json"), true, o);
+    FAIL() << "prefix caching on the contiguous allocator must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prefix_caching"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shared-system-prompt.json"), std::string::npos)
+        << e.what();
+  }
+  try {
+    RunSession::open(scenario("minimal.json"), true, o);  // 16 blocks, 32 reserved per request
+    FAIL() << "a contiguous reservation larger than the pool must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("minimal.json: cache"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PolicyOverride, TheShellRestartsOnARequestAndKeepsTheRunOnErrors) {
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  UiShell shell(RunSession::open(scenario("minimal.json"), true), imgui.fonts());
+  PolicyOverride o;
+  o.block_size = 4;
+  shell.state().restart_request = o;
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "restart request");
+  ASSERT_NE(shell.session()->run_info(), nullptr);
+  EXPECT_EQ(shell.session()->run_info()->override, o);
+  EXPECT_EQ(shell.state().header().block_size, 4);
+  shell.restart();  // Ctrl+R keeps the override
+  EXPECT_EQ(shell.session()->run_info()->override, o);
+  PolicyOverride bad;
+  bad.prefix_caching = true;
+  bad.allocator = AllocatorKind::kContiguous;
+  shell.state().restart_request = bad;
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "bad restart request");
+  EXPECT_EQ(shell.session()->run_info()->override, o) << "the previous run stays loaded";
+}
+
+// The tree folded from events must agree with the Timeline's own replay at every step: the nodes
+// are exactly the cached blocks, and each node hangs under the block of the preceding prefix.
+TEST(PrefixTreeFold, MatchesTheCachedBlocksAtEveryStep) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("shared-system-prompt.json"));
+  run->wait();
+  const Timeline& t = *run->timeline();
+  PrefixTreeFold fold;
+  fold.reset(t.header().num_blocks, t.header().block_size);
+  std::int64_t max_hits = 0;
+  std::size_t max_nodes = 0;
+  for (int s = 0; s < t.num_steps(); ++s) {
+    for (const Event& e : t.events_at(s)) fold.apply(e);
+    const PoolState pool = t.state_at(s);
+    std::set<int> cached;
+    for (std::size_t b = 0; b < pool.blocks.size(); ++b)
+      if (pool.blocks[b].cached || pool.blocks[b].status == BlockStatus::kCachedFree)
+        cached.insert(static_cast<int>(b));
+    std::set<int> nodes;
+    for (const auto& [id, n] : fold.nodes()) {
+      nodes.insert(id);
+      max_hits = std::max(max_hits, n.hits);
+      if (n.logical == 0) {
+        EXPECT_EQ(n.parent, -1) << "step " << s << " block " << id;
+      } else {
+        ASSERT_TRUE(fold.nodes().count(n.parent)) << "step " << s << " block " << id;
+        EXPECT_EQ(fold.nodes().at(n.parent).logical, n.logical - 1);
+      }
+    }
+    ASSERT_EQ(nodes, cached) << "step " << s;
+    max_nodes = std::max(max_nodes, nodes.size());
+  }
+  EXPECT_GT(max_nodes, 7u);
+  EXPECT_EQ(fold.roots().size(), 1u) << "every request shares the system prompt's first block";
+  EXPECT_GE(max_hits, 17) << "17 requests reuse the system prompt's blocks";
+  EXPECT_EQ(fold.lookups().size(), 18u);
+  EXPECT_EQ(fold.lookups().at(0).reason, MissReason::kFirstOccurrence);
+  EXPECT_EQ(fold.hit_tokens_total(), t.all_metrics().back().prefix_hit_tokens);
+}
+
+TEST(AttentionJob, CapturesSoftmaxRowsOfTheRealModelInTheBackground) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  const std::shared_ptr<const RunInfo> info = run->run_info();
+  ASSERT_NE(info->model, nullptr);
+  const std::vector<int> tokens = info->prompts.at(0);
+  ASSERT_GT(tokens.size(), 4u);
+  AttentionJob job;
+  ASSERT_TRUE(job.start(info->model, info->config, 7, 0, tokens));
+  job.cancel_after_finish();
+  const std::shared_ptr<AttentionCapture> cap = job.take();
+  ASSERT_NE(cap, nullptr);
+  ASSERT_TRUE(cap->error.empty()) << cap->error;
+  EXPECT_EQ(cap->generation, 7);
+  ASSERT_TRUE(cap->recorder->has_full_matrices());
+  const int n = static_cast<int>(tokens.size());
+  for (int layer = 0; layer < cap->n_layers; ++layer) {
+    for (int q = 0; q < n; ++q) {
+      double sum = 0.0;
+      for (int k = 0; k <= q; ++k) sum += cap->recorder->weight(layer, 1, q, k);
+      EXPECT_NEAR(sum, 1.0, 1e-4) << "layer " << layer << " query " << q;
+    }
+  }
+  EXPECT_EQ(job.take(), nullptr) << "a capture is handed over once";
+}
+
+TEST(ComparePanel, RunsTheVariantBesideTheCurrentRun) {
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), true);
+  run->wait();
+  AppState state(run->make_source());
+  ComparePanel panel;
+  state.compare_variant.block_size = 4;
+  state.compare_variant_version = 5;
+  run_checked_frame(
+      [&] {
+        ImGui::Begin("cmp");
+        panel.draw(state);
+        ImGui::End();
+      },
+      "compare");
+  ASSERT_NE(panel.variant(), nullptr);
+  panel.variant()->wait();
+  EXPECT_EQ(panel.variant()->timeline()->header().block_size, 4);
+  EXPECT_EQ(panel.variant()->run_info()->config.num_blocks, run->run_info()->config.num_blocks);
+  EXPECT_GT(panel.variant()->timeline()->num_steps(), 10);
+}
+
+TEST(QualitySweepCsv, LoadsWhatKvscopeEvalWritesAndNamesBadLines) {
+  const auto dir = std::filesystem::temp_directory_path() / "kvscope_ui_panels_test";
+  std::filesystem::create_directories(dir);
+  const std::string good = (dir / "good.csv").string();
+  {
+    std::ofstream f(good);
+    f << "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
+         "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n"
+         "fp32,1280,0,1280,5.5,5.5,0,0,0,1\n"
+         "int8,340,0,340,5.5,5.52,0.02,0.001,0.01,0.99\n";
+  }
+  const QualitySweep s = load_sweep_csv(good);
+  ASSERT_EQ(s.reports.size(), 2u);
+  EXPECT_EQ(s.reports[1].variant, "int8");
+  EXPECT_DOUBLE_EQ(s.reports[1].kl_mean, 0.001);
+  EXPECT_DOUBLE_EQ(s.reports[1].ppl_variant, 5.52);
+  const std::string bad = (dir / "bad.csv").string();
+  {
+    std::ofstream f(bad);
+    f << "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
+         "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n"
+         "int8,340,0,340,5.5,5.52,0.02,lots,0.01,0.99\n";
+  }
+  try {
+    load_sweep_csv(bad);
+    FAIL() << "a non-number must be refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("bad.csv: line 2: kl_mean"), std::string::npos) << what;
+    EXPECT_NE(what.find("lots"), std::string::npos) << what;
+  }
+  EXPECT_THROW(load_sweep_csv((dir / "missing.csv").string()), Error);
+}
+
+}  // namespace
+}  // namespace kvscope::ui
+
+namespace kvscope::ui {
+namespace {
+
+// Presenter captions: the scenario's captions reach the UI, and PageDown walks the run to each
+// caption's step in order.
+TEST(PresenterCaptions, PageDownJumpsToEachCaptionStep) {
+  const std::string path = scenario("shared-system-prompt.json");
+  const Scenario parsed = parse_scenario(path);
+  ASSERT_GE(parsed.captions.size(), 2u);
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  UiShell shell(RunSession::open(path, true), imgui.fonts());
+  ASSERT_NE(shell.session()->run_info(), nullptr);
+  const std::vector<Caption>& captions = shell.session()->run_info()->captions;
+  ASSERT_EQ(captions.size(), parsed.captions.size());
+  for (std::size_t i = 0; i < captions.size(); ++i) {
+    EXPECT_EQ(captions[i].step, parsed.captions[i].step);
+    EXPECT_EQ(captions[i].text, parsed.captions[i].text);
+  }
+  while (shell.session()->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "first frame");
+  shell.state().set_step(0);
+  ImGuiIO& io = ImGui::GetIO();
+  constexpr int kPageDown = 300;  // any free slot of io.KeysDown: the headless context has no keymap
+  io.KeyMap[ImGuiKey_PageDown] = kPageDown;
+  for (const Caption& c : captions) {
+    if (c.step == 0 && shell.state().step() == 0) continue;  // already there
+    io.KeysDown[kPageDown] = true;
+    run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "PageDown");
+    io.KeysDown[kPageDown] = false;
+    run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "key up");
+    EXPECT_EQ(shell.state().step(), c.step) << c.text;
+  }
+}
+
+}  // namespace
+}  // namespace kvscope::ui

@@ -1,0 +1,74 @@
+// Scenario keys for prefix caching, parallel sampling and the sampler; pool_bytes holds more
+// blocks (and so more tokens) for smaller KV formats.
+#include <gtest/gtest.h>
+
+#include "engine/common/error.h"
+#include "engine/scenario/scenario.h"
+#include "tests/scenario/scenario_test_support.h"
+#include "tests/test_support.h"
+
+namespace kvscope {
+namespace {
+
+using testing::scenario_error;
+using testing::scenario_json;
+
+std::string error_of(const std::string& cache, const std::string& extra = "",
+                     const std::string& requests = R"([{"prompt": "a", "max_new_tokens": 1}])") {
+  return scenario_error(scenario_json(cache, requests, extra));
+}
+
+TEST(ScenarioPrefix, ParsesCachingSamplingAndN) {
+  const Scenario s =
+      parse_scenario_text(scenario_json(
+                              R"("num_blocks": 8, "prefix_caching": true, "prefix_index": "radix",
+             "cached_block_eviction": "lfu")",
+                              R"([{"prompt": "a", "max_new_tokens": 2, "n": 3}])",
+                              R"(, "sampler": {"temperature": 0.7, "top_p": 0.5, "seed": 3})"),
+                          "s.json");
+  const auto& m = testing::real_model();
+  const ResolvedRun run = resolve_scenario(s, "", m.model->config(), m.tokenizer.get());
+  EXPECT_TRUE(run.config.prefix_caching);
+  EXPECT_EQ(run.config.prefix_index, IndexKind::kRadix);
+  EXPECT_EQ(run.config.cached_block_eviction, EvictionPolicyKind::kLfu);
+  EXPECT_FLOAT_EQ(run.config.sampler.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(run.config.sampler.top_p, 0.5f);
+  EXPECT_EQ(run.config.sampler.seed, 3u);
+  EXPECT_EQ(run.requests[0].n_samples, 3);
+}
+
+TEST(ScenarioPrefix, ClearErrors) {
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "allocator": "contiguous", "prefix_caching": true)"),
+            "s.json: cache.allocator: expected the paged allocator (contiguous regions are "
+            "private to one request), got allocator \"contiguous\"");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true, "prefix_index": "trie")"),
+            "s.json: cache.prefix_index: expected \"hash\" or \"radix\", got \"trie\"");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": 1)"),
+            "s.json: cache.prefix_caching: expected true or false, got 1");
+  EXPECT_EQ(error_of(R"("num_blocks": 8)", "", R"([{"prompt": "a", "max_new_tokens": 1, "n": 0}])"),
+            "s.json: workload.requests[0].n: expected an integer in [1, 256], got 0");
+  EXPECT_NE(error_of(R"("num_blocks": 8)", R"(, "sampler": {"temperature": -1})")
+                .find("sampler.temperature"),
+            std::string::npos);
+}
+
+// A pool given in bytes: blocks = pool_bytes / block bytes, so halving the bytes per element
+// doubles the blocks and the tokens the pool holds.
+TEST(ScenarioPrefix, PoolBytesHoldsMoreTokensForSmallerFormats) {
+  const ModelConfig& shape = testing::real_model().model->config();
+  auto blocks_for = [&](const char* dtype) {
+    const Scenario s = parse_scenario_text(
+        scenario_json(std::string(R"("block_size": 16, "pool_bytes": 4000000, "kv_dtype": ")") +
+                      dtype + "\""),
+        "s.json");
+    return resolve_scenario(s, "", shape, nullptr).config.num_blocks;
+  };
+  const int fp32 = blocks_for("fp32"), fp16 = blocks_for("fp16"), int8 = blocks_for("int8");
+  EXPECT_GT(fp32, 10);
+  EXPECT_NEAR(static_cast<double>(fp16) / fp32, 2.0, 0.05);
+  EXPECT_GE(static_cast<double>(int8) / fp32, 3.0) << "int8 keeps per-group scales";
+  EXPECT_LE(static_cast<double>(int8) / fp32, 4.0 + 1e-9);
+}
+
+}  // namespace
+}  // namespace kvscope
