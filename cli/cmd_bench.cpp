@@ -4,6 +4,7 @@
 //   kv        paged vs contiguous decode cost on the same model, interleaved runs
 //   alloc     block allocate + free cost of the paged pool
 //   quant     decode attention cost per KV format (cmd_bench_quant.cpp)
+//   mla       latent (MLA) attention vs MHA attention at DeepSeek-V3 shape (cmd_bench_mla.cpp)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,12 +20,13 @@
 namespace kvscope::cli {
 
 int bench_quant(const Args& args);  // cmd_bench_quant.cpp
+int bench_mla(const Args& args);    // cmd_bench_mla.cpp
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kHelp = R"(usage: kvscope bench <generate|kv|alloc> [options]
+constexpr const char* kHelp = R"(usage: kvscope bench <generate|kv|alloc|quant|mla> [options]
 
   generate   decode tokens/s: --model M --steps N (default 256) --threads T --repeat R (default 5)
              --allocator paged|contiguous --block-size B
@@ -33,6 +35,9 @@ constexpr const char* kHelp = R"(usage: kvscope bench <generate|kv|alloc> [optio
   alloc      BlockPool allocate + free: --blocks N (default 100000) --ops M (default 10000000)
   quant      decode attention cost per KV format vs fp32, same run: --model M --tokens N
              (default 512) --block-size B --threads T (default 1) --repeat R
+  mla        absorbed latent attention vs MHA attention, one layer, same run: --model M (default
+             synthetic:deepseek-v3-mla-dims, random weights) --tokens N (default 1024)
+             --kv-dtype F (default fp32) --block-size B --threads T (default 1) --repeat R
 )";
 
 struct Timing {
@@ -141,7 +146,7 @@ int bench_alloc(const Args& args) {
 int cmd_bench(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
-             "--block-size", "--blocks", "--ops", "--tokens"},
+             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype"},
             {"--help"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -152,7 +157,8 @@ int cmd_bench(const Argv& argv) {
   if (what == "kv") return bench_kv(args);
   if (what == "alloc") return bench_alloc(args);
   if (what == "quant") return bench_quant(args);
-  fail_expected("bench", "generate, kv, alloc or quant", "'" + what + "'");
+  if (what == "mla") return bench_mla(args);
+  fail_expected("bench", "generate, kv, alloc, quant or mla", "'" + what + "'");
 }
 
 }  // namespace kvscope::cli

@@ -1,6 +1,7 @@
 // kvscope eval: quality of KV cache formats on the real model against the exact fp32 cache
 // (perplexity, KL divergence, top-1 agreement, exact bytes per token); --sweep runs every format
-// and writes the Pareto view as CSV and PNG.
+// and writes the Pareto view as CSV and PNG; --mla-rank converts the model to an MLA latent cache
+// and --mla-sweep runs MLA ranks and modes beside the formats.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "cli/eval_report.h"
 #include "engine/analysis/quality.h"
 #include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/locate.h"
 
 namespace kvscope::cli {
@@ -32,7 +34,8 @@ constexpr const char* kHelp = R"(usage: kvscope eval [options]
   --threads N                CPU threads (default: all cores)
   --json                     print the report as JSON
   --sweep                    evaluate every format; writes quant_sweep.csv and PNG plots
-  --out DIR                  where --sweep writes (default reports/quant, reports/evict)
+  --out DIR                  where --sweep writes (default reports/quant, reports/evict,
+                             reports/mla)
   --long N                   concatenate the stories (BOS between them) into windows of N tokens
                              (N may exceed the model's seq_len: the reference there is dense
                              attention past the trained context); reports per-position buckets
@@ -54,6 +57,15 @@ token eviction (K/V fp32 unless --kv-dtype is given, so the loss is eviction's a
   --budgets LIST             budgets for --sweep-evict (default 16,32,64,128,256)
   --attention                attention structure on the windows (full cache): mass on the most
                              recent tokens per layer, sinks (--sink-threshold X, default 4)
+
+MLA latent cache (the K/V projections factorized by SVD):
+  --mla-rank R               latent rank R; latents in --kv-dtype, default fp32 here
+  --mla-mode a|b             a: rebuild K/V from latents (exact at full rank, default);
+                             b: absorbed attention on latents with decoupled RoPE
+  --mla-rope-dims D          mode b: rotary dims kept per KV head (even, default 2)
+  --mla-rope-select S        mode b: high-freq (default) or norm (largest |W_q| x |W_k| pairs)
+  --mla-sweep                MLA ranks (mode a, mode b) and every format; writes mla_sweep.csv
+                             and PNG plots of quality vs bytes per token
 
 formats: fp32 fp16 bf16 fp8-e4m3 fp8-e5m2 int8 int4[-gN] int2[-gN] kivi2[-rN][-gN] kivi4[-rN][-gN]
 )";
@@ -108,8 +120,9 @@ int cmd_eval(const Argv& argv) {
             {"--model", "--tokenizer", "--text", "--sample", "--seed", "--kv-dtype", "--k-dtype",
              "--v-dtype", "--block-size", "--threads", "--out", "--long", "--bucket", "--evict",
              "--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions",
-             "--context", "--budgets", "--sink-threshold"},
-            {"--help", "--json", "--sweep", "--sweep-evict", "--attention"});
+             "--context", "--budgets", "--sink-threshold", "--mla-rank", "--mla-mode",
+             "--mla-rope-dims", "--mla-rope-select"},
+            {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -121,6 +134,16 @@ int cmd_eval(const Argv& argv) {
   if (args.has("--kv-dtype") && (args.has("--k-dtype") || args.has("--v-dtype"))) {
     throw Error("--kv-dtype", "give either --kv-dtype or --k-dtype/--v-dtype, not both");
   }
+  const bool mla = args.has("--mla-rank");
+  for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
+    if (args.has(f) && !mla) throw Error(f, "needs --mla-rank R");
+  }
+  if (mla && (args.has("--sweep") || args.has("--mla-sweep")))
+    throw Error("--mla-rank", "give either --mla-rank or a sweep, not both");
+  if (args.has("--sweep") && args.has("--mla-sweep"))
+    throw Error("--mla-sweep", "give either --sweep or --mla-sweep, not both");
+  if (mla && (args.has("--k-dtype") || args.has("--v-dtype")))
+    throw Error("--mla-rank", "latents have one format: use --kv-dtype, not --k-dtype/--v-dtype");
   const int block_size = args.get_int("--block-size", 16);
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));
@@ -145,7 +168,11 @@ int cmd_eval(const Argv& argv) {
   if (args.has("--evict") && args.has("--sweep-evict")) {
     throw Error("--evict", "give either --evict or --sweep-evict, not both");
   }
-  const std::string default_kv = args.get("--kv-dtype", evicting ? "fp32" : "fp16");
+  if (args.has("--mla-sweep") && (evicting || args.has("--attention")))
+    throw Error("--mla-sweep", "give either --mla-sweep or --evict/--sweep-evict/--attention");
+  if (mla && (evicting || args.has("--attention")))
+    throw Error("--mla-rank", "MLA is not combined with --evict, --sweep-evict or --attention yet");
+  const std::string default_kv = args.get("--kv-dtype", evicting || mla ? "fp32" : "fp16");
   const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv),
                                      args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
   const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv),
@@ -159,10 +186,26 @@ int cmd_eval(const Argv& argv) {
   auto backend = make_cpu_backend(threads);
   Transformer transformer(loaded.model, *backend);
   const ModelConfig& c = transformer.config();
-  k.validate(block_size, c.n_kv_heads, c.head_dim(),
-             args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
-  v.validate(block_size, c.n_kv_heads, c.head_dim(),
-             args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+  std::shared_ptr<const MlaCodec> codec;
+  if (mla) {
+    MlaOptions o;
+    o.mode = parse_mla_mode(args.get("--mla-mode", "a"), "--mla-mode");
+    o.rank = args.get_int("--mla-rank", 0);
+    o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
+    o.rope_select =
+        parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
+    codec = std::make_shared<const MlaCodec>(make_mla_codec(*loaded.model, o));
+    // Throws naming --kv-dtype when the format cannot store this latent shape.
+    const KvLayout L = mla_layout_for(c, *codec, block_size, 1, k);
+    k.validate(block_size, L.row_heads(KvKind::kKey), L.row_head_dim(KvKind::kKey), "--kv-dtype");
+    k.validate(block_size, L.row_heads(KvKind::kValue), L.row_head_dim(KvKind::kValue),
+               "--kv-dtype");
+  } else {
+    k.validate(block_size, c.n_kv_heads, c.head_dim(),
+               args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
+    v.validate(block_size, c.n_kv_heads, c.head_dim(),
+               args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+  }
 
   std::vector<std::vector<int>> windows;
   std::string source;
@@ -219,7 +262,12 @@ int cmd_eval(const Argv& argv) {
     return run_sweep(*evaluator, c, block_size, source, args.get("--out", "reports/quant"),
                      args.has("--json"));
   }
-  auto variant = make_kv_format_variant(k, v, block_size);
+  if (args.has("--mla-sweep")) {
+    return run_mla_sweep(*evaluator, *loaded.model, block_size, source,
+                         args.get("--out", "reports/mla"), args.has("--json"));
+  }
+  auto variant =
+      mla ? make_mla_variant(codec, k, block_size) : make_kv_format_variant(k, v, block_size);
   QualityReport r;
   {
     Progress bar(variant->name());
@@ -229,12 +277,30 @@ int cmd_eval(const Argv& argv) {
     nlohmann::json j = report_json(r);
     j["source"] = source;
     j["block_size"] = block_size;
+    if (codec) {
+      double e = 0.0;
+      for (double x : codec->energy_kept) e += x / static_cast<double>(codec->energy_kept.size());
+      j["mla_rank"] = codec->rank();
+      j["mla_full_rank"] = codec->full_rank;
+      j["mla_energy_kept_mean"] = e;
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("eval: %s, %d windows, %ld scored positions, block %d\n", source.c_str(), r.windows,
               r.positions, block_size);
   std::printf("  variant              %s\n", r.variant.c_str());
+  if (codec) {
+    double e = 0.0;
+    for (double x : codec->energy_kept) e += x / static_cast<double>(codec->energy_kept.size());
+    std::printf(
+        "  MLA                  rank %d of %d, %.2f%% of ||[W_k%s; W_v]||^2 kept (mean over "
+        "layers)%s\n",
+        codec->rank(), codec->full_rank, 100.0 * e,
+        codec->options.mode == MlaMode::kAbsorbed ? "_nope" : "",
+        codec->options.mode == MlaMode::kAbsorbed ? "; non-RoPE dims lose rotation, no fine-tuning"
+                                                  : "");
+  }
   std::printf("  perplexity           %.4f (fp32 %.4f, delta %+.4f)\n", r.ppl_variant,
               r.ppl_reference, r.ppl_variant - r.ppl_reference);
   std::printf("  KL(fp32 || variant)  mean %.3e, max %.3e nats\n", r.kl_mean, r.kl_max);

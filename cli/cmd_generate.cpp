@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/evict/eviction_hook.h"
 #include "engine/model/generate.h"
 #include "engine/model/locate.h"
@@ -27,7 +28,12 @@ constexpr const char* kHelp = R"(usage: kvscope generate [options]
   --threads N                        CPU threads (default: all cores)
   --block-size B                     KV block size in tokens (default 16)
   --allocator paged|contiguous       KV allocator (default contiguous)
-  --kv-dtype F                       KV format (default fp32)
+  --kv-dtype F                       KV format (default fp32; with --mla-rank: the latents')
+  --mla-rank R                       MLA latent cache of rank R (K/V projections factorized by SVD)
+  --mla-mode a|b                     a: rebuild K/V from latents (default); b: absorbed attention
+                                     on latents with decoupled RoPE (no fine-tuning: quality drops)
+  --mla-rope-dims D                  mode b: rotary dims kept per KV head (even, default 2)
+  --mla-rope-select S                mode b: high-freq (default) or norm
 
   --through-bos                      keep going when the model ends a story (BOS), as stories
                                      are concatenated in training (run.c stops there)
@@ -75,13 +81,15 @@ int cmd_generate(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--prompt", "--steps", "--temperature", "--top-p", "--seed",
              "--threads", "--block-size", "--allocator", "--kv-dtype", "--evict", "--budget",
-             "--sinks", "--recent", "--obs-window", "--compact", "--positions"},
+             "--sinks", "--recent", "--obs-window", "--compact", "--positions", "--mla-rank",
+             "--mla-mode", "--mla-rope-dims", "--mla-rope-select"},
             {"--help", "--through-bos"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (!args.positional().empty()) throw Error(args.positional()[0], "unexpected argument; see --help");
+  if (!args.positional().empty())
+    throw Error(args.positional()[0], "unexpected argument; see --help");
   LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
   if (!loaded.tokenizer) {
     throw Error(loaded.model->source(), "no tokenizer with " +
@@ -147,19 +155,45 @@ int cmd_generate(const Argv& argv) {
     hook = std::make_unique<EvictingCacheHook>(eo, c, options.steps);
     options.cache_hook = hook.get();
   }
+  if (args.has("--mla-rank") && evicting)
+    throw Error("--mla-rank", "MLA is not combined with --evict yet");
+  for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
+    if (args.has(f) && !args.has("--mla-rank")) throw Error(f, "needs --mla-rank R");
+  }
+  std::unique_ptr<MlaCodec> codec;
+  if (args.has("--mla-rank")) {
+    MlaOptions o;
+    o.mode = parse_mla_mode(args.get("--mla-mode", "a"), "--mla-mode");
+    o.rank = args.get_int("--mla-rank", 0);
+    o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
+    o.rope_select =
+        parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
+    codec = std::make_unique<MlaCodec>(make_mla_codec(*loaded.model, o));
+    const KvLayout L =
+        mla_layout_for(loaded.model->config(), *codec, options.block_size, 1, options.k_format);
+    for (KvKind kind : {KvKind::kKey, KvKind::kValue})
+      options.k_format.validate(options.block_size, L.row_heads(kind), L.row_head_dim(kind),
+                                "--kv-dtype");
+    options.mla = codec.get();
+  }
   auto backend = make_cpu_backend(threads);
   Transformer transformer(loaded.model, *backend);
-  GenerateResult r = generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-  });
+  GenerateResult r =
+      generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      });
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const double tps = r.seconds > 0 ? (static_cast<double>(r.tokens.size()) - 2) / r.seconds : 0.0;
-  std::fprintf(stderr, "%s%d tokens (%d prompt), %.1f tokens/s, KV %ld bytes used of %ld allocated (%s, %s, block %d)\n",
+  std::string cache = options.k_format.name();
+  if (codec) cache = codec->name() + " latents " + cache;
+  std::fprintf(stderr,
+               "%s%d tokens (%d prompt), %.1f tokens/s, KV %ld bytes used of %ld allocated (%s, "
+               "%s, block %d)\n",
                loaded.model->is_random_weights() ? "[random weights] " : "",
                static_cast<int>(r.tokens.size()), r.num_prompt_tokens, tps, r.kv_bytes_used,
-               r.kv_bytes_allocated, alloc.c_str(), options.k_format.name().c_str(), options.block_size);
+               r.kv_bytes_allocated, alloc.c_str(), cache.c_str(), options.block_size);
   print_position_buckets(r, c.seq_len, loaded.model->is_random_weights(), hook.get());
   return 0;
 }

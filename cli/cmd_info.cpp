@@ -1,10 +1,12 @@
 // kvscope info: a model's shape, parameter count and KV bytes per token per format.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "engine/common/error.h"
+#include "engine/kv/kv_storage.h"
 #include "engine/model/locate.h"
 
 namespace kvscope::cli {
@@ -12,12 +14,15 @@ namespace kvscope::cli {
 int cmd_info(const Argv& argv) {
   Args args(argv, {"--model"}, {"--help"});
   if (args.has("--help")) {
-    std::fputs("usage: kvscope info [--model PATH|NAME|synthetic:SPEC]\n"
-               "prints the model's shape and its KV bytes per token per format; synthetic models\n"
-               "are described without allocating their weights.\n", stdout);
+    std::fputs(
+        "usage: kvscope info [--model PATH|NAME|synthetic:SPEC]\n"
+        "prints the model's shape and its KV bytes per token per format; synthetic models\n"
+        "are described without allocating their weights.\n",
+        stdout);
     return 0;
   }
-  if (!args.positional().empty()) throw Error(args.positional()[0], "unexpected argument; see --help");
+  if (!args.positional().empty())
+    throw Error(args.positional()[0], "unexpected argument; see --help");
   std::string source;
   const ModelConfig c = model_config_for(args.get("--model"), &source);
   const bool random = source.rfind("synthetic:", 0) == 0;
@@ -29,10 +34,15 @@ int cmd_info(const Argv& argv) {
   std::printf("attention:  %s, %d query heads, %d KV heads (group %d)\n",
               c.n_kv_heads == c.n_heads ? "MHA" : (c.n_kv_heads == 1 ? "MQA" : "GQA"), c.n_heads,
               c.n_kv_heads, c.gqa_group());
-  std::printf("\nKV bytes per token = 2 (K,V) x %d layers x %d KV heads x %d head_dim x bytes/elem\n",
-              c.n_layers, c.n_kv_heads, c.head_dim());
-  struct Row { const char* name; double bytes; };
-  const Row rows[] = {{"fp32", 4}, {"fp16/bf16", 2}, {"fp8/int8", 1}, {"int4", 0.5}, {"int2", 0.25}};
+  std::printf(
+      "\nKV bytes per token = 2 (K,V) x %d layers x %d KV heads x %d head_dim x bytes/elem\n",
+      c.n_layers, c.n_kv_heads, c.head_dim());
+  struct Row {
+    const char* name;
+    double bytes;
+  };
+  const Row rows[] = {
+      {"fp32", 4}, {"fp16/bf16", 2}, {"fp8/int8", 1}, {"int4", 0.5}, {"int2", 0.25}};
   std::printf("  %-10s %14s %26s %26s\n", "format", "bytes/token", "at seq_len", "at 128K tokens");
   for (const Row& r : rows) {
     const std::int64_t per_token = c.kv_bytes_per_token(r.bytes);
@@ -41,10 +51,52 @@ int cmd_info(const Argv& argv) {
                 human_bytes(static_cast<double>(per_token) * 131072).c_str());
   }
   std::printf("  (payload only; quantized formats add scales: see kvscope eval for exact bytes)\n");
+  // Latent cache sizes through the pool's own byte accounting (KvLayout), fp16 like the MHA row.
+  const KvFormat fp16 = parse_kv_format("fp16", "info");
+  const double mha16 = kv_layout_for(c, 16, 1, fp16, fp16).bytes_per_token();
+  auto latent_bytes = [&](int latent, int rope_heads, int rope_dim) {
+    KvLayout L = kv_layout_for(c, 16, 1, fp16, fp16);
+    L.latent_dim = latent;
+    L.rope_heads = rope_heads;
+    L.rope_dim = rope_dim;
+    return L.bytes_per_token();
+  };
+  const char* label = random ? " [random weights; sizes only]" : "";
   if (c.mla_kv_lora_rank > 0) {
-    const std::int64_t mla = std::int64_t{c.n_layers} * (c.mla_kv_lora_rank + c.mla_rope_dim) * 2;
-    std::printf("\nMLA latent cache (fp16): %d layers x (%d latent + %d RoPE) x 2 bytes = %s bytes/token\n",
-                c.n_layers, c.mla_kv_lora_rank, c.mla_rope_dim, with_commas(mla).c_str());
+    const double mla = latent_bytes(c.mla_kv_lora_rank, 1, c.mla_rope_dim);
+    std::printf(
+        "\nMLA latent cache (fp16)%s:\n  %d layers x (%d latent + %d RoPE key) x 2 bytes = %s "
+        "bytes/token; %s at seq_len, %s at 128K tokens\n",
+        label, c.n_layers, c.mla_kv_lora_rank, c.mla_rope_dim,
+        with_commas(static_cast<std::int64_t>(mla)).c_str(), human_bytes(mla * c.seq_len).c_str(),
+        human_bytes(mla * 131072).c_str());
+    std::printf(
+        "  vs MHA with %d KV heads x %d (fp16, %s bytes/token): %.1fx smaller, %.1f%% fewer "
+        "bytes;\n  the same bytes as GQA with %.2f KV heads of %d\n",
+        c.n_kv_heads, c.head_dim(), with_commas(static_cast<std::int64_t>(mha16)).c_str(),
+        mha16 / mla, 100.0 * (1.0 - mla / mha16),
+        static_cast<double>(c.mla_kv_lora_rank + c.mla_rope_dim) / (2.0 * c.head_dim()),
+        c.head_dim());
+  } else {
+    // What kvscope's MLA conversion (kvscope eval/generate --mla-rank) stores for this model.
+    const int full = std::min(2 * c.kv_dim(), c.dim);
+    std::printf(
+        "\nMLA conversion (--mla-rank R, mode a)%s: %d layers x R latent values x bytes;\n"
+        "  full rank (exact) = min(2 x kv_dim, dim) = %d\n",
+        label, c.n_layers, full);
+    std::printf("  %-10s %14s %14s %12s\n", "rank", "fp32 bytes", "fp16 bytes", "vs fp16 K/V");
+    for (int r : {full, full / 2, full / 4, full / 8}) {
+      if (r < 1) continue;
+      const double b16 = latent_bytes(r, 0, 0);
+      std::printf("  %-10d %14s %14s %11.3fx\n", r,
+                  with_commas(static_cast<std::int64_t>(2 * b16)).c_str(),
+                  with_commas(static_cast<std::int64_t>(b16)).c_str(), b16 / mha16);
+    }
+    if (c.n_kv_heads != c.n_heads) {
+      std::printf("  (for reference, MHA with %d KV heads would be %s fp16 bytes/token)\n",
+                  c.n_heads,
+                  with_commas(static_cast<std::int64_t>(mha16 * c.n_heads / c.n_kv_heads)).c_str());
+    }
   }
   std::printf("\n(GiB = 2^30 bytes, GB = 10^9 bytes)\n");
   return 0;

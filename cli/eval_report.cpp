@@ -30,13 +30,26 @@ constexpr SweepEntry kSweep[] = {
     {"int2", "int2"},         {"int2-g8", "int2-g8"},
 };
 
-// Progress on stderr, only when it is a terminal.
+}  // namespace
+
 void progress_line(const std::string& name, long done, long total) {
   if (isatty(2) == 0 || total <= 0 || (done % 64 != 0 && done != total)) return;
   std::fprintf(stderr, "\r%-26s %3ld%%", name.c_str(), total > 0 ? 100 * done / total : 0);
 }
 
-}  // namespace
+std::vector<QualityReport> evaluate_format_sweep(const QualityEvaluator& evaluator,
+                                                 int block_size) {
+  std::vector<QualityReport> reports;
+  for (const SweepEntry& e : kSweep) {
+    auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"),
+                                          parse_kv_format(e.v, "sweep"), block_size);
+    const std::string name = variant->name();
+    reports.push_back(
+        evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); }));
+  }
+  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
+  return reports;
+}
 
 nlohmann::json report_json(const QualityReport& r) {
   return {{"variant", r.variant},
@@ -58,15 +71,7 @@ nlohmann::json report_json(const QualityReport& r) {
 int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block_size,
               const std::string& source, const std::string& out_dir, bool json) {
   (void)c;
-  std::vector<QualityReport> reports;
-  for (const SweepEntry& e : kSweep) {
-    auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"),
-                                          parse_kv_format(e.v, "sweep"), block_size);
-    const std::string name = variant->name();
-    reports.push_back(
-        evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); }));
-  }
-  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
+  const std::vector<QualityReport> reports = evaluate_format_sweep(evaluator, block_size);
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

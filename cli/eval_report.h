@@ -4,16 +4,29 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "engine/analysis/quality.h"
+#include "engine/model/checkpoint.h"
 
 namespace kvscope::cli {
 
 nlohmann::json report_json(const QualityReport& r);
 
+// Evaluates every format of the sweep list (reference fp32 first) and returns the reports.
+std::vector<QualityReport> evaluate_format_sweep(const QualityEvaluator& evaluator, int block_size);
+
 // Evaluates every format of the sweep list and writes <out>/quant_sweep.csv,
 // <out>/quant_pareto_kl.png and <out>/quant_pareto_ppl.png. Returns the exit code.
 int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block_size,
               const std::string& source, const std::string& out_dir, bool json);
+
+// --mla-sweep (eval_mla.cpp): MLA modes A and B over ranks, with the formats on the same plots;
+// writes <out>/mla_sweep.csv, mla_pareto_kl.png and mla_pareto_ppl.png.
+int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int block_size,
+                  const std::string& source, const std::string& out_dir, bool json);
+
+// A one-line progress report on stderr, only when it is a terminal.
+void progress_line(const std::string& name, long done, long total);
 
 }  // namespace kvscope::cli

@@ -6,6 +6,7 @@
 
 #include "engine/common/error.h"
 #include "engine/kv/cache_manager.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/generate.h"
 
 namespace kvscope {
@@ -81,7 +82,47 @@ class KvFormatVariant final : public CacheVariant {
   int block_size_;
 };
 
+class MlaVariant final : public CacheVariant {
+ public:
+  MlaVariant(std::shared_ptr<const MlaCodec> codec, const KvFormat& format, int block_size)
+      : codec_(std::move(codec)), format_(format), block_size_(block_size) {}
+  std::string name() const override {
+    std::string n = codec_->name();
+    if (format_.dtype != KvDtype::kF32) n.append(1, ' ').append(format_.name());
+    return n;
+  }
+  CacheFootprint footprint(const ModelConfig& c) const override {
+    const KvLayout L = mla_layout_for(c, *codec_, block_size_, 1, format_);
+    return {L.bytes_per_token(), static_cast<double>(L.staging_bytes_per_sequence())};
+  }
+  void run(Transformer& t, const std::vector<int>& window,
+           const std::function<void(int, std::span<const float>)>& on_logits) override {
+    const int n = static_cast<int>(window.size());
+    KvCacheManager cache(mla_layout_for(t.config(), *codec_, block_size_,
+                                        (n + block_size_ - 1) / block_size_, format_),
+                         AllocatorKind::kPaged, n, /*with_storage=*/true);
+    const SeqId seq(0);
+    cache.add_sequence(seq);
+    for (int pos = 0; pos < n; ++pos) {
+      cache.append_slots(seq, 1);
+      KvSeqView view = cache.view(seq);
+      view.mla = codec_.get();
+      on_logits(pos, t.forward(window[static_cast<std::size_t>(pos)], pos, view));
+    }
+  }
+
+ private:
+  std::shared_ptr<const MlaCodec> codec_;
+  KvFormat format_;
+  int block_size_;
+};
+
 }  // namespace
+
+std::unique_ptr<CacheVariant> make_mla_variant(std::shared_ptr<const MlaCodec> codec,
+                                               const KvFormat& format, int block_size) {
+  return std::make_unique<MlaVariant>(std::move(codec), format, block_size);
+}
 
 std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v,
                                                      int block_size) {

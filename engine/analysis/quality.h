@@ -76,6 +76,11 @@ class CacheVariant {
 std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const KvFormat& v,
                                                      int block_size);
 
+struct MlaCodec;  // engine/mla/mla_codec.h
+// An MLA latent cache (mode A or B, engine/mla) holding latents and RoPE keys in `format`, paged.
+std::unique_ptr<CacheVariant> make_mla_variant(std::shared_ptr<const MlaCodec> codec,
+                                               const KvFormat& format, int block_size);
+
 // ---- the evaluator ----
 
 // Figures over the scored positions of one position bucket [first, first + size).

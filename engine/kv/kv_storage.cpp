@@ -23,8 +23,12 @@ KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks,
 }
 
 KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
-  layout.k_format.validate(layout.block_size, layout.kv_heads, layout.head_dim, "K format");
-  layout.v_format.validate(layout.block_size, layout.kv_heads, layout.head_dim, "V format");
+  const bool latent = layout.is_latent();
+  layout.k_format.validate(layout.block_size, layout.row_heads(KvKind::kKey),
+                           layout.row_head_dim(KvKind::kKey), latent ? "latent format" : "K format");
+  layout.v_format.validate(layout.block_size, layout.row_heads(KvKind::kValue),
+                           layout.row_head_dim(KvKind::kValue),
+                           latent ? "latent RoPE-key format" : "V format");
   const std::size_t k_bytes = static_cast<std::size_t>(layout.n_layers) * layout.num_blocks *
                               layout.tile_bytes(KvKind::kKey);
   v_offset_ = (k_bytes + 63) / 64 * 64;
@@ -72,7 +76,8 @@ float* KvStorage::staging(int layer, KvKind kind, BlockId block, int offset, boo
   auto it = map.find(key);
   if (!create) return it == map.end() ? nullptr : it->second.data();
   const std::size_t n =
-      static_cast<std::size_t>(layout_.format(kind).residual) * layout_.kv_heads * layout_.head_dim;
+      static_cast<std::size_t>(layout_.format(kind).residual) * layout_.row_heads(kind) *
+      layout_.row_head_dim(kind);
   if (it == map.end()) {
     it = map.emplace(key, std::vector<float>(n, 0.0f)).first;
     staging_bytes_ += n * sizeof(float);

@@ -2,6 +2,8 @@
 // that a run of consecutive blocks is one contiguous region per layer (the contiguous baseline):
 //   K: [n_layers][num_blocks][tile]   V: [n_layers][num_blocks][tile]
 //   tile = [block_size][kv_heads][head_dim] values in the layer's KvFormat (+ its metadata)
+// An MLA latent cache (engine/mla) uses the same regions for other rows: K tiles hold
+// [block_size][latent_dim] latents, V tiles [block_size][rope_heads][rope_dim] decoupled RoPE keys.
 // KIVI formats also keep each sequence's open group in full precision: fp32 staging buffers
 // [residual][kv_heads * head_dim] keyed by where the group starts (block, offset, layer).
 #pragma once
@@ -25,10 +27,27 @@ struct KvLayout {
   int num_blocks = 0;
   KvFormat k_format;
   KvFormat v_format;
+  // MLA latent cache when latent_dim > 0: one latent row of latent_dim values per token per layer
+  // in the K region, and rope_heads x rope_dim post-RoPE key values (mode B; 0 in mode A) in the
+  // V region, instead of per-head K and V.
+  int latent_dim = 0;
+  int rope_heads = 0;
+  int rope_dim = 0;
 
+  bool is_latent() const { return latent_dim > 0; }
   const KvFormat& format(KvKind kind) const { return kind == KvKind::kKey ? k_format : v_format; }
+  // One token's row of `kind` as heads x values per head: K/V heads, or the latent as one head
+  // (K region) and the RoPE keys (V region) of a latent cache.
+  int row_heads(KvKind kind) const {
+    if (!is_latent()) return kv_heads;
+    return kind == KvKind::kKey ? 1 : rope_heads;
+  }
+  int row_head_dim(KvKind kind) const {
+    if (!is_latent()) return head_dim;
+    return kind == KvKind::kKey ? latent_dim : rope_dim;
+  }
   std::size_t tile_bytes(KvKind kind) const {
-    return format(kind).tile_bytes(block_size, kv_heads, head_dim, kind);
+    return format(kind).tile_bytes(block_size, row_heads(kind), row_head_dim(kind), kind);
   }
   // Bytes one block occupies across all layers, K and V.
   std::size_t block_bytes() const {
@@ -40,8 +59,9 @@ struct KvLayout {
   // Full-precision bytes one sequence holds outside the blocks (KIVI's open group), all layers.
   std::size_t staging_bytes_per_sequence() const {
     return static_cast<std::size_t>(n_layers) *
-           (k_format.staging_bytes_per_sequence(kv_heads, head_dim) +
-            v_format.staging_bytes_per_sequence(kv_heads, head_dim));
+           (k_format.staging_bytes_per_sequence(row_heads(KvKind::kKey), row_head_dim(KvKind::kKey)) +
+            v_format.staging_bytes_per_sequence(row_heads(KvKind::kValue),
+                                                row_head_dim(KvKind::kValue)));
   }
 };
 

@@ -11,6 +11,8 @@
 
 namespace kvscope {
 
+struct MlaCodec;  // engine/mla/mla_codec.h
+
 struct KvSeqView {
   KvStorage* storage = nullptr;
   std::span<const BlockId> blocks;  // logical block -> physical block
@@ -21,6 +23,9 @@ struct KvSeqView {
   // True when blocks are consecutive ids (the contiguous baseline): attention may then address
   // the whole sequence from one base pointer per layer.
   bool contiguous = false;
+  // Optional: the storage is an MLA latent cache (KvLayout::is_latent) and this codec turns K/V
+  // into latents on write and attends over latents (engine/backend/cpu/mla_ops).
+  const MlaCodec* mla = nullptr;
 
   int block_size() const { return storage->layout().block_size; }
   int write_slot() const { return num_slots - 1; }

@@ -6,13 +6,16 @@
 #include <cmath>
 
 #include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
 
 namespace kvscope {
 namespace {
 
 KvCacheManager make_cache(const ModelConfig& c, const GenerateOptions& o, int steps) {
-  const KvLayout layout = kv_layout_for(c, o.block_size, (steps + o.block_size - 1) / o.block_size,
-                                        o.k_format, o.v_format);
+  const int blocks = (steps + o.block_size - 1) / o.block_size;
+  const KvLayout layout = o.mla != nullptr
+                              ? mla_layout_for(c, *o.mla, o.block_size, blocks, o.k_format)
+                              : kv_layout_for(c, o.block_size, blocks, o.k_format, o.v_format);
   return KvCacheManager(layout, o.allocator, steps, /*with_storage=*/true);
 }
 
@@ -42,9 +45,14 @@ void log_softmax_into(std::span<const float> logits, std::vector<float>& out) {
 
 // One position through the hook's view (view first: it registers the new slot) or the plain one.
 std::span<float> forward_one(Transformer& t, KvCacheManager& cache, SeqId seq,
-                             SequenceCacheHook* hook, int token, int pos) {
-  if (hook == nullptr) return t.forward(token, pos, cache.view(seq));
-  const KvSeqView view = hook->view();
+                             SequenceCacheHook* hook, int token, int pos, const MlaCodec* mla) {
+  if (hook == nullptr) {
+    KvSeqView view = cache.view(seq);
+    view.mla = mla;
+    return t.forward(token, pos, view);
+  }
+  KvSeqView view = hook->view();
+  view.mla = mla;
   const int rope_pos = hook->position();
   return t.forward(token, rope_pos, view, hook->observer());
 }
@@ -66,7 +74,7 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
   int token = kTokenBos;
   for (int pos = 0; pos < steps; ++pos) {
     cache.append_slots(seq, 1);
-    std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos);
+    std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
     if (logits_out != nullptr) logits_out->emplace_back(logits.begin(), logits.end());
     int next = pos < static_cast<int>(prompt_tokens.size()) ? prompt_tokens[static_cast<std::size_t>(pos)]
                                                             : sampler.sample(logits);
@@ -106,7 +114,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   for (int pos = 0; pos < options.steps; ++pos) {
     cache.append_slots(seq, 1);
     result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
-    std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos);
+    std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
     if (options.score_tokens) log_softmax_into(logits, log_p);
     int next;
     if (pos < static_cast<int>(prompt.size()) - 1) {

@@ -37,6 +37,8 @@ struct GenerateOptions {
   int block_size = 16;
   KvFormat k_format;
   KvFormat v_format;
+  // MLA latent cache (engine/mla) instead of K/V: latents (and RoPE keys) in k_format.
+  const MlaCodec* mla = nullptr;
   // Allows steps > the model's seq_len (positions past the trained context; the cache is sized
   // for `steps`). Off by default: run.c stops at seq_len.
   bool past_context = false;

@@ -129,14 +129,14 @@ TileGeometry tile_geometry(const KvLayout& layout, KvKind kind) {
   const KvFormat& f = layout.format(kind);
   TileGeometry g;
   g.block_size = layout.block_size;
-  g.kv_heads = layout.kv_heads;
-  g.head_dim = layout.head_dim;
-  g.kv_dim = layout.kv_heads * layout.head_dim;
+  g.kv_heads = layout.row_heads(kind);
+  g.head_dim = layout.row_head_dim(kind);
+  g.kv_dim = g.kv_heads * g.head_dim;
   g.bits = f.bits();
   g.group = f.effective_group(g.kv_dim);
   g.residual = f.residual;
-  g.row_bytes = f.row_bytes(layout.kv_heads, layout.head_dim);
-  g.token_meta_bytes = f.token_meta_bytes(layout.kv_heads, layout.head_dim, kind);
+  g.row_bytes = f.row_bytes(g.kv_heads, g.head_dim);
+  g.token_meta_bytes = f.token_meta_bytes(g.kv_heads, g.head_dim, kind);
   g.meta_offset = static_cast<std::size_t>(g.block_size) * g.row_bytes;
   g.tile_meta_offset = g.meta_offset + static_cast<std::size_t>(g.block_size) * g.token_meta_bytes;
   g.tile_bytes = layout.tile_bytes(kind);
@@ -150,7 +150,7 @@ void write_token(const KvSeqView& view, int layer, KvKind kind, const float* row
   const int B = L.block_size;
   std::byte* tile =
       view.storage->tile(layer, kind, view.blocks[static_cast<std::size_t>(slot / B)]);
-  const std::size_t kv_dim = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
+  const std::size_t kv_dim = static_cast<std::size_t>(L.row_heads(kind)) * L.row_head_dim(kind);
   if (f.dtype == KvDtype::kF32) {
     std::memcpy(tile + static_cast<std::size_t>(slot % B) * kv_dim * sizeof(float), row,
                 kv_dim * sizeof(float));

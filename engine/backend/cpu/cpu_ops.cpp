@@ -2,7 +2,9 @@
 // work is large enough to pay for the fork/join.
 #include "engine/backend/cpu/cpu_ops.h"
 
+#include "engine/backend/cpu/mla_ops.h"
 #include "engine/backend/cpu/vec_math.h"
+#include "engine/common/error.h"
 #include "engine/quant/kv_codec.h"
 
 #include <omp.h>
@@ -157,6 +159,11 @@ void swiglu(float* hb, const float* hb2, int n) {
 }
 
 void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) {
+  if (view.mla != nullptr || view.storage->layout().is_latent()) {
+    if (view.mla == nullptr) throw Error("kv cache", "a latent (MLA) pool needs a view with its MlaCodec");
+    mla_kv_write(view, layer, k, v);  // the latent cache (mla_ops.cpp)
+    return;
+  }
   // Quantize on write: the codec stores the row in the layer's K and V formats.
   quant::write_token(view, layer, KvKind::kKey, k);
   quant::write_token(view, layer, KvKind::kValue, v);
@@ -165,6 +172,11 @@ void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) 
 void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
                      float* out, int query_pos, AttentionObserver* observer,
                      std::vector<float>& scratch) {
+  if (view.mla != nullptr || view.storage->layout().is_latent()) {
+    if (view.mla == nullptr) throw Error("kv cache", "a latent (MLA) pool needs a view with its MlaCodec");
+    mla_attention(view, layer, shape, q, out, query_pos, observer, scratch);
+    return;
+  }
   const int n = view.num_slots;
   const int hd = shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;

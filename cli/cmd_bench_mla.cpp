@@ -1,0 +1,173 @@
+// kvscope bench mla: decode attention over a latent (MLA) cache vs over the MHA cache of the same
+// model shape, one layer, measured in the same run (interleaved repeats, medians). The default
+// shape is DeepSeek-V3's (128 heads, latent 512, RoPE key 64) with random weights and cache: the
+// figure is the kernel cost, not a quality.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/format.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/cpu/mla_ops.h"
+#include "engine/common/error.h"
+#include "engine/model/locate.h"
+#include "engine/quant/kv_codec.h"
+
+namespace kvscope::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One layer of one sequence of `tokens` tokens, random contents, blocks in shuffled order.
+struct OneLayerCache {
+  std::unique_ptr<KvStorage> storage;
+  std::vector<BlockId> blocks;  // logical -> physical
+  int tokens = 0;
+  KvSeqView view() const {
+    KvSeqView v;
+    v.storage = storage.get();
+    v.blocks = blocks;
+    v.num_slots = tokens;
+    return v;
+  }
+};
+
+OneLayerCache make_cache(KvLayout L, int tokens, std::mt19937& rng) {
+  L.n_layers = 1;
+  L.num_blocks = (tokens + L.block_size - 1) / L.block_size;
+  OneLayerCache cache{std::make_unique<KvStorage>(L), {}, 0};
+  for (int b = 0; b < L.num_blocks; ++b) cache.blocks.emplace_back(b);
+  std::shuffle(cache.blocks.begin(), cache.blocks.end(), rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto k_len =
+      static_cast<std::size_t>(L.row_heads(KvKind::kKey) * L.row_head_dim(KvKind::kKey));
+  const auto v_len =
+      static_cast<std::size_t>(L.row_heads(KvKind::kValue) * L.row_head_dim(KvKind::kValue));
+  std::vector<float> k(k_len), v(v_len);
+  for (int t = 0; t < tokens; ++t) {
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    cache.tokens = t + 1;
+    quant::write_token(cache.view(), 0, KvKind::kKey, k.data());
+    if (v_len > 0) quant::write_token(cache.view(), 0, KvKind::kValue, v.data());
+  }
+  return cache;
+}
+
+std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> out(n);
+  for (float& x : out) x = normal(rng);
+  return out;
+}
+
+}  // namespace
+
+int bench_mla(const Args& args) {
+  std::string source;
+  const ModelConfig c =
+      model_config_for(args.get("--model", "synthetic:deepseek-v3-mla-dims"), &source);
+  if (c.mla_kv_lora_rank <= 0) {
+    fail_expected("--model", "a shape with MLA dims (e.g. synthetic:deepseek-v3-mla-dims)",
+                  "'" + source + "'");
+  }
+  const int tokens = args.get_int("--tokens", 1024);
+  const int repeat = std::max(1, args.get_int("--repeat", 7));
+  const int block_size = args.get_int("--block-size", 16);
+  if (tokens < 1 || tokens > 65536)
+    fail_expected("--tokens", "an integer in [1, 65536]", std::to_string(tokens));
+  if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
+    fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));
+  }
+  const KvFormat format = parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
+  const int threads = args.get_int("--threads", 1);
+  auto backend = make_cpu_backend(threads);  // sets the OpenMP thread count
+  const int H = c.n_heads, hd = c.head_dim(), R = c.mla_kv_lora_rank, D = c.mla_rope_dim;
+
+  std::mt19937 rng(1);
+  KvLayout mha_layout = kv_layout_for(c, block_size, 1, format, format);
+  KvLayout mla_layout = mha_layout;
+  mla_layout.latent_dim = R;
+  mla_layout.rope_heads = 1;
+  mla_layout.rope_dim = D;
+  const OneLayerCache mha = make_cache(mha_layout, tokens, rng);
+  const OneLayerCache mla = make_cache(mla_layout, tokens, rng);
+  // MLA weights of one layer: absorbed query projection W_uk_h^T [H][R][hd] and W_uv [H][hd][R].
+  const std::vector<float> w_uk_t = random_vector(static_cast<std::size_t>(H) * R * hd, rng, 0.05f);
+  const std::vector<float> w_uv = random_vector(static_cast<std::size_t>(H) * hd * R, rng, 0.05f);
+  const std::vector<float> q = random_vector(static_cast<std::size_t>(H) * hd, rng, 1.0f);
+  const std::vector<float> q_rope = random_vector(static_cast<std::size_t>(H) * D, rng, 1.0f);
+  std::vector<float> out(static_cast<std::size_t>(H) * hd), q_lat(static_cast<std::size_t>(H) * R),
+      ctx(q_lat.size()), scratch;
+  const AttentionShape shape{H, c.n_kv_heads, hd};
+  cpu::LatentAttentionShape ls;
+  ls.n_heads = H;
+  ls.rank = R;
+  ls.rope_heads = 1;
+  ls.rope_dim = D;
+  ls.score_divisor = std::sqrt(static_cast<float>(hd + D));
+
+  auto mha_call = [&] {
+    cpu::paged_attention(mha.view(), 0, shape, q.data(), out.data(), tokens - 1, nullptr, scratch);
+  };
+  // Absorb W_uk into the query, attend over latents, expand the context with W_uv.
+  auto mla_call = [&] {
+    for (int h = 0; h < H; ++h) {
+      cpu::matmul(q_lat.data() + static_cast<std::size_t>(h) * R,
+                  q.data() + static_cast<std::size_t>(h) * hd,
+                  w_uk_t.data() + static_cast<std::size_t>(h) * R * hd, hd, R);
+    }
+    cpu::mla_latent_attention(mla.view(), 0, ls, q_lat.data(), q_rope.data(), ctx.data(), scratch);
+    for (int h = 0; h < H; ++h) {
+      cpu::matmul(out.data() + static_cast<std::size_t>(h) * hd,
+                  ctx.data() + static_cast<std::size_t>(h) * R,
+                  w_uv.data() + static_cast<std::size_t>(h) * hd * R, R, hd);
+    }
+  };
+  auto time_calls = [](const auto& call, int calls) {
+    auto start = Clock::now();
+    for (int i = 0; i < calls; ++i) call();
+    return std::chrono::duration<double>(Clock::now() - start).count() / calls;
+  };
+  int calls = 1;
+  while (time_calls(mha_call, calls) * calls < 0.02 && calls < (1 << 20)) calls *= 2;
+  std::vector<double> t_mha, t_mla;
+  for (int r = 0; r < repeat; ++r) {  // interleaved so drift hits both
+    t_mha.push_back(time_calls(mha_call, calls));
+    t_mla.push_back(time_calls(mla_call, calls));
+  }
+  std::sort(t_mha.begin(), t_mha.end());
+  std::sort(t_mla.begin(), t_mla.end());
+  const double m_mha = t_mha[t_mha.size() / 2], m_mla = t_mla[t_mla.size() / 2];
+  const double b_mha = mha.storage->layout().bytes_per_token();
+  const double b_mla = mla.storage->layout().bytes_per_token();
+  const double macs_mha = 2.0 * tokens * H * hd;
+  const double macs_mla = static_cast<double>(tokens) * H * (2.0 * R + D) + 2.0 * H * hd * R;
+  const bool labelled = source.find("random weights") != std::string::npos;
+  std::printf(
+      "%s%s: decode attention over %d cached tokens, one layer, %s cache, "
+      "block %d, %d thread(s); median of %d x %d calls\n",
+      labelled ? "" : "[random weights] ", source.c_str(), tokens, format.name().c_str(),
+      block_size, threads, repeat, calls);
+  std::printf("  %-34s %10s %14s %16s %14s\n", "kernel", "us/call", "vs MHA time",
+              "cache bytes/token", "multiply-adds");
+  std::printf("  %-34s %10.1f %13.2fx %16s %14s\n", "MHA (128 KV heads x 128, K and V)",
+              m_mha * 1e6, 1.0, with_commas(static_cast<std::int64_t>(b_mha)).c_str(),
+              with_commas(static_cast<std::int64_t>(macs_mha)).c_str());
+  char label[64];
+  std::snprintf(label, sizeof label, "MLA absorbed (latent %d + RoPE %d)", R, D);
+  std::printf("  %-34s %10.1f %13.2fx %16s %14s\n", label, m_mla * 1e6, m_mla / m_mha,
+              with_commas(static_cast<std::int64_t>(b_mla)).c_str(),
+              with_commas(static_cast<std::int64_t>(macs_mla)).c_str());
+  std::printf(
+      "  cache read per call: MHA %s, MLA %s (%.1fx less); MLA does %.1fx the multiply-adds\n",
+      human_bytes(b_mha * tokens).c_str(), human_bytes(b_mla * tokens).c_str(), b_mha / b_mla,
+      macs_mla / macs_mha);
+  return 0;
+}
+
+}  // namespace kvscope::cli

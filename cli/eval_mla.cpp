@@ -1,0 +1,194 @@
+// kvscope eval --mla-sweep: the model converted to MLA at many ranks (mode A, mode B with a few
+// RoPE choices), measured against the fp32 cache, with every KV format on the same plots.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <memory>
+
+#include "cli/eval_report.h"
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
+#include "engine/report/png_plot.h"
+
+namespace kvscope::cli {
+namespace {
+
+struct MlaRow {
+  std::string series;  // plot series
+  MlaOptions options;
+  KvFormat format;
+  double energy_mean = 1.0, energy_min = 1.0;  // of [W_k_nope; W_v] kept, over layers
+  QualityReport report;
+};
+
+double mean(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int block_size,
+                  const std::string& source, const std::string& out_dir, bool json) {
+  const ModelConfig& c = model.config();
+  const int hd = c.head_dim();
+  struct Series {
+    std::string label;
+    MlaMode mode;
+    int rope_dims;
+    RopeSelect select;
+    const char* format;
+  };
+  std::vector<Series> series = {
+      {"MLA-A fp32 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp32"},
+      {"MLA-A fp16 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp16"},
+  };
+  std::vector<int> rope_choices;  // drop the slowest pair; keep half; keep one pair
+  for (int rd : {hd - 2, hd / 2, 2}) {
+    if (rd > 0 && rd < hd && rd % 2 == 0 &&
+        std::find(rope_choices.begin(), rope_choices.end(), rd) == rope_choices.end())
+      rope_choices.push_back(rd);
+  }
+  for (int rd : rope_choices) {
+    series.push_back({"MLA-B rope " + std::to_string(rd) + "/" + std::to_string(hd) + " high-freq",
+                      MlaMode::kAbsorbed, rd, RopeSelect::kHighFrequency, "fp32"});
+  }
+  if (hd > 2) {
+    series.push_back({"MLA-B rope 2/" + std::to_string(hd) + " norm", MlaMode::kAbsorbed, 2,
+                      RopeSelect::kWeightNorm, "fp32"});
+  }
+  std::vector<MlaRow> rows;
+  for (const Series& s : series) {
+    const int full = mla_full_rank(c, s.rope_dims);
+    for (int k = 1; k <= 8; ++k) {
+      const int rank = std::max(1, full * k / 8);
+      if (!rows.empty() && rows.back().series == s.label && rows.back().options.rank == rank)
+        continue;
+      MlaRow row;
+      row.series = s.label;
+      row.options = {s.mode, rank, s.rope_dims, s.select};
+      row.format = parse_kv_format(s.format, "sweep");
+      auto codec = std::make_shared<MlaCodec>(make_mla_codec(model, row.options));
+      row.energy_mean = mean(codec->energy_kept);
+      row.energy_min = *std::min_element(codec->energy_kept.begin(), codec->energy_kept.end());
+      auto variant = make_mla_variant(codec, row.format, block_size);
+      const std::string name = variant->name();
+      row.report = evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); });
+      rows.push_back(std::move(row));
+    }
+  }
+  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
+  const std::vector<QualityReport> formats = evaluate_format_sweep(evaluator, block_size);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
+  const std::string command = "kvscope eval --mla-sweep --block-size " +
+                              std::to_string(block_size) + " (" +
+                              std::filesystem::path(source).filename().string() + ")";
+  const double kl_floor = 1e-9;  // exact variants (rounding-level KL) would squash the log axis
+  write_file_atomically(out_dir + "/mla_sweep.csv", [&](std::ostream& os) {
+    os << "variant,kind,rank,rope_dims,energy_kept_mean,energy_kept_min,bytes_per_token,"
+          "bytes_per_sequence,effective_bytes_per_token,ppl_reference,ppl_variant,ppl_delta,"
+          "kl_mean,kl_max,top1_agreement\n";
+    os << std::setprecision(8);
+    auto line = [&](const QualityReport& r, const std::string& kind, int rank, int rope,
+                    double e_mean, double e_min) {
+      os << '"' << r.variant << "\"," << kind << ',' << rank << ',' << rope << ',' << e_mean << ','
+         << e_min << ',' << r.footprint.bytes_per_token << ',' << r.footprint.bytes_per_sequence
+         << ',' << r.effective_bytes_per_token << ',' << r.ppl_reference << ',' << r.ppl_variant
+         << ',' << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean << ',' << r.kl_max << ','
+         << r.top1_agreement << '\n';
+    };
+    for (const MlaRow& m : rows) {
+      line(m.report, m.options.mode == MlaMode::kReconstruct ? "mla-a" : "mla-b", m.options.rank,
+           m.options.rope_dims, m.energy_mean, m.energy_min);
+    }
+    for (const QualityReport& r : formats) line(r, "format", 0, 0, 1.0, 1.0);
+  });
+
+  PlotSpec kl;
+  kl.title = "MLA ranks vs KV formats: KL vs bytes/token";
+  kl.x_label = "bytes per token, all layers (log)";
+  kl.y_label = "mean KL (nats, log; < 1e-9 not drawn)";
+  kl.log_x = kl.log_y = true;
+  char note[96];
+  std::snprintf(note, sizeof note, "; fp32 K/V %.0f B/token",
+                formats.front().effective_bytes_per_token);
+  kl.footnote = command + note;
+  PlotSpec ppl = kl;
+  ppl.title = "MLA ranks vs KV formats: perplexity change";
+  ppl.y_label = "perplexity - fp32 perplexity (log; <= 0 not drawn)";
+  auto add = [](PlotSpec& spec, const std::string& label, bool line, double x, double y) {
+    auto it = std::find_if(spec.series.begin(), spec.series.end(),
+                           [&](const PlotSeries& s) { return s.label == label; });
+    if (it == spec.series.end()) {
+      PlotSeries s;
+      s.label = label;
+      s.line = line;
+      s.markers = true;
+      spec.series.push_back(s);
+      it = spec.series.end() - 1;
+    }
+    it->x.push_back(x);
+    it->y.push_back(y);
+  };
+  for (const MlaRow& m : rows) {
+    if (m.report.kl_mean >= kl_floor)
+      add(kl, m.series, true, m.report.effective_bytes_per_token, m.report.kl_mean);
+    add(ppl, m.series, true, m.report.effective_bytes_per_token,
+        m.report.ppl_variant - m.report.ppl_reference);
+  }
+  for (const QualityReport& r : formats) {
+    if (r.variant == "fp32") continue;
+    if (r.kl_mean >= kl_floor)
+      add(kl, "KV formats (fp16 ... int2, KIVI)", false, r.effective_bytes_per_token, r.kl_mean);
+    add(ppl, "KV formats (fp16 ... int2, KIVI)", false, r.effective_bytes_per_token,
+        r.ppl_variant - r.ppl_reference);
+  }
+  write_png_plot(kl, out_dir + "/mla_pareto_kl.png");
+  write_png_plot(ppl, out_dir + "/mla_pareto_ppl.png");
+
+  if (json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const MlaRow& m : rows) {
+      nlohmann::json e = report_json(m.report);
+      e["rank"] = m.options.rank;
+      e["rope_dims"] = m.options.rope_dims;
+      e["energy_kept_mean"] = m.energy_mean;
+      e["energy_kept_min"] = m.energy_min;
+      j.push_back(e);
+    }
+    for (const QualityReport& r : formats) j.push_back(report_json(r));
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  const QualityReport& ref = formats.front();
+  std::printf("source: %s; %d windows, %ld scored positions, block %d, mean window %.1f tokens\n",
+              source.c_str(), ref.windows, ref.positions, block_size, ref.mean_window_tokens);
+  std::printf(
+      "| variant | energy kept (mean, min over layers) | bytes/token | vs fp32 | perplexity "
+      "| delta | mean KL | max KL | top-1 agree |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  auto print = [&](const QualityReport& r, const std::string& energy) {
+    std::printf("| %s | %s | %.2f | %.3fx | %.4f | %+.4f | %.2e | %.2e | %.2f%% |\n",
+                r.variant.c_str(), energy.c_str(), r.effective_bytes_per_token,
+                r.reference_bytes_per_token / r.effective_bytes_per_token, r.ppl_variant,
+                r.ppl_variant - r.ppl_reference, r.kl_mean, r.kl_max, 100.0 * r.top1_agreement);
+  };
+  for (const MlaRow& m : rows) {
+    char e[48];
+    std::snprintf(e, sizeof e, "%.4f, %.4f", m.energy_mean, m.energy_min);
+    print(m.report, e);
+  }
+  for (const QualityReport& r : formats) print(r, "-");
+  std::printf("wrote %s/mla_sweep.csv, mla_pareto_kl.png, mla_pareto_ppl.png\n", out_dir.c_str());
+  return 0;
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,140 @@
+// Building an MlaCodec from the real model: pick mode B's rotary dims, factorize, keep the
+// matrices the latent cache needs.
+#include "engine/mla/mla_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/common/error.h"
+#include "engine/mla/latent.h"
+
+namespace kvscope {
+namespace {
+
+// Frobenius norm of rows [row, row + 2) of a [rows][dim] matrix.
+double pair_norm(const float* w, long row, int dim) {
+  double s = 0.0;
+  for (long r = row; r < row + 2; ++r) {
+    for (int j = 0; j < dim; ++j) {
+      const double x = w[r * dim + j];
+      s += x * x;
+    }
+  }
+  return std::sqrt(s);
+}
+
+// The pairs (by first dim) each KV head keeps rotary: [kv_heads][rope_dims / 2].
+std::vector<std::vector<int>> pick_rope_pairs(const Model& model, const MlaOptions& o) {
+  const ModelConfig& c = model.config();
+  const int hd = c.head_dim(), pairs = hd / 2, keep = o.rope_dims / 2;
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(c.n_kv_heads));
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    std::vector<int> order(static_cast<std::size_t>(pairs));
+    std::iota(order.begin(), order.end(), 0);
+    if (o.rope_select == RopeSelect::kWeightNorm) {
+      std::vector<double> score(static_cast<std::size_t>(pairs), 0.0);
+      const Weights& w = model.weights();
+      for (int l = 0; l < c.n_layers; ++l) {
+        const float* wq = w.wq + static_cast<long>(l) * c.q_dim() * c.dim;
+        const float* wk = w.wk + static_cast<long>(l) * c.kv_dim() * c.dim;
+        for (int p = 0; p < pairs; ++p) {
+          const double k = pair_norm(wk, static_cast<long>(g) * hd + 2 * p, c.dim);
+          for (int h = g * c.gqa_group(); h < (g + 1) * c.gqa_group(); ++h)
+            score[static_cast<std::size_t>(p)] +=
+                k * pair_norm(wq, static_cast<long>(h) * hd + 2 * p, c.dim);
+        }
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
+      });
+    }
+    order.resize(static_cast<std::size_t>(keep));
+    std::sort(order.begin(), order.end());
+    out[static_cast<std::size_t>(g)] = order;
+  }
+  return out;
+}
+
+}  // namespace
+
+int mla_full_rank(const ModelConfig& model, int rope_dims) {
+  return std::min(model.n_kv_heads * (model.head_dim() - rope_dims) + model.kv_dim(), model.dim);
+}
+
+std::string MlaCodec::name() const {
+  if (options.mode == MlaMode::kReconstruct) return "MLA-A r" + std::to_string(options.rank);
+  return "MLA-B r" + std::to_string(options.rank) + " rope" + std::to_string(options.rope_dims) +
+         (options.rope_dims == 0 || options.rope_dims == head_dim ? ""
+          : options.rope_select == RopeSelect::kHighFrequency     ? " high-freq"
+                                                                  : " norm");
+}
+
+MlaCodec make_mla_codec(const Model& model, const MlaOptions& o) {
+  const ModelConfig& c = model.config();
+  const int hd = c.head_dim();
+  if (o.mode == MlaMode::kReconstruct && o.rope_dims != 0) {
+    fail_expected("--mla-rope-dims", "0 in mode a (mode a re-applies RoPE to every key dim)",
+                  std::to_string(o.rope_dims));
+  }
+  if (o.rope_dims < 0 || o.rope_dims > hd || o.rope_dims % 2 != 0) {
+    fail_expected("--mla-rope-dims",
+                  "an even number in [0, " + std::to_string(hd) + "] (rotary dims per KV head)",
+                  std::to_string(o.rope_dims));
+  }
+  MlaCodec codec;
+  codec.options = o;
+  codec.n_layers = c.n_layers;
+  codec.n_heads = c.n_heads;
+  codec.kv_heads = c.n_kv_heads;
+  codec.head_dim = hd;
+  codec.rope_theta = c.rope_theta;
+  codec.nope_dims = hd - o.rope_dims;
+  const auto pairs = pick_rope_pairs(model, o);
+  std::vector<int> key_rows;  // W_k rows the latent carries, KV head by KV head
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    std::vector<std::uint8_t> is_rope(static_cast<std::size_t>(hd), 0);
+    for (int p : pairs[static_cast<std::size_t>(g)]) {
+      is_rope[static_cast<std::size_t>(2 * p)] = is_rope[static_cast<std::size_t>(2 * p + 1)] = 1;
+    }
+    for (int i = 0; i < hd; ++i) {
+      if (is_rope[static_cast<std::size_t>(i)] != 0) {
+        codec.rope_index.push_back(i);
+      } else {
+        codec.nope_index.push_back(i);
+        key_rows.push_back(g * hd + i);
+      }
+    }
+  }
+  MlaConversion conv = convert_to_mla(model, o.rank, key_rows);
+  codec.full_rank = conv.full_rank;
+  codec.energy_kept = conv.energy_kept;
+  for (MlaLayer& l : conv.layers) {
+    codec.layers.push_back({std::move(l.u_t), std::move(l.w_uk), std::move(l.w_uv)});
+  }
+  return codec;
+}
+
+KvLayout mla_layout_for(const ModelConfig& model, const MlaCodec& codec, int block_size,
+                        int num_blocks, const KvFormat& format) {
+  KvLayout layout = kv_layout_for(model, block_size, num_blocks, format, format);
+  layout.latent_dim = codec.rank();
+  layout.rope_heads = codec.rope_heads();
+  layout.rope_dim = codec.rope_heads() > 0 ? codec.rope_dims() : 0;
+  return layout;
+}
+
+MlaMode parse_mla_mode(const std::string& text, const std::string& where) {
+  if (text == "a" || text == "A") return MlaMode::kReconstruct;
+  if (text == "b" || text == "B") return MlaMode::kAbsorbed;
+  fail_expected(where, "a (reconstruct K/V from latents) or b (absorbed, decoupled RoPE)",
+                "'" + text + "'");
+}
+
+RopeSelect parse_rope_select(const std::string& text, const std::string& where) {
+  if (text == "high-freq") return RopeSelect::kHighFrequency;
+  if (text == "norm") return RopeSelect::kWeightNorm;
+  fail_expected(where, "high-freq or norm", "'" + text + "'");
+}
+
+}  // namespace kvscope

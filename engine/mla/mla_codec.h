@@ -1,0 +1,79 @@
+// MlaCodec: what the latent KV cache needs at run time to turn a token's K/V into one latent row
+// per layer and to attend over latents. Built from the real model by SVD (engine/mla/latent.h).
+//   Mode A (reconstruct): c = U_r^T [k_preRoPE; v]; attention rebuilds k = W_uk c, applies RoPE at
+//     the slot's position, and v = W_uv c. Exact at full rank.
+//   Mode B (absorbed, DeepSeek style): rope_dims dims of every KV head keep RoPE and are cached
+//     post-RoPE beside the latent; the other ("nope") dims lose rotation and go into the latent
+//     with v: c = U_r^T [k_nope; v]. Scores are (W_uk_g^T q_nope) . c + q_rope . k_rope, the output
+//     W_uv_g (sum_t a_t c_t): attention runs on latents and never rebuilds a token's K or V.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/kv/kv_storage.h"
+#include "engine/model/checkpoint.h"
+
+namespace kvscope {
+
+enum class MlaMode { kReconstruct, kAbsorbed };  // mode A, mode B
+
+// Which rotary dims mode B keeps per KV head (in pairs, as RoPE rotates adjacent pairs).
+enum class RopeSelect {
+  kHighFrequency,  // the lowest pair indices: the fastest-rotating pairs (MHA2MLA's S_high)
+  kWeightNorm,     // per KV head, the pairs with the largest ||W_q pair|| x ||W_k pair|| (a
+                   // data-free stand-in for MHA2MLA's 2-norm criterion on activations)
+};
+
+struct MlaOptions {
+  MlaMode mode = MlaMode::kReconstruct;
+  int rank = 0;       // latent values per token per layer
+  int rope_dims = 0;  // mode B: rotary dims kept per KV head (even, 0..head_dim)
+  RopeSelect rope_select = RopeSelect::kHighFrequency;
+};
+
+struct MlaCodecLayer {
+  std::vector<float> u_t;   // [rank][key_rows + kv_dim]: c = u_t [k_latent_dims; v]
+  std::vector<float> w_uk;  // [kv_heads * nope_dims][rank]: latent -> keys (nope dims, pre-RoPE)
+  std::vector<float> w_uv;  // [kv_dim][rank]: latent -> values
+};
+
+struct MlaCodec {
+  MlaOptions options;
+  int n_layers = 0;
+  int n_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float rope_theta = 10000.0f;
+  int nope_dims = 0;  // key dims per KV head carried by the latent (head_dim in mode A)
+  int full_rank = 0;  // min(kv_heads * nope_dims + kv_dim, dim)
+  // Head-dim indices per KV head: rotary dims cached as post-RoPE keys (mode B) and latent dims.
+  std::vector<int> rope_index;  // [kv_heads][rope_dims]
+  std::vector<int> nope_index;  // [kv_heads][nope_dims]
+  std::vector<MlaCodecLayer> layers;
+  std::vector<double> energy_kept;  // [n_layers] fraction of ||[W_k_nope; W_v]||_F^2 kept
+
+  int rank() const { return options.rank; }
+  int rope_dims() const { return options.rope_dims; }
+  int key_rows() const { return kv_heads * nope_dims; }
+  int rope_heads() const { return options.rope_dims > 0 ? kv_heads : 0; }
+  // "MLA-A r32", "MLA-B r24 rope2 high-freq"
+  std::string name() const;
+};
+
+// Converts `model` (SVD per layer). Throws kvscope::Error naming the flag for a rank outside
+// [1, full rank], rope dims that are odd or outside [0, head_dim], or rope dims in mode A.
+MlaCodec make_mla_codec(const Model& model, const MlaOptions& options);
+// Full rank for the given mode and rope dims: min(kv_heads * (head_dim - rope_dims) + kv_dim, dim).
+int mla_full_rank(const ModelConfig& model, int rope_dims);
+
+// A pool layout holding `codec`'s latents (and mode B's RoPE keys), both in `format`.
+KvLayout mla_layout_for(const ModelConfig& model, const MlaCodec& codec, int block_size,
+                        int num_blocks, const KvFormat& format);
+
+// Parses "a" / "b" (--mla-mode) and "high-freq" / "norm" (--mla-rope-select).
+MlaMode parse_mla_mode(const std::string& text, const std::string& where);
+RopeSelect parse_rope_select(const std::string& text, const std::string& where);
+
+}  // namespace kvscope
