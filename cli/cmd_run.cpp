@@ -74,6 +74,7 @@ int cmd_run(const Argv& argv) {
   const ScenarioModelLoad loaded =
       load_scenario_model(scenario, args.get("--model", ""), args.has("--bookkeeping"));
   ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
+  attach_mla(resolved, loaded.weights, path);
   SimConfig config = resolved.config;
   if (args.has("--allocator"))
     config.allocator = parse_allocator(args.get("--allocator"), "--allocator");

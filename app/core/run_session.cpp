@@ -64,6 +64,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   if (!policy.variant.empty()) scenario.cache = scenario.variant(policy.variant);
   apply_override(scenario, policy);
   ResolvedRun resolved = resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get());
+  attach_mla(resolved, loaded.weights, path);
   SimConfig config = resolved.config;
   s->max_steps_ = scenario.steps.value_or(kMaxSteps);
   if (host_from_pool) config.host_blocks = config.num_blocks;

@@ -117,10 +117,15 @@ MlaCodec make_mla_codec(const Model& model, const MlaOptions& o) {
 
 KvLayout mla_layout_for(const ModelConfig& model, const MlaCodec& codec, int block_size,
                         int num_blocks, const KvFormat& format) {
+  return mla_layout_for(model, codec.options, block_size, num_blocks, format);
+}
+
+KvLayout mla_layout_for(const ModelConfig& model, const MlaOptions& options, int block_size,
+                        int num_blocks, const KvFormat& format) {
   KvLayout layout = kv_layout_for(model, block_size, num_blocks, format, format);
-  layout.latent_dim = codec.rank();
-  layout.rope_heads = codec.rope_heads();
-  layout.rope_dim = codec.rope_heads() > 0 ? codec.rope_dims() : 0;
+  layout.latent_dim = options.rank;
+  layout.rope_heads = options.rope_dims > 0 ? model.n_kv_heads : 0;
+  layout.rope_dim = options.rope_dims;
   return layout;
 }
 

@@ -71,6 +71,9 @@ int mla_full_rank(const ModelConfig& model, int rope_dims);
 // A pool layout holding `codec`'s latents (and mode B's RoPE keys), both in `format`.
 KvLayout mla_layout_for(const ModelConfig& model, const MlaCodec& codec, int block_size,
                         int num_blocks, const KvFormat& format);
+// The same from the options alone (no weights: byte accounting before the SVD runs).
+KvLayout mla_layout_for(const ModelConfig& model, const MlaOptions& options, int block_size,
+                        int num_blocks, const KvFormat& format);
 
 // Parses "a" / "b" (--mla-mode) and "high-freq" / "norm" (--mla-rope-select).
 MlaMode parse_mla_mode(const std::string& text, const std::string& where);

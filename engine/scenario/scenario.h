@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/evict/policy.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/config.h"
 #include "engine/model/tokenizer.h"
@@ -22,22 +23,11 @@ namespace kvscope {
 inline constexpr int kScenarioFormatVersion = 1;
 
 // MLA: K/V replaced by a low-rank latent of `rank` values per token and layer.
-enum class MlaMode {
-  kExpanded,  // mode A: latents are expanded back to K/V before attention
-  kAbsorbed,  // mode B: the up-projections are absorbed into the query and output
-};
-
-struct MlaSettings {
-  int rank = 0;
-  MlaMode mode = MlaMode::kAbsorbed;
-};
-
-// The cache section (and, after a compare variant's overrides, one variant's cache).
 struct CacheSettings {
   SimConfig sim;  // block size, pool in blocks, formats, allocator, prefix caching, preemption...
   std::optional<std::int64_t> pool_bytes;  // device pool in bytes; sim.num_blocks is then unused
   EvictionConfig token_eviction;           // kind kNone = dense (every token kept)
-  std::optional<MlaSettings> mla;          // absent = ordinary K/V
+  std::optional<MlaOptions> mla;           // absent = ordinary K/V
   std::string token_eviction_at, mla_at;   // JSON paths they were set at (for errors)
 };
 
@@ -78,9 +68,15 @@ Scenario parse_scenario_text(const std::string& text, const std::string& path);
 
 // What the Simulator runs for one variant.
 struct ResolvedRun {
-  SimConfig config;
+  SimConfig config;  // config.mla is still null: attach_mla builds it from the weights
   std::vector<SimRequest> requests;
+  std::optional<MlaOptions> mla;  // the variant's latent cache, if any
 };
+
+// Builds the MLA codec (SVD of the loaded weights) into run.config when the variant has one;
+// throws naming `where` when the run has no weights to factorize (bookkeeping only).
+void attach_mla(ResolvedRun& run, const std::shared_ptr<const Model>& weights,
+                const std::string& where);
 
 // Resolves a variant against the model's shape: pool_bytes -> blocks, the workload -> token
 // prompts (`tokenizer` may be null when no request has text), the Mooncake trace loaded. Throws
@@ -105,6 +101,5 @@ ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& mode
 std::vector<std::string> scenario_top_level_keys();
 std::vector<std::string> scenario_cache_keys();
 
-std::string mla_mode_name(MlaMode mode);
 
 }  // namespace kvscope

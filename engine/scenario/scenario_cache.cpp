@@ -60,19 +60,33 @@ EvictionConfig parse_token_eviction(const JsonReader& r, const json& j, const st
   return e;
 }
 
-MlaSettings parse_mla(const JsonReader& r, const json& j, const std::string& at) {
-  r.only_keys(j, at, {"rank", "mode"});
+MlaOptions parse_mla(const JsonReader& r, const json& j, const std::string& at) {
+  r.only_keys(j, at, {"rank", "mode", "rope_dims", "rope_select"});
   r.require(j, at, "rank", "an integer >= 1 (latent values per token and layer)");
-  MlaSettings m;
+  MlaOptions m;
   m.rank = r.int32(j["rank"], json_path(at, "rank"), 1, 1 << 16);
   if (j.contains("mode")) {
     const std::string mode = r.string(j["mode"], json_path(at, "mode"));
     if (mode == "expanded")
-      m.mode = MlaMode::kExpanded;
+      m.mode = MlaMode::kReconstruct;
     else if (mode == "absorbed")
       m.mode = MlaMode::kAbsorbed;
     else
-      r.fail(json_path(at, "mode"), "\"expanded\" or \"absorbed\"", j["mode"]);
+      r.fail(json_path(at, "mode"), "\"expanded\" (mode A) or \"absorbed\" (mode B)", j["mode"]);
+  }
+  if (j.contains("rope_dims")) {
+    m.rope_dims = r.int32(j["rope_dims"], json_path(at, "rope_dims"), 0, 1 << 12);
+    if (m.mode != MlaMode::kAbsorbed && m.rope_dims != 0)
+      r.fail(json_path(at, "rope_dims"), "0 unless \"mode\" is \"absorbed\"", j["rope_dims"]);
+  }
+  if (j.contains("rope_select")) {
+    const std::string sel = r.string(j["rope_select"], json_path(at, "rope_select"));
+    if (sel == "high-freq")
+      m.rope_select = RopeSelect::kHighFrequency;
+    else if (sel == "norm")
+      m.rope_select = RopeSelect::kWeightNorm;
+    else
+      r.fail(json_path(at, "rope_select"), "\"high-freq\" or \"norm\"", j["rope_select"]);
   }
   return m;
 }

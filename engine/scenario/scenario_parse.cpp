@@ -36,9 +36,6 @@ std::vector<std::string> scenario_cache_keys() {
           "host_blocks"};
 }
 
-std::string mla_mode_name(MlaMode mode) {
-  return mode == MlaMode::kExpanded ? "expanded" : "absorbed";
-}
 
 namespace {
 

@@ -17,11 +17,6 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                   "\"policy\": \"none\" (token eviction is not supported by the Simulator yet)",
                   "policy " + eviction_kind_name(c.token_eviction.kind));
   }
-  if (c.mla) {
-    fail_expected(s.path + ": " + c.mla_at,
-                  "no \"mla\" (MLA is not supported by the Simulator yet)",
-                  "rank " + std::to_string(c.mla->rank) + ", mode " + mla_mode_name(c.mla->mode));
-  }
   ResolvedRun run;
   SimConfig& cfg = run.config;
   cfg = c.sim;
@@ -30,9 +25,25 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
   cfg.max_running = s.max_running;
   cfg.sampler = s.sampler;
   const std::string at = variant.empty() || variant == "base" ? "cache" : "compare." + variant;
+  run.mla = c.mla;
+  if (c.mla) {
+    // The latent rows live in the K format's encoding (see mla_layout_for).
+    if (!(cfg.k_format == cfg.v_format)) {
+      fail_expected(s.path + ": " + c.mla_at, "one KV format for the latent cache (k_dtype == v_dtype)",
+                    cfg.k_format.name() + " / " + cfg.v_format.name());
+    }
+    const int full = mla_full_rank(shape, c.mla->rope_dims);
+    if (c.mla->rank > full) {
+      fail_expected(s.path + ": " + c.mla_at + ".rank",
+                    "at most the full rank " + std::to_string(full) + " of this model",
+                    std::to_string(c.mla->rank));
+    }
+  }
   if (c.pool_bytes) {
-    const KvLayout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), cfg.block_size, 1,
-                          cfg.k_format,   cfg.v_format};
+    const KvLayout layout =
+        c.mla ? mla_layout_for(shape, *c.mla, cfg.block_size, 1, cfg.k_format)
+              : KvLayout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), cfg.block_size, 1,
+                         cfg.k_format,   cfg.v_format};
     const auto block_bytes = static_cast<std::int64_t>(layout.block_bytes());
     const std::int64_t blocks = *c.pool_bytes / block_bytes;
     if (blocks < 1 || blocks > 50'000'000) {
@@ -50,6 +61,16 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
   const std::string dir = std::filesystem::path(s.path).parent_path().string();
   run.requests = expand_workload(s.workload, s.path, dir, shape.vocab_size, tokenizer);
   return run;
+}
+
+void attach_mla(ResolvedRun& run, const std::shared_ptr<const Model>& weights,
+                const std::string& where) {
+  if (!run.mla) return;
+  if (!weights) {
+    fail_expected(where + ": cache.mla", "a model with weights to factorize (not bookkeeping only)",
+                  "rank " + std::to_string(run.mla->rank) + " on a shape without weights");
+  }
+  run.config.mla = std::make_shared<const MlaCodec>(make_mla_codec(*weights, *run.mla));
 }
 
 }  // namespace kvscope

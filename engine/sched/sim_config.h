@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/kv/cache_manager.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/sampler.h"
 #include "engine/prefix/eviction_policy.h"
@@ -47,6 +48,9 @@ struct SimConfig {
   bool prefix_caching = false;
   IndexKind prefix_index = IndexKind::kHashChain;
   EvictionPolicyKind cached_block_eviction = EvictionPolicyKind::kLru;
+  // MLA: the pool holds one latent row per token and layer (in k_format) instead of K and V;
+  // null = ordinary K/V. Built from the weights (make_mla_codec), shared by every sequence.
+  std::shared_ptr<const MlaCodec> mla;
 };
 
 struct SimRequest {

@@ -13,6 +13,7 @@ namespace kvscope {
 namespace {
 
 KvLayout layout_for(const SimConfig& c, const ModelConfig& m) {
+  if (c.mla) return mla_layout_for(m, *c.mla, c.block_size, c.num_blocks, c.k_format);
   return kv_layout_for(m, c.block_size, c.num_blocks, c.k_format, c.v_format);
 }
 
@@ -208,6 +209,7 @@ void Simulator::execute(Work& w) {
     std::span<float> logits;
     if (transformer_) {
       KvSeqView view = cache_->view(SeqId(r.id));
+      view.mla = config_.mla.get();
       for (int pos = first; pos < first + n; ++pos) {
         view.num_slots = pos + 1;  // attend to everything up to and including this token
         logits = transformer_->forward(r.tokens[static_cast<std::size_t>(pos)], pos, view);

@@ -204,7 +204,7 @@ TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
             0u);
 }
 
-TEST(ScenarioCompare, EvictionAndMlaParseButDoNotResolveYet) {
+TEST(ScenarioCompare, EvictionParsesButDoesNotResolveYetMlaResolves) {
   const Scenario s = parse_scenario_text(
       testing::scenario_json(
           R"("num_blocks": 64)", R"([{"prompt_tokens": [1, 5], "max_new_tokens": 1}])",
@@ -218,7 +218,7 @@ TEST(ScenarioCompare, EvictionAndMlaParseButDoNotResolveYet) {
   EXPECT_EQ(s.variant("sinks").token_eviction.sinks, 4);
   ASSERT_TRUE(s.variant("mla").mla.has_value());
   EXPECT_EQ(s.variant("mla").mla->rank, 16);
-  EXPECT_EQ(s.variant("mla").mla->mode, MlaMode::kExpanded);
+  EXPECT_EQ(s.variant("mla").mla->mode, MlaMode::kReconstruct);
   const ModelConfig& shape = testing::real_model().model->config();
   EXPECT_NO_THROW(resolve_scenario(s, "base", shape, nullptr));
   auto error = [&](const std::string& v) -> std::string {
@@ -232,9 +232,21 @@ TEST(ScenarioCompare, EvictionAndMlaParseButDoNotResolveYet) {
   EXPECT_EQ(error("h2o"),
             "s.json: compare.h2o.token_eviction: expected \"policy\": \"none\" (token eviction is "
             "not supported by the Simulator yet), got policy h2o");
-  EXPECT_EQ(error("mla"),
-            "s.json: compare.mla.mla: expected no \"mla\" (MLA is not supported by the Simulator "
-            "yet), got rank 16, mode expanded");
+  // MLA resolves: the codec is attached from the weights afterwards (none here: bookkeeping).
+  ResolvedRun mla = resolve_scenario(s, "mla", shape, nullptr);
+  ASSERT_TRUE(mla.mla.has_value());
+  EXPECT_EQ(mla.mla->rank, 16);
+  try {
+    attach_mla(mla, nullptr, "s.json");
+    ADD_FAILURE() << "MLA without weights must be an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "s.json: cache.mla: expected a model with weights to factorize (not bookkeeping "
+              "only), got rank 16 on a shape without weights");
+  }
+  attach_mla(mla, testing::real_model().model, "s.json");
+  ASSERT_NE(mla.config.mla, nullptr);
+  EXPECT_EQ(mla.config.mla->rank(), 16);
   EXPECT_EQ(scenario_error(
                 testing::scenario_json(R"("num_blocks": 4, "token_eviction": {"policy": "h2o"})")),
             "s.json: cache.token_eviction.budget: expected an integer >= 1 (live tokens kept per "

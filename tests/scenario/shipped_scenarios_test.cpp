@@ -26,8 +26,6 @@ constexpr int kCiSteps = 60;  // CI runs every variant for at most this many ste
 // starts to resolve, this test fails: move it out of the list.
 const std::set<std::string> kNotRunnableYet = {"eviction-budget/base",   "eviction-budget/snapkv",
                                                "eviction-budget/tova",   "eviction-budget/window",
-                                               "mla-rank-sweep/base",    "mla-rank-sweep/rank-32",
-                                               "mla-rank-sweep/rank-16", "mla-rank-sweep/rank-8",
                                                "past-context/window",    "past-context/sinks"};
 
 std::vector<std::string> shipped_names() {
@@ -65,6 +63,7 @@ TEST_P(ShippedScenario, ParsesAndEveryRunnableVariantRuns) {
       continue;
     }
     ResolvedRun run = resolve_scenario(s, variant, model.shape, model.tokenizer.get());
+    attach_mla(run, model.weights, s.path);
     EXPECT_FALSE(run.requests.empty());
     Simulator sim(run.config, SimModel{model.shape, model.weights}, std::move(run.requests));
     const int steps = std::min(kCiSteps, s.steps.value_or(kCiSteps));

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Regenerates the guided tour's material: for every scenario of docs/tour.md, a headless run
+# (report.md, plots, metrics under build/tour/NAME) and a UI screenshot under Xvfb
+# (docs/images/tour/NAME.png). Usage: scripts/tour.sh [BUILD_DIR]   (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+kvscope="$build/cli/kvscope"
+ui="$build/app/kvscope-ui"
+for bin in "$kvscope" "$ui"; do
+  [[ -x $bin ]] || { echo "tour.sh: $bin not built (cmake --build $build)" >&2; exit 2; }
+done
+command -v xvfb-run >/dev/null || { echo "tour.sh: xvfb-run missing (apt-get install xvfb)" >&2; exit 2; }
+mkdir -p docs/images/tour "$build/tour"
+
+# name  step-for-the-screenshot  workspace
+shots=(
+  "naive-vs-paged 60 compare"
+  "block-size 80 pool"
+  "shared-system-prompt 8 prefix"
+  "multi-turn-chat 200 prefix"
+  "parallel-sampling 20 pool"
+  "memory-pressure 160 compare"
+  "quantization-ladder 90 compare"
+  "past-context 250 attention"
+  "eviction-budget 150 attention"
+  "mla-rank-sweep 120 pool"
+  "mooncake-replay 3000 pool"
+  "memory-wall 200 pool"
+)
+for entry in "${shots[@]}"; do
+  read -r name step view <<<"$entry"
+  echo "== $name" >&2
+  "$kvscope" run "scenarios/$name.json" --out "$build/tour/$name" --quiet
+  timeout 600 xvfb-run -a -s "-screen 0 1600x1000x24" "$ui" "scenarios/$name.json" \
+    --screenshot "docs/images/tour/$name.png" --frames 60 --step "$step" --view "$view"
+done
