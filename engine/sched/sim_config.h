@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/evict/token_evictor.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/sampler.h"
@@ -47,6 +48,10 @@ struct SimConfig {
   bool prefix_caching = false;
   IndexKind prefix_index = IndexKind::kHashChain;
   EvictionPolicyKind cached_block_eviction = EvictionPolicyKind::kLru;
+  // Token eviction (policy kind kNone = off): every running sequence has its own TokenEvictor
+  // (paged allocator, no prefix caching, no KIVI, recompute preemption, real weights) that trims
+  // it to the budget after each token, prefill included. See docs/concepts/eviction.md.
+  EvictorOptions token_eviction;
 };
 
 struct SimRequest {

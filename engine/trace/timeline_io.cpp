@@ -22,7 +22,7 @@ namespace {
 constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::uint8_t kMaxEventType =
-    static_cast<std::uint8_t>(EventType::kBlockCached);  // the last
+    static_cast<std::uint8_t>(EventType::kEvictedPosition);  // the last
 
 // Every StepMetrics field, in file order (the same list writes and reads).
 template <typename M, typename F>
