@@ -162,7 +162,7 @@ std::optional<RejectReason> Simulator::check_fits(RequestRun& r, int* blocks_nee
   const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
   const int kv_tokens = prompt + r.spec.max_new_tokens - 1;  // the last sampled token is never fed
   const bool contiguous = config_.allocator == AllocatorKind::kContiguous;
-  *blocks_needed = contiguous       ? cache_->blocks_for(reservation_)
+  *blocks_needed = contiguous        ? cache_->blocks_for(reservation_)
                    : evicts_tokens() ? blocks_bound_evicting(kv_tokens)
                                      : cache_->blocks_for(kv_tokens);
   const int limit = contiguous ? reservation_ : context_;
@@ -181,8 +181,7 @@ std::optional<RejectReason> Simulator::check_fits(RequestRun& r, int* blocks_nee
                       (evicts_tokens() ? ", with token eviction at budget " +
                                              std::to_string(config_.token_eviction.policy.budget)
                                        : std::string()) +
-                      ") but the whole pool has " +
-                      std::to_string(config_.num_blocks);
+                      ") but the whole pool has " + std::to_string(config_.num_blocks);
     return RejectReason::kLargerThanPool;
   }
   return std::nullopt;

@@ -45,9 +45,10 @@ struct RequestRun {
   std::string reject_reason;  // why it was rejected, in one sentence
   std::int32_t fork_of = -1;  // parallel sample forked from this request after its prefill
   std::vector<std::int32_t> fork_children;  // samples to fork off this one (prefix caching)
-  bool forked = false;        // fork_children were forked
-  int cached_blocks = 0;      // full blocks already offered to the prefix cache
-  std::int64_t prefix_hit_tokens = 0;  // prompt tokens mapped from the prefix cache (all admissions)
+  bool forked = false;                      // fork_children were forked
+  int cached_blocks = 0;                    // full blocks already offered to the prefix cache
+  std::int64_t prefix_hit_tokens =
+      0;  // prompt tokens mapped from the prefix cache (all admissions)
   std::vector<int> generated_tokens() const {
     return {tokens.begin() + static_cast<std::ptrdiff_t>(spec.prompt_tokens.size()), tokens.end()};
   }

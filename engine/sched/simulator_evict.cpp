@@ -56,7 +56,8 @@ int Simulator::blocks_bound_evicting(int kv_tokens) const {
   const EvictorOptions& o = config_.token_eviction;
   const int budget = o.policy.budget;
   int bound = o.compaction == CompactionPolicy::kAlways ? cache_->blocks_for(budget) : budget;
-  if (o.policy.kind == EvictionKind::kWindow) bound = std::min(bound, cache_->blocks_for(budget) + 1);
+  if (o.policy.kind == EvictionKind::kWindow)
+    bound = std::min(bound, cache_->blocks_for(budget) + 1);
   if (o.policy.kind == EvictionKind::kSinksWindow) {
     bound = std::min(bound, cache_->blocks_for(o.policy.sinks) +
                                 cache_->blocks_for(budget - o.policy.sinks) + 1);
@@ -160,10 +161,9 @@ void Simulator::check_evictor_invariants(const RequestRun& r) const {
                                            " slots, the cache holds " + std::to_string(slots));
   }
   if (evictor->next_token() != r.num_computed) {
-    throw Error("simulator invariant", who + " evictor has seen " +
-                                           std::to_string(evictor->next_token()) +
-                                           " tokens, scheduler says " +
-                                           std::to_string(r.num_computed));
+    throw Error("simulator invariant",
+                who + " evictor has seen " + std::to_string(evictor->next_token()) +
+                    " tokens, scheduler says " + std::to_string(r.num_computed));
   }
   const int budget = config_.token_eviction.policy.budget;
   if (r.num_computed > 0 && evictor->num_live() > budget - 1) {

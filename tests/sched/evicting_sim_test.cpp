@@ -91,15 +91,14 @@ TEST(EvictingSimulator, BudgetCoveringEveryRequestChangesNothing) {
   EXPECT_GT(ma.back().preemptions, 0);
   for (std::size_t s = 0; s < ma.size(); ++s) {
     const StepMetrics &x = ma[s], &y = mb[s];
-    EXPECT_TRUE(x.blocks_used == y.blocks_used && x.slots_filled == y.slots_filled &&
-                x.slots_allocated == y.slots_allocated &&
-                x.internal_frag_slots == y.internal_frag_slots &&
-                x.free_blocks == y.free_blocks && x.requests_running == y.requests_running &&
-                x.requests_waiting == y.requests_waiting &&
-                x.requests_finished == y.requests_finished && x.preemptions == y.preemptions &&
-                x.tokens_recomputed == y.tokens_recomputed &&
-                x.prefill_tokens == y.prefill_tokens && x.decode_tokens == y.decode_tokens &&
-                x.kv_bytes_used == y.kv_bytes_used)
+    EXPECT_TRUE(
+        x.blocks_used == y.blocks_used && x.slots_filled == y.slots_filled &&
+        x.slots_allocated == y.slots_allocated && x.internal_frag_slots == y.internal_frag_slots &&
+        x.free_blocks == y.free_blocks && x.requests_running == y.requests_running &&
+        x.requests_waiting == y.requests_waiting && x.requests_finished == y.requests_finished &&
+        x.preemptions == y.preemptions && x.tokens_recomputed == y.tokens_recomputed &&
+        x.prefill_tokens == y.prefill_tokens && x.decode_tokens == y.decode_tokens &&
+        x.kv_bytes_used == y.kv_bytes_used)
         << "step " << s;
   }
 }
@@ -114,8 +113,8 @@ std::vector<PolicyCase> policy_cases() {
       {"window", evictor(EvictionKind::kWindow, 16)},
       {"sinks_window_half", evictor(EvictionKind::kSinksWindow, 20, CompactionPolicy::kHalfEmpty)},
       {"h2o_always", evictor(EvictionKind::kH2O, 16, CompactionPolicy::kAlways)},
-      {"tova_shift", evictor(EvictionKind::kTova, 16, CompactionPolicy::kNever,
-                             PositionMode::kShift)},
+      {"tova_shift",
+       evictor(EvictionKind::kTova, 16, CompactionPolicy::kNever, PositionMode::kShift)},
       {"snapkv_always", evictor(EvictionKind::kSnapKV, 16, CompactionPolicy::kAlways)},
       {"random", evictor(EvictionKind::kRandom, 16, CompactionPolicy::kAlways)},
   };

@@ -159,8 +159,8 @@ TEST(TimelineState, EqualsLiveStateWithPrefixCachingAndParallelSampling) {
 TEST(TimelineState, EqualsLiveStateEveryStepWithTokenEviction) {
   // Token eviction frees blocks from inside tables (BlockFreed a = 1), compacts (SlotMoved +
   // truncation) and leaves tables with fewer slots than tokens; replay must follow all of it.
-  for (auto compaction : {CompactionPolicy::kNever, CompactionPolicy::kHalfEmpty,
-                          CompactionPolicy::kAlways}) {
+  for (auto compaction :
+       {CompactionPolicy::kNever, CompactionPolicy::kHalfEmpty, CompactionPolicy::kAlways}) {
     SimConfig c;
     c.block_size = 4;
     c.num_blocks = 14;
