@@ -2,8 +2,11 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "app/core/data_source.h"
 #include "app/core/run_info.h"
@@ -39,14 +42,25 @@ class TimelineSource final : public DataSource {
   void set_run_info(std::shared_ptr<const RunInfo> info) { info_ = std::move(info); }
   std::shared_ptr<const RunInfo> run_info() const override { return info_; }
   const Timeline& timeline() const { return *timeline_; }
+  // Token eviction, from the EvictedPosition events (a recompute preemption makes every token live
+  // again: the request's tokens are replayed from scratch and evicted anew).
+  std::vector<std::uint8_t> slot_live(int request, int step) const override;
 
  private:
+  struct EvictionMark {
+    std::int32_t step;
+    std::int32_t token;  // the evicted token, or -1: every token live again (recompute)
+  };
+  void scan_evictions() const;
   std::shared_ptr<const Timeline> timeline_;
   std::string origin_;  // the scenario or recording path
   std::shared_ptr<const std::atomic<bool>> live_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<std::vector<int>> prompts_;  // [request id] prompt token ids
   std::shared_ptr<const RunInfo> info_;
+  // Eviction marks by request, indexed incrementally as the timeline grows (render thread only).
+  mutable std::unordered_map<int, std::vector<EvictionMark>> evictions_;
+  mutable std::size_t events_scanned_ = 0;
 };
 
 }  // namespace kvscope::ui

@@ -37,6 +37,7 @@ void AttentionPanel::scan_tokens(const AppState& state) {
     scanned_until_ = -1;
     generated_.clear();
     sampled_step_.clear();
+    fed_.clear();
     captures_.clear();
     view_of_ = nullptr;
     last_error_.clear();
@@ -44,7 +45,10 @@ void AttentionPanel::scan_tokens(const AppState& state) {
   const int last = state.num_steps() - 1;
   for (int s = scanned_until_ + 1; s <= last; ++s) {
     for (const Event& e : state.source().events_at(s)) {
+      if (e.type == EventType::kPrefillChunk && e.a >= 0 && e.b >= 0 && e.a + e.b < (1 << 24))
+        fed_[e.request].emplace_back(s, static_cast<int>(e.a + e.b));
       if (e.type != EventType::kDecodeToken || e.a < 0 || e.a >= (1 << 24)) continue;
+      fed_[e.request].emplace_back(s, static_cast<int>(e.a + 1));
       const auto pos = static_cast<std::size_t>(e.a + 1);  // where the sampled token goes
       std::vector<int>& t = generated_[e.request];
       std::vector<int>& st = sampled_step_[e.request];
@@ -70,6 +74,18 @@ int AttentionPanel::shown_positions(const AppState& state, int request) const {
   const RequestState* r = find_request(state.pool(), request);
   if (r == nullptr || r->phase == RequestPhase::kWaiting || r->phase == RequestPhase::kRejected)
     return 0;
+  if (r->phase == RequestPhase::kRunning &&
+      !state.source().slot_live(request, state.step()).empty()) {
+    // Token eviction: the queries ran over every token fed so far, not just the cached ones.
+    int fed = 0;
+    if (const auto it = fed_.find(request); it != fed_.end()) {
+      for (const auto& [step, n] : it->second) {
+        if (step > state.step()) break;
+        fed = n;
+      }
+    }
+    return fed;
+  }
   if (r->phase == RequestPhase::kRunning && r->num_tokens > 0) return r->num_tokens;
   // Finished or swapped: every token fed so far (the newest sampled one is not fed yet).
   int n = static_cast<int>(state.source().prompt_tokens(request).size());

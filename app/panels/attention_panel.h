@@ -42,6 +42,9 @@ class AttentionPanel final : public Panel {
   int scanned_until_ = -1;
   std::map<int, std::vector<int>> generated_;     // request -> [position] sampled token (-1)
   std::map<int, std::vector<int>> sampled_step_;  // request -> [position] step it was sampled
+  // request -> (step, tokens fed through the model after it), from PrefillChunk / DecodeToken:
+  // with token eviction the cache holds fewer slots than the tokens the queries ran over.
+  std::map<int, std::vector<std::pair<int, int>>> fed_;
   std::map<int, std::shared_ptr<const AttentionCapture>> captures_;  // by request, this run
   std::string last_error_;
   int layer_ = 0;

@@ -42,7 +42,7 @@ void KvCacheManager::remove_block(SeqId id, int logical) {
   if (storage_ && pool_.is_free(b)) storage_->drop_block_staging(b);
   t.blocks.erase(t.blocks.begin() + logical);
   t.num_tokens -= slots;
-  emit(EventType::kBlockFreed, id, b, logical);
+  emit(EventType::kBlockFreed, id, b, logical, /*a=*/1);  // removed from inside the table
   emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1,
        static_cast<std::int64_t>(t.blocks.size()), t.num_tokens);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/evict/policy.h"
+#include "engine/evict/token_evictor.h"
 #include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/config.h"
@@ -26,7 +27,7 @@ inline constexpr int kScenarioFormatVersion = 1;
 struct CacheSettings {
   SimConfig sim;  // block size, pool in blocks, formats, allocator, prefix caching, preemption...
   std::optional<std::int64_t> pool_bytes;  // device pool in bytes; sim.num_blocks is then unused
-  EvictionConfig token_eviction;           // kind kNone = dense (every token kept)
+  EvictorOptions token_eviction;           // policy.kind kNone = dense (every token kept)
   std::optional<MlaOptions> mla;           // absent = ordinary K/V
   std::string token_eviction_at, mla_at;   // JSON paths they were set at (for errors)
 };

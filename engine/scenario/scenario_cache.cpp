@@ -15,14 +15,16 @@ constexpr int kMaxBlocks = 50'000'000;
 
 const std::vector<std::string>& eviction_keys() {
   static const std::vector<std::string> keys = {
-      "policy", "budget", "sinks", "recent", "observation_window", "pool_kernel", "seed"};
+      "policy",      "budget", "sinks",      "recent", "observation_window",
+      "pool_kernel", "seed",   "compaction", "positions"};
   return keys;
 }
 
-EvictionConfig parse_token_eviction(const JsonReader& r, const json& j, const std::string& at) {
+EvictorOptions parse_token_eviction(const JsonReader& r, const json& j, const std::string& at) {
   r.only_keys(j, at, eviction_keys());
   r.require(j, at, "policy", "an eviction policy name");
-  EvictionConfig e;
+  EvictorOptions options;
+  EvictionConfig& e = options.policy;
   e.kind = parse_eviction_kind(r.string(j["policy"], json_path(at, "policy")),
                                r.file() + ": " + json_path(at, "policy"));
   if (e.kind == EvictionKind::kNone) {
@@ -31,7 +33,7 @@ EvictionConfig parse_token_eviction(const JsonReader& r, const json& j, const st
         r.fail_text(json_path(at, k), "no other key beside \"policy\": \"none\"", "\"" + k + "\"");
       }
     }
-    return e;
+    return options;
   }
   r.require(j, at, "budget", "an integer >= 1 (live tokens kept per sequence)");
   e.budget = r.int32(j["budget"], json_path(at, "budget"), 1, 1 << 24);
@@ -57,7 +59,15 @@ EvictionConfig parse_token_eviction(const JsonReader& r, const json& j, const st
     r.fail_text(json_path(at, "recent"), "at most the budget " + std::to_string(e.budget),
                 std::to_string(e.recent));
   }
-  return e;
+  if (j.contains("compaction")) {
+    options.compaction = parse_compaction_policy(r.string(j["compaction"], json_path(at, "compaction")),
+                                                 r.file() + ": " + json_path(at, "compaction"));
+  }
+  if (j.contains("positions")) {
+    options.positions = parse_position_mode(r.string(j["positions"], json_path(at, "positions")),
+                                            r.file() + ": " + json_path(at, "positions"));
+  }
+  return options;
 }
 
 MlaOptions parse_mla(const JsonReader& r, const json& j, const std::string& at) {

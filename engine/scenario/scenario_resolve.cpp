@@ -11,15 +11,10 @@ namespace kvscope {
 ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                              const ModelConfig& shape, const Tokenizer* tokenizer) {
   const CacheSettings& c = s.variant(variant);
-  // Parsed and validated, but the Simulator does not run these yet: say so instead of ignoring.
-  if (c.token_eviction.kind != EvictionKind::kNone) {
-    fail_expected(s.path + ": " + c.token_eviction_at,
-                  "\"policy\": \"none\" (token eviction is not supported by the Simulator yet)",
-                  "policy " + eviction_kind_name(c.token_eviction.kind));
-  }
   ResolvedRun run;
   SimConfig& cfg = run.config;
   cfg = c.sim;
+  cfg.token_eviction = c.token_eviction;
   cfg.title = s.title;
   cfg.max_tokens_per_step = s.max_tokens_per_step;
   cfg.max_running = s.max_running;

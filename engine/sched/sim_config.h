@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/evict/token_evictor.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
@@ -51,6 +52,10 @@ struct SimConfig {
   // MLA: the pool holds one latent row per token and layer (in k_format) instead of K and V;
   // null = ordinary K/V. Built from the weights (make_mla_codec), shared by every sequence.
   std::shared_ptr<const MlaCodec> mla;
+  // Token eviction (policy kind kNone = off): every running sequence has its own TokenEvictor
+  // (paged allocator, no prefix caching, no KIVI, recompute preemption, real weights) that trims
+  // it to the budget after each token, prefill included. See docs/concepts/eviction.md.
+  EvictorOptions token_eviction;
 };
 
 struct SimRequest {

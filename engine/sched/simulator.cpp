@@ -7,6 +7,7 @@
 
 #include "engine/analysis/pool_metrics.h"
 #include "engine/common/error.h"
+#include "engine/evict/eviction_hook.h"
 #include "engine/model/tokenizer.h"
 
 namespace kvscope {
@@ -24,6 +25,11 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
     fail_expected("cache.num_blocks", "a positive integer", std::to_string(c.num_blocks));
   if (c.host_blocks < 0)
     fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
+  if (c.mla && c.token_eviction.policy.kind != EvictionKind::kNone) {
+    fail_expected("cache.mla", "no token eviction beside the MLA latent cache (not supported)",
+                  "rank " + std::to_string(c.mla->rank()) + " with token eviction " +
+                      eviction_kind_name(c.token_eviction.policy.kind));
+  }
   if (c.max_tokens_per_step < 0)
     fail_expected("max_tokens_per_step", "a non-negative integer",
                   std::to_string(c.max_tokens_per_step));
@@ -92,6 +98,7 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   timeline_ = std::make_shared<Timeline>(std::move(h));
   cache_->set_event_sink(timeline_.get(), &step_);
   make_prefix_cache();
+  check_token_eviction();
 
   // Parallel samples become consecutive ids; with prefix caching all but the first fork off it.
   for (SimRequest& spec : requests) {
@@ -110,6 +117,7 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
       requests_.push_back(std::move(r));
     }
   }
+  if (evicts_tokens()) evictors_.resize(requests_.size());
   std::stable_sort(arrival_order_.begin(), arrival_order_.end(),
                    [&](std::int32_t a, std::int32_t b) {
                      return requests_[static_cast<std::size_t>(a)].spec.arrival_step <
@@ -160,21 +168,31 @@ std::optional<RejectReason> Simulator::check_fits(RequestRun& r, int* blocks_nee
   const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
   const int kv_tokens = prompt + r.spec.max_new_tokens - 1;  // the last sampled token is never fed
   const bool contiguous = config_.allocator == AllocatorKind::kContiguous;
-  *blocks_needed = contiguous ? cache_->blocks_for(reservation_) : cache_->blocks_for(kv_tokens);
-  const int limit = contiguous ? reservation_ : context_;
+  *blocks_needed = contiguous        ? cache_->blocks_for(reservation_)
+                   : evicts_tokens() ? blocks_bound_evicting(kv_tokens)
+                                     : cache_->blocks_for(kv_tokens);
+  // With token eviction a sequence may run past the model's trained context (the cache holds at
+  // most the budget; positions beyond seq_len are out of distribution, see eviction.md).
+  constexpr int kEvictingTokenCap = 1'000'000;
+  const int limit = contiguous ? reservation_ : evicts_tokens() ? kEvictingTokenCap : context_;
   if (kv_tokens > limit) {
     r.reject_reason = "prompt " + std::to_string(prompt) + " + max_new_tokens " +
                       std::to_string(r.spec.max_new_tokens) + " needs " +
                       std::to_string(kv_tokens) + " KV slots, more than the " +
-                      (contiguous ? "per-request reservation of " : "model context of ") +
+                      (contiguous        ? "per-request reservation of "
+                       : evicts_tokens() ? "evicting-sequence cap of "
+                                         : "model context of ") +
                       std::to_string(limit) + " tokens";
     return RejectReason::kLargerThanContext;
   }
   if (*blocks_needed > config_.num_blocks) {
     r.reject_reason = "needs " + std::to_string(*blocks_needed) + " blocks (" +
                       std::to_string(kv_tokens) + " tokens at block size " +
-                      std::to_string(config_.block_size) + ") but the whole pool has " +
-                      std::to_string(config_.num_blocks);
+                      std::to_string(config_.block_size) +
+                      (evicts_tokens() ? ", with token eviction at budget " +
+                                             std::to_string(config_.token_eviction.policy.budget)
+                                       : std::string()) +
+                      ") but the whole pool has " + std::to_string(config_.num_blocks);
     return RejectReason::kLargerThanPool;
   }
   return std::nullopt;
@@ -207,7 +225,9 @@ void Simulator::execute(Work& w) {
     const int n = entry.tokens;
     const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
     std::span<float> logits;
-    if (transformer_) {
+    if (evicts_tokens()) {
+      logits = forward_evicting(r, first, n);
+    } else if (transformer_) {
       KvSeqView view = cache_->view(SeqId(r.id));
       view.mla = config_.mla.get();
       for (int pos = first; pos < first + n; ++pos) {
@@ -229,9 +249,13 @@ void Simulator::execute(Work& w) {
       emit(EventType::kPrefillChunk, r.id, first, n);
     }
     cache_full_blocks(r);
-    if (r.num_computed < static_cast<int>(r.tokens.size())) continue;  // prefill not done yet
+    if (r.num_computed < static_cast<int>(r.tokens.size())) {  // prefill not done yet
+      if (evicts_tokens()) sync_table_event(r);
+      continue;
+    }
     if (!r.forked && !r.fork_children.empty() && r.generated == 0) fork_samples(r, logits);
     sample(r, logits);
+    if (evicts_tokens()) sync_table_event(r);
   }
 }
 
@@ -256,6 +280,7 @@ void Simulator::sample(RequestRun& r, std::span<const float> logits) {
 }
 
 void Simulator::finish(RequestRun& r) {
+  if (evicts_tokens()) evictors_[static_cast<std::size_t>(r.id)].reset();
   cache_->free_sequence(SeqId(r.id));
   running_.erase(std::find(running_.begin(), running_.end(), r.id));
   r.phase = RequestPhase::kFinished;

@@ -25,6 +25,8 @@
 
 namespace kvscope {
 
+class EvictingCacheHook;
+
 // One request's progress, readable between steps.
 struct RequestRun {
   std::int32_t id = 0;
@@ -43,9 +45,10 @@ struct RequestRun {
   std::string reject_reason;  // why it was rejected, in one sentence
   std::int32_t fork_of = -1;  // parallel sample forked from this request after its prefill
   std::vector<std::int32_t> fork_children;  // samples to fork off this one (prefix caching)
-  bool forked = false;        // fork_children were forked
-  int cached_blocks = 0;      // full blocks already offered to the prefix cache
-  std::int64_t prefix_hit_tokens = 0;  // prompt tokens mapped from the prefix cache (all admissions)
+  bool forked = false;                      // fork_children were forked
+  int cached_blocks = 0;                    // full blocks already offered to the prefix cache
+  std::int64_t prefix_hit_tokens =
+      0;  // prompt tokens mapped from the prefix cache (all admissions)
   std::vector<int> generated_tokens() const {
     return {tokens.begin() + static_cast<std::ptrdiff_t>(spec.prompt_tokens.size()), tokens.end()};
   }
@@ -81,6 +84,11 @@ class Simulator {
   int num_requests() const { return static_cast<int>(requests_.size()); }
   const RequestRun& request(int id) const { return requests_.at(static_cast<std::size_t>(id)); }
 
+  // Token eviction: the request's evictor while it runs (null when eviction is off or the request
+  // holds no cache).
+  const TokenEvictor* token_evictor(int id) const;
+  bool evicts_tokens() const { return config_.token_eviction.policy.kind != EvictionKind::kNone; }
+
   // Throws kvscope::Error on the first inconsistency between the scheduler, the cache manager and
   // the host tier (plus the cache manager's own invariants).
   void check_invariants() const;
@@ -90,9 +98,11 @@ class Simulator {
     struct Entry {
       std::int32_t id;
       int tokens;
+      int reserved_blocks = 0;  // token eviction: blocks held back for execute's appends
     };
     std::vector<Entry> plan;
     int budget = 0;
+    int reserved_blocks = 0;  // sum over the plan: not allocatable by later requests this step
     bool preempted = false;
     std::int64_t prefill_tokens = 0;
     std::int64_t decode_tokens = 0;
@@ -109,6 +119,17 @@ class Simulator {
   void cache_full_blocks(RequestRun& r);
   void fork_samples(RequestRun& lead, std::span<const float> logits);
   void close_step(const Work& w);
+  // simulator_evict.cpp
+  void check_token_eviction();
+  void start_evictor(RequestRun& r);
+  bool reserve_for_evicting(Work& w, RequestRun& r, int n);
+  std::span<float> forward_evicting(RequestRun& r, int first, int n);
+  void record_evicted(const RequestRun& r, const std::vector<std::int32_t>& live_before);
+  void sync_table_event(const RequestRun& r);
+  int blocks_bound_evicting(int kv_tokens) const;
+  void check_evictor_invariants(const RequestRun& r) const;
+  // Blocks this step's later requests may still take.
+  int allocatable(const Work& w) const { return cache_->num_allocatable() - w.reserved_blocks; }
   void emit(EventType type, std::int32_t request, std::int64_t a = 0, std::int64_t b = 0);
   // simulator_schedule.cpp
   void schedule(Work& w);
@@ -141,6 +162,7 @@ class Simulator {
   std::int64_t prompt_tokens_ = 0;
   std::int64_t prefix_hit_tokens_ = 0;
   std::int64_t prefill_total_ = 0;
+  std::int64_t tokens_evicted_ = 0;
   int step_ = 0;
   std::unique_ptr<KvCacheManager> cache_;
   std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first
@@ -148,6 +170,9 @@ class Simulator {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
   std::shared_ptr<Timeline> timeline_;
+  // [request id] token eviction: the running request's evictor (+ attention recorder), else null.
+  // Declared after cache_ so they go first (each evictor refers to the cache).
+  std::vector<std::unique_ptr<EvictingCacheHook>> evictors_;
   LogitsObserver logits_observer_;
 };
 

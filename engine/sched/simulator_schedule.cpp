@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/common/error.h"
+#include "engine/evict/eviction_hook.h"
 #include "engine/sched/simulator.h"
 
 namespace kvscope {
@@ -21,6 +22,7 @@ void Simulator::schedule(Work& w) {
 bool Simulator::plan_tokens(Work& w, RequestRun& r) {
   const int n = std::min(pending(r), w.budget);
   if (n <= 0) return true;  // nothing to do (or budget spent): keeps its blocks, waits a step
+  if (evicts_tokens()) return reserve_for_evicting(w, r, n);
   if (!cache_->append_slots(SeqId(r.id), n)) return false;
   w.plan.push_back({r.id, n});
   w.budget -= n;
@@ -35,7 +37,7 @@ void Simulator::grow_running(Work& w) {
     const int n = std::min(pending(r), w.budget);
     if (n <= 0) continue;
     bool victim_is_self = false;
-    while (cache_->blocks_needed(SeqId(id), n) > cache_->num_allocatable()) {
+    while (cache_->blocks_needed(SeqId(id), n) > allocatable(w)) {
       const std::int32_t victim = pick_victim();
       preempt(victim, w);
       if (victim == id) {
@@ -91,9 +93,10 @@ void Simulator::admit(Work& w) {
       start_sequence(r);  // maps the cached prefix: its prefill is skipped
     } else {
       if (config_.allocator == AllocatorKind::kPaged &&
-          cache_->blocks_for(n) > cache_->pool().num_free())
+          cache_->blocks_for(n) > cache_->pool().num_free() - w.reserved_blocks)
         return;
       if (!cache_->add_sequence(seq)) return;  // contiguous: no free run (external fragmentation)
+      start_evictor(r);
     }
     waiting_.pop_front();
     r.phase = RequestPhase::kRunning;
@@ -139,6 +142,7 @@ void Simulator::preempt(std::int32_t id, Work& w) {
       std::find_if(w.plan.begin(), w.plan.end(), [&](const Work::Entry& e) { return e.id == id; });
   if (planned != w.plan.end()) {
     w.budget += planned->tokens;
+    w.reserved_blocks -= planned->reserved_blocks;
     w.plan.erase(planned);
   }
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -169,7 +173,9 @@ void Simulator::preempt(std::int32_t id, Work& w) {
     emit(EventType::kSwappedOut, id, blocks);
     return;
   }
-  // Recompute (or swap with a full host tier): drop the K/V, recompute prompt + generated later.
+  // Recompute (or swap with a full host tier): drop the K/V, recompute prompt + generated later
+  // (with token eviction: from scratch through a fresh evictor, reproducing the same evictions).
+  if (evicts_tokens()) evictors_[static_cast<std::size_t>(id)].reset();
   emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kRecompute),
        r.num_computed);
   cache_->free_sequence(seq);
@@ -201,7 +207,8 @@ void Simulator::check_invariants() const {
       throw Error("simulator invariant",
                   who + (has_seq ? " holds blocks but is not running" : " runs without blocks"));
     }
-    if (has_seq && cache_->table(SeqId(r.id)).num_tokens != r.num_computed) {
+    check_evictor_invariants(r);
+    if (has_seq && !evicts_tokens() && cache_->table(SeqId(r.id)).num_tokens != r.num_computed) {
       throw Error("simulator invariant",
                   who + " cache holds " + std::to_string(cache_->table(SeqId(r.id)).num_tokens) +
                       " tokens, scheduler says " + std::to_string(r.num_computed));

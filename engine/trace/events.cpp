@@ -26,6 +26,7 @@ std::string_view event_type_name(EventType type) {
     case EventType::kTokensEvicted: return "TokensEvicted";
     case EventType::kSlotMoved: return "SlotMoved";
     case EventType::kBlockCached: return "BlockCached";
+    case EventType::kEvictedPosition: return "EvictedPosition";
   }
   return "?";
 }

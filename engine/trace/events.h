@@ -13,7 +13,9 @@ enum class EventType : std::uint8_t {
   kPrefillChunk,       // request; a = first position, b = tokens in the chunk
   kDecodeToken,        // request; a = position, b = token id
   kBlockAllocated,     // request, block, logical
-  kBlockFreed,         // request, block, logical (the request's reference dropped)
+  kBlockFreed,         // request, block, logical (the request's reference dropped); a = 1 when
+                       // token eviction removed it from inside the table (later blocks move
+                       // down one logical index), else 0
   kBlockTableUpdated,  // request; a = blocks in table, b = tokens
   kPreempted,          // request; a = PreemptReason, b = tokens lost (to recompute)
   kSwappedOut,         // request; a = blocks moved to the host tier
@@ -34,6 +36,8 @@ enum class EventType : std::uint8_t {
   kBlockCached,        // request (that inserted it), block, logical; a = pool ref count after,
                        // b = the index's parent block + 1 (0: first block of a prefix, or a
                        // recording made before parents were recorded)
+  kEvictedPosition,    // request; logical = the token evicted (its index in the request's
+                       // sequence, 0 = first prompt token). One per token, after TokensEvicted.
 };
 
 enum class PreemptReason : std::int8_t { kRecompute = 0, kSwap = 1 };

@@ -22,7 +22,7 @@ namespace {
 constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::uint8_t kMaxEventType =
-    static_cast<std::uint8_t>(EventType::kBlockCached);  // the last
+    static_cast<std::uint8_t>(EventType::kEvictedPosition);  // the last
 
 // Every StepMetrics field, in file order (the same list writes and reads).
 template <typename M, typename F>
@@ -214,6 +214,9 @@ Timeline Timeline::load(const std::string& path) {
         e.type == EventType::kBlockAllocated || e.type == EventType::kBlockFreed ||
         e.type == EventType::kBlockShared || e.type == EventType::kBlockCopiedOnWrite ||
         e.type == EventType::kBlockCached;
+    // A token index (the UI sizes per-token arrays by it).
+    if (e.type == EventType::kEvictedPosition && (e.logical < 0 || e.logical >= (1 << 24)))
+      r.fail(at + 13, "a token index in [0, 16777216)", std::to_string(e.logical));
     if (table_event && (e.logical < -1 || e.logical >= h.num_blocks)) {
       r.fail(at + 13, "a block-table index in [-1, " + std::to_string(h.num_blocks) + ")",
              std::to_string(e.logical));

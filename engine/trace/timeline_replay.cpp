@@ -56,7 +56,19 @@ void set_tokens(PoolState& s, RequestState& r, std::int64_t tokens) {
   refresh_filled(s, r, lo, hi);
 }
 
-void drop_block(RequestState& r, const Event& e) {
+void drop_block(PoolState& s, RequestState& r, const Event& e) {
+  const bool inside = e.a == 1;  // token eviction: the table closes the gap
+  if (inside && e.logical >= 0 && static_cast<std::size_t>(e.logical) < r.blocks.size() &&
+      r.blocks[static_cast<std::size_t>(e.logical)] == e.block) {
+    r.blocks.erase(r.blocks.begin() + e.logical);
+    for (std::size_t l = static_cast<std::size_t>(e.logical); l < r.blocks.size(); ++l) {
+      const std::int32_t b = r.blocks[l];
+      if (b < 0 || static_cast<std::size_t>(b) >= s.blocks.size()) continue;
+      BlockState& moved = s.blocks[static_cast<std::size_t>(b)];
+      if (moved.owner == r.id) moved.logical = static_cast<std::int32_t>(l);
+    }
+    return;
+  }
   if (e.logical >= 0 && static_cast<std::size_t>(e.logical) < r.blocks.size() &&
       r.blocks[static_cast<std::size_t>(e.logical)] == e.block) {
     r.blocks[static_cast<std::size_t>(e.logical)] = -1;
@@ -195,7 +207,7 @@ void apply_event(PoolState& s, const Event& e) {
     }
     case EventType::kBlockFreed: {
       BlockState& b = block_at(s, e);
-      if (r != nullptr) drop_block(*r, e);
+      if (r != nullptr) drop_block(s, *r, e);
       --b.ref_count;
       restatus(s, b, e.block);
       break;

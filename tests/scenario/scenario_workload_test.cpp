@@ -204,7 +204,7 @@ TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
             0u);
 }
 
-TEST(ScenarioCompare, EvictionParsesButDoesNotResolveYetMlaResolves) {
+TEST(ScenarioCompare, EvictionAndMlaResolve) {
   const Scenario s = parse_scenario_text(
       testing::scenario_json(
           R"("num_blocks": 64)", R"([{"prompt_tokens": [1, 5], "max_new_tokens": 1}])",
@@ -212,10 +212,10 @@ TEST(ScenarioCompare, EvictionParsesButDoesNotResolveYetMlaResolves) {
               "sinks": {"token_eviction": {"policy": "sinks", "budget": 64, "sinks": 4}},
               "mla": {"mla": {"rank": 16, "mode": "expanded"}}})"),
       "s.json");
-  EXPECT_EQ(s.variant("h2o").token_eviction.kind, EvictionKind::kH2O);
-  EXPECT_EQ(s.variant("h2o").token_eviction.budget, 64);
-  EXPECT_EQ(s.variant("h2o").token_eviction.recent, 16);
-  EXPECT_EQ(s.variant("sinks").token_eviction.sinks, 4);
+  EXPECT_EQ(s.variant("h2o").token_eviction.policy.kind, EvictionKind::kH2O);
+  EXPECT_EQ(s.variant("h2o").token_eviction.policy.budget, 64);
+  EXPECT_EQ(s.variant("h2o").token_eviction.policy.recent, 16);
+  EXPECT_EQ(s.variant("sinks").token_eviction.policy.sinks, 4);
   ASSERT_TRUE(s.variant("mla").mla.has_value());
   EXPECT_EQ(s.variant("mla").mla->rank, 16);
   EXPECT_EQ(s.variant("mla").mla->mode, MlaMode::kReconstruct);
@@ -229,9 +229,11 @@ TEST(ScenarioCompare, EvictionParsesButDoesNotResolveYetMlaResolves) {
     }
     return "";
   };
-  EXPECT_EQ(error("h2o"),
-            "s.json: compare.h2o.token_eviction: expected \"policy\": \"none\" (token eviction is "
-            "not supported by the Simulator yet), got policy h2o");
+  // Token eviction resolves into the Simulator's config.
+  const SimConfig h2o = resolve_scenario(s, "h2o", shape, nullptr).config;
+  EXPECT_EQ(h2o.token_eviction.policy.kind, EvictionKind::kH2O);
+  EXPECT_EQ(h2o.token_eviction.policy.budget, 64);
+  EXPECT_EQ(error("h2o"), "");
   // MLA resolves: the codec is attached from the weights afterwards (none here: bookkeeping).
   ResolvedRun mla = resolve_scenario(s, "mla", shape, nullptr);
   ASSERT_TRUE(mla.mla.has_value());

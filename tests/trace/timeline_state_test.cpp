@@ -156,6 +156,39 @@ TEST(TimelineState, EqualsLiveStateWithPrefixCachingAndParallelSampling) {
   }
 }
 
+TEST(TimelineState, EqualsLiveStateEveryStepWithTokenEviction) {
+  // Token eviction frees blocks from inside tables (BlockFreed a = 1), compacts (SlotMoved +
+  // truncation) and leaves tables with fewer slots than tokens; replay must follow all of it.
+  for (auto compaction :
+       {CompactionPolicy::kNever, CompactionPolicy::kHalfEmpty, CompactionPolicy::kAlways}) {
+    SimConfig c;
+    c.block_size = 4;
+    c.num_blocks = 14;
+    c.preemption = PreemptionMode::kRecompute;
+    c.max_tokens_per_step = 24;
+    c.token_eviction.policy.kind = EvictionKind::kH2O;
+    c.token_eviction.policy.budget = 12;
+    c.token_eviction.compaction = compaction;
+    Simulator sim(c, testing::real_sim_model(), testing::mixed_requests(10));
+    check_every_step(sim);
+    int inside = 0, moved = 0, evicted = 0;
+    for (const Event& e : sim.timeline()->events()) {
+      inside += e.type == EventType::kBlockFreed && e.a == 1;
+      moved += e.type == EventType::kSlotMoved;
+      evicted += e.type == EventType::kTokensEvicted;
+    }
+    EXPECT_GT(evicted, 0);
+    if (compaction == CompactionPolicy::kNever) {
+      EXPECT_GT(inside, 0);
+    }
+    if (compaction == CompactionPolicy::kAlways) {
+      EXPECT_GT(moved, 0);
+    }
+    EXPECT_GT(sim.timeline()->all_metrics().back().preemptions, 0);
+    EXPECT_GT(sim.timeline()->num_steps(), Timeline::kSnapshotInterval);
+  }
+}
+
 TEST(TimelineState, HundredThousandBlocksBookkeeping) {
   ModelConfig shape = testing::real_model().model->config();
   shape.seq_len = 16384;  // a long-context shape; bookkeeping only, no weights
