@@ -70,6 +70,10 @@ int cmd_run(const Argv& argv) {
   const int max_steps = args.get_int("--steps", scenario.steps.value_or(100000));
   if (max_steps < 1) fail_expected("--steps", "a positive integer", std::to_string(max_steps));
   const bool quiet = args.has("--quiet");
+  // The output directory first: a bad --out fails before the run, not after it.
+  std::error_code dir_error;
+  std::filesystem::create_directories(out_dir, dir_error);
+  if (dir_error) throw Error(out_dir, "cannot create the output directory: " + dir_error.message());
 
   const ScenarioModelLoad loaded =
       load_scenario_model(scenario, args.get("--model", ""), args.has("--bookkeeping"));
@@ -101,9 +105,6 @@ int cmd_run(const Argv& argv) {
     }
   }
   const Timeline& t = *sim->timeline();
-  std::error_code dir_error;
-  std::filesystem::create_directories(out_dir, dir_error);
-  if (dir_error) throw Error(out_dir, "cannot create the output directory: " + dir_error.message());
   const std::string rec = out_dir + "/recording.kvr", trace = out_dir + "/trace.json",
                     csv = out_dir + "/metrics.csv";
   t.save(rec);

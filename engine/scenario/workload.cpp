@@ -44,13 +44,18 @@ class Builder {
     }
     return tokenizer_->encode(text, bos, /*eos=*/false);
   }
+  static constexpr int kFirstMerged = 3 + 256;
   void random_tokens(std::vector<int>& out, int count, std::uint64_t& state,
                      const std::string& at) const {
     if (vocab_ <= kFirstPlain) {
       fail_expected(file_ + ": " + at, "a model vocabulary of more than 3 tokens for random ids",
                     std::to_string(vocab_));
     }
-    for (int i = 0; i < count; ++i) out.push_back(uniform_int(state, kFirstPlain, vocab_ - 1));
+    // llama2.c vocabularies put the 256 byte-fallback tokens right after the 3 specials: skip
+    // them when the vocabulary has merged tokens beyond, so generated text shows words, not
+    // stray bytes (the UI decodes these tokens on stage).
+    const int lo = vocab_ > kFirstMerged + 16 ? kFirstMerged : kFirstPlain;
+    for (int i = 0; i < count; ++i) out.push_back(uniform_int(state, lo, vocab_ - 1));
   }
   void add(SimRequest q, const std::string& at) {
     total_ += static_cast<std::int64_t>(q.prompt_tokens.size()) * q.n_samples;
