@@ -1,6 +1,8 @@
 // JsonReader and the pre-parse nesting check.
 #include "engine/scenario/json_reader.h"
 
+#include "engine/common/json_depth.h"
+
 #include <algorithm>
 
 #include "engine/common/error.h"
@@ -11,35 +13,6 @@ using json = Json;
 
 namespace {
 
-// Deepest bracket nesting outside strings, scanning once without recursion; stops at the first
-// byte deeper than the limit and returns its offset through `at`.
-bool nesting_within(const std::string& text, int limit, std::size_t* at) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"')
-      in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > limit) {
-        *at = i;
-        return false;
-      }
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return true;
-}
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> row(b.size() + 1);
@@ -66,7 +39,7 @@ std::string fmt_number(double v) {
 
 json parse_json_document(const std::string& text, const std::string& file) {
   std::size_t deep_at = 0;
-  if (!nesting_within(text, kMaxJsonDepth, &deep_at)) {
+  if (!json_nesting_within(text, kMaxJsonDepth, &deep_at)) {
     fail_expected(file + ": byte " + std::to_string(deep_at),
                   "JSON nested at most " + std::to_string(kMaxJsonDepth) + " arrays/objects deep",
                   "deeper nesting");

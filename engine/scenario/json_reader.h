@@ -10,12 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/common/json_depth.h"
+
 namespace kvscope {
 
 // Objects keep their keys in file order (compare variants run in the order written).
 using Json = nlohmann::ordered_json;
 
-inline constexpr int kMaxJsonDepth = 64;  // arrays and objects nested deeper are an error
 
 // Parses `text`; throws kvscope::Error "file: byte N: expected ..., got ..." on invalid JSON or
 // nesting deeper than kMaxJsonDepth (checked first, without recursion).

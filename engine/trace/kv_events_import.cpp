@@ -1,6 +1,8 @@
 // vLLM / SGLang KV-cache event import: strict JSON-lines parsing into kvscope Events.
 #include "engine/trace/kv_events_import.h"
 
+#include "engine/common/json_depth.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -159,6 +161,11 @@ KvEventImport parse_kv_events(std::string_view text, const std::string& source, 
   im.sink = sink;
   for_each_nonblank_line(text, [&](std::int64_t line_no, std::string_view line) {
     const std::string where = source + ":" + std::to_string(line_no);
+    std::size_t deep_at = 0;
+    if (!json_nesting_within(line, kMaxJsonDepth, &deep_at)) {
+      fail_expected(where, "JSON nested at most " + std::to_string(kMaxJsonDepth) + " deep",
+                    "deeper nesting at byte " + std::to_string(deep_at));
+    }
     const json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (obj.is_discarded())
       throw Error(where,

@@ -1,6 +1,8 @@
 // Mooncake trace loading (strict, line-numbered errors), synthetic prompt tokens, reuse figure.
 #include "engine/trace/mooncake.h"
 
+#include "engine/common/json_depth.h"
+
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -36,6 +38,11 @@ std::int64_t non_negative_int(const nlohmann::json& obj, const char* field,
 }
 
 MooncakeRequest parse_line(std::string_view line, const std::string& where, std::int32_t line_no) {
+  std::size_t deep_at = 0;
+  if (!json_nesting_within(line, kMaxJsonDepth, &deep_at)) {
+    fail_expected(where, "a JSON object nested at most " + std::to_string(kMaxJsonDepth) + " deep",
+                  "deeper nesting at byte " + std::to_string(deep_at));
+  }
   nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (obj.is_discarded()) {
     std::string got(1, '\'');
