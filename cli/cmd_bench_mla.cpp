@@ -10,53 +10,17 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_cache.h"
 #include "cli/format.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/cpu/mla_ops.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
-#include "engine/quant/kv_codec.h"
 
 namespace kvscope::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// One layer of one sequence of `tokens` tokens, random contents, blocks in shuffled order.
-struct OneLayerCache {
-  std::unique_ptr<KvStorage> storage;
-  std::vector<BlockId> blocks;  // logical -> physical
-  int tokens = 0;
-  KvSeqView view() const {
-    KvSeqView v;
-    v.storage = storage.get();
-    v.blocks = blocks;
-    v.num_slots = tokens;
-    return v;
-  }
-};
-
-OneLayerCache make_cache(KvLayout L, int tokens, std::mt19937& rng) {
-  L.n_layers = 1;
-  L.num_blocks = (tokens + L.block_size - 1) / L.block_size;
-  OneLayerCache cache{std::make_unique<KvStorage>(L), {}, 0};
-  for (int b = 0; b < L.num_blocks; ++b) cache.blocks.emplace_back(b);
-  std::shuffle(cache.blocks.begin(), cache.blocks.end(), rng);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const auto k_len =
-      static_cast<std::size_t>(L.row_heads(KvKind::kKey) * L.row_head_dim(KvKind::kKey));
-  const auto v_len =
-      static_cast<std::size_t>(L.row_heads(KvKind::kValue) * L.row_head_dim(KvKind::kValue));
-  std::vector<float> k(k_len), v(v_len);
-  for (int t = 0; t < tokens; ++t) {
-    for (float& x : k) x = normal(rng);
-    for (float& x : v) x = normal(rng);
-    cache.tokens = t + 1;
-    quant::write_token(cache.view(), 0, KvKind::kKey, k.data());
-    if (v_len > 0) quant::write_token(cache.view(), 0, KvKind::kValue, v.data());
-  }
-  return cache;
-}
 
 std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) {
   std::normal_distribution<float> normal(0.0f, scale);
@@ -94,8 +58,8 @@ int bench_mla(const Args& args) {
   mla_layout.latent_dim = R;
   mla_layout.rope_heads = 1;
   mla_layout.rope_dim = D;
-  const OneLayerCache mha = make_cache(mha_layout, tokens, rng);
-  const OneLayerCache mla = make_cache(mla_layout, tokens, rng);
+  const OneLayerCache mha = random_one_layer_cache(mha_layout, tokens, rng);
+  const OneLayerCache mla = random_one_layer_cache(mla_layout, tokens, rng);
   // MLA weights of one layer: absorbed query projection W_uk_h^T [H][R][hd] and W_uv [H][hd][R].
   const std::vector<float> w_uk_t = random_vector(static_cast<std::size_t>(H) * R * hd, rng, 0.05f);
   const std::vector<float> w_uv = random_vector(static_cast<std::size_t>(H) * hd * R, rng, 0.05f);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_cache.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
@@ -17,43 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One layer of one sequence of `tokens` tokens in the given format, blocks in shuffled order.
-struct BenchCache {
-  std::unique_ptr<KvStorage> storage;
-  std::vector<BlockId> blocks;  // logical -> physical
-  int tokens = 0;
-  KvSeqView view() const {
-    KvSeqView v;
-    v.storage = storage.get();
-    v.blocks = blocks;
-    v.num_slots = tokens;
-    return v;
-  }
-};
-
-BenchCache make_cache(const ModelConfig& c, const KvFormat& f, int block_size, int tokens) {
-  KvLayout L;
-  L.n_layers = 1;
-  L.kv_heads = c.n_kv_heads;
-  L.head_dim = c.head_dim();
-  L.block_size = block_size;
-  L.num_blocks = (tokens + block_size - 1) / block_size;
-  L.k_format = L.v_format = f;
-  BenchCache cache{std::make_unique<KvStorage>(L), {}, 0};
-  for (int b = 0; b < L.num_blocks; ++b) cache.blocks.emplace_back(b);
-  std::shuffle(cache.blocks.begin(), cache.blocks.end(), std::mt19937(1));
+OneLayerCache make_cache(const ModelConfig& c, const KvFormat& f, int block_size, int tokens) {
   std::mt19937 rng(2);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> k(static_cast<std::size_t>(c.kv_dim())), v(k.size());  // [kv_dim]
-  for (int t = 0; t < tokens; ++t) {
-    for (std::size_t i = 0; i < k.size(); ++i) {
-      k[i] = normal(rng);
-      v[i] = normal(rng);
-    }
-    cache.tokens = t + 1;
-    cpu::kv_write(cache.view(), 0, k.data(), v.data());
-  }
-  return cache;
+  return random_one_layer_cache(kv_layout_for(c, block_size, 1, f, f), tokens, rng);
 }
 
 }  // namespace
@@ -72,7 +39,7 @@ int bench_quant(const Args& args) {
   const int threads = args.get_int("--threads", 1);
   auto backend = make_cpu_backend(threads);  // sets the OpenMP thread count
   std::vector<KvFormat> formats;
-  std::vector<BenchCache> caches;
+  std::vector<OneLayerCache> caches;
   for (const auto& name : kv_format_names()) {
     formats.push_back(parse_kv_format(name, "bench"));
     caches.push_back(make_cache(c, formats.back(), block_size, tokens));
@@ -83,7 +50,7 @@ int bench_quant(const Args& args) {
   std::vector<float> q(static_cast<std::size_t>(c.q_dim())), out(q.size()), scratch;  // [q_dim]
   for (float& x : q) x = normal(rng);
   // Calls per timing sample: about 20 ms of fp32 work.
-  auto time_calls = [&](const BenchCache& cache, int calls) {
+  auto time_calls = [&](const OneLayerCache& cache, int calls) {
     const KvSeqView view = cache.view();
     auto start = Clock::now();
     for (int i = 0; i < calls; ++i)
