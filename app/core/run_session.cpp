@@ -20,14 +20,7 @@ bool is_scenario_path(const std::string& path) {
 }
 
 void apply_override(Scenario& s, const PolicyOverride& o) {
-  SimConfig& c = s.cache.sim;
-  if (o.block_size) c.block_size = *o.block_size;
-  if (o.k_format) c.k_format = *o.k_format;
-  if (o.v_format) c.v_format = *o.v_format;
-  if (o.prefix_caching) c.prefix_caching = *o.prefix_caching;
-  if (o.prefix_index) c.prefix_index = *o.prefix_index;
-  if (o.allocator) c.allocator = *o.allocator;
-  if (o.preemption) c.preemption = *o.preemption;
+  s.cache.sim = with_override(s.cache.sim, o);
   if (o.pool_bytes) s.cache.pool_bytes = *o.pool_bytes;
 }
 

@@ -37,8 +37,7 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
   if (c.pool_bytes) {
     const KvLayout layout =
         c.mla ? mla_layout_for(shape, *c.mla, cfg.block_size, 1, cfg.k_format)
-              : KvLayout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), cfg.block_size, 1,
-                         cfg.k_format,   cfg.v_format};
+              : kv_layout_for(shape, cfg.block_size, 1, cfg.k_format, cfg.v_format);
     const auto block_bytes = static_cast<std::int64_t>(layout.block_bytes());
     const std::int64_t blocks = *c.pool_bytes / block_bytes;
     if (blocks < 1 || blocks > 50'000'000) {
