@@ -18,6 +18,13 @@ class AttentionObserver {
   virtual void on_attention(int layer, int head, int query_pos, std::span<const float> weights) = 0;
 };
 
+// One product of a batched matmul over a shared input: out[d] = W[d][n] * x[n].
+struct MatmulOut {
+  float* out = nullptr;
+  const float* w = nullptr;
+  int d = 0;
+};
+
 struct AttentionShape {
   int n_heads = 0;
   int kv_heads = 0;
@@ -31,6 +38,12 @@ class Backend {
 
   // out[d] = W[d][n] * x[n]
   virtual void matmul(float* out, const float* x, const float* w, int n, int d) = 0;
+  // Several products of the same x (Q/K/V; the FFN's gate and up projections), each output
+  // element exactly what matmul() gives. A backend may run them as one launch; this default
+  // runs them one after the other.
+  virtual void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) {
+    for (const MatmulOut& o : outs) matmul(o.out, x, o.w, n, o.d);
+  }
   // out[n] = w * x / rms(x)
   virtual void rmsnorm(float* out, const float* x, const float* w, int n) = 0;
   // Rotates adjacent pairs of q[q_dim] and k[kv_dim] by pos * theta^(-i/head_dim) (llama2.c).

@@ -41,9 +41,10 @@ std::span<float> Transformer::forward(int token, int pos, const KvSeqView& kv,
     // Attention block: pre-norm.
     backend_.rmsnorm(xb_.data(), x_.data(), w.rms_att + l * dim, c.dim);
     // Q, K, V projections.
-    backend_.matmul(q_.data(), xb_.data(), w.wq + l * q_dim * dim, c.dim, c.q_dim());
-    backend_.matmul(k_.data(), xb_.data(), w.wk + l * kv_dim * dim, c.dim, c.kv_dim());
-    backend_.matmul(v_.data(), xb_.data(), w.wv + l * kv_dim * dim, c.dim, c.kv_dim());
+    const MatmulOut qkv[] = {{q_.data(), w.wq + l * q_dim * dim, c.q_dim()},
+                             {k_.data(), w.wk + l * kv_dim * dim, c.kv_dim()},
+                             {v_.data(), w.wv + l * kv_dim * dim, c.kv_dim()}};
+    backend_.matmul_shared_input(xb_.data(), c.dim, qkv);
     // RoPE on q and k at this token's position.
     backend_.rope(q_.data(), k_.data(), pos, c.q_dim(), c.kv_dim(), c.head_dim(), c.rope_theta);
     // Store k, v in the cache (the view decides block, slot and format).
@@ -52,15 +53,18 @@ std::span<float> Transformer::forward(int token, int pos, const KvSeqView& kv,
     backend_.paged_attention(kv, l, shape, q_.data(), xb_.data(), pos, observer);
     // Output projection and residual.
     backend_.matmul(xb2_.data(), xb_.data(), w.wo + l * dim * q_dim, c.q_dim(), c.dim);
-    for (long i = 0; i < dim; ++i) x_[static_cast<std::size_t>(i)] += xb2_[static_cast<std::size_t>(i)];
+    for (long i = 0; i < dim; ++i)
+      x_[static_cast<std::size_t>(i)] += xb2_[static_cast<std::size_t>(i)];
 
     // FFN block: pre-norm, SwiGLU, down projection, residual.
     backend_.rmsnorm(xb_.data(), x_.data(), w.rms_ffn + l * dim, c.dim);
-    backend_.matmul(hb_.data(), xb_.data(), w.w1 + l * hidden * dim, c.dim, c.hidden_dim);
-    backend_.matmul(hb2_.data(), xb_.data(), w.w3 + l * hidden * dim, c.dim, c.hidden_dim);
+    const MatmulOut gate_up[] = {{hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim},
+                                 {hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim}};
+    backend_.matmul_shared_input(xb_.data(), c.dim, gate_up);
     backend_.swiglu(hb_.data(), hb2_.data(), c.hidden_dim);
     backend_.matmul(xb2_.data(), hb_.data(), w.w2 + l * dim * hidden, c.hidden_dim, c.dim);
-    for (long i = 0; i < dim; ++i) x_[static_cast<std::size_t>(i)] += xb2_[static_cast<std::size_t>(i)];
+    for (long i = 0; i < dim; ++i)
+      x_[static_cast<std::size_t>(i)] += xb2_[static_cast<std::size_t>(i)];
   }
 
   // Final norm and classifier.

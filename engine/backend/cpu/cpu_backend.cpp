@@ -17,6 +17,9 @@ class CpuBackend final : public Backend {
   void matmul(float* out, const float* x, const float* w, int n, int d) override {
     cpu::matmul(out, x, w, n, d);
   }
+  void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) override {
+    cpu::matmul_shared_input(x, n, outs);
+  }
   void rmsnorm(float* out, const float* x, const float* w, int n) override {
     cpu::rmsnorm(out, x, w, n);
   }

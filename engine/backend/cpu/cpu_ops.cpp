@@ -9,6 +9,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -42,8 +43,8 @@ inline void softmax_in_place(float* att, int n, float max_score) {
 // the head dimension when known at compile time (the value accumulator then lives in registers
 // instead of round-tripping through memory for every token), 0 when only `hd` knows it.
 template <int HD>
-void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head_off, const float* qh,
-                      float* att, float* oh) {
+void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head_off,
+                      const float* qh, float* att, float* oh) {
   constexpr bool kFixed = HD > 0;
   const int d = kFixed ? HD : hd;
   const KvLayout& L = view.storage->layout();
@@ -52,11 +53,14 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head
   const float sqrt_hd = std::sqrt(static_cast<float>(d));
   const int num_blocks = (n + bs - 1) / bs;
   for (int b = 0; b < num_blocks; ++b) {
-    const float* kt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(b)])) + head_off;
+    const float* kt = reinterpret_cast<const float*>(view.storage->tile(
+                          layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(b)])) +
+                      head_off;
     const int t0 = b * bs, end = std::min(n, t0 + bs);
     // The runtime `hd`, not HD: a constant length lets the compiler vectorize across tokens with
     // a different summation order per dot, which would make scores depend on the block size.
-    for (int t = t0; t < end; ++t) att[t] = dot(qh, kt + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
+    for (int t = t0; t < end; ++t)
+      att[t] = dot(qh, kt + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
   }
   if (view.slot_live != nullptr) {
     for (int t = 0; t < n; ++t) {
@@ -70,7 +74,9 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head
   float* sum = kFixed ? acc : oh;
   for (int i = 0; i < d; ++i) sum[i] = 0.0f;
   for (int b = 0; b < num_blocks; ++b) {
-    const float* vt = reinterpret_cast<const float*>(view.storage->tile(layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(b)])) + head_off;
+    const float* vt = reinterpret_cast<const float*>(view.storage->tile(
+                          layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(b)])) +
+                      head_off;
     const int t0 = b * bs, end = std::min(n, t0 + bs);
     for (int t = t0; t < end; ++t) {
       const float a = att[t];
@@ -90,17 +96,30 @@ void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape
   const int group = shape.n_heads / shape.kv_heads;
   auto* attend = &attend_head_fp32<0>;
   switch (hd) {
-    case 8: attend = &attend_head_fp32<8>; break;
-    case 16: attend = &attend_head_fp32<16>; break;
-    case 32: attend = &attend_head_fp32<32>; break;
-    case 64: attend = &attend_head_fp32<64>; break;
-    case 128: attend = &attend_head_fp32<128>; break;
-    default: break;
+    case 8:
+      attend = &attend_head_fp32<8>;
+      break;
+    case 16:
+      attend = &attend_head_fp32<16>;
+      break;
+    case 32:
+      attend = &attend_head_fp32<32>;
+      break;
+    case 64:
+      attend = &attend_head_fp32<64>;
+      break;
+    case 128:
+      attend = &attend_head_fp32<128>;
+      break;
+    default:
+      break;
   }
-#pragma omp parallel for schedule(static) if (static_cast<long>(n) * shape.n_heads * hd >= kParallelThreshold)
+#pragma omp parallel for schedule(static) if (static_cast <long>(n) * shape.n_heads * hd >= \
+                                              kParallelThreshold)
   for (int h = 0; h < shape.n_heads; ++h) {
-    attend(view, layer, hd, static_cast<std::size_t>(h / group) * hd, q + static_cast<std::size_t>(h) * hd,
-           weights + static_cast<std::size_t>(h) * n, out + static_cast<std::size_t>(h) * hd);
+    attend(view, layer, hd, static_cast<std::size_t>(h / group) * hd,
+           q + static_cast<std::size_t>(h) * hd, weights + static_cast<std::size_t>(h) * n,
+           out + static_cast<std::size_t>(h) * hd);
   }
 }
 
@@ -109,17 +128,42 @@ void notify_observer(AttentionObserver* observer, int layer, int n_heads, int qu
   if (observer == nullptr) return;
   for (int h = 0; h < n_heads; ++h) {
     observer->on_attention(layer, h, query_pos,
-                           std::span<const float>(weights + static_cast<std::size_t>(h) * n, static_cast<std::size_t>(n)));
+                           std::span<const float>(weights + static_cast<std::size_t>(h) * n,
+                                                  static_cast<std::size_t>(n)));
   }
 }
 
 }  // namespace
 
 void matmul(float* out, const float* x, const float* w, int n, int d) {
-  // One weight row at a time: a single sequential stream per core is what the hardware prefetcher
-  // serves best (measured: interleaving four rows dropped bandwidth from ~26 to ~15 GB/s here).
-#pragma omp parallel for schedule(static) if (static_cast<long>(n) * d >= kParallelThreshold)
-  for (int i = 0; i < d; ++i) out[i] = dot(w + static_cast<long>(i) * n, x, n);
+  const MatmulOut one{out, w, d};
+  matmul_shared_input(x, n, std::span<const MatmulOut>(&one, 1));
+}
+
+void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) {
+  long rows = 0;
+  for (const MatmulOut& o : outs) rows += o.d;
+  // Rows [begin, end) of the outputs laid end to end, one weight row at a time: a single
+  // sequential stream per core is what the hardware prefetcher serves best (measured:
+  // interleaving four rows dropped bandwidth from ~26 to ~15 GB/s here).
+  auto run_rows = [&](long begin, long end) {
+    long base = 0;
+    for (const MatmulOut& o : outs) {
+      const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
+      for (long r = lo; r < hi; ++r) o.out[r - base] = dot(o.w + (r - base) * n, x, n);
+      base += o.d;
+    }
+  };
+  if (rows * n < kParallelThreshold || omp_get_max_threads() == 1) {
+    run_rows(0, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    // The static split OpenMP would make, over all rows at once.
+    const long t = omp_get_thread_num(), nt = omp_get_num_threads();
+    run_rows(rows * t / nt, rows * (t + 1) / nt);
+  }
 }
 
 void rmsnorm(float* out, const float* x, const float* w, int n) {
@@ -132,12 +176,31 @@ void rmsnorm(float* out, const float* x, const float* w, int n) {
 }
 
 void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim, float theta) {
+  // Every head rotates its pairs by the same angles: compute the head_dim / 2 of them once, with
+  // the same float arithmetic per pair as llama2.c (so results stay bit-identical).
+  constexpr int kMaxPairs = 256;
+  float cos_sin[2 * kMaxPairs];
+  const int pairs = head_dim / 2;
+  const bool table = pairs <= kMaxPairs;
+  auto angle = [&](int hd, float& fcr, float& fci) {
+    const float freq =
+        1.0f / std::pow(theta, static_cast<float>(hd) / static_cast<float>(head_dim));
+    const float val = static_cast<float>(pos) * freq;
+    fcr = std::cos(val);
+    fci = std::sin(val);
+  };
+  if (table) {
+    for (int p = 0; p < pairs; ++p) angle(2 * p, cos_sin[2 * p], cos_sin[2 * p + 1]);
+  }
   for (int i = 0; i < q_dim; i += 2) {
     const int hd = i % head_dim;
-    const float freq = 1.0f / std::pow(theta, static_cast<float>(hd) / static_cast<float>(head_dim));
-    const float val = static_cast<float>(pos) * freq;
-    const float fcr = std::cos(val);
-    const float fci = std::sin(val);
+    float fcr, fci;
+    if (table) {
+      fcr = cos_sin[hd];
+      fci = cos_sin[hd + 1];
+    } else {
+      angle(hd, fcr, fci);
+    }
     float v0 = q[i], v1 = q[i + 1];
     q[i] = v0 * fcr - v1 * fci;
     q[i + 1] = v0 * fci + v1 * fcr;
@@ -160,7 +223,8 @@ void swiglu(float* hb, const float* hb2, int n) {
 
 void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) {
   if (view.mla != nullptr || view.storage->layout().is_latent()) {
-    if (view.mla == nullptr) throw Error("kv cache", "a latent (MLA) pool needs a view with its MlaCodec");
+    if (view.mla == nullptr)
+      throw Error("kv cache", "a latent (MLA) pool needs a view with its MlaCodec");
     mla_kv_write(view, layer, k, v);  // the latent cache (mla_ops.cpp)
     return;
   }
@@ -173,7 +237,8 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
                      float* out, int query_pos, AttentionObserver* observer,
                      std::vector<float>& scratch) {
   if (view.mla != nullptr || view.storage->layout().is_latent()) {
-    if (view.mla == nullptr) throw Error("kv cache", "a latent (MLA) pool needs a view with its MlaCodec");
+    if (view.mla == nullptr)
+      throw Error("kv cache", "a latent (MLA) pool needs a view with its MlaCodec");
     mla_attention(view, layer, shape, q, out, query_pos, observer, scratch);
     return;
   }
@@ -183,7 +248,8 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
   const float sqrt_hd = std::sqrt(static_cast<float>(hd));
   // scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
   const std::size_t weights_size = static_cast<std::size_t>(shape.n_heads) * n;
-  const std::size_t need = weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + shape.n_heads;
+  const std::size_t need =
+      weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + shape.n_heads;
   if (scratch.size() < need) scratch.resize(need);
   if (view.storage->layout().k_format.dtype == KvDtype::kF32 &&
       view.storage->layout().v_format.dtype == KvDtype::kF32) {
@@ -196,11 +262,13 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
   const quant::TileReader values(view, layer, KvKind::kValue);
 
   // One KV head at a time: its keys and values are decoded once and serve the whole GQA group.
-#pragma omp parallel for schedule(static) if (static_cast<long>(n) * shape.n_heads * hd >= kParallelThreshold)
+#pragma omp parallel for schedule(static) if (static_cast <long>(n) * shape.n_heads * hd >= \
+                                              kParallelThreshold)
   for (int kvh = 0; kvh < shape.kv_heads; ++kvh) {
     const int h0 = kvh * group;
     float* tmp = scratch.data() + weights_size + static_cast<std::size_t>(kvh) * hd;  // [head_dim]
-    float* max_score = scratch.data() + weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + h0;
+    float* max_score =
+        scratch.data() + weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + h0;
     float* att0 = scratch.data() + static_cast<std::size_t>(h0) * n;  // [group][n]
     // 1. Scores q . k / sqrt(head_dim) over live slots.
     for (int j = 0; j < group; ++j) max_score[j] = -INFINITY;
@@ -222,7 +290,8 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
     // 2. Softmax per query head.
     for (int j = 0; j < group; ++j) {
       softmax_in_place(att0 + static_cast<std::size_t>(j) * n, n, max_score[j]);
-      std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0, static_cast<std::size_t>(hd) * sizeof(float));
+      std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0,
+                  static_cast<std::size_t>(hd) * sizeof(float));
     }
     // 3. Weighted sum of values.
     auto accumulate = [&](int t, const float* vh) {
@@ -235,7 +304,8 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
       }
     };
     for (int t = 0; t < n; ++t) {
-      if (view.slot_live == nullptr || view.slot_live[t] != 0) accumulate(t, values.head(t, kvh, tmp));
+      if (view.slot_live == nullptr || view.slot_live[t] != 0)
+        accumulate(t, values.head(t, kvh, tmp));
     }
   }
   notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
