@@ -11,15 +11,6 @@
 
 namespace kvscope {
 
-void log_softmax(std::span<const float> logits, std::span<double> out) {
-  double mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  const double log_z = mx + std::log(sum);
-  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_z;
-}
-
 double kl_divergence(std::span<const double> log_p, std::span<const double> log_q) {
   double kl = 0.0;
   for (std::size_t i = 0; i < log_p.size(); ++i) {
@@ -160,7 +151,7 @@ QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::ve
 }
 
 QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn& progress,
-                                        const EvalScope& scope) const {
+                                         const EvalScope& scope) const {
   const ModelConfig& c = transformer_.config();
   const auto vocab = static_cast<std::size_t>(c.vocab_size);
   std::vector<double> var_log_p(vocab);  // [vocab]
@@ -248,7 +239,8 @@ std::vector<std::vector<int>> long_text_windows(const Tokenizer& tokenizer, cons
   for (std::size_t i = 1; i < stream.size(); i += step) {
     std::vector<int> win = {kTokenBos};
     const std::size_t stop = std::min(stream.size(), i + step);
-    win.insert(win.end(), stream.begin() + static_cast<long>(i), stream.begin() + static_cast<long>(stop));
+    win.insert(win.end(), stream.begin() + static_cast<long>(i),
+               stream.begin() + static_cast<long>(stop));
     windows.push_back(std::move(win));
   }
   return windows;

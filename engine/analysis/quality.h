@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/log_softmax.h"
 #include "engine/kv/kv_format.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/transformer.h"
@@ -19,8 +20,8 @@ namespace kvscope {
 
 // ---- metric math (pure functions, unit-tested on hand-made distributions) ----
 
-// log softmax of logits[n] into out[n], in double for stable differences.
-void log_softmax(std::span<const float> logits, std::span<double> out);
+// log_softmax(logits, out) comes from engine/common/log_softmax.h (double out for stable
+// differences).
 // KL(p || q) = sum_i p_i (log p_i - log q_i) from log-probabilities; >= 0.
 double kl_divergence(std::span<const double> log_p, std::span<const double> log_q);
 // exp(mean negative log-likelihood).

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/common/error.h"
+#include "engine/common/log_softmax.h"
 #include "engine/mla/mla_codec.h"
 
 namespace kvscope {
@@ -27,20 +28,10 @@ void check_steps(const ModelConfig& c, int steps, bool past_context = false) {
     return;
   }
   if (steps < 1 || steps > c.seq_len) {
-    fail_expected("--steps", "an integer in [1, " + std::to_string(c.seq_len) +
-                                 "] (the model's seq_len)", std::to_string(steps));
+    fail_expected("--steps",
+                  "an integer in [1, " + std::to_string(c.seq_len) + "] (the model's seq_len)",
+                  std::to_string(steps));
   }
-}
-
-// log softmax(logits) into out (before the sampler rewrites the logits in place).
-void log_softmax_into(std::span<const float> logits, std::vector<float>& out) {
-  double mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  const double log_z = mx + std::log(sum);
-  out.resize(logits.size());
-  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(logits[i] - log_z);
 }
 
 // One position through the hook's view (view first: it registers the new slot) or the plain one.
@@ -76,8 +67,9 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
     cache.append_slots(seq, 1);
     std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
     if (logits_out != nullptr) logits_out->emplace_back(logits.begin(), logits.end());
-    int next = pos < static_cast<int>(prompt_tokens.size()) ? prompt_tokens[static_cast<std::size_t>(pos)]
-                                                            : sampler.sample(logits);
+    int next = pos < static_cast<int>(prompt_tokens.size())
+                   ? prompt_tokens[static_cast<std::size_t>(pos)]
+                   : sampler.sample(logits);
     if (hook != nullptr) hook->after_token();
     if (next == kTokenBos) break;
     tokens.push_back(next);
@@ -104,7 +96,8 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   Sampler sampler(options.sampler);
   SequenceCacheHook* hook = options.cache_hook;
   const auto block_bytes = static_cast<long>(cache.layout().block_bytes());
-  std::vector<float> log_p;  // [vocab]
+  // log softmax of each step's logits, taken before the sampler rewrites them in place.
+  std::vector<float> log_p(options.score_tokens ? static_cast<std::size_t>(c.vocab_size) : 0);
 
   using Clock = std::chrono::steady_clock;
   Clock::time_point start{};
@@ -115,7 +108,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     cache.append_slots(seq, 1);
     result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
     std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
-    if (options.score_tokens) log_softmax_into(logits, log_p);
+    if (options.score_tokens) log_softmax(std::span<const float>(logits), std::span<float>(log_p));
     int next;
     if (pos < static_cast<int>(prompt.size()) - 1) {
       next = prompt[static_cast<std::size_t>(pos) + 1];
@@ -142,7 +135,8 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     }
   }
   if (started) result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.kv_bytes_allocated = static_cast<long>(cache.allocated_slots() * cache.layout().bytes_per_token());
+  result.kv_bytes_allocated =
+      static_cast<long>(cache.allocated_slots() * cache.layout().bytes_per_token());
   result.kv_bytes_used = static_cast<long>(cache.filled_slots() * cache.layout().bytes_per_token());
   return result;
 }
