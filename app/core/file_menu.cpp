@@ -87,8 +87,7 @@ std::optional<FileAction> FileMenu::draw_popup() {
                         std::filesystem::current_path().string().c_str());
     const bool ok = ImGui::Button("OK", ImVec2(120, 0)) || enter;
     ImGui::SameLine();
-    const bool cancel = ImGui::Button("Cancel", ImVec2(120, 0)) ||
-                        ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape));
+    const bool cancel = ImGui::Button("Cancel", ImVec2(120, 0)) || key_pressed(ImGuiKey_Escape);
     if (ok && path_[0] != '\0') {
       result = FileAction{asking_, path_};
       ImGui::CloseCurrentPopup();

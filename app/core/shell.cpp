@@ -367,13 +367,12 @@ void UiShell::draw_caption_bar() {
     if ((*captions)[static_cast<std::size_t>(i)].step <= step) current = i;
   }
   const ImGuiIO& io = ImGui::GetIO();
-  const auto pressed = [](ImGuiKey key) { return ImGui::IsKeyPressed(ImGui::GetKeyIndex(key)); };
   if (!io.WantTextInput) {
     int target = -1;
-    if (pressed(ImGuiKey_PageDown) && current + 1 < static_cast<int>(captions->size()))
+    if (key_pressed(ImGuiKey_PageDown) && current + 1 < static_cast<int>(captions->size()))
       target = current + 1;
     // PageUp: back to the start of the current caption, or to the previous one when already there.
-    if (pressed(ImGuiKey_PageUp) && current >= 0)
+    if (key_pressed(ImGuiKey_PageUp) && current >= 0)
       target = (*captions)[static_cast<std::size_t>(current)].step < step || current == 0
                    ? current
                    : current - 1;

@@ -123,17 +123,16 @@ void draw_transport(AppState& state) {
 bool handle_transport_keys(AppState& state) {
   const ImGuiIO& io = ImGui::GetIO();
   if (io.WantTextInput) return false;
-  const auto pressed = [](ImGuiKey key) { return ImGui::IsKeyPressed(ImGui::GetKeyIndex(key)); };
   const int stride = io.KeyShift ? 10 : 1;
-  if (pressed(ImGuiKey_Space))
+  if (key_pressed(ImGuiKey_Space))
     state.toggle_play();
-  else if (pressed(ImGuiKey_LeftArrow))
+  else if (key_pressed(ImGuiKey_LeftArrow))
     state.step_by(-stride);
-  else if (pressed(ImGuiKey_RightArrow))
+  else if (key_pressed(ImGuiKey_RightArrow))
     state.step_by(stride);
-  else if (pressed(ImGuiKey_Home))
+  else if (key_pressed(ImGuiKey_Home))
     state.set_step(0);
-  else if (pressed(ImGuiKey_End))
+  else if (key_pressed(ImGuiKey_End))
     state.set_step(state.num_steps() - 1);
   else
     return false;

@@ -14,6 +14,11 @@ void help_marker(const std::string& text, const std::string& docs_page);
 // Tooltip for the last item: a description and, if given, its keyboard shortcut.
 void item_tooltip(const char* text, const char* shortcut = nullptr);
 
+// Whether a named key went down this frame (with key repeat), as ImGui 1.86 maps it.
+inline bool key_pressed(ImGuiKey key) {
+  return ImGui::IsKeyPressed(ImGui::GetKeyIndex(key));
+}
+
 enum class Icon { kToStart, kStepBack, kPlay, kPause, kStepForward, kToEnd };
 // A square button with a vector icon; returns true when clicked.
 bool icon_button(const char* id, Icon icon, float size);
