@@ -230,7 +230,8 @@ void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& ca
   const ImVec2 size(std::max(20.0f, avail.x), std::max(40.0f, avail.y - error_strip_height()));
   ImGui::InvisibleButton("##cumulative", size);
   const ImVec2 o(ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y + fs);
-  const float w = size.x, h = size.y - fs * 1.2f;
+  // The error strip's K / V / A labels need room on the right.
+  const float w = size.x - (show_errors_ ? fs * 1.2f : 0.0f), h = size.y - fs * 1.2f;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   float vmax = 0.0f;
   for (float v : view_) vmax = std::max(vmax, v);

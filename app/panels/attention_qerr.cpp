@@ -56,9 +56,9 @@ void AttentionPanel::draw_error_controls(const RunInfo& info) {
       "earlier layers. A head shows its KV head (GQA); mean of heads shows the mean over KV "
       "heads.");
   if (!show_errors_ || !is_fp32_run(info)) return;
-  ImGui::SameLine();
+  // Own line: the header row is full at common panel widths.
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6.0f);
-  if (ImGui::BeginCombo("preview", preview_.c_str())) {
+  if (ImGui::BeginCombo("preview format", preview_.c_str())) {
     for (const std::string& name : kv_format_names()) {
       if (name == "fp32") continue;
       if (ImGui::Selectable(name.c_str(), name == preview_)) preview_ = name;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "engine/common/error.h"
@@ -37,6 +38,19 @@ KvErrorProfile measure(const std::vector<int>& tokens, const std::string& format
 
 double mean(const std::vector<float>& v) {
   return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+// One line of measured figures (quoted in docs/ui.md): K and V relative error over every layer,
+// KV head and position (mean, max, position 0's mean) and the attention-row TV mean.
+void print_summary(const char* name, const KvErrorProfile& p) {
+  double k0 = 0.0;
+  for (int l = 0; l < p.n_layers; ++l)
+    for (int h = 0; h < p.kv_heads; ++h) k0 += p.k(l, h, 0) / (p.n_layers * p.kv_heads);
+  std::printf(
+      "[ figures  ] %s, %d tokens: K mean %.4f max %.4f (position 0: %.4f), V mean %.4f max "
+      "%.4f, attention TV mean %.4f\n",
+      name, p.positions, mean(p.k_error), *std::max_element(p.k_error.begin(), p.k_error.end()), k0,
+      mean(p.v_error), *std::max_element(p.v_error.begin(), p.v_error.end()), mean(p.attention_tv));
 }
 
 TEST(KvQuantErrorMath, TotalVariationOfHandMadeRows) {
@@ -73,6 +87,8 @@ TEST(KvQuantError, Int4IsWorseThanInt8AtTheSamePositions) {
   const std::vector<int> tokens = story_tokens();
   const KvErrorProfile p8 = measure(tokens, "int8");
   const KvErrorProfile p4 = measure(tokens, "int4");
+  print_summary("int8", p8);
+  print_summary("int4", p4);
   ASSERT_EQ(p8.k_error.size(), p4.k_error.size());
   for (int l = 0; l < p8.n_layers; ++l) {
     for (int pos = 0; pos < p8.positions; ++pos) {
