@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "engine/backend/backend.h"
+#include "engine/common/error.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/transformer.h"
@@ -22,13 +23,14 @@ void AttentionJob::cancel() {
 }
 
 bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& config,
-                         int generation, int request, std::vector<int> tokens) {
+                         int generation, int request, std::vector<int> tokens,
+                         std::optional<KvFormat> preview) {
   if (busy_.load() || !model || tokens.empty()) return false;
   if (worker_.joinable()) worker_.join();
   busy_ = true;
   busy_request_ = request;
   worker_ = std::thread([this, model = std::move(model), config, generation, request,
-                         tokens = std::move(tokens)]() mutable {
+                         tokens = std::move(tokens), preview]() mutable {
     auto cap = std::make_shared<AttentionCapture>();
     cap->generation = generation;
     cap->request = request;
@@ -38,26 +40,56 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
     if (static_cast<int>(tokens.size()) > c.seq_len)
       tokens.resize(static_cast<std::size_t>(c.seq_len));
     cap->tokens = tokens;
+    const bool run_fp32 =
+        config.k_format.dtype == KvDtype::kF32 && config.v_format.dtype == KvDtype::kF32;
+    if (!run_fp32) preview.reset();
+    cap->preview = preview;
     try {
       const int n = static_cast<int>(tokens.size());
       auto backend = make_cpu_backend(1);
       Transformer transformer(model, *backend);
       const int bs = config.block_size;
-      KvCacheManager cache(
-          kv_layout_for(c, bs, (n + bs - 1) / bs, config.k_format, config.v_format),
-          AllocatorKind::kPaged, n, /*with_storage=*/true);
       auto recorder = std::make_unique<AttentionRecorder>(
           AttentionShapeInfo{c.n_layers, c.n_heads, n}, /*full_matrix_limit=*/512);
-      const SeqId seq(0);
-      cache.add_sequence(seq);
-      for (int pos = 0; pos < n; ++pos) {
-        if (cancel_.load()) {
-          busy_ = false;
-          return;
+      bool captured = false;
+      if (config.mla && (!run_fp32 || preview)) {
+        cap->errors_note = "not measured for an MLA latent cache (the capture stores plain K/V)";
+      } else if (!run_fp32 || preview) {
+        // The recorder watches the run in the run's own formats: the quantized-cache run for a
+        // quantized run, the fp32-cache run when a format is previewed.
+        const KvFormat k = preview ? *preview : config.k_format;
+        const KvFormat v = preview ? *preview : config.v_format;
+        KvErrorHooks hooks;
+        (run_fp32 ? hooks.exact_observer : hooks.quantized_observer) = recorder.get();
+        hooks.cancelled = [this] { return cancel_.load(); };
+        try {
+          std::optional<KvErrorProfile> p = measure_kv_error(transformer, tokens, k, v, bs, hooks);
+          if (!p) {
+            busy_ = false;
+            return;
+          }
+          cap->errors = std::make_unique<KvErrorProfile>(std::move(*p));
+          captured = true;
+        } catch (const Error& e) {
+          if (!preview) throw;          // the run's own formats: a real capture failure
+          cap->errors_note = e.what();  // a preview this block size cannot store
         }
-        cache.append_slots(seq, 1);
-        transformer.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq),
-                            recorder.get());
+      }
+      if (!captured) {
+        KvCacheManager cache(
+            kv_layout_for(c, bs, (n + bs - 1) / bs, config.k_format, config.v_format),
+            AllocatorKind::kPaged, n, /*with_storage=*/true);
+        const SeqId seq(0);
+        cache.add_sequence(seq);
+        for (int pos = 0; pos < n; ++pos) {
+          if (cancel_.load()) {
+            busy_ = false;
+            return;
+          }
+          cache.append_slots(seq, 1);
+          transformer.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq),
+                              recorder.get());
+        }
       }
       cap->sinks = recorder->detect_sinks();
       cap->recorder = std::move(recorder);

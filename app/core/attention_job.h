@@ -1,17 +1,21 @@
 // AttentionJob: captures one sequence's attention weights on a background thread by running its
 // tokens through the real model (a fresh cache in the run's K/V formats) with an
 // AttentionRecorder attached, so the UI never waits on the forward pass. One capture at a time;
-// the result is handed over once it is complete.
+// the result is handed over once it is complete. When the run quantizes K/V (or a format is
+// previewed on an fp32 run) it also measures the per-position quantization error
+// (engine/analysis/kv_quant_error.h): the same tokens run in lockstep with an fp32 cache.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/analysis/attention_stats.h"
+#include "engine/analysis/kv_quant_error.h"
 #include "engine/model/checkpoint.h"
 #include "engine/sched/sim_config.h"
 
@@ -26,6 +30,12 @@ struct AttentionCapture {
   std::unique_ptr<AttentionRecorder> recorder;  // full matrices when tokens.size() <= 512
   std::vector<SinkReport> sinks;                // detect_sinks() over the whole capture
   std::string error;                            // set instead of recorder on failure
+  // The format previewed for K and V on an fp32 run (the recorder still holds the fp32 run).
+  std::optional<KvFormat> preview;
+  // Quantization error against fp32: null when the run is fp32 and nothing is previewed, or when
+  // it cannot be measured (errors_note says why).
+  std::unique_ptr<KvErrorProfile> errors;
+  std::string errors_note;
 };
 
 class AttentionJob {
@@ -35,9 +45,10 @@ class AttentionJob {
   AttentionJob(const AttentionJob&) = delete;
   AttentionJob& operator=(const AttentionJob&) = delete;
 
-  // Starts capturing; ignored (returns false) while a capture is running.
+  // Starts capturing; ignored (returns false) while a capture is running. `preview` (fp32 runs
+  // only; ignored otherwise) is stored for K and V to measure what that format would do.
   bool start(std::shared_ptr<const Model> model, const SimConfig& config, int generation,
-             int request, std::vector<int> tokens);
+             int request, std::vector<int> tokens, std::optional<KvFormat> preview = {});
   bool busy() const { return busy_.load(); }
   int busy_request() const { return busy_request_; }
   // The finished capture (once), or null.

@@ -11,14 +11,13 @@
 
 namespace kvscope::ui {
 
-namespace {
-
-// Dark background -> blue -> warm yellow, t in [0, 1].
-ImU32 heat_color(float t, ImU32 bg) {
+ImU32 attention_heat_color(float t, ImU32 bg) {
   t = std::clamp(t, 0.0f, 1.0f);
   const ImU32 mid = IM_COL32(60, 130, 220, 255), hot = IM_COL32(255, 214, 90, 255);
   return t < 0.5f ? mix_color(bg, mid, t * 2.0f) : mix_color(mid, hot, (t - 0.5f) * 2.0f);
 }
+
+namespace {
 
 constexpr float kLogFloor = 1e-4f;  // log scale: weights below this draw as background
 
@@ -166,7 +165,8 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
   const std::vector<std::uint8_t> live = state.source().slot_live(cap.request, state.step());
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float fs = ImGui::GetFontSize();
-  const float side = std::max(8.0f, std::min(avail.x - fs, avail.y - fs * 0.8f));
+  const float side =
+      std::max(8.0f, std::min(avail.x - fs, avail.y - fs * 0.8f - error_strip_height()));
   const float cell = side / static_cast<float>(n);
   const int bin = std::max(1, static_cast<int>(std::ceil(1.0f / cell)));  // keys per drawn cell
   ImGui::InvisibleButton("##matrix", ImVec2(side + fs, side + fs * 0.8f));
@@ -186,7 +186,7 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
                                        -std::log10(kLogFloor)
                                  : (vmax > 0 ? v / vmax : 0.0f);
       if (t <= 0.0f) continue;
-      ImU32 c = heat_color(t, pal.block_free);
+      ImU32 c = attention_heat_color(t, pal.block_free);
       if (!live.empty() && static_cast<std::size_t>(k) < live.size() &&
           live[static_cast<std::size_t>(k)] == 0)
         c = mix_color(pal.block_free, pal.text_dim, 0.35f);  // evicted key: greyed
@@ -219,6 +219,7 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
       ImGui::EndTooltip();
     }
   }
+  draw_error_strip(state, cap, n, o.x, cell);
 }
 
 void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& cap, int n) {
@@ -226,10 +227,11 @@ void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& ca
   const std::vector<std::uint8_t> live = state.source().slot_live(cap.request, state.step());
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float fs = ImGui::GetFontSize();
-  const ImVec2 size(std::max(20.0f, avail.x), std::max(40.0f, avail.y));
+  const ImVec2 size(std::max(20.0f, avail.x), std::max(40.0f, avail.y - error_strip_height()));
   ImGui::InvisibleButton("##cumulative", size);
   const ImVec2 o(ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y + fs);
-  const float w = size.x, h = size.y - fs * 1.2f;
+  // The error strip's K / V / A labels need room on the right.
+  const float w = size.x - (show_errors_ ? fs * 1.2f : 0.0f), h = size.y - fs * 1.2f;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   float vmax = 0.0f;
   for (float v : view_) vmax = std::max(vmax, v);
@@ -237,7 +239,7 @@ void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& ca
   dl->AddRectFilled(o, ImVec2(o.x + w, o.y + h), pal.panel_bg);
   for (int k = 0; k < n; ++k) {
     const float v = vmax > 0 ? view_[static_cast<std::size_t>(k)] / vmax : 0.0f;
-    ImU32 c = heat_color(0.35f + 0.65f * v, pal.block_free);
+    ImU32 c = attention_heat_color(0.35f + 0.65f * v, pal.block_free);
     if (!live.empty() && static_cast<std::size_t>(k) < live.size() &&
         live[static_cast<std::size_t>(k)] == 0)
       c = mix_color(pal.block_free, pal.text_dim, 0.35f);
@@ -261,6 +263,7 @@ void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& ca
       ImGui::EndTooltip();
     }
   }
+  draw_error_strip(state, cap, n, o.x, bar);
 }
 
 void AttentionPanel::draw(AppState& state) {
@@ -293,9 +296,11 @@ void AttentionPanel::draw(AppState& state) {
   const int n = std::min(shown_positions(state, request), info->shape.seq_len);
   const auto cit = captures_.find(request);
   const AttentionCapture* cap = cit != captures_.end() ? cit->second.get() : nullptr;
-  if ((cap == nullptr || static_cast<int>(cap->tokens.size()) < n) && !job_.busy() &&
-      last_error_.empty())
-    job_.start(info->model, info->config, generation_, request, tokens);
+  const std::optional<KvFormat> preview = wanted_preview(*info);
+  const bool preview_stale = show_errors_ && cap != nullptr && cap->preview != preview;
+  if ((cap == nullptr || static_cast<int>(cap->tokens.size()) < n || preview_stale) &&
+      !job_.busy() && last_error_.empty())
+    job_.start(info->model, info->config, generation_, request, tokens, preview);
 
   // Header: sequence, layer, head.
   ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(sequence_color(request)), "seq %d", request);
@@ -316,6 +321,7 @@ void AttentionPanel::draw(AppState& state) {
   ImGui::SameLine();
   ImGui::Checkbox("log", &log_scale_);
   item_tooltip("Colour by log10(weight) from 1e-4 to 1 (off: linear, scaled to the largest)");
+  draw_error_controls(*info);
 
   if (!last_error_.empty()) {
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state.presenter).warn),

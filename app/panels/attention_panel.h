@@ -2,17 +2,26 @@
 // (or the mean over heads) as a query x key matrix for short runs (<= 256 tokens) and as
 // cumulative attention per key position for longer ones, sinks marked, evicted positions greyed
 // when the run records them. The weights come from an AttentionJob on a background thread.
+// Optional overlay: the per-position quantization error of the cache (K, V, attention rows) as a
+// strip under the key axis; on fp32 runs a format can be previewed (attention_qerr.cpp).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "app/core/attention_job.h"
 #include "app/panels/panel.h"
 
 namespace kvscope::ui {
+
+struct RunInfo;
+
+// The panel's colormap: background -> blue -> warm yellow for t in [0, 1].
+ImU32 attention_heat_color(float t, ImU32 bg);
 
 class AttentionPanel final : public Panel {
  public:
@@ -27,6 +36,13 @@ class AttentionPanel final : public Panel {
   // Tests: wait for the background capture and whether one is cached for `request`.
   void wait_for_capture() { job_.cancel_after_finish(); }
   bool has_capture(int request) const { return captures_.count(request) != 0; }
+  // Tests: the cached capture of `request` (null if none).
+  const AttentionCapture* capture(int request) const {
+    const auto it = captures_.find(request);
+    return it == captures_.end() ? nullptr : it->second.get();
+  }
+  // Tests: the quantization-error overlay and its preview format (a name `kvscope eval` takes).
+  void set_error_overlay(bool on, const std::string& preview = "int4");
 
  private:
   void scan_tokens(const AppState& state);
@@ -36,6 +52,12 @@ class AttentionPanel final : public Panel {
   void draw_matrix(AppState& state, const AttentionCapture& cap, int n);
   void draw_cumulative(AppState& state, const AttentionCapture& cap, int n);
   std::string token_text(const AppState& state, const AttentionCapture& cap, int pos) const;
+  // Quantization-error overlay (attention_qerr.cpp).
+  std::optional<KvFormat> wanted_preview(const RunInfo& info) const;  // fp32 runs with overlay
+  void draw_error_controls(const RunInfo& info);
+  float error_strip_height() const;  // 0 when the overlay is off
+  // The strip under the key axis: x0 = left edge of position 0, `step` pixels per position.
+  void draw_error_strip(AppState& state, const AttentionCapture& cap, int n, float x0, float step);
 
   AttentionJob job_;
   int generation_ = -1;
@@ -51,6 +73,8 @@ class AttentionPanel final : public Panel {
   int head_ = 0;
   bool mean_heads_ = false;
   bool log_scale_ = true;
+  bool show_errors_ = false;
+  std::string preview_ = "int4";  // format previewed on fp32 runs (K and V)
   // The weights shown, cached by what they depend on.
   const AttentionCapture* view_of_ = nullptr;
   int view_layer_ = -1, view_head_ = -1, view_n_ = -1;

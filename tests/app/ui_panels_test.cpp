@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <imgui.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <chrono>
 #include <set>
 #include <thread>
 
@@ -16,6 +16,7 @@
 #include "app/core/quality_job.h"
 #include "app/core/run_session.h"
 #include "app/core/shell.h"
+#include "app/panels/attention_panel.h"
 #include "app/panels/compare_panel.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_format.h"
@@ -167,6 +168,172 @@ TEST(AttentionJob, CapturesSoftmaxRowsOfTheRealModelInTheBackground) {
   EXPECT_EQ(job.take(), nullptr) << "a capture is handed over once";
 }
 
+// A capture of `tokens` with the run's config changed to K/V `format` (and `preview`, if any).
+std::shared_ptr<AttentionCapture> capture_with(const RunInfo& info, const std::string& format,
+                                               const std::vector<int>& tokens,
+                                               const std::string& preview = "") {
+  SimConfig config = info.config;
+  config.k_format = config.v_format = parse_kv_format(format, "test");
+  std::optional<KvFormat> p;
+  if (!preview.empty()) p = parse_kv_format(preview, "test");
+  AttentionJob job;
+  EXPECT_TRUE(job.start(info.model, config, 1, 0, tokens, p));
+  job.cancel_after_finish();
+  std::shared_ptr<AttentionCapture> cap = job.take();
+  EXPECT_NE(cap, nullptr);
+  if (cap != nullptr) {
+    EXPECT_TRUE(cap->error.empty()) << cap->error;
+  }
+  return cap;
+}
+
+TEST(AttentionJob, MeasuresTheQuantizationErrorOfAQuantizedRun) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  const std::shared_ptr<const RunInfo> info = run->run_info();
+  const std::vector<int> tokens = info->prompts.at(2);
+  const auto int8 = capture_with(*info, "int8", tokens);
+  ASSERT_NE(int8, nullptr);
+  ASSERT_NE(int8->errors, nullptr) << "an int8 run measures its error without asking";
+  EXPECT_FALSE(int8->preview.has_value());
+  const KvErrorProfile& p = *int8->errors;
+  ASSERT_EQ(p.positions, static_cast<int>(tokens.size()));
+  ASSERT_EQ(p.k_format, parse_kv_format("int8", "test"));
+  // Measured: 0.3% .. 0.6% per KV head on stories260K (symmetric int8 per head).
+  for (float e : p.k_error) {
+    EXPECT_GT(e, 0.0f);
+    EXPECT_LT(e, 0.05f);
+  }
+  // The recorder watched the int8 run: its rows are still softmax rows.
+  for (int q = 0; q < p.positions; ++q) {
+    double sum = 0.0;
+    for (int k = 0; k <= q; ++k) sum += int8->recorder->weight(2, 3, q, k);
+    EXPECT_NEAR(sum, 1.0, 1e-4);
+  }
+  // int4 (previewed on the same tokens) is worse at every position of every layer.
+  const auto int4 = capture_with(*info, "fp32", tokens, "int4");
+  ASSERT_NE(int4, nullptr);
+  ASSERT_NE(int4->errors, nullptr);
+  for (int l = 0; l < p.n_layers; ++l) {
+    for (int pos = 0; pos < p.positions; ++pos) {
+      double e8 = 0, e4 = 0;
+      for (int h = 0; h < p.kv_heads; ++h) {
+        e8 += p.k(l, h, pos);
+        e4 += int4->errors->k(l, h, pos);
+      }
+      EXPECT_GT(e4, e8) << "layer " << l << " position " << pos;
+    }
+  }
+}
+
+TEST(AttentionJob, Fp32RunHasNoErrorUnlessAFormatIsPreviewed) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  const std::shared_ptr<const RunInfo> info = run->run_info();
+  const std::vector<int> tokens = info->prompts.at(0);
+  const auto plain = capture_with(*info, "fp32", tokens);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->errors, nullptr);
+  EXPECT_TRUE(plain->errors_note.empty());
+  const auto preview = capture_with(*info, "fp32", tokens, "kivi4");
+  ASSERT_NE(preview, nullptr);
+  ASSERT_NE(preview->errors, nullptr);
+  ASSERT_EQ(preview->preview, parse_kv_format("kivi4", "test"));
+  // The heatmap still shows the fp32 run: the same weights as the plain capture, bit for bit.
+  const int n = static_cast<int>(tokens.size());
+  for (int l = 0; l < plain->n_layers; ++l)
+    for (int q = 0; q < n; ++q)
+      for (int k = 0; k <= q; ++k)
+        ASSERT_EQ(preview->recorder->weight(l, 0, q, k), plain->recorder->weight(l, 0, q, k));
+  // A short sequence sits in KIVI's open group (residual 32): kept in full precision, no error.
+  ASSERT_LT(n, 32);
+  for (float e : preview->errors->k_error) EXPECT_EQ(e, 0.0f);
+  // One token, and a preview the block size cannot store (a note, the capture still works).
+  const auto one = capture_with(*info, "fp32", {1}, "int4");
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(one->errors, nullptr);
+  EXPECT_EQ(one->errors->positions, 1);
+  EXPECT_EQ(one->errors->tv(0, 0, 0), 0.0f);
+  SimConfig odd = info->config;
+  odd.block_size = 12;
+  AttentionJob job;
+  ASSERT_TRUE(job.start(info->model, odd, 1, 0, tokens, parse_kv_format("kivi2", "test")));
+  job.cancel_after_finish();
+  const auto bad = job.take();
+  ASSERT_NE(bad, nullptr);
+  EXPECT_TRUE(bad->error.empty()) << bad->error;
+  ASSERT_NE(bad->recorder, nullptr);
+  EXPECT_EQ(bad->errors, nullptr);
+  EXPECT_NE(bad->errors_note.find("block"), std::string::npos) << bad->errors_note;
+}
+
+// Draws the attention panel with the overlay on until its capture of `request` is measured, then
+// sweeps the mouse over the lower part of the panel (where the strip is) for 40 frames.
+const AttentionCapture* draw_with_overlay(AppState& state, AttentionPanel& panel, int request,
+                                          const std::string& what) {
+  panel.set_error_overlay(true, "int4");
+  state.selected_request = request;
+  ImGuiIO& io = ImGui::GetIO();
+  const auto frame = [&](int f) {
+    io.MousePos =
+        ImVec2(static_cast<float>(5 + (f * 137) % 990), static_cast<float>(500 + (f * 23) % 400));
+    run_checked_frame(
+        [&] {
+          ImGui::SetNextWindowPos(ImVec2(0, 0));
+          ImGui::SetNextWindowSize(ImVec2(1000, 900));
+          ImGui::Begin("attention");
+          panel.draw(state);
+          ImGui::End();
+        },
+        what + ", frame " + std::to_string(f));
+  };
+  for (int f = 0; f < 4; ++f) {
+    frame(f);
+    panel.wait_for_capture();
+  }
+  for (int f = 4; f < 44; ++f) frame(f);
+  return panel.capture(request);
+}
+
+TEST(AttentionPanel, DrawsTheQuantizationErrorOverlay) {
+  HeadlessImGui imgui(ImVec2(1000, 900));
+  {  // A quantized run (int8 K/V): matrix mode, its own error, no preview.
+    PolicyOverride o;
+    o.k_format = o.v_format = parse_kv_format("int8", "test");
+    std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), false, o);
+    run->wait();
+    AppState state(run->make_source());
+    state.set_step(60);
+    AttentionPanel panel;
+    const AttentionCapture* cap = draw_with_overlay(state, panel, 0, "int8 run");
+    ASSERT_NE(cap, nullptr);
+    ASSERT_NE(cap->errors, nullptr);
+    EXPECT_FALSE(cap->preview.has_value());
+  }
+  {  // An fp32 run past 256 tokens (cumulative mode) previewing int4.
+    std::unique_ptr<RunSession> run = RunSession::open(scenario("past-context.json"));
+    run->wait();
+    AppState state(run->make_source());
+    state.set_step(state.num_steps() - 1);
+    AttentionPanel panel;
+    const AttentionCapture* cap = draw_with_overlay(state, panel, 1, "fp32 run, cumulative");
+    ASSERT_NE(cap, nullptr);
+    EXPECT_GT(cap->tokens.size(), static_cast<std::size_t>(AttentionPanel::kMatrixLimit));
+    ASSERT_NE(cap->errors, nullptr);
+    EXPECT_EQ(cap->preview, parse_kv_format("int4", "test"));
+  }
+  {  // Token eviction: evicted positions are in the strip, greyed, with no error shown.
+    std::unique_ptr<RunSession> run = RunSession::open(scenario("eviction-budget.json"));
+    run->wait();
+    AppState state(run->make_source());
+    state.set_step(150);
+    const std::vector<std::uint8_t> live = state.source().slot_live(0, 150);
+    ASSERT_NE(std::count(live.begin(), live.end(), 0), 0) << "request 0 has evicted tokens";
+    AttentionPanel panel;
+    const AttentionCapture* cap = draw_with_overlay(state, panel, 0, "eviction run");
+    ASSERT_NE(cap, nullptr);
+    ASSERT_NE(cap->errors, nullptr);
+  }
+}
+
 TEST(ComparePanel, RunsTheVariantBesideTheCurrentRun) {
   HeadlessImGui imgui(ImVec2(1200, 800));
   std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), true);
@@ -248,7 +415,8 @@ TEST(PresenterCaptions, PageDownJumpsToEachCaptionStep) {
   run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "first frame");
   shell.state().set_step(0);
   ImGuiIO& io = ImGui::GetIO();
-  constexpr int kPageDown = 300;  // any free slot of io.KeysDown: the headless context has no keymap
+  constexpr int kPageDown =
+      300;  // any free slot of io.KeysDown: the headless context has no keymap
   io.KeyMap[ImGuiKey_PageDown] = kPageDown;
   for (const Caption& c : captions) {
     if (c.step == 0 && shell.state().step() == 0) continue;  // already there
