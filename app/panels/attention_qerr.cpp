@@ -1,6 +1,7 @@
 // Attention panel, quantization-error overlay: the checkbox and preview picker, and the strip of
 // per-position K / V / attention-row error under the key axis (engine/analysis/kv_quant_error.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "app/core/run_info.h"
@@ -114,7 +115,14 @@ void AttentionPanel::draw_error_strip(AppState& state, const AttentionCapture& c
     for (int h = 0; h < p->kv_heads; ++h) s += one(h);
     return s / static_cast<float>(p->kv_heads);
   };
-  float emax = 0.0f, tmax = 0.0f;  // colour scales: K and V share one, TV has its own
+  // One fixed log colour scale for every format and row, so int8 and int4 look as different as
+  // they are: 1e-4 (0.01%) and below is the coolest colour, 1 (100%) the hottest.
+  constexpr float kLogLo = -4.0f;
+  const auto heat = [&](float e) {
+    if (!(e > 0.0f)) return 0.0f;
+    return std::clamp((std::log10(e) - kLogLo) / -kLogLo, 0.0f, 1.0f);  // colour only
+  };
+  float emax = 0.0f, tmax = 0.0f;  // for the legend
   for (int k = 0; k < shown; ++k) {
     if (is_evicted(k)) continue;
     emax = std::max({emax, value(0, k), value(1, k)});
@@ -131,11 +139,9 @@ void AttentionPanel::draw_error_strip(AppState& state, const AttentionCapture& c
   for (int row = 0; row < kRows; ++row) {
     const float y = y0 + static_cast<float>(row) * rh;
     dl->AddRectFilled(ImVec2(x0, y), ImVec2(x0 + w, y + rh - 1.0f), pal.block_free);
-    const float scale = row == 2 ? tmax : emax;
     for (int k = 0; k < shown; ++k) {
-      const ImU32 c = is_evicted(k) ? grey
-                                    : attention_heat_color(scale > 0 ? value(row, k) / scale : 0.0f,
-                                                           pal.block_free);
+      const ImU32 c =
+          is_evicted(k) ? grey : attention_heat_color(heat(value(row, k)), pal.block_free);
       dl->AddRectFilled(ImVec2(x0 + static_cast<float>(k) * step, y),
                         ImVec2(x0 + static_cast<float>(k + 1) * step, y + rh - 1.0f), c);
     }
@@ -177,7 +183,8 @@ void AttentionPanel::draw_error_strip(AppState& state, const AttentionCapture& c
   ImGui::PushTextWrapPos(0.0f);
   char legend[256];
   std::snprintf(legend, sizeof legend,
-                "%s%s: K, V relative L2 error 0 .. %.2f%%; A: attention-row TV 0 .. %.3f%s",
+                "%s%s, log colour scale 0.01%% .. 100%% for every format: K, V relative L2 error "
+                "(largest here %.2f%%), A attention-row TV (largest %.3f)%s",
                 cap.preview ? "preview " : "", formats_text(*p).c_str(), 100.0 * emax, tmax,
                 live.empty() ? "" : "; grey: evicted");
   ImGui::TextDisabled("%s", legend);
