@@ -166,8 +166,9 @@ int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& 
   std::printf("  top-1 agreement      %.2f%%\n", 100.0 * r.top1_agreement);
   std::printf("  peak KV bytes        %zu (%d blocks; full cache %.0f)\n", e.stats.peak_kv_bytes,
               e.stats.peak_blocks, full_cache_bytes(r, setup, options.block_size));
-  std::printf("  KV bytes per token   %.2f of context (each window's peak / its tokens; fp32 %.0f)\n",
-              e.stats.peak_bytes_per_context_token(), r.reference_bytes_per_token);
+  std::printf(
+      "  KV bytes per token   %.2f of context (each window's peak / its tokens; fp32 %.0f)\n",
+      e.stats.peak_bytes_per_context_token(), r.reference_bytes_per_token);
   std::printf("  attended per query   %.1f tokens on average\n", e.stats.mean_attended);
   std::printf("  evicted %ld tokens, freed %ld blocks, moved %ld slots, re-rotated %ld keys\n",
               e.stats.tokens_evicted, e.stats.blocks_freed, e.stats.slots_moved,

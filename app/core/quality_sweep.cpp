@@ -79,7 +79,8 @@ class CsvRow {
   int integer(const std::string& column, int min) const {
     const double v = number(column);
     if (v != std::floor(v) || v < min || v > 1e9)
-      fail_expected(where(column), "an integer >= " + std::to_string(min), "\"" + text(column) + "\"");
+      fail_expected(where(column), "an integer >= " + std::to_string(min),
+                    "\"" + text(column) + "\"");
     return static_cast<int>(v);
   }
 
@@ -183,8 +184,8 @@ int sweep_num_variants(const ModelConfig& c) {
 std::vector<std::vector<int>> quality_eval_windows(const Tokenizer& tokenizer,
                                                    const std::string& text_path, int seq_len,
                                                    long max_tokens) {
-  std::vector<std::vector<int>> all = text_windows(tokenizer, read_text(text_path), seq_len,
-                                                   text_path);
+  std::vector<std::vector<int>> all =
+      text_windows(tokenizer, read_text(text_path), seq_len, text_path);
   std::vector<std::vector<int>> windows;
   long tokens = 0;
   for (auto& w : all) {
@@ -200,8 +201,8 @@ QualityPoint format_point(const QualityReport& r) {
   p.family = QualityFamily::kFormat;
   p.series = "KV formats";
   p.label = r.variant;
-  p.bytes_per_token = r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token
-                                                      : r.footprint.bytes_per_token;
+  p.bytes_per_token =
+      r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token : r.footprint.bytes_per_token;
   p.report = r;
   return p;
 }
@@ -212,8 +213,8 @@ QualityPoint mla_point(const QualityReport& r, int rank) {
   // "MLA-A r32" -> "MLA-A"; "MLA-B r24 rope2 high-freq fp16" -> "MLA-B rope2 high-freq fp16".
   p.series = without_word(r.variant, "r" + std::to_string(rank));
   p.label = "r=" + std::to_string(rank);
-  p.bytes_per_token = r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token
-                                                      : r.footprint.bytes_per_token;
+  p.bytes_per_token =
+      r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token : r.footprint.bytes_per_token;
   p.report = r;
   return p;
 }
@@ -260,7 +261,8 @@ QualitySweep load_sweep_csv(const std::string& path) {
     throw Error(path + ": line 1",
                 "expected the header of `kvscope eval --sweep` (variant,bytes_per_token,...), "
                 "`--mla-sweep` (variant,kind,rank,...) or `--sweep-evict` (policy,budget,...), "
-                "got \"" + line.substr(0, 40) + "\"");
+                "got \"" +
+                    line.substr(0, 40) + "\"");
   }
   const std::vector<std::string> names = split_csv(line);
   std::map<std::string, std::size_t> columns;
@@ -270,7 +272,8 @@ QualitySweep load_sweep_csv(const std::string& path) {
     std::string expected = "expected a ";
     expected.append(c).append(" column");
     if (c == "peak_bytes_per_context_token")
-      expected.append(" (written by `kvscope eval --sweep-evict` from this version on; run it again)");
+      expected.append(
+          " (written by `kvscope eval --sweep-evict` from this version on; run it again)");
     throw Error(path + ": line 1", expected.append(", got none"));
   }
   for (int ln = 2; std::getline(in, line); ++ln) {

@@ -55,9 +55,10 @@ void QualityPanel::draw(AppState& state) {
     const float f = (static_cast<float>(job_.steps_done()) + job_.fraction_in_step()) /
                     static_cast<float>(std::max(1, total));
     char label[128];
-    std::snprintf(label, sizeof label,
-                  "evaluating KV formats, MLA ranks and eviction budgets on the real model: %d / %d",
-                  std::max(0, job_.steps_done() - 1), total - 1);
+    std::snprintf(
+        label, sizeof label,
+        "evaluating KV formats, MLA ranks and eviction budgets on the real model: %d / %d",
+        std::max(0, job_.steps_done() - 1), total - 1);
     ImGui::ProgressBar(f, ImVec2(-1, 0), label);
   } else if (!can_run && !sweep_) {
     ImGui::PushTextWrapPos(0.0f);
@@ -97,8 +98,8 @@ void QualityPanel::draw(AppState& state) {
     try {
       QualitySweep loaded = load_sweep_csv(csv_path_);
       job_.cancel();
-      auto merged = sweep_ ? std::make_shared<QualitySweep>(*sweep_)
-                           : std::make_shared<QualitySweep>();
+      auto merged =
+          sweep_ ? std::make_shared<QualitySweep>(*sweep_) : std::make_shared<QualitySweep>();
       merge_sweep(*merged, loaded);
       sweep_ = std::move(merged);
       error_.clear();

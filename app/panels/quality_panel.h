@@ -23,6 +23,11 @@ class QualityPanel final : public Panel {
   bool busy() const override { return job_.busy(); }
 
   void wait_for_sweep() { job_.wait(); }  // tests
+  // Shows `sweep` as if it had been loaded (tests; the Load CSV box does the same).
+  void show(std::shared_ptr<const QualitySweep> sweep) {
+    job_.cancel();
+    sweep_ = std::move(sweep);
+  }
   const QualitySweep* sweep() const { return sweep_.get(); }
 
  private:

@@ -7,10 +7,14 @@
 #include <fstream>
 #include <map>
 
+#include "app/core/headless.h"
 #include "app/core/quality_job.h"
+#include "app/core/run_session.h"
+#include "app/panels/quality_panel.h"
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
+#include "tests/app/ui_test_support.h"
 
 namespace kvscope::ui {
 namespace {
@@ -57,7 +61,7 @@ TEST(QualityJob, EvaluatesFormatsMlaRanksAndEvictionBudgetsOnTheRealModel) {
   EXPECT_EQ(s->points.front().report.kl_mean, 0.0);
 
   // MLA mode A: ranks ascending, bytes = rank * 4 per layer; full rank is exact (KL at rounding
-  // level, the fp32 bytes); fewer dims lose more than the full rank.
+  // level, the fp32 bytes); every rank removed costs more KL.
   const auto mla = series(*s, "MLA-A");
   ASSERT_EQ(mla.size(), sweep_mla_ranks(c).size());
   for (std::size_t i = 0; i < mla.size(); ++i) {
@@ -65,6 +69,9 @@ TEST(QualityJob, EvaluatesFormatsMlaRanksAndEvictionBudgetsOnTheRealModel) {
     EXPECT_EQ(mla[i]->family, QualityFamily::kMla);
     EXPECT_EQ(mla[i]->label, "r=" + std::to_string(rank));
     EXPECT_DOUBLE_EQ(mla[i]->bytes_per_token, 4.0 * rank * c.n_layers);
+    if (i > 0) {
+      EXPECT_GT(mla[i - 1]->report.kl_mean, mla[i]->report.kl_mean) << mla[i]->label;
+    }
   }
   EXPECT_DOUBLE_EQ(mla.back()->bytes_per_token, fp32);
   EXPECT_LT(mla.back()->report.kl_mean, 1e-6);
@@ -72,8 +79,8 @@ TEST(QualityJob, EvaluatesFormatsMlaRanksAndEvictionBudgetsOnTheRealModel) {
 
   // Eviction: every window is longer than the budgets, so every point evicts and holds less than
   // the full cache; the window policy loses more at each smaller budget.
-  for (const auto& w : quality_eval_windows(*model().tokenizer, eval_text(), c.seq_len,
-                                            kTestTokens))
+  for (const auto& w :
+       quality_eval_windows(*model().tokenizer, eval_text(), c.seq_len, kTestTokens))
     ASSERT_GT(w.size(), 128u + 16u);
   const auto window = series(*s, "window");
   ASSERT_EQ(window.size(), 4u);
@@ -96,16 +103,11 @@ TEST(QualityJob, EvaluatesFormatsMlaRanksAndEvictionBudgetsOnTheRealModel) {
                 1e-4 * h2o[i]->report.kl_mean + 1e-9);
     EXPECT_LE(packed[i]->bytes_per_token, h2o[i]->bytes_per_token);
   }
-}
 
-// The eviction x value is each window's peak block bytes over its tokens: recomputed here from
-// one fresh variant per window.
-TEST(QualityJob, EvictionBytesAreEachWindowsPeakOverItsTokens) {
-  const std::shared_ptr<QualitySweep> s = run_job();
-  ASSERT_NE(s, nullptr);
-  const ModelConfig& c = model().model->config();
-  const auto windows = quality_eval_windows(*model().tokenizer, eval_text(), c.seq_len,
-                                            kTestTokens);
+  // The eviction x value is each window's peak block bytes over its tokens: recomputed here from
+  // one fresh variant per window (window B=32, h2o B=32).
+  const auto windows =
+      quality_eval_windows(*model().tokenizer, eval_text(), c.seq_len, kTestTokens);
   auto backend = make_cpu_backend(1);
   Transformer t(model().model, *backend);
   for (const EvictionRunOptions& o : {sweep_evictions(16)[1], sweep_evictions(16)[5]}) {
@@ -147,9 +149,9 @@ TEST(QualityJob, EvictionBudgetCoveringTheWindowsIsExact) {
     EXPECT_EQ(r.kl_mean, 0.0) << v.name();
     EXPECT_EQ(r.ppl_variant, r.ppl_reference) << v.name();
     const QualityPoint p = eviction_point(r, o, v.stats().peak_bytes_per_context_token());
-    EXPECT_DOUBLE_EQ(p.bytes_per_token,
-                     static_cast<double>(blocks) * 16.0 * r.reference_bytes_per_token /
-                         static_cast<double>(tokens));
+    EXPECT_DOUBLE_EQ(p.bytes_per_token, static_cast<double>(blocks) * 16.0 *
+                                            r.reference_bytes_per_token /
+                                            static_cast<double>(tokens));
   }
 }
 
@@ -180,26 +182,26 @@ std::string error_of(const std::string& path) {
 }
 
 TEST(QualitySweepCsv, ReadsMlaAndEvictionSweepsAndMergesThem) {
-  const std::string quant = write(
-      "quant_sweep.csv",
-      "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
-      "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n"
-      "fp32,1280,0,1280,5.5,5.5,0,0,0,1\n"
-      "int8,340,0,340,5.5,5.52,0.02,0.001,0.01,0.99\n");
-  const std::string mla = write("mla_sweep.csv",
-                                std::string(kMlaHeader) +
-                                    "\"MLA-A r32\",mla-a,32,0,0.9,0.8,640,0,640,5.5,6.5,1.0,0.1,"
-                                    "2,0.8\n"
-                                    "\"MLA-B r24 rope2 high-freq fp16\",mla-b,24,2,0.7,0.6,280,0,"
-                                    "280,5.5,9,3.5,0.5,4,0.6\n"
-                                    "\"int8\",format,0,0,1,1,340,0,340,5.5,5.53,0.03,0.002,0.02,"
-                                    "0.98\n");
-  const std::string evict = write(
-      "evict_sweep.csv", std::string(kEvictHeader) +
-                             "window,32,4,never,keep,0,4.8,5.4,0.6,0.2,9,0.85,61440,532480,"
-                             "31.5,6000,300,0,150.5\n"
-                             "sinks,64,4,always,shift,256,4.8,5.1,0.3,0.1,8,0.9,81920,532480,"
-                             "60,5000,200,9000,230.25\n");
+  const std::string quant =
+      write("quant_sweep.csv",
+            "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
+            "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n"
+            "fp32,1280,0,1280,5.5,5.5,0,0,0,1\n"
+            "int8,340,0,340,5.5,5.52,0.02,0.001,0.01,0.99\n");
+  const std::string mla =
+      write("mla_sweep.csv", std::string(kMlaHeader) +
+                                 "\"MLA-A r32\",mla-a,32,0,0.9,0.8,640,0,640,5.5,6.5,1.0,0.1,"
+                                 "2,0.8\n"
+                                 "\"MLA-B r24 rope2 high-freq fp16\",mla-b,24,2,0.7,0.6,280,0,"
+                                 "280,5.5,9,3.5,0.5,4,0.6\n"
+                                 "\"int8\",format,0,0,1,1,340,0,340,5.5,5.53,0.03,0.002,0.02,"
+                                 "0.98\n");
+  const std::string evict =
+      write("evict_sweep.csv", std::string(kEvictHeader) +
+                                   "window,32,4,never,keep,0,4.8,5.4,0.6,0.2,9,0.85,61440,532480,"
+                                   "31.5,6000,300,0,150.5\n"
+                                   "sinks,64,4,always,shift,256,4.8,5.1,0.3,0.1,8,0.9,81920,532480,"
+                                   "60,5000,200,9000,230.25\n");
   QualitySweep s = load_sweep_csv(quant);
   EXPECT_DOUBLE_EQ(s.reference_bytes_per_token, 1280.0);
   merge_sweep(s, load_sweep_csv(mla));
@@ -272,6 +274,46 @@ TEST(QualitySweepCsv, RefusesBadFilesNamingLineColumnAndValue) {
   EXPECT_NE(what.find("empty_rows.csv: expected at least one data row, got none"),
             std::string::npos)
       << what;
+}
+
+// The panel draws the computed sweep merged with an eviction CSV: one series per family with
+// labels, hovered all over, for several frames, without ImGui errors, and keeps every point.
+TEST(QualityPanel, DrawsEveryFamilyOfAComputedAndLoadedSweep) {
+  const std::shared_ptr<QualitySweep> computed = run_job();
+  ASSERT_NE(computed, nullptr);
+  auto shown = std::make_shared<QualitySweep>(*computed);
+  merge_sweep(*shown, load_sweep_csv(write("evict_panel.csv",
+                                           std::string(kEvictHeader) +
+                                               "sinks,32,4,never,keep,0,4.8,5.4,0.6,0.2,9,0.85,"
+                                               "61440,532480,31.5,6000,300,0,150.5\n")));
+  HeadlessImGui imgui(ImVec2(1400, 800));
+  std::unique_ptr<RunSession> run = RunSession::open(
+      std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json", /*bookkeeping=*/true);
+  run->wait();
+  AppState state(run->make_source());
+  QualityPanel panel;
+  panel.show(shown);
+  ImGuiIO& io = ImGui::GetIO();
+  int vertices = 0;
+  for (int frame = 0; frame < 40; ++frame) {
+    io.MousePos = ImVec2(static_cast<float>((frame * 97) % 1400),
+                         static_cast<float>(40 + (frame * 53) % 760));
+    state.presenter = frame >= 20;
+    test::run_checked_frame(
+        [&] {
+          ImGui::SetNextWindowPos(ImVec2(0, 0));
+          ImGui::SetNextWindowSize(ImVec2(1400, 800));
+          ImGui::Begin("quality");
+          panel.draw(state);
+          vertices = ImGui::GetWindowDrawList()->VtxBuffer.Size;
+          ImGui::End();
+        },
+        "quality panel, frame " + std::to_string(frame));
+  }
+  EXPECT_GT(vertices, 2000);
+  EXPECT_FALSE(panel.busy()) << "a bookkeeping run has no model: no sweep starts";
+  ASSERT_EQ(panel.sweep(), shown.get());
+  EXPECT_EQ(panel.sweep()->points.size(), computed->points.size() + 1);
 }
 
 }  // namespace

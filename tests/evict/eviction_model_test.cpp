@@ -192,11 +192,9 @@ TEST_F(EvictionModel, PeakBytesPerContextTokenSumsEachWindowsPeak) {
                        peak_sum / static_cast<double>(tokens));
       EXPECT_EQ(all.stats().peak_kv_bytes, largest);
       if (budget < 61) {
-        EXPECT_LT(all.stats().peak_bytes_per_context_token(), L.bytes_per_token())
-            << all.name();
+        EXPECT_LT(all.stats().peak_bytes_per_context_token(), L.bytes_per_token()) << all.name();
       } else {
-        EXPECT_GE(all.stats().peak_bytes_per_context_token(), L.bytes_per_token())
-            << all.name();
+        EXPECT_GE(all.stats().peak_bytes_per_context_token(), L.bytes_per_token()) << all.name();
       }
     }
   }
