@@ -63,6 +63,7 @@ nlohmann::json result_json(const EvictResult& e, const EvictionRunOptions& o) {
   j["context"] = o.context;
   j["peak_kv_bytes"] = e.stats.peak_kv_bytes;
   j["peak_blocks"] = e.stats.peak_blocks;
+  j["peak_bytes_per_context_token"] = e.stats.peak_bytes_per_context_token();
   j["mean_attended_tokens"] = e.stats.mean_attended;
   j["tokens_evicted"] = e.stats.tokens_evicted;
   j["blocks_freed"] = e.stats.blocks_freed;
@@ -165,6 +166,9 @@ int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& 
   std::printf("  top-1 agreement      %.2f%%\n", 100.0 * r.top1_agreement);
   std::printf("  peak KV bytes        %zu (%d blocks; full cache %.0f)\n", e.stats.peak_kv_bytes,
               e.stats.peak_blocks, full_cache_bytes(r, setup, options.block_size));
+  std::printf(
+      "  KV bytes per token   %.2f of context (each window's peak / its tokens; fp32 %.0f)\n",
+      e.stats.peak_bytes_per_context_token(), r.reference_bytes_per_token);
   std::printf("  attended per query   %.1f tokens on average\n", e.stats.mean_attended);
   std::printf("  evicted %ld tokens, freed %ld blocks, moved %ld slots, re-rotated %ld keys\n",
               e.stats.tokens_evicted, e.stats.blocks_freed, e.stats.slots_moved,
@@ -205,7 +209,7 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
   write_file_atomically(out_dir + "/evict_sweep.csv", [&](std::ostream& os) {
     os << "policy,budget,sinks,compaction,positions,context,ppl_reference,ppl_variant,ppl_delta,"
           "kl_mean,kl_max,top1_agreement,peak_kv_bytes,full_cache_peak_bytes,mean_attended,"
-          "tokens_evicted,blocks_freed,slots_moved\n";
+          "tokens_evicted,blocks_freed,slots_moved,peak_bytes_per_context_token\n";
     os << std::setprecision(8);
     for (const auto& [o, e] : results) {
       const QualityReport& r = e.report;
@@ -215,7 +219,8 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
          << ',' << r.ppl_variant << ',' << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean
          << ',' << r.kl_max << ',' << r.top1_agreement << ',' << e.stats.peak_kv_bytes << ','
          << full_bytes << ',' << e.stats.mean_attended << ',' << e.stats.tokens_evicted << ','
-         << e.stats.blocks_freed << ',' << e.stats.slots_moved << '\n';
+         << e.stats.blocks_freed << ',' << e.stats.slots_moved << ','
+         << e.stats.peak_bytes_per_context_token() << '\n';
     }
   });
   std::string command = "kvscope eval --sweep-evict";

@@ -1,9 +1,10 @@
-// Quality vs memory panel: sweep status, CSV loading and the two Pareto plots.
+// Quality vs memory panel: sweep status, CSV loading (merged) and the two Pareto plots.
 #include "app/panels/quality_panel.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 
 #include "app/core/run_info.h"
 #include "app/core/theme.h"
@@ -12,10 +13,22 @@
 
 namespace kvscope::ui {
 
+namespace {
+
+constexpr double kKlFloor = 1e-9;  // exact variants (rounding-level KL) would squash the log axis
+
+std::string filename(const std::string& path) {
+  return std::filesystem::path(path).filename().string();
+}
+
+}  // namespace
+
 std::string QualityPanel::help() const {
-  return "Storing K and V in fewer bits shrinks the cache (more tokens per GB) but perturbs "
-         "attention; the cost shows as KL divergence of the next-token distribution and a change "
-         "in perplexity against the exact fp32 cache. Points toward the bottom left are better.";
+  return "Fewer bits per value (KV formats), a low-rank latent per token (MLA, "
+         "docs/concepts/mla.md) or dropping tokens to a budget (eviction, "
+         "docs/concepts/eviction.md) shrink the KV bytes per token of context but perturb "
+         "attention. The cost shows as KL divergence of the next-token distribution and a change "
+         "in perplexity against the exact fp32 cache; points toward the bottom left are better.";
 }
 
 void QualityPanel::draw(AppState& state) {
@@ -38,12 +51,14 @@ void QualityPanel::draw(AppState& state) {
   }
   const Palette& pal = palette(state.presenter);
   if (job_.busy()) {
-    const int total = static_cast<int>(sweep_formats().size()) + 1;
-    const float f = (static_cast<float>(job_.formats_done()) + job_.fraction_in_format()) /
-                    static_cast<float>(total);
-    char label[96];
-    std::snprintf(label, sizeof label, "evaluating %d KV formats on the real model: %d / %d",
-                  total - 1, std::max(0, job_.formats_done() - 1), total - 1);
+    const int total = job_.total_steps();
+    const float f = (static_cast<float>(job_.steps_done()) + job_.fraction_in_step()) /
+                    static_cast<float>(std::max(1, total));
+    char label[128];
+    std::snprintf(
+        label, sizeof label,
+        "evaluating KV formats, MLA ranks and eviction budgets on the real model: %d / %d",
+        std::max(0, job_.steps_done() - 1), total - 1);
     ImGui::ProgressBar(f, ImVec2(-1, 0), label);
   } else if (!can_run && !sweep_) {
     ImGui::PushTextWrapPos(0.0f);
@@ -51,33 +66,42 @@ void QualityPanel::draw(AppState& state) {
                             ? "This run uses random weights: no quality figure is meaningful. "
                               "Load a sweep CSV instead."
                             : "No trained model loaded with this run: load a sweep CSV written by "
-                              "`kvscope eval --sweep`.");
+                              "`kvscope eval --sweep`, `--mla-sweep` or `--sweep-evict`.");
     ImGui::PopTextWrapPos();
   }
   if (!error_.empty())
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "%s", error_.c_str());
   if (sweep_) {
     ImGui::PushTextWrapPos(0.0f);
-    if (sweep_->from_csv)
-      ImGui::TextDisabled("%s", sweep_->source.c_str());
-    else
+    if (!sweep_->source.empty())
       ImGui::TextDisabled("%s, %ld scored tokens (%d windows of %s), block %d, vs the fp32 cache",
-                          std::filesystem::path(sweep_->model).filename().c_str(),
-                          sweep_->positions, sweep_->windows,
-                          std::filesystem::path(sweep_->source).filename().c_str(),
-                          sweep_->block_size);
+                          filename(sweep_->model).c_str(), sweep_->positions, sweep_->windows,
+                          filename(sweep_->source).c_str(), sweep_->block_size);
+    if (!sweep_->loaded.empty()) {
+      std::string names;
+      for (const std::string& p : sweep_->loaded) names += (names.empty() ? "" : ", ") + p;
+      ImGui::TextDisabled("loaded from %s (each with its own eval setup)", names.c_str());
+    }
+    ImGui::TextDisabled(
+        "x: KV bytes per token of context; eviction: each window's peak block bytes / its tokens");
     ImGui::PopTextWrapPos();
   }
   ImGui::SetNextItemWidth(std::max(80.0f, ImGui::GetContentRegionAvail().x -
                                               ImGui::CalcTextSize("Load CSV").x -
                                               ImGui::GetStyle().FramePadding.x * 4.0f));
   ImGui::InputText("##csv", csv_path_, sizeof csv_path_);
-  item_tooltip("A quant_sweep.csv written by `kvscope eval --sweep --out DIR`");
+  item_tooltip(
+      "quant_sweep.csv, mla_sweep.csv or evict_sweep.csv written by `kvscope eval --sweep`, "
+      "`--mla-sweep` or `--sweep-evict` (--out DIR); merged into the points shown");
   ImGui::SameLine();
   if (ImGui::Button("Load CSV")) {
     try {
+      QualitySweep loaded = load_sweep_csv(csv_path_);
       job_.cancel();
-      sweep_ = std::make_shared<QualitySweep>(load_sweep_csv(csv_path_));
+      auto merged =
+          sweep_ ? std::make_shared<QualitySweep>(*sweep_) : std::make_shared<QualitySweep>();
+      merge_sweep(*merged, loaded);
+      sweep_ = std::move(merged);
       error_.clear();
     } catch (const std::exception& e) {
       error_ = e.what();
@@ -88,36 +112,65 @@ void QualityPanel::draw(AppState& state) {
 
 void QualityPanel::draw_plots(AppState& state) {
   const Palette& pal = palette(state.presenter);
-  // One series per family so the legend explains the colours; fp32 is the reference line.
-  PlotSeries kl, ppl;
-  kl.label = ppl.label = "KV format";
-  kl.line = ppl.line = false;
-  kl.markers = ppl.markers = true;
-  kl.color = ppl.color = pal.accent;
-  double ref_bytes = 0.0;
-  for (const QualityReport& r : sweep_->reports) {
-    const double bytes =
-        r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token : r.footprint.bytes_per_token;
-    if (r.variant == "fp32") {
-      ref_bytes = bytes;
-      continue;
+  // One series per family member (KV formats, MLA-A, window, h2o, ...) in order of appearance;
+  // formats are separate points, MLA ranks and eviction budgets are joined by lines.
+  std::vector<PlotSeries> kl, ppl;
+  for (const QualityPoint& p : sweep_->points) {
+    if (p.family == QualityFamily::kFormat && p.label == "fp32") continue;  // the reference line
+    auto it = std::find_if(kl.begin(), kl.end(),
+                           [&](const PlotSeries& s) { return s.label == p.series; });
+    if (it == kl.end()) {
+      PlotSeries s;
+      s.label = p.series;
+      s.line = p.family != QualityFamily::kFormat;
+      s.markers = true;
+      s.color = series_color(static_cast<int>(kl.size()));
+      kl.push_back(s);
+      ppl.push_back(s);
+      it = kl.end() - 1;
     }
-    kl.x.push_back(bytes);
-    kl.y.push_back(r.kl_mean);
-    kl.point_labels.push_back(r.variant);
-    ppl.x.push_back(bytes);
-    ppl.y.push_back(r.ppl_variant - r.ppl_reference);
-    ppl.point_labels.push_back(r.variant);
+    PlotSeries& y_ppl = ppl[static_cast<std::size_t>(it - kl.begin())];
+    if (p.report.kl_mean >= kKlFloor) {
+      it->x.push_back(p.bytes_per_token);
+      it->y.push_back(p.report.kl_mean);
+      it->point_labels.push_back(p.label);
+    }
+    y_ppl.x.push_back(p.bytes_per_token);
+    y_ppl.y.push_back(p.report.ppl_variant - p.report.ppl_reference);
+    y_ppl.point_labels.push_back(p.label);
   }
+  // x ascending within each series (hover and lines expect it).
+  for (std::vector<PlotSeries>* all : {&kl, &ppl}) {
+    for (PlotSeries& s : *all) {
+      std::vector<std::size_t> order(s.x.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return s.x[a] < s.x[b]; });
+      PlotSeries sorted = s;
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        sorted.x[i] = s.x[order[i]];
+        sorted.y[i] = s.y[order[i]];
+        sorted.point_labels[i] = s.point_labels[order[i]];
+      }
+      s = std::move(sorted);
+    }
+  }
+  const double ref_bytes = sweep_->reference_bytes_per_token;
   std::vector<PlotRefLine> refs;
   if (ref_bytes > 0) refs.push_back({ref_bytes, "fp32 (exact)", pal.text_dim, true, false});
-  // Fixed ranges with room for the labels: x up to the fp32 reference, y over the data.
-  double xlo = ref_bytes > 0 ? ref_bytes : 1.0, xhi = xlo, klo = 1.0, khi = 1e-9;
-  for (std::size_t i = 0; i < kl.x.size(); ++i) {
-    xlo = std::min(xlo, kl.x[i]);
-    xhi = std::max(xhi, kl.x[i]);
-    if (kl.y[i] > 0) klo = std::min(klo, kl.y[i]), khi = std::max(khi, kl.y[i]);
+  // Fixed ranges with room for the labels: x over the points and the reference, y over the data.
+  double xlo = ref_bytes > 0 ? ref_bytes : 1e300, xhi = ref_bytes > 0 ? ref_bytes : 0.0;
+  double klo = 1e300, khi = 0.0;
+  for (const PlotSeries& s : ppl) {
+    for (double x : s.x) {
+      if (x > 0) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
+    }
   }
+  for (const PlotSeries& s : kl) {
+    for (double y : s.y) klo = std::min(klo, y), khi = std::max(khi, y);
+  }
+  if (xhi <= 0) xlo = 1.0, xhi = 1.0;
+  if (khi <= 0) klo = 1e-3, khi = 1.0;
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const bool side = avail.x > 900.0f;
   const float gap = ImGui::GetStyle().ItemSpacing.x;
@@ -125,18 +178,19 @@ void QualityPanel::draw_plots(AppState& state) {
                            : ImVec2(avail.x, std::max(120.0f, (avail.y - gap) * 0.5f));
   PlotConfig c;
   c.id = "quality_kl";
-  c.title = "KL(fp32 || format), mean per token";
-  c.x = {"KV bytes per token (all layers, K+V)", AxisUnits::kBytes, true, xlo / 1.25, xhi * 1.7};
-  c.y = {"KL (nats)", AxisUnits::kNumber, true, klo / 2.0, std::max(khi, klo) * 8.0};
+  c.title = "KL(fp32 || variant), mean per token";
+  c.x = {"KV bytes per token of context (all layers, K+V)", AxisUnits::kBytes, true, xlo / 1.25,
+         xhi * 1.7};
+  c.y = {"KL (nats; < 1e-9 not drawn)", AxisUnits::kNumber, true, klo / 2.0, khi * 8.0};
   c.size = size;
-  c.legend = false;
+  c.legend = true;
   c.line_scale = state.presenter ? 1.6f : 1.0f;
-  plot(c, std::span<const PlotSeries>(&kl, 1), refs);
+  plot(c, kl, refs);
   if (side) ImGui::SameLine();
   c.id = "quality_ppl";
   c.title = "perplexity change vs fp32";
   c.y = {"perplexity delta", AxisUnits::kNumber, false, {}, {}};
-  plot(c, std::span<const PlotSeries>(&ppl, 1), refs);
+  plot(c, ppl, refs);
 }
 
 }  // namespace kvscope::ui

@@ -1,6 +1,7 @@
-// Quality vs memory panel: the Pareto view of KV formats: KL divergence and perplexity change
-// against the fp32 cache, over exact bytes per token, computed in the background on the real
-// model (or loaded from a `kvscope eval --sweep` CSV), each point labelled by its format.
+// Quality vs memory panel: the Pareto view of KV cache variants, one series per family (KV
+// formats, MLA rank, token eviction policy at a budget): KL divergence and perplexity change
+// against the exact fp32 cache, over KV bytes per token of context, computed in the background on
+// the real model (or loaded from `kvscope eval` sweep CSVs and merged), each point labelled.
 #pragma once
 
 #include <memory>
@@ -13,7 +14,7 @@ namespace kvscope::ui {
 
 class QualityPanel final : public Panel {
  public:
-  static constexpr long kEvalTokens = 2048;  // tokens of the eval text scored per format
+  static constexpr long kEvalTokens = 2048;  // tokens of the eval text scored per variant
 
   const char* title() const override { return "Quality vs memory"; }
   std::string help() const override;
@@ -22,6 +23,11 @@ class QualityPanel final : public Panel {
   bool busy() const override { return job_.busy(); }
 
   void wait_for_sweep() { job_.wait(); }  // tests
+  // Shows `sweep` as if it had been loaded (tests; the Load CSV box does the same).
+  void show(std::shared_ptr<const QualitySweep> sweep) {
+    job_.cancel();
+    sweep_ = std::move(sweep);
+  }
   const QualitySweep* sweep() const { return sweep_.get(); }
 
  private:

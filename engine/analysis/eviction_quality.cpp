@@ -55,9 +55,11 @@ void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
                                             /*full_matrix_limit=*/0, policy.observation_window);
   }
   const bool one_shot = policy.kind == EvictionKind::kSnapKV && options_.context > 0;
+  int window_peak_blocks = 0;
   for (int pos = 0; pos < n; ++pos) {
     cache.append_slots(seq, 1);
     const int blocks = cache.pool().num_used();
+    window_peak_blocks = std::max(window_peak_blocks, blocks);
     if (blocks > stats_.peak_blocks) {
       stats_.peak_blocks = blocks;
       stats_.peak_kv_bytes = static_cast<std::size_t>(blocks) * layout.block_bytes();
@@ -83,6 +85,9 @@ void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
       evictor.after_token(recorder.get());
     }
   }
+  stats_.window_peak_bytes_sum +=
+      static_cast<double>(window_peak_blocks) * static_cast<double>(layout.block_bytes());
+  stats_.window_tokens += n;
   const EvictorCounters& k = evictor.counters();
   stats_.tokens_evicted += k.tokens_evicted;
   stats_.blocks_freed += k.blocks_freed;

@@ -33,6 +33,15 @@ struct EvictionRunStats {
   long keys_rotated = 0;
   double mean_attended = 0.0;  // mean live tokens each query attended to (itself included)
   long queries = 0;
+  // Per window: the most block bytes held at once; summed over windows, with their tokens.
+  double window_peak_bytes_sum = 0.0;
+  long window_tokens = 0;
+  // KV bytes held per token of context: sum over windows of each window's peak block bytes (all
+  // layers, K+V, whole blocks) divided by the tokens of those windows. The full cache gives its
+  // bytes per token rounded up to whole blocks per window.
+  double peak_bytes_per_context_token() const {
+    return window_tokens > 0 ? window_peak_bytes_sum / static_cast<double>(window_tokens) : 0.0;
+  }
 };
 
 class EvictionVariant final : public CacheVariant {

@@ -368,10 +368,10 @@ TEST(QualitySweepCsv, LoadsWhatKvscopeEvalWritesAndNamesBadLines) {
          "int8,340,0,340,5.5,5.52,0.02,0.001,0.01,0.99\n";
   }
   const QualitySweep s = load_sweep_csv(good);
-  ASSERT_EQ(s.reports.size(), 2u);
-  EXPECT_EQ(s.reports[1].variant, "int8");
-  EXPECT_DOUBLE_EQ(s.reports[1].kl_mean, 0.001);
-  EXPECT_DOUBLE_EQ(s.reports[1].ppl_variant, 5.52);
+  ASSERT_EQ(s.points.size(), 2u);
+  EXPECT_EQ(s.points[1].label, "int8");
+  EXPECT_DOUBLE_EQ(s.points[1].report.kl_mean, 0.001);
+  EXPECT_DOUBLE_EQ(s.points[1].report.ppl_variant, 5.52);
   const std::string bad = (dir / "bad.csv").string();
   {
     std::ofstream f(bad);

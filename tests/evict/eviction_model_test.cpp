@@ -162,6 +162,44 @@ TEST_F(EvictionModel, SlidingWindowGivesTheSameAnswersWithShiftedPositions) {
   EXPECT_NE(run_variant(t_, sinks_keep, window), run_variant(t_, sinks_shift, window));
 }
 
+// The memory axis of the UI's Pareto plot: each window's peak block bytes, summed over windows and
+// divided by their tokens, equals the same figure from one fresh variant per window; the
+// whole-run peak is the largest window peak; a covering budget holds the full cache's blocks.
+TEST_F(EvictionModel, PeakBytesPerContextTokenSumsEachWindowsPeak) {
+  const std::vector<std::vector<int>> windows = {some_tokens(t_, 150), some_tokens(t_, 61),
+                                                 some_tokens(t_, 97)};
+  const KvLayout L = kv_layout_for(t_.config(), 16, 1, KvFormat{}, KvFormat{});
+  for (EvictionKind kind : {EvictionKind::kWindow, EvictionKind::kH2O}) {
+    for (int budget : {16, 40, 1000}) {
+      const EvictionRunOptions o = eviction(kind, budget);
+      EvictionVariant all(o);
+      double peak_sum = 0.0;
+      long tokens = 0;
+      std::size_t largest = 0;
+      for (const auto& w : windows) {
+        run_variant(t_, all, w);
+        EvictionVariant alone(o);
+        run_variant(t_, alone, w);
+        peak_sum += static_cast<double>(alone.stats().peak_kv_bytes);
+        largest = std::max(largest, alone.stats().peak_kv_bytes);
+        tokens += static_cast<long>(w.size());
+        if (budget >= static_cast<int>(w.size())) {  // nothing evicted: every block of the window
+          EXPECT_EQ(alone.stats().peak_kv_bytes, (w.size() + 15) / 16 * L.block_bytes());
+        }
+      }
+      EXPECT_EQ(all.stats().window_tokens, tokens);
+      EXPECT_DOUBLE_EQ(all.stats().peak_bytes_per_context_token(),
+                       peak_sum / static_cast<double>(tokens));
+      EXPECT_EQ(all.stats().peak_kv_bytes, largest);
+      if (budget < 61) {
+        EXPECT_LT(all.stats().peak_bytes_per_context_token(), L.bytes_per_token()) << all.name();
+      } else {
+        EXPECT_GE(all.stats().peak_bytes_per_context_token(), L.bytes_per_token()) << all.name();
+      }
+    }
+  }
+}
+
 TEST_F(EvictionModel, LongTextWindowsStartWithBosAndCoverTheStream) {
   const auto& m = testing::real_model();
   const std::string text =

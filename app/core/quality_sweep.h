@@ -1,0 +1,79 @@
+// The quality-vs-memory sweep as the UI shows it: one point per cache variant (KV format, MLA rank,
+// eviction policy at a budget) on one memory axis, what the background sweep runs, and the loader
+// for the three sweep CSVs `kvscope eval` writes (quant_sweep.csv, mla_sweep.csv, evict_sweep.csv).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/analysis/eviction_quality.h"
+#include "engine/analysis/quality.h"
+#include "engine/model/config.h"
+#include "engine/model/tokenizer.h"
+
+namespace kvscope::ui {
+
+enum class QualityFamily { kFormat, kMla, kEviction };
+
+// One plotted point. The memory axis is KV bytes per token of context (all layers, K+V):
+//   formats and MLA: the exact bytes per token at the mean window length
+//     (QualityReport::effective_bytes_per_token; KIVI's open group included);
+//   eviction: each window's peak block bytes summed over windows, divided by their tokens
+//     (EvictionRunStats::peak_bytes_per_context_token: what the cache held, whole blocks).
+struct QualityPoint {
+  QualityFamily family = QualityFamily::kFormat;
+  std::string series;  // legend entry: "KV formats", "MLA-A", "window", "h2o compact=always"
+  std::string label;   // beside the marker: "int8", "r=32", "B=64"
+  double bytes_per_token = 0.0;
+  QualityReport report;
+};
+
+struct QualitySweep {
+  std::string model;   // checkpoint path of the computed points (empty when only loaded)
+  std::string source;  // eval text of the computed points (empty when only loaded)
+  std::vector<std::string> loaded;  // CSVs merged in, in order
+  long positions = 0;               // scored next-token predictions per variant (computed)
+  int windows = 0;
+  int block_size = 16;
+  bool from_csv = false;  // some points came from a CSV (the panel does not restart the sweep)
+  double reference_bytes_per_token = 0.0;  // the fp32 cache (0: not known)
+  std::vector<QualityPoint> points;        // computed: formats (fp32 first), MLA, eviction
+  std::string error;                       // set instead of points on failure
+};
+
+// ---- what the background sweep runs ----
+
+// The formats ("K/V" names as `kvscope eval` takes them), fp32 first.
+std::vector<std::pair<std::string, std::string>> sweep_formats();
+// MLA mode A ranks (fp32 latents): full rank * k / 8 for k = 1..8, without repeats.
+std::vector<int> sweep_mla_ranks(const ModelConfig& c);
+// Streaming eviction (K/V fp32): window and H2O (never compacted, and compacted always) at
+// budgets 16, 32, 64, 128 in the run's block size.
+std::vector<EvictionRunOptions> sweep_evictions(int block_size);
+// Variants run after the fp32 reference: formats + MLA ranks + eviction points.
+int sweep_num_variants(const ModelConfig& c);
+// The eval windows: one per story of `text_path` (at most seq_len tokens), whole stories until at
+// least `max_tokens` tokens are taken.
+std::vector<std::vector<int>> quality_eval_windows(const Tokenizer& tokenizer,
+                                                   const std::string& text_path, int seq_len,
+                                                   long max_tokens);
+
+// ---- points ----
+
+QualityPoint format_point(const QualityReport& r);
+QualityPoint mla_point(const QualityReport& r, int rank);
+QualityPoint eviction_point(const QualityReport& r, const EvictionRunOptions& o,
+                            double peak_bytes_per_context_token);
+
+// ---- CSV ----
+
+// Reads a sweep CSV written by `kvscope eval --sweep`, `--mla-sweep` or `--sweep-evict`, told apart
+// by the header. Throws kvscope::Error naming the file, line and column, the bad value and what
+// was expected.
+QualitySweep load_sweep_csv(const std::string& path);
+// Merges `from` into `into`: a point with the same series and label replaces the old one, others
+// are appended; the CSV names are appended to `into.loaded`.
+void merge_sweep(QualitySweep& into, const QualitySweep& from);
+
+}  // namespace kvscope::ui
