@@ -135,9 +135,14 @@ void QualityPanel::draw_plots(AppState& state) {
       it->y.push_back(p.report.kl_mean);
       it->point_labels.push_back(p.label);
     }
-    y_ppl.x.push_back(p.bytes_per_token);
-    y_ppl.y.push_back(p.report.ppl_variant - p.report.ppl_reference);
-    y_ppl.point_labels.push_back(p.label);
+    // Perplexity as a ratio to the variant's own fp32 reference: always positive (a log axis
+    // spreads int2's 20x and int8's 1.001x), and comparable across loaded CSVs whose eval texts
+    // and references differ.
+    if (p.report.ppl_reference > 0) {
+      y_ppl.x.push_back(p.bytes_per_token);
+      y_ppl.y.push_back(p.report.ppl_variant / p.report.ppl_reference);
+      y_ppl.point_labels.push_back(p.label);
+    }
   }
   // x ascending within each series (hover and lines expect it).
   for (std::vector<PlotSeries>* all : {&kl, &ppl}) {
@@ -160,11 +165,12 @@ void QualityPanel::draw_plots(AppState& state) {
   if (ref_bytes > 0) refs.push_back({ref_bytes, "fp32 (exact)", pal.text_dim, true, false});
   // Fixed ranges with room for the labels: x over the points and the reference, y over the data.
   double xlo = ref_bytes > 0 ? ref_bytes : 1e300, xhi = ref_bytes > 0 ? ref_bytes : 0.0;
-  double klo = 1e300, khi = 0.0;
+  double klo = 1e300, khi = 0.0, rlo = 1.0, rhi = 1.0;
   for (const PlotSeries& s : ppl) {
     for (double x : s.x) {
       if (x > 0) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
     }
+    for (double y : s.y) rlo = std::min(rlo, y), rhi = std::max(rhi, y);
   }
   for (const PlotSeries& s : kl) {
     for (double y : s.y) klo = std::min(klo, y), khi = std::max(khi, y);
@@ -188,8 +194,10 @@ void QualityPanel::draw_plots(AppState& state) {
   plot(c, kl, refs);
   if (side) ImGui::SameLine();
   c.id = "quality_ppl";
-  c.title = "perplexity change vs fp32";
-  c.y = {"perplexity delta", AxisUnits::kNumber, false, {}, {}};
+  c.title = "perplexity vs fp32 (ratio)";
+  c.y = {"perplexity / fp32 perplexity", AxisUnits::kNumber, true, rlo / 1.02,
+         std::max(rhi * 1.6, 1.1)};
+  refs.push_back({1.0, "1 = exact", pal.text_dim, false, true});
   plot(c, ppl, refs);
 }
 
