@@ -110,6 +110,7 @@ int run_app(const AppOptions& options) {
     WindowedGeometry saved;
     double last = glfwGetTime();
     bool want_screenshot = false;
+    int idle_frames = 0;  // consecutive frames drawn with no panel busy (screenshots)
     for (int frame = 0; !glfwWindowShouldClose(window); ++frame) {
       glfwPollEvents();
       const double now = glfwGetTime();
@@ -141,11 +142,13 @@ int run_app(const AppOptions& options) {
       glClearColor(bg.x, bg.y, bg.z, 1.0f);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-      if (capture && frame + 1 >= options.frames && shell.panels_busy() &&
+      // Background work (attention capture, quality sweep, compare variant) finishes first, and
+      // a few frames are drawn after it did (a job can finish between a panel's draw and this
+      // check, and a panel takes its result on the next frame), so the screenshot shows it.
+      idle_frames = shell.panels_busy() ? 0 : idle_frames + 1;
+      if (capture && frame + 1 >= options.frames && idle_frames < 3 &&
           glfwGetTime() < kMaxCaptureWaitSeconds) {
-        // Background work (attention capture, quality sweep, compare variant) finishes first,
-        // so the screenshot shows its result.
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (idle_frames == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       } else if (capture && frame + 1 >= options.frames) {
         try {
           save_framebuffer_png(options.screenshot, fb_w, fb_h);
