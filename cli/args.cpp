@@ -52,10 +52,14 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
         for (const auto* set : {&value_flags, &switches}) {
           for (const auto& f : *set) {
             std::size_t d = edit_distance(flag, f);
-            if (d < best_d) { best_d = d; best = f; }
+            if (d < best_d) {
+              best_d = d;
+              best = f;
+            }
           }
         }
-        throw Error(flag, "unknown option" + (best.empty() ? std::string() : " (did you mean " + best + "?)") +
+        throw Error(flag, "unknown option" +
+                              (best.empty() ? std::string() : " (did you mean " + best + "?)") +
                               "; see --help");
       }
     } else {
@@ -74,14 +78,20 @@ long long Args::get_i64(const std::string& flag, long long fallback) const {
   if (it == values_.end()) return fallback;
   std::size_t used = 0;
   long long v = 0;
-  try { v = std::stoll(it->second, &used); } catch (...) { used = 0; }
-  if (used == 0 || used != it->second.size()) fail_expected(flag, "an integer", "'" + it->second + "'");
+  try {
+    v = std::stoll(it->second, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != it->second.size())
+    fail_expected(flag, "an integer", "'" + it->second + "'");
   return v;
 }
 
 int Args::get_int(const std::string& flag, int fallback) const {
   long long v = get_i64(flag, fallback);
-  if (v < -(1LL << 31) || v >= (1LL << 31)) fail_expected(flag, "a 32-bit integer", std::to_string(v));
+  if (v < -(1LL << 31) || v >= (1LL << 31))
+    fail_expected(flag, "a 32-bit integer", std::to_string(v));
   return static_cast<int>(v);
 }
 
@@ -90,7 +100,11 @@ double Args::get_double(const std::string& flag, double fallback) const {
   if (it == values_.end()) return fallback;
   std::size_t used = 0;
   double v = 0;
-  try { v = std::stod(it->second, &used); } catch (...) { used = 0; }
+  try {
+    v = std::stod(it->second, &used);
+  } catch (...) {
+    used = 0;
+  }
   if (used == 0 || used != it->second.size() || !std::isfinite(v)) {
     fail_expected(flag, "a number", "'" + it->second + "'");
   }

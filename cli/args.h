@@ -16,7 +16,9 @@ class Args {
   Args(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
        const std::set<std::string>& switches);
 
-  bool has(const std::string& flag) const { return values_.count(flag) != 0 || set_.count(flag) != 0; }
+  bool has(const std::string& flag) const {
+    return values_.count(flag) != 0 || set_.count(flag) != 0;
+  }
   std::string get(const std::string& flag, const std::string& fallback = "") const;
   int get_int(const std::string& flag, int fallback) const;
   long long get_i64(const std::string& flag, long long fallback) const;

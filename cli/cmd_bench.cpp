@@ -1,6 +1,7 @@
 // kvscope bench: measured performance, reported as absolute figures and as ratios against a
 // baseline measured in the same run (never as timed assertions in tests).
 //   generate  decode tokens/s on a model (greedy, from BOS)
+//   weights   decode with mmapped vs copied (huge-page) weights, interleaved runs
 //   kv        paged vs contiguous decode cost on the same model, interleaved runs
 //   alloc     block allocate + free cost of the paged pool
 //   quant     decode attention cost per KV format (cmd_bench_quant.cpp)
@@ -12,6 +13,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/format.h"
 #include "engine/common/error.h"
 #include "engine/kv/block_pool.h"
 #include "engine/model/generate.h"
@@ -26,10 +28,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kHelp = R"(usage: kvscope bench <generate|kv|alloc|quant|mla> [options]
+constexpr const char* kHelp =
+    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla> [options]
 
   generate   decode tokens/s: --model M --steps N (default 256) --threads T --repeat R (default 5)
-             --allocator paged|contiguous --block-size B
+             --allocator paged|contiguous --block-size B --weights mmap|copy (default mmap)
+  weights    decode with the checkpoint mmapped (zero copy) vs copied into huge-page memory,
+             interleaved, same model, steps and threads; prints the copy/mmap speed ratio
   kv         paged (block 16 unless --block-size) vs contiguous decode, interleaved, same model
              and steps; prints the paged/contiguous time ratio
   alloc      BlockPool allocate + free: --blocks N (default 100000) --ops M (default 10000000)
@@ -63,32 +68,98 @@ GenerateOptions options_from(const Args& args) {
   GenerateOptions o;
   o.block_size = args.get_int("--block-size", 16);
   const std::string alloc = args.get("--allocator", "contiguous");
-  if (alloc == "paged") o.allocator = AllocatorKind::kPaged;
-  else if (alloc != "contiguous") fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
+  if (alloc == "paged")
+    o.allocator = AllocatorKind::kPaged;
+  else if (alloc != "contiguous")
+    fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
   return o;
 }
 
+// --steps as given (an error outside [2, seq_len]), else `fallback` capped at the model's seq_len.
+int checked_steps(const Args& args, const ModelConfig& c, int fallback) {
+  const int steps = args.get_int("--steps", std::min(fallback, c.seq_len));
+  if (steps < 2 || steps > c.seq_len) {
+    fail_expected("--steps",
+                  "an integer in [2, " + std::to_string(c.seq_len) + "] (the model's seq_len)",
+                  std::to_string(steps));
+  }
+  return steps;
+}
+
+int checked_repeat(const Args& args, int fallback) {
+  const int repeat = args.get_int("--repeat", fallback);
+  if (repeat < 1) fail_expected("--repeat", "a positive integer", std::to_string(repeat));
+  return repeat;
+}
+
 int bench_generate(const Args& args) {
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  const WeightStorage storage = parse_weight_storage(args.get("--weights", "mmap"), "--weights");
+  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"), storage);
   const int threads = args.get_int("--threads", 0);
-  const int repeat = std::max(1, args.get_int("--repeat", 5));
-  const int steps = std::min(args.get_int("--steps", 256), loaded.model->config().seq_len);
+  const int repeat = checked_repeat(args, 5);
+  const int steps = checked_steps(args, loaded.model->config(), 256);
   auto backend = make_cpu_backend(threads);
   Transformer t(loaded.model, *backend);
   GenerateOptions o = options_from(args);
   time_generation(t, std::min(steps, 16), 1, o);  // warm-up
   Timing tm = time_generation(t, steps, repeat, o);
-  std::printf("%s%s: %d tokens, best %.1f tokens/s, median %.1f tokens/s (%d threads, %d runs)\n",
-              loaded.model->is_random_weights() ? "[random weights] " : "",
-              loaded.model->source().c_str(), tm.tokens, tm.tokens / tm.best_seconds,
-              tm.tokens / tm.median_seconds, threads, repeat);
+  std::printf(
+      "%s%s: %d tokens, best %.1f tokens/s, median %.1f tokens/s (%d threads, %d runs, "
+      "weights %s)\n",
+      loaded.model->is_random_weights() ? "[random weights] " : "", loaded.model->source().c_str(),
+      tm.tokens, tm.tokens / tm.best_seconds, tm.tokens / tm.median_seconds, threads, repeat,
+      loaded.model->is_random_weights() ? "owned" : weight_storage_name(storage));
+  return 0;
+}
+
+int bench_weights(const Args& args) {
+  LoadedModel mapped =
+      load_model(args.get("--model"), args.get("--tokenizer"), WeightStorage::kMapped);
+  if (mapped.model->is_random_weights()) {
+    throw Error("--model",
+                "expected a checkpoint file (synthetic weights are always in memory; "
+                "write one with `kvscope synth`), got " +
+                    args.get("--model"));
+  }
+  const auto load_start = Clock::now();
+  LoadedModel copied =
+      load_model(mapped.model->source(), args.get("--tokenizer"), WeightStorage::kCopied);
+  const double copy_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
+  const int threads = args.get_int("--threads", 0);
+  const int repeat = checked_repeat(args, 5);
+  const int steps = checked_steps(args, mapped.model->config(), 256);
+  auto backend = make_cpu_backend(threads);
+  Transformer tm_map(mapped.model, *backend), tm_copy(copied.model, *backend);
+  GenerateOptions o = options_from(args);
+  time_generation(tm_map, std::min(steps, 16), 1, o);  // warm-up: page faults, page cache
+  time_generation(tm_copy, std::min(steps, 16), 1, o);
+  std::vector<double> map_s, copy_s;
+  int tokens = 0;
+  for (int r = 0; r < repeat; ++r) {  // interleaved, so load changes hit both alike
+    const Timing a = time_generation(tm_map, steps, 1, o),
+                 b = time_generation(tm_copy, steps, 1, o);
+    map_s.push_back(a.best_seconds);
+    copy_s.push_back(b.best_seconds);
+    tokens = a.tokens;
+  }
+  std::sort(map_s.begin(), map_s.end());
+  std::sort(copy_s.begin(), copy_s.end());
+  const double map_med = map_s[map_s.size() / 2], copy_med = copy_s[copy_s.size() / 2];
+  std::printf("%s: %d tokens, %d threads, %d interleaved runs each (load with copy: %.2f s)\n",
+              mapped.model->source().c_str(), tokens, threads, repeat, copy_seconds);
+  std::printf("  mmap (zero copy)    median %.1f tokens/s, best %.1f\n", tokens / map_med,
+              tokens / map_s.front());
+  std::printf("  copy (huge pages)   median %.1f tokens/s, best %.1f; %s\n", tokens / copy_med,
+              tokens / copy_s.front(), huge_page_text(copied.model->huge_page_fraction()).c_str());
+  std::printf("  copy / mmap speed   %.3f (median), %.3f (best)\n", map_med / copy_med,
+              map_s.front() / copy_s.front());
   return 0;
 }
 
 int bench_kv(const Args& args) {
   LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
-  const int repeat = std::max(1, args.get_int("--repeat", 15));
-  const int steps = std::min(args.get_int("--steps", 512), loaded.model->config().seq_len);
+  const int repeat = checked_repeat(args, 15);
+  const int steps = checked_steps(args, loaded.model->config(), 512);
   auto backend = make_cpu_backend(args.get_int("--threads", 0));
   Transformer t(loaded.model, *backend);
   GenerateOptions contiguous = options_from(args);
@@ -106,13 +177,14 @@ int bench_kv(const Args& args) {
   // The minimum is the least disturbed run (robust on a shared machine); the median is shown too.
   const double c_min = c_secs.front(), p_min = p_secs.front();
   const double c_med = c_secs[c_secs.size() / 2], p_med = p_secs[p_secs.size() / 2];
-  std::printf("%s%s, %d positions, block %d, %d interleaved runs each:\n"
-              "  contiguous  min %.2f ms  median %.2f ms\n"
-              "  paged       min %.2f ms  median %.2f ms\n"
-              "  paged/contiguous = %.3f (min), %.3f (median)\n",
-              loaded.model->is_random_weights() ? "[random weights] " : "",
-              loaded.model->source().c_str(), steps, paged.block_size, repeat, c_min * 1e3,
-              c_med * 1e3, p_min * 1e3, p_med * 1e3, p_min / c_min, p_med / c_med);
+  std::printf(
+      "%s%s, %d positions, block %d, %d interleaved runs each:\n"
+      "  contiguous  min %.2f ms  median %.2f ms\n"
+      "  paged       min %.2f ms  median %.2f ms\n"
+      "  paged/contiguous = %.3f (min), %.3f (median)\n",
+      loaded.model->is_random_weights() ? "[random weights] " : "", loaded.model->source().c_str(),
+      steps, paged.block_size, repeat, c_min * 1e3, c_med * 1e3, p_min * 1e3, p_med * 1e3,
+      p_min / c_min, p_med / c_med);
   return 0;
 }
 
@@ -135,9 +207,11 @@ int bench_alloc(const Args& args) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   pool.check_invariants();
-  std::printf("BlockPool(%d blocks): %lld allocate+free pairs in %.3f s = %.1f ns per pair, %.1f M pairs/s\n",
-              blocks, ops, secs, secs * 1e9 / static_cast<double>(ops),
-              static_cast<double>(ops) / secs / 1e6);
+  std::printf(
+      "BlockPool(%d blocks): %lld allocate+free pairs in %.3f s = %.1f ns per pair, %.1f M "
+      "pairs/s\n",
+      blocks, ops, secs, secs * 1e9 / static_cast<double>(ops),
+      static_cast<double>(ops) / secs / 1e6);
   return 0;
 }
 
@@ -146,7 +220,7 @@ int bench_alloc(const Args& args) {
 int cmd_bench(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
-             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype"},
+             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights"},
             {"--help"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -154,6 +228,7 @@ int cmd_bench(const Argv& argv) {
   }
   const std::string what = args.positional()[0];
   if (what == "generate") return bench_generate(args);
+  if (what == "weights") return bench_weights(args);
   if (what == "kv") return bench_kv(args);
   if (what == "alloc") return bench_alloc(args);
   if (what == "quant") return bench_quant(args);

@@ -116,13 +116,15 @@ std::string read_text_file(const std::string& path) {
 }  // namespace
 
 int cmd_eval(const Argv& argv) {
-  Args args(argv,
-            {"--model", "--tokenizer", "--text", "--sample", "--seed", "--kv-dtype", "--k-dtype",
-             "--v-dtype", "--block-size", "--threads", "--out", "--long", "--bucket", "--evict",
-             "--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions",
-             "--context", "--budgets", "--sink-threshold", "--mla-rank", "--mla-mode",
-             "--mla-rope-dims", "--mla-rope-select"},
-            {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
+  Args args(
+      argv,
+      {"--model",         "--tokenizer",      "--text",           "--sample",     "--seed",
+       "--kv-dtype",      "--k-dtype",        "--v-dtype",        "--block-size", "--threads",
+       "--out",           "--long",           "--bucket",         "--evict",      "--budget",
+       "--sinks",         "--recent",         "--obs-window",     "--compact",    "--positions",
+       "--context",       "--budgets",        "--sink-threshold", "--mla-rank",   "--mla-mode",
+       "--mla-rope-dims", "--mla-rope-select"},
+      {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -156,12 +158,14 @@ int cmd_eval(const Argv& argv) {
   }
   for (const char* flag : {"--budget", "--sinks", "--recent", "--obs-window", "--compact",
                            "--positions", "--context"}) {
-    if (args.has(flag) && !evicting) throw Error(flag, "only applies with --evict or --sweep-evict");
+    if (args.has(flag) && !evicting)
+      throw Error(flag, "only applies with --evict or --sweep-evict");
   }
   if (args.has("--long") && args.has("--sample")) {
     throw Error("--long", "applies to --text windows, not --sample");
   }
-  if (args.has("--bucket") && !evicting) throw Error("--bucket", "only applies with --evict or --sweep-evict");
+  if (args.has("--bucket") && !evicting)
+    throw Error("--bucket", "only applies with --evict or --sweep-evict");
   if (args.has("--budgets") && !args.has("--sweep-evict")) {
     throw Error("--budgets", "only applies with --sweep-evict");
   }
@@ -239,15 +243,16 @@ int cmd_eval(const Argv& argv) {
 
   if (args.has("--attention")) {
     const double threshold = args.get_double("--sink-threshold", 4.0);
-    if (!(threshold > 0.0)) fail_expected("--sink-threshold", "a number > 0", args.get("--sink-threshold"));
+    if (!(threshold > 0.0))
+      fail_expected("--sink-threshold", "a number > 0", args.get("--sink-threshold"));
     return run_attention_report(transformer, windows, source, threshold);
   }
   std::unique_ptr<QualityEvaluator> evaluator;
   {
     Progress bar("fp32 reference");
-    evaluator = std::make_unique<QualityEvaluator>(transformer, std::move(windows), block_size,
-                                                   [&](long d, long t) { bar(d, t); },
-                                                   std::max(max_window, c.seq_len));
+    evaluator = std::make_unique<QualityEvaluator>(
+        transformer, std::move(windows), block_size, [&](long d, long t) { bar(d, t); },
+        std::max(max_window, c.seq_len));
   }
   if (evicting) {
     const EvictionRunOptions o = parse_eviction_options(args, k, v, block_size);

@@ -7,9 +7,10 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/format.h"
 #include "engine/common/error.h"
-#include "engine/mla/mla_codec.h"
 #include "engine/evict/eviction_hook.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/generate.h"
 #include "engine/model/locate.h"
 
@@ -26,6 +27,9 @@ constexpr const char* kHelp = R"(usage: kvscope generate [options]
   --top-p P                          nucleus sampling threshold (default 0.9)
   --seed S                           sampling seed (default 42)
   --threads N                        CPU threads (default: all cores)
+  --weights mmap|copy                mmap: the checkpoint's pages, zero copy (default); copy: into
+                                     huge-page memory first (model-size RAM, faster decode when the
+                                     page cache holds the file in 4 KiB pages; see bench weights)
   --block-size B                     KV block size in tokens (default 16)
   --allocator paged|contiguous       KV allocator (default contiguous)
   --kv-dtype F                       KV format (default fp32; with --mla-rank: the latents')
@@ -58,12 +62,15 @@ void print_position_buckets(const GenerateResult& r, int seq_len, bool random_we
   std::fprintf(stderr, "%speak KV %ld bytes", tag.c_str(), r.peak_kv_bytes);
   if (hook != nullptr) {
     const EvictorCounters& k = hook->evictor().counters();
-    std::fprintf(stderr, "; %s evicted %ld tokens, freed %ld blocks, moved %ld slots, re-rotated %ld keys",
-                 eviction_kind_name(hook->evictor().options().policy.kind).c_str(), k.tokens_evicted,
-                 k.blocks_freed, k.slots_moved, k.keys_rotated);
+    std::fprintf(stderr,
+                 "; %s evicted %ld tokens, freed %ld blocks, moved %ld slots, re-rotated %ld keys",
+                 eviction_kind_name(hook->evictor().options().policy.kind).c_str(),
+                 k.tokens_evicted, k.blocks_freed, k.slots_moved, k.keys_rotated);
   }
-  std::fprintf(stderr, "\n%sself-perplexity (exp mean -log p of each next token as run) per position bucket:\n",
-               tag.c_str());
+  std::fprintf(
+      stderr,
+      "\n%sself-perplexity (exp mean -log p of each next token as run) per position bucket:\n",
+      tag.c_str());
   constexpr int kBucket = 256;
   for (std::size_t first = 0; first < r.next_logprob.size(); first += kBucket) {
     const std::size_t end = std::min(r.next_logprob.size(), first + kBucket);
@@ -78,11 +85,12 @@ void print_position_buckets(const GenerateResult& r, int seq_len, bool random_we
 }  // namespace
 
 int cmd_generate(const Argv& argv) {
-  Args args(argv,
-            {"--model", "--tokenizer", "--prompt", "--steps", "--temperature", "--top-p", "--seed",
-             "--threads", "--block-size", "--allocator", "--kv-dtype", "--evict", "--budget",
-             "--sinks", "--recent", "--obs-window", "--compact", "--positions", "--mla-rank",
-             "--mla-mode", "--mla-rope-dims", "--mla-rope-select"},
+  Args args(argv, {"--model",         "--tokenizer",       "--prompt",   "--steps",
+                   "--temperature",   "--top-p",           "--seed",     "--threads",
+                   "--block-size",    "--allocator",       "--kv-dtype", "--evict",
+                   "--budget",        "--sinks",           "--recent",   "--obs-window",
+                   "--compact",       "--positions",       "--mla-rank", "--mla-mode",
+                   "--mla-rope-dims", "--mla-rope-select", "--weights"},
             {"--help", "--through-bos"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -90,7 +98,8 @@ int cmd_generate(const Argv& argv) {
   }
   if (!args.positional().empty())
     throw Error(args.positional()[0], "unexpected argument; see --help");
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"),
+                                  parse_weight_storage(args.get("--weights", "mmap"), "--weights"));
   if (!loaded.tokenizer) {
     throw Error(loaded.model->source(), "no tokenizer with " +
                                             std::to_string(loaded.model->config().vocab_size) +
@@ -114,16 +123,20 @@ int cmd_generate(const Argv& argv) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(options.block_size));
   }
   const bool evicting = args.has("--evict");
-  for (const char* flag : {"--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions"}) {
+  for (const char* flag :
+       {"--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions"}) {
     if (args.has(flag) && !evicting) throw Error(flag, "only applies with --evict");
   }
   const std::string alloc = args.get("--allocator", evicting ? "paged" : "contiguous");
   if (evicting && alloc != "paged") {
     fail_expected("--allocator", "paged with --evict (eviction frees blocks)", "'" + alloc + "'");
   }
-  if (alloc == "paged") options.allocator = AllocatorKind::kPaged;
-  else if (alloc != "contiguous") fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
-  options.k_format = options.v_format = parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
+  if (alloc == "paged")
+    options.allocator = AllocatorKind::kPaged;
+  else if (alloc != "contiguous")
+    fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
+  options.k_format = options.v_format =
+      parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
 
@@ -132,8 +145,10 @@ int cmd_generate(const Argv& argv) {
   options.stop_at_bos = !args.has("--through-bos");
   options.score_tokens = options.past_context || args.has("--evict");
   if (options.past_context) {
-    std::fprintf(stderr, "note: --steps %d runs past the model's seq_len %d: positions >= %d are "
-                         "outside the trained context\n", options.steps, c.seq_len, c.seq_len);
+    std::fprintf(stderr,
+                 "note: --steps %d runs past the model's seq_len %d: positions >= %d are "
+                 "outside the trained context\n",
+                 options.steps, c.seq_len, c.seq_len);
   }
   std::unique_ptr<EvictingCacheHook> hook;
   if (evicting) {
@@ -194,6 +209,9 @@ int cmd_generate(const Argv& argv) {
                loaded.model->is_random_weights() ? "[random weights] " : "",
                static_cast<int>(r.tokens.size()), r.num_prompt_tokens, tps, r.kv_bytes_used,
                r.kv_bytes_allocated, alloc.c_str(), cache.c_str(), options.block_size);
+  if (loaded.model->storage() == WeightStorage::kCopied)
+    std::fprintf(stderr, "weights copied into memory, %s\n",
+                 huge_page_text(loaded.model->huge_page_fraction()).c_str());
   print_position_buckets(r, c.seq_len, loaded.model->is_random_weights(), hook.get());
   return 0;
 }

@@ -25,9 +25,20 @@ std::string human_bytes(double bytes) {
     ++u;
   }
   char buf[64];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%.0f B", v);
-  else if (u >= 3) std::snprintf(buf, sizeof buf, "%.2f %s (%.2f %s)", v, units[u], bytes / std::pow(1000.0, u), u == 3 ? "GB" : "TB");
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%.0f B", v);
+  else if (u >= 3)
+    std::snprintf(buf, sizeof buf, "%.2f %s (%.2f %s)", v, units[u], bytes / std::pow(1000.0, u),
+                  u == 3 ? "GB" : "TB");
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string huge_page_text(double fraction) {
+  if (fraction < 0) return "huge pages: unknown (/proc/self/smaps unreadable)";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f%% on huge pages", 100.0 * fraction);
   return buf;
 }
 

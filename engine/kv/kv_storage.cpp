@@ -9,8 +9,8 @@
 
 namespace kvscope {
 
-KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks, const KvFormat& k_format,
-                       const KvFormat& v_format) {
+KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks,
+                       const KvFormat& k_format, const KvFormat& v_format) {
   KvLayout layout;
   layout.n_layers = model.n_layers;
   layout.kv_heads = model.n_kv_heads;
@@ -25,7 +25,8 @@ KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks,
 KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
   const bool latent = layout.is_latent();
   layout.k_format.validate(layout.block_size, layout.row_heads(KvKind::kKey),
-                           layout.row_head_dim(KvKind::kKey), latent ? "latent format" : "K format");
+                           layout.row_head_dim(KvKind::kKey),
+                           latent ? "latent format" : "K format");
   layout.v_format.validate(layout.block_size, layout.row_heads(KvKind::kValue),
                            layout.row_head_dim(KvKind::kValue),
                            latent ? "latent RoPE-key format" : "V format");
@@ -34,7 +35,7 @@ KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
   v_offset_ = (k_bytes + 63) / 64 * 64;
   total_bytes_ = k_bytes + static_cast<std::size_t>(layout.n_layers) * layout.num_blocks *
                                layout.tile_bytes(KvKind::kValue);
-  data_ = std::make_unique<std::byte[]>(v_offset_ + total_bytes_ - k_bytes);  // zero-initialized
+  data_ = ZeroedBuffer(v_offset_ + total_bytes_ - k_bytes);
 }
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
@@ -47,8 +48,9 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
 
 void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offset) {
   if (layout_.k_format.is_kivi() || layout_.v_format.is_kivi()) {
-    throw Error("kv storage", "cannot move a token slot in a KIVI format (keys are quantized per "
-                              "channel over groups of consecutive slots); expected a per-token format");
+    throw Error("kv storage",
+                "cannot move a token slot in a KIVI format (keys are quantized per "
+                "channel over groups of consecutive slots); expected a per-token format");
   }
   const int bs = layout_.block_size;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
@@ -75,9 +77,8 @@ float* KvStorage::staging(int layer, KvKind kind, BlockId block, int offset, boo
   const std::int64_t key = staging_key(layer, block, offset);
   auto it = map.find(key);
   if (!create) return it == map.end() ? nullptr : it->second.data();
-  const std::size_t n =
-      static_cast<std::size_t>(layout_.format(kind).residual) * layout_.row_heads(kind) *
-      layout_.row_head_dim(kind);
+  const std::size_t n = static_cast<std::size_t>(layout_.format(kind).residual) *
+                        layout_.row_heads(kind) * layout_.row_head_dim(kind);
   if (it == map.end()) {
     it = map.emplace(key, std::vector<float>(n, 0.0f)).first;
     staging_bytes_ += n * sizeof(float);

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/common/zeroed_buffer.h"
 #include "engine/kv/ids.h"
 #include "engine/kv/kv_format.h"
 
@@ -59,7 +60,8 @@ struct KvLayout {
   // Full-precision bytes one sequence holds outside the blocks (KIVI's open group), all layers.
   std::size_t staging_bytes_per_sequence() const {
     return static_cast<std::size_t>(n_layers) *
-           (k_format.staging_bytes_per_sequence(row_heads(KvKind::kKey), row_head_dim(KvKind::kKey)) +
+           (k_format.staging_bytes_per_sequence(row_heads(KvKind::kKey),
+                                                row_head_dim(KvKind::kKey)) +
             v_format.staging_bytes_per_sequence(row_heads(KvKind::kValue),
                                                 row_head_dim(KvKind::kValue)));
   }
@@ -67,8 +69,8 @@ struct KvLayout {
 
 struct ModelConfig;
 // The layout of a pool for `model`'s K/V heads: num_blocks blocks of block_size tokens.
-KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks, const KvFormat& k_format,
-                       const KvFormat& v_format);
+KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks,
+                       const KvFormat& k_format, const KvFormat& v_format);
 
 class KvStorage {
  public:
@@ -106,7 +108,7 @@ class KvStorage {
   std::size_t peak_staging_bytes() const { return peak_staging_bytes_; }
 
  private:
-  std::byte* base(KvKind kind) { return data_.get() + (kind == KvKind::kKey ? 0 : v_offset_); }
+  std::byte* base(KvKind kind) { return data_.data() + (kind == KvKind::kKey ? 0 : v_offset_); }
   std::int64_t staging_key(int layer, BlockId block, int offset) const {
     return (static_cast<std::int64_t>(block.value) * layout_.block_size + offset) *
                layout_.n_layers +
@@ -115,7 +117,7 @@ class KvStorage {
   KvLayout layout_;
   std::size_t v_offset_ = 0;  // V region start, 64-byte aligned so fp32 V tiles are aligned
   std::size_t total_bytes_ = 0;
-  std::unique_ptr<std::byte[]> data_;
+  ZeroedBuffer data_;                                                // K region, then V region
   std::unordered_map<std::int64_t, std::vector<float>> staging_[2];  // [kind] -> [residual][kv_dim]
   std::size_t staging_bytes_ = 0;
   std::size_t peak_staging_bytes_ = 0;

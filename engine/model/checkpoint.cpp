@@ -51,7 +51,8 @@ void validate_config(const std::string& path, const ModelConfig& c) {
   check_range(path, "vocab_size", c.vocab_size, 1, 1 << 22);
   check_range(path, "seq_len", c.seq_len, 1, 1 << 24);
   if (c.head_dim_override == 0 && c.dim % c.n_heads != 0) {
-    fail_expected(path + ": header.dim", "a multiple of n_heads (" + std::to_string(c.n_heads) + ")",
+    fail_expected(path + ": header.dim",
+                  "a multiple of n_heads (" + std::to_string(c.n_heads) + ")",
                   std::to_string(c.dim));
   }
   if (c.n_heads % c.n_kv_heads != 0) {
@@ -68,7 +69,8 @@ void validate_config(const std::string& path, const ModelConfig& c) {
 Header parse_header(const std::string& path, std::span<const std::byte> bytes) {
   Header h;
   if (bytes.size() < 7 * sizeof(std::int32_t)) {
-    fail_expected(path, "at least a 28-byte llama2.c header", std::to_string(bytes.size()) + " bytes");
+    fail_expected(path, "at least a 28-byte llama2.c header",
+                  std::to_string(bytes.size()) + " bytes");
   }
   std::uint32_t magic;
   std::memcpy(&magic, bytes.data(), sizeof magic);
@@ -100,11 +102,13 @@ Header parse_header(const std::string& path, std::span<const std::byte> bytes) {
   c.seq_len = read_i32(bytes.data() + off + 24);
   if (h.format == CheckpointFormat::kLegacyV0) {
     c.shared_classifier = vocab > 0;
-    c.vocab_size = vocab == std::numeric_limits<std::int32_t>::min() ? 0 : (vocab < 0 ? -vocab : vocab);
+    c.vocab_size =
+        vocab == std::numeric_limits<std::int32_t>::min() ? 0 : (vocab < 0 ? -vocab : vocab);
   } else {
     c.vocab_size = vocab;
     std::uint8_t shared = static_cast<std::uint8_t>(bytes[off + 28]);
-    if (shared > 1) fail_expected(path + ": header.shared_classifier", "0 or 1", std::to_string(shared));
+    if (shared > 1)
+      fail_expected(path + ": header.shared_classifier", "0 or 1", std::to_string(shared));
     c.shared_classifier = shared == 1;
   }
   validate_config(path, c);
@@ -123,17 +127,28 @@ std::int64_t expected_floats(const Header& h) {
 Weights map_legacy(const ModelConfig& c, const float* p) {
   const std::int64_t d = c.dim, L = c.n_layers, kv = c.kv_dim(), hd = c.hidden_dim;
   Weights w;
-  w.token_embedding = p; p += c.vocab_size * d;
-  w.rms_att = p; p += L * d;
-  w.wq = p; p += L * c.q_dim() * d;
-  w.wk = p; p += L * kv * d;
-  w.wv = p; p += L * kv * d;
-  w.wo = p; p += L * d * c.q_dim();
-  w.rms_ffn = p; p += L * d;
-  w.w1 = p; p += L * hd * d;
-  w.w2 = p; p += L * d * hd;
-  w.w3 = p; p += L * hd * d;
-  w.rms_final = p; p += d;
+  w.token_embedding = p;
+  p += c.vocab_size * d;
+  w.rms_att = p;
+  p += L * d;
+  w.wq = p;
+  p += L * c.q_dim() * d;
+  w.wk = p;
+  p += L * kv * d;
+  w.wv = p;
+  p += L * kv * d;
+  w.wo = p;
+  p += L * d * c.q_dim();
+  w.rms_ffn = p;
+  p += L * d;
+  w.w1 = p;
+  p += L * hd * d;
+  w.w2 = p;
+  p += L * d * hd;
+  w.w3 = p;
+  p += L * hd * d;
+  w.rms_final = p;
+  p += d;
   p += std::int64_t{c.seq_len} * c.head_dim();  // freq_cis_real + imag: recomputed, not used
   w.wcls = c.shared_classifier ? w.token_embedding : p;
   return w;
@@ -142,17 +157,28 @@ Weights map_legacy(const ModelConfig& c, const float* p) {
 Weights map_v1(const ModelConfig& c, const float* p) {
   const std::int64_t d = c.dim, L = c.n_layers, kv = c.kv_dim(), hd = c.hidden_dim;
   Weights w;
-  w.rms_att = p; p += L * d;
-  w.rms_ffn = p; p += L * d;
-  w.rms_final = p; p += d;
-  w.token_embedding = p; p += c.vocab_size * d;
-  w.wq = p; p += L * c.q_dim() * d;
-  w.wk = p; p += L * kv * d;
-  w.wv = p; p += L * kv * d;
-  w.wo = p; p += L * d * c.q_dim();
-  w.w1 = p; p += L * hd * d;
-  w.w2 = p; p += L * d * hd;
-  w.w3 = p; p += L * hd * d;
+  w.rms_att = p;
+  p += L * d;
+  w.rms_ffn = p;
+  p += L * d;
+  w.rms_final = p;
+  p += d;
+  w.token_embedding = p;
+  p += c.vocab_size * d;
+  w.wq = p;
+  p += L * c.q_dim() * d;
+  w.wk = p;
+  p += L * kv * d;
+  w.wv = p;
+  p += L * kv * d;
+  w.wo = p;
+  p += L * d * c.q_dim();
+  w.w1 = p;
+  p += L * hd * d;
+  w.w2 = p;
+  p += L * d * hd;
+  w.w3 = p;
+  p += L * hd * d;
   w.wcls = c.shared_classifier ? w.token_embedding : p;
   return w;
 }
@@ -164,25 +190,48 @@ ModelConfig read_checkpoint_config(const std::string& path) {
   return parse_header(path, file.bytes()).config;
 }
 
-std::shared_ptr<const Model> Model::load(const std::string& path) {
+const char* weight_storage_name(WeightStorage s) {
+  return s == WeightStorage::kCopied ? "copy" : "mmap";
+}
+
+WeightStorage parse_weight_storage(const std::string& text, const std::string& flag) {
+  if (text == "mmap") return WeightStorage::kMapped;
+  if (text == "copy") return WeightStorage::kCopied;
+  throw Error(flag, "expected mmap or copy, got \"" + text + "\"");
+}
+
+double Model::huge_page_fraction() const {
+  if (storage_ != WeightStorage::kCopied || copy_.size() == 0) return 0.0;
+  const long huge = copy_.huge_page_bytes();
+  return huge < 0 ? -1.0 : static_cast<double>(huge) / static_cast<double>(copy_.size());
+}
+
+std::shared_ptr<const Model> Model::load(const std::string& path, WeightStorage storage) {
   MappedFile file(path);
   Header h = parse_header(path, file.bytes());
   const std::int64_t want = static_cast<std::int64_t>(h.header_bytes) + 4 * expected_floats(h);
   if (static_cast<std::int64_t>(file.size()) != want) {
-    fail_expected(path + ": file size",
-                  std::to_string(want) + " bytes for a model with " + h.config.describe(),
-                  std::to_string(file.size()) + " bytes" +
-                      (static_cast<std::int64_t>(file.size()) < want ? " (truncated?)"
-                                                                     : " (trailing data)"));
+    fail_expected(
+        path + ": file size",
+        std::to_string(want) + " bytes for a model with " + h.config.describe(),
+        std::to_string(file.size()) + " bytes" +
+            (static_cast<std::int64_t>(file.size()) < want ? " (truncated?)" : " (trailing data)"));
   }
   auto model = std::shared_ptr<Model>(new Model());
   model->config_ = h.config;
   model->format_ = h.format;
   model->source_ = path;
-  const float* body = reinterpret_cast<const float*>(file.bytes().data() + h.header_bytes);
-  model->weights_ = h.format == CheckpointFormat::kLegacyV0 ? map_legacy(h.config, body)
-                                                            : map_v1(h.config, body);
-  model->file_ = std::move(file);
+  model->storage_ = storage;
+  const std::byte* bytes = file.bytes().data();
+  if (storage == WeightStorage::kCopied) {
+    model->copy_ = ZeroedBuffer(file.size());
+    std::memcpy(model->copy_.data(), bytes, file.size());
+    bytes = model->copy_.data();
+  }
+  const float* body = reinterpret_cast<const float*>(bytes + h.header_bytes);
+  model->weights_ =
+      h.format == CheckpointFormat::kLegacyV0 ? map_legacy(h.config, body) : map_v1(h.config, body);
+  if (storage == WeightStorage::kMapped) model->file_ = std::move(file);  // else unmapped here
   return model;
 }
 
@@ -212,8 +261,10 @@ void write_checkpoint(const Model& model, const std::string& path) {
                           std::to_string(c.head_dim()) + " is not dim / n_heads");
   }
   write_file_atomically(path, [&](std::ostream& out) {
-    std::int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
-                              c.shared_classifier ? c.vocab_size : -c.vocab_size, c.seq_len};
+    std::int32_t header[7] = {c.dim,        c.hidden_dim,
+                              c.n_layers,   c.n_heads,
+                              c.n_kv_heads, c.shared_classifier ? c.vocab_size : -c.vocab_size,
+                              c.seq_len};
     out.write(reinterpret_cast<const char*>(header), sizeof header);
     auto put = [&](const float* p, std::int64_t n) {
       out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * 4));

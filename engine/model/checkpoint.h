@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/common/mapped_file.h"
+#include "engine/common/zeroed_buffer.h"
 #include "engine/model/config.h"
 
 namespace kvscope {
@@ -30,6 +31,17 @@ struct Weights {
 
 enum class CheckpointFormat { kLegacyV0, kAk42V1, kSynthetic };
 
+// Where a checkpoint's weights live once loaded.
+enum class WeightStorage {
+  kMapped,  // the file's pages, mmapped read-only: zero copy, instant start (the default)
+  kCopied,  // copied into anonymous memory that asks for transparent huge pages: costs a copy
+            // and model-size RAM, but decode streams the weights with far fewer TLB misses when
+            // the page cache holds the file in 4 KiB pages (docs/architecture.md, "Speed")
+};
+// "mmap" / "copy" (the --weights flag's values); parse throws kvscope::Error naming `flag`.
+const char* weight_storage_name(WeightStorage s);
+WeightStorage parse_weight_storage(const std::string& text, const std::string& flag);
+
 // A loaded model: its shape, where it came from, and its weights (mmapped or owned).
 class Model {
  public:
@@ -38,9 +50,14 @@ class Model {
   const std::string& source() const { return source_; }
   CheckpointFormat format() const { return format_; }
   bool is_random_weights() const { return format_ == CheckpointFormat::kSynthetic; }
+  WeightStorage storage() const { return storage_; }
+  // Copied weights: the share of their bytes on huge pages now, in [0, 1] (-1: unknown); 0 for
+  // mapped or synthetic weights.
+  double huge_page_fraction() const;
 
   // Loads and validates a checkpoint. Throws kvscope::Error naming the file and field.
-  static std::shared_ptr<const Model> load(const std::string& path);
+  static std::shared_ptr<const Model> load(const std::string& path,
+                                           WeightStorage storage = WeightStorage::kMapped);
   // Wraps owned float storage laid out in legacy order (see write_checkpoint).
   static std::shared_ptr<const Model> from_owned(ModelConfig config, std::vector<float> data,
                                                  std::string source);
@@ -50,8 +67,10 @@ class Model {
   Weights weights_;
   std::string source_;
   CheckpointFormat format_ = CheckpointFormat::kLegacyV0;
-  MappedFile file_;            // set when mmapped
-  std::vector<float> owned_;   // set when synthetic
+  WeightStorage storage_ = WeightStorage::kMapped;
+  MappedFile file_;           // set when mmapped
+  ZeroedBuffer copy_;         // set when copied
+  std::vector<float> owned_;  // set when synthetic
 };
 
 // Reads only the header of a checkpoint (cheap; used by `kvscope info`).

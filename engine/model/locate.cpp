@@ -73,11 +73,12 @@ std::string locate_tokenizer(const std::string& tokenizer_arg, const std::string
   for (const auto& name : names) {
     if (auto found = find_in_dirs(dirs, name, &tried)) return *found;
   }
-  throw Error(names[0], "tokenizer not found; looked at " + join_lines(tried) +
-                            ". Pass --tokenizer PATH");
+  throw Error(names[0],
+              "tokenizer not found; looked at " + join_lines(tried) + ". Pass --tokenizer PATH");
 }
 
-LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg) {
+LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg,
+                       WeightStorage storage) {
   LoadedModel out;
   if (is_synthetic_model_arg(model_arg)) {
     out.model = make_synthetic_model(parse_synthetic_spec(model_arg.substr(10)));
@@ -92,7 +93,7 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
     return out;
   }
   std::string path = locate_model(model_arg);
-  out.model = Model::load(path);
+  out.model = Model::load(path, storage);
   std::string tok = locate_tokenizer(tokenizer_arg, path, out.model->config().vocab_size);
   out.tokenizer = std::make_shared<Tokenizer>(tok, out.model->config().vocab_size);
   return out;

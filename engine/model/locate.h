@@ -34,7 +34,9 @@ struct LoadedModel {
 };
 
 // Loads a model argument: a checkpoint (found as above) or "synthetic:<spec>".
-LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg);
+// `storage` applies to checkpoints (synthetic weights are always owned).
+LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg,
+                       WeightStorage storage = WeightStorage::kMapped);
 
 // Reads just the shape for a model argument (does not allocate synthetic weights).
 ModelConfig model_config_for(const std::string& model_arg, std::string* source = nullptr);

@@ -78,7 +78,8 @@ TEST(Checkpoint, BadHeaderFieldIsNamed) {
   const std::string p = temp_path("bad_heads.bin");
   write_bytes(p, bytes);
   std::string err = error_of(p);
-  EXPECT_NE(err.find("header.dim: expected a multiple of n_heads (7), got 64"), std::string::npos) << err;
+  EXPECT_NE(err.find("header.dim: expected a multiple of n_heads (7), got 64"), std::string::npos)
+      << err;
 
   bytes = read_bytes(testing::real_model().model->source());
   std::int32_t negative_layers = -3;
@@ -102,7 +103,8 @@ TEST(Checkpoint, Ak42Version1MatchesLegacy) {
   const Weights& w = m.weights();
   std::string head(256, '\0');
   std::uint32_t magic = 0x616b3432;
-  std::int32_t header[8] = {1, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len};
+  std::int32_t header[8] = {1,         c.dim,        c.hidden_dim, c.n_layers,
+                            c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len};
   std::memcpy(head.data(), &magic, 4);
   std::memcpy(head.data() + 4, header, sizeof header);
   head[36] = 1;  // shared classifier
@@ -131,7 +133,8 @@ TEST(Checkpoint, Ak42Version1MatchesLegacy) {
   EXPECT_EQ(v1->format(), CheckpointFormat::kAk42V1);
   EXPECT_EQ(v1->config().dim, c.dim);
   EXPECT_EQ(0, std::memcmp(v1->weights().w2, w.w2, static_cast<std::size_t>(L * d * h * 4)));
-  EXPECT_EQ(0, std::memcmp(v1->weights().token_embedding, w.token_embedding, static_cast<std::size_t>(c.vocab_size * d * 4)));
+  EXPECT_EQ(0, std::memcmp(v1->weights().token_embedding, w.token_embedding,
+                           static_cast<std::size_t>(c.vocab_size * d * 4)));
 
   out[4] = 2;  // version 2 (int8 weights) is refused by name
   write_bytes(p, out);
@@ -139,7 +142,8 @@ TEST(Checkpoint, Ak42Version1MatchesLegacy) {
 }
 
 TEST(Checkpoint, SyntheticRoundTripsThroughWriter) {
-  SyntheticSpec spec = parse_synthetic_spec("dim=32,layers=2,heads=4,kv_heads=2,hidden=48,vocab=40,seq_len=16,seed=7");
+  SyntheticSpec spec = parse_synthetic_spec(
+      "dim=32,layers=2,heads=4,kv_heads=2,hidden=48,vocab=40,seq_len=16,seed=7");
   auto m = make_synthetic_model(spec);
   EXPECT_TRUE(m->is_random_weights());
   const std::string p = temp_path("synth.bin");
@@ -147,6 +151,40 @@ TEST(Checkpoint, SyntheticRoundTripsThroughWriter) {
   auto loaded = Model::load(p);
   EXPECT_EQ(loaded->config().n_kv_heads, 2);
   EXPECT_EQ(0, std::memcmp(loaded->weights().w3, m->weights().w3, 2 * 48 * 32 * 4));
+}
+
+TEST(Checkpoint, CopiedWeightsEqualTheMappedFileAndOwnTheirMemory) {
+  SyntheticSpec spec = parse_synthetic_spec(
+      "dim=32,layers=2,heads=4,kv_heads=2,hidden=48,vocab=40,seq_len=16,seed=9");
+  const std::string p = temp_path("copy.bin");
+  write_checkpoint(*make_synthetic_model(spec), p);
+  auto mapped = Model::load(p);
+  auto copied = Model::load(p, WeightStorage::kCopied);
+  EXPECT_EQ(mapped->storage(), WeightStorage::kMapped);
+  EXPECT_EQ(copied->storage(), WeightStorage::kCopied);
+  EXPECT_EQ(mapped->huge_page_fraction(), 0.0);
+  const double huge = copied->huge_page_fraction();  // the kernel decides; only the range is ours
+  EXPECT_TRUE(huge == -1.0 || (huge >= 0.0 && huge <= 1.0)) << huge;
+  const Weights& a = mapped->weights();
+  const Weights& b = copied->weights();
+  EXPECT_NE(a.w1, b.w1);                                // a separate copy, not the mapping
+  const std::size_t bytes = read_bytes(p).size() - 28;  // everything after the 7-int header
+  EXPECT_EQ(0, std::memcmp(a.token_embedding, b.token_embedding, bytes));
+  // The copy survives the file: its bytes are no longer tied to the mapping.
+  std::filesystem::remove(p);
+  EXPECT_EQ(0, std::memcmp(mapped->weights().w2, copied->weights().w2, 2 * 32 * 48 * 4));
+}
+
+TEST(Checkpoint, WeightStorageFlagValues) {
+  EXPECT_EQ(parse_weight_storage("mmap", "--weights"), WeightStorage::kMapped);
+  EXPECT_EQ(parse_weight_storage("copy", "--weights"), WeightStorage::kCopied);
+  EXPECT_STREQ(weight_storage_name(WeightStorage::kCopied), "copy");
+  try {
+    parse_weight_storage("hugepages", "--weights");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--weights: expected mmap or copy, got \"hugepages\"");
+  }
 }
 
 }  // namespace

@@ -26,13 +26,29 @@ std::string run_generate(const std::string& prompt, int steps, AllocatorKind kin
 }
 
 TEST(Forward, GoldenGreedy256FromBos) {
-  const std::string golden = testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+  const std::string golden =
+      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   ASSERT_FALSE(golden.empty());
   EXPECT_EQ(run_generate("", 256, AllocatorKind::kContiguous, 16), golden);
 }
 
+TEST(Forward, GoldenGreedyWithCopiedWeights) {
+  const std::string golden =
+      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+  ASSERT_FALSE(golden.empty());
+  auto model = Model::load(testing::real_model().model->source(), WeightStorage::kCopied);
+  auto backend = make_cpu_backend(1);
+  Transformer t(model, *backend);
+  GenerateOptions o;
+  o.steps = 256;
+  std::string out;
+  generate(t, *testing::real_model().tokenizer, o, [&](const std::string& p) { out += p; });
+  EXPECT_EQ(out + "\n", golden);
+}
+
 TEST(Forward, GoldenGreedyThroughPagedCacheEveryBlockSize) {
-  const std::string golden = testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+  const std::string golden =
+      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   for (int bs : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     EXPECT_EQ(run_generate("", 256, AllocatorKind::kPaged, bs), golden) << "block size " << bs;
   }
@@ -71,7 +87,8 @@ std::vector<std::vector<float>> naive_logits(const Model& m, const std::vector<i
   };
   std::vector<std::vector<float>> all;
   for (std::size_t pos = 0; pos < tokens.size(); ++pos) {
-    std::vector<float> x(w.token_embedding + tokens[pos] * d, w.token_embedding + (tokens[pos] + 1) * d);
+    std::vector<float> x(w.token_embedding + tokens[pos] * d,
+                         w.token_embedding + (tokens[pos] + 1) * d);
     for (int l = 0; l < c.n_layers; ++l) {
       auto xn = norm(x, w.rms_att + l * d);
       auto q = mat(w.wq + l * d * d, xn, d);
@@ -115,18 +132,21 @@ TEST(Forward, MatchesNaiveReference) {
   const auto& m = testing::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
-  std::vector<int> prompt = m.tokenizer->encode("Once upon a time, a cat sat on the mat.", true, false);
+  std::vector<int> prompt =
+      m.tokenizer->encode("Once upon a time, a cat sat on the mat.", true, false);
   prompt.erase(prompt.begin());  // generate_tokens starts from BOS itself
   std::vector<std::vector<float>> logits;
   GenerateOptions o;
   o.allocator = AllocatorKind::kPaged;
   o.block_size = 4;
   auto tokens = generate_tokens(t, prompt, 24, o, &logits);
-  auto ref = naive_logits(*m.model, std::vector<int>(tokens.begin(), tokens.begin() + logits.size()));
+  auto ref =
+      naive_logits(*m.model, std::vector<int>(tokens.begin(), tokens.begin() + logits.size()));
   ASSERT_EQ(ref.size(), logits.size());
   for (std::size_t p = 0; p < ref.size(); ++p) {
     for (std::size_t i = 0; i < ref[p].size(); ++i) {
-      ASSERT_NEAR(logits[p][i], ref[p][i], 1e-4 + 1e-4 * std::fabs(ref[p][i])) << "pos " << p << " logit " << i;
+      ASSERT_NEAR(logits[p][i], ref[p][i], 1e-4 + 1e-4 * std::fabs(ref[p][i]))
+          << "pos " << p << " logit " << i;
     }
   }
 }
@@ -152,7 +172,8 @@ TEST(Forward, PagedLogitsEqualContiguousWithinTolerance) {
 }
 
 TEST(Forward, SyntheticGqaShapeRuns) {
-  auto m = make_synthetic_model(parse_synthetic_spec("dim=64,layers=2,heads=8,kv_heads=2,hidden=96,vocab=64,seq_len=32"));
+  auto m = make_synthetic_model(
+      parse_synthetic_spec("dim=64,layers=2,heads=8,kv_heads=2,hidden=96,vocab=64,seq_len=32"));
   auto backend = make_cpu_backend(1);
   Transformer t(m, *backend);
   auto tokens = generate_tokens(t, {}, 32, GenerateOptions{}, nullptr);
