@@ -1,4 +1,5 @@
-// ZeroedBuffer: anonymous private mapping, huge pages requested for large buffers.
+// ZeroedBuffer: anonymous private mapping, huge pages requested for large buffers (the heap
+// under AddressSanitizer).
 #include "engine/common/zeroed_buffer.h"
 
 #include <sys/mman.h>
@@ -14,10 +15,28 @@ namespace kvscope {
 
 namespace {
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
-}
+// Under AddressSanitizer the buffer comes from the (instrumented) heap, exactly `bytes` long, so
+// an access one byte past it is reported; a private mapping would hide such bugs.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kFromHeap = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kFromHeap = true;
+#else
+constexpr bool kFromHeap = false;
+#endif
+#else
+constexpr bool kFromHeap = false;
+#endif
+}  // namespace
 
 ZeroedBuffer::ZeroedBuffer(std::size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
+  if constexpr (kFromHeap) {
+    data_ = static_cast<std::byte*>(std::calloc(bytes, 1));
+    if (data_ == nullptr) throw std::bad_alloc();
+    return;
+  }
   // Round the mapping up to whole huge pages so the last one can be huge too (the tail is unused).
   const std::size_t mapped =
       bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
@@ -67,7 +86,12 @@ ZeroedBuffer& ZeroedBuffer::operator=(ZeroedBuffer&& other) noexcept {
 }
 
 void ZeroedBuffer::release() {
-  if (data_ != nullptr) ::munmap(data_, size_);
+  if (data_ != nullptr) {
+    if constexpr (kFromHeap)
+      std::free(data_);
+    else
+      ::munmap(data_, size_);
+  }
   data_ = nullptr;
   size_ = 0;
 }
