@@ -23,6 +23,10 @@ std::string PolicyOverride::describe() const {
   if (pool_bytes) add("pool " + format_bytes(static_cast<double>(*pool_bytes)));
   if (allocator) add(allocator_name(*allocator));
   if (preemption) add("preempt " + preemption_name(*preemption));
+  if (eviction)
+    add(*eviction == EvictionKind::kNone ? "no eviction"
+                                         : "evict " + eviction_kind_name(*eviction));
+  if (eviction_budget) add("budget " + std::to_string(*eviction_budget));
   return s.empty() ? "scenario defaults" : s;
 }
 
@@ -34,6 +38,8 @@ SimConfig with_override(SimConfig c, const PolicyOverride& o) {
   if (o.prefix_index) c.prefix_index = *o.prefix_index;
   if (o.allocator) c.allocator = *o.allocator;
   if (o.preemption) c.preemption = *o.preemption;
+  if (o.eviction) c.token_eviction.policy.kind = *o.eviction;
+  if (o.eviction_budget) c.token_eviction.policy.budget = *o.eviction_budget;
   return c;
 }
 

@@ -19,7 +19,8 @@ namespace kvscope::ui {
 
 // Policy settings the Controls panel changes; each unset field keeps the scenario's value.
 struct PolicyOverride {
-  std::string variant;  // one of the scenario's `compare` variants as the starting point ("" = base)
+  std::string
+      variant;  // one of the scenario's `compare` variants as the starting point ("" = base)
   std::optional<int> block_size;
   std::optional<KvFormat> k_format;
   std::optional<KvFormat> v_format;
@@ -28,10 +29,13 @@ struct PolicyOverride {
   std::optional<std::int64_t> pool_bytes;  // device pool in bytes (replaces num_blocks)
   std::optional<AllocatorKind> allocator;
   std::optional<PreemptionMode> preemption;
+  std::optional<EvictionKind> eviction;  // token eviction policy (kNone: off)
+  std::optional<int> eviction_budget;    // tokens each query attends to
 
   bool empty() const {
-    return variant.empty() && !block_size && !k_format && !v_format && !prefix_caching && !prefix_index &&
-           !pool_bytes && !allocator && !preemption;
+    return variant.empty() && !block_size && !k_format && !v_format && !prefix_caching &&
+           !prefix_index && !pool_bytes && !allocator && !preemption && !eviction &&
+           !eviction_budget;
   }
   // One line, e.g. "block 8, K int8, prefix off" ("scenario defaults" when empty).
   std::string describe() const;
@@ -40,12 +44,12 @@ struct PolicyOverride {
 
 struct RunInfo {
   std::string scenario_path;
-  std::string title;              // the scenario's title and description
+  std::string title;  // the scenario's title and description
   std::string description;
-  std::vector<Caption> captions;  // presenter captions, ascending steps
+  std::vector<Caption> captions;      // presenter captions, ascending steps
   std::vector<std::string> variants;  // "base", then the scenario's compare variants
-  SimConfig scenario_config;  // as the scenario file resolves it
-  SimConfig config;           // what the Simulator runs (override applied)
+  SimConfig scenario_config;          // as the scenario file resolves it
+  SimConfig config;                   // what the Simulator runs (override applied)
   PolicyOverride override;
   std::int64_t pool_bytes = 0;                   // config.num_blocks x exact bytes per block
   std::int64_t scenario_pool_bytes = 0;          // the same for scenario_config

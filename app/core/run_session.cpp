@@ -22,6 +22,12 @@ bool is_scenario_path(const std::string& path) {
 void apply_override(Scenario& s, const PolicyOverride& o) {
   s.cache.sim = with_override(s.cache.sim, o);
   if (o.pool_bytes) s.cache.pool_bytes = *o.pool_bytes;
+  // Token eviction lives beside the SimConfig in a scenario (resolve copies it in).
+  EvictionConfig& ev = s.cache.token_eviction.policy;
+  if (o.eviction) ev.kind = *o.eviction;
+  if (o.eviction_budget) ev.budget = *o.eviction_budget;
+  if ((o.eviction || o.eviction_budget) && s.cache.token_eviction_at.empty())
+    s.cache.token_eviction_at = "cache.token_eviction (Controls panel)";
 }
 
 }  // namespace

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
+#include "engine/evict/policy.h"
 #include "engine/kv/kv_format.h"
 
 namespace kvscope::ui {
@@ -145,6 +148,34 @@ void ControlsPanel::draw(AppState& state) {
                       "as the device pool when the scenario has none) and copy it back."))
       set(next.preemption, *i == 1 ? PreemptionMode::kSwap : PreemptionMode::kRecompute,
           base.preemption);
+  }
+  {
+    // Token eviction: the engine's policy names, "none" first (EvictionKind order).
+    const std::vector<std::string> names = eviction_kind_names();
+    std::vector<const char*> items;
+    for (const std::string& n : names) items.push_back(n.c_str());
+    const EvictionConfig& ev = shown.token_eviction.policy;
+    if (auto i = pick("token eviction", items, static_cast<int>(ev.kind),
+                      "Drop cached tokens so each query attends to at most `budget` of them. "
+                      "window: the most recent. sinks: the first few plus the most recent "
+                      "(StreamingLLM). h2o: the most attended plus recent ones. snapkv: the "
+                      "prompt tokens the last queries vote for. tova: drop the least attended. "
+                      "random: a baseline. Needs the paged allocator, recompute preemption, no "
+                      "prefix caching and non-KIVI formats (the run says which is wrong).")) {
+      const auto kind = static_cast<EvictionKind>(*i);
+      set(next.eviction, kind, base.token_eviction.policy.kind);
+      // Turning eviction on where the scenario has no budget: start from 64 tokens.
+      if (kind != EvictionKind::kNone && ev.budget <= 0) next.eviction_budget = 64;
+    }
+    if (ev.kind != EvictionKind::kNone) {
+      int budget = std::max(ev.budget, 1);
+      ImGui::SliderInt("budget (tokens)", &budget, 8, 512, "%d", ImGuiSliderFlags_Logarithmic);
+      if (ImGui::IsItemDeactivatedAfterEdit())
+        set(next.eviction_budget, budget, base.token_eviction.policy.budget);
+      item_tooltip(
+          "Live tokens each query attends to, itself included. Smaller budgets free more "
+          "blocks and cost more quality (Quality vs memory shows how much).");
+    }
   }
   const long long blocks_now =
       edit_variant_ ? pool_blocks(*info, shown, current) : info->config.num_blocks;

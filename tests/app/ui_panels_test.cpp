@@ -84,6 +84,47 @@ TEST(PolicyOverride, ImpossibleOverridesAreOneLineErrorsNamingTheField) {
   }
 }
 
+int peak_blocks(const RunSession& run) {
+  int peak = 0;
+  for (int s = 0; s < run.timeline()->num_steps(); ++s)
+    peak = std::max(peak, static_cast<int>(run.timeline()->metrics(s).blocks_used));
+  return peak;
+}
+
+// Eviction needs attention scores and K/V, so these runs use the real model (a few seconds).
+TEST(PolicyOverride, TokenEvictionPolicyAndBudgetRestartTheRun) {
+  PolicyOverride small;
+  small.eviction = EvictionKind::kWindow;
+  small.eviction_budget = 32;
+  EXPECT_EQ(small.describe(), "evict window, budget 32");
+  std::unique_ptr<RunSession> a = RunSession::open(scenario("eviction-budget.json"), false, small);
+  a->wait();
+  EXPECT_EQ(a->run_info()->config.token_eviction.policy.kind, EvictionKind::kWindow);
+  EXPECT_EQ(a->run_info()->config.token_eviction.policy.budget, 32);
+  PolicyOverride large = small;
+  large.eviction_budget = 128;
+  std::unique_ptr<RunSession> b = RunSession::open(scenario("eviction-budget.json"), false, large);
+  b->wait();
+  PolicyOverride off;
+  off.eviction = EvictionKind::kNone;
+  EXPECT_EQ(off.describe(), "no eviction");
+  std::unique_ptr<RunSession> c = RunSession::open(scenario("eviction-budget.json"), false, off);
+  c->wait();
+  // A smaller budget holds fewer blocks at its peak; no eviction holds the most.
+  EXPECT_LT(peak_blocks(*a), peak_blocks(*b));
+  EXPECT_LT(peak_blocks(*b), peak_blocks(*c));
+  // Eviction on a scenario that swaps is refused with the scenario's name, not run half-way.
+  try {
+    RunSession::open(scenario("minimal.json"), false, small);
+    FAIL() << "token eviction with swap preemption must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("minimal.json: cache.token_eviction"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected preemption recompute"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PolicyOverride, TheShellRestartsOnARequestAndKeepsTheRunOnErrors) {
   HeadlessImGui imgui(ImVec2(1200, 800));
   UiShell shell(RunSession::open(scenario("minimal.json"), true), imgui.fonts());
