@@ -20,6 +20,11 @@ namespace {
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr long kParallelThreshold = 1L << 16;
 
+// Whether attention over `n` slots splits its heads across threads.
+bool attention_in_parallel(int n, const AttentionShape& shape) {
+  return static_cast<long>(n) * shape.n_heads * shape.head_dim >= kParallelThreshold;
+}
+
 inline float dot(const float* a, const float* b, int n) {
   // A plain loop: this file is built with -fassociative-math (see engine/CMakeLists.txt), so the
   // compiler vectorizes it with a tree reduction, as llama2.c's -Ofast build does.
@@ -114,8 +119,7 @@ void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape
     default:
       break;
   }
-#pragma omp parallel for schedule(static) if (static_cast <long>(n) * shape.n_heads * hd >= \
-                                              kParallelThreshold)
+#pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
   for (int h = 0; h < shape.n_heads; ++h) {
     attend(view, layer, hd, static_cast<std::size_t>(h / group) * hd,
            q + static_cast<std::size_t>(h) * hd, weights + static_cast<std::size_t>(h) * n,
@@ -262,8 +266,7 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
   const quant::TileReader values(view, layer, KvKind::kValue);
 
   // One KV head at a time: its keys and values are decoded once and serve the whole GQA group.
-#pragma omp parallel for schedule(static) if (static_cast <long>(n) * shape.n_heads * hd >= \
-                                              kParallelThreshold)
+#pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
   for (int kvh = 0; kvh < shape.kv_heads; ++kvh) {
     const int h0 = kvh * group;
     float* tmp = scratch.data() + weights_size + static_cast<std::size_t>(kvh) * hd;  // [head_dim]
