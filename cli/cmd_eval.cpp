@@ -15,6 +15,7 @@
 #include "cli/eval_report.h"
 #include "engine/analysis/quality.h"
 #include "engine/common/error.h"
+#include "engine/common/text_lines.h"
 #include "engine/mla/mla_codec.h"
 #include "engine/model/locate.h"
 
@@ -100,17 +101,6 @@ class Progress {
 
 std::string default_text_path() {
   return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
-}
-
-std::string read_text_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw Error(path, "cannot open the text file (--text)");
-  std::string text;
-  char buf[65536];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  std::fclose(f);
-  return text;
 }
 
 }  // namespace
@@ -230,9 +220,12 @@ int cmd_eval(const Argv& argv) {
       if (len < 2 || len > 1'000'000) {
         fail_expected("--long", "a window length in [2, 1000000] tokens", std::to_string(len));
       }
-      windows = long_text_windows(*loaded.tokenizer, read_text_file(path), len, path);
+      windows = long_text_windows(
+          *loaded.tokenizer, read_text_file(path, "cannot open the text file (--text)"), len, path);
     } else {
-      windows = text_windows(*loaded.tokenizer, read_text_file(path), c.seq_len, path);
+      windows =
+          text_windows(*loaded.tokenizer,
+                       read_text_file(path, "cannot open the text file (--text)"), c.seq_len, path);
     }
     source = path;
   }

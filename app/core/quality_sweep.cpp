@@ -6,22 +6,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/common/text_lines.h"
 #include "engine/mla/mla_codec.h"
 
 namespace kvscope::ui {
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open the eval text");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Removes the first " <token>" word equal to `token` ("MLA-A r32 fp16" - "r32" = "MLA-A fp16").
 std::string without_word(std::string text, const std::string& token) {
@@ -52,6 +44,12 @@ std::vector<std::string> split_csv(const std::string& line) {
   }
   f.push_back(cell);
   return f;
+}
+
+// Formats and MLA: the exact bytes per token (KIVI's open group spread over the mean window).
+double exact_bytes_per_token(const QualityReport& r) {
+  return r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token
+                                         : r.footprint.bytes_per_token;
 }
 
 enum class CsvKind { kFormats, kMla, kEviction };
@@ -184,8 +182,8 @@ int sweep_num_variants(const ModelConfig& c) {
 std::vector<std::vector<int>> quality_eval_windows(const Tokenizer& tokenizer,
                                                    const std::string& text_path, int seq_len,
                                                    long max_tokens) {
-  std::vector<std::vector<int>> all =
-      text_windows(tokenizer, read_text(text_path), seq_len, text_path);
+  std::vector<std::vector<int>> all = text_windows(
+      tokenizer, read_text_file(text_path, "cannot open the eval text"), seq_len, text_path);
   std::vector<std::vector<int>> windows;
   long tokens = 0;
   for (auto& w : all) {
@@ -201,8 +199,7 @@ QualityPoint format_point(const QualityReport& r) {
   p.family = QualityFamily::kFormat;
   p.series = "KV formats";
   p.label = r.variant;
-  p.bytes_per_token =
-      r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token : r.footprint.bytes_per_token;
+  p.bytes_per_token = exact_bytes_per_token(r);
   p.report = r;
   return p;
 }
@@ -211,10 +208,9 @@ QualityPoint mla_point(const QualityReport& r, int rank) {
   QualityPoint p;
   p.family = QualityFamily::kMla;
   // "MLA-A r32" -> "MLA-A"; "MLA-B r24 rope2 high-freq fp16" -> "MLA-B rope2 high-freq fp16".
-  p.series = without_word(r.variant, "r" + std::to_string(rank));
+  p.series = without_word(r.variant, std::string("r").append(std::to_string(rank)));
   p.label = "r=" + std::to_string(rank);
-  p.bytes_per_token =
-      r.effective_bytes_per_token > 0 ? r.effective_bytes_per_token : r.footprint.bytes_per_token;
+  p.bytes_per_token = exact_bytes_per_token(r);
   p.report = r;
   return p;
 }

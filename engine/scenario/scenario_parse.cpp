@@ -1,9 +1,7 @@
 // The scenario file's top level: version, texts, model, cache, scheduler, sampler, workload,
 // steps, captions and compare variants.
-#include <fstream>
-#include <sstream>
-
 #include "engine/common/error.h"
+#include "engine/common/text_lines.h"
 #include "engine/model/synthetic.h"
 #include "engine/scenario/scenario_internal.h"
 
@@ -35,7 +33,6 @@ std::vector<std::string> scenario_cache_keys() {
           "victim",
           "host_blocks"};
 }
-
 
 namespace {
 
@@ -181,11 +178,7 @@ Scenario parse_scenario_text(const std::string& text, const std::string& path) {
 }
 
 Scenario parse_scenario(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open scenario file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_scenario_text(ss.str(), path);
+  return parse_scenario_text(read_text_file(path, "cannot open scenario file"), path);
 }
 
 }  // namespace kvscope
