@@ -22,6 +22,10 @@ void AttentionJob::cancel() {
   busy_ = false;
 }
 
+bool kv_is_fp32(const SimConfig& config) {
+  return config.k_format.dtype == KvDtype::kF32 && config.v_format.dtype == KvDtype::kF32;
+}
+
 bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& config,
                          int generation, int request, std::vector<int> tokens,
                          std::optional<KvFormat> preview) {
@@ -40,8 +44,7 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
     if (static_cast<int>(tokens.size()) > c.seq_len)
       tokens.resize(static_cast<std::size_t>(c.seq_len));
     cap->tokens = tokens;
-    const bool run_fp32 =
-        config.k_format.dtype == KvDtype::kF32 && config.v_format.dtype == KvDtype::kF32;
+    const bool run_fp32 = kv_is_fp32(config);
     if (!run_fp32) preview.reset();
     cap->preview = preview;
     try {

@@ -38,6 +38,10 @@ struct AttentionCapture {
   std::string errors_note;
 };
 
+// Whether the run keeps K and V in exact fp32 (no quantization error to measure unless a format
+// is previewed).
+bool kv_is_fp32(const SimConfig& config);
+
 class AttentionJob {
  public:
   AttentionJob() = default;

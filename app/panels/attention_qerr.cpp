@@ -17,7 +17,7 @@ constexpr float kRow = 0.8f;  // strip row height in font sizes
 constexpr int kRows = 3;      // K, V, attention-row TV
 
 bool is_fp32_run(const RunInfo& info) {
-  return info.config.k_format.dtype == KvDtype::kF32 && info.config.v_format.dtype == KvDtype::kF32;
+  return kv_is_fp32(info.config);
 }
 
 std::string formats_text(const KvErrorProfile& p) {

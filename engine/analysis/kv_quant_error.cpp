@@ -85,8 +85,7 @@ class ExactRows final : public AttentionObserver {
         len_(static_cast<std::size_t>(n_layers) * static_cast<std::size_t>(n_heads), 0),
         next_(next) {}
   void on_attention(int layer, int head, int query_pos, std::span<const float> w) override {
-    const std::size_t lh = static_cast<std::size_t>(layer) * static_cast<std::size_t>(n_heads_) +
-                           static_cast<std::size_t>(head);
+    const std::size_t lh = row_index(layer, head);
     const std::size_t n = std::min(w.size(), static_cast<std::size_t>(max_pos_));
     std::copy(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(n),
               rows_.begin() + static_cast<std::ptrdiff_t>(lh * static_cast<std::size_t>(max_pos_)));
@@ -94,12 +93,16 @@ class ExactRows final : public AttentionObserver {
     if (next_ != nullptr) next_->on_attention(layer, head, query_pos, w);
   }
   std::span<const float> row(int layer, int head) const {
-    const std::size_t lh = static_cast<std::size_t>(layer) * static_cast<std::size_t>(n_heads_) +
-                           static_cast<std::size_t>(head);
+    const std::size_t lh = row_index(layer, head);
     return {rows_.data() + lh * static_cast<std::size_t>(max_pos_), len_[lh]};
   }
 
  private:
+  std::size_t row_index(int layer, int head) const {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(n_heads_) +
+           static_cast<std::size_t>(head);
+  }
+
   int n_heads_;
   int max_pos_;
   std::vector<float> rows_;       // [n_layers][n_heads][max_pos] the current query's weights
@@ -115,12 +118,8 @@ class RowDistance final : public AttentionObserver {
   void on_attention(int layer, int head, int query_pos, std::span<const float> w) override {
     const std::span<const float> ref = exact_.row(layer, head);
     if (query_pos >= 0 && query_pos < profile_.positions && ref.size() == w.size()) {
-      const std::size_t i =
-          (static_cast<std::size_t>(layer) * static_cast<std::size_t>(profile_.n_heads) +
-           static_cast<std::size_t>(head)) *
-              static_cast<std::size_t>(profile_.positions) +
-          static_cast<std::size_t>(query_pos);
-      profile_.attention_tv[i] = static_cast<float>(total_variation(ref, w));
+      profile_.attention_tv[profile_.tv_index(layer, head, query_pos)] =
+          static_cast<float>(total_variation(ref, w));
     }
     if (next_ != nullptr) next_->on_attention(layer, head, query_pos, w);
   }

@@ -51,8 +51,9 @@ struct KvErrorProfile {
 
   float k(int layer, int kvh, int pos) const { return k_error[index(layer, kvh, kv_heads, pos)]; }
   float v(int layer, int kvh, int pos) const { return v_error[index(layer, kvh, kv_heads, pos)]; }
-  float tv(int layer, int head, int pos) const {
-    return attention_tv[index(layer, head, n_heads, pos)];
+  float tv(int layer, int head, int pos) const { return attention_tv[tv_index(layer, head, pos)]; }
+  std::size_t tv_index(int layer, int head, int pos) const {
+    return index(layer, head, n_heads, pos);
   }
 
  private:
