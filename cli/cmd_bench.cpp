@@ -64,6 +64,28 @@ Timing time_generation(Transformer& t, int steps, int repeat, const GenerateOpti
   return {secs.front(), secs[secs.size() / 2], tokens};
 }
 
+// Seconds of `repeat` runs of a and of b, interleaved (a, b, a, b, ...) so that load changes on the
+// machine hit both alike; each list sorted, so front() is the least disturbed run.
+struct Interleaved {
+  std::vector<double> a, b;
+  double min_a() const { return a.front(); }
+  double min_b() const { return b.front(); }
+  double median_a() const { return a[a.size() / 2]; }
+  double median_b() const { return b[b.size() / 2]; }
+};
+
+template <typename RunA, typename RunB>
+Interleaved time_interleaved(int repeat, RunA&& run_a, RunB&& run_b) {
+  Interleaved t;
+  for (int r = 0; r < repeat; ++r) {
+    t.a.push_back(run_a());
+    t.b.push_back(run_b());
+  }
+  std::sort(t.a.begin(), t.a.end());
+  std::sort(t.b.begin(), t.b.end());
+  return t;
+}
+
 GenerateOptions options_from(const Args& args) {
   GenerateOptions o;
   o.block_size = args.get_int("--block-size", 16);
@@ -122,37 +144,34 @@ int bench_weights(const Args& args) {
                     args.get("--model"));
   }
   const auto load_start = Clock::now();
-  LoadedModel copied =
-      load_model(mapped.model->source(), args.get("--tokenizer"), WeightStorage::kCopied);
+  const std::shared_ptr<const Model> copied =
+      Model::load(mapped.model->source(), WeightStorage::kCopied);
   const double copy_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
   const int threads = args.get_int("--threads", 0);
   const int repeat = checked_repeat(args, 5);
   const int steps = checked_steps(args, mapped.model->config(), 256);
   auto backend = make_cpu_backend(threads);
-  Transformer tm_map(mapped.model, *backend), tm_copy(copied.model, *backend);
+  Transformer tm_map(mapped.model, *backend), tm_copy(copied, *backend);
   GenerateOptions o = options_from(args);
   time_generation(tm_map, std::min(steps, 16), 1, o);  // warm-up: page faults, page cache
   time_generation(tm_copy, std::min(steps, 16), 1, o);
-  std::vector<double> map_s, copy_s;
   int tokens = 0;
-  for (int r = 0; r < repeat; ++r) {  // interleaved, so load changes hit both alike
-    const Timing a = time_generation(tm_map, steps, 1, o),
-                 b = time_generation(tm_copy, steps, 1, o);
-    map_s.push_back(a.best_seconds);
-    copy_s.push_back(b.best_seconds);
-    tokens = a.tokens;
-  }
-  std::sort(map_s.begin(), map_s.end());
-  std::sort(copy_s.begin(), copy_s.end());
-  const double map_med = map_s[map_s.size() / 2], copy_med = copy_s[copy_s.size() / 2];
+  const Interleaved t = time_interleaved(
+      repeat,
+      [&] {
+        const Timing m = time_generation(tm_map, steps, 1, o);
+        tokens = m.tokens;
+        return m.best_seconds;
+      },
+      [&] { return time_generation(tm_copy, steps, 1, o).best_seconds; });
   std::printf("%s: %d tokens, %d threads, %d interleaved runs each (load with copy: %.2f s)\n",
               mapped.model->source().c_str(), tokens, threads, repeat, copy_seconds);
-  std::printf("  mmap (zero copy)    median %.1f tokens/s, best %.1f\n", tokens / map_med,
-              tokens / map_s.front());
-  std::printf("  copy (huge pages)   median %.1f tokens/s, best %.1f; %s\n", tokens / copy_med,
-              tokens / copy_s.front(), huge_page_text(copied.model->huge_page_fraction()).c_str());
-  std::printf("  copy / mmap speed   %.3f (median), %.3f (best)\n", map_med / copy_med,
-              map_s.front() / copy_s.front());
+  std::printf("  mmap (zero copy)    median %.1f tokens/s, best %.1f\n", tokens / t.median_a(),
+              tokens / t.min_a());
+  std::printf("  copy (huge pages)   median %.1f tokens/s, best %.1f; %s\n", tokens / t.median_b(),
+              tokens / t.min_b(), huge_page_text(copied->huge_page_fraction()).c_str());
+  std::printf("  copy / mmap speed   %.3f (median), %.3f (best)\n", t.median_a() / t.median_b(),
+              t.min_a() / t.min_b());
   return 0;
 }
 
@@ -167,16 +186,12 @@ int bench_kv(const Args& args) {
   GenerateOptions paged = contiguous;
   paged.allocator = AllocatorKind::kPaged;
   time_generation(t, std::min(steps, 16), 1, paged);  // warm-up
-  std::vector<double> c_secs, p_secs;
-  for (int r = 0; r < repeat; ++r) {  // interleave so drift hits both equally
-    c_secs.push_back(time_generation(t, steps, 1, contiguous).best_seconds);
-    p_secs.push_back(time_generation(t, steps, 1, paged).best_seconds);
-  }
-  std::sort(c_secs.begin(), c_secs.end());
-  std::sort(p_secs.begin(), p_secs.end());
   // The minimum is the least disturbed run (robust on a shared machine); the median is shown too.
-  const double c_min = c_secs.front(), p_min = p_secs.front();
-  const double c_med = c_secs[c_secs.size() / 2], p_med = p_secs[p_secs.size() / 2];
+  const Interleaved runs = time_interleaved(
+      repeat, [&] { return time_generation(t, steps, 1, contiguous).best_seconds; },
+      [&] { return time_generation(t, steps, 1, paged).best_seconds; });
+  const double c_min = runs.min_a(), p_min = runs.min_b();
+  const double c_med = runs.median_a(), p_med = runs.median_b();
   std::printf(
       "%s%s, %d positions, block %d, %d interleaved runs each:\n"
       "  contiguous  min %.2f ms  median %.2f ms\n"
