@@ -11,6 +11,7 @@
 #include "engine/common/error.h"
 #include "engine/evict/eviction_hook.h"
 #include "engine/mla/mla_codec.h"
+#include "engine/model/chat.h"
 #include "engine/model/generate.h"
 #include "engine/model/locate.h"
 
@@ -22,6 +23,9 @@ constexpr const char* kHelp = R"(usage: kvscope generate [options]
   --model PATH|NAME|synthetic:SPEC   model (default stories260K.bin, searched for)
   --tokenizer PATH                   tokenizer (default tok<vocab>.bin beside the model)
   --prompt TEXT                      prompt (default: none, start from BOS)
+  --chat                             chat models (ChatML, e.g. --model smollm2): the prompt is the
+                                     user's turn; prints only the answer, stops at the turn's end
+  --system TEXT                      --chat: the system turn (default: the model template's line)
   --steps N                          positions to run, prompt included (default 256)
   --temperature T                    0 = greedy (default 0)
   --top-p P                          nucleus sampling threshold (default 0.9)
@@ -90,8 +94,8 @@ int cmd_generate(const Argv& argv) {
                    "--block-size",    "--allocator",       "--kv-dtype", "--evict",
                    "--budget",        "--sinks",           "--recent",   "--obs-window",
                    "--compact",       "--positions",       "--mla-rank", "--mla-mode",
-                   "--mla-rope-dims", "--mla-rope-select", "--weights"},
-            {"--help", "--through-bos"});
+                   "--mla-rope-dims", "--mla-rope-select", "--weights", "--system"},
+            {"--help", "--through-bos", "--chat"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -107,6 +111,13 @@ int cmd_generate(const Argv& argv) {
   }
   GenerateOptions options;
   options.prompt = args.get("--prompt");
+  if (args.has("--system") && !args.has("--chat")) throw Error("--system", "only applies with --chat");
+  if (args.has("--chat")) {
+    const std::string system = args.has("--system") ? args.get("--system")
+                                                    : default_system_line(loaded.chat_template);
+    options.prompt = render_chatml(*loaded.tokenizer, system, options.prompt);
+    options.echo_prompt = false;
+  }
   options.steps = args.get_int("--steps", 256);
   options.sampler.temperature = static_cast<float>(args.get_double("--temperature", 0.0));
   options.sampler.top_p = static_cast<float>(args.get_double("--top-p", 0.9));

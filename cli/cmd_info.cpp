@@ -1,5 +1,6 @@
 // kvscope info: a model's shape, parameter count and KV bytes per token per format.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "cli/args.h"
@@ -27,7 +28,27 @@ int cmd_info(const Argv& argv) {
   const ModelConfig c = model_config_for(args.get("--model"), &source);
   const bool random = source.rfind("synthetic:", 0) == 0;
   std::printf("model:      %s\n", source.c_str());
-  if (random) std::printf("weights:    random weights (no quality figure is meaningful)\n");
+  if (random) {
+    std::printf("weights:    random weights (no quality figure is meaningful)\n");
+  } else {
+    // Real weights are loaded to say what the file stores and what the engine holds.
+    const auto started = std::chrono::steady_clock::now();
+    const LoadedModel loaded = load_model(args.get("--model"), "");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const Model& m = *loaded.model;
+    std::printf("weights:    %s in the file; the engine holds %s as %s (loaded in %.2f s)\n",
+                m.weight_types().c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
+                m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)"
+                                                       : "fp32 (mmapped)",
+                seconds);
+    if (loaded.tokenizer) {
+      std::printf("tokenizer:  %d tokens, BOS %d, from %s\n", loaded.tokenizer->vocab_size(),
+                  loaded.tokenizer->bos_id(), loaded.tokenizer->path().c_str());
+    }
+  }
+  std::printf("rope:       theta %g, RMSNorm eps %g\n", static_cast<double>(c.rope_theta),
+              static_cast<double>(c.rms_eps));
   std::printf("shape:      %s\n", c.describe().c_str());
   std::printf("parameters: %s (%s as fp32)\n", with_commas(c.num_params()).c_str(),
               human_bytes(static_cast<double>(c.num_params()) * 4).c_str());

@@ -17,5 +17,6 @@ int cmd_run(const Argv& args);
 int cmd_trace(const Argv& args);
 int cmd_eval(const Argv& args);
 int cmd_memwall(const Argv& args);
+int cmd_tokenize(const Argv& args);
 
 }  // namespace kvscope::cli

@@ -24,8 +24,10 @@ commands:
   bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s), quant
   eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
   memwall    the context or batch whose KV cache fits beside the weights on 1..8 GPUs
+  tokenize   the token ids and pieces of a text under a model's tokenizer (--json)
 
 models are found via --model, $KVSCOPE_MODELS, assets/models/, then ../shared/models;
+--model smollm2 is SmolLM2-135M-Instruct (GGUF; scripts/models.sh fetches it); any Llama GGUF loads;
 --model synthetic:<preset> selects random weights at a published shape (llama-3-70b, ...).
 )";
 
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
     if (command == "trace") return cmd_trace(args);
     if (command == "eval") return cmd_eval(args);
     if (command == "memwall") return cmd_memwall(args);
+    if (command == "tokenize") return cmd_tokenize(args);
     std::fprintf(stderr, "kvscope: unknown command '%s'; run kvscope --help\n", command.c_str());
     return 2;
   } catch (const kvscope::Error& e) {

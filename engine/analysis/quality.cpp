@@ -212,10 +212,11 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
     const auto first = story.find_first_not_of(" \t\r\n");
     if (first == std::string::npos) continue;
     story = story.substr(first, story.find_last_not_of(" \t\r\n") - first + 1);
-    std::vector<int> tokens = tokenizer.encode(story, /*bos=*/true, /*eos=*/false);
+    std::vector<int> tokens = tokenizer.encode(story, /*bos=*/false, /*eos=*/false);
+    tokens.insert(tokens.begin(), tokenizer.bos_id());
     // Cut into windows of at most max_len, each starting with BOS.
     for (std::size_t i = 1; i < tokens.size(); i += static_cast<std::size_t>(max_len) - 1) {
-      std::vector<int> win = {kTokenBos};
+      std::vector<int> win = {tokenizer.bos_id()};
       const std::size_t stop = std::min(tokens.size(), i + static_cast<std::size_t>(max_len) - 1);
       win.insert(win.end(), tokens.begin() + static_cast<long>(i),
                  tokens.begin() + static_cast<long>(stop));
@@ -237,7 +238,7 @@ std::vector<std::vector<int>> long_text_windows(const Tokenizer& tokenizer, cons
   std::vector<std::vector<int>> windows;
   const std::size_t step = static_cast<std::size_t>(len) - 1;
   for (std::size_t i = 1; i < stream.size(); i += step) {
-    std::vector<int> win = {kTokenBos};
+    std::vector<int> win = {tokenizer.bos_id()};
     const std::size_t stop = std::min(stream.size(), i + step);
     win.insert(win.end(), stream.begin() + static_cast<long>(i),
                stream.begin() + static_cast<long>(stop));

@@ -44,8 +44,8 @@ class Backend {
   virtual void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) {
     for (const MatmulOut& o : outs) matmul(o.out, x, o.w, n, o.d);
   }
-  // out[n] = w * x / rms(x)
-  virtual void rmsnorm(float* out, const float* x, const float* w, int n) = 0;
+  // out[n] = w * x / sqrt(mean(x^2) + eps)
+  virtual void rmsnorm(float* out, const float* x, const float* w, int n, float eps) = 0;
   // Rotates adjacent pairs of q[q_dim] and k[kv_dim] by pos * theta^(-i/head_dim) (llama2.c).
   virtual void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim,
                     float theta) = 0;

@@ -14,6 +14,7 @@
 
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/model/gguf_model.h"
 
 namespace kvscope {
 namespace {
@@ -186,6 +187,7 @@ Weights map_v1(const ModelConfig& c, const float* p) {
 }  // namespace
 
 ModelConfig read_checkpoint_config(const std::string& path) {
+  if (is_gguf_file(path)) return gguf_model_config(GgufFile(path));
   MappedFile file(path);
   return parse_header(path, file.bytes()).config;
 }
@@ -206,7 +208,14 @@ double Model::huge_page_fraction() const {
   return huge < 0 ? -1.0 : static_cast<double>(huge) / static_cast<double>(copy_.size());
 }
 
+std::int64_t Model::weight_bytes() const {
+  if (!owned_.empty()) return static_cast<std::int64_t>(owned_.size() * sizeof(float));
+  if (copy_.size() > 0) return static_cast<std::int64_t>(copy_.size());
+  return static_cast<std::int64_t>(file_.size());
+}
+
 std::shared_ptr<const Model> Model::load(const std::string& path, WeightStorage storage) {
+  if (is_gguf_file(path)) return load_gguf_model(GgufFile(path));
   MappedFile file(path);
   Header h = parse_header(path, file.bytes());
   const std::int64_t want = static_cast<std::int64_t>(h.header_bytes) + 4 * expected_floats(h);
@@ -249,6 +258,14 @@ std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<f
   model->source_ = std::move(source);
   model->owned_ = std::move(data);
   model->weights_ = map_legacy(config, model->owned_.data());
+  return model;
+}
+
+std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::vector<float> data,
+                                              std::string source, std::string weight_types) {
+  auto model = std::const_pointer_cast<Model>(from_owned(config, std::move(data), std::move(source)));
+  model->format_ = CheckpointFormat::kGguf;
+  model->weight_types_ = std::move(weight_types);
   return model;
 }
 

@@ -1,5 +1,6 @@
-// Loading llama2.c checkpoints (legacy v0 and "ak42" v1 fp32), validated, mmapped, zero copy; and
-// writing them (used by `kvscope synth`).
+// Loading models: llama2.c checkpoints (legacy v0 and "ak42" v1 fp32), validated, mmapped, zero
+// copy, and GGUF files (engine/model/gguf_model.h, dequantized to fp32); writing llama2.c
+// checkpoints (used by `kvscope synth`).
 #pragma once
 
 #include <memory>
@@ -29,7 +30,7 @@ struct Weights {
   const float* wcls = nullptr;             // [vocab][dim] (== token_embedding when shared)
 };
 
-enum class CheckpointFormat { kLegacyV0, kAk42V1, kSynthetic };
+enum class CheckpointFormat { kLegacyV0, kAk42V1, kGguf, kSynthetic };
 
 // Where a checkpoint's weights live once loaded.
 enum class WeightStorage {
@@ -51,21 +52,31 @@ class Model {
   CheckpointFormat format() const { return format_; }
   bool is_random_weights() const { return format_ == CheckpointFormat::kSynthetic; }
   WeightStorage storage() const { return storage_; }
+  // How the file stores its weights: "fp32" for llama2.c files, e.g. "Q4_1 x210, F32 x61,
+  // Q8_0 x1" for GGUF (tensor type counts; the engine holds them dequantized to fp32).
+  const std::string& weight_types() const { return weight_types_; }
+  // Bytes of weights the engine holds in memory (the mapping, the copy or the owned floats).
+  std::int64_t weight_bytes() const;
   // Copied weights: the share of their bytes on huge pages now, in [0, 1] (-1: unknown); 0 for
   // mapped or synthetic weights.
   double huge_page_fraction() const;
 
-  // Loads and validates a checkpoint. Throws kvscope::Error naming the file and field.
+  // Loads and validates a checkpoint (llama2.c or GGUF, told apart by the GGUF magic). Throws
+  // kvscope::Error naming the file and field. GGUF weights are always owned (dequantized).
   static std::shared_ptr<const Model> load(const std::string& path,
                                            WeightStorage storage = WeightStorage::kMapped);
   // Wraps owned float storage laid out in legacy order (see write_checkpoint).
   static std::shared_ptr<const Model> from_owned(ModelConfig config, std::vector<float> data,
                                                  std::string source);
+  // Wraps weights dequantized from a GGUF file, laid out as from_owned expects.
+  static std::shared_ptr<const Model> from_gguf(ModelConfig config, std::vector<float> data,
+                                                std::string source, std::string weight_types);
 
  private:
   ModelConfig config_;
   Weights weights_;
   std::string source_;
+  std::string weight_types_ = "fp32";
   CheckpointFormat format_ = CheckpointFormat::kLegacyV0;
   WeightStorage storage_ = WeightStorage::kMapped;
   MappedFile file_;           // set when mmapped
@@ -73,7 +84,7 @@ class Model {
   std::vector<float> owned_;  // set when synthetic
 };
 
-// Reads only the header of a checkpoint (cheap; used by `kvscope info`).
+// Reads only the header of a checkpoint or the metadata of a GGUF file (cheap; `kvscope info`).
 ModelConfig read_checkpoint_config(const std::string& path);
 
 // Writes `model` as a legacy (v0) llama2.c checkpoint, atomically.

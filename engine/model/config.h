@@ -16,6 +16,7 @@ struct ModelConfig {
   int seq_len = 0;      // trained context length
   bool shared_classifier = true;  // classifier == token embedding
   float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;  // RMSNorm epsilon (llama2.c hard-codes 1e-5; GGUF files state theirs)
   // Synthetic shapes only: a head size other than dim / n_heads (llama2.c files cannot hold one).
   int head_dim_override = 0;
   // Synthetic MLA shapes only (DeepSeek-V3): latent rank and decoupled RoPE key width; 0 = none.

@@ -61,8 +61,8 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
   SequenceCacheHook* hook = options.cache_hook;
   if (hook != nullptr) hook->begin(cache, seq);
   Sampler sampler(options.sampler);
-  std::vector<int> tokens = {kTokenBos};
-  int token = kTokenBos;
+  std::vector<int> tokens = {options.start_token};
+  int token = options.start_token;
   for (int pos = 0; pos < steps; ++pos) {
     cache.append_slots(seq, 1);
     std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
@@ -71,7 +71,7 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
                    ? prompt_tokens[static_cast<std::size_t>(pos)]
                    : sampler.sample(logits);
     if (hook != nullptr) hook->after_token();
-    if (next == kTokenBos) break;
+    if (next == options.start_token) break;
     tokens.push_back(next);
     token = next;
   }
@@ -87,7 +87,8 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     throw Error("--allocator", "expected paged with token eviction, got contiguous");
   }
   GenerateResult result;
-  std::vector<int> prompt = tokenizer.encode(options.prompt, /*bos=*/true, /*eos=*/false);
+  std::vector<int> prompt = tokenizer.encode(options.prompt, tokenizer.adds_bos(), /*eos=*/false);
+  if (prompt.empty()) prompt = {tokenizer.bos_id()};
   result.num_prompt_tokens = static_cast<int>(prompt.size());
   KvCacheManager cache = make_cache(c, options, options.steps);
   const SeqId seq(0);
@@ -118,7 +119,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     }
     if (options.score_tokens) result.next_logprob.push_back(log_p[static_cast<std::size_t>(next)]);
     if (hook != nullptr) hook->after_token();
-    if (next == kTokenBos) {
+    if (tokenizer.is_stop(next)) {
       if (options.stop_at_bos) break;
       on_piece("\n\n");  // a new story starts (BOS), as stories are concatenated in training
       result.tokens.push_back(next);
@@ -126,7 +127,8 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
       continue;
     }
     std::string piece = tokenizer.decode(token, next);
-    if (is_printable_piece(piece)) on_piece(piece);
+    const bool forced = pos < static_cast<int>(prompt.size()) - 1;
+    if (tokenizer.is_printable(piece) && (options.echo_prompt || !forced)) on_piece(piece);
     result.tokens.push_back(next);
     token = next;
     if (!started) {

@@ -1,5 +1,6 @@
 // Single-sequence generation, llama2.c's run loop: prompt tokens are forced, then sampled tokens,
-// `steps` positions in all, stopping early at BOS. Used by `kvscope generate` and golden tests.
+// `steps` positions in all, stopping early at a stop token (BOS for llama2.c models, the end of
+// turn for chat models). Used by `kvscope generate` and golden tests.
 #pragma once
 
 #include <functional>
@@ -42,8 +43,13 @@ struct GenerateOptions {
   // Allows steps > the model's seq_len (positions past the trained context; the cache is sized
   // for `steps`). Off by default: run.c stops at seq_len.
   bool past_context = false;
-  // run.c stops when the model emits BOS; false feeds it and goes on with the next story.
+  // run.c stops when the model emits BOS (any stop token); false feeds it and goes on with the
+  // next story.
   bool stop_at_bos = true;
+  // Whether generate() passes the forced prompt's pieces to on_piece (run.c echoes the prompt).
+  bool echo_prompt = true;
+  // The token generate_tokens starts from (the tokenizer's BOS; llama2.c's is 1).
+  int start_token = kTokenBos;
   SequenceCacheHook* cache_hook = nullptr;  // needs the paged allocator
   // Fills GenerateResult::next_logprob (a log-softmax over the vocabulary per position: off by
   // default, it costs as much as the attention of a small model).
@@ -67,8 +73,9 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
                         const GenerateOptions& options,
                         const std::function<void(const std::string&)>& on_piece);
 
-// Same loop without a tokenizer: starts from BOS, forces `prompt_tokens` (after BOS), and keeps
-// every step's logits when `logits_out` is given ([steps][vocab]).
+// Same loop without a tokenizer: starts from options.start_token, forces `prompt_tokens` (after
+// it), stops when the start token comes back, and keeps every step's logits when `logits_out` is
+// given ([steps][vocab]).
 std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int>& prompt_tokens,
                                  int steps, const GenerateOptions& options,
                                  std::vector<std::vector<float>>* logits_out);

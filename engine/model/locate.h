@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,21 @@ namespace kvscope {
 
 inline constexpr const char* kDefaultModelFile = "stories260K.bin";
 
+// Models known by a short name (`--model smollm2`, `"model": "smollm2"`): the file searched for,
+// and how to get it when it is missing.
+struct NamedModel {
+  const char* name;
+  const char* file;
+  const char* how_to_get;
+};
+std::span<const NamedModel> named_models();
+
 // The directories searched for model files, in order (existing or not).
 std::vector<std::string> model_search_dirs();
 
-// Resolves a model argument (empty = the default model; a bare file name is searched for; a path
-// with a '/' is used as given). Throws kvscope::Error listing every place looked at.
+// Resolves a model argument (empty = the default model; a short name from named_models() or a bare
+// file name is searched for; a path with a '/' is used as given). Throws kvscope::Error listing
+// every place looked at and how to get the model.
 std::string locate_model(const std::string& model_arg);
 
 // Resolves the tokenizer: the given path, else tok<vocab>.bin or tokenizer.bin beside the model,
@@ -31,9 +42,11 @@ std::string locate_tokenizer(const std::string& tokenizer_arg, const std::string
 struct LoadedModel {
   std::shared_ptr<const Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;
+  std::string chat_template;  // the file's (GGUF tokenizer.chat_template); empty if none
 };
 
-// Loads a model argument: a checkpoint (found as above) or "synthetic:<spec>".
+// Loads a model argument: a checkpoint (found as above) or "synthetic:<spec>". A GGUF file brings
+// its own tokenizer (a --tokenizer for it is an error).
 // `storage` applies to checkpoints (synthetic weights are always owned).
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg,
                        WeightStorage storage = WeightStorage::kMapped);

@@ -1,6 +1,7 @@
 // Tokenizer: loading and validating tokenizer.bin, BPE encode, decode.
 #include "engine/model/tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 
@@ -9,7 +10,7 @@
 
 namespace kvscope {
 
-Tokenizer::Tokenizer(const std::string& path, int expected_vocab_size) : path_(path) {
+Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int expected_vocab_size) : path_(path) {
   MappedFile file(path);
   auto bytes = file.bytes();
   std::size_t off = 0;
@@ -46,6 +47,24 @@ Tokenizer::Tokenizer(const std::string& path, int expected_vocab_size) : path_(p
     scores_.push_back(score);
     off += static_cast<std::size_t>(len);
   }
+  validate_and_index(expected_vocab_size);
+}
+
+Llama2cTokenizer::Llama2cTokenizer(std::string path, std::vector<std::string> pieces,
+                                   std::vector<float> scores, int expected_vocab_size)
+    : path_(std::move(path)), pieces_(std::move(pieces)), scores_(std::move(scores)) {
+  if (scores_.size() != pieces_.size()) {
+    fail_expected(path_ + ": token scores", std::to_string(pieces_.size()) + " (one per token)",
+                  std::to_string(scores_.size()));
+  }
+  for (const std::string& p : pieces_) {
+    max_token_length_ = std::max(max_token_length_, static_cast<int>(p.size()));
+  }
+  validate_and_index(expected_vocab_size);
+}
+
+void Llama2cTokenizer::validate_and_index(int expected_vocab_size) {
+  const std::string& path = path_;
   if (vocab_size() != expected_vocab_size) {
     fail_expected(path + ": vocabulary size",
                   std::to_string(expected_vocab_size) + " tokens (the model's vocab_size)",
@@ -60,12 +79,12 @@ Tokenizer::Tokenizer(const std::string& path, int expected_vocab_size) : path_(p
   for (int i = 0; i < vocab_size(); ++i) ids_.emplace(pieces_[static_cast<std::size_t>(i)], i);
 }
 
-int Tokenizer::lookup(std::string_view s) const {
+int Llama2cTokenizer::lookup(std::string_view s) const {
   auto it = ids_.find(std::string(s));
   return it == ids_.end() ? -1 : it->second;
 }
 
-std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
+std::vector<int> Llama2cTokenizer::encode(std::string_view text, bool bos, bool eos) const {
   std::vector<int> tokens;
   tokens.reserve(text.size() + 3);
   if (bos) tokens.push_back(kTokenBos);
@@ -110,7 +129,7 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) co
   return tokens;
 }
 
-std::string Tokenizer::decode(int prev_token, int token) const {
+std::string Llama2cTokenizer::decode(int prev_token, int token) const {
   const std::string& p = piece(token);
   std::string_view s = p;
   if (prev_token == kTokenBos && !s.empty() && s[0] == ' ') s.remove_prefix(1);
@@ -124,7 +143,7 @@ std::string Tokenizer::decode(int prev_token, int token) const {
   return std::string(s);
 }
 
-std::string Tokenizer::decode_all(const std::vector<int>& tokens) const {
+std::string Llama2cTokenizer::decode_all(const std::vector<int>& tokens) const {
   std::string out;
   int prev = kTokenBos;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -133,6 +152,10 @@ std::string Tokenizer::decode_all(const std::vector<int>& tokens) const {
     prev = tokens[i];
   }
   return out;
+}
+
+bool Llama2cTokenizer::is_printable(const std::string& piece) const {
+  return is_printable_piece(piece);
 }
 
 bool is_printable_piece(const std::string& piece) {

@@ -39,7 +39,7 @@ std::span<float> Transformer::forward(int token, int pos, const KvSeqView& kv,
 
   for (int l = 0; l < c.n_layers; ++l) {
     // Attention block: pre-norm.
-    backend_.rmsnorm(xb_.data(), x_.data(), w.rms_att + l * dim, c.dim);
+    backend_.rmsnorm(xb_.data(), x_.data(), w.rms_att + l * dim, c.dim, c.rms_eps);
     // Q, K, V projections.
     const MatmulOut qkv[] = {{q_.data(), w.wq + l * q_dim * dim, c.q_dim()},
                              {k_.data(), w.wk + l * kv_dim * dim, c.kv_dim()},
@@ -57,7 +57,7 @@ std::span<float> Transformer::forward(int token, int pos, const KvSeqView& kv,
       x_[static_cast<std::size_t>(i)] += xb2_[static_cast<std::size_t>(i)];
 
     // FFN block: pre-norm, SwiGLU, down projection, residual.
-    backend_.rmsnorm(xb_.data(), x_.data(), w.rms_ffn + l * dim, c.dim);
+    backend_.rmsnorm(xb_.data(), x_.data(), w.rms_ffn + l * dim, c.dim, c.rms_eps);
     const MatmulOut gate_up[] = {{hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim},
                                  {hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim}};
     backend_.matmul_shared_input(xb_.data(), c.dim, gate_up);
@@ -68,7 +68,7 @@ std::span<float> Transformer::forward(int token, int pos, const KvSeqView& kv,
   }
 
   // Final norm and classifier.
-  backend_.rmsnorm(x_.data(), x_.data(), w.rms_final, c.dim);
+  backend_.rmsnorm(x_.data(), x_.data(), w.rms_final, c.dim, c.rms_eps);
   backend_.matmul(logits_.data(), x_.data(), w.wcls, c.dim, c.vocab_size);
   return logits_;
 }

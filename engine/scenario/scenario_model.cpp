@@ -24,7 +24,7 @@ ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& mode
   out.shape = model_config_for(arg, &out.source);
   try {
     const std::string tok = locate_tokenizer("", "", out.shape.vocab_size);
-    out.tokenizer = std::make_shared<Tokenizer>(tok, out.shape.vocab_size);
+    out.tokenizer = std::make_shared<Llama2cTokenizer>(tok, out.shape.vocab_size);
   } catch (const Error&) {
     // No tokenizer of this vocabulary: requests must give token ids (resolve says so).
   }

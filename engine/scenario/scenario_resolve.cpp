@@ -52,6 +52,12 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                   "at most the model context " + std::to_string(shape.seq_len),
                   std::to_string(cfg.max_seq_len));
   }
+  if (tokenizer != nullptr) {
+    cfg.stop_tokens.clear();
+    for (int t = 0; t < tokenizer->vocab_size(); ++t) {
+      if (tokenizer->is_stop(t)) cfg.stop_tokens.push_back(t);
+    }
+  }
   const std::string dir = std::filesystem::path(s.path).parent_path().string();
   run.requests = expand_workload(s.workload, s.path, dir, shape.vocab_size, tokenizer);
   return run;

@@ -56,6 +56,9 @@ struct SimConfig {
   // (paged allocator, no prefix caching, no KIVI, recompute preemption, real weights) that trims
   // it to the budget after each token, prefill included. See docs/concepts/eviction.md.
   EvictorOptions token_eviction;
+  // A request finishes early when it samples one of these (real weights only): llama2.c's BOS and
+  // EOS by default; resolve_scenario sets the tokenizer's stop tokens.
+  std::vector<int> stop_tokens = {1, 2};
 };
 
 struct SimRequest {

@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data + 4), text_len);
   const std::string& path = file.write(data + 4 + text_len, size - 4 - text_len);
   try {
-    kvscope::Tokenizer tok(path, vocab);
+    kvscope::Llama2cTokenizer tok(path, vocab);
     kvscope::fuzz::check(tok.vocab_size() == vocab, "vocab size as expected");
     const std::vector<int> ids = tok.encode(text, bos, eos);
     for (int id : ids) kvscope::fuzz::check(id >= 0 && id < tok.vocab_size(), "id in vocabulary");

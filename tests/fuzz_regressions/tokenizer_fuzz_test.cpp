@@ -25,7 +25,7 @@ TEST(FuzzRegression, TokenizerWithoutByteTokensIsRejected) {
   const std::string path = testing::temp_path("fuzz_small_tokenizer.bin");
   testing::write_bytes(path, std::vector<char>(kSmallTokenizer.begin(), kSmallTokenizer.end()));
   try {
-    Tokenizer tok(path, 7);
+    Llama2cTokenizer tok(path, 7);
     (void)tok.encode("ab ba", true, false);  // overflowed here before the fix
     FAIL() << "expected an error";
   } catch (const Error& e) {

@@ -79,7 +79,7 @@ TEST(Tokenizer, TruncatedTokenizerIsClear) {
 }
 
 TEST(Tokenizer, ModelFileAsTokenizerIsRejected) {
-  EXPECT_THROW(Tokenizer(testing::real_model().model->source(), 512), Error);
+  EXPECT_THROW(Llama2cTokenizer(testing::real_model().model->source(), 512), Error);
 }
 
 }  // namespace

@@ -20,8 +20,8 @@ class CpuBackend final : public Backend {
   void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) override {
     cpu::matmul_shared_input(x, n, outs);
   }
-  void rmsnorm(float* out, const float* x, const float* w, int n) override {
-    cpu::rmsnorm(out, x, w, n);
+  void rmsnorm(float* out, const float* x, const float* w, int n, float eps) override {
+    cpu::rmsnorm(out, x, w, n, eps);
   }
   void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim,
             float theta) override {

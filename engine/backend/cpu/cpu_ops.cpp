@@ -170,11 +170,11 @@ void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs)
   }
 }
 
-void rmsnorm(float* out, const float* x, const float* w, int n) {
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
   float ss = 0.0f;
   for (int j = 0; j < n; ++j) ss += x[j] * x[j];
   ss /= static_cast<float>(n);
-  ss += 1e-5f;
+  ss += eps;
   ss = 1.0f / std::sqrt(ss);
   for (int j = 0; j < n; ++j) out[j] = w[j] * (ss * x[j]);
 }
