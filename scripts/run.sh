@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 kvscope_install_deps
+bash scripts/models.sh || echo "run.sh: continuing with stories260K only" >&2
 cmake --preset release -G Ninja >/dev/null
 cmake --build --preset release -j "$(nproc)"
 scenario="${1:-scenarios/minimal.json}"

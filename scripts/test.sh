@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 kvscope_install_deps
+# SmolLM2 (GGUF) for the real-model tests: a missing model fails the run, it does not skip tests.
+bash scripts/models.sh
 
 jobs=$(nproc)
 echo "== release build (warnings as errors) ==" >&2

@@ -15,6 +15,11 @@ const LoadedModel& real_model() {
   return model;
 }
 
+const LoadedModel& smollm2() {
+  static const LoadedModel model = load_model("smollm2", "");
+  return model;
+}
+
 namespace {
 // A per-process scratch directory, removed when the test binary exits.
 struct ScratchDir {

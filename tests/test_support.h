@@ -11,6 +11,9 @@ namespace kvscope::testing {
 
 // The default model (stories260K) and its tokenizer, loaded once per process.
 const LoadedModel& real_model();
+// SmolLM2-135M-Instruct (GGUF, fetched by scripts/models.sh), loaded once per process. A missing
+// model throws (the test fails; it never skips).
+const LoadedModel& smollm2();
 // A path under a fresh per-process temporary directory.
 std::string temp_path(const std::string& name);
 void write_bytes(const std::string& path, const std::vector<char>& bytes);

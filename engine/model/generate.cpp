@@ -71,7 +71,7 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
                    ? prompt_tokens[static_cast<std::size_t>(pos)]
                    : sampler.sample(logits);
     if (hook != nullptr) hook->after_token();
-    if (next == options.start_token) break;
+    if (options.stop_at_bos && next == options.start_token) break;
     tokens.push_back(next);
     token = next;
   }
@@ -105,13 +105,16 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   bool started = false;
   int token = prompt[0];
   result.tokens.push_back(token);
+  // A prompt that does not start with BOS starts with text: echo it too (run.c's never does).
+  if (options.echo_prompt && token != tokenizer.bos_id()) on_piece(tokenizer.decode(-1, token));
   for (int pos = 0; pos < options.steps; ++pos) {
     cache.append_slots(seq, 1);
     result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
     std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
     if (options.score_tokens) log_softmax(std::span<const float>(logits), std::span<float>(log_p));
     int next;
-    if (pos < static_cast<int>(prompt.size()) - 1) {
+    const bool forced = pos < static_cast<int>(prompt.size()) - 1;
+    if (forced) {
       next = prompt[static_cast<std::size_t>(pos) + 1];
     } else {
       next = sampler.sample(logits);
@@ -119,7 +122,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     }
     if (options.score_tokens) result.next_logprob.push_back(log_p[static_cast<std::size_t>(next)]);
     if (hook != nullptr) hook->after_token();
-    if (tokenizer.is_stop(next)) {
+    if (!forced && tokenizer.is_stop(next)) {  // a prompt may hold stop tokens (chat turns)
       if (options.stop_at_bos) break;
       on_piece("\n\n");  // a new story starts (BOS), as stories are concatenated in training
       result.tokens.push_back(next);
@@ -127,7 +130,6 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
       continue;
     }
     std::string piece = tokenizer.decode(token, next);
-    const bool forced = pos < static_cast<int>(prompt.size()) - 1;
     if (tokenizer.is_printable(piece) && (options.echo_prompt || !forced)) on_piece(piece);
     result.tokens.push_back(next);
     token = next;

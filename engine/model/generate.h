@@ -74,7 +74,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
                         const std::function<void(const std::string&)>& on_piece);
 
 // Same loop without a tokenizer: starts from options.start_token, forces `prompt_tokens` (after
-// it), stops when the start token comes back, and keeps every step's logits when `logits_out` is
+// it), stops when the start token comes back (unless !stop_at_bos), and keeps every step's logits when `logits_out` is
 // given ([steps][vocab]).
 std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int>& prompt_tokens,
                                  int steps, const GenerateOptions& options,

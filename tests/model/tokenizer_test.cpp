@@ -55,7 +55,7 @@ TEST(Tokenizer, LeadingSpaceDroppedOnlyAfterBos) {
 TEST(Tokenizer, WrongVocabularySizeIsClear) {
   const std::string path = testing::real_model().tokenizer->path();
   try {
-    Tokenizer t(path, 32000);
+    Llama2cTokenizer t(path, 32000);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -71,7 +71,7 @@ TEST(Tokenizer, TruncatedTokenizerIsClear) {
   const std::string p = testing::temp_path("tok_trunc.bin");
   testing::write_bytes(p, bytes);
   try {
-    Tokenizer t(p, 512);
+    Llama2cTokenizer t(p, 512);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("end of file"), std::string::npos) << e.what();
