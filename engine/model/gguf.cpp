@@ -289,8 +289,9 @@ void GgufFile::parse() {
       const std::uint64_t at = c.offset();
       const auto ne = c.read<std::uint64_t>(where + " ne[" + std::to_string(d) + "]");
       // Bound every dimension and the product by the file size (each element takes > 0 bits).
+      // (Divided, not multiplied: both factors may reach 2^33 in a 4 GiB file.)
       if (ne == 0 || ne > bytes_.size() * 2 ||
-          static_cast<std::uint64_t>(elements) * ne > bytes_.size() * 2) {
+          static_cast<std::uint64_t>(elements) > bytes_.size() * 2 / ne) {
         c.fail(where + " ne[" + std::to_string(d) + "]",
                "a positive size whose product fits the file (" + std::to_string(bytes_.size()) +
                    " bytes)",

@@ -18,10 +18,11 @@ namespace {
 int config_int(const GgufFile& f, const std::string& key, std::int64_t lo, std::int64_t hi,
                std::optional<std::int64_t> fallback = std::nullopt) {
   std::optional<std::uint64_t> v = f.get_uint(key);
-  if (!v && fallback) return static_cast<int>(*fallback);
+  const bool derived = !v && fallback;  // the fallback is range-checked too (e.g. 0 tokens)
+  if (derived) v = static_cast<std::uint64_t>(*fallback);
   if (!v) throw Error(f.path(), key + ": expected an integer metadata key, got none (missing)");
   if (*v < static_cast<std::uint64_t>(lo) || *v > static_cast<std::uint64_t>(hi)) {
-    fail_expected(f.path() + ": " + key,
+    fail_expected(f.path() + ": " + key + (derived ? " (missing; derived from the file)" : ""),
                   "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
                   std::to_string(*v));
   }

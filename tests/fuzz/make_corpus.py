@@ -155,6 +155,118 @@ put("scenario", "trace_missing.json", '{"format_version": 1, "cache": {"num_bloc
     '"workload": {"trace": {"mooncake": "no/such.jsonl", "first": 1, "time_scale": 2}}}')
 put("scenario", "not_json.json", '{"cache": [1, 2,')
 
+# --- GGUF v3: tiny Llama models (dim 8, 1 layer, 2 heads, 1 KV head, hidden 32, vocab 8) of
+# F32/F16/Q8_0/Q4_0/Q4_1 tensors, metadata of every value type, and broken copies ---
+grng = random.Random(4321)
+GU8, GI8, GU16, GI16, GU32, GI32, GF32, GBOOL, GSTR, GARR, GU64, GI64, GF64 = range(13)
+GGUF_FMT = {GU8: "<B", GI8: "<b", GU16: "<H", GI16: "<h", GU32: "<I", GI32: "<i", GF32: "<f",
+            GBOOL: "<B", GU64: "<Q", GI64: "<q", GF64: "<d"}
+F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 8, 12, 14, 30
+
+
+def gguf_str(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(t, v):
+    if t == GSTR:
+        return gguf_str(v)
+    if t == GARR:
+        elem, items = v
+        return struct.pack("<IQ", elem, len(items)) + b"".join(gguf_value(elem, x) for x in items)
+    return struct.pack(GGUF_FMT[t], v)
+
+
+def gguf_file(kvs, tensors, align=32, version=3):
+    """kvs: [(key, type, value)]; tensors: [(name, dims, ggml type, data)], packed at `align`."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, t, v in kvs:
+        out += gguf_str(key) + struct.pack("<I", t) + gguf_value(t, v)
+    data = b""
+    for name, dims, ggml_type, blob in tensors:
+        out += gguf_str(name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type,
+                                            len(data))
+        data += blob + b"\0" * (-len(blob) % align)
+    return out + b"\0" * (-len(out) % align) + data
+
+
+def gguf_tensor(ggml_type, n):
+    if ggml_type == F32:
+        return struct.pack(f"<{n}f", *(grng.uniform(-1, 1) for _ in range(n)))
+    if ggml_type == F16:
+        return struct.pack(f"<{n}e", *(grng.uniform(-1, 1) for _ in range(n)))
+    blocks = n // 32
+    if ggml_type == Q8_0:
+        return b"".join(struct.pack("<e32b", grng.uniform(0, 0.1),
+                                    *(grng.randint(-127, 127) for _ in range(32)))
+                        for _ in range(blocks))
+    if ggml_type == Q4_0:
+        return b"".join(struct.pack("<e", grng.uniform(0, 0.1)) + grng.randbytes(16)
+                        for _ in range(blocks))
+    if ggml_type == Q4_1:
+        return b"".join(struct.pack("<ee", grng.uniform(0, 0.1), grng.uniform(-1, 0)) +
+                        grng.randbytes(16) for _ in range(blocks))
+    size = {Q5_0: 22 * blocks, Q4_K: 144 * (n // 256), Q6_K: 210 * (n // 256), BF16: 2 * n}
+    return grng.randbytes(size[ggml_type])
+
+
+def llama_gguf(arch="llama", down=Q8_0, output=None, align=32, extra_kvs=(), extra_tensors=()):
+    dim, hidden, vocab, heads, kv_heads = 8, 32, 8, 2, 1
+    kv = kv_heads * dim // heads
+    kvs = [("general.architecture", GSTR, arch), ("general.alignment", GU32, align),
+           (arch + ".context_length", GU32, 16), (arch + ".embedding_length", GU32, dim),
+           (arch + ".block_count", GU32, 1), (arch + ".feed_forward_length", GU32, hidden),
+           (arch + ".attention.head_count", GU32, heads),
+           (arch + ".attention.head_count_kv", GU32, kv_heads),
+           (arch + ".rope.dimension_count", GU32, dim // heads),
+           (arch + ".rope.freq_base", GF32, 10000.0),
+           (arch + ".attention.layer_norm_rms_epsilon", GF32, 1e-5),
+           ("tokenizer.ggml.model", GSTR, "gpt2"),
+           ("tokenizer.ggml.tokens", GARR, (GSTR, ["<s>", "</s>", "a", "b", "c", "ab", " ", "\n"])),
+           ("tokenizer.ggml.token_type", GARR, (GI32, [3, 3, 1, 1, 1, 1, 1, 1]))] + list(extra_kvs)
+    shapes = [("token_embd.weight", [dim, vocab], F16), ("blk.0.attn_norm.weight", [dim], F32),
+              ("blk.0.attn_q.weight", [dim, dim], F16), ("blk.0.attn_k.weight", [dim, kv], F32),
+              ("blk.0.attn_v.weight", [dim, kv], F16), ("blk.0.attn_output.weight", [dim, dim], F16),
+              ("blk.0.ffn_norm.weight", [dim], F32), ("blk.0.ffn_gate.weight", [dim, hidden], F16),
+              ("blk.0.ffn_down.weight", [hidden, dim], down),
+              ("blk.0.ffn_up.weight", [dim, hidden], F16), ("output_norm.weight", [dim], F32)]
+    if output is not None:
+        shapes.append(("output.weight", [dim, vocab], output))
+    shapes += list(extra_tensors)
+    tensors = [(name, dims, t, gguf_tensor(t, dims[0] * (dims[1] if len(dims) > 1 else 1)))
+               for name, dims, t in shapes]
+    return gguf_file(kvs, tensors, align)
+
+
+every_type = [("u8", GU8, 200), ("i8", GI8, -100), ("u16", GU16, 60000), ("i16", GI16, -30000),
+              ("u32", GU32, 4000000000), ("i32", GI32, -2000000000), ("f32", GF32, 0.5),
+              ("yes", GBOOL, 1), ("str", GSTR, "hello\n"), ("u64", GU64, 2**63 + 5),
+              ("i64", GI64, -2**62), ("f64", GF64, 0.1), ("ints", GARR, (GI32, [1, -2, 3])),
+              ("strs", GARR, (GSTR, ["alpha", "", "gamma"])),
+              ("nested", GARR, (GARR, [(GU8, [1, 2]), (GF64, [])]))]
+tied = llama_gguf()
+put("gguf", "llama_tied.gguf", tied)
+put("gguf", "llama_q4_separate.gguf", llama_gguf(down=Q4_1, output=F16, align=16))
+put("gguf", "llama_q4_0.gguf", llama_gguf(down=Q4_0, output=F32, align=64))
+put("gguf", "every_type.gguf", gguf_file(every_type, [
+    ("k4", [256], Q4_K, gguf_tensor(Q4_K, 256)), ("k6", [256], Q6_K, gguf_tensor(Q6_K, 256)),
+    ("bf", [4, 2, 1, 1], BF16, gguf_tensor(BF16, 8))], version=2))
+put("gguf", "qwen2.gguf", llama_gguf(arch="qwen2"))
+put("gguf", "rope_scaling.gguf", llama_gguf(extra_kvs=[("llama.rope.scaling.type", GSTR, "linear")]))
+put("gguf", "unsupported_q5_0.gguf", llama_gguf(down=Q5_0))
+put("gguf", "extra_tensor.gguf", llama_gguf(extra_tensors=[("blk.0.attn_q_norm.weight", [4], F32)]))
+put("gguf", "truncated.gguf", tied[:len(tied) // 3])
+put("gguf", "data_cut.gguf", tied[:-40])
+put("gguf", "version1.gguf", tied[:4] + struct.pack("<I", 1) + tied[8:])
+deep = (GU8, [7])
+for _ in range(8):
+    deep = (GARR, [deep])
+put("gguf", "deep_array.gguf", gguf_file([("deep", GARR, deep)], []))
+overlap = gguf_file([], [("a", [8], F32, gguf_tensor(F32, 8)), ("b", [8], F32, b"")])
+put("gguf", "overlap.gguf", overlap[:overlap.index(b"b") + 1 + 4 + 8 + 4] + struct.pack("<Q", 0) +
+    overlap[overlap.index(b"b") + 1 + 4 + 8 + 4 + 8:])
+
 # --- recordings: run the tiny scenarios with kvscope (bookkeeping only), then broken copies ---
 if len(sys.argv) > 1:
     with tempfile.TemporaryDirectory() as tmp:
