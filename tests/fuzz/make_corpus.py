@@ -256,6 +256,11 @@ put("gguf", "qwen2.gguf", llama_gguf(arch="qwen2"))
 put("gguf", "rope_scaling.gguf", llama_gguf(extra_kvs=[("llama.rope.scaling.type", GSTR, "linear")]))
 put("gguf", "unsupported_q5_0.gguf", llama_gguf(down=Q5_0))
 put("gguf", "extra_tensor.gguf", llama_gguf(extra_tensors=[("blk.0.attn_q_norm.weight", [4], F32)]))
+put("gguf", "empty_vocab.gguf", gguf_file([
+    ("general.architecture", GSTR, "llama"), ("llama.context_length", GU32, 16),
+    ("llama.embedding_length", GU32, 8), ("llama.block_count", GU32, 1),
+    ("llama.feed_forward_length", GU32, 32), ("llama.attention.head_count", GU32, 2),
+    ("tokenizer.ggml.tokens", GARR, (GSTR, []))], []))
 put("gguf", "truncated.gguf", tied[:len(tied) // 3])
 put("gguf", "data_cut.gguf", tied[:-40])
 put("gguf", "version1.gguf", tied[:4] + struct.pack("<I", 1) + tied[8:])
