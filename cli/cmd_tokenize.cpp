@@ -12,7 +12,8 @@
 namespace kvscope::cli {
 
 namespace {
-constexpr const char* kHelp = R"(usage: kvscope tokenize [--model PATH|NAME] (--text TEXT | --file PATH) [options]
+constexpr const char* kHelp =
+    R"(usage: kvscope tokenize [--model PATH|NAME] (--text TEXT | --file PATH) [options]
 
 prints one line per token: its position, id and the bytes it stands for (escaped).
   --model PATH|NAME     model whose tokenizer to use (default stories260K; smollm2, a GGUF, ...)
@@ -30,9 +31,12 @@ std::string escaped(const std::string& s) {
   std::string out;
   for (char ch : s) {
     const auto u = static_cast<unsigned char>(ch);
-    if (ch == '\n') out += "\\n";
-    else if (ch == '\t') out += "\\t";
-    else if (ch == '\\') out += "\\\\";
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\t')
+      out += "\\t";
+    else if (ch == '\\')
+      out += "\\\\";
     else if (u < 0x20 || u == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", u);
@@ -58,7 +62,8 @@ int cmd_tokenize(const Argv& argv) {
                               std::string(args.has("--text") ? "both" : "neither"));
   }
   const std::string text =
-      args.has("--text") ? args.get("--text") : read_text_file(args.get("--file"), "cannot open the text file (--file)");
+      args.has("--text") ? args.get("--text")
+                         : read_text_file(args.get("--file"), "cannot open the text file (--file)");
   const LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
   if (!loaded.tokenizer) {
     throw Error(loaded.model->source(), "no tokenizer with " +

@@ -124,8 +124,9 @@ std::int64_t expected_floats(const Header& h) {
   return n;
 }
 
-// Assigns Weights pointers for the legacy layout starting at `p`.
-Weights map_legacy(const ModelConfig& c, const float* p) {
+// Assigns Weights pointers for the legacy layout starting at `p` (with llama2.c's RoPE tables
+// between rms_final and wcls, or without them for weights that never had any).
+Weights map_legacy(const ModelConfig& c, const float* p, bool rope_tables = true) {
   const std::int64_t d = c.dim, L = c.n_layers, kv = c.kv_dim(), hd = c.hidden_dim;
   Weights w;
   w.token_embedding = p;
@@ -150,7 +151,7 @@ Weights map_legacy(const ModelConfig& c, const float* p) {
   p += L * hd * d;
   w.rms_final = p;
   p += d;
-  p += std::int64_t{c.seq_len} * c.head_dim();  // freq_cis_real + imag: recomputed, not used
+  if (rope_tables) p += std::int64_t{c.seq_len} * c.head_dim();  // recomputed, not used
   w.wcls = c.shared_classifier ? w.token_embedding : p;
   return w;
 }
@@ -263,9 +264,18 @@ std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<f
 
 std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::vector<float> data,
                                               std::string source, std::string weight_types) {
-  auto model = std::const_pointer_cast<Model>(from_owned(config, std::move(data), std::move(source)));
+  validate_config(source, config);
+  if (static_cast<std::int64_t>(data.size()) != config.num_params()) {
+    fail_expected(source, std::to_string(config.num_params()) + " floats",
+                  std::to_string(data.size()));
+  }
+  auto model = std::shared_ptr<Model>(new Model());
+  model->config_ = config;
   model->format_ = CheckpointFormat::kGguf;
+  model->source_ = std::move(source);
   model->weight_types_ = std::move(weight_types);
+  model->owned_ = std::move(data);
+  model->weights_ = map_legacy(config, model->owned_.data(), /*rope_tables=*/false);
   return model;
 }
 

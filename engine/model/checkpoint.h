@@ -68,7 +68,8 @@ class Model {
   // Wraps owned float storage laid out in legacy order (see write_checkpoint).
   static std::shared_ptr<const Model> from_owned(ModelConfig config, std::vector<float> data,
                                                  std::string source);
-  // Wraps weights dequantized from a GGUF file, laid out as from_owned expects.
+  // Wraps weights dequantized from a GGUF file, laid out as from_owned expects but without the
+  // RoPE tables (num_params() floats).
   static std::shared_ptr<const Model> from_gguf(ModelConfig config, std::vector<float> data,
                                                 std::string source, std::string weight_types);
 

@@ -17,8 +17,8 @@ namespace kvscope {
 namespace {
 
 constexpr char kMagic[4] = {'G', 'G', 'U', 'F'};
-constexpr int kMaxDims = 4;            // GGML_MAX_DIMS
-constexpr int kMaxArrayDepth = 8;      // arrays of arrays of ...
+constexpr int kMaxDims = 4;        // GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 8;  // arrays of arrays of ...
 constexpr std::uint64_t kMaxStringBytes = std::uint64_t{1} << 30;
 
 // Reads little-endian values off the mapping, failing with the offset and field when short.
@@ -58,8 +58,9 @@ class Cursor {
     const std::uint64_t at = off_;
     const auto len = read<std::uint64_t>(field + " length");
     if (len > kMaxStringBytes || len > remaining()) {
-      fail(field + " length", "at most " + std::to_string(std::min(remaining(), kMaxStringBytes)) +
-                                  " bytes (what is left of the file)",
+      fail(field + " length",
+           "at most " + std::to_string(std::min(remaining(), kMaxStringBytes)) +
+               " bytes (what is left of the file)",
            std::to_string(len), at);
     }
     std::string s(reinterpret_cast<const char*>(bytes_.data() + off_), len);
@@ -98,23 +99,47 @@ std::uint64_t min_value_bytes(GgufType t) {
   return 1;
 }
 
-bool is_known_type(std::uint32_t t) { return t <= static_cast<std::uint32_t>(GgufType::kFloat64); }
+bool is_known_type(std::uint32_t t) {
+  return t <= static_cast<std::uint32_t>(GgufType::kFloat64);
+}
 
 GgufValue read_value(Cursor& c, GgufType type, const std::string& field, int depth) {
   GgufValue v;
   v.type = type;
   switch (type) {
-    case GgufType::kUint8: v.data = std::uint64_t{c.read<std::uint8_t>(field)}; break;
-    case GgufType::kUint16: v.data = std::uint64_t{c.read<std::uint16_t>(field)}; break;
-    case GgufType::kUint32: v.data = std::uint64_t{c.read<std::uint32_t>(field)}; break;
-    case GgufType::kUint64: v.data = c.read<std::uint64_t>(field); break;
-    case GgufType::kInt8: v.data = std::int64_t{c.read<std::int8_t>(field)}; break;
-    case GgufType::kInt16: v.data = std::int64_t{c.read<std::int16_t>(field)}; break;
-    case GgufType::kInt32: v.data = std::int64_t{c.read<std::int32_t>(field)}; break;
-    case GgufType::kInt64: v.data = c.read<std::int64_t>(field); break;
-    case GgufType::kFloat32: v.data = double{c.read<float>(field)}; break;
-    case GgufType::kFloat64: v.data = c.read<double>(field); break;
-    case GgufType::kString: v.data = c.read_string(field); break;
+    case GgufType::kUint8:
+      v.data = std::uint64_t{c.read<std::uint8_t>(field)};
+      break;
+    case GgufType::kUint16:
+      v.data = std::uint64_t{c.read<std::uint16_t>(field)};
+      break;
+    case GgufType::kUint32:
+      v.data = std::uint64_t{c.read<std::uint32_t>(field)};
+      break;
+    case GgufType::kUint64:
+      v.data = c.read<std::uint64_t>(field);
+      break;
+    case GgufType::kInt8:
+      v.data = std::int64_t{c.read<std::int8_t>(field)};
+      break;
+    case GgufType::kInt16:
+      v.data = std::int64_t{c.read<std::int16_t>(field)};
+      break;
+    case GgufType::kInt32:
+      v.data = std::int64_t{c.read<std::int32_t>(field)};
+      break;
+    case GgufType::kInt64:
+      v.data = c.read<std::int64_t>(field);
+      break;
+    case GgufType::kFloat32:
+      v.data = double{c.read<float>(field)};
+      break;
+    case GgufType::kFloat64:
+      v.data = c.read<double>(field);
+      break;
+    case GgufType::kString:
+      v.data = c.read_string(field);
+      break;
     case GgufType::kBool: {
       const std::uint64_t at = c.offset();
       const auto b = c.read<std::uint8_t>(field);
@@ -144,7 +169,8 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& field, int dep
       std::vector<GgufValue> items;
       items.reserve(count);
       for (std::uint64_t i = 0; i < count; ++i) {
-        items.push_back(read_value(c, v.elem_type, field + "[" + std::to_string(i) + "]", depth + 1));
+        items.push_back(
+            read_value(c, v.elem_type, field + "[" + std::to_string(i) + "]", depth + 1));
       }
       v.data = std::move(items);
       break;
@@ -172,19 +198,32 @@ std::string quote(const std::string& s) {
 
 const char* gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::kUint8: return "uint8";
-    case GgufType::kInt8: return "int8";
-    case GgufType::kUint16: return "uint16";
-    case GgufType::kInt16: return "int16";
-    case GgufType::kUint32: return "uint32";
-    case GgufType::kInt32: return "int32";
-    case GgufType::kFloat32: return "float32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kUint64: return "uint64";
-    case GgufType::kInt64: return "int64";
-    case GgufType::kFloat64: return "float64";
+    case GgufType::kUint8:
+      return "uint8";
+    case GgufType::kInt8:
+      return "int8";
+    case GgufType::kUint16:
+      return "uint16";
+    case GgufType::kInt16:
+      return "int16";
+    case GgufType::kUint32:
+      return "uint32";
+    case GgufType::kInt32:
+      return "int32";
+    case GgufType::kFloat32:
+      return "float32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kUint64:
+      return "uint64";
+    case GgufType::kInt64:
+      return "int64";
+    case GgufType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
@@ -288,10 +327,12 @@ void GgufFile::parse() {
     for (std::uint32_t d = 0; d < n_dims; ++d) {
       const std::uint64_t at = c.offset();
       const auto ne = c.read<std::uint64_t>(where + " ne[" + std::to_string(d) + "]");
-      // Bound every dimension and the product by the file size (each element takes > 0 bits).
-      // (Divided, not multiplied: both factors may reach 2^33 in a 4 GiB file.)
-      if (ne == 0 || ne > bytes_.size() * 2 ||
-          static_cast<std::uint64_t>(elements) > bytes_.size() * 2 / ne) {
+      // Bound every dimension and the product by the file size: no ggml type stores an element
+      // in less than a bit (the 1-bit types take 1.5 to 1.7). Divided, not multiplied: both
+      // factors may reach 2^35 in a 4 GiB file. The exact byte range is checked below.
+      const std::uint64_t max_elements = bytes_.size() * 8;
+      if (ne == 0 || ne > max_elements ||
+          static_cast<std::uint64_t>(elements) > max_elements / ne) {
         c.fail(where + " ne[" + std::to_string(d) + "]",
                "a positive size whose product fits the file (" + std::to_string(bytes_.size()) +
                    " bytes)",
@@ -310,8 +351,8 @@ void GgufFile::parse() {
                  " block size)",
              std::to_string(t.dims[0]), dims_at + 4);
     }
-    t.num_bytes = static_cast<std::uint64_t>(ggml_row_bytes(t.type, t.dims[0]) *
-                                             (elements / t.dims[0]));
+    t.num_bytes =
+        static_cast<std::uint64_t>(ggml_row_bytes(t.type, t.dims[0]) * (elements / t.dims[0]));
     const std::uint64_t off_at = c.offset();
     t.offset = c.read<std::uint64_t>(where + " offset");
     if (t.offset % alignment_ != 0) {
@@ -334,8 +375,8 @@ void GgufFile::parse() {
     if (t.offset > data_bytes || t.num_bytes > data_bytes - t.offset) {
       fail_expected(path_ + ": tensor " + quote(t.name) + " data",
                     "bytes [" + std::to_string(t.offset) + ", " +
-                        std::to_string(t.offset + t.num_bytes) +
-                        ") inside the data section of " + std::to_string(data_bytes) + " bytes",
+                        std::to_string(t.offset + t.num_bytes) + ") inside the data section of " +
+                        std::to_string(data_bytes) + " bytes",
                     "a range past the end of the file (truncated?)");
     }
     t.offset += data_offset_;

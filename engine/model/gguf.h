@@ -39,8 +39,7 @@ const char* gguf_type_name(GgufType t);
 struct GgufValue {
   GgufType type = GgufType::kUint8;
   GgufType elem_type = GgufType::kUint8;  // arrays only
-  std::variant<std::uint64_t, std::int64_t, double, bool, std::string, std::vector<GgufValue>>
-      data;
+  std::variant<std::uint64_t, std::int64_t, double, bool, std::string, std::vector<GgufValue>> data;
 
   bool is_integer() const;
   bool is_array() const { return type == GgufType::kArray; }

@@ -37,8 +37,8 @@ struct TensorSlot {
   std::int64_t cols = 0;    // ne[0]
 };
 
-// The tensors of a Llama model in the order of the legacy llama2.c layout (checkpoint.cpp's
-// map_legacy), with their offsets; the RoPE table slot stays zero (the engine computes RoPE).
+// The tensors of a Llama model in the order of the legacy llama2.c layout without its RoPE tables
+// (checkpoint.cpp's map_legacy), with their offsets.
 std::vector<TensorSlot> legacy_slots(const ModelConfig& c) {
   const std::int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   std::vector<TensorSlot> slots;
@@ -61,7 +61,6 @@ std::vector<TensorSlot> legacy_slots(const ModelConfig& c) {
   per_layer("ffn_down.weight", d, h);
   per_layer("ffn_up.weight", h, d);
   add("output_norm.weight", 1, d);
-  off += std::int64_t{c.seq_len} * c.head_dim();  // llama2.c's RoPE tables: unused
   if (!c.shared_classifier) add("output.weight", c.vocab_size, d);
   return slots;
 }
@@ -86,8 +85,7 @@ const GgufTensorInfo& checked_tensor(const GgufFile& f, const TensorSlot& slot) 
                               shape_text(slot.rows, slot.cols) + ", got none (missing)");
   }
   const bool vector_ok = slot.rows == 1 && t->dims.size() == 1 && t->dims[0] == slot.cols;
-  const bool matrix_ok =
-      t->dims.size() == 2 && t->dims[0] == slot.cols && t->dims[1] == slot.rows;
+  const bool matrix_ok = t->dims.size() == 2 && t->dims[0] == slot.cols && t->dims[1] == slot.rows;
   if (!vector_ok && !matrix_ok) {
     fail_expected(f.path() + ": tensor \"" + slot.name + "\" shape",
                   shape_text(slot.rows, slot.cols) + " (ggml order, from the metadata)",
@@ -119,15 +117,16 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.seq_len = config_int(f, p + "context_length", 1, 1 << 24);
   if (c.dim % c.n_heads != 0) {
     fail_expected(f.path() + ": " + p + "embedding_length",
-                  "a multiple of the head count " + std::to_string(c.n_heads), std::to_string(c.dim));
+                  "a multiple of the head count " + std::to_string(c.n_heads),
+                  std::to_string(c.dim));
   }
   if (c.n_heads % c.n_kv_heads != 0) {
     fail_expected(f.path() + ": " + p + "attention.head_count_kv",
                   "a divisor of the head count " + std::to_string(c.n_heads),
                   std::to_string(c.n_kv_heads));
   }
-  for (const char* key : {"attention.key_length", "attention.value_length",
-                          "rope.dimension_count"}) {
+  for (const char* key :
+       {"attention.key_length", "attention.value_length", "rope.dimension_count"}) {
     if (auto v = f.get_uint(p + key); v && *v != static_cast<std::uint64_t>(c.head_dim())) {
       fail_expected(f.path() + ": " + p + key,
                     std::to_string(c.head_dim()) +
@@ -137,12 +136,14 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     }
   }
   if (auto type = f.get_string(p + "rope.scaling.type"); type && *type != "none") {
-    fail_expected(f.path() + ": " + p + "rope.scaling.type", "none (plain RoPE)", "\"" + *type + "\"");
+    fail_expected(f.path() + ": " + p + "rope.scaling.type", "none (plain RoPE)",
+                  "\"" + *type + "\"");
   }
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
-    throw Error(f.path(), "tensor \"rope_freqs.weight\": expected none (plain RoPE), got "
-                          "per-dimension RoPE frequency factors (Llama 3.1 style), which kvscope "
-                          "does not run");
+    throw Error(f.path(),
+                "tensor \"rope_freqs.weight\": expected none (plain RoPE), got "
+                "per-dimension RoPE frequency factors (Llama 3.1 style), which kvscope "
+                "does not run");
   }
   const double theta = f.get_float(p + "rope.freq_base").value_or(10000.0);
   const double eps = f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
@@ -189,8 +190,7 @@ std::shared_ptr<const Model> load_gguf_model(const GgufFile& f) {
                             "blk.N.attn_*/ffn_*, output_norm, output), got this one too");
     }
   }
-  std::vector<float> data(static_cast<std::size_t>(c.num_params() +
-                                                   std::int64_t{c.seq_len} * c.head_dim()));
+  std::vector<float> data(static_cast<std::size_t>(c.num_params()));
   // Dequantize row by row, rows spread over the threads.
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const TensorSlot& s = slots[i];

@@ -56,7 +56,8 @@ std::shared_ptr<const Tokenizer> load_sentencepiece(const GgufFile& f,
       fail_expected(f.path() + ": tokenizer.ggml.scores", "an array of float32",
                     std::string(gguf_type_name(s->type)) + " " + s->describe());
     }
-    for (const GgufValue& x : s->items()) scores.push_back(static_cast<float>(std::get<double>(x.data)));
+    for (const GgufValue& x : s->items())
+      scores.push_back(static_cast<float>(std::get<double>(x.data)));
   }
   // llama2.c's tokenizer has <unk>, <s>, </s> at 0, 1, 2.
   for (const auto& [key, want] : {std::pair<const char*, int>{"tokenizer.ggml.bos_token_id", 1},

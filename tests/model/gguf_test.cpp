@@ -873,7 +873,7 @@ TinyGguf llama_metadata(const Shape& s) {
   g.set_f32("llama.rope.freq_base", 500000.0f);
   g.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
   std::vector<std::string> tokens;
-  for (int i = 0; i < s.vocab; ++i) tokens.push_back("t" + std::to_string(i));
+  for (int i = 0; i < s.vocab; ++i) tokens.push_back(std::string(1, 't').append(std::to_string(i)));
   g.set("tokenizer.ggml.tokens", typed_strings(tokens));
   return g;
 }

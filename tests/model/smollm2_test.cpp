@@ -47,8 +47,8 @@ struct Golden {
 std::vector<TopK> read_positions(const nlohmann::json& positions) {
   std::vector<TopK> out;
   for (const auto& p : positions) {
-    out.push_back({p.at("top_ids").get<std::vector<int>>(),
-                   p.at("top_logits").get<std::vector<double>>()});
+    out.push_back(
+        {p.at("top_ids").get<std::vector<int>>(), p.at("top_logits").get<std::vector<double>>()});
   }
   return out;
 }
@@ -57,7 +57,8 @@ std::vector<TopK> read_positions(const nlohmann::json& positions) {
 double max_diff(std::span<const float> logits, const TopK& ref) {
   double worst = 0.0;
   for (std::size_t k = 0; k < ref.ids.size(); ++k) {
-    worst = std::max(worst, std::fabs(logits[static_cast<std::size_t>(ref.ids[k])] - ref.logits[k]));
+    worst =
+        std::max(worst, std::fabs(logits[static_cast<std::size_t>(ref.ids[k])] - ref.logits[k]));
   }
   return worst;
 }
@@ -126,10 +127,11 @@ TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
       }
     });
   }
-  std::printf("[smollm2 vs llama.cpp] %d positions; max |logit diff| over the top-k: %.4f vs "
-              "llama.cpp F32, %.4f vs llama.cpp Q4_1; argmax differs at %d (F32) and %d (Q4_1) "
-              "positions, all near-ties\n",
-              positions, worst_f32, worst_q4, differ_f32, differ_q4);
+  std::printf(
+      "[smollm2 vs llama.cpp] %d positions; max |logit diff| over the top-k: %.4f vs "
+      "llama.cpp F32, %.4f vs llama.cpp Q4_1; argmax differs at %d (F32) and %d (Q4_1) "
+      "positions, all near-ties\n",
+      positions, worst_f32, worst_q4, differ_f32, differ_q4);
   EXPECT_GT(positions, 300);
 }
 
