@@ -203,8 +203,9 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
                                            int max_len, const std::string& where) {
   std::vector<std::vector<int>> windows;
   std::size_t start = 0;
+  const bool one_document = !tokenizer.adds_bos();
   while (start < text.size()) {
-    std::size_t end = text.find("\n\n", start);
+    std::size_t end = one_document ? std::string::npos : text.find("\n\n", start);
     if (end == std::string::npos) end = text.size();
     std::string story = text.substr(start, end - start);
     start = end + 2;

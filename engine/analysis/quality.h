@@ -141,7 +141,9 @@ class QualityEvaluator {
 // ---- eval inputs ----
 
 // Splits text into stories at blank lines, encodes each with BOS, and cuts stories longer than
-// `max_len` tokens into windows (each restarting with BOS). Throws if nothing remains.
+// `max_len` tokens into windows (each restarting with BOS). A tokenizer whose model puts no BOS
+// between documents (adds_bos() false: SmolLM2) reads the whole text as one document, blank
+// lines included, and only each window starts with its BOS. Throws if nothing remains.
 std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& text,
                                            int max_len, const std::string& where);
 // Stories concatenated into one token stream (each story starting with BOS, as in training) and

@@ -38,11 +38,17 @@ class Builder {
   Builder(const std::string& file, int vocab, const Tokenizer* tokenizer)
       : file_(file), vocab_(vocab), tokenizer_(tokenizer) {}
 
+  // `bos`: a prompt's start, which gets BOS when the model's convention has one (llama2.c);
+  // chat models without one (SmolLM2) start from the text as written, e.g. "<|im_start|>".
   std::vector<int> encode(const std::string& text, bool bos, const std::string& at) const {
     if (tokenizer_ == nullptr) {
       fail_expected(file_ + ": " + at, "token ids (this model has no tokenizer for text)", "text");
     }
-    return tokenizer_->encode(text, bos, /*eos=*/false);
+    std::vector<int> ids = tokenizer_->encode(text, bos && tokenizer_->adds_bos(), /*eos=*/false);
+    if (bos && ids.empty()) {
+      fail_expected(file_ + ": " + at, "a prompt that makes at least one token", "\"\"");
+    }
+    return ids;
   }
   static constexpr int kFirstMerged = 3 + 256;
   void random_tokens(std::vector<int>& out, int count, std::uint64_t& state,

@@ -92,7 +92,7 @@ TEST(SmolLM2, TokenizesTheGoldenPromptsAsLlamaCpp) {
 // tolerance of both references, and our argmax the reference's token unless it is a near-tie.
 TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
   const LoadedModel& m = testing::smollm2();
-  auto backend = make_cpu_backend(0);
+  auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   auto fp32 = parse_kv_format("fp32", "test");
   auto variant = make_kv_format_variant(fp32, fp32, 16);
@@ -140,7 +140,7 @@ TEST(SmolLM2, ChatAnswersAndStopsAtTheEndOfTurn) {
   const LoadedModel& m = testing::smollm2();
   EXPECT_EQ(default_system_line(m.chat_template),
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  auto backend = make_cpu_backend(0);
+  auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   GenerateOptions o;
   o.prompt = render_chatml(*m.tokenizer, default_system_line(m.chat_template),
