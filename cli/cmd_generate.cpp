@@ -94,7 +94,7 @@ int cmd_generate(const Argv& argv) {
                    "--block-size",    "--allocator",       "--kv-dtype", "--evict",
                    "--budget",        "--sinks",           "--recent",   "--obs-window",
                    "--compact",       "--positions",       "--mla-rank", "--mla-mode",
-                   "--mla-rope-dims", "--mla-rope-select", "--weights", "--system"},
+                   "--mla-rope-dims", "--mla-rope-select", "--weights",  "--system"},
             {"--help", "--through-bos", "--chat"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -102,6 +102,8 @@ int cmd_generate(const Argv& argv) {
   }
   if (!args.positional().empty())
     throw Error(args.positional()[0], "unexpected argument; see --help");
+  if (args.has("--system") && !args.has("--chat"))
+    throw Error("--system", "only applies with --chat");
   LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"),
                                   parse_weight_storage(args.get("--weights", "mmap"), "--weights"));
   if (!loaded.tokenizer) {
@@ -111,10 +113,9 @@ int cmd_generate(const Argv& argv) {
   }
   GenerateOptions options;
   options.prompt = args.get("--prompt");
-  if (args.has("--system") && !args.has("--chat")) throw Error("--system", "only applies with --chat");
   if (args.has("--chat")) {
-    const std::string system = args.has("--system") ? args.get("--system")
-                                                    : default_system_line(loaded.chat_template);
+    const std::string system =
+        args.has("--system") ? args.get("--system") : default_system_line(loaded.chat_template);
     options.prompt = render_chatml(*loaded.tokenizer, system, options.prompt);
     options.echo_prompt = false;
   }

@@ -56,7 +56,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const kvscope::Error& e) {
     std::fprintf(stderr, "kvscope %s: error: %s\n", command.c_str(), e.what());
-    return 2;
+    return kvscope::kExitBadInput;
+  } catch (const kvscope::InternalError& e) {
+    std::fprintf(stderr, "kvscope %s: %s\n", command.c_str(), e.what());
+    return kvscope::kExitInternalError;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "kvscope %s: error: out of memory\n", command.c_str());
     return 1;

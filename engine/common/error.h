@@ -24,6 +24,22 @@ class Error : public std::runtime_error {
   std::string what_;
 };
 
+// A broken internal invariant: a bug in kvscope, never the user's input. The CLI exits with
+// kExitInternalError (not 2) and asks for a report; tests treat it as a failure.
+class InternalError : public std::logic_error {
+ public:
+  InternalError(const std::string& where, const std::string& what)
+      : std::logic_error(
+            "internal error (a bug in kvscope; please report it with the command "
+            "that triggered it): " +
+            where + ": " + what) {}
+};
+
+// Process exit codes of the CLI: bad input is 2, a broken internal invariant 70 (sysexits'
+// EX_SOFTWARE).
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitInternalError = 70;
+
 // Builds "expected <expected>, got <got>" errors, the common shape.
 [[noreturn]] inline void fail_expected(const std::string& where, const std::string& expected,
                                        const std::string& got) {

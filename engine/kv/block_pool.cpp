@@ -108,24 +108,24 @@ void BlockPool::check_invariants() const {
   int in_queue = 0;
   std::vector<char> seen(static_cast<std::size_t>(s), 0);
   for (std::int32_t i = next_[static_cast<std::size_t>(s)]; i != s; i = next_[static_cast<std::size_t>(i)]) {
-    if (i < 0 || i > s) throw Error("block pool invariant", "free queue holds bad id " + std::to_string(i));
-    if (seen[static_cast<std::size_t>(i)]) throw Error("block pool invariant", "block " + std::to_string(i) + " is twice in the free queue");
+    if (i < 0 || i > s) throw InternalError("block pool invariant", "free queue holds bad id " + std::to_string(i));
+    if (seen[static_cast<std::size_t>(i)]) throw InternalError("block pool invariant", "block " + std::to_string(i) + " is twice in the free queue");
     seen[static_cast<std::size_t>(i)] = 1;
     if (ref_count_[static_cast<std::size_t>(i)] != 0) {
-      throw Error("block pool invariant", "block " + std::to_string(i) + " is in the free queue with ref count " +
+      throw InternalError("block pool invariant", "block " + std::to_string(i) + " is in the free queue with ref count " +
                                               std::to_string(ref_count_[static_cast<std::size_t>(i)]));
     }
-    if (++in_queue > s) throw Error("block pool invariant", "free queue has a cycle");
+    if (++in_queue > s) throw InternalError("block pool invariant", "free queue has a cycle");
   }
   for (std::int32_t i = 0; i < s; ++i) {
     const auto rc = ref_count_[static_cast<std::size_t>(i)];
-    if (rc < 0) throw Error("block pool invariant", "block " + std::to_string(i) + " has negative ref count");
+    if (rc < 0) throw InternalError("block pool invariant", "block " + std::to_string(i) + " has negative ref count");
     if (rc == 0 && !seen[static_cast<std::size_t>(i)]) {
-      throw Error("block pool invariant", "free block " + std::to_string(i) + " is missing from the free queue");
+      throw InternalError("block pool invariant", "free block " + std::to_string(i) + " is missing from the free queue");
     }
   }
   if (in_queue != num_free_) {
-    throw Error("block pool invariant", "num_free is " + std::to_string(num_free_) + " but the queue holds " +
+    throw InternalError("block pool invariant", "num_free is " + std::to_string(num_free_) + " but the queue holds " +
                                             std::to_string(in_queue));
   }
 }

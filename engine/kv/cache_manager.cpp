@@ -206,26 +206,26 @@ void KvCacheManager::check_invariants() const {
   std::vector<int> owners(static_cast<std::size_t>(pool_.num_blocks()), 0);
   for (const auto& [id, t] : tables_) {
     const std::string who = "sequence " + std::to_string(id.value);
-    if (t.num_tokens < 0) throw Error("kv cache invariant", who + " has a negative token count");
+    if (t.num_tokens < 0) throw InternalError("kv cache invariant", who + " has a negative token count");
     if (kind_ == AllocatorKind::kPaged &&
         static_cast<int>(t.blocks.size()) != blocks_for(t.num_tokens)) {
-      throw Error("kv cache invariant", who + " holds " + std::to_string(t.blocks.size()) +
+      throw InternalError("kv cache invariant", who + " holds " + std::to_string(t.blocks.size()) +
                                             " blocks for " + std::to_string(t.num_tokens) +
                                             " tokens");
     }
     if (kind_ == AllocatorKind::kContiguous) {
       if (static_cast<int>(t.blocks.size()) != t.reserved_blocks || t.num_tokens > max_seq_len_) {
-        throw Error("kv cache invariant", who + " reservation does not match its table");
+        throw InternalError("kv cache invariant", who + " reservation does not match its table");
       }
       for (std::size_t i = 1; i < t.blocks.size(); ++i) {
         if (t.blocks[i].value != t.blocks[i - 1].value + 1) {
-          throw Error("kv cache invariant", who + " contiguous region is not consecutive");
+          throw InternalError("kv cache invariant", who + " contiguous region is not consecutive");
         }
       }
     }
     for (BlockId b : t.blocks) {
       if (b.value < 0 || b.value >= pool_.num_blocks()) {
-        throw Error("kv cache invariant", who + " maps to bad block " + std::to_string(b.value));
+        throw InternalError("kv cache invariant", who + " maps to bad block " + std::to_string(b.value));
       }
       ++owners[static_cast<std::size_t>(b.value)];
     }
@@ -234,13 +234,13 @@ void KvCacheManager::check_invariants() const {
     const int rc = pool_.ref_count(BlockId(b));
     const int cached = source_ && source_->is_cached(BlockId(b)) ? 1 : 0;
     if (owners[static_cast<std::size_t>(b)] + cached != rc) {
-      throw Error("kv cache invariant", "block " + std::to_string(b) + " has ref count " +
+      throw InternalError("kv cache invariant", "block " + std::to_string(b) + " has ref count " +
                                             std::to_string(rc) + " but " +
                                             std::to_string(owners[static_cast<std::size_t>(b)]) +
                                             " owners" + (cached ? " + the cache" : ""));
     }
     if (!source_ && rc > 1) {
-      throw Error("kv cache invariant", "block " + std::to_string(b) + " is held by " +
+      throw InternalError("kv cache invariant", "block " + std::to_string(b) + " is held by " +
                                             std::to_string(rc) + " sequences without sharing");
     }
   }

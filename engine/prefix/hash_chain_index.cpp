@@ -126,27 +126,27 @@ std::vector<BlockId> HashChainIndex::blocks() const {
 
 void HashChainIndex::check_invariants() const {
   const std::string where = "hash chain index invariant";
-  if (key_of_.size() != entries_.size()) throw Error(where, "block map and key map differ in size");
+  if (key_of_.size() != entries_.size()) throw InternalError(where, "block map and key map differ in size");
   std::unordered_map<std::uint64_t, std::int32_t> children;
   for (const auto& [key, e] : entries_) {
     const std::string b = "block " + std::to_string(e.block.value);
     auto kit = key_of_.find(e.block.value);
     if (kit == key_of_.end() || kit->second != key)
-      throw Error(where, b + " is missing from the block map");
+      throw InternalError(where, b + " is missing from the block map");
     if (e.tokens.size() != static_cast<std::size_t>(block_size_))
-      throw Error(where, b + " holds a short token block");
+      throw InternalError(where, b + " holds a short token block");
     if (hash_(e.parent_key, e.tokens) != key)
-      throw Error(where, b + " is stored under the wrong key");
+      throw InternalError(where, b + " is stored under the wrong key");
     if (e.parent_key != kRootKey) {
       if (!entries_.count(e.parent_key))
-        throw Error(where, b + " is unreachable: its parent is not indexed");
+        throw InternalError(where, b + " is unreachable: its parent is not indexed");
       ++children[e.parent_key];
     }
   }
   for (const auto& [key, e] : entries_) {
     const auto it = children.find(key);
     if ((it == children.end() ? 0 : it->second) != e.num_children) {
-      throw Error(where, "block " + std::to_string(e.block.value) + " has a wrong child count");
+      throw InternalError(where, "block " + std::to_string(e.block.value) + " has a wrong child count");
     }
   }
 }

@@ -271,7 +271,7 @@ void PrefixCache::check_invariants() const {
   for (BlockId b : index_->blocks()) {
     if (auto p = index_->parent_of(b)) {
       if (!index_->contains(*p))
-        throw Error(where, "cached block " + std::to_string(b.value) + " is unreachable");
+        throw InternalError(where, "cached block " + std::to_string(b.value) + " is unreachable");
       ++children[idx(*p)];
     }
   }
@@ -282,27 +282,27 @@ void PrefixCache::check_invariants() const {
     const BlockMeta& m = meta_[i];
     const BlockId b(static_cast<std::int32_t>(i));
     const std::string nm = "block " + std::to_string(i);
-    if (m.seq_refs < 0) throw Error(where, nm + " has a negative sequence ref count");
+    if (m.seq_refs < 0) throw InternalError(where, nm + " has a negative sequence ref count");
     if (pool_.ref_count(b) != m.seq_refs + (m.cached ? 1 : 0)) {
-      throw Error(where, nm + ": pool ref count " + std::to_string(pool_.ref_count(b)) +
+      throw InternalError(where, nm + ": pool ref count " + std::to_string(pool_.ref_count(b)) +
                              " != " + std::to_string(m.seq_refs) + " sequences + " +
                              (m.cached ? "1" : "0") + " cache");
     }
     if (m.cached != index_->contains(b))
-      throw Error(where, nm + ": cached flag disagrees with the index");
-    if (m.pinned && !m.cached) throw Error(where, nm + " is pinned but not cached");
+      throw InternalError(where, nm + ": cached flag disagrees with the index");
+    if (m.pinned && !m.cached) throw InternalError(where, nm + " is pinned but not cached");
     if (m.cached_children != children[i])
-      throw Error(where, nm + " has a wrong cached-children count");
+      throw InternalError(where, nm + " has a wrong cached-children count");
     if (is_candidate(m) != candidates_.contains(b, m.key))
-      throw Error(where, nm + ": eviction candidate list is stale");
+      throw InternalError(where, nm + ": eviction candidate list is stale");
     if (is_candidate(m)) ++listed;
     if (m.cached && !m.pinned && m.seq_refs == 0) ++evictable;
     saved += std::max(0, m.seq_refs - 1);
   }
   if (listed != candidates_.size())
-    throw Error(where, "eviction candidate list holds extra blocks");
-  if (evictable != num_evictable_) throw Error(where, "evictable count is stale");
-  if (saved != metrics_.blocks_saved) throw Error(where, "blocks_saved is stale");
+    throw InternalError(where, "eviction candidate list holds extra blocks");
+  if (evictable != num_evictable_) throw InternalError(where, "evictable count is stale");
+  if (saved != metrics_.blocks_saved) throw InternalError(where, "blocks_saved is stale");
 }
 
 }  // namespace kvscope

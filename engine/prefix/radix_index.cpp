@@ -242,15 +242,15 @@ void RadixIndex::check_invariants() const {
     stack.pop_back();
     const Node& n = nodes_[static_cast<std::size_t>(id)];
     const std::string nm = "node " + std::to_string(id);
-    if (!n.alive) throw Error(where, nm + " is reachable but dead");
-    if (id != 0 && n.pages.empty()) throw Error(where, nm + " holds no pages");
+    if (!n.alive) throw InternalError(where, nm + " is reachable but dead");
+    if (id != 0 && n.pages.empty()) throw InternalError(where, nm + " holds no pages");
     if (n.tokens.size() != n.pages.size() * static_cast<std::size_t>(block_size_)) {
-      throw Error(where, nm + " has tokens not matching its pages");
+      throw InternalError(where, nm + " has tokens not matching its pages");
     }
     for (int p = 0; p < num_pages(n); ++p) {
       auto it = where_.find(n.pages[static_cast<std::size_t>(p)].value);
       if (it == where_.end() || it->second.node != id || it->second.page != p) {
-        throw Error(where, "block " + std::to_string(n.pages[static_cast<std::size_t>(p)].value) +
+        throw InternalError(where, "block " + std::to_string(n.pages[static_cast<std::size_t>(p)].value) +
                                " is misplaced");
       }
     }
@@ -258,17 +258,17 @@ void RadixIndex::check_invariants() const {
     ++reached;
     for (const auto& [first, kids] : n.children) {
       std::vector<std::int32_t> siblings;
-      if (kids.empty()) throw Error(where, nm + " has an empty child bucket");
+      if (kids.empty()) throw InternalError(where, nm + " has an empty child bucket");
       for (std::int32_t c : kids) {
         const Node& k = nodes_[static_cast<std::size_t>(c)];
-        if (k.parent != id) throw Error(where, "node " + std::to_string(c) + " has a wrong parent");
+        if (k.parent != id) throw InternalError(where, "node " + std::to_string(c) + " has a wrong parent");
         if (k.tokens.empty() || k.tokens[0] != first)
-          throw Error(where, "node " + std::to_string(c) + " is in the wrong bucket");
+          throw InternalError(where, "node " + std::to_string(c) + " is in the wrong bucket");
         for (std::int32_t s : siblings) {
           if (common_in_page(nodes_[static_cast<std::size_t>(s)], 0,
                              std::span<const TokenId>(k.tokens).first(
                                  static_cast<std::size_t>(block_size_))) == block_size_) {
-            throw Error(where, "nodes " + std::to_string(s) + " and " + std::to_string(c) +
+            throw InternalError(where, "nodes " + std::to_string(s) + " and " + std::to_string(c) +
                                    " share a first page");
           }
         }
@@ -278,8 +278,8 @@ void RadixIndex::check_invariants() const {
     }
   }
   if (pages != where_.size())
-    throw Error(where, "block map holds blocks not reachable from the root");
-  if (reached != num_nodes() + 1) throw Error(where, "live nodes not reachable from the root");
+    throw InternalError(where, "block map holds blocks not reachable from the root");
+  if (reached != num_nodes() + 1) throw InternalError(where, "live nodes not reachable from the root");
 }
 
 }  // namespace kvscope

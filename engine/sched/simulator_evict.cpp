@@ -150,24 +150,24 @@ void Simulator::check_evictor_invariants(const RequestRun& r) const {
   const std::string who = "request " + std::to_string(r.id);
   const TokenEvictor* evictor = token_evictor(r.id);
   if (!evictors_.empty() && (r.phase == RequestPhase::kRunning) != (evictor != nullptr)) {
-    throw Error("simulator invariant",
+    throw InternalError("simulator invariant",
                 who + (evictor ? " has an evictor but is not running" : " runs without evictor"));
   }
   if (evictor == nullptr) return;
   const int slots = cache_->table(SeqId(r.id)).num_tokens;
   if (static_cast<int>(evictor->slot_live().size()) != slots) {
-    throw Error("simulator invariant", who + " evictor tracks " +
+    throw InternalError("simulator invariant", who + " evictor tracks " +
                                            std::to_string(evictor->slot_live().size()) +
                                            " slots, the cache holds " + std::to_string(slots));
   }
   if (evictor->next_token() != r.num_computed) {
-    throw Error("simulator invariant",
+    throw InternalError("simulator invariant",
                 who + " evictor has seen " + std::to_string(evictor->next_token()) +
                     " tokens, scheduler says " + std::to_string(r.num_computed));
   }
   const int budget = config_.token_eviction.policy.budget;
   if (r.num_computed > 0 && evictor->num_live() > budget - 1) {
-    throw Error("simulator invariant", who + " keeps " + std::to_string(evictor->num_live()) +
+    throw InternalError("simulator invariant", who + " keeps " + std::to_string(evictor->num_live()) +
                                            " live tokens between steps, budget - 1 is " +
                                            std::to_string(budget - 1));
   }

@@ -194,38 +194,38 @@ void Simulator::check_invariants() const {
     const bool has_seq = cache_->has_sequence(SeqId(r.id));
     if (!r.arrived) {
       if (has_seq || r.generated != 0)
-        throw Error("simulator invariant", who + " acted before arriving");
+        throw InternalError("simulator invariant", who + " acted before arriving");
       continue;
     }
     ++arrived;
     ++counted[static_cast<int>(r.phase)];
     if (r.tokens.size() != r.spec.prompt_tokens.size() + static_cast<std::size_t>(r.generated) ||
         r.generated > r.spec.max_new_tokens) {
-      throw Error("simulator invariant", who + " token count does not add up");
+      throw InternalError("simulator invariant", who + " token count does not add up");
     }
     if ((r.phase == RequestPhase::kRunning) != has_seq) {
-      throw Error("simulator invariant",
+      throw InternalError("simulator invariant",
                   who + (has_seq ? " holds blocks but is not running" : " runs without blocks"));
     }
     check_evictor_invariants(r);
     if (has_seq && !evicts_tokens() && cache_->table(SeqId(r.id)).num_tokens != r.num_computed) {
-      throw Error("simulator invariant",
+      throw InternalError("simulator invariant",
                   who + " cache holds " + std::to_string(cache_->table(SeqId(r.id)).num_tokens) +
                       " tokens, scheduler says " + std::to_string(r.num_computed));
     }
     const int want_slots =
         r.phase == RequestPhase::kSwapped ? cache_->blocks_for(r.num_computed) : 0;
     if (static_cast<int>(r.host_slots.size()) != want_slots) {
-      throw Error("simulator invariant", who + " holds " + std::to_string(r.host_slots.size()) +
+      throw InternalError("simulator invariant", who + " holds " + std::to_string(r.host_slots.size()) +
                                              " host slots, expected " + std::to_string(want_slots));
     }
     if (r.phase == RequestPhase::kWaiting && r.num_computed != 0) {
-      throw Error("simulator invariant", who + " waits with computed tokens");
+      throw InternalError("simulator invariant", who + " waits with computed tokens");
     }
     host_used += static_cast<int>(r.host_slots.size());
   }
   if (host_used != host_->num_used())
-    throw Error("simulator invariant", "host tier slot count does not add up");
+    throw InternalError("simulator invariant", "host tier slot count does not add up");
   if (counted[static_cast<int>(RequestPhase::kWaiting)] != waiting_.size() ||
       counted[static_cast<int>(RequestPhase::kRunning)] != running_.size() ||
       counted[static_cast<int>(RequestPhase::kSwapped)] != swapped_.size() ||
@@ -233,10 +233,10 @@ void Simulator::check_invariants() const {
           static_cast<std::size_t>(num_finished_) ||
       counted[static_cast<int>(RequestPhase::kRejected)] !=
           static_cast<std::size_t>(num_rejected_)) {
-    throw Error("simulator invariant", "request queues do not match request phases");
+    throw InternalError("simulator invariant", "request queues do not match request phases");
   }
   if (cache_->sequences().size() != running_.size())
-    throw Error("simulator invariant", "cache sequences != running requests");
+    throw InternalError("simulator invariant", "cache sequences != running requests");
   (void)arrived;
 }
 
