@@ -51,6 +51,10 @@ class AppState {
   // Set by the Controls panel: the shell restarts the scenario with this override at the end of
   // the frame (deterministically: same scenario, same seed, only the policy differs).
   std::optional<PolicyOverride> restart_request;
+  // Set by the Controls panel's model picker: the shell restarts the scenario on this model (a
+  // short name or file; "" = the scenario's own), keeping the policy. It loads on the UI thread,
+  // two frames after the request so "loading ..." is on screen while the window waits.
+  std::optional<std::string> model_request;
   // The Compare panel's variant: the policy run beside the current one (Controls panel sets it).
   PolicyOverride compare_variant;
   int compare_variant_version = 0;  // +1 on every change of compare_variant

@@ -1,9 +1,14 @@
 // RunInfo helpers: the override's one-line description and block byte accounting.
 #include "app/core/run_info.h"
 
+#include <cctype>
+#include <filesystem>
+
 #include "app/widgets/widgets.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/config.h"
+#include "engine/model/locate.h"
+#include "engine/model/synthetic.h"
 
 namespace kvscope::ui {
 
@@ -50,6 +55,33 @@ std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config,
   if (!bytes) return info.scenario_config.num_blocks;
   const std::int64_t bb = block_bytes(info.shape, config);
   return bb > 0 ? *bytes / bb : 0;
+}
+
+namespace {
+
+// GGUF quantization tags as file names carry them: Q4_1, Q8_0, Q4_K_M, IQ2_XS, F16, BF16, F32.
+bool is_quant_tag(const std::string& t) {
+  std::size_t i = 0;
+  if (t.rfind("IQ", 0) == 0 || t.rfind("BF", 0) == 0)
+    i = 2;
+  else if (!t.empty() && (t[0] == 'Q' || t[0] == 'F'))
+    i = 1;
+  else
+    return false;
+  return i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])) != 0;
+}
+
+}  // namespace
+
+std::string model_display_name(const std::string& model_arg) {
+  if (is_synthetic_model_arg(model_arg)) return model_arg;
+  std::string file = model_arg.empty() ? std::string(kDefaultModelFile) : model_arg;
+  for (const NamedModel& m : named_models())
+    if (file == m.name) file = m.file;
+  std::string stem = std::filesystem::path(file).stem().string();
+  const std::size_t dot = stem.rfind('.');
+  if (dot != std::string::npos && dot > 0 && is_quant_tag(stem.substr(dot + 1))) stem.resize(dot);
+  return stem.empty() ? model_arg : stem;
 }
 
 std::int64_t block_bytes(const ModelConfig& shape, const SimConfig& config) {

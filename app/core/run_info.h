@@ -56,6 +56,9 @@ struct RunInfo {
   std::optional<std::int64_t> pool_bytes_field;  // the scenario's cache.pool_bytes, if given
   ModelConfig shape;                             // the model's shape
   std::string model_source;                      // checkpoint path or synthetic spec
+  std::string model_name;      // short display name of the model run (model_display_name)
+  std::string scenario_model;  // the scenario's own "model" argument ("" = the default model)
+  std::string model_override;  // the model chosen instead (Controls panel; "" = the scenario's)
   bool random_weights = false;
   std::shared_ptr<const Model> model;  // null for bookkeeping-only runs
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -69,6 +72,11 @@ SimConfig with_override(SimConfig base, const PolicyOverride& o);
 // scenario's cache.pool_bytes) / bytes per block, else the scenario's num_blocks.
 std::int64_t pool_blocks(const RunInfo& info, const SimConfig& config,
                          const PolicyOverride& policy);
+
+// A short display name for a model argument or checkpoint path: "" -> the default model's file
+// stem, a short name (named_models()) or path -> the file stem without a GGUF quantization tag
+// ("SmolLM2-135M-Instruct" for SmolLM2-135M-Instruct.Q4_1.gguf), "synthetic:<spec>" as given.
+std::string model_display_name(const std::string& model_arg);
 
 // Exact bytes of one block (all layers, K and V) for a configuration on a model shape.
 std::int64_t block_bytes(const ModelConfig& shape, const SimConfig& config);

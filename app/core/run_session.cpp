@@ -33,19 +33,22 @@ void apply_override(Scenario& s, const PolicyOverride& o) {
 }  // namespace
 
 std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping,
-                                             const PolicyOverride& policy) {
+                                             const PolicyOverride& policy,
+                                             const std::string& model) {
   std::unique_ptr<RunSession> s(new RunSession());
   s->path_ = path;
   if (!is_scenario_path(path)) {
     if (!policy.empty())
       throw Error(path, "policy controls need a scenario (.json), got a recording");
+    if (!model.empty())
+      throw Error(path, "a model choice needs a scenario (.json), got a recording");
     s->timeline_ = std::make_shared<const Timeline>(Timeline::load(path));
     if (s->timeline_->num_steps() < 1) throw Error(path, "the recording holds no steps");
     return s;
   }
   s->is_scenario_ = true;
   Scenario scenario = parse_scenario(path);
-  const ScenarioModelLoad loaded = load_scenario_model(scenario, "", bookkeeping);
+  const ScenarioModelLoad loaded = load_scenario_model(scenario, model, bookkeeping);
   auto info = std::make_shared<RunInfo>();
   info->scenario_path = path;
   info->title = scenario.title;
@@ -80,13 +83,16 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   info->scenario_pool_bytes = static_cast<std::int64_t>(info->scenario_config.num_blocks) *
                               block_bytes(info->shape, info->scenario_config);
   info->model_source = loaded.source;
+  info->model_name = model_display_name(loaded.source.empty() ? model : loaded.source);
+  info->scenario_model = scenario.model.arg;
+  info->model_override = model;
   info->random_weights = loaded.random_weights;
   if (loaded.weights) info->model = loaded.weights;
   info->tokenizer = loaded.tokenizer;
   info->prompts = s->prompts_;
-  SimModel model{loaded.shape, loaded.weights};
+  SimModel sim_model{loaded.shape, loaded.weights};
   try {
-    s->sim_ = std::make_unique<Simulator>(config, model, std::move(requests));
+    s->sim_ = std::make_unique<Simulator>(config, sim_model, std::move(requests));
   } catch (const Error& e) {
     throw Error(path + ": " + e.where(), e.detail());
   }

@@ -27,9 +27,12 @@ class RunSession {
   // Opens a scenario (.json) or a recording (anything else). Throws kvscope::Error naming the
   // file, JSON path and value on bad input; the caller keeps whatever it had loaded before.
   // `bookkeeping`: no model compute (block accounting only), for fast tests. `policy` overrides
-  // the scenario's cache settings (Controls panel); it must be empty for recordings.
+  // the scenario's cache settings and `model` its model (a short name such as "smollm2", a file
+  // or "synthetic:<spec>"; "" = the scenario's own), both from the Controls panel; both must be
+  // empty for recordings. The model loads on the calling thread (about 2 s for SmolLM2-135M).
   static std::unique_ptr<RunSession> open(const std::string& path, bool bookkeeping = false,
-                                          const PolicyOverride& policy = {});
+                                          const PolicyOverride& policy = {},
+                                          const std::string& model = {});
   ~RunSession();  // stops and joins the worker
   RunSession(const RunSession&) = delete;
   RunSession& operator=(const RunSession&) = delete;
@@ -63,7 +66,7 @@ class RunSession {
   std::shared_ptr<const RunInfo> info_;
   std::shared_ptr<const Timeline> timeline_;
   std::unique_ptr<Simulator> sim_;  // touched only by the worker once it started
-  int max_steps_ = 0;  // the scenario's `steps`, or the default cap
+  int max_steps_ = 0;               // the scenario's `steps`, or the default cap
   std::thread worker_;
   std::atomic<bool> stop_{false};
   std::shared_ptr<std::atomic<bool>> running_ = std::make_shared<std::atomic<bool>>(false);

@@ -103,9 +103,10 @@ void UiShell::attach(std::unique_ptr<RunSession> session) {
   state_.follow_live = state_.playing;
 }
 
-bool UiShell::open(const std::string& path, const PolicyOverride& policy) {
+bool UiShell::open(const std::string& path, const PolicyOverride& policy,
+                   const std::string& model) {
   try {
-    attach(RunSession::open(path, false, policy));
+    attach(RunSession::open(path, false, policy, model));
     set_status(policy.empty() ? "opened " + path : "restarted with " + policy.describe());
     return true;
   } catch (const std::exception& e) {
@@ -117,9 +118,8 @@ bool UiShell::open(const std::string& path, const PolicyOverride& policy) {
 void UiShell::restart() {
   if (!session_ || !session_->is_scenario()) return;
   const std::string path = session_->path();  // a copy: open() replaces (and frees) session_
-  const PolicyOverride policy =
-      session_->run_info() ? session_->run_info()->override : PolicyOverride{};
-  open(path, policy);
+  const std::shared_ptr<const RunInfo> info = session_->run_info();
+  open(path, info ? info->override : PolicyOverride{}, info ? info->model_override : "");
 }
 
 void UiShell::perform(const FileAction& action) {
@@ -202,7 +202,28 @@ void UiShell::frame(double dt_seconds) {
     state_.restart_request.reset();
     if (session_ && session_->is_scenario()) {
       const std::string path = session_->path();  // a copy: open() frees session_
-      open(path, policy);
+      const std::shared_ptr<const RunInfo> info = session_->run_info();
+      open(path, policy, info ? info->model_override : "");  // the policy changes, not the model
+    }
+  }
+  if (state_.model_request) {
+    // The model loads on this (the UI) thread and the window stops for it (about 2 s for
+    // SmolLM2-135M): first two frames say so (status line, Controls panel), then the load.
+    if (model_request_frames_++ == 0) {
+      const std::string& m = *state_.model_request;
+      set_status("loading " +
+                 (m.empty() ? std::string("the scenario's model") : model_display_name(m)) + "...");
+    }
+    if (model_request_frames_ > 2) {
+      const std::string model = *state_.model_request;
+      state_.model_request.reset();
+      model_request_frames_ = 0;
+      if (session_ && session_->is_scenario()) {
+        const std::string path = session_->path();  // a copy: open() frees session_
+        const std::shared_ptr<const RunInfo> info = session_->run_info();
+        if (open(path, info ? info->override : PolicyOverride{}, model))  // same policy
+          set_status("restarted on " + session_->run_info()->model_name);
+      }
     }
   }
   draw_help_window();
@@ -334,7 +355,9 @@ void UiShell::draw_panels() {
       place(static_cast<int>(i), ImVec2(60.0f + 30.0f * cascade, top + 60.0f + 30.0f * cascade),
             ImVec2(640, 420));
     }
-    if (ImGui::Begin(p.title(), &p.visible, ImGuiWindowFlags_NoCollapse)) {
+    // The shown title may change (a model name); the ID after "###" stays the panel's title.
+    if (ImGui::Begin(panel_window_name(p, state_).c_str(), &p.visible,
+                     ImGuiWindowFlags_NoCollapse)) {
       help_marker(p.help(), p.docs_page());
       ImGui::SameLine();
       p.draw(state_);

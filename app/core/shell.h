@@ -29,10 +29,12 @@ class UiShell {
   UiShell(std::unique_ptr<RunSession> session, Fonts fonts);
   ~UiShell();  // stops the worker
 
-  // Opens a scenario or recording; on failure shows the error in a modal, keeps the current run
-  // loaded and returns false. The previous worker is stopped only once the new run is open.
-  bool open(const std::string& path, const PolicyOverride& policy = {});
-  void restart();  // re-runs the loaded scenario from step 0 (with its policy override)
+  // Opens a scenario or recording (on `model` instead of the scenario's own when given); on
+  // failure shows the error in a modal, keeps the current run loaded and returns false. The
+  // previous worker is stopped only once the new run is open.
+  bool open(const std::string& path, const PolicyOverride& policy = {},
+            const std::string& model = {});
+  void restart();  // re-runs the loaded scenario from step 0 (with its policy and model override)
   RunSession* session() { return session_.get(); }
 
   // Draws one frame's UI; call between ImGui::NewFrame() and ImGui::Render().
@@ -52,6 +54,8 @@ class UiShell {
     status_age_ = 0.0;
   }
   void show_error(std::string text);  // a modal; the current run stays loaded
+  // The last error shown (tests).
+  const std::string& error_text() const { return error_; }
   void reset_layout() { layout_dirty_ = true; }
 
   // Workspaces: named panel arrangements (pool, prefix, attention & quality, compare). Switching
@@ -92,6 +96,7 @@ class UiShell {
   double status_age_ = 0.0;
   std::string error_;
   bool error_pending_ = false;
+  int model_request_frames_ = 0;  // frames AppState::model_request has been pending
 };
 
 }  // namespace kvscope::ui

@@ -29,6 +29,12 @@ std::string AttentionPanel::help() const {
          "from every query are sinks, which eviction policies must keep.";
 }
 
+std::string AttentionPanel::shown_title(const AppState& state) const {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info || !info->model) return title();
+  return std::string(title()) + ": " + info->model_name;
+}
+
 void AttentionPanel::scan_tokens(const AppState& state) {
   if (generation_ != state.source_generation()) {
     job_.cancel();

@@ -28,6 +28,8 @@ class AttentionPanel final : public Panel {
   static constexpr int kMatrixLimit = 256;  // longer sequences show cumulative attention
 
   const char* title() const override { return "Attention"; }
+  // "Attention: <model>": the weights and the quantization-error figures are that model's.
+  std::string shown_title(const AppState& state) const override;
   std::string help() const override;
   const char* docs_page() const override { return "docs/ui.md#attention"; }
   void draw(AppState& state) override;

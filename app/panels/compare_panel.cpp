@@ -65,7 +65,9 @@ void ComparePanel::sync(AppState& state) {
   error_.clear();
   if (state.compare_variant == info->override) return;  // same policy: nothing to compare
   try {
-    variant_ = RunSession::open(info->scenario_path, info->model == nullptr, state.compare_variant);
+    // The variant runs on the run's model (the Controls panel's model picker sets both).
+    variant_ = RunSession::open(info->scenario_path, info->model == nullptr, state.compare_variant,
+                                info->model_override);
   } catch (const std::exception& e) {
     error_ = e.what();
   }

@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
+#include "engine/common/error.h"
 #include "engine/evict/policy.h"
 #include "engine/kv/kv_format.h"
+#include "engine/model/locate.h"
+#include "engine/model/synthetic.h"
 
 namespace kvscope::ui {
 
@@ -34,6 +38,22 @@ std::optional<int> pick(const char* label, std::span<const char* const> names, i
   return out;
 }
 
+// Looks `c.arg` (or the scenario's `arg` for the first entry) up on disk: sets c.found or
+// c.missing ("not found: <how to get it>").
+void check_on_disk(ModelChoice& c, const std::string& arg, const std::string& how_to_get) {
+  if (is_synthetic_model_arg(arg)) return;  // generated, nothing to find
+  try {
+    c.found = locate_model(arg);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(c.found, ec)) {  // a path is returned as given
+      c.missing = "not found: " + c.found;
+      c.found.clear();
+    }
+  } catch (const Error& e) {
+    c.missing = "not found: " + (how_to_get.empty() ? std::string(e.what()) : how_to_get);
+  }
+}
+
 int format_index(const KvFormat& f) {
   const std::string n = f.name();
   for (int i = 0; i < static_cast<int>(std::size(kFormats)); ++i)
@@ -46,7 +66,93 @@ int format_index(const KvFormat& f) {
 std::string ControlsPanel::help() const {
   return "Every control re-runs the same scenario from step 0 with one policy changed, so any "
          "difference you see comes from that policy alone (same requests, same seed). Switch the "
-         "target to the compare variant to run the change beside the current run instead.";
+         "target to the compare variant to run the change beside the current run instead; the "
+         "model picker runs the scenario on another model.";
+}
+
+std::vector<ModelChoice> ControlsPanel::model_choices(const RunInfo& info) {
+  std::vector<ModelChoice> out;
+  ModelChoice own;
+  own.label = "scenario default: " + model_display_name(info.scenario_model);
+  const std::string own_name =
+      info.scenario_model.empty() ? std::string(kDefaultModelFile) : info.scenario_model;
+  std::string own_how;
+  for (const NamedModel& m : named_models())
+    if (own_name == m.name || own_name == m.file) own_how = m.how_to_get;
+  check_on_disk(own, info.scenario_model, own_how);
+  out.push_back(std::move(own));
+  for (const NamedModel& m : named_models()) {
+    ModelChoice c;
+    c.arg = m.name;
+    const std::string shown = model_display_name(m.name);
+    c.label = shown == m.name ? std::string(m.name) : std::string(m.name) + " (" + shown + ")";
+    check_on_disk(c, m.name, m.how_to_get);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool ControlsPanel::choose_model(AppState& state, const std::string& arg) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info) return false;
+  const std::string want = arg == info->scenario_model ? std::string() : arg;
+  const std::string& now = state.model_request ? *state.model_request : info->model_override;
+  if (want == now) return false;
+  state.model_request = want;
+  return true;
+}
+
+void ControlsPanel::draw_model_picker(AppState& state, const RunInfo& info) {
+  const std::string key = info.scenario_path + '\n' + info.scenario_model;
+  if (choices_for_ != key) {  // a new scenario: check the disk once (again each time it opens)
+    choices_ = model_choices(info);
+    choices_for_ = key;
+  }
+  const bool pending = state.model_request.has_value();
+  const std::string& current = pending ? *state.model_request : info.model_override;
+  int cur = -1;
+  for (std::size_t i = 0; i < choices_.size(); ++i)
+    if (choices_[i].arg == current) cur = static_cast<int>(i);
+  const std::string preview =
+      cur >= 0 ? choices_[static_cast<std::size_t>(cur)].label : model_display_name(current);
+  ImGui::SetNextItemWidth(
+      std::min(ImGui::GetFontSize() * 16.0f, ImGui::GetContentRegionAvail().x * 0.7f));
+  ImGui::BeginDisabled(pending);
+  if (ImGui::BeginCombo("model", preview.c_str())) {
+    if (ImGui::IsWindowAppearing()) choices_ = model_choices(info);  // files come and go
+    for (std::size_t i = 0; i < choices_.size(); ++i) {
+      const ModelChoice& c = choices_[i];
+      const bool selected = static_cast<int>(i) == cur;
+      const ImGuiSelectableFlags flags =
+          c.missing.empty() ? ImGuiSelectableFlags_None : ImGuiSelectableFlags_Disabled;
+      ImGui::PushID(static_cast<int>(i));
+      if (ImGui::Selectable(c.label.c_str(), selected, flags) && !selected)
+        choose_model(state, c.arg);
+      if (selected) ImGui::SetItemDefaultFocus();
+      const std::string tip = !c.missing.empty() ? c.missing
+                              : c.found.empty()  ? "synthetic: random weights of that shape"
+                                                 : c.found;
+      item_tooltip(tip.c_str());
+      ImGui::PopID();
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::EndDisabled();
+  const std::string tip =
+      "The model the scenario runs on: its own, or another the engine knows (greyed: not on "
+      "disk). Choosing one restarts the scenario from step 0 on it with the same requests, seed "
+      "and policy (text prompts are tokenized by its tokenizer); the compare variant, the "
+      "attention capture and the quality sweep use it too. It loads on the UI thread: the "
+      "window pauses meanwhile (about 2 s for SmolLM2-135M, 515 MiB of fp32 weights). A model "
+      "that fails to load, or a scenario it cannot run, is a one-line error and this run "
+      "stays.\n\nRunning: " +
+      info.model_name + ", " + std::to_string(info.shape.n_layers) + " layers, vocabulary " +
+      std::to_string(info.shape.vocab_size);
+  item_tooltip(tip.c_str());
+  if (pending)
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state.presenter).accent),
+                       "loading %s: the window pauses while the weights load",
+                       model_display_name(current.empty() ? info.scenario_model : current).c_str());
 }
 
 void ControlsPanel::draw(AppState& state) {
@@ -57,6 +163,7 @@ void ControlsPanel::draw(AppState& state) {
     return;
   }
   const Palette& pal = palette(state.presenter);
+  draw_model_picker(state, *info);
   ImGui::TextDisabled("target");
   ImGui::SameLine();
   if (ImGui::RadioButton("this run", !edit_variant_)) edit_variant_ = false;

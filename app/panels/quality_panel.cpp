@@ -31,6 +31,27 @@ std::string QualityPanel::help() const {
          "in perplexity against the exact fp32 cache; points toward the bottom left are better.";
 }
 
+namespace {
+
+// Whether the run's model can be evaluated (real weights with a tokenizer).
+bool can_evaluate(const RunInfo* info) {
+  return info && info->model && info->tokenizer && !info->random_weights;
+}
+
+}  // namespace
+
+std::string QualityPanel::shown_title(const AppState& state) const {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  // The run's model once the panel follows it (draw() drops figures of an earlier model), else
+  // the model of the computed points shown (none for CSV points alone: each names its own).
+  std::string model;
+  if (can_evaluate(info.get()))
+    model = info->model_name;
+  else if (sweep_ && !sweep_->model.empty())
+    model = model_display_name(sweep_->model);
+  return model.empty() ? std::string(title()) : std::string(title()) + ": " + model;
+}
+
 void QualityPanel::draw(AppState& state) {
   if (std::shared_ptr<QualitySweep> s = job_.take()) {
     if (s->error.empty())
@@ -39,7 +60,15 @@ void QualityPanel::draw(AppState& state) {
       error_ = s->error;
   }
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
-  const bool can_run = info && info->model && info->tokenizer && !info->random_weights;
+  const bool can_run = can_evaluate(info.get());
+  // The run moved to another model (Controls panel): the figures shown, computed or loaded
+  // beside them, are the old model's; drop them and start over on the new one.
+  if (can_run && !started_for_.empty() && started_for_ != info->model_source) {
+    job_.cancel();
+    sweep_.reset();
+    error_.clear();
+    started_for_.clear();
+  }
   // Start once per model, in the background, when nothing was loaded from a CSV.
   if (can_run && !job_.busy() && started_for_ != info->model_source &&
       !(sweep_ && sweep_->from_csv)) {

@@ -17,6 +17,8 @@ class QualityPanel final : public Panel {
   static constexpr long kEvalTokens = 2048;  // tokens of the eval text scored per variant
 
   const char* title() const override { return "Quality vs memory"; }
+  // "Quality vs memory: <model>": the model the figures are (being) computed on.
+  std::string shown_title(const AppState& state) const override;
   std::string help() const override;
   const char* docs_page() const override { return "docs/concepts/quantization.md"; }
   void draw(AppState& state) override;
@@ -29,6 +31,8 @@ class QualityPanel final : public Panel {
     sweep_ = std::move(sweep);
   }
   const QualitySweep* sweep() const { return sweep_.get(); }
+  // The model source the running or finished sweep is for ("" before one started; tests).
+  const std::string& sweep_model() const { return started_for_; }
 
  private:
   void draw_plots(AppState& state);

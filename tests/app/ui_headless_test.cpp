@@ -45,8 +45,10 @@ class EmptySource final : public DataSource {
   std::vector<StepMetrics> metrics_;
 };
 
-int panel_vertices(const char* title) {
-  ImGuiWindow* w = ImGui::FindWindowByName(title);
+int panel_vertices(const std::string& title) {
+  // The shell names windows "<shown title>###<title>" (panel_window_id): look them up by the
+  // stable ID part.
+  ImGuiWindow* w = ImGui::FindWindowByName(("###" + title).c_str());
   if (w == nullptr) return -1;
   int n = w->DrawList->VtxBuffer.Size;
   for (ImGuiWindow* child : w->DC.ChildWindows) n += child->DrawList->VtxBuffer.Size;
