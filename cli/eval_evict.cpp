@@ -302,7 +302,9 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
                                          std::vector<double>(ks.size(), 0.0));
   std::vector<SinkReport> sinks;
   std::vector<double> pos0(static_cast<std::size_t>(c.n_layers), 0.0);
-  long queries = 0;
+  // [layer][head] attention mass on position 0 summed over queries 1.. (query 0 sees only itself).
+  std::vector<double> share0(static_cast<std::size_t>(c.n_layers) * c.n_heads, 0.0);
+  long queries = 0, later_queries = 0;
   for (const auto& w : windows) {
     const int n = static_cast<int>(w.size());
     AttentionRecorder rec({c.n_layers, c.n_heads, n}, 0, 8);
@@ -324,7 +326,13 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
       if (s.position == 0) pos0[static_cast<std::size_t>(s.layer)] += s.strength / c.n_heads * n;
     }
     for (const SinkReport& s : rec.detect_sinks(threshold, kSinkMinQueries)) sinks.push_back(s);
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (int h = 0; h < c.n_heads; ++h) {
+        share0[static_cast<std::size_t>(l) * c.n_heads + h] += rec.cumulative(l, h, 0) - 1.0;
+      }
+    }
     queries += n;
+    later_queries += n - 1;
   }
   std::printf(
       "attention structure: %s, %zu windows, %ld queries, full fp32 cache, %d layers x %d heads\n",
@@ -354,11 +362,45 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
               sinks.size() - static_cast<std::size_t>(zero));
   std::sort(sinks.begin(), sinks.end(),
             [](const SinkReport& a, const SinkReport& b) { return a.strength > b.strength; });
-  for (std::size_t i = 0; i < std::min<std::size_t>(5, sinks.size()); ++i) {
+  // The five strongest (layer, head, position), each named once (its strongest window).
+  std::vector<const SinkReport*> strongest;
+  for (const SinkReport& s : sinks) {
+    if (strongest.size() == 5) break;
+    const bool seen = std::any_of(strongest.begin(), strongest.end(), [&](const SinkReport* t) {
+      return t->layer == s.layer && t->head == s.head && t->position == s.position;
+    });
+    if (!seen) strongest.push_back(&s);
+  }
+  for (std::size_t i = 0; i < strongest.size(); ++i) {
     std::printf("%s layer %d head %d position %d %.1fx", i == 0 ? "; strongest:" : ",",
-                sinks[i].layer, sinks[i].head, sinks[i].position, sinks[i].strength);
+                strongest[i]->layer, strongest[i]->head, strongest[i]->position,
+                strongest[i]->strength);
   }
   std::printf("\n");
+  if (later_queries == 0) return 0;
+  // Which heads are sinks: the share of each head's attention that goes to position 0.
+  std::printf("\nshare of attention on position 0 per head (mean over queries after the first):\n");
+  std::printf("| layer |");
+  for (int h = 0; h < c.n_heads; ++h) std::printf(" h%d |", h);
+  std::printf(" heads >= 50%% |\n|---|");
+  for (int h = 0; h <= c.n_heads; ++h) std::printf("---:|");
+  std::printf("\n");
+  int majority = 0, majority_first_two = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::printf("| %d |", l);
+    int here = 0;
+    for (int h = 0; h < c.n_heads; ++h) {
+      const double s = share0[static_cast<std::size_t>(l) * c.n_heads + h] / later_queries;
+      std::printf(" %.0f%% |", 100.0 * s);
+      here += s >= 0.5;
+    }
+    std::printf(" %d |\n", here);
+    majority += here;
+    if (l < 2) majority_first_two += here;
+  }
+  std::printf("heads putting at least half their attention on position 0: %d of %d (%d of them in "
+              "layers 0-1)\n",
+              majority, c.n_layers * c.n_heads, majority_first_two);
   return 0;
 }
 
