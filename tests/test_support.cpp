@@ -1,12 +1,15 @@
 // Test helpers.
 #include "tests/test_support.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "engine/common/error.h"
 
 namespace kvscope::testing {
 
@@ -59,6 +62,16 @@ std::string read_text(const std::string& path) {
 
 std::string shared_models_dir() {
   return (std::filesystem::path(KVSCOPE_SOURCE_DIR).parent_path() / "shared" / "models").string();
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a kvscope::Error";
+  return "";
 }
 
 }  // namespace kvscope::testing

@@ -1,6 +1,7 @@
 // Shared helpers for the test suite: the real model, temporary files.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,5 +22,7 @@ std::vector<char> read_bytes(const std::string& path);
 std::string read_text(const std::string& path);
 // ../shared/models beside the checkout (where the golden outputs are).
 std::string shared_models_dir();
+// The what() of the kvscope::Error that `fn` throws ("" and a test failure when it throws none).
+std::string error_of(const std::function<void()>& fn);
 
 }  // namespace kvscope::testing

@@ -2,6 +2,7 @@
 // gguf's numpy dequantizers (tests/data/ggml_dequant_golden.json), type sizes, fp16/bf16, and
 // errors.
 #include "engine/model/ggml_types.h"
+#include "tests/test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -47,16 +48,7 @@ std::vector<float> dequant(GgmlType type, const Bytes& block, std::int64_t n) {
   return out;
 }
 
-// The what() of the kvscope::Error that `fn` throws ("" and a test failure if it throws none).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kvscope::Error";
-  return "";
-}
+using testing::error_of;
 
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;

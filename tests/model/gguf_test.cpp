@@ -208,16 +208,7 @@ std::uint16_t fp16_bits(float f) {
   return static_cast<std::uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
 }
 
-// The error message `fn` throws as a kvscope::Error ("" and a test failure when it throws none).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kvscope::Error";
-  return "";
-}
+using testing::error_of;
 
 std::string parse_error(const GgufBytes& g) {
   return error_of([&] { GgufFile f(g.span(), "t.gguf"); });

@@ -8,16 +8,19 @@
 namespace kvscope {
 namespace {
 
+// OpenMP's thread count is per calling thread (libgomp keeps it in the thread's ICVs): a backend
+// built on one thread and run on another (the UI builds the Simulator on the UI thread and steps
+// it on a worker) sets it on whichever thread calls an op, before the op's parallel regions.
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) {
-    if (threads > 0) omp_set_num_threads(threads);
-  }
+  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_num_procs()) {}
   std::string name() const override { return "cpu"; }
   void matmul(float* out, const float* x, const float* w, int n, int d) override {
+    use_threads();
     cpu::matmul(out, x, w, n, d);
   }
   void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) override {
+    use_threads();
     cpu::matmul_shared_input(x, n, outs);
   }
   void rmsnorm(float* out, const float* x, const float* w, int n, float eps) override {
@@ -29,15 +32,21 @@ class CpuBackend final : public Backend {
   }
   void swiglu(float* hb, const float* hb2, int n) override { cpu::swiglu(hb, hb2, n); }
   void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) override {
+    use_threads();
     cpu::kv_write(view, layer, k, v);
   }
   void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
                        const float* q, float* out, int query_pos,
                        AttentionObserver* observer) override {
+    use_threads();
     cpu::paged_attention(view, layer, shape, q, out, query_pos, observer, scratch_);
   }
 
  private:
+  void use_threads() const {
+    if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+  }
+  int threads_;                 // OpenMP threads for this backend's parallel ops
   std::vector<float> scratch_;  // [n_heads][num_slots] attention weights
 };
 
