@@ -2,6 +2,7 @@
 #include "app/panels/block_map_panel.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -77,14 +78,15 @@ ImU32 BlockMapPanel::cell_color(const std::vector<BlockState>& blocks, int first
                                 bool presenter) {
   if (count == 1) return block_color(blocks[first], presenter);
   // Aggregated cell: the most common status wins; owned cells take their first owner's colour.
-  int counts[5] = {0, 0, 0, 0, 0};
+  std::array<int, kNumBlockStatuses> counts{};
   int first_owned = -1;
   for (int i = first; i < first + count; ++i) {
     const int s = static_cast<int>(blocks[i].status);
     ++counts[s];
     if (first_owned < 0 && blocks[i].status == BlockStatus::kOwned) first_owned = i;
   }
-  const int best = static_cast<int>(std::max_element(counts, counts + 5) - counts);
+  const int best =
+      static_cast<int>(std::max_element(counts.begin(), counts.end()) - counts.begin());
   if (best == static_cast<int>(BlockStatus::kOwned))
     return block_color(blocks[first_owned], presenter);
   BlockState probe;
@@ -126,6 +128,7 @@ void BlockMapPanel::draw_legend(const AppState& state) {
   ImGui::TextUnformatted("owned (per sequence)");
   ImGui::SameLine(0, 14);
   item(p.block_shared, "shared");
+  item(p.block_pinned, "pinned");
   item(p.block_cached, "cached free");
   item(p.block_free, "free");
   ImGui::NewLine();

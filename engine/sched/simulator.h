@@ -162,7 +162,6 @@ class Simulator {
   std::int64_t prompt_tokens_ = 0;
   std::int64_t prefix_hit_tokens_ = 0;
   std::int64_t prefill_total_ = 0;
-  std::int64_t tokens_evicted_ = 0;
   int step_ = 0;
   std::unique_ptr<KvCacheManager> cache_;
   std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first

@@ -126,7 +126,6 @@ void Simulator::record_evicted(const RequestRun& r, const std::vector<std::int32
     e.request = r.id;
     e.logical = token;
     timeline_->emit(e);
-    ++tokens_evicted_;
   }
 }
 
@@ -150,26 +149,27 @@ void Simulator::check_evictor_invariants(const RequestRun& r) const {
   const std::string who = "request " + std::to_string(r.id);
   const TokenEvictor* evictor = token_evictor(r.id);
   if (!evictors_.empty() && (r.phase == RequestPhase::kRunning) != (evictor != nullptr)) {
-    throw InternalError("simulator invariant",
-                who + (evictor ? " has an evictor but is not running" : " runs without evictor"));
+    throw InternalError("simulator invariant", who + (evictor ? " has an evictor but is not running"
+                                                              : " runs without evictor"));
   }
   if (evictor == nullptr) return;
   const int slots = cache_->table(SeqId(r.id)).num_tokens;
   if (static_cast<int>(evictor->slot_live().size()) != slots) {
-    throw InternalError("simulator invariant", who + " evictor tracks " +
-                                           std::to_string(evictor->slot_live().size()) +
-                                           " slots, the cache holds " + std::to_string(slots));
+    throw InternalError("simulator invariant",
+                        who + " evictor tracks " + std::to_string(evictor->slot_live().size()) +
+                            " slots, the cache holds " + std::to_string(slots));
   }
   if (evictor->next_token() != r.num_computed) {
     throw InternalError("simulator invariant",
-                who + " evictor has seen " + std::to_string(evictor->next_token()) +
-                    " tokens, scheduler says " + std::to_string(r.num_computed));
+                        who + " evictor has seen " + std::to_string(evictor->next_token()) +
+                            " tokens, scheduler says " + std::to_string(r.num_computed));
   }
   const int budget = config_.token_eviction.policy.budget;
   if (r.num_computed > 0 && evictor->num_live() > budget - 1) {
-    throw InternalError("simulator invariant", who + " keeps " + std::to_string(evictor->num_live()) +
-                                           " live tokens between steps, budget - 1 is " +
-                                           std::to_string(budget - 1));
+    throw InternalError("simulator invariant", who + " keeps " +
+                                                   std::to_string(evictor->num_live()) +
+                                                   " live tokens between steps, budget - 1 is " +
+                                                   std::to_string(budget - 1));
   }
 }
 

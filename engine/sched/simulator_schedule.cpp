@@ -2,6 +2,7 @@
 // requests back in, then admit waiting requests FCFS, all within the per-step token budget.
 // As in vLLM, a step that had to preempt admits nothing new (no thrash).
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "engine/common/error.h"
@@ -187,8 +188,8 @@ void Simulator::preempt(std::int32_t id, Work& w) {
 void Simulator::check_invariants() const {
   cache_->check_invariants();
   if (prefix_) prefix_->check_invariants();
-  int host_used = 0, arrived = 0;
-  std::size_t counted[5] = {0, 0, 0, 0, 0};
+  int host_used = 0;
+  std::array<std::size_t, kNumRequestPhases> counted{};
   for (const RequestRun& r : requests_) {
     const std::string who = "request " + std::to_string(r.id);
     const bool has_seq = cache_->has_sequence(SeqId(r.id));
@@ -197,27 +198,28 @@ void Simulator::check_invariants() const {
         throw InternalError("simulator invariant", who + " acted before arriving");
       continue;
     }
-    ++arrived;
     ++counted[static_cast<int>(r.phase)];
     if (r.tokens.size() != r.spec.prompt_tokens.size() + static_cast<std::size_t>(r.generated) ||
         r.generated > r.spec.max_new_tokens) {
       throw InternalError("simulator invariant", who + " token count does not add up");
     }
     if ((r.phase == RequestPhase::kRunning) != has_seq) {
-      throw InternalError("simulator invariant",
-                  who + (has_seq ? " holds blocks but is not running" : " runs without blocks"));
+      throw InternalError("simulator invariant", who + (has_seq ? " holds blocks but is not running"
+                                                                : " runs without blocks"));
     }
     check_evictor_invariants(r);
     if (has_seq && !evicts_tokens() && cache_->table(SeqId(r.id)).num_tokens != r.num_computed) {
       throw InternalError("simulator invariant",
-                  who + " cache holds " + std::to_string(cache_->table(SeqId(r.id)).num_tokens) +
-                      " tokens, scheduler says " + std::to_string(r.num_computed));
+                          who + " cache holds " +
+                              std::to_string(cache_->table(SeqId(r.id)).num_tokens) +
+                              " tokens, scheduler says " + std::to_string(r.num_computed));
     }
     const int want_slots =
         r.phase == RequestPhase::kSwapped ? cache_->blocks_for(r.num_computed) : 0;
     if (static_cast<int>(r.host_slots.size()) != want_slots) {
-      throw InternalError("simulator invariant", who + " holds " + std::to_string(r.host_slots.size()) +
-                                             " host slots, expected " + std::to_string(want_slots));
+      throw InternalError("simulator invariant",
+                          who + " holds " + std::to_string(r.host_slots.size()) +
+                              " host slots, expected " + std::to_string(want_slots));
     }
     if (r.phase == RequestPhase::kWaiting && r.num_computed != 0) {
       throw InternalError("simulator invariant", who + " waits with computed tokens");
@@ -237,7 +239,6 @@ void Simulator::check_invariants() const {
   }
   if (cache_->sequences().size() != running_.size())
     throw InternalError("simulator invariant", "cache sequences != running requests");
-  (void)arrived;
 }
 
 }  // namespace kvscope

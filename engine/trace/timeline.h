@@ -1,8 +1,10 @@
 // Timeline: the append-only record of a run, indexed by step. It stores every Event and one
 // StepMetrics per step, and reconstructs the full pool state at any step (snapshots every
-// kSnapshotInterval steps + replay of the events since), fast enough to scrub 100k blocks per frame.
+// kSnapshotInterval steps + replay of the events since), fast enough to scrub 100k blocks per
+// frame.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
@@ -19,27 +21,27 @@ namespace kvscope {
 struct StepMetrics {
   std::int32_t step = 0;
   std::int32_t blocks_total = 0;
-  std::int32_t blocks_used = 0;          // referenced by at least one sequence
-  std::int32_t blocks_cached_free = 0;   // free but still holding a reusable cached prefix
-  std::int64_t slots_allocated = 0;      // token slots in used blocks (or reserved, contiguous)
-  std::int64_t slots_filled = 0;         // slots holding a token (token-level occupancy)
-  std::int64_t internal_frag_slots = 0;  // empty slots in the last, partially filled block
+  std::int32_t blocks_used = 0;              // referenced by at least one sequence
+  std::int32_t blocks_cached_free = 0;       // free but still holding a reusable cached prefix
+  std::int64_t slots_allocated = 0;          // token slots in used blocks (or reserved, contiguous)
+  std::int64_t slots_filled = 0;             // slots holding a token (token-level occupancy)
+  std::int64_t internal_frag_slots = 0;      // empty slots in the last, partially filled block
   std::int64_t reservation_waste_slots = 0;  // contiguous: reserved beyond the last used block
-  std::int32_t largest_free_run = 0;     // longest run of consecutive free blocks
+  std::int32_t largest_free_run = 0;         // longest run of consecutive free blocks
   std::int32_t free_blocks = 0;
   std::int32_t requests_waiting = 0;
   std::int32_t requests_running = 0;
   std::int32_t requests_swapped = 0;
   std::int32_t requests_finished = 0;
   std::int32_t requests_rejected = 0;
-  std::int64_t preemptions = 0;          // cumulative
-  std::int64_t tokens_recomputed = 0;    // cumulative (recompute preemption)
-  std::int64_t prefill_tokens = 0;       // this step
-  std::int64_t decode_tokens = 0;        // this step
-  std::int64_t prefix_hit_tokens = 0;    // cumulative prompt tokens served from the prefix cache
-  std::int64_t prompt_tokens = 0;        // cumulative prompt tokens of admitted requests
-  std::int64_t kv_bytes_used = 0;        // slots_allocated x exact bytes per token
-  double utilization() const {           // filled / allocated token slots
+  std::int64_t preemptions = 0;        // cumulative
+  std::int64_t tokens_recomputed = 0;  // cumulative (recompute preemption)
+  std::int64_t prefill_tokens = 0;     // this step
+  std::int64_t decode_tokens = 0;      // this step
+  std::int64_t prefix_hit_tokens = 0;  // cumulative prompt tokens served from the prefix cache
+  std::int64_t prompt_tokens = 0;      // cumulative prompt tokens of admitted requests
+  std::int64_t kv_bytes_used = 0;      // slots_allocated x exact bytes per token
+  double utilization() const {         // filled / allocated token slots
     return slots_allocated == 0 ? 1.0 : static_cast<double>(slots_filled) / slots_allocated;
   }
   double external_fragmentation() const {  // 1 - largest free run / free blocks
@@ -48,41 +50,44 @@ struct StepMetrics {
 };
 
 enum class BlockStatus : std::uint8_t { kFree, kOwned, kShared, kCachedFree, kPinned };
+inline constexpr std::size_t kNumBlockStatuses = static_cast<std::size_t>(BlockStatus::kPinned) + 1;
 
 // What one physical block holds at a given step.
 struct BlockState {
-  std::int32_t owner = -1;       // request id of the (first) owner, -1 when free
-  std::int32_t logical = -1;     // logical block index in the owner's table
+  std::int32_t owner = -1;    // request id of the (first) owner, -1 when free
+  std::int32_t logical = -1;  // logical block index in the owner's table
   std::int16_t ref_count = 0;
-  std::int16_t filled = 0;       // slots holding tokens (0..block_size)
+  std::int16_t filled = 0;  // slots holding tokens (0..block_size)
   BlockStatus status = BlockStatus::kFree;
-  bool cached = false;           // the prefix cache holds one of ref_count (kCachedFree when alone)
+  bool cached = false;  // the prefix cache holds one of ref_count (kCachedFree when alone)
 };
 
 // Per request, at a given step.
 enum class RequestPhase : std::uint8_t { kWaiting, kRunning, kSwapped, kFinished, kRejected };
+inline constexpr std::size_t kNumRequestPhases =
+    static_cast<std::size_t>(RequestPhase::kRejected) + 1;
 // "waiting", "running", "swapped", "finished", "rejected".
 const char* request_phase_name(RequestPhase phase);
 struct RequestState {
   std::int32_t id = -1;
   RequestPhase phase = RequestPhase::kWaiting;
-  std::int32_t num_tokens = 0;                // tokens in its KV cache
-  std::vector<std::int32_t> blocks;           // its block table (physical ids)
+  std::int32_t num_tokens = 0;       // tokens in its KV cache
+  std::vector<std::int32_t> blocks;  // its block table (physical ids)
 };
 
 struct PoolState {
   std::int32_t step = 0;
   std::int32_t block_size = 0;
-  std::vector<BlockState> blocks;             // [num_blocks]
-  std::vector<RequestState> requests;         // every request seen so far, by id order
+  std::vector<BlockState> blocks;      // [num_blocks]
+  std::vector<RequestState> requests;  // every request seen so far, by id order
 };
 
 struct TimelineHeader {
   std::int32_t num_blocks = 0;
   std::int32_t block_size = 0;
-  std::string title;        // scenario title
-  std::string allocator;    // "paged" / "contiguous"
-  std::string kv_format;    // e.g. "fp32" or "k=int8,v=int4"
+  std::string title;      // scenario title
+  std::string allocator;  // "paged" / "contiguous"
+  std::string kv_format;  // e.g. "fp32" or "k=int8,v=int4"
   double kv_bytes_per_token = 0.0;
   bool random_weights = false;
 };
@@ -104,11 +109,11 @@ class Timeline : public EventSink {
   explicit Timeline(TimelineHeader header);
   const TimelineHeader& header() const { return header_; }
 
-  void emit(const Event& event) override;       // appends to the current step
-  void end_step(const StepMetrics& metrics);    // closes the current step
-  int num_steps() const;                        // closed steps
+  void emit(const Event& event) override;     // appends to the current step
+  void end_step(const StepMetrics& metrics);  // closes the current step
+  int num_steps() const;                      // closed steps
 
-  std::span<const Event> events() const;        // all events
+  std::span<const Event> events() const;  // all events
   std::span<const Event> events_at(int step) const;
   const StepMetrics& metrics(int step) const;
   std::span<const StepMetrics> all_metrics() const;
@@ -149,8 +154,8 @@ class Timeline : public EventSink {
   StableVector<std::uint64_t> step_end_;  // [num_steps] one past each step's last event
   StableVector<StepMetrics> metrics_;     // [num_steps]
   std::vector<std::shared_ptr<const Snapshot>> snapshots_;  // by after_step, first at -1
-  PoolState live_;                        // writer only
-  std::size_t snapshot_min_events_ = 0;   // skip a snapshot when fewer events happened since
+  PoolState live_;                                          // writer only
+  std::size_t snapshot_min_events_ = 0;  // skip a snapshot when fewer events happened since
 };
 
 }  // namespace kvscope
