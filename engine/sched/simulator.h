@@ -112,13 +112,13 @@ class Simulator {
   void execute(Work& w);
   void finish(RequestRun& r);
   void sample(RequestRun& r, std::span<const float> logits);
+  void close_step(const Work& w);
   // simulator_prefix.cpp
   void make_prefix_cache();
   bool prefix_admission_fits(const RequestRun& r, int budget) const;
   void start_sequence(RequestRun& r);
   void cache_full_blocks(RequestRun& r);
   void fork_samples(RequestRun& lead, std::span<const float> logits);
-  void close_step(const Work& w);
   // simulator_evict.cpp
   void check_token_eviction();
   void start_evictor(RequestRun& r);

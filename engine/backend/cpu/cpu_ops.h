@@ -1,5 +1,5 @@
-// CPU reference ops, free functions so tests and benchmarks can call them directly. Each future
-// CUDA kernel in kernels/ has its twin here, same name and argument order.
+// CPU reference ops, free functions so tests and benchmarks can call them directly. kernels/ has
+// no CUDA kernel yet; design.md asks that each one get its twin here, same name and arguments.
 #pragma once
 
 #include <span>
