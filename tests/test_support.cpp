@@ -11,7 +11,7 @@
 
 #include "engine/common/error.h"
 
-namespace kvscope::testing {
+namespace kvscope::test {
 
 const LoadedModel& real_model() {
   static const LoadedModel model = load_model("", "");
@@ -74,4 +74,4 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
-}  // namespace kvscope::testing
+}  // namespace kvscope::test

@@ -8,7 +8,7 @@
 
 #include "engine/model/locate.h"
 
-namespace kvscope::testing {
+namespace kvscope::test {
 
 // The default model (stories260K) and its tokenizer, loaded once per process.
 const LoadedModel& real_model();
@@ -25,4 +25,4 @@ std::string shared_models_dir();
 // The what() of the kvscope::Error that `fn` throws ("" and a test failure when it throws none).
 std::string error_of(const std::function<void()>& fn);
 
-}  // namespace kvscope::testing
+}  // namespace kvscope::test

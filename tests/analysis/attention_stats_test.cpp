@@ -40,7 +40,7 @@ TEST(AttentionRecorder, TokenStatsFollowSlotPositions) {
 // The model card says: attention is strongly local and there is no sink at position 0. The tool
 // must report what the model does, so this pins it on the real model.
 TEST(AttentionRecorder, Stories260KIsLocalAndHasNoSinkAtPositionZero) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);

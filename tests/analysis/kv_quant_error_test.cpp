@@ -18,7 +18,7 @@ namespace kvscope {
 namespace {
 
 std::vector<int> story_tokens() {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   return m.tokenizer->encode(
       "Once upon a time, there was a little dog named Spot. Spot liked to run in the garden and "
       "play with his red ball.",
@@ -27,7 +27,7 @@ std::vector<int> story_tokens() {
 
 KvErrorProfile measure(const std::vector<int>& tokens, const std::string& format,
                        int block_size = 16) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   const KvFormat f = parse_kv_format(format, "test");
@@ -137,7 +137,7 @@ TEST(KvQuantError, OneTokenAndCancellation) {
   const KvErrorProfile p = measure(one, "int4");
   EXPECT_EQ(p.positions, 1);
   EXPECT_GT(p.k(0, 0, 0), 0.0f);
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   const KvFormat f = parse_kv_format("int8", "test");
@@ -147,7 +147,7 @@ TEST(KvQuantError, OneTokenAndCancellation) {
 }
 
 TEST(KvQuantError, FormatThatCannotStoreTheShapeIsAnError) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   const KvFormat kivi = parse_kv_format("kivi2", "test");  // residual 32 vs block size 12
@@ -157,7 +157,7 @@ TEST(KvQuantError, FormatThatCannotStoreTheShapeIsAnError) {
 // The round trip at layer 0 stores exactly what the quantized run stores: both runs feed the same
 // fp32 K/V to the cache there (deeper layers of the quantized run carry propagated error).
 TEST(KvQuantError, RoundTripMatchesTheQuantizedRunAtLayerZero) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);

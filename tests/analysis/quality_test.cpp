@@ -59,7 +59,7 @@ TEST(QualityMath, PerplexityAndAccumulator) {
 }
 
 TEST(QualityEval, TextWindowsSplitStoriesAndStartWithBos) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const auto w = text_windows(
       *m.tokenizer, "One day a cat sat.\n\nThe dog ran to the park and played all day long.\n", 8,
       "t");
@@ -72,7 +72,7 @@ TEST(QualityEval, TextWindowsSplitStoriesAndStartWithBos) {
 }
 
 TEST(QualityEval, Fp32IsExactAndLossGrowsAsBitsShrink) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   auto windows =

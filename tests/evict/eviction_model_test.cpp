@@ -53,7 +53,7 @@ const std::vector<EvictionKind> kAllPolicies = {EvictionKind::kWindow, EvictionK
 
 class EvictionModel : public ::testing::Test {
  protected:
-  EvictionModel() : backend_(make_cpu_backend(1)), t_(testing::real_model().model, *backend_) {}
+  EvictionModel() : backend_(make_cpu_backend(1)), t_(test::real_model().model, *backend_) {}
   std::unique_ptr<Backend> backend_;
   Transformer t_;
 };
@@ -201,7 +201,7 @@ TEST_F(EvictionModel, PeakBytesPerContextTokenSumsEachWindowsPeak) {
 }
 
 TEST_F(EvictionModel, LongTextWindowsStartWithBosAndCoverTheStream) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const std::string text =
       "Tom had a red ball.\n\nLily saw a big dog. The dog was happy.\n\nThe end.";
   const auto windows = long_text_windows(*m.tokenizer, text, 8, "test");
@@ -254,7 +254,7 @@ TEST_F(EvictionModel, GenerationPastTheTrainedContextRunsDenseOrEvicting) {
   o.score_tokens = true;
   o.stop_at_bos = false;
   o.steps = c.seq_len + 100;
-  const auto& tok = *testing::real_model().tokenizer;
+  const auto& tok = *test::real_model().tokenizer;
   const GenerateResult dense = generate(t_, tok, o, [](const std::string&) {});
   EXPECT_EQ(static_cast<int>(dense.tokens.size()), o.steps + 1);
   EXPECT_EQ(dense.next_logprob.size(), static_cast<std::size_t>(o.steps));

@@ -23,8 +23,8 @@ TEST(FuzzRegression, RecordingWithGiganticPoolIsRejected) {
   // (load stops at num_blocks, so the rest of the input does not matter).
   const std::vector<char> bytes = {'K', 'V', 'S', 'C', 'O', 'P',  'E', 'R', 1, 0,
                                    0,   0,   0,   0,   0,   0x0f, 4,   0,   0, 0};
-  const std::string path = testing::temp_path("fuzz_gigantic_pool.kvr");
-  testing::write_bytes(path, bytes);
+  const std::string path = test::temp_path("fuzz_gigantic_pool.kvr");
+  test::write_bytes(path, bytes);
   try {
     Timeline::load(path);
     FAIL() << "expected an error";
@@ -50,15 +50,15 @@ TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
   Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true});
   t.emit(Event{EventType::kBlockAllocated, 0, 0, 2, 3, 0, 0});
   t.end_step(StepMetrics{});
-  const std::string path = testing::temp_path("fuzz_huge_logical.kvr");
+  const std::string path = test::temp_path("fuzz_huge_logical.kvr");
   t.save(path);
-  std::vector<char> bytes = testing::read_bytes(path);
+  std::vector<char> bytes = test::read_bytes(path);
   const char three[4] = {3, 0, 0, 0}, huge[4] = {'\xff', '\xff', '\xff', '\x7f'};
   auto it = std::search(bytes.begin(), bytes.end(), three, three + 4);  // the event's logical
   ASSERT_NE(it, bytes.end());
   std::copy(huge, huge + 4, it);
   refresh_checksum(bytes);
-  testing::write_bytes(path, bytes);
+  test::write_bytes(path, bytes);
   try {
     Timeline::load(path);
     FAIL() << "expected an error";
@@ -75,7 +75,7 @@ TEST(FuzzRegression, RecordingWithBlockCachedEventsLoads) {
   t.emit(Event{EventType::kBlockAllocated, 0, 0, 1, 0, 0, 0});
   t.emit(Event{EventType::kBlockCached, 0, 0, 1, 0, 1, 0});
   t.end_step(StepMetrics{});
-  const std::string path = testing::temp_path("block_cached.kvr");
+  const std::string path = test::temp_path("block_cached.kvr");
   t.save(path);
   const Timeline back = Timeline::load(path);
   ASSERT_EQ(back.num_events(), 2u);
@@ -88,15 +88,15 @@ TEST(FuzzRegression, RecordingWithTokenCountOverflowIsRejected) {
   t.emit(Event{EventType::kBlockAllocated, 0, 0, 1, 0, 0, 0});
   t.emit(Event{EventType::kBlockTableUpdated, 0, 0, -1, -1, 1, 0x5a5a5a});
   t.end_step(StepMetrics{});
-  const std::string path = testing::temp_path("fuzz_token_overflow.kvr");
+  const std::string path = test::temp_path("fuzz_token_overflow.kvr");
   t.save(path);
-  std::vector<char> bytes = testing::read_bytes(path);
+  std::vector<char> bytes = test::read_bytes(path);
   const char sentinel[3] = {0x5a, 0x5a, 0x5a}, big[4] = {0, 0, 0, '\x80'};
   auto it = std::search(bytes.begin(), bytes.end(), sentinel, sentinel + 3);  // event b
   ASSERT_NE(it, bytes.end());
   std::copy(big, big + 4, it);
   refresh_checksum(bytes);
-  testing::write_bytes(path, bytes);
+  test::write_bytes(path, bytes);
   try {
     Timeline::load(path);
     FAIL() << "expected an error";

@@ -22,8 +22,8 @@ const std::vector<unsigned char> kSmallTokenizer = {
     0x00, 0x00, 0xc0, 0x00, 0x00, 0x62, 0xc0, 0x02, 0x00, 0x00, 0x00, 0x61, 0x62};
 
 TEST(FuzzRegression, TokenizerWithoutByteTokensIsRejected) {
-  const std::string path = testing::temp_path("fuzz_small_tokenizer.bin");
-  testing::write_bytes(path, std::vector<char>(kSmallTokenizer.begin(), kSmallTokenizer.end()));
+  const std::string path = test::temp_path("fuzz_small_tokenizer.bin");
+  test::write_bytes(path, std::vector<char>(kSmallTokenizer.begin(), kSmallTokenizer.end()));
   try {
     Llama2cTokenizer tok(path, 7);
     (void)tok.encode("ab ba", true, false);  // overflowed here before the fix

@@ -19,7 +19,7 @@ struct GreedyRun {
 };
 
 GreedyRun greedy(const MlaCodec* mla, int steps, AllocatorKind kind = AllocatorKind::kPaged) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   GenerateOptions o;
@@ -43,11 +43,11 @@ float max_abs_diff(const GreedyRun& a, const GreedyRun& b) {
 
 MlaCodec codec(MlaMode mode, int rank, int rope_dims = 0,
                RopeSelect select = RopeSelect::kHighFrequency) {
-  return make_mla_codec(*testing::real_model().model, {mode, rank, rope_dims, select});
+  return make_mla_codec(*test::real_model().model, {mode, rank, rope_dims, select});
 }
 
 TEST(MlaCache, FullRankModeAEqualsTheOriginalModel) {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   const MlaCodec a = codec(MlaMode::kReconstruct, std::min(2 * c.kv_dim(), c.dim));
   const GreedyRun ref = greedy(nullptr, 256), mla = greedy(&a, 256);
   EXPECT_EQ(mla.tokens, ref.tokens);
@@ -58,7 +58,7 @@ TEST(MlaCache, FullRankModeAEqualsTheOriginalModel) {
 }
 
 TEST(MlaCache, FullRankModeBWithAllRopeDimsEqualsModeA) {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   const MlaCodec a = codec(MlaMode::kReconstruct, std::min(2 * c.kv_dim(), c.dim));
   const MlaCodec b = codec(MlaMode::kAbsorbed, mla_full_rank(c, c.head_dim()), c.head_dim());
   EXPECT_EQ(b.nope_dims, 0);
@@ -69,7 +69,7 @@ TEST(MlaCache, FullRankModeBWithAllRopeDimsEqualsModeA) {
 }
 
 TEST(MlaCache, LowRankAndPartialRopeChangeTheOutputMeasurably) {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   const GreedyRun ref = greedy(nullptr, 64);
   // Mode A at a quarter of full rank, and mode B with 2 of 8 rotary dims at full rank.
   const MlaCodec a16 = codec(MlaMode::kReconstruct, 16);
@@ -81,7 +81,7 @@ TEST(MlaCache, LowRankAndPartialRopeChangeTheOutputMeasurably) {
 // Two sequences written in turn into one paged latent pool (blocks interleave), checked after
 // every step; each must produce exactly what it produces alone.
 TEST(MlaCache, LatentsInThePagedPoolPassInvariantsAndMatchRunningAlone) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   for (const MlaCodec& mc : {codec(MlaMode::kReconstruct, 24), codec(MlaMode::kAbsorbed, 20, 4)}) {
     auto backend = make_cpu_backend(1);
@@ -124,7 +124,7 @@ TEST(MlaCache, LatentsInThePagedPoolPassInvariantsAndMatchRunningAlone) {
 }
 
 TEST(MlaCache, BytesPerTokenFormulaEqualsTheAllocatorsMeasurement) {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   struct Case {
     MlaMode mode;
     int rank, rope;
@@ -159,7 +159,7 @@ TEST(MlaCache, BytesPerTokenFormulaEqualsTheAllocatorsMeasurement) {
 // Mode B's nope dims lose rotation, so shifting every position by the same amount changes
 // nothing: this holds only if writes undo RoPE at each slot's own position (slot_pos).
 TEST(MlaCache, SlotPositionsAreWhereRopeIsUndone) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   const MlaCodec b = codec(MlaMode::kAbsorbed, 40, 2);
   const std::vector<int> toks = m.tokenizer->encode("A little dog ran to the park.", true, false);
@@ -192,7 +192,7 @@ TEST(MlaCache, SlotPositionsAreWhereRopeIsUndone) {
 }
 
 TEST(MlaCache, QuantizedLatentsStayCloseToFp32Latents) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   const std::vector<std::vector<int>> windows = {m.tokenizer->encode(
@@ -212,7 +212,7 @@ TEST(MlaCache, QuantizedLatentsStayCloseToFp32Latents) {
 }
 
 TEST(MlaCache, BadOptionsAndMismatchedViewsAreOneLineErrors) {
-  const Model& model = *testing::real_model().model;
+  const Model& model = *test::real_model().model;
   const ModelConfig& c = model.config();
   EXPECT_THROW(codec(MlaMode::kReconstruct, 0), Error);
   EXPECT_THROW(codec(MlaMode::kReconstruct, 65), Error);
@@ -225,7 +225,7 @@ TEST(MlaCache, BadOptionsAndMismatchedViewsAreOneLineErrors) {
   // A latent pool read without its codec, and a codec over a pool of another rank.
   const MlaCodec a16 = codec(MlaMode::kReconstruct, 16), a8 = codec(MlaMode::kReconstruct, 8);
   auto backend = make_cpu_backend(1);
-  Transformer t(testing::real_model().model, *backend);
+  Transformer t(test::real_model().model, *backend);
   KvCacheManager cache(mla_layout_for(c, a16, 4, 2, KvFormat{}), AllocatorKind::kPaged, 8, true);
   cache.add_sequence(SeqId(0));
   cache.append_slots(SeqId(0), 1);
@@ -238,7 +238,7 @@ TEST(MlaCache, BadOptionsAndMismatchedViewsAreOneLineErrors) {
 }
 
 TEST(MlaCodec, RopeSelectionKeepsWholePairsAndNormDiffersFromFrequency) {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   const MlaCodec hf = codec(MlaMode::kAbsorbed, 16, 4, RopeSelect::kHighFrequency);
   const MlaCodec nm = codec(MlaMode::kAbsorbed, 16, 4, RopeSelect::kWeightNorm);
   ASSERT_EQ(hf.rope_index.size(), static_cast<std::size_t>(c.n_kv_heads * 4));

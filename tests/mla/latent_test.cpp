@@ -54,7 +54,7 @@ TEST(Svd, FindsAKnownLowRank) {
 }
 
 TEST(MlaConversion, FullRankLatentsReproduceKeysAndValuesOfStories260K) {
-  const Model& m = *testing::real_model().model;
+  const Model& m = *test::real_model().model;
   const ModelConfig& c = m.config();
   MlaConversion conv = convert_to_mla(m, std::min(2 * c.kv_dim(), c.dim));
   ASSERT_EQ(conv.layers.size(), static_cast<std::size_t>(c.n_layers));
@@ -85,7 +85,7 @@ TEST(MlaConversion, FullRankLatentsReproduceKeysAndValuesOfStories260K) {
 }
 
 TEST(MlaConversion, EnergyGrowsWithRankAndBadRankIsAnError) {
-  const Model& m = *testing::real_model().model;
+  const Model& m = *test::real_model().model;
   double prev = 0;
   for (int r : {4, 16, 32, 64}) {
     MlaConversion conv = convert_to_mla(m, r);

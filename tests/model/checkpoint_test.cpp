@@ -13,9 +13,9 @@
 namespace kvscope {
 namespace {
 
-using testing::read_bytes;
-using testing::temp_path;
-using testing::write_bytes;
+using test::read_bytes;
+using test::temp_path;
+using test::write_bytes;
 
 std::string error_of(const std::string& path) {
   try {
@@ -27,7 +27,7 @@ std::string error_of(const std::string& path) {
 }
 
 TEST(Checkpoint, LoadsStories260K) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.hidden_dim, 172);
@@ -42,7 +42,7 @@ TEST(Checkpoint, LoadsStories260K) {
 }
 
 TEST(Checkpoint, TruncatedFileNamesSizes) {
-  auto bytes = read_bytes(testing::real_model().model->source());
+  auto bytes = read_bytes(test::real_model().model->source());
   bytes.resize(bytes.size() - 100);
   const std::string p = temp_path("truncated.bin");
   write_bytes(p, bytes);
@@ -54,7 +54,7 @@ TEST(Checkpoint, TruncatedFileNamesSizes) {
 }
 
 TEST(Checkpoint, TrailingDataIsRejected) {
-  auto bytes = read_bytes(testing::real_model().model->source());
+  auto bytes = read_bytes(test::real_model().model->source());
   bytes.push_back(0);
   const std::string p = temp_path("trailing.bin");
   write_bytes(p, bytes);
@@ -72,7 +72,7 @@ TEST(Checkpoint, EmptyFileAndDirectoryAndMissing) {
 }
 
 TEST(Checkpoint, BadHeaderFieldIsNamed) {
-  auto bytes = read_bytes(testing::real_model().model->source());
+  auto bytes = read_bytes(test::real_model().model->source());
   std::int32_t bad_heads = 7;  // 64 is not a multiple of 7
   std::memcpy(bytes.data() + 12, &bad_heads, 4);
   const std::string p = temp_path("bad_heads.bin");
@@ -81,7 +81,7 @@ TEST(Checkpoint, BadHeaderFieldIsNamed) {
   EXPECT_NE(err.find("header.dim: expected a multiple of n_heads (7), got 64"), std::string::npos)
       << err;
 
-  bytes = read_bytes(testing::real_model().model->source());
+  bytes = read_bytes(test::real_model().model->source());
   std::int32_t negative_layers = -3;
   std::memcpy(bytes.data() + 8, &negative_layers, 4);
   write_bytes(p, bytes);
@@ -98,7 +98,7 @@ TEST(Checkpoint, TinyFileIsRejected) {
 
 // Writes the model's weights in the ak42 v1 layout and checks both loaders agree.
 TEST(Checkpoint, Ak42Version1MatchesLegacy) {
-  const Model& m = *testing::real_model().model;
+  const Model& m = *test::real_model().model;
   const ModelConfig& c = m.config();
   const Weights& w = m.weights();
   std::string head(256, '\0');

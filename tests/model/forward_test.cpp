@@ -12,7 +12,7 @@ namespace kvscope {
 namespace {
 
 std::string run_generate(const std::string& prompt, int steps, AllocatorKind kind, int block_size) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   GenerateOptions o;
@@ -27,28 +27,28 @@ std::string run_generate(const std::string& prompt, int steps, AllocatorKind kin
 
 TEST(Forward, GoldenGreedy256FromBos) {
   const std::string golden =
-      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+      test::read_text(test::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   ASSERT_FALSE(golden.empty());
   EXPECT_EQ(run_generate("", 256, AllocatorKind::kContiguous, 16), golden);
 }
 
 TEST(Forward, GoldenGreedyWithCopiedWeights) {
   const std::string golden =
-      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+      test::read_text(test::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   ASSERT_FALSE(golden.empty());
-  auto model = Model::load(testing::real_model().model->source(), WeightStorage::kCopied);
+  auto model = Model::load(test::real_model().model->source(), WeightStorage::kCopied);
   auto backend = make_cpu_backend(1);
   Transformer t(model, *backend);
   GenerateOptions o;
   o.steps = 256;
   std::string out;
-  generate(t, *testing::real_model().tokenizer, o, [&](const std::string& p) { out += p; });
+  generate(t, *test::real_model().tokenizer, o, [&](const std::string& p) { out += p; });
   EXPECT_EQ(out + "\n", golden);
 }
 
 TEST(Forward, GoldenGreedyThroughPagedCacheEveryBlockSize) {
   const std::string golden =
-      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+      test::read_text(test::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   for (int bs : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     EXPECT_EQ(run_generate("", 256, AllocatorKind::kPaged, bs), golden) << "block size " << bs;
   }
@@ -129,7 +129,7 @@ std::vector<std::vector<float>> naive_logits(const Model& m, const std::vector<i
 }
 
 TEST(Forward, MatchesNaiveReference) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   std::vector<int> prompt =
@@ -152,7 +152,7 @@ TEST(Forward, MatchesNaiveReference) {
 }
 
 TEST(Forward, PagedLogitsEqualContiguousWithinTolerance) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   GenerateOptions contiguous;

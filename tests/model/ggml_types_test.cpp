@@ -48,7 +48,7 @@ std::vector<float> dequant(GgmlType type, const Bytes& block, std::int64_t n) {
   return out;
 }
 
-using testing::error_of;
+using test::error_of;
 
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;

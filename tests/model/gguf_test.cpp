@@ -208,7 +208,7 @@ std::uint16_t fp16_bits(float f) {
   return static_cast<std::uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
 }
 
-using testing::error_of;
+using test::error_of;
 
 std::string parse_error(const GgufBytes& g) {
   return error_of([&] { GgufFile f(g.span(), "t.gguf"); });
@@ -466,8 +466,8 @@ TEST(GgufLayout, GeneralAlignmentIsHonoured) {
 TEST(GgufLayout, ReadsFromAPathToo) {
   TinyGguf spec = two_tensor_file();
   const GgufBytes bytes = spec.build();
-  const std::string path = testing::temp_path("two.gguf");
-  testing::write_bytes(
+  const std::string path = test::temp_path("two.gguf");
+  test::write_bytes(
       path, std::vector<char>(reinterpret_cast<const char*>(bytes.b.data()),
                               reinterpret_cast<const char*>(bytes.b.data()) + bytes.at()));
   const GgufFile f(path);
@@ -477,10 +477,10 @@ TEST(GgufLayout, ReadsFromAPathToo) {
   EXPECT_EQ(
       0, std::memcmp(f.tensor_bytes(*f.find_tensor("a")).data(), spec.tensors[0].data.data(), 40));
   EXPECT_TRUE(is_gguf_file(path));
-  const std::string other = testing::temp_path("not.gguf");
-  testing::write_bytes(other, {'G', 'G', 'U'});
+  const std::string other = test::temp_path("not.gguf");
+  test::write_bytes(other, {'G', 'G', 'U'});
   EXPECT_FALSE(is_gguf_file(other));
-  EXPECT_FALSE(is_gguf_file(testing::temp_path("absent.gguf")));
+  EXPECT_FALSE(is_gguf_file(test::temp_path("absent.gguf")));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1119,9 +1119,9 @@ TEST(GgufLlamaLoad, SeparateClassifierLoads) {
 TEST(GgufLlamaLoad, LoadsThroughModelLoad) {
   TinyModel tiny(false);
   const GgufBytes bytes = tiny.gguf.build();
-  const std::string path = testing::temp_path("tiny_llama.gguf");
+  const std::string path = test::temp_path("tiny_llama.gguf");
   const auto* p = reinterpret_cast<const char*>(bytes.b.data());
-  testing::write_bytes(path, std::vector<char>(p, p + bytes.at()));
+  test::write_bytes(path, std::vector<char>(p, p + bytes.at()));
   const auto model = Model::load(path);
   EXPECT_EQ(model->format(), CheckpointFormat::kGguf);
   expect_weights(*model, tiny);

@@ -82,7 +82,7 @@ std::vector<Golden> load_golden() {
 }
 
 TEST(SmolLM2, TokenizesTheGoldenPromptsAsLlamaCpp) {
-  const Tokenizer& tok = *testing::smollm2().tokenizer;
+  const Tokenizer& tok = *test::smollm2().tokenizer;
   for (const Golden& g : load_golden()) {
     EXPECT_EQ(tok.encode(g.prompt, /*bos=*/false, /*eos=*/false), g.prompt_ids) << g.prompt;
   }
@@ -91,7 +91,7 @@ TEST(SmolLM2, TokenizesTheGoldenPromptsAsLlamaCpp) {
 // Teacher-forced on prompt + the reference's greedy tokens: every position's top-k logits within
 // tolerance of both references, and our argmax the reference's token unless it is a near-tie.
 TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
-  const LoadedModel& m = testing::smollm2();
+  const LoadedModel& m = test::smollm2();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   auto fp32 = parse_kv_format("fp32", "test");
@@ -137,7 +137,7 @@ TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
 
 // The chat path end to end: ChatML from the model's template, generation stops at <|im_end|>.
 TEST(SmolLM2, ChatAnswersAndStopsAtTheEndOfTurn) {
-  const LoadedModel& m = testing::smollm2();
+  const LoadedModel& m = test::smollm2();
   EXPECT_EQ(default_system_line(m.chat_template),
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   auto backend = make_cpu_backend(1);

@@ -8,7 +8,7 @@
 namespace kvscope {
 namespace {
 
-const Tokenizer& tok() { return *testing::real_model().tokenizer; }
+const Tokenizer& tok() { return *test::real_model().tokenizer; }
 
 TEST(Tokenizer, RoundTripsAscii) {
   for (std::string text : {"Once upon a time, there was a little girl named Lily.",
@@ -53,7 +53,7 @@ TEST(Tokenizer, LeadingSpaceDroppedOnlyAfterBos) {
 }
 
 TEST(Tokenizer, WrongVocabularySizeIsClear) {
-  const std::string path = testing::real_model().tokenizer->path();
+  const std::string path = test::real_model().tokenizer->path();
   try {
     Llama2cTokenizer t(path, 32000);
     FAIL() << "expected an error";
@@ -66,10 +66,10 @@ TEST(Tokenizer, WrongVocabularySizeIsClear) {
 }
 
 TEST(Tokenizer, TruncatedTokenizerIsClear) {
-  auto bytes = testing::read_bytes(testing::real_model().tokenizer->path());
+  auto bytes = test::read_bytes(test::real_model().tokenizer->path());
   bytes.resize(bytes.size() - 3);
-  const std::string p = testing::temp_path("tok_trunc.bin");
-  testing::write_bytes(p, bytes);
+  const std::string p = test::temp_path("tok_trunc.bin");
+  test::write_bytes(p, bytes);
   try {
     Llama2cTokenizer t(p, 512);
     FAIL() << "expected an error";
@@ -79,7 +79,7 @@ TEST(Tokenizer, TruncatedTokenizerIsClear) {
 }
 
 TEST(Tokenizer, ModelFileAsTokenizerIsRejected) {
-  EXPECT_THROW(Llama2cTokenizer(testing::real_model().model->source(), 512), Error);
+  EXPECT_THROW(Llama2cTokenizer(test::real_model().model->source(), 512), Error);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 namespace kvscope {
 namespace {
 
-using testing::QuantCache;
+using test::QuantCache;
 
 // Largest |decoded - x| allowed for x in `head` values of one token (a row of the cache),
 // given the min/max of the quantization group x belongs to.

@@ -11,7 +11,7 @@
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/kv_view.h"
 
-namespace kvscope::testing {
+namespace kvscope::test {
 
 class QuantCache {
  public:
@@ -49,4 +49,4 @@ class QuantCache {
   int num_slots_ = 0;
 };
 
-}  // namespace kvscope::testing
+}  // namespace kvscope::test

@@ -14,7 +14,7 @@
 namespace kvscope {
 namespace {
 
-using testing::QuantCache;
+using test::QuantCache;
 
 // Normalized error |out - ref|_1 / |ref|_1 of decode attention over T random tokens.
 double attention_error(const KvFormat& k, const KvFormat& v, int block_size) {
@@ -121,7 +121,7 @@ TEST(Kivi, ContinuingAGroupWithoutItsStagingIsAClearError) {
 
 std::string generate_text(const KvFormat& k, const KvFormat& v, AllocatorKind kind,
                           int block_size) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   GenerateOptions o;
@@ -137,7 +137,7 @@ std::string generate_text(const KvFormat& k, const KvFormat& v, AllocatorKind ki
 
 TEST(QuantGenerate, Fp16AndBf16KeepTheGoldenGreedyText) {
   const std::string golden =
-      testing::read_text(testing::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+      test::read_text(test::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   for (const char* name : {"fp16", "bf16"}) {
     const KvFormat f = parse_kv_format(name, "t");
     EXPECT_EQ(generate_text(f, f, AllocatorKind::kPaged, 16), golden) << name;

@@ -36,9 +36,9 @@ TEST(MemoryWallReport, Llama3_70BOnOneToEightH100s) {
   EXPECT_NE(text.find("GiB = 2^30 bytes, GB = 10^9 bytes"), std::string::npos);
   const std::string md = memory_wall_markdown(spec, wall);
   EXPECT_NE(md.find("| 8 | 596.05 GiB = 640.00 GB |"), std::string::npos) << md;
-  const std::string png = testing::temp_path("memwall.png");
+  const std::string png = test::temp_path("memwall.png");
   write_memory_wall_png(spec, png, "test");
-  const std::vector<char> bytes = testing::read_bytes(png);
+  const std::vector<char> bytes = test::read_bytes(png);
   ASSERT_GT(bytes.size(), 8u);
   EXPECT_EQ(std::string(bytes.begin() + 1, bytes.begin() + 4), "PNG");
 }

@@ -35,7 +35,7 @@ PlotSpec sample_spec() {
 }
 
 TEST(PngPlot, WritesADecodablePngThatIsNotBlank) {
-  const std::string path = testing::temp_path("plot.png");
+  const std::string path = test::temp_path("plot.png");
   write_png_plot(sample_spec(), path);
   int w = 0, h = 0, n = 0;
   unsigned char* px = stbi_load(path.c_str(), &w, &h, &n, 3);
@@ -56,7 +56,7 @@ TEST(PngPlot, WritesADecodablePngThatIsNotBlank) {
 TEST(PngPlot, RefusesAbsurdSizes) {
   PlotSpec spec = sample_spec();
   spec.width = 10;
-  EXPECT_THROW(write_png_plot(spec, testing::temp_path("tiny.png")), Error);
+  EXPECT_THROW(write_png_plot(spec, test::temp_path("tiny.png")), Error);
 }
 
 TEST(PngPlot, EmptyAndNonFiniteSeriesDoNotCrash) {

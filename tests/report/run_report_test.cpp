@@ -29,7 +29,7 @@ ScenarioRun run_scenario(const std::string& name, int steps) {
   ScenarioRun r;
   const std::string path = std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name;
   r.scenario = parse_scenario(path);
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   ResolvedRun run = resolve_scenario(r.scenario, "base", m.model->config(), m.tokenizer.get());
   r.sim = std::make_unique<Simulator>(run.config, SimModel{m.model->config(), m.model},
                                       std::move(run.requests));
@@ -42,14 +42,14 @@ ScenarioRun run_scenario(const std::string& name, int steps) {
 }
 
 std::string fresh_dir(const std::string& name) {
-  const std::string dir = testing::temp_path(name);
+  const std::string dir = test::temp_path(name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }
 
 bool is_png(const std::string& path) {
-  const std::vector<char> b = testing::read_bytes(path);
+  const std::vector<char> b = test::read_bytes(path);
   return b.size() > 8 && std::string(b.begin(), b.begin() + 8) == "\x89PNG\r\n\x1a\n";
 }
 
@@ -64,7 +64,7 @@ TEST(RunReport, MinimalScenarioWritesWellFormedFilesThatAgreeWithTheTimeline) {
   ScenarioRun r = run_scenario("minimal.json", 60);
   const std::string dir = fresh_dir("report-minimal");
   std::vector<std::string> progress;
-  const auto written = write_run_report(r.info, testing::real_model().model->config(), *r.sim, dir,
+  const auto written = write_run_report(r.info, test::real_model().model->config(), *r.sim, dir,
                                         [&](const std::string& f) { progress.push_back(f); });
   EXPECT_EQ(written, progress);
   for (const char* f :
@@ -74,7 +74,7 @@ TEST(RunReport, MinimalScenarioWritesWellFormedFilesThatAgreeWithTheTimeline) {
   EXPECT_FALSE(fs::exists(dir + "/prefix_hit_rate.png"));  // prefix caching is off here
   EXPECT_EQ(temp_files_in(dir), 0);
 
-  const nlohmann::json j = nlohmann::json::parse(testing::read_text(dir + "/report.json"));
+  const nlohmann::json j = nlohmann::json::parse(test::read_text(dir + "/report.json"));
   const Timeline& t = *r.sim->timeline();
   const auto metrics = t.all_metrics();
   ASSERT_EQ(t.num_steps(), 60);
@@ -107,7 +107,7 @@ TEST(RunReport, MinimalScenarioWritesWellFormedFilesThatAgreeWithTheTimeline) {
   EXPECT_EQ(j.at("title").get<std::string>(), r.scenario.title);
   EXPECT_EQ(j.at("plots").size(), 4u);
 
-  const std::string md = testing::read_text(dir + "/report.md");
+  const std::string md = test::read_text(dir + "/report.md");
   EXPECT_NE(md.find("# " + r.scenario.title), std::string::npos);
   for (const char* link :
        {"](utilization.png)", "](fragmentation.png)", "](free_blocks.png)",
@@ -122,9 +122,9 @@ TEST(RunReport, MinimalScenarioWritesWellFormedFilesThatAgreeWithTheTimeline) {
 TEST(RunReport, PrefixCachingRunPlotsTheHitRate) {
   ScenarioRun r = run_scenario("shared-system-prompt.json", 40);
   const std::string dir = fresh_dir("report-prefix");
-  write_run_report(r.info, testing::real_model().model->config(), *r.sim, dir, {});
+  write_run_report(r.info, test::real_model().model->config(), *r.sim, dir, {});
   EXPECT_TRUE(is_png(dir + "/prefix_hit_rate.png"));
-  const nlohmann::json j = nlohmann::json::parse(testing::read_text(dir + "/report.json"));
+  const nlohmann::json j = nlohmann::json::parse(test::read_text(dir + "/report.json"));
   const StepMetrics& last = r.sim->timeline()->metrics(39);
   EXPECT_GT(last.prefix_hit_tokens, 0);
   EXPECT_EQ(j["summary"]["prefix_hit_tokens"].get<std::int64_t>(), last.prefix_hit_tokens);
@@ -169,8 +169,8 @@ TEST(RunReport, FiguresOnHandBuiltMetrics) {
 
 TEST(RunReport, UnwritableDirectoryIsAClearErrorAndLeavesNoPartialFile) {
   ScenarioRun r = run_scenario("minimal.json", 5);
-  const ModelConfig& shape = testing::real_model().model->config();
-  const std::string missing = testing::temp_path("report-missing-dir") + "/nope";
+  const ModelConfig& shape = test::real_model().model->config();
+  const std::string missing = test::temp_path("report-missing-dir") + "/nope";
   fs::remove_all(fs::path(missing).parent_path());
   try {
     write_run_report(r.info, shape, *r.sim, missing, {});
@@ -191,7 +191,7 @@ TEST(RunReport, UnwritableDirectoryIsAClearErrorAndLeavesNoPartialFile) {
     EXPECT_EQ(e.where(), dir + "/report.md");
   }
   EXPECT_EQ(temp_files_in(dir), 0);
-  EXPECT_NO_THROW(nlohmann::json::parse(testing::read_text(dir + "/report.json")));
+  EXPECT_NO_THROW(nlohmann::json::parse(test::read_text(dir + "/report.json")));
 }
 
 // A random-weight shape (bookkeeping only) is labelled as such and gets the memory wall.
@@ -214,13 +214,13 @@ TEST(RunReport, RandomWeightShapeIsLabelledAndShowsTheMemoryWall) {
   const std::string dir = fresh_dir("report-random");
   write_run_report(info, shape, sim, dir, {});
   EXPECT_TRUE(is_png(dir + "/memwall.png"));
-  const std::string md = testing::read_text(dir + "/report.md");
+  const std::string md = test::read_text(dir + "/report.md");
   for (const char* text : {"**Random weights**", "**Bookkeeping only**", "## The memory wall",
                            "KV bytes per token (fp32): 2 x 2 layers x 8 KV heads x 128 head_dim x "
                            "4 B/element = 16,384 B"}) {
     EXPECT_NE(md.find(text), std::string::npos) << text;
   }
-  const nlohmann::json j = nlohmann::json::parse(testing::read_text(dir + "/report.json"));
+  const nlohmann::json j = nlohmann::json::parse(test::read_text(dir + "/report.json"));
   EXPECT_TRUE(j["model"]["random_weights"].get<bool>());
   EXPECT_EQ(j["summary"]["finished"].get<int>(), 1);
   EXPECT_EQ(j["requests"][0]["generated"].get<int>(), 30);

@@ -10,8 +10,8 @@
 namespace kvscope {
 namespace {
 
-using testing::scenario_error;
-using testing::scenario_json;
+using test::scenario_error;
+using test::scenario_json;
 
 std::string error_of(const std::string& cache, const std::string& extra = "",
                      const std::string& requests = R"([{"prompt": "a", "max_new_tokens": 1}])") {
@@ -26,7 +26,7 @@ TEST(ScenarioPrefix, ParsesCachingSamplingAndN) {
                               R"([{"prompt": "a", "max_new_tokens": 2, "n": 3}])",
                               R"(, "sampler": {"temperature": 0.7, "top_p": 0.5, "seed": 3})"),
                           "s.json");
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const ResolvedRun run = resolve_scenario(s, "", m.model->config(), m.tokenizer.get());
   EXPECT_TRUE(run.config.prefix_caching);
   EXPECT_EQ(run.config.prefix_index, IndexKind::kRadix);
@@ -55,7 +55,7 @@ TEST(ScenarioPrefix, ClearErrors) {
 // A pool given in bytes: blocks = pool_bytes / block bytes, so halving the bytes per element
 // doubles the blocks and the tokens the pool holds.
 TEST(ScenarioPrefix, PoolBytesHoldsMoreTokensForSmallerFormats) {
-  const ModelConfig& shape = testing::real_model().model->config();
+  const ModelConfig& shape = test::real_model().model->config();
   auto blocks_for = [&](const char* dtype) {
     const Scenario s = parse_scenario_text(
         scenario_json(std::string(R"("block_size": 16, "pool_bytes": 4000000, "kv_dtype": ")") +

@@ -9,7 +9,7 @@
 namespace kvscope {
 namespace {
 
-using testing::scenario_error;
+using test::scenario_error;
 
 constexpr const char* kGood = R"({
   "format_version": 1, "title": "t", "description": "d",
@@ -42,7 +42,7 @@ TEST(Scenario, ParsesEveryField) {
   EXPECT_EQ(s.workload.requests[0].arrival_step, 2);
   EXPECT_EQ(*s.workload.requests[0].prompt.text, "Once upon a time");
   EXPECT_EQ(s.workload.requests[1].prompt.tokens, (std::vector<int>{1, 5, 9}));
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   const ResolvedRun run = resolve_scenario(s, "", m.model->config(), m.tokenizer.get());
   EXPECT_EQ(run.config.title, "t");
   EXPECT_EQ(run.config.max_tokens_per_step, 32);
@@ -53,8 +53,8 @@ TEST(Scenario, ParsesEveryField) {
 
 TEST(Scenario, PoolBytesBecomesBlocks) {
   const Scenario s = parse_scenario_text(
-      testing::scenario_json(R"("block_size": 16, "pool_bytes": 1000000)"), "s.json");
-  const ModelConfig& shape = testing::real_model().model->config();
+      test::scenario_json(R"("block_size": 16, "pool_bytes": 1000000)"), "s.json");
+  const ModelConfig& shape = test::real_model().model->config();
   const SimConfig c = resolve_scenario(s, "base", shape, nullptr).config;
   const long block_bytes = 2L * shape.n_layers * shape.n_kv_heads * shape.head_dim() * 4 * 16;
   EXPECT_EQ(c.num_blocks, 1000000 / block_bytes);
@@ -67,34 +67,34 @@ TEST(Scenario, ErrorsNameFilePathValueAndExpectation) {
       "s.json: extra: expected one of the keys $schema, cache, captions, compare, description, "
       "format_version, model, sampler, scheduler, steps, title, workload, got unknown key "
       "\"extra\"");
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "blok_size": 3)"))
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4, "blok_size": 3)"))
                 .rfind("s.json: cache.blok_size: expected one of the keys", 0),
             0u);
-  EXPECT_NE(scenario_error(testing::scenario_json(R"("num_blocks": 4, "blok_size": 3)"))
+  EXPECT_NE(scenario_error(test::scenario_json(R"("num_blocks": 4, "blok_size": 3)"))
                 .find("got unknown key \"blok_size\" (did you mean \"block_size\"?)"),
             std::string::npos);
-  EXPECT_EQ(scenario_error(testing::scenario_json(
+  EXPECT_EQ(scenario_error(test::scenario_json(
                 R"("num_blocks": 4)", R"([{"prompt_tokens": [1, -4], "max_new_tokens": 1}])")),
             "s.json: workload.requests[0].prompt_tokens[1]: expected an integer in [0, "
             "1073741824], got -4");
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "allocator": "buddy")")),
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4, "allocator": "buddy")")),
             "s.json: cache.allocator: expected \"paged\" or \"contiguous\", got \"buddy\"");
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "victim": "oldest")"))
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4, "victim": "oldest")"))
                 .rfind("s.json: cache.victim: expected \"last_admitted\"", 0),
             0u);
   EXPECT_EQ(
-      scenario_error(testing::scenario_json(
+      scenario_error(test::scenario_json(
           R"("num_blocks": 4)", R"([{"prompt": "a", "prompt_tokens": [1], "max_new_tokens": 1}])")),
       "s.json: workload.requests[0]: expected exactly one of \"prompt\" (text or "
       "{\"prefix\", \"suffix\"}) or \"prompt_tokens\" (ids), got both");
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)", R"([{"prompt": "a"}])")),
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4)", R"([{"prompt": "a"}])")),
             "s.json: workload.requests[0].max_new_tokens: expected an integer >= 1, got nothing "
             "(missing)");
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "pool_bytes": 9)")),
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4, "pool_bytes": 9)")),
             "s.json: cache: expected exactly one of \"num_blocks\" or \"pool_bytes\", got both");
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": "many")")),
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": "many")")),
             "s.json: cache.num_blocks: expected an integer in [1, 50000000], got \"many\"");
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)", "[]")),
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4)", "[]")),
             "s.json: workload.requests: expected a non-empty array of requests, got []");
   EXPECT_EQ(scenario_error(R"({"cache": {"num_blocks": 4}, "workload": {}})"),
             "s.json: format_version: expected 1, got nothing (missing)");

@@ -7,7 +7,7 @@
 #include "engine/common/error.h"
 #include "engine/scenario/scenario.h"
 
-namespace kvscope::testing {
+namespace kvscope::test {
 
 // {"format_version": 1, "cache": {<cache>}, "workload": {"requests": <requests>}<extra>}
 inline std::string scenario_json(
@@ -28,4 +28,4 @@ inline std::string scenario_error(const std::string& text) {
   return "";
 }
 
-}  // namespace kvscope::testing
+}  // namespace kvscope::test

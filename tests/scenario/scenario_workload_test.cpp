@@ -14,7 +14,7 @@
 namespace kvscope {
 namespace {
 
-using testing::scenario_error;
+using test::scenario_error;
 
 std::string doc(const std::string& workload, const std::string& extra = "") {
   return R"({"format_version": 1, "cache": {"num_blocks": 64, "block_size": 16},
@@ -23,7 +23,7 @@ std::string doc(const std::string& workload, const std::string& extra = "") {
 }
 
 std::vector<SimRequest> expand(const std::string& text) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   return resolve_scenario(parse_scenario_text(text, "s.json"), "", m.model->config(),
                           m.tokenizer.get())
       .requests;
@@ -33,7 +33,7 @@ TEST(ScenarioWorkload, NamedPrefixIsSharedTokenForToken) {
   const auto reqs = expand(doc(R"({"prefixes": {"sys": "You are a kind storyteller."},
       "requests": [{"prompt": {"prefix": "sys", "suffix": "a cat"}, "max_new_tokens": 2},
                    {"prompt": {"prefix": "sys", "suffix": "a dog"}, "max_new_tokens": 2}]})"));
-  const Tokenizer& tok = *testing::real_model().tokenizer;
+  const Tokenizer& tok = *test::real_model().tokenizer;
   const auto prefix = tok.encode("You are a kind storyteller.", true, false);
   ASSERT_EQ(reqs.size(), 2u);
   for (const auto& r : reqs) {
@@ -66,7 +66,7 @@ TEST(ScenarioWorkload, GeneratorsAreSeededAndDeterministic) {
   }
   // Shared-prefix group: arrivals start + i * every, n samples, suffix lengths within the range.
   const auto prefix =
-      testing::real_model().tokenizer->encode("Once upon a time there was a cat.", true, false);
+      test::real_model().tokenizer->encode("Once upon a time there was a cat.", true, false);
   for (int i = 0; i < 5; ++i) {
     const SimRequest& r = a[static_cast<std::size_t>(i)];
     EXPECT_EQ(r.arrival_step, 2 + 3 * i);
@@ -133,7 +133,7 @@ TEST(ScenarioWorkload, MooncakeSliceAndTimeScale) {
   const std::string path = (dir / "s.json").string();
   auto run = [&](const std::string& trace) {
     const Scenario s = parse_scenario_text(doc(R"({"trace": )" + trace + "}"), path);
-    return resolve_scenario(s, "", testing::real_model().model->config(), nullptr).requests;
+    return resolve_scenario(s, "", test::real_model().model->config(), nullptr).requests;
   };
   const auto all = run(R"({"mooncake": "t.jsonl", "step_ms": 10})");
   ASSERT_EQ(all.size(), 3u);
@@ -170,7 +170,7 @@ TEST(ScenarioWorkload, MooncakeSliceAndTimeScale) {
 
 TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
   const Scenario s = parse_scenario_text(
-      testing::scenario_json(R"("num_blocks": 64, "block_size": 16, "kv_dtype": "fp16")",
+      test::scenario_json(R"("num_blocks": 64, "block_size": 16, "kv_dtype": "fp16")",
                              R"([{"prompt_tokens": [1, 5], "max_new_tokens": 1}])",
                              R"(, "compare": {"int8": {"kv_dtype": "int8"},
           "tiny": {"block_size": 1, "pool_bytes": 100000}, "keys": {"k_dtype": "int4"}})"),
@@ -192,12 +192,12 @@ TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
               "s.json: compare: expected a variant name (base, int8, tiny, keys), got \"int9\" "
               "(did you mean \"int8\"?)");
   }
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)",
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4)",
                                                   R"([{"prompt": "a", "max_new_tokens": 1}])",
                                                   R"(, "compare": {"x": {"blocksize": 4}})"))
                 .rfind("s.json: compare.x.blocksize: expected one of the keys", 0),
             0u);
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4)",
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4)",
                                                   R"([{"prompt": "a", "max_new_tokens": 1}])",
                                                   R"(, "compare": {"x": {"kv_dtype": "int3"}})"))
                 .rfind("s.json: compare.x.kv_dtype: expected a KV format", 0),
@@ -206,7 +206,7 @@ TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
 
 TEST(ScenarioCompare, EvictionAndMlaResolve) {
   const Scenario s = parse_scenario_text(
-      testing::scenario_json(
+      test::scenario_json(
           R"("num_blocks": 64)", R"([{"prompt_tokens": [1, 5], "max_new_tokens": 1}])",
           R"(, "compare": {"h2o": {"token_eviction": {"policy": "h2o", "budget": 64, "recent": 16}},
               "sinks": {"token_eviction": {"policy": "sinks", "budget": 64, "sinks": 4}},
@@ -219,7 +219,7 @@ TEST(ScenarioCompare, EvictionAndMlaResolve) {
   ASSERT_TRUE(s.variant("mla").mla.has_value());
   EXPECT_EQ(s.variant("mla").mla->rank, 16);
   EXPECT_EQ(s.variant("mla").mla->mode, MlaMode::kReconstruct);
-  const ModelConfig& shape = testing::real_model().model->config();
+  const ModelConfig& shape = test::real_model().model->config();
   EXPECT_NO_THROW(resolve_scenario(s, "base", shape, nullptr));
   auto error = [&](const std::string& v) -> std::string {
     try {
@@ -246,19 +246,19 @@ TEST(ScenarioCompare, EvictionAndMlaResolve) {
               "s.json: cache.mla: expected a model with weights to factorize (not bookkeeping "
               "only), got rank 16 on a shape without weights");
   }
-  attach_mla(mla, testing::real_model().model, "s.json");
+  attach_mla(mla, test::real_model().model, "s.json");
   ASSERT_NE(mla.config.mla, nullptr);
   EXPECT_EQ(mla.config.mla->rank(), 16);
   EXPECT_EQ(scenario_error(
-                testing::scenario_json(R"("num_blocks": 4, "token_eviction": {"policy": "h2o"})")),
+                test::scenario_json(R"("num_blocks": 4, "token_eviction": {"policy": "h2o"})")),
             "s.json: cache.token_eviction.budget: expected an integer >= 1 (live tokens kept per "
             "sequence), got nothing (missing)");
   EXPECT_EQ(
-      scenario_error(testing::scenario_json(
+      scenario_error(test::scenario_json(
                          R"("num_blocks": 4, "token_eviction": {"policy": "h20", "budget": 8})"))
           .rfind("s.json: cache.token_eviction.policy: expected an eviction policy", 0),
       0u);
-  EXPECT_EQ(scenario_error(testing::scenario_json(R"("num_blocks": 4, "mla": {"rank": 0})")),
+  EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4, "mla": {"rank": 0})")),
             "s.json: cache.mla.rank: expected an integer in [1, 65536], got 0");
 }
 

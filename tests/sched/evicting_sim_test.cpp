@@ -38,7 +38,7 @@ SimConfig tiny_pool(int num_blocks) {
 // EvictingCacheHook (the path of `kvscope generate --evict`), stopping after BOS or EOS.
 std::vector<int> generate_alone_evicting(const SimRequest& request, const EvictorOptions& o,
                                          int block_size) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   const ModelConfig& c = m.model->config();
@@ -75,14 +75,14 @@ std::int64_t count_events(const Simulator& sim, EventType type) {
 }
 
 TEST(EvictingSimulator, BudgetCoveringEveryRequestChangesNothing) {
-  const auto requests = testing::mixed_requests(10);
+  const auto requests = test::mixed_requests(10);
   SimConfig plain = tiny_pool(16);  // preempts: recompute must also be unchanged
   SimConfig evicting = plain;
   evicting.token_eviction = evictor(EvictionKind::kH2O, 512, CompactionPolicy::kAlways);
-  Simulator a(plain, testing::real_sim_model(), requests);
-  Simulator b(evicting, testing::real_sim_model(), requests);
-  testing::run_checked(a);
-  testing::run_checked(b);
+  Simulator a(plain, test::real_sim_model(), requests);
+  Simulator b(evicting, test::real_sim_model(), requests);
+  test::run_checked(a);
+  test::run_checked(b);
   for (int i = 0; i < 10; ++i)
     EXPECT_EQ(a.request(i).generated_tokens(), b.request(i).generated_tokens()) << "request " << i;
   EXPECT_EQ(count_events(b, EventType::kTokensEvicted), 0);
@@ -124,14 +124,14 @@ class EvictingBatchedEqualsSolo : public ::testing::TestWithParam<int> {};
 
 TEST_P(EvictingBatchedEqualsSolo, FitsMoreAndEveryTokenMatchesTheRequestAlone) {
   const PolicyCase pc = policy_cases()[static_cast<std::size_t>(GetParam())];
-  const auto requests = testing::mixed_requests(10);
+  const auto requests = test::mixed_requests(10);
   SimConfig plain = tiny_pool(10);  // 80 slots: every request fits alone, few at once
   SimConfig evicting = plain;
   evicting.token_eviction = pc.options;
-  Simulator a(plain, testing::real_sim_model(), requests);
-  Simulator b(evicting, testing::real_sim_model(), requests);
-  testing::run_checked(a);
-  testing::run_checked(b);
+  Simulator a(plain, test::real_sim_model(), requests);
+  Simulator b(evicting, test::real_sim_model(), requests);
+  test::run_checked(a);
+  test::run_checked(b);
   const StepMetrics& la = a.timeline()->all_metrics().back();
   const StepMetrics& lb = b.timeline()->all_metrics().back();
   EXPECT_EQ(la.requests_finished, 10);
@@ -168,11 +168,11 @@ INSTANTIATE_TEST_SUITE_P(Policies, EvictingBatchedEqualsSolo, ::testing::Range(0
                          });
 
 TEST(EvictingSimulator, RecomputeReplaysEvictions) {
-  const auto requests = testing::mixed_requests(10);
+  const auto requests = test::mixed_requests(10);
   SimConfig c = tiny_pool(4);  // 32 slots: requests preempt each other even with eviction
   c.token_eviction = evictor(EvictionKind::kH2O, 12, CompactionPolicy::kAlways);
-  Simulator sim(c, testing::real_sim_model(), requests);
-  testing::run_checked(sim);
+  Simulator sim(c, test::real_sim_model(), requests);
+  test::run_checked(sim);
   EXPECT_GT(sim.timeline()->all_metrics().back().preemptions, 0);
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(sim.request(i).generated_tokens(),
@@ -183,16 +183,16 @@ TEST(EvictingSimulator, RecomputeReplaysEvictions) {
 }
 
 TEST(EvictingSimulator, DeterministicRecordingBytes) {
-  const auto requests = testing::mixed_requests(10);
+  const auto requests = test::mixed_requests(10);
   SimConfig c = tiny_pool(8);
   c.token_eviction = evictor(EvictionKind::kTova, 16, CompactionPolicy::kHalfEmpty);
   std::vector<std::vector<char>> files;
   for (int run = 0; run < 2; ++run) {
-    Simulator sim(c, testing::real_sim_model(), requests);
+    Simulator sim(c, test::real_sim_model(), requests);
     sim.run(5000);
-    const std::string path = testing::temp_path("evict_det" + std::to_string(run) + ".kvr");
+    const std::string path = test::temp_path("evict_det" + std::to_string(run) + ".kvr");
     sim.timeline()->save(path);
-    files.push_back(testing::read_bytes(path));
+    files.push_back(test::read_bytes(path));
     const Timeline back = Timeline::load(path);
     EXPECT_EQ(back.num_events(), sim.timeline()->num_events());
   }
@@ -202,7 +202,7 @@ TEST(EvictingSimulator, DeterministicRecordingBytes) {
 
 void expect_error(SimConfig c, const std::string& needle, SimModel model) {
   try {
-    Simulator sim(c, std::move(model), testing::mixed_requests(2));
+    Simulator sim(c, std::move(model), test::mixed_requests(2));
     FAIL() << "expected an error mentioning '" << needle << "'";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -212,7 +212,7 @@ void expect_error(SimConfig c, const std::string& needle, SimModel model) {
 TEST(EvictingSimulator, ImpossibleCombinationsAreErrors) {
   SimConfig base = tiny_pool(64);
   base.token_eviction = evictor(EvictionKind::kWindow, 16);
-  const SimModel real = testing::real_sim_model();
+  const SimModel real = test::real_sim_model();
   SimConfig contiguous = base;
   contiguous.allocator = AllocatorKind::kContiguous;
   contiguous.max_seq_len = 64;
@@ -232,21 +232,21 @@ TEST(EvictingSimulator, ImpossibleCombinationsAreErrors) {
   budget.token_eviction.policy.budget = 1;
   expect_error(budget, "expected an integer >= 2, got 1", real);
   expect_error(base, "needs the model's weights",
-               SimModel{testing::real_model().model->config(), nullptr});
+               SimModel{test::real_model().model->config(), nullptr});
 }
 
 TEST(EvictingSimulator, RejectsOnlyWhatCannotFitEvenWithEviction) {
-  auto requests = testing::mixed_requests(2);
+  auto requests = test::mixed_requests(2);
   requests[1].max_new_tokens = 200;  // 200+ tokens: far more than the 4-block pool without eviction
   SimConfig c = tiny_pool(4);
   c.token_eviction = evictor(EvictionKind::kWindow, 16, CompactionPolicy::kAlways);
-  Simulator sim(c, testing::real_sim_model(), requests);
-  testing::run_checked(sim);
+  Simulator sim(c, test::real_sim_model(), requests);
+  test::run_checked(sim);
   EXPECT_EQ(sim.request(1).phase, RequestPhase::kFinished);
   SimConfig big_budget = c;
   big_budget.token_eviction.policy.budget = 64;  // 8 blocks even when packed: more than the pool
-  Simulator rejecting(big_budget, testing::real_sim_model(), requests);
-  testing::run_checked(rejecting);
+  Simulator rejecting(big_budget, test::real_sim_model(), requests);
+  test::run_checked(rejecting);
   EXPECT_EQ(rejecting.request(1).phase, RequestPhase::kRejected);
   EXPECT_NE(rejecting.request(1).reject_reason.find("token eviction at budget 64"),
             std::string::npos)

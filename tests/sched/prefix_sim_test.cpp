@@ -17,7 +17,7 @@ namespace {
 
 // A system prompt shared by every request, then a short user turn of its own.
 std::vector<SimRequest> system_prompt_requests(int n, int max_new) {
-  const auto& m = testing::real_model();
+  const auto& m = test::real_model();
   static const char* kUser[] = {"Lily found a shell.", "Tom lost his hat.", "A dog ran fast.",
                                 "The sky was dark.",   "Mia baked a cake.", "Ben saw a frog."};
   std::vector<SimRequest> out;
@@ -42,11 +42,11 @@ struct SimRun {
 
 SimRun run(SimConfig c, const std::vector<SimRequest>& requests) {
   SimRun out;
-  out.sim = std::make_unique<Simulator>(c, testing::real_sim_model(), requests);
+  out.sim = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
   out.sim->set_logits_observer([&out](std::int32_t id, int g, std::span<const float> l) {
     out.logits[{id, g}] = std::vector<float>(l.begin(), l.end());
   });
-  testing::run_checked(*out.sim);
+  test::run_checked(*out.sim);
   return out;
 }
 
@@ -194,7 +194,7 @@ TEST(PrefixSim, ContiguousAllocatorIsRejectedClearly) {
   c.allocator = AllocatorKind::kContiguous;
   c.max_seq_len = 64;
   try {
-    Simulator sim(c, testing::real_sim_model(), system_prompt_requests(2, 4));
+    Simulator sim(c, test::real_sim_model(), system_prompt_requests(2, 4));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("paged"), std::string::npos) << e.what();

@@ -15,7 +15,7 @@ namespace {
 constexpr int kBlockSize = 8;
 // The byte budget of the device pool: 16 fp32 blocks of 8 tokens for stories260K (160 KiB).
 std::size_t budget_bytes() {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   return 16 * kv_layout_for(c, kBlockSize, 1, KvFormat{}, KvFormat{}).block_bytes();
 }
 
@@ -27,7 +27,7 @@ struct RunSummary {
 };
 
 RunSummary run_in_budget(const std::string& format_name) {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   const KvFormat f = parse_kv_format(format_name, "test");
   const std::size_t block_bytes = kv_layout_for(c, kBlockSize, 1, f, f).block_bytes();
   SimConfig config;
@@ -35,9 +35,9 @@ RunSummary run_in_budget(const std::string& format_name) {
   config.num_blocks = static_cast<int>(budget_bytes() / block_bytes);
   config.k_format = f;
   config.v_format = f;
-  const auto requests = testing::mixed_requests(10);
-  Simulator sim(config, testing::real_sim_model(), requests);
-  testing::run_checked(sim);  // invariants after every step
+  const auto requests = test::mixed_requests(10);
+  Simulator sim(config, test::real_sim_model(), requests);
+  test::run_checked(sim);  // invariants after every step
   RunSummary out;
   out.num_blocks = config.num_blocks;
   for (const StepMetrics& m : sim.timeline()->all_metrics()) {
@@ -51,7 +51,7 @@ RunSummary run_in_budget(const std::string& format_name) {
 }
 
 TEST(QuantizedSimulator, ByteBudgetHoldsProportionallyMoreTokens) {
-  const ModelConfig& c = testing::real_model().model->config();
+  const ModelConfig& c = test::real_model().model->config();
   const double fp32_bytes = kv_layout_for(c, kBlockSize, 1, KvFormat{}, KvFormat{}).bytes_per_token();
   for (const char* name : {"fp16", "bf16", "fp8-e4m3", "int8", "int4", "int2"}) {
     SCOPED_TRACE(name);

@@ -12,7 +12,7 @@
 #include "engine/sched/simulator.h"
 #include "tests/test_support.h"
 
-namespace kvscope::testing {
+namespace kvscope::test {
 
 // `n` requests on the real model: different story prompts (tokenized with BOS), staggered
 // arrivals, max_new_tokens between 20 and 60.
@@ -77,4 +77,4 @@ inline void run_checked(Simulator& sim, int max_steps = 5000) {
   }
 }
 
-}  // namespace kvscope::testing
+}  // namespace kvscope::test

@@ -23,7 +23,7 @@ void expect_tokens_match_solo(const Simulator& sim, const std::vector<SimRequest
   for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
     const RequestRun& r = sim.request(i);
     ASSERT_EQ(r.phase, RequestPhase::kFinished) << "request " << i;
-    EXPECT_EQ(r.generated_tokens(), testing::generate_alone(requests[static_cast<std::size_t>(i)]))
+    EXPECT_EQ(r.generated_tokens(), test::generate_alone(requests[static_cast<std::size_t>(i)]))
         << "request " << i << " (preempted " << r.preemptions << " times)";
   }
 }
@@ -65,9 +65,9 @@ std::vector<Case> cases() {
 TEST_P(BatchedEqualsSolo, EveryTokenMatchesTheRequestAlone) {
   const Case c = cases()[static_cast<std::size_t>(GetParam())];
   SCOPED_TRACE(c.name);
-  const auto requests = testing::mixed_requests(10);
-  Simulator sim(c.config, testing::real_sim_model(), requests);
-  testing::run_checked(sim);
+  const auto requests = test::mixed_requests(10);
+  Simulator sim(c.config, test::real_sim_model(), requests);
+  test::run_checked(sim);
   expect_tokens_match_solo(sim, requests);
   const StepMetrics& last = sim.timeline()->metrics(sim.timeline()->num_steps() - 1);
   EXPECT_EQ(last.requests_finished, 10);
@@ -92,9 +92,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, BatchedEqualsSolo, ::testing::Range(0, 8),
                          });
 
 TEST(Simulator, SwapMovesBlocksThroughTheHostTier) {
-  const auto requests = testing::mixed_requests(10);
-  Simulator sim(small_pool(PreemptionMode::kSwap), testing::real_sim_model(), requests);
-  testing::run_checked(sim);
+  const auto requests = test::mixed_requests(10);
+  Simulator sim(small_pool(PreemptionMode::kSwap), test::real_sim_model(), requests);
+  test::run_checked(sim);
   int swapped_out = 0, swapped_in = 0, peak_swapped = 0;
   for (const Event& e : sim.timeline()->events()) {
     swapped_out += e.type == EventType::kSwappedOut;
@@ -109,12 +109,12 @@ TEST(Simulator, SwapMovesBlocksThroughTheHostTier) {
 }
 
 TEST(Simulator, SeededSamplingIsIndependentOfBatching) {
-  const auto requests = testing::mixed_requests(10);
+  const auto requests = test::mixed_requests(10);
   SimConfig batched = small_pool(PreemptionMode::kRecompute);
   batched.sampler.temperature = 0.9f;
   batched.sampler.seed = 1234;
-  Simulator sim(batched, testing::real_sim_model(), requests);
-  testing::run_checked(sim);
+  Simulator sim(batched, test::real_sim_model(), requests);
+  test::run_checked(sim);
   int differs_from_greedy = 0;
   for (int i : {0, 4, 9}) {
     // The same request alone (same id, so the same seed stream), in a pool that never preempts.
@@ -124,41 +124,41 @@ TEST(Simulator, SeededSamplingIsIndependentOfBatching) {
       alone[static_cast<std::size_t>(j)].arrival_step = 100000;  // never run
     SimConfig big = batched;
     big.num_blocks = 64;
-    Simulator solo(big, testing::real_sim_model(), alone);
+    Simulator solo(big, test::real_sim_model(), alone);
     while (solo.current_step() < 2000 && solo.request(i).phase != RequestPhase::kFinished)
       solo.step();
     EXPECT_EQ(sim.request(i).generated_tokens(), solo.request(i).generated_tokens())
         << "request " << i;
     differs_from_greedy += sim.request(i).generated_tokens() !=
-                           testing::generate_alone(requests[static_cast<std::size_t>(i)]);
+                           test::generate_alone(requests[static_cast<std::size_t>(i)]);
   }
   EXPECT_GT(differs_from_greedy, 0) << "temperature 0.9 should not reproduce greedy output";
 }
 
 TEST(Simulator, DeterministicRecordingBytes) {
-  const auto requests = testing::mixed_requests(10);
+  const auto requests = test::mixed_requests(10);
   std::vector<std::vector<char>> files;
   for (int run = 0; run < 2; ++run) {
-    Simulator sim(small_pool(PreemptionMode::kSwap), testing::real_sim_model(), requests);
+    Simulator sim(small_pool(PreemptionMode::kSwap), test::real_sim_model(), requests);
     sim.run(5000);
-    const std::string path = testing::temp_path("det" + std::to_string(run) + ".kvr");
+    const std::string path = test::temp_path("det" + std::to_string(run) + ".kvr");
     sim.timeline()->save(path);
-    files.push_back(testing::read_bytes(path));
+    files.push_back(test::read_bytes(path));
   }
   ASSERT_GT(files[0].size(), 1000u);
   EXPECT_EQ(files[0], files[1]);
 }
 
 TEST(Simulator, RejectsRequestsThatCanNeverFit) {
-  auto requests = testing::mixed_requests(3);
+  auto requests = test::mixed_requests(3);
   SimRequest huge = requests[0];
   huge.max_new_tokens = 200;  // > 128 slots in the pool
   requests.push_back(huge);
   SimRequest too_long = requests[0];
   too_long.max_new_tokens = 600;  // > the model's 512-token context
   requests.push_back(too_long);
-  Simulator sim(small_pool(PreemptionMode::kRecompute), testing::real_sim_model(), requests);
-  testing::run_checked(sim);
+  Simulator sim(small_pool(PreemptionMode::kRecompute), test::real_sim_model(), requests);
+  test::run_checked(sim);
   EXPECT_EQ(sim.request(3).phase, RequestPhase::kRejected);
   EXPECT_NE(sim.request(3).reject_reason.find("whole pool has 16"), std::string::npos)
       << sim.request(3).reject_reason;
@@ -177,23 +177,23 @@ TEST(Simulator, RejectsRequestsThatCanNeverFit) {
 }
 
 TEST(Simulator, BadInputIsAnErrorNotACrash) {
-  auto requests = testing::mixed_requests(1);
+  auto requests = test::mixed_requests(1);
   requests[0].prompt_tokens.push_back(100000);
-  EXPECT_THROW(Simulator(SimConfig{}, testing::real_sim_model(), requests), Error);
-  requests = testing::mixed_requests(1);
+  EXPECT_THROW(Simulator(SimConfig{}, test::real_sim_model(), requests), Error);
+  requests = test::mixed_requests(1);
   requests[0].max_new_tokens = 0;
-  EXPECT_THROW(Simulator(SimConfig{}, testing::real_sim_model(), requests), Error);
+  EXPECT_THROW(Simulator(SimConfig{}, test::real_sim_model(), requests), Error);
   SimConfig c;
   c.allocator = AllocatorKind::kContiguous;
   c.num_blocks = 4;  // cannot hold even one 512-token reservation
-  EXPECT_THROW(Simulator(c, testing::real_sim_model(), testing::mixed_requests(1)), Error);
+  EXPECT_THROW(Simulator(c, test::real_sim_model(), test::mixed_requests(1)), Error);
 }
 
 TEST(Simulator, BookkeepingOnlyModeRunsWithoutWeights) {
   SimConfig c = small_pool(PreemptionMode::kSwap);
-  SimModel shape{testing::real_model().model->config(), nullptr};
-  Simulator sim(c, shape, testing::mixed_requests(10));
-  testing::run_checked(sim);
+  SimModel shape{test::real_model().model->config(), nullptr};
+  Simulator sim(c, shape, test::mixed_requests(10));
+  test::run_checked(sim);
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(sim.request(i).generated, sim.request(i).spec.max_new_tokens);
   }

@@ -22,7 +22,7 @@ std::shared_ptr<const Timeline> recorded_run() {
   c.preemption = PreemptionMode::kSwap;
   c.host_blocks = 8;
   c.title = "io test";
-  Simulator sim(c, testing::real_sim_model(), testing::mixed_requests(10));
+  Simulator sim(c, test::real_sim_model(), test::mixed_requests(10));
   sim.run(5000);
   return sim.timeline();
 }
@@ -38,7 +38,7 @@ std::string error_of(const std::string& path) {
 
 TEST(TimelineIo, RoundTripKeepsEverything) {
   auto t = recorded_run();
-  const std::string path = testing::temp_path("round.kvr");
+  const std::string path = test::temp_path("round.kvr");
   t->save(path);
   Timeline back = Timeline::load(path);
   EXPECT_EQ(back.header().title, "io test");
@@ -59,57 +59,57 @@ TEST(TimelineIo, RoundTripKeepsEverything) {
     }
   }
   // Saving the loaded timeline gives the same bytes.
-  const std::string again = testing::temp_path("round2.kvr");
+  const std::string again = test::temp_path("round2.kvr");
   back.save(again);
-  EXPECT_EQ(testing::read_bytes(path), testing::read_bytes(again));
+  EXPECT_EQ(test::read_bytes(path), test::read_bytes(again));
 }
 
 TEST(TimelineIo, BadFilesGiveClearErrors) {
   auto t = recorded_run();
-  const std::string good = testing::temp_path("good.kvr");
+  const std::string good = test::temp_path("good.kvr");
   t->save(good);
-  const std::vector<char> bytes = testing::read_bytes(good);
-  const std::string bad = testing::temp_path("bad.kvr");
+  const std::vector<char> bytes = test::read_bytes(good);
+  const std::string bad = test::temp_path("bad.kvr");
 
-  EXPECT_NE(error_of(testing::temp_path("missing.kvr")).find("cannot open"), std::string::npos);
+  EXPECT_NE(error_of(test::temp_path("missing.kvr")).find("cannot open"), std::string::npos);
   for (std::size_t cut :
        {std::size_t{0}, std::size_t{5}, std::size_t{30}, bytes.size() / 2, bytes.size() - 1}) {
-    testing::write_bytes(
+    test::write_bytes(
         bad, std::vector<char>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut)));
     const std::string err = error_of(bad);
     EXPECT_NE(err.find(bad + ": byte "), std::string::npos) << "cut at " << cut << ": " << err;
     EXPECT_NE(err.find("expected"), std::string::npos) << err;
   }
-  testing::write_bytes(bad, std::vector<char>(bytes.begin(), bytes.begin() + 100));
+  test::write_bytes(bad, std::vector<char>(bytes.begin(), bytes.begin() + 100));
   EXPECT_NE(error_of(bad).find("truncated"), std::string::npos) << error_of(bad);
 
   std::vector<char> magic = bytes;
   magic[0] = 'X';
-  testing::write_bytes(bad, magic);
+  test::write_bytes(bad, magic);
   EXPECT_NE(error_of(bad).find("byte 0: expected the magic"), std::string::npos) << error_of(bad);
 
   std::vector<char> version = bytes;
   version[8] = 9;
-  testing::write_bytes(bad, version);
+  test::write_bytes(bad, version);
   EXPECT_NE(error_of(bad).find("byte 8: expected version 1, got 9"), std::string::npos)
       << error_of(bad);
 
   std::vector<char> flipped = bytes;
   flipped[bytes.size() - 20] ^= 0x40;  // inside the last step's metrics
-  testing::write_bytes(bad, flipped);
+  test::write_bytes(bad, flipped);
   EXPECT_NE(error_of(bad).find("checksum"), std::string::npos) << error_of(bad);
 
   std::vector<char> trailing = bytes;
   trailing.push_back(0);
-  testing::write_bytes(bad, trailing);
+  test::write_bytes(bad, trailing);
   EXPECT_NE(error_of(bad).find("trailing"), std::string::npos) << error_of(bad);
 }
 
 TEST(TimelineIo, ChromeTraceHasSpansSlicesAndCounters) {
   auto t = recorded_run();
-  const std::string path = testing::temp_path("trace.json");
+  const std::string path = test::temp_path("trace.json");
   t->export_chrome_trace(path);
-  const auto doc = nlohmann::json::parse(testing::read_text(path));
+  const auto doc = nlohmann::json::parse(test::read_text(path));
   int steps = 0, counters = 0, running = 0, swapped = 0;
   std::set<int> request_tracks;
   for (const auto& e : doc.at("traceEvents")) {
@@ -136,8 +136,8 @@ TEST(TimelineThreads, ReadersSeeConsistentPrefixesWhileTheWriterAppends) {
   c.num_blocks = 16;
   c.preemption = PreemptionMode::kSwap;
   c.host_blocks = 8;
-  Simulator sim(c, SimModel{testing::real_model().model->config(), nullptr},
-                testing::mixed_requests(10));
+  Simulator sim(c, SimModel{test::real_model().model->config(), nullptr},
+                test::mixed_requests(10));
   std::shared_ptr<const Timeline> t = sim.timeline();
   std::atomic<bool> stop{false};
   std::atomic<int> reads{0};

@@ -119,7 +119,7 @@ TEST(TimelineState, EqualsLiveStateEveryStepWithSwapAndRecompute) {
       c.host_blocks = 10;
       c.victim = VictimPolicy::kLongest;  // victims may have been planned earlier in the step
       c.max_tokens_per_step = 24;
-      Simulator sim(c, testing::real_sim_model(), testing::mixed_requests(10));
+      Simulator sim(c, test::real_sim_model(), test::mixed_requests(10));
       check_every_step(sim);
       EXPECT_GT(sim.timeline()->num_steps(), Timeline::kSnapshotInterval)
           << "snapshots must be exercised";
@@ -138,11 +138,11 @@ TEST(TimelineState, EqualsLiveStateWithPrefixCachingAndParallelSampling) {
     c.max_tokens_per_step = 24;
     c.prefix_caching = true;
     c.sampler.temperature = 0.8f;
-    auto requests = testing::mixed_requests(10);
+    auto requests = test::mixed_requests(10);
     for (std::size_t i = 0; i < requests.size(); i += 3) requests[i].n_samples = 3;
     for (auto& r : requests)  // a shared prefix in front of every prompt
       r.prompt_tokens.insert(r.prompt_tokens.begin() + 1, {300, 301, 302, 303, 304, 305, 306});
-    Simulator sim(c, testing::real_sim_model(), requests);
+    Simulator sim(c, test::real_sim_model(), requests);
     check_every_step(sim);
     int cached_free = 0, shared = 0;
     for (const StepMetrics& m : sim.timeline()->all_metrics())
@@ -169,7 +169,7 @@ TEST(TimelineState, EqualsLiveStateEveryStepWithTokenEviction) {
     c.token_eviction.policy.kind = EvictionKind::kH2O;
     c.token_eviction.policy.budget = 12;
     c.token_eviction.compaction = compaction;
-    Simulator sim(c, testing::real_sim_model(), testing::mixed_requests(10));
+    Simulator sim(c, test::real_sim_model(), test::mixed_requests(10));
     check_every_step(sim);
     int inside = 0, moved = 0, evicted = 0;
     for (const Event& e : sim.timeline()->events()) {
@@ -190,7 +190,7 @@ TEST(TimelineState, EqualsLiveStateEveryStepWithTokenEviction) {
 }
 
 TEST(TimelineState, HundredThousandBlocksBookkeeping) {
-  ModelConfig shape = testing::real_model().model->config();
+  ModelConfig shape = test::real_model().model->config();
   shape.seq_len = 16384;  // a long-context shape; bookkeeping only, no weights
   SimConfig c;
   c.block_size = 16;
