@@ -7,11 +7,20 @@
 
 namespace kvscope {
 
+namespace {
+// The size, checked before anything is allocated for it.
+std::size_t positive_size(int num_blocks) {
+  if (num_blocks <= 0) {
+    fail_expected("block pool: num_blocks", "a positive integer", std::to_string(num_blocks));
+  }
+  return static_cast<std::size_t>(num_blocks);
+}
+}  // namespace
+
 BlockPool::BlockPool(int num_blocks)
-    : ref_count_(static_cast<std::size_t>(num_blocks), 0),
+    : ref_count_(positive_size(num_blocks), 0),
       prev_(static_cast<std::size_t>(num_blocks) + 1),
       next_(static_cast<std::size_t>(num_blocks) + 1) {
-  if (num_blocks <= 0) fail_expected("block pool: num_blocks", "a positive integer", std::to_string(num_blocks));
   const std::int32_t s = num_blocks;
   prev_[static_cast<std::size_t>(s)] = next_[static_cast<std::size_t>(s)] = s;
   for (std::int32_t i = 0; i < num_blocks; ++i) push_back(i);
@@ -66,21 +75,36 @@ std::optional<BlockId> BlockPool::allocate_run(int n) {
   return std::nullopt;
 }
 
+void BlockPool::check_id(BlockId id, const char* op) const {
+  if (id.value < 0 || id.value >= num_blocks()) {
+    throw InternalError("block pool", std::string(op) + "(" + std::to_string(id.value) +
+                                          "): no such block (the pool has " +
+                                          std::to_string(num_blocks()) + ")");
+  }
+}
+
 void BlockPool::take(BlockId id) {
-  if (!is_free(id)) throw Error("block pool", "take(" + std::to_string(id.value) + "): block is in use");
+  check_id(id, "take");
+  if (!is_free(id))
+    throw InternalError("block pool", "take(" + std::to_string(id.value) + "): block is in use");
   unlink(id.value);
   ref_count_[static_cast<std::size_t>(id.value)] = 1;
 }
 
 void BlockPool::release(BlockId id) {
+  check_id(id, "release");
   auto& rc = ref_count_[static_cast<std::size_t>(id.value)];
-  if (rc <= 0) throw Error("block pool", "release(" + std::to_string(id.value) + "): block is already free");
+  if (rc <= 0)
+    throw InternalError("block pool",
+                        "release(" + std::to_string(id.value) + "): block is already free");
   if (--rc == 0) push_back(id.value);
 }
 
 void BlockPool::add_ref(BlockId id) {
+  check_id(id, "add_ref");
   auto& rc = ref_count_[static_cast<std::size_t>(id.value)];
-  if (rc <= 0) throw Error("block pool", "add_ref(" + std::to_string(id.value) + "): block is free");
+  if (rc <= 0)
+    throw InternalError("block pool", "add_ref(" + std::to_string(id.value) + "): block is free");
   ++rc;
 }
 
@@ -97,7 +121,8 @@ std::vector<BlockId> BlockPool::free_queue() const {
   std::vector<BlockId> out;
   out.reserve(static_cast<std::size_t>(num_free_));
   const std::int32_t s = num_blocks();
-  for (std::int32_t i = next_[static_cast<std::size_t>(s)]; i != s; i = next_[static_cast<std::size_t>(i)]) {
+  for (std::int32_t i = next_[static_cast<std::size_t>(s)]; i != s;
+       i = next_[static_cast<std::size_t>(i)]) {
     out.emplace_back(i);
   }
   return out;
@@ -107,26 +132,35 @@ void BlockPool::check_invariants() const {
   const std::int32_t s = num_blocks();
   int in_queue = 0;
   std::vector<char> seen(static_cast<std::size_t>(s), 0);
-  for (std::int32_t i = next_[static_cast<std::size_t>(s)]; i != s; i = next_[static_cast<std::size_t>(i)]) {
-    if (i < 0 || i > s) throw InternalError("block pool invariant", "free queue holds bad id " + std::to_string(i));
-    if (seen[static_cast<std::size_t>(i)]) throw InternalError("block pool invariant", "block " + std::to_string(i) + " is twice in the free queue");
+  for (std::int32_t i = next_[static_cast<std::size_t>(s)]; i != s;
+       i = next_[static_cast<std::size_t>(i)]) {
+    if (i < 0 || i > s)
+      throw InternalError("block pool invariant", "free queue holds bad id " + std::to_string(i));
+    if (seen[static_cast<std::size_t>(i)])
+      throw InternalError("block pool invariant",
+                          "block " + std::to_string(i) + " is twice in the free queue");
     seen[static_cast<std::size_t>(i)] = 1;
     if (ref_count_[static_cast<std::size_t>(i)] != 0) {
-      throw InternalError("block pool invariant", "block " + std::to_string(i) + " is in the free queue with ref count " +
-                                              std::to_string(ref_count_[static_cast<std::size_t>(i)]));
+      throw InternalError("block pool invariant",
+                          "block " + std::to_string(i) + " is in the free queue with ref count " +
+                              std::to_string(ref_count_[static_cast<std::size_t>(i)]));
     }
     if (++in_queue > s) throw InternalError("block pool invariant", "free queue has a cycle");
   }
   for (std::int32_t i = 0; i < s; ++i) {
     const auto rc = ref_count_[static_cast<std::size_t>(i)];
-    if (rc < 0) throw InternalError("block pool invariant", "block " + std::to_string(i) + " has negative ref count");
+    if (rc < 0)
+      throw InternalError("block pool invariant",
+                          "block " + std::to_string(i) + " has negative ref count");
     if (rc == 0 && !seen[static_cast<std::size_t>(i)]) {
-      throw InternalError("block pool invariant", "free block " + std::to_string(i) + " is missing from the free queue");
+      throw InternalError("block pool invariant",
+                          "free block " + std::to_string(i) + " is missing from the free queue");
     }
   }
   if (in_queue != num_free_) {
-    throw InternalError("block pool invariant", "num_free is " + std::to_string(num_free_) + " but the queue holds " +
-                                            std::to_string(in_queue));
+    throw InternalError("block pool invariant", "num_free is " + std::to_string(num_free_) +
+                                                    " but the queue holds " +
+                                                    std::to_string(in_queue));
   }
 }
 

@@ -37,10 +37,14 @@ class BlockPool {
   // Free blocks in queue order (front first).
   std::vector<BlockId> free_queue() const;
 
-  // Throws kvscope::Error describing the first inconsistency found.
+  // Throws InternalError describing the first inconsistency found. take/release/add_ref on an id
+  // outside the pool, or in the wrong state (taking a used block, releasing a free one), throw
+  // InternalError too: they are bookkeeping bugs.
   void check_invariants() const;
 
  private:
+  // Throws InternalError for an id outside the pool (a bookkeeping bug, never user input).
+  void check_id(BlockId id, const char* op) const;
   void unlink(std::int32_t i);
   void push_back(std::int32_t i);
   std::vector<std::int32_t> ref_count_;  // [num_blocks]
