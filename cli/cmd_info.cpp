@@ -9,6 +9,7 @@
 #include "engine/common/error.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/locate.h"
+#include "engine/model/synthetic.h"
 
 namespace kvscope::cli {
 
@@ -24,24 +25,30 @@ int cmd_info(const Argv& argv) {
   }
   if (!args.positional().empty())
     throw Error(args.positional()[0], "unexpected argument; see --help");
+  const std::string arg = args.get("--model");
+  const bool random = is_synthetic_model_arg(arg);
   std::string source;
-  const ModelConfig c = model_config_for(args.get("--model"), &source);
-  const bool random = source.rfind("synthetic:", 0) == 0;
+  // Synthetic shapes are described without allocating their weights; real weights are loaded
+  // (once) to say what the file stores and what the engine holds.
+  LoadedModel loaded;
+  double seconds = 0.0;
+  if (!random) {
+    const auto started = std::chrono::steady_clock::now();
+    loaded = load_model(arg, "");
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    source = loaded.model->source();
+  }
+  const ModelConfig c = random ? model_config_for(arg, &source) : loaded.model->config();
   std::printf("model:      %s\n", source.c_str());
   if (random) {
     std::printf("weights:    random weights (no quality figure is meaningful)\n");
   } else {
-    // Real weights are loaded to say what the file stores and what the engine holds.
-    const auto started = std::chrono::steady_clock::now();
-    const LoadedModel loaded = load_model(args.get("--model"), "");
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const Model& m = *loaded.model;
-    std::printf("weights:    %s in the file; the engine holds %s as %s (loaded in %.2f s)\n",
-                m.weight_types().c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
-                m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)"
-                                                       : "fp32 (mmapped)",
-                seconds);
+    std::printf(
+        "weights:    %s in the file; the engine holds %s as %s (loaded in %.2f s)\n",
+        m.weight_types().c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
+        m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)" : "fp32 (mmapped)",
+        seconds);
     if (loaded.tokenizer) {
       std::printf("tokenizer:  %d tokens, BOS %d, from %s\n", loaded.tokenizer->vocab_size(),
                   loaded.tokenizer->bos_id(), loaded.tokenizer->path().c_str());

@@ -213,10 +213,9 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
     const auto first = story.find_first_not_of(" \t\r\n");
     if (first == std::string::npos) continue;
     story = story.substr(first, story.find_last_not_of(" \t\r\n") - first + 1);
-    std::vector<int> tokens = tokenizer.encode(story, /*bos=*/false, /*eos=*/false);
-    tokens.insert(tokens.begin(), tokenizer.bos_id());
+    const std::vector<int> tokens = tokenizer.encode(story, /*bos=*/false, /*eos=*/false);
     // Cut into windows of at most max_len, each starting with BOS.
-    for (std::size_t i = 1; i < tokens.size(); i += static_cast<std::size_t>(max_len) - 1) {
+    for (std::size_t i = 0; i < tokens.size(); i += static_cast<std::size_t>(max_len) - 1) {
       std::vector<int> win = {tokenizer.bos_id()};
       const std::size_t stop = std::min(tokens.size(), i + static_cast<std::size_t>(max_len) - 1);
       win.insert(win.end(), tokens.begin() + static_cast<long>(i),

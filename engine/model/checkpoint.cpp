@@ -245,37 +245,36 @@ std::shared_ptr<const Model> Model::load(const std::string& path, WeightStorage 
   return model;
 }
 
-std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<float> data,
-                                               std::string source) {
-  Header h{config, CheckpointFormat::kLegacyV0, 0};
+std::shared_ptr<Model> Model::wrap_owned(ModelConfig config, std::vector<float> data,
+                                         std::string source, CheckpointFormat format,
+                                         bool rope_tables) {
   validate_config(source, config);
-  if (static_cast<std::int64_t>(data.size()) != expected_floats(h)) {
-    fail_expected(source, std::to_string(expected_floats(h)) + " floats",
-                  std::to_string(data.size()));
+  const std::int64_t want = rope_tables
+                                ? expected_floats(Header{config, CheckpointFormat::kLegacyV0, 0})
+                                : config.num_params();
+  if (static_cast<std::int64_t>(data.size()) != want) {
+    fail_expected(source, std::to_string(want) + " floats", std::to_string(data.size()));
   }
   auto model = std::shared_ptr<Model>(new Model());
   model->config_ = config;
-  model->format_ = CheckpointFormat::kSynthetic;
+  model->format_ = format;
   model->source_ = std::move(source);
   model->owned_ = std::move(data);
-  model->weights_ = map_legacy(config, model->owned_.data());
+  model->weights_ = map_legacy(config, model->owned_.data(), rope_tables);
   return model;
+}
+
+std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<float> data,
+                                               std::string source) {
+  return wrap_owned(config, std::move(data), std::move(source), CheckpointFormat::kSynthetic,
+                    /*rope_tables=*/true);
 }
 
 std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::vector<float> data,
                                               std::string source, std::string weight_types) {
-  validate_config(source, config);
-  if (static_cast<std::int64_t>(data.size()) != config.num_params()) {
-    fail_expected(source, std::to_string(config.num_params()) + " floats",
-                  std::to_string(data.size()));
-  }
-  auto model = std::shared_ptr<Model>(new Model());
-  model->config_ = config;
-  model->format_ = CheckpointFormat::kGguf;
-  model->source_ = std::move(source);
+  auto model = wrap_owned(config, std::move(data), std::move(source), CheckpointFormat::kGguf,
+                          /*rope_tables=*/false);
   model->weight_types_ = std::move(weight_types);
-  model->owned_ = std::move(data);
-  model->weights_ = map_legacy(config, model->owned_.data(), /*rope_tables=*/false);
   return model;
 }
 

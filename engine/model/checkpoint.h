@@ -74,6 +74,10 @@ class Model {
                                                 std::string source, std::string weight_types);
 
  private:
+  // Owned floats in the legacy layout, with or without llama2.c's RoPE tables; checks the count.
+  static std::shared_ptr<Model> wrap_owned(ModelConfig config, std::vector<float> data,
+                                           std::string source, CheckpointFormat format,
+                                           bool rope_tables);
   ModelConfig config_;
   Weights weights_;
   std::string source_;
