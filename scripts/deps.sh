@@ -5,7 +5,7 @@ set -euo pipefail
 
 KVSCOPE_PACKAGES=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev
   libimgui-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth libgl1-mesa-dri clang
-  libclang-rt-14-dev libomp-dev)  # the last two: libFuzzer/sanitizer runtimes, OpenMP for clang
+  libclang-rt-14-dev libomp-dev ccache)  # libFuzzer/sanitizer runtimes, OpenMP for clang, ccache
 
 kvscope_install_deps() {
   local missing=()
