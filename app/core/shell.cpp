@@ -328,11 +328,10 @@ void UiShell::draw_transport_window() {
   ImGui::PopStyleVar();
 }
 
-void UiShell::place(int index, ImVec2 pos, ImVec2 size) {
+void UiShell::place(ImVec2 pos, ImVec2 size) {
   const ImGuiCond cond = layout_dirty_ ? ImGuiCond_Always : ImGuiCond_FirstUseEver;
   ImGui::SetNextWindowPos(pos, cond);
   ImGui::SetNextWindowSize(size, cond);
-  (void)index;
 }
 
 void UiShell::draw_panels() {
@@ -343,16 +342,16 @@ void UiShell::draw_panels() {
   const float m = 6.0f;
   const float w = display.x - m, h = display.y - top - m - caption_bar_height();
   int cascade = 0;
-  for (std::size_t i = 0; i < panels_.size(); ++i) {
-    Panel& p = *panels_[i];
+  for (const std::unique_ptr<Panel>& panel : panels_) {
+    Panel& p = *panel;
     if (!p.visible) continue;
     if (const Slot* s = find_slot(workspace_, p.title())) {
       const ImVec2 pos(std::floor(m + s->x * w), std::floor(top + m + s->y * h));
       const ImVec2 size(std::floor(s->w * w - m), std::floor(s->h * h - m));
-      place(static_cast<int>(i), pos, size);
+      place(pos, size);
     } else {
       ++cascade;
-      place(static_cast<int>(i), ImVec2(60.0f + 30.0f * cascade, top + 60.0f + 30.0f * cascade),
+      place(ImVec2(60.0f + 30.0f * cascade, top + 60.0f + 30.0f * cascade),
             ImVec2(640, 420));
     }
     // The shown title may change (a model name); the ID after "###" stays the panel's title.

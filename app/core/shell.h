@@ -77,7 +77,7 @@ class UiShell {
   float caption_bar_height() const;
   void attach(std::unique_ptr<RunSession> session);
   void perform(const FileAction& action);
-  void place(int index, ImVec2 pos, ImVec2 size);
+  void place(ImVec2 pos, ImVec2 size);
   void draw_workspace_tabs();
 
   AppState state_;

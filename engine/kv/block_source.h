@@ -22,14 +22,14 @@ struct WriteAccess {
 class BlockSource {
  public:
   virtual ~BlockSource() = default;
-  // A fresh block held by `request` (pool ref 1), or none when nothing can be freed.
-  virtual std::optional<BlockId> allocate(std::int32_t request) = 0;
+  // A fresh block held by one sequence (pool ref 1), or none when nothing can be freed.
+  virtual std::optional<BlockId> allocate() = 0;
   // Blocks allocate() can still deliver.
   virtual int num_allocatable() const = 0;
   // Drops the sequence's reference on each block.
-  virtual void release(std::int32_t request, std::span<const BlockId> table) = 0;
-  // `child` takes one more reference on each block of `table`.
-  virtual void fork(std::int32_t parent, std::int32_t child, std::span<const BlockId> table) = 0;
+  virtual void release(std::span<const BlockId> table) = 0;
+  // Sequence `child` takes one more reference on each block of `table` (its parent's).
+  virtual void fork(std::int32_t child, std::span<const BlockId> table) = 0;
   // Before `request` writes into table[logical]: swaps in a private copy when the block is shared.
   virtual WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table,
                                     int logical) = 0;

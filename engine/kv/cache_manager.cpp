@@ -48,7 +48,7 @@ void KvCacheManager::fork_sequence(SeqId parent, SeqId child) {
   if (has_sequence(child))
     throw Error("kv cache", "sequence " + std::to_string(child.value) + " already exists");
   BlockTable t = table(parent);
-  source_->fork(parent.value, child.value, t.blocks);
+  source_->fork(child.value, t.blocks);
   const auto n = static_cast<std::int64_t>(t.blocks.size());
   const int tokens = t.num_tokens;
   tables_.emplace(child, std::move(t));
@@ -138,7 +138,7 @@ bool KvCacheManager::append_slots(SeqId id, int n) {
     --need;
   }
   for (int i = 0; i < need; ++i) {
-    std::optional<BlockId> got = source_ ? source_->allocate(id.value) : pool_.allocate();
+    std::optional<BlockId> got = source_ ? source_->allocate() : pool_.allocate();
     if (!got) throw Error("kv cache", "internal: the block source ran dry below num_allocatable");
     BlockId b = *got;
     t.blocks.push_back(b);
@@ -156,7 +156,7 @@ void KvCacheManager::free_sequence(SeqId id) {
   auto it = tables_.find(id);
   if (it == tables_.end()) return;
   const auto& blocks = it->second.blocks;
-  if (source_) source_->release(id.value, blocks);
+  if (source_) source_->release(blocks);
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     if (!source_) pool_.release(blocks[i]);
     // KIVI staging (open groups) belongs to the sequence: drop it once nobody holds the block.

@@ -142,8 +142,7 @@ void PrefixCache::evict(BlockId b) {
   }
 }
 
-std::optional<BlockId> PrefixCache::allocate(std::int32_t request) {
-  (void)request;
+std::optional<BlockId> PrefixCache::allocate() {
   if (pool_.num_free() == 0) {
     const std::optional<BlockId> victim = candidates_.victim();
     if (!victim) return std::nullopt;
@@ -207,13 +206,11 @@ void PrefixCache::insert(std::int32_t request, std::span<const TokenId> tokens,
   }
 }
 
-void PrefixCache::release(std::int32_t request, std::span<const BlockId> table) {
-  (void)request;
+void PrefixCache::release(std::span<const BlockId> table) {
   for (BlockId b : table) drop_seq_ref(b);
 }
 
-void PrefixCache::fork(std::int32_t parent, std::int32_t child, std::span<const BlockId> table) {
-  (void)parent;
+void PrefixCache::fork(std::int32_t child, std::span<const BlockId> table) {
   for (std::size_t i = 0; i < table.size(); ++i)
     add_seq_ref(child, table[i], static_cast<int>(i), true);
 }
@@ -228,7 +225,7 @@ WriteAccess PrefixCache::prepare_write(std::int32_t request, std::span<BlockId> 
   const BlockId src = table[static_cast<std::size_t>(logical)];
   const BlockMeta& m = meta_[idx(src)];
   if (m.seq_refs <= 1 && !m.cached) return w;  // sole owner of an uncached block: write in place
-  const std::optional<BlockId> dst = allocate(request);
+  const std::optional<BlockId> dst = allocate();
   if (!dst) {
     w.out_of_blocks = true;
     return w;

@@ -84,7 +84,7 @@ class PrefixCache : public BlockSource {
   // Read-only: the blocks a lookup of `prompt` would hit now (no refs, metrics or events).
   PrefixProbe probe(std::span<const TokenId> prompt) const;
   // A fresh block for `request` (ref 1), evicting a cached block when the pool has no free one.
-  std::optional<BlockId> allocate(std::int32_t request) override;
+  std::optional<BlockId> allocate() override;
   // Blocks allocate() can still deliver: free ones plus cached ones nobody holds (not pinned).
   int num_allocatable() const override { return pool_.num_free() + num_evictable_; }
   // Caches the full blocks of a sequence: table[i] holds tokens[i*bs, (i+1)*bs). Where the same
@@ -92,9 +92,9 @@ class PrefixCache : public BlockSource {
   // is released) so a sequence always holds an unbroken cached chain.
   void insert(std::int32_t request, std::span<const TokenId> tokens, std::span<BlockId> table);
   // Drops the sequence's reference on each block; cached blocks stay reusable.
-  void release(std::int32_t request, std::span<const BlockId> table) override;
+  void release(std::span<const BlockId> table) override;
   // Parallel sampling: `child` shares every block of the parent's table (one more reference each).
-  void fork(std::int32_t parent, std::int32_t child, std::span<const BlockId> table) override;
+  void fork(std::int32_t child, std::span<const BlockId> table) override;
   // Call before `request` writes into table[logical]: copies on write if the block is shared.
   WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table, int logical) override;
 

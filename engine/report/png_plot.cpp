@@ -28,11 +28,14 @@ const Rgb kPalette[] = {{0, 114, 178},  {213, 94, 0},   {0, 158, 115}, {204, 121
 struct Axis {
   double lo = 0, hi = 1;
   bool log = false;
-  double map(double v) const {
-    if (log) return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
-    return (v - lo) / (hi - lo);
-  }
 };
+
+double axis_fraction(double v, double lo, double hi, bool log) {
+  if (log) return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
+  return (v - lo) / (hi - lo);
+}
+
+Rgb series_color(std::size_t i) { return kPalette[i % (sizeof kPalette / sizeof kPalette[0])]; }
 
 // Short tick labels: SI suffixes above a thousand (2K, 10M, 1.5G), plain decimals below.
 std::string fmt_tick(double v) {
@@ -112,14 +115,45 @@ Axis fit_axis(const PlotSpec& spec, bool x, bool log) {
 
 }  // namespace
 
-std::vector<unsigned char> render_plot(const PlotSpec& spec) {
-  Canvas c(spec.width, spec.height, kBackground);
-  const int left = 84, right = 24, top = 56, bottom = 84 + (spec.footnote.empty() ? 0 : 18);
-  const int pw = spec.width - left - right, ph = spec.height - top - bottom;
+double PlotLayout::px(double x) const {
+  return left + axis_fraction(x, x_lo, x_hi, log_x) * width;
+}
+
+double PlotLayout::py(double y) const {
+  return top + height - axis_fraction(y, y_lo, y_hi, log_y) * height;
+}
+
+PlotLayout plot_layout(const PlotSpec& spec) {
+  PlotLayout l;
+  const int right = 24, bottom = 84 + (spec.footnote.empty() ? 0 : 18);
+  l.left = 84;
+  l.top = 56;
+  l.width = spec.width - l.left - right;
+  l.height = spec.height - l.top - bottom;
   const Axis ax = fit_axis(spec, true, spec.log_x);
   const Axis ay = fit_axis(spec, false, spec.log_y);
-  auto px = [&](double v) { return left + ax.map(v) * pw; };
-  auto py = [&](double v) { return top + ph - ay.map(v) * ph; };
+  l.x_lo = ax.lo;
+  l.x_hi = ax.hi;
+  l.y_lo = ay.lo;
+  l.y_hi = ay.hi;
+  l.log_x = spec.log_x;
+  l.log_y = spec.log_y;
+  return l;
+}
+
+std::array<unsigned char, 3> plot_series_color(std::size_t index) {
+  const Rgb c = series_color(index);
+  return {c.r, c.g, c.b};
+}
+
+std::vector<unsigned char> render_plot(const PlotSpec& spec) {
+  Canvas c(spec.width, spec.height, kBackground);
+  const PlotLayout l = plot_layout(spec);
+  const int left = l.left, top = l.top, pw = l.width, ph = l.height;
+  const Axis ax{l.x_lo, l.x_hi, l.log_x};
+  const Axis ay{l.y_lo, l.y_hi, l.log_y};
+  auto px = [&](double v) { return l.px(v); };
+  auto py = [&](double v) { return l.py(v); };
 
   c.text(left, 18, spec.title, kInk, 3);
   // Grid, ticks and tick labels.
@@ -151,7 +185,7 @@ std::vector<unsigned char> render_plot(const PlotSpec& spec) {
   // Series.
   for (std::size_t i = 0; i < spec.series.size(); ++i) {
     const PlotSeries& s = spec.series[i];
-    const Rgb col = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+    const Rgb col = series_color(i);
     auto ok = [&](std::size_t k) {
       return std::isfinite(s.x[k]) && std::isfinite(s.y[k]) && (!spec.log_x || s.x[k] > 0) &&
              (!spec.log_y || s.y[k] > 0);
@@ -172,7 +206,7 @@ std::vector<unsigned char> render_plot(const PlotSpec& spec) {
     c.fill_rect(lx - 6, ly - 6, lx + w + 40, ly + lh * static_cast<int>(spec.series.size()) + 2,
                 kBackground, 0.85f);
     for (std::size_t i = 0; i < spec.series.size(); ++i) {
-      const Rgb col = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+      const Rgb col = series_color(i);
       const int y = ly + lh * static_cast<int>(i);
       c.line(lx, y + 7, lx + 22, y + 7, col, 3.0f);
       c.text(lx + 30, y, spec.series[i].label, kInk);

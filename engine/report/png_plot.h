@@ -2,6 +2,8 @@
 // software with a built-in bitmap font and written with stb_image_write (atomically).
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,19 @@ struct PlotSpec {
   int width = 960;
   int height = 600;
 };
+
+// Where render_plot puts things: the plot area in pixels and the data -> pixel mapping of both
+// axes (fitted to the data plus a margin). Tests use it to check what was drawn where.
+struct PlotLayout {
+  int left = 0, top = 0, width = 0, height = 0;  // the plot area inside the axes
+  double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
+  bool log_x = false, log_y = false;
+  double px(double x) const;  // pixel column of data x
+  double py(double y) const;  // pixel row of data y
+};
+PlotLayout plot_layout(const PlotSpec& spec);
+// The colour of series `index` (RGB), as drawn in the plot and its legend.
+std::array<unsigned char, 3> plot_series_color(std::size_t index);
 
 // Renders to RGB pixels [height][width][3].
 std::vector<unsigned char> render_plot(const PlotSpec& spec);

@@ -94,7 +94,7 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
       std::vector<BlockId>& table = tables[i];
       table = std::move(hit.blocks);
       while (static_cast<std::int64_t>(table.size()) < need) {
-        const std::optional<BlockId> b = cache.allocate(id);
+        const std::optional<BlockId> b = cache.allocate();
         if (!b)
           throw Error("mooncake replay", "allocation failed although " + std::to_string(need) +
                                              " blocks were allocatable");
@@ -116,7 +116,7 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
       const Running done = running.top();
       running.pop();
       cache.set_step(step_of(done.end_ms));
-      cache.release(static_cast<std::int32_t>(done.request), tables[done.request]);
+      cache.release(tables[done.request]);
       held_unshared -= static_cast<std::int64_t>(tables[done.request].size());
       tables[done.request].clear();
       tables[done.request].shrink_to_fit();

@@ -40,7 +40,7 @@ struct Harness {
     PrefixLookupResult r = cache.lookup_and_acquire(request, prompt);
     std::vector<BlockId> table = r.blocks;
     const std::size_t need = (prompt.size() + 3) / 4;
-    while (table.size() < need) table.push_back(*cache.allocate(request));
+    while (table.size() < need) table.push_back(*cache.allocate());
     cache.insert(request, prompt, table);
     cache.check_invariants();
     if (out) *out = r;
@@ -80,12 +80,12 @@ TEST_P(PrefixCacheTest, MissReasons) {
 TEST_P(PrefixCacheTest, EvictedEarlierNamesTheStep) {
   Harness h(4, GetParam());  // room for one 4-block prompt
   auto t = h.admit(0, prompt_of({1, 2, 3}, 4));
-  h.cache.release(0, t);
+  h.cache.release(t);
   EXPECT_EQ(h.cache.num_evictable(), 3);
   h.cache.set_step(17);
   t = h.admit(1, prompt_of({4, 5, 6}, 4));  // needs all 4 blocks: evicts 1,2,3
   EXPECT_EQ(h.cache.metrics().evictions, 3);
-  h.cache.release(1, t);
+  h.cache.release(t);
   h.cache.set_step(30);
   PrefixLookupResult r;
   h.admit(2, prompt_of({1, 2, 3}, 4), &r);
@@ -109,11 +109,11 @@ TEST_P(PrefixCacheTest, DisabledCachesNothing) {
                     PrefixCacheConfig{4, GetParam(), EvictionPolicyKind::kLru, false, nullptr});
   auto p = prompt_of({1, 2}, 4);
   std::vector<BlockId> t;
-  for (int i = 0; i < 3; ++i) t.push_back(*cache.allocate(0));
+  for (int i = 0; i < 3; ++i) t.push_back(*cache.allocate());
   cache.insert(0, p, t);
   EXPECT_EQ(cache.lookup_and_acquire(1, p).reason, MissReason::kDisabled);
   EXPECT_EQ(cache.num_cached(), 0);
-  cache.release(0, t);
+  cache.release(t);
   EXPECT_EQ(pool.num_free(), 16);
 }
 
@@ -123,16 +123,16 @@ std::vector<int> eviction_order(EvictionPolicyKind policy, IndexKind kind,
                                 const std::vector<int>& touch, int pinned_word = -1) {
   Harness h(3, kind, policy);
   const std::vector<int> words = {1, 2, 3};
-  for (int w : words) h.cache.release(w, h.admit(w, prompt_of({w}, 4, 0)));
+  for (int w : words) h.cache.release(h.admit(w, prompt_of({w}, 4, 0)));
   for (int w : touch) {
     auto p = prompt_of({w}, 4, 1);
     auto r = h.cache.lookup_and_acquire(10 + w, p);
-    h.cache.release(10 + w, r.blocks);
+    h.cache.release(r.blocks);
   }
   if (pinned_word >= 0) h.cache.pin(prompt_of({pinned_word}, 4, 0));
   std::vector<int> order;
   std::vector<BlockId> held;
-  while (auto b = h.cache.allocate(99)) {
+  while (auto b = h.cache.allocate()) {
     held.push_back(*b);
     h.cache.check_invariants();
   }
@@ -158,12 +158,12 @@ TEST_P(PrefixCacheTest, EvictionOrderPerPolicy) {
 
 TEST_P(PrefixCacheTest, OnlyLeavesAreEvicted) {
   Harness h(5, GetParam());
-  h.cache.release(0, h.admit(0, prompt_of({1, 2}, 4, 0)));  // chain 1 -> 2
-  h.cache.release(1, h.admit(1, prompt_of({3}, 4, 0)));
+  h.cache.release(h.admit(0, prompt_of({1, 2}, 4, 0)));  // chain 1 -> 2
+  h.cache.release(h.admit(1, prompt_of({3}, 4, 0)));
   // LRU would pick block "1" (oldest) but it has a cached child: its leaf "2" goes first.
   std::vector<int> evicted_blocks;
   std::vector<BlockId> held;
-  while (auto b = h.cache.allocate(9)) held.push_back(*b);
+  while (auto b = h.cache.allocate()) held.push_back(*b);
   for (const Event& e : h.sink.events) {
     if (e.type == EventType::kCachedBlockEvicted) evicted_blocks.push_back(e.block);
   }
@@ -177,8 +177,8 @@ TEST_P(PrefixCacheTest, InsertDeduplicatesABlockComputedTwice) {
   auto r0 = h.cache.lookup_and_acquire(0, p);
   auto r1 = h.cache.lookup_and_acquire(1, p);
   std::vector<BlockId> t0, t1;
-  for (int i = 0; i < 3; ++i) t0.push_back(*h.cache.allocate(0));
-  for (int i = 0; i < 3; ++i) t1.push_back(*h.cache.allocate(1));
+  for (int i = 0; i < 3; ++i) t0.push_back(*h.cache.allocate());
+  for (int i = 0; i < 3; ++i) t1.push_back(*h.cache.allocate());
   h.cache.insert(0, p, t0);
   h.cache.insert(1, p, t1);
   EXPECT_EQ(t1[0], t0[0]);
@@ -188,8 +188,8 @@ TEST_P(PrefixCacheTest, InsertDeduplicatesABlockComputedTwice) {
   EXPECT_EQ(h.pool.num_used(), 4);
   EXPECT_EQ(h.cache.metrics().blocks_saved, 2);
   h.cache.check_invariants();
-  h.cache.release(0, t0);
-  h.cache.release(1, t1);
+  h.cache.release(t0);
+  h.cache.release(t1);
   EXPECT_EQ(h.cache.num_evictable(), 2);
   h.cache.check_invariants();
 }
@@ -199,7 +199,7 @@ TEST_P(PrefixCacheTest, ForkAndCopyOnWrite) {
   auto p = prompt_of({1, 2}, 4, 2);  // 2 full blocks + a half-filled third
   auto parent = h.admit(0, p);
   std::vector<BlockId> child = parent;
-  h.cache.fork(0, 1, child);
+  h.cache.fork(1, child);
   EXPECT_EQ(h.cache.sequence_refs(parent[2]), 2);
   EXPECT_EQ(h.cache.metrics().blocks_saved, 3);
   // The child writes its next token into the shared partial block: it gets its own copy.
@@ -214,8 +214,8 @@ TEST_P(PrefixCacheTest, ForkAndCopyOnWrite) {
   EXPECT_TRUE(h.cache.prepare_write(0, parent, 1).needs_copy);
   EXPECT_EQ(h.sink.count(EventType::kBlockCopiedOnWrite), 2);
   h.cache.check_invariants();
-  h.cache.release(0, parent);
-  h.cache.release(1, child);
+  h.cache.release(parent);
+  h.cache.release(child);
   EXPECT_EQ(h.cache.metrics().blocks_saved, 0);
   h.cache.check_invariants();
 }
@@ -224,7 +224,7 @@ TEST_P(PrefixCacheTest, CopyOnWriteWithNoFreeBlockLeavesTheTable) {
   Harness h(3, GetParam());
   auto t = h.admit(0, prompt_of({1, 2}, 4, 2));
   std::vector<BlockId> child = t;
-  h.cache.fork(0, 1, child);
+  h.cache.fork(1, child);
   WriteAccess w = h.cache.prepare_write(1, child, 2);
   EXPECT_TRUE(w.out_of_blocks);
   EXPECT_EQ(child, t);
@@ -246,8 +246,8 @@ TEST_P(PrefixCacheTest, MetricsAndEvents) {
   EXPECT_EQ(h.sink.count(EventType::kPrefixLookup), 2);
   EXPECT_EQ(h.sink.count(EventType::kBlockShared), 2);
   EXPECT_EQ(h.pool.ref_count(a[0]), 3);  // two sequences + the cache
-  h.cache.release(0, a);
-  h.cache.release(1, b);
+  h.cache.release(a);
+  h.cache.release(b);
   EXPECT_EQ(h.cache.metrics().peak_blocks_saved, 2);
   EXPECT_EQ(h.cache.num_allocatable(), 32 - 0);  // everything free or evictable
   EXPECT_EQ(h.cache.pin(prompt_of({1, 2}, 4, 0)), 2);

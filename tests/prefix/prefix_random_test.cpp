@@ -34,7 +34,7 @@ void run_random(IndexKind kind, EvictionPolicyKind policy, unsigned seed) {
       const auto need = static_cast<std::size_t>((len + kBs - 1) / kBs);
       bool ok = true;
       while (s.table.size() < need) {
-        auto b = cache.allocate(s.id);
+        auto b = cache.allocate();
         if (!b) {
           ok = false;
           break;
@@ -42,19 +42,19 @@ void run_random(IndexKind kind, EvictionPolicyKind policy, unsigned seed) {
         s.table.push_back(*b);
       }
       if (!ok) {
-        cache.release(s.id, s.table);  // no room: give back what it holds
+        cache.release(s.table);  // no room: give back what it holds
       } else {
         cache.insert(s.id, s.tokens, s.table);
         live.push_back(std::move(s));
       }
     } else if (what < 7 && !live.empty()) {  // finish
       const int i = pick(static_cast<int>(live.size()));
-      cache.release(live[static_cast<std::size_t>(i)].id, live[static_cast<std::size_t>(i)].table);
+      cache.release(live[static_cast<std::size_t>(i)].table);
       live.erase(live.begin() + i);
     } else if (what == 7 && !live.empty()) {  // fork, then the child writes its last block
       Seq c = live[static_cast<std::size_t>(pick(static_cast<int>(live.size())))];
       c.id = next_id++;
-      cache.fork(-1, c.id, c.table);
+      cache.fork(c.id, c.table);
       const WriteAccess w =
           cache.prepare_write(c.id, c.table, static_cast<int>(c.table.size()) - 1);
       if (w.needs_copy) {
@@ -71,7 +71,7 @@ void run_random(IndexKind kind, EvictionPolicyKind policy, unsigned seed) {
         cache.unpin(s.tokens);
       }
     } else {  // a bare allocation that is freed at once
-      if (auto b = cache.allocate(-2)) cache.release(-2, std::vector<BlockId>{*b});
+      if (auto b = cache.allocate()) cache.release(std::vector<BlockId>{*b});
     }
     ASSERT_NO_THROW(cache.check_invariants()) << "op " << op;
     for (const Seq& s : live) {
@@ -79,7 +79,7 @@ void run_random(IndexKind kind, EvictionPolicyKind policy, unsigned seed) {
         ASSERT_FALSE(pool.is_free(b)) << "a held block was freed, op " << op;
     }
   }
-  for (const Seq& s : live) cache.release(s.id, s.table);
+  for (const Seq& s : live) cache.release(s.table);
   cache.check_invariants();
   EXPECT_EQ(cache.metrics().blocks_saved, 0);
   EXPECT_EQ(pool.num_free() + cache.num_cached(), pool.num_blocks());  // only the cache holds refs
