@@ -36,6 +36,94 @@ constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
   --quiet                          no progress on stderr
 )";
 
+// --validate: the scenario parsed (every variant, checked by parse_scenario) and its trace exists.
+int validate_only(const Scenario& scenario, const std::string& path) {
+  if (const auto& t = scenario.workload.trace) {
+    locate_trace(t->path, std::filesystem::path(path).parent_path().string(),
+                 path + ": " + t->at + ".mooncake");
+  }
+  std::string names;
+  for (const auto& n : scenario.variant_names()) {
+    if (!names.empty()) names.append(", ");
+    names.append(n);
+  }
+  std::printf("%s: valid scenario (format %d): \"%s\"; variants: %s; %zu captions\n",
+              path.c_str(), scenario.format_version, scenario.title.c_str(), names.c_str(),
+              scenario.captions.size());
+  return 0;
+}
+
+// Steps until done or max_steps, a progress line every 50 steps unless quiet.
+void run_steps(Simulator& sim, int max_steps, bool quiet) {
+  while (sim.current_step() < max_steps && sim.step()) {
+    const int s = sim.current_step() - 1;
+    if (quiet || s % 50 != 0) continue;
+    const StepMetrics& m = sim.timeline()->metrics(s);
+    std::fprintf(stderr,
+                 "step %d: running %d, waiting %d, swapped %d, finished %d, blocks %d/%d used\n", s,
+                 m.requests_running, m.requests_waiting, m.requests_swapped, m.requests_finished,
+                 m.blocks_used, m.blocks_total);
+  }
+}
+
+void print_prefix_summary(const Simulator& sim, const SimConfig& config) {
+  const PrefixCache* pc = sim.prefix_cache();
+  if (pc == nullptr) return;
+  const Timeline& t = *sim.timeline();
+  const PrefixCacheMetrics& pm = pc->metrics();
+  const StepMetrics& last = t.metrics(t.num_steps() - 1);
+  std::int64_t cow = 0;
+  for (const Event& e : t.events()) cow += e.type == EventType::kBlockCopiedOnWrite;
+  std::printf(
+      "prefix cache (%s index, %s eviction): lookup hit rate %.1f%% of %lld looked-up tokens; "
+      "prompt tokens served from shared blocks %lld of %lld (%.1f%%, forks included) = prefill "
+      "tokens saved; peak blocks saved by sharing %lld (%.1f KiB); %lld copy-on-write copies, "
+      "%lld evictions\n",
+      std::string(index_kind_name(config.prefix_index)).c_str(),
+      std::string(eviction_policy_name(config.cached_block_eviction)).c_str(),
+      100.0 * pm.token_hit_rate(), static_cast<long long>(pm.prompt_tokens),
+      static_cast<long long>(last.prefix_hit_tokens), static_cast<long long>(last.prompt_tokens),
+      last.prompt_tokens ? 100.0 * static_cast<double>(last.prefix_hit_tokens) /
+                               static_cast<double>(last.prompt_tokens)
+                         : 0.0,
+      static_cast<long long>(pm.peak_blocks_saved),
+      static_cast<double>(pm.peak_blocks_saved) * t.header().kv_bytes_per_token *
+          config.block_size / 1024.0,
+      static_cast<long long>(cow), static_cast<long long>(pm.evictions));
+}
+
+// The short summary on stdout: configuration, requests, tokens, utilization, prefix cache,
+// rejections.
+void print_summary(const Simulator& sim, const SimConfig& config, const std::string& label,
+                   bool random_weights, bool bookkeeping_only) {
+  const Timeline& t = *sim.timeline();
+  const RunSummary s = summarize(t.all_metrics());
+  const double peak_pct = 100.0 * s.peak_blocks_used / config.num_blocks;
+  std::printf("%s%s: %s allocator, block %d, %d blocks, preemption %s, victim %s%s\n",
+              random_weights ? "[random weights] " : "", label.c_str(),
+              allocator_name(config.allocator).c_str(), config.block_size, config.num_blocks,
+              preemption_name(config.preemption).c_str(), victim_name(config.victim).c_str(),
+              bookkeeping_only ? " (bookkeeping only)" : "");
+  std::printf(
+      "steps %d; requests %d finished, %d rejected, %d unfinished; preemptions %lld (%lld tokens "
+      "recomputed)\n",
+      s.steps, s.finished, s.rejected, sim.num_requests() - s.finished - s.rejected,
+      static_cast<long long>(s.preemptions), static_cast<long long>(s.tokens_recomputed));
+  std::printf("tokens: %lld prefill, %lld decode; mean batch %.2f (peak %d)\n",
+              static_cast<long long>(s.prefill_tokens), static_cast<long long>(s.decode_tokens),
+              s.mean_running, s.peak_running);
+  std::printf(
+      "KV utilization (filled / allocated slots, mean over steps): %.1f%%; blocks used mean %.1f, "
+      "peak %d (%.0f%%)\n",
+      100.0 * s.mean_utilization, s.mean_blocks_used, s.peak_blocks_used, peak_pct);
+  print_prefix_summary(sim, config);
+  for (int i = 0; i < sim.num_requests(); ++i) {
+    if (sim.request(i).phase == RequestPhase::kRejected) {
+      std::printf("request %d rejected: %s\n", i, sim.request(i).reject_reason.c_str());
+    }
+  }
+}
+
 }  // namespace
 
 int cmd_run(const Argv& argv) {
@@ -54,18 +142,7 @@ int cmd_run(const Argv& argv) {
   const Scenario scenario = parse_scenario(path);
   const std::string variant = args.get("--variant", "base");
   scenario.variant(variant);  // an unknown name is an error before anything runs
-  if (args.has("--validate")) {
-    if (const auto& t = scenario.workload.trace) {  // the trace file must be found too
-      locate_trace(t->path, std::filesystem::path(path).parent_path().string(),
-                   path + ": " + t->at + ".mooncake");
-    }
-    std::string names;
-    for (const auto& n : scenario.variant_names()) names += (names.empty() ? "" : ", ") + n;
-    std::printf("%s: valid scenario (format %d): \"%s\"; variants: %s; %zu captions\n",
-                path.c_str(), scenario.format_version, scenario.title.c_str(), names.c_str(),
-                scenario.captions.size());
-    return 0;
-  }
+  if (args.has("--validate")) return validate_only(scenario, path);
   const std::string out_dir = args.get("--out", "kvscope-out");
   const int max_steps = args.get_int("--steps", scenario.steps.value_or(100000));
   if (max_steps < 1) fail_expected("--steps", "a positive integer", std::to_string(max_steps));
@@ -85,97 +162,44 @@ int cmd_run(const Argv& argv) {
   if (args.has("--preemption"))
     config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
   config.threads = args.get_int("--threads", 1);
-  std::vector<SimRequest> requests = std::move(resolved.requests);
   SimModel model{loaded.shape, loaded.weights};
   std::unique_ptr<Simulator> sim;
   try {
-    sim = std::make_unique<Simulator>(config, model, std::move(requests));
+    sim = std::make_unique<Simulator>(config, model, std::move(resolved.requests));
   } catch (const Error& e) {
     throw Error(path + ": " + e.where(), e.detail());
   }
+  run_steps(*sim, max_steps, quiet);
 
-  while (sim->current_step() < max_steps && sim->step()) {
-    const int s = sim->current_step() - 1;
-    if (!quiet && s % 50 == 0) {
-      const StepMetrics& m = sim->timeline()->metrics(s);
-      std::fprintf(stderr,
-                   "step %d: running %d, waiting %d, swapped %d, finished %d, blocks %d/%d used\n",
-                   s, m.requests_running, m.requests_waiting, m.requests_swapped,
-                   m.requests_finished, m.blocks_used, m.blocks_total);
-    }
-  }
   const Timeline& t = *sim->timeline();
   const std::string rec = out_dir + "/recording.kvr", trace = out_dir + "/trace.json",
                     csv = out_dir + "/metrics.csv";
   t.save(rec);
   t.export_chrome_trace(trace);
   write_metrics_csv(csv, t.all_metrics());
-  if (!args.has("--no-report") && t.num_steps() > 0) {
+  const bool report = !args.has("--no-report") && t.num_steps() > 0;
+  const std::string label = variant == "base" ? scenario.title : scenario.title + " [" + variant + "]";
+  if (report) {
     RunReportInfo info;
-    info.title = variant == "base" ? scenario.title : scenario.title + " [" + variant + "]";
+    info.title = label;
     info.description = scenario.description;
     info.scenario_path = path;
     info.model_name = loaded.source;
     info.random_weights = loaded.random_weights;
     info.bookkeeping_only = model.weights == nullptr;
     info.command = "kvscope run";
-    for (const std::string& a : argv) info.command += " " + a;
+    for (const std::string& a : argv) info.command.append(" ").append(a);
     write_run_report(info, loaded.shape, *sim, out_dir, [quiet](const std::string& file) {
       if (!quiet) std::fprintf(stderr, "wrote %s\n", file.c_str());
     });
-  }
-  if (!args.has("--no-report") && t.num_steps() == 0)
+  } else if (!args.has("--no-report")) {
     std::fprintf(stderr, "kvscope run: no step ran, so no report was written\n");
+  }
 
-  const RunSummary s = summarize(t.all_metrics());
-  const double peak_pct = 100.0 * s.peak_blocks_used / config.num_blocks;
-  std::printf("%s%s%s: %s allocator, block %d, %d blocks, preemption %s, victim %s%s\n",
-              loaded.random_weights ? "[random weights] " : "", path.c_str(),
-              variant == "base" ? "" : (" [" + variant + "]").c_str(),
-              allocator_name(config.allocator).c_str(), config.block_size, config.num_blocks,
-              preemption_name(config.preemption).c_str(), victim_name(config.victim).c_str(),
-              model.weights ? "" : " (bookkeeping only)");
-  std::printf(
-      "steps %d; requests %d finished, %d rejected, %d unfinished; preemptions %lld (%lld tokens "
-      "recomputed)\n",
-      s.steps, s.finished, s.rejected, sim->num_requests() - s.finished - s.rejected,
-      static_cast<long long>(s.preemptions), static_cast<long long>(s.tokens_recomputed));
-  std::printf("tokens: %lld prefill, %lld decode; mean batch %.2f (peak %d)\n",
-              static_cast<long long>(s.prefill_tokens), static_cast<long long>(s.decode_tokens),
-              s.mean_running, s.peak_running);
-  std::printf(
-      "KV utilization (filled / allocated slots, mean over steps): %.1f%%; blocks used mean %.1f, "
-      "peak %d (%.0f%%)\n",
-      100.0 * s.mean_utilization, s.mean_blocks_used, s.peak_blocks_used, peak_pct);
-  if (const PrefixCache* pc = sim->prefix_cache()) {
-    const PrefixCacheMetrics& pm = pc->metrics();
-    const StepMetrics& last = t.metrics(t.num_steps() - 1);
-    std::int64_t cow = 0;
-    for (const Event& e : t.events()) cow += e.type == EventType::kBlockCopiedOnWrite;
-    std::printf(
-        "prefix cache (%s index, %s eviction): lookup hit rate %.1f%% of %lld looked-up tokens; "
-        "prompt tokens served from shared blocks %lld of %lld (%.1f%%, forks included) = prefill "
-        "tokens saved; peak blocks saved by sharing %lld (%.1f KiB); %lld copy-on-write copies, "
-        "%lld evictions\n",
-        std::string(index_kind_name(config.prefix_index)).c_str(),
-        std::string(eviction_policy_name(config.cached_block_eviction)).c_str(),
-        100.0 * pm.token_hit_rate(), static_cast<long long>(pm.prompt_tokens),
-        static_cast<long long>(last.prefix_hit_tokens), static_cast<long long>(last.prompt_tokens),
-        last.prompt_tokens ? 100.0 * static_cast<double>(last.prefix_hit_tokens) /
-                                 static_cast<double>(last.prompt_tokens)
-                           : 0.0,
-        static_cast<long long>(pm.peak_blocks_saved),
-        static_cast<double>(pm.peak_blocks_saved) * t.header().kv_bytes_per_token *
-            config.block_size / 1024.0,
-        static_cast<long long>(cow), static_cast<long long>(pm.evictions));
-  }
-  for (int i = 0; i < sim->num_requests(); ++i) {
-    if (sim->request(i).phase == RequestPhase::kRejected) {
-      std::printf("request %d rejected: %s\n", i, sim->request(i).reject_reason.c_str());
-    }
-  }
+  const std::string where = variant == "base" ? path : path + " [" + variant + "]";
+  print_summary(*sim, config, where, loaded.random_weights, model.weights == nullptr);
   std::printf("wrote %s, %s, %s%s\n", rec.c_str(), trace.c_str(), csv.c_str(),
-              args.has("--no-report") || t.num_steps() == 0 ? "" : " and the report (report.md)");
+              report ? " and the report (report.md)" : "");
   if (!sim->done()) {
     std::fprintf(stderr, "kvscope run: stopped after --steps %d with requests unfinished\n",
                  max_steps);

@@ -167,12 +167,10 @@ void BlockMapPanel::draw_map(AppState& state) {
   refresh_marks(state);
   const bool selecting = state.selected_request.has_value();
   const bool presenter = state.presenter;
-  const Palette& pal = palette(presenter);
-  const ImU32 bg = pal.panel_bg;
+  const ImU32 bg = palette(presenter).panel_bg;
   const float gap = l.cell >= 40.0f ? 3.0f : (l.cell >= 5.0f ? 1.0f : 0.0f);
   const bool labels = l.per_cell == 1 && l.cell >= 44.0f;  // big cells: block id and owner
   const bool fill = show_fill_ && l.per_cell == 1 && l.cell >= 6.0f;
-  const int block_size = std::max(1, state.pool().block_size);
   const int cells = (n + l.per_cell - 1) / l.per_cell;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
@@ -197,36 +195,18 @@ void BlockMapPanel::draw_map(AppState& state) {
         if (dim) col = mix_color(col, bg, 0.72f);
         const float x0 = std::floor(origin.x + c * l.cell);
         ++cells_drawn_;
-        if (gap == 0.0f) {
-          if (run_len > 0 && col == run_col) {
-            ++run_len;
-            continue;
-          }
-          if (run_len > 0) dl->AddRectFilled(ImVec2(run_x0, y0), ImVec2(x0, y1), run_col);
-          run_x0 = x0, run_col = col, run_len = 1;
+        if (gap > 0.0f) {
+          draw_block_cell(state, dl, ImVec2(x0, y0),
+                          ImVec2(std::floor(origin.x + (c + 1) * l.cell) - gap, y1), col, first,
+                          fill, labels, selecting && !dim && l.cell >= 4.0f);
           continue;
         }
-        const ImVec2 a(x0, y0), b(std::floor(origin.x + (c + 1) * l.cell) - gap, y1);
-        const BlockState& bs = blocks[first];
-        if (fill && bs.ref_count > 0 && bs.filled < block_size) {
-          // Empty slots drawn faint, filled slots bright, filling bottom-up.
-          dl->AddRectFilled(a, b, mix_color(col, bg, 0.70f));
-          const float h = (b.y - a.y) * static_cast<float>(bs.filled) / block_size;
-          dl->AddRectFilled(ImVec2(a.x, b.y - h), b, col);
-        } else {
-          dl->AddRectFilled(a, b, col);
+        if (run_len > 0 && col == run_col) {
+          ++run_len;
+          continue;
         }
-        if (labels) {
-          const ImU32 ink = bs.ref_count > 0 ? IM_COL32(16, 18, 24, 235) : pal.text_dim;
-          char text[32];
-          std::snprintf(text, sizeof text, "#%d", first);
-          dl->AddText(ImVec2(a.x + 4.0f, a.y + 2.0f), ink, text);
-          if (bs.owner >= 0) {
-            std::snprintf(text, sizeof text, "s%d [%d]", bs.owner, bs.logical);
-            dl->AddText(ImVec2(a.x + 4.0f, a.y + 2.0f + ImGui::GetFontSize()), ink, text);
-          }
-        }
-        if (selecting && !dim && l.cell >= 4.0f) dl->AddRect(a, b, pal.outline_selected);
+        if (run_len > 0) dl->AddRectFilled(ImVec2(run_x0, y0), ImVec2(x0, y1), run_col);
+        run_x0 = x0, run_col = col, run_len = 1;
       }
       if (run_len > 0) {
         const int end_col = static_cast<int>((run_x0 - origin.x) / l.cell + 0.5f) + run_len;
@@ -239,28 +219,57 @@ void BlockMapPanel::draw_map(AppState& state) {
   ImGui::SetCursorScreenPos(origin);
   ImGui::InvisibleButton("##cells",
                          ImVec2(std::max(1.0f, l.cols * l.cell), std::max(1.0f, l.rows * l.cell)));
-  if (ImGui::IsItemHovered()) {
-    const ImVec2 m = ImGui::GetIO().MousePos;
-    const int c = static_cast<int>((m.x - origin.x) / l.cell);
-    const int r = static_cast<int>((m.y - origin.y) / l.cell);
-    const int cell = r * l.cols + c;
-    if (c >= 0 && c < l.cols && cell >= 0 && cell < cells) {
-      const int first = cell * l.per_cell;
-      const int count = std::min(l.per_cell, n - first);
-      const ImVec2 a(origin.x + c * l.cell, origin.y + r * l.cell);
-      dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(a.x + l.cell, a.y + l.cell), IM_COL32_WHITE, 0,
-                  0, 2.0f);
-      tooltip(state, first, count);
-      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
-        const int owner = count == 1 ? blocks[first].owner : -1;
-        if (owner < 0 || state.selected_request == owner)
-          state.selected_request.reset();
-        else
-          state.selected_request = owner;
-      }
+  if (ImGui::IsItemHovered()) hover_map(state, l, origin, n);
+  ImGui::EndChild();
+}
+
+void BlockMapPanel::draw_block_cell(const AppState& state, ImDrawList* dl, ImVec2 a, ImVec2 b,
+                                    ImU32 col, int block, bool fill, bool labels,
+                                    bool outline) const {
+  const Palette& pal = palette(state.presenter);
+  const BlockState& bs = state.pool().blocks[static_cast<std::size_t>(block)];
+  const int block_size = std::max(1, state.pool().block_size);
+  if (fill && bs.ref_count > 0 && bs.filled < block_size) {
+    // Empty slots drawn faint, filled slots bright, filling bottom-up.
+    dl->AddRectFilled(a, b, mix_color(col, pal.panel_bg, 0.70f));
+    const float h = (b.y - a.y) * static_cast<float>(bs.filled) / block_size;
+    dl->AddRectFilled(ImVec2(a.x, b.y - h), b, col);
+  } else {
+    dl->AddRectFilled(a, b, col);
+  }
+  if (labels) {
+    const ImU32 ink = bs.ref_count > 0 ? IM_COL32(16, 18, 24, 235) : pal.text_dim;
+    char text[32];
+    std::snprintf(text, sizeof text, "#%d", block);
+    dl->AddText(ImVec2(a.x + 4.0f, a.y + 2.0f), ink, text);
+    if (bs.owner >= 0) {
+      std::snprintf(text, sizeof text, "s%d [%d]", bs.owner, bs.logical);
+      dl->AddText(ImVec2(a.x + 4.0f, a.y + 2.0f + ImGui::GetFontSize()), ink, text);
     }
   }
-  ImGui::EndChild();
+  if (outline) dl->AddRect(a, b, pal.outline_selected);
+}
+
+void BlockMapPanel::hover_map(AppState& state, const Layout& l, ImVec2 origin, int num_blocks) {
+  const ImVec2 m = ImGui::GetIO().MousePos;
+  const int c = static_cast<int>((m.x - origin.x) / l.cell);
+  const int r = static_cast<int>((m.y - origin.y) / l.cell);
+  const int cell = r * l.cols + c;
+  const int cells = (num_blocks + l.per_cell - 1) / l.per_cell;
+  if (c < 0 || c >= l.cols || cell < 0 || cell >= cells) return;
+  const int first = cell * l.per_cell;
+  const int count = std::min(l.per_cell, num_blocks - first);
+  const ImVec2 a(origin.x + c * l.cell, origin.y + r * l.cell);
+  ImGui::GetWindowDrawList()->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(a.x + l.cell, a.y + l.cell),
+                                      IM_COL32_WHITE, 0, 0, 2.0f);
+  tooltip(state, first, count);
+  if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
+    const int owner = count == 1 ? state.pool().blocks[static_cast<std::size_t>(first)].owner : -1;
+    if (owner < 0 || state.selected_request == owner)
+      state.selected_request.reset();
+    else
+      state.selected_request = owner;
+  }
 }
 
 void BlockMapPanel::tooltip(const AppState& state, int first, int count) const {

@@ -29,6 +29,11 @@ class BlockMapPanel final : public Panel {
   Layout fit_layout(int num_blocks, float width, float height) const;
   void draw_legend(const AppState& state);
   void draw_map(AppState& state);
+  // One cell of one block with a gap around it: fill level, labels, the selection outline.
+  void draw_block_cell(const AppState& state, ImDrawList* dl, ImVec2 a, ImVec2 b, ImU32 col,
+                       int block, bool fill, bool labels, bool outline) const;
+  // The mouse over the map: highlight, tooltip, click to select the block's request.
+  void hover_map(AppState& state, const Layout& l, ImVec2 origin, int num_blocks);
   void refresh_marks(const AppState& state);
   ImU32 block_color(const BlockState& b, bool presenter);
   ImU32 cell_color(const std::vector<BlockState>& blocks, int first, int count, bool presenter);

@@ -102,115 +102,112 @@ void project(const PlotSeries& s, const Scale& sx, const Scale& sy, std::vector<
   if (decimate && col_x != -FLT_MAX) out.push_back(ImVec2(col_x, col_min));
 }
 
-}  // namespace
+// Where everything goes, decided before anything is drawn.
+struct Frame {
+  ImDrawList* dl = nullptr;
+  ImVec2 origin;
+  float fh = 0;                       // text line height
+  float left = 0, right = 0, top = 0, bottom = 0;  // the plot area
+  Scale sx, sy;
+  std::vector<double> xt, yt;         // tick values
+  std::vector<ImVec2> legend_pos;     // [series] top-left of each legend entry
+  ImU32 text_col = 0, dim_col = 0;
+};
 
-PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
-                std::span<const PlotRefLine> refs) {
-  PlotResult result;
-  ImGui::PushID(cfg.id);
-  const Palette& pal = palette(cfg.line_scale > 1.0f);
-  const ImU32 text_col = ImGui::GetColorU32(ImGuiCol_Text);
-  const ImU32 dim_col = ImGui::GetColorU32(ImGuiCol_TextDisabled);
-  const float fh = ImGui::GetTextLineHeight();
-  ImVec2 size = cfg.size;
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
-  if (size.x <= 0) size.x = std::max(avail.x + size.x, 120.0f);
-  if (size.y <= 0) size.y = std::max(avail.y + size.y, 100.0f);
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
-  ImGui::InvisibleButton("##plot", size);
-  const bool item_hovered = ImGui::IsItemHovered();
-  ImDrawList* dl = ImGui::GetWindowDrawList();
+ImU32 color_of(const PlotSeries& s, std::size_t i) {
+  return s.color != 0 ? s.color : series_color(static_cast<int>(i));
+}
 
+// Layout: title and legend flow (wrapping) on top, y labels left, x labels and title below.
+// False when the area is too small to draw a plot in.
+bool layout(const PlotConfig& cfg, std::span<const PlotSeries> series, ImVec2 size, Frame& f) {
   double xlo, xhi, ylo, yhi;
   data_range(cfg.x, series, true, xlo, xhi);
   data_range(cfg.y, series, false, ylo, yhi);
-  const std::vector<double> yt =
-      cfg.y.log ? log_ticks(ylo, yhi, cfg.y.units)
-                : linear_ticks(ylo, yhi, std::max(2, static_cast<int>(size.y / (fh * 2.4f))));
+  f.yt = cfg.y.log ? log_ticks(ylo, yhi, cfg.y.units)
+                   : linear_ticks(ylo, yhi, std::max(2, static_cast<int>(size.y / (f.fh * 2.4f))));
   float label_w = 0;
-  for (double t : yt)
+  for (double t : f.yt)
     label_w = std::max(label_w, ImGui::CalcTextSize(format_tick(t, cfg.y.units).c_str()).x);
-
-  // Layout: title and legend flow (wrapping) on top, y labels left, x labels and title below.
-  const float left = origin.x + label_w + (cfg.y.label.empty() ? 8.0f : fh + 12.0f);
-  const float right = origin.x + size.x - 10.0f;
-  const float row_h = fh * 1.3f;
-  std::vector<ImVec2> legend_pos;  // [series] top-left of each legend entry
-  float lx = left, ly = origin.y;
-  if (!cfg.title.empty()) lx += ImGui::CalcTextSize(cfg.title.c_str()).x + fh * 1.2f;
+  f.left = f.origin.x + label_w + (cfg.y.label.empty() ? 8.0f : f.fh + 12.0f);
+  f.right = f.origin.x + size.x - 10.0f;
+  const float row_h = f.fh * 1.3f;
+  float lx = f.left, ly = f.origin.y;
+  if (!cfg.title.empty()) lx += ImGui::CalcTextSize(cfg.title.c_str()).x + f.fh * 1.2f;
   if (cfg.legend) {
     for (const PlotSeries& s : series) {
-      const float w = fh * 0.95f + ImGui::CalcTextSize(s.label.c_str()).x;
-      if (lx + w > right && lx > left) lx = left, ly += row_h;
-      legend_pos.push_back(ImVec2(lx, ly));
-      lx += w + fh;
+      const float w = f.fh * 0.95f + ImGui::CalcTextSize(s.label.c_str()).x;
+      if (lx + w > f.right && lx > f.left) lx = f.left, ly += row_h;
+      f.legend_pos.push_back(ImVec2(lx, ly));
+      lx += w + f.fh;
     }
   }
-  const bool has_header = !cfg.title.empty() || !legend_pos.empty();
-  const float top = has_header ? ly + row_h + fh * 0.2f : origin.y + fh * 0.5f;
-  const float bottom = origin.y + size.y - (cfg.x.label.empty() ? fh * 1.4f : fh * 2.6f);
-  if (right - left < 20 || bottom - top < 20) {
-    ImGui::PopID();
-    return result;
-  }
-  const Scale sx{xlo, xhi, left, right, cfg.x.log};
-  const Scale sy{ylo, yhi, bottom, top, cfg.y.log};
-  const std::vector<double> xt =
-      cfg.x.log
-          ? log_ticks(xlo, xhi, cfg.x.units)
-          : linear_ticks(xlo, xhi, std::max(2, static_cast<int>((right - left) / (fh * 5.5f))));
+  const bool has_header = !cfg.title.empty() || !f.legend_pos.empty();
+  f.top = has_header ? ly + row_h + f.fh * 0.2f : f.origin.y + f.fh * 0.5f;
+  f.bottom = f.origin.y + size.y - (cfg.x.label.empty() ? f.fh * 1.4f : f.fh * 2.6f);
+  if (f.right - f.left < 20 || f.bottom - f.top < 20) return false;
+  f.sx = Scale{xlo, xhi, f.left, f.right, cfg.x.log};
+  f.sy = Scale{ylo, yhi, f.bottom, f.top, cfg.y.log};
+  f.xt = cfg.x.log ? log_ticks(xlo, xhi, cfg.x.units)
+                   : linear_ticks(xlo, xhi,
+                                  std::max(2, static_cast<int>((f.right - f.left) / (f.fh * 5.5f))));
+  return true;
+}
 
-  dl->AddRectFilled(ImVec2(left, top), ImVec2(right, bottom),
+// Background, grid, tick labels, axes, axis labels, title and legend.
+void draw_frame(const PlotConfig& cfg, std::span<const PlotSeries> series, const Palette& pal,
+                const Frame& f) {
+  ImDrawList* dl = f.dl;
+  dl->AddRectFilled(ImVec2(f.left, f.top), ImVec2(f.right, f.bottom),
                     mix_color(pal.panel_bg, IM_COL32_BLACK, 0.25f), 3.0f);
-  for (double t : yt) {
-    const float y = sy.to_screen(t);
-    dl->AddLine(ImVec2(left, y), ImVec2(right, y), pal.grid);
+  for (double t : f.yt) {
+    const float y = f.sy.to_screen(t);
+    dl->AddLine(ImVec2(f.left, y), ImVec2(f.right, y), pal.grid);
     const std::string s = format_tick(t, cfg.y.units);
     const float w = ImGui::CalcTextSize(s.c_str()).x;
-    dl->AddText(ImVec2(left - 6.0f - w, y - fh * 0.5f), dim_col, s.c_str());
+    dl->AddText(ImVec2(f.left - 6.0f - w, y - f.fh * 0.5f), f.dim_col, s.c_str());
   }
   float last_label_end = -FLT_MAX;
-  for (double t : xt) {
-    const float x = sx.to_screen(t);
-    dl->AddLine(ImVec2(x, top), ImVec2(x, bottom), pal.grid);
+  for (double t : f.xt) {
+    const float x = f.sx.to_screen(t);
+    dl->AddLine(ImVec2(x, f.top), ImVec2(x, f.bottom), pal.grid);
     const std::string s = format_tick(t, cfg.x.units);
     const float w = ImGui::CalcTextSize(s.c_str()).x;
     if (x - w * 0.5f < last_label_end + 6.0f) continue;  // skip labels that would overlap
-    dl->AddText(ImVec2(x - w * 0.5f, bottom + 4.0f), dim_col, s.c_str());
+    dl->AddText(ImVec2(x - w * 0.5f, f.bottom + 4.0f), f.dim_col, s.c_str());
     last_label_end = x + w * 0.5f;
   }
-  dl->AddLine(ImVec2(left, bottom), ImVec2(right, bottom), pal.axis);
-  dl->AddLine(ImVec2(left, top), ImVec2(left, bottom), pal.axis);
+  dl->AddLine(ImVec2(f.left, f.bottom), ImVec2(f.right, f.bottom), pal.axis);
+  dl->AddLine(ImVec2(f.left, f.top), ImVec2(f.left, f.bottom), pal.axis);
   if (!cfg.x.label.empty()) {
     const float w = ImGui::CalcTextSize(cfg.x.label.c_str()).x;
-    dl->AddText(ImVec2((left + right - w) * 0.5f, bottom + fh * 1.35f), dim_col,
+    dl->AddText(ImVec2((f.left + f.right - w) * 0.5f, f.bottom + f.fh * 1.35f), f.dim_col,
                 cfg.x.label.c_str());
   }
   if (!cfg.y.label.empty()) {
-    add_vertical_text(dl, ImVec2(origin.x + fh * 0.6f, (top + bottom) * 0.5f), dim_col,
+    add_vertical_text(dl, ImVec2(f.origin.x + f.fh * 0.6f, (f.top + f.bottom) * 0.5f), f.dim_col,
                       cfg.y.label.c_str());
   }
-
-  if (!cfg.title.empty()) dl->AddText(ImVec2(left, origin.y), text_col, cfg.title.c_str());
-  const auto color_of = [](const PlotSeries& s, std::size_t i) {
-    return s.color != 0 ? s.color : series_color(static_cast<int>(i));
-  };
-  for (std::size_t i = 0; i < legend_pos.size(); ++i) {
-    const ImVec2 p = legend_pos[i];
-    dl->AddRectFilled(ImVec2(p.x, p.y + fh * 0.25f), ImVec2(p.x + fh * 0.7f, p.y + fh * 0.95f),
+  if (!cfg.title.empty()) dl->AddText(ImVec2(f.left, f.origin.y), f.text_col, cfg.title.c_str());
+  for (std::size_t i = 0; i < f.legend_pos.size(); ++i) {
+    const ImVec2 p = f.legend_pos[i];
+    dl->AddRectFilled(ImVec2(p.x, p.y + f.fh * 0.25f), ImVec2(p.x + f.fh * 0.7f, p.y + f.fh * 0.95f),
                       color_of(series[i], i), 2.0f);
-    dl->AddText(ImVec2(p.x + fh * 0.95f, p.y), dim_col, series[i].label.c_str());
+    dl->AddText(ImVec2(p.x + f.fh * 0.95f, p.y), f.dim_col, series[i].label.c_str());
   }
+}
 
-  dl->PushClipRect(ImVec2(left, top - 1), ImVec2(right + 1, bottom + 1), true);
+// Lines, fills and markers of every series.
+void draw_series(const PlotConfig& cfg, std::span<const PlotSeries> series, const Frame& f) {
+  ImDrawList* dl = f.dl;
   std::vector<ImVec2> pts;
   for (std::size_t i = 0; i < series.size(); ++i) {
     const PlotSeries& s = series[i];
     const ImU32 col = color_of(s, i);
-    project(s, sx, sy, pts);
+    project(s, f.sx, f.sy, pts);
     if (s.fill && !cfg.y.log && pts.size() > 1) {
       const ImU32 fill = (col & ~IM_COL32_A_MASK) | (40u << IM_COL32_A_SHIFT);
-      const float base = sy.to_screen(std::max(ylo, 0.0));
+      const float base = f.sy.to_screen(std::max(f.sy.lo, 0.0));
       const ImDrawListFlags saved = dl->Flags;
       dl->Flags &= ~ImDrawListFlags_AntiAliasedFill;  // no seams between adjacent quads
       for (std::size_t k = 1; k < pts.size(); ++k) {
@@ -227,105 +224,145 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
       for (const ImVec2& p : pts) dl->AddCircleFilled(p, 3.0f * cfg.line_scale, col, 12);
     }
   }
-  // Point labels, nudged down past labels already placed so they do not overprint.
-  std::vector<ImVec4> placed_labels;
+}
+
+// Point labels, nudged down past labels already placed so they do not overprint.
+void draw_point_labels(std::span<const PlotSeries> series, const Frame& f) {
+  std::vector<ImVec4> placed;
   for (std::size_t i = 0; i < series.size(); ++i) {
     const PlotSeries& s = series[i];
     const std::size_t n = std::min({s.x.size(), s.y.size(), s.point_labels.size()});
     for (std::size_t k = 0; k < n; ++k) {
       if (!std::isfinite(s.x[k]) || !std::isfinite(s.y[k])) continue;
-      if ((sx.log && s.x[k] <= 0) || (sy.log && s.y[k] <= 0)) continue;
-      const ImVec2 p(sx.to_screen(s.x[k]), sy.to_screen(s.y[k]));
+      if ((f.sx.log && s.x[k] <= 0) || (f.sy.log && s.y[k] <= 0)) continue;
+      const ImVec2 p(f.sx.to_screen(s.x[k]), f.sy.to_screen(s.y[k]));
       const ImVec2 ts = ImGui::CalcTextSize(s.point_labels[k].c_str());
       ImVec2 at(p.x + 5.0f, p.y - ts.y - 1.0f);
-      if (at.x + ts.x > right) at.x = p.x - 5.0f - ts.x;
+      if (at.x + ts.x > f.right) at.x = p.x - 5.0f - ts.x;
       for (int tries = 0; tries < 4; ++tries) {
         bool hit = false;
-        for (const ImVec4& r : placed_labels)
+        for (const ImVec4& r : placed)
           hit = hit || (at.x < r.z && at.x + ts.x > r.x && at.y < r.w && at.y + ts.y > r.y);
         if (!hit) break;
         at.y += ts.y * 0.9f;
       }
-      placed_labels.push_back(ImVec4(at.x, at.y, at.x + ts.x, at.y + ts.y));
-      dl->AddText(at, (color_of(s, i) & ~IM_COL32_A_MASK) | (220u << IM_COL32_A_SHIFT),
-                  s.point_labels[k].c_str());
+      placed.push_back(ImVec4(at.x, at.y, at.x + ts.x, at.y + ts.y));
+      f.dl->AddText(at, (color_of(s, i) & ~IM_COL32_A_MASK) | (220u << IM_COL32_A_SHIFT),
+                    s.point_labels[k].c_str());
     }
   }
+}
+
+void draw_ref_lines(std::span<const PlotRefLine> refs, const Frame& f) {
   for (const PlotRefLine& r : refs) {
-    const ImU32 col = r.color != 0 ? r.color : dim_col;
-    const float w = ImGui::CalcTextSize(r.label.c_str()).x;
+    const ImU32 col = r.color != 0 ? r.color : f.dim_col;
     if (r.vertical) {
-      const float x = sx.to_screen(r.value);
-      dashed_line(dl, ImVec2(x, top), ImVec2(x, bottom), col, 1.5f);
-      dl->AddText(ImVec2(x + 4.0f, top + 2.0f), col, r.label.c_str());
+      const float x = f.sx.to_screen(r.value);
+      dashed_line(f.dl, ImVec2(x, f.top), ImVec2(x, f.bottom), col, 1.5f);
+      f.dl->AddText(ImVec2(x + 4.0f, f.top + 2.0f), col, r.label.c_str());
     } else {
-      const float y = sy.to_screen(r.value);
-      dashed_line(dl, ImVec2(left, y), ImVec2(right, y), col, 1.5f);
-      (void)w;
-      dl->AddText(ImVec2(left + 6.0f, r.label_below ? y + 2.0f : y - fh - 1.0f), col,
-                  r.label.c_str());
+      const float y = f.sy.to_screen(r.value);
+      dashed_line(f.dl, ImVec2(f.left, y), ImVec2(f.right, y), col, 1.5f);
+      f.dl->AddText(ImVec2(f.left + 6.0f, r.label_below ? y + 2.0f : y - f.fh - 1.0f), col,
+                    r.label.c_str());
     }
   }
-  if (std::isfinite(cfg.cursor_x)) {
-    const float x = sx.to_screen(cfg.cursor_x);
-    dl->AddLine(ImVec2(x, top), ImVec2(x, bottom), pal.accent, 1.5f * cfg.line_scale);
-  }
+}
 
+// The mouse inside the plot area: data coordinates, click, and a read-out of the nearest point.
+void hover(const PlotConfig& cfg, std::span<const PlotSeries> series, const Frame& f,
+           PlotResult& result) {
   const ImVec2 mouse = ImGui::GetIO().MousePos;
-  if (item_hovered && mouse.x >= left && mouse.x <= right && mouse.y >= top && mouse.y <= bottom) {
-    result.hovered = true;
-    result.mouse_x = sx.to_data(mouse.x);
-    result.mouse_y = sy.to_data(mouse.y);
-    result.clicked = ImGui::IsMouseClicked(ImGuiMouseButton_Left);
-    // Nearest point across all series, in screen space.
-    float best = fh * fh * 9.0f;
-    int best_series = -1;
-    std::size_t best_index = 0;
-    for (std::size_t i = 0; i < series.size(); ++i) {
-      const PlotSeries& s = series[i];
-      const std::size_t n = std::min(s.x.size(), s.y.size());
-      for (std::size_t k = 0; k < n; ++k) {
-        if ((sx.log && s.x[k] <= 0) || (sy.log && s.y[k] <= 0)) continue;
-        const float dx = sx.to_screen(s.x[k]) - mouse.x, dy = sy.to_screen(s.y[k]) - mouse.y;
-        const float d = dx * dx + dy * dy * 0.25f;  // favour the column under the mouse
-        if (d < best) best = d, best_series = static_cast<int>(i), best_index = k;
-      }
-    }
-    dl->AddLine(ImVec2(mouse.x, top), ImVec2(mouse.x, bottom), IM_COL32(255, 255, 255, 40));
-    if (best_series >= 0) {
-      const PlotSeries& s = series[best_series];
-      const ImVec2 p(sx.to_screen(s.x[best_index]), sy.to_screen(s.y[best_index]));
-      dl->AddCircleFilled(p, 4.5f * cfg.line_scale, color_of(s, best_series), 16);
-      dl->AddCircle(p, 6.0f * cfg.line_scale, IM_COL32_WHITE, 16, 1.5f);
-      ImGui::BeginTooltip();
-      ImGui::TextUnformatted(s.label.c_str());
-      ImGui::TextDisabled("%s", cfg.x.label.empty() ? "x" : cfg.x.label.c_str());
-      ImGui::SameLine();
-      ImGui::Text("%s", format_tick(s.x[best_index], cfg.x.units).c_str());
-      ImGui::TextDisabled("%s", cfg.y.label.empty() ? "y" : cfg.y.label.c_str());
-      ImGui::SameLine();
-      ImGui::Text("%s", format_tick(s.y[best_index], cfg.y.units).c_str());
-      ImGui::TextDisabled("right-click: export CSV");
-      ImGui::EndTooltip();
+  if (mouse.x < f.left || mouse.x > f.right || mouse.y < f.top || mouse.y > f.bottom) return;
+  result.hovered = true;
+  result.mouse_x = f.sx.to_data(mouse.x);
+  result.mouse_y = f.sy.to_data(mouse.y);
+  result.clicked = ImGui::IsMouseClicked(ImGuiMouseButton_Left);
+  // Nearest point across all series, in screen space.
+  float best = f.fh * f.fh * 9.0f;
+  int best_series = -1;
+  std::size_t best_index = 0;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const PlotSeries& s = series[i];
+    const std::size_t n = std::min(s.x.size(), s.y.size());
+    for (std::size_t k = 0; k < n; ++k) {
+      if ((f.sx.log && s.x[k] <= 0) || (f.sy.log && s.y[k] <= 0)) continue;
+      const float dx = f.sx.to_screen(s.x[k]) - mouse.x, dy = f.sy.to_screen(s.y[k]) - mouse.y;
+      const float d = dx * dx + dy * dy * 0.25f;  // favour the column under the mouse
+      if (d < best) best = d, best_series = static_cast<int>(i), best_index = k;
     }
   }
-  dl->PopClipRect();
+  f.dl->AddLine(ImVec2(mouse.x, f.top), ImVec2(mouse.x, f.bottom), IM_COL32(255, 255, 255, 40));
+  if (best_series < 0) return;
+  const PlotSeries& s = series[best_series];
+  const ImVec2 p(f.sx.to_screen(s.x[best_index]), f.sy.to_screen(s.y[best_index]));
+  f.dl->AddCircleFilled(p, 4.5f * cfg.line_scale, color_of(s, best_series), 16);
+  f.dl->AddCircle(p, 6.0f * cfg.line_scale, IM_COL32_WHITE, 16, 1.5f);
+  ImGui::BeginTooltip();
+  ImGui::TextUnformatted(s.label.c_str());
+  ImGui::TextDisabled("%s", cfg.x.label.empty() ? "x" : cfg.x.label.c_str());
+  ImGui::SameLine();
+  ImGui::Text("%s", format_tick(s.x[best_index], cfg.x.units).c_str());
+  ImGui::TextDisabled("%s", cfg.y.label.empty() ? "y" : cfg.y.label.c_str());
+  ImGui::SameLine();
+  ImGui::Text("%s", format_tick(s.y[best_index], cfg.y.units).c_str());
+  ImGui::TextDisabled("right-click: export CSV");
+  ImGui::EndTooltip();
+}
 
-  if (ImGui::BeginPopupContextItem("##plot_menu")) {
-    std::size_t points = 0;
-    for (const PlotSeries& s : series) points += std::min(s.x.size(), s.y.size());
-    const std::string path = std::string("kvscope-") + cfg.id + ".csv";
-    if (ImGui::MenuItem(("Export CSV to " + path).c_str(), nullptr, false, points > 0)) {
-      try {
-        const std::string csv = plot_csv(series, cfg.x.label, cfg.y.label);
-        write_file_atomically(path, [&](std::ostream& out) { out << csv; });
-        result.exported = "wrote " + std::to_string(points) + " points to " + path;
-      } catch (const std::exception& e) {
-        result.exported = std::string("CSV export failed: ") + e.what();
-      }
+// The right-click menu: the plotted data as CSV, written atomically next to the working directory.
+void export_menu(const PlotConfig& cfg, std::span<const PlotSeries> series, PlotResult& result) {
+  if (!ImGui::BeginPopupContextItem("##plot_menu")) return;
+  std::size_t points = 0;
+  for (const PlotSeries& s : series) points += std::min(s.x.size(), s.y.size());
+  const std::string path = std::string("kvscope-") + cfg.id + ".csv";
+  if (ImGui::MenuItem(("Export CSV to " + path).c_str(), nullptr, false, points > 0)) {
+    try {
+      const std::string csv = plot_csv(series, cfg.x.label, cfg.y.label);
+      write_file_atomically(path, [&](std::ostream& out) { out << csv; });
+      result.exported = "wrote " + std::to_string(points) + " points to " + path;
+    } catch (const std::exception& e) {
+      result.exported = std::string("CSV export failed: ") + e.what();
     }
-    ImGui::EndPopup();
   }
+  ImGui::EndPopup();
+}
+
+}  // namespace
+
+PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
+                std::span<const PlotRefLine> refs) {
+  PlotResult result;
+  ImGui::PushID(cfg.id);
+  const Palette& pal = palette(cfg.line_scale > 1.0f);
+  Frame f;
+  f.text_col = ImGui::GetColorU32(ImGuiCol_Text);
+  f.dim_col = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  f.fh = ImGui::GetTextLineHeight();
+  ImVec2 size = cfg.size;
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  if (size.x <= 0) size.x = std::max(avail.x + size.x, 120.0f);
+  if (size.y <= 0) size.y = std::max(avail.y + size.y, 100.0f);
+  f.origin = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("##plot", size);
+  const bool item_hovered = ImGui::IsItemHovered();
+  f.dl = ImGui::GetWindowDrawList();
+  if (!layout(cfg, series, size, f)) {
+    ImGui::PopID();
+    return result;
+  }
+  draw_frame(cfg, series, pal, f);
+  f.dl->PushClipRect(ImVec2(f.left, f.top - 1), ImVec2(f.right + 1, f.bottom + 1), true);
+  draw_series(cfg, series, f);
+  draw_point_labels(series, f);
+  draw_ref_lines(refs, f);
+  if (std::isfinite(cfg.cursor_x)) {
+    const float x = f.sx.to_screen(cfg.cursor_x);
+    f.dl->AddLine(ImVec2(x, f.top), ImVec2(x, f.bottom), pal.accent, 1.5f * cfg.line_scale);
+  }
+  if (item_hovered) hover(cfg, series, f, result);
+  f.dl->PopClipRect();
+  export_menu(cfg, series, result);
   ImGui::PopID();
   return result;
 }
