@@ -15,8 +15,8 @@
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "engine/common/error.h"
+#include "engine/infer/generate.h"
 #include "engine/kv/block_pool.h"
-#include "engine/model/generate.h"
 #include "engine/model/locate.h"
 
 namespace kvscope::cli {

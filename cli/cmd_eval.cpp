@@ -2,10 +2,9 @@
 // (perplexity, KL divergence, top-1 agreement, exact bytes per token); --sweep runs every format
 // and writes the Pareto view as CSV and PNG; --mla-rank converts the model to an MLA latent cache
 // and --mla-sweep runs MLA ranks and modes beside the formats.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/eval_evict.h"
 #include "cli/eval_report.h"
+#include "cli/format.h"
 #include "engine/analysis/quality.h"
 #include "engine/common/error.h"
 #include "engine/common/text_lines.h"
@@ -71,36 +71,56 @@ MLA latent cache (the K/V projections factorized by SVD):
 formats: fp32 fp16 bf16 fp8-e4m3 fp8-e5m2 int8 int4[-gN] int2[-gN] kivi2[-rN][-gN] kivi4[-rN][-gN]
 )";
 
-// A one-line progress bar on stderr, only when stderr is a terminal.
-class Progress {
- public:
-  explicit Progress(std::string label) : label_(std::move(label)), enabled_(isatty(2) != 0) {}
-  ~Progress() {
-    if (enabled_ && shown_) std::fputs("\r\033[K", stderr);
-  }
-  void operator()(long done, long total) {
-    if (!enabled_ || total <= 0) return;
-    const int pct = static_cast<int>(100 * done / total);
-    if (pct == last_ && done != total) return;
-    last_ = pct;
-    shown_ = true;
-    const int width = 30, filled = width * pct / 100;
-    std::fprintf(stderr, "\r%-24s [%s%s] %3d%% (%ld/%ld)", label_.c_str(),
-                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                 std::string(static_cast<std::size_t>(width - filled), '.').c_str(), pct, done,
-                 total);
-    std::fflush(stderr);
-  }
-
- private:
-  std::string label_;
-  bool enabled_;
-  bool shown_ = false;
-  int last_ = -1;
-};
-
 std::string default_text_path() {
   return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
+}
+
+// Which flags go together. A rule fires when `flag` is given and any of `others` is (kConflicts)
+// or none of them is (kNeeds); the first rule that fires is the error, named after `flag`.
+struct FlagRule {
+  enum Kind { kConflicts, kNeeds } kind;
+  const char* flag;
+  std::initializer_list<const char*> others;
+  const char* message;
+};
+
+constexpr const char* kEvictFlags[] = {"--budget",    "--sinks",     "--recent", "--obs-window",
+                                       "--compact",   "--positions", "--context", "--bucket"};
+
+void check_flag_rules(const Args& args) {
+  using K = FlagRule::Kind;
+  static const FlagRule kRules[] = {
+      {K::kConflicts, "--sample", {"--text"}, "give either --text or --sample, not both"},
+      {K::kConflicts, "--kv-dtype", {"--k-dtype", "--v-dtype"},
+       "give either --kv-dtype or --k-dtype/--v-dtype, not both"},
+      {K::kNeeds, "--mla-mode", {"--mla-rank"}, "needs --mla-rank R"},
+      {K::kNeeds, "--mla-rope-dims", {"--mla-rank"}, "needs --mla-rank R"},
+      {K::kNeeds, "--mla-rope-select", {"--mla-rank"}, "needs --mla-rank R"},
+      {K::kConflicts, "--mla-rank", {"--sweep", "--mla-sweep"},
+       "give either --mla-rank or a sweep, not both"},
+      {K::kConflicts, "--mla-sweep", {"--sweep"}, "give either --sweep or --mla-sweep, not both"},
+      {K::kConflicts, "--mla-rank", {"--k-dtype", "--v-dtype"},
+       "latents have one format: use --kv-dtype, not --k-dtype/--v-dtype"},
+      {K::kConflicts, "--sweep", {"--evict", "--sweep-evict"},
+       "give either --sweep (formats) or --evict/--sweep-evict, not both"},
+      {K::kConflicts, "--long", {"--sample"}, "applies to --text windows, not --sample"},
+      {K::kNeeds, "--budgets", {"--sweep-evict"}, "only applies with --sweep-evict"},
+      {K::kConflicts, "--evict", {"--sweep-evict"}, "give either --evict or --sweep-evict, not both"},
+      {K::kConflicts, "--mla-sweep", {"--evict", "--sweep-evict", "--attention"},
+       "give either --mla-sweep or --evict/--sweep-evict/--attention"},
+      {K::kConflicts, "--mla-rank", {"--evict", "--sweep-evict", "--attention"},
+       "MLA is not combined with --evict, --sweep-evict or --attention yet"},
+  };
+  for (const char* flag : kEvictFlags) {
+    if (args.has(flag) && !args.has("--evict") && !args.has("--sweep-evict"))
+      throw Error(flag, "only applies with --evict or --sweep-evict");
+  }
+  for (const FlagRule& r : kRules) {
+    if (!args.has(r.flag)) continue;
+    bool any = false;
+    for (const char* o : r.others) any = any || args.has(o);
+    if (any == (r.kind == K::kConflicts)) throw Error(r.flag, r.message);
+  }
 }
 
 }  // namespace
@@ -121,21 +141,8 @@ int cmd_eval(const Argv& argv) {
   }
   if (!args.positional().empty())
     throw Error(args.positional()[0], "unexpected argument; see --help");
-  if (args.has("--text") && args.has("--sample"))
-    throw Error("--sample", "give either --text or --sample, not both");
-  if (args.has("--kv-dtype") && (args.has("--k-dtype") || args.has("--v-dtype"))) {
-    throw Error("--kv-dtype", "give either --kv-dtype or --k-dtype/--v-dtype, not both");
-  }
+  check_flag_rules(args);
   const bool mla = args.has("--mla-rank");
-  for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
-    if (args.has(f) && !mla) throw Error(f, "needs --mla-rank R");
-  }
-  if (mla && (args.has("--sweep") || args.has("--mla-sweep")))
-    throw Error("--mla-rank", "give either --mla-rank or a sweep, not both");
-  if (args.has("--sweep") && args.has("--mla-sweep"))
-    throw Error("--mla-sweep", "give either --sweep or --mla-sweep, not both");
-  if (mla && (args.has("--k-dtype") || args.has("--v-dtype")))
-    throw Error("--mla-rank", "latents have one format: use --kv-dtype, not --k-dtype/--v-dtype");
   const int block_size = args.get_int("--block-size", 16);
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));
@@ -143,29 +150,6 @@ int cmd_eval(const Argv& argv) {
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
   const bool evicting = args.has("--evict") || args.has("--sweep-evict");
-  if (args.has("--sweep") && evicting) {
-    throw Error("--sweep", "give either --sweep (formats) or --evict/--sweep-evict, not both");
-  }
-  for (const char* flag : {"--budget", "--sinks", "--recent", "--obs-window", "--compact",
-                           "--positions", "--context"}) {
-    if (args.has(flag) && !evicting)
-      throw Error(flag, "only applies with --evict or --sweep-evict");
-  }
-  if (args.has("--long") && args.has("--sample")) {
-    throw Error("--long", "applies to --text windows, not --sample");
-  }
-  if (args.has("--bucket") && !evicting)
-    throw Error("--bucket", "only applies with --evict or --sweep-evict");
-  if (args.has("--budgets") && !args.has("--sweep-evict")) {
-    throw Error("--budgets", "only applies with --sweep-evict");
-  }
-  if (args.has("--evict") && args.has("--sweep-evict")) {
-    throw Error("--evict", "give either --evict or --sweep-evict, not both");
-  }
-  if (args.has("--mla-sweep") && (evicting || args.has("--attention")))
-    throw Error("--mla-sweep", "give either --mla-sweep or --evict/--sweep-evict/--attention");
-  if (mla && (evicting || args.has("--attention")))
-    throw Error("--mla-rank", "MLA is not combined with --evict, --sweep-evict or --attention yet");
   const std::string default_kv = args.get("--kv-dtype", evicting || mla ? "fp32" : "fp16");
   const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv),
                                      args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
@@ -242,7 +226,7 @@ int cmd_eval(const Argv& argv) {
   }
   std::unique_ptr<QualityEvaluator> evaluator;
   {
-    Progress bar("fp32 reference");
+    ProgressLine bar("fp32 reference");
     evaluator = std::make_unique<QualityEvaluator>(
         transformer, std::move(windows), block_size, [&](long d, long t) { bar(d, t); },
         std::max(max_window, c.seq_len));
@@ -268,7 +252,7 @@ int cmd_eval(const Argv& argv) {
       mla ? make_mla_variant(codec, k, block_size) : make_kv_format_variant(k, v, block_size);
   QualityReport r;
   {
-    Progress bar(variant->name());
+    ProgressLine bar(variant->name());
     r = evaluator->evaluate(*variant, [&](long d, long t) { bar(d, t); });
   }
   if (args.has("--json")) {

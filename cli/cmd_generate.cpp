@@ -10,9 +10,9 @@
 #include "cli/format.h"
 #include "engine/common/error.h"
 #include "engine/evict/eviction_hook.h"
+#include "engine/infer/generate.h"
 #include "engine/mla/mla_codec.h"
 #include "engine/model/chat.h"
-#include "engine/model/generate.h"
 #include "engine/model/locate.h"
 
 namespace kvscope::cli {

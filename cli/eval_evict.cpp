@@ -1,28 +1,22 @@
 // kvscope eval --evict and --sweep-evict: eviction variants against the fp32 reference.
 #include "cli/eval_evict.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iomanip>
 #include <sstream>
 
 #include "cli/eval_report.h"
-#include "engine/analysis/attention_stats.h"
+#include "cli/format.h"
+#include "engine/analysis/sweep_csv.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/report/png_plot.h"
 
 namespace kvscope::cli {
 namespace {
-
-void progress_line(const std::string& name, long done, long total) {
-  if (isatty(2) == 0 || total <= 0 || (done % 64 != 0 && done != total)) return;
-  std::fprintf(stderr, "\r%-34s %3ld%%", name.c_str(), 100 * done / total);
-}
 
 struct EvictResult {
   QualityReport report;
@@ -32,14 +26,16 @@ struct EvictResult {
 EvictResult evaluate(const QualityEvaluator& evaluator, const EvictionRunOptions& o,
                      const EvictEvalSetup& setup) {
   EvictionVariant variant(o);
-  const std::string name = variant.name();
   EvalScope scope;
   scope.score_from = o.context;
   scope.bucket_size = setup.bucket_size;
-  EvictResult r{evaluator.evaluate(
-                    variant, [&](long d, long t) { progress_line(name, d, t); }, scope),
-                variant.stats()};
-  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
+  QualityReport report;
+  {
+    ProgressLine bar(variant.name());
+    report = evaluator.evaluate(
+        variant, [&](long d, long t) { bar(d, t); }, scope);
+  }
+  EvictResult r{std::move(report), variant.stats()};
   if (r.report.positions == 0) {
     fail_expected("--context", "fewer tokens than the windows hold (nothing left to score)",
                   std::to_string(o.context));
@@ -207,20 +203,24 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
   if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
   const double full_bytes = full_cache_bytes(results.front().second.report, setup, base.block_size);
   write_file_atomically(out_dir + "/evict_sweep.csv", [&](std::ostream& os) {
-    os << "policy,budget,sinks,compaction,positions,context,ppl_reference,ppl_variant,ppl_delta,"
-          "kl_mean,kl_max,top1_agreement,peak_kv_bytes,full_cache_peak_bytes,mean_attended,"
-          "tokens_evicted,blocks_freed,slots_moved,peak_bytes_per_context_token\n";
-    os << std::setprecision(8);
+    using namespace sweep_csv;
+    SweepCsvWriter csv(os, SweepCsvKind::kEviction);
     for (const auto& [o, e] : results) {
-      const QualityReport& r = e.report;
-      os << eviction_kind_name(o.evictor.policy.kind) << ',' << o.evictor.policy.budget << ','
-         << o.evictor.policy.sinks << ',' << compaction_policy_name(o.evictor.compaction) << ','
-         << position_mode_name(o.evictor.positions) << ',' << o.context << ',' << r.ppl_reference
-         << ',' << r.ppl_variant << ',' << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean
-         << ',' << r.kl_max << ',' << r.top1_agreement << ',' << e.stats.peak_kv_bytes << ','
-         << full_bytes << ',' << e.stats.mean_attended << ',' << e.stats.tokens_evicted << ','
-         << e.stats.blocks_freed << ',' << e.stats.slots_moved << ','
-         << e.stats.peak_bytes_per_context_token() << '\n';
+      csv.text(kPolicy, eviction_kind_name(o.evictor.policy.kind))
+          .integer(kBudget, o.evictor.policy.budget)
+          .integer(kSinks, o.evictor.policy.sinks)
+          .text(kCompaction, compaction_policy_name(o.evictor.compaction))
+          .text(kPositions, position_mode_name(o.evictor.positions))
+          .integer(kContext, o.context);
+      write_quality_cells(csv, e.report);
+      csv.integer(kPeakKvBytes, static_cast<long long>(e.stats.peak_kv_bytes))
+          .number(kFullCachePeakBytes, full_bytes)
+          .number(kMeanAttended, e.stats.mean_attended)
+          .integer(kTokensEvicted, e.stats.tokens_evicted)
+          .integer(kBlocksFreed, e.stats.blocks_freed)
+          .integer(kSlotsMoved, e.stats.slots_moved)
+          .number(kPeakBytesPerContextToken, e.stats.peak_bytes_per_context_token());
+      csv.end_row();
     }
   });
   std::string command = "kvscope eval --sweep-evict";
@@ -310,9 +310,9 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
     AttentionRecorder rec({c.n_layers, c.n_heads, n}, 0, 8);
     const KvLayout layout = kv_layout_for(c, 16, (n + 15) / 16, KvFormat{}, KvFormat{});
     KvCacheManager cache(layout, AllocatorKind::kPaged, n, true);
-    cache.add_sequence(SeqId(0));
+    cache.require_add_sequence(SeqId(0));
     for (int pos = 0; pos < n; ++pos) {
-      cache.append_slots(SeqId(0), 1);
+      cache.require_append_slots(SeqId(0), 1);
       transformer.forward(w[static_cast<std::size_t>(pos)], pos, cache.view(SeqId(0)), &rec);
     }
     for (int l = 0; l < c.n_layers; ++l) {

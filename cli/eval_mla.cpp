@@ -1,14 +1,13 @@
 // kvscope eval --mla-sweep: the model converted to MLA at many ranks (mode A, mode B with a few
 // RoPE choices), measured against the fp32 cache, with every KV format on the same plots.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iomanip>
 #include <memory>
 
 #include "cli/eval_report.h"
+#include "cli/format.h"
+#include "engine/analysis/sweep_csv.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/mla/mla_codec.h"
@@ -64,11 +63,7 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
   }
   std::vector<MlaRow> rows;
   for (const Series& s : series) {
-    const int full = mla_full_rank(c, s.rope_dims);
-    for (int k = 1; k <= 8; ++k) {
-      const int rank = std::max(1, full * k / 8);
-      if (!rows.empty() && rows.back().series == s.label && rows.back().options.rank == rank)
-        continue;
+    for (int rank : mla_sweep_ranks(c, s.rope_dims)) {
       MlaRow row;
       row.series = s.label;
       row.options = {s.mode, rank, s.rope_dims, s.select};
@@ -77,12 +72,11 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
       row.energy_mean = mean(codec->energy_kept);
       row.energy_min = *std::min_element(codec->energy_kept.begin(), codec->energy_kept.end());
       auto variant = make_mla_variant(codec, row.format, block_size);
-      const std::string name = variant->name();
-      row.report = evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); });
+      ProgressLine bar(variant->name());
+      row.report = evaluator.evaluate(*variant, [&](long d, long t) { bar(d, t); });
       rows.push_back(std::move(row));
     }
   }
-  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
   const std::vector<QualityReport> formats = evaluate_format_sweep(evaluator, block_size);
 
   std::error_code ec;
@@ -93,17 +87,18 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
                               std::filesystem::path(source).filename().string() + ")";
   const double kl_floor = 1e-9;  // exact variants (rounding-level KL) would squash the log axis
   write_file_atomically(out_dir + "/mla_sweep.csv", [&](std::ostream& os) {
-    os << "variant,kind,rank,rope_dims,energy_kept_mean,energy_kept_min,bytes_per_token,"
-          "bytes_per_sequence,effective_bytes_per_token,ppl_reference,ppl_variant,ppl_delta,"
-          "kl_mean,kl_max,top1_agreement\n";
-    os << std::setprecision(8);
+    using namespace sweep_csv;
+    SweepCsvWriter csv(os, SweepCsvKind::kMla);
     auto line = [&](const QualityReport& r, const std::string& kind, int rank, int rope,
                     double e_mean, double e_min) {
-      os << '"' << r.variant << "\"," << kind << ',' << rank << ',' << rope << ',' << e_mean << ','
-         << e_min << ',' << r.footprint.bytes_per_token << ',' << r.footprint.bytes_per_sequence
-         << ',' << r.effective_bytes_per_token << ',' << r.ppl_reference << ',' << r.ppl_variant
-         << ',' << r.ppl_variant - r.ppl_reference << ',' << r.kl_mean << ',' << r.kl_max << ','
-         << r.top1_agreement << '\n';
+      write_bytes_cells(csv, r);
+      csv.text(kKind, kind)
+          .integer(kRank, rank)
+          .integer(kRopeDims, rope)
+          .number(kEnergyKeptMean, e_mean)
+          .number(kEnergyKeptMin, e_min);
+      write_quality_cells(csv, r);
+      csv.end_row();
     };
     for (const MlaRow& m : rows) {
       line(m.report, m.options.mode == MlaMode::kReconstruct ? "mla-a" : "mla-b", m.options.rank,

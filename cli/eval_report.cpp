@@ -2,52 +2,29 @@
 // two Pareto plots (quality loss against exact bytes per token).
 #include "cli/eval_report.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iomanip>
 #include <vector>
 
+#include "cli/format.h"
+#include "engine/analysis/sweep_csv.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/quant/kv_format_registry.h"
 #include "engine/report/png_plot.h"
 
 namespace kvscope::cli {
-namespace {
-
-struct SweepEntry {
-  const char* k;
-  const char* v;
-};
-// Reference first, then roughly by bytes per token.
-constexpr SweepEntry kSweep[] = {
-    {"fp32", "fp32"},         {"fp16", "fp16"},         {"bf16", "bf16"},
-    {"fp8-e4m3", "fp8-e4m3"}, {"fp8-e5m2", "fp8-e5m2"}, {"int8", "int8"},
-    {"int8", "int4"},         {"int4", "int4"},         {"int4-g8", "int4-g8"},
-    {"kivi4", "kivi4"},       {"kivi2", "kivi2"},       {"kivi2-r64", "kivi2-r64"},
-    {"int2", "int2"},         {"int2-g8", "int2-g8"},
-};
-
-}  // namespace
-
-void progress_line(const std::string& name, long done, long total) {
-  if (isatty(2) == 0 || total <= 0 || (done % 64 != 0 && done != total)) return;
-  std::fprintf(stderr, "\r%-26s %3ld%%", name.c_str(), total > 0 ? 100 * done / total : 0);
-}
 
 std::vector<QualityReport> evaluate_format_sweep(const QualityEvaluator& evaluator,
                                                  int block_size) {
   std::vector<QualityReport> reports;
-  for (const SweepEntry& e : kSweep) {
+  for (const quant::KvLadderEntry& e : quant::kv_format_sweep()) {
     auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"),
                                           parse_kv_format(e.v, "sweep"), block_size);
-    const std::string name = variant->name();
-    reports.push_back(
-        evaluator.evaluate(*variant, [&](long d, long t) { progress_line(name, d, t); }));
+    ProgressLine bar(variant->name());
+    reports.push_back(evaluator.evaluate(*variant, [&](long d, long t) { bar(d, t); }));
   }
-  if (isatty(2) != 0) std::fputs("\r\033[K", stderr);
   return reports;
 }
 
@@ -79,14 +56,11 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
   const std::string command = "kvscope eval --sweep --block-size " + std::to_string(block_size) +
                               " (" + std::filesystem::path(source).filename().string() + ")";
   write_file_atomically(out_dir + "/quant_sweep.csv", [&](std::ostream& os) {
-    os << "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
-          "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n";
-    os << std::setprecision(8);
+    SweepCsvWriter csv(os, SweepCsvKind::kFormats);
     for (const QualityReport& r : reports) {
-      os << '"' << r.variant << "\"," << r.footprint.bytes_per_token << ','
-         << r.footprint.bytes_per_sequence << ',' << r.effective_bytes_per_token << ','
-         << r.ppl_reference << ',' << r.ppl_variant << ',' << r.ppl_variant - r.ppl_reference << ','
-         << r.kl_mean << ',' << r.kl_max << ',' << r.top1_agreement << '\n';
+      write_bytes_cells(csv, r);
+      write_quality_cells(csv, r);
+      csv.end_row();
     }
   });
   PlotSpec kl;
@@ -104,33 +78,40 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
   ppl.log_y = true;
   ppl.y_label = "perplexity - fp32 perplexity (log; <= 0 not drawn)";
   ppl.footnote = command;
-  // One series per family so colours stay distinct; the CSV and table name every point.
-  auto family = [](const std::string& v) -> std::string {
-    if (v.rfind("fp", 0) == 0 || v == "bf16") return "float: fp16, bf16, fp8 e4m3/e5m2";
-    if (v.rfind("kivi", 0) == 0) return "KIVI: kivi4, kivi2, kivi2-r64";
-    if (v.rfind("K ", 0) == 0) return "K int8 + V int4";
-    if (v.rfind("int2", 0) == 0) return "int2 per token (g32, g8)";
-    return "int8 / int4 per token (g32, g8)";
-  };
-  for (const QualityReport& r : reports) {
-    if (r.variant == "fp32") continue;
-    const std::string f = family(r.variant);
-    auto add = [&](PlotSpec& spec, double y) {
-      auto it = std::find_if(spec.series.begin(), spec.series.end(),
-                             [&](const PlotSeries& s) { return s.label == f; });
-      if (it == spec.series.end()) {
-        PlotSeries s;
-        s.label = f;
-        s.line = false;
-        s.markers = true;
-        spec.series.push_back(s);
-        it = spec.series.end() - 1;
-      }
-      it->x.push_back(r.reference_bytes_per_token / r.effective_bytes_per_token);
-      it->y.push_back(y);
-    };
-    add(kl, r.kl_mean);
-    add(ppl, r.ppl_variant - r.ppl_reference);
+  // One series per ladder family so colours stay distinct, labelled with the family's rungs
+  // ("KIVI: kivi4, kivi2, kivi2-r64"); the CSV and table name every point. fp32 is the x = 1
+  // reference, not a point.
+  const std::vector<quant::KvLadderEntry>& ladder = quant::kv_format_sweep();
+  std::vector<std::string> families;  // in ladder order
+  std::vector<std::string> labels;
+  for (const quant::KvLadderEntry& e : ladder) {
+    if (&e == &ladder.front()) continue;
+    const auto at = std::find(families.begin(), families.end(), e.family);
+    if (at == families.end()) {
+      families.push_back(e.family);
+      labels.push_back(e.family + ": " + e.display_name());
+    } else {
+      std::string& label = labels[static_cast<std::size_t>(at - families.begin())];
+      label.append(", ").append(e.display_name());
+    }
+  }
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    PlotSeries s;
+    s.label = labels[i];
+    s.line = false;
+    s.markers = true;
+    kl.series.push_back(s);
+    ppl.series.push_back(s);
+  }
+  for (std::size_t i = 1; i < reports.size(); ++i) {
+    const QualityReport& r = reports[i];
+    const auto family = static_cast<std::size_t>(
+        std::find(families.begin(), families.end(), ladder[i].family) - families.begin());
+    const double x = r.reference_bytes_per_token / r.effective_bytes_per_token;
+    kl.series[family].x.push_back(x);
+    kl.series[family].y.push_back(r.kl_mean);
+    ppl.series[family].x.push_back(x);
+    ppl.series[family].y.push_back(r.ppl_variant - r.ppl_reference);
   }
   write_png_plot(kl, out_dir + "/quant_pareto_kl.png");
   write_png_plot(ppl, out_dir + "/quant_pareto_ppl.png");

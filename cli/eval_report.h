@@ -13,7 +13,8 @@ namespace kvscope::cli {
 
 nlohmann::json report_json(const QualityReport& r);
 
-// Evaluates every format of the sweep list (reference fp32 first) and returns the reports.
+// Evaluates every rung of the format ladder (quant::kv_format_sweep(), fp32 first) and returns
+// the reports in ladder order.
 std::vector<QualityReport> evaluate_format_sweep(const QualityEvaluator& evaluator, int block_size);
 
 // Evaluates every format of the sweep list and writes <out>/quant_sweep.csv,
@@ -25,8 +26,5 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
 // writes <out>/mla_sweep.csv, mla_pareto_kl.png and mla_pareto_ppl.png.
 int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int block_size,
                   const std::string& source, const std::string& out_dir, bool json);
-
-// A one-line progress report on stderr, only when it is a terminal.
-void progress_line(const std::string& name, long done, long total);
 
 }  // namespace kvscope::cli

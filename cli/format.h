@@ -1,4 +1,5 @@
-// Number formatting for terminal output: 327,680 and "40.00 GiB (42.95 GB)".
+// Terminal output helpers: number formatting (327,680 and "40.00 GiB (42.95 GB)") and the
+// progress line long evaluations draw on stderr.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +12,24 @@ std::string with_commas(std::int64_t value);
 std::string human_bytes(double bytes);
 // "97% on huge pages" for a fraction in [0, 1]; "huge pages: unknown" when negative.
 std::string huge_page_text(double fraction);
+
+// A one-line progress bar on stderr for one task, "label [####......]  42% (done/total)", drawn
+// only when stderr is a terminal (logs and pipes stay clean) and erased when it goes out of
+// scope, so the next line or bar starts on a clean line. Pass it where a ProgressFn is taken:
+// [&](long d, long t) { bar(d, t); }. Redraws only when the percentage changes.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string label);
+  ~ProgressLine();
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  void operator()(long done, long total);
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool shown_ = false;
+  int last_percent_ = -1;
+};
 
 }  // namespace kvscope::cli

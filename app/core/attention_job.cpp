@@ -5,9 +5,9 @@
 
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
+#include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/kv/kv_storage.h"
-#include "engine/model/transformer.h"
 
 namespace kvscope::ui {
 
@@ -83,13 +83,13 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
             kv_layout_for(c, bs, (n + bs - 1) / bs, config.k_format, config.v_format),
             AllocatorKind::kPaged, n, /*with_storage=*/true);
         const SeqId seq(0);
-        cache.add_sequence(seq);
+        cache.require_add_sequence(seq);
         for (int pos = 0; pos < n; ++pos) {
           if (cancel_.load()) {
             busy_ = false;
             return;
           }
-          cache.append_slots(seq, 1);
+          cache.require_append_slots(seq, 1);
           transformer.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq),
                               recorder.get());
         }

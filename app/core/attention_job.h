@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/analysis/attention_stats.h"
 #include "engine/analysis/kv_quant_error.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/model/checkpoint.h"
 #include "engine/sched/sim_config.h"
 

@@ -8,8 +8,8 @@
 #include <map>
 #include <vector>
 
+#include "engine/kv/events.h"
 #include "engine/prefix/miss_reason.h"
-#include "engine/trace/events.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope::ui {

@@ -4,9 +4,9 @@
 #include "engine/analysis/eviction_quality.h"
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
+#include "engine/infer/transformer.h"
 #include "engine/kv/kv_format.h"
 #include "engine/mla/mla_codec.h"
-#include "engine/model/transformer.h"
 
 namespace kvscope::ui {
 

@@ -9,7 +9,7 @@
 
 #include "engine/analysis/eviction_quality.h"
 #include "engine/analysis/quality.h"
-#include "engine/model/config.h"
+#include "engine/common/config.h"
 #include "engine/model/tokenizer.h"
 
 namespace kvscope::ui {
@@ -44,9 +44,10 @@ struct QualitySweep {
 
 // ---- what the background sweep runs ----
 
-// The formats ("K/V" names as `kvscope eval` takes them), fp32 first.
+// The format ladder as (K, V) names parse_kv_format takes, fp32 first: quant::kv_format_sweep(),
+// the rungs `kvscope eval --sweep` runs, in its order.
 std::vector<std::pair<std::string, std::string>> sweep_formats();
-// MLA mode A ranks (fp32 latents): full rank * k / 8 for k = 1..8, without repeats.
+// MLA mode A ranks (fp32 latents): mla_sweep_ranks(c, 0), those of `kvscope eval --mla-sweep`.
 std::vector<int> sweep_mla_ranks(const ModelConfig& c);
 // Streaming eviction (K/V fp32): window and H2O (never compacted, and compacted always) at
 // budgets 16, 32, 64, 128 in the run's block size.

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "app/widgets/widgets.h"
+#include "engine/common/config.h"
 #include "engine/kv/kv_storage.h"
-#include "engine/model/config.h"
 #include "engine/model/locate.h"
 #include "engine/model/synthetic.h"
 

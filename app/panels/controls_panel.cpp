@@ -14,13 +14,22 @@
 #include "engine/kv/kv_format.h"
 #include "engine/model/locate.h"
 #include "engine/model/synthetic.h"
+#include "engine/quant/kv_format_registry.h"
 
 namespace kvscope::ui {
 
 namespace {
 
-constexpr const char* kFormats[] = {"fp32", "fp16",    "bf16", "fp8-e4m3", "fp8-e5m2", "int8",
-                                    "int4", "int4-g8", "int2", "int2-g8",  "kivi4",    "kivi2"};
+// The K/V format combos list every named format (quant::kv_formats(), in ladder order), the
+// ones `kvscope eval --sweep` and the Quality panel measure.
+std::span<const char* const> format_names() {
+  static const std::vector<const char*> names = [] {
+    std::vector<const char*> out;
+    for (const quant::KvLadderEntry& f : quant::kv_formats()) out.push_back(f.k.c_str());
+    return out;
+  }();
+  return names;
+}
 
 // A combo over `names`; returns the chosen index when the user picked a different one.
 std::optional<int> pick(const char* label, std::span<const char* const> names, int current,
@@ -56,8 +65,9 @@ void check_on_disk(ModelChoice& c, const std::string& arg, const std::string& ho
 
 int format_index(const KvFormat& f) {
   const std::string n = f.name();
-  for (int i = 0; i < static_cast<int>(std::size(kFormats)); ++i)
-    if (n == kFormats[i]) return i;
+  const std::span<const char* const> names = format_names();
+  for (int i = 0; i < static_cast<int>(names.size()); ++i)
+    if (n == names[static_cast<std::size_t>(i)]) return i;
   return -1;
 }
 
@@ -155,6 +165,175 @@ void ControlsPanel::draw_model_picker(AppState& state, const RunInfo& info) {
                        model_display_name(current.empty() ? info.scenario_model : current).c_str());
 }
 
+namespace {
+
+// One frame's edit of a policy: what is shown, what the scenario says, and the override the
+// widgets build. set() records a knob's new value, or drops the override when it equals the
+// scenario's own.
+struct PolicyEdit {
+  PolicyOverride current, next;
+  SimConfig base, shown;
+  bool changed = false;
+  template <typename Field, typename Value>
+  void set(Field& field, Value value, Value scenario_value) {
+    if (value == scenario_value)
+      field.reset();
+    else
+      field = value;
+    changed = true;
+  }
+};
+
+// The scenario file's own compare variants, as the starting point of the policy.
+void draw_variant_picker(const RunInfo& info, PolicyEdit& e) {
+  if (info.variants.size() <= 1) return;
+  std::vector<const char*> names;
+  int cur = 0;
+  for (std::size_t i = 0; i < info.variants.size(); ++i) {
+    names.push_back(info.variants[i].c_str());
+    if (info.variants[i] == e.current.variant) cur = static_cast<int>(i);
+  }
+  if (ImGui::Combo("scenario variant", &cur, names.data(), static_cast<int>(names.size()))) {
+    e.next.variant = cur == 0 ? std::string() : info.variants[static_cast<std::size_t>(cur)];
+    e.changed = true;
+  }
+  item_tooltip(
+      "The variants the scenario file defines under \"compare\" (base = its own cache "
+      "settings); the knobs below change settings on top of it.");
+}
+
+// Block size, K and V formats, prefix caching and its index, allocator, preemption.
+void draw_cache_knobs(PolicyEdit& e) {
+  const SimConfig& shown = e.shown;
+  const SimConfig& base = e.base;
+  static constexpr const char* kSizes[] = {"1", "2", "4", "8", "16", "32", "64", "128", "256"};
+  int size_index = -1;
+  for (int i = 0; i < static_cast<int>(std::size(kSizes)); ++i)
+    if ((1 << i) == shown.block_size) size_index = i;
+  if (auto i = pick("block size", kSizes, size_index,
+                    "Tokens per KV block. Small blocks waste less in the last, partly filled "
+                    "block; large blocks mean fewer table entries and longer shared prefixes to "
+                    "match."))
+    e.set(e.next.block_size, 1 << *i, base.block_size);
+  if (auto i = pick("K format", format_names(), format_index(shown.k_format),
+                    "How keys are stored in the cache. Fewer bits per value: more tokens fit in "
+                    "the same pool, at some cost in attention accuracy (see Quality vs memory)."))
+    e.set(e.next.k_format,
+          parse_kv_format(format_names()[static_cast<std::size_t>(*i)], "K format"),
+          base.k_format);
+  if (auto i = pick("V format", format_names(), format_index(shown.v_format),
+                    "How values are stored in the cache; values usually tolerate fewer bits "
+                    "than keys."))
+    e.set(e.next.v_format,
+          parse_kv_format(format_names()[static_cast<std::size_t>(*i)], "V format"),
+          base.v_format);
+  bool prefix = shown.prefix_caching;
+  if (ImGui::Checkbox("prefix caching", &prefix))
+    e.set(e.next.prefix_caching, prefix, base.prefix_caching);
+  item_tooltip(
+      "Keep full prompt blocks indexed by their tokens and map them into later requests "
+      "with the same prefix (paged allocator only).");
+  static constexpr const char* kIndex[] = {"hash", "radix"};
+  if (auto i = pick("prefix index", kIndex, shown.prefix_index == IndexKind::kRadix ? 1 : 0,
+                    "hash: vLLM-style chain of block hashes. radix: SGLang-style radix tree "
+                    "over tokens. Both map whole blocks; they differ in how misses are found."))
+    e.set(e.next.prefix_index, *i == 1 ? IndexKind::kRadix : IndexKind::kHashChain,
+          base.prefix_index);
+  static constexpr const char* kAlloc[] = {"paged", "contiguous"};
+  if (auto i = pick("allocator", kAlloc, shown.allocator == AllocatorKind::kContiguous ? 1 : 0,
+                    "paged: blocks on demand from a shared pool. contiguous: each request "
+                    "reserves max_seq_len tokens up front (the baseline paging replaced)."))
+    e.set(e.next.allocator, *i == 1 ? AllocatorKind::kContiguous : AllocatorKind::kPaged,
+          base.allocator);
+  static constexpr const char* kPre[] = {"recompute", "swap"};
+  if (auto i = pick("preemption", kPre, shown.preemption == PreemptionMode::kSwap ? 1 : 0,
+                    "When the pool is full a running request is preempted. recompute: drop its "
+                    "blocks and prefill again later. swap: copy its K/V to a host tier (as large "
+                    "as the device pool when the scenario has none) and copy it back."))
+    e.set(e.next.preemption, *i == 1 ? PreemptionMode::kSwap : PreemptionMode::kRecompute,
+          base.preemption);
+}
+
+// Token eviction: the engine's policy names, "none" first (EvictionKind order), and its budget.
+void draw_eviction_knobs(PolicyEdit& e) {
+  const std::vector<std::string> names = eviction_kind_names();
+  std::vector<const char*> items;
+  for (const std::string& n : names) items.push_back(n.c_str());
+  const EvictionConfig& ev = e.shown.token_eviction.policy;
+  if (auto i = pick("token eviction", items, static_cast<int>(ev.kind),
+                    "Drop cached tokens so each query attends to at most `budget` of them. "
+                    "window: the most recent. sinks: the first few plus the most recent "
+                    "(StreamingLLM). h2o: the most attended plus recent ones. snapkv: the "
+                    "prompt tokens the last queries vote for. tova: drop the least attended. "
+                    "random: a baseline. Needs the paged allocator, recompute preemption, no "
+                    "prefix caching and non-KIVI formats (the run says which is wrong).")) {
+    const auto kind = static_cast<EvictionKind>(*i);
+    e.set(e.next.eviction, kind, e.base.token_eviction.policy.kind);
+    // Turning eviction on where the scenario has no budget: start from 64 tokens.
+    if (kind != EvictionKind::kNone && ev.budget <= 0) e.next.eviction_budget = 64;
+  }
+  if (ev.kind == EvictionKind::kNone) return;
+  int budget = std::max(ev.budget, 1);
+  ImGui::SliderInt("budget (tokens)", &budget, 8, 512, "%d", ImGuiSliderFlags_Logarithmic);
+  if (ImGui::IsItemDeactivatedAfterEdit())
+    e.set(e.next.eviction_budget, budget, e.base.token_eviction.policy.budget);
+  item_tooltip(
+      "Live tokens each query attends to, itself included. Smaller budgets free more "
+      "blocks and cost more quality (Quality vs memory shows how much).");
+}
+
+// The device pool in bytes; the block count follows from it and the bytes per block.
+void draw_pool_slider(const RunInfo& info, long long blocks_now, PolicyEdit& e) {
+  const std::int64_t bb = block_bytes(info.shape, e.shown);
+  std::int64_t kib = std::max<std::int64_t>(1, blocks_now * bb / 1024);
+  const std::int64_t lo = std::max<std::int64_t>(1, bb / 1024);
+  const std::int64_t hi = std::max<std::int64_t>(lo + 1, 16 * info.scenario_pool_bytes / 1024);
+  ImGui::SliderScalar("pool (KiB)", ImGuiDataType_S64, &kib, &lo, &hi, "%lld KiB",
+                      ImGuiSliderFlags_Logarithmic);
+  if (ImGui::IsItemDeactivatedAfterEdit()) {
+    e.next.pool_bytes = kib * 1024;
+    e.changed = true;
+  }
+  item_tooltip(
+      "The device KV pool in bytes. The number of blocks follows from it and the "
+      "bytes per block, so a smaller format fits more blocks in the same memory.");
+  ImGui::SameLine();
+  ImGui::TextDisabled("= %lld blocks", blocks_now);
+}
+
+// Reset and copy buttons, and the one-line summary of the policy being edited.
+void draw_footer(AppState& state, const RunInfo& info, bool edit_variant, long long blocks_now,
+                 PolicyEdit& e) {
+  const PolicyOverride& current = e.current;
+  const SimConfig& shown = e.shown;
+  if (ImGui::Button("Reset to scenario")) {
+    e.next = PolicyOverride{};
+    e.changed = !current.empty();
+  }
+  item_tooltip("Drop every override: the scenario file's own settings");
+  ImGui::SameLine();
+  if (!edit_variant) {
+    if (ImGui::Button("Copy to variant")) {
+      state.compare_variant = info.override;
+      ++state.compare_variant_version;
+    }
+    item_tooltip("Make the compare variant this run's policy (then change it)");
+  }
+  ImGui::Spacing();
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state.presenter).accent),
+                     "%s:", edit_variant ? "variant" : "running");
+  ImGui::SameLine();
+  ImGui::TextUnformatted(current.describe().c_str());
+  ImGui::TextDisabled(
+      "%lld blocks x %d tokens, %s per token (K %s, V %s)", blocks_now, shown.block_size,
+      format_bytes(static_cast<double>(block_bytes(info.shape, shown)) / shown.block_size).c_str(),
+      shown.k_format.name().c_str(), shown.v_format.name().c_str());
+  ImGui::PopTextWrapPos();
+}
+
+}  // namespace
+
 void ControlsPanel::draw(AppState& state) {
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
   if (!info) {
@@ -162,7 +341,6 @@ void ControlsPanel::draw(AppState& state) {
                         state.is_demo() ? "demo" : "recording");
     return;
   }
-  const Palette& pal = palette(state.presenter);
   draw_model_picker(state, *info);
   ImGui::TextDisabled("target");
   ImGui::SameLine();
@@ -172,170 +350,27 @@ void ControlsPanel::draw(AppState& state) {
   if (ImGui::RadioButton("compare variant", edit_variant_)) edit_variant_ = true;
   item_tooltip("Changes set the policy the Compare panel runs beside this one");
 
-  const PolicyOverride current = edit_variant_ ? state.compare_variant : info->override;
-  const SimConfig base = info->scenario_config;
-  const SimConfig shown = edit_variant_ ? with_override(base, current) : info->config;
-  PolicyOverride next = current;
-  bool changed = false;
-  const auto set = [&changed](auto& field, auto value, auto scenario_value) {
-    if (value == scenario_value)
-      field.reset();
-    else
-      field = value;
-    changed = true;
-  };
-
-  const float w = std::min(ImGui::GetFontSize() * 9.0f, ImGui::GetContentRegionAvail().x * 0.5f);
-  ImGui::PushItemWidth(w);
-  if (info->variants.size() > 1) {
-    // The scenario file's own compare variants, as the starting point of the policy.
-    std::vector<const char*> names;
-    int cur = 0;
-    for (std::size_t i = 0; i < info->variants.size(); ++i) {
-      names.push_back(info->variants[i].c_str());
-      if (info->variants[i] == current.variant) cur = static_cast<int>(i);
-    }
-    if (ImGui::Combo("scenario variant", &cur, names.data(), static_cast<int>(names.size()))) {
-      next.variant = cur == 0 ? std::string() : info->variants[static_cast<std::size_t>(cur)];
-      changed = true;
-    }
-    item_tooltip(
-        "The variants the scenario file defines under \"compare\" (base = its own cache "
-        "settings); the knobs below change settings on top of it.");
-  }
-  {
-    static constexpr const char* kSizes[] = {"1", "2", "4", "8", "16", "32", "64", "128", "256"};
-    int cur = -1;
-    for (int i = 0; i < 9; ++i)
-      if ((1 << i) == shown.block_size) cur = i;
-    if (auto i = pick("block size", kSizes, cur,
-                      "Tokens per KV block. Small blocks waste less in the last, partly filled "
-                      "block; large blocks mean fewer table entries and longer shared prefixes to "
-                      "match."))
-      set(next.block_size, 1 << *i, base.block_size);
-  }
-  if (auto i = pick("K format", kFormats, format_index(shown.k_format),
-                    "How keys are stored in the cache. Fewer bits per value: more tokens fit in "
-                    "the same pool, at some cost in attention accuracy (see Quality vs memory)."))
-    set(next.k_format, parse_kv_format(kFormats[*i], "K format"), base.k_format);
-  if (auto i = pick("V format", kFormats, format_index(shown.v_format),
-                    "How values are stored in the cache; values usually tolerate fewer bits "
-                    "than keys."))
-    set(next.v_format, parse_kv_format(kFormats[*i], "V format"), base.v_format);
-  bool prefix = shown.prefix_caching;
-  if (ImGui::Checkbox("prefix caching", &prefix))
-    set(next.prefix_caching, prefix, base.prefix_caching);
-  item_tooltip(
-      "Keep full prompt blocks indexed by their tokens and map them into later requests "
-      "with the same prefix (paged allocator only).");
-  {
-    static constexpr const char* kIndex[] = {"hash", "radix"};
-    const int cur = shown.prefix_index == IndexKind::kRadix ? 1 : 0;
-    if (auto i = pick("prefix index", kIndex, cur,
-                      "hash: vLLM-style chain of block hashes. radix: SGLang-style radix tree "
-                      "over tokens. Both map whole blocks; they differ in how misses are found."))
-      set(next.prefix_index, *i == 1 ? IndexKind::kRadix : IndexKind::kHashChain,
-          base.prefix_index);
-  }
-  {
-    static constexpr const char* kAlloc[] = {"paged", "contiguous"};
-    const int cur = shown.allocator == AllocatorKind::kContiguous ? 1 : 0;
-    if (auto i = pick("allocator", kAlloc, cur,
-                      "paged: blocks on demand from a shared pool. contiguous: each request "
-                      "reserves max_seq_len tokens up front (the baseline paging replaced)."))
-      set(next.allocator, *i == 1 ? AllocatorKind::kContiguous : AllocatorKind::kPaged,
-          base.allocator);
-  }
-  {
-    static constexpr const char* kPre[] = {"recompute", "swap"};
-    const int cur = shown.preemption == PreemptionMode::kSwap ? 1 : 0;
-    if (auto i = pick("preemption", kPre, cur,
-                      "When the pool is full a running request is preempted. recompute: drop its "
-                      "blocks and prefill again later. swap: copy its K/V to a host tier (as large "
-                      "as the device pool when the scenario has none) and copy it back."))
-      set(next.preemption, *i == 1 ? PreemptionMode::kSwap : PreemptionMode::kRecompute,
-          base.preemption);
-  }
-  {
-    // Token eviction: the engine's policy names, "none" first (EvictionKind order).
-    const std::vector<std::string> names = eviction_kind_names();
-    std::vector<const char*> items;
-    for (const std::string& n : names) items.push_back(n.c_str());
-    const EvictionConfig& ev = shown.token_eviction.policy;
-    if (auto i = pick("token eviction", items, static_cast<int>(ev.kind),
-                      "Drop cached tokens so each query attends to at most `budget` of them. "
-                      "window: the most recent. sinks: the first few plus the most recent "
-                      "(StreamingLLM). h2o: the most attended plus recent ones. snapkv: the "
-                      "prompt tokens the last queries vote for. tova: drop the least attended. "
-                      "random: a baseline. Needs the paged allocator, recompute preemption, no "
-                      "prefix caching and non-KIVI formats (the run says which is wrong).")) {
-      const auto kind = static_cast<EvictionKind>(*i);
-      set(next.eviction, kind, base.token_eviction.policy.kind);
-      // Turning eviction on where the scenario has no budget: start from 64 tokens.
-      if (kind != EvictionKind::kNone && ev.budget <= 0) next.eviction_budget = 64;
-    }
-    if (ev.kind != EvictionKind::kNone) {
-      int budget = std::max(ev.budget, 1);
-      ImGui::SliderInt("budget (tokens)", &budget, 8, 512, "%d", ImGuiSliderFlags_Logarithmic);
-      if (ImGui::IsItemDeactivatedAfterEdit())
-        set(next.eviction_budget, budget, base.token_eviction.policy.budget);
-      item_tooltip(
-          "Live tokens each query attends to, itself included. Smaller budgets free more "
-          "blocks and cost more quality (Quality vs memory shows how much).");
-    }
-  }
+  PolicyEdit e;
+  e.current = edit_variant_ ? state.compare_variant : info->override;
+  e.base = info->scenario_config;
+  e.shown = edit_variant_ ? with_override(e.base, e.current) : info->config;
+  e.next = e.current;
   const long long blocks_now =
-      edit_variant_ ? pool_blocks(*info, shown, current) : info->config.num_blocks;
-  {
-    const std::int64_t bb = block_bytes(info->shape, shown);
-    const std::int64_t pool_now = blocks_now * bb;
-    std::int64_t kib = std::max<std::int64_t>(1, pool_now / 1024);
-    const std::int64_t lo = std::max<std::int64_t>(1, bb / 1024);
-    const std::int64_t hi = std::max<std::int64_t>(lo + 1, 16 * info->scenario_pool_bytes / 1024);
-    ImGui::SliderScalar("pool (KiB)", ImGuiDataType_S64, &kib, &lo, &hi, "%lld KiB",
-                        ImGuiSliderFlags_Logarithmic);
-    if (ImGui::IsItemDeactivatedAfterEdit()) {
-      next.pool_bytes = kib * 1024;
-      changed = true;
-    }
-    item_tooltip(
-        "The device KV pool in bytes. The number of blocks follows from it and the "
-        "bytes per block, so a smaller format fits more blocks in the same memory.");
-    ImGui::SameLine();
-    ImGui::TextDisabled("= %lld blocks", blocks_now);
-  }
+      edit_variant_ ? pool_blocks(*info, e.shown, e.current) : info->config.num_blocks;
+  ImGui::PushItemWidth(
+      std::min(ImGui::GetFontSize() * 9.0f, ImGui::GetContentRegionAvail().x * 0.5f));
+  draw_variant_picker(*info, e);
+  draw_cache_knobs(e);
+  draw_eviction_knobs(e);
+  draw_pool_slider(*info, blocks_now, e);
   ImGui::PopItemWidth();
-
-  if (ImGui::Button("Reset to scenario")) {
-    next = PolicyOverride{};
-    changed = !current.empty();
-  }
-  item_tooltip("Drop every override: the scenario file's own settings");
-  ImGui::SameLine();
-  if (!edit_variant_) {
-    if (ImGui::Button("Copy to variant")) {
-      state.compare_variant = info->override;
-      ++state.compare_variant_version;
-    }
-    item_tooltip("Make the compare variant this run's policy (then change it)");
-  }
-  ImGui::Spacing();
-  ImGui::PushTextWrapPos(0.0f);
-  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.accent),
-                     "%s:", edit_variant_ ? "variant" : "running");
-  ImGui::SameLine();
-  ImGui::TextUnformatted(current.describe().c_str());
-  ImGui::TextDisabled(
-      "%lld blocks x %d tokens, %s per token (K %s, V %s)", blocks_now, shown.block_size,
-      format_bytes(static_cast<double>(block_bytes(info->shape, shown)) / shown.block_size).c_str(),
-      shown.k_format.name().c_str(), shown.v_format.name().c_str());
-  ImGui::PopTextWrapPos();
-  if (!changed || next == current) return;
+  draw_footer(state, *info, edit_variant_, blocks_now, e);
+  if (!e.changed || e.next == e.current) return;
   if (edit_variant_) {
-    state.compare_variant = next;
+    state.compare_variant = e.next;
     ++state.compare_variant_version;
   } else {
-    state.restart_request = next;
+    state.restart_request = e.next;
   }
 }
 

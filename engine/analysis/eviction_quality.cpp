@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/analysis/attention_stats.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/kv/cache_manager.h"
 
 namespace kvscope {
@@ -45,7 +45,7 @@ void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
       kv_layout_for(c, bs, (n + bs - 1) / bs + 1, options_.k_format, options_.v_format);
   KvCacheManager cache(layout, AllocatorKind::kPaged, n, /*with_storage=*/true);
   const SeqId seq(0);
-  cache.add_sequence(seq);
+  cache.require_add_sequence(seq);
   TokenEvictor evictor(cache, seq, options_.evictor, c.rope_theta);
   const EvictionConfig& policy = options_.evictor.policy;
   std::unique_ptr<AttentionRecorder> recorder;
@@ -57,7 +57,7 @@ void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
   const bool one_shot = policy.kind == EvictionKind::kSnapKV && options_.context > 0;
   int window_peak_blocks = 0;
   for (int pos = 0; pos < n; ++pos) {
-    cache.append_slots(seq, 1);
+    cache.require_append_slots(seq, 1);
     const int blocks = cache.pool().num_used();
     window_peak_blocks = std::max(window_peak_blocks, blocks);
     if (blocks > stats_.peak_blocks) {

@@ -164,17 +164,17 @@ std::optional<KvErrorProfile> measure_kv_error(Transformer& transformer,
   ExactRows exact_rows(c.n_layers, c.n_heads, std::max(1, n), hooks.exact_observer);
   RowDistance distance(exact_rows, p, hooks.quantized_observer);
   const SeqId seq(0);
-  exact.add_sequence(seq);
-  quantized.add_sequence(seq);
-  round_trip.add_sequence(seq);
+  exact.require_add_sequence(seq);
+  quantized.require_add_sequence(seq);
+  round_trip.require_add_sequence(seq);
   for (int pos = 0; pos < n; ++pos) {
     if (hooks.cancelled && hooks.cancelled()) return std::nullopt;
     const int token = tokens[static_cast<std::size_t>(pos)];
-    exact.append_slots(seq, 1);
+    exact.require_append_slots(seq, 1);
     transformer.forward(token, pos, exact.view(seq), &exact_rows);
-    quantized.append_slots(seq, 1);
+    quantized.require_append_slots(seq, 1);
     transformer.forward(token, pos, quantized.view(seq), &distance);
-    round_trip.append_slots(seq, 1);
+    round_trip.require_append_slots(seq, 1);
     copy_token_kv(exact.view(seq), pos, round_trip.view(seq));
   }
   // Read back once every token is in: what the cache holds at the end of the sequence (a KIVI

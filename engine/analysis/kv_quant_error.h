@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/infer/transformer.h"
 #include "engine/kv/kv_format.h"
 #include "engine/kv/kv_view.h"
-#include "engine/model/transformer.h"
 
 namespace kvscope {
 

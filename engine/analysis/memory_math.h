@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/config.h"
 #include "engine/kv/kv_format.h"
-#include "engine/model/config.h"
 
 namespace kvscope {
 

@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "engine/common/error.h"
+#include "engine/infer/generate.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/mla/mla_codec.h"
-#include "engine/model/generate.h"
 
 namespace kvscope {
 
@@ -58,9 +58,9 @@ class KvFormatVariant final : public CacheVariant {
                          AllocatorKind::kPaged, n,
                          /*with_storage=*/true);
     const SeqId seq(0);
-    cache.add_sequence(seq);
+    cache.require_add_sequence(seq);
     for (int pos = 0; pos < n; ++pos) {
-      cache.append_slots(seq, 1);
+      cache.require_append_slots(seq, 1);
       on_logits(pos, t.forward(window[static_cast<std::size_t>(pos)], pos, cache.view(seq)));
     }
   }
@@ -93,9 +93,9 @@ class MlaVariant final : public CacheVariant {
                                         (n + block_size_ - 1) / block_size_, format_),
                          AllocatorKind::kPaged, n, /*with_storage=*/true);
     const SeqId seq(0);
-    cache.add_sequence(seq);
+    cache.require_add_sequence(seq);
     for (int pos = 0; pos < n; ++pos) {
-      cache.append_slots(seq, 1);
+      cache.require_append_slots(seq, 1);
       KvSeqView view = cache.view(seq);
       view.mla = codec_.get();
       on_logits(pos, t.forward(window[static_cast<std::size_t>(pos)], pos, view));

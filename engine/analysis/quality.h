@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "engine/common/log_softmax.h"
+#include "engine/infer/transformer.h"
 #include "engine/kv/kv_format.h"
 #include "engine/model/tokenizer.h"
-#include "engine/model/transformer.h"
 
 namespace kvscope {
 

@@ -6,9 +6,9 @@
 #include <memory>
 #include <optional>
 
-#include "engine/analysis/attention_stats.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/evict/token_evictor.h"
-#include "engine/model/generate.h"
+#include "engine/infer/generate.h"
 
 namespace kvscope {
 

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "engine/analysis/attention_stats.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/error.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/quant/kv_codec.h"
 
 namespace kvscope {

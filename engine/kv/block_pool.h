@@ -19,9 +19,9 @@ class BlockPool {
   int num_used() const { return num_blocks() - num_free_; }
 
   // Takes the block at the front of the free queue (FIFO: the least recently freed). O(1).
-  std::optional<BlockId> allocate();
+  [[nodiscard]] std::optional<BlockId> allocate();
   // Takes `n` consecutive free blocks, the lowest-addressed run that fits (first fit). O(blocks).
-  std::optional<BlockId> allocate_run(int n);
+  [[nodiscard]] std::optional<BlockId> allocate_run(int n);
   // Takes a specific free block out of the free queue (a prefix-cache hit on a freed block). O(1).
   void take(BlockId id);
   // Drops one reference; at zero the block joins the back of the free queue. O(1).

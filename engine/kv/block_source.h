@@ -23,7 +23,7 @@ class BlockSource {
  public:
   virtual ~BlockSource() = default;
   // A fresh block held by one sequence (pool ref 1), or none when nothing can be freed.
-  virtual std::optional<BlockId> allocate() = 0;
+  [[nodiscard]] virtual std::optional<BlockId> allocate() = 0;
   // Blocks allocate() can still deliver.
   virtual int num_allocatable() const = 0;
   // Drops the sequence's reference on each block.
@@ -31,7 +31,7 @@ class BlockSource {
   // Sequence `child` takes one more reference on each block of `table` (its parent's).
   virtual void fork(std::int32_t child, std::span<const BlockId> table) = 0;
   // Before `request` writes into table[logical]: swaps in a private copy when the block is shared.
-  virtual WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table,
+  [[nodiscard]] virtual WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table,
                                     int logical) = 0;
   // True when the pool holds one reference on `b` for the source itself (a cached block).
   virtual bool is_cached(BlockId b) const = 0;

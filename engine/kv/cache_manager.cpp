@@ -124,6 +124,21 @@ int KvCacheManager::blocks_needed(SeqId id, int n) const {
          (n > 0 && shared_tail(t) ? 1 : 0);  // copy-on-write of the shared partial block
 }
 
+void KvCacheManager::require_add_sequence(SeqId id) {
+  if (!add_sequence(id)) {
+    throw InternalError("KvCacheManager", "sequence " + std::to_string(id.value) +
+                                              " did not fit in a pool its caller sized for it");
+  }
+}
+
+void KvCacheManager::require_append_slots(SeqId id, int n) {
+  if (!append_slots(id, n)) {
+    throw InternalError("KvCacheManager", "sequence " + std::to_string(id.value) + " could not grow by " +
+                                              std::to_string(n) +
+                                              " slots in a pool its caller sized for it");
+  }
+}
+
 bool KvCacheManager::append_slots(SeqId id, int n) {
   BlockTable& t = tables_.at(id);
   if (kind_ == AllocatorKind::kContiguous) {

@@ -15,9 +15,9 @@
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_source.h"
+#include "engine/kv/events.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/kv_view.h"
-#include "engine/trace/events.h"
 
 namespace kvscope {
 
@@ -60,7 +60,7 @@ class KvCacheManager {
   bool has_sequence(SeqId id) const { return tables_.count(id) != 0; }
   // Registers a sequence; the contiguous allocator reserves its whole region now. False (and no
   // change) when the pool cannot hold it.
-  bool add_sequence(SeqId id);
+  [[nodiscard]] bool add_sequence(SeqId id);
   // Registers a sequence that starts on `blocks` (each already holding a reference for it, e.g.
   // from a prefix-cache hit) filled with `tokens` tokens. Paged only.
   void add_sequence_with_prefix(SeqId id, std::vector<BlockId> blocks, int tokens);
@@ -69,7 +69,7 @@ class KvCacheManager {
   void fork_sequence(SeqId parent, SeqId child);
   // Before `id` writes token slot `slot`: copy-on-write of a shared block (the K/V bytes of the
   // filled slots are copied). False when a copy was needed but no block was free.
-  bool prepare_write(SeqId id, int slot);
+  [[nodiscard]] bool prepare_write(SeqId id, int slot);
   // The source switched table[logical] of `id` to `block` (its references already moved): records
   // the drop of the old block.
   void replace_block(SeqId id, int logical, BlockId block);
@@ -77,7 +77,12 @@ class KvCacheManager {
   int blocks_needed(SeqId id, int n) const;
   // Makes room for `n` more tokens (allocating blocks as needed). False, with nothing changed,
   // when there are not enough free blocks.
-  bool append_slots(SeqId id, int n);
+  [[nodiscard]] bool append_slots(SeqId id, int n);
+  // The same two calls for callers that sized the pool for their own sequences (evaluation,
+  // generation, analysis, tests): there running out of blocks is a bug in that sizing, so they
+  // throw InternalError instead of returning false.
+  void require_add_sequence(SeqId id);
+  void require_append_slots(SeqId id, int n);
   // Releases every block of the sequence and forgets it.
   void free_sequence(SeqId id);
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/common/config.h"
 #include "engine/common/error.h"
-#include "engine/model/config.h"
 
 namespace kvscope {
 

@@ -62,6 +62,18 @@ int mla_full_rank(const ModelConfig& model, int rope_dims) {
   return std::min(model.n_kv_heads * (model.head_dim() - rope_dims) + model.kv_dim(), model.dim);
 }
 
+std::vector<int> mla_sweep_ranks(const ModelConfig& model, int rope_dims) {
+  // Eighths of the full rank: even steps in bytes per token (the latent row is rank values), so
+  // the sweep's points spread evenly along the memory axis from 1/8 of the cache to all of it.
+  const int full = mla_full_rank(model, rope_dims);
+  std::vector<int> ranks;
+  for (int k = 1; k <= 8; ++k) {
+    const int rank = std::max(1, full * k / 8);
+    if (ranks.empty() || ranks.back() != rank) ranks.push_back(rank);
+  }
+  return ranks;
+}
+
 std::string MlaCodec::name() const {
   if (options.mode == MlaMode::kReconstruct) return "MLA-A r" + std::to_string(options.rank);
   return "MLA-B r" + std::to_string(options.rank) + " rope" + std::to_string(options.rope_dims) +

@@ -67,6 +67,10 @@ struct MlaCodec {
 MlaCodec make_mla_codec(const Model& model, const MlaOptions& options);
 // Full rank for the given mode and rope dims: min(kv_heads * (head_dim - rope_dims) + kv_dim, dim).
 int mla_full_rank(const ModelConfig& model, int rope_dims);
+// The ranks a sweep evaluates for `rope_dims` (0: mode A): full rank x k / 8 for k = 1..8, at
+// least 1, ascending, a rank that repeats (full rank below 8) listed once. `kvscope eval
+// --mla-sweep` runs it for every series and the Quality panel for mode A; both read it here.
+std::vector<int> mla_sweep_ranks(const ModelConfig& model, int rope_dims);
 
 // A pool layout holding `codec`'s latents (and mode B's RoPE keys), both in `format`.
 KvLayout mla_layout_for(const ModelConfig& model, const MlaCodec& codec, int block_size,

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/config.h"
 #include "engine/common/mapped_file.h"
 #include "engine/common/zeroed_buffer.h"
-#include "engine/model/config.h"
 
 namespace kvscope {
 

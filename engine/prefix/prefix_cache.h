@@ -18,10 +18,10 @@
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_source.h"
+#include "engine/kv/events.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/miss_reason.h"
 #include "engine/prefix/prefix_index.h"
-#include "engine/trace/events.h"
 
 namespace kvscope {
 
@@ -80,11 +80,11 @@ class PrefixCache : public BlockSource {
 
   // Finds the longest cached whole-block prefix of `prompt` (never the whole prompt: the last
   // token is always computed), takes a reference on each of its blocks, records the miss reason.
-  PrefixLookupResult lookup_and_acquire(std::int32_t request, std::span<const TokenId> prompt);
+  [[nodiscard]] PrefixLookupResult lookup_and_acquire(std::int32_t request, std::span<const TokenId> prompt);
   // Read-only: the blocks a lookup of `prompt` would hit now (no refs, metrics or events).
   PrefixProbe probe(std::span<const TokenId> prompt) const;
   // A fresh block for `request` (ref 1), evicting a cached block when the pool has no free one.
-  std::optional<BlockId> allocate() override;
+  [[nodiscard]] std::optional<BlockId> allocate() override;
   // Blocks allocate() can still deliver: free ones plus cached ones nobody holds (not pinned).
   int num_allocatable() const override { return pool_.num_free() + num_evictable_; }
   // Caches the full blocks of a sequence: table[i] holds tokens[i*bs, (i+1)*bs). Where the same
@@ -96,7 +96,7 @@ class PrefixCache : public BlockSource {
   // Parallel sampling: `child` shares every block of the parent's table (one more reference each).
   void fork(std::int32_t child, std::span<const BlockId> table) override;
   // Call before `request` writes into table[logical]: copies on write if the block is shared.
-  WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table, int logical) override;
+  [[nodiscard]] WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table, int logical) override;
 
   // Pins the cached blocks of `prefix`'s longest cached prefix (system prompts): never evicted.
   int pin(std::span<const TokenId> prefix);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "engine/analysis/memory_math.h"
+#include "engine/common/config.h"
 #include "engine/kv/kv_format.h"
-#include "engine/model/config.h"
 
 namespace kvscope {
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/model/config.h"
+#include "engine/common/config.h"
 #include "engine/report/memory_wall_report.h"
 #include "engine/sched/simulator.h"
 #include "engine/trace/timeline.h"

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/config.h"
 #include "engine/evict/policy.h"
 #include "engine/evict/token_evictor.h"
 #include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
-#include "engine/model/config.h"
 #include "engine/model/tokenizer.h"
 #include "engine/scenario/workload.h"
 #include "engine/sched/sim_config.h"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/model/transformer.h"
+#include "engine/infer/transformer.h"
 #include "engine/prefix/prefix_cache.h"
 #include "engine/sched/host_tier.h"
 #include "engine/sched/sim_config.h"
@@ -122,7 +122,7 @@ class Simulator {
   // simulator_evict.cpp
   void check_token_eviction();
   void start_evictor(RequestRun& r);
-  bool reserve_for_evicting(Work& w, RequestRun& r, int n);
+  [[nodiscard]] bool reserve_for_evicting(Work& w, RequestRun& r, int n);
   std::span<float> forward_evicting(RequestRun& r, int first, int n);
   void record_evicted(const RequestRun& r, const std::vector<std::int32_t>& live_before);
   void sync_table_event(const RequestRun& r);
@@ -136,7 +136,7 @@ class Simulator {
   void grow_running(Work& w);
   void swap_in(Work& w);
   void admit(Work& w);
-  bool plan_tokens(Work& w, RequestRun& r);
+  [[nodiscard]] bool plan_tokens(Work& w, RequestRun& r);
   std::int32_t pick_victim() const;
   void preempt(std::int32_t id, Work& w);
   int pending(const RequestRun& r) const {

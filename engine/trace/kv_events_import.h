@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/trace/events.h"
+#include "engine/kv/events.h"
 
 namespace kvscope {
 

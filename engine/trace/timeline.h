@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/trace/events.h"
+#include "engine/kv/events.h"
 #include "engine/trace/stable_vector.h"
 
 namespace kvscope {

@@ -2,7 +2,7 @@
 // state_at() and recording load all go through apply_event, so they cannot disagree.
 #pragma once
 
-#include "engine/trace/events.h"
+#include "engine/kv/events.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope {

@@ -169,15 +169,15 @@ TEST(KvQuantError, RoundTripMatchesTheQuantizedRunAtLayerZero) {
   KvCacheManager quant(kv_layout_for(c, 16, blocks, int4, int4), AllocatorKind::kPaged, n, true);
   KvCacheManager round(kv_layout_for(c, 16, blocks, int4, int4), AllocatorKind::kPaged, n, true);
   const SeqId seq(0);
-  exact.add_sequence(seq);
-  quant.add_sequence(seq);
-  round.add_sequence(seq);
+  exact.require_add_sequence(seq);
+  quant.require_add_sequence(seq);
+  round.require_add_sequence(seq);
   for (int pos = 0; pos < n; ++pos) {
-    exact.append_slots(seq, 1);
+    exact.require_append_slots(seq, 1);
     t.forward(tokens[static_cast<std::size_t>(pos)], pos, exact.view(seq));
-    quant.append_slots(seq, 1);
+    quant.require_append_slots(seq, 1);
     t.forward(tokens[static_cast<std::size_t>(pos)], pos, quant.view(seq));
-    round.append_slots(seq, 1);
+    round.require_append_slots(seq, 1);
     copy_token_kv(exact.view(seq), pos, round.view(seq));
   }
   const auto hd = static_cast<std::size_t>(c.head_dim());

@@ -31,8 +31,8 @@ TEST(PoolMetrics, PagedFiveHundredTokens) {
 
 TEST(PoolMetrics, PagedThousandTokensWastesEight) {
   KvCacheManager cache = make_cache(AllocatorKind::kPaged, 100, 4096);
-  cache.add_sequence(SeqId(7));
-  cache.append_slots(SeqId(7), 1000);
+  cache.require_add_sequence(SeqId(7));
+  cache.require_append_slots(SeqId(7), 1000);
   StepMetrics m;
   fill_pool_metrics(cache, m);
   EXPECT_EQ(m.blocks_used, 63);

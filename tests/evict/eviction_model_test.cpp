@@ -5,11 +5,11 @@
 
 #include <cmath>
 
-#include "engine/analysis/attention_stats.h"
 #include "engine/analysis/eviction_quality.h"
 #include "engine/common/error.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/evict/eviction_hook.h"
-#include "engine/model/generate.h"
+#include "engine/infer/generate.h"
 #include "tests/test_support.h"
 
 namespace kvscope {
@@ -111,7 +111,7 @@ TEST_F(EvictionModel, PoolStaysConsistentAndQueriesSeeAtMostTheBudget) {
       const int budget = 20, bs = 4;
       KvLayout layout = kv_layout_for(c, bs, 64, KvFormat{}, KvFormat{});
       KvCacheManager cache(layout, AllocatorKind::kPaged, 1 << 20, true);
-      cache.add_sequence(SeqId(0));
+      cache.require_add_sequence(SeqId(0));
       EvictorOptions eo = eviction(kind, budget).evictor;
       eo.compaction = compaction;
       TokenEvictor ev(cache, SeqId(0), eo, c.rope_theta);

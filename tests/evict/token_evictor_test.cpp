@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "engine/analysis/attention_stats.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/error.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/evict/token_evictor.h"
 #include "engine/quant/kv_codec.h"
 
@@ -41,7 +41,7 @@ struct Seq {
       : cache(make(num_blocks, f)), evictor(cache, SeqId(0), o, 10000.0f) {}
   static KvCacheManager make(int num_blocks, KvFormat f) {
     KvCacheManager c(small_layout(num_blocks, f), AllocatorKind::kPaged, 1 << 20, true);
-    c.add_sequence(SeqId(0));
+    c.require_add_sequence(SeqId(0));
     return c;
   }
   void append(int tokens, const AttentionRecorder* rec = nullptr) {
@@ -251,7 +251,7 @@ TEST(TokenEvictor, BadConfigurationsAreOneLineErrors) {
   expect_error(
       [] {
         KvCacheManager c(small_layout(8), AllocatorKind::kContiguous, 16, true);
-        c.add_sequence(SeqId(0));
+        c.require_add_sequence(SeqId(0));
         TokenEvictor e(c, SeqId(0), options(EvictionKind::kWindow, 4), 10000.0f);
       },
       "needs the paged allocator");

@@ -6,8 +6,8 @@
 
 #include "engine/analysis/quality.h"
 #include "engine/common/error.h"
+#include "engine/infer/generate.h"
 #include "engine/mla/mla_codec.h"
-#include "engine/model/generate.h"
 #include "tests/test_support.h"
 
 namespace kvscope {
@@ -93,7 +93,7 @@ TEST(MlaCache, LatentsInThePagedPoolPassInvariantsAndMatchRunningAlone) {
     KvCacheManager shared(mla_layout_for(c, mc, block, 40, KvFormat{}), AllocatorKind::kPaged, 64,
                           true);
     std::vector<std::vector<std::vector<float>>> together(2);
-    for (int s = 0; s < 2; ++s) shared.add_sequence(SeqId(s));
+    for (int s = 0; s < 2; ++s) shared.require_add_sequence(SeqId(s));
     for (std::size_t pos = 0; pos < 16; ++pos) {
       for (int s = 0; s < 2; ++s) {
         if (pos >= seqs[s].size()) continue;
@@ -108,9 +108,9 @@ TEST(MlaCache, LatentsInThePagedPoolPassInvariantsAndMatchRunningAlone) {
     for (int s = 0; s < 2; ++s) {
       KvCacheManager alone(mla_layout_for(c, mc, block, 16, KvFormat{}), AllocatorKind::kPaged, 64,
                            true);
-      alone.add_sequence(SeqId(0));
+      alone.require_add_sequence(SeqId(0));
       for (std::size_t pos = 0; pos < together[s].size(); ++pos) {
-        alone.append_slots(SeqId(0), 1);
+        alone.require_append_slots(SeqId(0), 1);
         KvSeqView v = alone.view(SeqId(0));
         v.mla = &mc;
         const auto lg = t.forward(seqs[s][pos], static_cast<int>(pos), v);
@@ -167,11 +167,11 @@ TEST(MlaCache, SlotPositionsAreWhereRopeIsUndone) {
     auto backend = make_cpu_backend(1);
     Transformer t(m.model, *backend);
     KvCacheManager cache(mla_layout_for(c, b, 4, 8, KvFormat{}), AllocatorKind::kPaged, 32, true);
-    cache.add_sequence(SeqId(0));
+    cache.require_add_sequence(SeqId(0));
     std::vector<std::int32_t> pos;
     std::vector<float> last;
     for (std::size_t i = 0; i < toks.size(); ++i) {
-      cache.append_slots(SeqId(0), 1);
+      cache.require_append_slots(SeqId(0), 1);
       pos.push_back(static_cast<std::int32_t>(i) + shift);
       KvSeqView v = cache.view(SeqId(0));
       v.mla = &b;
@@ -227,8 +227,8 @@ TEST(MlaCache, BadOptionsAndMismatchedViewsAreOneLineErrors) {
   auto backend = make_cpu_backend(1);
   Transformer t(test::real_model().model, *backend);
   KvCacheManager cache(mla_layout_for(c, a16, 4, 2, KvFormat{}), AllocatorKind::kPaged, 8, true);
-  cache.add_sequence(SeqId(0));
-  cache.append_slots(SeqId(0), 1);
+  cache.require_add_sequence(SeqId(0));
+  cache.require_append_slots(SeqId(0), 1);
   KvSeqView v = cache.view(SeqId(0));
   EXPECT_THROW(t.forward(1, 0, v), Error);
   v.mla = &a8;

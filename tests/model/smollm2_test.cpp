@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/analysis/quality.h"
+#include "engine/infer/generate.h"
+#include "engine/infer/transformer.h"
 #include "engine/model/chat.h"
-#include "engine/model/generate.h"
-#include "engine/model/transformer.h"
 #include "tests/test_support.h"
 
 namespace kvscope {

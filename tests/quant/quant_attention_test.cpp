@@ -6,7 +6,7 @@
 #include <random>
 
 #include "engine/common/error.h"
-#include "engine/model/generate.h"
+#include "engine/infer/generate.h"
 #include "engine/quant/kv_codec.h"
 #include "tests/quant/kv_test_support.h"
 #include "tests/test_support.h"

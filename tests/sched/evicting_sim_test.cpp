@@ -46,13 +46,13 @@ std::vector<int> generate_alone_evicting(const SimRequest& request, const Evicto
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), block_size, blocks, {}, {}};
   KvCacheManager cache(layout, AllocatorKind::kPaged, c.seq_len, true);
   const SeqId seq(0);
-  cache.add_sequence(seq);
+  cache.require_add_sequence(seq);
   const int prompt = static_cast<int>(request.prompt_tokens.size());
   EvictingCacheHook hook(o, c, prompt + request.max_new_tokens);
   hook.begin(cache, seq);
   std::vector<int> tokens = request.prompt_tokens, generated;
   for (int pos = 0; static_cast<int>(generated.size()) < request.max_new_tokens; ++pos) {
-    cache.append_slots(seq, 1);
+    cache.require_append_slots(seq, 1);
     const KvSeqView view = hook.view();
     const int rope_pos = hook.position();
     std::span<float> logits =

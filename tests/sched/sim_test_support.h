@@ -54,10 +54,10 @@ inline std::vector<int> generate_alone(const SimRequest& request) {
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 16, (c.seq_len + 15) / 16, {}, {}};
   KvCacheManager cache(layout, AllocatorKind::kContiguous, c.seq_len, true);
   const SeqId seq(0);
-  cache.add_sequence(seq);
+  cache.require_add_sequence(seq);
   std::vector<int> tokens = request.prompt_tokens, generated;
   for (int pos = 0; static_cast<int>(generated.size()) < request.max_new_tokens; ++pos) {
-    cache.append_slots(seq, 1);
+    cache.require_append_slots(seq, 1);
     std::span<float> logits =
         t.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq));
     if (pos + 1 < static_cast<int>(tokens.size())) continue;  // still in the prompt

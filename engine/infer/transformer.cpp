@@ -1,6 +1,6 @@
 // The forward pass, top to bottom as in the Llama paper: embed, then per layer attention and
 // SwiGLU FFN with pre-RMSNorm and residuals, then the final norm and the classifier.
-#include "engine/model/transformer.h"
+#include "engine/infer/transformer.h"
 
 #include <algorithm>
 #include <cstring>

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "engine/model/generate.h"
+#include "engine/infer/generate.h"
 #include "engine/model/synthetic.h"
 #include "tests/test_support.h"
 

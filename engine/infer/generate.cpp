@@ -1,5 +1,5 @@
 // The generation loop.
-#include "engine/model/generate.h"
+#include "engine/infer/generate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -57,14 +57,14 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
   check_steps(c, steps, options.past_context);
   KvCacheManager cache = make_cache(c, options, steps);
   const SeqId seq(0);
-  cache.add_sequence(seq);
+  cache.require_add_sequence(seq);
   SequenceCacheHook* hook = options.cache_hook;
   if (hook != nullptr) hook->begin(cache, seq);
   Sampler sampler(options.sampler);
   std::vector<int> tokens = {options.start_token};
   int token = options.start_token;
   for (int pos = 0; pos < steps; ++pos) {
-    cache.append_slots(seq, 1);
+    cache.require_append_slots(seq, 1);
     std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
     if (logits_out != nullptr) logits_out->emplace_back(logits.begin(), logits.end());
     int next = pos < static_cast<int>(prompt_tokens.size())
@@ -92,7 +92,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   result.num_prompt_tokens = static_cast<int>(prompt.size());
   KvCacheManager cache = make_cache(c, options, options.steps);
   const SeqId seq(0);
-  cache.add_sequence(seq);
+  cache.require_add_sequence(seq);
   if (options.cache_hook != nullptr) options.cache_hook->begin(cache, seq);
   Sampler sampler(options.sampler);
   SequenceCacheHook* hook = options.cache_hook;
@@ -108,7 +108,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   // A prompt that does not start with BOS starts with text: echo it too (run.c's never does).
   if (options.echo_prompt && token != tokenizer.bos_id()) on_piece(tokenizer.decode(-1, token));
   for (int pos = 0; pos < options.steps; ++pos) {
-    cache.append_slots(seq, 1);
+    cache.require_append_slots(seq, 1);
     result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
     std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
     if (options.score_tokens) log_softmax(std::span<const float>(logits), std::span<float>(log_p));

@@ -1,5 +1,5 @@
 // AttentionRecorder implementation.
-#include "engine/analysis/attention_stats.h"
+#include "engine/evict/attention_stats.h"
 
 #include <algorithm>
 

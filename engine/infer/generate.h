@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/model/sampler.h"
 #include "engine/model/tokenizer.h"
-#include "engine/model/transformer.h"
 
 namespace kvscope {
 

@@ -1,8 +1,8 @@
 // AttentionRecorder: sink detection on a synthetic pattern, and what stories260K really does.
 #include <gtest/gtest.h>
 
-#include "engine/analysis/attention_stats.h"
-#include "engine/model/generate.h"
+#include "engine/evict/attention_stats.h"
+#include "engine/infer/generate.h"
 #include "tests/test_support.h"
 
 namespace kvscope {
@@ -47,11 +47,11 @@ TEST(AttentionRecorder, Stories260KIsLocalAndHasNoSinkAtPositionZero) {
   AttentionRecorder rec({c.n_layers, c.n_heads, 300}, 512, 8);
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 16, 300 / 16 + 1, {}, {}};
   KvCacheManager cache(layout, AllocatorKind::kPaged, 300, true);
-  cache.add_sequence(SeqId(0));
+  cache.require_add_sequence(SeqId(0));
   Sampler greedy(SamplerConfig{});
   int token = kTokenBos;
   for (int pos = 0; pos < 300; ++pos) {
-    cache.append_slots(SeqId(0), 1);
+    cache.require_append_slots(SeqId(0), 1);
     token = greedy.sample(t.forward(token, pos, cache.view(SeqId(0)), &rec));
     if (token == kTokenBos) token = kTokenEos;  // keep going past a story boundary
   }

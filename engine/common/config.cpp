@@ -1,5 +1,5 @@
 // ModelConfig helpers.
-#include "engine/model/config.h"
+#include "engine/common/config.h"
 
 #include <sstream>
 

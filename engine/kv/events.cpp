@@ -1,5 +1,5 @@
 // Event type names (for reports, Chrome traces and the UI).
-#include "engine/trace/events.h"
+#include "engine/kv/events.h"
 
 namespace kvscope {
 
