@@ -30,24 +30,24 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
-}  // namespace
+// One plot series of the sweep: a conversion mode, its RoPE choice and the latents' format.
+struct MlaSeries {
+  std::string label;
+  MlaMode mode;
+  int rope_dims;
+  RopeSelect select;
+  const char* format;
+};
 
-int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int block_size,
-                  const std::string& source, const std::string& out_dir, bool json) {
-  const ModelConfig& c = model.config();
+// Mode A at fp32 and fp16 latents; mode B keeping head_dim - 2, half, and one RoPE pair (by
+// frequency), and one pair chosen by weight norm.
+std::vector<MlaSeries> mla_series(const ModelConfig& c) {
   const int hd = c.head_dim();
-  struct Series {
-    std::string label;
-    MlaMode mode;
-    int rope_dims;
-    RopeSelect select;
-    const char* format;
-  };
-  std::vector<Series> series = {
+  std::vector<MlaSeries> series = {
       {"MLA-A fp32 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp32"},
       {"MLA-A fp16 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp16"},
   };
-  std::vector<int> rope_choices;  // drop the slowest pair; keep half; keep one pair
+  std::vector<int> rope_choices;
   for (int rd : {hd - 2, hd / 2, 2}) {
     if (rd > 0 && rd < hd && rd % 2 == 0 &&
         std::find(rope_choices.begin(), rope_choices.end(), rd) == rope_choices.end())
@@ -61,9 +61,14 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
     series.push_back({"MLA-B rope 2/" + std::to_string(hd) + " norm", MlaMode::kAbsorbed, 2,
                       RopeSelect::kWeightNorm, "fp32"});
   }
+  return series;
+}
+
+std::vector<MlaRow> evaluate_mla_rows(const QualityEvaluator& evaluator, const Model& model,
+                                      int block_size) {
   std::vector<MlaRow> rows;
-  for (const Series& s : series) {
-    for (int rank : mla_sweep_ranks(c, s.rope_dims)) {
+  for (const MlaSeries& s : mla_series(model.config())) {
+    for (int rank : mla_sweep_ranks(model.config(), s.rope_dims)) {
       MlaRow row;
       row.series = s.label;
       row.options = {s.mode, rank, s.rope_dims, s.select};
@@ -77,16 +82,12 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
       rows.push_back(std::move(row));
     }
   }
-  const std::vector<QualityReport> formats = evaluate_format_sweep(evaluator, block_size);
+  return rows;
+}
 
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
-  const std::string command = "kvscope eval --mla-sweep --block-size " +
-                              std::to_string(block_size) + " (" +
-                              std::filesystem::path(source).filename().string() + ")";
-  const double kl_floor = 1e-9;  // exact variants (rounding-level KL) would squash the log axis
-  write_file_atomically(out_dir + "/mla_sweep.csv", [&](std::ostream& os) {
+void write_mla_csv(const std::string& path, const std::vector<MlaRow>& rows,
+                   const std::vector<QualityReport>& formats) {
+  write_file_atomically(path, [&](std::ostream& os) {
     using namespace sweep_csv;
     SweepCsvWriter csv(os, SweepCsvKind::kMla);
     auto line = [&](const QualityReport& r, const std::string& kind, int rank, int rope,
@@ -106,7 +107,12 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
     }
     for (const QualityReport& r : formats) line(r, "format", 0, 0, 1.0, 1.0);
   });
+}
 
+// KL and perplexity change against exact bytes per token, MLA series beside the KV formats.
+void write_mla_plots(const std::string& out_dir, const std::string& command,
+                     const std::vector<MlaRow>& rows, const std::vector<QualityReport>& formats) {
+  const double kl_floor = 1e-9;  // exact variants (rounding-level KL) would squash the log axis
   PlotSpec kl;
   kl.title = "MLA ranks vs KV formats: KL vs bytes/token";
   kl.x_label = "bytes per token, all layers (log)";
@@ -148,21 +154,24 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
   }
   write_png_plot(kl, out_dir + "/mla_pareto_kl.png");
   write_png_plot(ppl, out_dir + "/mla_pareto_ppl.png");
+}
 
-  if (json) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const MlaRow& m : rows) {
-      nlohmann::json e = report_json(m.report);
-      e["rank"] = m.options.rank;
-      e["rope_dims"] = m.options.rope_dims;
-      e["energy_kept_mean"] = m.energy_mean;
-      e["energy_kept_min"] = m.energy_min;
-      j.push_back(e);
-    }
-    for (const QualityReport& r : formats) j.push_back(report_json(r));
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+void print_mla_json(const std::vector<MlaRow>& rows, const std::vector<QualityReport>& formats) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const MlaRow& m : rows) {
+    nlohmann::json e = report_json(m.report);
+    e["rank"] = m.options.rank;
+    e["rope_dims"] = m.options.rope_dims;
+    e["energy_kept_mean"] = m.energy_mean;
+    e["energy_kept_min"] = m.energy_min;
+    j.push_back(e);
   }
+  for (const QualityReport& r : formats) j.push_back(report_json(r));
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void print_mla_table(const std::string& source, int block_size, const std::vector<MlaRow>& rows,
+                     const std::vector<QualityReport>& formats) {
   const QualityReport& ref = formats.front();
   std::printf("source: %s; %d windows, %ld scored positions, block %d, mean window %.1f tokens\n",
               source.c_str(), ref.windows, ref.positions, block_size, ref.mean_window_tokens);
@@ -182,6 +191,29 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
     print(m.report, e);
   }
   for (const QualityReport& r : formats) print(r, "-");
+}
+
+}  // namespace
+
+int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int block_size,
+                  const std::string& source, const std::string& out_dir, bool json) {
+  const std::vector<MlaRow> rows = evaluate_mla_rows(evaluator, model, block_size);
+  const std::vector<QualityReport> formats = evaluate_format_sweep(evaluator, block_size);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
+  std::string command = "kvscope eval --mla-sweep --block-size ";
+  command.append(std::to_string(block_size))
+      .append(" (")
+      .append(std::filesystem::path(source).filename().string())
+      .append(")");
+  write_mla_csv(out_dir + "/mla_sweep.csv", rows, formats);
+  write_mla_plots(out_dir, command, rows, formats);
+  if (json) {
+    print_mla_json(rows, formats);
+    return 0;
+  }
+  print_mla_table(source, block_size, rows, formats);
   std::printf("wrote %s/mla_sweep.csv, mla_pareto_kl.png, mla_pareto_ppl.png\n", out_dir.c_str());
   return 0;
 }
