@@ -84,31 +84,46 @@ struct FlagRule {
   const char* message;
 };
 
-constexpr const char* kEvictFlags[] = {"--budget",    "--sinks",     "--recent", "--obs-window",
-                                       "--compact",   "--positions", "--context", "--bucket"};
+constexpr const char* kEvictFlags[] = {"--budget",  "--sinks",     "--recent",  "--obs-window",
+                                       "--compact", "--positions", "--context", "--bucket"};
 
 void check_flag_rules(const Args& args) {
   using K = FlagRule::Kind;
   static const FlagRule kRules[] = {
       {K::kConflicts, "--sample", {"--text"}, "give either --text or --sample, not both"},
-      {K::kConflicts, "--kv-dtype", {"--k-dtype", "--v-dtype"},
+      {K::kConflicts,
+       "--kv-dtype",
+       {"--k-dtype", "--v-dtype"},
        "give either --kv-dtype or --k-dtype/--v-dtype, not both"},
       {K::kNeeds, "--mla-mode", {"--mla-rank"}, "needs --mla-rank R"},
       {K::kNeeds, "--mla-rope-dims", {"--mla-rank"}, "needs --mla-rank R"},
       {K::kNeeds, "--mla-rope-select", {"--mla-rank"}, "needs --mla-rank R"},
-      {K::kConflicts, "--mla-rank", {"--sweep", "--mla-sweep"},
+      {K::kConflicts,
+       "--mla-rank",
+       {"--sweep", "--mla-sweep"},
        "give either --mla-rank or a sweep, not both"},
       {K::kConflicts, "--mla-sweep", {"--sweep"}, "give either --sweep or --mla-sweep, not both"},
-      {K::kConflicts, "--mla-rank", {"--k-dtype", "--v-dtype"},
+      {K::kConflicts,
+       "--mla-rank",
+       {"--k-dtype", "--v-dtype"},
        "latents have one format: use --kv-dtype, not --k-dtype/--v-dtype"},
-      {K::kConflicts, "--sweep", {"--evict", "--sweep-evict"},
+      {K::kConflicts,
+       "--sweep",
+       {"--evict", "--sweep-evict"},
        "give either --sweep (formats) or --evict/--sweep-evict, not both"},
       {K::kConflicts, "--long", {"--sample"}, "applies to --text windows, not --sample"},
       {K::kNeeds, "--budgets", {"--sweep-evict"}, "only applies with --sweep-evict"},
-      {K::kConflicts, "--evict", {"--sweep-evict"}, "give either --evict or --sweep-evict, not both"},
-      {K::kConflicts, "--mla-sweep", {"--evict", "--sweep-evict", "--attention"},
+      {K::kConflicts,
+       "--evict",
+       {"--sweep-evict"},
+       "give either --evict or --sweep-evict, not both"},
+      {K::kConflicts,
+       "--mla-sweep",
+       {"--evict", "--sweep-evict", "--attention"},
        "give either --mla-sweep or --evict/--sweep-evict/--attention"},
-      {K::kConflicts, "--mla-rank", {"--evict", "--sweep-evict", "--attention"},
+      {K::kConflicts,
+       "--mla-rank",
+       {"--evict", "--sweep-evict", "--attention"},
        "MLA is not combined with --evict, --sweep-evict or --attention yet"},
   };
   for (const char* flag : kEvictFlags) {

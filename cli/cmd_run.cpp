@@ -47,8 +47,8 @@ int validate_only(const Scenario& scenario, const std::string& path) {
     if (!names.empty()) names.append(", ");
     names.append(n);
   }
-  std::printf("%s: valid scenario (format %d): \"%s\"; variants: %s; %zu captions\n",
-              path.c_str(), scenario.format_version, scenario.title.c_str(), names.c_str(),
+  std::printf("%s: valid scenario (format %d): \"%s\"; variants: %s; %zu captions\n", path.c_str(),
+              scenario.format_version, scenario.title.c_str(), names.c_str(),
               scenario.captions.size());
   return 0;
 }
@@ -178,7 +178,8 @@ int cmd_run(const Argv& argv) {
   t.export_chrome_trace(trace);
   write_metrics_csv(csv, t.all_metrics());
   const bool report = !args.has("--no-report") && t.num_steps() > 0;
-  const std::string label = variant == "base" ? scenario.title : scenario.title + " [" + variant + "]";
+  const std::string label =
+      variant == "base" ? scenario.title : scenario.title + " [" + variant + "]";
   if (report) {
     RunReportInfo info;
     info.title = label;

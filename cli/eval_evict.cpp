@@ -398,9 +398,10 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
     majority += here;
     if (l < 2) majority_first_two += here;
   }
-  std::printf("heads putting at least half their attention on position 0: %d of %d (%d of them in "
-              "layers 0-1)\n",
-              majority, c.n_layers * c.n_heads, majority_first_two);
+  std::printf(
+      "heads putting at least half their attention on position 0: %d of %d (%d of them in "
+      "layers 0-1)\n",
+      majority, c.n_layers * c.n_heads, majority_first_two);
   return 0;
 }
 

@@ -28,7 +28,8 @@ namespace {
 struct ScratchDir {
   std::filesystem::path path;
   ScratchDir()
-      : path(std::filesystem::temp_directory_path() / ("kvscope-test-" + std::to_string(::getpid()))) {
+      : path(std::filesystem::temp_directory_path() /
+             ("kvscope-test-" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(path);
   }
   ~ScratchDir() {

@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
   for (auto& p : shell.panels()) p->visible = std::strcmp(p->title(), "Block pool") == 0;
   const Stats map = measure(imgui, shell, frames);
   std::printf(
-      "kvscope-ui-bench: %d blocks (synthetic pool states), 1600x1000, %d frames, CPU frame build time\n",
+      "kvscope-ui-bench: %d blocks (synthetic pool states), 1600x1000, %d frames, CPU frame build "
+      "time\n",
       blocks, frames);
   std::printf("  full UI     mean %6.2f ms  median %6.2f ms  p95 %6.2f ms  (%d vertices)\n",
               all.mean, all.median, all.p95, all.vertices);

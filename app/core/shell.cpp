@@ -351,8 +351,7 @@ void UiShell::draw_panels() {
       place(pos, size);
     } else {
       ++cascade;
-      place(ImVec2(60.0f + 30.0f * cascade, top + 60.0f + 30.0f * cascade),
-            ImVec2(640, 420));
+      place(ImVec2(60.0f + 30.0f * cascade, top + 60.0f + 30.0f * cascade), ImVec2(640, 420));
     }
     // The shown title may change (a model name); the ID after "###" stays the panel's title.
     if (ImGui::Begin(panel_window_name(p, state_).c_str(), &p.visible,

@@ -219,14 +219,12 @@ void draw_cache_knobs(PolicyEdit& e) {
                     "How keys are stored in the cache. Fewer bits per value: more tokens fit in "
                     "the same pool, at some cost in attention accuracy (see Quality vs memory)."))
     e.set(e.next.k_format,
-          parse_kv_format(format_names()[static_cast<std::size_t>(*i)], "K format"),
-          base.k_format);
+          parse_kv_format(format_names()[static_cast<std::size_t>(*i)], "K format"), base.k_format);
   if (auto i = pick("V format", format_names(), format_index(shown.v_format),
                     "How values are stored in the cache; values usually tolerate fewer bits "
                     "than keys."))
     e.set(e.next.v_format,
-          parse_kv_format(format_names()[static_cast<std::size_t>(*i)], "V format"),
-          base.v_format);
+          parse_kv_format(format_names()[static_cast<std::size_t>(*i)], "V format"), base.v_format);
   bool prefix = shown.prefix_caching;
   if (ImGui::Checkbox("prefix caching", &prefix))
     e.set(e.next.prefix_caching, prefix, base.prefix_caching);

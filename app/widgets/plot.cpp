@@ -106,11 +106,11 @@ void project(const PlotSeries& s, const Scale& sx, const Scale& sy, std::vector<
 struct Frame {
   ImDrawList* dl = nullptr;
   ImVec2 origin;
-  float fh = 0;                       // text line height
+  float fh = 0;                                    // text line height
   float left = 0, right = 0, top = 0, bottom = 0;  // the plot area
   Scale sx, sy;
-  std::vector<double> xt, yt;         // tick values
-  std::vector<ImVec2> legend_pos;     // [series] top-left of each legend entry
+  std::vector<double> xt, yt;      // tick values
+  std::vector<ImVec2> legend_pos;  // [series] top-left of each legend entry
   ImU32 text_col = 0, dim_col = 0;
 };
 
@@ -148,9 +148,10 @@ bool layout(const PlotConfig& cfg, std::span<const PlotSeries> series, ImVec2 si
   if (f.right - f.left < 20 || f.bottom - f.top < 20) return false;
   f.sx = Scale{xlo, xhi, f.left, f.right, cfg.x.log};
   f.sy = Scale{ylo, yhi, f.bottom, f.top, cfg.y.log};
-  f.xt = cfg.x.log ? log_ticks(xlo, xhi, cfg.x.units)
-                   : linear_ticks(xlo, xhi,
-                                  std::max(2, static_cast<int>((f.right - f.left) / (f.fh * 5.5f))));
+  f.xt = cfg.x.log
+             ? log_ticks(xlo, xhi, cfg.x.units)
+             : linear_ticks(xlo, xhi,
+                            std::max(2, static_cast<int>((f.right - f.left) / (f.fh * 5.5f))));
   return true;
 }
 
@@ -191,8 +192,8 @@ void draw_frame(const PlotConfig& cfg, std::span<const PlotSeries> series, const
   if (!cfg.title.empty()) dl->AddText(ImVec2(f.left, f.origin.y), f.text_col, cfg.title.c_str());
   for (std::size_t i = 0; i < f.legend_pos.size(); ++i) {
     const ImVec2 p = f.legend_pos[i];
-    dl->AddRectFilled(ImVec2(p.x, p.y + f.fh * 0.25f), ImVec2(p.x + f.fh * 0.7f, p.y + f.fh * 0.95f),
-                      color_of(series[i], i), 2.0f);
+    dl->AddRectFilled(ImVec2(p.x, p.y + f.fh * 0.25f),
+                      ImVec2(p.x + f.fh * 0.7f, p.y + f.fh * 0.95f), color_of(series[i], i), 2.0f);
     dl->AddText(ImVec2(p.x + f.fh * 0.95f, p.y), f.dim_col, series[i].label.c_str());
   }
 }

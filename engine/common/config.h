@@ -7,13 +7,13 @@
 namespace kvscope {
 
 struct ModelConfig {
-  int dim = 0;          // transformer width
-  int hidden_dim = 0;   // FFN inner width
+  int dim = 0;         // transformer width
+  int hidden_dim = 0;  // FFN inner width
   int n_layers = 0;
-  int n_heads = 0;      // query heads
-  int n_kv_heads = 0;   // key/value heads (GQA when < n_heads)
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
   int vocab_size = 0;
-  int seq_len = 0;      // trained context length
+  int seq_len = 0;                // trained context length
   bool shared_classifier = true;  // classifier == token embedding
   float rope_theta = 10000.0f;
   float rms_eps = 1e-5f;  // RMSNorm epsilon (llama2.c hard-codes 1e-5; GGUF files state theirs)

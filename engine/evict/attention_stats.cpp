@@ -12,7 +12,8 @@ constexpr int kLocalMax = 32;  // local_mass() answers for recent <= 32
 
 AttentionRecorder::AttentionRecorder(AttentionShapeInfo shape, int full_matrix_limit,
                                      int observation_window)
-    : shape_(shape), full_(shape.max_positions <= full_matrix_limit),
+    : shape_(shape),
+      full_(shape.max_positions <= full_matrix_limit),
       observation_window_(std::max(1, observation_window)) {
   const std::size_t lhn = static_cast<std::size_t>(shape.n_layers) * shape.n_heads;
   const std::size_t p = static_cast<std::size_t>(shape.max_positions);
@@ -33,7 +34,8 @@ int AttentionRecorder::position_of(std::size_t slot) const {
   return slot < slot_positions_.size() ? slot_positions_[slot] : static_cast<int>(slot);
 }
 
-void AttentionRecorder::on_attention(int layer, int head, int query_pos, std::span<const float> weights) {
+void AttentionRecorder::on_attention(int layer, int head, int query_pos,
+                                     std::span<const float> weights) {
   if (query_pos < 0 || query_pos >= shape_.max_positions) {
     fail_expected("attention capture: query position", "< " + std::to_string(shape_.max_positions),
                   std::to_string(query_pos));
@@ -77,13 +79,16 @@ void AttentionRecorder::on_attention(int layer, int head, int query_pos, std::sp
 }
 
 float AttentionRecorder::weight(int layer, int head, int query, int key) const {
-  if (!full_) throw Error("attention capture", "full matrices were not kept (run longer than the limit)");
+  if (!full_)
+    throw Error("attention capture", "full matrices were not kept (run longer than the limit)");
   const std::size_t P = static_cast<std::size_t>(shape_.max_positions);
-  return full_matrix_[(lh(layer, head) * P + static_cast<std::size_t>(query)) * P + static_cast<std::size_t>(key)];
+  return full_matrix_[(lh(layer, head) * P + static_cast<std::size_t>(query)) * P +
+                      static_cast<std::size_t>(key)];
 }
 
 float AttentionRecorder::cumulative(int layer, int head, int position) const {
-  return cumulative_[lh(layer, head) * static_cast<std::size_t>(shape_.max_positions) + static_cast<std::size_t>(position)];
+  return cumulative_[lh(layer, head) * static_cast<std::size_t>(shape_.max_positions) +
+                     static_cast<std::size_t>(position)];
 }
 
 TokenStats AttentionRecorder::token_stats(std::span<const std::int32_t> positions) const {
@@ -121,7 +126,9 @@ std::vector<SinkReport> AttentionRecorder::detect_sinks(double threshold, int mi
 double AttentionRecorder::local_mass(int layer, int head, int recent) const {
   recent = std::clamp(recent, 1, kLocalMax);
   const int n = local_n_[lh(layer, head)];
-  return n == 0 ? 0.0 : local_sum_[lh(layer, head) * kLocalMax + static_cast<std::size_t>(recent - 1)] / n;
+  return n == 0
+             ? 0.0
+             : local_sum_[lh(layer, head) * kLocalMax + static_cast<std::size_t>(recent - 1)] / n;
 }
 
 }  // namespace kvscope

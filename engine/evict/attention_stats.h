@@ -31,7 +31,8 @@ struct SinkReport {
 class AttentionRecorder final : public AttentionObserver {
  public:
   // Full matrices are kept when max_positions <= full_matrix_limit.
-  AttentionRecorder(AttentionShapeInfo shape, int full_matrix_limit = 512, int observation_window = 8);
+  AttentionRecorder(AttentionShapeInfo shape, int full_matrix_limit = 512,
+                    int observation_window = 8);
 
   // Slot -> original position for the next forward call (identity when never set or empty).
   void set_slot_positions(std::span<const std::int32_t> positions);
@@ -55,7 +56,9 @@ class AttentionRecorder final : public AttentionObserver {
   double local_mass(int layer, int head, int recent) const;
 
  private:
-  std::size_t lh(int layer, int head) const { return static_cast<std::size_t>(layer) * shape_.n_heads + head; }
+  std::size_t lh(int layer, int head) const {
+    return static_cast<std::size_t>(layer) * shape_.n_heads + head;
+  }
   int position_of(std::size_t slot) const;
   AttentionShapeInfo shape_;
   bool full_;

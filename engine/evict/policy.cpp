@@ -26,7 +26,8 @@ std::vector<float> pooled(const std::vector<float>& votes, int kernel) {
   for (int i = 0; i < n; ++i) {
     float sum = 0.0f;
     int count = 0;
-    for (int j = std::max(0, i - half); j <= std::min(n - 1, i + half); ++j, ++count) sum += votes[static_cast<std::size_t>(j)];
+    for (int j = std::max(0, i - half); j <= std::min(n - 1, i + half); ++j, ++count)
+      sum += votes[static_cast<std::size_t>(j)];
     out[static_cast<std::size_t>(i)] = sum / static_cast<float>(count);
   }
   return out;
@@ -34,7 +35,8 @@ std::vector<float> pooled(const std::vector<float>& votes, int kernel) {
 
 }  // namespace
 
-std::vector<int> select_keep(const EvictionConfig& config, const TokenStats& stats, int call_index) {
+std::vector<int> select_keep(const EvictionConfig& config, const TokenStats& stats,
+                             int call_index) {
   const int n = static_cast<int>(stats.positions.size());
   std::vector<int> keep;
   if (config.kind == EvictionKind::kNone || n <= config.budget || config.budget <= 0) {
@@ -83,7 +85,8 @@ std::vector<int> select_keep(const EvictionConfig& config, const TokenStats& sta
     }
     case EvictionKind::kRandom: {
       // Seeded per call: a deterministic but uninformed baseline.
-      std::uint64_t state = config.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(call_index) + 1;
+      std::uint64_t state =
+          config.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(call_index) + 1;
       std::vector<float> score(static_cast<std::size_t>(n));
       for (auto& s : score) {
         state ^= state >> 12;

@@ -59,13 +59,13 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int> tokens;  // every token fed or produced, BOS first
   int num_prompt_tokens = 0;
-  int num_generated = 0;    // tokens sampled (not forced from the prompt)
-  double seconds = 0.0;     // wall time from the first sampled token on (run.c's measure)
+  int num_generated = 0;  // tokens sampled (not forced from the prompt)
+  double seconds = 0.0;   // wall time from the first sampled token on (run.c's measure)
   long kv_bytes_allocated = 0;
   long kv_bytes_used = 0;
-  long peak_kv_bytes = 0;             // most block bytes held at once
-  std::vector<float> next_logprob;    // [tokens - 1] log p(tokens[i + 1] | tokens[..i]) as run
-                                      // (GenerateOptions::score_tokens only)
+  long peak_kv_bytes = 0;           // most block bytes held at once
+  std::vector<float> next_logprob;  // [tokens - 1] log p(tokens[i + 1] | tokens[..i]) as run
+                                    // (GenerateOptions::score_tokens only)
 };
 
 // Calls on_piece(text) for each printable piece, exactly what run.c prints.
@@ -74,8 +74,8 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
                         const std::function<void(const std::string&)>& on_piece);
 
 // Same loop without a tokenizer: starts from options.start_token, forces `prompt_tokens` (after
-// it), stops when the start token comes back (unless !stop_at_bos), and keeps every step's logits when `logits_out` is
-// given ([steps][vocab]).
+// it), stops when the start token comes back (unless !stop_at_bos), and keeps every step's logits
+// when `logits_out` is given ([steps][vocab]).
 std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int>& prompt_tokens,
                                  int steps, const GenerateOptions& options,
                                  std::vector<std::vector<float>>* logits_out);

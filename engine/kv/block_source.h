@@ -32,7 +32,7 @@ class BlockSource {
   virtual void fork(std::int32_t child, std::span<const BlockId> table) = 0;
   // Before `request` writes into table[logical]: swaps in a private copy when the block is shared.
   [[nodiscard]] virtual WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table,
-                                    int logical) = 0;
+                                                  int logical) = 0;
   // True when the pool holds one reference on `b` for the source itself (a cached block).
   virtual bool is_cached(BlockId b) const = 0;
 };

@@ -133,8 +133,8 @@ void KvCacheManager::require_add_sequence(SeqId id) {
 
 void KvCacheManager::require_append_slots(SeqId id, int n) {
   if (!append_slots(id, n)) {
-    throw InternalError("KvCacheManager", "sequence " + std::to_string(id.value) + " could not grow by " +
-                                              std::to_string(n) +
+    throw InternalError("KvCacheManager", "sequence " + std::to_string(id.value) +
+                                              " could not grow by " + std::to_string(n) +
                                               " slots in a pool its caller sized for it");
   }
 }
@@ -221,12 +221,13 @@ void KvCacheManager::check_invariants() const {
   std::vector<int> owners(static_cast<std::size_t>(pool_.num_blocks()), 0);
   for (const auto& [id, t] : tables_) {
     const std::string who = "sequence " + std::to_string(id.value);
-    if (t.num_tokens < 0) throw InternalError("kv cache invariant", who + " has a negative token count");
+    if (t.num_tokens < 0)
+      throw InternalError("kv cache invariant", who + " has a negative token count");
     if (kind_ == AllocatorKind::kPaged &&
         static_cast<int>(t.blocks.size()) != blocks_for(t.num_tokens)) {
       throw InternalError("kv cache invariant", who + " holds " + std::to_string(t.blocks.size()) +
-                                            " blocks for " + std::to_string(t.num_tokens) +
-                                            " tokens");
+                                                    " blocks for " + std::to_string(t.num_tokens) +
+                                                    " tokens");
     }
     if (kind_ == AllocatorKind::kContiguous) {
       if (static_cast<int>(t.blocks.size()) != t.reserved_blocks || t.num_tokens > max_seq_len_) {
@@ -240,7 +241,8 @@ void KvCacheManager::check_invariants() const {
     }
     for (BlockId b : t.blocks) {
       if (b.value < 0 || b.value >= pool_.num_blocks()) {
-        throw InternalError("kv cache invariant", who + " maps to bad block " + std::to_string(b.value));
+        throw InternalError("kv cache invariant",
+                            who + " maps to bad block " + std::to_string(b.value));
       }
       ++owners[static_cast<std::size_t>(b.value)];
     }
@@ -249,14 +251,15 @@ void KvCacheManager::check_invariants() const {
     const int rc = pool_.ref_count(BlockId(b));
     const int cached = source_ && source_->is_cached(BlockId(b)) ? 1 : 0;
     if (owners[static_cast<std::size_t>(b)] + cached != rc) {
-      throw InternalError("kv cache invariant", "block " + std::to_string(b) + " has ref count " +
-                                            std::to_string(rc) + " but " +
-                                            std::to_string(owners[static_cast<std::size_t>(b)]) +
-                                            " owners" + (cached ? " + the cache" : ""));
+      throw InternalError("kv cache invariant",
+                          "block " + std::to_string(b) + " has ref count " + std::to_string(rc) +
+                              " but " + std::to_string(owners[static_cast<std::size_t>(b)]) +
+                              " owners" + (cached ? " + the cache" : ""));
     }
     if (!source_ && rc > 1) {
       throw InternalError("kv cache invariant", "block " + std::to_string(b) + " is held by " +
-                                            std::to_string(rc) + " sequences without sharing");
+                                                    std::to_string(rc) +
+                                                    " sequences without sharing");
     }
   }
 }

@@ -53,7 +53,9 @@ class KvCacheManager {
   int num_allocatable() const { return source_ ? source_->num_allocatable() : pool_.num_free(); }
 
   // Blocks a sequence of `tokens` tokens needs.
-  int blocks_for(int tokens) const { return (tokens + layout_.block_size - 1) / layout_.block_size; }
+  int blocks_for(int tokens) const {
+    return (tokens + layout_.block_size - 1) / layout_.block_size;
+  }
   // Blocks the allocator must take to admit a new sequence whose first chunk is `tokens` long.
   int blocks_to_admit(int tokens) const;
 

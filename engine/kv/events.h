@@ -24,20 +24,20 @@ enum class EventType : std::uint8_t {
   kRequestRejected,    // request; a = RejectReason, b = blocks it would need
   kStepEnd,            // a = running requests, b = waiting requests (metrics are in the Timeline)
   // Prefix sharing and cached blocks.
-  kPrefixLookup,       // request; a = hit tokens, b = MissReason; logical = diverged-at token
-  kBlockShared,        // request, block, logical; a = ref count after
-  kBlockCopiedOnWrite, // request, block = new copy, logical; a = source block
-  kCachedBlockEvicted, // block; a = request that cached it
-  kBlockPinned,        // block
+  kPrefixLookup,        // request; a = hit tokens, b = MissReason; logical = diverged-at token
+  kBlockShared,         // request, block, logical; a = ref count after
+  kBlockCopiedOnWrite,  // request, block = new copy, logical; a = source block
+  kCachedBlockEvicted,  // block; a = request that cached it
+  kBlockPinned,         // block
   // Token eviction.
-  kTokensEvicted,      // request; a = tokens evicted, b = live tokens after
-  kSlotMoved,          // request, block = destination; a = from slot, b = to slot (compaction)
+  kTokensEvicted,  // request; a = tokens evicted, b = live tokens after
+  kSlotMoved,      // request, block = destination; a = from slot, b = to slot (compaction)
   // Added later (values above are fixed: recordings store them).
-  kBlockCached,        // request (that inserted it), block, logical; a = pool ref count after,
-                       // b = the index's parent block + 1 (0: first block of a prefix, or a
-                       // recording made before parents were recorded)
-  kEvictedPosition,    // request; logical = the token evicted (its index in the request's
-                       // sequence, 0 = first prompt token). One per token, after TokensEvicted.
+  kBlockCached,      // request (that inserted it), block, logical; a = pool ref count after,
+                     // b = the index's parent block + 1 (0: first block of a prefix, or a
+                     // recording made before parents were recorded)
+  kEvictedPosition,  // request; logical = the token evicted (its index in the request's
+                     // sequence, 0 = first prompt token). One per token, after TokensEvicted.
 };
 
 enum class PreemptReason : std::int8_t { kRecompute = 0, kSwap = 1 };

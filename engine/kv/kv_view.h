@@ -19,7 +19,8 @@ struct KvSeqView {
   int num_slots = 0;                // slots in use, including the one being written this step
   // Optional [num_slots]: 0 where the slot's token was evicted (attention skips it).
   const std::uint8_t* slot_live = nullptr;
-  const std::int32_t* slot_pos = nullptr;  // Optional [num_slots]: the RoPE position of each slot's token (default: the slot index)
+  const std::int32_t* slot_pos = nullptr;  // Optional [num_slots]: the RoPE position of each slot's
+                                           // token (default: the slot index)
   // True when blocks are consecutive ids (the contiguous baseline): attention may then address
   // the whole sequence from one base pointer per layer.
   bool contiguous = false;

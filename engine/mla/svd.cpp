@@ -11,14 +11,16 @@ namespace kvscope {
 Svd svd(const std::vector<double>& a, int rows, int cols, double tol, int max_sweeps) {
   // Work on the orientation with more rows than columns so the column count is the rank.
   const bool transposed = rows < cols;
-  const int m = transposed ? cols : rows;  // working rows
-  const int n = transposed ? rows : cols;  // working columns (= rank)
+  const int m = transposed ? cols : rows;                  // working rows
+  const int n = transposed ? rows : cols;                  // working columns (= rank)
   std::vector<double> w(static_cast<std::size_t>(m) * n);  // [m][n]
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < cols; ++j) {
       const double x = a[static_cast<std::size_t>(i) * cols + j];
-      if (transposed) w[static_cast<std::size_t>(j) * n + i] = x;
-      else w[static_cast<std::size_t>(i) * n + j] = x;
+      if (transposed)
+        w[static_cast<std::size_t>(j) * n + i] = x;
+      else
+        w[static_cast<std::size_t>(i) * n + j] = x;
     }
   std::vector<double> vv(static_cast<std::size_t>(n) * n, 0.0);  // [n][n] accumulated rotations
   for (int i = 0; i < n; ++i) vv[static_cast<std::size_t>(i) * n + i] = 1.0;
@@ -42,7 +44,8 @@ Svd svd(const std::vector<double>& a, int rows, int cols, double tol, int max_sw
         off = std::max(off, corr);
         if (corr < tol) continue;
         const double zeta = (beta - alpha) / (2.0 * gamma);
-        const double t = std::copysign(1.0, zeta) / (std::fabs(zeta) + std::sqrt(1.0 + zeta * zeta));
+        const double t =
+            std::copysign(1.0, zeta) / (std::fabs(zeta) + std::sqrt(1.0 + zeta * zeta));
         const double c = 1.0 / std::sqrt(1.0 + t * t), s = c * t;
         for (int i = 0; i < m; ++i) {
           const double x = col(w, n, i, p), y = col(w, n, i, q);
@@ -67,7 +70,9 @@ Svd svd(const std::vector<double>& a, int rows, int cols, double tol, int max_sw
   }
   std::vector<int> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return norms[static_cast<std::size_t>(x)] > norms[static_cast<std::size_t>(y)]; });
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    return norms[static_cast<std::size_t>(x)] > norms[static_cast<std::size_t>(y)];
+  });
 
   // Working matrix columns / norm = left vectors of the working orientation; vv = right vectors.
   Svd out;
@@ -80,7 +85,8 @@ Svd svd(const std::vector<double>& a, int rows, int cols, double tol, int max_sw
     const int j = order[static_cast<std::size_t>(k)];
     const double sv = norms[static_cast<std::size_t>(j)];
     out.s[static_cast<std::size_t>(k)] = sv;
-    for (int i = 0; i < m; ++i) left[static_cast<std::size_t>(i) * n + k] = sv > 0 ? col(w, n, i, j) / sv : 0.0;
+    for (int i = 0; i < m; ++i)
+      left[static_cast<std::size_t>(i) * n + k] = sv > 0 ? col(w, n, i, j) / sv : 0.0;
     for (int i = 0; i < n; ++i) right[static_cast<std::size_t>(i) * n + k] = col(vv, n, i, j);
   }
   // A = W V^T... in the working orientation; swap roles back when we transposed.

@@ -112,8 +112,9 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
   std::string path = locate_model(model_arg);
   if (is_gguf_file(path)) {
     if (storage == WeightStorage::kCopied) {
-      throw Error("--weights", "expected mmap (the default) for a GGUF model, whose weights are "
-                               "dequantized into memory at load anyway, got copy");
+      throw Error("--weights",
+                  "expected mmap (the default) for a GGUF model, whose weights are "
+                  "dequantized into memory at load anyway, got copy");
     }
     if (!tokenizer_arg.empty()) {
       throw Error(tokenizer_arg, "expected no --tokenizer for a GGUF model (" + path +

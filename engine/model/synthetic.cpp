@@ -105,18 +105,31 @@ SyntheticSpec parse_synthetic_spec(const std::string& spec_text) {
     std::string value = parts[i].substr(eq + 1);
     std::string key_where = where + ": " + key;
     ModelConfig& c = spec.config;
-    if (key == "seed") { spec.seed = static_cast<std::uint64_t>(parse_int(key_where, value)); continue; }
+    if (key == "seed") {
+      spec.seed = static_cast<std::uint64_t>(parse_int(key_where, value));
+      continue;
+    }
     int v = parse_int(key_where, value);
-    if (key == "dim") { c.dim = v; has_dim = true; }
-    else if (key == "hidden") c.hidden_dim = v;
-    else if (key == "layers") c.n_layers = v;
-    else if (key == "heads") c.n_heads = v;
-    else if (key == "kv_heads") c.n_kv_heads = v;
-    else if (key == "head_dim") c.head_dim_override = v;
-    else if (key == "vocab") c.vocab_size = v;
-    else if (key == "seq_len") c.seq_len = v;
+    if (key == "dim") {
+      c.dim = v;
+      has_dim = true;
+    } else if (key == "hidden")
+      c.hidden_dim = v;
+    else if (key == "layers")
+      c.n_layers = v;
+    else if (key == "heads")
+      c.n_heads = v;
+    else if (key == "kv_heads")
+      c.n_kv_heads = v;
+    else if (key == "head_dim")
+      c.head_dim_override = v;
+    else if (key == "vocab")
+      c.vocab_size = v;
+    else if (key == "seq_len")
+      c.seq_len = v;
     else {
-      fail_expected(where, "keys dim, hidden, layers, heads, kv_heads, head_dim, vocab, seq_len, seed",
+      fail_expected(where,
+                    "keys dim, hidden, layers, heads, kv_heads, head_dim, vocab, seq_len, seed",
                     "'" + key + "'");
     }
   }
@@ -165,16 +178,16 @@ std::shared_ptr<const Model> make_synthetic_model(const SyntheticSpec& spec) {
     for (std::int64_t i = 0; i < n; ++i) *p++ = 1.0f;
   };
   fill_matrix(c.vocab_size, d);  // token embedding
-  fill_ones(L * d);               // rms_att
-  fill_matrix(L * q, d);          // wq
-  fill_matrix(L * kv, d);         // wk
-  fill_matrix(L * kv, d);         // wv
-  fill_matrix(L * d, q);          // wo
-  fill_ones(L * d);               // rms_ffn
-  fill_matrix(L * hd, d);         // w1
-  fill_matrix(L * d, hd);         // w2
-  fill_matrix(L * hd, d);         // w3
-  fill_ones(d);                   // rms_final
+  fill_ones(L * d);              // rms_att
+  fill_matrix(L * q, d);         // wq
+  fill_matrix(L * kv, d);        // wk
+  fill_matrix(L * kv, d);        // wv
+  fill_matrix(L * d, q);         // wo
+  fill_ones(L * d);              // rms_ffn
+  fill_matrix(L * hd, d);        // w1
+  fill_matrix(L * d, hd);        // w2
+  fill_matrix(L * hd, d);        // w3
+  fill_ones(d);                  // rms_final
   // RoPE tables are recomputed at run time; leave zeros.
   return Model::from_owned(c, std::move(data), "synthetic:" + spec.name + " (random weights)");
 }

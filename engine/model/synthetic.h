@@ -12,7 +12,7 @@
 namespace kvscope {
 
 struct SyntheticSpec {
-  std::string name;      // preset name or "custom"
+  std::string name;  // preset name or "custom"
   ModelConfig config;
   std::uint64_t seed = 1;
 };

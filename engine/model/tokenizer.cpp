@@ -93,16 +93,23 @@ std::vector<int> Llama2cTokenizer::encode(std::string_view text, bool bos, bool 
   };
   if (!text.empty()) {
     int dummy = lookup(" ");
-    if (dummy >= 0) tokens.push_back(dummy); else push_bytes(" ");
+    if (dummy >= 0)
+      tokens.push_back(dummy);
+    else
+      push_bytes(" ");
   }
   // Split into UTF-8 code points (at most 4 bytes); unknown ones fall back to byte tokens.
   std::size_t i = 0;
   while (i < text.size()) {
     std::size_t j = i + 1;
-    while (j < text.size() && (static_cast<unsigned char>(text[j]) & 0xC0) == 0x80 && j - i < 4) ++j;
+    while (j < text.size() && (static_cast<unsigned char>(text[j]) & 0xC0) == 0x80 && j - i < 4)
+      ++j;
     std::string_view cp = text.substr(i, j - i);
     int id = lookup(cp);
-    if (id >= 0) tokens.push_back(id); else push_bytes(cp);
+    if (id >= 0)
+      tokens.push_back(id);
+    else
+      push_bytes(cp);
     i = j;
   }
   // Merge the adjacent pair whose merged piece has the best score until none is left.

@@ -126,7 +126,8 @@ std::vector<BlockId> HashChainIndex::blocks() const {
 
 void HashChainIndex::check_invariants() const {
   const std::string where = "hash chain index invariant";
-  if (key_of_.size() != entries_.size()) throw InternalError(where, "block map and key map differ in size");
+  if (key_of_.size() != entries_.size())
+    throw InternalError(where, "block map and key map differ in size");
   std::unordered_map<std::uint64_t, std::int32_t> children;
   for (const auto& [key, e] : entries_) {
     const std::string b = "block " + std::to_string(e.block.value);
@@ -146,7 +147,8 @@ void HashChainIndex::check_invariants() const {
   for (const auto& [key, e] : entries_) {
     const auto it = children.find(key);
     if ((it == children.end() ? 0 : it->second) != e.num_children) {
-      throw InternalError(where, "block " + std::to_string(e.block.value) + " has a wrong child count");
+      throw InternalError(where,
+                          "block " + std::to_string(e.block.value) + " has a wrong child count");
     }
   }
 }

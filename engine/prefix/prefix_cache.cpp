@@ -282,8 +282,8 @@ void PrefixCache::check_invariants() const {
     if (m.seq_refs < 0) throw InternalError(where, nm + " has a negative sequence ref count");
     if (pool_.ref_count(b) != m.seq_refs + (m.cached ? 1 : 0)) {
       throw InternalError(where, nm + ": pool ref count " + std::to_string(pool_.ref_count(b)) +
-                             " != " + std::to_string(m.seq_refs) + " sequences + " +
-                             (m.cached ? "1" : "0") + " cache");
+                                     " != " + std::to_string(m.seq_refs) + " sequences + " +
+                                     (m.cached ? "1" : "0") + " cache");
     }
     if (m.cached != index_->contains(b))
       throw InternalError(where, nm + ": cached flag disagrees with the index");

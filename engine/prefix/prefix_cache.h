@@ -47,7 +47,6 @@ struct PrefixProbe {
   int evictable_hits = 0;  // of them, counted in num_allocatable() now (held by no sequence)
 };
 
-
 struct PrefixCacheMetrics {
   std::int64_t lookups = 0;
   std::int64_t prompt_tokens = 0;  // tokens of every looked-up prompt
@@ -80,7 +79,8 @@ class PrefixCache : public BlockSource {
 
   // Finds the longest cached whole-block prefix of `prompt` (never the whole prompt: the last
   // token is always computed), takes a reference on each of its blocks, records the miss reason.
-  [[nodiscard]] PrefixLookupResult lookup_and_acquire(std::int32_t request, std::span<const TokenId> prompt);
+  [[nodiscard]] PrefixLookupResult lookup_and_acquire(std::int32_t request,
+                                                      std::span<const TokenId> prompt);
   // Read-only: the blocks a lookup of `prompt` would hit now (no refs, metrics or events).
   PrefixProbe probe(std::span<const TokenId> prompt) const;
   // A fresh block for `request` (ref 1), evicting a cached block when the pool has no free one.
@@ -96,7 +96,8 @@ class PrefixCache : public BlockSource {
   // Parallel sampling: `child` shares every block of the parent's table (one more reference each).
   void fork(std::int32_t child, std::span<const BlockId> table) override;
   // Call before `request` writes into table[logical]: copies on write if the block is shared.
-  [[nodiscard]] WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table, int logical) override;
+  [[nodiscard]] WriteAccess prepare_write(std::int32_t request, std::span<BlockId> table,
+                                          int logical) override;
 
   // Pins the cached blocks of `prefix`'s longest cached prefix (system prompts): never evicted.
   int pin(std::span<const TokenId> prefix);

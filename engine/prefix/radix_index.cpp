@@ -250,8 +250,9 @@ void RadixIndex::check_invariants() const {
     for (int p = 0; p < num_pages(n); ++p) {
       auto it = where_.find(n.pages[static_cast<std::size_t>(p)].value);
       if (it == where_.end() || it->second.node != id || it->second.page != p) {
-        throw InternalError(where, "block " + std::to_string(n.pages[static_cast<std::size_t>(p)].value) +
-                               " is misplaced");
+        throw InternalError(where, "block " +
+                                       std::to_string(n.pages[static_cast<std::size_t>(p)].value) +
+                                       " is misplaced");
       }
     }
     pages += n.pages.size();
@@ -261,7 +262,8 @@ void RadixIndex::check_invariants() const {
       if (kids.empty()) throw InternalError(where, nm + " has an empty child bucket");
       for (std::int32_t c : kids) {
         const Node& k = nodes_[static_cast<std::size_t>(c)];
-        if (k.parent != id) throw InternalError(where, "node " + std::to_string(c) + " has a wrong parent");
+        if (k.parent != id)
+          throw InternalError(where, "node " + std::to_string(c) + " has a wrong parent");
         if (k.tokens.empty() || k.tokens[0] != first)
           throw InternalError(where, "node " + std::to_string(c) + " is in the wrong bucket");
         for (std::int32_t s : siblings) {
@@ -269,7 +271,7 @@ void RadixIndex::check_invariants() const {
                              std::span<const TokenId>(k.tokens).first(
                                  static_cast<std::size_t>(block_size_))) == block_size_) {
             throw InternalError(where, "nodes " + std::to_string(s) + " and " + std::to_string(c) +
-                                   " share a first page");
+                                           " share a first page");
           }
         }
         siblings.push_back(c);
@@ -279,7 +281,8 @@ void RadixIndex::check_invariants() const {
   }
   if (pages != where_.size())
     throw InternalError(where, "block map holds blocks not reachable from the root");
-  if (reached != num_nodes() + 1) throw InternalError(where, "live nodes not reachable from the root");
+  if (reached != num_nodes() + 1)
+    throw InternalError(where, "live nodes not reachable from the root");
 }
 
 }  // namespace kvscope

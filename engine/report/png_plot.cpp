@@ -22,8 +22,8 @@ const Rgb kInk{34, 38, 46};
 const Rgb kGrid{228, 231, 236};
 const Rgb kMuted{110, 116, 128};
 // A colour-blind-friendly palette (Okabe-Ito order, slightly deepened for white paper).
-const Rgb kPalette[] = {{0, 114, 178},  {213, 94, 0},   {0, 158, 115}, {204, 121, 167},
-                        {230, 159, 0},  {86, 180, 233}, {120, 94, 240}, {90, 90, 90}};
+const Rgb kPalette[] = {{0, 114, 178}, {213, 94, 0},   {0, 158, 115},  {204, 121, 167},
+                        {230, 159, 0}, {86, 180, 233}, {120, 94, 240}, {90, 90, 90}};
 
 struct Axis {
   double lo = 0, hi = 1;
@@ -35,7 +35,9 @@ double axis_fraction(double v, double lo, double hi, bool log) {
   return (v - lo) / (hi - lo);
 }
 
-Rgb series_color(std::size_t i) { return kPalette[i % (sizeof kPalette / sizeof kPalette[0])]; }
+Rgb series_color(std::size_t i) {
+  return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
+}
 
 // Short tick labels: SI suffixes above a thousand (2K, 10M, 1.5G), plain decimals below.
 std::string fmt_tick(double v) {
@@ -48,10 +50,14 @@ std::string fmt_tick(double v) {
     s /= 1000.0;
     ++u;
   }
-  if (u > 0) std::snprintf(buf, sizeof buf, "%.3g%s", s, suffix[u]);
-  else if (a != 0 && a < 1e-3) std::snprintf(buf, sizeof buf, "%.0e", v);
-  else if (v == std::floor(v)) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else std::snprintf(buf, sizeof buf, "%.3g", v);
+  if (u > 0)
+    std::snprintf(buf, sizeof buf, "%.3g%s", s, suffix[u]);
+  else if (a != 0 && a < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.0e", v);
+  else if (v == std::floor(v))
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
 }
 
@@ -72,7 +78,10 @@ std::vector<double> ticks(const Axis& ax) {
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
   for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
-    if (mag * m >= raw) { step = mag * m; break; }
+    if (mag * m >= raw) {
+      step = mag * m;
+      break;
+    }
   }
   for (double v = std::ceil(ax.lo / step) * step; v <= ax.hi + step * 1e-9; v += step) {
     out.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
@@ -91,10 +100,16 @@ Axis fit_axis(const PlotSpec& spec, bool x, bool log) {
   }
   if (!x) {
     for (const auto& [v, label] : spec.h_lines) {
-      if (std::isfinite(v) && (!log || v > 0)) { lo = std::min(lo, v); hi = std::max(hi, v); }
+      if (std::isfinite(v) && (!log || v > 0)) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
     }
   }
-  if (!std::isfinite(lo)) { lo = log ? 1 : 0; hi = log ? 10 : 1; }
+  if (!std::isfinite(lo)) {
+    lo = log ? 1 : 0;
+    hi = log ? 10 : 1;
+  }
   Axis ax;
   ax.log = log;
   if (log) {  // the data range plus a little air; ticks fall on the decades inside it
@@ -161,7 +176,8 @@ std::vector<unsigned char> render_plot(const PlotSpec& spec) {
     const int x = static_cast<int>(std::lround(px(t)));
     c.fill_rect(x, top, x + 1, top + ph, kGrid);
     const std::string s = fmt_tick(t);
-    const int tx = std::clamp(x - Canvas::text_width(s) / 2, 0, spec.width - Canvas::text_width(s) - 2);
+    const int tx =
+        std::clamp(x - Canvas::text_width(s) / 2, 0, spec.width - Canvas::text_width(s) - 2);
     c.text(tx, top + ph + 8, s, kMuted);
   }
   for (double t : ticks(ay)) {
@@ -179,7 +195,8 @@ std::vector<unsigned char> render_plot(const PlotSpec& spec) {
   for (const auto& [v, label] : spec.h_lines) {
     if (spec.log_y && v <= 0) continue;
     const double y = py(v);
-    for (int x = left; x < left + pw; x += 10) c.line(x, y, std::min(x + 6, left + pw), y, kMuted, 1.2f);
+    for (int x = left; x < left + pw; x += 10)
+      c.line(x, y, std::min(x + 6, left + pw), y, kMuted, 1.2f);
     c.text(left + pw - Canvas::text_width(label) - 4, static_cast<int>(y) - 18, label, kMuted);
   }
   // Series.
@@ -192,7 +209,8 @@ std::vector<unsigned char> render_plot(const PlotSpec& spec) {
     };
     const std::size_t n = std::min(s.x.size(), s.y.size());
     for (std::size_t k = 0; s.line && k + 1 < n; ++k) {
-      if (ok(k) && ok(k + 1)) c.line(px(s.x[k]), py(s.y[k]), px(s.x[k + 1]), py(s.y[k + 1]), col, 2.2f);
+      if (ok(k) && ok(k + 1))
+        c.line(px(s.x[k]), py(s.y[k]), px(s.x[k + 1]), py(s.y[k + 1]), col, 2.2f);
     }
     for (std::size_t k = 0; s.markers && k < n; ++k) {
       if (ok(k)) c.dot(px(s.x[k]), py(s.y[k]), 3.5, col);
@@ -223,10 +241,12 @@ void write_png_plot(const PlotSpec& spec, const std::string& path) {
   }
   const std::vector<unsigned char> pixels = render_plot(spec);
   int len = 0;
-  unsigned char* png = stbi_write_png_to_mem(pixels.data(), spec.width * 3, spec.width, spec.height, 3, &len);
+  unsigned char* png =
+      stbi_write_png_to_mem(pixels.data(), spec.width * 3, spec.width, spec.height, 3, &len);
   if (png == nullptr) throw Error(path, "PNG encoding failed");
   try {
-    write_file_atomically(path, [&](std::ostream& out) { out.write(reinterpret_cast<const char*>(png), len); });
+    write_file_atomically(
+        path, [&](std::ostream& out) { out.write(reinterpret_cast<const char*>(png), len); });
   } catch (...) {
     STBIW_FREE(png);
     throw;

@@ -13,8 +13,8 @@ struct PlotSeries {
   std::string label;
   std::vector<double> x;
   std::vector<double> y;
-  bool line = true;       // connect points
-  bool markers = false;   // draw a dot at each point
+  bool line = true;      // connect points
+  bool markers = false;  // draw a dot at each point
 };
 
 struct PlotSpec {
@@ -26,7 +26,7 @@ struct PlotSpec {
   std::vector<PlotSeries> series;
   // Horizontal reference lines (a GPU's memory, a budget), each with a label.
   std::vector<std::pair<double, std::string>> h_lines;
-  std::string footnote;   // e.g. "random weights" or the command that produced the plot
+  std::string footnote;  // e.g. "random weights" or the command that produced the plot
   int width = 960;
   int height = 600;
 };

@@ -63,7 +63,9 @@ int Canvas::text_width(const std::string& s, int scale) {
   return stb_easy_font_width(const_cast<char*>(s.c_str())) * scale;
 }
 
-int Canvas::text_height(int scale) { return 7 * scale; }
+int Canvas::text_height(int scale) {
+  return 7 * scale;
+}
 
 void Canvas::text(int x, int y, const std::string& s, Rgb c, int scale, bool vertical) {
   // stb_easy_font emits axis-aligned quads (4 vertices of x, y, z, color) in glyph units.

@@ -17,7 +17,6 @@ namespace kvscope {
 // Objects keep their keys in file order (compare variants run in the order written).
 using Json = nlohmann::ordered_json;
 
-
 // Parses `text`; throws kvscope::Error "file: byte N: expected ..., got ..." on invalid JSON or
 // nesting deeper than kMaxJsonDepth (checked first, without recursion).
 Json parse_json_document(const std::string& text, const std::string& file);

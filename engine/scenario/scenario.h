@@ -102,5 +102,4 @@ ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& mode
 std::vector<std::string> scenario_top_level_keys();
 std::vector<std::string> scenario_cache_keys();
 
-
 }  // namespace kvscope

@@ -15,7 +15,7 @@ constexpr int kMaxBlocks = 50'000'000;
 
 const std::vector<std::string>& eviction_keys() {
   static const std::vector<std::string> keys = {
-      "policy",      "budget", "sinks",      "recent", "observation_window",
+      "policy",      "budget", "sinks",      "recent",   "observation_window",
       "pool_kernel", "seed",   "compaction", "positions"};
   return keys;
 }
@@ -60,8 +60,9 @@ EvictorOptions parse_token_eviction(const JsonReader& r, const json& j, const st
                 std::to_string(e.recent));
   }
   if (j.contains("compaction")) {
-    options.compaction = parse_compaction_policy(r.string(j["compaction"], json_path(at, "compaction")),
-                                                 r.file() + ": " + json_path(at, "compaction"));
+    options.compaction =
+        parse_compaction_policy(r.string(j["compaction"], json_path(at, "compaction")),
+                                r.file() + ": " + json_path(at, "compaction"));
   }
   if (j.contains("positions")) {
     options.positions = parse_position_mode(r.string(j["positions"], json_path(at, "positions")),

@@ -24,7 +24,8 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
   if (c.mla) {
     // The latent rows live in the K format's encoding (see mla_layout_for).
     if (!(cfg.k_format == cfg.v_format)) {
-      fail_expected(s.path + ": " + c.mla_at, "one KV format for the latent cache (k_dtype == v_dtype)",
+      fail_expected(s.path + ": " + c.mla_at,
+                    "one KV format for the latent cache (k_dtype == v_dtype)",
                     cfg.k_format.name() + " / " + cfg.v_format.name());
     }
     const int full = mla_full_rank(shape, c.mla->rope_dims);

@@ -275,9 +275,9 @@ void Simulator::sample(RequestRun& r, std::span<const float> logits) {
   r.tokens.push_back(next);
   ++r.generated;
   emit(EventType::kDecodeToken, r.id, r.num_computed - 1, next);
-  const bool stop = transformer_ && std::find(config_.stop_tokens.begin(),
-                                             config_.stop_tokens.end(),
-                                             next) != config_.stop_tokens.end();
+  const bool stop =
+      transformer_ && std::find(config_.stop_tokens.begin(), config_.stop_tokens.end(), next) !=
+                          config_.stop_tokens.end();
   if (stop || r.generated >= r.spec.max_new_tokens) finish(r);
 }
 

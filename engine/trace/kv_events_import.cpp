@@ -159,28 +159,31 @@ struct Importer {
 KvEventImport parse_kv_events(std::string_view text, const std::string& source, EventSink* sink) {
   Importer im;
   im.sink = sink;
-  for_each_nonblank_line(text, [&](std::int64_t line_no, std::string_view line) {
-    const std::string where = source + ":" + std::to_string(line_no);
-    std::size_t deep_at = 0;
-    if (!json_nesting_within(line, kMaxJsonDepth, &deep_at)) {
-      fail_expected(where, "JSON nested at most " + std::to_string(kMaxJsonDepth) + " deep",
-                    "deeper nesting at byte " + std::to_string(deep_at));
-    }
-    const json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded())
-      throw Error(where,
-                  "expected a JSON object (one event or batch per line), got unparsable text");
-    if (obj.is_object() && obj.contains("events")) {  // a batch: {"ts": ..., "events": [...]}
-      const json& evs = obj.at("events");
-      if (!evs.is_array()) fail_expected(where + ": events", "an array of events", shown(evs));
-      for (std::size_t i = 0; i < evs.size(); ++i)
-        im.event(evs[i], where + ": events[" + std::to_string(i) + "]");
-    } else {
-      im.event(obj, where);
-    }
-    ++im.out.lines;
-    ++im.step;
-  }, " \t\r");
+  for_each_nonblank_line(
+      text,
+      [&](std::int64_t line_no, std::string_view line) {
+        const std::string where = source + ":" + std::to_string(line_no);
+        std::size_t deep_at = 0;
+        if (!json_nesting_within(line, kMaxJsonDepth, &deep_at)) {
+          fail_expected(where, "JSON nested at most " + std::to_string(kMaxJsonDepth) + " deep",
+                        "deeper nesting at byte " + std::to_string(deep_at));
+        }
+        const json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (obj.is_discarded())
+          throw Error(where,
+                      "expected a JSON object (one event or batch per line), got unparsable text");
+        if (obj.is_object() && obj.contains("events")) {  // a batch: {"ts": ..., "events": [...]}
+          const json& evs = obj.at("events");
+          if (!evs.is_array()) fail_expected(where + ": events", "an array of events", shown(evs));
+          for (std::size_t i = 0; i < evs.size(); ++i)
+            im.event(evs[i], where + ": events[" + std::to_string(i) + "]");
+        } else {
+          im.event(obj, where);
+        }
+        ++im.out.lines;
+        ++im.step;
+      },
+      " \t\r");
   return std::move(im.out);
 }
 

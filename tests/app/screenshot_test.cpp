@@ -21,10 +21,10 @@ TEST(UiScreenshot, AppRendersANonBlankPngUnderXvfb) {
   std::filesystem::remove(png);
   // Mesa's software GL driver keeps a few allocations until exit that LeakSanitizer reports from
   // an unloaded module; leak checking is off for this child process only (ASan stays on).
-  const std::string cmd = std::string("ASAN_OPTIONS=detect_leaks=0 xvfb-run -a -s \"-screen 0 1600x1000x24\" ") +
-                          KVSCOPE_UI_BINARY + " " + KVSCOPE_SOURCE_DIR +
-                          "/scenarios/minimal.json --screenshot " + png + " --frames 30 > " +
-                          (dir / "log.txt").string() + " 2>&1";
+  const std::string cmd =
+      std::string("ASAN_OPTIONS=detect_leaks=0 xvfb-run -a -s \"-screen 0 1600x1000x24\" ") +
+      KVSCOPE_UI_BINARY + " " + KVSCOPE_SOURCE_DIR + "/scenarios/minimal.json --screenshot " + png +
+      " --frames 30 > " + (dir / "log.txt").string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   ASSERT_EQ(rc, 0) << cmd;
   int w = 0, h = 0, n = 0;

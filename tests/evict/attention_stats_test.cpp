@@ -55,7 +55,8 @@ TEST(AttentionRecorder, Stories260KIsLocalAndHasNoSinkAtPositionZero) {
     token = greedy.sample(t.forward(token, pos, cache.view(SeqId(0)), &rec));
     if (token == kTokenBos) token = kTokenEos;  // keep going past a story boundary
   }
-  for (const SinkReport& s : rec.detect_sinks(4.0, 16)) EXPECT_NE(s.position, 0) << "layer " << s.layer << " head " << s.head;
+  for (const SinkReport& s : rec.detect_sinks(4.0, 16))
+    EXPECT_NE(s.position, 0) << "layer " << s.layer << " head " << s.head;
   for (int layer : {0, 1, 3}) {
     double mass = 0;
     for (int h = 0; h < c.n_heads; ++h) mass += rec.local_mass(layer, h, 16);

@@ -32,8 +32,9 @@ EvictionConfig config(EvictionKind kind, int budget) {
 }
 
 TEST(EvictionPolicy, EveryPolicyIsIdentityWithinBudget) {
-  for (auto kind : {EvictionKind::kNone, EvictionKind::kWindow, EvictionKind::kSinksWindow,
-                    EvictionKind::kH2O, EvictionKind::kSnapKV, EvictionKind::kTova, EvictionKind::kRandom}) {
+  for (auto kind :
+       {EvictionKind::kNone, EvictionKind::kWindow, EvictionKind::kSinksWindow, EvictionKind::kH2O,
+        EvictionKind::kSnapKV, EvictionKind::kTova, EvictionKind::kRandom}) {
     EXPECT_EQ(select_keep(config(kind, 20), stats_of(20), 0), range(0, 20));
     EXPECT_EQ(select_keep(config(kind, 64), stats_of(20), 0), range(0, 20));
   }
@@ -92,7 +93,8 @@ TEST(EvictionPolicy, NamesRoundTripAndUnknownIsAnError) {
     parse_eviction_kind("h20", "--evict");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--evict: expected an eviction policy"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("--evict: expected an eviction policy"),
+              std::string::npos);
   }
 }
 

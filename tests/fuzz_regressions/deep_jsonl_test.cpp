@@ -13,7 +13,9 @@
 namespace kvscope {
 namespace {
 
-std::string deep_line(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+std::string deep_line(int depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
 
 TEST(FuzzRegression, MooncakeDeepNestingIsAnErrorNotAStackOverflow) {
   try {

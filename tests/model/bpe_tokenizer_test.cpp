@@ -421,7 +421,9 @@ const std::string kGoldenPath =
     std::string(KVSCOPE_SOURCE_DIR) + "/tests/data/smollm2_tokenizer_golden.json";
 
 // SmolLM2's tokenizer as the engine loads it (engine/model/gguf.h + gguf_tokenizer.cpp).
-const Tokenizer& smollm2_tokenizer() { return *test::smollm2().tokenizer; }
+const Tokenizer& smollm2_tokenizer() {
+  return *test::smollm2().tokenizer;
+}
 
 // The bytes SmolLM2's vocabulary has no token for (found with gguf's GGUFReader): encoding leaves
 // them out, like llama.cpp, so the text decodes back without them.

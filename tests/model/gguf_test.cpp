@@ -467,9 +467,9 @@ TEST(GgufLayout, ReadsFromAPathToo) {
   TinyGguf spec = two_tensor_file();
   const GgufBytes bytes = spec.build();
   const std::string path = test::temp_path("two.gguf");
-  test::write_bytes(
-      path, std::vector<char>(reinterpret_cast<const char*>(bytes.b.data()),
-                              reinterpret_cast<const char*>(bytes.b.data()) + bytes.at()));
+  test::write_bytes(path,
+                    std::vector<char>(reinterpret_cast<const char*>(bytes.b.data()),
+                                      reinterpret_cast<const char*>(bytes.b.data()) + bytes.at()));
   const GgufFile f(path);
   EXPECT_EQ(f.path(), path);
   EXPECT_EQ(f.size(), bytes.at());

@@ -33,14 +33,14 @@ TEST(Locate, DefaultModelIsFoundBesideTheCheckout) {
 
 TEST(KvArithmetic, PublishedShapes) {
   const ModelConfig l70 = parse_synthetic_spec("llama-3-70b").config;
-  EXPECT_EQ(l70.kv_bytes_per_token(2), 327680);                    // 2 x 80 x 8 x 128 x 2
-  EXPECT_EQ(l70.kv_bytes_per_token(2) * 131072, 40LL << 30);       // 40 GiB at 128K tokens
-  EXPECT_EQ(l70.kv_bytes_per_token(2) * 1048576, 320LL << 30);     // 320 GiB at 1M tokens
-  EXPECT_EQ(l70.kv_bytes_per_token(2) * 32 * 4096, 40LL << 30);    // batch 32 at 4K: 40 GiB
+  EXPECT_EQ(l70.kv_bytes_per_token(2), 327680);                  // 2 x 80 x 8 x 128 x 2
+  EXPECT_EQ(l70.kv_bytes_per_token(2) * 131072, 40LL << 30);     // 40 GiB at 128K tokens
+  EXPECT_EQ(l70.kv_bytes_per_token(2) * 1048576, 320LL << 30);   // 320 GiB at 1M tokens
+  EXPECT_EQ(l70.kv_bytes_per_token(2) * 32 * 4096, 40LL << 30);  // batch 32 at 4K: 40 GiB
   const ModelConfig ds = parse_synthetic_spec("deepseek-v3-mla-dims").config;
   EXPECT_EQ(std::int64_t{ds.n_layers} * (ds.mla_kv_lora_rank + ds.mla_rope_dim) * 2, 70272);
   const ModelConfig mistral = parse_synthetic_spec("mistral-7b").config;
-  EXPECT_EQ(mistral.n_heads / mistral.n_kv_heads, 4);              // 4x smaller than MHA
+  EXPECT_EQ(mistral.n_heads / mistral.n_kv_heads, 4);  // 4x smaller than MHA
 }
 
 TEST(Synthetic, BadSpecsAreClearErrors) {
@@ -52,7 +52,9 @@ TEST(Synthetic, BadSpecsAreClearErrors) {
     parse_synthetic_spec("dim=64,heads=8,kv_heads=3");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("kv_heads: expected a divisor of heads (8), got 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("kv_heads: expected a divisor of heads (8), got 3"),
+              std::string::npos)
+        << e.what();
   }
 }
 

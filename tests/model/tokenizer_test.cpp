@@ -8,7 +8,9 @@
 namespace kvscope {
 namespace {
 
-const Tokenizer& tok() { return *test::real_model().tokenizer; }
+const Tokenizer& tok() {
+  return *test::real_model().tokenizer;
+}
 
 TEST(Tokenizer, RoundTripsAscii) {
   for (std::string text : {"Once upon a time, there was a little girl named Lily.",

@@ -98,7 +98,8 @@ TEST(PngPlot, SeriesAreDrawnAlongTheirDataInTheirColours) {
   // Along each line, away from the legend card (top-left) and the crossing.
   for (double x : {6.5, 8.0, 9.5}) {
     EXPECT_TRUE(has_colour_near(px, spec, l.px(x), l.py(x), up)) << "y = x at x = " << x;
-    EXPECT_TRUE(has_colour_near(px, spec, l.px(x), l.py(10 - x), down)) << "y = 10 - x at x = " << x;
+    EXPECT_TRUE(has_colour_near(px, spec, l.px(x), l.py(10 - x), down))
+        << "y = 10 - x at x = " << x;
     // Nothing of either series half-way between the two lines.
     const double mid = (x + (10 - x)) / 2;
     const auto between = pixel(px, spec, l.px(x), l.py((mid + x) / 2));
@@ -136,8 +137,10 @@ TEST(PngPlot, ReferenceLineIsDashedAtItsValue) {
   // Sample the right half of the row, clear of the legend; the series cross it at x = 3 and 7.
   for (int c = static_cast<int>(l.px(7.6)); c < static_cast<int>(l.px(9.8)); ++c) {
     const auto p = pixel(px, spec, c, row);
-    if (p[0] < 200) ++inked;
-    else ++gaps;
+    if (p[0] < 200)
+      ++inked;
+    else
+      ++gaps;
   }
   EXPECT_GT(inked, 10);
   EXPECT_GT(gaps, 5);  // dashed, not solid
@@ -166,7 +169,8 @@ TEST(PngPlot, RefusesAbsurdSizes) {
 
 TEST(PngPlot, EmptyAndNonFiniteSeriesDoNotCrash) {
   PlotSpec spec;
-  spec.series = {PlotSeries{"nan", {1, 2, NAN}, {NAN, INFINITY, 3}, true, true}, PlotSeries{"empty", {}, {}, true, true}};
+  spec.series = {PlotSeries{"nan", {1, 2, NAN}, {NAN, INFINITY, 3}, true, true},
+                 PlotSeries{"empty", {}, {}, true, true}};
   EXPECT_EQ(render_plot(spec).size(), std::size_t(960 * 600 * 3));
 }
 

@@ -171,8 +171,8 @@ TEST(ScenarioWorkload, MooncakeSliceAndTimeScale) {
 TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
   const Scenario s = parse_scenario_text(
       test::scenario_json(R"("num_blocks": 64, "block_size": 16, "kv_dtype": "fp16")",
-                             R"([{"prompt_tokens": [1, 5], "max_new_tokens": 1}])",
-                             R"(, "compare": {"int8": {"kv_dtype": "int8"},
+                          R"([{"prompt_tokens": [1, 5], "max_new_tokens": 1}])",
+                          R"(, "compare": {"int8": {"kv_dtype": "int8"},
           "tiny": {"block_size": 1, "pool_bytes": 100000}, "keys": {"k_dtype": "int4"}})"),
       "s.json");
   EXPECT_EQ(s.variant_names(), (std::vector<std::string>{"base", "int8", "tiny", "keys"}));
@@ -193,13 +193,13 @@ TEST(ScenarioCompare, VariantsOverrideTheBaseCache) {
               "(did you mean \"int8\"?)");
   }
   EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4)",
-                                                  R"([{"prompt": "a", "max_new_tokens": 1}])",
-                                                  R"(, "compare": {"x": {"blocksize": 4}})"))
+                                               R"([{"prompt": "a", "max_new_tokens": 1}])",
+                                               R"(, "compare": {"x": {"blocksize": 4}})"))
                 .rfind("s.json: compare.x.blocksize: expected one of the keys", 0),
             0u);
   EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4)",
-                                                  R"([{"prompt": "a", "max_new_tokens": 1}])",
-                                                  R"(, "compare": {"x": {"kv_dtype": "int3"}})"))
+                                               R"([{"prompt": "a", "max_new_tokens": 1}])",
+                                               R"(, "compare": {"x": {"kv_dtype": "int3"}})"))
                 .rfind("s.json: compare.x.kv_dtype: expected a KV format", 0),
             0u);
 }

@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 const fs::path kDir = fs::path(KVSCOPE_SOURCE_DIR) / "scenarios";
 constexpr int kCiSteps = 60;  // CI runs every variant for at most this many steps
 
-
 std::vector<std::string> shipped_names() {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(kDir)) {
@@ -68,10 +67,10 @@ TEST(ShippedScenarios, TheIssuesDozenIsThere) {
   // The twelve teaching scenarios of the scenario issue, plus minimal and mixed-lengths.
   const std::vector<std::string> shipped = shipped_names();
   const std::set<std::string> names(shipped.begin(), shipped.end());
-  for (const char* name : {"naive-vs-paged", "block-size", "shared-system-prompt",
-                           "multi-turn-chat", "parallel-sampling", "memory-pressure",
-                           "quantization-ladder", "past-context", "eviction-budget",
-                           "mla-rank-sweep", "mooncake-replay", "memory-wall"}) {
+  for (const char* name :
+       {"naive-vs-paged", "block-size", "shared-system-prompt", "multi-turn-chat",
+        "parallel-sampling", "memory-pressure", "quantization-ladder", "past-context",
+        "eviction-budget", "mla-rank-sweep", "mooncake-replay", "memory-wall"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
 }

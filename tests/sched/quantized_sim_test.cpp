@@ -52,7 +52,8 @@ RunSummary run_in_budget(const std::string& format_name) {
 
 TEST(QuantizedSimulator, ByteBudgetHoldsProportionallyMoreTokens) {
   const ModelConfig& c = test::real_model().model->config();
-  const double fp32_bytes = kv_layout_for(c, kBlockSize, 1, KvFormat{}, KvFormat{}).bytes_per_token();
+  const double fp32_bytes =
+      kv_layout_for(c, kBlockSize, 1, KvFormat{}, KvFormat{}).bytes_per_token();
   for (const char* name : {"fp16", "bf16", "fp8-e4m3", "int8", "int4", "int2"}) {
     SCOPED_TRACE(name);
     const KvFormat f = parse_kv_format(name, "test");

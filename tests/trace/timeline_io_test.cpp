@@ -136,8 +136,7 @@ TEST(TimelineThreads, ReadersSeeConsistentPrefixesWhileTheWriterAppends) {
   c.num_blocks = 16;
   c.preemption = PreemptionMode::kSwap;
   c.host_blocks = 8;
-  Simulator sim(c, SimModel{test::real_model().model->config(), nullptr},
-                test::mixed_requests(10));
+  Simulator sim(c, SimModel{test::real_model().model->config(), nullptr}, test::mixed_requests(10));
   std::shared_ptr<const Timeline> t = sim.timeline();
   std::atomic<bool> stop{false};
   std::atomic<int> reads{0};

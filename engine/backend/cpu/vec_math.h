@@ -21,11 +21,11 @@ inline constexpr float kExpMax = 88.0f;
 
 inline float vexp(float x) {
   const bool underflow = !(x >= kExpMin);  // also true for -inf and NaN
-  float xc = x < kExpMin ? kExpMin : x;  // selects, not fmin/fmax calls: they vectorize
+  float xc = x < kExpMin ? kExpMin : x;    // selects, not fmin/fmax calls: they vectorize
   xc = xc > kExpMax ? kExpMax : xc;
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  float r = std::fma(n, -0.693359375f, xc);     // ln 2, high part (exact in few bits)
-  r = std::fma(n, 2.12194440e-4f, r);           // ln 2 - high part
+  float r = std::fma(n, -0.693359375f, xc);  // ln 2, high part (exact in few bits)
+  r = std::fma(n, 2.12194440e-4f, r);        // ln 2 - high part
   float p = 1.0f / 5040.0f;
   p = std::fma(p, r, 1.0f / 720.0f);
   p = std::fma(p, r, 1.0f / 120.0f);
