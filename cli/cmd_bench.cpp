@@ -23,13 +23,14 @@ namespace kvscope::cli {
 
 int bench_quant(const Args& args);  // cmd_bench_quant.cpp
 int bench_mla(const Args& args);    // cmd_bench_mla.cpp
+int bench_batch(const Args& args);  // cmd_bench_batch.cpp
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kHelp =
-    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla> [options]
+    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch> [options]
 
   generate   decode tokens/s: --model M --steps N (default 256) --threads T --repeat R (default 5)
              --allocator paged|contiguous --block-size B --weights mmap|copy (default mmap)
@@ -43,6 +44,9 @@ constexpr const char* kHelp =
   mla        absorbed latent attention vs MHA attention, one layer, same run: --model M (default
              synthetic:deepseek-v3-mla-dims, random weights) --tokens N (default 1024)
              --kv-dtype F (default fp32) --block-size B --threads T (default 1) --repeat R
+  batch      decode tokens/s with N sequences per step, each step one batched forward:
+             --model M (default synthetic:smollm2-135m, random weights) --seqs 1,4,16
+             --steps N (default 32) --repeat R (default 3) --threads T --block-size B --json
 )";
 
 struct Timing {
@@ -235,8 +239,8 @@ int bench_alloc(const Args& args) {
 int cmd_bench(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
-             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights"},
-            {"--help"});
+             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights", "--seqs"},
+            {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
     return args.has("--help") ? 0 : 2;
@@ -248,7 +252,8 @@ int cmd_bench(const Argv& argv) {
   if (what == "alloc") return bench_alloc(args);
   if (what == "quant") return bench_quant(args);
   if (what == "mla") return bench_mla(args);
-  fail_expected("bench", "generate, kv, alloc, quant or mla", "'" + what + "'");
+  if (what == "batch") return bench_batch(args);
+  fail_expected("bench", "generate, weights, kv, alloc, quant, mla or batch", "'" + what + "'");
 }
 
 }  // namespace kvscope::cli

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/kv/kv_view.h"
 
@@ -43,6 +44,18 @@ class Backend {
   // runs them one after the other.
   virtual void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) {
     for (const MatmulOut& o : outs) matmul(o.out, x, o.w, n, o.d);
+  }
+  // The same products for m inputs at once (the tokens of one engine step): for every t < m,
+  // o.out[t * o.d + r] = W[r][n] * x[t * n + n], each element exactly what matmul() gives for that
+  // row of x, so a batched step is bit-identical to running its tokens one by one. Weights are
+  // read once for all m rows of x. This default runs the rows of x one after the other.
+  virtual void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) {
+    std::vector<MatmulOut> shifted(outs.begin(), outs.end());
+    for (int t = 0; t < m; ++t) {
+      for (std::size_t i = 0; i < outs.size(); ++i)
+        shifted[i].out = outs[i].out + static_cast<std::size_t>(t) * outs[i].d;
+      matmul_shared_input(x + static_cast<std::size_t>(t) * n, n, shifted);
+    }
   }
   // out[n] = w * x / sqrt(mean(x^2) + eps)
   virtual void rmsnorm(float* out, const float* x, const float* w, int n, float eps) = 0;

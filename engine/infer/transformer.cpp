@@ -1,76 +1,123 @@
 // The forward pass, top to bottom as in the Llama paper: embed, then per layer attention and
-// SwiGLU FFN with pre-RMSNorm and residuals, then the final norm and the classifier.
+// SwiGLU FFN with pre-RMSNorm and residuals, then the final norm and the classifier; over all the
+// tokens of one engine step at once.
 #include "engine/infer/transformer.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "engine/common/error.h"
 
 namespace kvscope {
+namespace {
+
+std::size_t sz(long v) { return static_cast<std::size_t>(v); }
+
+}  // namespace
 
 Transformer::Transformer(std::shared_ptr<const Model> model, Backend& backend)
     : model_(std::move(model)), backend_(backend) {
+  reserve(1, 1);
+}
+
+void Transformer::reserve(std::size_t tokens, std::size_t logit_rows) {
   const ModelConfig& c = model_->config();
-  x_.resize(static_cast<std::size_t>(c.dim));
-  xb_.resize(static_cast<std::size_t>(std::max(c.dim, c.q_dim())));
-  xb2_.resize(static_cast<std::size_t>(c.dim));
-  q_.resize(static_cast<std::size_t>(c.q_dim()));
-  k_.resize(static_cast<std::size_t>(c.kv_dim()));
-  v_.resize(static_cast<std::size_t>(c.kv_dim()));
-  hb_.resize(static_cast<std::size_t>(c.hidden_dim));
-  hb2_.resize(static_cast<std::size_t>(c.hidden_dim));
-  logits_.resize(static_cast<std::size_t>(c.vocab_size));
+  if (tokens > capacity_) {
+    capacity_ = tokens;
+    x_.resize(tokens * sz(c.dim));
+    xn_.resize(tokens * sz(c.dim));
+    q_.resize(tokens * sz(c.q_dim()));
+    k_.resize(tokens * sz(c.kv_dim()));
+    v_.resize(tokens * sz(c.kv_dim()));
+    att_.resize(tokens * sz(c.q_dim()));
+    proj_.resize(tokens * sz(c.dim));
+    hb_.resize(tokens * sz(c.hidden_dim));
+    hb2_.resize(tokens * sz(c.hidden_dim));
+  }
+  if (logit_rows > logit_capacity_) {
+    logit_capacity_ = logit_rows;
+    last_.resize(logit_rows * sz(c.dim));
+    logits_.resize(logit_rows * sz(c.vocab_size));
+  }
 }
 
 std::span<float> Transformer::forward(int token, int pos, const KvSeqView& kv,
                                       AttentionObserver* observer) {
+  const StepToken one{token, pos, kv, true, observer};
+  return forward_step(std::span<const StepToken>(&one, 1));
+}
+
+std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
   const ModelConfig& c = model_->config();
   const Weights& w = model_->weights();
   const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim(), hidden = c.hidden_dim;
-  if (token < 0 || token >= c.vocab_size) {
-    fail_expected("forward: token", "an id in [0, " + std::to_string(c.vocab_size) + ")",
-                  std::to_string(token));
+  const int m = static_cast<int>(tokens.size());
+  std::size_t wanted = 0;
+  for (const StepToken& t : tokens) {
+    if (t.token < 0 || t.token >= c.vocab_size) {
+      fail_expected("forward: token", "an id in [0, " + std::to_string(c.vocab_size) + ")",
+                    std::to_string(t.token));
+    }
+    wanted += t.want_logits ? 1 : 0;
   }
+  reserve(tokens.size(), wanted);
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  auto row = [](std::vector<float>& buf, long width, int t) { return buf.data() + t * width; };
 
-  // Token embedding.
-  std::memcpy(x_.data(), w.token_embedding + token * dim, static_cast<std::size_t>(dim) * 4);
-
+  // Token embeddings.
+  for (int t = 0; t < m; ++t) {
+    std::memcpy(row(x_, dim, t), w.token_embedding + tokens[sz(t)].token * dim, sz(dim) * 4);
+  }
   for (int l = 0; l < c.n_layers; ++l) {
-    // Attention block: pre-norm.
-    backend_.rmsnorm(xb_.data(), x_.data(), w.rms_att + l * dim, c.dim, c.rms_eps);
-    // Q, K, V projections.
+    // Attention block: pre-norm, then the Q, K, V projections of every token.
+    for (int t = 0; t < m; ++t)
+      backend_.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_att + l * dim, c.dim, c.rms_eps);
     const MatmulOut qkv[] = {{q_.data(), w.wq + l * q_dim * dim, c.q_dim()},
                              {k_.data(), w.wk + l * kv_dim * dim, c.kv_dim()},
                              {v_.data(), w.wv + l * kv_dim * dim, c.kv_dim()}};
-    backend_.matmul_shared_input(xb_.data(), c.dim, qkv);
-    // RoPE on q and k at this token's position.
-    backend_.rope(q_.data(), k_.data(), pos, c.q_dim(), c.kv_dim(), c.head_dim(), c.rope_theta);
-    // Store k, v in the cache (the view decides block, slot and format).
-    backend_.kv_write(kv, l, k_.data(), v_.data());
-    // softmax(q K^T / sqrt(d)) V over every cached slot of this sequence.
-    backend_.paged_attention(kv, l, shape, q_.data(), xb_.data(), pos, observer);
+    backend_.matmul_batch(xn_.data(), m, c.dim, qkv);
+    // RoPE at each token's position, then its K/V into its view's write slot. Every token of
+    // the step is written before any attends: a view's num_slots hides the later ones.
+    for (int t = 0; t < m; ++t) {
+      const StepToken& s = tokens[sz(t)];
+      backend_.rope(row(q_, q_dim, t), row(k_, kv_dim, t), s.pos, c.q_dim(), c.kv_dim(),
+                    c.head_dim(), c.rope_theta);
+      backend_.kv_write(s.view, l, row(k_, kv_dim, t), row(v_, kv_dim, t));
+    }
+    // softmax(q K^T / sqrt(d)) V over each token's visible slots.
+    for (int t = 0; t < m; ++t) {
+      const StepToken& s = tokens[sz(t)];
+      backend_.paged_attention(s.view, l, shape, row(q_, q_dim, t), row(att_, q_dim, t), s.pos,
+                               s.observer);
+    }
     // Output projection and residual.
-    backend_.matmul(xb2_.data(), xb_.data(), w.wo + l * dim * q_dim, c.q_dim(), c.dim);
-    for (long i = 0; i < dim; ++i)
-      x_[static_cast<std::size_t>(i)] += xb2_[static_cast<std::size_t>(i)];
+    const MatmulOut wo[] = {{proj_.data(), w.wo + l * dim * q_dim, c.dim}};
+    backend_.matmul_batch(att_.data(), m, c.q_dim(), wo);
+    for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
 
     // FFN block: pre-norm, SwiGLU, down projection, residual.
-    backend_.rmsnorm(xb_.data(), x_.data(), w.rms_ffn + l * dim, c.dim, c.rms_eps);
+    for (int t = 0; t < m; ++t)
+      backend_.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_ffn + l * dim, c.dim, c.rms_eps);
     const MatmulOut gate_up[] = {{hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim},
                                  {hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim}};
-    backend_.matmul_shared_input(xb_.data(), c.dim, gate_up);
-    backend_.swiglu(hb_.data(), hb2_.data(), c.hidden_dim);
-    backend_.matmul(xb2_.data(), hb_.data(), w.w2 + l * dim * hidden, c.hidden_dim, c.dim);
-    for (long i = 0; i < dim; ++i)
-      x_[static_cast<std::size_t>(i)] += xb2_[static_cast<std::size_t>(i)];
+    backend_.matmul_batch(xn_.data(), m, c.dim, gate_up);
+    for (int t = 0; t < m; ++t)
+      backend_.swiglu(row(hb_, hidden, t), row(hb2_, hidden, t), c.hidden_dim);
+    const MatmulOut down[] = {{proj_.data(), w.w2 + l * dim * hidden, c.dim}};
+    backend_.matmul_batch(hb_.data(), m, c.hidden_dim, down);
+    for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
   }
 
-  // Final norm and classifier.
-  backend_.rmsnorm(x_.data(), x_.data(), w.rms_final, c.dim, c.rms_eps);
-  backend_.matmul(logits_.data(), x_.data(), w.wcls, c.dim, c.vocab_size);
-  return logits_;
+  // Final norm and classifier, only for the tokens whose logits are wanted.
+  int k = 0;
+  for (int t = 0; t < m; ++t) {
+    if (!tokens[sz(t)].want_logits) continue;
+    backend_.rmsnorm(row(last_, dim, k), row(x_, dim, t), w.rms_final, c.dim, c.rms_eps);
+    ++k;
+  }
+  if (k == 0) return {};
+  const MatmulOut cls[] = {{logits_.data(), w.wcls, c.vocab_size}};
+  backend_.matmul_batch(last_.data(), k, c.dim, cls);
+  return std::span<float>(logits_.data(), sz(k) * sz(c.vocab_size));
 }
 
 }  // namespace kvscope

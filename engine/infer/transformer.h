@@ -1,5 +1,11 @@
-// Transformer: the Llama forward pass for one token, reading and writing K/V only through a
-// KvSeqView. It never knows which allocator, eviction policy or KV format is behind the view.
+// Transformer: the Llama forward pass, reading and writing K/V only through KvSeqViews. It never
+// knows which allocator, eviction policy or KV format is behind a view.
+//
+// One engine step runs as one call (forward_step): the projections, the FFN and the classifier
+// are products over all of the step's tokens, so every weight is read once per step however many
+// sequences run; attention runs per token over its own view. Each output element is computed in
+// the same order as for a token run alone, so a batched step is bit-identical to its tokens run
+// one by one (tests/sched/simulator_test.cpp, BatchedEqualsSolo; tests/infer/forward_step_test).
 #pragma once
 
 #include <memory>
@@ -11,6 +17,18 @@
 
 namespace kvscope {
 
+// One token of an engine step.
+struct StepToken {
+  int token = 0;
+  int pos = 0;  // RoPE position
+  // Where its K/V go (the view's write slot, num_slots - 1) and what it attends to: the view's
+  // slots up to and including its own, so a prefill chunk is causal without anyone patching a
+  // view between tokens.
+  KvSeqView view;
+  bool want_logits = false;  // the classifier runs only for these tokens
+  AttentionObserver* observer = nullptr;
+};
+
 class Transformer {
  public:
   Transformer(std::shared_ptr<const Model> model, Backend& backend);
@@ -19,24 +37,33 @@ class Transformer {
   const Model& model() const { return *model_; }
   Backend& backend() { return backend_; }
 
-  // Runs `token` at position `pos`. The view must have a slot reserved for it (its write slot).
-  // Returns the logits [vocab], valid until the next call.
+  // Runs every token of a step. Tokens of one sequence come in position order, each view with a
+  // slot reserved for its token. Returns the logits of the tokens with want_logits, in their
+  // order, [count][vocab] row-major, valid until the next call.
+  std::span<float> forward_step(std::span<const StepToken> tokens);
+
+  // One token alone: forward_step of {token, pos, kv, logits wanted}. Returns the logits [vocab].
   std::span<float> forward(int token, int pos, const KvSeqView& kv,
                            AttentionObserver* observer = nullptr);
 
  private:
+  void reserve(std::size_t tokens, std::size_t logit_rows);
+
   std::shared_ptr<const Model> model_;
   Backend& backend_;
-  // Activations for one token (run state, reused every call).
-  std::vector<float> x_;       // [dim] residual stream
-  std::vector<float> xb_;      // [max(dim, q_dim)] normed input / attention output
-  std::vector<float> xb2_;     // [dim] projection output
-  std::vector<float> q_;       // [q_dim]
-  std::vector<float> k_;       // [kv_dim]
-  std::vector<float> v_;       // [kv_dim]
-  std::vector<float> hb_;      // [hidden]
-  std::vector<float> hb2_;     // [hidden]
-  std::vector<float> logits_;  // [vocab]
+  // Activations for up to capacity_ tokens, one row per token (grown on demand, then reused).
+  std::size_t capacity_ = 0, logit_capacity_ = 0;
+  std::vector<float> x_;       // [m][dim] residual stream
+  std::vector<float> xn_;      // [m][dim] normed input of a block
+  std::vector<float> q_;       // [m][q_dim]
+  std::vector<float> k_;       // [m][kv_dim]
+  std::vector<float> v_;       // [m][kv_dim]
+  std::vector<float> att_;     // [m][q_dim] attention output
+  std::vector<float> proj_;    // [m][dim] output / down projection
+  std::vector<float> hb_;      // [m][hidden]
+  std::vector<float> hb2_;     // [m][hidden]
+  std::vector<float> last_;    // [k][dim] normed final states of the tokens that want logits
+  std::vector<float> logits_;  // [k][vocab]
 };
 
 }  // namespace kvscope

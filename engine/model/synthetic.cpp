@@ -37,6 +37,11 @@ const std::map<std::string, ModelConfig>& presets() {
       t[name].shared_classifier = false;
     t["stories15m"] = shape(288, 768, 6, 6, 6, 32000, 256);
     t["stories110m"] = shape(768, 2048, 12, 12, 12, 32000, 1024);
+    // SmolLM2-135M's shape (its GGUF metadata): GQA 9 query over 3 KV heads, tied classifier.
+    ModelConfig smol = shape(576, 1536, 30, 9, 3, 49152, 8192);
+    smol.rope_theta = 100000.0f;
+    smol.rms_eps = 1e-5f;
+    t["smollm2-135m"] = smol;
     // DeepSeek-V3 attention dims: 128 heads of 128 (values), 61 layers, MLA latent 512 + RoPE 64.
     // The dense-FFN width stands in for the MoE experts; the shape serves KV studies only.
     ModelConfig ds = shape(7168, 18432, 61, 128, 128, 129280, 163840, 128);

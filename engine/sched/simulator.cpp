@@ -218,8 +218,35 @@ void Simulator::arrive() {
   }
 }
 
-void Simulator::execute(Work& w) {
+std::vector<std::span<float>> Simulator::forward_plan(const Work& w) {
+  std::vector<StepToken> step;
   for (const Work::Entry& entry : w.plan) {
+    const RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
+    KvSeqView view = cache_->view(SeqId(r.id));
+    view.mla = config_.mla.get();
+    for (int pos = r.num_computed; pos < r.num_computed + entry.tokens; ++pos) {
+      view.num_slots = pos + 1;  // writes slot pos, attends to everything up to it
+      step.push_back(StepToken{r.tokens[static_cast<std::size_t>(pos)], pos, view,
+                               pos + 1 == r.num_computed + entry.tokens, nullptr});
+    }
+  }
+  const std::span<float> all = transformer_->forward_step(step);
+  std::vector<std::span<float>> logits;
+  const auto vocab = static_cast<std::size_t>(transformer_->config().vocab_size);
+  std::size_t row = 0;
+  for (const Work::Entry& entry : w.plan) {
+    logits.push_back(entry.tokens > 0 ? all.subspan(row++ * vocab, vocab) : std::span<float>());
+  }
+  return logits;
+}
+
+void Simulator::execute(Work& w) {
+  // One batched forward for the whole step (token eviction runs per sequence: its evictor acts
+  // between tokens). The bookkeeping below runs after it, entry by entry, as before.
+  std::vector<std::span<float>> step_logits;
+  if (transformer_ && !evicts_tokens()) step_logits = forward_plan(w);
+  for (std::size_t e = 0; e < w.plan.size(); ++e) {
+    const Work::Entry& entry = w.plan[e];
     RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
     const int first = r.num_computed;
     const int n = entry.tokens;
@@ -228,12 +255,7 @@ void Simulator::execute(Work& w) {
     if (evicts_tokens()) {
       logits = forward_evicting(r, first, n);
     } else if (transformer_) {
-      KvSeqView view = cache_->view(SeqId(r.id));
-      view.mla = config_.mla.get();
-      for (int pos = first; pos < first + n; ++pos) {
-        view.num_slots = pos + 1;  // attend to everything up to and including this token
-        logits = transformer_->forward(r.tokens[static_cast<std::size_t>(pos)], pos, view);
-      }
+      logits = step_logits[e];
     }
     // A decode step feeds just the newest sampled token; anything else is (re)prefill.
     const bool decode = n == 1 && first >= prompt &&

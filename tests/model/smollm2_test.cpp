@@ -12,6 +12,7 @@
 #include "engine/infer/generate.h"
 #include "engine/infer/transformer.h"
 #include "engine/model/chat.h"
+#include "engine/model/synthetic.h"
 #include "tests/test_support.h"
 
 namespace kvscope {
@@ -79,6 +80,23 @@ std::vector<Golden> load_golden() {
     out.push_back(std::move(g));
   }
   return out;
+}
+
+// synthetic:smollm2-135m (random weights, for batch benchmarks at this shape) is the file's shape.
+TEST(SmolLM2, SyntheticPresetHasTheFilesShape) {
+  const ModelConfig& f = test::smollm2().model->config();
+  const ModelConfig p = parse_synthetic_spec("smollm2-135m").config;
+  EXPECT_EQ(p.dim, f.dim);
+  EXPECT_EQ(p.hidden_dim, f.hidden_dim);
+  EXPECT_EQ(p.n_layers, f.n_layers);
+  EXPECT_EQ(p.n_heads, f.n_heads);
+  EXPECT_EQ(p.n_kv_heads, f.n_kv_heads);
+  EXPECT_EQ(p.head_dim(), f.head_dim());
+  EXPECT_EQ(p.vocab_size, f.vocab_size);
+  EXPECT_EQ(p.seq_len, f.seq_len);
+  EXPECT_EQ(p.rope_theta, f.rope_theta);
+  EXPECT_EQ(p.rms_eps, f.rms_eps);
+  EXPECT_EQ(p.shared_classifier, f.shared_classifier);
 }
 
 TEST(SmolLM2, TokenizesTheGoldenPromptsAsLlamaCpp) {

@@ -23,6 +23,10 @@ class CpuBackend final : public Backend {
     use_threads();
     cpu::matmul_shared_input(x, n, outs);
   }
+  void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) override {
+    use_threads();
+    cpu::matmul_batch(x, m, n, outs);
+  }
   void rmsnorm(float* out, const float* x, const float* w, int n, float eps) override {
     cpu::rmsnorm(out, x, w, n, eps);
   }

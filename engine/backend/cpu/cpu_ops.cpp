@@ -3,6 +3,7 @@
 #include "engine/backend/cpu/cpu_ops.h"
 
 #include "engine/backend/cpu/mla_ops.h"
+#include "engine/backend/cpu/row_dot.h"
 #include "engine/backend/cpu/vec_math.h"
 #include "engine/common/error.h"
 #include "engine/quant/kv_codec.h"
@@ -144,6 +145,59 @@ void matmul(float* out, const float* x, const float* w, int n, int d) {
   matmul_shared_input(x, n, std::span<const MatmulOut>(&one, 1));
 }
 
+void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) {
+  if (m == 1) {
+    matmul_shared_input(x, n, outs);
+    return;
+  }
+  long rows = 0;
+  for (const MatmulOut& o : outs) rows += o.d;
+  // As matmul_shared_input: one weight row at a time, now against every row of x while the
+  // weight row is still in L1. The work per weight row grows with m, so the split over threads is
+  // the same static one and the parallel threshold counts all m products.
+  auto run_rows = [&](long begin, long end) {
+    long base = 0;
+    for (const MatmulOut& o : outs) {
+      const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
+      // Pairs of weight rows against four rows of x at a time (a 2 x 4 register tile), then the
+      // odd row and the rows of x left over; every element is row_dot of its (row, input).
+      for (long r = lo; r < hi; r += 2) {
+        const long i = r - base;
+        const float* w0 = o.w + i * n;
+        const bool pair = r + 1 < hi;
+        int t = 0;
+        for (; t + 4 <= m; t += 4) {
+          float out0[4], out1[4];
+          const float* xt = x + static_cast<long>(t) * n;
+          if (pair)
+            row_dot2x4(w0, w0 + n, xt, n, n, out0, out1);
+          else
+            row_dot4(w0, xt, n, n, out0);
+          for (int k = 0; k < 4; ++k) {
+            o.out[static_cast<long>(t + k) * o.d + i] = out0[k];
+            if (pair) o.out[static_cast<long>(t + k) * o.d + i + 1] = out1[k];
+          }
+        }
+        for (; t < m; ++t) {
+          const float* xt = x + static_cast<long>(t) * n;
+          o.out[static_cast<long>(t) * o.d + i] = row_dot(w0, xt, n);
+          if (pair) o.out[static_cast<long>(t) * o.d + i + 1] = row_dot(w0 + n, xt, n);
+        }
+      }
+      base += o.d;
+    }
+  };
+  if (rows * n * m < kParallelThreshold || omp_get_max_threads() == 1) {
+    run_rows(0, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    const long t = omp_get_thread_num(), nt = omp_get_num_threads();
+    run_rows(rows * t / nt, rows * (t + 1) / nt);
+  }
+}
+
 void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) {
   long rows = 0;
   for (const MatmulOut& o : outs) rows += o.d;
@@ -154,7 +208,7 @@ void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs)
     long base = 0;
     for (const MatmulOut& o : outs) {
       const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
-      for (long r = lo; r < hi; ++r) o.out[r - base] = dot(o.w + (r - base) * n, x, n);
+      for (long r = lo; r < hi; ++r) o.out[r - base] = row_dot(o.w + (r - base) * n, x, n);
       base += o.d;
     }
   };

@@ -1,0 +1,20 @@
+// Weight-row dot products with a fixed summation order, shared by matmul (one input row) and
+// matmul_batch (several input rows against each weight row), so a batched step is bit-identical
+// to its tokens run one by one on any compiler: 16 products per iteration into two 8-lane
+// accumulators, a fixed pairwise reduction of the 16 lanes, then the tail in order.
+// row_dot.cpp is compiled without -fassociative-math (engine/CMakeLists.txt), so the compiler
+// keeps exactly this order; GCC/Clang vector extensions map the 8 lanes to AVX/NEON registers.
+#pragma once
+
+namespace kvscope::cpu {
+
+// sum_j w[j] * x[j]
+float row_dot(const float* w, const float* x, int n);
+// out[t] = row_dot(w, x + t * stride, n) for t < 4, bit for bit, reading each w chunk once.
+void row_dot4(const float* w, const float* x, long stride, int n, float out[4]);
+// out0[t] = row_dot(w0, x + t * stride, n), out1[t] = row_dot(w1, ...), t < 4, bit for bit: a
+// 2 x 4 register tile, each weight and input chunk loaded once for four products.
+void row_dot2x4(const float* w0, const float* w1, const float* x, long stride, int n,
+                float out0[4], float out1[4]);
+
+}  // namespace kvscope::cpu
