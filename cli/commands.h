@@ -18,5 +18,6 @@ int cmd_trace(const Argv& args);
 int cmd_eval(const Argv& args);
 int cmd_memwall(const Argv& args);
 int cmd_tokenize(const Argv& args);
+int cmd_attach(const Argv& args);
 
 }  // namespace kvscope::cli

@@ -25,6 +25,8 @@ commands:
   eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
   memwall    the context or batch whose KV cache fits beside the weights on 1..8 GPUs
   tokenize   the token ids and pieces of a text under a model's tokenizer (--json)
+  attach     follow a running vLLM / SGLang engine's KV-cache events live (ZeroMQ); writes a
+             recording, a Chrome trace and a report per data-parallel rank
 
 models are found via --model, $KVSCOPE_MODELS, assets/models/, then ../shared/models;
 --model smollm2 is SmolLM2-135M-Instruct (GGUF; scripts/models.sh fetches it); any Llama GGUF loads;
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     if (command == "eval") return cmd_eval(args);
     if (command == "memwall") return cmd_memwall(args);
     if (command == "tokenize") return cmd_tokenize(args);
+    if (command == "attach") return cmd_attach(args);
     std::fprintf(stderr, "kvscope: unknown command '%s'; run kvscope --help\n", command.c_str());
     return 2;
   } catch (const kvscope::Error& e) {

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
-targets=(checkpoint tokenizer mooncake kv_events recording scenario gguf)
+targets=(checkpoint tokenizer mooncake kv_events recording scenario gguf kv_event_stream)
 
 if ! command -v clang++ >/dev/null || ! command -v clang >/dev/null; then
   echo "kvscope fuzz: clang is not installed (apt-get install clang libclang-rt-14-dev)" >&2

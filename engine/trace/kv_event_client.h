@@ -1,0 +1,112 @@
+// KvEventClient: attaches to the KV-cache event stream of a running vLLM or SGLang engine over
+// ZeroMQ, one publisher per data-parallel rank, and folds what arrives into a KvEventModel.
+//
+// Per rank r (endpoint port + r for tcp, NAME_dp<r> for ipc/inproc, as the engines number them):
+//   - a SUB socket receives [topic, seq (8 bytes big-endian), msgpack payload]; seq counts from 0
+//     per publisher process;
+//   - a DEALER socket (when a replay endpoint is given) sends ["", start_seq] to the engine's
+//     ROUTER, which answers ["", seq, payload] for each batch it still buffers from start_seq on,
+//     then ["", 0xFF x 8, ""].
+// Sequence tracking per rank: at attach (and after a restart) it asks for everything buffered
+// ("catch-up"); a jump forward is a gap, filled by a replay from the first missing seq while live
+// batches wait in a bounded queue; what the replay no longer has is counted lost; a seq going
+// backwards is a restart (the engine's blocks are dropped, then catch-up). Every wait is a poll
+// with a deadline: nothing blocks on a publisher that never appears.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/trace/kv_event_model.h"
+#include "engine/trace/kv_event_stream.h"
+
+namespace kvscope {
+
+struct KvAttachConfig {
+  std::string endpoint;          // rank 0's PUB address: tcp://HOST:PORT, ipc://PATH, inproc://NAME
+  std::string replay_endpoint;   // rank 0's ROUTER address; "" = no replay (gaps are lost)
+  std::string topic;             // "" = every topic; else only frames whose topic is exactly this
+  int dp_ranks = 1;              // publishers: ranks 0 .. dp_ranks-1
+  int replay_timeout_ms = 3000;  // a replay with no end marker by then is given up
+  std::size_t max_pending_batches = 100'000;  // live batches held while a replay runs
+  std::size_t max_pending_bytes = std::size_t{256} << 20;
+  KvDecodeLimits decode;
+  KvModelLimits model;
+};
+
+// The address of DP rank `rank` given rank 0's: tcp port + rank, otherwise "_dp<rank>" appended
+// (the engines' own convention; rank 0 keeps the address as given).
+std::string kv_rank_endpoint(const std::string& base, int rank);
+// Throws kvscope::Error naming `flag` unless `endpoint` is one a subscriber can connect to for
+// `dp_ranks` ranks: tcp://HOST:PORT (not a bind address like tcp://*:5557; PORT + dp_ranks - 1 at
+// most 65535), ipc://PATH or inproc://NAME.
+void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::string& flag);
+
+enum class KvConnection : std::uint8_t {
+  kUnknown,       // inproc, or not reported yet
+  kConnected,     // the SUB socket has a TCP / IPC connection to the publisher
+  kDisconnected,  // nothing accepted the connection (yet): no publisher at that address
+};
+
+// Per rank (publisher). Block counters are in KvEventModel::by_rank().
+struct KvRankStats {
+  int rank = 0;
+  std::string endpoint, replay_endpoint;
+  KvConnection connection = KvConnection::kUnknown;
+  std::int64_t batches = 0;          // sequence numbers applied (live or replayed), decoded or not
+  std::int64_t gaps = 0;             // jumps forward in the sequence
+  std::int64_t replayed = 0;         // batches applied from the replay socket
+  std::int64_t lost = 0;             // sequence numbers neither received nor replayed
+  std::int64_t decode_errors = 0;    // payloads that did not decode (counted, skipped)
+  std::int64_t restarts = 0;         // the sequence went backwards
+  std::int64_t bad_frames = 0;       // messages not of the expected frames (counted, skipped)
+  std::int64_t other_topics = 0;     // batches on a topic other than --topic (skipped)
+  std::int64_t duplicates = 0;       // a seq already applied (skipped)
+  std::int64_t rank_mismatches = 0;  // payloads whose data_parallel_rank is not this rank
+  std::int64_t replay_requests = 0;
+  std::int64_t replay_timeouts =
+      0;  // replays given up (no end marker in time, or too much waiting)
+  bool replaying = false;
+  std::optional<std::uint64_t> last_seq;
+  double last_ts = 0.0;  // the engine's timestamp of the last live batch
+  double lag_s = 0.0;    // receive time - that timestamp (includes clock skew between hosts)
+  std::string last_decode_error;
+  std::string last_other_topic;
+};
+
+class KvEventClient {
+ public:
+  // Connects (ZeroMQ connects lazily: a missing publisher is not an error here; stats say so).
+  // Throws kvscope::Error for an endpoint check_kv_endpoint refuses or ZeroMQ rejects.
+  explicit KvEventClient(KvAttachConfig config);
+  ~KvEventClient();
+  KvEventClient(const KvEventClient&) = delete;
+  KvEventClient& operator=(const KvEventClient&) = delete;
+
+  // Handles whatever arrives within `timeout_ms` (returns early when interrupted by a signal or
+  // when the batch limit is reached). Returns the batches applied during this call.
+  std::int64_t poll(int timeout_ms);
+  // Stop applying after `n` batches in all (0 = no limit); what is left stays unread.
+  void set_batch_limit(std::int64_t n);
+  bool batch_limit_reached() const;
+
+  const KvAttachConfig& config() const;
+  const KvEventModel& model() const;
+  const std::vector<KvRankStats>& ranks() const;
+  KvRankStats totals() const;  // counters summed over ranks (rank = -1)
+  // One line for a terminal: batches, live blocks by rank, gaps, ... or why nothing came yet.
+  std::string status_line() const;
+  // The summary `kvscope attach --json` prints (keys in docs/attach.md).
+  nlohmann::json summary_json() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvscope

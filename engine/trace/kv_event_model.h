@@ -1,0 +1,150 @@
+// KvEventModel: decoded KV-event batches of a live vLLM / SGLang stream folded into kvscope's
+// block model, per data-parallel rank and medium: which blocks each engine holds right now, the
+// prefix tree their parent hashes make, counters, and a recording that becomes a Timeline (so
+// `kvscope attach` writes recording.kvr and trace.json like any other run).
+//
+// The events are the file importer's (engine/trace/kv_events_import.h), one step per batch:
+//   BlockStored      -> per block kBlockAllocated (block = slot, logical = depth in its chain,
+//                       a = parent slot or -1, b = block_size, request = -1), then kBlockCached
+//                       (a = 1, b = parent slot + 1) so replay shows it as a cached prefix block
+//                       with its parent, as the prefix tree view expects
+//   BlockRemoved     -> kCachedBlockEvicted (block = slot, a = -1) per live block removed
+//   AllBlocksCleared -> kCachedBlockEvicted for every live block of that rank, ascending slots
+// Slots are recycled (a removed block's slot goes to the next stored block), unlike the
+// importer's one id per hash ever seen: a live stream has no end, its set of live blocks does.
+//
+// MEMORY is bounded whatever the run length:
+//   - the live block map holds what the engines hold (a block leaves on BlockRemoved,
+//     AllBlocksCleared or a restart), capped at KvModelLimits::max_live_blocks (~64 bytes each);
+//     a store past the cap is counted in untracked_blocks and not kept;
+//   - the recording keeps the first max_recorded_events events (40 bytes each) and
+//     max_recorded_batches steps (24 bytes each); past either it stops growing
+//     (recording_truncated()) while every counter goes on;
+//   - counters are per rank and per medium (at most max_media names; more count as "OTHER").
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/kv/events.h"
+#include "engine/trace/kv_event_stream.h"
+#include "engine/trace/timeline.h"
+
+namespace kvscope {
+
+struct KvModelLimits {
+  std::size_t max_live_blocks = 2'000'000;       // ~128 MB of live map at the cap
+  std::size_t max_recorded_events = 4'000'000;   // ~160 MB of recording
+  std::size_t max_recorded_batches = 1'000'000;  // ~24 MB
+  std::size_t max_media = 16;
+};
+
+// A block removed this soon after it was stored (by the engine's batch timestamps) is churn.
+inline constexpr double kKvShortLivedSeconds = 1.0;
+
+struct KvModelCounters {
+  std::int64_t batches = 0;  // batches applied, decoded or not
+  std::int64_t undecodable = 0;
+  std::array<std::int64_t, kNumKvEventKinds> events{};  // by KvEventKind
+  std::int64_t blocks_stored = 0;     // block hashes carried by BlockStored events
+  std::int64_t blocks_removed = 0;    // live blocks a BlockRemoved removed
+  std::int64_t blocks_cleared = 0;    // live blocks dropped by AllBlocksCleared or a restart
+  std::int64_t restored = 0;          // BlockStored of a block already live (kept, relinked)
+  std::int64_t unknown_parents = 0;   // a parent hash not live on that rank, medium and group
+  std::int64_t unknown_removals = 0;  // BlockRemoved of a hash not live (stored before attach?)
+  std::int64_t untracked_blocks = 0;  // stores refused because the live map was full
+  std::int64_t short_lived = 0;       // removed within kKvShortLivedSeconds of being stored
+  std::int64_t skipped_events = 0;    // unknown event tags
+  std::int64_t skipped_fields = 0;    // unknown map keys / positional fields
+  std::int64_t live = 0;              // blocks held now
+  std::int64_t peak_live = 0;
+};
+
+class KvEventModel {
+ public:
+  explicit KvEventModel(KvModelLimits limits = {});
+
+  // One decoded batch of `rank` (0..65535): one step of the recording.
+  void apply(int rank, const KvEventBatch& batch);
+  // A batch that arrived but did not decode: counted, and an empty step (steps stay batches).
+  void apply_undecodable(int rank);
+  // The rank's publisher restarted (its sequence went back): its blocks are gone with it. The
+  // evictions are recorded in the step of the next batch.
+  void restart(int rank);
+
+  const KvModelCounters& totals() const { return totals_; }
+  const std::map<int, KvModelCounters>& by_rank() const { return by_rank_; }
+  // Live blocks per medium name ("GPU" for nil / absent), over all ranks or for one rank.
+  std::map<std::string, std::int64_t> live_by_medium() const;
+  std::map<std::string, std::int64_t> live_by_medium(int rank) const;
+  // The block size of the first BlockStored seen (0 before any).
+  std::int64_t block_size() const { return block_size_; }
+
+  bool recording_truncated() const { return truncated_; }
+  std::size_t recorded_batches() const { return steps_.size(); }
+  std::size_t recorded_events() const { return events_.size(); }
+  // The recording as a Timeline (one step per recorded batch; num_blocks = the slots used).
+  Timeline build_timeline(const std::string& title) const;
+
+ private:
+  struct Key {
+    std::uint64_t hash;
+    std::uint64_t scope;  // rank << 40 | medium << 32 | group
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const {
+      return static_cast<std::size_t>(k.hash ^ (k.scope * 0x9E3779B97F4A7C15ull));
+    }
+  };
+  struct Live {
+    std::int32_t slot;
+    std::int32_t depth;
+    double stored_ts;
+  };
+  struct Step {
+    std::uint64_t end;  // one past its last recorded event
+    std::int64_t live;  // live blocks after it
+    double ts;
+  };
+
+  int medium_id(const std::string& name);
+  static std::uint64_t scope(int rank, int medium, std::int64_t group) {
+    return static_cast<std::uint64_t>(rank) << 40 | static_cast<std::uint64_t>(medium) << 32 |
+           static_cast<std::uint64_t>(group & 0xffffffff);
+  }
+  template <typename F>
+  void count(int rank, F&& f) {
+    f(totals_);
+    f(by_rank_[rank]);
+  }
+  void stored(int rank, const KvStreamEvent& ev, double ts);
+  void removed(int rank, const KvStreamEvent& ev, double ts);
+  void drop_rank(int rank);
+  void erase(std::unordered_map<Key, Live, KeyHash>::iterator it, int rank, int medium);
+  void record(const Event& e);
+  void begin_step();
+  void end_step(double ts);
+
+  KvModelLimits limits_;
+  KvModelCounters totals_;
+  std::map<int, KvModelCounters> by_rank_;
+  std::vector<std::string> media_;                       // medium id -> name
+  std::map<std::pair<int, int>, std::int64_t> live_rm_;  // (rank, medium) -> live blocks
+  std::unordered_map<Key, Live, KeyHash> live_;
+  std::vector<std::int32_t> free_slots_;
+  std::int32_t next_slot_ = 0;
+  std::int64_t block_size_ = 0;
+  // The recording.
+  std::vector<Event> events_;
+  std::vector<Step> steps_;
+  bool truncated_ = false;  // a cap was reached: nothing more is recorded
+};
+
+}  // namespace kvscope
