@@ -66,7 +66,8 @@ double time_decode(Transformer& t, int seqs, int steps, int block_size) {
                                            cache.view(SeqId(s)), true, nullptr};
     }
     const std::span<const float> logits = t.forward_step(step);
-    for (std::size_t s = 0; s < next.size(); ++s) next[s] = argmax(logits.subspan(s * vocab, vocab));
+    for (std::size_t s = 0; s < next.size(); ++s)
+      next[s] = argmax(logits.subspan(s * vocab, vocab));
   };
   run_step(0);
   const auto start = Clock::now();

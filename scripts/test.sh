@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds kvscope with warnings as errors, and runs every test: the
-# release build, then the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer,
-# then the libFuzzer targets for 30 s each (KVSCOPE_SKIP_FUZZ=1 skips them; see scripts/fuzz.sh).
+# release build and its suite, clang-format + clang-tidy (scripts/lint.sh), the whole suite again
+# under AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer targets for 30 s each
+# (KVSCOPE_SKIP_FUZZ=1 skips them; see scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -14,6 +15,7 @@ echo "== release build (warnings as errors) ==" >&2
 cmake --preset release -G Ninja >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
+bash scripts/lint.sh
 
 if [ "${KVSCOPE_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan + UBSan build ==" >&2

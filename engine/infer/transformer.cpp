@@ -10,7 +10,9 @@
 namespace kvscope {
 namespace {
 
-std::size_t sz(long v) { return static_cast<std::size_t>(v); }
+std::size_t sz(long v) {
+  return static_cast<std::size_t>(v);
+}
 
 }  // namespace
 

@@ -38,16 +38,19 @@ TEST(MatmulBatch, EveryElementIsWhatMatmulGivesForItsRow) {
         const auto w1 = random_floats(static_cast<std::size_t>(d1) * n, 1);
         const auto w2 = random_floats(static_cast<std::size_t>(d2) * n, 2);
         const auto x = random_floats(static_cast<std::size_t>(m) * n, 3);
-        std::vector<float> o1(static_cast<std::size_t>(m) * d1), o2(static_cast<std::size_t>(m) * d2);
+        std::vector<float> o1(static_cast<std::size_t>(m) * d1),
+            o2(static_cast<std::size_t>(m) * d2);
         const MatmulOut outs[] = {{o1.data(), w1.data(), d1}, {o2.data(), w2.data(), d2}};
         backend->matmul_batch(x.data(), m, n, outs);
         for (int t = 0; t < m; ++t) {
           std::vector<float> r1(static_cast<std::size_t>(d1)), r2(static_cast<std::size_t>(d2));
           backend->matmul(r1.data(), x.data() + static_cast<std::size_t>(t) * n, w1.data(), n, d1);
           backend->matmul(r2.data(), x.data() + static_cast<std::size_t>(t) * n, w2.data(), n, d2);
-          EXPECT_TRUE(bitwise_equal(std::span(o1).subspan(static_cast<std::size_t>(t) * d1, d1), r1))
+          EXPECT_TRUE(
+              bitwise_equal(std::span(o1).subspan(static_cast<std::size_t>(t) * d1, d1), r1))
               << "threads " << threads << " n " << n << " m " << m << " row " << t;
-          EXPECT_TRUE(bitwise_equal(std::span(o2).subspan(static_cast<std::size_t>(t) * d2, d2), r2))
+          EXPECT_TRUE(
+              bitwise_equal(std::span(o2).subspan(static_cast<std::size_t>(t) * d2, d2), r2))
               << "threads " << threads << " n " << n << " m " << m << " row " << t;
         }
       }

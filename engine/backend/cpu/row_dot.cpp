@@ -69,8 +69,8 @@ void row_dot4(const float* w, const float* x, long stride, int n, float out[4]) 
 
 namespace kvscope::cpu {
 
-void row_dot2x4(const float* w0, const float* w1, const float* x, long stride, int n,
-                float out0[4], float out1[4]) {
+void row_dot2x4(const float* w0, const float* w1, const float* x, long stride, int n, float out0[4],
+                float out1[4]) {
   const float* xs[4] = {x, x + stride, x + 2 * stride, x + 3 * stride};
   // [row][token] accumulator pairs: each one exactly row_dot's s0, s1 for its (row, token).
   v8 a[2][4] = {}, b[2][4] = {};
