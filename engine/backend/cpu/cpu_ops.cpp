@@ -159,30 +159,20 @@ void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs)
     long base = 0;
     for (const MatmulOut& o : outs) {
       const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
-      // Pairs of weight rows against four rows of x at a time (a 2 x 4 register tile), then the
-      // odd row and the rows of x left over; every element is row_dot of its (row, input).
-      for (long r = lo; r < hi; r += 2) {
+      // One weight row at a time (a single sequential stream, as in matmul_shared_input: pairing
+      // rows into a 2 x 4 register tile halved the streaming bandwidth at 4 sequences here),
+      // against four rows of x per pass while the row is in L1, then the rows of x left over.
+      for (long r = lo; r < hi; ++r) {
         const long i = r - base;
-        const float* w0 = o.w + i * n;
-        const bool pair = r + 1 < hi;
+        const float* wr = o.w + i * n;
         int t = 0;
         for (; t + 4 <= m; t += 4) {
-          float out0[4], out1[4];
-          const float* xt = x + static_cast<long>(t) * n;
-          if (pair)
-            row_dot2x4(w0, w0 + n, xt, n, n, out0, out1);
-          else
-            row_dot4(w0, xt, n, n, out0);
-          for (int k = 0; k < 4; ++k) {
-            o.out[static_cast<long>(t + k) * o.d + i] = out0[k];
-            if (pair) o.out[static_cast<long>(t + k) * o.d + i + 1] = out1[k];
-          }
+          float four[4];
+          row_dot4(wr, x + static_cast<long>(t) * n, n, n, four);
+          for (int k = 0; k < 4; ++k) o.out[static_cast<long>(t + k) * o.d + i] = four[k];
         }
-        for (; t < m; ++t) {
-          const float* xt = x + static_cast<long>(t) * n;
-          o.out[static_cast<long>(t) * o.d + i] = row_dot(w0, xt, n);
-          if (pair) o.out[static_cast<long>(t) * o.d + i + 1] = row_dot(w0 + n, xt, n);
-        }
+        for (; t < m; ++t)
+          o.out[static_cast<long>(t) * o.d + i] = row_dot(wr, x + static_cast<long>(t) * n, n);
       }
       base += o.d;
     }

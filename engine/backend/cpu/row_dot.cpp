@@ -66,30 +66,3 @@ void row_dot4(const float* w, const float* x, long stride, int n, float out[4]) 
 }
 
 }  // namespace kvscope::cpu
-
-namespace kvscope::cpu {
-
-void row_dot2x4(const float* w0, const float* w1, const float* x, long stride, int n, float out0[4],
-                float out1[4]) {
-  const float* xs[4] = {x, x + stride, x + 2 * stride, x + 3 * stride};
-  // [row][token] accumulator pairs: each one exactly row_dot's s0, s1 for its (row, token).
-  v8 a[2][4] = {}, b[2][4] = {};
-  int j = 0;
-  for (; j + 16 <= n; j += 16) {
-    const v8 lo0 = load8(w0 + j), hi0 = load8(w0 + j + 8);
-    const v8 lo1 = load8(w1 + j), hi1 = load8(w1 + j + 8);
-    for (int t = 0; t < 4; ++t) {
-      const v8 xl = load8(xs[t] + j), xh = load8(xs[t] + j + 8);
-      a[0][t] += lo0 * xl;
-      b[0][t] += hi0 * xh;
-      a[1][t] += lo1 * xl;
-      b[1][t] += hi1 * xh;
-    }
-  }
-  for (int t = 0; t < 4; ++t) {
-    out0[t] = tail(w0, xs[t], j, n, reduce(a[0][t], b[0][t]));
-    out1[t] = tail(w1, xs[t], j, n, reduce(a[1][t], b[1][t]));
-  }
-}
-
-}  // namespace kvscope::cpu
