@@ -3,6 +3,7 @@
 // tokens of one engine step at once.
 #include "engine/infer/transformer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/common/error.h"
@@ -48,7 +49,61 @@ std::span<float> Transformer::forward(int token, int pos, const KvSeqView& kv,
   return forward_step(std::span<const StepToken>(&one, 1));
 }
 
+namespace {
+
+// KIVI quantizes a group of keys when its last token is written and then drops the group's
+// full-precision staging, which earlier tokens of the same group still attend through: within a
+// KIVI pool a sequence's tokens must each be written and attended before the next is written.
+bool writes_change_earlier_slots(const KvSeqView& v) {
+  const KvLayout& l = v.storage->layout();
+  return l.k_format.is_kivi() || l.v_format.is_kivi();
+}
+
+}  // namespace
+
 std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
+  // Wave k holds the k-th token of every sequence in the step (a sequence is a block table).
+  std::vector<int> wave(tokens.size(), 0);
+  int waves = 1;
+  bool ordered = false;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    ordered = ordered || writes_change_earlier_slots(tokens[i].view);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (tokens[j].view.blocks.data() == tokens[i].view.blocks.data() &&
+          tokens[j].view.storage == tokens[i].view.storage)
+        wave[i] = std::max(wave[i], wave[j] + 1);
+    }
+    waves = std::max(waves, wave[i] + 1);
+  }
+  if (!ordered || waves == 1) return run_step(tokens);
+  // One sub-step per wave; the logits of wanted tokens go back in the step's order.
+  const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
+  std::vector<std::size_t> row(tokens.size(), 0);
+  std::size_t wanted = 0;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    row[i] = wanted;
+    wanted += tokens[i].want_logits ? 1 : 0;
+  }
+  std::vector<float> out(wanted * vocab);
+  std::vector<StepToken> sub;
+  for (int w = 0; w < waves; ++w) {
+    sub.clear();
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      if (wave[i] == w) sub.push_back(tokens[i]);
+    const std::span<const float> got = run_step(sub);
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (wave[i] != w || !tokens[i].want_logits) continue;
+      std::copy_n(got.begin() + static_cast<std::ptrdiff_t>(k++ * vocab), vocab,
+                  out.begin() + static_cast<std::ptrdiff_t>(row[i] * vocab));
+    }
+  }
+  reserve(tokens.size(), wanted);
+  std::copy(out.begin(), out.end(), logits_.begin());
+  return std::span<float>(logits_.data(), out.size());
+}
+
+std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   const ModelConfig& c = model_->config();
   const Weights& w = model_->weights();
   const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim(), hidden = c.hidden_dim;

@@ -39,7 +39,9 @@ class Transformer {
 
   // Runs every token of a step. Tokens of one sequence come in position order, each view with a
   // slot reserved for its token. Returns the logits of the tokens with want_logits, in their
-  // order, [count][vocab] row-major, valid until the next call.
+  // order, [count][vocab] row-major, valid until the next call. In a KIVI pool (where writing a
+  // token can quantize the group earlier tokens attend through) the step runs in waves, the k-th
+  // token of every sequence in wave k, so each token still sees what it would alone.
   std::span<float> forward_step(std::span<const StepToken> tokens);
 
   // One token alone: forward_step of {token, pos, kv, logits wanted}. Returns the logits [vocab].
@@ -47,6 +49,8 @@ class Transformer {
                            AttentionObserver* observer = nullptr);
 
  private:
+  // forward_step's work for tokens that may all be written before any attends.
+  std::span<float> run_step(std::span<const StepToken> tokens);
   void reserve(std::size_t tokens, std::size_t logit_rows);
 
   std::shared_ptr<const Model> model_;

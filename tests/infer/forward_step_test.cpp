@@ -9,6 +9,7 @@
 
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
+#include "engine/kv/kv_format.h"
 #include "engine/model/synthetic.h"
 #include "tests/test_support.h"
 
@@ -61,17 +62,19 @@ TEST(MatmulBatch, EveryElementIsWhatMatmulGivesForItsRow) {
 // Runs sequence A's prompt chunk [0, chunk) and one decode token of B and C (whose earlier tokens
 // were run one by one) as one step, and the same tokens one by one in a second cache; the logits
 // of every token that wants them must match bit for bit, and so must every K/V byte.
-void expect_step_equals_solo(std::shared_ptr<const Model> model, int threads) {
+void expect_step_equals_solo(std::shared_ptr<const Model> model, int threads,
+                             const std::string& format = "fp32") {
   const ModelConfig& c = model->config();
   auto backend = make_cpu_backend(threads);
   Transformer batched(model, *backend), solo(model, *backend);
-  const int block_size = 4, blocks = 64;
-  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), block_size, blocks, {}, {}};
+  const int block_size = format == "fp32" ? 4 : 8, blocks = 64;
+  const KvFormat f = parse_kv_format(format, "test");
+  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), block_size, blocks, f, f};
   KvCacheManager cache_b(layout, AllocatorKind::kPaged, c.seq_len, true);
   KvCacheManager cache_s(layout, AllocatorKind::kPaged, c.seq_len, true);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> tok(1, c.vocab_size - 1);
-  const int chunk = 6;
+  const int chunk = format == "fp32" ? 6 : 13;  // 13: crosses a KIVI group of 8 mid-chunk
   std::vector<std::vector<int>> seqs = {{}, {}, {}};
   for (int s = 0; s < 3; ++s) {
     for (int i = 0; i < (s == 0 ? chunk : 5 + s); ++i) seqs[s].push_back(tok(rng));
@@ -142,6 +145,15 @@ TEST(ForwardStep, MixedStepEqualsTokensOneByOneWithGqa) {
   const auto model = make_synthetic_model(
       parse_synthetic_spec("dim=72,hidden=192,layers=2,heads=9,kv_heads=3,vocab=300,seq_len=64"));
   expect_step_equals_solo(model, 2);
+}
+
+// Quantized pools: per-token formats, and KIVI, whose key groups are quantized when a group of
+// tokens completes (a later token of the chunk must not change what an earlier one saw).
+TEST(ForwardStep, MixedStepEqualsTokensOneByOneInQuantizedPools) {
+  for (const char* f : {"fp16", "int8", "int4-g8", "kivi2-r8", "kivi4-r8"}) {
+    SCOPED_TRACE(f);
+    expect_step_equals_solo(test::real_model().model, 1, f);
+  }
 }
 
 TEST(ForwardStep, OnlyTokensThatWantLogitsGetThem) {

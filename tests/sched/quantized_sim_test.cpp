@@ -65,6 +65,16 @@ TEST(QuantizedSimulator, ByteBudgetHoldsProportionallyMoreTokens) {
   }
 }
 
+// KIVI quantizes a key group when its last token is written: prefill chunks that cross a group
+// (one batched step each) must still run every request to the end (Transformer::forward_step
+// runs such steps in waves).
+TEST(QuantizedSimulator, KiviPoolsRunChunkedPrefillAcrossKeyGroups) {
+  for (const char* name : {"kivi2-r8", "kivi4-r8"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(run_in_budget(name).finished, 10);
+  }
+}
+
 TEST(QuantizedSimulator, SmallerFormatsRunMoreTokensAtOnceInTheSameBudget) {
   const RunSummary fp32 = run_in_budget("fp32");
   const RunSummary fp16 = run_in_budget("fp16");
