@@ -6,6 +6,7 @@
 
 #include "engine/common/error.h"
 #include "engine/infer/generate.h"
+#include "engine/infer/step_runner.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/mla/mla_codec.h"
 
@@ -59,10 +60,7 @@ class KvFormatVariant final : public CacheVariant {
                          /*with_storage=*/true);
     const SeqId seq(0);
     cache.require_add_sequence(seq);
-    for (int pos = 0; pos < n; ++pos) {
-      cache.require_append_slots(seq, 1);
-      on_logits(pos, t.forward(window[static_cast<std::size_t>(pos)], pos, cache.view(seq)));
-    }
+    run_tokens(t, cache, seq, window, 0, nullptr, on_logits);
   }
 
  private:
@@ -94,12 +92,7 @@ class MlaVariant final : public CacheVariant {
                          AllocatorKind::kPaged, n, /*with_storage=*/true);
     const SeqId seq(0);
     cache.require_add_sequence(seq);
-    for (int pos = 0; pos < n; ++pos) {
-      cache.require_append_slots(seq, 1);
-      KvSeqView view = cache.view(seq);
-      view.mla = codec_.get();
-      on_logits(pos, t.forward(window[static_cast<std::size_t>(pos)], pos, view));
-    }
+    run_tokens(t, cache, seq, window, 0, codec_.get(), on_logits);
   }
 
  private:
