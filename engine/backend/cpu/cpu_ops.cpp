@@ -146,22 +146,17 @@ void matmul(float* out, const float* x, const float* w, int n, int d) {
 }
 
 void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) {
-  if (m == 1) {
-    matmul_shared_input(x, n, outs);
-    return;
-  }
   long rows = 0;
   for (const MatmulOut& o : outs) rows += o.d;
-  // As matmul_shared_input: one weight row at a time, now against every row of x while the
-  // weight row is still in L1. The work per weight row grows with m, so the split over threads is
-  // the same static one and the parallel threshold counts all m products.
+  // Rows [begin, end) of the outputs laid end to end, one weight row at a time: a single
+  // sequential stream per core is what the hardware prefetcher serves best (measured:
+  // interleaving four rows dropped bandwidth from ~26 to ~15 GB/s here; a 2-row x 4-input
+  // register tile halved it at 4 inputs). Each row meets four rows of x per pass while it is in
+  // L1, then the rows of x left over; every element is row_dot of its (row, input).
   auto run_rows = [&](long begin, long end) {
     long base = 0;
     for (const MatmulOut& o : outs) {
       const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
-      // One weight row at a time (a single sequential stream, as in matmul_shared_input: pairing
-      // rows into a 2 x 4 register tile halved the streaming bandwidth at 4 sequences here),
-      // against four rows of x per pass while the row is in L1, then the rows of x left over.
       for (long r = lo; r < hi; ++r) {
         const long i = r - base;
         const float* wr = o.w + i * n;
@@ -183,35 +178,14 @@ void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs)
   }
 #pragma omp parallel
   {
+    // The static split OpenMP would make, over all rows at once.
     const long t = omp_get_thread_num(), nt = omp_get_num_threads();
     run_rows(rows * t / nt, rows * (t + 1) / nt);
   }
 }
 
 void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) {
-  long rows = 0;
-  for (const MatmulOut& o : outs) rows += o.d;
-  // Rows [begin, end) of the outputs laid end to end, one weight row at a time: a single
-  // sequential stream per core is what the hardware prefetcher serves best (measured:
-  // interleaving four rows dropped bandwidth from ~26 to ~15 GB/s here).
-  auto run_rows = [&](long begin, long end) {
-    long base = 0;
-    for (const MatmulOut& o : outs) {
-      const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
-      for (long r = lo; r < hi; ++r) o.out[r - base] = row_dot(o.w + (r - base) * n, x, n);
-      base += o.d;
-    }
-  };
-  if (rows * n < kParallelThreshold || omp_get_max_threads() == 1) {
-    run_rows(0, rows);
-    return;
-  }
-#pragma omp parallel
-  {
-    // The static split OpenMP would make, over all rows at once.
-    const long t = omp_get_thread_num(), nt = omp_get_num_threads();
-    run_rows(rows * t / nt, rows * (t + 1) / nt);
-  }
+  matmul_batch(x, 1, n, outs);
 }
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
