@@ -2,6 +2,7 @@
 // clear error for anything unknown or malformed.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -24,6 +25,13 @@ class Args {
   long long get_i64(const std::string& flag, long long fallback) const;
   double get_double(const std::string& flag, double fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // Every flag and switch given, sorted.
+  std::vector<std::string> given() const {
+    std::vector<std::string> out(set_.begin(), set_.end());
+    for (const auto& [flag, value] : values_) out.push_back(flag);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
  private:
   std::map<std::string, std::string> values_;

@@ -262,13 +262,14 @@ int cmd_attach(const Argv& argv) {
   const nlohmann::json summary = client.summary_json();
   std::string command = "kvscope attach";
   for (const std::string& a : argv) command.append(" ").append(a);
+  // The small files first, so a recording that cannot be written (disk full) loses nothing else.
+  write_file_atomically(out_dir + "/summary.json",
+                        [&](std::ostream& o) { o << summary.dump(2) << "\n"; });
+  write_report(out_dir + "/report.md", summary, command, seconds);
   const Timeline timeline =
       client.model().build_timeline(std::string("kvscope attach ").append(cfg.endpoint));
   timeline.save(out_dir + "/recording.kvr");
   timeline.export_chrome_trace(out_dir + "/trace.json");
-  write_report(out_dir + "/report.md", summary, command, seconds);
-  write_file_atomically(out_dir + "/summary.json",
-                        [&](std::ostream& o) { o << summary.dump(2) << "\n"; });
   if (json)
     std::printf("%s\n", summary.dump(2).c_str());
   else

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "cli/args.h"
@@ -246,6 +248,33 @@ int cmd_bench(const Argv& argv) {
     return args.has("--help") ? 0 : 2;
   }
   const std::string what = args.positional()[0];
+  // The flags each benchmark reads: any other is refused rather than silently ignored.
+  static const std::map<std::string, std::set<std::string>> kFlags = {
+      {"generate",
+       {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator", "--block-size",
+        "--weights"}},
+      {"weights",
+       {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
+        "--block-size"}},
+      {"kv",
+       {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
+        "--block-size"}},
+      {"alloc", {"--blocks", "--ops"}},
+      {"quant", {"--model", "--tokens", "--block-size", "--threads", "--repeat"}},
+      {"mla", {"--model", "--tokens", "--kv-dtype", "--block-size", "--threads", "--repeat"}},
+      {"batch",
+       {"--model", "--seqs", "--steps", "--repeat", "--threads", "--block-size", "--json"}},
+  };
+  if (const auto it = kFlags.find(what); it != kFlags.end()) {
+    for (const std::string& flag : args.given()) {
+      if (flag != "--help" && it->second.count(flag) == 0) {
+        std::string takes;
+        for (const std::string& f : it->second) takes.append(takes.empty() ? "" : ", ").append(f);
+        throw Error(flag,
+                    "does not apply to `kvscope bench " + what + "` (it takes " + takes + ")");
+      }
+    }
+  }
   if (what == "generate") return bench_generate(args);
   if (what == "weights") return bench_weights(args);
   if (what == "kv") return bench_kv(args);

@@ -102,7 +102,8 @@ int bench_batch(const Args& args) {
                  label, loaded.model->source().c_str(), steps, repeat);
   }
   std::vector<std::vector<double>> secs(seqs.size());
-  time_decode(t, seqs.back(), 1, block_size);  // warm-up: weights paged in, buffers sized
+  // Warm-up: weights paged in, buffers sized for the largest batch.
+  time_decode(t, *std::max_element(seqs.begin(), seqs.end()), 1, block_size);
   for (int r = 0; r < repeat; ++r) {
     for (std::size_t i = 0; i < seqs.size(); ++i) {
       secs[i].push_back(time_decode(t, seqs[i], steps, block_size));
@@ -114,7 +115,8 @@ int bench_batch(const Args& args) {
   double base = 0.0;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     std::sort(secs[i].begin(), secs[i].end());
-    const double median = secs[i][secs[i].size() / 2];
+    const std::size_t h = secs[i].size() / 2;
+    const double median = secs[i].size() % 2 ? secs[i][h] : (secs[i][h - 1] + secs[i][h]) / 2;
     const double tps = static_cast<double>(seqs[i]) * steps / median;
     if (i == 0) base = tps;
     out.push_back({{"seqs", seqs[i]},

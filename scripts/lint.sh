@@ -42,7 +42,7 @@ db=build/compile_commands.json
 [ -f "$db" ] || { echo "scripts/lint.sh: $db is missing: configure first (cmake --preset release -G Ninja)" >&2; exit 1; }
 # Only sources the build compiles (the database may lack optional targets, e.g. without GLFW).
 mapfile -t tidy < <(git ls-files 'engine/*.cpp' 'cli/*.cpp' 'app/*.cpp' |
-  while read -r f; do grep -q "\"file\": \"$PWD/$f\"" "$db" && echo "$f"; done)
+  while read -r f; do grep -qF "\"file\": \"$PWD/$f\"" "$db" && echo "$f"; done)
 echo "== clang-tidy (${#tidy[@]} files, checks in .clang-tidy) ==" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

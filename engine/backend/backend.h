@@ -46,9 +46,9 @@ class Backend {
     for (const MatmulOut& o : outs) matmul(o.out, x, o.w, n, o.d);
   }
   // The same products for m inputs at once (the tokens of one engine step): for every t < m,
-  // o.out[t * o.d + r] = W[r][n] * x[t * n + n], each element exactly what matmul() gives for that
-  // row of x, so a batched step is bit-identical to running its tokens one by one. Weights are
-  // read once for all m rows of x. This default runs the rows of x one after the other.
+  // o.out[t * o.d + r] = W[r][:] . x[t * n : (t + 1) * n], each element exactly what matmul() gives
+  // for that row of x, so a batched step is bit-identical to running its tokens one by one. Weights
+  // are read once for all m rows of x. This default runs the rows of x one after the other.
   virtual void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) {
     std::vector<MatmulOut> shifted(outs.begin(), outs.end());
     for (int t = 0; t < m; ++t) {

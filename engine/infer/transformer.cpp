@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "engine/common/error.h"
 
@@ -62,21 +63,26 @@ bool writes_change_earlier_slots(const KvSeqView& v) {
 }  // namespace
 
 std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
-  // Wave k holds the k-th token of every sequence in the step (a sequence is a block table).
-  std::vector<int> wave(tokens.size(), 0);
-  int waves = 1;
   bool ordered = false;
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    ordered = ordered || writes_change_earlier_slots(tokens[i].view);
-    for (std::size_t j = 0; j < i; ++j) {
-      if (tokens[j].view.blocks.data() == tokens[i].view.blocks.data() &&
-          tokens[j].view.storage == tokens[i].view.storage)
-        wave[i] = std::max(wave[i], wave[j] + 1);
+  for (const StepToken& t : tokens) ordered = ordered || writes_change_earlier_slots(t.view);
+  // group[i]: the sub-step token i runs in; sub-steps run one after the other.
+  std::vector<int> group(tokens.size(), 0);
+  int groups = 1;
+  if (ordered) {
+    // Wave k: the k-th token of every sequence (a sequence is a block table).
+    std::unordered_map<const BlockId*, int> seen;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      group[i] = seen[tokens[i].view.blocks.data()]++;
+      groups = std::max(groups, group[i] + 1);
     }
-    waves = std::max(waves, wave[i] + 1);
+  } else {
+    // At most kMaxStepTokens per sub-step bounds the activations (about 25 KB per token for
+    // SmolLM2); a later sub-step only reads slots the earlier ones wrote.
+    for (std::size_t i = 0; i < tokens.size(); ++i) group[i] = static_cast<int>(i / kMaxStepTokens);
+    groups = std::max(1, static_cast<int>((tokens.size() + kMaxStepTokens - 1) / kMaxStepTokens));
   }
-  if (!ordered || waves == 1) return run_step(tokens);
-  // One sub-step per wave; the logits of wanted tokens go back in the step's order.
+  if (groups == 1) return run_step(tokens);
+  // One sub-step per group; the logits of wanted tokens go back in the step's order.
   const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
   std::vector<std::size_t> row(tokens.size(), 0);
   std::size_t wanted = 0;
@@ -86,19 +92,19 @@ std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
   }
   std::vector<float> out(wanted * vocab);
   std::vector<StepToken> sub;
-  for (int w = 0; w < waves; ++w) {
+  for (int g = 0; g < groups; ++g) {
     sub.clear();
     for (std::size_t i = 0; i < tokens.size(); ++i)
-      if (wave[i] == w) sub.push_back(tokens[i]);
+      if (group[i] == g) sub.push_back(tokens[i]);
     const std::span<const float> got = run_step(sub);
     std::size_t k = 0;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-      if (wave[i] != w || !tokens[i].want_logits) continue;
+      if (group[i] != g || !tokens[i].want_logits) continue;
       std::copy_n(got.begin() + static_cast<std::ptrdiff_t>(k++ * vocab), vocab,
                   out.begin() + static_cast<std::ptrdiff_t>(row[i] * vocab));
     }
   }
-  reserve(tokens.size(), wanted);
+  reserve(0, wanted);  // logit rows only: the activations stay at the largest sub-step
   std::copy(out.begin(), out.end(), logits_.begin());
   return std::span<float>(logits_.data(), out.size());
 }

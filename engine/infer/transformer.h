@@ -31,6 +31,10 @@ struct StepToken {
 
 class Transformer {
  public:
+  // Tokens per sub-step: a longer step runs as consecutive sub-steps of at most this many, so
+  // activation memory stays bounded however large a prefill chunk is.
+  static constexpr std::size_t kMaxStepTokens = 256;
+
   Transformer(std::shared_ptr<const Model> model, Backend& backend);
 
   const ModelConfig& config() const { return model_->config(); }
@@ -41,7 +45,8 @@ class Transformer {
   // slot reserved for its token. Returns the logits of the tokens with want_logits, in their
   // order, [count][vocab] row-major, valid until the next call. In a KIVI pool (where writing a
   // token can quantize the group earlier tokens attend through) the step runs in waves, the k-th
-  // token of every sequence in wave k, so each token still sees what it would alone.
+  // token of every sequence in wave k (a sequence is identified by its view's block table), so
+  // each token still sees what it would alone.
   std::span<float> forward_step(std::span<const StepToken> tokens);
 
   // One token alone: forward_step of {token, pos, kv, logits wanted}. Returns the logits [vocab].

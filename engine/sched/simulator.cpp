@@ -226,8 +226,10 @@ std::vector<std::span<float>> Simulator::forward_plan(const Work& w) {
     view.mla = config_.mla.get();
     for (int pos = r.num_computed; pos < r.num_computed + entry.tokens; ++pos) {
       view.num_slots = pos + 1;  // writes slot pos, attends to everything up to it
+      // Logits only where they are used: the last token of a sequence's known tokens (a prefill
+      // chunk that does not finish the prompt samples nothing).
       step.push_back(StepToken{r.tokens[static_cast<std::size_t>(pos)], pos, view,
-                               pos + 1 == r.num_computed + entry.tokens, nullptr});
+                               pos + 1 == static_cast<int>(r.tokens.size()), nullptr});
     }
   }
   const std::span<float> all = transformer_->forward_step(step);
@@ -235,7 +237,10 @@ std::vector<std::span<float>> Simulator::forward_plan(const Work& w) {
   const auto vocab = static_cast<std::size_t>(transformer_->config().vocab_size);
   std::size_t row = 0;
   for (const Work::Entry& entry : w.plan) {
-    logits.push_back(entry.tokens > 0 ? all.subspan(row++ * vocab, vocab) : std::span<float>());
+    const RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
+    const bool wanted =
+        entry.tokens > 0 && r.num_computed + entry.tokens == static_cast<int>(r.tokens.size());
+    logits.push_back(wanted ? all.subspan(row++ * vocab, vocab) : std::span<float>());
   }
   return logits;
 }

@@ -124,8 +124,9 @@ class Simulator {
   void start_evictor(RequestRun& r);
   [[nodiscard]] bool reserve_for_evicting(Work& w, RequestRun& r, int n);
   std::span<float> forward_evicting(RequestRun& r, int first, int n);
-  // Runs every token of the plan as one Transformer::forward_step; the logits of each entry's
-  // last token (empty for an entry with no tokens), valid until the next forward.
+  // Runs every token of the plan as one Transformer::forward_step; per entry the logits of its
+  // last token when that token ends the request's known tokens (empty otherwise: a prefill chunk
+  // that does not finish its prompt samples nothing), valid until the next forward.
   std::vector<std::span<float>> forward_plan(const Work& w);
   void record_evicted(const RequestRun& r, const std::vector<std::int32_t>& live_before);
   void sync_table_event(const RequestRun& r);

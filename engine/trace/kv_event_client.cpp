@@ -156,11 +156,15 @@ struct KvEventClient::Impl {
   explicit Impl(KvAttachConfig c) : cfg(std::move(c)), model(cfg.model) {}
 
   bool limit_reached() const { return batch_limit > 0 && total_batches >= batch_limit; }
+  std::int64_t max_frame_bytes() const {
+    return static_cast<std::int64_t>(cfg.decode.max_payload_bytes) + 4096;
+  }
 
   void open_dealer(Rank& r) {
     r.dealer = zmq::socket_t(ctx, zmq::socket_type::dealer);
     r.dealer.set(zmq::sockopt::linger, 0);  // a request nobody took is dropped at close
     r.dealer.set(zmq::sockopt::rcvhwm, kHighWaterMark);  // a replay streams up to 10,000 batches
+    r.dealer.set(zmq::sockopt::maxmsgsize, max_frame_bytes());
     r.dealer.connect(r.stats.replay_endpoint);
   }
 
@@ -171,6 +175,9 @@ struct KvEventClient::Impl {
     r.sub = zmq::socket_t(ctx, zmq::socket_type::sub);
     r.sub.set(zmq::sockopt::linger, 0);
     r.sub.set(zmq::sockopt::rcvhwm, kHighWaterMark);
+    // A frame larger than any payload we would decode is refused by ZeroMQ before it is buffered
+    // (the peer is disconnected), so a hostile peer cannot fill memory with huge frames.
+    r.sub.set(zmq::sockopt::maxmsgsize, max_frame_bytes());
     // Every topic is received and compared exactly here: ZeroMQ's filter is a prefix match, and
     // counting the other topics tells a user whose --topic is wrong why nothing arrives.
     r.sub.set(zmq::sockopt::subscribe, "");
@@ -381,7 +388,11 @@ struct KvEventClient::Impl {
       const std::string_view topic = view(frames[0]);
       if (!cfg.topic.empty() && topic != cfg.topic) {
         ++r.stats.other_topics;
-        r.stats.last_other_topic = std::string(topic.substr(0, 80));
+        // Printed on the status line: control bytes from the network become '?'.
+        std::string shown_topic(topic.substr(0, 80));
+        for (char& ch : shown_topic)
+          if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+        r.stats.last_other_topic = std::move(shown_topic);
         continue;
       }
       on_live(r, read_be64(frames[1].data()), std::string(view(frames[2])));
@@ -436,7 +447,11 @@ struct KvEventClient::Impl {
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
       const int rc = zmq_poll(items.data(), static_cast<int>(items.size()),
                               std::max<long>(0, static_cast<long>(wait.count())));
-      if (rc < 0) break;  // EINTR (Ctrl-C): return so the caller can look at its flag
+      if (rc < 0) {
+        if (zmq_errno() == EINTR) break;  // Ctrl-C: return so the caller can look at its flag
+        throw Error("kvscope attach",
+                    std::string("polling the sockets failed: ") + zmq_strerror(zmq_errno()));
+      }
       try {
         for (Rank& r : ranks) {
           drain_sub(r);

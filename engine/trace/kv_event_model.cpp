@@ -140,6 +140,8 @@ void KvEventModel::removed(int rank, const KvStreamEvent& ev, double ts) {
 void KvEventModel::drop_rank(int rank) {
   // Every live block of the rank, all media and groups: AllBlocksCleared says "all blocks", and
   // after a restart the new process holds nothing. Ascending slots, as the importer clears.
+  // Nothing held: nothing to scan (a payload may carry millions of AllBlocksCleared).
+  if (const auto it = by_rank_.find(rank); it == by_rank_.end() || it->second.live == 0) return;
   std::vector<std::pair<std::int32_t, Key>> doomed;
   for (const auto& [key, live] : live_)
     if (static_cast<int>(key.scope >> 40) == rank) doomed.emplace_back(live.slot, key);

@@ -12,15 +12,16 @@
 namespace kvscope {
 namespace {
 
-std::vector<std::vector<float>> logits_of(const std::string& format, int step_tokens) {
+std::vector<std::vector<float>> logits_of(const std::string& format, int step_tokens,
+                                          int num_tokens = 45) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   const KvFormat f = parse_kv_format(format, "test");
   std::vector<int> tokens;
-  for (int i = 0; i < 45; ++i) tokens.push_back(1 + (i * 37) % (c.vocab_size - 1));
-  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 8, 8, f, f};
+  for (int i = 0; i < num_tokens; ++i) tokens.push_back(1 + (i * 37) % (c.vocab_size - 1));
+  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 8, (num_tokens + 7) / 8, f, f};
   KvCacheManager cache(layout, AllocatorKind::kPaged, c.seq_len, true);
   cache.require_add_sequence(SeqId(0));
   std::vector<std::vector<float>> out;
@@ -55,6 +56,18 @@ TEST(StepRunner, BatchedWindowEqualsTokenByTokenLoop) {
             << format << " step " << step << " position " << i;
       }
     }
+  }
+}
+
+// A step longer than Transformer::kMaxStepTokens runs as consecutive sub-steps: same logits.
+TEST(StepRunner, StepsLongerThanTheSubStepLimitEqualTheLoop) {
+  const int n = static_cast<int>(Transformer::kMaxStepTokens) + 44;
+  const auto want = logits_of("fp32", 0, n);
+  const auto got = logits_of("fp32", n, n);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+        << "position " << i;
   }
 }
 

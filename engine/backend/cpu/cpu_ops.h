@@ -14,7 +14,7 @@ void matmul(float* out, const float* x, const float* w, int n, int d);
 // the threads (one fork/join instead of one per product).
 void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs);
 // Backend::matmul_batch: every weight row is read once and multiplied with all m rows of x,
-// each product the same dot() as matmul's, so results are bit-identical to m single calls.
+// each product the same row_dot() as matmul's, so results are bit-identical to m single calls.
 void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs);
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim, float theta);

@@ -12,9 +12,5 @@ namespace kvscope::cpu {
 float row_dot(const float* w, const float* x, int n);
 // out[t] = row_dot(w, x + t * stride, n) for t < 4, bit for bit, reading each w chunk once.
 void row_dot4(const float* w, const float* x, long stride, int n, float out[4]);
-// out0[t] = row_dot(w0, x + t * stride, n), out1[t] = row_dot(w1, ...), t < 4, bit for bit: a
-// 2 x 4 register tile, each weight and input chunk loaded once for four products.
-void row_dot2x4(const float* w0, const float* w1, const float* x, long stride, int n, float out0[4],
-                float out1[4]);
 
 }  // namespace kvscope::cpu
