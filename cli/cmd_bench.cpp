@@ -16,6 +16,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
 #include "engine/infer/generate.h"
 #include "engine/kv/block_pool.h"
@@ -122,7 +123,9 @@ int checked_repeat(const Args& args, int fallback) {
 
 int bench_generate(const Args& args) {
   const WeightStorage storage = parse_weight_storage(args.get("--weights", "mmap"), "--weights");
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"), storage);
+  const WeightFormat format =
+      parse_weight_format(args.get("--weight-format", "native"), "--weight-format");
+  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"), storage, format);
   const int threads = args.get_int("--threads", 0);
   const int repeat = checked_repeat(args, 5);
   const int steps = checked_steps(args, loaded.model->config(), 256);
@@ -133,10 +136,11 @@ int bench_generate(const Args& args) {
   Timing tm = time_generation(t, steps, repeat, o);
   std::printf(
       "%s%s: %d tokens, best %.1f tokens/s, median %.1f tokens/s (%d threads, %d runs, "
-      "weights %s)\n",
+      "weights %s; %s)\n",
       loaded.model->is_random_weights() ? "[random weights] " : "", loaded.model->source().c_str(),
       tm.tokens, tm.tokens / tm.best_seconds, tm.tokens / tm.median_seconds, threads, repeat,
-      loaded.model->is_random_weights() ? "owned" : weight_storage_name(storage));
+      loaded.model->is_random_weights() ? "owned" : weight_storage_name(storage),
+      cpu::describe_weight_format(*loaded.model).c_str());
   return 0;
 }
 

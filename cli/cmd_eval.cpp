@@ -33,6 +33,8 @@ constexpr const char* kHelp = R"(usage: kvscope eval [options]
   --k-dtype F, --v-dtype F   separate K and V formats
   --block-size B             KV block size in tokens (default 16)
   --threads N                CPU threads (default: all cores)
+  --weight-format native|f32 GGUF weights: native = matmuls on the quantized blocks (default),
+                             f32 = dequantized at load (the accuracy reference)
   --json                     print the report as JSON
   --sweep                    evaluate every format; writes quant_sweep.csv and PNG plots
   --out DIR                  where --sweep writes (default reports/quant, reports/evict,
@@ -148,7 +150,7 @@ int cmd_eval(const Argv& argv) {
        "--out",           "--long",           "--bucket",         "--evict",      "--budget",
        "--sinks",         "--recent",         "--obs-window",     "--compact",    "--positions",
        "--context",       "--budgets",        "--sink-threshold", "--mla-rank",   "--mla-mode",
-       "--mla-rope-dims", "--mla-rope-select"},
+       "--mla-rope-dims", "--mla-rope-select", "--weight-format"},
       {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -171,7 +173,9 @@ int cmd_eval(const Argv& argv) {
   const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv),
                                      args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
 
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  LoadedModel loaded =
+      load_model(args.get("--model"), args.get("--tokenizer"), WeightStorage::kMapped,
+                 parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   if (loaded.model->is_random_weights()) {
     throw Error(loaded.model->source(),
                 "random weights: no quality figure is meaningful; use a trained model");

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
 #include "engine/evict/eviction_hook.h"
 #include "engine/infer/generate.h"
@@ -34,6 +35,9 @@ constexpr const char* kHelp = R"(usage: kvscope generate [options]
   --weights mmap|copy                mmap: the checkpoint's pages, zero copy (default); copy: into
                                      huge-page memory first (model-size RAM, faster decode when the
                                      page cache holds the file in 4 KiB pages; see bench weights)
+  --weight-format native|f32         GGUF weights: native = matmuls on the file's quantized blocks
+                                     (Q4_0/Q4_1/Q8_0, 8-bit activations; default), f32 =
+                                     dequantized at load (the accuracy reference)
   --block-size B                     KV block size in tokens (default 16)
   --allocator paged|contiguous       KV allocator (default contiguous)
   --kv-dtype F                       KV format (default fp32; with --mla-rank: the latents')
@@ -94,7 +98,8 @@ int cmd_generate(const Argv& argv) {
                    "--block-size",    "--allocator",       "--kv-dtype", "--evict",
                    "--budget",        "--sinks",           "--recent",   "--obs-window",
                    "--compact",       "--positions",       "--mla-rank", "--mla-mode",
-                   "--mla-rope-dims", "--mla-rope-select", "--weights",  "--system"},
+                   "--mla-rope-dims", "--mla-rope-select", "--weights",  "--system",
+                   "--weight-format"},
             {"--help", "--through-bos", "--chat"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -105,7 +110,9 @@ int cmd_generate(const Argv& argv) {
   if (args.has("--system") && !args.has("--chat"))
     throw Error("--system", "only applies with --chat");
   LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"),
-                                  parse_weight_storage(args.get("--weights", "mmap"), "--weights"));
+                                  parse_weight_storage(args.get("--weights", "mmap"), "--weights"),
+                                  parse_weight_format(args.get("--weight-format", "native"),
+                                                      "--weight-format"));
   if (!loaded.tokenizer) {
     throw Error(loaded.model->source(), "no tokenizer with " +
                                             std::to_string(loaded.model->config().vocab_size) +
@@ -221,6 +228,8 @@ int cmd_generate(const Argv& argv) {
                loaded.model->is_random_weights() ? "[random weights] " : "",
                static_cast<int>(r.tokens.size()), r.num_prompt_tokens, tps, r.kv_bytes_used,
                r.kv_bytes_allocated, alloc.c_str(), cache.c_str(), options.block_size);
+  if (loaded.model->format() == CheckpointFormat::kGguf)
+    std::fprintf(stderr, "weights %s\n", cpu::describe_weight_format(*loaded.model).c_str());
   if (loaded.model->storage() == WeightStorage::kCopied)
     std::fprintf(stderr, "weights copied into memory, %s\n",
                  huge_page_text(loaded.model->huge_page_fraction()).c_str());

@@ -12,9 +12,12 @@ namespace kvscope::test {
 
 // The default model (stories260K) and its tokenizer, loaded once per process.
 const LoadedModel& real_model();
-// SmolLM2-135M-Instruct (GGUF, fetched by scripts/models.sh), loaded once per process. A missing
-// model throws (the test fails; it never skips).
+// SmolLM2-135M-Instruct (GGUF, fetched by scripts/models.sh), loaded once per process, with its
+// weights dequantized to fp32 (--weight-format f32, the accuracy reference). A missing model
+// throws (the test fails; it never skips).
 const LoadedModel& smollm2();
+// The same model with its matmuls on the file's quantized blocks (--weight-format native).
+const LoadedModel& smollm2_native();
 // A path under a fresh per-process temporary directory.
 std::string temp_path(const std::string& name);
 void write_bytes(const std::string& path, const std::vector<char>& bytes);

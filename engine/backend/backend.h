@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/kv/kv_view.h"
+#include "engine/model/ggml_types.h"
 
 namespace kvscope {
 
@@ -19,11 +20,14 @@ class AttentionObserver {
   virtual void on_attention(int layer, int head, int query_pos, std::span<const float> weights) = 0;
 };
 
-// One product of a batched matmul over a shared input: out[d] = W[d][n] * x[n].
+// One product of a batched matmul over a shared input: out[d] = W[d][n] * x[n]. W is the fp32
+// rows `w`, or, when q.data is set, the quantized rows `q` (w unused): the backend then
+// quantizes x to 8 bits per block and multiplies in integers (engine/backend/cpu/quant_matmul.h).
 struct MatmulOut {
   float* out = nullptr;
   const float* w = nullptr;
   int d = 0;
+  QuantMatrix q{};
 };
 
 struct AttentionShape {

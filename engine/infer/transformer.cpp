@@ -112,6 +112,14 @@ std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
 std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   const ModelConfig& c = model_->config();
   const Weights& w = model_->weights();
+  const NativeWeights* nw = model_->native();
+  // A projection's MatmulOut: the quantized matrix when the model keeps one, else fp32 rows.
+  using PerLayer = std::vector<QuantMatrix> NativeWeights::*;
+  auto proj = [&](float* out, const float* f32, int d, PerLayer which, int layer) {
+    MatmulOut o{out, f32, d};
+    if (nw != nullptr) o.q = (nw->*which)[sz(layer)];
+    return o;
+  };
   const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim(), hidden = c.hidden_dim;
   const int m = static_cast<int>(tokens.size());
   std::size_t wanted = 0;
@@ -134,9 +142,10 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
     // Attention block: pre-norm, then the Q, K, V projections of every token.
     for (int t = 0; t < m; ++t)
       backend_.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_att + l * dim, c.dim, c.rms_eps);
-    const MatmulOut qkv[] = {{q_.data(), w.wq + l * q_dim * dim, c.q_dim()},
-                             {k_.data(), w.wk + l * kv_dim * dim, c.kv_dim()},
-                             {v_.data(), w.wv + l * kv_dim * dim, c.kv_dim()}};
+    const MatmulOut qkv[] = {
+        proj(q_.data(), w.wq + l * q_dim * dim, c.q_dim(), &NativeWeights::wq, l),
+        proj(k_.data(), w.wk + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wk, l),
+        proj(v_.data(), w.wv + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wv, l)};
     backend_.matmul_batch(xn_.data(), m, c.dim, qkv);
     // RoPE at each token's position, then its K/V into its view's write slot. Every token of
     // the step is written before any attends: a view's num_slots hides the later ones.
@@ -153,19 +162,21 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
                                s.observer);
     }
     // Output projection and residual.
-    const MatmulOut wo[] = {{proj_.data(), w.wo + l * dim * q_dim, c.dim}};
+    const MatmulOut wo[] = {proj(proj_.data(), w.wo + l * dim * q_dim, c.dim, &NativeWeights::wo, l)};
     backend_.matmul_batch(att_.data(), m, c.q_dim(), wo);
     for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
 
     // FFN block: pre-norm, SwiGLU, down projection, residual.
     for (int t = 0; t < m; ++t)
       backend_.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_ffn + l * dim, c.dim, c.rms_eps);
-    const MatmulOut gate_up[] = {{hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim},
-                                 {hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim}};
+    const MatmulOut gate_up[] = {
+        proj(hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim, &NativeWeights::w1, l),
+        proj(hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim, &NativeWeights::w3, l)};
     backend_.matmul_batch(xn_.data(), m, c.dim, gate_up);
     for (int t = 0; t < m; ++t)
       backend_.swiglu(row(hb_, hidden, t), row(hb2_, hidden, t), c.hidden_dim);
-    const MatmulOut down[] = {{proj_.data(), w.w2 + l * dim * hidden, c.dim}};
+    const MatmulOut down[] = {
+        proj(proj_.data(), w.w2 + l * dim * hidden, c.dim, &NativeWeights::w2, l)};
     backend_.matmul_batch(hb_.data(), m, c.hidden_dim, down);
     for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
   }
@@ -178,7 +189,8 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
     ++k;
   }
   if (k == 0) return {};
-  const MatmulOut cls[] = {{logits_.data(), w.wcls, c.vocab_size}};
+  MatmulOut cls[] = {{logits_.data(), w.wcls, c.vocab_size}};
+  if (nw != nullptr) cls[0].q = nw->wcls;
   backend_.matmul_batch(last_.data(), k, c.dim, cls);
   return std::span<float>(logits_.data(), sz(k) * sz(c.vocab_size));
 }

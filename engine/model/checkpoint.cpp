@@ -203,6 +203,17 @@ WeightStorage parse_weight_storage(const std::string& text, const std::string& f
   throw Error(flag, "expected mmap or copy, got \"" + text + "\"");
 }
 
+const char* weight_format_name(WeightFormat f) {
+  return f == WeightFormat::kF32 ? "f32" : "native";
+}
+
+WeightFormat parse_weight_format(const std::string& text, const std::string& flag) {
+  if (text == "native") return WeightFormat::kNative;
+  if (text == "f32") return WeightFormat::kF32;
+  throw Error(flag, "expected native (as the file stores them) or f32 (dequantized at load), got \"" +
+                        text + "\"");
+}
+
 double Model::huge_page_fraction() const {
   if (storage_ != WeightStorage::kCopied || copy_.size() == 0) return 0.0;
   const long huge = copy_.huge_page_bytes();
@@ -215,8 +226,9 @@ std::int64_t Model::weight_bytes() const {
   return static_cast<std::int64_t>(file_.size());
 }
 
-std::shared_ptr<const Model> Model::load(const std::string& path, WeightStorage storage) {
-  if (is_gguf_file(path)) return load_gguf_model(GgufFile(path));
+std::shared_ptr<const Model> Model::load(const std::string& path, WeightStorage storage,
+                                         WeightFormat format) {
+  if (is_gguf_file(path)) return load_gguf_model(GgufFile(path), format);
   MappedFile file(path);
   Header h = parse_header(path, file.bytes());
   const std::int64_t want = static_cast<std::int64_t>(h.header_bytes) + 4 * expected_floats(h);
@@ -271,10 +283,14 @@ std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<f
 }
 
 std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::vector<float> data,
-                                              std::string source, std::string weight_types) {
+                                              std::string source, std::string weight_types,
+                                              std::optional<NativeWeights> native,
+                                              ZeroedBuffer native_buf) {
   auto model = wrap_owned(config, std::move(data), std::move(source), CheckpointFormat::kGguf,
                           /*rope_tables=*/false);
   model->weight_types_ = std::move(weight_types);
+  model->native_ = std::move(native);
+  model->native_buf_ = std::move(native_buf);
   return model;
 }
 

@@ -11,6 +11,7 @@
 #include "engine/common/config.h"
 #include "engine/common/mapped_file.h"
 #include "engine/common/zeroed_buffer.h"
+#include "engine/model/ggml_types.h"
 
 namespace kvscope {
 
@@ -29,6 +30,21 @@ struct Weights {
   const float* rms_final = nullptr;        // [dim]
   const float* wcls = nullptr;             // [vocab][dim] (== token_embedding when shared)
 };
+
+// The matrices a GGUF model keeps in their quantized blocks (--weight-format native), one entry
+// per layer; an entry whose data is null (a type without a quantized kernel: F32, F16, BF16,
+// Q4_K, Q6_K) is read from the fp32 Weights instead.
+struct NativeWeights {
+  std::vector<QuantMatrix> wq, wk, wv, wo, w1, w2, w3;
+  QuantMatrix wcls;
+};
+
+// How the forward pass reads GGUF weights: as stored (quantized matmuls) or dequantized to fp32
+// at load (the accuracy reference). llama2.c checkpoints are fp32 either way.
+enum class WeightFormat { kNative, kF32 };
+// "native" / "f32" (the --weight-format flag's values); parse throws kvscope::Error naming `flag`.
+const char* weight_format_name(WeightFormat f);
+WeightFormat parse_weight_format(const std::string& text, const std::string& flag);
 
 enum class CheckpointFormat { kLegacyV0, kAk42V1, kGguf, kSynthetic };
 
@@ -52,26 +68,39 @@ class Model {
   CheckpointFormat format() const { return format_; }
   bool is_random_weights() const { return format_ == CheckpointFormat::kSynthetic; }
   WeightStorage storage() const { return storage_; }
+  // The quantized matrices the forward pass reads (--weight-format native on a GGUF file whose
+  // matrices have quantized kernels), or null: every matmul reads the fp32 weights.
+  const NativeWeights* native() const { return native_ ? &*native_ : nullptr; }
+  // kNative when native() is set, else kF32.
+  WeightFormat weight_format() const { return native_ ? WeightFormat::kNative : WeightFormat::kF32; }
+  // Bytes of the quantized matrices native() points into (0 without them).
+  std::int64_t native_bytes() const { return static_cast<std::int64_t>(native_buf_.size()); }
   // How the file stores its weights: "fp32" for llama2.c files, e.g. "Q4_1 x210, F32 x61,
   // Q8_0 x1" for GGUF (tensor type counts; the engine holds them dequantized to fp32).
   const std::string& weight_types() const { return weight_types_; }
-  // Bytes of weights the engine holds in memory (the mapping, the copy or the owned floats).
+  // Bytes of fp32 weights the engine holds in memory (the mapping, the copy or the owned floats);
+  // the quantized matrices of native() come on top (native_bytes()).
   std::int64_t weight_bytes() const;
   // Copied weights: the share of their bytes on huge pages now, in [0, 1] (-1: unknown); 0 for
   // mapped or synthetic weights.
   double huge_page_fraction() const;
 
   // Loads and validates a checkpoint (llama2.c or GGUF, told apart by the GGUF magic). Throws
-  // kvscope::Error naming the file and field. GGUF weights are always owned (dequantized).
+  // kvscope::Error naming the file and field. GGUF weights are always owned (dequantized), and
+  // with kNative their quantized matrices are kept too.
   static std::shared_ptr<const Model> load(const std::string& path,
-                                           WeightStorage storage = WeightStorage::kMapped);
+                                           WeightStorage storage = WeightStorage::kMapped,
+                                           WeightFormat format = WeightFormat::kNative);
   // Wraps owned float storage laid out in legacy order (see write_checkpoint).
   static std::shared_ptr<const Model> from_owned(ModelConfig config, std::vector<float> data,
                                                  std::string source);
   // Wraps weights dequantized from a GGUF file, laid out as from_owned expects but without the
   // RoPE tables (num_params() floats).
+  // `native`, when given, points into `native_buf`, which the model keeps.
   static std::shared_ptr<const Model> from_gguf(ModelConfig config, std::vector<float> data,
-                                                std::string source, std::string weight_types);
+                                                std::string source, std::string weight_types,
+                                                std::optional<NativeWeights> native = std::nullopt,
+                                                ZeroedBuffer native_buf = {});
 
  private:
   // Owned floats in the legacy layout, with or without llama2.c's RoPE tables; checks the count.
@@ -87,6 +116,8 @@ class Model {
   MappedFile file_;           // set when mmapped
   ZeroedBuffer copy_;         // set when copied
   std::vector<float> owned_;  // set when synthetic
+  std::optional<NativeWeights> native_;
+  ZeroedBuffer native_buf_;  // the quantized matrices native_ points into
 };
 
 // Reads only the header of a checkpoint or the metadata of a GGUF file (cheap; `kvscope info`).

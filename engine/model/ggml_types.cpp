@@ -288,6 +288,10 @@ void dequantize_row(GgmlType type, const std::byte* src, float* dst, std::int64_
   }
 }
 
+bool has_native_matmul(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0;
+}
+
 float fp16_to_fp32(std::uint16_t h) {
   return quant::f16_to_f32(h);
 }

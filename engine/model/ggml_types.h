@@ -28,6 +28,18 @@ struct GgmlTypeTraits {
   bool supported;    // whether dequantize_row handles it
 };
 
+// A weight matrix kept in a ggml block type as the file stores it: row r is `row_bytes` bytes at
+// data + r * row_bytes (--weight-format native; data is null when the matrix is read as fp32).
+struct QuantMatrix {
+  GgmlType type = GgmlType::kF32;
+  const std::byte* data = nullptr;
+  std::int64_t row_bytes = 0;
+};
+
+// Whether the CPU backend multiplies matrices of `type` in their blocks (Q4_0, Q4_1, Q8_0;
+// engine/backend/cpu/quant_matmul.h); other types are read dequantized to fp32.
+bool has_native_matmul(GgmlType type);
+
 // Traits for any type id ggml defines, including the ones dequantize_row cannot decode (Q5_0, Q2_K,
 // IQ*, I8..I64, F64, TQ*, MXFP4, ...), so errors can name them and sizes can be validated;
 // std::nullopt for an id ggml does not define (never assigned, or retired like 4, 5, 31-33, 36-38).

@@ -6,6 +6,8 @@
 // the engine apply, so the weights are used as stored.
 #include "engine/model/gguf_model.h"
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -99,6 +101,48 @@ const GgufTensorInfo& checked_tensor(const GgufFile& f, const TensorSlot& slot) 
   return *t;
 }
 
+// The quantized matrices of `slots`, copied into one buffer (each 64-byte aligned, on huge pages
+// where the kernel gives them) and pointed at from a NativeWeights.
+std::pair<NativeWeights, ZeroedBuffer> native_weights(const GgufFile& f, const ModelConfig& c,
+                                                      const std::vector<TensorSlot>& slots,
+                                                      const std::vector<const GgufTensorInfo*>& infos) {
+  NativeWeights nw;
+  for (auto* v : {&nw.wq, &nw.wk, &nw.wv, &nw.wo, &nw.w1, &nw.w2, &nw.w3})
+    v->resize(static_cast<std::size_t>(c.n_layers));
+  // Which NativeWeights entry a tensor name fills (nullptr: none, e.g. norms).
+  const std::map<std::string, std::vector<QuantMatrix>*> per_layer = {
+      {"attn_q.weight", &nw.wq},     {"attn_k.weight", &nw.wk},   {"attn_v.weight", &nw.wv},
+      {"attn_output.weight", &nw.wo}, {"ffn_gate.weight", &nw.w1}, {"ffn_down.weight", &nw.w2},
+      {"ffn_up.weight", &nw.w3}};
+  const std::string classifier = c.shared_classifier ? "token_embd.weight" : "output.weight";
+  auto target = [&](const std::string& name) -> QuantMatrix* {
+    if (name == classifier) return &nw.wcls;
+    if (name.rfind("blk.", 0) != 0) return nullptr;
+    const std::size_t dot = name.find('.', 4);
+    const auto it = per_layer.find(name.substr(dot + 1));
+    if (it == per_layer.end()) return nullptr;
+    return &(*it->second)[std::stoul(name.substr(4, dot - 4))];
+  };
+  auto aligned = [](std::size_t n) { return (n + 63) / 64 * 64; };
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (target(slots[i].name) && has_native_matmul(static_cast<GgmlType>(infos[i]->type)))
+      total += aligned(f.tensor_bytes(*infos[i]).size());
+  }
+  ZeroedBuffer buf(std::max<std::size_t>(total, 1));
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    QuantMatrix* m = target(slots[i].name);
+    const auto type = static_cast<GgmlType>(infos[i]->type);
+    if (m == nullptr || !has_native_matmul(type)) continue;
+    const std::span<const std::byte> bytes = f.tensor_bytes(*infos[i]);
+    std::memcpy(buf.data() + off, bytes.data(), bytes.size());
+    *m = QuantMatrix{type, buf.data() + off, ggml_row_bytes(infos[i]->type, slots[i].cols)};
+    off += aligned(bytes.size());
+  }
+  return {std::move(nw), std::move(buf)};
+}
+
 }  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& f) {
@@ -170,7 +214,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-std::shared_ptr<const Model> load_gguf_model(const GgufFile& f) {
+std::shared_ptr<const Model> load_gguf_model(const GgufFile& f, WeightFormat format) {
   const std::string& path = f.path();
   const ModelConfig c = gguf_model_config(f);
   const std::vector<TensorSlot> slots = legacy_slots(c);
@@ -207,7 +251,9 @@ std::shared_ptr<const Model> load_gguf_model(const GgufFile& f) {
   for (const auto& [name, n] : type_counts) {
     types += (types.empty() ? "" : ", ") + name + " x" + std::to_string(n);
   }
-  return Model::from_gguf(c, std::move(data), path, types);
+  if (format == WeightFormat::kF32) return Model::from_gguf(c, std::move(data), path, types);
+  auto [native, buf] = native_weights(f, c, slots, infos);
+  return Model::from_gguf(c, std::move(data), path, types, std::move(native), std::move(buf));
 }
 
 std::string gguf_chat_template(const GgufFile& file) {

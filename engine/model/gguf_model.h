@@ -15,8 +15,11 @@ namespace kvscope {
 // out-of-range key, or a RoPE variant the engine does not run (partial rotary, scaled RoPE).
 ModelConfig gguf_model_config(const GgufFile& file);
 
-// Loads and dequantizes every weight; tensors are checked by name, type and shape first.
-std::shared_ptr<const Model> load_gguf_model(const GgufFile& file);
+// Loads and dequantizes every weight, and with kNative also keeps the matrices whose type has a
+// quantized matmul (has_native_matmul) as stored; tensors are checked by name, type and shape
+// first.
+std::shared_ptr<const Model> load_gguf_model(const GgufFile& file,
+                                             WeightFormat format = WeightFormat::kNative);
 
 // The tokenizer stored in the file: byte-level BPE ("gpt2") or SentencePiece-style ("llama", run
 // with the llama2.c tokenizer). Throws kvscope::Error for other tokenizer models, or when its

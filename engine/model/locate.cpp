@@ -95,7 +95,7 @@ std::string locate_tokenizer(const std::string& tokenizer_arg, const std::string
 }
 
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg,
-                       WeightStorage storage) {
+                       WeightStorage storage, WeightFormat format) {
   LoadedModel out;
   if (is_synthetic_model_arg(model_arg)) {
     out.model = make_synthetic_model(parse_synthetic_spec(model_arg.substr(10)));
@@ -121,7 +121,7 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
                                      " carries its own), got one");
     }
     const GgufFile file(path);
-    out.model = load_gguf_model(file);
+    out.model = load_gguf_model(file, format);
     out.tokenizer = load_gguf_tokenizer(file, out.model->config().vocab_size);
     out.chat_template = gguf_chat_template(file);
     return out;

@@ -47,9 +47,10 @@ struct LoadedModel {
 
 // Loads a model argument: a checkpoint (found as above) or "synthetic:<spec>". A GGUF file brings
 // its own tokenizer (a --tokenizer for it is an error).
-// `storage` applies to checkpoints (synthetic weights are always owned).
+// `storage` applies to checkpoints (synthetic weights are always owned), `format` to GGUF files.
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg,
-                       WeightStorage storage = WeightStorage::kMapped);
+                       WeightStorage storage = WeightStorage::kMapped,
+                       WeightFormat format = WeightFormat::kNative);
 
 // Reads just the shape for a model argument (does not allocate synthetic weights).
 ModelConfig model_config_for(const std::string& model_arg, std::string* source = nullptr);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "engine/analysis/quality.h"
@@ -106,54 +107,118 @@ TEST(SmolLM2, TokenizesTheGoldenPromptsAsLlamaCpp) {
   }
 }
 
-// Teacher-forced on prompt + the reference's greedy tokens: every position's top-k logits within
-// tolerance of both references, and our argmax the reference's token unless it is a near-tie.
-TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
-  const LoadedModel& m = test::smollm2();
+// Teacher-forced on prompt + the reference's greedy tokens: calls check(case, index, position,
+// logits) at every position the golden file covers.
+void teacher_forced(const LoadedModel& m,
+                    const std::function<void(const Golden&, std::size_t, int,
+                                             std::span<const float>)>& check) {
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   auto fp32 = parse_kv_format("fp32", "test");
   auto variant = make_kv_format_variant(fp32, fp32, 16);
-  double worst_f32 = 0.0, worst_q4 = 0.0;
-  int positions = 0, differ_f32 = 0, differ_q4 = 0;
   for (const Golden& g : load_golden()) {
     std::vector<int> window = g.prompt_ids;
     window.insert(window.end(), g.greedy_ids.begin(), g.greedy_ids.end() - 1);
     const int first = static_cast<int>(g.prompt_ids.size()) - 1;
     variant->run(t, window, [&](int pos, std::span<const float> logits) {
-      if (pos < first) return;
-      const auto i = static_cast<std::size_t>(pos - first);
-      const std::string at = g.prompt.substr(0, 30) + "... position " + std::to_string(pos);
-      const TopK& f = g.f32[i];
-      const TopK& q = g.q4[i];
-      const double d_f32 = max_diff(logits, f), d_q4 = max_diff(logits, q);
-      worst_f32 = std::max(worst_f32, d_f32);
-      worst_q4 = std::max(worst_q4, d_q4);
-      EXPECT_LE(d_f32, kF32Tolerance) << at;
-      EXPECT_LE(d_q4, kQ4Tolerance) << at;
-      const int ours =
-          static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      ++positions;
-      if (ours != f.ids[0]) {
-        ++differ_f32;
-        EXPECT_LT(f.logits[0] - f.logits[1], kF32NearTie) << at << ": ours " << ours;
-      }
-      if (ours != g.greedy_ids[i]) {
-        ++differ_q4;
-        EXPECT_LT(q.logits[0] - q.logits[1], kNearTie)
-            << at << ": ours " << ours << ", llama.cpp " << g.greedy_ids[i];
-      }
+      if (pos >= first) check(g, static_cast<std::size_t>(pos - first), pos, logits);
     });
   }
+}
+
+int argmax(std::span<const float> logits) {
+  return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+std::string where(const Golden& g, int pos) {
+  return g.prompt.substr(0, 30) + "... position " + std::to_string(pos);
+}
+
+// The fp32 path (--weight-format f32): every position's top-k logits within tolerance of both
+// references, and our argmax the reference's token unless it is a near-tie.
+TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
+  double worst_f32 = 0.0, worst_q4 = 0.0;
+  int positions = 0, differ_f32 = 0, differ_q4 = 0;
+  teacher_forced(test::smollm2(), [&](const Golden& g, std::size_t i, int pos,
+                                      std::span<const float> logits) {
+    const std::string at = where(g, pos);
+    const TopK& f = g.f32[i];
+    const TopK& q = g.q4[i];
+    const double d_f32 = max_diff(logits, f), d_q4 = max_diff(logits, q);
+    worst_f32 = std::max(worst_f32, d_f32);
+    worst_q4 = std::max(worst_q4, d_q4);
+    EXPECT_LE(d_f32, kF32Tolerance) << at;
+    EXPECT_LE(d_q4, kQ4Tolerance) << at;
+    const int ours = argmax(logits);
+    ++positions;
+    if (ours != f.ids[0]) {
+      ++differ_f32;
+      EXPECT_LT(f.logits[0] - f.logits[1], kF32NearTie) << at << ": ours " << ours;
+    }
+    if (ours != g.greedy_ids[i]) {
+      ++differ_q4;
+      EXPECT_LT(q.logits[0] - q.logits[1], kNearTie)
+          << at << ": ours " << ours << ", llama.cpp " << g.greedy_ids[i];
+    }
+  });
   std::printf(
-      "[smollm2 vs llama.cpp] %d positions; max |logit diff| over the top-k: %.4f vs "
+      "[smollm2 f32 vs llama.cpp] %d positions; max |logit diff| over the top-k: %.4f vs "
       "llama.cpp F32, %.4f vs llama.cpp Q4_1; argmax differs at %d (F32) and %d (Q4_1) "
       "positions, all near-ties\n",
       positions, worst_f32, worst_q4, differ_f32, differ_q4);
   EXPECT_GT(positions, 300);
 }
 
-// The chat path end to end: ChatML from the model's template, generation stops at <|im_end|>.
+// The quantized path (--weight-format native) computes as llama.cpp's Q4_1 run does: 8-bit
+// activations per 32-element block times the file's blocks. Its logits stay within a stated
+// tolerance of our fp32 path (every vocabulary entry) and of both llama.cpp runs, and its argmax
+// is llama.cpp's Q4_1 greedy token unless that is a near-tie. The tolerances are about 1.3x the
+// figures measured when this test was written (printed below; docs/performance.md).
+constexpr double kNativeVsF32Tolerance = 2.2;  // measured 1.65 (ours native vs ours f32)
+constexpr double kNativeVsRefTolerance = 2.5;  // measured 0.98 (llama.cpp F32), 1.97 (Q4_1)
+
+TEST(SmolLM2, NativeWeightsStayWithinToleranceOfF32AndLlamaCpp) {
+  // Our fp32 logits at every position, to compare over the whole vocabulary.
+  std::vector<std::vector<float>> f32_logits;
+  teacher_forced(test::smollm2(), [&](const Golden&, std::size_t, int, std::span<const float> l) {
+    f32_logits.emplace_back(l.begin(), l.end());
+  });
+  double worst_ours = 0.0, worst_f32 = 0.0, worst_q4 = 0.0;
+  int positions = 0, differ_ours = 0, differ_q4 = 0;
+  teacher_forced(test::smollm2_native(), [&](const Golden& g, std::size_t i, int pos,
+                                             std::span<const float> logits) {
+    const std::string at = where(g, pos);
+    const std::vector<float>& ref = f32_logits.at(static_cast<std::size_t>(positions));
+    double d = 0.0;
+    for (std::size_t v = 0; v < ref.size(); ++v) d = std::max(d, double(std::fabs(logits[v] - ref[v])));
+    worst_ours = std::max(worst_ours, d);
+    worst_f32 = std::max(worst_f32, max_diff(logits, g.f32[i]));
+    worst_q4 = std::max(worst_q4, max_diff(logits, g.q4[i]));
+    EXPECT_LE(d, kNativeVsF32Tolerance) << at;
+    EXPECT_LE(max_diff(logits, g.f32[i]), kNativeVsRefTolerance) << at;
+    EXPECT_LE(max_diff(logits, g.q4[i]), kNativeVsRefTolerance) << at;
+    const int ours = argmax(logits);
+    differ_ours += ours != argmax(ref) ? 1 : 0;
+    if (ours != g.greedy_ids[i]) {
+      ++differ_q4;
+      EXPECT_LT(g.q4[i].logits[0] - g.q4[i].logits[1], kNearTie)
+          << at << ": ours " << ours << ", llama.cpp " << g.greedy_ids[i];
+    }
+    ++positions;
+  });
+  std::printf(
+      "[smollm2 native] %d positions; max |logit diff|: %.4f vs our f32 (whole vocabulary), "
+      "%.4f vs llama.cpp F32, %.4f vs llama.cpp Q4_1 (top-k); argmax differs from our f32 at %d "
+      "and from llama.cpp Q4_1 at %d positions (all near-ties there)\n",
+      positions, worst_ours, worst_f32, worst_q4, differ_ours, differ_q4);
+  EXPECT_EQ(positions, static_cast<int>(f32_logits.size()));
+  // Agreement with our own fp32 path on the greedy token: at least 95% of positions.
+  EXPECT_LE(differ_ours * 20, positions);
+}
+
+// The chat path end to end: ChatML from the model's template, generation stops at <|im_end|>. On
+// fp32 weights: the quantized path (ours and llama.cpp's alike) answers "L'Etoile, la
+// Marseillaise, ..." to this prompt and does not stop (docs/performance.md).
 TEST(SmolLM2, ChatAnswersAndStopsAtTheEndOfTurn) {
   const LoadedModel& m = test::smollm2();
   EXPECT_EQ(default_system_line(m.chat_template),

@@ -1,0 +1,67 @@
+// Matmuls on weights kept in ggml's quantized blocks (Q4_0, Q4_1, Q8_0), as GGUF files store
+// them: the activations are quantized per 32-element block to int8 and each block's dot product
+// is an exact integer sum, scaled in float. Three implementations (portable scalar, AVX2,
+// AVX-512 VNNI), picked at run time, give bit-identical results, because they all compute the
+// same exact integers and then the same float operations in the same order:
+//
+//   for each block b of the row, for each lane i < 8 (elements 4i..4i+3 of the block):
+//     L[b][i] = sum of w * xq over the lane's four elements          (an exact int32)
+//     acc[(b % 2) * 8 + i] = fma(float(L[b][i]), dw[b] * dx[b], acc[...])
+//   Q4_1 only: mins = fma(m[b], sx[b], mins) block by block          (sx[b] = dx[b] * sum(xq))
+//   result = reduce16(acc) + mins, reduce16 a fixed pairwise tree
+//
+// which is the natural register layout of an AVX-512 VNNI loop (two blocks per zmm register) and
+// of an AVX2 loop (one block per ymm register, two accumulators). The result does not depend on
+// how many activation rows are processed together, so a batched step stays bit-identical to its
+// tokens run one by one (tests/backend/quant_matmul_test.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <string>
+
+#include "engine/model/checkpoint.h"
+#include "engine/model/ggml_types.h"
+
+namespace kvscope::cpu {
+
+// Elements per quantization block, weights and activations alike.
+constexpr int kQuantBlock = 32;
+
+// Rows of activations quantized per block: q = round(x / d) with d = max|x| / 127 (0 for an
+// all-zero block).
+struct QuantizedActs {
+  int m = 0;                       // rows
+  int n = 0;                       // elements per row, a multiple of kQuantBlock
+  std::vector<std::int8_t> q;      // [m][n]
+  std::vector<float> d;            // [m][n / 32] block scales
+  std::vector<float> s;            // [m][n / 32] d * (sum of the block's q): Q4_1's min term
+  std::vector<std::int32_t> lane;  // [m][n / 32][8] sums of q over each run of 4 elements: the
+                                   // zero-point corrections of the unsigned-times-signed kernels
+};
+
+// Quantizes the m rows of x [m][n] (n a multiple of 32) into `out`, reusing its storage.
+void quantize_acts(const float* x, int m, int n, QuantizedActs& out);
+
+// The instruction sets a quantized matmul can run on.
+enum class QuantIsa { kScalar, kAvx2, kAvx512Vnni };
+const char* quant_isa_name(QuantIsa isa);
+// Whether this CPU runs `isa` (kScalar always).
+bool quant_isa_supported(QuantIsa isa);
+// The fastest supported one; KVSCOPE_QUANT_ISA=scalar|avx2|avx512vnni asks for a slower one (for
+// comparing them), and an unsupported or unknown value is ignored with one line on stderr.
+QuantIsa best_quant_isa();
+
+// out[t * ldo + r] = (row r of W) . (row t of the activations), for rows r0 <= r < r1 of W and
+// every row t < a.m, for a type with has_native_matmul(). W's rows are `row_bytes` apart from `w`, each a.n / 32 blocks of `type`.
+void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int64_t row_bytes,
+                       long r0, long r1, const QuantizedActs& a, float* out, long ldo);
+
+// How the forward pass reads `model`'s weights, for model info lines: "Q4_1 x210, F32 x61, Q8_0 x1:
+// quantized matmuls (native, avx512vnni)" or "...: dequantized to fp32 (f32)"; "fp32" for llama2.c
+// and synthetic models.
+std::string describe_weight_format(const Model& model);
+
+}  // namespace kvscope::cpu
