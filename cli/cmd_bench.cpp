@@ -6,8 +6,11 @@
 //   alloc     block allocate + free cost of the paged pool
 //   quant     decode attention cost per KV format (cmd_bench_quant.cpp)
 //   mla       latent (MLA) attention vs MHA attention at DeepSeek-V3 shape (cmd_bench_mla.cpp)
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -18,9 +21,15 @@
 #include "cli/format.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
+#include "engine/common/zeroed_buffer.h"
 #include "engine/infer/generate.h"
+#include "engine/infer/step_runner.h"
+#include "engine/kv/kv_storage.h"
 #include "engine/kv/block_pool.h"
 #include "engine/model/locate.h"
+#include "engine/kv/kv_format.h"
+
+#include <nlohmann/json.hpp>
 
 namespace kvscope::cli {
 
@@ -35,8 +44,11 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kHelp =
     R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch> [options]
 
-  generate   decode tokens/s: --model M --steps N (default 256) --threads T --repeat R (default 5)
+  generate   decode and prefill tokens/s, weight bytes per token against a memory copy and the
+             kernel's cache-resident speed, same run: --model M --steps N (default 256)
+             --prompt-tokens P (prefill, default 128) --threads T --repeat R (default 5)
              --allocator paged|contiguous --block-size B --weights mmap|copy (default mmap)
+             --weight-format native|f32 (default native) --json
   weights    decode with the checkpoint mmapped (zero copy) vs copied into huge-page memory,
              interleaved, same model, steps and threads; prints the copy/mmap speed ratio
   kv         paged (block 16 unless --block-size) vs contiguous decode, interleaved, same model
@@ -121,26 +133,134 @@ int checked_repeat(const Args& args, int fallback) {
   return repeat;
 }
 
+// Median seconds of `repeat` runs of fn (after one warm-up run).
+template <typename Fn>
+double median_seconds(int repeat, Fn&& fn) {
+  fn();
+  std::vector<double> secs;
+  for (int r = 0; r < repeat; ++r) {
+    const auto start = Clock::now();
+    fn();
+    secs.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  return secs[secs.size() / 2];
+}
+
+// Bytes per second of a memcpy of a 256 MiB buffer (far beyond the caches) on `threads` threads,
+// each copying its share: every byte read once and written once.
+double copy_bytes_per_second(int threads, int repeat) {
+  constexpr std::size_t kBytes = std::size_t{256} << 20;
+  ZeroedBuffer src(kBytes), dst(kBytes);
+  std::memset(src.data(), 1, kBytes);  // touch the pages before timing
+  std::memset(dst.data(), 2, kBytes);
+  const double secs = median_seconds(repeat, [&] {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; ++t) {
+      const std::size_t lo = kBytes * t / threads, hi = kBytes * (t + 1) / threads;
+      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
+    }
+  });
+  return static_cast<double>(kBytes) / secs;
+}
+
+// Multiply-adds per second of the forward pass's matmul on one cache-resident matrix (layer 0's
+// query projection, in the form the forward pass reads it: quantized blocks or fp32), one input
+// row per call as in decode: the arithmetic ceiling of the kernel, with memory out of the way.
+double cached_matmul_macs_per_second(const Model& model, Backend& backend, int repeat) {
+  const ModelConfig& c = model.config();
+  MatmulOut o{nullptr, model.weights().wq, c.q_dim()};
+  if (model.native() != nullptr) o.q = model.native()->wq[0];
+  std::vector<float> x(static_cast<std::size_t>(c.dim), 0.5f), out(static_cast<std::size_t>(c.q_dim()));
+  o.out = out.data();
+  constexpr int kCalls = 2000;
+  const double secs = median_seconds(repeat, [&] {
+    for (int i = 0; i < kCalls; ++i) backend.matmul_batch(x.data(), 1, c.dim, std::span(&o, 1));
+  });
+  return static_cast<double>(kCalls) * c.dim * c.q_dim() / secs;
+}
+
 int bench_generate(const Args& args) {
   const WeightStorage storage = parse_weight_storage(args.get("--weights", "mmap"), "--weights");
   const WeightFormat format =
       parse_weight_format(args.get("--weight-format", "native"), "--weight-format");
   LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"), storage, format);
-  const int threads = args.get_int("--threads", 0);
+  const Model& model = *loaded.model;
+  const ModelConfig& c = model.config();
+  int threads = args.get_int("--threads", 0);
+  if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
+  if (threads == 0) threads = omp_get_num_procs();
   const int repeat = checked_repeat(args, 5);
-  const int steps = checked_steps(args, loaded.model->config(), 256);
+  const int steps = checked_steps(args, c, 256);
+  const int prompt = args.get_int("--prompt-tokens", std::min(128, c.seq_len));
+  if (prompt < 1 || prompt > c.seq_len) {
+    fail_expected("--prompt-tokens", "an integer in [1, " + std::to_string(c.seq_len) + "]",
+                  std::to_string(prompt));
+  }
+  const bool json = args.has("--json");
   auto backend = make_cpu_backend(threads);
   Transformer t(loaded.model, *backend);
   GenerateOptions o = options_from(args);
+  if (!json) {
+    std::fprintf(stderr, "bench generate: %s, %d threads: decode %d x %d tokens, prefill %d x %d "
+                 "tokens, memory copy, cached matmul...\n",
+                 model.source().c_str(), threads, repeat, steps - 1, repeat, prompt);
+  }
   time_generation(t, std::min(steps, 16), 1, o);  // warm-up
-  Timing tm = time_generation(t, steps, repeat, o);
-  std::printf(
-      "%s%s: %d tokens, best %.1f tokens/s, median %.1f tokens/s (%d threads, %d runs, "
-      "weights %s; %s)\n",
-      loaded.model->is_random_weights() ? "[random weights] " : "", loaded.model->source().c_str(),
-      tm.tokens, tm.tokens / tm.best_seconds, tm.tokens / tm.median_seconds, threads, repeat,
-      loaded.model->is_random_weights() ? "owned" : weight_storage_name(storage),
-      cpu::describe_weight_format(*loaded.model).c_str());
+  const Timing decode = time_generation(t, steps, repeat, o);
+  // Prefill: `prompt` tokens (a fixed pseudo-random text) in one forward_step, into a fresh cache.
+  std::vector<int> tokens(static_cast<std::size_t>(prompt));
+  for (int i = 0; i < prompt; ++i) tokens[static_cast<std::size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
+  const KvFormat fp32 = parse_kv_format("fp32", "bench");
+  const double prefill_secs = median_seconds(repeat, [&] {
+    KvCacheManager cache(kv_layout_for(c, 16, (prompt + 15) / 16, fp32, fp32), AllocatorKind::kPaged,
+                         prompt, /*with_storage=*/true);
+    const SeqId seq(0);
+    cache.require_add_sequence(seq);
+    run_tokens(t, cache, seq, tokens, 0, nullptr, [](int, std::span<const float>) {}, prompt);
+  });
+  const double copy_bps = copy_bytes_per_second(threads, repeat);
+  const double peak_macs = cached_matmul_macs_per_second(model, *backend, repeat);
+
+  const double decode_tps = decode.tokens / decode.median_seconds;
+  const double prefill_tps = prompt / prefill_secs;
+  const std::int64_t bytes_per_token = weight_bytes_per_token(model);
+  const double stream_bps = static_cast<double>(bytes_per_token) * decode_tps;
+  const double macs = static_cast<double>(matmul_macs_per_token(c)) * decode_tps;
+  if (json) {
+    nlohmann::json j = {{"model", model.source()},
+                        {"random_weights", model.is_random_weights()},
+                        {"weights", cpu::describe_weight_format(model)},
+                        {"weight_format", weight_format_name(model.weight_format())},
+                        {"threads", threads},
+                        {"decode_tokens", decode.tokens},
+                        {"decode_tokens_per_s", decode_tps},
+                        {"decode_best_tokens_per_s", decode.tokens / decode.best_seconds},
+                        {"prefill_tokens", prompt},
+                        {"prefill_tokens_per_s", prefill_tps},
+                        {"weight_bytes_per_token", bytes_per_token},
+                        {"weight_stream_bytes_per_s", stream_bps},
+                        {"copy_bytes_per_s", copy_bps},
+                        {"matmul_macs_per_s", macs},
+                        {"cached_matmul_macs_per_s", peak_macs},
+                        {"runs", repeat}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s%s (%d threads; weights %s, %s)\n",
+              model.is_random_weights() ? "[random weights] " : "", model.source().c_str(), threads,
+              model.is_random_weights() ? "owned" : weight_storage_name(storage),
+              cpu::describe_weight_format(model).c_str());
+  std::printf("  decode    %d tokens from BOS: median %.1f tokens/s, best %.1f (%d runs)\n",
+              decode.tokens, decode_tps, decode.tokens / decode.best_seconds, repeat);
+  std::printf("  prefill   %d tokens in one step: median %.1f tokens/s\n", prompt, prefill_tps);
+  std::printf("  weights   %s read per decoded token: %.1f GB/s at the median decode speed, %.0f%% "
+              "of a memory copy in this run (%.1f GB/s)\n",
+              human_bytes(static_cast<double>(bytes_per_token)).c_str(), stream_bps / 1e9,
+              100.0 * stream_bps / copy_bps, copy_bps / 1e9);
+  std::printf("  compute   %.1f G multiply-adds/s in the matmuls, %.0f%% of the same kernel on a "
+              "cache-resident matrix (%.1f G/s)\n",
+              macs / 1e9, 100.0 * macs / peak_macs, peak_macs / 1e9);
   return 0;
 }
 
@@ -245,7 +365,8 @@ int bench_alloc(const Args& args) {
 int cmd_bench(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
-             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights", "--seqs"},
+             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights", "--seqs",
+             "--weight-format", "--prompt-tokens"},
             {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -256,7 +377,7 @@ int cmd_bench(const Argv& argv) {
   static const std::map<std::string, std::set<std::string>> kFlags = {
       {"generate",
        {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator", "--block-size",
-        "--weights"}},
+        "--weights", "--weight-format", "--prompt-tokens", "--json"}},
       {"weights",
        {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
         "--block-size"}},

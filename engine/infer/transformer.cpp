@@ -195,4 +195,30 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   return std::span<float>(logits_.data(), sz(k) * sz(c.vocab_size));
 }
 
+std::int64_t matmul_macs_per_token(const ModelConfig& c) {
+  const std::int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+  return c.n_layers * (d * q * 2 + d * kv * 2 + d * h * 3) + d * c.vocab_size;
+}
+
+std::int64_t weight_bytes_per_token(const Model& model) {
+  const ModelConfig& c = model.config();
+  const NativeWeights* nw = model.native();
+  const std::int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+  // One matrix of `rows` x `cols`: its quantized rows when kept, else fp32.
+  auto bytes = [&](const QuantMatrix* m, std::int64_t rows, std::int64_t cols) {
+    return m != nullptr && m->data != nullptr ? rows * m->row_bytes : rows * cols * 4;
+  };
+  auto at = [&](const std::vector<QuantMatrix> NativeWeights::*which, int l) {
+    return nw != nullptr ? &(nw->*which)[sz(l)] : nullptr;
+  };
+  std::int64_t total = bytes(nw != nullptr ? &nw->wcls : nullptr, c.vocab_size, d);
+  for (int l = 0; l < c.n_layers; ++l) {
+    total += bytes(at(&NativeWeights::wq, l), q, d) + bytes(at(&NativeWeights::wk, l), kv, d) +
+             bytes(at(&NativeWeights::wv, l), kv, d) + bytes(at(&NativeWeights::wo, l), d, q) +
+             bytes(at(&NativeWeights::w1, l), h, d) + bytes(at(&NativeWeights::w2, l), d, h) +
+             bytes(at(&NativeWeights::w3, l), h, d);
+  }
+  return total;
+}
+
 }  // namespace kvscope

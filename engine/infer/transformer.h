@@ -75,4 +75,11 @@ class Transformer {
   std::vector<float> logits_;  // [k][vocab]
 };
 
+// Bytes of weights one decoded token reads: every layer's projections and FFN and the classifier,
+// as the forward pass reads them (the quantized blocks of native() matrices, fp32 otherwise); the
+// embedding row and the norms are left out (a few KB).
+std::int64_t weight_bytes_per_token(const Model& model);
+// Multiply-adds of those matmuls per token (the same matrices' element count).
+std::int64_t matmul_macs_per_token(const ModelConfig& c);
+
 }  // namespace kvscope

@@ -72,7 +72,7 @@ TEST(QuantMatmul, EveryInstructionSetMatchesTheScalarCodeBitForBit) {
     if (!quant_isa_supported(isa)) continue;
     ++checked_isas;
     for (GgmlType type : kTypes) {
-      for (int nb : {1, 2, 3, 18, 48}) {  // odd counts take the AVX-512 tail
+      for (int nb : {1, 2, 3, 5, 7, 18, 48}) {  // odd counts take the AVX-512 masked tail
         const int rows = 13, m = 7, n = nb * kQuantBlock;
         const auto w = random_weights(type, rows, nb, 11u * nb + static_cast<unsigned>(type));
         QuantizedActs a;
@@ -164,7 +164,9 @@ TEST(QuantMatmul, ActivationQuantizationFollowsItsDefinition) {
   EXPECT_EQ(a.lane[0], 50 - 25);
   EXPECT_EQ(a.lane[1], 15);
   EXPECT_EQ(a.lane[7], -127);
-  EXPECT_FLOAT_EQ(a.s[0], a.d[0] * (50 - 25 + 15 - 127));
+  EXPECT_EQ(a.lane_f[0], a.d[0] * 25.0f);
+  EXPECT_EQ(a.lane_f[7], a.d[0] * -127.0f);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(a.d8[static_cast<std::size_t>(i)], a.d[0]);
   EXPECT_EQ(a.d[1], 0.0f);  // an all-zero block
   for (int e = 32; e < 64; ++e) EXPECT_EQ(a.q[static_cast<std::size_t>(e)], 0);
 }

@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,8 +16,9 @@
 #include "engine/common/error.h"
 
 // GCC 12's AVX-512 intrinsics start some results from a deliberately undefined register
-// (`__m512i __Y = __Y;`), which -Wmaybe-uninitialized reports wherever they are inlined.
+// (`__m512i __Y = __Y;`), which -W(maybe-)uninitialized reports wherever they are inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kvscope::cpu {
 namespace {
@@ -39,12 +41,18 @@ inline std::uint16_t load_u16(const std::byte* p) {
   return v;
 }
 
-// The 16 accumulators summed in one fixed tree: halves first (lane i with lane i + 8), then as
-// row_dot's reduction. Not inlined, so every caller runs the very same instructions.
-__attribute__((noinline)) float reduce16(const float* a) {
-  float s[8];
-  for (int i = 0; i < 8; ++i) s[i] = a[i] + a[i + 8];
-  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+constexpr int kGroups = 4;                 // independent accumulator chains
+constexpr int kAcc = kGroups * kLanes;     // accumulators per (weight row, activation row)
+
+// The 32 accumulators (the products' and the mins', added lane by lane) summed in one fixed tree:
+// a[i] + a[i + 16], then h[i] + h[i + 8], then s[i] + s[i + 4], then (u0 + u1) + (u2 + u3). The
+// SIMD paths do the same additions as vector halves.
+float reduce32(const float* acc, const float* mins) {
+  float h[16], s[8], u[4];
+  for (int i = 0; i < 16; ++i) h[i] = (acc[i] + mins[i]) + (acc[i + 16] + mins[i + 16]);
+  for (int i = 0; i < 8; ++i) s[i] = h[i] + h[i + 8];
+  for (int i = 0; i < 4; ++i) u[i] = s[i] + s[i + 4];
+  return (u[0] + u[1]) + (u[2] + u[3]);
 }
 
 // ---- Portable reference ----------------------------------------------------------------------
@@ -73,22 +81,22 @@ void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long
     for (int t = 0; t < a.m; ++t) {
       const std::int8_t* xq = a.q.data() + static_cast<std::size_t>(t) * a.n;
       const float* dx = a.d.data() + static_cast<std::size_t>(t) * nb;
-      const float* sx = a.s.data() + static_cast<std::size_t>(t) * nb;
-      float acc[16] = {};
-      float mins = 0.0f;
+      const float* lf = a.lane_f.data() + static_cast<std::size_t>(t) * nb * kLanes;
+      float acc[kAcc] = {}, mins[kAcc] = {};
       for (int b = 0; b < nb; ++b) {
         const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
         block_ints(type, blk, wi);
         const float dd = fp16_to_fp32(load_u16(blk)) * dx[b];
+        const float mw = type == GgmlType::kQ4_1 ? fp16_to_fp32(load_u16(blk + 2)) : 0.0f;
         for (int i = 0; i < kLanes; ++i) {
           std::int32_t l = 0;
           for (int e = 4 * i; e < 4 * i + 4; ++e) l += wi[e] * xq[b * kQuantBlock + e];
-          float& slot = acc[(b % 2) * kLanes + i];
-          slot = std::fma(static_cast<float>(l), dd, slot);
+          const int slot = (b % kGroups) * kLanes + i;
+          acc[slot] = std::fma(static_cast<float>(l), dd, acc[slot]);
+          if (type == GgmlType::kQ4_1) mins[slot] = std::fma(mw, lf[b * kLanes + i], mins[slot]);
         }
-        if (type == GgmlType::kQ4_1) mins = std::fma(fp16_to_fp32(load_u16(blk + 2)), sx[b], mins);
       }
-      out[t * ldo + r] = reduce16(acc) + mins;
+      out[t * ldo + r] = reduce32(acc, mins);
     }
   }
 }
@@ -124,6 +132,7 @@ KVSCOPE_AVX2 inline __m256i lanes_avx2(__m256i wq, const std::int8_t* x, const s
     const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq));
     return _mm256_madd_epi16(p, ones);
   } else {
+    // Nibbles 0..15 times int8: pairs stay within int16 (at most 2 * 15 * 127).
     const __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones);
     if constexpr (T == GgmlType::kQ4_0) {
       const __m256i corr =
@@ -135,42 +144,59 @@ KVSCOPE_AVX2 inline __m256i lanes_avx2(__m256i wq, const std::int8_t* x, const s
   }
 }
 
+// reduce32's last steps on s[0..7]: s[i] + s[i + 4], then (u0 + u1) + (u2 + u3).
+KVSCOPE_AVX2 inline float reduce8_avx(__m256 s) {
+  const __m128 u = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  const __m128 pairs = _mm_add_ps(u, _mm_movehdup_ps(u));  // [u0 + u1, -, u2 + u3, -]
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehl_ps(pairs, pairs)));
+}
+
+// One weight row against activation rows t0 .. t0 + R - 1.
 template <GgmlType T, int R>
 KVSCOPE_AVX2 void row_avx2(const std::byte* row, const QuantizedActs& a, int t0, float* out,
                            long ldo, long r) {
   const int nb = a.n / kQuantBlock, bb = block_bytes(T);
-  __m256 acc[R][2];
-  float mins[R];
+  constexpr bool kMins = T == GgmlType::kQ4_1;
+  __m256 acc[R][kGroups], mins[R][kGroups];
   const std::int8_t* xq[R];
   const float* dx[R];
-  const float* sx[R];
+  const float* lf[R];
   const std::int32_t* ln[R];
   for (int k = 0; k < R; ++k) {
-    acc[k][0] = acc[k][1] = _mm256_setzero_ps();
-    mins[k] = 0.0f;
+    for (int g = 0; g < kGroups; ++g) acc[k][g] = mins[k][g] = _mm256_setzero_ps();
     const std::size_t t = static_cast<std::size_t>(t0 + k);
     xq[k] = a.q.data() + t * a.n;
     dx[k] = a.d.data() + t * nb;
-    sx[k] = a.s.data() + t * nb;
+    lf[k] = a.lane_f.data() + t * nb * kLanes;
     ln[k] = a.lane.data() + t * nb * kLanes;
   }
-  for (int b = 0; b < nb; ++b) {
+  // Block b into group G = b % 4, with G a constant so the accumulators stay in registers.
+  auto block = [&]<int G>(int b) {
     const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
     const __m256i wq = weights_avx2<T>(blk);
     const float dw = half_avx(blk);
-    const float mw = T == GgmlType::kQ4_1 ? half_avx(blk + 2) : 0.0f;
+    const __m256 mw = _mm256_set1_ps(kMins ? half_avx(blk + 2) : 0.0f);
     for (int k = 0; k < R; ++k) {
       const __m256i l = lanes_avx2<T>(wq, xq[k] + b * kQuantBlock, ln[k] + b * kLanes);
-      const float dd = dw * dx[k][b];
-      acc[k][b % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), _mm256_set1_ps(dd), acc[k][b % 2]);
-      if constexpr (T == GgmlType::kQ4_1) mins[k] = std::fma(mw, sx[k][b], mins[k]);
+      const __m256 dd = _mm256_set1_ps(dw * dx[k][b]);
+      acc[k][G] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), dd, acc[k][G]);
+      if constexpr (kMins)
+        mins[k][G] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(lf[k] + b * kLanes), mins[k][G]);
     }
+  };
+  for (int b = 0; b < nb; b += kGroups) {
+    block.template operator()<0>(b);
+    if (b + 1 < nb) block.template operator()<1>(b + 1);
+    if (b + 2 < nb) block.template operator()<2>(b + 2);
+    if (b + 3 < nb) block.template operator()<3>(b + 3);
   }
   for (int k = 0; k < R; ++k) {
-    alignas(32) float lanes[16];
-    _mm256_store_ps(lanes, acc[k][0]);
-    _mm256_store_ps(lanes + 8, acc[k][1]);
-    out[(t0 + k) * ldo + r] = reduce16(lanes) + mins[k];
+    // Groups 0..3 are a[0..31]: h = a[0:16] + a[16:32] is (g0 + g2, g1 + g3).
+    const __m256 h0 = _mm256_add_ps(_mm256_add_ps(acc[k][0], mins[k][0]),
+                                    _mm256_add_ps(acc[k][2], mins[k][2]));
+    const __m256 h1 = _mm256_add_ps(_mm256_add_ps(acc[k][1], mins[k][1]),
+                                    _mm256_add_ps(acc[k][3], mins[k][3]));
+    out[(t0 + k) * ldo + r] = reduce8_avx(_mm256_add_ps(h0, h1));
   }
 }
 
@@ -178,104 +204,101 @@ KVSCOPE_AVX2 void row_avx2(const std::byte* row, const QuantizedActs& a, int t0,
 
 #define KVSCOPE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-// Two blocks' weight bytes in one register (block b in the low half): unsigned nibbles for
-// Q4_0/Q4_1, int8 + 128 (unsigned) for Q8_0.
+// Blocks b and b + 1 in one register (b in the low half): unsigned nibbles for Q4_0/Q4_1, int8 +
+// 128 (unsigned) for Q8_0.
 template <GgmlType T>
-KVSCOPE_AVX512 inline __m256i weights_u8(const std::byte* blk) {
-  const __m256i w = weights_avx2<T>(blk);
-  if constexpr (T == GgmlType::kQ8_0) return _mm256_xor_si256(w, _mm256_set1_epi8(-128));
-  return w;
+KVSCOPE_AVX512 inline __m512i pair_u8(const std::byte* blk0, const std::byte* blk1) {
+  if constexpr (T == GgmlType::kQ8_0) {
+    const __m512i w = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk0 + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk1 + 2)), 1);
+    return _mm512_xor_si512(w, _mm512_set1_epi8(-128));
+  } else {
+    constexpr int off = quants_offset(T);
+    const __m256i raw = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk0 + off))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk1 + off)), 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(raw, m4);                         // [lo0 | lo1]
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);  // [hi0 | hi1]
+    // [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1] (128-bit lanes 0, 2, 1, 3)
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+}
+
+// [dw0 x 8, dw1 x 8] from the blocks' fp16 scales at byte offset `off`.
+KVSCOPE_AVX512 inline __m512 pair_half(const std::byte* blk0, const std::byte* blk1, int off) {
+  const __m256i h = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(load_u16(blk1 + off))),
+                                     _mm_set1_epi16(static_cast<short>(load_u16(blk0 + off))));
+  return _mm512_cvtph_ps(h);
 }
 
 // What dpbusd must start from so that it ends at L: minus the zero-point correction
 // (8 * lane sums for Q4_0, 128 * lane sums for Q8_0's +128 offset), 0 for Q4_1.
 template <GgmlType T>
-KVSCOPE_AVX512 inline __m512i start512(const std::int32_t* lane) {
+KVSCOPE_AVX512 inline __m512i start512(const std::int32_t* lane, __mmask16 keep) {
   if constexpr (T == GgmlType::kQ4_1) {
     return _mm512_setzero_si512();
   } else {
-    const __m512i l = _mm512_loadu_si512(lane);
-    const int shift = T == GgmlType::kQ4_0 ? 3 : 7;
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(l, shift));
-  }
-}
-template <GgmlType T>
-KVSCOPE_AVX512 inline __m256i start256(const std::int32_t* lane) {
-  if constexpr (T == GgmlType::kQ4_1) {
-    return _mm256_setzero_si256();
-  } else {
-    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lane));
-    const int shift = T == GgmlType::kQ4_0 ? 3 : 7;
-    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(l, shift));
+    const __m512i l = _mm512_maskz_loadu_epi32(keep, lane);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(l, T == GgmlType::kQ4_0 ? 3 : 7));
   }
 }
 
-// [a x 8, b x 8]
-KVSCOPE_AVX512 inline __m512 pair512(float a, float b) {
-  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_set_ps(0.0f, 0.0f, b, a)));
-}
-
+// One weight row against activation rows t0 .. t0 + R - 1. Pair p (blocks 2p, 2p + 1) goes to
+// accumulator p % 2: block b lands in group b % 4, as in the scalar code. An odd last block is a
+// pair with its upper half masked off.
 template <GgmlType T, int R>
 KVSCOPE_AVX512 void row_avx512(const std::byte* row, const QuantizedActs& a, int t0, float* out,
                                long ldo, long r) {
   const int nb = a.n / kQuantBlock, bb = block_bytes(T);
-  __m512 acc[R];
-  float mins[R];
+  constexpr bool kMins = T == GgmlType::kQ4_1;
+  __m512 acc[R][2], mins[R][2];
   const std::int8_t* xq[R];
-  const float* dx[R];
-  const float* sx[R];
+  const float* d8[R];
+  const float* lf[R];
   const std::int32_t* ln[R];
   for (int k = 0; k < R; ++k) {
-    acc[k] = _mm512_setzero_ps();
-    mins[k] = 0.0f;
+    acc[k][0] = acc[k][1] = mins[k][0] = mins[k][1] = _mm512_setzero_ps();
     const std::size_t t = static_cast<std::size_t>(t0 + k);
     xq[k] = a.q.data() + t * a.n;
-    dx[k] = a.d.data() + t * nb;
-    sx[k] = a.s.data() + t * nb;
+    d8[k] = a.d8.data() + t * nb * kLanes;
+    lf[k] = a.lane_f.data() + t * nb * kLanes;
     ln[k] = a.lane.data() + t * nb * kLanes;
   }
-  int b = 0;
-  for (; b + 2 <= nb; b += 2) {
+  // Blocks b and b + 1 into accumulator P, a constant so the accumulators stay in registers.
+  auto pair = [&]<int P>(int b) {
+    const bool odd = b + 1 == nb;  // the last block alone
+    const __mmask16 keep = odd ? 0x00FF : 0xFFFF;
+    const __mmask64 keep_bytes = odd ? 0x00000000FFFFFFFFull : ~0ull;
     const std::byte* blk0 = row + static_cast<std::ptrdiff_t>(b) * bb;
-    const std::byte* blk1 = blk0 + bb;
-    const __m512i wq =
-        _mm512_inserti64x4(_mm512_castsi256_si512(weights_u8<T>(blk0)), weights_u8<T>(blk1), 1);
-    const float dw0 = half_avx(blk0), dw1 = half_avx(blk1);
-    const __m512 dw = pair512(dw0, dw1);
-    float mw0 = 0.0f, mw1 = 0.0f;
-    if constexpr (T == GgmlType::kQ4_1) {
-      mw0 = half_avx(blk0 + 2);
-      mw1 = half_avx(blk1 + 2);
-    }
+    const std::byte* blk1 = odd ? blk0 : blk0 + bb;  // read twice, masked off below
+    const __m512i wq = pair_u8<T>(blk0, blk1);
+    const __m512 dw = pair_half(blk0, blk1, 0);
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (kMins) mw = pair_half(blk0, blk1, 2);
     for (int k = 0; k < R; ++k) {
-      const __m512i xv = _mm512_loadu_si512(xq[k] + b * kQuantBlock);
-      const __m512i l = _mm512_dpbusd_epi32(start512<T>(ln[k] + b * kLanes), wq, xv);
-      const __m512 dd = _mm512_mul_ps(dw, pair512(dx[k][b], dx[k][b + 1]));
-      acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k]);
-      if constexpr (T == GgmlType::kQ4_1) {
-        mins[k] = std::fma(mw0, sx[k][b], mins[k]);
-        mins[k] = std::fma(mw1, sx[k][b + 1], mins[k]);
+      const __m512i xv = _mm512_maskz_loadu_epi8(keep_bytes, xq[k] + b * kQuantBlock);
+      const __m512i l = _mm512_dpbusd_epi32(start512<T>(ln[k] + b * kLanes, keep), wq, xv);
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(keep, d8[k] + b * kLanes));
+      acc[k][P] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P], keep);
+      if constexpr (kMins) {
+        mins[k][P] = _mm512_mask3_fmadd_ps(mw, _mm512_maskz_loadu_ps(keep, lf[k] + b * kLanes),
+                                           mins[k][P], keep);
       }
     }
-  }
-  if (b < nb) {  // an odd block count: the last block into the low 8 accumulators only
-    const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
-    const __m256i wq = weights_u8<T>(blk);
-    const float dw = half_avx(blk);
-    const float mw = T == GgmlType::kQ4_1 ? half_avx(blk + 2) : 0.0f;
-    for (int k = 0; k < R; ++k) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[k] + b * 32));
-      const __m256i l = _mm256_dpbusd_epi32(start256<T>(ln[k] + b * kLanes), wq, xv);
-      const __m512 lf = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(l));
-      acc[k] = _mm512_mask3_fmadd_ps(lf, _mm512_set1_ps(dw * dx[k][b]), acc[k], 0x00FF);
-      if constexpr (T == GgmlType::kQ4_1) mins[k] = std::fma(mw, sx[k][b], mins[k]);
-    }
+  };
+  for (int b = 0; b < nb; b += 4) {
+    pair.template operator()<0>(b);
+    if (b + 2 < nb) pair.template operator()<1>(b + 2);
   }
   for (int k = 0; k < R; ++k) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, acc[k]);
-    out[(t0 + k) * ldo + r] = reduce16(lanes) + mins[k];
+    // acc[0] holds groups 0 and 1 (a[0..15]), acc[1] groups 2 and 3 (a[16..31]).
+    const __m512 h = _mm512_add_ps(_mm512_add_ps(acc[k][0], mins[k][0]),
+                                   _mm512_add_ps(acc[k][1], mins[k][1]));
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(h), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(h), 1)));
+    out[(t0 + k) * ldo + r] = reduce8_avx(s8);
   }
 }
 
@@ -286,17 +309,17 @@ using RowFn = void (*)(const std::byte*, const QuantizedActs&, int, float*, long
 template <GgmlType T>
 void rows_simd(QuantIsa isa, const std::byte* w, std::int64_t row_bytes, long r0, long r1,
                const QuantizedActs& a, float* out, long ldo) {
+  // Activation rows per pass over a weight row (which stays in L1 meanwhile): as many as keep
+  // the accumulators in registers (AVX-512: 32 registers, 4 per row; AVX2: 16, 8 per row).
   const bool wide = isa == QuantIsa::kAvx512Vnni;
-  const RowFn four = wide ? &row_avx512<T, 4> : &row_avx2<T, 4>;
-  const RowFn by_count[4] = {nullptr, wide ? &row_avx512<T, 1> : &row_avx2<T, 1>,
-                             wide ? &row_avx512<T, 2> : &row_avx2<T, 2>,
-                             wide ? &row_avx512<T, 3> : &row_avx2<T, 3>};
+  const int per_pass = wide ? 4 : 1;
+  const RowFn by_count[5] = {nullptr, wide ? &row_avx512<T, 1> : &row_avx2<T, 1>,
+                             &row_avx512<T, 2>, &row_avx512<T, 3>, &row_avx512<T, 4>};
   for (long r = r0; r < r1; ++r) {
-    // Each weight row meets four activation rows per pass while it is in L1.
     const std::byte* row = w + r * row_bytes;
-    int t = 0;
-    for (; t + 4 <= a.m; t += 4) four(row, a, t, out, ldo, r);
-    if (t < a.m) by_count[a.m - t](row, a, t, out, ldo, r);
+    for (int t = 0; t < a.m; t += per_pass) {
+      by_count[std::min(per_pass, a.m - t)](row, a, t, out, ldo, r);
+    }
   }
 }
 
@@ -307,20 +330,22 @@ void quantize_acts(const float* x, int m, int n, QuantizedActs& out) {
     throw InternalError("quantize_acts", "row length " + std::to_string(n) + " is not a multiple of 32");
   }
   const int nb = n / kQuantBlock;
+  const std::size_t blocks = static_cast<std::size_t>(m) * nb;
   out.m = m;
   out.n = n;
-  out.q.resize(static_cast<std::size_t>(m) * n);
-  out.d.resize(static_cast<std::size_t>(m) * nb);
-  out.s.resize(static_cast<std::size_t>(m) * nb);
-  out.lane.resize(static_cast<std::size_t>(m) * nb * kLanes);
-  for (long blk = 0; blk < static_cast<long>(m) * nb; ++blk) {
+  out.q.resize(blocks * kQuantBlock);
+  out.d.resize(blocks);
+  out.d8.resize(blocks * kLanes);
+  out.lane.resize(blocks * kLanes);
+  out.lane_f.resize(blocks * kLanes);
+  for (std::size_t blk = 0; blk < blocks; ++blk) {
     const float* xb = x + blk * kQuantBlock;
     std::int8_t* qb = out.q.data() + blk * kQuantBlock;
     float amax = 0.0f;
     for (int e = 0; e < kQuantBlock; ++e) amax = std::fmax(amax, std::fabs(xb[e]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    std::int32_t sum = 0;
+    out.d[blk] = d;
     for (int i = 0; i < kLanes; ++i) {
       std::int32_t lane = 0;
       for (int e = 4 * i; e < 4 * i + 4; ++e) {
@@ -328,11 +353,10 @@ void quantize_acts(const float* x, int m, int n, QuantizedActs& out) {
         qb[e] = static_cast<std::int8_t>(v);
         lane += static_cast<std::int32_t>(v);
       }
-      out.lane[static_cast<std::size_t>(blk) * kLanes + i] = lane;
-      sum += lane;
+      out.d8[blk * kLanes + i] = d;
+      out.lane[blk * kLanes + i] = lane;
+      out.lane_f[blk * kLanes + i] = d * static_cast<float>(lane);
     }
-    out.d[static_cast<std::size_t>(blk)] = d;
-    out.s[static_cast<std::size_t>(blk)] = d * static_cast<float>(sum);
   }
 }
 

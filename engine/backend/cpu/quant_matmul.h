@@ -4,16 +4,17 @@
 // AVX-512 VNNI), picked at run time, give bit-identical results, because they all compute the
 // same exact integers and then the same float operations in the same order:
 //
-//   for each block b of the row, for each lane i < 8 (elements 4i..4i+3 of the block):
-//     L[b][i] = sum of w * xq over the lane's four elements          (an exact int32)
-//     acc[(b % 2) * 8 + i] = fma(float(L[b][i]), dw[b] * dx[b], acc[...])
-//   Q4_1 only: mins = fma(m[b], sx[b], mins) block by block          (sx[b] = dx[b] * sum(xq))
-//   result = reduce16(acc) + mins, reduce16 a fixed pairwise tree
+//   for each block b of the row, group g = b % 4, for each lane i < 8 (elements 4i..4i+3):
+//     L[b][i] = sum of w * xq over the lane's four elements           (an exact int32)
+//     acc[g][i]  = fma(float(L[b][i]), dw[b] * dx[b], acc[g][i])
+//     mins[g][i] = fma(m[b], dx[b] * float(lane sum of xq), mins[g][i])    (Q4_1's min only)
+//   result = reduce32(acc) + reduce32(mins), reduce32 a fixed pairwise tree
 //
-// which is the natural register layout of an AVX-512 VNNI loop (two blocks per zmm register) and
-// of an AVX2 loop (one block per ymm register, two accumulators). The result does not depend on
-// how many activation rows are processed together, so a batched step stays bit-identical to its
-// tokens run one by one (tests/backend/quant_matmul_test.cpp).
+// which is the register layout of an AVX-512 VNNI loop (two blocks per zmm register, two
+// registers in flight) and of an AVX2 loop (one block per ymm register, four in flight): four
+// independent accumulator chains hide the fma latency. The result does not depend on how many
+// activation rows are processed together, so a batched step stays bit-identical to its tokens
+// run one by one (tests/backend/quant_matmul_test.cpp).
 #pragma once
 
 #include <cstddef>
@@ -37,9 +38,10 @@ struct QuantizedActs {
   int n = 0;                       // elements per row, a multiple of kQuantBlock
   std::vector<std::int8_t> q;      // [m][n]
   std::vector<float> d;            // [m][n / 32] block scales
-  std::vector<float> s;            // [m][n / 32] d * (sum of the block's q): Q4_1's min term
+  std::vector<float> d8;           // [m][n / 32][8] each block scale 8 times (vector loads)
   std::vector<std::int32_t> lane;  // [m][n / 32][8] sums of q over each run of 4 elements: the
                                    // zero-point corrections of the unsigned-times-signed kernels
+  std::vector<float> lane_f;       // [m][n / 32][8] d * float(lane): Q4_1's min term per lane
 };
 
 // Quantizes the m rows of x [m][n] (n a multiple of 32) into `out`, reusing its storage.
