@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
@@ -78,7 +79,9 @@ double time_decode(Transformer& t, int seqs, int steps, int block_size) {
 }  // namespace
 
 int bench_batch(const Args& args) {
-  LoadedModel loaded = load_model(args.get("--model", "synthetic:smollm2-135m"), "");
+  LoadedModel loaded =
+      load_model(args.get("--model", "synthetic:smollm2-135m"), "", WeightStorage::kMapped,
+                 parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   const ModelConfig& c = loaded.model->config();
   const std::vector<int> seqs = parse_seqs(args.get("--seqs", "1,4,16"));
   const int steps = args.get_int("--steps", 32);
@@ -128,8 +131,9 @@ int bench_batch(const Args& args) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("%s%s, %d threads, block %d\n", label, loaded.model->source().c_str(),
-              threads > 0 ? threads : omp_get_num_procs(), block_size);
+  std::printf("%s%s, %d threads, block %d; weights %s\n", label, loaded.model->source().c_str(),
+              threads > 0 ? threads : omp_get_num_procs(), block_size,
+              cpu::describe_weight_format(*loaded.model).c_str());
   std::printf("| sequences | tokens/s | ms per step | vs %d seq |\n|---:|---:|---:|---:|\n",
               seqs.front());
   for (const auto& row : out) {

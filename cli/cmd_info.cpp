@@ -6,7 +6,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
+#include "engine/infer/transformer.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/model/locate.h"
 #include "engine/model/synthetic.h"
@@ -14,12 +16,12 @@
 namespace kvscope::cli {
 
 int cmd_info(const Argv& argv) {
-  Args args(argv, {"--model"}, {"--help"});
+  Args args(argv, {"--model", "--weight-format"}, {"--help"});
   if (args.has("--help")) {
     std::fputs(
-        "usage: kvscope info [--model PATH|NAME|synthetic:SPEC]\n"
-        "prints the model's shape and its KV bytes per token per format; synthetic models\n"
-        "are described without allocating their weights.\n",
+        "usage: kvscope info [--model PATH|NAME|synthetic:SPEC] [--weight-format native|f32]\n"
+        "prints the model's shape, how its weights are held and read, and its KV bytes per\n"
+        "token per format; synthetic models are described without allocating their weights.\n",
         stdout);
     return 0;
   }
@@ -34,7 +36,8 @@ int cmd_info(const Argv& argv) {
   double seconds = 0.0;
   if (!random) {
     const auto started = std::chrono::steady_clock::now();
-    loaded = load_model(arg, "");
+    loaded = load_model(arg, "", WeightStorage::kMapped,
+                        parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     source = loaded.model->source();
   }
@@ -49,6 +52,13 @@ int cmd_info(const Argv& argv) {
         m.weight_types().c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
         m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)" : "fp32 (mmapped)",
         seconds);
+    if (m.native() != nullptr) {
+      std::printf("            and %s of quantized matrices as stored; the forward pass reads those\n",
+                  human_bytes(static_cast<double>(m.native_bytes())).c_str());
+    }
+    std::printf("matmuls:    %s; %s of weights read per token\n",
+                cpu::describe_weight_format(m).c_str(),
+                human_bytes(static_cast<double>(weight_bytes_per_token(m))).c_str());
     if (loaded.tokenizer) {
       std::printf("tokenizer:  %d tokens, BOS %d, from %s\n", loaded.tokenizer->vocab_size(),
                   loaded.tokenizer->bos_id(), loaded.tokenizer->path().c_str());

@@ -32,6 +32,8 @@ constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
   --preemption recompute|swap      override cache.preemption
   --bookkeeping                    no model compute: block accounting only (tokens are 0)
   --threads N                      CPU threads for the forward pass (default 1)
+  --weight-format native|f32       GGUF models: matmuls on the file's quantized blocks (default) or
+                                   on weights dequantized to fp32 at load
   --no-report                      skip report.md, report.json and the PNG plots
   --quiet                          no progress on stderr
 )";
@@ -129,7 +131,8 @@ void print_summary(const Simulator& sim, const SimConfig& config, const std::str
 int cmd_run(const Argv& argv) {
   Args args(
       argv,
-      {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant"},
+      {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant",
+       "--weight-format"},
       {"--help", "--bookkeeping", "--quiet", "--no-report", "--validate"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -153,7 +156,8 @@ int cmd_run(const Argv& argv) {
   if (dir_error) throw Error(out_dir, "cannot create the output directory: " + dir_error.message());
 
   const ScenarioModelLoad loaded =
-      load_scenario_model(scenario, args.get("--model", ""), args.has("--bookkeeping"));
+      load_scenario_model(scenario, args.get("--model", ""), args.has("--bookkeeping"),
+                          parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
   attach_mla(resolved, loaded.weights, path);
   SimConfig config = resolved.config;

@@ -60,6 +60,9 @@ struct RunInfo {
   std::string scenario_model;  // the scenario's own "model" argument ("" = the default model)
   std::string model_override;  // the model chosen instead (Controls panel; "" = the scenario's)
   bool random_weights = false;
+  // How the forward pass reads the weights ("Q4_1 x210, ...: quantized matmuls (native, avx2)");
+  // empty for bookkeeping-only runs.
+  std::string weights_text;
   std::shared_ptr<const Model> model;  // null for bookkeeping-only runs
   std::shared_ptr<const Tokenizer> tokenizer;
   std::vector<std::vector<int>> prompts;  // [sequence id] prompt token ids

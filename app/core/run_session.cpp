@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "app/core/timeline_source.h"
+#include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
 #include "engine/scenario/scenario.h"
@@ -84,6 +85,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
                               block_bytes(info->shape, info->scenario_config);
   info->model_source = loaded.source;
   info->model_name = model_display_name(loaded.source.empty() ? model : loaded.source);
+  if (loaded.weights) info->weights_text = cpu::describe_weight_format(*loaded.weights);
   info->scenario_model = scenario.model.arg;
   info->model_override = model;
   info->random_weights = loaded.random_weights;

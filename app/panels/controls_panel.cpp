@@ -153,12 +153,21 @@ void ControlsPanel::draw_model_picker(AppState& state, const RunInfo& info) {
       "disk). Choosing one restarts the scenario from step 0 on it with the same requests, seed "
       "and policy (text prompts are tokenized by its tokenizer); the compare variant, the "
       "attention capture and the quality sweep use it too. It loads on the UI thread: the "
-      "window pauses meanwhile (about 2 s for SmolLM2-135M, 515 MiB of fp32 weights). A model "
+      "window pauses meanwhile (about 2 s for SmolLM2-135M). A model "
       "that fails to load, or a scenario it cannot run, is a one-line error and this run "
       "stays.\n\nRunning: " +
       info.model_name + ", " + std::to_string(info.shape.n_layers) + " layers, vocabulary " +
-      std::to_string(info.shape.vocab_size);
+      std::to_string(info.shape.vocab_size) +
+      (info.weights_text.empty() ? std::string() : "\nWeights: " + info.weights_text);
   item_tooltip(tip.c_str());
+  if (!info.weights_text.empty()) {
+    ImGui::TextDisabled("weights: %s", info.weights_text.c_str());
+    item_tooltip(
+        "native: the matmuls multiply the file's quantized blocks (Q4_0/Q4_1/Q8_0) with "
+        "activations rounded to 8 bits per 32 values, as llama.cpp does; f32: the weights "
+        "dequantized at load (the accuracy reference; kvscope generate/eval --weight-format "
+        "f32). The instruction set is the fastest this CPU runs.");
+  }
   if (pending)
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state.presenter).accent),
                        "loading %s: the window pauses while the weights load",

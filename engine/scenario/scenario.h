@@ -94,9 +94,11 @@ struct ScenarioModelLoad {
   bool random_weights = false;                 // a synthetic model (label its results)
   std::string source;  // the checkpoint path, or "synthetic:... (random weights)"
 };
-// `model_override` ("" = the scenario's model) is the command line's --model.
+// `model_override` ("" = the scenario's model) is the command line's --model; `format` how a GGUF
+// model's matmuls read its weights (--weight-format).
 ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& model_override,
-                                      bool bookkeeping);
+                                      bool bookkeeping,
+                                      WeightFormat format = WeightFormat::kNative);
 
 // The keys the parser accepts at the top level and in "cache" (the JSON Schema test pins them).
 std::vector<std::string> scenario_top_level_keys();

@@ -7,12 +7,12 @@
 namespace kvscope {
 
 ScenarioModelLoad load_scenario_model(const Scenario& s, const std::string& model_override,
-                                      bool bookkeeping) {
+                                      bool bookkeeping, WeightFormat format) {
   const std::string arg = model_override.empty() ? s.model.arg : model_override;
   ScenarioModelLoad out;
   out.random_weights = is_synthetic_model_arg(arg);
   if (!(bookkeeping || s.model.bookkeeping) || !out.random_weights) {
-    LoadedModel loaded = load_model(arg, "");
+    LoadedModel loaded = load_model(arg, "", WeightStorage::kMapped, format);
     out.shape = loaded.model->config();
     out.tokenizer = loaded.tokenizer;
     out.random_weights = loaded.model->is_random_weights();

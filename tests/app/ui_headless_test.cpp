@@ -5,7 +5,9 @@
 #include <imgui.h>
 #include <imgui_internal.h>
 
+#include <chrono>
 #include <map>
+#include <thread>
 #include <memory>
 
 #include "app/core/headless.h"
@@ -79,6 +81,12 @@ void draw_every_panel_for_120_frames(const std::string& scenario) {
                       "drawing the shell, frame " + std::to_string(frame));
     for (const auto& panel : shell.panels())
       if (panel_vertices(panel->title()) > 0) ++frames_with_geometry[panel->title()];
+  }
+  // Playback follows the worker thread, which a loaded machine may not have scheduled yet in
+  // these 120 quick frames: keep drawing (at most 30 s) until the first step is there.
+  for (int extra = 0; extra < 3000 && shell.state().step() == 0; ++extra) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "drawing the shell while waiting");
   }
   EXPECT_GT(shell.state().step(), 0) << "playback should have advanced";
   shell.session()->wait();

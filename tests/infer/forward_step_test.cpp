@@ -147,6 +147,15 @@ TEST(ForwardStep, MixedStepEqualsTokensOneByOneWithGqa) {
   expect_step_equals_solo(model, 2);
 }
 
+// SmolLM2 with its matmuls on the file's Q4_1/Q8_0 blocks (--weight-format native): a token's
+// 8-bit activations and integer dot products do not depend on the step it shares, at one thread
+// and at two (rows split between threads).
+TEST(ForwardStep, MixedStepEqualsTokensOneByOneOnNativeQuantizedWeights) {
+  ASSERT_NE(test::smollm2_native().model->native(), nullptr);
+  expect_step_equals_solo(test::smollm2_native().model, 1);
+  expect_step_equals_solo(test::smollm2_native().model, 2);
+}
+
 // Quantized pools: per-token formats, and KIVI, whose key groups are quantized when a group of
 // tokens completes (a later token of the chunk must not change what an earlier one saw).
 TEST(ForwardStep, MixedStepEqualsTokensOneByOneInQuantizedPools) {
