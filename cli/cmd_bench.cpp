@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 #include <vector>
@@ -24,10 +24,10 @@
 #include "engine/common/zeroed_buffer.h"
 #include "engine/infer/generate.h"
 #include "engine/infer/step_runner.h"
-#include "engine/kv/kv_storage.h"
 #include "engine/kv/block_pool.h"
-#include "engine/model/locate.h"
 #include "engine/kv/kv_format.h"
+#include "engine/kv/kv_storage.h"
+#include "engine/model/locate.h"
 
 #include <nlohmann/json.hpp>
 
@@ -175,7 +175,8 @@ double cached_matmul_macs_per_second(const Model& model, Backend& backend, int r
   const ModelConfig& c = model.config();
   MatmulOut o{nullptr, model.weights().wq, c.q_dim()};
   if (model.native() != nullptr) o.q = model.native()->wq[0];
-  std::vector<float> x(static_cast<std::size_t>(c.dim), 0.5f), out(static_cast<std::size_t>(c.q_dim()));
+  std::vector<float> x(static_cast<std::size_t>(c.dim), 0.5f),
+      out(static_cast<std::size_t>(c.q_dim()));
   o.out = out.data();
   constexpr int kCalls = 2000;
   const double secs = median_seconds(repeat, [&] {
@@ -206,7 +207,8 @@ int bench_generate(const Args& args) {
   Transformer t(loaded.model, *backend);
   GenerateOptions o = options_from(args);
   if (!json) {
-    std::fprintf(stderr, "bench generate: %s, %d threads: decode %d x %d tokens, prefill %d x %d "
+    std::fprintf(stderr,
+                 "bench generate: %s, %d threads: decode %d x %d tokens, prefill %d x %d "
                  "tokens, memory read, cached matmul...\n",
                  model.source().c_str(), threads, repeat, steps - 1, repeat, prompt);
   }
@@ -214,14 +216,16 @@ int bench_generate(const Args& args) {
   const Timing decode = time_generation(t, steps, repeat, o);
   // Prefill: `prompt` tokens (a fixed pseudo-random text) in one forward_step, into a fresh cache.
   std::vector<int> tokens(static_cast<std::size_t>(prompt));
-  for (int i = 0; i < prompt; ++i) tokens[static_cast<std::size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
+  for (int i = 0; i < prompt; ++i)
+    tokens[static_cast<std::size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
   const KvFormat fp32 = parse_kv_format("fp32", "bench");
   const double prefill_secs = median_seconds(repeat, [&] {
-    KvCacheManager cache(kv_layout_for(c, 16, (prompt + 15) / 16, fp32, fp32), AllocatorKind::kPaged,
-                         prompt, /*with_storage=*/true);
+    KvCacheManager cache(kv_layout_for(c, 16, (prompt + 15) / 16, fp32, fp32),
+                         AllocatorKind::kPaged, prompt, /*with_storage=*/true);
     const SeqId seq(0);
     cache.require_add_sequence(seq);
-    run_tokens(t, cache, seq, tokens, 0, nullptr, [](int, std::span<const float>) {}, prompt);
+    run_tokens(
+        t, cache, seq, tokens, 0, nullptr, [](int, std::span<const float>) {}, prompt);
   });
   const double read_bps = read_bytes_per_second(threads, repeat);
   const double peak_macs = cached_matmul_macs_per_second(model, *backend, repeat);
@@ -258,13 +262,15 @@ int bench_generate(const Args& args) {
   std::printf("  decode    %d tokens from BOS: median %.1f tokens/s, best %.1f (%d runs)\n",
               decode.tokens, decode_tps, decode.tokens / decode.best_seconds, repeat);
   std::printf("  prefill   %d tokens in one step: median %.1f tokens/s\n", prompt, prefill_tps);
-  std::printf("  weights   %s read per decoded token: %.1f GB/s at the median decode speed, %.0f%% "
-              "of a 256 MiB memory read in this run (%.1f GB/s)\n",
-              human_bytes(static_cast<double>(bytes_per_token)).c_str(), stream_bps / 1e9,
-              100.0 * stream_bps / read_bps, read_bps / 1e9);
-  std::printf("  compute   %.1f G multiply-adds/s in the matmuls, %.0f%% of the same kernel on a "
-              "cache-resident matrix (%.1f G/s)\n",
-              macs / 1e9, 100.0 * macs / peak_macs, peak_macs / 1e9);
+  std::printf(
+      "  weights   %s read per decoded token: %.1f GB/s at the median decode speed, %.0f%% "
+      "of a 256 MiB memory read in this run (%.1f GB/s)\n",
+      human_bytes(static_cast<double>(bytes_per_token)).c_str(), stream_bps / 1e9,
+      100.0 * stream_bps / read_bps, read_bps / 1e9);
+  std::printf(
+      "  compute   %.1f G multiply-adds/s in the matmuls, %.0f%% of the same kernel on a "
+      "cache-resident matrix (%.1f G/s)\n",
+      macs / 1e9, 100.0 * macs / peak_macs, peak_macs / 1e9);
   return 0;
 }
 

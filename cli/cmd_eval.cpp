@@ -143,15 +143,36 @@ void check_flag_rules(const Args& args) {
 }  // namespace
 
 int cmd_eval(const Argv& argv) {
-  Args args(
-      argv,
-      {"--model",         "--tokenizer",      "--text",           "--sample",     "--seed",
-       "--kv-dtype",      "--k-dtype",        "--v-dtype",        "--block-size", "--threads",
-       "--out",           "--long",           "--bucket",         "--evict",      "--budget",
-       "--sinks",         "--recent",         "--obs-window",     "--compact",    "--positions",
-       "--context",       "--budgets",        "--sink-threshold", "--mla-rank",   "--mla-mode",
-       "--mla-rope-dims", "--mla-rope-select", "--weight-format"},
-      {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
+  Args args(argv,
+            {"--model",
+             "--tokenizer",
+             "--text",
+             "--sample",
+             "--seed",
+             "--kv-dtype",
+             "--k-dtype",
+             "--v-dtype",
+             "--block-size",
+             "--threads",
+             "--out",
+             "--long",
+             "--bucket",
+             "--evict",
+             "--budget",
+             "--sinks",
+             "--recent",
+             "--obs-window",
+             "--compact",
+             "--positions",
+             "--context",
+             "--budgets",
+             "--sink-threshold",
+             "--mla-rank",
+             "--mla-mode",
+             "--mla-rope-dims",
+             "--mla-rope-select",
+             "--weight-format"},
+            {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;

@@ -109,10 +109,10 @@ int cmd_generate(const Argv& argv) {
     throw Error(args.positional()[0], "unexpected argument; see --help");
   if (args.has("--system") && !args.has("--chat"))
     throw Error("--system", "only applies with --chat");
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"),
-                                  parse_weight_storage(args.get("--weights", "mmap"), "--weights"),
-                                  parse_weight_format(args.get("--weight-format", "native"),
-                                                      "--weight-format"));
+  LoadedModel loaded =
+      load_model(args.get("--model"), args.get("--tokenizer"),
+                 parse_weight_storage(args.get("--weights", "mmap"), "--weights"),
+                 parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   if (!loaded.tokenizer) {
     throw Error(loaded.model->source(), "no tokenizer with " +
                                             std::to_string(loaded.model->config().vocab_size) +

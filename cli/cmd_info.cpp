@@ -36,8 +36,9 @@ int cmd_info(const Argv& argv) {
   double seconds = 0.0;
   if (!random) {
     const auto started = std::chrono::steady_clock::now();
-    loaded = load_model(arg, "", WeightStorage::kMapped,
-                        parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
+    loaded =
+        load_model(arg, "", WeightStorage::kMapped,
+                   parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     source = loaded.model->source();
   }
@@ -53,8 +54,9 @@ int cmd_info(const Argv& argv) {
         m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)" : "fp32 (mmapped)",
         seconds);
     if (m.native() != nullptr) {
-      std::printf("            and %s of quantized matrices as stored; the forward pass reads those\n",
-                  human_bytes(static_cast<double>(m.native_bytes())).c_str());
+      std::printf(
+          "            and %s of quantized matrices as stored; the forward pass reads those\n",
+          human_bytes(static_cast<double>(m.native_bytes())).c_str());
     }
     std::printf("matmuls:    %s; %s of weights read per token\n",
                 cpu::describe_weight_format(m).c_str(),

@@ -129,11 +129,10 @@ void print_summary(const Simulator& sim, const SimConfig& config, const std::str
 }  // namespace
 
 int cmd_run(const Argv& argv) {
-  Args args(
-      argv,
-      {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant",
-       "--weight-format"},
-      {"--help", "--bookkeeping", "--quiet", "--no-report", "--validate"});
+  Args args(argv,
+            {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant",
+             "--weight-format"},
+            {"--help", "--bookkeeping", "--quiet", "--no-report", "--validate"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -155,9 +154,9 @@ int cmd_run(const Argv& argv) {
   std::filesystem::create_directories(out_dir, dir_error);
   if (dir_error) throw Error(out_dir, "cannot create the output directory: " + dir_error.message());
 
-  const ScenarioModelLoad loaded =
-      load_scenario_model(scenario, args.get("--model", ""), args.has("--bookkeeping"),
-                          parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
+  const ScenarioModelLoad loaded = load_scenario_model(
+      scenario, args.get("--model", ""), args.has("--bookkeeping"),
+      parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
   attach_mla(resolved, loaded.weights, path);
   SimConfig config = resolved.config;

@@ -19,12 +19,14 @@ const LoadedModel& real_model() {
 }
 
 const LoadedModel& smollm2() {
-  static const LoadedModel model = load_model("smollm2", "", WeightStorage::kMapped, WeightFormat::kF32);
+  static const LoadedModel model =
+      load_model("smollm2", "", WeightStorage::kMapped, WeightFormat::kF32);
   return model;
 }
 
 const LoadedModel& smollm2_native() {
-  static const LoadedModel model = load_model("smollm2", "", WeightStorage::kMapped, WeightFormat::kNative);
+  static const LoadedModel model =
+      load_model("smollm2", "", WeightStorage::kMapped, WeightFormat::kNative);
   return model;
 }
 

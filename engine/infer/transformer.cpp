@@ -162,7 +162,8 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
                                s.observer);
     }
     // Output projection and residual.
-    const MatmulOut wo[] = {proj(proj_.data(), w.wo + l * dim * q_dim, c.dim, &NativeWeights::wo, l)};
+    const MatmulOut wo[] = {
+        proj(proj_.data(), w.wo + l * dim * q_dim, c.dim, &NativeWeights::wo, l)};
     backend_.matmul_batch(att_.data(), m, c.q_dim(), wo);
     for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
 

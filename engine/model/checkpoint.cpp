@@ -210,8 +210,9 @@ const char* weight_format_name(WeightFormat f) {
 WeightFormat parse_weight_format(const std::string& text, const std::string& flag) {
   if (text == "native") return WeightFormat::kNative;
   if (text == "f32") return WeightFormat::kF32;
-  throw Error(flag, "expected native (as the file stores them) or f32 (dequantized at load), got \"" +
-                        text + "\"");
+  throw Error(flag,
+              "expected native (as the file stores them) or f32 (dequantized at load), got \"" +
+                  text + "\"");
 }
 
 double Model::huge_page_fraction() const {

@@ -72,7 +72,9 @@ class Model {
   // matrices have quantized kernels), or null: every matmul reads the fp32 weights.
   const NativeWeights* native() const { return native_ ? &*native_ : nullptr; }
   // kNative when native() is set, else kF32.
-  WeightFormat weight_format() const { return native_ ? WeightFormat::kNative : WeightFormat::kF32; }
+  WeightFormat weight_format() const {
+    return native_ ? WeightFormat::kNative : WeightFormat::kF32;
+  }
   // Bytes of the quantized matrices native() points into (0 without them).
   std::int64_t native_bytes() const { return static_cast<std::int64_t>(native_buf_.size()); }
   // How the file stores its weights: "fp32" for llama2.c files, e.g. "Q4_1 x210, F32 x61,

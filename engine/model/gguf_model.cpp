@@ -103,15 +103,15 @@ const GgufTensorInfo& checked_tensor(const GgufFile& f, const TensorSlot& slot) 
 
 // The quantized matrices of `slots`, copied into one buffer (each 64-byte aligned, on huge pages
 // where the kernel gives them) and pointed at from a NativeWeights.
-std::pair<NativeWeights, ZeroedBuffer> native_weights(const GgufFile& f, const ModelConfig& c,
-                                                      const std::vector<TensorSlot>& slots,
-                                                      const std::vector<const GgufTensorInfo*>& infos) {
+std::pair<NativeWeights, ZeroedBuffer> native_weights(
+    const GgufFile& f, const ModelConfig& c, const std::vector<TensorSlot>& slots,
+    const std::vector<const GgufTensorInfo*>& infos) {
   NativeWeights nw;
   for (auto* v : {&nw.wq, &nw.wk, &nw.wv, &nw.wo, &nw.w1, &nw.w2, &nw.w3})
     v->resize(static_cast<std::size_t>(c.n_layers));
   // Which NativeWeights entry a tensor name fills (nullptr: none, e.g. norms).
   const std::map<std::string, std::vector<QuantMatrix>*> per_layer = {
-      {"attn_q.weight", &nw.wq},     {"attn_k.weight", &nw.wk},   {"attn_v.weight", &nw.wv},
+      {"attn_q.weight", &nw.wq},      {"attn_k.weight", &nw.wk},   {"attn_v.weight", &nw.wv},
       {"attn_output.weight", &nw.wo}, {"ffn_gate.weight", &nw.w1}, {"ffn_down.weight", &nw.w2},
       {"ffn_up.weight", &nw.w3}};
   const std::string classifier = c.shared_classifier ? "token_embd.weight" : "output.weight";

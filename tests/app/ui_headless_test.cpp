@@ -7,8 +7,8 @@
 
 #include <chrono>
 #include <map>
-#include <thread>
 #include <memory>
+#include <thread>
 
 #include "app/core/headless.h"
 #include "app/core/run_session.h"

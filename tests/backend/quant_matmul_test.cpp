@@ -41,7 +41,8 @@ std::vector<std::byte> random_weights(GgmlType type, int rows, int nb, unsigned 
     for (int i = 0; i < bb; ++i) p[i] = static_cast<std::byte>(blk % 7 == 3 ? 0 : byte(rng));
     if (blk % 7 == 3) continue;
     put_half(p, (neg(rng) ? -1.0f : 1.0f) * std::pow(10.0f, expo(rng)));
-    if (type == GgmlType::kQ4_1) put_half(p + 2, (neg(rng) ? -1.0f : 1.0f) * std::pow(10.0f, expo(rng)));
+    if (type == GgmlType::kQ4_1)
+      put_half(p + 2, (neg(rng) ? -1.0f : 1.0f) * std::pow(10.0f, expo(rng)));
     if (type == GgmlType::kQ8_0 && blk % 5 == 0) p[2] = static_cast<std::byte>(0x80);  // -128
   }
   return w;
@@ -81,8 +82,9 @@ TEST(QuantMatmul, EveryInstructionSetMatchesTheScalarCodeBitForBit) {
         const auto got = run(isa, type, w, rows, a);
         for (std::size_t i = 0; i < want.size(); ++i) {
           ASSERT_EQ(std::bit_cast<std::uint32_t>(want[i]), std::bit_cast<std::uint32_t>(got[i]))
-              << quant_isa_name(isa) << " " << ggml_type_traits(static_cast<std::uint32_t>(type))->name
-              << " blocks " << nb << " element " << i << ": " << got[i] << " vs " << want[i];
+              << quant_isa_name(isa) << " "
+              << ggml_type_traits(static_cast<std::uint32_t>(type))->name << " blocks " << nb
+              << " element " << i << ": " << got[i] << " vs " << want[i];
         }
       }
     }

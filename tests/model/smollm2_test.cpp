@@ -109,9 +109,9 @@ TEST(SmolLM2, TokenizesTheGoldenPromptsAsLlamaCpp) {
 
 // Teacher-forced on prompt + the reference's greedy tokens: calls check(case, index, position,
 // logits) at every position the golden file covers.
-void teacher_forced(const LoadedModel& m,
-                    const std::function<void(const Golden&, std::size_t, int,
-                                             std::span<const float>)>& check) {
+void teacher_forced(
+    const LoadedModel& m,
+    const std::function<void(const Golden&, std::size_t, int, std::span<const float>)>& check) {
   auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   auto fp32 = parse_kv_format("fp32", "test");
@@ -139,28 +139,28 @@ std::string where(const Golden& g, int pos) {
 TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
   double worst_f32 = 0.0, worst_q4 = 0.0;
   int positions = 0, differ_f32 = 0, differ_q4 = 0;
-  teacher_forced(test::smollm2(), [&](const Golden& g, std::size_t i, int pos,
-                                      std::span<const float> logits) {
-    const std::string at = where(g, pos);
-    const TopK& f = g.f32[i];
-    const TopK& q = g.q4[i];
-    const double d_f32 = max_diff(logits, f), d_q4 = max_diff(logits, q);
-    worst_f32 = std::max(worst_f32, d_f32);
-    worst_q4 = std::max(worst_q4, d_q4);
-    EXPECT_LE(d_f32, kF32Tolerance) << at;
-    EXPECT_LE(d_q4, kQ4Tolerance) << at;
-    const int ours = argmax(logits);
-    ++positions;
-    if (ours != f.ids[0]) {
-      ++differ_f32;
-      EXPECT_LT(f.logits[0] - f.logits[1], kF32NearTie) << at << ": ours " << ours;
-    }
-    if (ours != g.greedy_ids[i]) {
-      ++differ_q4;
-      EXPECT_LT(q.logits[0] - q.logits[1], kNearTie)
-          << at << ": ours " << ours << ", llama.cpp " << g.greedy_ids[i];
-    }
-  });
+  teacher_forced(test::smollm2(),
+                 [&](const Golden& g, std::size_t i, int pos, std::span<const float> logits) {
+                   const std::string at = where(g, pos);
+                   const TopK& f = g.f32[i];
+                   const TopK& q = g.q4[i];
+                   const double d_f32 = max_diff(logits, f), d_q4 = max_diff(logits, q);
+                   worst_f32 = std::max(worst_f32, d_f32);
+                   worst_q4 = std::max(worst_q4, d_q4);
+                   EXPECT_LE(d_f32, kF32Tolerance) << at;
+                   EXPECT_LE(d_q4, kQ4Tolerance) << at;
+                   const int ours = argmax(logits);
+                   ++positions;
+                   if (ours != f.ids[0]) {
+                     ++differ_f32;
+                     EXPECT_LT(f.logits[0] - f.logits[1], kF32NearTie) << at << ": ours " << ours;
+                   }
+                   if (ours != g.greedy_ids[i]) {
+                     ++differ_q4;
+                     EXPECT_LT(q.logits[0] - q.logits[1], kNearTie)
+                         << at << ": ours " << ours << ", llama.cpp " << g.greedy_ids[i];
+                   }
+                 });
   std::printf(
       "[smollm2 f32 vs llama.cpp] %d positions; max |logit diff| over the top-k: %.4f vs "
       "llama.cpp F32, %.4f vs llama.cpp Q4_1; argmax differs at %d (F32) and %d (Q4_1) "
@@ -190,7 +190,8 @@ TEST(SmolLM2, NativeWeightsStayWithinToleranceOfF32AndLlamaCpp) {
     const std::string at = where(g, pos);
     const std::vector<float>& ref = f32_logits.at(static_cast<std::size_t>(positions));
     double d = 0.0;
-    for (std::size_t v = 0; v < ref.size(); ++v) d = std::max(d, double(std::fabs(logits[v] - ref[v])));
+    for (std::size_t v = 0; v < ref.size(); ++v)
+      d = std::max(d, double(std::fabs(logits[v] - ref[v])));
     worst_ours = std::max(worst_ours, d);
     worst_f32 = std::max(worst_f32, max_diff(logits, g.f32[i]));
     worst_q4 = std::max(worst_q4, max_diff(logits, g.q4[i]));

@@ -171,8 +171,9 @@ void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs)
     for (const MatmulOut& o : outs) {
       const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
       if (o.q.data != nullptr) {
-        if (lo < hi) quant_matmul_rows(isa, o.q.type, o.q.data, o.q.row_bytes, lo - base, hi - base,
-                                       acts, o.out, o.d);
+        if (lo < hi)
+          quant_matmul_rows(isa, o.q.type, o.q.data, o.q.row_bytes, lo - base, hi - base, acts,
+                            o.out, o.d);
         base += o.d;
         continue;
       }

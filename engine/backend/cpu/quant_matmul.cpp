@@ -4,6 +4,7 @@
 // target attributes and only ever called after a CPU check.
 #include "engine/backend/cpu/quant_matmul.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,8 +18,10 @@
 
 // GCC 12's AVX-512 intrinsics start some results from a deliberately undefined register
 // (`__m512i __Y = __Y;`), which -W(maybe-)uninitialized reports wherever they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace kvscope::cpu {
 namespace {
@@ -41,8 +44,8 @@ inline std::uint16_t load_u16(const std::byte* p) {
   return v;
 }
 
-constexpr int kGroups = 4;                 // independent accumulator chains
-constexpr int kAcc = kGroups * kLanes;     // accumulators per (weight row, activation row)
+constexpr int kGroups = 4;              // independent accumulator chains
+constexpr int kAcc = kGroups * kLanes;  // accumulators per (weight row, activation row)
 
 // The 32 accumulators (the products' and the mins', added lane by lane) summed in one fixed tree:
 // a[i] + a[i + 16], then h[i] + h[i + 8], then s[i] + s[i + 4], then (u0 + u1) + (u2 + u3). The
@@ -192,10 +195,10 @@ KVSCOPE_AVX2 void row_avx2(const std::byte* row, const QuantizedActs& a, int t0,
   }
   for (int k = 0; k < R; ++k) {
     // Groups 0..3 are a[0..31]: h = a[0:16] + a[16:32] is (g0 + g2, g1 + g3).
-    const __m256 h0 = _mm256_add_ps(_mm256_add_ps(acc[k][0], mins[k][0]),
-                                    _mm256_add_ps(acc[k][2], mins[k][2]));
-    const __m256 h1 = _mm256_add_ps(_mm256_add_ps(acc[k][1], mins[k][1]),
-                                    _mm256_add_ps(acc[k][3], mins[k][3]));
+    const __m256 h0 =
+        _mm256_add_ps(_mm256_add_ps(acc[k][0], mins[k][0]), _mm256_add_ps(acc[k][2], mins[k][2]));
+    const __m256 h1 =
+        _mm256_add_ps(_mm256_add_ps(acc[k][1], mins[k][1]), _mm256_add_ps(acc[k][3], mins[k][3]));
     out[(t0 + k) * ldo + r] = reduce8_avx(_mm256_add_ps(h0, h1));
   }
 }
@@ -219,7 +222,7 @@ KVSCOPE_AVX512 inline __m512i pair_u8(const std::byte* blk0, const std::byte* bl
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk0 + off))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk1 + off)), 1);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(raw, m4);                         // [lo0 | lo1]
+    const __m256i lo = _mm256_and_si256(raw, m4);                        // [lo0 | lo1]
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);  // [hi0 | hi1]
     // [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1] (128-bit lanes 0, 2, 1, 3)
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -242,7 +245,8 @@ KVSCOPE_AVX512 inline __m512i start512(const std::int32_t* lane, __mmask16 keep)
     return _mm512_setzero_si512();
   } else {
     const __m512i l = _mm512_maskz_loadu_epi32(keep, lane);
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(l, T == GgmlType::kQ4_0 ? 3 : 7));
+    return _mm512_sub_epi32(_mm512_setzero_si512(),
+                            _mm512_slli_epi32(l, T == GgmlType::kQ4_0 ? 3 : 7));
   }
 }
 
@@ -295,9 +299,11 @@ KVSCOPE_AVX512 void row_avx512(const std::byte* row, const QuantizedActs& a, int
   }
   for (int k = 0; k < R; ++k) {
     // acc[0] holds groups 0 and 1 (a[0..15]), acc[1] groups 2 and 3 (a[16..31]).
-    const __m512 h = _mm512_add_ps(_mm512_add_ps(acc[k][0], mins[k][0]),
-                                   _mm512_add_ps(acc[k][1], mins[k][1]));
-    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(h), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(h), 1)));
+    const __m512 h =
+        _mm512_add_ps(_mm512_add_ps(acc[k][0], mins[k][0]), _mm512_add_ps(acc[k][1], mins[k][1]));
+    const __m256 s8 =
+        _mm256_add_ps(_mm512_castps512_ps256(h),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(h), 1)));
     out[(t0 + k) * ldo + r] = reduce8_avx(s8);
   }
 }
@@ -313,8 +319,8 @@ void rows_simd(QuantIsa isa, const std::byte* w, std::int64_t row_bytes, long r0
   // the accumulators in registers (AVX-512: 32 registers, 4 per row; AVX2: 16, 8 per row).
   const bool wide = isa == QuantIsa::kAvx512Vnni;
   const int per_pass = wide ? 4 : 1;
-  const RowFn by_count[5] = {nullptr, wide ? &row_avx512<T, 1> : &row_avx2<T, 1>,
-                             &row_avx512<T, 2>, &row_avx512<T, 3>, &row_avx512<T, 4>};
+  const RowFn by_count[5] = {nullptr, wide ? &row_avx512<T, 1> : &row_avx2<T, 1>, &row_avx512<T, 2>,
+                             &row_avx512<T, 3>, &row_avx512<T, 4>};
   for (long r = r0; r < r1; ++r) {
     const std::byte* row = w + r * row_bytes;
     for (int t = 0; t < a.m; t += per_pass) {
@@ -327,7 +333,8 @@ void rows_simd(QuantIsa isa, const std::byte* w, std::int64_t row_bytes, long r0
 
 void quantize_acts(const float* x, int m, int n, QuantizedActs& out) {
   if (n % kQuantBlock != 0) {
-    throw InternalError("quantize_acts", "row length " + std::to_string(n) + " is not a multiple of 32");
+    throw InternalError("quantize_acts",
+                        "row length " + std::to_string(n) + " is not a multiple of 32");
   }
   const int nb = n / kQuantBlock;
   const std::size_t blocks = static_cast<std::size_t>(m) * nb;
@@ -360,6 +367,24 @@ void quantize_acts(const float* x, int m, int n, QuantizedActs& out) {
   }
 }
 
+namespace {
+
+// CPUID leaf 7, sub-leaf 0, ECX bit 11. Not every compiler's __builtin_cpu_supports knows this
+// name or f16c's; the OS's support for the AVX and AVX-512 register state is checked through
+// the avx2 and avx512f names, which every one does.
+bool cpuid_avx512_vnni() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
+}
+
+// CPUID leaf 1, ECX bit 29.
+bool cpuid_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
+}  // namespace
+
 const char* quant_isa_name(QuantIsa isa) {
   switch (isa) {
     case QuantIsa::kScalar:
@@ -377,12 +402,11 @@ bool quant_isa_supported(QuantIsa isa) {
     case QuantIsa::kScalar:
       return true;
     case QuantIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_f16c();
     case QuantIsa::kAvx512Vnni:
       return quant_isa_supported(QuantIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512vnni");
+             cpuid_avx512_vnni();
   }
   return false;
 }
@@ -419,11 +443,13 @@ std::string describe_weight_format(const Model& model) {
 void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int64_t row_bytes,
                        long r0, long r1, const QuantizedActs& a, float* out, long ldo) {
   if (!has_native_matmul(type)) {
-    throw InternalError("quant_matmul_rows", std::string("no kernel for ggml type ") +
-                                                 ggml_type_traits(static_cast<std::uint32_t>(type))->name);
+    throw InternalError("quant_matmul_rows",
+                        std::string("no kernel for ggml type ") +
+                            ggml_type_traits(static_cast<std::uint32_t>(type))->name);
   }
   if (!quant_isa_supported(isa)) {
-    throw InternalError("quant_matmul_rows", std::string("this CPU does not run ") + quant_isa_name(isa));
+    throw InternalError("quant_matmul_rows",
+                        std::string("this CPU does not run ") + quant_isa_name(isa));
   }
   if (isa == QuantIsa::kScalar) {
     rows_scalar(type, w, row_bytes, r0, r1, a, out, ldo);

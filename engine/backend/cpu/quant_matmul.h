@@ -57,7 +57,8 @@ bool quant_isa_supported(QuantIsa isa);
 QuantIsa best_quant_isa();
 
 // out[t * ldo + r] = (row r of W) . (row t of the activations), for rows r0 <= r < r1 of W and
-// every row t < a.m, for a type with has_native_matmul(). W's rows are `row_bytes` apart from `w`, each a.n / 32 blocks of `type`.
+// every row t < a.m, for a type with has_native_matmul(). W's rows are `row_bytes` apart from `w`,
+// each a.n / 32 blocks of `type`.
 void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int64_t row_bytes,
                        long r0, long r1, const QuantizedActs& a, float* out, long ldo);
 
