@@ -57,7 +57,11 @@ token eviction (K/V fp32 unless --kv-dtype is given, so the loss is eviction's a
                              positions >= C are scored; snapkv then compresses only once
   --sweep-evict              every policy x every budget: evict_sweep.csv, evict_kl.png,
                              evict_ppl.png
-  --budgets LIST             budgets for --sweep-evict (default 16,32,64,128,256)
+  --budgets LIST             budgets for --sweep-evict (default 16,32,64,128,256) or
+                             --streaming (default 256,512)
+  --streaming                StreamingLLM's Table 2: window attention and 1/2/4/8 sinks +
+                             window per budget, positions in the cache (the paper's) and
+                             original; streaming.csv + streaming_ppl.png (use --long 2048+)
   --attention                attention structure on the windows (full cache): mass on the most
                              recent tokens per layer, sinks (--sink-threshold X, default 4)
 
@@ -114,7 +118,15 @@ void check_flag_rules(const Args& args) {
        {"--evict", "--sweep-evict"},
        "give either --sweep (formats) or --evict/--sweep-evict, not both"},
       {K::kConflicts, "--long", {"--sample"}, "applies to --text windows, not --sample"},
-      {K::kNeeds, "--budgets", {"--sweep-evict"}, "only applies with --sweep-evict"},
+      {K::kNeeds,
+       "--budgets",
+       {"--sweep-evict", "--streaming"},
+       "only applies with --sweep-evict or --streaming"},
+      {K::kConflicts,
+       "--streaming",
+       {"--evict", "--sweep-evict", "--sweep", "--mla-sweep", "--mla-rank", "--attention"},
+       "runs its own policies: give it without --evict, --sweep-evict, --sweep, --mla-* or "
+       "--attention"},
       {K::kConflicts,
        "--evict",
        {"--sweep-evict"},
@@ -129,8 +141,9 @@ void check_flag_rules(const Args& args) {
        "MLA is not combined with --evict, --sweep-evict or --attention yet"},
   };
   for (const char* flag : kEvictFlags) {
-    if (args.has(flag) && !args.has("--evict") && !args.has("--sweep-evict"))
-      throw Error(flag, "only applies with --evict or --sweep-evict");
+    if (args.has(flag) && !args.has("--evict") && !args.has("--sweep-evict") &&
+        !args.has("--streaming"))
+      throw Error(flag, "only applies with --evict, --sweep-evict or --streaming");
   }
   for (const FlagRule& r : kRules) {
     if (!args.has(r.flag)) continue;
@@ -172,7 +185,8 @@ int cmd_eval(const Argv& argv) {
              "--mla-rope-dims",
              "--mla-rope-select",
              "--weight-format"},
-            {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep"});
+            {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep",
+             "--streaming"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -187,7 +201,7 @@ int cmd_eval(const Argv& argv) {
   }
   const int threads = args.get_int("--threads", 0);
   if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
-  const bool evicting = args.has("--evict") || args.has("--sweep-evict");
+  const bool evicting = args.has("--evict") || args.has("--sweep-evict") || args.has("--streaming");
   const std::string default_kv = args.get("--kv-dtype", evicting || mla ? "fp32" : "fp16");
   const KvFormat k = parse_kv_format(args.get("--k-dtype", default_kv),
                                      args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
@@ -274,6 +288,10 @@ int cmd_eval(const Argv& argv) {
   if (evicting) {
     const EvictionRunOptions o = parse_eviction_options(args, k, v, block_size);
     const EvictEvalSetup setup{source, max_window, bucket, c.seq_len, args.has("--json")};
+    if (args.has("--streaming")) {
+      return run_streaming_sweep(*evaluator, o, args.get("--budgets", "256,512"), setup,
+                                 args.get("--out", "reports/streaming"));
+    }
     if (args.has("--sweep-evict")) {
       return run_evict_sweep(*evaluator, o, args.get("--budgets", "16,32,64,128,256"), setup,
                              args.get("--out", "reports/evict"));

@@ -181,28 +181,11 @@ int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& 
   return 0;
 }
 
-int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
-                    const std::string& budgets_text, const EvictEvalSetup& setup,
-                    const std::string& out_dir) {
-  const std::vector<int> budgets = parse_budgets(budgets_text);
-  const std::vector<EvictionKind> policies = {EvictionKind::kWindow, EvictionKind::kSinksWindow,
-                                              EvictionKind::kH2O,    EvictionKind::kSnapKV,
-                                              EvictionKind::kTova,   EvictionKind::kRandom};
-  std::vector<std::pair<EvictionRunOptions, EvictResult>> results;
-  for (EvictionKind kind : policies) {
-    for (int budget : budgets) {
-      EvictionRunOptions o = base;
-      o.evictor.policy.kind = kind;
-      o.evictor.policy.budget = budget;
-      if (kind == EvictionKind::kSinksWindow && o.evictor.policy.sinks >= budget - 1) continue;
-      results.emplace_back(o, evaluate(evaluator, o, setup));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
-  const double full_bytes = full_cache_bytes(results.front().second.report, setup, base.block_size);
-  write_file_atomically(out_dir + "/evict_sweep.csv", [&](std::ostream& os) {
+// The sweep CSV (engine/analysis/sweep_csv.h, eviction schema): one row per run.
+void write_evict_csv(const std::string& path,
+                     const std::vector<std::pair<EvictionRunOptions, EvictResult>>& results,
+                     double full_bytes) {
+  write_file_atomically(path, [&](std::ostream& os) {
     using namespace sweep_csv;
     SweepCsvWriter csv(os, SweepCsvKind::kEviction);
     for (const auto& [o, e] : results) {
@@ -223,6 +206,35 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
       csv.end_row();
     }
   });
+}
+
+std::filesystem::path checked_out_dir(const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
+  return out_dir;
+}
+
+int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
+                    const std::string& budgets_text, const EvictEvalSetup& setup,
+                    const std::string& out_dir) {
+  const std::vector<int> budgets = parse_budgets(budgets_text);
+  const std::vector<EvictionKind> policies = {EvictionKind::kWindow, EvictionKind::kSinksWindow,
+                                              EvictionKind::kH2O,    EvictionKind::kSnapKV,
+                                              EvictionKind::kTova,   EvictionKind::kRandom};
+  std::vector<std::pair<EvictionRunOptions, EvictResult>> results;
+  for (EvictionKind kind : policies) {
+    for (int budget : budgets) {
+      EvictionRunOptions o = base;
+      o.evictor.policy.kind = kind;
+      o.evictor.policy.budget = budget;
+      if (kind == EvictionKind::kSinksWindow && o.evictor.policy.sinks >= budget - 1) continue;
+      results.emplace_back(o, evaluate(evaluator, o, setup));
+    }
+  }
+  checked_out_dir(out_dir);
+  const double full_bytes = full_cache_bytes(results.front().second.report, setup, base.block_size);
+  write_evict_csv(out_dir + "/evict_sweep.csv", results, full_bytes);
   std::string command = "kvscope eval --sweep-evict";
   if (base.context > 0) command += " --context " + std::to_string(base.context);
   command += "; windows up to " + std::to_string(setup.max_window) + " tokens";
@@ -285,6 +297,88 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
                 e.stats.blocks_freed, e.stats.slots_moved);
   }
   std::printf("wrote %s/evict_sweep.csv, evict_kl.png, evict_ppl.png\n", out_dir.c_str());
+  return 0;
+}
+
+int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
+                        const std::string& budgets_text, const EvictEvalSetup& setup,
+                        const std::string& out_dir) {
+  const std::vector<int> budgets = parse_budgets(budgets_text);
+  const int sink_counts[] = {0, 1, 2, 4, 8};  // StreamingLLM's Table 2 columns
+  const PositionMode modes[] = {PositionMode::kShift, PositionMode::kKeep};
+  std::vector<std::pair<EvictionRunOptions, EvictResult>> results;
+  for (int budget : budgets) {
+    for (PositionMode mode : modes) {
+      for (int sinks : sink_counts) {
+        if (sinks >= budget - 1) continue;
+        EvictionRunOptions o = base;
+        o.evictor.policy.kind = sinks == 0 ? EvictionKind::kWindow : EvictionKind::kSinksWindow;
+        o.evictor.policy.budget = budget;
+        o.evictor.policy.sinks = sinks;
+        o.evictor.positions = mode;
+        results.emplace_back(o, evaluate(evaluator, o, setup));
+      }
+    }
+  }
+  checked_out_dir(out_dir);
+  const QualityReport& ref = results.front().second.report;
+  write_evict_csv(out_dir + "/streaming.csv", results,
+                  full_cache_bytes(ref, setup, base.block_size));
+  PlotSpec ppl;
+  ppl.title = "StreamingLLM: perplexity vs sink tokens kept";
+  ppl.x_label = "sink tokens kept (0 = window attention)";
+  ppl.y_label = "perplexity (log; dense attention: dashed)";
+  ppl.log_y = true;
+  ppl.footnote = "kvscope eval --streaming; windows up to " + std::to_string(setup.max_window) +
+                 " tokens; " + std::filesystem::path(setup.source).filename().string();
+  char ref_label[64];
+  std::snprintf(ref_label, sizeof ref_label, "dense %.2f", ref.ppl_reference);
+  ppl.h_lines.emplace_back(ref.ppl_reference, ref_label);
+  for (const auto& [o, e] : results) {
+    const std::string label =
+        "cache " + std::to_string(o.evictor.policy.budget) +
+        (o.evictor.positions == PositionMode::kShift ? ", positions in cache"
+                                                     : ", original positions");
+    auto it = std::find_if(ppl.series.begin(), ppl.series.end(),
+                           [&](const PlotSeries& s) { return s.label == label; });
+    if (it == ppl.series.end()) {
+      PlotSeries s;
+      s.label = label;
+      s.markers = true;
+      ppl.series.push_back(s);
+      it = ppl.series.end() - 1;
+    }
+    it->x.push_back(o.evictor.policy.sinks);
+    it->y.push_back(e.report.ppl_variant);
+  }
+  write_png_plot(ppl, out_dir + "/streaming_ppl.png");
+  if (setup.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& [o, e] : results) j.push_back(result_json(e, o));
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("source: %s; %d windows (longest %d), %ld scored positions, block %d\n",
+              setup.source.c_str(), ref.windows, setup.max_window, ref.positions, base.block_size);
+  std::printf("dense attention (full fp32 cache): perplexity %.4f\n", ref.ppl_reference);
+  std::printf("| cache | positions | 0 sinks (window) | 1 | 2 | 4 | 8 |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|\n");
+  for (std::size_t i = 0; i < results.size();) {
+    const EvictionRunOptions& o = results[i].first;
+    std::printf(
+        "| %d | %s |", o.evictor.policy.budget,
+        o.evictor.positions == PositionMode::kShift ? "in cache (StreamingLLM)" : "original");
+    std::size_t j = i;
+    for (;
+         j < results.size() && results[j].first.evictor.policy.budget == o.evictor.policy.budget &&
+         results[j].first.evictor.positions == o.evictor.positions;
+         ++j) {
+      std::printf(" %.2f |", results[j].second.report.ppl_variant);
+    }
+    std::printf("\n");
+    i = j;
+  }
+  std::printf("wrote %s/streaming.csv, streaming_ppl.png\n", out_dir.c_str());
   return 0;
 }
 

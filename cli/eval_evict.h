@@ -32,6 +32,14 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
                     const std::string& budgets, const EvictEvalSetup& setup,
                     const std::string& out_dir);
 
+// StreamingLLM's Table 2 on this model: window attention and 1/2/4/8 sink tokens + window at each
+// budget in `budgets`, with positions assigned within the cache (as the paper does; keys
+// re-rotated) and with original positions: table on stdout, <out>/streaming.csv (the eviction
+// sweep schema) and <out>/streaming_ppl.png. Returns the exit code.
+int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
+                        const std::string& budgets, const EvictEvalSetup& setup,
+                        const std::string& out_dir);
+
 // --attention: attention structure of the model on the windows, full cache (AttentionRecorder):
 // mass on the k most recent tokens per layer, and every sink found (threshold x uniform share).
 int run_attention_report(Transformer& transformer, const std::vector<std::vector<int>>& windows,
