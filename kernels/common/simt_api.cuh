@@ -1,0 +1,151 @@
+// The CUDA the kernels use, spelled once for two compilers: with nvcc (__CUDACC__) these are the
+// CUDA built-ins; with g++ they call the project's SIMT emulator (kernels/sim/simt.h), so every
+// kernel body in kernels/*.cuh compiles and runs on a machine without a GPU. Kernels use only
+// what this header offers: thread coordinates, barriers, warp shuffles and votes, shared memory
+// and the launch macro.
+#pragma once
+
+#include <math.h>
+
+#include <cstddef>
+
+#ifdef __CUDACC__
+
+#define KVS_GLOBAL __global__
+#define KVS_DEVICE __device__ __forceinline__
+#define KVS_HOST_DEVICE __host__ __device__ __forceinline__
+// A static shared array: one per block, every thread of the block sees the same one.
+#define KVS_SHARED_ARRAY(T, name, n) __shared__ T name[n]
+// The launch's dynamic shared memory as a T*.
+#define KVS_DYNAMIC_SHARED(T, name)                                  \
+  extern __shared__ __align__(16) unsigned char kvs_dynamic_smem_[]; \
+  T* name = reinterpret_cast<T*>(kvs_dynamic_smem_)
+#define KVS_LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
+
+namespace kvscope::simt {
+using Dim3 = ::dim3;
+KVS_DEVICE unsigned tid_x() {
+  return threadIdx.x;
+}
+KVS_DEVICE unsigned tid_y() {
+  return threadIdx.y;
+}
+KVS_DEVICE unsigned bid_x() {
+  return blockIdx.x;
+}
+KVS_DEVICE unsigned bid_y() {
+  return blockIdx.y;
+}
+KVS_DEVICE unsigned bdim_x() {
+  return blockDim.x;
+}
+KVS_DEVICE unsigned bdim_y() {
+  return blockDim.y;
+}
+KVS_DEVICE unsigned gdim_x() {
+  return gridDim.x;
+}
+KVS_DEVICE unsigned lane() {
+  return threadIdx.x % 32u;
+}
+KVS_DEVICE void sync_block() {
+  __syncthreads();
+}
+KVS_DEVICE void sync_warp(unsigned mask = 0xFFFFFFFFu) {
+  __syncwarp(mask);
+}
+template <class T>
+KVS_DEVICE T shfl_xor(T v, int lane_mask, unsigned mask = 0xFFFFFFFFu) {
+  return __shfl_xor_sync(mask, v, lane_mask);
+}
+template <class T>
+KVS_DEVICE T shfl(T v, int src_lane, unsigned mask = 0xFFFFFFFFu) {
+  return __shfl_sync(mask, v, src_lane);
+}
+KVS_DEVICE unsigned ballot(bool pred, unsigned mask = 0xFFFFFFFFu) {
+  return __ballot_sync(mask, pred);
+}
+KVS_DEVICE float fast_exp(float x) {
+  return __expf(x);
+}
+// sin and cos of x in [-pi, pi] (the hardware's approximations: ~4e-7 absolute error there).
+KVS_DEVICE void sincos_small(float x, float* s, float* c) {
+  __sincosf(x, s, c);
+}
+KVS_DEVICE float rsqrt(float x) {
+  return rsqrtf(x);
+}
+}  // namespace kvscope::simt
+
+#else  // g++: the SIMT emulator
+
+#include <cmath>
+
+#include "kernels/sim/simt.h"
+
+#define KVS_GLOBAL inline
+#define KVS_DEVICE inline
+#define KVS_HOST_DEVICE inline
+#define KVS_SHARED_ARRAY(T, name, n) \
+  T* name = static_cast<T*>(::kvscope::sim::shared_alloc(sizeof(T) * (n), alignof(T)))
+#define KVS_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::kvscope::sim::dynamic_shared())
+#define KVS_LAUNCH(kernel, grid, block, smem, ...)                                       \
+  ::kvscope::sim::launch(::kvscope::sim::LaunchConfig{(grid), (block), (smem), #kernel}, \
+                         [&] { kernel(__VA_ARGS__); })
+
+namespace kvscope::simt {
+using Dim3 = ::kvscope::sim::dim3;
+inline unsigned tid_x() {
+  return sim::thread_idx().x;
+}
+inline unsigned tid_y() {
+  return sim::thread_idx().y;
+}
+inline unsigned bid_x() {
+  return sim::block_idx().x;
+}
+inline unsigned bid_y() {
+  return sim::block_idx().y;
+}
+inline unsigned bdim_x() {
+  return sim::block_dim().x;
+}
+inline unsigned bdim_y() {
+  return sim::block_dim().y;
+}
+inline unsigned gdim_x() {
+  return sim::grid_dim().x;
+}
+inline unsigned lane() {
+  return sim::lane_id();
+}
+inline void sync_block() {
+  sim::sync_block();
+}
+inline void sync_warp(unsigned mask = sim::kFullMask) {
+  sim::sync_warp(mask);
+}
+template <class T>
+T shfl_xor(T v, int lane_mask, unsigned mask = sim::kFullMask) {
+  return sim::shfl(mask, v, static_cast<int>(sim::lane_id()) ^ lane_mask);
+}
+template <class T>
+T shfl(T v, int src_lane, unsigned mask = sim::kFullMask) {
+  return sim::shfl(mask, v, src_lane);
+}
+inline unsigned ballot(bool pred, unsigned mask = sim::kFullMask) {
+  return sim::ballot(mask, pred);
+}
+inline float fast_exp(float x) {
+  return std::exp(x);
+}
+inline void sincos_small(float x, float* s, float* c) {
+  *s = std::sin(x);
+  *c = std::cos(x);
+}
+inline float rsqrt(float x) {
+  return 1.0f / std::sqrt(x);
+}
+}  // namespace kvscope::simt
+
+#endif

@@ -1,0 +1,424 @@
+// See simt.h. One block at a time: a scheduler context runs each runnable fiber until it waits
+// (block barrier or warp collective) or returns, then releases the waits that are complete, and
+// reports the ones that never can be.
+#include "kernels/sim/simt.h"
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KVSCOPE_SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVSCOPE_SIM_ASAN 1
+#endif
+#endif
+#ifdef KVSCOPE_SIM_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+namespace kvscope::sim {
+namespace {
+
+#ifdef KVSCOPE_SIM_ASAN
+constexpr std::size_t kStackBytes = 512 * 1024;  // AddressSanitizer's redzones and fake frames
+#else
+constexpr std::size_t kStackBytes = 128 * 1024;
+#endif
+// Bytes past the end of every shared allocation, filled with kCanary and checked after each
+// block: a write past the end is a kernel bug, reported in every build (AddressSanitizer also
+// sees accesses beyond these).
+constexpr std::size_t kCanaryBytes = 64;
+constexpr unsigned char kCanary = 0xA5;
+
+std::unique_ptr<std::byte[]> guarded(std::size_t bytes) {
+  auto p = std::make_unique<std::byte[]>(bytes + kCanaryBytes);
+  std::memset(p.get(), 0xFF, bytes);  // poison: NaN as floats
+  std::memset(p.get() + bytes, kCanary, kCanaryBytes);
+  return p;
+}
+
+bool canary_intact(const std::byte* p, std::size_t bytes) {
+  for (std::size_t i = 0; i < kCanaryBytes; ++i)
+    if (static_cast<unsigned char>(p[bytes + i]) != kCanary) return false;
+  return true;
+}
+
+enum class State { kRunnable, kAtBarrier, kAtWarp, kDone };
+
+struct Fiber {
+  ucontext_t ctx{};
+  std::unique_ptr<char[]> stack;
+  State state = State::kRunnable;
+  dim3 tid;
+  unsigned linear = 0;     // thread index within the block
+  unsigned warp_mask = 0;  // the mask of the warp collective it waits at
+  std::size_t shared_calls = 0;
+  void* fake_stack = nullptr;  // AddressSanitizer's, while switched out
+};
+
+struct Warp {
+  std::uint64_t slot[kWarpSize] = {};
+};
+
+struct Block {
+  const LaunchConfig* config = nullptr;
+  const std::function<void()>* body = nullptr;
+  dim3 block_idx;
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  ucontext_t scheduler{};
+  Fiber* current = nullptr;
+  std::exception_ptr error;  // the first exception a thread threw
+  // Static shared memory: one heap block per allocation site, in the order threads reach them.
+  std::vector<std::unique_ptr<std::byte[]>> shared;
+  std::vector<std::size_t> shared_sizes;
+  std::unique_ptr<std::byte[]> dynamic;
+  std::size_t shared_total = 0;
+  const void* sched_stack_bottom = nullptr;
+  std::size_t sched_stack_size = 0;
+};
+
+thread_local Block* g_block = nullptr;
+
+std::string where(const Block& b, const Fiber* f) {
+  std::string s = std::string(b.config->kernel) + " block (" + std::to_string(b.block_idx.x) + "," +
+                  std::to_string(b.block_idx.y) + "," + std::to_string(b.block_idx.z) + ")";
+  if (f != nullptr) {
+    s += " thread (" + std::to_string(f->tid.x) + "," + std::to_string(f->tid.y) + "," +
+         std::to_string(f->tid.z) + ")";
+  }
+  return s;
+}
+
+Block& block() {
+  if (g_block == nullptr || g_block->current == nullptr)
+    throw SimError("a SIMT primitive was called outside a kernel launched by kvscope::sim::launch");
+  return *g_block;
+}
+
+// Scheduler -> fiber, and back when it waits or returns.
+void run_fiber(Block& b, Fiber& f) {
+  b.current = &f;
+#ifdef KVSCOPE_SIM_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
+  swapcontext(&b.scheduler, &f.ctx);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  swapcontext(&b.scheduler, &f.ctx);
+#endif
+  b.current = nullptr;
+}
+
+// Fiber -> scheduler (the fiber is waiting; it resumes here).
+void yield_to_scheduler(Block& b, Fiber& f) {
+#ifdef KVSCOPE_SIM_ASAN
+  __sanitizer_start_switch_fiber(&f.fake_stack, b.sched_stack_bottom, b.sched_stack_size);
+  swapcontext(&f.ctx, &b.scheduler);
+  __sanitizer_finish_switch_fiber(f.fake_stack, &b.sched_stack_bottom, &b.sched_stack_size);
+#else
+  swapcontext(&f.ctx, &b.scheduler);
+#endif
+}
+
+void fiber_main() {
+  Block& b = *g_block;
+  Fiber& f = *b.current;
+#ifdef KVSCOPE_SIM_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
+#endif
+  try {
+    (*b.body)();
+  } catch (...) {
+    if (!b.error) b.error = std::current_exception();
+  }
+  f.state = State::kDone;
+#ifdef KVSCOPE_SIM_ASAN
+  __sanitizer_start_switch_fiber(nullptr, b.sched_stack_bottom, b.sched_stack_size);
+#endif
+  // Returning resumes uc_link: the scheduler.
+}
+
+// Releases complete warp collectives; returns whether any was released.
+bool release_warps(Block& b) {
+  bool released = false;
+  for (unsigned w = 0; w < b.warps.size(); ++w) {
+    unsigned waiting = 0;
+    for (unsigned l = 0; l < kWarpSize; ++l) {
+      const std::size_t i = static_cast<std::size_t>(w) * kWarpSize + l;
+      if (i < b.fibers.size() && b.fibers[i].state == State::kAtWarp) waiting |= 1u << l;
+    }
+    if (waiting == 0) continue;
+    for (unsigned l = 0; l < kWarpSize; ++l) {
+      if ((waiting >> l & 1u) == 0) continue;
+      Fiber& f = b.fibers[static_cast<std::size_t>(w) * kWarpSize + l];
+      const unsigned need = f.warp_mask;
+      for (unsigned k = 0; k < kWarpSize; ++k) {
+        if ((need >> k & 1u) == 0) continue;
+        const std::size_t i = static_cast<std::size_t>(w) * kWarpSize + k;
+        if (i >= b.fibers.size() || b.fibers[i].state == State::kDone) {
+          throw SimError(where(b, &f) + ": a warp collective's mask 0x" +
+                         [&] {
+                           char buf[16];
+                           std::snprintf(buf, sizeof buf, "%08x", need);
+                           return std::string(buf);
+                         }() +
+                         " names lane " + std::to_string(k) + ", which " +
+                         (i >= b.fibers.size() ? "does not exist" : "has exited"));
+        }
+      }
+      if ((need & ~waiting) != 0) continue;  // not everyone is there yet
+      // Everyone of the mask waits, each with this mask: release them together.
+      bool same = true;
+      for (unsigned k = 0; k < kWarpSize; ++k)
+        if ((need >> k & 1u) != 0)
+          same = same && b.fibers[static_cast<std::size_t>(w) * kWarpSize + k].warp_mask == need;
+      if (!same) continue;
+      for (unsigned k = 0; k < kWarpSize; ++k)
+        if ((need >> k & 1u) != 0)
+          b.fibers[static_cast<std::size_t>(w) * kWarpSize + k].state = State::kRunnable;
+      waiting &= ~need;
+      released = true;
+    }
+  }
+  return released;
+}
+
+void run_block(Block& b) {
+  for (;;) {
+    bool ran = false;
+    for (Fiber& f : b.fibers) {
+      if (f.state != State::kRunnable) continue;
+      run_fiber(b, f);
+      ran = true;
+      if (b.error) return;
+    }
+    std::size_t done = 0, at_barrier = 0;
+    const Fiber* exited = nullptr;
+    const Fiber* waiting = nullptr;
+    for (const Fiber& f : b.fibers) {
+      if (f.state == State::kDone) {
+        ++done;
+        exited = &f;
+      }
+      if (f.state == State::kAtBarrier) {
+        ++at_barrier;
+        waiting = &f;
+      }
+    }
+    if (done == b.fibers.size()) return;
+    if (release_warps(b)) continue;
+    if (at_barrier > 0 && at_barrier + done == b.fibers.size()) {
+      if (done > 0) {
+        throw SimError(where(b, exited) + " exited while " + std::to_string(at_barrier) +
+                       " threads of its block wait at __syncthreads (" + where(b, waiting) +
+                       "): a barrier in divergent code");
+      }
+      for (Fiber& f : b.fibers) f.state = State::kRunnable;
+      continue;
+    }
+    if (!ran) {
+      // Nobody can move: threads wait at different barriers or collectives.
+      const Fiber* warp_waiter = nullptr;
+      for (const Fiber& f : b.fibers)
+        if (f.state == State::kAtWarp) warp_waiter = &f;
+      throw SimError(std::string(b.config->kernel) + ": deadlock: " + std::to_string(at_barrier) +
+                     " threads wait at __syncthreads" +
+                     (warp_waiter ? " while " + where(b, warp_waiter) +
+                                        " waits for its warp (a collective some lanes of its "
+                                        "mask never reach)"
+                                  : std::string()));
+    }
+  }
+}
+
+void check_launch(const LaunchConfig& c) {
+  auto dims = [](const dim3& d) {
+    return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+  };
+  const unsigned long threads = static_cast<unsigned long>(c.block.x) * c.block.y * c.block.z;
+  if (c.block.x == 0 || c.block.y == 0 || c.block.z == 0 || c.grid.x == 0 || c.grid.y == 0 ||
+      c.grid.z == 0) {
+    throw SimError(std::string(c.kernel) + ": launch with an empty grid " + dims(c.grid) +
+                   " or block " + dims(c.block));
+  }
+  if (threads > kMaxThreadsPerBlock || c.block.z > 64) {
+    throw SimError(std::string(c.kernel) + ": block " + dims(c.block) +
+                   " exceeds 1024 threads per block (z at most 64)");
+  }
+  if (c.grid.y > 65535 || c.grid.z > 65535) {
+    throw SimError(std::string(c.kernel) + ": grid " + dims(c.grid) + " exceeds 65535 in y or z");
+  }
+  if (c.shared_bytes > kMaxSharedBytes) {
+    throw SimError(std::string(c.kernel) + ": " + std::to_string(c.shared_bytes) +
+                   " bytes of dynamic shared memory exceed the 48 KiB a launch gets");
+  }
+}
+
+thread_local dim3 g_grid_dim, g_block_dim;
+
+// One block of b's launch: fresh fibers and shared memory, run to completion, shared memory
+// checked. Kept out of launch()'s loops: getcontext returns twice, which would make the loop
+// counters candidates for clobbering.
+__attribute__((noinline)) void run_one_block(Block& b, dim3 block_idx) {
+  const LaunchConfig& config = *b.config;
+  b.block_idx = block_idx;
+  b.shared.clear();
+  b.shared_sizes.clear();
+  b.shared_total = config.shared_bytes;
+  b.dynamic = guarded(config.shared_bytes);
+  const unsigned n = static_cast<unsigned>(b.fibers.size());
+  for (unsigned i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[i];
+    f.state = State::kRunnable;
+    f.linear = i;
+    f.tid = dim3(i % config.block.x, (i / config.block.x) % config.block.y,
+                 i / (config.block.x * config.block.y));
+    f.shared_calls = 0;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = &b.scheduler;
+    makecontext(&f.ctx, &fiber_main, 0);
+  }
+  run_block(b);
+  if (b.error) std::rethrow_exception(b.error);
+  for (std::size_t k = 0; k < b.shared.size(); ++k) {
+    if (!canary_intact(b.shared[k].get(), b.shared_sizes[k])) {
+      throw SimError(where(b, nullptr) + ": shared allocation " + std::to_string(k) + " (" +
+                     std::to_string(b.shared_sizes[k]) + " bytes) was written past its end");
+    }
+  }
+  if (!canary_intact(b.dynamic.get(), config.shared_bytes)) {
+    throw SimError(where(b, nullptr) + ": dynamic shared memory (" +
+                   std::to_string(config.shared_bytes) + " bytes) was written past its end");
+  }
+}
+
+}  // namespace
+
+void launch(const LaunchConfig& config, const std::function<void()>& body) {
+  check_launch(config);
+  if (g_block != nullptr) throw SimError(std::string(config.kernel) + ": nested launch");
+  const unsigned n = config.block.x * config.block.y * config.block.z;
+  Block b;
+  b.config = &config;
+  b.body = &body;
+  b.fibers.resize(n);
+  b.warps.resize((n + kWarpSize - 1) / kWarpSize);
+  for (unsigned i = 0; i < n; ++i) b.fibers[i].stack = std::make_unique<char[]>(kStackBytes);
+  g_grid_dim = config.grid;
+  g_block_dim = config.block;
+  struct Reset {
+    ~Reset() { g_block = nullptr; }
+  } reset;
+  g_block = &b;
+  for (unsigned bz = 0; bz < config.grid.z; ++bz) {
+    for (unsigned by = 0; by < config.grid.y; ++by) {
+      for (unsigned bx = 0; bx < config.grid.x; ++bx) {
+        run_one_block(b, dim3(bx, by, bz));
+      }
+    }
+  }
+}
+
+const dim3& thread_idx() {
+  return block().current->tid;
+}
+const dim3& block_idx() {
+  return block().block_idx;
+}
+const dim3& block_dim() {
+  return g_block_dim;
+}
+const dim3& grid_dim() {
+  return g_grid_dim;
+}
+
+unsigned lane_id() {
+  return block().current->linear % kWarpSize;
+}
+
+void sync_block() {
+  Block& b = block();
+  Fiber& f = *b.current;
+  f.state = State::kAtBarrier;
+  yield_to_scheduler(b, f);
+}
+
+void sync_warp(unsigned mask) {
+  Block& b = block();
+  Fiber& f = *b.current;
+  const unsigned lane = f.linear % kWarpSize;
+  if ((mask >> lane & 1u) == 0) {
+    throw SimError(where(b, &f) + ": a warp collective's mask leaves out the calling lane " +
+                   std::to_string(lane));
+  }
+  f.warp_mask = mask;
+  f.state = State::kAtWarp;
+  yield_to_scheduler(b, f);
+}
+
+std::uint64_t exchange(unsigned mask, std::uint64_t bits, int src) {
+  Block& b = block();
+  Fiber& f = *b.current;
+  Warp& w = b.warps[f.linear / kWarpSize];
+  if (src < 0 || src >= kWarpSize || (mask >> src & 1u) == 0) {
+    throw SimError(where(b, &f) + ": shuffle from lane " + std::to_string(src) +
+                   ", outside the mask (its value is undefined on a GPU)");
+  }
+  w.slot[f.linear % kWarpSize] = bits;
+  sync_warp(mask);  // every lane has deposited
+  const std::uint64_t got = w.slot[src];
+  sync_warp(mask);  // every lane has read before any deposits again
+  return got;
+}
+
+unsigned ballot(unsigned mask, bool pred) {
+  Block& b = block();
+  const unsigned lane = b.current->linear % kWarpSize;
+  unsigned out = 0;
+  for (int l = 0; l < kWarpSize; ++l) {
+    if ((mask >> l & 1u) == 0) continue;
+    // Each lane's predicate, one exchange per lane of the mask (slow and simple).
+    const std::uint64_t p = exchange(mask, pred ? 1 : 0, l);
+    if (p != 0) out |= 1u << l;
+  }
+  (void)lane;
+  return out;
+}
+
+void* shared_alloc(std::size_t bytes, std::size_t align) {
+  Block& b = block();
+  Fiber& f = *b.current;
+  const std::size_t k = f.shared_calls++;
+  if (k == b.shared.size()) {
+    b.shared_total += bytes;
+    if (b.shared_total > kMaxSharedBytes) {
+      throw SimError(where(b, &f) + ": " + std::to_string(b.shared_total) +
+                     " bytes of shared memory (static and dynamic) exceed 48 KiB");
+    }
+    // new[] aligns to alignof(std::max_align_t) (16), enough for every type kernels share.
+    if (align > alignof(std::max_align_t))
+      throw SimError(where(b, &f) + ": shared alignment above 16 bytes is not modelled");
+    b.shared.push_back(guarded(bytes));
+    b.shared_sizes.push_back(bytes);
+  } else if (b.shared_sizes[k] != bytes) {
+    throw SimError(where(b, &f) + ": shared allocation " + std::to_string(k) + " is " +
+                   std::to_string(bytes) + " bytes here and " + std::to_string(b.shared_sizes[k]) +
+                   " in another thread (declarations must not depend on the thread)");
+  }
+  return b.shared[k].get();
+}
+
+void* dynamic_shared() {
+  return block().dynamic.get();
+}
+
+}  // namespace kvscope::sim
