@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/args.h"
+#include "cli/backend_flag.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "engine/backend/cpu/quant_matmul.h"
@@ -32,6 +33,9 @@ constexpr const char* kHelp = R"(usage: kvscope generate [options]
   --top-p P                          nucleus sampling threshold (default 0.9)
   --seed S                           sampling seed (default 42)
   --threads N                        CPU threads (default: all cores)
+  --backend auto|cpu|cuda|cuda-sim   what runs the forward pass (default auto: the CPU); cuda-sim
+                                     runs the CUDA kernels on the SIMT emulator (slow; fp32
+                                     weights and KV; docs/kernels.md); cuda is not built yet
   --weights mmap|copy                mmap: the checkpoint's pages, zero copy (default); copy: into
                                      huge-page memory first (model-size RAM, faster decode when the
                                      page cache holds the file in 4 KiB pages; see bench weights)
@@ -99,7 +103,7 @@ int cmd_generate(const Argv& argv) {
                    "--budget",        "--sinks",           "--recent",   "--obs-window",
                    "--compact",       "--positions",       "--mla-rank", "--mla-mode",
                    "--mla-rope-dims", "--mla-rope-select", "--weights",  "--system",
-                   "--weight-format"},
+                   "--weight-format",  "--backend"},
             {"--help", "--through-bos", "--chat"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -210,7 +214,7 @@ int cmd_generate(const Argv& argv) {
                                 "--kv-dtype");
     options.mla = codec.get();
   }
-  auto backend = make_cpu_backend(threads);
+  auto backend = make_backend(args.get("--backend", "auto"), threads);
   Transformer transformer(loaded.model, *backend);
   GenerateResult r =
       generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {

@@ -3,6 +3,7 @@
 // reports the ones that never can be.
 #include "kernels/sim/simt.h"
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -60,6 +61,8 @@ struct Fiber {
   unsigned warp_mask = 0;  // the mask of the warp collective it waits at
   std::size_t shared_calls = 0;
   void* fake_stack = nullptr;  // AddressSanitizer's, while switched out
+  jmp_buf jmp{};               // where it resumes
+  bool started = false;
 };
 
 struct Warp {
@@ -73,6 +76,8 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   ucontext_t scheduler{};
+  jmp_buf scheduler_jmp{};
+  void* sched_fake_stack = nullptr;  // AddressSanitizer's, while a fiber runs
   Fiber* current = nullptr;
   std::exception_ptr error;  // the first exception a thread threw
   // Static shared memory: one heap block per allocation site, in the order threads reach them.
@@ -102,28 +107,38 @@ Block& block() {
   return *g_block;
 }
 
+// Switching: swapcontext only to enter a fiber the first time, then _setjmp/_longjmp, which do
+// not save and restore the signal mask: no system call per switch (a forward pass switches
+// millions of times). Under AddressSanitizer every switch is announced to it (fiber API).
+
 // Scheduler -> fiber, and back when it waits or returns.
-void run_fiber(Block& b, Fiber& f) {
+__attribute__((noinline)) void run_fiber(Block& b, Fiber& f) {
   b.current = &f;
 #ifdef KVSCOPE_SIM_ASAN
-  void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
-  swapcontext(&b.scheduler, &f.ctx);
-  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#else
-  swapcontext(&b.scheduler, &f.ctx);
+  __sanitizer_start_switch_fiber(&b.sched_fake_stack, f.stack.get(), kStackBytes);
+#endif
+  if (_setjmp(b.scheduler_jmp) == 0) {
+    if (!f.started) {
+      f.started = true;
+      swapcontext(&b.scheduler, &f.ctx);  // the fiber comes back by _longjmp, not through here
+    } else {
+      _longjmp(f.jmp, 1);
+    }
+  }
+#ifdef KVSCOPE_SIM_ASAN
+  __sanitizer_finish_switch_fiber(b.sched_fake_stack, nullptr, nullptr);
 #endif
   b.current = nullptr;
 }
 
 // Fiber -> scheduler (the fiber is waiting; it resumes here).
-void yield_to_scheduler(Block& b, Fiber& f) {
+__attribute__((noinline)) void yield_to_scheduler(Block& b, Fiber& f) {
 #ifdef KVSCOPE_SIM_ASAN
   __sanitizer_start_switch_fiber(&f.fake_stack, b.sched_stack_bottom, b.sched_stack_size);
-  swapcontext(&f.ctx, &b.scheduler);
+#endif
+  if (_setjmp(f.jmp) == 0) _longjmp(b.scheduler_jmp, 1);
+#ifdef KVSCOPE_SIM_ASAN
   __sanitizer_finish_switch_fiber(f.fake_stack, &b.sched_stack_bottom, &b.sched_stack_size);
-#else
-  swapcontext(&f.ctx, &b.scheduler);
 #endif
 }
 
@@ -142,7 +157,7 @@ void fiber_main() {
 #ifdef KVSCOPE_SIM_ASAN
   __sanitizer_start_switch_fiber(nullptr, b.sched_stack_bottom, b.sched_stack_size);
 #endif
-  // Returning resumes uc_link: the scheduler.
+  _longjmp(b.scheduler_jmp, 1);
 }
 
 // Releases complete warp collectives; returns whether any was released.
@@ -281,6 +296,7 @@ __attribute__((noinline)) void run_one_block(Block& b, dim3 block_idx) {
     f.tid = dim3(i % config.block.x, (i / config.block.x) % config.block.y,
                  i / (config.block.x * config.block.y));
     f.shared_calls = 0;
+    f.started = false;
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStackBytes;
@@ -312,7 +328,21 @@ void launch(const LaunchConfig& config, const std::function<void()>& body) {
   b.body = &body;
   b.fibers.resize(n);
   b.warps.resize((n + kWarpSize - 1) / kWarpSize);
-  for (unsigned i = 0; i < n; ++i) b.fibers[i].stack = std::make_unique<char[]>(kStackBytes);
+  // Fiber stacks outlive the launch (a forward pass makes thousands of launches): taken from
+  // this OS thread's pool and given back. Not value-initialized: pages are touched only as deep
+  // as each stack grows.
+  thread_local std::vector<std::unique_ptr<char[]>> pool;
+  while (pool.size() < n) pool.push_back(std::make_unique_for_overwrite<char[]>(kStackBytes));
+  for (unsigned i = 0; i < n; ++i) b.fibers[i].stack = std::move(pool[pool.size() - 1 - i]);
+  pool.resize(pool.size() - n);
+  struct GiveBack {
+    Block& b;
+    std::vector<std::unique_ptr<char[]>>& pool;
+    ~GiveBack() {
+      for (Fiber& f : b.fibers)
+        if (f.stack) pool.push_back(std::move(f.stack));
+    }
+  } give_back{b, pool};
   g_grid_dim = config.grid;
   g_block_dim = config.block;
   struct Reset {

@@ -95,7 +95,7 @@ KVS_GLOBAL void exited_lane_kernel(float* out) {
 
 KVS_GLOBAL void shared_overflow_kernel() {
   KVS_SHARED_ARRAY(float, buf, 32);
-  buf[simt::tid_x()] = 1.0f;  // 64 threads, 32 floats
+  buf[simt::tid_x()] = 1.0f;  // 40 threads, 32 floats: 32 bytes past the end, within the guard
 }
 
 KVS_GLOBAL void nothing_kernel() {}
@@ -128,7 +128,7 @@ TEST(SimtEmulator, CatchesAShuffleWithAnExitedLane) {
 
 TEST(SimtEmulator, CatchesAnOutOfBoundsSharedWrite) {
   const std::string e =
-      sim_error([] { KVS_LAUNCH(shared_overflow_kernel, sim::dim3(1), sim::dim3(64), 0); });
+      sim_error([] { KVS_LAUNCH(shared_overflow_kernel, sim::dim3(1), sim::dim3(40), 0); });
   EXPECT_NE(e.find("shared_overflow_kernel block (0,0,0): shared allocation 0 (128 bytes) was "
                    "written past its end"),
             std::string::npos)
