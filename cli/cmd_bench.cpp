@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/backend_flag.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "engine/backend/cpu/quant_matmul.h"
@@ -48,7 +49,7 @@ constexpr const char* kHelp =
              kernel's cache-resident speed, same run: --model M --steps N (default 256)
              --prompt-tokens P (prefill, default 128) --threads T --repeat R (default 5)
              --allocator paged|contiguous --block-size B --weights mmap|copy (default mmap)
-             --weight-format native|f32 (default native) --json
+             --weight-format native|f32 (default native) --backend auto|cpu|cuda-sim --json
   weights    decode with the checkpoint mmapped (zero copy) vs copied into huge-page memory,
              interleaved, same model, steps and threads; prints the copy/mmap speed ratio
   kv         paged (block 16 unless --block-size) vs contiguous decode, interleaved, same model
@@ -203,7 +204,7 @@ int bench_generate(const Args& args) {
                   std::to_string(prompt));
   }
   const bool json = args.has("--json");
-  auto backend = make_cpu_backend(threads);
+  auto backend = make_backend(args.get("--backend", "auto"), threads);
   Transformer t(loaded.model, *backend);
   GenerateOptions o = options_from(args);
   if (!json) {
@@ -376,7 +377,7 @@ int cmd_bench(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
              "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights", "--seqs",
-             "--weight-format", "--prompt-tokens"},
+             "--weight-format", "--prompt-tokens", "--backend"},
             {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -387,7 +388,7 @@ int cmd_bench(const Argv& argv) {
   static const std::map<std::string, std::set<std::string>> kFlags = {
       {"generate",
        {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator", "--block-size",
-        "--weights", "--weight-format", "--prompt-tokens", "--json"}},
+        "--weights", "--weight-format", "--prompt-tokens", "--json", "--backend"}},
       {"weights",
        {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
         "--block-size"}},

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/backend_flag.h"
 #include "cli/commands.h"
 #include "cli/eval_evict.h"
 #include "cli/eval_report.h"
@@ -35,6 +36,8 @@ constexpr const char* kHelp = R"(usage: kvscope eval [options]
   --threads N                CPU threads (default: all cores)
   --weight-format native|f32 GGUF weights: native = matmuls on the quantized blocks (default),
                              f32 = dequantized at load (the accuracy reference)
+  --backend auto|cpu|cuda-sim  what runs the forward pass (default auto: the CPU); cuda-sim: the
+                             CUDA kernels on the SIMT emulator (fp32 weights and K/V; slow)
   --json                     print the report as JSON
   --sweep                    evaluate every format; writes quant_sweep.csv and PNG plots
   --out DIR                  where --sweep writes (default reports/quant, reports/evict,
@@ -184,7 +187,8 @@ int cmd_eval(const Argv& argv) {
              "--mla-mode",
              "--mla-rope-dims",
              "--mla-rope-select",
-             "--weight-format"},
+             "--weight-format",
+             "--backend"},
             {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep",
              "--streaming"});
   if (args.has("--help")) {
@@ -215,7 +219,7 @@ int cmd_eval(const Argv& argv) {
     throw Error(loaded.model->source(),
                 "random weights: no quality figure is meaningful; use a trained model");
   }
-  auto backend = make_cpu_backend(threads);
+  auto backend = make_backend(args.get("--backend", "auto"), threads);
   Transformer transformer(loaded.model, *backend);
   const ModelConfig& c = transformer.config();
   std::shared_ptr<const MlaCodec> codec;
