@@ -103,7 +103,7 @@ int cmd_generate(const Argv& argv) {
                    "--budget",        "--sinks",           "--recent",   "--obs-window",
                    "--compact",       "--positions",       "--mla-rank", "--mla-mode",
                    "--mla-rope-dims", "--mla-rope-select", "--weights",  "--system",
-                   "--weight-format",  "--backend"},
+                   "--weight-format", "--backend"},
             {"--help", "--through-bos", "--chat"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
