@@ -154,56 +154,45 @@ KVSCOPE_AVX2 inline float reduce8_avx(__m256 s) {
   return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehl_ps(pairs, pairs)));
 }
 
-// The activation rows one pass over a weight row meets.
-template <int R>
-struct ActRows {
-  const std::int8_t* xq[R];
-  const float* dx[R];  // per block (AVX2) or per block x 8 lanes (AVX-512)
-  const float* lf[R];
-  const std::int32_t* ln[R];
-};
-
-// Block b into group G = b % 4: G a constant, so the accumulators stay in registers. (A function,
-// not a lambda: a lambda does not inherit the enclosing function's target attribute under clang.)
-template <GgmlType T, int R, int G>
-KVSCOPE_AVX2 __attribute__((always_inline)) inline void block_avx2(const std::byte* row, int b,
-                                                                   const ActRows<R>& a,
-                                                                   __m256 (&acc)[R][kGroups],
-                                                                   __m256 (&mins)[R][kGroups]) {
-  constexpr bool kMins = T == GgmlType::kQ4_1;
-  const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * block_bytes(T);
-  const __m256i wq = weights_avx2<T>(blk);
-  const float dw = half_avx(blk);
-  const __m256 mw = _mm256_set1_ps(kMins ? half_avx(blk + 2) : 0.0f);
-  for (int k = 0; k < R; ++k) {
-    const __m256i l = lanes_avx2<T>(wq, a.xq[k] + b * kQuantBlock, a.ln[k] + b * kLanes);
-    const __m256 dd = _mm256_set1_ps(dw * a.dx[k][b]);
-    acc[k][G] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), dd, acc[k][G]);
-    if constexpr (kMins)
-      mins[k][G] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(a.lf[k] + b * kLanes), mins[k][G]);
-  }
-}
-
 // One weight row against activation rows t0 .. t0 + R - 1.
 template <GgmlType T, int R>
 KVSCOPE_AVX2 void row_avx2(const std::byte* row, const QuantizedActs& a, int t0, float* out,
                            long ldo, long r) {
-  const int nb = a.n / kQuantBlock;
+  const int nb = a.n / kQuantBlock, bb = block_bytes(T);
+  constexpr bool kMins = T == GgmlType::kQ4_1;
   __m256 acc[R][kGroups], mins[R][kGroups];
-  ActRows<R> rows;
+  const std::int8_t* xq[R];
+  const float* dx[R];
+  const float* lf[R];
+  const std::int32_t* ln[R];
   for (int k = 0; k < R; ++k) {
     for (int g = 0; g < kGroups; ++g) acc[k][g] = mins[k][g] = _mm256_setzero_ps();
     const std::size_t t = static_cast<std::size_t>(t0 + k);
-    rows.xq[k] = a.q.data() + t * a.n;
-    rows.dx[k] = a.d.data() + t * nb;
-    rows.lf[k] = a.lane_f.data() + t * nb * kLanes;
-    rows.ln[k] = a.lane.data() + t * nb * kLanes;
+    xq[k] = a.q.data() + t * a.n;
+    dx[k] = a.d.data() + t * nb;
+    lf[k] = a.lane_f.data() + t * nb * kLanes;
+    ln[k] = a.lane.data() + t * nb * kLanes;
   }
+  // Block b into group G = b % 4, with G a constant so the accumulators stay in registers. The
+  // lambda carries the target attribute itself: clang does not give it the enclosing function's.
+  auto block = [&]<int G>(int b) KVSCOPE_AVX2 {
+    const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
+    const __m256i wq = weights_avx2<T>(blk);
+    const float dw = half_avx(blk);
+    const __m256 mw = _mm256_set1_ps(kMins ? half_avx(blk + 2) : 0.0f);
+    for (int k = 0; k < R; ++k) {
+      const __m256i l = lanes_avx2<T>(wq, xq[k] + b * kQuantBlock, ln[k] + b * kLanes);
+      const __m256 dd = _mm256_set1_ps(dw * dx[k][b]);
+      acc[k][G] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), dd, acc[k][G]);
+      if constexpr (kMins)
+        mins[k][G] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(lf[k] + b * kLanes), mins[k][G]);
+    }
+  };
   for (int b = 0; b < nb; b += kGroups) {
-    block_avx2<T, R, 0>(row, b, rows, acc, mins);
-    if (b + 1 < nb) block_avx2<T, R, 1>(row, b + 1, rows, acc, mins);
-    if (b + 2 < nb) block_avx2<T, R, 2>(row, b + 2, rows, acc, mins);
-    if (b + 3 < nb) block_avx2<T, R, 3>(row, b + 3, rows, acc, mins);
+    block.template operator()<0>(b);
+    if (b + 1 < nb) block.template operator()<1>(b + 1);
+    if (b + 2 < nb) block.template operator()<2>(b + 2);
+    if (b + 3 < nb) block.template operator()<3>(b + 3);
   }
   for (int k = 0; k < R; ++k) {
     // Groups 0..3 are a[0..31]: h = a[0:16] + a[16:32] is (g0 + g2, g1 + g3).
@@ -262,54 +251,53 @@ KVSCOPE_AVX512 inline __m512i start512(const std::int32_t* lane, __mmask16 keep)
   }
 }
 
-// Blocks b and b + 1 into accumulator P, a constant so the accumulators stay in registers. An
-// odd last block is a pair with its upper half masked off.
-template <GgmlType T, int R, int P>
-KVSCOPE_AVX512 __attribute__((always_inline)) inline void pair_avx512(const std::byte* row, int b,
-                                                                      int nb, const ActRows<R>& a,
-                                                                      __m512 (&acc)[R][2],
-                                                                      __m512 (&mins)[R][2]) {
-  constexpr bool kMins = T == GgmlType::kQ4_1;
-  const bool odd = b + 1 == nb;  // the last block alone
-  const __mmask16 keep = odd ? 0x00FF : 0xFFFF;
-  const __mmask64 keep_bytes = odd ? 0x00000000FFFFFFFFull : ~0ull;
-  const std::byte* blk0 = row + static_cast<std::ptrdiff_t>(b) * block_bytes(T);
-  const std::byte* blk1 = odd ? blk0 : blk0 + block_bytes(T);  // read twice, masked off below
-  const __m512i wq = pair_u8<T>(blk0, blk1);
-  const __m512 dw = pair_half(blk0, blk1, 0);
-  __m512 mw = _mm512_setzero_ps();
-  if constexpr (kMins) mw = pair_half(blk0, blk1, 2);
-  for (int k = 0; k < R; ++k) {
-    const __m512i xv = _mm512_maskz_loadu_epi8(keep_bytes, a.xq[k] + b * kQuantBlock);
-    const __m512i l = _mm512_dpbusd_epi32(start512<T>(a.ln[k] + b * kLanes, keep), wq, xv);
-    const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(keep, a.dx[k] + b * kLanes));
-    acc[k][P] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P], keep);
-    if constexpr (kMins) {
-      mins[k][P] = _mm512_mask3_fmadd_ps(mw, _mm512_maskz_loadu_ps(keep, a.lf[k] + b * kLanes),
-                                         mins[k][P], keep);
-    }
-  }
-}
-
 // One weight row against activation rows t0 .. t0 + R - 1. Pair p (blocks 2p, 2p + 1) goes to
-// accumulator p % 2: block b lands in group b % 4, as in the scalar code.
+// accumulator p % 2: block b lands in group b % 4, as in the scalar code. An odd last block is a
+// pair with its upper half masked off.
 template <GgmlType T, int R>
 KVSCOPE_AVX512 void row_avx512(const std::byte* row, const QuantizedActs& a, int t0, float* out,
                                long ldo, long r) {
-  const int nb = a.n / kQuantBlock;
+  const int nb = a.n / kQuantBlock, bb = block_bytes(T);
+  constexpr bool kMins = T == GgmlType::kQ4_1;
   __m512 acc[R][2], mins[R][2];
-  ActRows<R> rows;
+  const std::int8_t* xq[R];
+  const float* d8[R];
+  const float* lf[R];
+  const std::int32_t* ln[R];
   for (int k = 0; k < R; ++k) {
     acc[k][0] = acc[k][1] = mins[k][0] = mins[k][1] = _mm512_setzero_ps();
     const std::size_t t = static_cast<std::size_t>(t0 + k);
-    rows.xq[k] = a.q.data() + t * a.n;
-    rows.dx[k] = a.d8.data() + t * nb * kLanes;
-    rows.lf[k] = a.lane_f.data() + t * nb * kLanes;
-    rows.ln[k] = a.lane.data() + t * nb * kLanes;
+    xq[k] = a.q.data() + t * a.n;
+    d8[k] = a.d8.data() + t * nb * kLanes;
+    lf[k] = a.lane_f.data() + t * nb * kLanes;
+    ln[k] = a.lane.data() + t * nb * kLanes;
   }
+  // Blocks b and b + 1 into accumulator P, a constant so the accumulators stay in registers (the
+  // lambda carries the target attribute itself, as above).
+  auto pair = [&]<int P>(int b) KVSCOPE_AVX512 {
+    const bool odd = b + 1 == nb;  // the last block alone
+    const __mmask16 keep = odd ? 0x00FF : 0xFFFF;
+    const __mmask64 keep_bytes = odd ? 0x00000000FFFFFFFFull : ~0ull;
+    const std::byte* blk0 = row + static_cast<std::ptrdiff_t>(b) * bb;
+    const std::byte* blk1 = odd ? blk0 : blk0 + bb;  // read twice, masked off below
+    const __m512i wq = pair_u8<T>(blk0, blk1);
+    const __m512 dw = pair_half(blk0, blk1, 0);
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (kMins) mw = pair_half(blk0, blk1, 2);
+    for (int k = 0; k < R; ++k) {
+      const __m512i xv = _mm512_maskz_loadu_epi8(keep_bytes, xq[k] + b * kQuantBlock);
+      const __m512i l = _mm512_dpbusd_epi32(start512<T>(ln[k] + b * kLanes, keep), wq, xv);
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(keep, d8[k] + b * kLanes));
+      acc[k][P] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P], keep);
+      if constexpr (kMins) {
+        mins[k][P] = _mm512_mask3_fmadd_ps(mw, _mm512_maskz_loadu_ps(keep, lf[k] + b * kLanes),
+                                           mins[k][P], keep);
+      }
+    }
+  };
   for (int b = 0; b < nb; b += 4) {
-    pair_avx512<T, R, 0>(row, b, nb, rows, acc, mins);
-    if (b + 2 < nb) pair_avx512<T, R, 1>(row, b + 2, nb, rows, acc, mins);
+    pair.template operator()<0>(b);
+    if (b + 2 < nb) pair.template operator()<1>(b + 2);
   }
   for (int k = 0; k < R; ++k) {
     // acc[0] holds groups 0 and 1 (a[0..15]), acc[1] groups 2 and 3 (a[16..31]).
@@ -412,15 +400,20 @@ const char* quant_isa_name(QuantIsa isa) {
 }
 
 bool quant_isa_supported(QuantIsa isa) {
+  // Read once: CPUID is slow, and in a virtual machine it traps to the hypervisor (asking on every
+  // matmul call cost a fifth of SmolLM2's decode speed here).
+  static const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_f16c();
+  static const bool avx512_vnni = avx2 && __builtin_cpu_supports("avx512f") &&
+                                  __builtin_cpu_supports("avx512bw") &&
+                                  __builtin_cpu_supports("avx512vl") && cpuid_avx512_vnni();
   switch (isa) {
     case QuantIsa::kScalar:
       return true;
     case QuantIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_f16c();
+      return avx2;
     case QuantIsa::kAvx512Vnni:
-      return quant_isa_supported(QuantIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             cpuid_avx512_vnni();
+      return avx512_vnni;
   }
   return false;
 }
