@@ -181,6 +181,19 @@ int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& 
   return 0;
 }
 
+namespace {
+
+// The series of `spec` named `label` (points with markers), added when it is not there yet.
+PlotSeries& series_labelled(PlotSpec& spec, const std::string& label) {
+  for (PlotSeries& s : spec.series)
+    if (s.label == label) return s;
+  PlotSeries s;
+  s.label = label;
+  s.markers = true;
+  spec.series.push_back(s);
+  return spec.series.back();
+}
+
 // The sweep CSV (engine/analysis/sweep_csv.h, eviction schema): one row per run.
 void write_evict_csv(const std::string& path,
                      const std::vector<std::pair<EvictionRunOptions, EvictResult>>& results,
@@ -214,6 +227,8 @@ std::filesystem::path checked_out_dir(const std::string& out_dir) {
   if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
   return out_dir;
 }
+
+}  // namespace
 
 int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
                     const std::string& budgets_text, const EvictEvalSetup& setup,
@@ -255,17 +270,9 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
   for (const auto& [o, e] : results) {
     const std::string label = eviction_kind_name(o.evictor.policy.kind);
     for (PlotSpec* spec : {&kl, &ppl}) {
-      auto it = std::find_if(spec->series.begin(), spec->series.end(),
-                             [&](const PlotSeries& s) { return s.label == label; });
-      if (it == spec->series.end()) {
-        PlotSeries s;
-        s.label = label;
-        s.markers = true;
-        spec->series.push_back(s);
-        it = spec->series.end() - 1;
-      }
-      it->x.push_back(o.evictor.policy.budget);
-      it->y.push_back(spec == &kl ? std::max(e.report.kl_mean, 1e-9) : e.report.ppl_variant);
+      PlotSeries& series = series_labelled(*spec, label);
+      series.x.push_back(o.evictor.policy.budget);
+      series.y.push_back(spec == &kl ? std::max(e.report.kl_mean, 1e-9) : e.report.ppl_variant);
     }
   }
   write_png_plot(kl, out_dir + "/evict_kl.png");
@@ -339,17 +346,9 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
         "cache " + std::to_string(o.evictor.policy.budget) +
         (o.evictor.positions == PositionMode::kShift ? ", positions in cache"
                                                      : ", original positions");
-    auto it = std::find_if(ppl.series.begin(), ppl.series.end(),
-                           [&](const PlotSeries& s) { return s.label == label; });
-    if (it == ppl.series.end()) {
-      PlotSeries s;
-      s.label = label;
-      s.markers = true;
-      ppl.series.push_back(s);
-      it = ppl.series.end() - 1;
-    }
-    it->x.push_back(o.evictor.policy.sinks);
-    it->y.push_back(e.report.ppl_variant);
+    PlotSeries& series = series_labelled(ppl, label);
+    series.x.push_back(o.evictor.policy.sinks);
+    series.y.push_back(e.report.ppl_variant);
   }
   write_png_plot(ppl, out_dir + "/streaming_ppl.png");
   if (setup.json) {

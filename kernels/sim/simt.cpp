@@ -411,8 +411,6 @@ std::uint64_t exchange(unsigned mask, std::uint64_t bits, int src) {
 }
 
 unsigned ballot(unsigned mask, bool pred) {
-  Block& b = block();
-  const unsigned lane = b.current->linear % kWarpSize;
   unsigned out = 0;
   for (int l = 0; l < kWarpSize; ++l) {
     if ((mask >> l & 1u) == 0) continue;
@@ -420,7 +418,6 @@ unsigned ballot(unsigned mask, bool pred) {
     const std::uint64_t p = exchange(mask, pred ? 1 : 0, l);
     if (p != 0) out |= 1u << l;
   }
-  (void)lane;
   return out;
 }
 
