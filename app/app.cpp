@@ -62,7 +62,7 @@ int run_app(const AppOptions& options) {
   // The run opens before the window: a bad scenario is a one-line error and exit code 2.
   std::unique_ptr<RunSession> session;
   try {
-    session = RunSession::open(options.input);
+    session = options.attach ? RunSession::attach(*options.attach) : RunSession::open(options.input);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
     return 2;
@@ -99,11 +99,14 @@ int run_app(const AppOptions& options) {
 
   int exit_code = 0;
   {
-    if (capture) session->wait();  // screenshots show the finished run, deterministically
+    // Screenshots show the finished run, deterministically (a live stream never finishes: its
+    // screenshot is taken after `frames` frames of real time).
+    const bool live = options.attach.has_value();
+    if (capture && !live) session->wait();
     UiShell shell(std::move(session), fonts);
     if (options.presenter) shell.set_presenter(true);
-    shell.set_workspace(options.workspace);
-    if (capture) {
+    shell.set_workspace(live ? UiShell::kLiveWorkspace : options.workspace);
+    if (capture && !live) {
       shell.state().playing = false;
       shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);
     }
@@ -114,7 +117,8 @@ int run_app(const AppOptions& options) {
     for (int frame = 0; !glfwWindowShouldClose(window); ++frame) {
       glfwPollEvents();
       const double now = glfwGetTime();
-      const double dt = capture ? 1.0 / 60.0 : now - last;
+      const double dt = capture && !live ? 1.0 / 60.0 : now - last;
+      if (capture && live) std::this_thread::sleep_for(std::chrono::milliseconds(33));
       last = now;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();

@@ -1,17 +1,21 @@
 // The kvscope-ui application: a GLFW window with an OpenGL 3 context around the UiShell.
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include "app/core/attach_feed.h"
 
 namespace kvscope::ui {
 
 struct AppOptions {
   std::string input;       // scenario .json or recording (.kvr); main fills in the default
+  std::optional<AttachRequest> attach;  // --attach: follow a live engine instead of `input`
   int step = -1;           // screenshots: the step shown (-1: the middle of the run)
   std::string screenshot;  // write a PNG after `frames` frames and exit
   int frames = 30;
   bool presenter = false;
-  int workspace = 0;  // --view: 0 pool, 1 prefix, 2 attention & quality, 3 compare
+  int workspace = 0;  // --view: 0 pool, 1 prefix, 2 attention & quality, 3 compare, 4 live
   int width = 1600;
   int height = 1000;
 };

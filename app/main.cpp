@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "app/app.h"
 
@@ -17,15 +18,20 @@ void usage(std::FILE* out) {
       out,
       "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
       "                  [--step S]] [--presenter] [--size WxH] [--view NAME]\n"
+      "       kvscope-ui --attach ENDPOINT [--replay ENDPOINT] [--topic T] [--dp N] [--bind]\n"
+      "                  [--slots N] [...]\n"
       "  With no file, opens %s.\n"
+      "  --attach ENDPOINT     follow a live vLLM / SGLang KV-event stream (docs/attach.md):\n"
+      "                        --replay, --topic, --dp, --bind as in `kvscope attach`; --slots N\n"
+      "                        live blocks shown (default 65536)\n"
       "  --screenshot OUT.png  render N frames (default 30) of the finished run at step S\n"
       "                        (default: the middle), write a PNG and exit\n"
       "  --presenter           large fonts and high contrast (toggle with P)\n"
       "  --size WxH            window size (default 1600x1000)\n"
-      "  --view NAME           first workspace: pool (default), prefix, attention, compare\n"
+      "  --view NAME           first workspace: pool (default), prefix, attention, compare, live\n"
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
       "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,\n"
-      "      Ctrl+R restart, Ctrl+1..4 workspace.\n"
+      "      Ctrl+Shift+A attach, Ctrl+R restart, Ctrl+1..5 workspace.\n"
       "Exit codes: 2 bad input, 3 no display (use the headless CLI: kvscope run).\n",
       default_scenario().c_str());
 }
@@ -40,6 +46,9 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   kvscope::ui::AppOptions options;
+  kvscope::ui::AttachRequest attach;
+  bool attaching = false;
+  std::vector<std::string> attach_flags;  // attach options seen (they need --attach)
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const auto value = [&](const char* name) -> const char* {
@@ -76,13 +85,37 @@ int main(int argc, char** argv) {
     } else if (arg == "--view") {
       const char* v = value("--view");
       const std::string name = v ? v : "";
-      static const char* const kViews[] = {"pool", "prefix", "attention", "compare"};
+      static const char* const kViews[] = {"pool", "prefix", "attention", "compare", "live"};
       int found = -1;
-      for (int k = 0; k < 4; ++k)
+      for (int k = 0; k < 5; ++k)
         if (name == kViews[k]) found = k;
-      if (found < 0)
-        return fail("--view: expected pool, prefix, attention or compare, got \"" + name + "\"");
+      if (found < 0) {
+        return fail("--view: expected pool, prefix, attention, compare or live, got \"" + name +
+                    "\"");
+      }
       options.workspace = found;
+    } else if (arg == "--attach") {
+      const char* v = value("--attach");
+      if (!v) return fail("--attach: expected an endpoint such as tcp://127.0.0.1:5557");
+      attach.endpoint = v;
+      attaching = true;
+    } else if (arg == "--replay" || arg == "--topic") {
+      const char* v = value(arg.c_str());
+      if (!v) return fail(arg + ": expected a value");
+      (arg == "--replay" ? attach.replay : attach.topic) = v;
+      attach_flags.push_back(arg);
+    } else if (arg == "--dp" || arg == "--slots") {
+      const char* v = value(arg.c_str());
+      char* end = nullptr;
+      const long n = v ? std::strtol(v, &end, 10) : 0;
+      const bool dp = arg == "--dp";
+      if (!v || *end != '\0' || n < (dp ? 1 : 16) || n > (dp ? 256 : (1 << 20)))
+        return fail(arg + (dp ? ": expected 1..256" : ": expected 16..1048576"));
+      (dp ? attach.dp : attach.slots) = static_cast<int>(n);
+      attach_flags.push_back(arg);
+    } else if (arg == "--bind") {
+      attach.bind = true;
+      attach_flags.push_back(arg);
     } else if (arg == "--presenter") {
       options.presenter = true;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -98,6 +131,11 @@ int main(int argc, char** argv) {
       return fail("expected one scenario or recording, got a second: " + arg);
     }
   }
+  if (!attaching && !attach_flags.empty())
+    return fail(attach_flags.front() + ": only with --attach ENDPOINT");
+  if (attaching && !options.input.empty())
+    return fail("--attach follows a live engine: no scenario or recording with it");
+  if (attaching) options.attach = attach;
   if (options.input.empty()) options.input = default_scenario();
   return kvscope::ui::run_app(options);
 }

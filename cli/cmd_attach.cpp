@@ -31,6 +31,9 @@ data-parallel rank stores and removes, per medium, with gaps filled by replay an
                       buffered before attach and fills sequence gaps (without it they are lost)
   --topic T           only batches published on topic T (default: every topic)
   --dp N              data-parallel ranks, at port+0 .. port+N-1 (default 1)
+  --bind              listen at ENDPOINT (+ rank) and let the engines connect: for engines whose
+                      endpoint names kvscope's host (tcp://kvscope-host:5557, no `*`), which
+                      connect instead of binding; ENDPOINT may then be tcp://*:PORT
   --duration S        stop after S seconds (default: at --batches N, or Ctrl-C)
   --batches N         stop after N batches (sequence numbers, all ranks together)
   --out DIR           where recording.kvr, trace.json, report.md and summary.json go
@@ -70,14 +73,14 @@ class StopSignals {
   }, old_term_{};
 };
 
-void check_endpoint(const std::string& endpoint, int dp, const std::string& flag) {
+void check_endpoint(const std::string& endpoint, int dp, const std::string& flag, bool bind) {
   if (endpoint.rfind("inproc://", 0) == 0) {
     fail_expected(flag,
                   "tcp://HOST:PORT or ipc://PATH (inproc:// only reaches sockets inside one "
                   "process)",
                   "'" + endpoint + "'");
   }
-  check_kv_endpoint(endpoint, dp, flag);
+  check_kv_endpoint(endpoint, dp, flag, bind);
 }
 
 std::string cell(const nlohmann::json& v) {
@@ -188,7 +191,7 @@ int cmd_attach(const Argv& argv) {
     return kExitBadInput;
   }
   const Args args(argv, {"--replay", "--topic", "--dp", "--duration", "--batches", "--out"},
-                  {"--json", "--help"});
+                  {"--json", "--bind", "--help"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -202,6 +205,7 @@ int cmd_attach(const Argv& argv) {
   cfg.replay_endpoint = args.get("--replay", "");
   cfg.topic = args.get("--topic", "");
   cfg.dp_ranks = args.get_int("--dp", 1);
+  cfg.bind = args.has("--bind");
   if (cfg.dp_ranks < 1 || cfg.dp_ranks > 256)
     fail_expected("--dp", "an integer in [1, 256]", std::to_string(cfg.dp_ranks));
   const double duration = args.get_double("--duration", 0.0);
@@ -210,8 +214,10 @@ int cmd_attach(const Argv& argv) {
   const long long batches = args.get_i64("--batches", 0);
   if (args.has("--batches") && batches < 1)
     fail_expected("--batches", "a positive integer", args.get("--batches"));
-  check_endpoint(cfg.endpoint, cfg.dp_ranks, "ENDPOINT");
-  if (args.has("--replay")) check_endpoint(cfg.replay_endpoint, cfg.dp_ranks, "--replay");
+  check_endpoint(cfg.endpoint, cfg.dp_ranks, "ENDPOINT", cfg.bind);
+  // The replay socket is always the engine's (a ROUTER it binds): kvscope connects to it.
+  if (args.has("--replay"))
+    check_endpoint(cfg.replay_endpoint, cfg.dp_ranks, "--replay", /*bind=*/false);
   const bool json = args.has("--json");
   const std::string out_dir = args.get("--out", "kvscope-attach");
   // The output directory first: a bad --out fails now, not after an hour attached.

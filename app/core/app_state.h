@@ -55,6 +55,9 @@ class AppState {
   // short name or file; "" = the scenario's own), keeping the policy. It loads on the UI thread,
   // two frames after the request so "loading ..." is on screen while the window waits.
   std::optional<std::string> model_request;
+  // Set by the Live attach panel's Detach button: the shell stops following the stream (the
+  // recording stays loaded).
+  bool detach_request = false;
   // The Compare panel's variant: the policy run beside the current one (Controls panel sets it).
   PolicyOverride compare_variant;
   int compare_variant_version = 0;  // +1 on every change of compare_variant

@@ -15,6 +15,7 @@
 namespace kvscope::ui {
 
 struct RunInfo;
+class AttachFeed;
 
 class DataSource {
  public:
@@ -33,6 +34,8 @@ class DataSource {
   virtual std::span<const int> prompt_tokens(int) const { return {}; }
   // How a scenario run was started (null for recordings and demo data).
   virtual std::shared_ptr<const RunInfo> run_info() const { return nullptr; }
+  // The live KV-event stream this run follows (File > Attach), null otherwise.
+  virtual std::shared_ptr<AttachFeed> attach_feed() const { return nullptr; }
   // Token eviction: [position] 1 where the sequence's token is still in its cache at `step`, 0
   // where it was evicted; empty when the run records no per-position eviction (nothing greyed).
   virtual std::vector<std::uint8_t> slot_live(int /*request*/, int /*step*/) const { return {}; }

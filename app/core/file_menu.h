@@ -5,12 +5,15 @@
 #include <optional>
 #include <string>
 
+#include "app/core/attach_feed.h"
+
 namespace kvscope::ui {
 
 struct FileAction {
-  enum class Kind { kOpen, kSaveRecording, kExportCsv, kRestart, kScreenshot, kQuit };
+  enum class Kind { kOpen, kAttach, kSaveRecording, kExportCsv, kRestart, kScreenshot, kQuit };
   Kind kind;
-  std::string path;  // for kOpen, kSaveRecording, kExportCsv
+  std::string path;      // for kOpen, kSaveRecording, kExportCsv
+  AttachRequest attach;  // for kAttach
 };
 
 class FileMenu {
@@ -18,8 +21,11 @@ class FileMenu {
   // Items inside an open "File" menu. `loaded` is the current run's path; `can_restart` is true
   // for scenarios.
   void draw_items(const std::string& loaded, bool can_restart);
-  // The path popup (call once per frame, outside any menu); returns a confirmed action.
+  // The path popup and the attach dialog (call once per frame, outside any menu); returns a
+  // confirmed action.
   std::optional<FileAction> draw_popup();
+  // Opens the attach dialog (File > Attach, Ctrl+Shift+A).
+  void ask_attach();
   // A direct action chosen from the menu this frame (restart, screenshot, quit).
   std::optional<FileAction> take_direct();
 
@@ -31,6 +37,16 @@ class FileMenu {
   bool popup_pending_ = false;
   bool focus_input_ = false;
   char path_[1024] = {};
+  // The attach dialog's fields (kept between openings).
+  std::optional<FileAction> draw_attach_dialog();
+  bool attach_pending_ = false;
+  char endpoint_[256] = "tcp://127.0.0.1:5557";
+  char replay_[256] = "tcp://127.0.0.1:5558";
+  char topic_[128] = "";
+  int dp_ = 1;
+  int slots_ = 65536;
+  bool bind_ = false;
+  bool use_replay_ = true;
 };
 
 }  // namespace kvscope::ui

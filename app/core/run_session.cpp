@@ -109,6 +109,14 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   return s;
 }
 
+std::unique_ptr<RunSession> RunSession::attach(const AttachRequest& request) {
+  std::unique_ptr<RunSession> s(new RunSession());
+  s->path_ = (request.bind ? "listening at " : "attached to ") + request.endpoint;
+  s->feed_ = std::make_shared<AttachFeed>(request, s->running_);
+  s->timeline_ = s->feed_->timeline();
+  return s;
+}
+
 void RunSession::work() {
   try {
     while (!stop_.load(std::memory_order_relaxed) && sim_->current_step() < max_steps_ &&
@@ -131,6 +139,7 @@ RunSession::~RunSession() {
 
 void RunSession::stop() {
   stop_ = true;
+  if (feed_) feed_->stop();
   wait();
 }
 
@@ -139,6 +148,7 @@ void RunSession::wait() {
 }
 
 std::optional<std::string> RunSession::take_error() {
+  if (feed_) return feed_->take_error();
   std::lock_guard<std::mutex> lock(error_mutex_);
   std::optional<std::string> e = std::move(error_);
   error_.reset();
@@ -149,6 +159,7 @@ std::unique_ptr<DataSource> RunSession::make_source() const {
   auto source = std::make_unique<TimelineSource>(timeline_, path_, running_);
   source->set_text_info(tokenizer_, prompts_);
   source->set_run_info(info_);
+  source->set_attach_feed(feed_);
   return source;
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/core/attach_feed.h"
 #include "app/core/data_source.h"
 #include "app/core/run_info.h"
 #include "engine/model/tokenizer.h"
@@ -33,6 +34,10 @@ class RunSession {
   static std::unique_ptr<RunSession> open(const std::string& path, bool bookkeeping = false,
                                           const PolicyOverride& policy = {},
                                           const std::string& model = {});
+  // Attaches to a live vLLM / SGLang KV-event stream (File > Attach). Throws kvscope::Error for a
+  // bad endpoint or a port in use; a publisher that is not there yet is not an error (the Live
+  // attach panel and the status bar say so).
+  static std::unique_ptr<RunSession> attach(const AttachRequest& request);
   ~RunSession();  // stops and joins the worker
   RunSession(const RunSession&) = delete;
   RunSession& operator=(const RunSession&) = delete;
@@ -42,13 +47,14 @@ class RunSession {
   std::shared_ptr<const Timeline> timeline() const { return timeline_; }
   const std::string& path() const { return path_; }
   bool is_scenario() const { return is_scenario_; }
+  const std::shared_ptr<AttachFeed>& attach_feed() const { return feed_; }
   bool is_running() const { return running_->load(); }
   // The tokenizer of the scenario's model (null for recordings and synthetic models).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   // How the scenario was started (null for recordings).
   std::shared_ptr<const RunInfo> run_info() const { return info_; }
 
-  // Asks the worker to stop after its current step and waits for it. Idempotent.
+  // Asks the worker to stop after its current step (attached: detaches) and waits. Idempotent.
   void stop();
   // Blocks until the worker finished (tests).
   void wait();
@@ -66,6 +72,7 @@ class RunSession {
   std::shared_ptr<const RunInfo> info_;
   std::shared_ptr<const Timeline> timeline_;
   std::unique_ptr<Simulator> sim_;  // touched only by the worker once it started
+  std::shared_ptr<AttachFeed> feed_;  // attached runs: the feed owns its own worker
   int max_steps_ = 0;               // the scenario's `steps`, or the default cap
   std::thread worker_;
   std::atomic<bool> stop_{false};

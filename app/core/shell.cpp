@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/core/transport.h"
+#include "app/panels/attach_panel.h"
 #include "app/panels/registry.h"
 #include "app/widgets/widgets.h"
 #include "engine/analysis/metrics_csv.h"
@@ -53,6 +54,11 @@ const std::vector<Workspace>& workspaces() {
        {{"Compare", 0.0f, 0.0f, 0.62f, 1.0f},
         {"Controls", 0.62f, 0.0f, 0.38f, 0.5f},
         {"Fragmentation", 0.62f, 0.5f, 0.38f, 0.5f}}},
+      {"Live",
+       "Ctrl+5",
+       {{"Live attach", 0.0f, 0.0f, 0.56f, 1.0f},
+        {"Prefix cache", 0.56f, 0.0f, 0.44f, 0.58f},
+        {"Block pool", 0.56f, 0.58f, 0.44f, 0.42f}}},
   };
   return kAll;
 }
@@ -115,6 +121,18 @@ bool UiShell::open(const std::string& path, const PolicyOverride& policy,
   }
 }
 
+bool UiShell::attach_live(const AttachRequest& request) {
+  try {
+    attach(RunSession::attach(request));
+    set_workspace(kLiveWorkspace);
+    set_status((request.bind ? "listening at " : "attached to ") + request.endpoint);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(e.what());
+    return false;
+  }
+}
+
 void UiShell::restart() {
   if (!session_ || !session_->is_scenario()) return;
   const std::string path = session_->path();  // a copy: open() replaces (and frees) session_
@@ -128,6 +146,9 @@ void UiShell::perform(const FileAction& action) {
     switch (action.kind) {
       case Kind::kOpen:
         open(action.path);
+        break;
+      case Kind::kAttach:
+        attach_live(action.attach);
         break;
       case Kind::kRestart:
         restart();
@@ -197,6 +218,13 @@ void UiShell::frame(double dt_seconds) {
   draw_transport_window();
   draw_panels();
   draw_caption_bar();
+  if (state_.detach_request) {
+    state_.detach_request = false;
+    if (session_ && session_->attach_feed()) {
+      session_->stop();  // the recording stays loaded: scrub it, save it
+      set_status("detached; File > Save recording keeps what was recorded");
+    }
+  }
   if (state_.restart_request) {
     const PolicyOverride policy = *state_.restart_request;
     state_.restart_request.reset();
@@ -374,11 +402,58 @@ const std::vector<Caption>* captions_of(const AppState& state) {
 }  // namespace
 
 float UiShell::caption_bar_height() const {
+  if (state_.source().attach_feed())
+    return ImGui::GetTextLineHeightWithSpacing() + ImGui::GetStyle().WindowPadding.y * 2.0f;
   if (captions_of(state_) == nullptr) return 0.0f;
   return ImGui::GetTextLineHeightWithSpacing() * 2.0f + ImGui::GetStyle().WindowPadding.y * 2.0f;
 }
 
+void UiShell::draw_attach_bar(const AttachFeed& feed) {
+  const std::shared_ptr<const AttachSnapshot> snap = feed.snapshot();
+  attach_status_ = attach_status_text(*snap);
+  const ImVec2 display = ImGui::GetIO().DisplaySize;
+  const float h = caption_bar_height();
+  ImGui::SetNextWindowPos(ImVec2(0, display.y - h));
+  ImGui::SetNextWindowSize(ImVec2(display.x, h));
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoSavedSettings |
+                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
+  const Palette& pal = palette(state_.presenter);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
+  ImGui::PushStyleColor(ImGuiCol_WindowBg, mix_color(pal.panel_bg, pal.accent, 0.12f));
+  if (ImGui::Begin("##attach_status", nullptr, flags)) {
+    // A dot: green while batches flow, amber while waiting, grey once detached.
+    bool any_down = false;
+    for (const KvRankStats& r : snap->ranks)
+      any_down = any_down || r.connection == KvConnection::kDisconnected;
+    const ImU32 dot = snap->stopped                               ? pal.text_dim
+                      : (snap->totals.batches > 0 && !any_down) ? series_color(2)
+                                                                : pal.warn;
+    const float r = ImGui::GetFontSize() * 0.3f;
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    ImGui::GetWindowDrawList()->AddCircleFilled(
+        ImVec2(p.x + r, p.y + ImGui::GetTextLineHeight() * 0.5f), r, dot);
+    ImGui::Dummy(ImVec2(r * 2.0f, ImGui::GetTextLineHeight()));
+    ImGui::SameLine(0, 8);
+    ImGui::TextUnformatted(attach_status_.c_str());
+    if (ImGui::IsItemHovered()) {
+      ImGui::BeginTooltip();
+      ImGui::TextUnformatted(snap->status_line.c_str());
+      ImGui::TextDisabled("Live attach panel (Ctrl+5) for the details; docs/attach.md");
+      ImGui::EndTooltip();
+    }
+  }
+  ImGui::End();
+  ImGui::PopStyleColor();
+  ImGui::PopStyleVar();
+}
+
 void UiShell::draw_caption_bar() {
+  if (const std::shared_ptr<AttachFeed> feed = state_.source().attach_feed()) {
+    draw_attach_bar(*feed);
+    return;
+  }
+  attach_status_.clear();
   const std::vector<Caption>* captions = captions_of(state_);
   if (captions == nullptr) return;
   const int step = state_.step();
@@ -451,8 +526,9 @@ void UiShell::draw_help_window() {
         {"F12", "save a screenshot (PNG)"},
         {"P", "presenter mode"},
         {"Ctrl+O", "open a scenario or recording"},
+        {"Ctrl+Shift+A", "attach to a live vLLM / SGLang engine"},
         {"Ctrl+R", "restart the scenario"},
-        {"Ctrl+1..4", "workspace: pool, prefix, attention & quality, compare"},
+        {"Ctrl+1..5", "workspace: pool, prefix, attention & quality, compare, live"},
         {"Ctrl+Q", "quit"}};
     if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {
       for (const auto& k : kKeys) {

@@ -34,6 +34,12 @@ class UiShell {
   // previous worker is stopped only once the new run is open.
   bool open(const std::string& path, const PolicyOverride& policy = {},
             const std::string& model = {});
+  // Attaches to a live KV-event stream (File > Attach) and shows the Live workspace; on failure
+  // (a bad endpoint, a port in use) shows the error in a modal and keeps the current run.
+  bool attach_live(const AttachRequest& request);
+  static constexpr int kLiveWorkspace = 4;
+  // The attach status bar's text this frame ("" when not attached; tests).
+  const std::string& attach_status() const { return attach_status_; }
   void restart();  // re-runs the loaded scenario from step 0 (with its policy and model override)
   RunSession* session() { return session_.get(); }
 
@@ -75,6 +81,8 @@ class UiShell {
   // bar under the panels; PageDown / PageUp jump to the next / previous caption's step.
   void draw_caption_bar();
   float caption_bar_height() const;
+  // While attached, a status bar instead: connection per rank, batches, live blocks, lag, gaps.
+  void draw_attach_bar(const AttachFeed& feed);
   void attach(std::unique_ptr<RunSession> session);
   void perform(const FileAction& action);
   void place(ImVec2 pos, ImVec2 size);
@@ -95,6 +103,7 @@ class UiShell {
   std::string status_;
   double status_age_ = 0.0;
   std::string error_;
+  std::string attach_status_;
   bool error_pending_ = false;
   int model_request_frames_ = 0;  // frames AppState::model_request has been pending
 };

@@ -41,6 +41,8 @@ class TimelineSource final : public DataSource {
   }
   void set_run_info(std::shared_ptr<const RunInfo> info) { info_ = std::move(info); }
   std::shared_ptr<const RunInfo> run_info() const override { return info_; }
+  void set_attach_feed(std::shared_ptr<AttachFeed> feed) { feed_ = std::move(feed); }
+  std::shared_ptr<AttachFeed> attach_feed() const override { return feed_; }
   const Timeline& timeline() const { return *timeline_; }
   // Token eviction, from the EvictedPosition events (a recompute preemption makes every token live
   // again: the request's tokens are replayed from scratch and evicted anew).
@@ -58,6 +60,7 @@ class TimelineSource final : public DataSource {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<std::vector<int>> prompts_;  // [request id] prompt token ids
   std::shared_ptr<const RunInfo> info_;
+  std::shared_ptr<AttachFeed> feed_;
   // Eviction marks by request, indexed incrementally as the timeline grows (render thread only).
   mutable std::unordered_map<int, std::vector<EvictionMark>> evictions_;
   mutable std::size_t events_scanned_ = 0;

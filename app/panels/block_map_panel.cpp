@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "app/core/attach_feed.h"
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
 
@@ -135,6 +136,13 @@ void BlockMapPanel::draw_legend(const AppState& state) {
   stat("used", format_count(m.blocks_used) + " / " + format_count(m.blocks_total) + " blocks");
   stat("slots filled", format_percent(m.utilization()), true);
   stat("cached", format_count(m.blocks_cached_free), true);
+  if (const std::shared_ptr<AttachFeed> feed = state.source().attach_feed()) {
+    // A live view's pool is kvscope's slots; the engine's block size comes with its first store.
+    const std::int64_t engine_block = feed->snapshot()->block_size;
+    stat("block", engine_block > 0 ? std::to_string(engine_block) + " tokens" : "not known yet",
+         true);
+    return;
+  }
   stat("block", std::to_string(state.pool().block_size) + " tokens", true);
 }
 
@@ -289,6 +297,17 @@ void BlockMapPanel::tooltip(const AppState& state, int first, int count) const {
     return;
   }
   const BlockState& b = blocks[first];
+  if (state.source().attach_feed()) {
+    // A live engine's block: slots are kvscope's numbering, there are no owners or fill levels.
+    ImGui::Text("slot %d", first);
+    ImGui::SameLine();
+    ImGui::TextDisabled("%s", b.status == BlockStatus::kFree ? "free (no engine block)"
+                                                              : "cached by the engine");
+    if (b.status != BlockStatus::kFree)
+      ImGui::Text("block %d of its prefix chain", b.logical + 1);
+    ImGui::EndTooltip();
+    return;
+  }
   static const char* const kStatus[] = {"free", "owned", "shared", "cached free", "pinned"};
   ImGui::Text("block %d", first);
   ImGui::SameLine();

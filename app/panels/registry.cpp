@@ -1,6 +1,7 @@
 // The panel registry.
 #include "app/panels/registry.h"
 
+#include "app/panels/attach_panel.h"
 #include "app/panels/attention_panel.h"
 #include "app/panels/block_map_panel.h"
 #include "app/panels/block_tables_panel.h"
@@ -26,6 +27,7 @@ std::vector<std::unique_ptr<Panel>> make_panels() {
   panels.push_back(std::make_unique<AttentionPanel>());
   panels.push_back(std::make_unique<QualityPanel>());
   panels.push_back(std::make_unique<ComparePanel>());
+  panels.push_back(std::make_unique<AttachPanel>());
   return panels;
 }
 

@@ -99,14 +99,29 @@ std::string kv_rank_endpoint(const std::string& base, int rank) {
   return base + "_dp" + std::to_string(rank);
 }
 
-void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::string& flag) {
+const char* kv_connection_name(KvConnection c) {
+  switch (c) {
+    case KvConnection::kConnected:
+      return "connected";
+    case KvConnection::kDisconnected:
+      return "not connected";
+    case KvConnection::kListening:
+      return "listening";
+    case KvConnection::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::string& flag,
+                       bool bind) {
   const std::string shown = "'" + endpoint + "'";
   if (starts_with(endpoint, "tcp://")) {
     std::string host;
     long port = 0;
     if (!split_tcp(endpoint, host, port) || port < 1 || port > 65535)
       fail_expected(flag, "tcp://HOST:PORT with PORT in [1, 65535]", shown);
-    if (host == "*" || host == "0.0.0.0" || host == "[::]") {
+    if (!bind && (host == "*" || host == "0.0.0.0" || host == "[::]")) {
       fail_expected(
           flag,
           "the engine's host to connect to (" + host +
@@ -182,21 +197,32 @@ struct KvEventClient::Impl {
     // counting the other topics tells a user whose --topic is wrong why nothing arrives.
     r.sub.set(zmq::sockopt::subscribe, "");
     if (!starts_with(r.stats.endpoint, "inproc://")) {
-      // Connection state for the status line: connected, or nothing listening at that address.
+      // Connection state for the status line: connected, or nothing listening at that address
+      // (bind mode: how many engines connected to us).
       const std::string mon = "inproc://kvscope-attach-monitor-" +
                               std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" +
                               std::to_string(index);
-      if (zmq_socket_monitor(
-              r.sub.handle(), mon.c_str(),
-              ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) == 0) {
+      const int events =
+          cfg.bind ? ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED
+                   : ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
+      if (zmq_socket_monitor(r.sub.handle(), mon.c_str(), events) == 0) {
         r.monitor = zmq::socket_t(ctx, zmq::socket_type::pair);
         r.monitor.set(zmq::sockopt::linger, 0);
         r.monitor.connect(mon);
         r.has_monitor = true;
-        r.stats.connection = KvConnection::kDisconnected;
+        r.stats.connection = cfg.bind ? KvConnection::kListening : KvConnection::kDisconnected;
       }
     }
-    r.sub.connect(r.stats.endpoint);
+    if (cfg.bind) {
+      try {
+        r.sub.bind(r.stats.endpoint);
+      } catch (const zmq::error_t& e) {
+        throw Error(r.stats.endpoint, std::string("cannot bind: ") + e.what() +
+                                          " (another process listening there?)");
+      }
+    } else {
+      r.sub.connect(r.stats.endpoint);
+    }
     if (!cfg.replay_endpoint.empty()) {
       r.stats.replay_endpoint = kv_rank_endpoint(cfg.replay_endpoint, index);
       open_dealer(r);
@@ -419,6 +445,13 @@ struct KvEventClient::Impl {
       if (frames.empty() || frames[0].size() < 2) continue;
       std::uint16_t event = 0;
       std::memcpy(&event, frames[0].data(), 2);  // native byte order, as libzmq writes it
+      if (cfg.bind) {
+        // Several engines may connect to one bound socket (one per process that publishes).
+        if (event == ZMQ_EVENT_ACCEPTED) ++r.stats.peers;
+        if (event == ZMQ_EVENT_DISCONNECTED && r.stats.peers > 0) --r.stats.peers;
+        r.stats.connection = r.stats.peers > 0 ? KvConnection::kConnected : KvConnection::kListening;
+        continue;
+      }
       if (event == ZMQ_EVENT_CONNECTED) r.stats.connection = KvConnection::kConnected;
       if (event == ZMQ_EVENT_DISCONNECTED || event == ZMQ_EVENT_CONNECT_RETRIED)
         r.stats.connection = KvConnection::kDisconnected;
@@ -472,7 +505,7 @@ struct KvEventClient::Impl {
 KvEventClient::KvEventClient(KvAttachConfig config) : impl_(std::make_unique<Impl>(config)) {
   if (impl_->cfg.dp_ranks < 1 || impl_->cfg.dp_ranks > 256)
     fail_expected("dp ranks", "an integer in [1, 256]", std::to_string(impl_->cfg.dp_ranks));
-  check_kv_endpoint(impl_->cfg.endpoint, impl_->cfg.dp_ranks, "endpoint");
+  check_kv_endpoint(impl_->cfg.endpoint, impl_->cfg.dp_ranks, "endpoint", impl_->cfg.bind);
   if (!impl_->cfg.replay_endpoint.empty())
     check_kv_endpoint(impl_->cfg.replay_endpoint, impl_->cfg.dp_ranks, "replay endpoint");
   impl_->ranks.resize(static_cast<std::size_t>(impl_->cfg.dp_ranks));
@@ -548,6 +581,9 @@ std::string KvEventClient::status_line() const {
         case KvConnection::kDisconnected:
           s.append(" not connected (no publisher listening?)");
           break;
+        case KvConnection::kListening:
+          s.append(" listening (no engine connected yet)");
+          break;
         case KvConnection::kUnknown:
           s.append(" waiting");
           break;
@@ -597,11 +633,6 @@ nlohmann::json KvEventClient::summary_json() const {
       e[std::string(kv_event_kind_name(static_cast<KvEventKind>(k)))] = c.events[k];
     return e;
   };
-  auto connection = [](KvConnection c) {
-    return c == KvConnection::kConnected      ? "connected"
-           : c == KvConnection::kDisconnected ? "not connected"
-                                              : "unknown";
-  };
   nlohmann::json by_rank = nlohmann::json::object(), ranks = nlohmann::json::array();
   for (const Impl::Rank& rk : impl_->ranks) {
     const KvRankStats& r = rk.stats;
@@ -611,7 +642,8 @@ nlohmann::json KvEventClient::summary_json() const {
     ranks.push_back({{"rank", r.rank},
                      {"endpoint", r.endpoint},
                      {"replay_endpoint", r.replay_endpoint},
-                     {"connection", connection(r.connection)},
+                     {"connection", kv_connection_name(r.connection)},
+                     {"peers", r.peers},
                      {"batches", r.batches},
                      {"last_seq", r.last_seq ? nlohmann::json(*r.last_seq) : nlohmann::json()},
                      {"events", events(c)},
@@ -631,6 +663,7 @@ nlohmann::json KvEventClient::summary_json() const {
           {"replay_endpoint", impl_->cfg.replay_endpoint},
           {"topic", impl_->cfg.topic},
           {"dp", impl_->cfg.dp_ranks},
+          {"bind", impl_->cfg.bind},
           {"batches", t.batches},
           {"events", events(m)},
           {"blocks_stored", m.blocks_stored},

@@ -32,6 +32,10 @@ struct KvAttachConfig {
   std::string replay_endpoint;   // rank 0's ROUTER address; "" = no replay (gaps are lost)
   std::string topic;             // "" = every topic; else only frames whose topic is exactly this
   int dp_ranks = 1;              // publishers: ranks 0 .. dp_ranks-1
+  // false: connect to each rank's PUB (the engine binds: its endpoint has `*`, `::`, ipc://).
+  // true: bind ENDPOINT (+ rank) here and let the engines connect to it (an engine given a
+  // concrete host such as tcp://kvscope-host:5557 connects instead of binding).
+  bool bind = false;
   int replay_timeout_ms = 3000;  // a replay with no end marker by then is given up
   std::size_t max_pending_batches = 100'000;  // live batches held while a replay runs
   std::size_t max_pending_bytes = std::size_t{256} << 20;
@@ -42,16 +46,20 @@ struct KvAttachConfig {
 // The address of DP rank `rank` given rank 0's: tcp port + rank, otherwise "_dp<rank>" appended
 // (the engines' own convention; rank 0 keeps the address as given).
 std::string kv_rank_endpoint(const std::string& base, int rank);
-// Throws kvscope::Error naming `flag` unless `endpoint` is one a subscriber can connect to for
-// `dp_ranks` ranks: tcp://HOST:PORT (not a bind address like tcp://*:5557; PORT + dp_ranks - 1 at
-// most 65535), ipc://PATH or inproc://NAME.
-void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::string& flag);
+// Throws kvscope::Error naming `flag` unless `endpoint` is one a subscriber can connect to (or,
+// with `bind`, bind) for `dp_ranks` ranks: tcp://HOST:PORT (PORT + dp_ranks - 1 at most 65535;
+// to connect, not a bind address like tcp://*:5557), ipc://PATH or inproc://NAME.
+void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::string& flag,
+                       bool bind = false);
 
 enum class KvConnection : std::uint8_t {
   kUnknown,       // inproc, or not reported yet
   kConnected,     // the SUB socket has a TCP / IPC connection to the publisher
   kDisconnected,  // nothing accepted the connection (yet): no publisher at that address
+  kListening,     // bind mode: bound, no engine connected (yet)
 };
+// "connected", "not connected", "listening", "unknown".
+const char* kv_connection_name(KvConnection c);
 
 // Per rank (publisher). Block counters are in KvEventModel::by_rank().
 struct KvRankStats {
@@ -69,8 +77,8 @@ struct KvRankStats {
   std::int64_t duplicates = 0;       // a seq already applied (skipped)
   std::int64_t rank_mismatches = 0;  // payloads whose data_parallel_rank is not this rank
   std::int64_t replay_requests = 0;
-  std::int64_t replay_timeouts =
-      0;  // replays given up (no end marker in time, or too much waiting)
+  std::int64_t replay_timeouts = 0;  // replays given up (no end marker in time, or too much waiting)
+  int peers = 0;                     // bind mode: engines connected to this rank's socket now
   bool replaying = false;
   std::optional<std::uint64_t> last_seq;
   double last_ts = 0.0;  // the engine's timestamp of the last live batch

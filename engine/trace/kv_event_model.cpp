@@ -15,7 +15,26 @@ constexpr const char* kDefaultMedium = "GPU";  // what nil / absent means in bot
 
 KvEventModel::KvEventModel(KvModelLimits limits) : limits_(limits) {
   if (limits_.max_media < 2) limits_.max_media = 2;  // room for the default and "OTHER"
+  if (limits_.max_loras < 2) limits_.max_loras = 2;
   media_.push_back(kDefaultMedium);
+  loras_.push_back("base");
+  lora_counts_.emplace_back();
+}
+
+std::uint16_t KvEventModel::lora_id(const KvStreamEvent& ev) {
+  if (ev.lora_name.empty() && !ev.lora_id) return 0;
+  const std::string name =
+      !ev.lora_name.empty() ? ev.lora_name : "lora#" + std::to_string(*ev.lora_id);
+  for (std::size_t i = 0; i < loras_.size(); ++i)
+    if (loras_[i] == name) return static_cast<std::uint16_t>(i);
+  // Like media: a stream inventing adapters without end does not grow the table without end.
+  if (loras_.size() + 1 >= limits_.max_loras) {
+    for (std::size_t i = 0; i < loras_.size(); ++i)
+      if (loras_[i] == "OTHER") return static_cast<std::uint16_t>(i);
+  }
+  loras_.push_back(loras_.size() + 1 >= limits_.max_loras ? std::string("OTHER") : name);
+  lora_counts_.emplace_back();
+  return static_cast<std::uint16_t>(loras_.size() - 1);
 }
 
 int KvEventModel::medium_id(const std::string& name) {
@@ -60,6 +79,7 @@ void KvEventModel::erase(std::unordered_map<Key, Live, KeyHash>::iterator it, in
   const std::int32_t slot = it->second.slot;
   record(Event{EventType::kCachedBlockEvicted, 0, -1, slot, -1, -1, 0});
   free_slots_.push_back(slot);
+  --lora_counts_[it->second.lora].live;
   live_.erase(it);
   --live_rm_[{rank, medium}];
   count(rank, [](KvModelCounters& c) { --c.live; });
@@ -69,6 +89,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
   const int medium = medium_id(ev.medium);
   const std::uint64_t sc = scope(rank, medium, ev.group_idx);
   if (block_size_ == 0) block_size_ = ev.block_size;
+  const std::uint16_t lora = lora_id(ev);
   std::int32_t parent_slot = -1, depth = 0;
   if (ev.parent_hash) {
     auto it = live_.find(Key{*ev.parent_hash, sc});
@@ -82,6 +103,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
   bool has_parent = parent_slot >= 0;
   for (std::uint64_t h : ev.block_hashes) {
     count(rank, [](KvModelCounters& c) { ++c.blocks_stored; });
+    ++lora_counts_[lora].stored;
     // Depth of a chain: each block one below its parent (saturating: a hostile stream can make
     // a chain as long as it likes; the recording clamps it to the pool when it is built).
     const std::int32_t d =
@@ -90,6 +112,9 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     if (!fresh) {
       count(rank, [](KvModelCounters& c) { ++c.restored; });
       it->second.depth = d;
+      --lora_counts_[it->second.lora].live;
+      it->second.lora = lora;
+      ++lora_counts_[lora].live;
     } else if (live_.size() > limits_.max_live_blocks) {
       live_.erase(it);
       count(rank, [](KvModelCounters& c) { ++c.untracked_blocks; });
@@ -103,7 +128,11 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
         free_slots_.pop_back();
       } else {
         it->second.slot = next_slot_++;
+        slot_gen_.push_back(0);
       }
+      ++slot_gen_[static_cast<std::size_t>(it->second.slot)];
+      it->second.lora = lora;
+      ++lora_counts_[lora].live;
       ++live_rm_[{rank, medium}];
       count(rank, [](KvModelCounters& c) {
         ++c.live;
@@ -111,6 +140,9 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
       });
     }
     const std::int32_t slot = it->second.slot;
+    it->second.parent = parent_slot;
+    it->second.parent_gen =
+        parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(parent_slot)] : 0;
     record(Event{EventType::kBlockAllocated, 0, -1, slot, d, parent_slot, ev.block_size});
     record(Event{EventType::kBlockCached, 0, -1, slot, d, 1, parent_slot + 1});
     parent_slot = slot;
@@ -223,25 +255,97 @@ Timeline KvEventModel::build_timeline(const std::string& title) const {
   h.allocator = "engine prefix cache (KV events)";
   h.kv_format = "";
   Timeline t(h);
-  std::size_t e = 0;
-  for (const Step& s : steps_) {
+  append_steps(t, 0);
+  return t;
+}
+
+std::size_t KvEventModel::append_steps(Timeline& t, std::size_t from) const {
+  const std::int32_t num_blocks = t.header().num_blocks;
+  std::size_t e = from == 0 || from > steps_.size() ? 0 : steps_[from - 1].end;
+  for (std::size_t i = from; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
     for (; e < s.end; ++e) {
       Event ev = events_[e];
+      if (ev.block >= num_blocks) {  // cannot happen with a pool of max_live_blocks slots
+        throw InternalError("kv event model", "slot " + std::to_string(ev.block) +
+                                                  " outside a live view of " +
+                                                  std::to_string(num_blocks) + " slots");
+      }
       // A recording's block-table index must lie inside the pool (recording load checks it).
-      ev.logical = std::min(ev.logical, h.num_blocks - 1);
-      if (ev.type == EventType::kBlockCached && ev.b > h.num_blocks) ev.b = 0;
+      ev.logical = std::min(ev.logical, num_blocks - 1);
+      if (ev.type == EventType::kBlockCached && ev.b > num_blocks) ev.b = 0;
       t.emit(ev);
     }
     StepMetrics m;
-    m.blocks_total = h.num_blocks;
-    m.blocks_cached_free = static_cast<std::int32_t>(std::min<std::int64_t>(s.live, h.num_blocks));
-    m.free_blocks = h.num_blocks - m.blocks_cached_free;
+    m.blocks_total = num_blocks;
+    m.blocks_cached_free = static_cast<std::int32_t>(std::min<std::int64_t>(s.live, num_blocks));
+    m.free_blocks = num_blocks - m.blocks_cached_free;
     // Slots are kvscope's, not the engine's physical block ids, so fragmentation cannot be seen:
     // the free slots are reported as one run.
     m.largest_free_run = m.free_blocks;
     t.end_step(m);
   }
-  return t;
+  return steps_.size();
+}
+
+std::map<std::pair<int, std::string>, std::int64_t> KvEventModel::live_by_rank_medium() const {
+  std::map<std::pair<int, std::string>, std::int64_t> out;
+  for (const auto& [rm, n] : live_rm_)
+    out[{rm.first, media_[static_cast<std::size_t>(rm.second)]}] += n;
+  return out;
+}
+
+std::map<std::string, KvLoraCount> KvEventModel::by_lora() const {
+  std::map<std::string, KvLoraCount> out;
+  for (std::size_t i = 0; i < loras_.size(); ++i) {
+    KvLoraCount& c = out[loras_[i]];
+    c.live += lora_counts_[i].live;
+    c.stored += lora_counts_[i].stored;
+  }
+  return out;
+}
+
+std::vector<KvSharedPrefix> KvEventModel::deepest_shared_prefixes(std::size_t n) const {
+  struct Node {
+    const Key* key = nullptr;
+    const Live* live = nullptr;
+    std::int32_t kids = 0;
+  };
+  std::vector<Node> by_slot(static_cast<std::size_t>(next_slot_));
+  for (const auto& [key, live] : live_) by_slot[static_cast<std::size_t>(live.slot)] = {&key, &live};
+  for (const auto& [key, live] : live_) {
+    if (live.parent < 0) continue;
+    Node& p = by_slot[static_cast<std::size_t>(live.parent)];
+    // The parent slot may have been freed (and given to another block) since: not its child then.
+    if (p.live != nullptr && slot_gen_[static_cast<std::size_t>(live.parent)] == live.parent_gen)
+      ++p.kids;
+  }
+  std::vector<const Node*> shared;
+  for (const Node& node : by_slot)
+    if (node.live != nullptr && node.kids >= 2) shared.push_back(&node);
+  auto deeper = [](const Node* a, const Node* b) {
+    if (a->live->depth != b->live->depth) return a->live->depth > b->live->depth;
+    if (a->kids != b->kids) return a->kids > b->kids;
+    return a->live->slot < b->live->slot;
+  };
+  const std::size_t keep = std::min(n, shared.size());
+  std::partial_sort(shared.begin(), shared.begin() + static_cast<std::ptrdiff_t>(keep),
+                    shared.end(), deeper);
+  std::vector<KvSharedPrefix> out;
+  for (std::size_t i = 0; i < keep; ++i) {
+    const Node& node = *shared[i];
+    KvSharedPrefix p;
+    p.rank = static_cast<int>(node.key->scope >> 40);
+    p.medium = media_[static_cast<std::size_t>((node.key->scope >> 32) & 0xff)];
+    p.lora = loras_[node.live->lora];
+    p.blocks = node.live->depth < std::numeric_limits<std::int32_t>::max() ? node.live->depth + 1
+                                                                           : node.live->depth;
+    p.tokens = static_cast<std::int64_t>(p.blocks) * block_size_;
+    p.branches = node.kids;
+    p.slot = node.live->slot;
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 }  // namespace kvscope

@@ -43,6 +43,25 @@ struct KvModelLimits {
   std::size_t max_recorded_events = 4'000'000;   // ~160 MB of recording
   std::size_t max_recorded_batches = 1'000'000;  // ~24 MB
   std::size_t max_media = 16;
+  std::size_t max_loras = 64;  // LoRA namespaces counted apart; more count as "OTHER"
+};
+
+// A prefix the engine holds that at least two cached continuations share: a block with two or
+// more live children (requests that agreed on every token up to it, then diverged).
+struct KvSharedPrefix {
+  int rank = 0;
+  std::string medium;
+  std::string lora;            // "base" without a LoRA adapter
+  std::int32_t blocks = 0;     // the prefix's length in blocks (its depth + 1)
+  std::int64_t tokens = 0;     // blocks x block size
+  std::int32_t branches = 0;   // live children: continuations that share it
+  std::int32_t slot = -1;      // its slot in the recording (the block map, the prefix tree)
+};
+
+// Live and stored blocks of one LoRA namespace.
+struct KvLoraCount {
+  std::int64_t live = 0;
+  std::int64_t stored = 0;
 };
 
 // A block removed this soon after it was stored (by the engine's batch timestamps) is churn.
@@ -85,12 +104,23 @@ class KvEventModel {
   std::map<std::string, std::int64_t> live_by_medium(int rank) const;
   // The block size of the first BlockStored seen (0 before any).
   std::int64_t block_size() const { return block_size_; }
+  // Live blocks per (rank, medium name), every pair that holds or held a block.
+  std::map<std::pair<int, std::string>, std::int64_t> live_by_rank_medium() const;
+  // Per LoRA namespace: the adapter's name, "lora#<id>" when only its id came, "base" for none.
+  std::map<std::string, KvLoraCount> by_lora() const;
+  // The `n` deepest prefixes shared by two or more live continuations, deepest first (ties: more
+  // branches first, then slot). O(live blocks).
+  std::vector<KvSharedPrefix> deepest_shared_prefixes(std::size_t n) const;
 
   bool recording_truncated() const { return truncated_; }
   std::size_t recorded_batches() const { return steps_.size(); }
   std::size_t recorded_events() const { return events_.size(); }
   // The recording as a Timeline (one step per recorded batch; num_blocks = the slots used).
   Timeline build_timeline(const std::string& title) const;
+  // Appends recorded steps [from, recorded_batches()) to `t` (a live view: a pool of at least
+  // max_live_blocks slots, so every slot fits), with the same mapping as build_timeline. Returns
+  // recorded_batches(), the `from` of the next call. The caller owns `t`'s writer side.
+  std::size_t append_steps(Timeline& t, std::size_t from) const;
 
  private:
   struct Key {
@@ -107,6 +137,9 @@ class KvEventModel {
     std::int32_t slot;
     std::int32_t depth;
     double stored_ts;
+    std::int32_t parent = -1;      // the parent's slot, -1 for a first block
+    std::uint32_t parent_gen = 0;  // that slot's generation then (a reused slot is not it)
+    std::uint16_t lora = 0;        // LoRA namespace id
   };
   struct Step {
     std::uint64_t end;  // one past its last recorded event
@@ -115,6 +148,7 @@ class KvEventModel {
   };
 
   int medium_id(const std::string& name);
+  std::uint16_t lora_id(const KvStreamEvent& ev);
   static std::uint64_t scope(int rank, int medium, std::int64_t group) {
     return static_cast<std::uint64_t>(rank) << 40 | static_cast<std::uint64_t>(medium) << 32 |
            static_cast<std::uint64_t>(group & 0xffffffff);
@@ -139,6 +173,9 @@ class KvEventModel {
   std::map<std::pair<int, int>, std::int64_t> live_rm_;  // (rank, medium) -> live blocks
   std::unordered_map<Key, Live, KeyHash> live_;
   std::vector<std::int32_t> free_slots_;
+  std::vector<std::uint32_t> slot_gen_;  // [slot] +1 every time the slot is given out
+  std::vector<std::string> loras_;       // LoRA namespace id -> name; 0 = "base"
+  std::vector<KvLoraCount> lora_counts_;  // by LoRA namespace id
   std::int32_t next_slot_ = 0;
   std::int64_t block_size_ = 0;
   // The recording.

@@ -15,18 +15,26 @@ Scenarios:
           that is not msgpack, an event type and a field kvscope does not know, a block removal of
           a hash never stored, AllBlocksCleared, and a restart (rank 1's sequence back to 0).
           Prints one JSON line first: the counts kvscope must report.
-  stream  one batch per rank every --interval seconds until --run-for ends (a demo stream).
+  stream  a demo stream for kvscope-ui's Live attach view: one batch per rank every --interval
+          seconds until --run-for ends, from a toy prefix cache per rank (shared system prompts,
+          two of them under LoRA adapters, conversations that extend their own turns, LRU
+          eviction of leaves with half of them offloaded to a CPU tier, and now and then a block
+          stored and dropped at once: churn).
+
+--connect makes the publisher connect to --endpoint instead of binding it, as vLLM does when its
+endpoint names a host (no `*`): the subscriber binds (`kvscope attach --bind`).
 
 The publisher is an XPUB socket so that it can wait for a subscriber before publishing live
 batches (a PUB drops what it sends before the subscription arrives, and the test must know what
 was dropped); on the wire XPUB and PUB are the same to a subscriber.
 
 Usage: publish.py [--endpoint tcp://127.0.0.1:5557] [--replay tcp://127.0.0.1:5558] [--dp N]
-                  [--topic T] [--scenario e2e|stream] [--interval S] [--run-for S]
+                  [--topic T] [--scenario e2e|stream] [--interval S] [--run-for S] [--connect]
 Needs python3-zmq and python3-msgpack (Debian).
 """
 
 import argparse
+import collections
 import hashlib
 import json
 import random
@@ -56,15 +64,20 @@ def rank_endpoint(base, rank):
 class RankPublisher:
     """One rank: an XPUB publisher, a ROUTER replay socket and the replay buffer."""
 
-    def __init__(self, ctx, endpoint, replay_endpoint, topic):
+    BUFFER_STEPS = 10_000  # the engines' default replay buffer
+
+    def __init__(self, ctx, endpoint, replay_endpoint, topic, connect=False):
         self.ctx = ctx
         self.topic = topic.encode()
         self.seq = 0
-        self.buffer = []  # (seq, payload), as the engines' deque (unbounded here: tests are short)
+        self.buffer = collections.deque(maxlen=self.BUFFER_STEPS)  # (seq, payload)
         self.pub = ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.SNDHWM, 100_000)
         self.pub.setsockopt(zmq.LINGER, 1000)
-        self.pub.bind(endpoint)
+        if connect:
+            self.pub.connect(endpoint)
+        else:
+            self.pub.bind(endpoint)
         self.subscribed = False
         self.router = None
         if replay_endpoint:
@@ -85,7 +98,7 @@ class RankPublisher:
     def restart(self):
         """A new engine process: the sequence starts again at 0 and the replay buffer is empty."""
         self.seq = 0
-        self.buffer = []
+        self.buffer.clear()
 
     def service(self):
         """Answers waiting replay requests and notes subscriptions; never blocks."""
@@ -130,10 +143,10 @@ def vllm_map_batch(ts, events, rank):
                          use_bin_type=True)
 
 
-def vllm_map_stored(hashes, parent, medium):
+def vllm_map_stored(hashes, parent, medium, lora_id=None, lora_name=None):
     return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
             "token_ids": list(range(len(hashes) * BLOCK_SIZE)), "block_size": BLOCK_SIZE,
-            "lora_id": None, "medium": medium, "lora_name": None}
+            "lora_id": lora_id, "medium": medium, "lora_name": lora_name}
 
 
 def vllm_map_removed(hashes, medium):
@@ -333,10 +346,123 @@ def run_e2e(pubs, exp_dp):
     print("published", flush=True)
 
 
+class ToyPrefixCache:
+    """One rank's prefix cache for the demo stream, emitting the events an engine would."""
+
+    PROMPTS = [  # (system prompt length in blocks, popularity, LoRA adapter (id, name) or None)
+        (6, 5, None), (4, 3, None), (5, 2, (1, "sql-lora")), (3, 1, (2, "chat-lora"))]
+
+    def __init__(self, rank, gpu_blocks=384, cpu_blocks=192):
+        self.rng = random.Random(100 + rank)
+        self.rank = rank
+        self.gpu_blocks, self.cpu_blocks = gpu_blocks, cpu_blocks
+        self.nodes = {}  # GPU: hash -> {"parent", "kids", "used", "prompt"}
+        self.cpu = collections.OrderedDict()  # CPU tier: hash -> None, oldest first
+        self.tips = [[] for _ in self.PROMPTS]  # per prompt: conversation leaf hashes
+        self.tick = 0
+        self.counter = 0
+        self.pending_churn = []  # blocks stored last batch, removed this one
+
+    def new_hash(self):
+        self.counter += 1
+        return bytes_hash(f"r{self.rank} {self.counter}")
+
+    def store_chain(self, events, parent, hashes, prompt):
+        lora = self.PROMPTS[prompt][2]
+        for h in hashes:
+            self.nodes[h] = {"parent": parent, "kids": 0, "used": self.tick, "prompt": prompt}
+            if parent is not None:
+                self.nodes[parent]["kids"] += 1
+            parent = h
+        events.append(vllm_map_stored(hashes, events_parent(hashes, self.nodes), "GPU",
+                                      *(lora or (None, None))))
+
+    def touch(self, h):
+        while h is not None and h in self.nodes:
+            self.nodes[h]["used"] = self.tick
+            h = self.nodes[h]["parent"]
+
+    def system_prompt(self, events, prompt):
+        """The prompt's chain of blocks (stored again where evicted); returns its last hash."""
+        parent = None
+        missing = []
+        for k in range(self.PROMPTS[prompt][0]):
+            h = bytes_hash(f"r{self.rank} prompt {prompt} block {k}")
+            if h in self.nodes and not missing:
+                parent = h
+                continue
+            missing.append(h)
+        if missing:
+            self.store_chain(events, parent, missing, prompt)
+        return missing[-1] if missing else parent
+
+    def evict(self, events, keep):
+        while len(self.nodes) > self.gpu_blocks:
+            leaves = [h for h, n in self.nodes.items() if n["kids"] == 0 and h not in keep]
+            if not leaves:
+                return
+            victim = min(leaves, key=lambda h: self.nodes[h]["used"])
+            node = self.nodes.pop(victim)
+            if node["parent"] in self.nodes:
+                self.nodes[node["parent"]]["kids"] -= 1
+            for tips in self.tips:
+                if victim in tips:
+                    tips.remove(victim)
+                    if node["parent"] in self.nodes and node["parent"] not in tips:
+                        tips.append(node["parent"])
+            events.append(vllm_map_removed([victim], "GPU"))
+            if self.rng.random() < 0.5:  # offloaded to the CPU tier
+                self.cpu[victim] = None
+                events.append(vllm_map_stored([victim], None, "CPU"))
+                if len(self.cpu) > self.cpu_blocks:
+                    old, _ = self.cpu.popitem(last=False)
+                    events.append(vllm_map_removed([old], "CPU"))
+
+    def step(self):
+        """One batch of events: a request's blocks, evictions, churn."""
+        self.tick += 1
+        events = []
+        if self.pending_churn:
+            events.append(vllm_map_removed(self.pending_churn, "GPU"))
+            for h in self.pending_churn:
+                node = self.nodes.pop(h, None)
+                if node and node["parent"] in self.nodes:
+                    self.nodes[node["parent"]]["kids"] -= 1
+            self.pending_churn = []
+        prompt = self.rng.choices(range(len(self.PROMPTS)),
+                                  weights=[p[1] for p in self.PROMPTS])[0]
+        root_tip = self.system_prompt(events, prompt)
+        tips = self.tips[prompt]
+        if tips and self.rng.random() < 0.55:  # the next turn of a conversation
+            parent = self.rng.choice(tips)
+            tips.remove(parent)
+        else:  # a new conversation on the shared system prompt
+            parent = root_tip
+        new = [self.new_hash() for _ in range(self.rng.randint(1, 4))]
+        self.store_chain(events, parent, new, prompt)
+        tips.append(new[-1])
+        self.touch(new[-1])
+        if self.rng.random() < 0.12:  # a block stored and dropped at once (aborted request)
+            h = self.new_hash()
+            self.store_chain(events, new[-1], [h], prompt)
+            self.pending_churn.append(h)
+        keep = set()
+        h = new[-1]
+        while h is not None:
+            keep.add(h)
+            h = self.nodes.get(h, {}).get("parent")
+        keep.update(self.pending_churn)
+        self.evict(events, keep)
+        return events
+
+
+def events_parent(hashes, nodes):
+    """The parent hash a BlockStored of `hashes` names (the first block's)."""
+    return nodes[hashes[0]]["parent"]
+
+
 def run_stream(pubs, interval, run_for):
-    rng = random.Random(5)
-    n = 0
-    live = [[] for _ in pubs]
+    caches = [ToyPrefixCache(r) for r in range(len(pubs))]
     deadline = time.monotonic() + run_for
     next_at = time.monotonic()
     while time.monotonic() < deadline:
@@ -347,15 +473,7 @@ def run_stream(pubs, interval, run_for):
             continue
         next_at += interval
         for r, p in enumerate(pubs):
-            hashes = [bytes_hash(n + k) for k in range(rng.randint(1, 4))]
-            n += len(hashes)
-            parent = live[r][-1] if live[r] and rng.random() < 0.6 else None
-            events = [vllm_map_stored(hashes, parent, "GPU")]
-            live[r].extend(hashes)
-            if len(live[r]) > 64:
-                gone, live[r] = live[r][:8], live[r][8:]
-                events.append(vllm_map_removed(gone, "GPU"))
-            p.publish(vllm_map_batch(time.time(), events, r))
+            p.publish(vllm_map_batch(time.time(), caches[r].step(), r))
 
 
 def main():
@@ -368,12 +486,15 @@ def main():
     ap.add_argument("--interval", type=float, default=0.1)
     ap.add_argument("--run-for", type=float, default=60.0,
                     help="seconds to keep publishing / answering replays, then exit")
+    ap.add_argument("--connect", action="store_true",
+                    help="connect the publisher to --endpoint (the subscriber binds)")
     args = ap.parse_args()
     if args.scenario == "e2e" and args.dp != 2:
         sys.exit("publish.py: --scenario e2e needs --dp 2")
     ctx = zmq.Context()
     pubs = [RankPublisher(ctx, rank_endpoint(args.endpoint, r),
-                          rank_endpoint(args.replay, r) if args.replay else None, args.topic)
+                          rank_endpoint(args.replay, r) if args.replay else None, args.topic,
+                          connect=args.connect)
             for r in range(args.dp)]
     try:
         if args.scenario == "e2e":

@@ -245,5 +245,109 @@ TEST(KvEventModel, RanksOutsideTheRangeAreRefused) {
   EXPECT_THROW(m.restart(70000), Error);
 }
 
+KvStreamEvent with_lora(KvStreamEvent e, std::optional<std::int64_t> id, std::string name) {
+  e.lora_id = id;
+  e.lora_name = std::move(name);
+  return e;
+}
+
+TEST(KvEventModel, LoraNamespacesCountTheirOwnBlocks) {
+  KvEventModel m;
+  m.apply(0, batch(1, {stored({1, 2}, std::nullopt),
+                       with_lora(stored({3}, std::nullopt), 7, "sql-lora"),
+                       with_lora(stored({4, 5}, std::nullopt), 9, "")}));
+  m.apply(0, batch(2, {removed({4})}));
+  const auto loras = m.by_lora();
+  ASSERT_EQ(loras.size(), 3u);
+  EXPECT_EQ(loras.at("base").live, 2);
+  EXPECT_EQ(loras.at("sql-lora").live, 1);
+  EXPECT_EQ(loras.at("sql-lora").stored, 1);
+  EXPECT_EQ(loras.at("lora#9").live, 1);  // only an id came: named by it
+  EXPECT_EQ(loras.at("lora#9").stored, 2);
+  // A re-store under another adapter moves the block (the live total stays).
+  m.apply(0, batch(3, {with_lora(stored({1}, std::nullopt), 7, "sql-lora")}));
+  EXPECT_EQ(m.by_lora().at("base").live, 1);
+  EXPECT_EQ(m.by_lora().at("sql-lora").live, 2);
+  EXPECT_EQ(m.totals().live, 4);
+}
+
+TEST(KvEventModel, LoraNamesPastTheCapCountAsOther) {
+  KvModelLimits limits;
+  limits.max_loras = 4;  // base + 2 names + OTHER
+  KvEventModel m(limits);
+  for (std::uint64_t k = 0; k < 6; ++k)
+    m.apply(0, batch(1, {with_lora(stored({k}, std::nullopt), std::nullopt,
+                                   "adapter-" + std::to_string(k))}));
+  const auto loras = m.by_lora();
+  EXPECT_EQ(loras.size(), 4u);
+  EXPECT_EQ(loras.at("OTHER").live, 4);
+  EXPECT_EQ(loras.at("adapter-0").live, 1);
+}
+
+// A system prompt of three blocks shared by two conversations, one of which shares a deeper
+// turn with a third: the deepest shared prefix is that turn, then the system prompt.
+TEST(KvEventModel, DeepestSharedPrefixesAreBlocksWithTwoLiveContinuations) {
+  KvEventModel m;
+  m.apply(0, batch(1, {stored({1, 2, 3}, std::nullopt)}));  // system prompt
+  m.apply(0, batch(2, {stored({10, 11}, 3)}));               // conversation A
+  m.apply(0, batch(3, {stored({20}, 3)}));                   // conversation B
+  m.apply(0, batch(4, {stored({12}, 11), stored({13}, 11)}));  // A's turn, two continuations
+  m.apply(1, batch(5, {stored({1, 2}, std::nullopt)}));  // rank 1: no branch
+  std::vector<KvSharedPrefix> shared = m.deepest_shared_prefixes(8);
+  ASSERT_EQ(shared.size(), 2u);
+  EXPECT_EQ(shared[0].blocks, 5);  // 1 2 3 10 11
+  EXPECT_EQ(shared[0].tokens, 80);
+  EXPECT_EQ(shared[0].branches, 2);
+  EXPECT_EQ(shared[1].blocks, 3);  // the system prompt: A and B
+  EXPECT_EQ(shared[1].branches, 2);
+  EXPECT_EQ(shared[1].rank, 0);
+  EXPECT_EQ(shared[1].medium, "GPU");
+  EXPECT_EQ(shared[1].lora, "base");
+  EXPECT_EQ(m.deepest_shared_prefixes(1).size(), 1u);
+  // B goes: the system prompt has one continuation left.
+  m.apply(0, batch(6, {removed({20})}));
+  shared = m.deepest_shared_prefixes(8);
+  ASSERT_EQ(shared.size(), 1u);
+  EXPECT_EQ(shared[0].blocks, 5);
+}
+
+TEST(KvEventModel, AReusedSlotIsNotTheParentOfTheOldBlocksChildren) {
+  KvEventModel m;
+  m.apply(0, batch(1, {stored({1}, std::nullopt)}));
+  m.apply(0, batch(2, {stored({2}, 1), stored({3}, 1)}));  // 1 has two children
+  m.apply(0, batch(3, {removed({1})}));                    // its slot is free...
+  m.apply(0, batch(4, {stored({4}, std::nullopt)}));       // ...and given to block 4
+  EXPECT_TRUE(m.deepest_shared_prefixes(8).empty());      // 4 has no children
+}
+
+TEST(KvEventModel, LiveTimelineStepsEqualTheBuiltRecording) {
+  KvModelLimits limits;
+  limits.max_live_blocks = 64;
+  KvEventModel m(limits);
+  TimelineHeader h;
+  h.num_blocks = 64;
+  h.block_size = 16;
+  Timeline live(h);
+  std::size_t from = 0;
+  for (std::uint64_t k = 0; k < 40; ++k) {
+    std::vector<KvStreamEvent> evs = {stored({100 + k}, k > 0 ? std::optional(99 + k) : std::nullopt)};
+    if (k % 3 == 2) evs.push_back(removed({100 + k - 2}));
+    if (k == 30) evs.push_back(cleared());
+    m.apply(static_cast<int>(k % 2), batch(static_cast<double>(k), std::move(evs)));
+    if (k % 7 == 0) from = m.append_steps(live, from);  // appended in pieces, as the UI does
+  }
+  from = m.append_steps(live, from);
+  EXPECT_EQ(from, 40u);
+  const Timeline built = m.build_timeline("t");
+  ASSERT_EQ(live.num_steps(), built.num_steps());
+  ASSERT_EQ(live.num_events(), built.num_events());
+  for (int s = 0; s < built.num_steps(); ++s) {
+    EXPECT_EQ(live.metrics(s).blocks_cached_free, built.metrics(s).blocks_cached_free) << s;
+    const PoolState a = live.state_at(s), b = built.state_at(s);
+    for (std::size_t i = 0; i < b.blocks.size(); ++i)
+      EXPECT_EQ(a.blocks[i].status, b.blocks[i].status) << "step " << s << " slot " << i;
+  }
+}
+
 }  // namespace
 }  // namespace kvscope
