@@ -62,7 +62,8 @@ int run_app(const AppOptions& options) {
   // The run opens before the window: a bad scenario is a one-line error and exit code 2.
   std::unique_ptr<RunSession> session;
   try {
-    session = options.attach ? RunSession::attach(*options.attach) : RunSession::open(options.input);
+    session =
+        options.attach ? RunSession::attach(*options.attach) : RunSession::open(options.input);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
     return 2;

@@ -9,10 +9,10 @@
 namespace kvscope::ui {
 
 struct AppOptions {
-  std::string input;       // scenario .json or recording (.kvr); main fills in the default
+  std::string input;  // scenario .json or recording (.kvr); main fills in the default
   std::optional<AttachRequest> attach;  // --attach: follow a live engine instead of `input`
-  int step = -1;           // screenshots: the step shown (-1: the middle of the run)
-  std::string screenshot;  // write a PNG after `frames` frames and exit
+  int step = -1;                        // screenshots: the step shown (-1: the middle of the run)
+  std::string screenshot;               // write a PNG after `frames` frames and exit
   int frames = 30;
   bool presenter = false;
   int workspace = 0;  // --view: 0 pool, 1 prefix, 2 attention & quality, 3 compare, 4 live

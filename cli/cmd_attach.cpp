@@ -27,7 +27,7 @@ attaches to the KV-cache event stream of a running vLLM or SGLang engine (starte
 --kv-events-config, see docs/attach.md) and follows its prefix cache: the blocks each
 data-parallel rank stores and removes, per medium, with gaps filled by replay and restarts seen.
   ENDPOINT            rank 0's event publisher, e.g. tcp://127.0.0.1:5557 (or ipc://PATH)
-  --replay ENDPOINT   rank 0's replay socket, e.g. tcp://127.0.0.1:5558: fetches what the engine
+  --replay ENDPOINT   rank 0's replay socket, e.g. tcp://127.0.0.1:5567: fetches what the engine
                       buffered before attach and fills sequence gaps (without it they are lost)
   --topic T           only batches published on topic T (default: every topic)
   --dp N              data-parallel ranks, at port+0 .. port+N-1 (default 1)

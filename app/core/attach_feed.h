@@ -42,12 +42,12 @@ inline constexpr std::size_t kMaxAttachSamples = 4096;
 
 // The counters at one moment, for the plots over time.
 struct AttachSample {
-  int step = 0;                     // the Timeline's last step then
-  double seconds = 0.0;             // since attach
-  std::vector<std::int64_t> live;   // per AttachSnapshot::series (later series: absent = 0)
-  std::int64_t stored = 0;          // cumulative blocks stored
-  std::int64_t removed = 0;         // cumulative blocks removed (BlockRemoved) and cleared
-  std::int64_t short_lived = 0;     // cumulative removals within 1 s of the store (churn)
+  int step = 0;                    // the Timeline's last step then
+  double seconds = 0.0;            // since attach
+  std::vector<std::int64_t> live;  // per AttachSnapshot::series (later series: absent = 0)
+  std::int64_t stored = 0;         // cumulative blocks stored
+  std::int64_t removed = 0;        // cumulative blocks removed (BlockRemoved) and cleared
+  std::int64_t short_lived = 0;    // cumulative removals within 1 s of the store (churn)
 };
 
 struct AttachSnapshot {

@@ -81,9 +81,10 @@ std::optional<FileAction> FileMenu::draw_attach_dialog() {
   ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 40.0f, 0.0f), ImGuiCond_Appearing);
   if (!ImGui::BeginPopupModal(kAttachPopup, nullptr, ImGuiWindowFlags_NoResize)) return result;
   ImGui::PushTextWrapPos(0.0f);
-  ImGui::TextDisabled("Start vLLM or SGLang with --kv-events-config (docs/attach.md). No engine "
-                      "at hand: python3 tests/attach/publish.py --endpoint tcp://127.0.0.1:5557 "
-                      "--replay tcp://127.0.0.1:5558 --forever");
+  ImGui::TextDisabled(
+      "Start vLLM or SGLang with --kv-events-config (docs/attach.md). No engine "
+      "at hand: python3 tests/attach/publish.py --dp 2 --run-for 600 publishes a "
+      "demo stream at these defaults (set DP ranks to 2).");
   ImGui::PopTextWrapPos();
   const float label_w = ImGui::GetFontSize() * 9.0f;
   auto label = [&](const char* text, const char* tip) {
@@ -101,8 +102,9 @@ std::optional<FileAction> FileMenu::draw_attach_dialog() {
   const bool enter = ImGui::InputText("##endpoint", endpoint_, sizeof endpoint_,
                                       ImGuiInputTextFlags_EnterReturnsTrue);
   ImGui::Checkbox("Replay socket", &use_replay_);
-  item_tooltip("The engine's `replay_endpoint`: fetches what it buffered before attach and fills "
-               "sequence gaps (without it, a missed batch stays missed)");
+  item_tooltip(
+      "The engine's `replay_endpoint`: fetches what it buffered before attach and fills "
+      "sequence gaps (without it, a missed batch stays missed)");
   ImGui::SameLine(label_w);
   ImGui::SetNextItemWidth(-1.0f);
   if (!use_replay_) ImGui::BeginDisabled();
@@ -112,12 +114,14 @@ std::optional<FileAction> FileMenu::draw_attach_dialog() {
   ImGui::InputText("##topic", topic_, sizeof topic_);
   label("DP ranks", "Data-parallel ranks: one publisher each, at port + rank");
   ImGui::InputInt("##dp", &dp_);
-  label("Slots", "Live blocks this view holds (the block map's size); stores past it are counted, "
-                 "not shown");
+  label("Slots",
+        "Live blocks this view holds (the block map's size); stores past it are counted, "
+        "not shown");
   ImGui::InputInt("##slots", &slots_, 1024, 16384);
   ImGui::Checkbox("Bind (the engine connects to kvscope)", &bind_);
-  item_tooltip("For an engine whose `endpoint` names this machine (no *): it connects instead of "
-               "binding, so kvscope listens at the publisher address (tcp://*:PORT is fine)");
+  item_tooltip(
+      "For an engine whose `endpoint` names this machine (no *): it connects instead of "
+      "binding, so kvscope listens at the publisher address (tcp://*:PORT is fine)");
   const bool ok = ImGui::Button("Attach", ImVec2(120, 0)) || enter;
   ImGui::SameLine();
   const bool cancel = ImGui::Button("Cancel", ImVec2(120, 0)) || key_pressed(ImGuiKey_Escape);

@@ -41,7 +41,7 @@ class FileMenu {
   std::optional<FileAction> draw_attach_dialog();
   bool attach_pending_ = false;
   char endpoint_[256] = "tcp://127.0.0.1:5557";
-  char replay_[256] = "tcp://127.0.0.1:5558";
+  char replay_[256] = "tcp://127.0.0.1:5567";
   char topic_[128] = "";
   int dp_ = 1;
   int slots_ = 65536;

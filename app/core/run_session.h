@@ -71,9 +71,9 @@ class RunSession {
   std::vector<std::vector<int>> prompts_;  // [sequence id] prompt token ids
   std::shared_ptr<const RunInfo> info_;
   std::shared_ptr<const Timeline> timeline_;
-  std::unique_ptr<Simulator> sim_;  // touched only by the worker once it started
+  std::unique_ptr<Simulator> sim_;    // touched only by the worker once it started
   std::shared_ptr<AttachFeed> feed_;  // attached runs: the feed owns its own worker
-  int max_steps_ = 0;               // the scenario's `steps`, or the default cap
+  int max_steps_ = 0;                 // the scenario's `steps`, or the default cap
   std::thread worker_;
   std::atomic<bool> stop_{false};
   std::shared_ptr<std::atomic<bool>> running_ = std::make_shared<std::atomic<bool>>(false);

@@ -297,8 +297,9 @@ void UiShell::draw_menu_bar() {
   }
   draw_workspace_tabs();
   // Right side: what is loaded, and whether it is real.
-  const std::string what = state_.header().title + "  |  " + state_.header().allocator + ", " +
-                           state_.header().kv_format;
+  const TimelineHeader& header = state_.header();
+  const std::string what = header.title + "  |  " + header.allocator +
+                           (header.kv_format.empty() ? "" : ", " + header.kv_format);
   const char* tag = state_.is_demo()
                         ? "DEMO DATA"
                         : (state_.header().random_weights ? "RANDOM WEIGHTS" : nullptr);
@@ -306,15 +307,25 @@ void UiShell::draw_menu_bar() {
   const float status_w = (!status_.empty() && status_age_ < 6.0)
                              ? ImGui::CalcTextSize(status_.c_str()).x + 24.0f
                              : 0.0f;
+  // Right-aligned after the workspace tabs; what does not fit is cut with an ellipsis (the
+  // whole text in a tooltip), never drawn over the tabs.
+  const float room = ImGui::GetWindowWidth() - tabs_end_x_ - 24.0f - tag_w - status_w - 16.0f;
+  std::string shown = what;
+  if (ImGui::CalcTextSize(shown.c_str()).x > room) {
+    while (!shown.empty() && ImGui::CalcTextSize((shown + "...").c_str()).x > room)
+      shown.pop_back();
+    shown = shown.empty() ? std::string() : shown + "...";
+  }
   const float x =
-      ImGui::GetWindowWidth() - ImGui::CalcTextSize(what.c_str()).x - tag_w - status_w - 16.0f;
-  ImGui::SameLine(std::max(x, ImGui::GetCursorPosX() + 20.0f));
+      ImGui::GetWindowWidth() - ImGui::CalcTextSize(shown.c_str()).x - tag_w - status_w - 16.0f;
+  ImGui::SameLine(std::max(x, tabs_end_x_ + 24.0f));
   if (status_w > 0) {
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state_.presenter).accent), "%s",
                        status_.c_str());
     ImGui::SameLine(0, 24);
   }
-  ImGui::TextDisabled("%s", what.c_str());
+  ImGui::TextDisabled("%s", shown.c_str());
+  if (shown != what) item_tooltip(what.c_str());
   if (tag) {
     ImGui::SameLine(0, 12);
     const Palette& p = palette(state_.presenter);
@@ -339,6 +350,7 @@ void UiShell::draw_workspace_tabs() {
     item_tooltip("Workspace: a layout of panels", workspaces()[static_cast<std::size_t>(i)].key);
     ImGui::SameLine(0, 14);
   }
+  tabs_end_x_ = ImGui::GetCursorPosX();
   ImGui::NewLine();
 }
 
@@ -426,7 +438,7 @@ void UiShell::draw_attach_bar(const AttachFeed& feed) {
     bool any_down = false;
     for (const KvRankStats& r : snap->ranks)
       any_down = any_down || r.connection == KvConnection::kDisconnected;
-    const ImU32 dot = snap->stopped                               ? pal.text_dim
+    const ImU32 dot = snap->stopped                             ? pal.text_dim
                       : (snap->totals.batches > 0 && !any_down) ? series_color(2)
                                                                 : pal.warn;
     const float r = ImGui::GetFontSize() * 0.3f;

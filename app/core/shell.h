@@ -100,6 +100,7 @@ class UiShell {
   int workspace_ = 0;
   ImVec2 last_display_{0, 0};
   float menu_height_ = 0.0f;
+  float tabs_end_x_ = 0.0f;  // where the workspace tabs end in the menu bar
   std::string status_;
   double status_age_ = 0.0;
   std::string error_;

@@ -49,11 +49,16 @@ std::string attach_status_text(const AttachSnapshot& snap) {
     s.append("rank ").append(std::to_string(r.rank)).append(" ");
     s.append(kv_connection_name(r.connection));
   }
-  s.append("  |  ").append(format_count(static_cast<double>(snap.totals.batches))).append(" batches");
-  s.append("  |  ").append(format_count(static_cast<double>(snap.counters.live))).append(" live blocks");
+  s.append("  |  ")
+      .append(format_count(static_cast<double>(snap.totals.batches)))
+      .append(" batches");
+  s.append("  |  ")
+      .append(format_count(static_cast<double>(snap.counters.live)))
+      .append(" live blocks");
   if (snap.totals.batches > 0) s.append("  |  lag ").append(seconds_text(snap.totals.lag_s));
   s.append("  |  gaps ").append(std::to_string(snap.totals.gaps));
-  if (snap.totals.lost > 0) s.append(" (").append(std::to_string(snap.totals.lost)).append(" lost)");
+  if (snap.totals.lost > 0)
+    s.append(" (").append(std::to_string(snap.totals.lost)).append(" lost)");
   if (snap.totals.replaying) s.append(", replaying");
   if (snap.totals.restarts > 0)
     s.append("  |  restarts ").append(std::to_string(snap.totals.restarts));
@@ -83,7 +88,7 @@ std::vector<PlotSeries> AttachPanel::rate_series(const AttachSnapshot& snap) {
   PlotSeries stored, removed, churn;
   stored.label = "stored / s";
   removed.label = "removed / s";
-  churn.label = "removed within 1 s of store / s (churn)";
+  churn.label = "churn: removed < 1 s after store";
   stored.color = series_color(0);
   removed.color = series_color(1);
   churn.color = series_color(3);
@@ -92,9 +97,9 @@ std::vector<PlotSeries> AttachPanel::rate_series(const AttachSnapshot& snap) {
     const AttachSample& b = snap.samples[i];
     const double dt = b.seconds - a.seconds;
     if (dt <= 0) continue;
-    for (auto [series, value] : {std::pair{&stored, b.stored - a.stored},
-                                 std::pair{&removed, b.removed - a.removed},
-                                 std::pair{&churn, b.short_lived - a.short_lived}}) {
+    for (auto [series, value] :
+         {std::pair{&stored, b.stored - a.stored}, std::pair{&removed, b.removed - a.removed},
+          std::pair{&churn, b.short_lived - a.short_lived}}) {
       series->x.push_back(b.step);
       series->y.push_back(static_cast<double>(value) / dt);
     }
@@ -120,8 +125,8 @@ void AttachPanel::draw_ranks(const AttachSnapshot& snap) {
     ImGui::TextUnformatted(r.endpoint.c_str());
     if (!r.replay_endpoint.empty()) item_tooltip(("replay: " + r.replay_endpoint).c_str());
     ImGui::TableNextColumn();
-    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(connection_color(r.connection, false)),
-                       "%s", kv_connection_name(r.connection));
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(connection_color(r.connection, false)), "%s",
+                       kv_connection_name(r.connection));
     item_tooltip(r.connection == KvConnection::kDisconnected
                      ? "Nothing accepted the connection: wrong host or port, or the engine is down"
                  : r.connection == KvConnection::kListening
@@ -157,8 +162,9 @@ void AttachPanel::draw_tables(const AttachSnapshot& snap) {
   if (!ImGui::BeginTable("##attach_tables", 2, ImGuiTableFlags_SizingStretchProp)) return;
   ImGui::TableNextColumn();
   ImGui::TextUnformatted("LoRA namespaces");
-  item_tooltip("Blocks by the adapter that computed them (lora_name, or lora_id when no name "
-               "came); \"base\" is the base model");
+  item_tooltip(
+      "Blocks by the adapter that computed them (lora_name, or lora_id when no name "
+      "came); \"base\" is the base model");
   if (ImGui::BeginTable("##loras", 3, flags)) {
     ImGui::TableSetupColumn("adapter");
     ImGui::TableSetupColumn("live");
@@ -177,8 +183,9 @@ void AttachPanel::draw_tables(const AttachSnapshot& snap) {
   }
   ImGui::TableNextColumn();
   ImGui::TextUnformatted("Deepest shared prefixes");
-  item_tooltip("Cached blocks with two or more cached continuations: prompts that agreed on every "
-               "token up to here, then diverged");
+  item_tooltip(
+      "Cached blocks with two or more cached continuations: prompts that agreed on every "
+      "token up to here, then diverged");
   if (snap.shared_prefixes.empty()) {
     ImGui::TextDisabled("none yet (no cached block has two continuations)");
   } else if (ImGui::BeginTable("##shared", 5, flags)) {
@@ -215,25 +222,27 @@ void AttachPanel::draw(AppState& state) {
         "event stream of a running vLLM or SGLang server: every block its prefix cache stores "
         "and removes, per data-parallel rank and medium, live, with the scrubber going back over "
         "the session.");
-    ImGui::TextDisabled("Start the engine with --kv-events-config (docs/attach.md); no engine at "
-                        "hand? python3 tests/attach/publish.py publishes a demo stream.");
+    ImGui::TextDisabled(
+        "Start the engine with --kv-events-config (docs/attach.md); no engine at "
+        "hand? python3 tests/attach/publish.py publishes a demo stream.");
     ImGui::PopTextWrapPos();
     return;
   }
   const std::shared_ptr<const AttachSnapshot> snap = feed->snapshot();
   const Palette& pal = palette(state.presenter);
   // Header: where, how long, and the detach button.
-  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(snap->stopped ? pal.text_dim : pal.accent),
-                     "%s %s", snap->stopped ? "detached from" : (snap->bind ? "listening at"
-                                                                           : "attached to"),
-                     snap->endpoint.c_str());
+  ImGui::TextColored(
+      ImGui::ColorConvertU32ToFloat4(snap->stopped ? pal.text_dim : pal.accent), "%s %s",
+      snap->stopped ? "detached from" : (snap->bind ? "listening at" : "attached to"),
+      snap->endpoint.c_str());
   ImGui::SameLine(0, 12);
   ImGui::TextDisabled("%.0f s", snap->seconds);
   if (!snap->stopped) {
     ImGui::SameLine(0, 12);
     if (ImGui::SmallButton("Detach")) state.detach_request = true;
-    item_tooltip("Stop following the stream; what was recorded stays (scrub it, or File > Save "
-                 "recording)");
+    item_tooltip(
+        "Stop following the stream; what was recorded stays (scrub it, or File > Save "
+        "recording)");
   }
   draw_ranks(*snap);
   if (snap->totals.batches == 0) {
@@ -245,19 +254,19 @@ void AttachPanel::draw(AppState& state) {
   stat("stored", format_count(static_cast<double>(c.blocks_stored)));
   stat("removed", format_count(static_cast<double>(c.blocks_removed)), true);
   stat("cleared", format_count(static_cast<double>(c.blocks_cleared)), true);
-  stat("live", format_count(static_cast<double>(c.live)) + " (peak " +
-                   format_count(static_cast<double>(c.peak_live)) + ")",
+  stat("live",
+       format_count(static_cast<double>(c.live)) + " (peak " +
+           format_count(static_cast<double>(c.peak_live)) + ")",
        true);
   stat("churn",
        format_count(static_cast<double>(c.short_lived)) + " (" +
-           format_percent(c.blocks_removed > 0
-                              ? static_cast<double>(c.short_lived) / c.blocks_removed
-                              : 0.0) +
+           format_percent(
+               c.blocks_removed > 0 ? static_cast<double>(c.short_lived) / c.blocks_removed : 0.0) +
            " of removals)",
        true);
   item_tooltip("Blocks removed within 1 s of being stored, by the engine's timestamps");
-  stat("block", snap->block_size > 0 ? std::to_string(snap->block_size) + " tokens" : "not known yet",
-       true);
+  stat("block",
+       snap->block_size > 0 ? std::to_string(snap->block_size) + " tokens" : "not known yet", true);
   if (c.unknown_removals > 0)
     stat("unknown removals", format_count(static_cast<double>(c.unknown_removals)), true);
   if (c.untracked_blocks > 0) {
@@ -279,8 +288,14 @@ void AttachPanel::draw(AppState& state) {
     live_ = live_series(*snap);
     rates_ = rate_series(*snap);
   }
-  const float table_h = ImGui::GetTextLineHeightWithSpacing() * 6.0f;
-  const float h = std::max(ImGui::GetContentRegionAvail().y - table_h, 140.0f);
+  // The tables below the plots: a title, a header and their rows (the longer of the two).
+  const std::size_t rows =
+      std::max<std::size_t>({snap->loras.size(), snap->shared_prefixes.size(), std::size_t{1}});
+  const float table_h =
+      ImGui::GetTextLineHeightWithSpacing() * (static_cast<float>(rows) + 2.5f) + 8.0f;
+  // Small windows scroll rather than squeeze the plots below their legends.
+  const float h =
+      std::max(ImGui::GetContentRegionAvail().y - table_h, ImGui::GetFontSize() * 16.0f);
   if (ImGui::BeginTable("##attach_plots", 2, ImGuiTableFlags_SizingStretchSame)) {
     const auto cell = [&](const char* id, const char* title, const char* y_label,
                           std::vector<PlotSeries>& series) {
@@ -298,8 +313,8 @@ void AttachPanel::draw(AppState& state) {
         state.set_step(static_cast<int>(r.mouse_x + 0.5));
       if (!r.exported.empty()) export_message_ = r.exported;
     };
-    cell("attach_live", "Cached blocks per rank and medium", "blocks", live_);
-    cell("attach_rates", "Stores, removals and churn", "blocks per second", rates_);
+    cell("attach_live", "Cached blocks", "blocks", live_);
+    cell("attach_rates", "Block traffic", "blocks per second", rates_);
     ImGui::EndTable();
   }
   draw_tables(*snap);

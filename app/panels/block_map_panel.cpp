@@ -134,7 +134,8 @@ void BlockMapPanel::draw_legend(const AppState& state) {
   item(p.block_free, "free");
   ImGui::NewLine();
   stat("used", format_count(m.blocks_used) + " / " + format_count(m.blocks_total) + " blocks");
-  stat("slots filled", format_percent(m.utilization()), true);
+  const bool engine_stream = state.source().attach_feed() != nullptr;
+  if (!engine_stream) stat("slots filled", format_percent(m.utilization()), true);
   stat("cached", format_count(m.blocks_cached_free), true);
   if (const std::shared_ptr<AttachFeed> feed = state.source().attach_feed()) {
     // A live view's pool is kvscope's slots; the engine's block size comes with its first store.
@@ -301,10 +302,9 @@ void BlockMapPanel::tooltip(const AppState& state, int first, int count) const {
     // A live engine's block: slots are kvscope's numbering, there are no owners or fill levels.
     ImGui::Text("slot %d", first);
     ImGui::SameLine();
-    ImGui::TextDisabled("%s", b.status == BlockStatus::kFree ? "free (no engine block)"
-                                                              : "cached by the engine");
-    if (b.status != BlockStatus::kFree)
-      ImGui::Text("block %d of its prefix chain", b.logical + 1);
+    ImGui::TextDisabled(
+        "%s", b.status == BlockStatus::kFree ? "free (no engine block)" : "cached by the engine");
+    if (b.status != BlockStatus::kFree) ImGui::Text("block %d of its prefix chain", b.logical + 1);
     ImGui::EndTooltip();
     return;
   }

@@ -315,15 +315,21 @@ void PrefixPanel::draw(AppState& state) {
   stat("in use", std::to_string(in_use), true);
   stat("cached-free", std::to_string(cached_free), true);
   stat("evicted", std::to_string(fold_.evictions()), true);
-  stat(
-      "prompt tokens hit",
-      format_count(static_cast<double>(m.prefix_hit_tokens)) + " / " +
-          format_count(static_cast<double>(m.prompt_tokens)) +
-          (m.prompt_tokens > 0
-               ? " (" + format_percent(static_cast<double>(m.prefix_hit_tokens) / m.prompt_tokens) +
-                     ")"
-               : ""),
-      true);
+  // A live engine's stream carries stores and removals, not lookups (docs/attach.md).
+  const bool engine_stream = state.source().attach_feed() != nullptr;
+  if (engine_stream) {
+    stat("prefix hits", "not published by the engines", true);
+  } else {
+    stat("prompt tokens hit",
+         format_count(static_cast<double>(m.prefix_hit_tokens)) + " / " +
+             format_count(static_cast<double>(m.prompt_tokens)) +
+             (m.prompt_tokens > 0
+                  ? " (" +
+                        format_percent(static_cast<double>(m.prefix_hit_tokens) / m.prompt_tokens) +
+                        ")"
+                  : ""),
+         true);
+  }
   // Legend.
   const auto legend = [&](ImU32 c, const char* text) {
     swatch(c);
@@ -338,7 +344,9 @@ void PrefixPanel::draw(AppState& state) {
   ImGui::TextDisabled("xN = reuses");
   layout_tree();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  if (avail.x > 720.0f) {
+  if (engine_stream) {
+    draw_tree(state, avail);  // no lookups to list
+  } else if (avail.x > 720.0f) {
     const float tree_w = std::floor(avail.x * 0.62f);
     draw_tree(state, ImVec2(tree_w, avail.y));
     ImGui::SameLine();

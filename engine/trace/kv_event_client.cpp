@@ -142,6 +142,26 @@ void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::str
   fail_expected(flag, "tcp://HOST:PORT or ipc://PATH", shown);
 }
 
+// With N ranks the publishers take ports P..P+N-1 and the replay sockets R..R+N-1: on one host
+// the two ranges must not overlap (the engine itself could not bind them; rank 1's publisher at
+// 5558 is rank 0's replay socket with the usual 5557 / 5558 and two ranks).
+void check_rank_ports_apart(const KvAttachConfig& cfg) {
+  std::string pub_host, replay_host;
+  long pub = 0, replay = 0;
+  if (!starts_with(cfg.endpoint, "tcp://") || !starts_with(cfg.replay_endpoint, "tcp://") ||
+      !split_tcp(cfg.endpoint, pub_host, pub) ||
+      !split_tcp(cfg.replay_endpoint, replay_host, replay))
+    return;
+  const long n = cfg.dp_ranks;
+  if (pub_host == replay_host && pub < replay + n && replay < pub + n) {
+    fail_expected("replay endpoint",
+                  "a port outside the publishers' " + std::to_string(pub) + ".." +
+                      std::to_string(pub + n - 1) + " (each of the " + std::to_string(n) +
+                      " ranks takes port + rank for both sockets)",
+                  "'" + cfg.replay_endpoint + "'");
+  }
+}
+
 struct KvEventClient::Impl {
   struct Rank {
     KvRankStats stats;
@@ -449,7 +469,8 @@ struct KvEventClient::Impl {
         // Several engines may connect to one bound socket (one per process that publishes).
         if (event == ZMQ_EVENT_ACCEPTED) ++r.stats.peers;
         if (event == ZMQ_EVENT_DISCONNECTED && r.stats.peers > 0) --r.stats.peers;
-        r.stats.connection = r.stats.peers > 0 ? KvConnection::kConnected : KvConnection::kListening;
+        r.stats.connection =
+            r.stats.peers > 0 ? KvConnection::kConnected : KvConnection::kListening;
         continue;
       }
       if (event == ZMQ_EVENT_CONNECTED) r.stats.connection = KvConnection::kConnected;
@@ -506,8 +527,10 @@ KvEventClient::KvEventClient(KvAttachConfig config) : impl_(std::make_unique<Imp
   if (impl_->cfg.dp_ranks < 1 || impl_->cfg.dp_ranks > 256)
     fail_expected("dp ranks", "an integer in [1, 256]", std::to_string(impl_->cfg.dp_ranks));
   check_kv_endpoint(impl_->cfg.endpoint, impl_->cfg.dp_ranks, "endpoint", impl_->cfg.bind);
-  if (!impl_->cfg.replay_endpoint.empty())
+  if (!impl_->cfg.replay_endpoint.empty()) {
     check_kv_endpoint(impl_->cfg.replay_endpoint, impl_->cfg.dp_ranks, "replay endpoint");
+    check_rank_ports_apart(impl_->cfg);
+  }
   impl_->ranks.resize(static_cast<std::size_t>(impl_->cfg.dp_ranks));
   try {
     for (int i = 0; i < impl_->cfg.dp_ranks; ++i) impl_->open(i);

@@ -28,15 +28,15 @@
 namespace kvscope {
 
 struct KvAttachConfig {
-  std::string endpoint;          // rank 0's PUB address: tcp://HOST:PORT, ipc://PATH, inproc://NAME
-  std::string replay_endpoint;   // rank 0's ROUTER address; "" = no replay (gaps are lost)
-  std::string topic;             // "" = every topic; else only frames whose topic is exactly this
-  int dp_ranks = 1;              // publishers: ranks 0 .. dp_ranks-1
+  std::string endpoint;         // rank 0's PUB address: tcp://HOST:PORT, ipc://PATH, inproc://NAME
+  std::string replay_endpoint;  // rank 0's ROUTER address; "" = no replay (gaps are lost)
+  std::string topic;            // "" = every topic; else only frames whose topic is exactly this
+  int dp_ranks = 1;             // publishers: ranks 0 .. dp_ranks-1
   // false: connect to each rank's PUB (the engine binds: its endpoint has `*`, `::`, ipc://).
   // true: bind ENDPOINT (+ rank) here and let the engines connect to it (an engine given a
   // concrete host such as tcp://kvscope-host:5557 connects instead of binding).
   bool bind = false;
-  int replay_timeout_ms = 3000;  // a replay with no end marker by then is given up
+  int replay_timeout_ms = 3000;               // a replay with no end marker by then is given up
   std::size_t max_pending_batches = 100'000;  // live batches held while a replay runs
   std::size_t max_pending_bytes = std::size_t{256} << 20;
   KvDecodeLimits decode;
@@ -77,8 +77,9 @@ struct KvRankStats {
   std::int64_t duplicates = 0;       // a seq already applied (skipped)
   std::int64_t rank_mismatches = 0;  // payloads whose data_parallel_rank is not this rank
   std::int64_t replay_requests = 0;
-  std::int64_t replay_timeouts = 0;  // replays given up (no end marker in time, or too much waiting)
-  int peers = 0;                     // bind mode: engines connected to this rank's socket now
+  std::int64_t replay_timeouts =
+      0;          // replays given up (no end marker in time, or too much waiting)
+  int peers = 0;  // bind mode: engines connected to this rank's socket now
   bool replaying = false;
   std::optional<std::uint64_t> last_seq;
   double last_ts = 0.0;  // the engine's timestamp of the last live batch

@@ -141,8 +141,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     }
     const std::int32_t slot = it->second.slot;
     it->second.parent = parent_slot;
-    it->second.parent_gen =
-        parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(parent_slot)] : 0;
+    it->second.parent_gen = parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(parent_slot)] : 0;
     record(Event{EventType::kBlockAllocated, 0, -1, slot, d, parent_slot, ev.block_size});
     record(Event{EventType::kBlockCached, 0, -1, slot, d, 1, parent_slot + 1});
     parent_slot = slot;
@@ -312,7 +311,8 @@ std::vector<KvSharedPrefix> KvEventModel::deepest_shared_prefixes(std::size_t n)
     std::int32_t kids = 0;
   };
   std::vector<Node> by_slot(static_cast<std::size_t>(next_slot_));
-  for (const auto& [key, live] : live_) by_slot[static_cast<std::size_t>(live.slot)] = {&key, &live};
+  for (const auto& [key, live] : live_)
+    by_slot[static_cast<std::size_t>(live.slot)] = {&key, &live};
   for (const auto& [key, live] : live_) {
     if (live.parent < 0) continue;
     Node& p = by_slot[static_cast<std::size_t>(live.parent)];

@@ -51,11 +51,11 @@ struct KvModelLimits {
 struct KvSharedPrefix {
   int rank = 0;
   std::string medium;
-  std::string lora;            // "base" without a LoRA adapter
-  std::int32_t blocks = 0;     // the prefix's length in blocks (its depth + 1)
-  std::int64_t tokens = 0;     // blocks x block size
-  std::int32_t branches = 0;   // live children: continuations that share it
-  std::int32_t slot = -1;      // its slot in the recording (the block map, the prefix tree)
+  std::string lora;           // "base" without a LoRA adapter
+  std::int32_t blocks = 0;    // the prefix's length in blocks (its depth + 1)
+  std::int64_t tokens = 0;    // blocks x block size
+  std::int32_t branches = 0;  // live children: continuations that share it
+  std::int32_t slot = -1;     // its slot in the recording (the block map, the prefix tree)
 };
 
 // Live and stored blocks of one LoRA namespace.
@@ -173,8 +173,8 @@ class KvEventModel {
   std::map<std::pair<int, int>, std::int64_t> live_rm_;  // (rank, medium) -> live blocks
   std::unordered_map<Key, Live, KeyHash> live_;
   std::vector<std::int32_t> free_slots_;
-  std::vector<std::uint32_t> slot_gen_;  // [slot] +1 every time the slot is given out
-  std::vector<std::string> loras_;       // LoRA namespace id -> name; 0 = "base"
+  std::vector<std::uint32_t> slot_gen_;   // [slot] +1 every time the slot is given out
+  std::vector<std::string> loras_;        // LoRA namespace id -> name; 0 = "base"
   std::vector<KvLoraCount> lora_counts_;  // by LoRA namespace id
   std::int32_t next_slot_ = 0;
   std::int64_t block_size_ = 0;

@@ -202,12 +202,36 @@ def topic(kvscope, work):
           "topic: the right --topic gets the batches", f"rc {right.returncode} {right.stderr}")
 
 
+def bind(kvscope, work):
+    """An engine whose endpoint names kvscope's host connects: kvscope binds (--bind)."""
+    base = free_ports(1)
+    att = subprocess.Popen([kvscope, "attach", f"tcp://*:{base}", "--bind", "--batches", "20",
+                            "--duration", "60", "--json", "--out", os.path.join(work, "bind")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pub = start_publisher("--scenario", "stream", "--endpoint", f"tcp://127.0.0.1:{base}",
+                              "--replay", "", "--connect", "--interval", "0.02",
+                              "--run-for", "60")
+        try:
+            out, err = att.communicate(timeout=90)
+        finally:
+            stop(pub)
+    finally:
+        stop(att)
+    check(att.returncode == 0, "bind: exit 0", f"rc {att.returncode}, stderr {err}")
+    got = json.loads(out or "{}")
+    check(got.get("batches") == 20 and got.get("bind") is True,
+          "bind: 20 batches from an engine that connected", out[:300])
+    check(got.get("ranks", [{}])[0].get("connection") == "connected",
+          "bind: the rank shows the engine connected", out[:600])
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     kvscope, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    for test in (e2e, ctrl_c, no_publisher, topic):
+    for test in (e2e, ctrl_c, no_publisher, topic, bind):
         try:
             test(kvscope, work)
         except Exception as e:  # a hang or crash in one scenario is a failure, not a traceback

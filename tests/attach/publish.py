@@ -28,7 +28,7 @@ The publisher is an XPUB socket so that it can wait for a subscriber before publ
 batches (a PUB drops what it sends before the subscription arrives, and the test must know what
 was dropped); on the wire XPUB and PUB are the same to a subscriber.
 
-Usage: publish.py [--endpoint tcp://127.0.0.1:5557] [--replay tcp://127.0.0.1:5558] [--dp N]
+Usage: publish.py [--endpoint tcp://127.0.0.1:5557] [--replay tcp://127.0.0.1:5567] [--dp N]
                   [--topic T] [--scenario e2e|stream] [--interval S] [--run-for S] [--connect]
 Needs python3-zmq and python3-msgpack (Debian).
 """
@@ -479,7 +479,7 @@ def run_stream(pubs, interval, run_for):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--endpoint", default="tcp://127.0.0.1:5557")
-    ap.add_argument("--replay", default="tcp://127.0.0.1:5558")
+    ap.add_argument("--replay", default="tcp://127.0.0.1:5567")
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--topic", default="")
     ap.add_argument("--scenario", choices=("e2e", "stream"), default="stream")

@@ -288,11 +288,11 @@ TEST(KvEventModel, LoraNamesPastTheCapCountAsOther) {
 // turn with a third: the deepest shared prefix is that turn, then the system prompt.
 TEST(KvEventModel, DeepestSharedPrefixesAreBlocksWithTwoLiveContinuations) {
   KvEventModel m;
-  m.apply(0, batch(1, {stored({1, 2, 3}, std::nullopt)}));  // system prompt
-  m.apply(0, batch(2, {stored({10, 11}, 3)}));               // conversation A
-  m.apply(0, batch(3, {stored({20}, 3)}));                   // conversation B
+  m.apply(0, batch(1, {stored({1, 2, 3}, std::nullopt)}));     // system prompt
+  m.apply(0, batch(2, {stored({10, 11}, 3)}));                 // conversation A
+  m.apply(0, batch(3, {stored({20}, 3)}));                     // conversation B
   m.apply(0, batch(4, {stored({12}, 11), stored({13}, 11)}));  // A's turn, two continuations
-  m.apply(1, batch(5, {stored({1, 2}, std::nullopt)}));  // rank 1: no branch
+  m.apply(1, batch(5, {stored({1, 2}, std::nullopt)}));        // rank 1: no branch
   std::vector<KvSharedPrefix> shared = m.deepest_shared_prefixes(8);
   ASSERT_EQ(shared.size(), 2u);
   EXPECT_EQ(shared[0].blocks, 5);  // 1 2 3 10 11
@@ -317,7 +317,7 @@ TEST(KvEventModel, AReusedSlotIsNotTheParentOfTheOldBlocksChildren) {
   m.apply(0, batch(2, {stored({2}, 1), stored({3}, 1)}));  // 1 has two children
   m.apply(0, batch(3, {removed({1})}));                    // its slot is free...
   m.apply(0, batch(4, {stored({4}, std::nullopt)}));       // ...and given to block 4
-  EXPECT_TRUE(m.deepest_shared_prefixes(8).empty());      // 4 has no children
+  EXPECT_TRUE(m.deepest_shared_prefixes(8).empty());       // 4 has no children
 }
 
 TEST(KvEventModel, LiveTimelineStepsEqualTheBuiltRecording) {
@@ -330,7 +330,8 @@ TEST(KvEventModel, LiveTimelineStepsEqualTheBuiltRecording) {
   Timeline live(h);
   std::size_t from = 0;
   for (std::uint64_t k = 0; k < 40; ++k) {
-    std::vector<KvStreamEvent> evs = {stored({100 + k}, k > 0 ? std::optional(99 + k) : std::nullopt)};
+    std::vector<KvStreamEvent> evs = {
+        stored({100 + k}, k > 0 ? std::optional(99 + k) : std::nullopt)};
     if (k % 3 == 2) evs.push_back(removed({100 + k - 2}));
     if (k == 30) evs.push_back(cleared());
     m.apply(static_cast<int>(k % 2), batch(static_cast<double>(k), std::move(evs)));
