@@ -3,6 +3,7 @@
 
 #include <exception>
 
+#include "engine/analysis/eviction_quality.h"
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
 #include "engine/infer/transformer.h"
@@ -55,6 +56,27 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
       auto recorder = std::make_unique<AttentionRecorder>(
           AttentionShapeInfo{c.n_layers, c.n_heads, n}, /*full_matrix_limit=*/512);
       bool captured = false;
+      if (config.token_eviction.policy.kind != EvictionKind::kNone) {
+        // The run evicts: capture what its cache computed, with the same policy.
+        struct Cancelled {};
+        EvictionRunOptions o;
+        o.evictor = config.token_eviction;
+        o.k_format = config.k_format;
+        o.v_format = config.v_format;
+        o.block_size = bs;
+        o.capture = recorder.get();
+        EvictionVariant variant(o);
+        try {
+          variant.run(transformer, tokens, [this](int, std::span<const float>) {
+            if (cancel_.load()) throw Cancelled{};
+          });
+        } catch (const Cancelled&) {
+          busy_ = false;
+          return;
+        }
+        cap->under_eviction = true;
+        captured = true;
+      }
       if (config.mla && (!run_fp32 || preview)) {
         cap->errors_note = "not measured for an MLA latent cache (the capture stores plain K/V)";
       } else if (!run_fp32 || preview) {
@@ -63,7 +85,10 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         const KvFormat k = preview ? *preview : config.k_format;
         const KvFormat v = preview ? *preview : config.v_format;
         KvErrorHooks hooks;
-        (run_fp32 ? hooks.exact_observer : hooks.quantized_observer) = recorder.get();
+        // Under token eviction the weights were captured above; this measures the storage error
+        // of every position (an evicted one is greyed in the strip).
+        if (!captured)
+          (run_fp32 ? hooks.exact_observer : hooks.quantized_observer) = recorder.get();
         hooks.cancelled = [this] { return cancel_.load(); };
         try {
           std::optional<KvErrorProfile> p = measure_kv_error(transformer, tokens, k, v, bs, hooks);
@@ -72,7 +97,7 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
             return;
           }
           cap->errors = std::make_unique<KvErrorProfile>(std::move(*p));
-          captured = true;
+          captured = true;  // by this run's observer, or already by the eviction run
         } catch (const Error& e) {
           if (!preview) throw;          // the run's own formats: a real capture failure
           cap->errors_note = e.what();  // a preview this block size cannot store

@@ -1,6 +1,7 @@
 // AttentionJob: captures one sequence's attention weights on a background thread by running its
-// tokens through the real model (a fresh cache in the run's K/V formats) with an
-// AttentionRecorder attached, so the UI never waits on the forward pass. One capture at a time;
+// tokens through the real model (a fresh cache in the run's K/V formats, evicting tokens with the
+// run's policy when it has one) with an AttentionRecorder attached, so the UI never waits on the
+// forward pass. One capture at a time;
 // the result is handed over once it is complete. When the run quantizes K/V (or a format is
 // previewed on an fp32 run) it also measures the per-position quantization error
 // (engine/analysis/kv_quant_error.h): the same tokens run in lockstep with an fp32 cache.
@@ -29,7 +30,10 @@ struct AttentionCapture {
   int n_heads = 0;
   std::unique_ptr<AttentionRecorder> recorder;  // full matrices when tokens.size() <= 512
   std::vector<SinkReport> sinks;                // detect_sinks() over the whole capture
-  std::string error;                            // set instead of recorder on failure
+  // The run evicts tokens: the capture ran the same policy, so the weights are the ones the
+  // evicted cache produced (an evicted key receives nothing from later queries).
+  bool under_eviction = false;
+  std::string error;  // set instead of recorder on failure
   // The format previewed for K and V on an fp32 run (the recorder still holds the fp32 run).
   std::optional<KvFormat> preview;
   // Quantization error against fp32: null when the run is fp32 and nothing is previewed, or when

@@ -166,6 +166,101 @@ void AttentionPanel::build_view(const AttentionCapture& cap, int n) {
   std::sort(sinks_.begin(), sinks_.end());
 }
 
+void AttentionPanel::draw_sink_grid(AppState& state, const AttentionCapture& cap) {
+  const Palette& pal = palette(state.presenter);
+  const AttentionRecorder& rec = *cap.recorder;
+  const int L = cap.n_layers, H = cap.n_heads;
+  if (L <= 0 || H <= 0) return;
+  if (grid_of_ != &cap || grid_of_k_ != grid_k_ || grid_of_queries_ != rec.queries_seen()) {
+    grid_of_ = &cap;
+    grid_of_k_ = grid_k_;
+    grid_of_queries_ = rec.queries_seen();
+    grid_values_.assign(static_cast<std::size_t>(L) * H, 0.0f);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h)
+        grid_values_[static_cast<std::size_t>(l) * H + h] =
+            static_cast<float>(rec.first_tokens_share(l, h, grid_k_));
+  }
+  // Summary: the mean share and how many heads put most of their attention there.
+  double mean = 0.0;
+  int majority = 0;
+  for (float v : grid_values_) {
+    mean += v;
+    majority += v > 0.5f ? 1 : 0;
+  }
+  mean /= static_cast<double>(grid_values_.size());
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 7.0f);
+  const char* const kFirst[] = {"first token", "first 4 tokens"};
+  int k_index = grid_k_ == 4 ? 1 : 0;
+  if (ImGui::Combo("##first_k", &k_index, kFirst, 2)) grid_k_ = k_index == 1 ? 4 : 1;
+  ImGui::SameLine();
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextDisabled(
+      "share of attention on the %s, mean over %d queries: %s over all heads; %d of %d heads put "
+      "more than half there (sinks). Click a cell to open that head.",
+      grid_k_ == 4 ? "first 4 tokens" : "first token", rec.queries_seen(),
+      format_percent(mean).c_str(), majority, L * H);
+  ImGui::PopTextWrapPos();
+  // The grid: one row per layer, one column per head, labels on the left and on top.
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float fs = ImGui::GetFontSize();
+  const float label_w = ImGui::CalcTextSize("L00").x + fs * 0.5f;
+  const float cell = std::max(
+      4.0f, std::min((avail.x - label_w) / static_cast<float>(H), (avail.y - fs * 1.4f) / L));
+  ImGui::InvisibleButton("##sink_grid", ImVec2(label_w + cell * H, fs * 1.2f + cell * L));
+  const ImVec2 o(ImGui::GetItemRectMin().x + label_w, ImGui::GetItemRectMin().y + fs * 1.2f);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const bool labels = cell >= fs * 2.2f;
+  for (int h = 0; h < H; ++h) {
+    if (H <= 16 || h % 4 == 0) {
+      char t[16];
+      std::snprintf(t, sizeof t, "H%d", h);
+      dl->AddText(ImVec2(o.x + h * cell + 2.0f, o.y - fs * 1.15f), pal.text_dim, t);
+    }
+  }
+  for (int l = 0; l < L; ++l) {
+    if (cell >= fs * 0.9f || l % 4 == 0) {
+      char t[16];
+      std::snprintf(t, sizeof t, "L%d", l);
+      dl->AddText(ImVec2(o.x - label_w, o.y + l * cell + std::max(0.0f, (cell - fs) * 0.5f)),
+                  pal.text_dim, t);
+    }
+    for (int h = 0; h < H; ++h) {
+      const float v = grid_values_[static_cast<std::size_t>(l) * H + h];
+      const ImVec2 a(o.x + h * cell, o.y + l * cell);
+      const ImVec2 b(a.x + cell - 1.0f, a.y + cell - 1.0f);
+      dl->AddRectFilled(a, b, attention_heat_color(std::clamp(v, 0.0f, 1.0f), pal.block_free));
+      if (l == layer_ && h == head_ && !mean_heads_) dl->AddRect(a, b, pal.outline_selected);
+      if (labels) {
+        char t[8];
+        std::snprintf(t, sizeof t, "%.0f", v * 100.0f);
+        dl->AddText(ImVec2(a.x + 3.0f, a.y + 2.0f),
+                    v > 0.55f ? IM_COL32(16, 18, 24, 235) : pal.text, t);
+      }
+    }
+  }
+  if (ImGui::IsItemHovered()) {
+    const ImVec2 m = ImGui::GetIO().MousePos;
+    const int h = static_cast<int>((m.x - o.x) / cell), l = static_cast<int>((m.y - o.y) / cell);
+    if (m.x >= o.x && m.y >= o.y && h >= 0 && h < H && l >= 0 && l < L) {
+      ImGui::BeginTooltip();
+      ImGui::Text("layer %d, head %d", l, h);
+      ImGui::Text("%s of its attention on the first token, %s on the first 4",
+                  format_percent(rec.first_tokens_share(l, h, 1)).c_str(),
+                  format_percent(rec.first_tokens_share(l, h, 4)).c_str());
+      ImGui::TextDisabled("%s on the 16 most recent tokens; click: open this head",
+                          format_percent(rec.local_mass(l, h, 16)).c_str());
+      ImGui::EndTooltip();
+      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
+        layer_ = l;
+        head_ = h;
+        mean_heads_ = false;
+        grid_ = false;
+      }
+    }
+  }
+}
+
 void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, int n) {
   const Palette& pal = palette(state.presenter);
   const std::vector<std::uint8_t> live = state.source().slot_live(cap.request, state.step());
@@ -327,6 +422,16 @@ void AttentionPanel::draw(AppState& state) {
   ImGui::SameLine();
   ImGui::Checkbox("log", &log_scale_);
   item_tooltip("Colour by log10(weight) from 1e-4 to 1 (off: linear, scaled to the largest)");
+  ImGui::SameLine();
+  ImGui::Checkbox("sink grid", &grid_);
+  item_tooltip(
+      "Every layer x head at once, coloured by the share of its attention on the first "
+      "token(s): where the attention sinks are. Click a cell to open that head",
+      "G");
+  if (!ImGui::GetIO().WantTextInput &&
+      ImGui::IsWindowFocused(ImGuiFocusedFlags_RootAndChildWindows) &&
+      ImGui::IsKeyPressed('G'))  // GLFW key codes are ASCII
+    grid_ = !grid_;
   draw_error_controls(*info);
 
   if (!last_error_.empty()) {
@@ -343,6 +448,10 @@ void AttentionPanel::draw(AppState& state) {
                         request, static_cast<int>(tokens.size()));
     return;
   }
+  if (grid_) {
+    draw_sink_grid(state, *cap);
+    return;
+  }
   build_view(*cap, n);
   const std::vector<std::uint8_t> live = state.source().slot_live(request, state.step());
   std::string sinks = sinks_.empty() ? "none" : "";
@@ -353,7 +462,10 @@ void AttentionPanel::draw(AppState& state) {
   ImGui::TextDisabled(
       "%d tokens at step %d, %s. Sinks (red, >= 4x the uniform share): %s%s", n, state.step(),
       n <= kMatrixLimit ? "query (row) x key (column)" : "cumulative attention per key",
-      sinks.c_str(), live.empty() ? "" : "; grey: evicted");
+      sinks.c_str(),
+      live.empty()          ? ""
+      : cap->under_eviction ? "; grey: evicted (the weights are the evicted cache's own)"
+                            : "; grey: evicted");
   ImGui::PopTextWrapPos();
   if (n <= kMatrixLimit && cap->recorder->has_full_matrices())
     draw_matrix(state, *cap, n);

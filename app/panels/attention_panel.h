@@ -45,6 +45,17 @@ class AttentionPanel final : public Panel {
   }
   // Tests: the quantization-error overlay and its preview format (a name `kvscope eval` takes).
   void set_error_overlay(bool on, const std::string& preview = "int4");
+  // The sink grid (every layer x head at once, coloured by the share of attention on the first
+  // `first_k` tokens) instead of one head's heatmap; clicking a cell opens that head.
+  void set_sink_grid(bool on, int first_k = 1) {
+    grid_ = on;
+    grid_k_ = first_k;
+  }
+  bool sink_grid() const { return grid_; }
+  int layer() const { return layer_; }
+  int head() const { return head_; }
+  // [layer * heads + head] shares of the last grid drawn (tests).
+  const std::vector<float>& grid_values() const { return grid_values_; }
 
  private:
   void scan_tokens(const AppState& state);
@@ -53,6 +64,7 @@ class AttentionPanel final : public Panel {
   void build_view(const AttentionCapture& cap, int n);
   void draw_matrix(AppState& state, const AttentionCapture& cap, int n);
   void draw_cumulative(AppState& state, const AttentionCapture& cap, int n);
+  void draw_sink_grid(AppState& state, const AttentionCapture& cap);
   std::string token_text(const AppState& state, const AttentionCapture& cap, int pos) const;
   // Quantization-error overlay (attention_qerr.cpp).
   std::optional<KvFormat> wanted_preview(const RunInfo& info) const;  // fp32 runs with overlay
@@ -83,6 +95,13 @@ class AttentionPanel final : public Panel {
   bool view_mean_ = false;
   std::vector<float> view_;  // n x n matrix (row = query) or [n] cumulative
   std::vector<int> sinks_;   // sink positions for the layer/head shown
+  // The sink grid.
+  bool grid_ = false;
+  int grid_k_ = 1;  // the first k tokens (1 or 4)
+  const AttentionCapture* grid_of_ = nullptr;
+  int grid_of_k_ = -1;
+  int grid_of_queries_ = -1;
+  std::vector<float> grid_values_;  // [layer][head] share on the first grid_k_ tokens
 };
 
 }  // namespace kvscope::ui

@@ -36,6 +36,24 @@ CacheFootprint EvictionVariant::footprint(const ModelConfig& c) const {
   return {L.bytes_per_token(), 0.0};
 }
 
+namespace {
+
+// Passes each attention row to up to two observers (the policy's statistics, a capture).
+class FanOutObserver final : public AttentionObserver {
+ public:
+  FanOutObserver(AttentionObserver* a, AttentionObserver* b) : a_(a), b_(b) {}
+  void on_attention(int layer, int head, int query_pos, std::span<const float> weights) override {
+    if (a_ != nullptr) a_->on_attention(layer, head, query_pos, weights);
+    if (b_ != nullptr) b_->on_attention(layer, head, query_pos, weights);
+  }
+
+ private:
+  AttentionObserver* a_;
+  AttentionObserver* b_;
+};
+
+}  // namespace
+
 void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
                           const std::function<void(int, std::span<const float>)>& on_logits) {
   const ModelConfig& c = t.config();
@@ -70,9 +88,11 @@ void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
     attended_sum_ += evictor.num_live();
     ++stats_.queries;
     std::span<float> logits;
-    if (recorder) {
-      recorder->set_slot_positions(evictor.slot_tokens());
-      TokenIndexObserver observer(*recorder, token_index);
+    if (recorder) recorder->set_slot_positions(evictor.slot_tokens());
+    if (options_.capture != nullptr) options_.capture->set_slot_positions(evictor.slot_tokens());
+    FanOutObserver both(recorder.get(), options_.capture);
+    if (recorder || options_.capture != nullptr) {
+      TokenIndexObserver observer(both, token_index);
       logits = t.forward(window[static_cast<std::size_t>(pos)], rope_pos, view, &observer);
     } else {
       logits = t.forward(window[static_cast<std::size_t>(pos)], rope_pos, view);

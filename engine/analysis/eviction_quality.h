@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/analysis/quality.h"
+#include "engine/evict/attention_stats.h"
 #include "engine/evict/token_evictor.h"
 
 namespace kvscope {
@@ -21,6 +22,9 @@ struct EvictionRunOptions {
   // compressed once to the budget; then the continuation runs. SnapKV is one-shot: it never
   // compresses again (its cache grows); the other policies keep evicting after each token.
   int context = 0;
+  // Optional: also records every query's attention as the evicted cache saw it (keys by their
+  // original token index; an evicted key receives nothing), e.g. for the UI's heatmap.
+  AttentionRecorder* capture = nullptr;
 };
 
 // What an eviction variant did over every window it ran.

@@ -123,6 +123,13 @@ std::vector<SinkReport> AttentionRecorder::detect_sinks(double threshold, int mi
   return out;
 }
 
+double AttentionRecorder::first_tokens_share(int layer, int head, int k) const {
+  if (queries_seen_ == 0) return 0.0;
+  double mass = 0.0;
+  for (int p = 0; p < std::min(k, shape_.max_positions); ++p) mass += cumulative(layer, head, p);
+  return mass / queries_seen_;
+}
+
 double AttentionRecorder::local_mass(int layer, int head, int recent) const {
   recent = std::clamp(recent, 1, kLocalMax);
   const int n = local_n_[lh(layer, head)];

@@ -54,6 +54,10 @@ class AttentionRecorder final : public AttentionObserver {
   std::vector<SinkReport> detect_sinks(double threshold = 4.0, int min_queries = 16) const;
   // Mean attention mass that (layer, head) puts on the `recent` most recent positions.
   double local_mass(int layer, int head, int recent) const;
+  // Mean over the queries seen of the attention mass (layer, head) puts on the first `k`
+  // positions of the sequence (original positions; an evicted one receives nothing): the
+  // attention-sink share. 0 before any query.
+  double first_tokens_share(int layer, int head, int k) const;
 
  private:
   std::size_t lh(int layer, int head) const {

@@ -186,8 +186,7 @@ TEST(AttachUi, BadEndpointsAreAModalAndTheRunStays) {
   AttachRequest req;
   req.endpoint = "tcp://*:5557";  // the engine's bind address, not one to connect to
   EXPECT_FALSE(shell.attach_live(req));
-  EXPECT_NE(shell.error_text().find("expected the engine's host to connect to"),
-            std::string::npos)
+  EXPECT_NE(shell.error_text().find("expected the engine's host to connect to"), std::string::npos)
       << shell.error_text();
   EXPECT_EQ(shell.session()->path(), minimal_scenario());
   req.endpoint = "udp://host:1";
@@ -237,7 +236,8 @@ TEST(AttachUi, BindModeListensForAnEngineThatConnects) {
       "listening"));
   EXPECT_NE(shell.attach_status().find("listening at " + req.endpoint), std::string::npos);
   Publisher engine(req.endpoint, "", "", /*connect=*/true);
-  ASSERT_TRUE(frames_until(shell, [&] { return engine.subscriptions() > 0; }, "subscription"));
+  ASSERT_TRUE(frames_until(
+      shell, [&] { return engine.subscriptions() > 0; }, "subscription"));
   engine.publish(batch_array(1.0, {stored_array({1, 2}, std::nullopt, 16)}));
   ASSERT_TRUE(frames_until(
       shell, [&] { return shell.state().num_steps() == 2; }, "the engine's first batch"));

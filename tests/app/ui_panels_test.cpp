@@ -375,6 +375,60 @@ TEST(AttentionPanel, DrawsTheQuantizationErrorOverlay) {
   }
 }
 
+// The sink grid: every layer x head, each cell the capture's share on the first token(s), equal to
+// the recorder's own figure; a click on a cell opens that head's heatmap.
+TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {
+  HeadlessImGui imgui(ImVec2(1000, 900));
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  run->wait();
+  AppState state(run->make_source());
+  state.set_step(60);
+  state.selected_request = 0;
+  AttentionPanel panel;
+  panel.set_sink_grid(true, 1);
+  ImGuiIO& io = ImGui::GetIO();
+  const auto frame = [&](ImVec2 mouse, bool click, const std::string& what) {
+    io.MousePos = mouse;
+    io.MouseDown[0] = click;
+    run_checked_frame(
+        [&] {
+          ImGui::SetNextWindowPos(ImVec2(0, 0));
+          ImGui::SetNextWindowSize(ImVec2(1000, 900));
+          ImGui::Begin("attention");
+          panel.draw(state);
+          ImGui::End();
+        },
+        what);
+  };
+  for (int f = 0; f < 4; ++f) {
+    frame(ImVec2(-1, -1), false, "capturing");
+    panel.wait_for_capture();
+  }
+  frame(ImVec2(-1, -1), false, "grid");
+  const AttentionCapture* cap = panel.capture(0);
+  ASSERT_NE(cap, nullptr);
+  ASSERT_EQ(panel.grid_values().size(), static_cast<std::size_t>(cap->n_layers * cap->n_heads));
+  for (int l = 0; l < cap->n_layers; ++l) {
+    for (int h = 0; h < cap->n_heads; ++h) {
+      const float v = panel.grid_values()[static_cast<std::size_t>(l * cap->n_heads + h)];
+      EXPECT_FLOAT_EQ(v, static_cast<float>(cap->recorder->first_tokens_share(l, h, 1)));
+      EXPECT_GE(v, 0.0f);
+      EXPECT_LE(v, 1.0f + 1e-5f);
+    }
+  }
+  // Sweep the mouse down the grid's right column until a click lands on a cell: it opens that
+  // head (the last head of some layer) and leaves the grid.
+  for (int y = 60; y < 880 && panel.sink_grid(); y += 20) {
+    frame(ImVec2(600, static_cast<float>(y)), false, "hover");
+    frame(ImVec2(600, static_cast<float>(y)), true, "click");
+    frame(ImVec2(600, static_cast<float>(y)), false, "release");
+  }
+  EXPECT_FALSE(panel.sink_grid()) << "no click reached a cell";
+  frame(ImVec2(-1, -1), false, "heatmap of the clicked head");
+  EXPECT_GE(panel.layer(), 0);
+  EXPECT_LT(panel.layer(), cap->n_layers);
+}
+
 TEST(ComparePanel, RunsTheVariantBesideTheCurrentRun) {
   HeadlessImGui imgui(ImVec2(1200, 800));
   std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), true);
