@@ -228,6 +228,53 @@ std::shared_ptr<AttentionCapture> capture_with(const RunInfo& info, const std::s
   return cap;
 }
 
+// A run that evicts tokens: the capture runs the same policy, so a query puts no weight on a key
+// the window already dropped, and its row still sums to 1 over the keys it kept.
+TEST(AttentionJob, UnderTokenEvictionTheWeightsAreTheEvictedCachesOwn) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  const std::shared_ptr<const RunInfo> info = run->run_info();
+  std::vector<int> tokens;
+  for (int i = 0; i < 96; ++i)
+    tokens.push_back(
+        info->prompts.at(0).at(static_cast<std::size_t>(i) % info->prompts.at(0).size()));
+  SimConfig config = info->config;
+  config.token_eviction.policy.kind = EvictionKind::kWindow;
+  config.token_eviction.policy.budget = 32;
+  AttentionJob job;
+  ASSERT_TRUE(job.start(info->model, config, 1, 0, tokens));
+  job.cancel_after_finish();
+  const std::shared_ptr<AttentionCapture> cap = job.take();
+  ASSERT_NE(cap, nullptr);
+  ASSERT_TRUE(cap->error.empty()) << cap->error;
+  EXPECT_TRUE(cap->under_eviction);
+  const AttentionRecorder& rec = *cap->recorder;
+  ASSERT_TRUE(rec.has_full_matrices());
+  for (int q : {40, 95}) {
+    for (int layer = 0; layer < cap->n_layers; ++layer) {
+      float kept = 0.0f;
+      for (int k = 0; k <= q; ++k) {
+        const float w = rec.weight(layer, 0, q, k);
+        if (k <= q - 32) {
+          EXPECT_EQ(w, 0.0f) << "query " << q << " reads evicted key " << k;
+        }
+        kept += w;
+      }
+      EXPECT_NEAR(kept, 1.0f, 1e-4f) << "query " << q << " layer " << layer;
+    }
+  }
+  // Without eviction the same query reads the early keys.
+  config.token_eviction = {};
+  AttentionJob dense;
+  ASSERT_TRUE(dense.start(info->model, config, 1, 0, tokens));
+  dense.cancel_after_finish();
+  const std::shared_ptr<AttentionCapture> full = dense.take();
+  ASSERT_NE(full, nullptr);
+  EXPECT_FALSE(full->under_eviction);
+  float early = 0.0f;
+  for (int k = 0; k <= 95 - 32; ++k) early += full->recorder->weight(0, 0, 95, k);
+  EXPECT_GT(early, 0.0f);
+}
+
 TEST(AttentionJob, MeasuresTheQuantizationErrorOfAQuantizedRun) {
   std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
   const std::shared_ptr<const RunInfo> info = run->run_info();
