@@ -106,7 +106,8 @@ int run_app(const AppOptions& options) {
     if (capture && !live) session->wait();
     UiShell shell(std::move(session), fonts);
     if (options.presenter) shell.set_presenter(true);
-    shell.set_workspace(live ? UiShell::kLiveWorkspace : options.workspace);
+    shell.set_workspace(live && !options.workspace_given ? UiShell::kLiveWorkspace
+                                                         : options.workspace);
     if (capture && !live) {
       shell.state().playing = false;
       shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);

@@ -16,6 +16,7 @@ struct AppOptions {
   int frames = 30;
   bool presenter = false;
   int workspace = 0;  // --view: 0 pool, 1 prefix, 2 attention & quality, 3 compare, 4 live
+  bool workspace_given = false;  // --view was given (else --attach opens the live workspace)
   int width = 1600;
   int height = 1000;
 };

@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
                     "\"");
       }
       options.workspace = found;
+      options.workspace_given = true;
     } else if (arg == "--attach") {
       const char* v = value("--attach");
       if (!v) return fail("--attach: expected an endpoint such as tcp://127.0.0.1:5557");
@@ -109,8 +110,12 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       const long n = v ? std::strtol(v, &end, 10) : 0;
       const bool dp = arg == "--dp";
-      if (!v || *end != '\0' || n < (dp ? 1 : 16) || n > (dp ? 256 : (1 << 20)))
-        return fail(arg + (dp ? ": expected 1..256" : ": expected 16..1048576"));
+      if (!v || *end != '\0' || n < (dp ? 1 : 16) || n > (dp ? 256 : (1 << 20))) {
+        return fail(arg +
+                    (dp ? ": expected an integer in [1, 256], got '"
+                        : ": expected an integer in [16, 1048576], got '") +
+                    (v ? v : "") + "'");
+      }
       (dp ? attach.dp : attach.slots) = static_cast<int>(n);
       attach_flags.push_back(arg);
     } else if (arg == "--bind") {

@@ -216,8 +216,10 @@ int cmd_attach(const Argv& argv) {
     fail_expected("--batches", "a positive integer", args.get("--batches"));
   check_endpoint(cfg.endpoint, cfg.dp_ranks, "ENDPOINT", cfg.bind);
   // The replay socket is always the engine's (a ROUTER it binds): kvscope connects to it.
-  if (args.has("--replay"))
+  if (args.has("--replay")) {
     check_endpoint(cfg.replay_endpoint, cfg.dp_ranks, "--replay", /*bind=*/false);
+    check_kv_ports_apart(cfg, "--replay");
+  }
   const bool json = args.has("--json");
   const std::string out_dir = args.get("--out", "kvscope-attach");
   // The output directory first: a bad --out fails now, not after an hour attached.

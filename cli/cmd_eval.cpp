@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/backend_flag.h"
 #include "cli/commands.h"
+#include "cli/eval_channels.h"
 #include "cli/eval_evict.h"
 #include "cli/eval_report.h"
 #include "cli/format.h"
@@ -67,6 +68,10 @@ token eviction (K/V fp32 unless --kv-dtype is given, so the loss is eviction's a
                              original; streaming.csv + streaming_ppl.png (use --long 2048+)
   --attention                attention structure on the windows (full cache): mass on the most
                              recent tokens per layer, sinks (--sink-threshold X, default 4)
+  --key-channels             KIVI's outlier channels: per layer, how far the largest key and
+                             value channel stand out (mean |x| over the median channel);
+                             key_channels.csv + key_channels.png for --layer L (default: the
+                             layer whose keys stand out most) in --out (default reports/kivi)
 
 MLA latent cache (the K/V projections factorized by SVD):
   --mla-rank R               latent rank R; latents in --kv-dtype, default fp32 here
@@ -142,6 +147,13 @@ void check_flag_rules(const Args& args) {
        "--mla-rank",
        {"--evict", "--sweep-evict", "--attention"},
        "MLA is not combined with --evict, --sweep-evict or --attention yet"},
+      {K::kConflicts,
+       "--key-channels",
+       {"--evict", "--sweep-evict", "--streaming", "--sweep", "--mla-sweep", "--mla-rank",
+        "--attention", "--kv-dtype", "--k-dtype", "--v-dtype"},
+       "measures the model's own K/V (fp32 cache): give it without eviction, sweeps, MLA or "
+       "formats"},
+      {K::kNeeds, "--layer", {"--key-channels"}, "only applies with --key-channels"},
   };
   for (const char* flag : kEvictFlags) {
     if (args.has(flag) && !args.has("--evict") && !args.has("--sweep-evict") &&
@@ -188,9 +200,10 @@ int cmd_eval(const Argv& argv) {
              "--mla-rope-dims",
              "--mla-rope-select",
              "--weight-format",
-             "--backend"},
+             "--backend",
+             "--layer"},
             {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep",
-             "--streaming"});
+             "--streaming", "--key-channels"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -276,6 +289,13 @@ int cmd_eval(const Argv& argv) {
   const int bucket = args.get_int("--bucket", args.has("--long") ? 256 : 0);
   if (bucket < 0) fail_expected("--bucket", "an integer >= 0", std::to_string(bucket));
 
+  if (args.has("--key-channels")) {
+    const int layer = args.get_int("--layer", -1);
+    if (args.has("--layer") && layer < 0)
+      fail_expected("--layer", "a layer index >= 0", args.get("--layer"));
+    return run_key_channels(loaded.model, *backend, windows, source, layer,
+                            args.get("--out", "reports/kivi"), args.has("--json"));
+  }
   if (args.has("--attention")) {
     const double threshold = args.get_double("--sink-threshold", 4.0);
     if (!(threshold > 0.0))

@@ -39,6 +39,7 @@ AttachFeed::AttachFeed(const AttachRequest& request, std::shared_ptr<std::atomic
   cfg.bind = request_.bind;
   cfg.model.max_live_blocks = static_cast<std::size_t>(request_.slots);
   cfg.model.max_recorded_events = request_.max_recorded_events;
+  cfg.model.max_recorded_batches = request_.max_recorded_batches;
   client_ = std::make_unique<KvEventClient>(cfg);  // throws for bad endpoints, ports in use
   timeline_ = std::make_shared<Timeline>(live_header(request_));
   StepMetrics first;  // step 0: the moment of attach, nothing known yet
@@ -90,22 +91,31 @@ void AttachFeed::work() {
     std::lock_guard<std::mutex> lock(mutex_);
     error_ = "attach " + request_.endpoint + ": stopped: " + e.what();
   }
-  publish(seconds());
+  try {
+    publish(seconds());  // the state at detach
+  } catch (...) {
+    // The last snapshot stays as it was (an error that stopped the loop may stop this too).
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto last = std::make_shared<AttachSnapshot>(*snapshot_);
     last->stopped = true;
     snapshot_ = std::move(last);
   }
+  // Detached: close the sockets, so nothing queues behind the view and a bound port is free.
+  client_.reset();
   *running_ = false;
 }
 
 void AttachFeed::sample(double seconds) {
-  if (sample_count_++ % sample_stride_ != 0) return;
   const KvEventModel& model = client_->model();
   AttachSample s;
-  s.step = timeline_->num_steps() - 1;
+  s.batches = client_->totals().batches;
   s.seconds = seconds;
+  if (s.batches != last_batches_) {
+    last_batches_ = s.batches;
+    last_batch_seconds_ = seconds;
+  }
   for (const auto& [rm, n] : model.live_by_rank_medium()) {
     auto it = std::find(series_.begin(), series_.end(), rm);
     if (it == series_.end()) {
@@ -120,8 +130,14 @@ void AttachFeed::sample(double seconds) {
   s.stored = c.blocks_stored;
   s.removed = c.blocks_removed + c.blocks_cleared;
   s.short_lived = c.short_lived;
-  samples_.push_back(std::move(s));
-  if (samples_.size() >= kMaxAttachSamples) {
+  // Every n-th sample is kept; the newest state is always the last one (replaced until kept).
+  const bool keep = sample_count_++ % sample_stride_ == 0;
+  if (head_is_extra_ && !samples_.empty())
+    samples_.back() = std::move(s);
+  else
+    samples_.push_back(std::move(s));
+  head_is_extra_ = !keep;
+  if (keep && samples_.size() >= kMaxAttachSamples) {
     // Halve the resolution: keep every other sample (the first and the newest stay).
     std::vector<AttachSample> kept;
     kept.reserve(samples_.size() / 2 + 1);
@@ -141,7 +157,12 @@ void AttachFeed::publish(double seconds) {
   s->seconds = seconds;
   s->status_line = client_->status_line();
   s->ranks = client_->ranks();
+  for (const KvRankStats& r : s->ranks) {
+    const auto it = model.by_rank().find(r.rank);
+    s->rank_live.push_back(it == model.by_rank().end() ? 0 : it->second.live);
+  }
   s->totals = client_->totals();
+  s->last_batch_seconds = last_batch_seconds_;
   s->counters = model.totals();
   s->block_size = model.block_size();
   s->series = series_;

@@ -5,10 +5,11 @@
 // snapshot of the counters about five times a second for the Live attach panel and the status bar.
 //
 // MEMORY stays bounded however long it runs: the Timeline and the model's recording stop growing
-// at AttachRequest::max_recorded_events (then the counters and plots go on, the scrubber stops:
-// the panel says so); the over-time samples are halved in resolution whenever they reach
-// kMaxAttachSamples; the live block map is capped at `slots` blocks (stores past it are counted as
-// untracked).
+// at AttachRequest::max_recorded_events / max_recorded_batches (then the counters and plots go
+// on, the scrubber stops: the panel says so); the over-time samples are halved in resolution
+// whenever they reach kMaxAttachSamples; the live block map is capped at `slots` blocks (stores
+// past it are counted as untracked). Detaching closes the sockets (nothing queues up behind a
+// detached view, and a bound port is free again).
 #pragma once
 
 #include <atomic>
@@ -36,13 +37,15 @@ struct AttachRequest {
   bool bind = false;
   int slots = 65536;  // live blocks shown (the block map's size); more are counted as untracked
   std::size_t max_recorded_events = 2'000'000;  // the scrubbable history (40 bytes each, twice)
+  std::size_t max_recorded_batches = 500'000;   // its steps (~150 bytes each with their metrics)
 };
 
 inline constexpr std::size_t kMaxAttachSamples = 4096;
 
 // The counters at one moment, for the plots over time.
 struct AttachSample {
-  int step = 0;                    // the Timeline's last step then
+  std::int64_t batches = 0;        // batches applied by then (= the Timeline's step until the
+                                   // history is full; it goes on counting after)
   double seconds = 0.0;            // since attach
   std::vector<std::int64_t> live;  // per AttachSnapshot::series (later series: absent = 0)
   std::int64_t stored = 0;         // cumulative blocks stored
@@ -57,11 +60,13 @@ struct AttachSnapshot {
   double seconds = 0.0;  // since attach
   std::string status_line;
   std::vector<KvRankStats> ranks;
+  std::vector<std::int64_t> rank_live;  // [rank] live blocks now
   KvRankStats totals;
+  double last_batch_seconds = -1.0;  // since attach, when the last batch came (-1: none yet)
   KvModelCounters counters;
   std::int64_t block_size = 0;
   std::vector<std::pair<int, std::string>> series;  // (rank, medium), in order of appearance
-  std::vector<AttachSample> samples;
+  std::vector<AttachSample> samples;  // oldest first; the last one is always the newest state
   std::map<std::string, KvLoraCount> loras;
   std::vector<KvSharedPrefix> shared_prefixes;  // the deepest few
   bool recording_truncated = false;
@@ -100,6 +105,9 @@ class AttachFeed {
   std::vector<AttachSample> samples_;
   int sample_stride_ = 1;  // keep every n-th sample after halving
   int sample_count_ = 0;
+  bool head_is_extra_ = false;  // the last sample is the newest state, not a kept one
+  std::int64_t last_batches_ = 0;
+  double last_batch_seconds_ = -1.0;
   std::shared_ptr<std::atomic<bool>> running_;
   std::atomic<bool> stop_{false};
   std::thread worker_;

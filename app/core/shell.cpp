@@ -122,6 +122,9 @@ bool UiShell::open(const std::string& path, const PolicyOverride& policy,
 }
 
 bool UiShell::attach_live(const AttachRequest& request) {
+  // A stream being followed lets go of its sockets first (attaching again to the same port in
+  // bind mode needs it); its recording stays shown if the new attach fails.
+  if (session_ && session_->attach_feed()) session_->stop();
   try {
     attach(RunSession::attach(request));
     set_workspace(kLiveWorkspace);
@@ -312,8 +315,12 @@ void UiShell::draw_menu_bar() {
   const float room = ImGui::GetWindowWidth() - tabs_end_x_ - 24.0f - tag_w - status_w - 16.0f;
   std::string shown = what;
   if (ImGui::CalcTextSize(shown.c_str()).x > room) {
-    while (!shown.empty() && ImGui::CalcTextSize((shown + "...").c_str()).x > room)
-      shown.pop_back();
+    while (!shown.empty() && ImGui::CalcTextSize((shown + "...").c_str()).x > room) {
+      // Drop a whole UTF-8 character (its continuation bytes, then its lead byte).
+      while (!shown.empty() && (static_cast<unsigned char>(shown.back()) & 0xC0) == 0x80)
+        shown.pop_back();
+      if (!shown.empty()) shown.pop_back();
+    }
     shown = shown.empty() ? std::string() : shown + "...";
   }
   const float x =
@@ -434,13 +441,10 @@ void UiShell::draw_attach_bar(const AttachFeed& feed) {
   ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
   ImGui::PushStyleColor(ImGuiCol_WindowBg, mix_color(pal.panel_bg, pal.accent, 0.12f));
   if (ImGui::Begin("##attach_status", nullptr, flags)) {
-    // A dot: green while batches flow, amber while waiting, grey once detached.
-    bool any_down = false;
-    for (const KvRankStats& r : snap->ranks)
-      any_down = any_down || r.connection == KvConnection::kDisconnected;
-    const ImU32 dot = snap->stopped                             ? pal.text_dim
-                      : (snap->totals.batches > 0 && !any_down) ? series_color(2)
-                                                                : pal.warn;
+    // A dot: green while batches flow, amber while waiting or idle, grey once detached.
+    const ImU32 dot = snap->stopped           ? pal.text_dim
+                      : attach_flowing(*snap) ? series_color(2)
+                                              : pal.warn;
     const float r = ImGui::GetFontSize() * 0.3f;
     const ImVec2 p = ImGui::GetCursorScreenPos();
     ImGui::GetWindowDrawList()->AddCircleFilled(

@@ -3,6 +3,7 @@
 #include "app/panels/attach_panel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "app/core/theme.h"
@@ -33,6 +34,32 @@ std::string seconds_text(double s) {
 }
 
 }  // namespace
+
+// Batch k of the stream is step k of the timeline (step 0 = the attach), until the history is
+// full; the samples say when each batch count was reached.
+double seconds_at_step(const AttachSnapshot& snap, int step) {
+  for (const AttachSample& a : snap.samples)
+    if (a.batches >= step) return a.seconds;
+  return snap.samples.empty() ? NAN : snap.samples.back().seconds;
+}
+
+int step_at_seconds(const AttachSnapshot& snap, double seconds) {
+  std::int64_t batches = 0;
+  for (const AttachSample& a : snap.samples) {
+    if (a.seconds > seconds) break;
+    batches = a.batches;
+  }
+  return static_cast<int>(std::min<std::int64_t>(batches, 1 << 30));
+}
+
+bool attach_flowing(const AttachSnapshot& snap) {
+  if (snap.stopped || snap.last_batch_seconds < 0 || snap.seconds - snap.last_batch_seconds > 10.0)
+    return false;
+  for (const KvRankStats& r : snap.ranks)
+    if (r.connection == KvConnection::kDisconnected || r.connection == KvConnection::kListening)
+      return false;
+  return true;
+}
 
 std::string AttachPanel::help() const {
   return "vLLM and SGLang publish every KV block their prefix cache stores and removes (ZeroMQ, "
@@ -76,7 +103,7 @@ std::vector<PlotSeries> AttachPanel::live_series(const AttachSnapshot& snap) {
     s.label = one_rank ? medium : "rank " + std::to_string(rank) + " " + medium;
     s.color = series_color(static_cast<int>(k));
     for (const AttachSample& a : snap.samples) {
-      s.x.push_back(a.step);
+      s.x.push_back(a.seconds);
       s.y.push_back(k < a.live.size() ? static_cast<double>(a.live[k]) : 0.0);
     }
     out.push_back(std::move(s));
@@ -100,7 +127,7 @@ std::vector<PlotSeries> AttachPanel::rate_series(const AttachSnapshot& snap) {
     for (auto [series, value] :
          {std::pair{&stored, b.stored - a.stored}, std::pair{&removed, b.removed - a.removed},
           std::pair{&churn, b.short_lived - a.short_lived}}) {
-      series->x.push_back(b.step);
+      series->x.push_back(b.seconds);
       series->y.push_back(static_cast<double>(value) / dt);
     }
   }
@@ -108,15 +135,18 @@ std::vector<PlotSeries> AttachPanel::rate_series(const AttachSnapshot& snap) {
 }
 
 void AttachPanel::draw_ranks(const AttachSnapshot& snap) {
+  // Up to four ranks shown at once; more scroll (the header row stays).
   const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
-                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_ScrollX;
+                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_ScrollX |
+                                ImGuiTableFlags_ScrollY;
   const float rows = static_cast<float>(std::min<std::size_t>(snap.ranks.size(), 4) + 1);
-  if (!ImGui::BeginTable("##ranks", 10, flags,
-                         ImVec2(0, rows * ImGui::GetTextLineHeightWithSpacing() + 6.0f)))
-    return;
-  for (const char* h : {"rank", "publisher", "connection", "batches", "live", "gaps", "replayed",
-                        "lost", "restarts", "lag"})
-    ImGui::TableSetupColumn(h);
+  const float h = rows * (ImGui::GetTextLineHeight() + ImGui::GetStyle().CellPadding.y * 2.0f) +
+                  ImGui::GetStyle().ScrollbarSize + 4.0f;
+  if (!ImGui::BeginTable("##ranks", 10, flags, ImVec2(0, h))) return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  for (const char* name : {"rank", "publisher", "connection", "batches", "live", "gaps", "replayed",
+                           "lost", "restarts", "lag"})
+    ImGui::TableSetupColumn(name);
   ImGui::TableHeadersRow();
   for (const KvRankStats& r : snap.ranks) {
     ImGui::TableNextColumn();
@@ -135,11 +165,8 @@ void AttachPanel::draw_ranks(const AttachSnapshot& snap) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(format_count(static_cast<double>(r.batches)).c_str());
     ImGui::TableNextColumn();
-    std::int64_t live = 0;
-    for (std::size_t k = 0; k < snap.series.size(); ++k)
-      if (snap.series[k].first == r.rank && !snap.samples.empty() &&
-          k < snap.samples.back().live.size())
-        live += snap.samples.back().live[k];
+    const std::int64_t live =
+        static_cast<std::size_t>(r.rank) < snap.rank_live.size() ? snap.rank_live[r.rank] : 0;
     ImGui::TextUnformatted(format_count(static_cast<double>(live)).c_str());
     ImGui::TableNextColumn();
     ImGui::Text("%lld", static_cast<long long>(r.gaps));
@@ -195,12 +222,16 @@ void AttachPanel::draw_tables(const AttachSnapshot& snap) {
     for (std::size_t i = 0; i < snap.shared_prefixes.size(); ++i) {
       const KvSharedPrefix& p = snap.shared_prefixes[i];
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_count(static_cast<double>(p.tokens)).c_str());
+      const char* at_least = p.complete ? "" : ">= ";
+      ImGui::Text("%s%s", at_least, format_count(static_cast<double>(p.tokens)).c_str());
       item_tooltip(("block " + std::to_string(p.slot) +
-                    " in the block map and the prefix tree (kvscope's slot number)")
+                    " in the block map and the prefix tree (kvscope's slot number)" +
+                    (p.complete ? std::string()
+                                : std::string("; part of its chain was stored before attach, "
+                                              "in a lost batch or is gone: at least this long")))
                        .c_str());
       ImGui::TableNextColumn();
-      ImGui::Text("%d", p.blocks);
+      ImGui::Text("%s%d", at_least, p.blocks);
       ImGui::TableNextColumn();
       ImGui::Text("%d", p.branches);
       ImGui::TableNextColumn();
@@ -303,14 +334,14 @@ void AttachPanel::draw(AppState& state) {
       PlotConfig cfg;
       cfg.id = id;
       cfg.title = title;
-      cfg.x.label = "batch (step)";
+      cfg.x.label = "seconds since attach";
       cfg.y.label = y_label;
       cfg.size = ImVec2(-1.0f, h);
-      cfg.cursor_x = state.step();
+      cfg.cursor_x = seconds_at_step(*snap, state.step());
       cfg.line_scale = state.presenter ? 1.6f : 1.0f;
       const PlotResult r = plot(cfg, series);
       if (r.clicked || (r.hovered && ImGui::IsMouseDragging(ImGuiMouseButton_Left)))
-        state.set_step(static_cast<int>(r.mouse_x + 0.5));
+        state.set_step(step_at_seconds(*snap, r.mouse_x));
       if (!r.exported.empty()) export_message_ = r.exported;
     };
     cell("attach_live", "Cached blocks", "blocks", live_);

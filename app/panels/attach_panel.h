@@ -37,5 +37,10 @@ class AttachPanel final : public Panel {
 
 // One line for the status bar: connection per rank, batches, live blocks, lag, gaps.
 std::string attach_status_text(const AttachSnapshot& snap);
+// The plots' x (seconds since attach) of the timeline's `step`, and back (tests too).
+double seconds_at_step(const AttachSnapshot& snap, int step);
+int step_at_seconds(const AttachSnapshot& snap, double seconds);
+// Whether batches are flowing: one came in the last 10 s and no rank is down or still listening.
+bool attach_flowing(const AttachSnapshot& snap);
 
 }  // namespace kvscope::ui

@@ -45,6 +45,7 @@ void AttentionPanel::scan_tokens(const AppState& state) {
     fed_.clear();
     captures_.clear();
     view_of_ = nullptr;
+    grid_of_.reset();
     last_error_.clear();
   }
   const int last = state.num_steps() - 1;
@@ -166,13 +167,15 @@ void AttentionPanel::build_view(const AttentionCapture& cap, int n) {
   std::sort(sinks_.begin(), sinks_.end());
 }
 
-void AttentionPanel::draw_sink_grid(AppState& state, const AttentionCapture& cap) {
+void AttentionPanel::draw_sink_grid(AppState& state,
+                                    const std::shared_ptr<const AttentionCapture>& held) {
+  const AttentionCapture& cap = *held;
   const Palette& pal = palette(state.presenter);
   const AttentionRecorder& rec = *cap.recorder;
   const int L = cap.n_layers, H = cap.n_heads;
   if (L <= 0 || H <= 0) return;
-  if (grid_of_ != &cap || grid_of_k_ != grid_k_ || grid_of_queries_ != rec.queries_seen()) {
-    grid_of_ = &cap;
+  if (grid_of_ != held || grid_of_k_ != grid_k_ || grid_of_queries_ != rec.queries_seen()) {
+    grid_of_ = held;
     grid_of_k_ = grid_k_;
     grid_of_queries_ = rec.queries_seen();
     grid_values_.assign(static_cast<std::size_t>(L) * H, 0.0f);
@@ -449,7 +452,7 @@ void AttentionPanel::draw(AppState& state) {
     return;
   }
   if (grid_) {
-    draw_sink_grid(state, *cap);
+    draw_sink_grid(state, cit->second);
     return;
   }
   build_view(*cap, n);

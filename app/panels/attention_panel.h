@@ -64,7 +64,7 @@ class AttentionPanel final : public Panel {
   void build_view(const AttentionCapture& cap, int n);
   void draw_matrix(AppState& state, const AttentionCapture& cap, int n);
   void draw_cumulative(AppState& state, const AttentionCapture& cap, int n);
-  void draw_sink_grid(AppState& state, const AttentionCapture& cap);
+  void draw_sink_grid(AppState& state, const std::shared_ptr<const AttentionCapture>& cap);
   std::string token_text(const AppState& state, const AttentionCapture& cap, int pos) const;
   // Quantization-error overlay (attention_qerr.cpp).
   std::optional<KvFormat> wanted_preview(const RunInfo& info) const;  // fp32 runs with overlay
@@ -97,8 +97,8 @@ class AttentionPanel final : public Panel {
   std::vector<int> sinks_;   // sink positions for the layer/head shown
   // The sink grid.
   bool grid_ = false;
-  int grid_k_ = 1;  // the first k tokens (1 or 4)
-  const AttentionCapture* grid_of_ = nullptr;
+  int grid_k_ = 1;                                   // the first k tokens (1 or 4)
+  std::shared_ptr<const AttentionCapture> grid_of_;  // held: its address cannot be reused
   int grid_of_k_ = -1;
   int grid_of_queries_ = -1;
   std::vector<float> grid_values_;  // [layer][head] share on the first grid_k_ tokens

@@ -145,7 +145,7 @@ void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::str
 // With N ranks the publishers take ports P..P+N-1 and the replay sockets R..R+N-1: on one host
 // the two ranges must not overlap (the engine itself could not bind them; rank 1's publisher at
 // 5558 is rank 0's replay socket with the usual 5557 / 5558 and two ranks).
-void check_rank_ports_apart(const KvAttachConfig& cfg) {
+void check_kv_ports_apart(const KvAttachConfig& cfg, const std::string& flag) {
   std::string pub_host, replay_host;
   long pub = 0, replay = 0;
   if (!starts_with(cfg.endpoint, "tcp://") || !starts_with(cfg.replay_endpoint, "tcp://") ||
@@ -153,8 +153,12 @@ void check_rank_ports_apart(const KvAttachConfig& cfg) {
       !split_tcp(cfg.replay_endpoint, replay_host, replay))
     return;
   const long n = cfg.dp_ranks;
-  if (pub_host == replay_host && pub < replay + n && replay < pub + n) {
-    fail_expected("replay endpoint",
+  // One machine under two names counts as one (the usual loopback spellings).
+  auto canonical = [](const std::string& h) {
+    return h == "localhost" || h == "[::1]" ? std::string("127.0.0.1") : h;
+  };
+  if (canonical(pub_host) == canonical(replay_host) && pub < replay + n && replay < pub + n) {
+    fail_expected(flag,
                   "a port outside the publishers' " + std::to_string(pub) + ".." +
                       std::to_string(pub + n - 1) + " (each of the " + std::to_string(n) +
                       " ranks takes port + rank for both sockets)",
@@ -529,7 +533,7 @@ KvEventClient::KvEventClient(KvAttachConfig config) : impl_(std::make_unique<Imp
   check_kv_endpoint(impl_->cfg.endpoint, impl_->cfg.dp_ranks, "endpoint", impl_->cfg.bind);
   if (!impl_->cfg.replay_endpoint.empty()) {
     check_kv_endpoint(impl_->cfg.replay_endpoint, impl_->cfg.dp_ranks, "replay endpoint");
-    check_rank_ports_apart(impl_->cfg);
+    check_kv_ports_apart(impl_->cfg, "replay endpoint");
   }
   impl_->ranks.resize(static_cast<std::size_t>(impl_->cfg.dp_ranks));
   try {

@@ -52,6 +52,10 @@ std::string kv_rank_endpoint(const std::string& base, int rank);
 void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::string& flag,
                        bool bind = false);
 
+// Throws kvscope::Error naming `flag` when the publishers' ports (endpoint + 0..dp_ranks-1) and
+// the replay sockets' ports overlap on one host (the engine could not bind them either).
+void check_kv_ports_apart(const KvAttachConfig& config, const std::string& flag);
+
 enum class KvConnection : std::uint8_t {
   kUnknown,       // inproc, or not reported yet
   kConnected,     // the SUB socket has a TCP / IPC connection to the publisher

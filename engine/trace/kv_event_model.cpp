@@ -91,6 +91,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
   if (block_size_ == 0) block_size_ = ev.block_size;
   const std::uint16_t lora = lora_id(ev);
   std::int32_t parent_slot = -1, depth = 0;
+  bool rooted = !ev.parent_hash;  // a first block; else as rooted as the parent
   if (ev.parent_hash) {
     auto it = live_.find(Key{*ev.parent_hash, sc});
     if (it == live_.end()) {
@@ -98,6 +99,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     } else {
       parent_slot = it->second.slot;
       depth = it->second.depth;
+      rooted = it->second.rooted;
     }
   }
   bool has_parent = parent_slot >= 0;
@@ -121,6 +123,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
       has_parent = false;  // the chain continues from a block we do not hold
       depth = 0;
       parent_slot = -1;
+      rooted = false;
       continue;
     } else {
       if (!free_slots_.empty()) {
@@ -140,6 +143,9 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
       });
     }
     const std::int32_t slot = it->second.slot;
+    it->second.rooted = rooted;
+    it->second.block_tokens =
+        static_cast<std::int32_t>(std::clamp<std::int64_t>(ev.block_size, 0, 1 << 20));
     it->second.parent = parent_slot;
     it->second.parent_gen = parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(parent_slot)] : 0;
     record(Event{EventType::kBlockAllocated, 0, -1, slot, d, parent_slot, ev.block_size});
@@ -340,7 +346,8 @@ std::vector<KvSharedPrefix> KvEventModel::deepest_shared_prefixes(std::size_t n)
     p.lora = loras_[node.live->lora];
     p.blocks = node.live->depth < std::numeric_limits<std::int32_t>::max() ? node.live->depth + 1
                                                                            : node.live->depth;
-    p.tokens = static_cast<std::int64_t>(p.blocks) * block_size_;
+    p.tokens = static_cast<std::int64_t>(p.blocks) * node.live->block_tokens;
+    p.complete = node.live->rooted;
     p.branches = node.kids;
     p.slot = node.live->slot;
     out.push_back(std::move(p));

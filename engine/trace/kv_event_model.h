@@ -53,9 +53,13 @@ struct KvSharedPrefix {
   std::string medium;
   std::string lora;           // "base" without a LoRA adapter
   std::int32_t blocks = 0;    // the prefix's length in blocks (its depth + 1)
-  std::int64_t tokens = 0;    // blocks x block size
+  std::int64_t tokens = 0;    // blocks x its block size
   std::int32_t branches = 0;  // live children: continuations that share it
-  std::int32_t slot = -1;     // its slot in the recording (the block map, the prefix tree)
+  // The chain reaches a first block (parent nil) through blocks kvscope holds. false: an
+  // ancestor was stored before attach, in a lost batch, past the slot cap or is gone, so the
+  // prefix is at least `blocks` long.
+  bool complete = true;
+  std::int32_t slot = -1;  // its slot in the recording (the block map, the prefix tree)
 };
 
 // Live and stored blocks of one LoRA namespace.
@@ -137,9 +141,11 @@ class KvEventModel {
     std::int32_t slot;
     std::int32_t depth;
     double stored_ts;
-    std::int32_t parent = -1;      // the parent's slot, -1 for a first block
-    std::uint32_t parent_gen = 0;  // that slot's generation then (a reused slot is not it)
-    std::uint16_t lora = 0;        // LoRA namespace id
+    std::int32_t parent = -1;       // the parent's slot, -1 for a first block
+    std::uint32_t parent_gen = 0;   // that slot's generation then (a reused slot is not it)
+    std::uint16_t lora = 0;         // LoRA namespace id
+    bool rooted = false;            // its chain reaches a first block through live blocks
+    std::int32_t block_tokens = 0;  // the block size its BlockStored gave
   };
   struct Step {
     std::uint64_t end;  // one past its last recorded event

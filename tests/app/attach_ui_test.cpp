@@ -136,11 +136,24 @@ TEST(AttachUi, FollowsALiveStreamAndDetachKeepsTheRecording) {
   EXPECT_EQ(last["CPU"], 1);
   const std::vector<PlotSeries> rates = AttachPanel::rate_series(*snap);
   ASSERT_EQ(rates.size(), 3u);
-  double stored_total = 0;  // rate x interval summed = blocks stored since the first sample
-  for (std::size_t i = 0; i < rates[0].y.size(); ++i) EXPECT_GE(rates[0].y[i], 0.0);
-  for (std::size_t i = 1; i < snap->samples.size(); ++i)
-    stored_total += static_cast<double>(snap->samples[i].stored - snap->samples[i - 1].stored);
-  EXPECT_EQ(stored_total + static_cast<double>(snap->samples.front().stored), 7.0);
+  // Rate x interval, summed, gives back the blocks stored between the first and the last sample.
+  double stored = 0.0;
+  for (std::size_t i = 0; i < rates[0].x.size(); ++i) {
+    EXPECT_GE(rates[0].y[i], 0.0);
+    const double t1 = rates[0].x[i];
+    double t0 = 0.0;  // the sample before this one
+    for (const AttachSample& a : snap->samples)
+      if (a.seconds < t1) t0 = a.seconds;
+    stored += rates[0].y[i] * (t1 - t0);
+  }
+  EXPECT_NEAR(stored + static_cast<double>(snap->samples.front().stored), 7.0, 1e-6);
+  // The plots' time axis and the scrubber agree: the newest step is at the newest sample.
+  EXPECT_EQ(step_at_seconds(*snap, snap->samples.back().seconds), 5);
+  EXPECT_EQ(seconds_at_step(*snap, 5), [&] {
+    for (const AttachSample& a : snap->samples)
+      if (a.batches >= 5) return a.seconds;
+    return -1.0;
+  }());
   // The status bar and the panel.
   EXPECT_NE(shell.attach_status().find("attached to " + engine.endpoint()), std::string::npos)
       << shell.attach_status();
@@ -232,8 +245,9 @@ TEST(AttachUi, BindModeListensForAnEngineThatConnects) {
   req.bind = true;
   ASSERT_TRUE(shell.attach_live(req));
   ASSERT_TRUE(frames_until(
-      shell, [&] { return shell.attach_status().find("listening") != std::string::npos; },
-      "listening"));
+      shell, [&] { return shell.attach_status().find("rank 0 listening") != std::string::npos; },
+      "rank 0 listening"))
+      << shell.attach_status();
   EXPECT_NE(shell.attach_status().find("listening at " + req.endpoint), std::string::npos);
   Publisher engine(req.endpoint, "", "", /*connect=*/true);
   ASSERT_TRUE(frames_until(
@@ -246,6 +260,8 @@ TEST(AttachUi, BindModeListensForAnEngineThatConnects) {
       "connected"))
       << shell.attach_status();
   EXPECT_EQ(shell.state().source().attach_feed()->snapshot()->counters.live, 2);
+  // Attaching again to the same address: the first attach lets go of its socket first.
+  ASSERT_TRUE(shell.attach_live(req)) << shell.error_text();
 }
 
 }  // namespace

@@ -472,7 +472,8 @@ TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {
   }
   EXPECT_FALSE(panel.sink_grid()) << "no click reached a cell";
   frame(ImVec2(-1, -1), false, "heatmap of the clicked head");
-  EXPECT_GE(panel.layer(), 0);
+  EXPECT_GT(panel.head(), 0) << "x = 600 is right of the first head's column";
+  EXPECT_LT(panel.head(), cap->n_heads);
   EXPECT_LT(panel.layer(), cap->n_layers);
 }
 

@@ -1,42 +1,54 @@
-// The lesson of scenarios/smollm2-sinks.json, on the real model through the Simulator: with 4
-// sink tokens kept the answer stays fluent; with the plain 48-token window (token 0 evicted) it
-// collapses into repetition. Measured: distinct tokens among the last 64 generated (32 with the
-// sinks, 3 without).
+// The lesson of scenarios/smollm2-sinks.json, measured on the real model with the scenario's
+// 48-token cache: dropping the first token (a plain window) costs SmolLM2 much more than keeping
+// 4 sink tokens + the most recent, teacher-forced on 192 tokens of GPL-3 against the full cache.
+// (Greedy generation shows it too, as repetition, but how soon it collapses depends on the last
+// bit of the arithmetic, so the test scores a fixed text instead.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <set>
+#include <fstream>
+#include <iterator>
 
+#include "engine/analysis/eviction_quality.h"
+#include "engine/analysis/quality.h"
+#include "engine/infer/transformer.h"
 #include "engine/scenario/scenario.h"
-#include "engine/sched/simulator.h"
+#include "tests/test_support.h"
 
 namespace kvscope {
 namespace {
 
-std::vector<int> answer_of(const Scenario& s, const std::string& variant) {
-  const ScenarioModelLoad model = load_scenario_model(s, "", false);
-  ResolvedRun run = resolve_scenario(s, variant, model.shape, model.tokenizer.get());
-  Simulator sim(run.config, SimModel{model.shape, model.weights}, std::move(run.requests));
-  sim.run(s.steps.value_or(200));
-  return sim.request(0).generated_tokens();
-}
-
-std::size_t distinct_tail(const std::vector<int>& tokens, std::size_t n) {
-  const std::size_t from = tokens.size() > n ? tokens.size() - n : 0;
-  return std::set<int>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()).size();
-}
-
-TEST(SmolLM2Sinks, WithoutTheSinkTheAnswerCollapsesIntoRepetition) {
+TEST(SmolLM2Sinks, DroppingTheFirstTokenCostsMoreThanKeepingFourSinks) {
   const Scenario s = parse_scenario(
       (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "scenarios" / "smollm2-sinks.json").string());
-  const std::vector<int> sinks = answer_of(s, "base");
-  const std::vector<int> window = answer_of(s, "window");
-  ASSERT_GE(sinks.size(), 128u);
-  ASSERT_GE(window.size(), 128u);
-  const std::size_t with_sinks = distinct_tail(sinks, 64), without = distinct_tail(window, 64);
-  std::printf("distinct tokens in the last 64: sinks %zu, window %zu\n", with_sinks, without);
-  EXPECT_GE(with_sinks, 20u);          // measured 32
-  EXPECT_LE(without * 3, with_sinks);  // measured 3 ("year year year ... 1111")
+  const EvictionConfig& sinks_policy = s.cache.token_eviction.policy;
+  ASSERT_EQ(sinks_policy.kind, EvictionKind::kSinksWindow);
+  const auto& m = test::smollm2();
+  std::ifstream in("/usr/share/common-licenses/GPL-3", std::ios::binary);
+  ASSERT_TRUE(in) << "/usr/share/common-licenses/GPL-3 is missing (package base-files)";
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto backend = make_cpu_backend(2);
+  Transformer t(m.model, *backend);
+  const QualityEvaluator eval(
+      t, long_text_windows(*m.tokenizer, text.substr(0, 1100), 192, "GPL-3"), 16, {}, 192);
+  auto run = [&](const EvictionConfig& policy) {
+    EvictionRunOptions o;
+    o.evictor.policy = policy;
+    EvictionVariant v(o);
+    return eval.evaluate(v);
+  };
+  EvictionConfig window = sinks_policy;
+  window.kind = EvictionKind::kWindow;
+  window.sinks = 0;
+  const QualityReport with_sinks = run(sinks_policy), without = run(window);
+  std::printf(
+      "budget %d: dense ppl %.2f; 4 sinks ppl %.2f KL %.3f top-1 %.1f%%; window ppl %.2f KL "
+      "%.3f top-1 %.1f%%\n",
+      sinks_policy.budget, with_sinks.ppl_reference, with_sinks.ppl_variant, with_sinks.kl_mean,
+      100 * with_sinks.top1_agreement, without.ppl_variant, without.kl_mean,
+      100 * without.top1_agreement);
+  EXPECT_GT(without.kl_mean, 2.0 * with_sinks.kl_mean);          // measured 1.37 vs 0.19
+  EXPECT_GT(without.ppl_variant, 1.2 * with_sinks.ppl_variant);  // measured 72.0 vs 30.4
 }
 
 }  // namespace

@@ -303,12 +303,24 @@ TEST(KvEventModel, DeepestSharedPrefixesAreBlocksWithTwoLiveContinuations) {
   EXPECT_EQ(shared[1].rank, 0);
   EXPECT_EQ(shared[1].medium, "GPU");
   EXPECT_EQ(shared[1].lora, "base");
+  EXPECT_TRUE(shared[0].complete);
   EXPECT_EQ(m.deepest_shared_prefixes(1).size(), 1u);
   // B goes: the system prompt has one continuation left.
   m.apply(0, batch(6, {removed({20})}));
   shared = m.deepest_shared_prefixes(8);
   ASSERT_EQ(shared.size(), 1u);
   EXPECT_EQ(shared[0].blocks, 5);
+}
+
+// A chain whose first blocks kvscope never saw (stored before attach): its length is a lower bound.
+TEST(KvEventModel, APrefixWhoseAncestorsWereNeverSeenIsMarkedIncomplete) {
+  KvEventModel m;
+  m.apply(0, batch(1, {stored({50, 51}, 49)}));  // 49: stored before attach
+  m.apply(0, batch(2, {stored({60}, 51), stored({61}, 51)}));
+  const std::vector<KvSharedPrefix> shared = m.deepest_shared_prefixes(8);
+  ASSERT_EQ(shared.size(), 1u);
+  EXPECT_EQ(shared[0].blocks, 2);
+  EXPECT_FALSE(shared[0].complete);
 }
 
 TEST(KvEventModel, AReusedSlotIsNotTheParentOfTheOldBlocksChildren) {

@@ -1,0 +1,132 @@
+// kvscope eval --key-channels: see eval_channels.h.
+#include "cli/eval_channels.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "cli/format.h"
+#include "engine/analysis/kv_channels.h"
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/infer/transformer.h"
+#include "engine/kv/cache_manager.h"
+#include "engine/report/png_plot.h"
+
+namespace kvscope::cli {
+
+int run_key_channels(std::shared_ptr<const Model> model, Backend& backend,
+                     const std::vector<std::vector<int>>& windows, const std::string& source,
+                     int layer, const std::string& out_dir, bool json) {
+  const ModelConfig& c = model->config();
+  if (layer >= c.n_layers) {
+    fail_expected("--layer", "a layer in [0, " + std::to_string(c.n_layers - 1) + "]",
+                  std::to_string(layer));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the output directory: " + ec.message());
+  KvChannelStats stats(c.n_layers, c.n_kv_heads, c.head_dim());
+  const std::unique_ptr<Backend> recording = make_channel_stats_backend(backend, stats);
+  Transformer t(model, *recording);
+  long done = 0, total = 0;
+  for (const auto& w : windows) total += static_cast<long>(w.size());
+  {
+    ProgressLine bar("K/V channels");
+    for (const auto& w : windows) {
+      const int n = static_cast<int>(w.size());
+      const KvLayout layout = kv_layout_for(c, 16, (n + 15) / 16, KvFormat{}, KvFormat{});
+      KvCacheManager cache(layout, AllocatorKind::kPaged, n, true);
+      cache.require_add_sequence(SeqId(0));
+      for (int pos = 0; pos < n; ++pos) {
+        cache.require_append_slots(SeqId(0), 1);
+        t.forward(w[static_cast<std::size_t>(pos)], pos, cache.view(SeqId(0)));
+        bar(++done, total);
+      }
+    }
+  }
+  int shown = layer;
+  if (shown < 0) {  // the layer whose keys stand out most
+    shown = 0;
+    for (int l = 1; l < c.n_layers; ++l)
+      if (stats.outlier_ratio(KvKind::kKey, l) > stats.outlier_ratio(KvKind::kKey, shown))
+        shown = l;
+  }
+  const int hd = c.head_dim();
+  auto channel_name = [&](int ch) {
+    return "h" + std::to_string(ch / hd) + "." + std::to_string(ch % hd);
+  };
+  // Every layer x kind x channel.
+  write_file_atomically(out_dir + "/key_channels.csv", [&](std::ostream& out) {
+    out << "layer,kind,channel,kv_head,dim,mean_abs,max_abs,tokens\n";
+    for (int l = 0; l < c.n_layers; ++l)
+      for (KvKind kind : {KvKind::kKey, KvKind::kValue})
+        for (int ch = 0; ch < stats.channels(); ++ch)
+          out << l << "," << (kind == KvKind::kKey ? "K" : "V") << "," << ch << "," << ch / hd
+              << "," << ch % hd << "," << stats.mean_abs(kind, l, ch) << ","
+              << stats.max_abs(kind, l, ch) << "," << stats.tokens(l) << "\n";
+  });
+  PlotSpec p;
+  p.title = "Layer " + std::to_string(shown) + ": mean |x| per K/V channel";
+  p.x_label = "channel (kv_head * head_dim + dim)";
+  p.y_label = "mean |x| over " + std::to_string(stats.tokens(shown)) + " tokens";
+  for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+    PlotSeries s;
+    s.label = kind == KvKind::kKey ? "keys" : "values";
+    s.markers = true;
+    for (int ch = 0; ch < stats.channels(); ++ch) {
+      s.x.push_back(ch);
+      s.y.push_back(stats.mean_abs(kind, shown, ch));
+    }
+    p.series.push_back(std::move(s));
+  }
+  p.footnote = std::filesystem::path(model->source()).filename().string() + ", " +
+               std::filesystem::path(source).filename().string() +
+               "; keys after RoPE, as cached (kvscope eval --key-channels)";
+  write_png_plot(p, out_dir + "/key_channels.png");
+
+  if (json) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (int l = 0; l < c.n_layers; ++l) {
+      nlohmann::json top = nlohmann::json::array();
+      for (int ch : stats.top_channels(KvKind::kKey, l, 3)) top.push_back(ch);
+      layers.push_back({{"layer", l},
+                        {"key_outlier_ratio", stats.outlier_ratio(KvKind::kKey, l)},
+                        {"value_outlier_ratio", stats.outlier_ratio(KvKind::kValue, l)},
+                        {"top_key_channels", top}});
+    }
+    std::printf("%s\n", nlohmann::json{{"source", source},
+                                       {"tokens", stats.tokens(0)},
+                                       {"plotted_layer", shown},
+                                       {"layers", layers}}
+                            .dump(2)
+                            .c_str());
+  } else {
+    std::printf("K/V channel magnitude: %s, %ld tokens, %d layers x %d channels (%d KV heads x %d)\n",
+                source.c_str(), total, c.n_layers, stats.channels(), c.n_kv_heads, hd);
+    std::printf("outlier ratio = mean |x| of the largest channel / median channel\n\n");
+    std::printf("| layer | keys | values | top key channels (mean |k|) |\n|---:|---:|---:|---|\n");
+    double key_sum = 0.0, value_sum = 0.0;
+    for (int l = 0; l < c.n_layers; ++l) {
+      std::string top;
+      for (int ch : stats.top_channels(KvKind::kKey, l, 3)) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%s (%.2f)", top.empty() ? "" : ", ",
+                      channel_name(ch).c_str(), stats.mean_abs(KvKind::kKey, l, ch));
+        top += buf;
+      }
+      const double rk = stats.outlier_ratio(KvKind::kKey, l);
+      const double rv = stats.outlier_ratio(KvKind::kValue, l);
+      key_sum += rk;
+      value_sum += rv;
+      std::printf("| %d | %.1f | %.1f | %s |\n", l, rk, rv, top.c_str());
+    }
+    std::printf("\nmean over layers: keys %.1f, values %.1f\n", key_sum / c.n_layers,
+                value_sum / c.n_layers);
+    std::printf("wrote %s/key_channels.csv, key_channels.png (layer %d)\n", out_dir.c_str(), shown);
+  }
+  return 0;
+}
+
+}  // namespace kvscope::cli
