@@ -103,8 +103,9 @@ int run_key_channels(std::shared_ptr<const Model> model, Backend& backend,
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("K/V channel magnitude: %s, %ld tokens, %d layers x %d channels (%d KV heads x %d)\n",
-                source.c_str(), total, c.n_layers, stats.channels(), c.n_kv_heads, hd);
+    std::printf(
+        "K/V channel magnitude: %s, %ld tokens, %d layers x %d channels (%d KV heads x %d)\n",
+        source.c_str(), total, c.n_layers, stats.channels(), c.n_kv_heads, hd);
     std::printf("outlier ratio = mean |x| of the largest channel / median channel\n\n");
     std::printf("| layer | keys | values | top key channels (mean |k|) |\n|---:|---:|---:|---|\n");
     double key_sum = 0.0, value_sum = 0.0;

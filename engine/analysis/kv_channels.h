@@ -39,9 +39,9 @@ class KvChannelStats {
            static_cast<std::size_t>(channel);
   }
   int n_layers_, channels_, head_dim_;
-  std::vector<std::int64_t> tokens_;            // [layer]
-  std::vector<double> sum_k_, sum_v_;           // [layer][channel] sum of |x|
-  std::vector<float> max_k_, max_v_;            // [layer][channel] max |x|
+  std::vector<std::int64_t> tokens_;   // [layer]
+  std::vector<double> sum_k_, sum_v_;  // [layer][channel] sum of |x|
+  std::vector<float> max_k_, max_v_;   // [layer][channel] max |x|
 };
 
 // A Backend that forwards every op to `inner` and records each kv_write into `stats`.

@@ -44,7 +44,8 @@ TEST(KvChannelStats, TheRecordingBackendSeesEveryLayersRowsAndChangesNothing) {
   const std::unique_ptr<Backend> rec = make_channel_stats_backend(*cpu, stats);
   Transformer plain(m.model, *cpu), recorded(m.model, *rec);
   const KvLayout layout = kv_layout_for(c, 16, 2, KvFormat{}, KvFormat{});
-  KvCacheManager a(layout, AllocatorKind::kPaged, 32, true), b(layout, AllocatorKind::kPaged, 32, true);
+  KvCacheManager a(layout, AllocatorKind::kPaged, 32, true),
+      b(layout, AllocatorKind::kPaged, 32, true);
   a.require_add_sequence(SeqId(0));
   b.require_add_sequence(SeqId(0));
   int token = 1;
