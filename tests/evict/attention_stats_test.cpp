@@ -99,7 +99,7 @@ TEST(AttentionRecorder, SmolLM2HeadsPastTheFirstLayersSinkIntoTheFirstToken) {
   std::vector<int> tokens = m.tokenizer->encode(text.substr(0, 2000), false, false);
   ASSERT_GE(tokens.size(), 128u);
   tokens.resize(128);
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   Transformer t(m.model, *backend);
   AttentionRecorder rec({c.n_layers, c.n_heads, 128}, 512, 8);
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 16, 128 / 16 + 1, {}, {}};
