@@ -413,6 +413,27 @@ void UiShell::draw_panels() {
 
 namespace {
 
+// The bar under the panels (presenter captions, or the attach status): full width, square
+// corners, tinted with the accent. Call end_bottom_bar() after it whatever it returns.
+bool begin_bottom_bar(const char* id, float height, bool presenter) {
+  const ImVec2 display = ImGui::GetIO().DisplaySize;
+  ImGui::SetNextWindowPos(ImVec2(0, display.y - height));
+  ImGui::SetNextWindowSize(ImVec2(display.x, height));
+  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
+                                 ImGuiWindowFlags_NoSavedSettings |
+                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
+  const Palette& pal = palette(presenter);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
+  ImGui::PushStyleColor(ImGuiCol_WindowBg, mix_color(pal.panel_bg, pal.accent, 0.12f));
+  return ImGui::Begin(id, nullptr, flags);
+}
+
+void end_bottom_bar() {
+  ImGui::End();
+  ImGui::PopStyleColor();
+  ImGui::PopStyleVar();
+}
+
 const std::vector<Caption>* captions_of(const AppState& state) {
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
   return info && !info->captions.empty() ? &info->captions : nullptr;
@@ -430,17 +451,8 @@ float UiShell::caption_bar_height() const {
 void UiShell::draw_attach_bar(const AttachFeed& feed) {
   const std::shared_ptr<const AttachSnapshot> snap = feed.snapshot();
   attach_status_ = attach_status_text(*snap);
-  const ImVec2 display = ImGui::GetIO().DisplaySize;
-  const float h = caption_bar_height();
-  ImGui::SetNextWindowPos(ImVec2(0, display.y - h));
-  ImGui::SetNextWindowSize(ImVec2(display.x, h));
-  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
-                                 ImGuiWindowFlags_NoSavedSettings |
-                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
   const Palette& pal = palette(state_.presenter);
-  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
-  ImGui::PushStyleColor(ImGuiCol_WindowBg, mix_color(pal.panel_bg, pal.accent, 0.12f));
-  if (ImGui::Begin("##attach_status", nullptr, flags)) {
+  if (begin_bottom_bar("##attach_status", caption_bar_height(), state_.presenter)) {
     // A dot: green while batches flow, amber while waiting or idle, grey once detached.
     const ImU32 dot = snap->stopped           ? pal.text_dim
                       : attach_flowing(*snap) ? series_color(2)
@@ -459,9 +471,7 @@ void UiShell::draw_attach_bar(const AttachFeed& feed) {
       ImGui::EndTooltip();
     }
   }
-  ImGui::End();
-  ImGui::PopStyleColor();
-  ImGui::PopStyleVar();
+  end_bottom_bar();
 }
 
 void UiShell::draw_caption_bar() {
@@ -494,16 +504,8 @@ void UiShell::draw_caption_bar() {
     }
   }
   const ImVec2 display = io.DisplaySize;
-  const float h = caption_bar_height();
-  ImGui::SetNextWindowPos(ImVec2(0, display.y - h));
-  ImGui::SetNextWindowSize(ImVec2(display.x, h));
-  const ImGuiWindowFlags flags = ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
-                                 ImGuiWindowFlags_NoSavedSettings |
-                                 ImGuiWindowFlags_NoBringToFrontOnFocus;
   const Palette& pal = palette(state_.presenter);
-  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
-  ImGui::PushStyleColor(ImGuiCol_WindowBg, mix_color(pal.panel_bg, pal.accent, 0.12f));
-  if (ImGui::Begin("##captions", nullptr, flags)) {
+  if (begin_bottom_bar("##captions", caption_bar_height(), state_.presenter)) {
     const int n = static_cast<int>(captions->size());
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.accent), "%d/%d", current + 1, n);
     item_tooltip("Presenter captions from the scenario file",
@@ -519,9 +521,7 @@ void UiShell::draw_caption_bar() {
       ImGui::PopTextWrapPos();
     }
   }
-  ImGui::End();
-  ImGui::PopStyleColor();
-  ImGui::PopStyleVar();
+  end_bottom_bar();
 }
 
 void UiShell::draw_help_window() {

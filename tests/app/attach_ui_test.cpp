@@ -31,6 +31,7 @@ using kvscope::test::Packer;
 using kvscope::test::Publisher;
 using kvscope::test::removed_array;
 using kvscope::test::stored_array;
+using test::panel_vertices;
 using test::run_checked_frame;
 
 std::string minimal_scenario() {
@@ -45,14 +46,6 @@ bool frames_until(UiShell& shell, const std::function<bool()>& done, const std::
     run_checked_frame([&] { shell.frame(1.0 / 60.0); }, what);
   }
   return true;
-}
-
-int panel_vertices(const std::string& title) {
-  ImGuiWindow* w = ImGui::FindWindowByName(("###" + title).c_str());
-  if (w == nullptr) return -1;
-  int n = w->DrawList->VtxBuffer.Size;
-  for (ImGuiWindow* child : w->DC.ChildWindows) n += child->DrawList->VtxBuffer.Size;
-  return n;
 }
 
 // A BlockStored in vLLM's positional layout with a LoRA adapter and a medium.

@@ -25,6 +25,7 @@
 namespace kvscope::ui {
 namespace {
 
+using test::panel_vertices;
 using test::run_checked_frame;
 
 std::string minimal_scenario() {
@@ -46,16 +47,6 @@ class EmptySource final : public DataSource {
   TimelineHeader header_;
   std::vector<StepMetrics> metrics_;
 };
-
-int panel_vertices(const std::string& title) {
-  // The shell names windows "<shown title>###<title>" (panel_window_id): look them up by the
-  // stable ID part.
-  ImGuiWindow* w = ImGui::FindWindowByName(("###" + title).c_str());
-  if (w == nullptr) return -1;
-  int n = w->DrawList->VtxBuffer.Size;
-  for (ImGuiWindow* child : w->DC.ChildWindows) n += child->DrawList->VtxBuffer.Size;
-  return n;
-}
 
 // Every panel is drawn in every one of the 120 frames (all shown at once, beyond any workspace),
 // on a prefix-caching scenario so the prefix tree, the attention capture, the quality sweep and the

@@ -48,4 +48,12 @@ int run_checked_frame(const std::function<void()>& body, const std::string& acti
   return log.count;
 }
 
+int panel_vertices(const std::string& title) {
+  ImGuiWindow* w = ImGui::FindWindowByName(("###" + title).c_str());
+  if (w == nullptr) return -1;
+  int n = w->DrawList->VtxBuffer.Size;
+  for (ImGuiWindow* child : w->DC.ChildWindows) n += child->DrawList->VtxBuffer.Size;
+  return n;
+}
+
 }  // namespace kvscope::ui::test

@@ -13,4 +13,8 @@ std::string& current_activity();
 // Returns the number of recoverable ImGui errors found (each also reported with ADD_FAILURE).
 int run_checked_frame(const std::function<void()>& body, const std::string& activity);
 
+// Vertices the last frame drew in the shell's window for panel `title` (its children included),
+// found by the window's stable ID part ("###<title>", see panel_window_id); -1 when there is none.
+int panel_vertices(const std::string& title);
+
 }  // namespace kvscope::ui::test
