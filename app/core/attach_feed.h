@@ -84,7 +84,6 @@ class AttachFeed {
   AttachFeed& operator=(const AttachFeed&) = delete;
 
   std::shared_ptr<const Timeline> timeline() const { return timeline_; }
-  const AttachRequest& request() const { return request_; }
   // The latest snapshot (never null).
   std::shared_ptr<const AttachSnapshot> snapshot() const;
   // Detaches: the worker stops polling and publishes a last snapshot. Idempotent.

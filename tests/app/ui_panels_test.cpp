@@ -353,6 +353,19 @@ TEST(AttentionJob, Fp32RunHasNoErrorUnlessAFormatIsPreviewed) {
   EXPECT_NE(bad->errors_note.find("block"), std::string::npos) << bad->errors_note;
 }
 
+// One checked frame of the attention panel alone, in a 1000 x 900 window at the origin.
+void draw_attention_frame(AttentionPanel& panel, AppState& state, const std::string& what) {
+  run_checked_frame(
+      [&] {
+        ImGui::SetNextWindowPos(ImVec2(0, 0));
+        ImGui::SetNextWindowSize(ImVec2(1000, 900));
+        ImGui::Begin("attention");
+        panel.draw(state);
+        ImGui::End();
+      },
+      what);
+}
+
 // Draws the attention panel with the overlay on until its capture of `request` is measured, then
 // sweeps the mouse over the lower part of the panel (where the strip is) for 40 frames.
 const AttentionCapture* draw_with_overlay(AppState& state, AttentionPanel& panel, int request,
@@ -363,15 +376,7 @@ const AttentionCapture* draw_with_overlay(AppState& state, AttentionPanel& panel
   const auto frame = [&](int f) {
     io.MousePos =
         ImVec2(static_cast<float>(5 + (f * 137) % 990), static_cast<float>(500 + (f * 23) % 400));
-    run_checked_frame(
-        [&] {
-          ImGui::SetNextWindowPos(ImVec2(0, 0));
-          ImGui::SetNextWindowSize(ImVec2(1000, 900));
-          ImGui::Begin("attention");
-          panel.draw(state);
-          ImGui::End();
-        },
-        what + ", frame " + std::to_string(f));
+    draw_attention_frame(panel, state, what + ", frame " + std::to_string(f));
   };
   for (int f = 0; f < 4; ++f) {
     frame(f);
@@ -437,15 +442,7 @@ TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {
   const auto frame = [&](ImVec2 mouse, bool click, const std::string& what) {
     io.MousePos = mouse;
     io.MouseDown[0] = click;
-    run_checked_frame(
-        [&] {
-          ImGui::SetNextWindowPos(ImVec2(0, 0));
-          ImGui::SetNextWindowSize(ImVec2(1000, 900));
-          ImGui::Begin("attention");
-          panel.draw(state);
-          ImGui::End();
-        },
-        what);
+    draw_attention_frame(panel, state, what);
   };
   for (int f = 0; f < 4; ++f) {
     frame(ImVec2(-1, -1), false, "capturing");

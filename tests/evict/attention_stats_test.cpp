@@ -11,8 +11,9 @@
 namespace kvscope {
 namespace {
 
-TEST(AttentionRecorder, DetectsAPlantedSinkAndNothingElse) {
-  AttentionRecorder rec({1, 2, 64}, 512, 4);
+// 64 queries of one layer: head 0 attends uniformly, head 1 puts half of every query's mass (all
+// of query 0's) on position 0 and spreads the rest evenly.
+void plant_sink(AttentionRecorder& rec) {
   for (int q = 0; q < 64; ++q) {
     std::vector<float> uniform(q + 1, 1.0f / (q + 1));
     std::vector<float> sink(q + 1, q == 0 ? 1.0f : 0.5f / q);
@@ -20,6 +21,11 @@ TEST(AttentionRecorder, DetectsAPlantedSinkAndNothingElse) {
     rec.on_attention(0, 0, q, uniform);
     rec.on_attention(0, 1, q, sink);
   }
+}
+
+TEST(AttentionRecorder, DetectsAPlantedSinkAndNothingElse) {
+  AttentionRecorder rec({1, 2, 64}, 512, 4);
+  plant_sink(rec);
   auto sinks = rec.detect_sinks(4.0, 16);
   ASSERT_EQ(sinks.size(), 1u);
   EXPECT_EQ(sinks[0].head, 1);
@@ -31,15 +37,9 @@ TEST(AttentionRecorder, DetectsAPlantedSinkAndNothingElse) {
 
 TEST(AttentionRecorder, FirstTokensShareIsTheMeanMassOnThePrefix) {
   AttentionRecorder rec({1, 2, 64}, 512, 4);
-  double uniform_share = 0.0;
-  for (int q = 0; q < 64; ++q) {
-    std::vector<float> uniform(q + 1, 1.0f / (q + 1));
-    std::vector<float> sink(q + 1, q == 0 ? 1.0f : 0.5f / q);
-    if (q > 0) sink[0] = 0.5f;
-    rec.on_attention(0, 0, q, uniform);
-    rec.on_attention(0, 1, q, sink);
-    uniform_share += 1.0 / (q + 1);
-  }
+  plant_sink(rec);
+  double uniform_share = 0.0;  // query q puts 1 / (q + 1) on position 0
+  for (int q = 0; q < 64; ++q) uniform_share += 1.0 / (q + 1);
   EXPECT_NEAR(rec.first_tokens_share(0, 0, 1), uniform_share / 64, 1e-6);
   EXPECT_NEAR(rec.first_tokens_share(0, 1, 1), (1.0 + 63 * 0.5) / 64, 1e-6);
   EXPECT_NEAR(rec.first_tokens_share(0, 1, 64), 1.0, 1e-5);    // every key: all the mass
