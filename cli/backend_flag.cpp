@@ -1,18 +1,68 @@
 // See backend_flag.h.
 #include "cli/backend_flag.h"
 
+#include <cstdio>
+
 #include "engine/common/error.h"
-#include "kernels/backend/cuda_sim_backend.h"
+#include "engine/model/checkpoint.h"
 
 namespace kvscope::cli {
 
-std::unique_ptr<Backend> make_backend(const std::string& value, int threads) {
-  if (value == "auto" || value == "cpu") return make_cpu_backend(threads);
-  if (value == "cuda-sim") return make_cuda_sim_backend();
-  if (value == "cuda") {
-    throw Error("--backend",
-                "cuda: this build has no CUDA backend yet (its kernels exist and run on the "
-                "emulator: --backend cuda-sim; docs/kernels.md)");
+namespace {
+
+constexpr const char* kBackendHelp =
+    R"(  --backend auto|cpu|cuda|cuda-sim  what runs the forward pass (default auto: a CUDA GPU when
+                             there is one and it covers the run, else the CPU); cuda-sim: the CUDA
+                             backend on the emulated device (slow; docs/kernels.md)
+  --device-weights f32|f16|bf16  weight type of the CUDA backends' cuBLAS GEMMs (default f16;
+                             fp32 accumulation))";
+
+}  // namespace
+
+std::string with_backend_help(const char* help) {
+  std::string s = help;
+  const std::string mark = "%BACKEND%";
+  const std::size_t at = s.find(mark);
+  if (at != std::string::npos) s.replace(at, mark.size(), kBackendHelp);
+  return s;
+}
+
+std::string cuda_gap(const RunNeeds& needs) {
+  if (needs.model != nullptr && needs.model->native() != nullptr)
+    return "quantized weights (--weight-format f32 dequantizes them)";
+  if (needs.k_format.dtype != KvDtype::kF32 || needs.v_format.dtype != KvDtype::kF32) {
+    return "K/V format " + needs.k_format.name() + "/" + needs.v_format.name() +
+           " (fp32 only: --kv-dtype fp32)";
+  }
+  if (needs.eviction) return "token eviction";
+  if (needs.mla) return "MLA latents";
+  if (needs.attention_capture) return "attention capture";
+  return needs.other;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& value, int threads,
+                                      const std::string& device_weights, const RunNeeds& needs) {
+  const GemmType weights = parse_gemm_type(device_weights, "--device-weights");
+  if (value == "cpu") return make_cpu_backend(threads);
+  if (value == "cuda-sim") return make_cuda_sim_backend(weights);
+  if (value == "cuda" || value == "auto") {
+    std::string why;
+    auto cuda = make_cuda_backend(weights, &why);
+    if (value == "cuda") {
+      if (cuda == nullptr) throw Error("--backend", "cuda: CUDA unavailable: " + why);
+      return cuda;
+    }
+    const std::string gap = cuda != nullptr ? cuda_gap(needs) : "";
+    if (cuda != nullptr && gap.empty()) return cuda;
+    static bool said = false;
+    if (!said) {
+      said = true;
+      if (cuda == nullptr)
+        std::fprintf(stderr, "CUDA unavailable: %s; using CPU\n", why.c_str());
+      else
+        std::fprintf(stderr, "CUDA: the backend does not cover %s yet; using CPU\n", gap.c_str());
+    }
+    return make_cpu_backend(threads);
   }
   throw Error("--backend", "expected auto, cpu, cuda or cuda-sim, got \"" + value + "\"");
 }

@@ -49,7 +49,8 @@ constexpr const char* kHelp =
              kernel's cache-resident speed, same run: --model M --steps N (default 256)
              --prompt-tokens P (prefill, default 128) --threads T --repeat R (default 5)
              --allocator paged|contiguous --block-size B --weights mmap|copy (default mmap)
-             --weight-format native|f32 (default native) --backend auto|cpu|cuda-sim --json
+             --weight-format native|f32 (default native) --backend auto|cpu|cuda|cuda-sim
+             --device-weights f32|f16|bf16 (the CUDA backends' GEMM weights, default f16) --json
   weights    decode with the checkpoint mmapped (zero copy) vs copied into huge-page memory,
              interleaved, same model, steps and threads; prints the copy/mmap speed ratio
   kv         paged (block 16 unless --block-size) vs contiguous decode, interleaved, same model
@@ -204,9 +205,14 @@ int bench_generate(const Args& args) {
                   std::to_string(prompt));
   }
   const bool json = args.has("--json");
-  auto backend = make_backend(args.get("--backend", "auto"), threads);
-  Transformer t(loaded.model, *backend);
   GenerateOptions o = options_from(args);
+  RunNeeds needs;
+  needs.model = loaded.model.get();
+  needs.k_format = o.k_format;
+  needs.v_format = o.v_format;
+  auto backend = make_backend(args.get("--backend", "auto"), threads,
+                              args.get("--device-weights", "f16"), needs);
+  Transformer t(loaded.model, *backend);
   if (!json) {
     std::fprintf(stderr,
                  "bench generate: %s, %d threads: decode %d x %d tokens, prefill %d x %d "
@@ -377,7 +383,7 @@ int cmd_bench(const Argv& argv) {
   Args args(argv,
             {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
              "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights", "--seqs",
-             "--weight-format", "--prompt-tokens", "--backend"},
+             "--weight-format", "--prompt-tokens", "--backend", "--device-weights"},
             {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -388,7 +394,8 @@ int cmd_bench(const Argv& argv) {
   static const std::map<std::string, std::set<std::string>> kFlags = {
       {"generate",
        {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator", "--block-size",
-        "--weights", "--weight-format", "--prompt-tokens", "--json", "--backend"}},
+        "--weights", "--weight-format", "--prompt-tokens", "--json", "--backend",
+        "--device-weights"}},
       {"weights",
        {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
         "--block-size"}},

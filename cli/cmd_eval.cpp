@@ -37,8 +37,7 @@ constexpr const char* kHelp = R"(usage: kvscope eval [options]
   --threads N                CPU threads (default: all cores)
   --weight-format native|f32 GGUF weights: native = matmuls on the quantized blocks (default),
                              f32 = dequantized at load (the accuracy reference)
-  --backend auto|cpu|cuda-sim  what runs the forward pass (default auto: the CPU); cuda-sim: the
-                             CUDA kernels on the SIMT emulator (fp32 weights and K/V; slow)
+%BACKEND%
   --json                     print the report as JSON
   --sweep                    evaluate every format; writes quant_sweep.csv and PNG plots
   --out DIR                  where --sweep writes (default reports/quant, reports/evict,
@@ -201,11 +200,12 @@ int cmd_eval(const Argv& argv) {
              "--mla-rope-select",
              "--weight-format",
              "--backend",
+             "--device-weights",
              "--layer"},
             {"--help", "--json", "--sweep", "--sweep-evict", "--attention", "--mla-sweep",
              "--streaming", "--key-channels"});
   if (args.has("--help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(with_backend_help(kHelp).c_str(), stdout);
     return 0;
   }
   if (!args.positional().empty())
@@ -232,7 +232,17 @@ int cmd_eval(const Argv& argv) {
     throw Error(loaded.model->source(),
                 "random weights: no quality figure is meaningful; use a trained model");
   }
-  auto backend = make_backend(args.get("--backend", "auto"), threads);
+  RunNeeds needs;
+  needs.model = loaded.model.get();
+  needs.k_format = k;
+  needs.v_format = v;
+  needs.eviction = evicting;
+  needs.mla = mla;
+  needs.attention_capture = args.has("--attention");
+  if (args.has("--sweep")) needs.other = "--sweep (every K/V format)";
+  if (args.has("--mla-sweep")) needs.other = "--mla-sweep (MLA latents)";
+  auto backend = make_backend(args.get("--backend", "auto"), threads,
+                              args.get("--device-weights", "f16"), needs);
   Transformer transformer(loaded.model, *backend);
   const ModelConfig& c = transformer.config();
   std::shared_ptr<const MlaCodec> codec;

@@ -33,9 +33,7 @@ constexpr const char* kHelp = R"(usage: kvscope generate [options]
   --top-p P                          nucleus sampling threshold (default 0.9)
   --seed S                           sampling seed (default 42)
   --threads N                        CPU threads (default: all cores)
-  --backend auto|cpu|cuda|cuda-sim   what runs the forward pass (default auto: the CPU); cuda-sim
-                                     runs the CUDA kernels on the SIMT emulator (slow; fp32
-                                     weights and KV; docs/kernels.md); cuda is not built yet
+%BACKEND%
   --weights mmap|copy                mmap: the checkpoint's pages, zero copy (default); copy: into
                                      huge-page memory first (model-size RAM, faster decode when the
                                      page cache holds the file in 4 KiB pages; see bench weights)
@@ -97,16 +95,16 @@ void print_position_buckets(const GenerateResult& r, int seq_len, bool random_we
 }  // namespace
 
 int cmd_generate(const Argv& argv) {
-  Args args(argv, {"--model",         "--tokenizer",       "--prompt",   "--steps",
-                   "--temperature",   "--top-p",           "--seed",     "--threads",
-                   "--block-size",    "--allocator",       "--kv-dtype", "--evict",
-                   "--budget",        "--sinks",           "--recent",   "--obs-window",
-                   "--compact",       "--positions",       "--mla-rank", "--mla-mode",
-                   "--mla-rope-dims", "--mla-rope-select", "--weights",  "--system",
-                   "--weight-format", "--backend"},
+  Args args(argv, {"--model",         "--tokenizer",       "--prompt",        "--steps",
+                   "--temperature",   "--top-p",           "--seed",          "--threads",
+                   "--block-size",    "--allocator",       "--kv-dtype",      "--evict",
+                   "--budget",        "--sinks",           "--recent",        "--obs-window",
+                   "--compact",       "--positions",       "--mla-rank",      "--mla-mode",
+                   "--mla-rope-dims", "--mla-rope-select", "--weights",       "--system",
+                   "--weight-format", "--backend",         "--device-weights"},
             {"--help", "--through-bos", "--chat"});
   if (args.has("--help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(with_backend_help(kHelp).c_str(), stdout);
     return 0;
   }
   if (!args.positional().empty())
@@ -214,7 +212,14 @@ int cmd_generate(const Argv& argv) {
                                 "--kv-dtype");
     options.mla = codec.get();
   }
-  auto backend = make_backend(args.get("--backend", "auto"), threads);
+  RunNeeds needs;
+  needs.model = loaded.model.get();
+  needs.k_format = options.k_format;
+  needs.v_format = options.v_format;
+  needs.eviction = evicting;
+  needs.mla = codec != nullptr;
+  auto backend = make_backend(args.get("--backend", "auto"), threads,
+                              args.get("--device-weights", "f16"), needs);
   Transformer transformer(loaded.model, *backend);
   GenerateResult r =
       generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {

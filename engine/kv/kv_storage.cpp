@@ -2,6 +2,7 @@
 #include "engine/kv/kv_storage.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "engine/common/config.h"
@@ -23,6 +24,8 @@ KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks,
 }
 
 KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
+  static std::atomic<std::uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
   const bool latent = layout.is_latent();
   layout.k_format.validate(layout.block_size, layout.row_heads(KvKind::kKey),
                            layout.row_head_dim(KvKind::kKey),
@@ -39,6 +42,7 @@ KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
 }
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
+  ++byte_copies_;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
       std::memcpy(tile(layer, kind, dst), tile(layer, kind, src), layout_.tile_bytes(kind));
@@ -52,6 +56,7 @@ void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offs
                 "cannot move a token slot in a KIVI format (keys are quantized per "
                 "channel over groups of consecutive slots); expected a per-token format");
   }
+  ++byte_copies_;
   const int bs = layout_.block_size;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {

@@ -79,6 +79,12 @@ class KvStorage {
   const KvLayout& layout() const { return layout_; }
   // Bytes of the block tiles (staging excluded).
   std::size_t total_bytes() const { return total_bytes_; }
+  // Unique within the process (never reused, unlike an address): a backend that keeps the pool in
+  // its own memory (the CUDA backends) keys its copy by it.
+  std::uint64_t id() const { return id_; }
+  // How many copy_block / copy_slot calls have moved bytes here: a backend whose copy of the pool
+  // would not see them refuses to go on once this changes.
+  std::uint64_t byte_copies() const { return byte_copies_; }
 
   std::byte* tile(int layer, KvKind kind, BlockId block) {
     return base(kind) + (static_cast<std::size_t>(layer) * layout_.num_blocks + block.value) *
@@ -115,6 +121,8 @@ class KvStorage {
            layer;
   }
   KvLayout layout_;
+  std::uint64_t id_ = 0;
+  std::uint64_t byte_copies_ = 0;
   std::size_t v_offset_ = 0;  // V region start, 64-byte aligned so fp32 V tiles are aligned
   std::size_t total_bytes_ = 0;
   ZeroedBuffer data_;                                                // K region, then V region

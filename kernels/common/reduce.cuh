@@ -5,7 +5,7 @@
 
 #include "kernels/common/simt_api.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 template <bool kMax>
 KVS_DEVICE float warp_reduce(float v) {
@@ -40,4 +40,4 @@ KVS_DEVICE float block_max(float v, float* slots) {
   return block_reduce<true>(v, slots);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

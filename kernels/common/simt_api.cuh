@@ -8,8 +8,29 @@
 #include <math.h>
 
 #include <cstddef>
+#include <cstdint>
+
+// Kernels and their launch wrappers live in kvscope::kernels, inside an inline namespace that
+// differs between the two compilers: a binary that links both the nvcc build (the CUDA backend)
+// and the g++ build (the emulator) then holds two sets of launch wrappers under different names,
+// never one inline function with two definitions.
+#ifdef __CUDACC__
+#define KVS_KERNELS_BEGIN      \
+  namespace kvscope::kernels { \
+  inline namespace gpu {
+#else
+#define KVS_KERNELS_BEGIN      \
+  namespace kvscope::kernels { \
+  inline namespace emulated {
+#endif
+#define KVS_KERNELS_END \
+  }                     \
+  }
 
 #ifdef __CUDACC__
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #define KVS_GLOBAL __global__
 #define KVS_DEVICE __device__ __forceinline__
@@ -74,6 +95,13 @@ KVS_DEVICE void sincos_small(float x, float* s, float* c) {
 }
 KVS_DEVICE float rsqrt(float x) {
   return rsqrtf(x);
+}
+// The bits of x as IEEE binary16 / bfloat16, rounded to nearest even (cuBLAS's 16-bit inputs).
+KVS_DEVICE std::uint16_t f16_bits(float x) {
+  return __half_as_ushort(__float2half_rn(x));
+}
+KVS_DEVICE std::uint16_t bf16_bits(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 }  // namespace kvscope::simt
 
@@ -145,6 +173,28 @@ inline void sincos_small(float x, float* s, float* c) {
 }
 inline float rsqrt(float x) {
   return 1.0f / std::sqrt(x);
+}
+// As the CUDA intrinsics: round to nearest even; overflow goes to infinity (binary16) as
+// __float2half_rn does; NaN stays NaN.
+inline std::uint16_t f16_bits(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, 4);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t mag = u & 0x7FFFFFFFu;
+  if (mag > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);   // NaN
+  if (mag >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds past 65504
+  if (mag < 0x38800000u) {  // subnormal or zero in binary16: scale by 2^24 and round
+    const float a = std::fabs(x) * 16777216.0f;
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(a)));
+  }
+  const std::uint32_t rounded = mag + 0x0FFFu + ((mag >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+inline std::uint16_t bf16_bits(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 }  // namespace kvscope::simt
 

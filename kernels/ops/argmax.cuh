@@ -5,7 +5,7 @@
 
 #include "kernels/common/simt_api.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 KVS_DEVICE void take_better(float& v, int& i, float ov, int oi) {
   if (ov > v || (ov == v && oi < i)) {
@@ -50,4 +50,4 @@ inline void launch_argmax(int* out, const float* logits, int rows, int n, unsign
              logits, n);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

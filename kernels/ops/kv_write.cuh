@@ -6,7 +6,7 @@
 
 #include "kernels/common/simt_api.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 KVS_GLOBAL void kv_write_kernel(float* k_tiles, float* v_tiles, long tile_floats,
                                 const int* block_table, int slot, int block_size, const float* k,
@@ -26,4 +26,4 @@ inline void launch_kv_write(float* k_tiles, float* v_tiles, long tile_floats,
              block_table, slot, block_size, k, v, kv_dim);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

@@ -6,7 +6,7 @@
 
 #include "kernels/common/reduce.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 KVS_GLOBAL void matmul_kernel(float* out, const float* x, const float* w, int n, int d) {
   const int warps = static_cast<int>(simt::bdim_x() / 32u);
@@ -29,4 +29,4 @@ inline void launch_matmul(float* out, const float* x, const float* w, int m, int
              simt::Dim3(32 * warps), 0, out, x, w, n, d);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

@@ -13,7 +13,7 @@
 
 #include "kernels/common/reduce.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 struct PagedKv {
   const float* k = nullptr;  // the layer's K tiles
@@ -71,4 +71,4 @@ inline void launch_paged_attention(float* out, const float* q, const PagedKv& kv
              kv, n_heads);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

@@ -4,7 +4,7 @@
 
 #include "kernels/common/reduce.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 KVS_GLOBAL void rmsnorm_kernel(float* out, const float* x, const float* w, int n, float eps) {
   KVS_SHARED_ARRAY(float, slots, 32);
@@ -25,4 +25,4 @@ inline void launch_rmsnorm(float* out, const float* x, const float* w, int rows,
              x, w, n, eps);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

@@ -6,7 +6,7 @@
 
 #include "kernels/common/simt_api.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 KVS_GLOBAL void rope_kernel(float* q, float* k, const int* pos, int q_dim, int kv_dim, int head_dim,
                             float theta) {
@@ -41,4 +41,4 @@ inline void launch_rope(float* q, float* k, const int* pos, int tokens, int q_di
              simt::Dim3(threads), 0, q, k, pos, q_dim, kv_dim, head_dim, theta);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

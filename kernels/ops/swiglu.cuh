@@ -4,7 +4,7 @@
 
 #include "kernels/common/simt_api.cuh"
 
-namespace kvscope::kernels {
+KVS_KERNELS_BEGIN
 
 KVS_GLOBAL void swiglu_kernel(float* hb, const float* hb2, long n) {
   const long stride = static_cast<long>(simt::gdim_x()) * simt::bdim_x();
@@ -20,4 +20,4 @@ inline void launch_swiglu(float* hb, const float* hb2, long n, unsigned blocks =
   KVS_LAUNCH(swiglu_kernel, simt::Dim3(blocks), simt::Dim3(threads), 0, hb, hb2, n);
 }
 
-}  // namespace kvscope::kernels
+KVS_KERNELS_END

@@ -1,0 +1,307 @@
+// See cuda_backend.h.
+#include "kernels/backend/cuda_backend.h"
+
+#include <cstring>
+#include <list>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "engine/kv/kv_storage.h"
+
+namespace kvscope {
+
+GemmType parse_gemm_type(const std::string& value, const std::string& flag) {
+  if (value == "f32") return GemmType::kF32;
+  if (value == "f16") return GemmType::kF16;
+  if (value == "bf16") return GemmType::kBF16;
+  throw Error(flag, "expected f32, f16 or bf16, got \"" + value + "\"");
+}
+
+const char* gemm_type_name(GemmType type) {
+  switch (type) {
+    case GemmType::kF32:
+      return "f32";
+    case GemmType::kF16:
+      return "f16";
+    case GemmType::kBF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+namespace {
+
+// One device allocation, freed with its owner.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(device::DeviceOps& ops, std::size_t bytes)
+      : ops_(&ops), p_(bytes > 0 ? ops.alloc(bytes) : nullptr), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ops_(o.ops_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ops_ = o.ops_;
+      p_ = std::exchange(o.p_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void reset() {
+    if (p_ != nullptr) ops_->release(p_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  device::DeviceOps* ops_ = nullptr;
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A device copy of one host KV pool (fp32 K and V regions, the host's layout).
+struct DevicePool {
+  DeviceBuffer k, v;
+  long tile_floats = 0;
+  int num_blocks = 0;
+  std::uint64_t byte_copies = 0;  // the host storage's count when the copy was made
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::unique_ptr<device::DeviceOps> ops, GemmType weights, std::string flag)
+      : ops_(std::move(ops)), weights_type_(weights), flag_(std::move(flag)) {}
+
+  std::string name() const override { return ops_->name(); }
+
+  void matmul(float* out, const float* x, const float* w, int n, int d) override {
+    const MatmulOut o{out, w, d};
+    matmul_batch(x, 1, n, std::span(&o, 1));
+  }
+  void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) override {
+    matmul_batch(x, 1, n, outs);
+  }
+  void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) override {
+    guard([&] {
+      const std::size_t xs = static_cast<std::size_t>(m) * n;
+      const void* dx = stage(x_, x, xs);
+      if (weights_type_ != GemmType::kF32) {  // the activations in the weights' type, once
+        auto* x16 = scratch(x16_, xs * 2).as<std::uint16_t>();
+        ops_->to_16bit(x16, static_cast<const float*>(dx), static_cast<long>(xs),
+                       weights_type_ == GemmType::kBF16);
+        dx = x16;
+      }
+      for (const MatmulOut& o : outs) {
+        if (o.q.data != nullptr) {
+          throw Error(flag_,
+                      "expected fp32 weights (--weight-format f32), got a quantized matrix "
+                      "(quantized-weight GEMMs are not written yet)");
+        }
+        const void* w = weight(o.w, static_cast<std::size_t>(o.d) * n, weights_type_);
+        const std::size_t ys = static_cast<std::size_t>(m) * o.d;
+        auto* dy = scratch(y_, ys * 4).as<float>();
+        ops_->gemm(dy, dx, w, weights_type_, m, n, o.d);
+        ops_->to_host(o.out, dy, ys * 4);
+      }
+    });
+  }
+  void rmsnorm(float* out, const float* x, const float* w, int n, float eps) override {
+    guard([&] {
+      float* dx = stage(x_, x, static_cast<std::size_t>(n));
+      const auto* dw =
+          static_cast<const float*>(weight(w, static_cast<std::size_t>(n), GemmType::kF32));
+      auto* dy = scratch(y_, static_cast<std::size_t>(n) * 4).as<float>();
+      ops_->rmsnorm(dy, dx, dw, 1, n, eps);
+      ops_->to_host(out, dy, static_cast<std::size_t>(n) * 4);
+    });
+  }
+  void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim,
+            float theta) override {
+    guard([&] {
+      float* dq = stage(x_, q, static_cast<std::size_t>(q_dim));
+      float* dk = stage(y_, k, static_cast<std::size_t>(kv_dim));
+      int* dpos = stage(ints_, &pos, 1);
+      ops_->rope(dq, dk, dpos, 1, q_dim, kv_dim, head_dim, theta);
+      ops_->to_host(q, dq, static_cast<std::size_t>(q_dim) * 4);
+      ops_->to_host(k, dk, static_cast<std::size_t>(kv_dim) * 4);
+    });
+  }
+  void swiglu(float* hb, const float* hb2, int n) override {
+    guard([&] {
+      float* da = stage(x_, hb, static_cast<std::size_t>(n));
+      float* db = stage(y_, hb2, static_cast<std::size_t>(n));
+      ops_->swiglu(da, db, n);
+      ops_->to_host(hb, da, static_cast<std::size_t>(n) * 4);
+    });
+  }
+  void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) override {
+    guard([&] {
+      DevicePool& p = pool(view, /*may_create=*/view.write_slot() == 0);
+      const KvLayout& L = view.storage->layout();
+      const int kv_dim = L.kv_heads * L.head_dim;
+      float* dk = stage(x_, k, static_cast<std::size_t>(kv_dim));
+      float* dv = stage(y_, v, static_cast<std::size_t>(kv_dim));
+      const int* table = block_table(view);
+      const long layer_floats = static_cast<long>(layer) * p.num_blocks * p.tile_floats;
+      ops_->kv_write(p.k.as<float>() + layer_floats, p.v.as<float>() + layer_floats, p.tile_floats,
+                     table, view.write_slot(), L.block_size, dk, dv, kv_dim);
+    });
+  }
+  void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
+                       const float* q, float* out, int /*query_pos*/,
+                       AttentionObserver* observer) override {
+    if (observer != nullptr)
+      throw Error(flag_, "attention capture (heatmaps, H2O/TOVA scores) is not supported yet");
+    if (view.slot_live != nullptr || view.slot_pos != nullptr)
+      throw Error(flag_, "token eviction is not supported yet");
+    if (view.num_slots > ops_->max_attention_slots()) {
+      throw Error(flag_, "expected a context of at most " +
+                             std::to_string(ops_->max_attention_slots()) +
+                             " tokens (one-pass attention; split-K is not written yet), got " +
+                             std::to_string(view.num_slots));
+    }
+    guard([&] {
+      DevicePool& p = pool(view, /*may_create=*/false);
+      const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
+      float* dq = stage(x_, q, qn);
+      auto* dout = scratch(y_, qn * 4).as<float>();
+      const long layer_floats = static_cast<long>(layer) * p.num_blocks * p.tile_floats;
+      device::PagedPool kv;
+      kv.k = p.k.as<float>() + layer_floats;
+      kv.v = p.v.as<float>() + layer_floats;
+      kv.tile_floats = p.tile_floats;
+      kv.block_table = block_table(view);
+      kv.num_slots = view.num_slots;
+      kv.block_size = view.block_size();
+      kv.kv_heads = shape.kv_heads;
+      kv.head_dim = shape.head_dim;
+      ops_->paged_attention(dout, dq, kv, shape.n_heads);
+      ops_->to_host(out, dout, qn * 4);
+    });
+  }
+
+ private:
+  // Runs `body`, turning a device failure into the flag's one-line error.
+  template <class F>
+  void guard(F&& body) {
+    try {
+      body();
+    } catch (const device::DeviceError& e) {
+      throw Error(flag_, e.what());
+    }
+  }
+
+  // A scratch buffer of at least `bytes`, grown (never shrunk) as needed.
+  DeviceBuffer& scratch(DeviceBuffer& b, std::size_t bytes) {
+    if (b.bytes() < bytes) b = DeviceBuffer(*ops_, std::max<std::size_t>(bytes, b.bytes() * 2));
+    return b;
+  }
+  // `count` values of host data copied into scratch buffer b; returns its device pointer.
+  template <class T>
+  T* stage(DeviceBuffer& b, const T* host, std::size_t count) {
+    T* d = scratch(b, count * sizeof(T)).template as<T>();
+    ops_->to_device(d, host, count * sizeof(T));
+    return d;
+  }
+
+  // The device copy of host weights w[count] in `type`, uploaded (and converted) on first use.
+  // Weights belong to the model and outlive the backend's use of them.
+  const void* weight(const float* w, std::size_t count, GemmType type) {
+    auto it = weights_.find(w);
+    if (it != weights_.end()) return it->second.as<void>();
+    DeviceBuffer f32(*ops_, count * 4);
+    ops_->to_device(f32.as<void>(), w, count * 4);
+    if (type != GemmType::kF32) {
+      DeviceBuffer h(*ops_, count * 2);
+      ops_->to_16bit(h.as<std::uint16_t>(), f32.as<float>(), static_cast<long>(count),
+                     type == GemmType::kBF16);
+      f32 = std::move(h);
+    }
+    return weights_.emplace(w, std::move(f32)).first->second.as<void>();
+  }
+
+  // The device copy of the view's pool (keyed by the storage's id; the four most recently used
+  // are kept). It is made when a sequence writes its first slot; needing one for a sequence
+  // that already has slots means the device never saw them: a bug, refused rather than computed
+  // on uninitialized memory.
+  DevicePool& pool(const KvSeqView& view, bool may_create) {
+    const KvStorage& s = *view.storage;
+    const KvLayout& L = s.layout();
+    if (view.mla != nullptr || L.is_latent())
+      throw Error(flag_, "expected a K/V cache, got an MLA latent cache (not supported yet)");
+    if (L.k_format.dtype != KvDtype::kF32 || L.v_format.dtype != KvDtype::kF32) {
+      throw Error(flag_, "expected fp32 K/V (--kv-dtype fp32), got " + L.k_format.name() + "/" +
+                             L.v_format.name() +
+                             " (quantize-on-write kernels are not written yet)");
+    }
+    for (auto it = pools_.begin(); it != pools_.end(); ++it) {
+      if (it->first != s.id()) continue;
+      if (it->second.byte_copies != s.byte_copies()) {
+        throw Error(flag_,
+                    "the KV pool's bytes were copied outside the backend (copy-on-write or "
+                    "compaction), which its device copy cannot see; not supported yet");
+      }
+      pools_.splice(pools_.begin(), pools_, it);
+      return pools_.front().second;
+    }
+    if (!may_create) {
+      throw InternalError(flag_,
+                          "the KV pool has slots the device never saw (a pool made outside "
+                          "this backend, or dropped as least recently used)");
+    }
+    DevicePool p;
+    p.tile_floats = static_cast<long>(L.tile_bytes(KvKind::kKey) / sizeof(float));
+    p.num_blocks = L.num_blocks;
+    const std::size_t region = static_cast<std::size_t>(L.n_layers) * L.num_blocks *
+                               static_cast<std::size_t>(p.tile_floats) * 4;
+    p.k = DeviceBuffer(*ops_, region);
+    p.v = DeviceBuffer(*ops_, region);
+    p.byte_copies = s.byte_copies();
+    pools_.emplace_front(s.id(), std::move(p));
+    if (pools_.size() > 4) pools_.pop_back();
+    return pools_.front().second;
+  }
+
+  // The view's block table on the device.
+  const int* block_table(const KvSeqView& view) {
+    table_host_.resize(view.blocks.size());
+    for (std::size_t i = 0; i < view.blocks.size(); ++i)
+      table_host_[i] = static_cast<int>(view.blocks[i].value);
+    return stage(table_, table_host_.data(), table_host_.size());
+  }
+
+  std::unique_ptr<device::DeviceOps> ops_;
+  GemmType weights_type_;
+  std::string flag_;
+  std::unordered_map<const float*, DeviceBuffer> weights_;
+  std::list<std::pair<std::uint64_t, DevicePool>> pools_;
+  DeviceBuffer x_, y_, x16_, ints_, table_;
+  std::vector<int> table_host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights) {
+  return std::make_unique<CudaBackend>(device::make_emulated_device_ops(), weights,
+                                       "--backend cuda-sim");
+}
+
+std::unique_ptr<Backend> make_cuda_backend(GemmType weights, std::string* why) {
+  auto ops = device::make_cuda_device_ops(why);
+  if (ops == nullptr) return nullptr;
+  return std::make_unique<CudaBackend>(std::move(ops), weights, "--backend cuda");
+}
+
+}  // namespace kvscope

@@ -1,0 +1,39 @@
+// The engine's Backend on a CUDA device: `--backend cuda` (a GPU, through the CUDA runtime and
+// cuBLAS) and `--backend cuda-sim` (the same code on the emulated device: the runtime and cuBLAS
+// stand-ins of kernels/sim/cuda_api_sim.h and the SIMT emulator). Both are one class over
+// DeviceOps (device_ops.h), whose body is compiled once by nvcc and once by g++.
+//
+// The backend owns its device memory: the weights, converted to the GEMM type and uploaded once
+// (on first use); a device copy of each KV pool it writes (the host pool's bytes are not used);
+// scratch buffers for activations. The Backend interface hands it host activations one op at a
+// time, so each op copies its inputs to the device and its outputs back: correct, but on a GPU
+// that is a PCIe round trip per op (the batched-step seam of issue #17 removes them).
+//
+// What the kernels do not cover yet is refused with a one-line kvscope::Error naming the flag:
+// quantized weights (--weight-format f32 dequantizes them), K/V formats other than fp32, MLA
+// latents, token eviction, attention capture, contexts beyond the one-pass attention's 12,248
+// slots; and a pool whose bytes were copied outside the backend (copy-on-write, compaction).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/backend/backend.h"
+#include "kernels/backend/device_ops.h"
+
+namespace kvscope {
+
+using device::GemmType;
+
+// "f32", "f16" or "bf16"; `flag` names the option in the error for anything else.
+GemmType parse_gemm_type(const std::string& value, const std::string& flag);
+const char* gemm_type_name(GemmType type);
+
+// --backend cuda-sim: the emulated device; weights in `weights` on it.
+std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights = GemmType::kF16);
+
+// --backend cuda: the first CUDA device, or nullptr with *why (the runtime's reason, or that the
+// build has none) when there is no usable one.
+std::unique_ptr<Backend> make_cuda_backend(GemmType weights, std::string* why);
+
+}  // namespace kvscope

@@ -1,0 +1,73 @@
+// DeviceOps: what kvscope's CUDA backend asks of a device, on device pointers: memory, copies,
+// cuBLAS GEMMs and the kernels of kernels/ops. One body (device_ops_body.inc) is compiled twice:
+// by nvcc against the CUDA runtime and cuBLAS (device_ops_cuda.cu: a real GPU), and by g++
+// against the project's stand-ins and SIMT emulator (device_ops_emulated.cpp: this machine).
+// This header is plain C++17 with no CUDA or engine types, so both compilers read it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace kvscope::device {
+
+// What a failed runtime or cuBLAS call throws: the call and the runtime's own words.
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The weights' type on the device; the GEMMs accumulate in fp32 whatever it is.
+enum class GemmType { kF32, kF16, kBF16 };
+
+// An fp32 paged K/V pool on the device (one layer's tiles; layout as engine/kv/kv_storage.h).
+struct PagedPool {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  long tile_floats = 0;
+  const int* block_table = nullptr;  // device memory
+  int num_slots = 0;
+  int block_size = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+};
+
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+  virtual const char* name() const = 0;
+
+  virtual void* alloc(std::size_t bytes) = 0;
+  virtual void release(void* p) noexcept = 0;
+  virtual void to_device(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void to_host(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // out[t][r] = W[r] . x[t] for t < m, r < d: W row-major [d][n] and x [m][n] both in `type`
+  // (for 16-bit weights, activations rounded by to_16bit first), out fp32 [m][d].
+  virtual void gemm(float* out, const void* x, const void* w, GemmType type, int m, int n,
+                    int d) = 0;
+  // dst[i] = src[i] rounded to fp16 / bf16 bits (weights converted on upload).
+  virtual void to_16bit(std::uint16_t* dst, const float* src, long n, bool bf16) = 0;
+  virtual void rmsnorm(float* out, const float* x, const float* w, int rows, int n, float eps) = 0;
+  virtual void rope(float* q, float* k, const int* pos, int tokens, int q_dim, int kv_dim,
+                    int head_dim, float theta) = 0;
+  virtual void swiglu(float* hb, const float* hb2, long n) = 0;
+  virtual void kv_write(float* k_tiles, float* v_tiles, long tile_floats, const int* block_table,
+                        int slot, int block_size, const float* k, const float* v, int kv_dim) = 0;
+  // Decode attention of n_heads query heads over the pool; scores in shared memory, so at most
+  // max_attention_slots() slots.
+  virtual void paged_attention(float* out, const float* q, const PagedPool& kv, int n_heads) = 0;
+  virtual int max_attention_slots() const = 0;
+};
+
+// The emulated device: the stand-ins of kernels/sim/cuda_api_sim.h and the SIMT emulator.
+std::unique_ptr<DeviceOps> make_emulated_device_ops();
+
+// The real device through the CUDA runtime and cuBLAS: nullptr when there is none, with *why
+// set to the reason (the runtime's own words, or that this build has no CUDA backend).
+std::unique_ptr<DeviceOps> make_cuda_device_ops(std::string* why);
+
+}  // namespace kvscope::device
