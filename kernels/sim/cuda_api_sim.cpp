@@ -98,15 +98,24 @@ const float* f16_table() {
   return table.data();
 }
 
-// Element i of a device array of type t, as fp32.
-float load(const void* base, cudaDataType t, std::size_t i) {
-  if (t == CUDA_R_32F) return static_cast<const float*>(base)[i];
-  const std::uint16_t bits = static_cast<const std::uint16_t*>(base)[i];
-  if (t == CUDA_R_16F) return f16_table()[bits];
-  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+// out[q] = element first + q * stride of a device array of type t, as fp32, for q < count.
+void load(const void* base, cudaDataType t, std::size_t first, std::size_t stride, int count,
+          float* out) {
+  if (t == CUDA_R_32F) {
+    const float* f = static_cast<const float*>(base) + first;
+    for (int q = 0; q < count; ++q) out[q] = f[q * stride];
+    return;
+  }
+  const std::uint16_t* h = static_cast<const std::uint16_t*>(base) + first;
+  if (t == CUDA_R_16F) {
+    const float* table = f16_table();
+    for (int q = 0; q < count; ++q) out[q] = table[h[q * stride]];
+    return;
+  }
+  for (int q = 0; q < count; ++q) {
+    const std::uint32_t u = static_cast<std::uint32_t>(h[q * stride]) << 16;
+    std::memcpy(&out[q], &u, 4);
+  }
 }
 
 // a . b over k elements in eight interleaved fp32 partial sums (cuBLAS's order is its own too).
@@ -325,20 +334,18 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   // op(B) is decoded to fp32 once ([n][k]: n is small in the backend's calls), then each row of
   // op(A) once, and the dot products run in fp32: fast enough for tests on SmolLM2's weights.
   std::vector<float> bcols(static_cast<std::size_t>(n) * k), arow(static_cast<std::size_t>(k));
+  const auto sk = static_cast<std::size_t>(k);
   for (int j = 0; j < n; ++j) {
-    for (int p = 0; p < k; ++p) {
-      const std::size_t bi =
-          tb ? static_cast<std::size_t>(p) * ldb + j : static_cast<std::size_t>(j) * ldb + p;
-      bcols[static_cast<std::size_t>(j) * k + p] = load(B, Btype, bi);
-    }
+    // Column j of op(B): B's row j (T) or column j (N).
+    const auto uj = static_cast<std::size_t>(j);
+    load(B, Btype, tb ? uj : uj * ldb, tb ? static_cast<std::size_t>(ldb) : 1, k,
+         bcols.data() + uj * sk);
   }
   auto* c = static_cast<float*>(C);
   for (int i = 0; i < m; ++i) {
-    for (int p = 0; p < k; ++p) {
-      const std::size_t ai =
-          ta ? static_cast<std::size_t>(i) * lda + p : static_cast<std::size_t>(p) * lda + i;
-      arow[static_cast<std::size_t>(p)] = load(A, Atype, ai);
-    }
+    // Row i of op(A): A's column i (T) or row i (N).
+    const auto ui = static_cast<std::size_t>(i);
+    load(A, Atype, ta ? ui * lda : ui, ta ? 1 : static_cast<std::size_t>(lda), k, arow.data());
     for (int j = 0; j < n; ++j) {
       const float acc = dot(arow.data(), bcols.data() + static_cast<std::size_t>(j) * k, k);
       float& out = c[static_cast<std::size_t>(j) * ldc + i];

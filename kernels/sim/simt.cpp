@@ -63,6 +63,10 @@ struct Fiber {
   void* fake_stack = nullptr;  // AddressSanitizer's, while switched out
   jmp_buf jmp{};               // where it resumes
   bool started = false;
+  // Parked: it finished a body and waits in fiber_main's loop for the next one, so the next
+  // block (of this launch or a later one) resumes it with a _longjmp instead of building a new
+  // context (getcontext, makecontext and swapcontext each cost system calls).
+  bool parked = false;
 };
 
 struct Warp {
@@ -73,7 +77,7 @@ struct Block {
   const LaunchConfig* config = nullptr;
   const std::function<void()>* body = nullptr;
   dim3 block_idx;
-  std::vector<Fiber> fibers;
+  std::vector<Fiber*> fibers;  // this OS thread's pooled fibers, one per CUDA thread
   std::vector<Warp> warps;
   ucontext_t scheduler{};
   jmp_buf scheduler_jmp{};
@@ -142,22 +146,36 @@ __attribute__((noinline)) void yield_to_scheduler(Block& b, Fiber& f) {
 #endif
 }
 
+// A fiber's life: run the body of the block it is given, park, and run the next block's body
+// when resumed, for as long as the OS thread lives (or until a block fails while the fiber is
+// inside a body: then its context is rebuilt). The block and the fiber are read from g_block
+// after every resume: the next block may belong to another launch.
 void fiber_main() {
-  Block& b = *g_block;
-  Fiber& f = *b.current;
 #ifdef KVSCOPE_SIM_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
+  __sanitizer_finish_switch_fiber(nullptr, &g_block->sched_stack_bottom,
+                                  &g_block->sched_stack_size);
 #endif
-  try {
-    (*b.body)();
-  } catch (...) {
-    if (!b.error) b.error = std::current_exception();
+  for (;;) {
+    Block& b = *g_block;
+    Fiber& f = *b.current;
+    f.parked = false;
+    try {
+      (*b.body)();
+    } catch (...) {
+      if (!b.error) b.error = std::current_exception();
+    }
+    f.state = State::kDone;
+    f.parked = true;
+#ifdef KVSCOPE_SIM_ASAN
+    __sanitizer_start_switch_fiber(&f.fake_stack, b.sched_stack_bottom, b.sched_stack_size);
+#endif
+    if (_setjmp(f.jmp) == 0) _longjmp(b.scheduler_jmp, 1);
+#ifdef KVSCOPE_SIM_ASAN
+    Fiber& resumed = *g_block->current;
+    __sanitizer_finish_switch_fiber(resumed.fake_stack, &g_block->sched_stack_bottom,
+                                    &g_block->sched_stack_size);
+#endif
   }
-  f.state = State::kDone;
-#ifdef KVSCOPE_SIM_ASAN
-  __sanitizer_start_switch_fiber(nullptr, b.sched_stack_bottom, b.sched_stack_size);
-#endif
-  _longjmp(b.scheduler_jmp, 1);
 }
 
 // Releases complete warp collectives; returns whether any was released.
@@ -167,17 +185,17 @@ bool release_warps(Block& b) {
     unsigned waiting = 0;
     for (unsigned l = 0; l < kWarpSize; ++l) {
       const std::size_t i = static_cast<std::size_t>(w) * kWarpSize + l;
-      if (i < b.fibers.size() && b.fibers[i].state == State::kAtWarp) waiting |= 1u << l;
+      if (i < b.fibers.size() && b.fibers[i]->state == State::kAtWarp) waiting |= 1u << l;
     }
     if (waiting == 0) continue;
     for (unsigned l = 0; l < kWarpSize; ++l) {
       if ((waiting >> l & 1u) == 0) continue;
-      Fiber& f = b.fibers[static_cast<std::size_t>(w) * kWarpSize + l];
+      Fiber& f = *b.fibers[static_cast<std::size_t>(w) * kWarpSize + l];
       const unsigned need = f.warp_mask;
       for (unsigned k = 0; k < kWarpSize; ++k) {
         if ((need >> k & 1u) == 0) continue;
         const std::size_t i = static_cast<std::size_t>(w) * kWarpSize + k;
-        if (i >= b.fibers.size() || b.fibers[i].state == State::kDone) {
+        if (i >= b.fibers.size() || b.fibers[i]->state == State::kDone) {
           throw SimError(where(b, &f) + ": a warp collective's mask 0x" +
                          [&] {
                            char buf[16];
@@ -193,11 +211,11 @@ bool release_warps(Block& b) {
       bool same = true;
       for (unsigned k = 0; k < kWarpSize; ++k)
         if ((need >> k & 1u) != 0)
-          same = same && b.fibers[static_cast<std::size_t>(w) * kWarpSize + k].warp_mask == need;
+          same = same && b.fibers[static_cast<std::size_t>(w) * kWarpSize + k]->warp_mask == need;
       if (!same) continue;
       for (unsigned k = 0; k < kWarpSize; ++k)
         if ((need >> k & 1u) != 0)
-          b.fibers[static_cast<std::size_t>(w) * kWarpSize + k].state = State::kRunnable;
+          b.fibers[static_cast<std::size_t>(w) * kWarpSize + k]->state = State::kRunnable;
       waiting &= ~need;
       released = true;
     }
@@ -208,23 +226,23 @@ bool release_warps(Block& b) {
 void run_block(Block& b) {
   for (;;) {
     bool ran = false;
-    for (Fiber& f : b.fibers) {
-      if (f.state != State::kRunnable) continue;
-      run_fiber(b, f);
+    for (Fiber* f : b.fibers) {
+      if (f->state != State::kRunnable) continue;
+      run_fiber(b, *f);
       ran = true;
       if (b.error) return;
     }
     std::size_t done = 0, at_barrier = 0;
     const Fiber* exited = nullptr;
     const Fiber* waiting = nullptr;
-    for (const Fiber& f : b.fibers) {
-      if (f.state == State::kDone) {
+    for (const Fiber* f : b.fibers) {
+      if (f->state == State::kDone) {
         ++done;
-        exited = &f;
+        exited = f;
       }
-      if (f.state == State::kAtBarrier) {
+      if (f->state == State::kAtBarrier) {
         ++at_barrier;
-        waiting = &f;
+        waiting = f;
       }
     }
     if (done == b.fibers.size()) return;
@@ -235,14 +253,14 @@ void run_block(Block& b) {
                        " threads of its block wait at __syncthreads (" + where(b, waiting) +
                        "): a barrier in divergent code");
       }
-      for (Fiber& f : b.fibers) f.state = State::kRunnable;
+      for (Fiber* f : b.fibers) f->state = State::kRunnable;
       continue;
     }
     if (!ran) {
       // Nobody can move: threads wait at different barriers or collectives.
       const Fiber* warp_waiter = nullptr;
-      for (const Fiber& f : b.fibers)
-        if (f.state == State::kAtWarp) warp_waiter = &f;
+      for (const Fiber* f : b.fibers)
+        if (f->state == State::kAtWarp) warp_waiter = f;
       throw SimError(std::string(b.config->kernel) + ": deadlock: " + std::to_string(at_barrier) +
                      " threads wait at __syncthreads" +
                      (warp_waiter ? " while " + where(b, warp_waiter) +
@@ -290,17 +308,18 @@ __attribute__((noinline)) void run_one_block(Block& b, dim3 block_idx) {
   b.dynamic = guarded(config.shared_bytes);
   const unsigned n = static_cast<unsigned>(b.fibers.size());
   for (unsigned i = 0; i < n; ++i) {
-    Fiber& f = b.fibers[i];
+    Fiber& f = *b.fibers[i];
     f.state = State::kRunnable;
     f.linear = i;
     f.tid = dim3(i % config.block.x, (i / config.block.x) % config.block.y,
                  i / (config.block.x * config.block.y));
     f.shared_calls = 0;
-    f.started = false;
+    f.started = f.parked;  // a parked fiber resumes where it parked; any other starts afresh
+    if (f.parked) continue;
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = &b.scheduler;
+    f.ctx.uc_link = nullptr;  // fiber_main never returns
     makecontext(&f.ctx, &fiber_main, 0);
   }
   run_block(b);
@@ -326,23 +345,17 @@ void launch(const LaunchConfig& config, const std::function<void()>& body) {
   Block b;
   b.config = &config;
   b.body = &body;
-  b.fibers.resize(n);
   b.warps.resize((n + kWarpSize - 1) / kWarpSize);
-  // Fiber stacks outlive the launch (a forward pass makes thousands of launches): taken from
-  // this OS thread's pool and given back. Not value-initialized: pages are touched only as deep
-  // as each stack grows.
-  thread_local std::vector<std::unique_ptr<char[]>> pool;
-  while (pool.size() < n) pool.push_back(std::make_unique_for_overwrite<char[]>(kStackBytes));
-  for (unsigned i = 0; i < n; ++i) b.fibers[i].stack = std::move(pool[pool.size() - 1 - i]);
-  pool.resize(pool.size() - n);
-  struct GiveBack {
-    Block& b;
-    std::vector<std::unique_ptr<char[]>>& pool;
-    ~GiveBack() {
-      for (Fiber& f : b.fibers)
-        if (f.stack) pool.push_back(std::move(f.stack));
-    }
-  } give_back{b, pool};
+  // Fibers (and their stacks) outlive the launch: a forward pass makes thousands of launches.
+  // This OS thread's pool holds as many as its largest block; a stack is not value-initialized,
+  // so its pages are touched only as deep as it grows.
+  thread_local std::vector<std::unique_ptr<Fiber>> pool;
+  while (pool.size() < n) {
+    pool.push_back(std::make_unique<Fiber>());
+    pool.back()->stack = std::make_unique_for_overwrite<char[]>(kStackBytes);
+  }
+  b.fibers.resize(n);
+  for (unsigned i = 0; i < n; ++i) b.fibers[i] = pool[i].get();
   g_grid_dim = config.grid;
   g_block_dim = config.block;
   struct Reset {
