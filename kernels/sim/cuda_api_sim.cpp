@@ -8,6 +8,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/quant/float_formats.h"
@@ -16,9 +17,11 @@
 #if defined(KVSCOPE_CUDA_HEADERS)
 // Each stand-in has exactly the prototype of the real call: the cast selects, among the real
 // overloads, the one whose type is the stand-in's, and fails to compile when there is none.
-#define KVS_SAME_PROTOTYPE(name)                                                       \
-  static_assert(static_cast<decltype(&::kvscope::cuda_sim::name)>(&::name) != nullptr, \
-                #name " has the real prototype")
+#define KVS_SAME_PROTOTYPE(name)                                                           \
+  static_assert(                                                                           \
+      std::is_same_v<decltype(static_cast<decltype(&::kvscope::cuda_sim::name)>(&::name)), \
+                     decltype(&::kvscope::cuda_sim::name)>,                                \
+      #name " has the real prototype")
 KVS_SAME_PROTOTYPE(cudaGetDeviceCount);
 KVS_SAME_PROTOTYPE(cudaGetErrorString);
 KVS_SAME_PROTOTYPE(cudaGetLastError);
