@@ -30,13 +30,12 @@ std::string with_backend_help(const char* help) {
 std::string cuda_gap(const RunNeeds& needs) {
   if (needs.model != nullptr && needs.model->native() != nullptr)
     return "quantized weights (--weight-format f32 dequantizes them)";
-  if (needs.k_format.dtype != KvDtype::kF32 || needs.v_format.dtype != KvDtype::kF32) {
+  if (!cuda_covers_kv_format(needs.k_format) || !cuda_covers_kv_format(needs.v_format)) {
     return "K/V format " + needs.k_format.name() + "/" + needs.v_format.name() +
-           " (fp32 only: --kv-dtype fp32)";
+           " (fp32, fp16, bf16, int8 and fp8 are covered)";
   }
   if (needs.eviction) return "token eviction";
   if (needs.mla) return "MLA latents";
-  if (needs.attention_capture) return "attention capture";
   return needs.other;
 }
 

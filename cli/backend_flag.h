@@ -18,10 +18,9 @@ namespace kvscope::cli {
 // covers it.
 struct RunNeeds {
   const Model* model = nullptr;  // quantized (native) weights are not covered
-  KvFormat k_format, v_format;   // fp32 only
+  KvFormat k_format, v_format;
   bool eviction = false;
   bool mla = false;
-  bool attention_capture = false;
   std::string other;  // anything else not covered, in words ("" when none)
 };
 

@@ -238,7 +238,6 @@ int cmd_eval(const Argv& argv) {
   needs.v_format = v;
   needs.eviction = evicting;
   needs.mla = mla;
-  needs.attention_capture = args.has("--attention");
   if (args.has("--sweep")) needs.other = "--sweep (every K/V format)";
   if (args.has("--mla-sweep")) needs.other = "--mla-sweep (MLA latents)";
   auto backend = make_backend(args.get("--backend", "auto"), threads,

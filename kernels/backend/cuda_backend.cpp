@@ -3,6 +3,8 @@
 
 #include <cstring>
 #include <list>
+#include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -71,13 +73,41 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-// A device copy of one host KV pool (fp32 K and V regions, the host's layout).
+// A device copy of one host KV pool: the host's layout, K and V regions, any per-token format.
 struct DevicePool {
   DeviceBuffer k, v;
-  long tile_floats = 0;
+  device::DeviceTiles k_tiles, v_tiles;  // layer 0
   int num_blocks = 0;
   std::uint64_t byte_copies = 0;  // the host storage's count when the copy was made
+
+  // The tiles of `layer`.
+  std::pair<device::DeviceTiles, device::DeviceTiles> layer(int l) const {
+    device::DeviceTiles a = k_tiles, b = v_tiles;
+    a.base += static_cast<long>(l) * num_blocks * a.tile_bytes;
+    b.base += static_cast<long>(l) * num_blocks * b.tile_bytes;
+    return {a, b};
+  }
 };
+
+// The kernels' code for a K/V format; nullopt for formats they do not cover.
+std::optional<device::KvCode> kv_code(const KvFormat& f) {
+  switch (f.dtype) {
+    case KvDtype::kF32:
+      return device::KvCode::kF32;
+    case KvDtype::kF16:
+      return device::KvCode::kF16;
+    case KvDtype::kBF16:
+      return device::KvCode::kBF16;
+    case KvDtype::kInt8:
+      return device::KvCode::kInt8;
+    case KvDtype::kFp8E4M3:
+      return device::KvCode::kE4M3;
+    case KvDtype::kFp8E5M2:
+      return device::KvCode::kE5M2;
+    default:
+      return std::nullopt;
+  }
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -154,16 +184,14 @@ class CudaBackend final : public Backend {
       float* dk = stage(x_, k, static_cast<std::size_t>(kv_dim));
       float* dv = stage(y_, v, static_cast<std::size_t>(kv_dim));
       const int* table = block_table(view);
-      const long layer_floats = static_cast<long>(layer) * p.num_blocks * p.tile_floats;
-      ops_->kv_write(p.k.as<float>() + layer_floats, p.v.as<float>() + layer_floats, p.tile_floats,
-                     table, view.write_slot(), L.block_size, dk, dv, kv_dim);
+      const auto [kt, vt] = p.layer(layer);
+      ops_->kv_write(kt, vt, table, view.write_slot(), L.block_size, dk, dv, L.kv_heads,
+                     L.head_dim);
     });
   }
   void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
-                       const float* q, float* out, int /*query_pos*/,
+                       const float* q, float* out, int query_pos,
                        AttentionObserver* observer) override {
-    if (observer != nullptr)
-      throw Error(flag_, "attention capture (heatmaps, H2O/TOVA scores) is not supported yet");
     if (view.slot_live != nullptr || view.slot_pos != nullptr)
       throw Error(flag_, "token eviction is not supported yet");
     if (view.num_slots > ops_->max_attention_slots()) {
@@ -177,18 +205,26 @@ class CudaBackend final : public Backend {
       const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
       float* dq = stage(x_, q, qn);
       auto* dout = scratch(y_, qn * 4).as<float>();
-      const long layer_floats = static_cast<long>(layer) * p.num_blocks * p.tile_floats;
       device::PagedPool kv;
-      kv.k = p.k.as<float>() + layer_floats;
-      kv.v = p.v.as<float>() + layer_floats;
-      kv.tile_floats = p.tile_floats;
+      std::tie(kv.k, kv.v) = p.layer(layer);
       kv.block_table = block_table(view);
       kv.num_slots = view.num_slots;
       kv.block_size = view.block_size();
       kv.kv_heads = shape.kv_heads;
       kv.head_dim = shape.head_dim;
-      ops_->paged_attention(dout, dq, kv, shape.n_heads);
+      const std::size_t wn = static_cast<std::size_t>(shape.n_heads) * view.num_slots;
+      float* dw = observer != nullptr ? scratch(attention_, wn * 4).as<float>() : nullptr;
+      ops_->paged_attention(dout, dq, kv, shape.n_heads, dw);
       ops_->to_host(out, dout, qn * 4);
+      if (observer == nullptr) return;
+      // Attention capture: each head's softmax row, as the CPU backend reports it.
+      attention_host_.resize(wn);
+      ops_->to_host(attention_host_.data(), dw, wn * 4);
+      const auto n = static_cast<std::size_t>(view.num_slots);
+      for (int h = 0; h < shape.n_heads; ++h) {
+        observer->on_attention(layer, h, query_pos,
+                               std::span<const float>(attention_host_.data() + h * n, n));
+      }
     });
   }
 
@@ -241,10 +277,12 @@ class CudaBackend final : public Backend {
     const KvLayout& L = s.layout();
     if (view.mla != nullptr || L.is_latent())
       throw Error(flag_, "expected a K/V cache, got an MLA latent cache (not supported yet)");
-    if (L.k_format.dtype != KvDtype::kF32 || L.v_format.dtype != KvDtype::kF32) {
-      throw Error(flag_, "expected fp32 K/V (--kv-dtype fp32), got " + L.k_format.name() + "/" +
-                             L.v_format.name() +
-                             " (quantize-on-write kernels are not written yet)");
+    const auto kc = kv_code(L.k_format), vc = kv_code(L.v_format);
+    if (!kc || !vc) {
+      throw Error(flag_,
+                  "expected a K/V format of fp32, fp16, bf16, int8 or fp8 (--kv-dtype), got " +
+                      L.k_format.name() + "/" + L.v_format.name() +
+                      " (int4, int2 and KIVI kernels are not written yet)");
     }
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
@@ -262,12 +300,14 @@ class CudaBackend final : public Backend {
                           "this backend, or dropped as least recently used)");
     }
     DevicePool p;
-    p.tile_floats = static_cast<long>(L.tile_bytes(KvKind::kKey) / sizeof(float));
     p.num_blocks = L.num_blocks;
-    const std::size_t region = static_cast<std::size_t>(L.n_layers) * L.num_blocks *
-                               static_cast<std::size_t>(p.tile_floats) * 4;
-    p.k = DeviceBuffer(*ops_, region);
-    p.v = DeviceBuffer(*ops_, region);
+    const auto region = [&](KvKind kind) {
+      return static_cast<std::size_t>(L.n_layers) * L.num_blocks * L.tile_bytes(kind);
+    };
+    p.k = DeviceBuffer(*ops_, region(KvKind::kKey));
+    p.v = DeviceBuffer(*ops_, region(KvKind::kValue));
+    p.k_tiles = {p.k.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kKey)), *kc};
+    p.v_tiles = {p.v.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kValue)), *vc};
     p.byte_copies = s.byte_copies();
     pools_.emplace_front(s.id(), std::move(p));
     if (pools_.size() > 4) pools_.pop_back();
@@ -287,11 +327,16 @@ class CudaBackend final : public Backend {
   std::string flag_;
   std::unordered_map<const float*, DeviceBuffer> weights_;
   std::list<std::pair<std::uint64_t, DevicePool>> pools_;
-  DeviceBuffer x_, y_, x16_, ints_, table_;
+  DeviceBuffer x_, y_, x16_, ints_, table_, attention_;
   std::vector<int> table_host_;
+  std::vector<float> attention_host_;
 };
 
 }  // namespace
+
+bool cuda_covers_kv_format(const KvFormat& f) {
+  return kv_code(f).has_value();
+}
 
 std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights) {
   return std::make_unique<CudaBackend>(device::make_emulated_device_ops(), weights,

@@ -9,16 +9,19 @@
 // time, so each op copies its inputs to the device and its outputs back: correct, but on a GPU
 // that is a PCIe round trip per op (the batched-step seam of issue #17 removes them).
 //
+// K/V formats: fp32, fp16, bf16, int8 and fp8, quantized on write and dequantized in attention
+// by the kernels; attention capture (heatmaps, sink shares) reads the kernel's softmax rows back.
 // What the kernels do not cover yet is refused with a one-line kvscope::Error naming the flag:
-// quantized weights (--weight-format f32 dequantizes them), K/V formats other than fp32, MLA
-// latents, token eviction, attention capture, contexts beyond the one-pass attention's 12,248
-// slots; and a pool whose bytes were copied outside the backend (copy-on-write, compaction).
+// quantized weights (--weight-format f32 dequantizes them), int4/int2/KIVI K/V, MLA latents,
+// token eviction, contexts beyond the one-pass attention's 12,248 slots; and a pool whose bytes
+// were copied outside the backend (copy-on-write, compaction).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "engine/backend/backend.h"
+#include "engine/kv/kv_format.h"
 #include "kernels/backend/device_ops.h"
 
 namespace kvscope {
@@ -28,6 +31,9 @@ using device::GemmType;
 // "f32", "f16" or "bf16"; `flag` names the option in the error for anything else.
 GemmType parse_gemm_type(const std::string& value, const std::string& flag);
 const char* gemm_type_name(GemmType type);
+
+// Whether the backend's kernels read and write K/V format f (fp32, fp16, bf16, int8, fp8).
+bool cuda_covers_kv_format(const KvFormat& f);
 
 // --backend cuda-sim: the emulated device; weights in `weights` on it.
 std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights = GemmType::kF16);

@@ -22,11 +22,19 @@ class DeviceError : public std::runtime_error {
 // The weights' type on the device; the GEMMs accumulate in fp32 whatever it is.
 enum class GemmType { kF32, kF16, kBF16 };
 
-// An fp32 paged K/V pool on the device (one layer's tiles; layout as engine/kv/kv_storage.h).
+// A K/V format as the kernels read and write it (the values of kernels::KvCode).
+enum class KvCode : int { kF32 = 0, kF16, kBF16, kInt8, kE4M3, kE5M2 };
+
+// One layer's K or V tiles on the device (layout as engine/kv/kv_storage.h).
+struct DeviceTiles {
+  unsigned char* base = nullptr;  // tile of physical block 0
+  long tile_bytes = 0;
+  KvCode code = KvCode::kF32;
+};
+
+// A paged K/V pool on the device, one layer, as one query's attention reads it.
 struct PagedPool {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  long tile_floats = 0;
+  DeviceTiles k, v;
   const int* block_table = nullptr;  // device memory
   int num_slots = 0;
   int block_size = 0;
@@ -55,11 +63,15 @@ class DeviceOps {
   virtual void rope(float* q, float* k, const int* pos, int tokens, int q_dim, int kv_dim,
                     int head_dim, float theta) = 0;
   virtual void swiglu(float* hb, const float* hb2, long n) = 0;
-  virtual void kv_write(float* k_tiles, float* v_tiles, long tile_floats, const int* block_table,
-                        int slot, int block_size, const float* k, const float* v, int kv_dim) = 0;
+  // One token's K and V rows into `slot` of the pool, quantized to its formats.
+  virtual void kv_write(const DeviceTiles& k_tiles, const DeviceTiles& v_tiles,
+                        const int* block_table, int slot, int block_size, const float* k,
+                        const float* v, int kv_heads, int head_dim) = 0;
   // Decode attention of n_heads query heads over the pool; scores in shared memory, so at most
-  // max_attention_slots() slots.
-  virtual void paged_attention(float* out, const float* q, const PagedPool& kv, int n_heads) = 0;
+  // max_attention_slots() slots. With `weights` set ([n_heads][num_slots] on the device), each
+  // head's softmax row is written there too.
+  virtual void paged_attention(float* out, const float* q, const PagedPool& kv, int n_heads,
+                               float* weights) = 0;
   virtual int max_attention_slots() const = 0;
 };
 

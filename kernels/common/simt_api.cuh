@@ -6,6 +6,7 @@
 #pragma once
 
 #include <math.h>
+#include <string.h>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,29 +1,67 @@
-// One token's K and V rows [kv_dim] into its slot of an fp32 paged pool: row `slot % block_size`
-// of the tile of block_table[slot / block_size] (layout: kernels/ops/paged_attention.cuh).
-// Quantize-on-write for the other KV formats is not written yet.
-// CPU twin: cpu::kv_write on an fp32 pool.
+// One token's K and V rows into its slot of a paged pool, quantized on the way in to the pool's
+// format (fp32, fp16, bf16, int8, FP8 E4M3/E5M2): one warp per (KV head, K or V). Scaled formats
+// reduce the head's largest finite |x| across the warp, store the scale (fp16 for int8: amax/127;
+// bf16 for FP8: amax/format max), then the codes. CPU twin: quant::write_token (the bytes written
+// are the CPU's, bit for bit: tests/kernels/kernel_parity_test.cpp).
 #pragma once
 
-#include "kernels/common/simt_api.cuh"
+#include "kernels/common/kv_formats.cuh"
+#include "kernels/common/reduce.cuh"
 
 KVS_KERNELS_BEGIN
 
-KVS_GLOBAL void kv_write_kernel(float* k_tiles, float* v_tiles, long tile_floats,
-                                const int* block_table, int slot, int block_size, const float* k,
-                                const float* v, int kv_dim) {
-  const long base = static_cast<long>(block_table[slot / block_size]) * tile_floats +
-                    static_cast<long>(slot % block_size) * kv_dim;
-  for (int i = static_cast<int>(simt::tid_x()); i < kv_dim; i += static_cast<int>(simt::bdim_x())) {
-    k_tiles[base + i] = k[i];
-    v_tiles[base + i] = v[i];
+KVS_GLOBAL void kv_write_kernel(KvTiles k_tiles, KvTiles v_tiles, const int* block_table, int slot,
+                                int block_size, const float* k, const float* v, int kv_heads,
+                                int head_dim) {
+  const int head = static_cast<int>(simt::bid_x());
+  const bool is_v = simt::bid_y() == 1u;
+  const KvTiles t = is_v ? v_tiles : k_tiles;
+  const float* x = (is_v ? v : k) + static_cast<long>(head) * head_dim;
+  const int kv_dim = kv_heads * head_dim, offset = slot % block_size;
+  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
+  const long first = static_cast<long>(offset) * kv_dim + static_cast<long>(head) * head_dim;
+  const int lane = static_cast<int>(simt::lane());
+  if (!kv_has_scale(t.code)) {
+    for (int i = lane; i < head_dim; i += 32) {
+      if (t.code == kKvF32)
+        reinterpret_cast<float*>(tile)[first + i] = x[i];
+      else
+        reinterpret_cast<std::uint16_t*>(tile)[first + i] =
+            t.code == kKvF16 ? f16_saturating(x[i]) : bf16_saturating(x[i]);
+    }
+    return;
+  }
+  float amax = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) {
+    const float a = fabsf(x[i]);
+    if (a <= 3.402823466e38f) amax = fmaxf(amax, a);  // finite values only
+  }
+  amax = warp_reduce<true>(amax);
+  const bool int8 = t.code == kKvInt8, e4m3 = t.code == kKvE4M3;
+  const std::uint16_t stored =
+      int8 ? f16_saturating(amax / 127.0f) : bf16_saturating(amax / (e4m3 ? 448.0f : 57344.0f));
+  const float scale = int8 ? f16_value(stored) : bf16_value(stored);
+  if (lane == 0) {
+    auto* scales = reinterpret_cast<std::uint16_t*>(tile + static_cast<long>(block_size) * kv_dim);
+    scales[static_cast<long>(offset) * kv_heads + head] = stored;
+  }
+  for (int i = lane; i < head_dim; i += 32) {
+    if (int8) {
+      float c = scale > 0.0f ? rintf(x[i] / scale) : 0.0f;
+      if (c != c) c = 0.0f;
+      c = fminf(fmaxf(c, -127.0f), 127.0f);
+      reinterpret_cast<signed char*>(tile)[first + i] = static_cast<signed char>(c);
+    } else {
+      tile[first + i] = fp8_encode(scale > 0.0f ? x[i] / scale : 0.0f, e4m3);
+    }
   }
 }
 
-inline void launch_kv_write(float* k_tiles, float* v_tiles, long tile_floats,
-                            const int* block_table, int slot, int block_size, const float* k,
-                            const float* v, int kv_dim) {
-  KVS_LAUNCH(kv_write_kernel, simt::Dim3(1), simt::Dim3(128), 0, k_tiles, v_tiles, tile_floats,
-             block_table, slot, block_size, k, v, kv_dim);
+inline void launch_kv_write(const KvTiles& k_tiles, const KvTiles& v_tiles, const int* block_table,
+                            int slot, int block_size, const float* k, const float* v, int kv_heads,
+                            int head_dim) {
+  KVS_LAUNCH(kv_write_kernel, simt::Dim3(static_cast<unsigned>(kv_heads), 2), simt::Dim3(32), 0,
+             k_tiles, v_tiles, block_table, slot, block_size, k, v, kv_heads, head_dim);
 }
 
 KVS_KERNELS_END

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_ops.h"
+#include "engine/quant/kv_codec.h"
 #include "kernels/ops/argmax.cuh"
+#include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"
 #include "kernels/ops/rope.cuh"
@@ -135,9 +138,12 @@ TEST(KernelParity, PagedDecodeAttention) {
         std::vector<int> table;
         for (BlockId b : view.blocks) table.push_back(static_cast<int>(b.value));
         PagedKv kv;
-        kv.k = reinterpret_cast<const float*>(st.tile(0, KvKind::kKey, BlockId(0)));
-        kv.v = reinterpret_cast<const float*>(st.tile(0, KvKind::kValue, BlockId(0)));
-        kv.tile_floats = static_cast<long>(st.layout().tile_bytes(KvKind::kKey) / sizeof(float));
+        auto* base = const_cast<unsigned char*>(
+            reinterpret_cast<const unsigned char*>(st.tile(0, KvKind::kKey, BlockId(0))));
+        kv.k = {base, static_cast<long>(st.layout().tile_bytes(KvKind::kKey)), kKvF32};
+        base = const_cast<unsigned char*>(
+            reinterpret_cast<const unsigned char*>(st.tile(0, KvKind::kValue, BlockId(0))));
+        kv.v = {base, static_cast<long>(st.layout().tile_bytes(KvKind::kValue)), kKvF32};
         kv.block_table = table.data();
         kv.num_slots = view.num_slots;
         kv.block_size = block_size;
@@ -146,6 +152,132 @@ TEST(KernelParity, PagedDecodeAttention) {
         launch_paged_attention(got.data(), q.data(), kv, s.heads, 64);
         expect_close(got, want, 2e-6, 1e-4, what);
       }
+    }
+  }
+}
+
+// The formats the kernels read and write, with their codes.
+struct Fmt {
+  const char* name;
+  int code;
+};
+constexpr Fmt kFormats[] = {{"fp32", kKvF32},  {"fp16", kKvF16},      {"bf16", kKvBF16},
+                            {"int8", kKvInt8}, {"fp8-e4m3", kKvE4M3}, {"fp8-e5m2", kKvE5M2}};
+
+KvTiles tiles_of(KvStorage& st, KvKind kind, int code) {
+  return {reinterpret_cast<unsigned char*>(st.tile(0, kind, BlockId(0))),
+          static_cast<long>(st.layout().tile_bytes(kind)), code};
+}
+
+// Quantize-on-write: the kernel writes the very bytes the CPU writes (codes and scales), every
+// per-token format, values from tiny to past each format's range, blocks in shuffled order.
+TEST(KernelParity, KvWriteQuantizesToTheCpusBytes) {
+  const int kv_heads = 3, head_dim = 64, kv_dim = kv_heads * head_dim, tokens = 40;
+  for (int block_size : {1, 16}) {
+    for (const Fmt& f : kFormats) {
+      const KvFormat fmt = parse_kv_format(f.name, "test");
+      test::QuantCache cpu_cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
+      test::QuantCache gpu_cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
+      std::mt19937 rng(21);
+      std::vector<float> ks(static_cast<std::size_t>(tokens) * kv_dim), vs(ks.size());
+      for (int t = 0; t < tokens; ++t) {
+        // Each token its own magnitude: 1e-6 .. 1e6, so scales, subnormals and saturation
+        // (fp16 beyond 65504, fp8 scale rounding) all occur.
+        const float mag = std::pow(10.0f, -6.0f + 12.0f * static_cast<float>(t) / tokens);
+        std::normal_distribution<float> d(0.0f, mag);
+        for (int i = 0; i < kv_dim; ++i) {
+          ks[static_cast<std::size_t>(t) * kv_dim + i] = d(rng);
+          vs[static_cast<std::size_t>(t) * kv_dim + i] = d(rng);
+        }
+      }
+      ks[7 * kv_dim + 5] = INFINITY;  // not a finite value: no part of the scale
+      for (int t = 0; t < tokens; ++t) {
+        cpu_cache.append(&ks[static_cast<std::size_t>(t) * kv_dim],
+                         &vs[static_cast<std::size_t>(t) * kv_dim]);
+        gpu_cache.append(&ks[static_cast<std::size_t>(t) * kv_dim],
+                         &vs[static_cast<std::size_t>(t) * kv_dim]);
+      }
+      // The kernel's pool starts as garbage, then gets every token through the kernel.
+      KvStorage& st = gpu_cache.storage();
+      for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+        std::memset(
+            st.tile(0, kind, BlockId(0)), 0xAB,
+            st.layout().tile_bytes(kind) * static_cast<std::size_t>(st.layout().num_blocks));
+      }
+      const KvSeqView view = gpu_cache.view();
+      std::vector<int> table;
+      for (BlockId b : view.blocks) table.push_back(static_cast<int>(b.value));
+      for (int t = 0; t < tokens; ++t) {
+        launch_kv_write(tiles_of(st, KvKind::kKey, f.code), tiles_of(st, KvKind::kValue, f.code),
+                        table.data(), t, block_size, &ks[static_cast<std::size_t>(t) * kv_dim],
+                        &vs[static_cast<std::size_t>(t) * kv_dim], kv_heads, head_dim);
+      }
+      // Every slot the sequence wrote: its codes and its scales (the rest of the pool is
+      // nobody's).
+      const KvStorage& a = cpu_cache.storage();
+      for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+        const quant::TileGeometry g = quant::tile_geometry(a.layout(), kind);
+        for (int t = 0; t < tokens; ++t) {
+          const BlockId b = view.blocks[static_cast<std::size_t>(t / block_size)];
+          const auto* pa = reinterpret_cast<const unsigned char*>(a.tile(0, kind, b));
+          const auto* pb = reinterpret_cast<const unsigned char*>(st.tile(0, kind, b));
+          const std::size_t off = static_cast<std::size_t>(t % block_size);
+          const std::string what =
+              std::string(f.name) + " block size " + std::to_string(block_size) +
+              (kind == KvKind::kKey ? " K" : " V") + " token " + std::to_string(t);
+          ASSERT_EQ(std::memcmp(pa + off * g.row_bytes, pb + off * g.row_bytes, g.row_bytes), 0)
+              << what << ": codes";
+          ASSERT_EQ(std::memcmp(pa + g.meta_offset + off * g.token_meta_bytes,
+                                pb + g.meta_offset + off * g.token_meta_bytes, g.token_meta_bytes),
+                    0)
+              << what << ": scales";
+        }
+      }
+    }
+  }
+}
+
+// Decode attention over every per-token format: the kernel dequantizes what the CPU would, so
+// the outputs agree to float rounding; and the captured softmax rows are the CPU's.
+TEST(KernelParity, PagedDecodeAttentionOverQuantizedFormatsAndCapture) {
+  const int heads = 9, kv_heads = 3, head_dim = 64, kv_dim = kv_heads * head_dim;
+  struct Rows : AttentionObserver {
+    std::vector<float> all;
+    void on_attention(int, int, int, std::span<const float> w) override {
+      all.insert(all.end(), w.begin(), w.end());
+    }
+  };
+  for (const Fmt& f : kFormats) {
+    for (int tokens : {1, 300}) {
+      const KvFormat fmt = parse_kv_format(f.name, "test");
+      test::QuantCache cache(fmt, fmt, 16, tokens, kv_heads, head_dim);
+      const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 31u);
+      const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 32u);
+      for (int t = 0; t < tokens; ++t) {
+        cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
+                     v.data() + static_cast<std::size_t>(t) * kv_dim);
+      }
+      const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 33u, 2.0f);
+      const KvSeqView view = cache.view();
+      std::vector<float> want(q.size()), got(q.size()), scratch;
+      Rows rows;
+      cpu::paged_attention(view, 0, {heads, kv_heads, head_dim}, q.data(), want.data(), tokens - 1,
+                           &rows, scratch);
+      std::vector<int> table;
+      for (BlockId b : view.blocks) table.push_back(static_cast<int>(b.value));
+      PagedKv kv;
+      kv.k = tiles_of(cache.storage(), KvKind::kKey, f.code);
+      kv.v = tiles_of(cache.storage(), KvKind::kValue, f.code);
+      kv.block_table = table.data();
+      kv.num_slots = tokens;
+      kv.block_size = 16;
+      kv.kv_heads = kv_heads;
+      kv.head_dim = head_dim;
+      std::vector<float> weights(static_cast<std::size_t>(heads) * tokens);
+      launch_paged_attention(got.data(), q.data(), kv, heads, 64, weights.data());
+      const std::string what = std::string(f.name) + " tokens " + std::to_string(tokens);
+      expect_close(got, want, 2e-6, 1e-4, what);
+      expect_close(weights, rows.all, 1e-7, 1e-4, what + " captured weights");
     }
   }
 }
