@@ -194,12 +194,6 @@ class CudaBackend final : public Backend {
                        AttentionObserver* observer) override {
     if (view.slot_live != nullptr || view.slot_pos != nullptr)
       throw Error(flag_, "token eviction is not supported yet");
-    if (view.num_slots > ops_->max_attention_slots()) {
-      throw Error(flag_, "expected a context of at most " +
-                             std::to_string(ops_->max_attention_slots()) +
-                             " tokens (one-pass attention; split-K is not written yet), got " +
-                             std::to_string(view.num_slots));
-    }
     guard([&] {
       DevicePool& p = pool(view, /*may_create=*/false);
       const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;

@@ -13,8 +13,8 @@
 // by the kernels; attention capture (heatmaps, sink shares) reads the kernel's softmax rows back.
 // What the kernels do not cover yet is refused with a one-line kvscope::Error naming the flag:
 // quantized weights (--weight-format f32 dequantizes them), int4/int2/KIVI K/V, MLA latents,
-// token eviction, contexts beyond the one-pass attention's 12,248 slots; and a pool whose bytes
-// were copied outside the backend (copy-on-write, compaction).
+// token eviction; and a pool whose bytes were copied outside the backend (copy-on-write,
+// compaction). Long contexts run split-K attention (kernels/ops/paged_attention.cuh).
 #pragma once
 
 #include <memory>

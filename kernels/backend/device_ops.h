@@ -67,12 +67,11 @@ class DeviceOps {
   virtual void kv_write(const DeviceTiles& k_tiles, const DeviceTiles& v_tiles,
                         const int* block_table, int slot, int block_size, const float* k,
                         const float* v, int kv_heads, int head_dim) = 0;
-  // Decode attention of n_heads query heads over the pool; scores in shared memory, so at most
-  // max_attention_slots() slots. With `weights` set ([n_heads][num_slots] on the device), each
-  // head's softmax row is written there too.
+  // Decode attention of n_heads query heads over the pool: one pass for short contexts, split
+  // along the sequence (split-K) for long ones. With `weights` set ([n_heads][num_slots] on the
+  // device), each head's softmax row is written there too.
   virtual void paged_attention(float* out, const float* q, const PagedPool& kv, int n_heads,
                                float* weights) = 0;
-  virtual int max_attention_slots() const = 0;
 };
 
 // The emulated device: the stand-ins of kernels/sim/cuda_api_sim.h and the SIMT emulator.

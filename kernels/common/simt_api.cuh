@@ -67,6 +67,9 @@ KVS_DEVICE unsigned bdim_y() {
 KVS_DEVICE unsigned gdim_x() {
   return gridDim.x;
 }
+KVS_DEVICE unsigned gdim_y() {
+  return gridDim.y;
+}
 KVS_DEVICE unsigned lane() {
   return threadIdx.x % 32u;
 }
@@ -144,6 +147,9 @@ inline unsigned bdim_y() {
 }
 inline unsigned gdim_x() {
   return sim::grid_dim().x;
+}
+inline unsigned gdim_y() {
+  return sim::grid_dim().y;
 }
 inline unsigned lane() {
   return sim::lane_id();

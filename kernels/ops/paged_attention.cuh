@@ -8,8 +8,8 @@
 // Pool layout (engine/kv/kv_storage.h, kernels/common/kv_formats.cuh): for one layer, the tile of
 // physical block b starts at base + b * tile_bytes.
 //
-// One pass with the scores in dynamic shared memory (num_slots floats: up to 12,248 slots in the
-// 48 KiB a launch gets); contexts beyond that need the split-K variant, not written yet.
+// Short contexts run in one pass, the scores in dynamic shared memory; long ones split along
+// the sequence (split-K, as flash-decoding does) and a second kernel combines the splits.
 // CPU twin: cpu::paged_attention.
 #pragma once
 
@@ -28,64 +28,157 @@ struct PagedKv {
   int head_dim = 0;
 };
 
+// Slot t's K (or V) value d of KV head g, through the block table.
+KVS_DEVICE float kv_at(const PagedKv& kv, const KvTiles& tiles, int t, int g, int d) {
+  const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
+  const int kv_dim = kv.kv_heads * kv.head_dim, e = g * kv.head_dim + d;
+  if (tiles.code == kKvF32) {  // no decoding: the fp32 pool's rows as they are
+    return reinterpret_cast<const float*>(
+        tiles.base + block * tiles.tile_bytes)[static_cast<long>(offset) * kv_dim + e];
+  }
+  return kv_load(tiles, block, offset, e, g, kv_dim, kv.kv_heads, kv.block_size);
+}
+
+// The part of one query head's attention over slots [t0, t1) that one block computes:
+// scores[i] = exp(q . k_{t0+i} / sqrt(d) - m) for the range's own maximum m; returns m and,
+// through *sum, the scores' sum. Ends with the scores published to the whole block.
+KVS_DEVICE float attend_range(const float* qh, const PagedKv& kv, int g, int t0, int t1,
+                              float* scores, float* slots, float* sum) {
+  const float inv_sqrt = 1.0f / sqrtf(static_cast<float>(kv.head_dim));
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  float local_max = -INFINITY;
+  for (int t = t0 + tid; t < t1; t += nt) {
+    float s = 0.0f;
+    for (int d = 0; d < kv.head_dim; ++d) s += qh[d] * kv_at(kv, kv.k, t, g, d);
+    s *= inv_sqrt;
+    scores[t - t0] = s;
+    local_max = fmaxf(local_max, s);
+  }
+  const float max_score = block_max(local_max, slots);
+  float local_sum = 0.0f;
+  for (int t = t0 + tid; t < t1; t += nt) {
+    const float e = expf(scores[t - t0] - max_score);
+    scores[t - t0] = e;
+    local_sum += e;
+  }
+  *sum = block_sum(local_sum, slots);  // its barriers also publish scores[]
+  return max_score;
+}
+
+// acc[d] = sum_i scores[i] * v_{t0+i}[d], for the d this thread owns (d = tid, tid + nt, ...).
+KVS_DEVICE float weigh_values(const PagedKv& kv, int g, int t0, int t1, const float* scores,
+                              int d) {
+  float acc = 0.0f;
+  for (int t = t0; t < t1; ++t) acc += scores[t - t0] * kv_at(kv, kv.v, t, g, d);
+  return acc;
+}
+
+// One pass: one block per query head over all its slots (at most kOnePassSlots).
 KVS_GLOBAL void paged_attention_kernel(float* out, const float* q, PagedKv kv, int n_heads,
                                        float* weights) {
   KVS_SHARED_ARRAY(float, slots, 32);
   KVS_DYNAMIC_SHARED(float, scores);
   const int h = static_cast<int>(simt::bid_x());
   const int g = h / (n_heads / kv.kv_heads);
-  const int kv_dim = kv.kv_heads * kv.head_dim, e0 = g * kv.head_dim;
   const float* qh = q + static_cast<long>(h) * kv.head_dim;
-  const float inv_sqrt = 1.0f / sqrtf(static_cast<float>(kv.head_dim));
   const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
-  float local_max = -INFINITY;
-  for (int t = tid; t < kv.num_slots; t += nt) {
-    const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
-    float s = 0.0f;
-    if (kv.k.code == kKvF32) {  // no decoding: the fp32 pool's rows as they are
-      const float* kt = reinterpret_cast<const float*>(kv.k.base + block * kv.k.tile_bytes) +
-                        static_cast<long>(offset) * kv_dim + e0;
-      for (int d = 0; d < kv.head_dim; ++d) s += qh[d] * kt[d];
-    } else {
-      for (int d = 0; d < kv.head_dim; ++d)
-        s += qh[d] * kv_load(kv.k, block, offset, e0 + d, g, kv_dim, kv.kv_heads, kv.block_size);
-    }
-    s *= inv_sqrt;
-    scores[t] = s;
-    local_max = fmaxf(local_max, s);
-  }
-  const float max_score = block_max(local_max, slots);
-  float local_sum = 0.0f;
-  for (int t = tid; t < kv.num_slots; t += nt) {
-    const float e = expf(scores[t] - max_score);
-    scores[t] = e;
-    local_sum += e;
-  }
-  const float sum = block_sum(local_sum, slots);  // its barriers also publish scores[]
+  float sum = 0.0f;
+  attend_range(qh, kv, g, 0, kv.num_slots, scores, slots, &sum);
   if (weights != nullptr) {
     for (int t = tid; t < kv.num_slots; t += nt)
       weights[static_cast<long>(h) * kv.num_slots + t] = scores[t] / sum;
   }
-  for (int d = tid; d < kv.head_dim; d += nt) {
-    float acc = 0.0f;
-    for (int t = 0; t < kv.num_slots; ++t) {
-      const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
-      acc += scores[t] *
-             (kv.v.code == kKvF32
-                  ? reinterpret_cast<const float*>(
-                        kv.v.base +
-                        block * kv.v.tile_bytes)[static_cast<long>(offset) * kv_dim + e0 + d]
-                  : kv_load(kv.v, block, offset, e0 + d, g, kv_dim, kv.kv_heads, kv.block_size));
-    }
-    out[static_cast<long>(h) * kv.head_dim + d] = acc / sum;
+  for (int d = tid; d < kv.head_dim; d += nt)
+    out[static_cast<long>(h) * kv.head_dim + d] =
+        weigh_values(kv, g, 0, kv.num_slots, scores, d) / sum;
+}
+
+// Split-K for long contexts (flash-decoding): block (h, s) attends over slots [s * chunk,
+// (s + 1) * chunk) with its own maximum and writes the unnormalized partial output
+// part[h][s][head_dim], its maximum m[h][s] and sum l[h][s] (and, when capturing, its
+// unnormalized weights); paged_attention_reduce_kernel then rescales and combines them.
+KVS_GLOBAL void paged_attention_split_kernel(float* part, float* m, float* l, const float* q,
+                                             PagedKv kv, int n_heads, int chunk, float* weights) {
+  KVS_SHARED_ARRAY(float, slots, 32);
+  KVS_DYNAMIC_SHARED(float, scores);
+  const int h = static_cast<int>(simt::bid_x()), s = static_cast<int>(simt::bid_y());
+  const int splits = static_cast<int>(simt::gdim_y());
+  const int g = h / (n_heads / kv.kv_heads);
+  const int t0 = s * chunk, t1 = t0 + chunk < kv.num_slots ? t0 + chunk : kv.num_slots;
+  const float* qh = q + static_cast<long>(h) * kv.head_dim;
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  float sum = 0.0f;
+  const float max_score = attend_range(qh, kv, g, t0, t1, scores, slots, &sum);
+  const long hs = static_cast<long>(h) * splits + s;
+  if (weights != nullptr) {
+    for (int t = t0 + tid; t < t1; t += nt)
+      weights[static_cast<long>(h) * kv.num_slots + t] = scores[t - t0];
+  }
+  for (int d = tid; d < kv.head_dim; d += nt)
+    part[hs * kv.head_dim + d] = weigh_values(kv, g, t0, t1, scores, d);
+  if (tid == 0) {
+    m[hs] = max_score;
+    l[hs] = sum;
   }
 }
+
+// out[h] = sum_s part[h][s] e^(m_s - M) / sum_s l[h][s] e^(m_s - M), M the largest m_s; the
+// captured weights of split s are scaled by e^(m_s - M) / L the same way.
+KVS_GLOBAL void paged_attention_reduce_kernel(float* out, const float* part, const float* m,
+                                              const float* l, int splits, int head_dim,
+                                              int num_slots, int chunk, float* weights) {
+  const int h = static_cast<int>(simt::bid_x());
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  const long h0 = static_cast<long>(h) * splits;
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, m[h0 + s]);
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) total += l[h0 + s] * expf(m[h0 + s] - big);
+  for (int d = tid; d < head_dim; d += nt) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) acc += part[(h0 + s) * head_dim + d] * expf(m[h0 + s] - big);
+    out[static_cast<long>(h) * head_dim + d] = acc / total;
+  }
+  if (weights != nullptr) {
+    for (int t = tid; t < num_slots; t += nt) {
+      const long i = static_cast<long>(h) * num_slots + t;
+      weights[i] = weights[i] * expf(m[h0 + t / chunk] - big) / total;
+    }
+  }
+}
+
+// Slots one block takes in one pass (its scores in shared memory), and split-K's chunk.
+constexpr int kOnePassSlots = 4096;
+constexpr int kSplitChunk = 2048;
 
 inline void launch_paged_attention(float* out, const float* q, const PagedKv& kv, int n_heads,
                                    unsigned threads = 128, float* weights = nullptr) {
   KVS_LAUNCH(paged_attention_kernel, simt::Dim3(static_cast<unsigned>(n_heads)),
              simt::Dim3(threads), static_cast<std::size_t>(kv.num_slots) * sizeof(float), out, q,
              kv, n_heads, weights);
+}
+
+// Floats of device workspace split-K needs for n_heads heads over num_slots slots.
+inline long split_workspace_floats(int n_heads, int head_dim, int num_slots, int chunk) {
+  const long splits = (num_slots + chunk - 1) / chunk;
+  return static_cast<long>(n_heads) * splits * (head_dim + 2);
+}
+
+// Split-K: `work` holds split_workspace_floats(...) floats of device memory.
+inline void launch_paged_attention_split(float* out, const float* q, const PagedKv& kv, int n_heads,
+                                         int chunk, float* work, unsigned threads = 128,
+                                         float* weights = nullptr) {
+  const int splits = (kv.num_slots + chunk - 1) / chunk;
+  float* part = work;
+  float* m = part + static_cast<long>(n_heads) * splits * kv.head_dim;
+  float* l = m + static_cast<long>(n_heads) * splits;
+  KVS_LAUNCH(paged_attention_split_kernel,
+             simt::Dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(splits)),
+             simt::Dim3(threads), static_cast<std::size_t>(chunk) * sizeof(float), part, m, l, q,
+             kv, n_heads, chunk, weights);
+  KVS_LAUNCH(paged_attention_reduce_kernel, simt::Dim3(static_cast<unsigned>(n_heads)),
+             simt::Dim3(threads), 0, out, part, m, l, splits, kv.head_dim, kv.num_slots, chunk,
+             weights);
 }
 
 KVS_KERNELS_END

@@ -17,6 +17,7 @@
 #include "kernels/sim/cuda_api_sim.h"
 #include "kernels/sim/cuda_decls.h"
 #include "kernels/sim/simt.h"
+#include "tests/quant/kv_test_support.h"
 
 namespace kvscope {
 namespace {
@@ -291,6 +292,54 @@ TEST(KernelParity, To16BitEqualsTheCpuEncoders) {
   const float big = 70000.0f;
   kernels::launch_to_16bit(&inf, &big, 1, false);
   EXPECT_EQ(inf, 0x7C00u) << "__float2half_rn overflows to infinity";
+}
+
+// DeviceOps::paged_attention on the emulated device: a context past the one-pass kernel's
+// limit goes split-K with a workspace DeviceOps allocates itself, and equals the CPU.
+TEST(CudaRuntimeStandIn, DeviceOpsRunsLongContextsSplitK) {
+  const int heads = 4, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim, tokens = 9000;
+  const KvFormat f = parse_kv_format("bf16", "test");
+  test::QuantCache cache(f, f, 16, tokens, kv_heads, head_dim);
+  const std::vector<float> k = randn(static_cast<std::size_t>(tokens) * kv_dim, 51);
+  const std::vector<float> v = randn(k.size(), 52);
+  for (int t = 0; t < tokens; ++t)
+    cache.append(&k[static_cast<std::size_t>(t) * kv_dim],
+                 &v[static_cast<std::size_t>(t) * kv_dim]);
+  const std::vector<float> q = randn(static_cast<std::size_t>(heads) * head_dim, 53);
+  const KvSeqView view = cache.view();
+  std::vector<float> want(q.size()), got(q.size()), scratch;
+  cpu::paged_attention(view, 0, {heads, kv_heads, head_dim}, q.data(), want.data(), tokens - 1,
+                       nullptr, scratch);
+  auto ops = device::make_emulated_device_ops();
+  const KvStorage& st = cache.storage();
+  const std::size_t region = st.layout().tile_bytes(KvKind::kKey) * st.layout().num_blocks;
+  void* dk = ops->alloc(region);
+  void* dv = ops->alloc(region);
+  ops->to_device(dk, st.tile(0, KvKind::kKey, BlockId(0)), region);
+  ops->to_device(dv, st.tile(0, KvKind::kValue, BlockId(0)), region);
+  std::vector<int> table;
+  for (BlockId b : view.blocks) table.push_back(static_cast<int>(b.value));
+  auto* dt = static_cast<int*>(ops->alloc(table.size() * sizeof(int)));
+  ops->to_device(dt, table.data(), table.size() * sizeof(int));
+  auto* dq = static_cast<float*>(ops->alloc(q.size() * 4));
+  auto* dout = static_cast<float*>(ops->alloc(q.size() * 4));
+  ops->to_device(dq, q.data(), q.size() * 4);
+  device::PagedPool p;
+  const auto tile = static_cast<long>(st.layout().tile_bytes(KvKind::kKey));
+  p.k = {static_cast<unsigned char*>(dk), tile, device::KvCode::kBF16};
+  p.v = {static_cast<unsigned char*>(dv), tile, device::KvCode::kBF16};
+  p.block_table = dt;
+  p.num_slots = tokens;
+  p.block_size = 16;
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  ops->paged_attention(dout, dq, p, heads, nullptr);
+  ops->to_host(got.data(), dout, got.size() * 4);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 2e-6 + 1e-4 * std::fabs(want[i])) << i;
+  for (void* ptr :
+       {dk, dv, static_cast<void*>(dt), static_cast<void*>(dq), static_cast<void*>(dout)})
+    ops->release(ptr);
 }
 
 }  // namespace

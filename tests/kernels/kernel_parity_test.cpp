@@ -282,5 +282,62 @@ TEST(KernelParity, PagedDecodeAttentionOverQuantizedFormatsAndCapture) {
   }
 }
 
+// Split-K (long contexts): each split attends over its chunk with its own maximum, and the
+// reduction rescales and combines them; outputs and captured rows equal the CPU's, past the
+// one-pass kernel's shared-memory limit (13,000 and 20,000 slots), with uneven last chunks.
+TEST(KernelParity, SplitKAttentionOverLongContexts) {
+  const int heads = 8, kv_heads = 2, head_dim = 64, kv_dim = kv_heads * head_dim;
+  struct Rows : AttentionObserver {
+    std::vector<float> all;
+    void on_attention(int, int, int, std::span<const float> w) override {
+      all.insert(all.end(), w.begin(), w.end());
+    }
+  };
+  struct Case {
+    const char* format;
+    int block_size, tokens, chunk;
+  };
+  for (const Case c : {Case{"fp32", 16, 3000, 512}, Case{"fp32", 256, 13000, kSplitChunk},
+                       Case{"int8", 16, 20000, kSplitChunk}, Case{"fp16", 1, 4097, kSplitChunk}}) {
+    const KvFormat fmt = parse_kv_format(c.format, "test");
+    test::QuantCache cache(fmt, fmt, c.block_size, c.tokens, kv_heads, head_dim);
+    const auto k = randn(static_cast<std::size_t>(c.tokens) * kv_dim, 41u);
+    const auto v = randn(static_cast<std::size_t>(c.tokens) * kv_dim, 42u);
+    for (int t = 0; t < c.tokens; ++t) {
+      cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
+                   v.data() + static_cast<std::size_t>(t) * kv_dim);
+    }
+    const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 43u, 3.0f);
+    const KvSeqView view = cache.view();
+    std::vector<float> want(q.size()), got(q.size()), scratch;
+    Rows rows;
+    cpu::paged_attention(view, 0, {heads, kv_heads, head_dim}, q.data(), want.data(), c.tokens - 1,
+                         &rows, scratch);
+    std::vector<int> table;
+    for (BlockId b : view.blocks) table.push_back(static_cast<int>(b.value));
+    const int code = std::string(c.format) == "fp32"   ? kKvF32
+                     : std::string(c.format) == "int8" ? kKvInt8
+                                                       : kKvF16;
+    PagedKv kv;
+    kv.k = tiles_of(cache.storage(), KvKind::kKey, code);
+    kv.v = tiles_of(cache.storage(), KvKind::kValue, code);
+    kv.block_table = table.data();
+    kv.num_slots = c.tokens;
+    kv.block_size = c.block_size;
+    kv.kv_heads = kv_heads;
+    kv.head_dim = head_dim;
+    std::vector<float> work(
+        static_cast<std::size_t>(split_workspace_floats(heads, head_dim, c.tokens, c.chunk)));
+    std::vector<float> weights(static_cast<std::size_t>(heads) * c.tokens);
+    launch_paged_attention_split(got.data(), q.data(), kv, heads, c.chunk, work.data(), 128,
+                                 weights.data());
+    const std::string what = std::string(c.format) + " block " + std::to_string(c.block_size) +
+                             " tokens " + std::to_string(c.tokens) + " chunk " +
+                             std::to_string(c.chunk);
+    expect_close(got, want, 2e-6, 1e-4, what);
+    expect_close(weights, rows.all, 1e-8, 1e-4, what + " captured weights");
+  }
+}
+
 }  // namespace
 }  // namespace kvscope::kernels
