@@ -34,16 +34,17 @@
 
 namespace kvscope::cli {
 
-int bench_quant(const Args& args);  // cmd_bench_quant.cpp
-int bench_mla(const Args& args);    // cmd_bench_mla.cpp
-int bench_batch(const Args& args);  // cmd_bench_batch.cpp
+int bench_quant(const Args& args);      // cmd_bench_quant.cpp
+int bench_mla(const Args& args);        // cmd_bench_mla.cpp
+int bench_batch(const Args& args);      // cmd_bench_batch.cpp
+int bench_attention(const Args& args);  // cmd_bench_attention.cpp
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kHelp =
-    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch> [options]
+    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch|attention> [options]
 
   generate   decode and prefill tokens/s, weight bytes per token against a memory read and the
              kernel's cache-resident speed, same run: --model M --steps N (default 256)
@@ -65,6 +66,12 @@ constexpr const char* kHelp =
              --model M (default synthetic:smollm2-135m, random weights) --seqs 1,4,16
              --steps N (default 32) --repeat R (default 3) --threads T --block-size B --json
              --weight-format native|f32 (GGUF models; default native)
+  attention  CUDA decode attention at Llama-3-8B's shape (32 query heads, 8 KV heads of 128):
+             K/V bytes read per second beside a device copy in the same run, paged vs
+             contiguous, per format: --backend cuda|cuda-sim (default cuda: needs a GPU;
+             cuda-sim: the emulated device, times meaningless) --batch 1,8,64
+             --contexts 1024,8192,32768 --formats fp16,int8,fp8-e4m3 --block-size B --repeat R
+             --json
 )";
 
 struct Timing {
@@ -381,9 +388,10 @@ int bench_alloc(const Args& args) {
 
 int cmd_bench(const Argv& argv) {
   Args args(argv,
-            {"--model", "--tokenizer", "--steps", "--threads", "--repeat", "--allocator",
-             "--block-size", "--blocks", "--ops", "--tokens", "--kv-dtype", "--weights", "--seqs",
-             "--weight-format", "--prompt-tokens", "--backend", "--device-weights"},
+            {"--model",     "--tokenizer",      "--steps",  "--threads",       "--repeat",
+             "--allocator", "--block-size",     "--blocks", "--ops",           "--tokens",
+             "--kv-dtype",  "--weights",        "--seqs",   "--weight-format", "--prompt-tokens",
+             "--backend",   "--device-weights", "--batch",  "--contexts",      "--formats"},
             {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -408,6 +416,8 @@ int cmd_bench(const Argv& argv) {
       {"batch",
        {"--model", "--seqs", "--steps", "--repeat", "--threads", "--block-size", "--json",
         "--weight-format"}},
+      {"attention",
+       {"--backend", "--batch", "--contexts", "--formats", "--block-size", "--repeat", "--json"}},
   };
   if (const auto it = kFlags.find(what); it != kFlags.end()) {
     for (const std::string& flag : args.given()) {
@@ -426,7 +436,9 @@ int cmd_bench(const Argv& argv) {
   if (what == "quant") return bench_quant(args);
   if (what == "mla") return bench_mla(args);
   if (what == "batch") return bench_batch(args);
-  fail_expected("bench", "generate, weights, kv, alloc, quant, mla or batch", "'" + what + "'");
+  if (what == "attention") return bench_attention(args);
+  fail_expected("bench", "generate, weights, kv, alloc, quant, mla, batch or attention",
+                "'" + what + "'");
 }
 
 }  // namespace kvscope::cli

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -52,6 +53,12 @@ class DeviceOps {
   virtual void to_device(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
+  virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
+  // Milliseconds the device spends on what `work` launches (events around it).
+  virtual double time_ms(const std::function<void()>& work) = 0;
+  // Synthetic K/V in every slot of num_blocks tiles (benchmarks; kernels/ops/kv_fill.cuh).
+  virtual void fill_kv(const DeviceTiles& tiles, long num_blocks, int block_size, int kv_heads,
+                       int head_dim, std::uint32_t seed) = 0;
 
   // out[t][r] = W[r] . x[t] for t < m, r < d: W row-major [d][n] and x [m][n] both in `type`
   // (for 16-bit weights, activations rounded by to_16bit first), out fp32 [m][d].

@@ -6,10 +6,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 
 #include "kernels/backend/device_ops.h"
 #include "kernels/ops/convert.cuh"
+#include "kernels/ops/kv_fill.cuh"
 #include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"
@@ -25,6 +27,11 @@ using ::cublasDestroy_v2;
 using ::cublasGemmEx;
 using ::cublasGetStatusString;
 using ::cudaDeviceSynchronize;
+using ::cudaEventCreate;
+using ::cudaEventDestroy;
+using ::cudaEventElapsedTime;
+using ::cudaEventRecord;
+using ::cudaEventSynchronize;
 using ::cudaFree;
 using ::cudaGetErrorString;
 using ::cudaGetLastError;

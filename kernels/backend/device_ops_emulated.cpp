@@ -1,9 +1,11 @@
 // DeviceOps on the emulated device: device_ops_body.inc compiled by g++ against the CUDA runtime
 // and cuBLAS stand-ins (kernels/sim/cuda_api_sim.h), the kernels run by the SIMT emulator.
+#include <functional>
 #include <string>
 
 #include "kernels/backend/device_ops.h"
 #include "kernels/ops/convert.cuh"
+#include "kernels/ops/kv_fill.cuh"
 #include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"

@@ -1,6 +1,7 @@
 // See cuda_api_sim.h.
 #include "kernels/sim/cuda_api_sim.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -30,6 +31,11 @@ KVS_SAME_PROTOTYPE(cudaFree);
 KVS_SAME_PROTOTYPE(cudaMemcpy);
 KVS_SAME_PROTOTYPE(cudaMemset);
 KVS_SAME_PROTOTYPE(cudaDeviceSynchronize);
+KVS_SAME_PROTOTYPE(cudaEventCreate);
+KVS_SAME_PROTOTYPE(cudaEventRecord);
+KVS_SAME_PROTOTYPE(cudaEventSynchronize);
+KVS_SAME_PROTOTYPE(cudaEventElapsedTime);
+KVS_SAME_PROTOTYPE(cudaEventDestroy);
 KVS_SAME_PROTOTYPE(cublasCreate_v2);
 KVS_SAME_PROTOTYPE(cublasDestroy_v2);
 KVS_SAME_PROTOTYPE(cublasGetStatusString);
@@ -74,6 +80,18 @@ bool inside_locked(const Device& d, const void* p, std::size_t bytes) {
 // Whether p points into any allocation (the device side of a copy).
 bool on_device_locked(const Device& d, const void* p) {
   return inside_locked(d, p, 1);
+}
+
+struct Event {
+  static constexpr std::uint32_t kLive = 0x6B766576u;  // "kvev"
+  std::uint32_t magic = kLive;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point at;
+};
+
+Event* live(cudaEvent_t e) {
+  auto* event = reinterpret_cast<Event*>(e);
+  return event != nullptr && event->magic == Event::kLive ? event : nullptr;
 }
 
 struct Handle {
@@ -178,6 +196,10 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice:
       return "no CUDA-capable device is detected";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
     default:
       return "unrecognized error code";
   }
@@ -266,6 +288,41 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
 
 cudaError_t cudaDeviceSynchronize(void) {
   return cudaSuccess;  // every call ran to completion before it returned
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (event == nullptr) return fail(cudaErrorInvalidValue);
+  *event = reinterpret_cast<cudaEvent_t>(new Event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t /*stream*/) {
+  Event* e = live(event);
+  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  e->recorded = true;
+  e->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return live(event) != nullptr ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const Event* a = live(start);
+  const Event* b = live(end);
+  if (ms == nullptr || a == nullptr || b == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (!a->recorded || !b->recorded) return fail(cudaErrorNotReady);  // as the runtime says
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Event* e = live(event);
+  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  e->magic = 0;
+  delete e;
+  return cudaSuccess;
 }
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {

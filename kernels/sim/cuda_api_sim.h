@@ -35,7 +35,11 @@ using kvscope::cuda_decl::cublasOperation_t;
 using kvscope::cuda_decl::cublasStatus_t;
 using kvscope::cuda_decl::cudaDataType;
 using kvscope::cuda_decl::cudaError_t;
+using kvscope::cuda_decl::cudaEvent_t;
 using kvscope::cuda_decl::cudaMemcpyKind;
+using kvscope::cuda_decl::cudaStream_t;
+using kvscope::cuda_decl::CUevent_st;
+using kvscope::cuda_decl::CUstream_st;
 using enum kvscope::cuda_decl::cudaError_t;
 using enum kvscope::cuda_decl::cudaMemcpyKind;
 using enum kvscope::cuda_decl::cudaDataType_t;
@@ -56,6 +60,12 @@ cudaError_t cudaFree(void* devPtr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemset(void* devPtr, int value, size_t count);
 cudaError_t cudaDeviceSynchronize(void);
+// Events: the host clock at the moment of the record (every call has already completed then).
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
 
 // cuBLAS (cublas_api.h; cublas_v2.h names cublasCreate and cublasDestroy after these).
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle);

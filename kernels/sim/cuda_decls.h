@@ -13,8 +13,10 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInvalidResourceHandle = 400,
   cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
+  cudaErrorNotReady = 600,
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -38,5 +40,9 @@ enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
 struct cublasContext;
 using cublasHandle_t = cublasContext*;
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
 
 }  // namespace kvscope::cuda_decl

@@ -1,0 +1,205 @@
+// kvscope bench attention: decode attention on a CUDA device at Llama-3-8B's attention shape (32
+// query heads, 8 KV heads of 128), for batches of sequences and context lengths, per K/V format,
+// the pool paged (blocks scattered) or contiguous (each sequence's blocks consecutive). It
+// reports the K/V bytes the kernels read per second beside a device-to-device copy of the same
+// bytes timed in the same run, and the ratios the targets are stated in. Needs a GPU
+// (--backend cuda); --backend cuda-sim runs it on the emulated device, where the times say
+// nothing about a GPU (the run checks that every path executes).
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "engine/common/error.h"
+#include "engine/kv/kv_format.h"
+#include "kernels/backend/cuda_backend.h"
+#include "kernels/backend/device_ops.h"
+
+namespace kvscope::cli {
+namespace {
+
+constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B's attention
+
+std::vector<int> parse_list(const std::string& text, const char* flag, int lo, int hi) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < lo || v > hi) {
+      fail_expected(
+          flag,
+          "comma-separated integers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+          "'" + item + "'");
+    }
+    out.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  return out;
+}
+
+device::KvCode code_of(const KvFormat& f, const std::string& name) {
+  switch (f.dtype) {
+    case KvDtype::kF32:
+      return device::KvCode::kF32;
+    case KvDtype::kF16:
+      return device::KvCode::kF16;
+    case KvDtype::kBF16:
+      return device::KvCode::kBF16;
+    case KvDtype::kInt8:
+      return device::KvCode::kInt8;
+    case KvDtype::kFp8E4M3:
+      return device::KvCode::kE4M3;
+    case KvDtype::kFp8E5M2:
+      return device::KvCode::kE5M2;
+    default:
+      fail_expected("--formats", "fp32, fp16, bf16, int8, fp8-e4m3 or fp8-e5m2", "'" + name + "'");
+  }
+}
+
+// A device allocation freed with its owner.
+struct Buffer {
+  device::DeviceOps& ops;
+  void* p;
+  Buffer(device::DeviceOps& o, std::size_t bytes) : ops(o), p(o.alloc(bytes)) {}
+  ~Buffer() { ops.release(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+}  // namespace
+
+int bench_attention(const Args& args) {
+  const std::string backend = args.get("--backend", "cuda");
+  std::unique_ptr<device::DeviceOps> ops;
+  if (backend == "cuda") {
+    std::string why;
+    ops = device::make_cuda_device_ops(&why);
+    if (ops == nullptr) {
+      throw Error("--backend", "cuda: CUDA unavailable: " + why +
+                                   " (bench attention measures a GPU; --backend cuda-sim runs "
+                                   "it on the emulated device, without meaningful times)");
+    }
+  } else if (backend == "cuda-sim") {
+    ops = device::make_emulated_device_ops();
+  } else {
+    fail_expected("--backend", "cuda or cuda-sim", "'" + backend + "'");
+  }
+  const bool emulated = backend == "cuda-sim";
+  const std::vector<int> batches =
+      parse_list(args.get("--batch", emulated ? "1,2" : "1,8,64"), "--batch", 1, 256);
+  const std::vector<int> contexts = parse_list(
+      args.get("--contexts", emulated ? "256,1024" : "1024,8192,32768"), "--contexts", 1, 131072);
+  const int block_size = args.get_int("--block-size", 16);
+  if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0)
+    fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));
+  const int repeat = args.get_int("--repeat", emulated ? 1 : 20);
+  if (repeat < 1) fail_expected("--repeat", "a positive integer", std::to_string(repeat));
+  std::vector<std::string> formats;
+  {
+    const std::string text = args.get("--formats", "fp16,int8,fp8-e4m3");
+    for (std::size_t at = 0; at <= text.size();) {
+      const std::size_t comma = std::min(text.find(',', at), text.size());
+      formats.push_back(text.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  const bool json = args.has("--json");
+  if (!json) {
+    std::fprintf(stderr,
+                 "bench attention: %s, %d query heads, %d KV heads of %d, block %d, %d repeats%s\n",
+                 ops->name(), kHeads, kKvHeads, kHeadDim, block_size, repeat,
+                 emulated ? " [emulated device: times say nothing about a GPU]" : "");
+    std::printf("%-9s %7s %5s %-10s %10s %12s %12s %8s\n", "format", "context", "batch", "layout",
+                "time ms", "K/V GB/s", "copy GB/s", "of copy");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& name : formats) {
+    const KvFormat f = parse_kv_format(name, "--formats");
+    const device::KvCode code = code_of(f, name);
+    const std::size_t tile = f.tile_bytes(block_size, kKvHeads, kHeadDim);
+    for (int context : contexts) {
+      const int per_seq = (context + block_size - 1) / block_size;
+      for (int batch : batches) {
+        const long blocks = static_cast<long>(per_seq) * batch;
+        Buffer k(*ops, tile * static_cast<std::size_t>(blocks));
+        Buffer v(*ops, tile * static_cast<std::size_t>(blocks));
+        const device::DeviceTiles kt{static_cast<unsigned char*>(k.p), static_cast<long>(tile),
+                                     code};
+        const device::DeviceTiles vt{static_cast<unsigned char*>(v.p), static_cast<long>(tile),
+                                     code};
+        ops->fill_kv(kt, blocks, block_size, kKvHeads, kHeadDim, 1);
+        ops->fill_kv(vt, blocks, block_size, kKvHeads, kHeadDim, 2);
+        std::vector<float> q(static_cast<std::size_t>(kHeads) * kHeadDim);
+        std::mt19937 rng(5);
+        std::normal_distribution<float> nd;
+        for (float& x : q) x = nd(rng);
+        Buffer dq(*ops, q.size() * 4), dout(*ops, q.size() * 4 * static_cast<std::size_t>(batch));
+        ops->to_device(dq.p, q.data(), q.size() * 4);
+        // K/V bytes one pass over every sequence reads: the slots' codes and scales.
+        const double kv_bytes = 2.0 * static_cast<double>(batch) * context *
+                                f.bytes_per_token(block_size, kKvHeads, kHeadDim);
+        // The copy baseline: the same number of bytes, device to device, same run.
+        const auto copy_bytes = static_cast<std::size_t>(kv_bytes / 2);
+        const double copy_ms = ops->time_ms([&] {
+          for (int r = 0; r < repeat; ++r) ops->copy_on_device(v.p, k.p, copy_bytes);
+        }) / repeat;
+        const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e6);
+        for (const char* layout : {"contiguous", "paged"}) {
+          // Block tables: consecutive blocks per sequence, or every block of the pool shuffled.
+          std::vector<int> all(static_cast<std::size_t>(blocks));
+          std::iota(all.begin(), all.end(), 0);
+          if (std::string(layout) == "paged") std::shuffle(all.begin(), all.end(), std::mt19937(9));
+          Buffer table(*ops, all.size() * sizeof(int));
+          ops->to_device(table.p, all.data(), all.size() * sizeof(int));
+          const double ms = ops->time_ms([&] {
+            for (int r = 0; r < repeat; ++r) {
+              for (int s = 0; s < batch; ++s) {
+                device::PagedPool p;
+                p.k = kt;
+                p.v = vt;
+                p.block_table = static_cast<const int*>(table.p) + static_cast<long>(s) * per_seq;
+                p.num_slots = context;
+                p.block_size = block_size;
+                p.kv_heads = kKvHeads;
+                p.head_dim = kHeadDim;
+                ops->paged_attention(static_cast<float*>(dout.p) + s * q.size(),
+                                     static_cast<const float*>(dq.p), p, kHeads, nullptr);
+              }
+            }
+          }) / repeat;
+          const double gbs = kv_bytes / (ms * 1e6);
+          if (json) {
+            rows.push_back({{"format", name},
+                            {"context", context},
+                            {"batch", batch},
+                            {"layout", layout},
+                            {"ms", ms},
+                            {"kv_gb_per_s", gbs},
+                            {"copy_gb_per_s", copy_gbs},
+                            {"of_copy", gbs / copy_gbs},
+                            {"emulated", emulated}});
+          } else {
+            std::printf("%-9s %7d %5d %-10s %10.3f %12.2f %12.2f %7.1f%%\n", name.c_str(), context,
+                        batch, layout, ms, gbs, copy_gbs, 100.0 * gbs / copy_gbs);
+          }
+        }
+      }
+    }
+  }
+  if (json) std::printf("%s\n", rows.dump().c_str());
+  return 0;
+}
+
+}  // namespace kvscope::cli
