@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds kvscope with warnings as errors, and runs every test: the
 # release build and its suite, clang-format + clang-tidy (scripts/lint.sh), the whole suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer targets for 30 s each
+# under AddressSanitizer + UndefinedBehaviorSanitizer (the SIMT emulator's fiber mode), the
+# emulator's thread mode and the real kernels under ThreadSanitizer (kvscope_simt_tests and the
+# missing-barrier demo TSan must flag), then the libFuzzer targets for 30 s each
 # (KVSCOPE_SKIP_FUZZ=1 skips them; see scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,13 @@ if [ "${KVSCOPE_SKIP_ASAN:-0}" != "1" ]; then
   cmake --preset asan -G Ninja >/dev/null
   cmake --build --preset asan -j "$jobs"
   ctest --preset asan -j "$jobs"
+fi
+
+if [ "${KVSCOPE_SKIP_TSAN:-0}" != "1" ]; then
+  echo "== ThreadSanitizer: the SIMT emulator's thread mode ==" >&2
+  cmake --preset tsan -G Ninja >/dev/null
+  cmake --build --preset tsan -j "$jobs"
+  ctest --preset tsan -j "$jobs"
 fi
 
 if [ "${KVSCOPE_SKIP_FUZZ:-0}" != "1" ]; then

@@ -3,13 +3,19 @@
 // reports the ones that never can be.
 #include "kernels/sim/simt.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -336,11 +342,348 @@ __attribute__((noinline)) void run_one_block(Block& b, dim3 block_idx) {
   }
 }
 
+// ---- Thread mode: one OS thread per CUDA thread ----------------------------------------------
+//
+// All of a block's synchronization goes through one mutex and one condition variable (what
+// ThreadSanitizer understands as happens-before); shared-memory accesses between them are plain,
+// so an access a missing barrier leaves unordered is a race it reports. Waiting threads are
+// counted; when every live thread of the block waits and no barrier or collective can complete,
+// that is a deadlock, reported like the fiber mode's. A failure wakes every waiter, which unwinds
+// its kernel body with Abort.
+
+struct Abort {};
+
+struct TWarp {
+  unsigned waiting = 0;  // lanes waiting at a collective
+  unsigned exited = 0;   // lanes that returned
+  unsigned mask[kWarpSize] = {};
+  unsigned long gen[kWarpSize] = {};  // bumped when the lane is released
+  std::uint64_t slot[kWarpSize] = {};
+};
+
+struct TBlock;
+struct TThread {
+  TBlock* block = nullptr;
+  dim3 tid;
+  unsigned linear = 0;
+  std::size_t shared_calls = 0;
+};
+
+struct TBlock {
+  const LaunchConfig* config = nullptr;
+  const std::function<void()>* body = nullptr;
+  dim3 block_idx;
+  unsigned n = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  unsigned alive = 0;
+  unsigned blocked = 0;  // threads waiting and not yet released
+  unsigned at_barrier = 0;
+  unsigned long barrier_gen = 0;
+  std::vector<TWarp> warps;
+  std::vector<TThread> threads;
+  const TThread* exited = nullptr;  // the latest thread to return
+  bool failed = false;
+  std::string error;          // a kernel bug found here
+  std::exception_ptr thrown;  // or the first exception a thread threw
+  std::vector<std::unique_ptr<std::byte[]>> shared;
+  std::vector<std::size_t> shared_sizes;
+  std::size_t shared_total = 0;
+  std::unique_ptr<std::byte[]> dynamic;
+};
+
+thread_local TThread* g_thread = nullptr;
+
+std::string where_t(const TBlock& b, const TThread* t) {
+  std::string s = std::string(b.config->kernel) + " block (" + std::to_string(b.block_idx.x) + "," +
+                  std::to_string(b.block_idx.y) + "," + std::to_string(b.block_idx.z) + ")";
+  if (t != nullptr) {
+    s += " thread (" + std::to_string(t->tid.x) + "," + std::to_string(t->tid.y) + "," +
+         std::to_string(t->tid.z) + ")";
+  }
+  return s;
+}
+
+// Records a kernel bug (the first one wins) and wakes everyone; the caller holds the lock.
+void fail_locked(TBlock& b, const std::string& what) {
+  if (!b.failed) b.error = what;
+  b.failed = true;
+  b.cv.notify_all();
+}
+
+std::string hex_mask(unsigned m) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", m);
+  return buf;
+}
+
+// Releases every complete warp collective; the caller holds the lock.
+void release_warps_locked(TBlock& b) {
+  for (TWarp& w : b.warps) {
+    for (unsigned l = 0; l < kWarpSize; ++l) {
+      if ((w.waiting >> l & 1u) == 0) continue;
+      const unsigned need = w.mask[l];
+      if ((need & ~w.waiting) != 0) continue;
+      bool same = true;
+      for (unsigned k = 0; k < kWarpSize; ++k)
+        if ((need >> k & 1u) != 0) same = same && w.mask[k] == need;
+      if (!same) continue;
+      w.waiting &= ~need;
+      for (unsigned k = 0; k < kWarpSize; ++k)
+        if ((need >> k & 1u) != 0) ++w.gen[k];
+      b.blocked -= static_cast<unsigned>(std::popcount(need));
+      b.cv.notify_all();
+    }
+  }
+}
+
+// After a thread starts waiting or exits: everyone left waits and nobody can be released.
+void check_deadlock_locked(TBlock& b) {
+  if (b.failed || b.alive == 0 || b.blocked != b.alive) return;
+  const TThread* warp_waiter = nullptr;
+  for (const TThread& t : b.threads)
+    if (b.warps[t.linear / kWarpSize].waiting >> (t.linear % kWarpSize) & 1u) warp_waiter = &t;
+  fail_locked(b, std::string(b.config->kernel) + ": deadlock: " + std::to_string(b.at_barrier) +
+                     " threads wait at __syncthreads" +
+                     (warp_waiter ? " while " + where_t(b, warp_waiter) +
+                                        " waits for its warp (a collective some lanes of its "
+                                        "mask never reach)"
+                                  : std::string()));
+}
+
+TThread& current_thread() {
+  if (g_thread == nullptr)
+    throw SimError("a SIMT primitive was called outside a kernel launched by kvscope::sim::launch");
+  return *g_thread;
+}
+
+void t_sync_block() {
+  TThread& t = current_thread();
+  TBlock& b = *t.block;
+  std::unique_lock<std::mutex> lock(b.mu);
+  if (b.failed) throw Abort{};
+  const unsigned long gen = b.barrier_gen;
+  ++b.at_barrier;
+  ++b.blocked;
+  if (b.at_barrier == b.alive && b.alive < b.n) {  // the others returned: divergent code
+    fail_locked(b, where_t(b, b.exited) + " exited while " + std::to_string(b.at_barrier) +
+                       " threads of its block wait at __syncthreads (" + where_t(b, &t) +
+                       "): a barrier in divergent code");
+    throw Abort{};
+  }
+  if (b.at_barrier == b.alive) {
+    b.blocked -= b.at_barrier;
+    b.at_barrier = 0;
+    ++b.barrier_gen;
+    b.cv.notify_all();
+    return;
+  }
+  check_deadlock_locked(b);
+  b.cv.wait(lock, [&] { return b.failed || b.barrier_gen != gen; });
+  if (b.barrier_gen == gen) throw Abort{};
+}
+
+void t_sync_warp(unsigned mask) {
+  TThread& t = current_thread();
+  TBlock& b = *t.block;
+  std::unique_lock<std::mutex> lock(b.mu);
+  if (b.failed) throw Abort{};
+  const unsigned lane = t.linear % kWarpSize, w0 = t.linear / kWarpSize * kWarpSize;
+  TWarp& w = b.warps[t.linear / kWarpSize];
+  if ((mask >> lane & 1u) == 0) {
+    fail_locked(b, where_t(b, &t) + ": a warp collective's mask leaves out the calling lane " +
+                       std::to_string(lane));
+    throw Abort{};
+  }
+  for (unsigned k = 0; k < kWarpSize; ++k) {
+    if ((mask >> k & 1u) == 0) continue;
+    if (w0 + k >= b.n || (w.exited >> k & 1u) != 0) {
+      fail_locked(b, where_t(b, &t) + ": a warp collective's mask 0x" + hex_mask(mask) +
+                         " names lane " + std::to_string(k) + ", which " +
+                         (w0 + k >= b.n ? "does not exist" : "has exited"));
+      throw Abort{};
+    }
+  }
+  const unsigned long gen = w.gen[lane];
+  w.mask[lane] = mask;
+  w.waiting |= 1u << lane;
+  ++b.blocked;
+  release_warps_locked(b);
+  if (w.gen[lane] != gen) return;
+  check_deadlock_locked(b);
+  b.cv.wait(lock, [&] { return b.failed || w.gen[lane] != gen; });
+  if (w.gen[lane] == gen) throw Abort{};
+}
+
+std::uint64_t t_exchange(unsigned mask, std::uint64_t bits, int src) {
+  TThread& t = current_thread();
+  TBlock& b = *t.block;
+  TWarp& w = b.warps[t.linear / kWarpSize];
+  if (src < 0 || src >= kWarpSize || (mask >> src & 1u) == 0) {
+    std::lock_guard<std::mutex> lock(b.mu);
+    fail_locked(b, where_t(b, &t) + ": shuffle from lane " + std::to_string(src) +
+                       ", outside the mask (its value is undefined on a GPU)");
+    throw Abort{};
+  }
+  w.slot[t.linear % kWarpSize] = bits;  // ordered by the collective's lock
+  t_sync_warp(mask);
+  const std::uint64_t got = w.slot[src];
+  t_sync_warp(mask);
+  return got;
+}
+
+void* t_shared_alloc(std::size_t bytes, std::size_t align) {
+  TThread& t = current_thread();
+  TBlock& b = *t.block;
+  std::lock_guard<std::mutex> lock(b.mu);
+  const std::size_t k = t.shared_calls++;
+  if (k == b.shared.size()) {
+    b.shared_total += bytes;
+    if (b.shared_total > kMaxSharedBytes) {
+      fail_locked(b, where_t(b, &t) + ": " + std::to_string(b.shared_total) +
+                         " bytes of shared memory (static and dynamic) exceed 48 KiB");
+      throw Abort{};
+    }
+    if (align > alignof(std::max_align_t)) {
+      fail_locked(b, where_t(b, &t) + ": shared alignment above 16 bytes is not modelled");
+      throw Abort{};
+    }
+    b.shared.push_back(guarded(bytes));
+    b.shared_sizes.push_back(bytes);
+  } else if (b.shared_sizes[k] != bytes) {
+    fail_locked(b, where_t(b, &t) + ": shared allocation " + std::to_string(k) + " is " +
+                       std::to_string(bytes) + " bytes here and " +
+                       std::to_string(b.shared_sizes[k]) +
+                       " in another thread (declarations must not depend on the thread)");
+    throw Abort{};
+  }
+  return b.shared[k].get();
+}
+
+// The body of one CUDA thread's OS thread.
+void* t_main(void* arg) {
+  TThread& t = *static_cast<TThread*>(arg);
+  TBlock& b = *t.block;
+  g_thread = &t;
+  try {
+    (*b.body)();
+  } catch (const Abort&) {
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(b.mu);
+    if (!b.failed && !b.thrown) b.thrown = std::current_exception();
+    b.failed = true;
+    b.cv.notify_all();
+  }
+  g_thread = nullptr;
+  std::lock_guard<std::mutex> lock(b.mu);
+  --b.alive;
+  b.exited = &t;
+  b.warps[t.linear / kWarpSize].exited |= 1u << (t.linear % kWarpSize);
+  if (!b.failed && b.at_barrier > 0 && b.at_barrier == b.alive) {
+    fail_locked(b, where_t(b, &t) + " exited while " + std::to_string(b.at_barrier) +
+                       " threads of its block wait at __syncthreads: a barrier in divergent code");
+  }
+  // A lane that exits may leave a collective waiting for it forever.
+  for (const TWarp& w : b.warps) {
+    if (b.failed) break;
+    for (unsigned l = 0; l < kWarpSize; ++l) {
+      if ((w.waiting >> l & 1u) != 0 && (w.mask[l] & w.exited) != 0) {
+        const unsigned gone = static_cast<unsigned>(std::countr_zero(w.mask[l] & w.exited));
+        fail_locked(b, std::string(b.config->kernel) + ": a warp collective's mask 0x" +
+                           hex_mask(w.mask[l]) + " names lane " + std::to_string(gone) +
+                           ", which has exited");
+        break;
+      }
+    }
+  }
+  check_deadlock_locked(b);
+  b.cv.notify_all();
+  return nullptr;
+}
+
+void run_block_threads(const LaunchConfig& config, const std::function<void()>& body, dim3 idx) {
+  TBlock b;
+  b.config = &config;
+  b.body = &body;
+  b.block_idx = idx;
+  b.n = config.block.x * config.block.y * config.block.z;
+  b.alive = b.n;
+  b.warps.resize((b.n + kWarpSize - 1) / kWarpSize);
+  b.threads.resize(b.n);
+  b.shared_total = config.shared_bytes;
+  b.dynamic = guarded(config.shared_bytes);
+  for (unsigned i = 0; i < b.n; ++i) {
+    TThread& t = b.threads[i];
+    t.block = &b;
+    t.linear = i;
+    t.tid = dim3(i % config.block.x, (i / config.block.x) % config.block.y,
+                 i / (config.block.x * config.block.y));
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, kStackBytes * 2);
+  std::vector<pthread_t> ids(b.n);
+  unsigned started = 0;
+  for (; started < b.n; ++started) {
+    if (pthread_create(&ids[started], &attr, &t_main, &b.threads[started]) != 0) break;
+  }
+  pthread_attr_destroy(&attr);
+  if (started < b.n) {
+    std::lock_guard<std::mutex> lock(b.mu);
+    b.alive -= b.n - started;  // never started: they count as gone
+    fail_locked(b, std::string(config.kernel) + ": could not start " + std::to_string(b.n) +
+                       " OS threads for one block (thread mode)");
+  }
+  for (unsigned i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
+  if (b.thrown) std::rethrow_exception(b.thrown);
+  if (b.failed) throw SimError(b.error);
+  for (std::size_t k = 0; k < b.shared.size(); ++k) {
+    if (!canary_intact(b.shared[k].get(), b.shared_sizes[k])) {
+      throw SimError(where_t(b, nullptr) + ": shared allocation " + std::to_string(k) + " (" +
+                     std::to_string(b.shared_sizes[k]) + " bytes) was written past its end");
+    }
+  }
+  if (!canary_intact(b.dynamic.get(), config.shared_bytes)) {
+    throw SimError(where_t(b, nullptr) + ": dynamic shared memory (" +
+                   std::to_string(config.shared_bytes) + " bytes) was written past its end");
+  }
+}
+
+std::atomic<Mode>& mode_ref() {
+  static std::atomic<Mode> m{[] {
+    const char* env = std::getenv("KVSCOPE_SIM_MODE");
+    return env != nullptr && std::string(env) == "threads" ? Mode::kThreads : Mode::kFibers;
+  }()};
+  return m;
+}
+
+// The grid and block of the launch being run, for thread mode's OS threads (fiber mode keeps
+// them thread-local on the launching thread).
+dim3 g_t_grid, g_t_block;
+
 }  // namespace
+
+void set_mode(Mode m) {
+  mode_ref().store(m);
+}
+
+Mode mode() {
+  return mode_ref().load();
+}
 
 void launch(const LaunchConfig& config, const std::function<void()>& body) {
   check_launch(config);
-  if (g_block != nullptr) throw SimError(std::string(config.kernel) + ": nested launch");
+  if (g_block != nullptr || g_thread != nullptr)
+    throw SimError(std::string(config.kernel) + ": nested launch");
+  if (mode() == Mode::kThreads) {
+    g_t_grid = config.grid;
+    g_t_block = config.block;
+    for (unsigned bz = 0; bz < config.grid.z; ++bz)
+      for (unsigned by = 0; by < config.grid.y; ++by)
+        for (unsigned bx = 0; bx < config.grid.x; ++bx)
+          run_block_threads(config, body, dim3(bx, by, bz));
+    return;
+  }
   const unsigned n = config.block.x * config.block.y * config.block.z;
   Block b;
   b.config = &config;
@@ -372,23 +715,27 @@ void launch(const LaunchConfig& config, const std::function<void()>& body) {
 }
 
 const dim3& thread_idx() {
+  if (g_thread != nullptr) return g_thread->tid;
   return block().current->tid;
 }
 const dim3& block_idx() {
+  if (g_thread != nullptr) return g_thread->block->block_idx;
   return block().block_idx;
 }
 const dim3& block_dim() {
-  return g_block_dim;
+  return g_thread != nullptr ? g_t_block : g_block_dim;
 }
 const dim3& grid_dim() {
-  return g_grid_dim;
+  return g_thread != nullptr ? g_t_grid : g_grid_dim;
 }
 
 unsigned lane_id() {
+  if (g_thread != nullptr) return g_thread->linear % kWarpSize;
   return block().current->linear % kWarpSize;
 }
 
 void sync_block() {
+  if (g_thread != nullptr) return t_sync_block();
   Block& b = block();
   Fiber& f = *b.current;
   f.state = State::kAtBarrier;
@@ -396,6 +743,7 @@ void sync_block() {
 }
 
 void sync_warp(unsigned mask) {
+  if (g_thread != nullptr) return t_sync_warp(mask);
   Block& b = block();
   Fiber& f = *b.current;
   const unsigned lane = f.linear % kWarpSize;
@@ -409,6 +757,7 @@ void sync_warp(unsigned mask) {
 }
 
 std::uint64_t exchange(unsigned mask, std::uint64_t bits, int src) {
+  if (g_thread != nullptr) return t_exchange(mask, bits, src);
   Block& b = block();
   Fiber& f = *b.current;
   Warp& w = b.warps[f.linear / kWarpSize];
@@ -435,6 +784,7 @@ unsigned ballot(unsigned mask, bool pred) {
 }
 
 void* shared_alloc(std::size_t bytes, std::size_t align) {
+  if (g_thread != nullptr) return t_shared_alloc(bytes, align);
   Block& b = block();
   Fiber& f = *b.current;
   const std::size_t k = f.shared_calls++;
@@ -458,6 +808,7 @@ void* shared_alloc(std::size_t bytes, std::size_t align) {
 }
 
 void* dynamic_shared() {
+  if (g_thread != nullptr) return g_thread->block->dynamic.get();
   return block().dynamic.get();
 }
 

@@ -17,9 +17,9 @@
 //
 // What it does not model: timing, memory coalescing and bank conflicts, warp-synchronous code
 // without __syncwarp (lanes do not run in lockstep here, by design: such code is a bug on
-// Volta and later too), and data races between threads of one block that a missing
-// __syncthreads would allow on a GPU (fibers run one at a time; ThreadSanitizer with one OS
-// thread per CUDA thread is the tool for that, and is not built yet).
+// Volta and later too), and, in fiber mode, data races between threads of one block that a
+// missing __syncthreads would allow on a GPU (fibers run one at a time): thread mode under
+// ThreadSanitizer is the tool for those.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +56,16 @@ struct LaunchConfig {
   std::size_t shared_bytes = 0;  // dynamic shared memory
   const char* kernel = "kernel";
 };
+
+// How a block's CUDA threads run. kFibers (the default): one fiber each, switched at barriers and
+// collectives on the calling OS thread (fast; AddressSanitizer-clean). kThreads: one OS thread
+// each, synchronized by a mutex and condition variable at every barrier and collective, so
+// ThreadSanitizer sees the kernel's real concurrency: a shared-memory access that a missing
+// __syncthreads leaves unordered is a data race it reports. The initial mode is kThreads when the
+// environment has KVSCOPE_SIM_MODE=threads, else kFibers.
+enum class Mode { kFibers, kThreads };
+void set_mode(Mode mode);
+Mode mode();
 
 // Runs `body` once per CUDA thread of the grid, block by block. Throws SimError for a kernel
 // bug, and rethrows any exception a thread threw.

@@ -1,0 +1,131 @@
+// The real kernels of kernels/ops in the emulator's thread mode (one OS thread per CUDA thread),
+// against plain references: under ThreadSanitizer (scripts/test.sh's third build) every shared-
+// memory access they make between barriers is checked for races. No engine code: this file and
+// simt_emulator_test.cpp make the kvscope_simt_tests binary that the TSan build runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/ops/argmax.cuh"
+#include "kernels/ops/kv_write.cuh"
+#include "kernels/ops/paged_attention.cuh"
+#include "kernels/ops/rmsnorm.cuh"
+#include "kernels/ops/swiglu.cuh"
+
+namespace kvscope::kernels {
+namespace {
+
+// Runs the test body in thread mode, whatever the process's mode.
+class SimtThreads : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    before_ = sim::mode();
+    sim::set_mode(sim::Mode::kThreads);
+  }
+  void TearDown() override { sim::set_mode(before_); }
+
+ private:
+  sim::Mode before_ = sim::Mode::kFibers;
+};
+
+std::vector<float> randn(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST_F(SimtThreads, RmsNormAndSwiGluMatchTheirDefinitions) {
+  const int rows = 2, n = 300;
+  const auto x = randn(rows * n, 1), w = randn(n, 2);
+  std::vector<float> got(x.size());
+  launch_rmsnorm(got.data(), x.data(), w.data(), rows, n, 1e-5f, 96);
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+    const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int i = 0; i < n; ++i)
+      ASSERT_NEAR(got[r * n + i], w[i] * x[r * n + i] * scale, 1e-4) << r << " " << i;
+  }
+  auto a = randn(1000, 3);
+  const auto b = randn(1000, 4), a0 = a;
+  launch_swiglu(a.data(), b.data(), 1000, 4, 64);
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_NEAR(a[i], a0[i] / (1.0f + std::exp(-a0[i])) * b[i], 1e-5) << i;
+}
+
+TEST_F(SimtThreads, ArgmaxFindsTheFirstLargest) {
+  std::vector<float> logits = randn(5000, 5);
+  logits[1234] = 50.0f;
+  logits[4321] = 50.0f;  // a tie: the lower index wins
+  int out = -1;
+  launch_argmax(&out, logits.data(), 1, 5000, 128);
+  EXPECT_EQ(out, 1234);
+}
+
+// Quantize-on-write (a warp reduction per head) and paged attention in one pass and split-K,
+// against attention computed from the kernel's own dequantized pool.
+TEST_F(SimtThreads, KvWriteAndPagedAttentionOnePassAndSplitK) {
+  const int heads = 4, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim;
+  const int block_size = 4, tokens = 37, blocks = 12;
+  const long tile = static_cast<long>(block_size) * kv_dim + block_size * kv_heads * 2;  // int8
+  std::vector<unsigned char> kpool(static_cast<std::size_t>(tile) * blocks), vpool(kpool.size());
+  const KvTiles kt{kpool.data(), tile, kKvInt8}, vt{vpool.data(), tile, kKvInt8};
+  std::vector<int> table = {7, 2, 9, 0, 11, 4, 1, 8, 3, 10};  // scattered
+  const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 6);
+  const auto v = randn(k.size(), 7);
+  for (int t = 0; t < tokens; ++t) {
+    launch_kv_write(kt, vt, table.data(), t, block_size, &k[static_cast<std::size_t>(t) * kv_dim],
+                    &v[static_cast<std::size_t>(t) * kv_dim], kv_heads, head_dim);
+  }
+  PagedKv kv;
+  kv.k = kt;
+  kv.v = vt;
+  kv.block_table = table.data();
+  kv.num_slots = tokens;
+  kv.block_size = block_size;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = head_dim;
+  const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 8);
+  // The reference: softmax attention over what the pool holds.
+  std::vector<double> want(q.size());
+  for (int h = 0; h < heads; ++h) {
+    const int g = h / (heads / kv_heads);
+    std::vector<double> s(tokens);
+    double m = -1e300, sum = 0;
+    for (int t = 0; t < tokens; ++t) {
+      double dot = 0;
+      for (int d = 0; d < head_dim; ++d) {
+        dot += double(q[h * head_dim + d]) * kv_load(kt, table[t / block_size], t % block_size,
+                                                     g * head_dim + d, g, kv_dim, kv_heads,
+                                                     block_size);
+      }
+      s[t] = dot / std::sqrt(double(head_dim));
+      m = std::max(m, s[t]);
+    }
+    for (double& x : s) sum += (x = std::exp(x - m));
+    for (int d = 0; d < head_dim; ++d) {
+      double acc = 0;
+      for (int t = 0; t < tokens; ++t) {
+        acc += s[t] * kv_load(vt, table[t / block_size], t % block_size, g * head_dim + d, g,
+                              kv_dim, kv_heads, block_size);
+      }
+      want[h * head_dim + d] = acc / sum;
+    }
+  }
+  std::vector<float> one(q.size()), split(q.size());
+  launch_paged_attention(one.data(), q.data(), kv, heads, 64);
+  std::vector<float> work(
+      static_cast<std::size_t>(split_workspace_floats(heads, head_dim, tokens, 8)));
+  launch_paged_attention_split(split.data(), q.data(), kv, heads, 8, work.data(), 64);
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    ASSERT_NEAR(one[i], want[i], 1e-4) << "one pass " << i;
+    ASSERT_NEAR(split[i], want[i], 1e-4) << "split-K " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kvscope::kernels
