@@ -43,6 +43,11 @@ std::unique_ptr<Backend> make_backend(const std::string& value, int threads,
                                       const std::string& device_weights, const RunNeeds& needs) {
   const GemmType weights = parse_gemm_type(device_weights, "--device-weights");
   if (value == "cpu") return make_cpu_backend(threads);
+  const std::string gap = cuda_gap(needs);
+  if ((value == "cuda" || value == "cuda-sim") && !gap.empty()) {
+    throw Error("--backend", value + ": the CUDA backend does not cover " + gap +
+                                 " yet (--backend cpu runs it)");
+  }
   if (value == "cuda-sim") return make_cuda_sim_backend(weights);
   if (value == "cuda" || value == "auto") {
     std::string why;
@@ -51,7 +56,6 @@ std::unique_ptr<Backend> make_backend(const std::string& value, int threads,
       if (cuda == nullptr) throw Error("--backend", "cuda: CUDA unavailable: " + why);
       return cuda;
     }
-    const std::string gap = cuda != nullptr ? cuda_gap(needs) : "";
     if (cuda != nullptr && gap.empty()) return cuda;
     static bool said = false;
     if (!said) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/args.h"
+#include "cli/backend_flag.h"
 #include "cli/commands.h"
 #include "engine/analysis/metrics_csv.h"
 #include "engine/analysis/pool_metrics.h"
@@ -32,6 +33,7 @@ constexpr const char* kHelp = R"(usage: kvscope run SCENARIO.json [options]
   --preemption recompute|swap      override cache.preemption
   --bookkeeping                    no model compute: block accounting only (tokens are 0)
   --threads N                      CPU threads for the forward pass (default 1)
+%BACKEND%
   --weight-format native|f32       GGUF models: matmuls on the file's quantized blocks (default) or
                                    on weights dequantized to fp32 at load
   --no-report                      skip report.md, report.json and the PNG plots
@@ -131,10 +133,10 @@ void print_summary(const Simulator& sim, const SimConfig& config, const std::str
 int cmd_run(const Argv& argv) {
   Args args(argv,
             {"--out", "--steps", "--model", "--allocator", "--preemption", "--threads", "--variant",
-             "--weight-format"},
+             "--weight-format", "--backend", "--device-weights"},
             {"--help", "--bookkeeping", "--quiet", "--no-report", "--validate"});
   if (args.has("--help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(with_backend_help(kHelp).c_str(), stdout);
     return 0;
   }
   if (args.positional().size() != 1)
@@ -166,6 +168,20 @@ int cmd_run(const Argv& argv) {
     config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
   config.threads = args.get_int("--threads", 1);
   SimModel model{loaded.shape, loaded.weights};
+  std::unique_ptr<Backend> backend;
+  if (model.weights != nullptr) {
+    RunNeeds needs;
+    needs.model = model.weights.get();
+    needs.k_format = config.k_format;
+    needs.v_format = config.v_format;
+    needs.eviction = config.token_eviction.policy.kind != EvictionKind::kNone;
+    needs.mla = config.mla != nullptr;
+    if (config.prefix_caching) needs.other = "prefix caching (copy-on-write of shared blocks)";
+    if (config.preemption == PreemptionMode::kSwap) needs.other = "swap preemption";
+    backend = make_backend(args.get("--backend", "auto"), config.threads,
+                           args.get("--device-weights", "f16"), needs);
+    config.make_backend = [&backend] { return std::move(backend); };
+  }
   std::unique_ptr<Simulator> sim;
   try {
     sim = std::make_unique<Simulator>(config, model, std::move(resolved.requests));

@@ -184,6 +184,7 @@ void TokenEvictor::rotate_key(int slot, int delta) {
   KvSeqView v = cache_.view(seq_);
   v.num_slots = slot + 1;  // the slot is the view's write slot: write_token re-encodes it
   const BlockId block = v.blocks[static_cast<std::size_t>(slot / bs)];
+  cache_.storage()->note_external_write();  // keys change outside any backend's kv_write
   for (int layer = 0; layer < L.n_layers; ++layer) {
     float* key = row_.data();
     if (L.k_format.dtype == KvDtype::kF32) {  // rotate in place

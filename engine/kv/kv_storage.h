@@ -82,9 +82,11 @@ class KvStorage {
   // Unique within the process (never reused, unlike an address): a backend that keeps the pool in
   // its own memory (the CUDA backends) keys its copy by it.
   std::uint64_t id() const { return id_; }
-  // How many copy_block / copy_slot calls have moved bytes here: a backend whose copy of the pool
-  // would not see them refuses to go on once this changes.
+  // How many copy_block / copy_slot calls (and noted external writes) have changed bytes here: a
+  // backend whose copy of the pool would not see them refuses to go on once this changes.
   std::uint64_t byte_copies() const { return byte_copies_; }
+  // Counts a write through tile() that is not a kv_write (a swap-in, a key re-rotation).
+  void note_external_write() { ++byte_copies_; }
 
   std::byte* tile(int layer, KvKind kind, BlockId block) {
     return base(kind) + (static_cast<std::size_t>(layer) * layout_.num_blocks + block.value) *

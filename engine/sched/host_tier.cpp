@@ -47,6 +47,7 @@ void HostKvTier::swap_in(std::span<const int> slots, KvStorage* device,
                          std::span<const BlockId> blocks) {
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (!bytes_.empty() && device != nullptr && i < blocks.size()) {
+      device->note_external_write();
       const std::byte* src = slot(slots[i]);
       for (int layer = 0; layer < layout_.n_layers; ++layer) {
         for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {

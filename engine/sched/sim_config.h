@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/evict/token_evictor.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/mla/mla_codec.h"
@@ -44,6 +46,10 @@ struct SimConfig {
   KvFormat k_format;
   KvFormat v_format;
   int threads = 1;  // CPU threads for the forward pass
+  // What runs the forward pass; empty = the CPU backend with `threads` threads. A backend that
+  // keeps the KV pool in its own memory (the CUDA backends) refuses a run whose pool bytes
+  // change outside it: swap-in, copy-on-write of shared prefix blocks, token-eviction compaction.
+  std::function<std::unique_ptr<Backend>()> make_backend;
   // Prefix caching (paged only): full prompt blocks are indexed and mapped into later requests'
   // tables, skipping their prefill; freed cached blocks stay reusable until evicted.
   bool prefix_caching = false;

@@ -82,7 +82,7 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   }
   host_ = std::make_unique<HostKvTier>(layout, config_.host_blocks, compute);
   if (compute) {
-    backend_ = make_cpu_backend(config_.threads);
+    backend_ = config_.make_backend ? config_.make_backend() : make_cpu_backend(config_.threads);
     transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
   }
   TimelineHeader h;

@@ -282,8 +282,9 @@ class CudaBackend final : public Backend {
       if (it->first != s.id()) continue;
       if (it->second.byte_copies != s.byte_copies()) {
         throw Error(flag_,
-                    "the KV pool's bytes were copied outside the backend (copy-on-write or "
-                    "compaction), which its device copy cannot see; not supported yet");
+                    "the KV pool's bytes were changed outside the backend (swap-in, "
+                    "copy-on-write or compaction), which its device copy cannot see; not "
+                    "supported yet");
       }
       pools_.splice(pools_.begin(), pools_, it);
       return pools_.front().second;
