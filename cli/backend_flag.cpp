@@ -32,7 +32,7 @@ std::string cuda_gap(const RunNeeds& needs) {
     return "quantized weights (--weight-format f32 dequantizes them)";
   if (!cuda_covers_kv_format(needs.k_format) || !cuda_covers_kv_format(needs.v_format)) {
     return "K/V format " + needs.k_format.name() + "/" + needs.v_format.name() +
-           " (fp32, fp16, bf16, int8 and fp8 are covered)";
+           " (fp32, fp16, bf16, int8, fp8, int4 and int2 are covered)";
   }
   if (needs.eviction) return "token eviction";
   if (needs.mla) return "MLA latents";

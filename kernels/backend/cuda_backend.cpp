@@ -104,6 +104,10 @@ std::optional<device::KvCode> kv_code(const KvFormat& f) {
       return device::KvCode::kE4M3;
     case KvDtype::kFp8E5M2:
       return device::KvCode::kE5M2;
+    case KvDtype::kInt4:
+      return device::KvCode::kInt4;
+    case KvDtype::kInt2:
+      return device::KvCode::kInt2;
     default:
       return std::nullopt;
   }
@@ -274,9 +278,10 @@ class CudaBackend final : public Backend {
     const auto kc = kv_code(L.k_format), vc = kv_code(L.v_format);
     if (!kc || !vc) {
       throw Error(flag_,
-                  "expected a K/V format of fp32, fp16, bf16, int8 or fp8 (--kv-dtype), got " +
+                  "expected a K/V format of fp32, fp16, bf16, int8, fp8, int4 or int2 "
+                  "(--kv-dtype), got " +
                       L.k_format.name() + "/" + L.v_format.name() +
-                      " (int4, int2 and KIVI kernels are not written yet)");
+                      " (KIVI kernels are not written yet)");
     }
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
@@ -301,8 +306,11 @@ class CudaBackend final : public Backend {
     };
     p.k = DeviceBuffer(*ops_, region(KvKind::kKey));
     p.v = DeviceBuffer(*ops_, region(KvKind::kValue));
-    p.k_tiles = {p.k.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kKey)), *kc};
-    p.v_tiles = {p.v.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kValue)), *vc};
+    const int kv_dim = L.kv_heads * L.head_dim;
+    p.k_tiles = {p.k.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kKey)), *kc,
+                 L.k_format.effective_group(kv_dim)};
+    p.v_tiles = {p.v.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kValue)), *vc,
+                 L.v_format.effective_group(kv_dim)};
     p.byte_copies = s.byte_copies();
     pools_.emplace_front(s.id(), std::move(p));
     if (pools_.size() > 4) pools_.pop_back();

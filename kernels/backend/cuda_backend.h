@@ -9,12 +9,12 @@
 // time, so each op copies its inputs to the device and its outputs back: correct, but on a GPU
 // that is a PCIe round trip per op (the batched-step seam of issue #17 removes them).
 //
-// K/V formats: fp32, fp16, bf16, int8 and fp8, quantized on write and dequantized in attention
-// by the kernels; attention capture (heatmaps, sink shares) reads the kernel's softmax rows back.
-// What the kernels do not cover yet is refused with a one-line kvscope::Error naming the flag:
-// quantized weights (--weight-format f32 dequantizes them), int4/int2/KIVI K/V, MLA latents,
-// token eviction; and a pool whose bytes were copied outside the backend (copy-on-write,
-// compaction). Long contexts run split-K attention (kernels/ops/paged_attention.cuh).
+// K/V formats: fp32, fp16, bf16, int8, fp8, int4 and int2, quantized on write and dequantized in
+// attention by the kernels; attention capture (heatmaps, sink shares) reads the kernel's softmax
+// rows back. What the kernels do not cover yet is refused with a one-line kvscope::Error naming the
+// flag: quantized weights (--weight-format f32 dequantizes them), KIVI K/V, MLA latents, token
+// eviction; and a pool whose bytes were copied outside the backend (copy-on-write, compaction).
+// Long contexts run split-K attention (kernels/ops/paged_attention.cuh).
 #pragma once
 
 #include <memory>
@@ -32,7 +32,7 @@ using device::GemmType;
 GemmType parse_gemm_type(const std::string& value, const std::string& flag);
 const char* gemm_type_name(GemmType type);
 
-// Whether the backend's kernels read and write K/V format f (fp32, fp16, bf16, int8, fp8).
+// Whether the backend's kernels read and write K/V format f (all but KIVI).
 bool cuda_covers_kv_format(const KvFormat& f);
 
 // --backend cuda-sim: the emulated device; weights in `weights` on it.

@@ -24,13 +24,14 @@ class DeviceError : public std::runtime_error {
 enum class GemmType { kF32, kF16, kBF16 };
 
 // A K/V format as the kernels read and write it (the values of kernels::KvCode).
-enum class KvCode : int { kF32 = 0, kF16, kBF16, kInt8, kE4M3, kE5M2 };
+enum class KvCode : int { kF32 = 0, kF16, kBF16, kInt8, kE4M3, kE5M2, kInt4, kInt2 };
 
 // One layer's K or V tiles on the device (layout as engine/kv/kv_storage.h).
 struct DeviceTiles {
   unsigned char* base = nullptr;  // tile of physical block 0
   long tile_bytes = 0;
   KvCode code = KvCode::kF32;
+  int group = 0;  // int4 / int2: values per scale-and-zero group along a row
 };
 
 // A paged K/V pool on the device, one layer, as one query's attention reads it.

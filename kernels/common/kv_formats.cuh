@@ -1,8 +1,9 @@
 // The per-token K/V formats as the kernels read and write them, bit for bit the CPU's
 // (engine/quant/float_formats.cpp, int_codec.cpp, kv_codec.cpp): fp32, fp16 and bf16 (round to
-// nearest even, saturating), int8 (symmetric, one fp16 scale per token per KV head) and OCP FP8
-// E4M3 / E5M2 (one bf16 scale per token per KV head). Pure arithmetic, so the same functions run
-// on the GPU and on the emulator.
+// nearest even, saturating), int8 (symmetric, one fp16 scale per token per KV head), OCP FP8
+// E4M3 / E5M2 (one bf16 scale per token per KV head) and int4 / int2 (asymmetric, an fp16 scale
+// and zero per group of a token's row, codes packed low bits first). Pure arithmetic, so the same
+// functions run on the GPU and on the emulator.
 //
 // Tile layout (engine/kv/kv_format.h): [block_size][row_bytes] codes, then
 // [block_size][token_meta_bytes] per-token scales; a row is [kv_heads][head_dim] values.
@@ -12,14 +13,15 @@
 
 KVS_KERNELS_BEGIN
 
-enum KvCode : int { kKvF32 = 0, kKvF16, kKvBF16, kKvInt8, kKvE4M3, kKvE5M2 };
+enum KvCode : int { kKvF32 = 0, kKvF16, kKvBF16, kKvInt8, kKvE4M3, kKvE5M2, kKvInt4, kKvInt2 };
 
-// Bytes per value, and whether a per-token, per-head 16-bit scale follows the codes.
-KVS_HOST_DEVICE int kv_value_bytes(int code) {
-  return code == kKvF32 ? 4 : (code == kKvF16 || code == kKvBF16 ? 2 : 1);
-}
+// Whether a per-token, per-head 16-bit scale follows the 1-byte codes (int8, FP8).
 KVS_HOST_DEVICE bool kv_has_scale(int code) {
-  return code >= kKvInt8;
+  return code == kKvInt8 || code == kKvE4M3 || code == kKvE5M2;
+}
+// Whether the codes are packed sub-byte values with a scale and zero per group (int4, int2).
+KVS_HOST_DEVICE bool kv_grouped(int code) {
+  return code == kKvInt4 || code == kKvInt2;
 }
 
 // One layer's K or V tiles in one format.
@@ -27,6 +29,7 @@ struct KvTiles {
   unsigned char* base = nullptr;  // tile of physical block 0
   long tile_bytes = 0;
   int code = kKvF32;
+  int group = 0;  // int4 / int2: values per group along a row (the format's effective group)
 };
 
 KVS_HOST_DEVICE std::uint32_t float_bits(float x) {
@@ -133,6 +136,17 @@ KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int hea
       return f16_value(reinterpret_cast<const std::uint16_t*>(tile)[i]);
     case kKvBF16:
       return bf16_value(reinterpret_cast<const std::uint16_t*>(tile)[i]);
+    case kKvInt4:
+    case kKvInt2: {
+      const int bits = t.code == kKvInt4 ? 4 : 2;
+      const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
+      const unsigned byte = tile[static_cast<long>(offset) * row_bytes + e * bits / 8];
+      const unsigned c = (byte >> ((e % (8 / bits)) * bits)) & ((1u << bits) - 1u);
+      const long groups = kv_dim / t.group;
+      const auto* meta = reinterpret_cast<const std::uint16_t*>(
+          tile + static_cast<long>(block_size) * row_bytes + (offset * groups + e / t.group) * 4);
+      return static_cast<float>(c) * f16_value(meta[0]) + f16_value(meta[1]);
+    }
     default: {
       const auto* scales = reinterpret_cast<const std::uint16_t*>(
           tile + static_cast<long>(block_size) * kv_dim);  // 1-byte codes

@@ -1,8 +1,11 @@
 // One token's K and V rows into its slot of a paged pool, quantized on the way in to the pool's
-// format (fp32, fp16, bf16, int8, FP8 E4M3/E5M2): one warp per (KV head, K or V). Scaled formats
+// format. fp32, fp16, bf16, int8, FP8 E4M3/E5M2: one warp per (KV head, K or V); scaled formats
 // reduce the head's largest finite |x| across the warp, store the scale (fp16 for int8: amax/127;
-// bf16 for FP8: amax/format max), then the codes. CPU twin: quant::write_token (the bytes written
-// are the CPU's, bit for bit: tests/kernels/kernel_parity_test.cpp).
+// bf16 for FP8: amax/format max), then the codes. int4 / int2 (groups along the row, which may
+// span heads and need not start on a byte): one warp per row, which first stores every group's
+// fp16 zero (its minimum) and scale, then, after a barrier, packs whole bytes of codes (no two
+// threads share a byte). CPU twin: quant::write_token (the bytes written are the CPU's, bit for
+// bit: tests/kernels/kernel_parity_test.cpp).
 #pragma once
 
 #include "kernels/common/kv_formats.cuh"
@@ -57,11 +60,72 @@ KVS_GLOBAL void kv_write_kernel(KvTiles k_tiles, KvTiles v_tiles, const int* blo
   }
 }
 
+// int4 / int2: one row (K or V) of the token at `slot`; one warp.
+KVS_GLOBAL void kv_write_groups_kernel(KvTiles t, const int* block_table, int slot, int block_size,
+                                       const float* x, int kv_dim) {
+  const int bits = t.code == kKvInt4 ? 4 : 2, per_byte = 8 / bits, g = t.group;
+  const int offset = slot % block_size, groups = kv_dim / g;
+  const float levels = static_cast<float>((1 << bits) - 1);
+  const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
+  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
+  auto* meta = reinterpret_cast<std::uint16_t*>(tile + static_cast<long>(block_size) * row_bytes +
+                                                static_cast<long>(offset) * groups * 4);
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  for (int k = tid; k < groups; k += nt) {  // each group's range: finite values only
+    float lo = INFINITY, hi = -INFINITY;
+    for (int i = k * g; i < (k + 1) * g; ++i) {
+      if (fabsf(x[i]) <= 3.402823466e38f) {
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+      }
+    }
+    if (lo > hi) lo = hi = 0.0f;
+    const std::uint16_t zero = f16_saturating(lo);
+    // Stretch the range by the zero's rounding so the maximum stays representable.
+    meta[2 * k] = f16_saturating(fmaxf(0.0f, hi - f16_value(zero)) / levels);
+    meta[2 * k + 1] = zero;
+  }
+  simt::sync_block();  // every group's scale and zero are in place
+  unsigned char* codes = tile + static_cast<long>(offset) * row_bytes;
+  for (long b = tid; b < row_bytes; b += nt) {
+    unsigned byte = 0;
+    for (int j = 0; j < per_byte; ++j) {
+      const long i = b * per_byte + j;
+      const float scale = f16_value(meta[2 * (i / g)]), zero = f16_value(meta[2 * (i / g) + 1]);
+      unsigned c = 0;
+      if (scale > 0.0f) {
+        float q = rintf((x[i] - zero) / scale);
+        if (q != q) q = 0.0f;
+        c = static_cast<unsigned>(fminf(fmaxf(q, 0.0f), levels));
+      }
+      byte |= c << (j * bits);
+    }
+    codes[b] = static_cast<unsigned char>(byte);
+  }
+}
+
 inline void launch_kv_write(const KvTiles& k_tiles, const KvTiles& v_tiles, const int* block_table,
                             int slot, int block_size, const float* k, const float* v, int kv_heads,
                             int head_dim) {
-  KVS_LAUNCH(kv_write_kernel, simt::Dim3(static_cast<unsigned>(kv_heads), 2), simt::Dim3(32), 0,
-             k_tiles, v_tiles, block_table, slot, block_size, k, v, kv_heads, head_dim);
+  const bool k_groups = kv_grouped(k_tiles.code), v_groups = kv_grouped(v_tiles.code);
+  if (!k_groups && !v_groups) {
+    KVS_LAUNCH(kv_write_kernel, simt::Dim3(static_cast<unsigned>(kv_heads), 2), simt::Dim3(32), 0,
+               k_tiles, v_tiles, block_table, slot, block_size, k, v, kv_heads, head_dim);
+    return;
+  }
+  // Each row alone, by the kernel of its format (the per-head kernel with grid y = 1 writes K).
+  const int kv_dim = kv_heads * head_dim;
+  for (int kind = 0; kind < 2; ++kind) {
+    const KvTiles& t = kind == 0 ? k_tiles : v_tiles;
+    const float* x = kind == 0 ? k : v;
+    if (kv_grouped(t.code)) {
+      KVS_LAUNCH(kv_write_groups_kernel, simt::Dim3(1), simt::Dim3(32), 0, t, block_table, slot,
+                 block_size, x, kv_dim);
+    } else {
+      KVS_LAUNCH(kv_write_kernel, simt::Dim3(static_cast<unsigned>(kv_heads), 1), simt::Dim3(32), 0,
+                 t, t, block_table, slot, block_size, x, x, kv_heads, head_dim);
+    }
+  }
 }
 
 KVS_KERNELS_END

@@ -1,5 +1,5 @@
 // Paged decode attention: one query token, one block per query head, over a pool in any
-// per-token format (fp32, fp16, bf16, int8, FP8; dequantized as it is read).
+// per-token format (fp32, fp16, bf16, int8, FP8, int4, int2; dequantized as it is read).
 // out[h] = softmax(q[h] . K^T / sqrt(head_dim)) V over the sequence's num_slots slots, where slot
 // t lives in logical block t / block_size of the block table, row t % block_size. GQA: query
 // head h reads KV head h / (n_heads / kv_heads). With `weights` set, the softmax row of head h

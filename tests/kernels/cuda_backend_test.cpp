@@ -89,7 +89,7 @@ TEST(CudaSimBackend, QuantizedKvFormatsGiveTheCpusTokens) {
   auto cpu = make_cpu_backend(1);
   auto sim = make_cuda_sim_backend(GemmType::kF32);
   Transformer on_cpu(m.model, *cpu), on_sim(m.model, *sim);
-  for (const char* name : {"fp16", "bf16", "int8", "fp8-e4m3", "fp8-e5m2"}) {
+  for (const char* name : {"fp16", "bf16", "int8", "fp8-e4m3", "fp8-e5m2", "int4", "int2-g8"}) {
     GenerateOptions o;
     o.k_format = o.v_format = parse_kv_format(name, "test");
     EXPECT_EQ(generate_tokens(on_sim, {}, 24, o, nullptr),
@@ -253,13 +253,14 @@ TEST(CudaSimBackend, RefusesWhatItsKernelsDoNotCoverYet) {
   auto sim = make_cuda_sim_backend();
   Transformer t(m.model, *sim);
   GenerateOptions o;
-  o.k_format = o.v_format = parse_kv_format("int4", "test");
+  o.k_format = o.v_format = parse_kv_format("kivi4", "test");
   try {
     generate_tokens(t, {}, 4, o, nullptr);
-    ADD_FAILURE() << "int4 K/V ran";
+    ADD_FAILURE() << "KIVI K/V ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--backend cuda-sim: expected a K/V format of fp32, fp16, "
-                                         "bf16, int8 or fp8 (--kv-dtype), got int4/int4"),
+                                         "bf16, int8, fp8, int4 or int2 (--kv-dtype), got "
+                                         "kivi4"),
               std::string::npos)
         << e.what();
   }
