@@ -111,4 +111,26 @@ double Args::get_double(const std::string& flag, double fallback) const {
   return v;
 }
 
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag, long lo, long hi,
+                                const std::string& expected) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < lo || v > hi)
+      fail_expected(flag, expected, "'" + item + "'");
+    out.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace kvscope::cli

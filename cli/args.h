@@ -39,4 +39,10 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// A comma-separated list of integers, each in [lo, hi]; anything else (an empty item, a
+// non-number, a value out of range) throws kvscope::Error naming `flag` with "expected
+// <expected>, got '<item>'".
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag, long lo, long hi,
+                                const std::string& expected);
+
 }  // namespace kvscope::cli

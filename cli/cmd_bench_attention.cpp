@@ -24,31 +24,6 @@ namespace {
 
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B's attention
 
-std::vector<int> parse_list(const std::string& text, const char* flag, int lo, int hi) {
-  std::vector<int> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    std::size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < lo || v > hi) {
-      fail_expected(
-          flag,
-          "comma-separated integers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
-          "'" + item + "'");
-    }
-    out.push_back(static_cast<int>(v));
-    at = comma + 1;
-  }
-  return out;
-}
-
 device::KvCode code_of(const KvFormat& f, const std::string& name) {
   switch (f.dtype) {
     case KvDtype::kF32:
@@ -98,9 +73,11 @@ int bench_attention(const Args& args) {
   }
   const bool emulated = backend == "cuda-sim";
   const std::vector<int> batches =
-      parse_list(args.get("--batch", emulated ? "1,2" : "1,8,64"), "--batch", 1, 256);
-  const std::vector<int> contexts = parse_list(
-      args.get("--contexts", emulated ? "256,1024" : "1024,8192,32768"), "--contexts", 1, 131072);
+      parse_int_list(args.get("--batch", emulated ? "1,2" : "1,8,64"), "--batch", 1, 256,
+                     "comma-separated batch sizes in [1, 256]");
+  const std::vector<int> contexts =
+      parse_int_list(args.get("--contexts", emulated ? "256,1024" : "1024,8192,32768"),
+                     "--contexts", 1, 131072, "comma-separated context lengths in [1, 131072]");
   const int block_size = args.get_int("--block-size", 16);
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0)
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(block_size));

@@ -22,27 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<int> parse_seqs(const std::string& text) {
-  std::vector<int> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < 1 || v > 256)
-      fail_expected("--seqs", "comma-separated sequence counts in [1, 256]", "'" + item + "'");
-    out.push_back(v);
-    at = comma + 1;
-  }
-  return out;
-}
-
 int argmax(std::span<const float> row) {
   return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
 }
@@ -83,7 +62,8 @@ int bench_batch(const Args& args) {
       load_model(args.get("--model", "synthetic:smollm2-135m"), "", WeightStorage::kMapped,
                  parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   const ModelConfig& c = loaded.model->config();
-  const std::vector<int> seqs = parse_seqs(args.get("--seqs", "1,4,16"));
+  const std::vector<int> seqs = parse_int_list(args.get("--seqs", "1,4,16"), "--seqs", 1, 256,
+                                               "comma-separated sequence counts in [1, 256]");
   const int steps = args.get_int("--steps", 32);
   if (steps < 1 || steps + 1 > c.seq_len) {
     fail_expected("--steps", "an integer in [1, " + std::to_string(c.seq_len - 1) + "]",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "cli/eval_report.h"
@@ -79,24 +80,8 @@ nlohmann::json result_json(const EvictResult& e, const EvictionRunOptions& o) {
 }
 
 std::vector<int> parse_budgets(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    int b = 0;
-    try {
-      b = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || b < 2) {
-      fail_expected("--budgets", "comma-separated integers >= 2", "'" + item + "'");
-    }
-    out.push_back(b);
-  }
-  if (out.empty()) fail_expected("--budgets", "comma-separated integers >= 2", "''");
-  return out;
+  return parse_int_list(text, "--budgets", 2, std::numeric_limits<int>::max(),
+                        "comma-separated integers >= 2");
 }
 
 }  // namespace
