@@ -38,8 +38,13 @@ device::KvCode code_of(const KvFormat& f, const std::string& name) {
       return device::KvCode::kE4M3;
     case KvDtype::kFp8E5M2:
       return device::KvCode::kE5M2;
+    case KvDtype::kInt4:
+      return device::KvCode::kInt4;
+    case KvDtype::kInt2:
+      return device::KvCode::kInt2;
     default:
-      fail_expected("--formats", "fp32, fp16, bf16, int8, fp8-e4m3 or fp8-e5m2", "'" + name + "'");
+      fail_expected("--formats", "fp32, fp16, bf16, int8, fp8-e4m3, fp8-e5m2, int4 or int2",
+                    "'" + name + "'");
   }
 }
 
@@ -92,6 +97,11 @@ int bench_attention(const Args& args) {
       at = comma + 1;
     }
   }
+  for (const std::string& name : formats) {  // every format checked before anything runs
+    const KvFormat f = parse_kv_format(name, "--formats");
+    f.validate(block_size, kKvHeads, kHeadDim, "--formats");
+    code_of(f, name);
+  }
   const bool json = args.has("--json");
   if (!json) {
     std::fprintf(stderr,
@@ -112,10 +122,11 @@ int bench_attention(const Args& args) {
         const long blocks = static_cast<long>(per_seq) * batch;
         Buffer k(*ops, tile * static_cast<std::size_t>(blocks));
         Buffer v(*ops, tile * static_cast<std::size_t>(blocks));
+        const int group = f.effective_group(kKvHeads * kHeadDim);
         const device::DeviceTiles kt{static_cast<unsigned char*>(k.p), static_cast<long>(tile),
-                                     code};
+                                     code, group};
         const device::DeviceTiles vt{static_cast<unsigned char*>(v.p), static_cast<long>(tile),
-                                     code};
+                                     code, group};
         ops->fill_kv(kt, blocks, block_size, kKvHeads, kHeadDim, 1);
         ops->fill_kv(vt, blocks, block_size, kKvHeads, kHeadDim, 2);
         std::vector<float> q(static_cast<std::size_t>(kHeads) * kHeadDim);
@@ -128,9 +139,12 @@ int bench_attention(const Args& args) {
         const double kv_bytes = 2.0 * static_cast<double>(batch) * context *
                                 f.bytes_per_token(block_size, kKvHeads, kHeadDim);
         // The copy baseline: the same number of bytes, device to device, same run.
-        const auto copy_bytes = static_cast<std::size_t>(kv_bytes / 2);
+        const auto copy_bytes = std::min(static_cast<std::size_t>(kv_bytes / 2),
+                                         tile * static_cast<std::size_t>(blocks));
+        Buffer copy_dst(*ops, copy_bytes);
+        ops->copy_on_device(copy_dst.p, k.p, copy_bytes);  // warm-up, untimed
         const double copy_ms = ops->time_ms([&] {
-          for (int r = 0; r < repeat; ++r) ops->copy_on_device(v.p, k.p, copy_bytes);
+          for (int r = 0; r < repeat; ++r) ops->copy_on_device(copy_dst.p, k.p, copy_bytes);
         }) / repeat;
         const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e6);
         for (const char* layout : {"contiguous", "paged"}) {
@@ -140,21 +154,24 @@ int bench_attention(const Args& args) {
           if (std::string(layout) == "paged") std::shuffle(all.begin(), all.end(), std::mt19937(9));
           Buffer table(*ops, all.size() * sizeof(int));
           ops->to_device(table.p, all.data(), all.size() * sizeof(int));
-          const double ms = ops->time_ms([&] {
-            for (int r = 0; r < repeat; ++r) {
-              for (int s = 0; s < batch; ++s) {
-                device::PagedPool p;
-                p.k = kt;
-                p.v = vt;
-                p.block_table = static_cast<const int*>(table.p) + static_cast<long>(s) * per_seq;
-                p.num_slots = context;
-                p.block_size = block_size;
-                p.kv_heads = kKvHeads;
-                p.head_dim = kHeadDim;
-                ops->paged_attention(static_cast<float*>(dout.p) + s * q.size(),
-                                     static_cast<const float*>(dq.p), p, kHeads, nullptr);
-              }
+          auto pass = [&] {
+            for (int s = 0; s < batch; ++s) {
+              device::PagedPool p;
+              p.k = kt;
+              p.v = vt;
+              p.block_table = static_cast<const int*>(table.p) + static_cast<long>(s) * per_seq;
+              p.num_slots = context;
+              p.block_size = block_size;
+              p.kv_heads = kKvHeads;
+              p.head_dim = kHeadDim;
+              ops->paged_attention(static_cast<float*>(dout.p) + s * q.size(),
+                                   static_cast<const float*>(dq.p), p, kHeads, nullptr);
             }
+          };
+          // One untimed pass first: lazy kernel loading and split-K's workspace are paid there.
+          pass();
+          const double ms = ops->time_ms([&] {
+            for (int r = 0; r < repeat; ++r) pass();
           }) / repeat;
           const double gbs = kv_bytes / (ms * 1e6);
           if (json) {

@@ -82,6 +82,8 @@ class KvStorage {
   // Unique within the process (never reused, unlike an address): a backend that keeps the pool in
   // its own memory (the CUDA backends) keys its copy by it.
   std::uint64_t id() const { return id_; }
+  // Expires when this storage is destroyed: a backend holding a copy of the pool frees it then.
+  std::weak_ptr<const void> liveness() const { return alive_; }
   // How many copy_block / copy_slot calls (and noted external writes) have changed bytes here: a
   // backend whose copy of the pool would not see them refuses to go on once this changes.
   std::uint64_t byte_copies() const { return byte_copies_; }
@@ -124,6 +126,7 @@ class KvStorage {
   }
   KvLayout layout_;
   std::uint64_t id_ = 0;
+  std::shared_ptr<const void> alive_ = std::make_shared<int>(0);
   std::uint64_t byte_copies_ = 0;
   std::size_t v_offset_ = 0;  // V region start, 64-byte aligned so fp32 V tiles are aligned
   std::size_t total_bytes_ = 0;

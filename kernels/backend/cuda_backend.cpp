@@ -78,7 +78,8 @@ struct DevicePool {
   DeviceBuffer k, v;
   device::DeviceTiles k_tiles, v_tiles;  // layer 0
   int num_blocks = 0;
-  std::uint64_t byte_copies = 0;  // the host storage's count when the copy was made
+  std::uint64_t byte_copies = 0;      // the host storage's count when the copy was made
+  std::weak_ptr<const void> storage;  // expires with the host storage: the copy is freed then
 
   // The tiles of `layer`.
   std::pair<device::DeviceTiles, device::DeviceTiles> layer(int l) const {
@@ -251,10 +252,12 @@ class CudaBackend final : public Backend {
   }
 
   // The device copy of host weights w[count] in `type`, uploaded (and converted) on first use.
-  // Weights belong to the model and outlive the backend's use of them.
+  // Weights belong to the model and outlive the backend's use of them; a pointer seen again
+  // with another count or type (another model at a reused address) is uploaded again.
   const void* weight(const float* w, std::size_t count, GemmType type) {
     auto it = weights_.find(w);
-    if (it != weights_.end()) return it->second.as<void>();
+    if (it != weights_.end() && it->second.count == count && it->second.type == type)
+      return it->second.buffer.as<void>();
     DeviceBuffer f32(*ops_, count * 4);
     ops_->to_device(f32.as<void>(), w, count * 4);
     if (type != GemmType::kF32) {
@@ -263,13 +266,15 @@ class CudaBackend final : public Backend {
                      type == GemmType::kBF16);
       f32 = std::move(h);
     }
-    return weights_.emplace(w, std::move(f32)).first->second.as<void>();
+    DeviceWeight& slot = weights_[w];
+    slot = {std::move(f32), count, type};
+    return slot.buffer.as<void>();
   }
 
-  // The device copy of the view's pool (keyed by the storage's id; the four most recently used
-  // are kept). It is made when a sequence writes its first slot; needing one for a sequence
-  // that already has slots means the device never saw them: a bug, refused rather than computed
-  // on uninitialized memory.
+  // The device copy of the view's pool, keyed by the storage's id and kept while the storage
+  // lives (copies of destroyed storages are freed on the next call). It is made when a sequence
+  // writes its first slot; needing one for a sequence that already has slots means the device
+  // never saw them: a bug, refused rather than computed on uninitialized memory.
   DevicePool& pool(const KvSeqView& view, bool may_create) {
     const KvStorage& s = *view.storage;
     const KvLayout& L = s.layout();
@@ -283,6 +288,7 @@ class CudaBackend final : public Backend {
                       L.k_format.name() + "/" + L.v_format.name() +
                       " (KIVI kernels are not written yet)");
     }
+    std::erase_if(pools_, [](const auto& p) { return p.second.storage.expired(); });
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
       if (it->second.byte_copies != s.byte_copies()) {
@@ -296,8 +302,8 @@ class CudaBackend final : public Backend {
     }
     if (!may_create) {
       throw InternalError(flag_,
-                          "the KV pool has slots the device never saw (a pool made outside "
-                          "this backend, or dropped as least recently used)");
+                          "the KV pool has slots the device never saw (a sequence that began "
+                          "on another backend)");
     }
     DevicePool p;
     p.num_blocks = L.num_blocks;
@@ -312,8 +318,8 @@ class CudaBackend final : public Backend {
     p.v_tiles = {p.v.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kValue)), *vc,
                  L.v_format.effective_group(kv_dim)};
     p.byte_copies = s.byte_copies();
+    p.storage = s.liveness();
     pools_.emplace_front(s.id(), std::move(p));
-    if (pools_.size() > 4) pools_.pop_back();
     return pools_.front().second;
   }
 
@@ -328,7 +334,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<device::DeviceOps> ops_;
   GemmType weights_type_;
   std::string flag_;
-  std::unordered_map<const float*, DeviceBuffer> weights_;
+  struct DeviceWeight {
+    DeviceBuffer buffer;
+    std::size_t count = 0;
+    GemmType type = GemmType::kF32;
+  };
+  std::unordered_map<const float*, DeviceWeight> weights_;
   std::list<std::pair<std::uint64_t, DevicePool>> pools_;
   DeviceBuffer x_, y_, x16_, ints_, table_, attention_;
   std::vector<int> table_host_;

@@ -52,9 +52,16 @@ std::unique_ptr<DeviceOps> make_cuda_device_ops(std::string* why) {
     return nullptr;
   }
   int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  cudaError_t q = cudaGetDevice(&device);
+  if (q == cudaSuccess)
+    q = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (q == cudaSuccess)
+    q = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (q != cudaSuccess) {
+    *why = std::string("querying the device: ") + cudaGetErrorString(q);
+    cudaGetLastError();
+    return nullptr;
+  }
   if (major < 8) {
     *why = "device " + std::to_string(device) + " has compute capability " + std::to_string(major) +
            "." + std::to_string(minor) + "; kvscope's kernels are built for 8.0 and later";

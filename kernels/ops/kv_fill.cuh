@@ -2,7 +2,8 @@
 // with finite pseudo-random values in the pool's format, straight on the device (a 32K-token,
 // 64-sequence pool is gigabytes; encoding it on the host and uploading it would dominate). Values
 // come from a hash of (tile byte, seed): codes of magnitude below 1 for the float formats, codes
-// in [-127, 127] with a scale of 1/128 for int8, finite FP8 codes with a scale of 1/16.
+// in [-127, 127] with a scale of 1/128 for int8, finite FP8 codes with a scale of 1/16, packed
+// int4 / int2 codes with a scale of 1/16 and a zero of -1/2 per group.
 // Not a twin of any CPU op: what it writes only has to be valid input for attention.
 #pragma once
 
@@ -24,6 +25,19 @@ KVS_GLOBAL void kv_fill_kernel(KvTiles t, long num_blocks, int block_size, int k
   const long values = static_cast<long>(block_size) * kv_heads * head_dim;
   for (long b = simt::bid_x(); b < num_blocks; b += simt::gdim_x()) {
     unsigned char* tile = t.base + b * t.tile_bytes;
+    if (kv_grouped(t.code)) {
+      const long code_bytes = values * (t.code == kKvInt4 ? 4 : 2) / 8;
+      for (long i = simt::tid_x(); i < code_bytes; i += simt::bdim_x())
+        tile[i] =
+            static_cast<unsigned char>(kv_hash(static_cast<std::uint64_t>(b) * values + i, seed));
+      auto* meta = reinterpret_cast<std::uint16_t*>(tile + code_bytes);
+      const long groups = values / t.group;  // every token's groups, one after the other
+      for (long i = simt::tid_x(); i < groups; i += simt::bdim_x()) {
+        meta[2 * i] = f16_saturating(0.0625f);
+        meta[2 * i + 1] = f16_saturating(-0.5f);
+      }
+      continue;
+    }
     for (long i = simt::tid_x(); i < values; i += simt::bdim_x()) {
       const std::uint32_t h = kv_hash(static_cast<std::uint64_t>(b) * values + i, seed);
       const float u = static_cast<float>(h & 0xFFFFu) / 32768.0f - 1.0f;  // [-1, 1)

@@ -312,7 +312,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   const Event* a = live(start);
   const Event* b = live(end);
   if (ms == nullptr || a == nullptr || b == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  if (!a->recorded || !b->recorded) return fail(cudaErrorNotReady);  // as the runtime says
+  // Never recorded: the runtime documents cudaErrorInvalidResourceHandle for this.
+  if (!a->recorded || !b->recorded) return fail(cudaErrorInvalidResourceHandle);
   *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
   return cudaSuccess;
 }

@@ -1,6 +1,10 @@
 // See simt.h. One block at a time: a scheduler context runs each runnable fiber until it waits
 // (block barrier or warp collective) or returns, then releases the waits that are complete, and
 // reports the ones that never can be.
+// Fortified glibc turns _longjmp into __longjmp_chk, which refuses a jump to a lower stack (the
+// scheduler's jump into a fiber, whose stack is on the heap) and aborts. Distributions turn it
+// on by default at -O2 (Ubuntu's gcc does): off for this file, which switches stacks on purpose.
+#undef _FORTIFY_SOURCE
 #include "kernels/sim/simt.h"
 
 #include <pthread.h>

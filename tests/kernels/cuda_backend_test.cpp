@@ -207,6 +207,16 @@ TEST(CudaSimBackend, OwnsItsDeviceMemoryAndGivesItAllBack) {
   const cuda_sim::DeviceMemory after = cuda_sim::device_memory();
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
   EXPECT_EQ(after.allocations, before.allocations);
+  // A pool's device copy lives as long as its host storage: one generation after another on the
+  // same backend (each with its own cache) does not accumulate pools.
+  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  Transformer t(m.model, *sim);
+  std::size_t first = 0;
+  for (int run = 0; run < 4; ++run) {
+    generate_tokens(t, {}, 4, GenerateOptions{}, nullptr);
+    if (run == 1) first = cuda_sim::device_memory().bytes_in_use;
+  }
+  EXPECT_EQ(cuda_sim::device_memory().bytes_in_use, first);
 }
 
 TEST(CudaSimBackend, RunningOutOfDeviceMemoryIsAOneLineError) {

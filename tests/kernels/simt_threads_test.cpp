@@ -4,14 +4,18 @@
 // simt_emulator_test.cpp make the kvscope_simt_tests binary that the TSan build runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "kernels/ops/argmax.cuh"
+#include "kernels/ops/convert.cuh"
+#include "kernels/ops/kv_fill.cuh"
 #include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"
+#include "kernels/ops/rope.cuh"
 #include "kernels/ops/swiglu.cuh"
 
 namespace kvscope::kernels {
@@ -125,6 +129,61 @@ TEST_F(SimtThreads, KvWriteAndPagedAttentionOnePassAndSplitK) {
     ASSERT_NEAR(one[i], want[i], 1e-4) << "one pass " << i;
     ASSERT_NEAR(split[i], want[i], 1e-4) << "split-K " << i;
   }
+}
+
+TEST_F(SimtThreads, RopeAndTheSixteenBitConversion) {
+  const int q_dim = 128, kv_dim = 64, head_dim = 32;
+  auto q = randn(q_dim, 9), k = randn(kv_dim, 10);
+  const auto q0 = q, k0 = k;
+  const int pos = 77;
+  launch_rope(q.data(), k.data(), &pos, 1, q_dim, kv_dim, head_dim, 10000.0f);
+  for (int i = 0; i < q_dim; i += 2) {  // adjacent pairs, angle pos * theta^(-(i % d) / d)
+    const double a = pos * std::pow(10000.0, -double(i % head_dim) / head_dim);
+    ASSERT_NEAR(q[i], q0[i] * std::cos(a) - q0[i + 1] * std::sin(a), 1e-4) << i;
+    ASSERT_NEAR(q[i + 1], q0[i] * std::sin(a) + q0[i + 1] * std::cos(a), 1e-4) << i;
+  }
+  for (int i = 0; i < kv_dim; i += 2) {
+    const double a = pos * std::pow(10000.0, -double(i % head_dim) / head_dim);
+    ASSERT_NEAR(k[i], k0[i] * std::cos(a) - k0[i + 1] * std::sin(a), 1e-4) << i;
+  }
+  const auto x = randn(3000, 11);
+  std::vector<std::uint16_t> h(x.size());
+  launch_to_16bit(h.data(), x.data(), static_cast<long>(x.size()), false);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(h[i], simt::f16_bits(x[i])) << i;
+}
+
+// int4 rows (the group kernel: scales stored, a barrier, then packed bytes) and a filled pool:
+// what the kernels write decodes to the values within half a quantization step.
+TEST_F(SimtThreads, GroupedQuantizeOnWriteAndFill) {
+  const int kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim, block_size = 4;
+  const int group = 16, groups = kv_dim / group;
+  const long tile = static_cast<long>(block_size) * kv_dim / 2 + block_size * groups * 4;
+  std::vector<unsigned char> kpool(static_cast<std::size_t>(tile) * 2), vpool(kpool.size());
+  const KvTiles kt{kpool.data(), tile, kKvInt4, group}, vt{vpool.data(), tile, kKvInt4, group};
+  const int table[2] = {1, 0};
+  const auto k = randn(kv_dim, 12), v = randn(kv_dim, 13);
+  launch_kv_write(kt, vt, table, 5, block_size, k.data(), v.data(), kv_heads, head_dim);
+  for (int e = 0; e < kv_dim; ++e) {
+    const int g0 = e / group * group;
+    float lo = k[g0], hi = k[g0];
+    for (int i = g0; i < g0 + group; ++i) {
+      lo = std::min(lo, k[i]);
+      hi = std::max(hi, k[i]);
+    }
+    const float step = (hi - lo) / 15.0f;
+    ASSERT_NEAR(kv_load(kt, table[1], 1, e, e / head_dim, kv_dim, kv_heads, block_size), k[e],
+                0.5f * step + 2e-3f)
+        << e;
+  }
+  std::vector<unsigned char> pool(static_cast<std::size_t>(tile) * 3);
+  const KvTiles ft{pool.data(), tile, kKvInt4, group};
+  launch_kv_fill(ft, 3, block_size, kv_heads, head_dim, 7);
+  for (int b = 0; b < 3; ++b)
+    for (int o = 0; o < block_size; ++o)
+      for (int e = 0; e < kv_dim; ++e) {
+        const float x = kv_load(ft, b, o, e, e / head_dim, kv_dim, kv_heads, block_size);
+        ASSERT_TRUE(x >= -0.5f && x <= 0.5f) << b << " " << o << " " << e << ": " << x;
+      }
 }
 
 }  // namespace
