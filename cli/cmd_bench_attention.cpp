@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,27 +26,12 @@ namespace {
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B's attention
 
 device::KvCode code_of(const KvFormat& f, const std::string& name) {
-  switch (f.dtype) {
-    case KvDtype::kF32:
-      return device::KvCode::kF32;
-    case KvDtype::kF16:
-      return device::KvCode::kF16;
-    case KvDtype::kBF16:
-      return device::KvCode::kBF16;
-    case KvDtype::kInt8:
-      return device::KvCode::kInt8;
-    case KvDtype::kFp8E4M3:
-      return device::KvCode::kE4M3;
-    case KvDtype::kFp8E5M2:
-      return device::KvCode::kE5M2;
-    case KvDtype::kInt4:
-      return device::KvCode::kInt4;
-    case KvDtype::kInt2:
-      return device::KvCode::kInt2;
-    default:
-      fail_expected("--formats", "fp32, fp16, bf16, int8, fp8-e4m3, fp8-e5m2, int4 or int2",
-                    "'" + name + "'");
+  const std::optional<device::KvCode> code = cuda_kv_code(f);
+  if (!code) {
+    fail_expected("--formats", "fp32, fp16, bf16, int8, fp8-e4m3, fp8-e5m2, int4 or int2",
+                  "'" + name + "'");
   }
+  return *code;
 }
 
 // A device allocation freed with its owner.

@@ -90,30 +90,6 @@ struct DevicePool {
   }
 };
 
-// The kernels' code for a K/V format; nullopt for formats they do not cover.
-std::optional<device::KvCode> kv_code(const KvFormat& f) {
-  switch (f.dtype) {
-    case KvDtype::kF32:
-      return device::KvCode::kF32;
-    case KvDtype::kF16:
-      return device::KvCode::kF16;
-    case KvDtype::kBF16:
-      return device::KvCode::kBF16;
-    case KvDtype::kInt8:
-      return device::KvCode::kInt8;
-    case KvDtype::kFp8E4M3:
-      return device::KvCode::kE4M3;
-    case KvDtype::kFp8E5M2:
-      return device::KvCode::kE5M2;
-    case KvDtype::kInt4:
-      return device::KvCode::kInt4;
-    case KvDtype::kInt2:
-      return device::KvCode::kInt2;
-    default:
-      return std::nullopt;
-  }
-}
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(std::unique_ptr<device::DeviceOps> ops, GemmType weights, std::string flag)
@@ -280,7 +256,7 @@ class CudaBackend final : public Backend {
     const KvLayout& L = s.layout();
     if (view.mla != nullptr || L.is_latent())
       throw Error(flag_, "expected a K/V cache, got an MLA latent cache (not supported yet)");
-    const auto kc = kv_code(L.k_format), vc = kv_code(L.v_format);
+    const auto kc = cuda_kv_code(L.k_format), vc = cuda_kv_code(L.v_format);
     if (!kc || !vc) {
       throw Error(flag_,
                   "expected a K/V format of fp32, fp16, bf16, int8, fp8, int4 or int2 "
@@ -348,8 +324,31 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+std::optional<device::KvCode> cuda_kv_code(const KvFormat& f) {
+  switch (f.dtype) {
+    case KvDtype::kF32:
+      return device::KvCode::kF32;
+    case KvDtype::kF16:
+      return device::KvCode::kF16;
+    case KvDtype::kBF16:
+      return device::KvCode::kBF16;
+    case KvDtype::kInt8:
+      return device::KvCode::kInt8;
+    case KvDtype::kFp8E4M3:
+      return device::KvCode::kE4M3;
+    case KvDtype::kFp8E5M2:
+      return device::KvCode::kE5M2;
+    case KvDtype::kInt4:
+      return device::KvCode::kInt4;
+    case KvDtype::kInt2:
+      return device::KvCode::kInt2;
+    default:
+      return std::nullopt;
+  }
+}
+
 bool cuda_covers_kv_format(const KvFormat& f) {
-  return kv_code(f).has_value();
+  return cuda_kv_code(f).has_value();
 }
 
 std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights) {

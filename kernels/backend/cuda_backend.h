@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -32,6 +33,8 @@ using device::GemmType;
 GemmType parse_gemm_type(const std::string& value, const std::string& flag);
 const char* gemm_type_name(GemmType type);
 
+// The kernels' code for K/V format f, nullopt for the formats they do not cover (KIVI).
+std::optional<device::KvCode> cuda_kv_code(const KvFormat& f);
 // Whether the backend's kernels read and write K/V format f (all but KIVI).
 bool cuda_covers_kv_format(const KvFormat& f);
 
