@@ -105,14 +105,36 @@ struct Block {
 
 thread_local Block* g_block = nullptr;
 
-std::string where(const Block& b, const Fiber* f) {
-  std::string s = std::string(b.config->kernel) + " block (" + std::to_string(b.block_idx.x) + "," +
-                  std::to_string(b.block_idx.y) + "," + std::to_string(b.block_idx.z) + ")";
-  if (f != nullptr) {
-    s += " thread (" + std::to_string(f->tid.x) + "," + std::to_string(f->tid.y) + "," +
-         std::to_string(f->tid.z) + ")";
+// "KERNEL block (x,y,z)[ thread (x,y,z)]": where an error happened, in either mode.
+std::string place(const char* kernel, const dim3& block, const dim3* tid) {
+  std::string s = std::string(kernel) + " block (" + std::to_string(block.x) + "," +
+                  std::to_string(block.y) + "," + std::to_string(block.z) + ")";
+  if (tid != nullptr) {
+    s += " thread (" + std::to_string(tid->x) + "," + std::to_string(tid->y) + "," +
+         std::to_string(tid->z) + ")";
   }
   return s;
+}
+
+// After a block, in either mode: throws if a kernel wrote past a shared allocation's end.
+void check_canaries(const std::string& where,
+                    const std::vector<std::unique_ptr<std::byte[]>>& shared,
+                    const std::vector<std::size_t>& sizes, const std::byte* dynamic,
+                    std::size_t dynamic_bytes) {
+  for (std::size_t k = 0; k < shared.size(); ++k) {
+    if (!canary_intact(shared[k].get(), sizes[k])) {
+      throw SimError(where + ": shared allocation " + std::to_string(k) + " (" +
+                     std::to_string(sizes[k]) + " bytes) was written past its end");
+    }
+  }
+  if (!canary_intact(dynamic, dynamic_bytes)) {
+    throw SimError(where + ": dynamic shared memory (" + std::to_string(dynamic_bytes) +
+                   " bytes) was written past its end");
+  }
+}
+
+std::string where(const Block& b, const Fiber* f) {
+  return place(b.config->kernel, b.block_idx, f != nullptr ? &f->tid : nullptr);
 }
 
 Block& block() {
@@ -334,16 +356,7 @@ __attribute__((noinline)) void run_one_block(Block& b, dim3 block_idx) {
   }
   run_block(b);
   if (b.error) std::rethrow_exception(b.error);
-  for (std::size_t k = 0; k < b.shared.size(); ++k) {
-    if (!canary_intact(b.shared[k].get(), b.shared_sizes[k])) {
-      throw SimError(where(b, nullptr) + ": shared allocation " + std::to_string(k) + " (" +
-                     std::to_string(b.shared_sizes[k]) + " bytes) was written past its end");
-    }
-  }
-  if (!canary_intact(b.dynamic.get(), config.shared_bytes)) {
-    throw SimError(where(b, nullptr) + ": dynamic shared memory (" +
-                   std::to_string(config.shared_bytes) + " bytes) was written past its end");
-  }
+  check_canaries(where(b, nullptr), b.shared, b.shared_sizes, b.dynamic.get(), config.shared_bytes);
 }
 
 // ---- Thread mode: one OS thread per CUDA thread ----------------------------------------------
@@ -399,13 +412,7 @@ struct TBlock {
 thread_local TThread* g_thread = nullptr;
 
 std::string where_t(const TBlock& b, const TThread* t) {
-  std::string s = std::string(b.config->kernel) + " block (" + std::to_string(b.block_idx.x) + "," +
-                  std::to_string(b.block_idx.y) + "," + std::to_string(b.block_idx.z) + ")";
-  if (t != nullptr) {
-    s += " thread (" + std::to_string(t->tid.x) + "," + std::to_string(t->tid.y) + "," +
-         std::to_string(t->tid.z) + ")";
-  }
-  return s;
+  return place(b.config->kernel, b.block_idx, t != nullptr ? &t->tid : nullptr);
 }
 
 // Records a kernel bug (the first one wins) and wakes everyone; the caller holds the lock.
@@ -641,16 +648,8 @@ void run_block_threads(const LaunchConfig& config, const std::function<void()>& 
   for (unsigned i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
   if (b.thrown) std::rethrow_exception(b.thrown);
   if (b.failed) throw SimError(b.error);
-  for (std::size_t k = 0; k < b.shared.size(); ++k) {
-    if (!canary_intact(b.shared[k].get(), b.shared_sizes[k])) {
-      throw SimError(where_t(b, nullptr) + ": shared allocation " + std::to_string(k) + " (" +
-                     std::to_string(b.shared_sizes[k]) + " bytes) was written past its end");
-    }
-  }
-  if (!canary_intact(b.dynamic.get(), config.shared_bytes)) {
-    throw SimError(where_t(b, nullptr) + ": dynamic shared memory (" +
-                   std::to_string(config.shared_bytes) + " bytes) was written past its end");
-  }
+  check_canaries(where_t(b, nullptr), b.shared, b.shared_sizes, b.dynamic.get(),
+                 config.shared_bytes);
 }
 
 std::atomic<Mode>& mode_ref() {

@@ -17,6 +17,7 @@
 #include "kernels/sim/cuda_api_sim.h"
 #include "kernels/sim/cuda_decls.h"
 #include "kernels/sim/simt.h"
+#include "tests/kernels/kernel_test_support.h"
 #include "tests/quant/kv_test_support.h"
 
 namespace kvscope {
@@ -67,13 +68,7 @@ std::vector<T> download(const T* dev, std::size_t n) {
   return host;
 }
 
-std::vector<float> randn(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 struct Blas {
   cublasHandle_t h = nullptr;

@@ -18,18 +18,13 @@
 #include "kernels/ops/rmsnorm.cuh"
 #include "kernels/ops/rope.cuh"
 #include "kernels/ops/swiglu.cuh"
+#include "tests/kernels/kernel_test_support.h"
 #include "tests/quant/kv_test_support.h"
 
 namespace kvscope::kernels {
 namespace {
 
-std::vector<float> randn(std::size_t n, unsigned seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol,
                   double rtol, const std::string& what) {

@@ -17,6 +17,7 @@
 #include "kernels/ops/rmsnorm.cuh"
 #include "kernels/ops/rope.cuh"
 #include "kernels/ops/swiglu.cuh"
+#include "tests/kernels/kernel_test_support.h"
 
 namespace kvscope::kernels {
 namespace {
@@ -34,13 +35,7 @@ class SimtThreads : public ::testing::Test {
   sim::Mode before_ = sim::Mode::kFibers;
 };
 
-std::vector<float> randn(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 TEST_F(SimtThreads, RmsNormAndSwiGluMatchTheirDefinitions) {
   const int rows = 2, n = 300;
