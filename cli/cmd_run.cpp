@@ -176,8 +176,6 @@ int cmd_run(const Argv& argv) {
     needs.v_format = config.v_format;
     needs.eviction = config.token_eviction.policy.kind != EvictionKind::kNone;
     needs.mla = config.mla != nullptr;
-    if (config.prefix_caching) needs.other = "prefix caching (copy-on-write of shared blocks)";
-    if (config.preemption == PreemptionMode::kSwap) needs.other = "swap preemption";
     backend = make_backend(args.get("--backend", "auto"), config.threads,
                            args.get("--device-weights", "f16"), needs);
     config.make_backend = [&backend] { return std::move(backend); };

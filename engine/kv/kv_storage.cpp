@@ -41,13 +41,40 @@ KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
   data_ = ZeroedBuffer(v_offset_ + total_bytes_ - k_bytes);
 }
 
+void KvStorage::attach_device(const std::shared_ptr<KvDeviceBytes>& device) {
+  if (device_attached_ && !device_.expired()) {
+    throw Error("kv storage",
+                "expected one backend holding the pool's bytes, got a second one attaching");
+  }
+  device_ = device;
+  device_attached_ = true;
+}
+
+std::shared_ptr<KvDeviceBytes> KvStorage::device() const {
+  if (!device_attached_) return nullptr;
+  auto d = device_.lock();
+  if (d == nullptr) {
+    throw Error("kv storage",
+                "the backend that held this pool's bytes is gone; expected it to outlive the "
+                "pool's use");
+  }
+  return d;
+}
+
+void KvStorage::apply(std::span<const KvMove> moves) {
+  if (auto d = device()) return d->move(moves);
+  for (const KvMove& m : moves) std::memmove(base(m.kind) + m.dst, base(m.kind) + m.src, m.bytes);
+}
+
 void KvStorage::copy_block(BlockId src, BlockId dst) {
-  ++byte_copies_;
+  std::vector<KvMove> moves;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
-      std::memcpy(tile(layer, kind, dst), tile(layer, kind, src), layout_.tile_bytes(kind));
+      moves.push_back({kind, tile_offset(layer, kind, src), tile_offset(layer, kind, dst),
+                       layout_.tile_bytes(kind)});
     }
   }
+  apply(moves);
 }
 
 void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offset) {
@@ -56,24 +83,49 @@ void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offs
                 "cannot move a token slot in a KIVI format (keys are quantized per "
                 "channel over groups of consecutive slots); expected a per-token format");
   }
-  ++byte_copies_;
-  const int bs = layout_.block_size;
+  const auto so = static_cast<std::size_t>(src_offset), dof = static_cast<std::size_t>(dst_offset);
+  std::vector<KvMove> moves;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
       // Tile: [block_size][row_bytes] codes, then [block_size][token_meta_bytes] scales.
       const KvFormat& f = layout_.format(kind);
       const std::size_t row = f.row_bytes(layout_.kv_heads, layout_.head_dim);
       const std::size_t meta = f.token_meta_bytes(layout_.kv_heads, layout_.head_dim, kind);
-      const std::byte* s = tile(layer, kind, src);
-      std::byte* d = tile(layer, kind, dst);
-      std::memmove(d + static_cast<std::size_t>(dst_offset) * row,
-                   s + static_cast<std::size_t>(src_offset) * row, row);
+      const std::size_t s = tile_offset(layer, kind, src), d = tile_offset(layer, kind, dst);
+      moves.push_back({kind, s + so * row, d + dof * row, row});
       if (meta > 0) {
-        const std::size_t meta_base = static_cast<std::size_t>(bs) * row;
-        std::memmove(d + meta_base + static_cast<std::size_t>(dst_offset) * meta,
-                     s + meta_base + static_cast<std::size_t>(src_offset) * meta, meta);
+        const std::size_t meta_base = static_cast<std::size_t>(layout_.block_size) * row;
+        moves.push_back({kind, s + meta_base + so * meta, d + meta_base + dof * meta, meta});
       }
     }
+  }
+  apply(moves);
+}
+
+std::vector<KvSpan> KvStorage::block_spans(BlockId block) const {
+  std::vector<KvSpan> spans;
+  for (int layer = 0; layer < layout_.n_layers; ++layer) {
+    for (KvKind kind : {KvKind::kKey, KvKind::kValue})
+      spans.push_back({kind, tile_offset(layer, kind, block), layout_.tile_bytes(kind)});
+  }
+  return spans;
+}
+
+void KvStorage::read_block(BlockId block, std::byte* out) const {
+  const std::vector<KvSpan> spans = block_spans(block);
+  if (auto d = device()) return d->read(spans, out);
+  for (const KvSpan& s : spans) {
+    std::memcpy(out, const_cast<KvStorage*>(this)->base(s.kind) + s.offset, s.bytes);
+    out += s.bytes;
+  }
+}
+
+void KvStorage::write_block(BlockId block, const std::byte* in) {
+  const std::vector<KvSpan> spans = block_spans(block);
+  if (auto d = device()) return d->write(spans, in);
+  for (const KvSpan& s : spans) {
+    std::memcpy(base(s.kind) + s.offset, in, s.bytes);
+    in += s.bytes;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -72,6 +73,34 @@ struct ModelConfig;
 KvLayout kv_layout_for(const ModelConfig& model, int block_size, int num_blocks,
                        const KvFormat& k_format, const KvFormat& v_format);
 
+// One run of pool bytes: `bytes` at `offset` into the K or the V region (KvStorage::tile's
+// addressing: tile (layer, block) of a kind starts at (layer * num_blocks + block) * tile_bytes).
+struct KvSpan {
+  KvKind kind = KvKind::kKey;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+};
+// A copy of `bytes` pool bytes from offset `src` to offset `dst` of one region (the runs may be
+// in one tile; they never overlap).
+struct KvMove {
+  KvKind kind = KvKind::kKey;
+  std::size_t src = 0;
+  std::size_t dst = 0;
+  std::size_t bytes = 0;
+};
+
+// Where a pool's bytes live when a backend keeps them in its own memory (the CUDA backends). Once
+// one is attached, KvStorage hands it every byte move (copy-on-write, slot compaction, swap out
+// and in) instead of applying it to its own tiles, which then no longer hold the pool's bytes.
+class KvDeviceBytes {
+ public:
+  virtual ~KvDeviceBytes() = default;
+  virtual void move(std::span<const KvMove> moves) = 0;
+  // Copies the spans, in order, into out (their total size) / from in.
+  virtual void read(std::span<const KvSpan> spans, std::byte* out) = 0;
+  virtual void write(std::span<const KvSpan> spans, const std::byte* in) = 0;
+};
+
 class KvStorage {
  public:
   // Throws kvscope::Error when a format cannot store this shape (KvFormat::validate).
@@ -84,26 +113,36 @@ class KvStorage {
   std::uint64_t id() const { return id_; }
   // Expires when this storage is destroyed: a backend holding a copy of the pool frees it then.
   std::weak_ptr<const void> liveness() const { return alive_; }
-  // How many copy_block / copy_slot calls (and noted external writes) have changed bytes here: a
-  // backend whose copy of the pool would not see them refuses to go on once this changes.
-  std::uint64_t byte_copies() const { return byte_copies_; }
-  // Counts a write through tile() that is not a kv_write (a swap-in, a key re-rotation).
-  void note_external_write() { ++byte_copies_; }
+  // How many writes through tile() that are neither a kv_write nor one of the byte moves below
+  // have changed bytes here (token eviction's key re-rotation): a backend holding the pool's
+  // bytes (attach_device) cannot see them and refuses to go on once this changes.
+  std::uint64_t external_writes() const { return external_writes_; }
+  void note_external_write() { ++external_writes_; }
+
+  // Makes `device` the holder of the pool's bytes from now on (see KvDeviceBytes); the storage
+  // keeps a weak reference. Throws kvscope::Error when another live holder is attached.
+  void attach_device(const std::shared_ptr<KvDeviceBytes>& device);
+  bool on_device() const { return device_attached_; }
 
   std::byte* tile(int layer, KvKind kind, BlockId block) {
-    return base(kind) + (static_cast<std::size_t>(layer) * layout_.num_blocks + block.value) *
-                            layout_.tile_bytes(kind);
+    return base(kind) + tile_offset(layer, kind, block);
   }
   const std::byte* tile(int layer, KvKind kind, BlockId block) const {
     return const_cast<KvStorage*>(this)->tile(layer, kind, block);
   }
-  // Copies every layer's K and V tile of `src` over `dst` (copy-on-write, swap-in). KIVI staging
-  // is not copied: it belongs to the sequence that opened the group.
+  // The byte moves below are applied where the pool's bytes live: these tiles, or the attached
+  // device's copy.
+  // Copies every layer's K and V tile of `src` over `dst` (copy-on-write). KIVI staging is not
+  // copied: it belongs to the sequence that opened the group.
   void copy_block(BlockId src, BlockId dst);
   // Copies one token (codes and per-token scales, every layer, K and V) from slot `src_offset`
   // of `src` to slot `dst_offset` of `dst` (token-eviction compaction). Bytes are copied, never
   // re-quantized. Throws kvscope::Error for KIVI, whose key scales span groups of tokens.
   void copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offset);
+  // One block's bytes, every layer's K tile then V tile ([n_layers][K tile, V tile]:
+  // layout().block_bytes() bytes), read out of the pool (swap-out) or written into it (swap-in).
+  void read_block(BlockId block, std::byte* out) const;
+  void write_block(BlockId block, const std::byte* in);
 
   // KIVI staging of the group starting at (block, offset) of `layer`'s K or V:
   // [residual][kv_heads * head_dim] floats. `create` makes (or re-zeroes) it; otherwise nullptr
@@ -119,6 +158,14 @@ class KvStorage {
 
  private:
   std::byte* base(KvKind kind) { return data_.data() + (kind == KvKind::kKey ? 0 : v_offset_); }
+  std::size_t tile_offset(int layer, KvKind kind, BlockId block) const {
+    return (static_cast<std::size_t>(layer) * layout_.num_blocks + block.value) *
+           layout_.tile_bytes(kind);
+  }
+  std::vector<KvSpan> block_spans(BlockId block) const;
+  void apply(std::span<const KvMove> moves);
+  // The attached device, or nullptr when the bytes are these tiles; throws when it has gone.
+  std::shared_ptr<KvDeviceBytes> device() const;
   std::int64_t staging_key(int layer, BlockId block, int offset) const {
     return (static_cast<std::int64_t>(block.value) * layout_.block_size + offset) *
                layout_.n_layers +
@@ -127,7 +174,9 @@ class KvStorage {
   KvLayout layout_;
   std::uint64_t id_ = 0;
   std::shared_ptr<const void> alive_ = std::make_shared<int>(0);
-  std::uint64_t byte_copies_ = 0;
+  std::uint64_t external_writes_ = 0;
+  bool device_attached_ = false;
+  std::weak_ptr<KvDeviceBytes> device_;
   std::size_t v_offset_ = 0;  // V region start, 64-byte aligned so fp32 V tiles are aligned
   std::size_t total_bytes_ = 0;
   ZeroedBuffer data_;                                                // K region, then V region

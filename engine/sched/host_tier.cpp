@@ -1,8 +1,8 @@
-// Host swap tier: slot bookkeeping and tile-by-tile copies to and from the device pool.
+// Host swap tier: slot bookkeeping, and block copies to and from the pool (KvStorage::read_block
+// and write_block, which reach the device copy when a backend holds the pool).
 #include "engine/sched/host_tier.h"
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <string>
 
@@ -11,7 +11,7 @@
 namespace kvscope {
 
 HostKvTier::HostKvTier(const KvLayout& layout, int capacity_blocks, bool with_storage)
-    : layout_(layout), capacity_(capacity_blocks), block_bytes_(layout.block_bytes()) {
+    : capacity_(capacity_blocks), block_bytes_(layout.block_bytes()) {
   if (capacity_blocks < 0) {
     fail_expected("host tier: capacity", "a non-negative number of blocks",
                   std::to_string(capacity_blocks));
@@ -30,15 +30,7 @@ std::vector<int> HostKvTier::swap_out(const KvStorage* device, std::span<const B
     const int s = free_.back();
     free_.pop_back();
     slots.push_back(s);
-    if (bytes_.empty() || device == nullptr) continue;
-    std::byte* dst = slot(s);
-    for (int layer = 0; layer < layout_.n_layers; ++layer) {
-      for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
-        const std::size_t n = layout_.tile_bytes(kind);
-        std::memcpy(dst, device->tile(layer, kind, b), n);
-        dst += n;
-      }
-    }
+    if (!bytes_.empty() && device != nullptr) device->read_block(b, slot(s));
   }
   return slots;
 }
@@ -46,17 +38,8 @@ std::vector<int> HostKvTier::swap_out(const KvStorage* device, std::span<const B
 void HostKvTier::swap_in(std::span<const int> slots, KvStorage* device,
                          std::span<const BlockId> blocks) {
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    if (!bytes_.empty() && device != nullptr && i < blocks.size()) {
-      device->note_external_write();
-      const std::byte* src = slot(slots[i]);
-      for (int layer = 0; layer < layout_.n_layers; ++layer) {
-        for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
-          const std::size_t n = layout_.tile_bytes(kind);
-          std::memcpy(device->tile(layer, kind, blocks[i]), src, n);
-          src += n;
-        }
-      }
-    }
+    if (!bytes_.empty() && device != nullptr && i < blocks.size())
+      device->write_block(blocks[i], slot(slots[i]));
   }
   // Return slots so that the lowest id is taken first next time (deterministic reuse).
   for (int s : slots) free_.push_back(s);

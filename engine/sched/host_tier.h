@@ -29,7 +29,6 @@ class HostKvTier {
 
  private:
   std::byte* slot(int s) { return bytes_.data() + static_cast<std::size_t>(s) * block_bytes_; }
-  KvLayout layout_;
   int capacity_ = 0;
   std::size_t block_bytes_ = 0;
   std::vector<std::byte> bytes_;  // [capacity][n_layers][K tile, V tile] when with_storage

@@ -3,7 +3,9 @@
 
 #include <cstring>
 #include <list>
+#include <memory>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -73,12 +75,27 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-// A device copy of one host KV pool: the host's layout, K and V regions, any per-token format.
-struct DevicePool {
+// Runs `body`, turning a device failure into the flag's one-line error.
+template <class F>
+void guarded(const std::string& flag, F&& body) {
+  try {
+    body();
+  } catch (const device::DeviceError& e) {
+    throw Error(flag, e.what());
+  }
+}
+
+// The device copy of one host KV pool: the host's layout, K and V regions, any per-token format.
+// It holds the pool's bytes (KvStorage::attach_device): copy-on-write, compaction and swap reach
+// it as byte moves.
+class DevicePool final : public KvDeviceBytes {
+ public:
+  DevicePool(device::DeviceOps& ops, const std::string& flag) : ops_(ops), flag_(flag) {}
+
   DeviceBuffer k, v;
   device::DeviceTiles k_tiles, v_tiles;  // layer 0
   int num_blocks = 0;
-  std::uint64_t byte_copies = 0;      // the host storage's count when the copy was made
+  std::uint64_t external_writes = 0;  // the host storage's count when the copy was made
   std::weak_ptr<const void> storage;  // expires with the host storage: the copy is freed then
 
   // The tiles of `layer`.
@@ -88,6 +105,36 @@ struct DevicePool {
     b.base += static_cast<long>(l) * num_blocks * b.tile_bytes;
     return {a, b};
   }
+
+  void move(std::span<const KvMove> moves) override {
+    guarded(flag_, [&] {
+      for (const KvMove& m : moves)
+        ops_.copy_on_device(at(m.kind, m.dst), at(m.kind, m.src), m.bytes);
+    });
+  }
+  void read(std::span<const KvSpan> spans, std::byte* out) override {
+    guarded(flag_, [&] {
+      for (const KvSpan& s : spans) {
+        ops_.to_host(out, at(s.kind, s.offset), s.bytes);
+        out += s.bytes;
+      }
+    });
+  }
+  void write(std::span<const KvSpan> spans, const std::byte* in) override {
+    guarded(flag_, [&] {
+      for (const KvSpan& s : spans) {
+        ops_.to_device(at(s.kind, s.offset), in, s.bytes);
+        in += s.bytes;
+      }
+    });
+  }
+
+ private:
+  unsigned char* at(KvKind kind, std::size_t offset) const {
+    return (kind == KvKind::kKey ? k : v).as<unsigned char>() + offset;
+  }
+  device::DeviceOps& ops_;
+  std::string flag_;
 };
 
 class CudaBackend final : public Backend {
@@ -204,14 +251,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // Runs `body`, turning a device failure into the flag's one-line error.
   template <class F>
   void guard(F&& body) {
-    try {
-      body();
-    } catch (const device::DeviceError& e) {
-      throw Error(flag_, e.what());
-    }
+    guarded(flag_, body);
   }
 
   // A scratch buffer of at least `bytes`, grown (never shrunk) as needed.
@@ -249,10 +291,11 @@ class CudaBackend final : public Backend {
 
   // The device copy of the view's pool, keyed by the storage's id and kept while the storage
   // lives (copies of destroyed storages are freed on the next call). It is made when a sequence
-  // writes its first slot; needing one for a sequence that already has slots means the device
-  // never saw them: a bug, refused rather than computed on uninitialized memory.
+  // writes its first slot, and from then on holds the pool's bytes; needing one for a sequence
+  // that already has slots means the device never saw them: a bug, refused rather than computed
+  // on uninitialized memory.
   DevicePool& pool(const KvSeqView& view, bool may_create) {
-    const KvStorage& s = *view.storage;
+    KvStorage& s = *view.storage;
     const KvLayout& L = s.layout();
     if (view.mla != nullptr || L.is_latent())
       throw Error(flag_, "expected a K/V cache, got an MLA latent cache (not supported yet)");
@@ -264,24 +307,24 @@ class CudaBackend final : public Backend {
                       L.k_format.name() + "/" + L.v_format.name() +
                       " (KIVI kernels are not written yet)");
     }
-    std::erase_if(pools_, [](const auto& p) { return p.second.storage.expired(); });
+    std::erase_if(pools_, [](const auto& p) { return p.second->storage.expired(); });
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
-      if (it->second.byte_copies != s.byte_copies()) {
+      if (it->second->external_writes != s.external_writes()) {
         throw Error(flag_,
-                    "the KV pool's bytes were changed outside the backend (swap-in, "
-                    "copy-on-write or compaction), which its device copy cannot see; not "
-                    "supported yet");
+                    "the KV pool's keys were re-rotated on the host (token eviction), which "
+                    "its device copy cannot see; not supported yet");
       }
       pools_.splice(pools_.begin(), pools_, it);
-      return pools_.front().second;
+      return *pools_.front().second;
     }
     if (!may_create) {
       throw InternalError(flag_,
                           "the KV pool has slots the device never saw (a sequence that began "
                           "on another backend)");
     }
-    DevicePool p;
+    auto made = std::make_shared<DevicePool>(*ops_, flag_);
+    DevicePool& p = *made;
     p.num_blocks = L.num_blocks;
     const auto region = [&](KvKind kind) {
       return static_cast<std::size_t>(L.n_layers) * L.num_blocks * L.tile_bytes(kind);
@@ -293,10 +336,11 @@ class CudaBackend final : public Backend {
                  L.k_format.effective_group(kv_dim)};
     p.v_tiles = {p.v.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kValue)), *vc,
                  L.v_format.effective_group(kv_dim)};
-    p.byte_copies = s.byte_copies();
+    p.external_writes = s.external_writes();
     p.storage = s.liveness();
-    pools_.emplace_front(s.id(), std::move(p));
-    return pools_.front().second;
+    s.attach_device(made);
+    pools_.emplace_front(s.id(), std::move(made));
+    return p;
   }
 
   // The view's block table on the device.
@@ -316,7 +360,7 @@ class CudaBackend final : public Backend {
     GemmType type = GemmType::kF32;
   };
   std::unordered_map<const float*, DeviceWeight> weights_;
-  std::list<std::pair<std::uint64_t, DevicePool>> pools_;
+  std::list<std::pair<std::uint64_t, std::shared_ptr<DevicePool>>> pools_;
   DeviceBuffer x_, y_, x16_, ints_, table_, attention_;
   std::vector<int> table_host_;
   std::vector<float> attention_host_;

@@ -1,12 +1,15 @@
 // The CUDA backend on the emulated device (--backend cuda-sim): the same class and DeviceOps body
 // a GPU runs, here over the runtime/cuBLAS stand-ins and the SIMT emulator. Greedy tokens and
 // logits match the CPU backend's on stories260K with fp32 and fp16 GEMM weights; a batched step
-// of three sequences in a paged pool matches the CPU's; the backend owns its device memory and
-// gives it all back; what it does not cover is refused with a one-line error, never computed
-// wrongly.
+// of three sequences in a paged pool matches the CPU's; the backend owns its device memory (the
+// pool's bytes included: copy-on-write and swap reach the device copy) and gives it all back;
+// what it does not cover is refused with a one-line error, never computed wrongly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <random>
 
 #include "engine/common/error.h"
@@ -132,40 +135,54 @@ TEST(CudaSimBackend, CapturedAttentionRowsAreTheCpus) {
     ASSERT_NEAR(rows[1].all[i], rows[0].all[i], 1e-4) << i;  // later layers: GEMM sum orders
 }
 
-// The Simulator on the emulated device: requests in a pool too small for them (several running
-// at once, recompute preemption, chunked prefill) give every request the CPU Simulator's tokens:
-// ten requests in 16 blocks; under AddressSanitizer, where each emulated launch costs far more,
-// four in 10 blocks. Swap preemption writes swapped-in bytes into the host pool the device copy
-// cannot see: refused.
+// The Simulator on the emulated device gives every request the CPU Simulator's tokens. Run 1:
+// requests in a pool too small for them (several running at once, recompute preemption, chunked
+// prefill): ten requests in 16 blocks; under AddressSanitizer, where each emulated launch costs
+// far more, four in 10 blocks. Run 2 moves bytes inside the device pool: prefix caching (a later
+// request repeats an earlier prompt), parallel samples (copy-on-write of the shared prompt
+// block) and swap preemption (blocks read out to the host tier and written back).
 TEST(CudaSimBackend, AMultiRequestSimulatorRunGivesTheCpusTokens) {
 #if defined(__SANITIZE_ADDRESS__)
   const int n = 4, blocks = 10;
 #else
   const int n = 10, blocks = 16;
 #endif
-  const auto requests = test::mixed_requests(n);
+  const auto run_both = [](const SimConfig& c, const std::vector<SimRequest>& requests) {
+    auto on_cpu = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
+    test::run_checked(*on_cpu);
+    SimConfig d = c;
+    d.make_backend = [] { return make_cuda_sim_backend(GemmType::kF32); };
+    auto on_sim = std::make_unique<Simulator>(d, test::real_sim_model(), requests);
+    test::run_checked(*on_sim);
+    EXPECT_EQ(on_sim->num_requests(), on_cpu->num_requests());
+    for (int i = 0; i < on_cpu->num_requests(); ++i) {
+      EXPECT_EQ(on_sim->request(i).phase, RequestPhase::kFinished) << i;
+      EXPECT_EQ(on_sim->request(i).generated_tokens(), on_cpu->request(i).generated_tokens()) << i;
+    }
+    return on_sim;
+  };
   SimConfig c;
   c.block_size = 8;
   c.num_blocks = blocks;
   c.max_tokens_per_step = 12;
-  Simulator on_cpu(c, test::real_sim_model(), requests);
-  test::run_checked(on_cpu);
-  c.make_backend = [] { return make_cuda_sim_backend(GemmType::kF32); };
-  Simulator on_sim(c, test::real_sim_model(), requests);
-  test::run_checked(on_sim);
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(on_sim.request(i).phase, RequestPhase::kFinished) << i;
-    EXPECT_EQ(on_sim.request(i).generated_tokens(), on_cpu.request(i).generated_tokens()) << i;
-  }
-  EXPECT_GT(on_sim.timeline()->metrics(on_sim.timeline()->num_steps() - 1).preemptions, 0);
+  const auto recomputing = run_both(c, test::mixed_requests(n));
+  EXPECT_GT(recomputing->timeline()->all_metrics().back().preemptions, 0);
 
+  auto requests = test::mixed_requests(3);
+  requests[0].n_samples = 2;  // 5 prompt tokens: the fork copies the partial block on write
+  requests.push_back(requests[2]);
+  requests.back().arrival_step = 30;  // after request 2 cached its prompt's full block
+  c.block_size = 4;  // the prompts' full blocks are cached, their last partial one shared
+  c.num_blocks = 16;
+  c.prefix_caching = true;
   c.preemption = PreemptionMode::kSwap;
-  c.host_blocks = 12;
-  Simulator swapping(c, test::real_sim_model(), requests);
-  const std::string e = test::error_of([&] { swapping.run(5000); });
-  EXPECT_NE(e.find("--backend cuda-sim: the KV pool's bytes were changed outside the backend"),
-            std::string::npos)
-      << e;
+  c.host_blocks = 16;
+  const auto moving = run_both(c, requests);
+  std::map<EventType, int> seen;
+  for (const Event& e : moving->timeline()->events()) ++seen[e.type];
+  EXPECT_GT(seen[EventType::kBlockCopiedOnWrite], 0);
+  EXPECT_GT(seen[EventType::kSwappedIn], 0);
+  EXPECT_GT(moving->prefix_cache()->metrics().hit_tokens, 0);
 }
 
 TEST(CudaSimBackend, ABatchedStepOfThreeSequencesInAPagedPoolMatchesTheCpu) {
@@ -243,25 +260,73 @@ TEST(CudaSimBackend, RunningOutOfDeviceMemoryIsAOneLineError) {
   cuda_sim::set_device_capacity(old);
 }
 
-TEST(CudaSimBackend, RefusesAPoolWhoseBytesWereCopiedBehindItsBack) {
+// Once the backend holds a pool, the storage's byte moves reach the device copy: a block copy,
+// a slot move and a block read back from the device equal what the host applies to the same
+// bytes; the host tiles are left alone. Key re-rotation on the host (token eviction) is a write
+// the device cannot see: refused.
+TEST(CudaSimBackend, ByteMovesReachTheDeviceCopyOfThePool) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto cpu = make_cpu_backend(1);
+  const KvFormat f = parse_kv_format("int8", "test");
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 4, 8, f, f};
+  KvCacheManager on_device(layout, AllocatorKind::kPaged, c.seq_len, true);
+  KvCacheManager on_host(layout, AllocatorKind::kPaged, c.seq_len, true);
+  {
+    Transformer ts(m.model, *sim), tc(m.model, *cpu);
+    for (KvCacheManager* cache : {&on_device, &on_host}) {
+      cache->require_add_sequence(SeqId(0));
+      for (int pos = 0; pos < 8; ++pos) {  // two full blocks
+        cache->require_append_slots(SeqId(0), 1);
+        (cache == &on_device ? ts : tc).forward(pos + 1, pos, cache->view(SeqId(0)));
+      }
+    }
+  }
+  ASSERT_TRUE(on_device.storage()->on_device());
+  ASSERT_FALSE(on_host.storage()->on_device());
+  const std::size_t n = layout.block_bytes();
+  const auto block = [n](const KvStorage& s, int b) {
+    std::vector<std::byte> out(n);
+    s.read_block(BlockId(b), out.data());
+    return out;
+  };
+  const std::vector<BlockId>& used = on_host.table(SeqId(0)).blocks;
+  ASSERT_EQ(used, on_device.table(SeqId(0)).blocks);
+  std::vector<int> spare;  // zeroed on both sides: device memory starts uninitialized
+  for (int b = 0; b < 8; ++b) {
+    if (std::find(used.begin(), used.end(), BlockId(b)) != used.end()) continue;
+    spare.push_back(b);
+    const std::vector<std::byte> zeros(n);
+    for (KvCacheManager* cache : {&on_device, &on_host})
+      cache->storage()->write_block(BlockId(b), zeros.data());
+  }
+  ASSERT_EQ(spare.size(), 6u);
+  for (KvCacheManager* cache : {&on_device, &on_host}) {
+    KvStorage& s = *cache->storage();
+    s.copy_block(used[0], BlockId(spare[0]));
+    s.copy_slot(used[1], 1, BlockId(spare[1]), 3);
+    s.write_block(BlockId(spare[2]), block(s, used[1].value).data());
+  }
+  const KvStorage &d = *on_device.storage(), &h = *on_host.storage();
+  for (int b = 0; b < 8; ++b) EXPECT_EQ(block(d, b), block(h, b)) << "block " << b;
+  EXPECT_EQ(block(h, spare[0]), block(h, used[0].value));
+  EXPECT_NE(block(h, spare[1]), std::vector<std::byte>(n)) << "the moved slot holds K/V";
+  // The device's storage tiles were never written: every byte lives on the device.
+  for (int layer = 0; layer < layout.n_layers; ++layer) {
+    const std::byte* t = d.tile(layer, KvKind::kKey, used[0]);
+    EXPECT_TRUE(std::all_of(t, t + layout.tile_bytes(KvKind::kKey),
+                            [](std::byte x) { return x == std::byte{0}; }));
+  }
+
   Transformer t(m.model, *sim);
-  const KvFormat f = parse_kv_format("fp32", "test");
-  KvCacheManager cache({c.n_layers, c.n_kv_heads, c.head_dim(), 4, 8, f, f}, AllocatorKind::kPaged,
-                       c.seq_len, true);
-  cache.require_add_sequence(SeqId(0));
-  cache.require_append_slots(SeqId(0), 1);
-  t.forward(1, 0, cache.view(SeqId(0)));
-  cache.storage()->copy_block(BlockId(0), BlockId(1));  // what copy-on-write does on the host
-  cache.require_append_slots(SeqId(0), 1);
+  on_device.storage()->note_external_write();  // what token eviction's key re-rotation reports
+  on_device.require_append_slots(SeqId(0), 1);
   try {
-    t.forward(2, 1, cache.view(SeqId(0)));
-    ADD_FAILURE() << "attended over a pool the device copy no longer matches";
+    t.forward(2, 8, on_device.view(SeqId(0)));
+    ADD_FAILURE() << "attended over keys the device copy never saw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("changed outside the backend"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("re-rotated on the host"), std::string::npos) << e.what();
   }
 }
 
