@@ -62,8 +62,10 @@ int run_app(const AppOptions& options) {
   // The run opens before the window: a bad scenario is a one-line error and exit code 2.
   std::unique_ptr<RunSession> session;
   try {
-    session =
-        options.attach ? RunSession::attach(*options.attach) : RunSession::open(options.input);
+    PolicyOverride policy;
+    if (!options.backend.empty() && options.backend != "cpu") policy.backend = options.backend;
+    session = options.attach ? RunSession::attach(*options.attach)
+                             : RunSession::open(options.input, false, policy);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
     return 2;

@@ -18,6 +18,7 @@ void usage(std::FILE* out) {
       out,
       "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
       "                  [--step S]] [--presenter] [--size WxH] [--view NAME]\n"
+      "                  [--backend cpu|cuda-sim|cuda]\n"
       "       kvscope-ui --attach ENDPOINT [--replay ENDPOINT] [--topic T] [--dp N] [--bind]\n"
       "                  [--slots N] [...]\n"
       "  With no file, opens %s.\n"
@@ -29,6 +30,9 @@ void usage(std::FILE* out) {
       "  --presenter           large fonts and high contrast (toggle with P)\n"
       "  --size WxH            window size (default 1600x1000)\n"
       "  --view NAME           first workspace: pool (default), prefix, attention, compare, live\n"
+      "  --backend B           what runs the forward pass: cpu (default), cuda-sim (the CUDA\n"
+      "                        kernels on the emulated device: slow) or cuda (a GPU); also in\n"
+      "                        the Controls panel\n"
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
       "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,\n"
       "      Ctrl+Shift+A attach, Ctrl+R restart, Ctrl+1..5 workspace.\n"
@@ -95,6 +99,12 @@ int main(int argc, char** argv) {
       }
       options.workspace = found;
       options.workspace_given = true;
+    } else if (arg == "--backend") {
+      const char* v = value("--backend");
+      const std::string name = v ? v : "";
+      if (name != "cpu" && name != "cuda-sim" && name != "cuda")
+        return fail("--backend: expected cpu, cuda-sim or cuda, got \"" + name + "\"");
+      options.backend = name;
     } else if (arg == "--attach") {
       const char* v = value("--attach");
       if (!v) return fail("--attach: expected an endpoint such as tcp://127.0.0.1:5557");
@@ -141,6 +151,9 @@ int main(int argc, char** argv) {
   if (attaching && !options.input.empty())
     return fail("--attach follows a live engine: no scenario or recording with it");
   if (attaching) options.attach = attach;
-  if (options.input.empty()) options.input = default_scenario();
+  if (options.input.empty() && !attaching) options.input = default_scenario();
+  if (!options.backend.empty() && options.backend != "cpu" &&
+      (attaching || std::filesystem::path(options.input).extension() != ".json"))
+    return fail("--backend: runs a scenario (.json); a recording or live stream has no model");
   return kvscope::ui::run_app(options);
 }

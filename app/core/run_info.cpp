@@ -32,6 +32,7 @@ std::string PolicyOverride::describe() const {
     add(*eviction == EvictionKind::kNone ? "no eviction"
                                          : "evict " + eviction_kind_name(*eviction));
   if (eviction_budget) add("budget " + std::to_string(*eviction_budget));
+  if (backend) add("backend " + *backend);
   return s.empty() ? "scenario defaults" : s;
 }
 

@@ -31,11 +31,14 @@ struct PolicyOverride {
   std::optional<PreemptionMode> preemption;
   std::optional<EvictionKind> eviction;  // token eviction policy (kNone: off)
   std::optional<int> eviction_budget;    // tokens each query attends to
+  // What runs the forward pass: "cuda-sim" (the CUDA backend on the emulated device) or "cuda"
+  // (on a GPU); unset: the CPU (kernels/backend/backend_select.h).
+  std::optional<std::string> backend;
 
   bool empty() const {
     return variant.empty() && !block_size && !k_format && !v_format && !prefix_caching &&
            !prefix_index && !pool_bytes && !allocator && !preemption && !eviction &&
-           !eviction_budget;
+           !eviction_budget && !backend;
   }
   // One line, e.g. "block 8, K int8, prefix off" ("scenario defaults" when empty).
   std::string describe() const;
@@ -63,6 +66,8 @@ struct RunInfo {
   // How the forward pass reads the weights ("Q4_1 x210, ...: quantized matmuls (native, avx2)");
   // empty for bookkeeping-only runs.
   std::string weights_text;
+  // What runs the forward pass ("CPU", or the CUDA backend's name); empty for bookkeeping runs.
+  std::string backend_name;
   std::shared_ptr<const Model> model;  // null for bookkeeping-only runs
   std::shared_ptr<const Tokenizer> tokenizer;
   std::vector<std::vector<int>> prompts;  // [sequence id] prompt token ids

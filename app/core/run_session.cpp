@@ -9,6 +9,7 @@
 #include "engine/model/locate.h"
 #include "engine/scenario/scenario.h"
 #include "engine/sched/simulator.h"
+#include "kernels/backend/backend_select.h"
 
 namespace kvscope::ui {
 
@@ -92,6 +93,28 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   if (loaded.weights) info->model = loaded.weights;
   info->tokenizer = loaded.tokenizer;
   info->prompts = s->prompts_;
+  if (policy.backend && !loaded.weights)
+    throw Error(path, "a backend choice needs the model's weights (a bookkeeping run has none)");
+  if (loaded.weights) {
+    info->backend_name = "CPU";
+    if (policy.backend) {
+      RunNeeds needs;
+      needs.model = loaded.weights.get();
+      needs.k_format = config.k_format;
+      needs.v_format = config.v_format;
+      needs.eviction = config.token_eviction.policy.kind != EvictionKind::kNone;
+      needs.mla = config.mla != nullptr;
+      std::shared_ptr<std::unique_ptr<Backend>> chosen;
+      try {
+        chosen = std::make_shared<std::unique_ptr<Backend>>(
+            make_backend(*policy.backend, config.threads, "f16", needs));
+      } catch (const Error& e) {
+        throw Error(path + ": backend", e.detail());
+      }
+      info->backend_name = (*chosen)->name();
+      config.make_backend = [chosen] { return std::move(*chosen); };
+    }
+  }
   SimModel sim_model{loaded.shape, loaded.weights};
   try {
     s->sim_ = std::make_unique<Simulator>(config, sim_model, std::move(requests));

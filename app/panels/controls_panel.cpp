@@ -289,6 +289,36 @@ void draw_eviction_knobs(PolicyEdit& e) {
       "blocks and cost more quality (Quality vs memory shows how much).");
 }
 
+// What runs the forward pass: the CPU (the reference), the CUDA backend on the emulated device,
+// or on a GPU. Only the last needs hardware; choosing it without one is the runtime's one-line
+// reason in the error modal, and the run stays.
+void draw_backend_knob(const RunInfo& info, bool edit_variant, PolicyEdit& e) {
+  static constexpr const char* kBackends[] = {"CPU", "CUDA emulated", "CUDA GPU"};
+  static constexpr const char* kValues[] = {"", "cuda-sim", "cuda"};
+  const std::string now = e.next.backend.value_or("");
+  int cur = 0;
+  for (int i = 0; i < 3; ++i)
+    if (now == kValues[i]) cur = i;
+  if (auto i = pick("backend", kBackends, cur,
+                    "What runs the model's forward pass. CPU: the reference backend. CUDA "
+                    "emulated (--backend cuda-sim): the CUDA backend's real kernels and "
+                    "cuBLAS calls on the project's SIMT emulator, fp16 GEMM weights: slow, for "
+                    "watching the GPU path give the CPU's tokens. CUDA GPU (--backend cuda): "
+                    "the same code on the first GPU. Token eviction, KIVI, MLA and quantized "
+                    "weights run on the CPU only; choosing a CUDA backend for them is a "
+                    "one-line error and this run stays.")) {
+    if (*i == 0)
+      e.next.backend.reset();
+    else
+      e.next.backend = kValues[*i];
+    e.changed = true;
+  }
+  if (!edit_variant && !info.backend_name.empty()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("= %s", info.backend_name.c_str());
+  }
+}
+
 // The device pool in bytes; the block count follows from it and the bytes per block.
 void draw_pool_slider(const RunInfo& info, long long blocks_now, PolicyEdit& e) {
   const std::int64_t bb = block_bytes(info.shape, e.shown);
@@ -370,6 +400,7 @@ void ControlsPanel::draw(AppState& state) {
   draw_cache_knobs(e);
   draw_eviction_knobs(e);
   draw_pool_slider(*info, blocks_now, e);
+  draw_backend_knob(*info, edit_variant_, e);
   ImGui::PopItemWidth();
   draw_footer(state, *info, edit_variant_, blocks_now, e);
   if (!e.changed || e.next == e.current) return;

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <vector>
 
 #include "engine/common/error.h"
 
@@ -87,6 +89,58 @@ TEST(RunSession, BadFilesThrowNamingTheFileAndPath) {
     EXPECT_NE(std::string(e.what()).find("block_size"), std::string::npos) << e.what();
   }
   EXPECT_THROW(RunSession::open((temp_dir() / "missing.kvr").string()), Error);
+}
+
+// Each request's decoded tokens, in order (DecodeToken events: b = the token id).
+std::map<std::int32_t, std::vector<std::int64_t>> decoded(const Timeline& t) {
+  std::map<std::int32_t, std::vector<std::int64_t>> out;
+  for (const Event& e : t.events())
+    if (e.type == EventType::kDecodeToken) out[e.request].push_back(e.b);
+  return out;
+}
+
+// The Controls panel's backend choice (and kvscope-ui --backend): the same scenario on the CUDA
+// backend's kernels on the emulated device decodes the CPU's tokens, with swap preemption and
+// prefix caching; what it does not cover is an error at open, naming the file.
+TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
+  const std::string path = (temp_dir() / "two_stories.json").string();
+  std::ofstream(path) << R"({"format_version": 1, "title": "two stories",
+      "cache": {"block_size": 4, "num_blocks": 14, "preemption": "swap", "host_blocks": 14,
+                "prefix_caching": true},
+      "workload": {"requests": [{"prompt": "Once upon a time", "max_new_tokens": 40},
+                                {"prompt": "Once upon a time, Tom", "max_new_tokens": 36,
+                                 "arrival_step": 2}]}})";
+  std::unique_ptr<RunSession> cpu = RunSession::open(path);
+  PolicyOverride emulated;
+  emulated.backend = "cuda-sim";
+  std::unique_ptr<RunSession> sim = RunSession::open(path, false, emulated);
+  cpu->wait();
+  sim->wait();
+  EXPECT_FALSE(sim->take_error().has_value());
+  EXPECT_EQ(cpu->run_info()->backend_name, "CPU");
+  EXPECT_EQ(sim->run_info()->backend_name, "cuda-sim");
+  EXPECT_EQ(sim->run_info()->override.describe(), "backend cuda-sim");
+  const auto want = decoded(*cpu->timeline());
+  ASSERT_EQ(want.size(), 2u);
+  EXPECT_EQ(decoded(*sim->timeline()), want);
+  int swaps = 0;
+  for (const Event& e : sim->timeline()->events()) swaps += e.type == EventType::kSwappedIn;
+  EXPECT_GT(swaps, 0) << "the pool is tight: blocks went to the host tier and came back";
+
+  PolicyOverride evicting = emulated;
+  evicting.eviction = EvictionKind::kWindow;
+  evicting.eviction_budget = 16;
+  evicting.prefix_caching = false;
+  evicting.preemption = PreemptionMode::kRecompute;
+  try {
+    RunSession::open(path, false, evicting);
+    FAIL() << "token eviction ran on the CUDA backend";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ": backend: cuda-sim: the CUDA backend does not cover token eviction yet "
+                  "(--backend cpu runs it)");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+// Which Backend runs the forward pass: the CPU, the CUDA backend on a GPU, or the CUDA backend on
+// the emulated device. Shared by the CLI's --backend flag and the UI's backend choice.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/backend/backend.h"
+#include "engine/kv/kv_format.h"
+
+namespace kvscope {
+
+class Model;
+
+// What a run asks of the forward pass, for --backend auto to decide whether the CUDA backend
+// covers it.
+struct RunNeeds {
+  const Model* model = nullptr;  // quantized (native) weights are not covered
+  KvFormat k_format, v_format;
+  bool eviction = false;
+  bool mla = false;
+  std::string other;  // anything else not covered, in words ("" when none)
+};
+
+// What of `needs` the CUDA backend does not cover yet ("" when it covers all of it).
+std::string cuda_gap(const RunNeeds& needs);
+
+// "cpu": the CPU backend with `threads` threads. "cuda-sim": the CUDA backend on the emulated
+// device. "cuda": the CUDA backend on the first GPU; without one, a one-line kvscope::Error with
+// the runtime's reason (exit 2). "auto": the GPU when there is one and it covers `needs`, else
+// the CPU, saying why once on stderr ("CUDA unavailable: <reason>; using CPU"). `device_weights`
+// is --device-weights (f32, f16 or bf16: the GEMMs' weight type on the device). Throws
+// kvscope::Error naming the flag for anything else.
+std::unique_ptr<Backend> make_backend(const std::string& value, int threads,
+                                      const std::string& device_weights, const RunNeeds& needs);
+
+}  // namespace kvscope

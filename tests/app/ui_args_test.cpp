@@ -1,0 +1,47 @@
+// kvscope-ui's command line, checked before any window opens (no display needed): a bad
+// --backend value, and --backend with a recording, are one-line errors with exit code 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Ran {
+  int code = -1;
+  std::string output;
+};
+
+Ran run_ui(const std::string& args) {
+  Ran r;
+  const std::string cmd = std::string(KVSCOPE_UI_BINARY) + " " + args + " 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) r.output += buf;
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+TEST(UiArgs, BackendNamesWhatItAccepts) {
+  const Ran r = run_ui("--backend gpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(first_line(r.output),
+            "kvscope-ui: --backend: expected cpu, cuda-sim or cuda, got \"gpu\"");
+}
+
+TEST(UiArgs, BackendNeedsAScenario) {
+  const Ran r = run_ui("--attach tcp://127.0.0.1:1 --backend cuda-sim");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(first_line(r.output),
+            "kvscope-ui: --backend: runs a scenario (.json); a recording or live stream has no "
+            "model");
+}
+
+}  // namespace
