@@ -56,16 +56,21 @@ void toggle_fullscreen(GLFWwindow* window, WindowedGeometry& saved) {
   glfwSetWindowMonitor(window, monitor, 0, 0, mode->width, mode->height, mode->refreshRate);
 }
 
+// The first run's policy: the scenario's own, on the backend --backend names.
+PolicyOverride initial_policy(const AppOptions& options) {
+  PolicyOverride p;
+  if (!options.backend.empty() && options.backend != "cpu") p.backend.emplace(options.backend);
+  return p;
+}
+
 }  // namespace
 
 int run_app(const AppOptions& options) {
   // The run opens before the window: a bad scenario is a one-line error and exit code 2.
   std::unique_ptr<RunSession> session;
   try {
-    PolicyOverride policy;
-    if (!options.backend.empty() && options.backend != "cpu") policy.backend = options.backend;
     session = options.attach ? RunSession::attach(*options.attach)
-                             : RunSession::open(options.input, false, policy);
+                             : RunSession::open(options.input, false, initial_policy(options));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
     return 2;

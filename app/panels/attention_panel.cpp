@@ -409,23 +409,25 @@ void AttentionPanel::draw(AppState& state) {
   // Header: sequence, layer, head.
   ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(sequence_color(request)), "seq %d", request);
   item_tooltip("The selected sequence (click one in the block map or block tables)");
-  ImGui::SameLine();
+  // The controls continue the line while they fit and wrap in a narrow panel.
+  const float gap = ImGui::GetStyle().ItemSpacing.x;
   const float w = ImGui::GetFontSize() * 5.5f;
+  flow_same_line(labeled_width(w, "layer"), gap);
   ImGui::SetNextItemWidth(w);
   ImGui::SliderInt("layer", &layer_, 0, std::max(0, info->shape.n_layers - 1));
   layer_ = std::clamp(layer_, 0, std::max(0, info->shape.n_layers - 1));
-  ImGui::SameLine();
+  flow_same_line(labeled_width(w, "head"), gap);
   ImGui::BeginDisabled(mean_heads_);
   ImGui::SetNextItemWidth(w);
   ImGui::SliderInt("head", &head_, 0, std::max(0, info->shape.n_heads - 1));
   head_ = std::clamp(head_, 0, std::max(0, info->shape.n_heads - 1));
   ImGui::EndDisabled();
-  ImGui::SameLine();
+  flow_same_line(check_width("mean of heads"), gap);
   ImGui::Checkbox("mean of heads", &mean_heads_);
-  ImGui::SameLine();
+  flow_same_line(check_width("log"), gap);
   ImGui::Checkbox("log", &log_scale_);
   item_tooltip("Colour by log10(weight) from 1e-4 to 1 (off: linear, scaled to the largest)");
-  ImGui::SameLine();
+  flow_same_line(check_width("sink grid"), gap);
   ImGui::Checkbox("sink grid", &grid_);
   item_tooltip(
       "Every layer x head at once, coloured by the share of its attention on the first "
@@ -437,20 +439,20 @@ void AttentionPanel::draw(AppState& state) {
     grid_ = !grid_;
   draw_error_controls(*info);
 
+  // Status lines wrap at the panel's edge.
+  ImGui::PushTextWrapPos(0.0f);
   if (!last_error_.empty()) {
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state.presenter).warn),
                        "capture failed: %s", last_error_.c_str());
-    return;
-  }
-  if (n <= 0) {
+  } else if (n <= 0) {
     ImGui::TextDisabled("seq %d has no token in its cache at step %d", request, state.step());
-    return;
-  }
-  if (cap == nullptr || static_cast<int>(cap->tokens.size()) < n) {
+  } else if (cap == nullptr || static_cast<int>(cap->tokens.size()) < n) {
     ImGui::TextDisabled("capturing attention of seq %d (%d tokens) on a background thread...",
                         request, static_cast<int>(tokens.size()));
-    return;
   }
+  ImGui::PopTextWrapPos();
+  if (!last_error_.empty() || n <= 0 || cap == nullptr || static_cast<int>(cap->tokens.size()) < n)
+    return;
   if (grid_) {
     draw_sink_grid(state, cit->second);
     return;

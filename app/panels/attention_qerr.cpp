@@ -45,7 +45,7 @@ float AttentionPanel::error_strip_height() const {
 }
 
 void AttentionPanel::draw_error_controls(const RunInfo& info) {
-  ImGui::SameLine();
+  flow_same_line(check_width("Quantization error"), ImGui::GetStyle().ItemSpacing.x);
   ImGui::Checkbox("Quantization error", &show_errors_);
   item_tooltip(
       "A strip under the key axis with each position's quantization error. K, V: relative L2 "
@@ -79,17 +79,18 @@ void AttentionPanel::draw_error_strip(AppState& state, const AttentionCapture& c
   const KvErrorProfile* p = cap.errors.get();
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
   const std::optional<KvFormat> want = info ? wanted_preview(*info) : std::nullopt;
-  if (cap.preview != want && info && is_fp32_run(*info)) {
-    ImGui::TextDisabled("measuring what %s would do to seq %d on a background thread...",
-                        preview_.c_str(), cap.request);
-    return;
-  }
-  if (p == nullptr) {
-    if (!cap.errors_note.empty())
+  const bool measuring = cap.preview != want && info && is_fp32_run(*info);
+  if (measuring || p == nullptr) {
+    ImGui::PushTextWrapPos(0.0f);
+    if (measuring)
+      ImGui::TextDisabled("measuring what %s would do to seq %d on a background thread...",
+                          preview_.c_str(), cap.request);
+    else if (!cap.errors_note.empty())
       ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "quantization error: %s",
                          cap.errors_note.c_str());
     else
       ImGui::TextDisabled("fp32 cache: no quantization error");
+    ImGui::PopTextWrapPos();
     return;
   }
   const std::vector<std::uint8_t> live = state.source().slot_live(cap.request, state.step());

@@ -115,10 +115,10 @@ void BlockMapPanel::draw_legend(const AppState& state) {
   const Palette& p = palette(state.presenter);
   const StepMetrics& m = state.metrics();
   const auto item = [&](ImU32 c, const char* label) {
+    flow_same_line(swatch_label_width(label));  // wraps in a narrow window
     swatch(c);
     ImGui::SameLine(0, 4);
     ImGui::TextUnformatted(label);
-    ImGui::SameLine(0, 14);
   };
   // "Owned" shows three sequence colours side by side.
   for (int i = 0; i < 3; ++i) {
@@ -127,12 +127,10 @@ void BlockMapPanel::draw_legend(const AppState& state) {
   }
   ImGui::SameLine(0, 4);
   ImGui::TextUnformatted("owned (per sequence)");
-  ImGui::SameLine(0, 14);
   item(p.block_shared, "shared");
   item(p.block_pinned, "pinned");
   item(p.block_cached, "cached free");
   item(p.block_free, "free");
-  ImGui::NewLine();
   stat("used", format_count(m.blocks_used) + " / " + format_count(m.blocks_total) + " blocks");
   const bool engine_stream = state.source().attach_feed() != nullptr;
   if (!engine_stream) stat("slots filled", format_percent(m.utilization()), true);
@@ -149,16 +147,22 @@ void BlockMapPanel::draw_legend(const AppState& state) {
 
 void BlockMapPanel::draw(AppState& state) {
   draw_legend(state);
-  ImGui::SameLine();
-  const float right = ImGui::GetContentRegionMax().x;
-  const float ctrl_w = ImGui::GetFontSize() * 12.0f;
-  ImGui::SetCursorPosX(std::max(ImGui::GetCursorPosX(), right - ctrl_w));
+  // fit / fill (and the cell size when not fitting), right-aligned on the stats line when they
+  // fit there, else on a line of their own.
+  const float spacing = ImGui::GetStyle().ItemSpacing.x;
+  const float slider_w = ImGui::GetFontSize() * 6.0f;
+  const float ctrl_w =
+      check_width("fit") + spacing + check_width("fill") + (fit_ ? 0.0f : spacing + slider_w);
+  if (flow_same_line(ctrl_w, spacing)) {
+    const float right = ImGui::GetContentRegionMax().x;
+    ImGui::SetCursorPosX(std::max(ImGui::GetCursorPosX(), right - ctrl_w));
+  }
   ImGui::Checkbox("fit", &fit_);
   ImGui::SameLine();
   ImGui::Checkbox("fill", &show_fill_);
   if (!fit_) {
     ImGui::SameLine();
-    ImGui::SetNextItemWidth(-1);
+    ImGui::SetNextItemWidth(slider_w);
     ImGui::SliderFloat("##cell", &cell_px_, 2.0f, 32.0f, "%.0f px");
   }
   draw_map(state);

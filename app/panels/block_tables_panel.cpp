@@ -33,9 +33,9 @@ void BlockTablesPanel::draw(AppState& state) {
   }
   stat("sequences",
        std::to_string(running) + " running, " + std::to_string(rows_.size()) + " shown");
-  ImGui::SameLine(0, 16);
+  flow_same_line(check_width("waiting"), 16.0f);
   ImGui::Checkbox("waiting", &show_waiting_);
-  ImGui::SameLine();
+  flow_same_line(check_width("finished"), ImGui::GetStyle().ItemSpacing.x);
   ImGui::Checkbox("finished", &show_finished_);
 
   const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
@@ -46,7 +46,8 @@ void BlockTablesPanel::draw(AppState& state) {
   ImGui::TableSetupColumn("phase");
   ImGui::TableSetupColumn("tokens");
   ImGui::TableSetupColumn("blocks");
-  ImGui::TableSetupColumn("logical -> physical", ImGuiTableColumnFlags_WidthStretch);
+  // Logical block i is the i-th box; each box holds its physical block id.
+  ImGui::TableSetupColumn("block table", ImGuiTableColumnFlags_WidthStretch);
   ImGui::TableHeadersRow();
   ImGuiListClipper clipper;
   clipper.Begin(static_cast<int>(rows_.size()));
@@ -91,7 +92,7 @@ void BlockTablesPanel::draw_row(AppState& state, const RequestState& r) {
   const float box_w = ImGui::CalcTextSize("00000").x + 6.0f;
   const float avail = ImGui::GetContentRegionAvail().x;
   const int fit =
-      std::max(1, static_cast<int>((avail - ImGui::CalcTextSize("+0000").x) / (box_w + 2.0f)));
+      std::max(0, static_cast<int>((avail - ImGui::CalcTextSize("+0000").x) / (box_w + 2.0f)));
   const int n = static_cast<int>(r.blocks.size());
   const int shown = std::min(n, n > fit ? fit : n);
   const ImU32 own = sequence_color(r.id);

@@ -126,7 +126,9 @@ void ControlsPanel::draw_model_picker(AppState& state, const RunInfo& info) {
   const std::string preview =
       cur >= 0 ? choices_[static_cast<std::size_t>(cur)].label : model_display_name(current);
   ImGui::SetNextItemWidth(
-      std::min(ImGui::GetFontSize() * 16.0f, ImGui::GetContentRegionAvail().x * 0.7f));
+      std::max(ImGui::GetFontSize() * 4.0f,
+               std::min(ImGui::GetFontSize() * 16.0f,
+                        ImGui::GetContentRegionAvail().x - labeled_width(0.0f, "model"))));
   ImGui::BeginDisabled(pending);
   if (ImGui::BeginCombo("model", preview.c_str())) {
     if (ImGui::IsWindowAppearing()) choices_ = model_choices(info);  // files come and go
@@ -161,7 +163,9 @@ void ControlsPanel::draw_model_picker(AppState& state, const RunInfo& info) {
       (info.weights_text.empty() ? std::string() : "\nWeights: " + info.weights_text);
   item_tooltip(tip.c_str());
   if (!info.weights_text.empty()) {
+    ImGui::PushTextWrapPos(0.0f);
     ImGui::TextDisabled("weights: %s", info.weights_text.c_str());
+    ImGui::PopTextWrapPos();
     item_tooltip(
         "native: the matmuls multiply the file's quantized blocks (Q4_0/Q4_1/Q8_0) with "
         "activations rounded to 8 bits per 32 values, as llama.cpp does; f32: the weights "
@@ -202,7 +206,7 @@ void draw_variant_picker(const RunInfo& info, PolicyEdit& e) {
     names.push_back(info.variants[i].c_str());
     if (info.variants[i] == e.current.variant) cur = static_cast<int>(i);
   }
-  if (ImGui::Combo("scenario variant", &cur, names.data(), static_cast<int>(names.size()))) {
+  if (ImGui::Combo("variant", &cur, names.data(), static_cast<int>(names.size()))) {
     e.next.variant = cur == 0 ? std::string() : info.variants[static_cast<std::size_t>(cur)];
     e.changed = true;
   }
@@ -314,8 +318,9 @@ void draw_backend_knob(const RunInfo& info, bool edit_variant, PolicyEdit& e) {
     e.changed = true;
   }
   if (!edit_variant && !info.backend_name.empty()) {
-    ImGui::SameLine();
-    ImGui::TextDisabled("= %s", info.backend_name.c_str());
+    const std::string running = "= " + info.backend_name;
+    flow_same_line(ImGui::CalcTextSize(running.c_str()).x, ImGui::GetStyle().ItemSpacing.x);
+    ImGui::TextDisabled("%s", running.c_str());
   }
 }
 
@@ -334,8 +339,10 @@ void draw_pool_slider(const RunInfo& info, long long blocks_now, PolicyEdit& e) 
   item_tooltip(
       "The device KV pool in bytes. The number of blocks follows from it and the "
       "bytes per block, so a smaller format fits more blocks in the same memory.");
-  ImGui::SameLine();
-  ImGui::TextDisabled("= %lld blocks", blocks_now);
+  char blocks_text[48];
+  std::snprintf(blocks_text, sizeof blocks_text, "= %lld blocks", blocks_now);
+  flow_same_line(ImGui::CalcTextSize(blocks_text).x, ImGui::GetStyle().ItemSpacing.x);
+  ImGui::TextDisabled("%s", blocks_text);
 }
 
 // Reset and copy buttons, and the one-line summary of the policy being edited.
@@ -348,8 +355,10 @@ void draw_footer(AppState& state, const RunInfo& info, bool edit_variant, long l
     e.changed = !current.empty();
   }
   item_tooltip("Drop every override: the scenario file's own settings");
-  ImGui::SameLine();
   if (!edit_variant) {
+    flow_same_line(
+        ImGui::CalcTextSize("Copy to variant").x + ImGui::GetStyle().FramePadding.x * 2.0f,
+        ImGui::GetStyle().ItemSpacing.x);
     if (ImGui::Button("Copy to variant")) {
       state.compare_variant = info.override;
       ++state.compare_variant_version;
@@ -379,11 +388,12 @@ void ControlsPanel::draw(AppState& state) {
     return;
   }
   draw_model_picker(state, *info);
+  const float gap = ImGui::GetStyle().ItemSpacing.x;
   ImGui::TextDisabled("target");
-  ImGui::SameLine();
+  flow_same_line(check_width("this run"), gap);
   if (ImGui::RadioButton("this run", !edit_variant_)) edit_variant_ = false;
   item_tooltip("Changes restart the loaded scenario with the new policy");
-  ImGui::SameLine();
+  flow_same_line(check_width("compare variant"), gap);
   if (ImGui::RadioButton("compare variant", edit_variant_)) edit_variant_ = true;
   item_tooltip("Changes set the policy the Compare panel runs beside this one");
 
@@ -394,8 +404,15 @@ void ControlsPanel::draw(AppState& state) {
   e.next = e.current;
   const long long blocks_now =
       edit_variant_ ? pool_blocks(*info, e.shown, e.current) : info->config.num_blocks;
+  // The knobs' frames leave room for their labels (the widest of them) in a narrow panel.
+  float label_w = 0.0f;
+  for (const char* label :
+       {"variant", "block size", "K format", "V format", "prefix index", "allocator", "preemption",
+        "token eviction", "budget (tokens)", "pool (KiB)", "backend"})
+    label_w = std::max(label_w, labeled_width(0.0f, label));
+  const float fs = ImGui::GetFontSize();
   ImGui::PushItemWidth(
-      std::min(ImGui::GetFontSize() * 9.0f, ImGui::GetContentRegionAvail().x * 0.5f));
+      std::max(fs * 4.0f, std::min(fs * 9.0f, ImGui::GetContentRegionAvail().x - label_w)));
   draw_variant_picker(*info, e);
   draw_cache_knobs(e);
   draw_eviction_knobs(e);

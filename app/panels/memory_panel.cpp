@@ -52,10 +52,11 @@ void MemoryPanel::draw(AppState& state) {
   const auto& formats = kv_format_bytes();
   const int num_formats = static_cast<int>(formats.size());
   for (int i = 0; i <= num_formats; ++i) {
-    if (i > 0) ImGui::SameLine();
-    ImGui::RadioButton(i < num_formats ? formats[i].name : "all formats", &format_, i);
+    const char* name = i < num_formats ? formats[i].name : "all formats";
+    if (i > 0) flow_same_line(check_width(name), ImGui::GetStyle().ItemSpacing.x);
+    ImGui::RadioButton(name, &format_, i);
   }
-  ImGui::SameLine(0, 16);
+  flow_same_line(check_width("loaded run"), 16.0f);
   ImGui::Checkbox("loaded run", &show_loaded_);
   ImGui::PushTextWrapPos(0.0f);
   ImGui::TextDisabled(
@@ -101,8 +102,10 @@ void MemoryPanel::draw(AppState& state) {
   if (with_table) {
     draw_table(state, formats[format_ == num_formats ? 0 : format_].bytes);
   } else {
+    ImGui::PushTextWrapPos(0.0f);
     ImGui::TextDisabled("Formulas for published shapes, not measurements%s.",
                         state.is_demo() ? "; the loaded-run line is demo data" : "");
+    ImGui::PopTextWrapPos();
   }
 }
 

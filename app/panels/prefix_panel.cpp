@@ -331,16 +331,19 @@ void PrefixPanel::draw(AppState& state) {
          true);
   }
   // Legend.
+  bool first = true;
   const auto legend = [&](ImU32 c, const char* text) {
+    if (!first) flow_same_line(swatch_label_width(text));
+    first = false;
     swatch(c);
     ImGui::SameLine(0, 4);
     ImGui::TextDisabled("%s", text);
-    ImGui::SameLine(0, 14);
   };
   legend(pal.block_cached, "cached-free");
   legend(sequence_color(0), "held by one sequence");
   legend(pal.block_shared, "shared");
   legend(pal.block_pinned, "pinned");
+  flow_same_line(ImGui::CalcTextSize("xN = reuses").x);
   ImGui::TextDisabled("xN = reuses");
   layout_tree();
   const ImVec2 avail = ImGui::GetContentRegionAvail();

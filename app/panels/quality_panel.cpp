@@ -100,6 +100,29 @@ void QualityPanel::draw(AppState& state) {
   }
   if (!error_.empty())
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "%s", error_.c_str());
+  // Presenter mode keeps the room for the plots: the setup is one line (details in its tooltip)
+  // and loading CSVs is left to the normal mode.
+  if (sweep_ && state.presenter) {
+    const std::string setup =
+        sweep_->model.empty()
+            ? std::string("points loaded from CSV")
+            : filename(sweep_->model) + ", " + std::to_string(sweep_->positions) + " tokens";
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextDisabled("%s vs fp32", setup.c_str());  // the setup in its tooltip
+    ImGui::PopTextWrapPos();
+    if (ImGui::IsItemHovered()) {
+      ImGui::BeginTooltip();
+      ImGui::Text("%ld scored tokens (%d windows of %s), block %d, vs the fp32 cache",
+                  sweep_->positions, sweep_->windows, filename(sweep_->source).c_str(),
+                  sweep_->block_size);
+      ImGui::TextDisabled(
+          "x: KV bytes per token of context; eviction: each window's peak block bytes / its "
+          "tokens");
+      ImGui::EndTooltip();
+    }
+    draw_plots(state);
+    return;
+  }
   if (sweep_) {
     ImGui::PushTextWrapPos(0.0f);
     if (!sweep_->source.empty())
@@ -206,11 +229,22 @@ void QualityPanel::draw_plots(AppState& state) {
   }
   if (xhi <= 0) xlo = 1.0, xhi = 1.0;
   if (khi <= 0) klo = 1e-3, khi = 1.0;
+  // A short panel in presenter mode shows one plot, picked here, at full size.
+  const bool one = state.presenter &&
+                   ImGui::GetContentRegionAvail().y < ImGui::GetTextLineHeightWithSpacing() * 16.0f;
+  if (one) {
+    flow_same_line(check_width("perplexity") + check_width("KL") + 30.0f, 16.0f);
+    if (ImGui::RadioButton("perplexity", !show_kl_)) show_kl_ = false;
+    flow_same_line(check_width("KL"), ImGui::GetStyle().ItemSpacing.x);
+    if (ImGui::RadioButton("KL", show_kl_)) show_kl_ = true;
+  }
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const bool side = avail.x > 900.0f;
+  // Side by side in a wide or a short panel, else one above the other.
+  const bool side = !one && (avail.x > 900.0f || avail.x > avail.y * 1.5f);
   const float gap = ImGui::GetStyle().ItemSpacing.x;
-  const ImVec2 size = side ? ImVec2((avail.x - gap) * 0.5f, avail.y)
-                           : ImVec2(avail.x, std::max(120.0f, (avail.y - gap) * 0.5f));
+  const ImVec2 size = one    ? avail
+                      : side ? ImVec2((avail.x - gap) * 0.5f, avail.y)
+                             : ImVec2(avail.x, std::max(120.0f, (avail.y - gap) * 0.5f));
   PlotConfig c;
   c.id = "quality_kl";
   c.title = "KL(fp32 || variant), mean per token";
@@ -220,7 +254,8 @@ void QualityPanel::draw_plots(AppState& state) {
   c.size = size;
   c.legend = true;
   c.line_scale = state.presenter ? 1.6f : 1.0f;
-  plot(c, kl, refs);
+  if (!one || show_kl_) plot(c, kl, refs);
+  if (one && show_kl_) return;
   if (side) ImGui::SameLine();
   c.id = "quality_ppl";
   c.title = "perplexity vs fp32 (ratio)";

@@ -42,6 +42,7 @@ class QualityPanel final : public Panel {
   std::string started_for_;  // model source the running/finished sweep is for
   std::string error_;
   char csv_path_[512] = "reports/quant/quant_sweep.csv";
+  bool show_kl_ = false;  // a short presenter panel shows one plot: perplexity, or KL
 };
 
 }  // namespace kvscope::ui

@@ -93,7 +93,7 @@ void TextPanel::draw(AppState& state) {
   }
   // Legend: the marks under tokens.
   const auto legend = [&](ImU32 c, const char* text, const char* tip, bool on) {
-    ImGui::SameLine(0, 14);
+    flow_same_line(swatch_label_width(text));
     swatch(on ? c : mix_color(c, pal.panel_bg, 0.6f));
     ImGui::SameLine(0, 4);
     ImGui::TextDisabled("%s", text);
@@ -119,8 +119,11 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
   const ImVec4 color = ImGui::ColorConvertU32ToFloat4(sequence_color(r.id));
   ImGui::PushID(r.id);
   ImGui::TextColored(color, "seq %d", r.id);
-  ImGui::SameLine();
-  ImGui::TextDisabled("%s, %d tokens in cache", phase_label(r.phase), r.num_tokens);
+  char status[96];
+  std::snprintf(status, sizeof status, "%s, %d tokens in cache", phase_label(r.phase),
+                r.num_tokens);
+  flow_same_line(ImGui::CalcTextSize(status).x, ImGui::GetStyle().ItemSpacing.x);
+  ImGui::TextDisabled("%s", status);
   // The pieces: prompt tokens, then generated ones (by position).
   const std::span<const int> prompt = src.prompt_tokens(r.id);
   const auto it = tokens_.find(r.id);
@@ -133,7 +136,14 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
   const std::vector<std::uint8_t> live = src.slot_live(r.id, state.step());
   const std::size_t first = total > kMaxTokensShown ? total - kMaxTokensShown : 0;
   const float avail = ImGui::GetContentRegionAvail().x;
-  float x = 0.0f;
+  // The pieces to show, decoded in order.
+  struct Piece {
+    std::size_t pos;
+    int id;
+    std::string text;
+    float width;
+  };
+  std::vector<Piece> pieces;
   int prev = 1;  // BOS
   for (std::size_t pos = first; pos < total; ++pos) {
     const bool is_prompt = pos < prompt.size();
@@ -148,10 +158,23 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
       piece = buf;
     }
     prev = id;
-    if (piece.empty()) continue;
-    const float w = ImGui::CalcTextSize(piece.c_str()).x;
-    // Wrap only before a word (a piece starting with a space); word pieces stay together.
-    if (x > 0.0f && (x + w <= avail || piece[0] != ' '))
+    if (!piece.empty()) pieces.push_back({pos, id, piece, ImGui::CalcTextSize(piece.c_str()).x});
+  }
+  float x = 0.0f;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const std::size_t pos = pieces[k].pos;
+    const int id = pieces[k].id;
+    const bool is_prompt = pos < prompt.size();
+    std::string piece = pieces[k].text;
+    const float w = pieces[k].width;
+    // Wrap before a word (a piece starting with a space) that does not fit whole; a word
+    // wider than the line breaks between its pieces.
+    float need = w;
+    if (piece[0] == ' ') {
+      for (std::size_t j = k + 1; j < pieces.size() && pieces[j].text[0] != ' '; ++j)
+        need += pieces[j].width;
+    }
+    if (x > 0.0f && x + (need <= avail ? need : w) <= avail)
       ImGui::SameLine(0, 0);
     else
       x = 0.0f;
@@ -165,7 +188,7 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
         : is_prompt ? ImGui::ColorConvertU32ToFloat4(pal.text_dim)
                     : color,
         "%s", piece.c_str());
-    x += w;
+    x += ImGui::GetItemRectSize().x;
     if (is_hit || is_recomputed || is_evicted) {
       const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
       ImDrawList* dl = ImGui::GetWindowDrawList();

@@ -134,17 +134,25 @@ bool layout(const PlotConfig& cfg, std::span<const PlotSeries> series, ImVec2 si
   const float row_h = f.fh * 1.3f;
   float lx = f.left, ly = f.origin.y;
   if (!cfg.title.empty()) lx += ImGui::CalcTextSize(cfg.title.c_str()).x + f.fh * 1.2f;
+  // The legend wraps into rows; when they would leave the data less than half the height (a
+  // short panel, presenter fonts), it is dropped: hovering a point names its series.
+  std::vector<ImVec2> legend;
+  float legend_y = ly;
   if (cfg.legend) {
+    float x = lx;
     for (const PlotSeries& s : series) {
       const float w = f.fh * 0.95f + ImGui::CalcTextSize(s.label.c_str()).x;
-      if (lx + w > f.right && lx > f.left) lx = f.left, ly += row_h;
-      f.legend_pos.push_back(ImVec2(lx, ly));
-      lx += w + f.fh;
+      if (x + w > f.right && x > f.left) x = f.left, legend_y += row_h;
+      legend.push_back(ImVec2(x, legend_y));
+      x += w + f.fh;
     }
   }
+  const float bottom = f.origin.y + size.y - (cfg.x.label.empty() ? f.fh * 1.4f : f.fh * 2.6f);
+  if (!legend.empty() && bottom - (legend_y + row_h) >= size.y * 0.5f) f.legend_pos = legend;
+  if (!f.legend_pos.empty()) ly = legend_y;
   const bool has_header = !cfg.title.empty() || !f.legend_pos.empty();
   f.top = has_header ? ly + row_h + f.fh * 0.2f : f.origin.y + f.fh * 0.5f;
-  f.bottom = f.origin.y + size.y - (cfg.x.label.empty() ? f.fh * 1.4f : f.fh * 2.6f);
+  f.bottom = bottom;
   if (f.right - f.left < 20 || f.bottom - f.top < 20) return false;
   f.sx = Scale{xlo, xhi, f.left, f.right, cfg.x.log};
   f.sy = Scale{ylo, yhi, f.bottom, f.top, cfg.y.log};
@@ -186,8 +194,16 @@ void draw_frame(const PlotConfig& cfg, std::span<const PlotSeries> series, const
                 cfg.x.label.c_str());
   }
   if (!cfg.y.label.empty()) {
+    // Shortened with "..." to the plot's height (a short plot, presenter fonts).
+    std::string label = cfg.y.label;
+    const float room = f.bottom - f.top + f.fh;
+    if (ImGui::CalcTextSize(label.c_str()).x > room) {
+      while (label.size() > 1 && ImGui::CalcTextSize((label + "...").c_str()).x > room)
+        label.pop_back();
+      label += "...";
+    }
     add_vertical_text(dl, ImVec2(f.origin.x + f.fh * 0.6f, (f.top + f.bottom) * 0.5f), f.dim_col,
-                      cfg.y.label.c_str());
+                      label.c_str());
   }
   if (!cfg.title.empty()) dl->AddText(ImVec2(f.left, f.origin.y), f.text_col, cfg.title.c_str());
   for (std::size_t i = 0; i < f.legend_pos.size(); ++i) {
@@ -348,7 +364,12 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
   ImGui::InvisibleButton("##plot", size);
   const bool item_hovered = ImGui::IsItemHovered();
   f.dl = ImGui::GetWindowDrawList();
+  // Nothing the plot draws (axis titles and labels included) leaves its own box.
+  f.dl->PushClipRect(f.origin, ImVec2(f.origin.x + size.x, f.origin.y + size.y), true);
   if (!layout(cfg, series, size, f)) {
+    // Never a blank area: say why nothing is drawn.
+    f.dl->AddText(ImVec2(f.origin.x, f.origin.y), f.dim_col, "plot: enlarge the panel");
+    f.dl->PopClipRect();
     ImGui::PopID();
     return result;
   }
@@ -362,6 +383,7 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
     f.dl->AddLine(ImVec2(x, f.top), ImVec2(x, f.bottom), pal.accent, 1.5f * cfg.line_scale);
   }
   if (item_hovered) hover(cfg, series, f, result);
+  f.dl->PopClipRect();
   f.dl->PopClipRect();
   export_menu(cfg, series, result);
   ImGui::PopID();

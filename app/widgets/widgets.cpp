@@ -100,12 +100,31 @@ void swatch(ImU32 color, float size) {
   ImGui::Dummy(ImVec2(size, ImGui::GetTextLineHeight()));
 }
 
+bool flow_same_line(float width, float spacing) {
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  if (ImGui::GetItemRectMax().x + spacing + width > right) return false;
+  ImGui::SameLine(0.0f, spacing);
+  return true;
+}
+
+float check_width(const char* label) {
+  return ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x +
+         ImGui::CalcTextSize(label, nullptr, true).x;
+}
+
+float labeled_width(float frame_width, const char* label) {
+  const float text = ImGui::CalcTextSize(label, nullptr, true).x;
+  return frame_width + (text > 0.0f ? ImGui::GetStyle().ItemInnerSpacing.x + text : 0.0f);
+}
+
+float swatch_label_width(const char* label) {
+  return ImGui::GetTextLineHeight() * 0.8f + 4.0f + ImGui::CalcTextSize(label).x;
+}
+
 void stat(const char* label, const std::string& value, bool flow) {
-  if (flow) {
-    const float w = ImGui::CalcTextSize(label).x + 4.0f + ImGui::CalcTextSize(value.c_str()).x;
-    const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
-    if (ImGui::GetItemRectMax().x + 16.0f + w <= right) ImGui::SameLine(0.0f, 16.0f);
-  }
+  if (flow)
+    flow_same_line(ImGui::CalcTextSize(label).x + 4.0f + ImGui::CalcTextSize(value.c_str()).x,
+                   16.0f);
   ImGui::TextDisabled("%s", label);
   ImGui::SameLine(0.0f, 4.0f);
   ImGui::TextUnformatted(value.c_str());

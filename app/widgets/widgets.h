@@ -29,6 +29,19 @@ void badge(const char* text, ImU32 color);
 // A small filled square in `color`, aligned with text.
 void swatch(ImU32 color, float size = 0.0f);
 
+// Continues the last item's line (SameLine with `spacing`) when `width` more pixels fit before
+// the window's visible right edge; otherwise leaves the next item to start a new line. Returns
+// whether it stayed on the line. For rows of legend entries, checkboxes and radio buttons that
+// must wrap rather than be cut in narrow windows and presenter fonts.
+bool flow_same_line(float width, float spacing = 14.0f);
+// The width of a checkbox or radio button with `label` (box, gap, text).
+float check_width(const char* label);
+// The width of a framed widget (slider, combo) `frame_width` wide followed by its `label`
+// (the part before any "##").
+float labeled_width(float frame_width, const char* label);
+// The width of swatch() followed by a 4-pixel gap and `label`.
+float swatch_label_width(const char* label);
+
 // "label value" with the label dimmed. With `flow`, it continues the previous item's line when it
 // fits and wraps to a new line when it does not.
 void stat(const char* label, const std::string& value, bool flow = false);
