@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds kvscope, and opens kvscope-ui on the default scenario
-# (scenarios/minimal.json, or the scenario/recording given). Without a display it runs the same
-# scenario headless with `kvscope run` instead.
+# Installs what is missing, builds kvscope, and opens kvscope-ui on the scenario/recording given,
+# or by default on scenarios/smollm2-chat.json when SmolLM2-135M is on disk (scripts/models.sh
+# fetches it) and scenarios/minimal.json (stories260K) otherwise. Without a display it runs the
+# same scenario headless with `kvscope run` instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -9,7 +10,17 @@ kvscope_install_deps
 bash scripts/models.sh || echo "run.sh: continuing with stories260K only" >&2
 cmake --preset release -G Ninja >/dev/null
 cmake --build --preset release -j "$(nproc)"
-scenario="${1:-scenarios/minimal.json}"
+if [[ $# -eq 0 ]]; then
+  # A real chat model answering six users who share one system turn: paging, prefix sharing and
+  # the attention sinks of a modern model in one run (README, "Quick start").
+  if ./build/cli/kvscope info --model smollm2 >/dev/null 2>&1; then
+    set -- scenarios/smollm2-chat.json
+  else
+    echo "run.sh: SmolLM2-135M not found; opening the stories260K scenario instead" >&2
+    set -- scenarios/minimal.json
+  fi
+fi
+scenario="$1"
 if [[ -x ./build/app/kvscope-ui ]]; then
   rc=0
   ./build/app/kvscope-ui "$@" || rc=$?
