@@ -1,6 +1,9 @@
 // QualityJob: the background sweep: the fp32 reference once, then formats, MLA ranks, eviction.
 #include "app/core/quality_job.h"
 
+#include <optional>
+
+#include "app/core/quality_cache.h"
 #include "engine/analysis/eviction_quality.h"
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
@@ -29,7 +32,7 @@ void QualityJob::cancel() {
 
 void QualityJob::start(std::shared_ptr<const Model> model,
                        std::shared_ptr<const Tokenizer> tokenizer, std::string text_path,
-                       long max_tokens, int block_size) {
+                       long max_tokens, int block_size, std::string cache_dir, bool reuse) {
   if (busy_.load()) return;
   if (worker_.joinable()) worker_.join();
   busy_ = true;
@@ -37,7 +40,27 @@ void QualityJob::start(std::shared_ptr<const Model> model,
   total_steps_ = 1 + (model ? sweep_num_variants(model->config()) : 0);
   fraction_ = 0.0f;
   worker_ = std::thread([this, model = std::move(model), tokenizer = std::move(tokenizer),
-                         text_path = std::move(text_path), max_tokens, block_size] {
+                         text_path = std::move(text_path), max_tokens, block_size,
+                         cache_dir = std::move(cache_dir), reuse] {
+    // The disk cache: the same inputs give the same sweep.
+    std::string key, cache_path, why;
+    if (!cache_dir.empty() && model && !model->is_random_weights()) {
+      key = sweep_cache_key(model->source(), text_path, max_tokens, block_size,
+                            sweep_variants_text(model->config(), block_size));
+      if (!key.empty()) cache_path = sweep_cache_path(cache_dir, key);
+    }
+    if (!cache_path.empty() && reuse) {
+      if (std::optional<QualitySweep> cached = load_sweep_cache(cache_path, key, &why)) {
+        auto sweep = std::make_shared<QualitySweep>(std::move(*cached));
+        sweep->from_cache = true;
+        sweep->cache_note = "from the disk cache " + cache_path;
+        steps_done_ = total_steps_.load();
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_ = std::move(sweep);
+        busy_ = false;
+        return;
+      }
+    }
     auto sweep = std::make_shared<QualitySweep>();
     sweep->model = model ? model->source() : std::string();
     sweep->block_size = block_size;
@@ -93,6 +116,14 @@ void QualityJob::start(std::shared_ptr<const Model> model,
     } catch (const std::exception& e) {
       sweep->points.clear();
       sweep->error = e.what();
+    }
+    if (!cache_path.empty() && sweep->error.empty()) {
+      try {
+        save_sweep_cache(cache_path, key, *sweep);
+        sweep->cache_note = "cached in " + cache_path;
+      } catch (const std::exception& e) {
+        sweep->cache_note = std::string("not cached: ") + e.what();
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -25,8 +25,12 @@ class QualityJob {
 
   // Evaluates every sweep variant on the whole stories of `text_path` up to at least
   // `max_tokens` tokens (quality_eval_windows).
+  // With a `cache_dir` (app/core/quality_cache.h), a sweep already computed from the same
+  // inputs is read from it instead (unless `reuse` is false: recompute), and a newly finished
+  // one is written there; "" computes without a cache.
   void start(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-             std::string text_path, long max_tokens, int block_size);
+             std::string text_path, long max_tokens, int block_size, std::string cache_dir = {},
+             bool reuse = true);
   bool busy() const { return busy_.load(); }
   // Progress: steps finished (the fp32 reference counts as one) out of total_steps().
   int steps_done() const { return steps_done_.load(); }

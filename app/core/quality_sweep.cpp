@@ -130,6 +130,15 @@ QualityPoint mla_point(const QualityReport& r, int rank) {
   return p;
 }
 
+std::string sweep_variants_text(const ModelConfig& c, int block_size) {
+  std::string out;
+  for (const auto& [k, v] : sweep_formats()) out += k + "/" + v + ",";
+  for (int rank : sweep_mla_ranks(c)) out += "mla-a r=" + std::to_string(rank) + ",";
+  for (const EvictionRunOptions& o : sweep_evictions(block_size))
+    out += eviction_variant_name(o.evictor) + ",";
+  return out;
+}
+
 QualityPoint eviction_point(const QualityReport& r, const EvictionRunOptions& o,
                             double peak_bytes_per_context_token) {
   QualityPoint p;

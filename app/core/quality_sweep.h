@@ -37,6 +37,10 @@ struct QualitySweep {
   int windows = 0;
   int block_size = 16;
   bool from_csv = false;  // some points came from a CSV (the panel does not restart the sweep)
+  // Where the computed points came from or went: "from the disk cache <file>", "cached in
+  // <file>", or why the cache was not written ("" without a cache).
+  std::string cache_note;
+  bool from_cache = false;
   double reference_bytes_per_token = 0.0;  // the fp32 cache (0: not known)
   std::vector<QualityPoint> points;        // computed: formats (fp32 first), MLA, eviction
   std::string error;                       // set instead of points on failure
@@ -54,6 +58,8 @@ std::vector<int> sweep_mla_ranks(const ModelConfig& c);
 std::vector<EvictionRunOptions> sweep_evictions(int block_size);
 // Variants run after the fp32 reference: formats + MLA ranks + eviction points.
 int sweep_num_variants(const ModelConfig& c);
+// Every variant the sweep runs, by name, in order, on one line (part of its disk cache key).
+std::string sweep_variants_text(const ModelConfig& c, int block_size);
 // The eval windows: one per story of `text_path` (at most seq_len tokens), whole stories until at
 // least `max_tokens` tokens are taken.
 std::vector<std::vector<int>> quality_eval_windows(const Tokenizer& tokenizer,

@@ -50,7 +50,11 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   }
   s->is_scenario_ = true;
   Scenario scenario = parse_scenario(path);
-  const ScenarioModelLoad loaded = load_scenario_model(scenario, model, bookkeeping);
+  // The CUDA backends multiply fp32 weights (converted to 16 bits on the device): a quantized
+  // GGUF is read dequantized for them, as `--weight-format f32` does in the CLI.
+  const bool on_cuda = policy.backend.has_value();
+  const ScenarioModelLoad loaded = load_scenario_model(
+      scenario, model, bookkeeping, on_cuda ? WeightFormat::kF32 : WeightFormat::kNative);
   auto info = std::make_shared<RunInfo>();
   info->scenario_path = path;
   info->title = scenario.title;
@@ -106,8 +110,8 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
       needs.mla = config.mla != nullptr;
       std::shared_ptr<std::unique_ptr<Backend>> chosen;
       try {
-        chosen = std::make_shared<std::unique_ptr<Backend>>(
-            make_backend(*policy.backend, config.threads, "f16", needs));
+        chosen = std::make_shared<std::unique_ptr<Backend>>(make_backend(
+            *policy.backend, config.threads, "f16", needs, "choose CPU in Controls > backend"));
       } catch (const Error& e) {
         throw Error(path + ": backend", e.detail());
       }

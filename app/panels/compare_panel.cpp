@@ -63,10 +63,13 @@ void ComparePanel::sync(AppState& state) {
   version_ = state.compare_variant_version;
   variant_.reset();  // stops the previous variant's worker
   error_.clear();
-  if (state.compare_variant == info->override) return;  // same policy: nothing to compare
+  // The variant runs on the run's model and backend (the Controls panel's model picker and
+  // backend set both), so every difference comes from the policy.
+  PolicyOverride variant = state.compare_variant;
+  variant.backend = info->override.backend;
+  if (variant == info->override) return;  // same policy: nothing to compare
   try {
-    // The variant runs on the run's model (the Controls panel's model picker sets both).
-    variant_ = RunSession::open(info->scenario_path, info->model == nullptr, state.compare_variant,
+    variant_ = RunSession::open(info->scenario_path, info->model == nullptr, variant,
                                 info->model_override);
   } catch (const std::exception& e) {
     error_ = e.what();

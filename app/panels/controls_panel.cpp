@@ -296,7 +296,7 @@ void draw_eviction_knobs(PolicyEdit& e) {
 // What runs the forward pass: the CPU (the reference), the CUDA backend on the emulated device,
 // or on a GPU. Only the last needs hardware; choosing it without one is the runtime's one-line
 // reason in the error modal, and the run stays.
-void draw_backend_knob(const RunInfo& info, bool edit_variant, PolicyEdit& e) {
+void draw_backend_knob(const RunInfo& info, PolicyEdit& e) {
   static constexpr const char* kBackends[] = {"CPU", "CUDA emulated", "CUDA GPU"};
   static constexpr const char* kValues[] = {"", "cuda-sim", "cuda"};
   const std::string now = e.next.backend.value_or("");
@@ -317,7 +317,7 @@ void draw_backend_knob(const RunInfo& info, bool edit_variant, PolicyEdit& e) {
       e.next.backend = kValues[*i];
     e.changed = true;
   }
-  if (!edit_variant && !info.backend_name.empty()) {
+  if (!info.backend_name.empty()) {
     const std::string running = "= " + info.backend_name;
     flow_same_line(ImGui::CalcTextSize(running.c_str()).x, ImGui::GetStyle().ItemSpacing.x);
     ImGui::TextDisabled("%s", running.c_str());
@@ -417,7 +417,7 @@ void ControlsPanel::draw(AppState& state) {
   draw_cache_knobs(e);
   draw_eviction_knobs(e);
   draw_pool_slider(*info, blocks_now, e);
-  draw_backend_knob(*info, edit_variant_, e);
+  if (!edit_variant_) draw_backend_knob(*info, e);  // the variant runs on this run's backend
   ImGui::PopItemWidth();
   draw_footer(state, *info, edit_variant_, blocks_now, e);
   if (!e.changed || e.next == e.current) return;

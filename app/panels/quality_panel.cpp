@@ -1,11 +1,11 @@
 // Quality vs memory panel: sweep status, CSV loading (merged) and the two Pareto plots.
 #include "app/panels/quality_panel.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
 
+#include "app/core/quality_cache.h"
 #include "app/core/run_info.h"
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
@@ -74,9 +74,11 @@ void QualityPanel::draw(AppState& state) {
       !(sweep_ && sweep_->from_csv)) {
     started_for_ = info->model_source;
     error_.clear();
+    cancelled_ = false;
     job_.start(info->model, info->tokenizer,
                std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt", kEvalTokens,
-               info->config.block_size);
+               info->config.block_size, sweep_cache_dir(), !recompute_);
+    recompute_ = false;
   }
   const Palette& pal = palette(state.presenter);
   if (job_.busy()) {
@@ -88,7 +90,23 @@ void QualityPanel::draw(AppState& state) {
         label, sizeof label,
         "evaluating KV formats, MLA ranks and eviction budgets on the real model: %d / %d",
         std::max(0, job_.steps_done() - 1), total - 1);
-    ImGui::ProgressBar(f, ImVec2(-1, 0), label);
+    const float cancel_w = ImGui::CalcTextSize("Cancel").x +
+                           ImGui::GetStyle().FramePadding.x * 2.0f +
+                           ImGui::GetStyle().ItemSpacing.x;
+    ImGui::ProgressBar(f, ImVec2(-cancel_w, 0), label);
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) {
+      job_.cancel();
+      cancelled_ = true;
+    }
+    item_tooltip("Stop the sweep (the points computed so far are dropped)");
+  } else if (cancelled_ && !sweep_) {
+    ImGui::TextDisabled("sweep cancelled");
+    ImGui::SameLine();
+    if (ImGui::Button("Run the sweep")) {
+      cancelled_ = false;
+      started_for_.clear();  // starts next frame
+    }
   } else if (!can_run && !sweep_) {
     ImGui::PushTextWrapPos(0.0f);
     ImGui::TextDisabled(info && info->random_weights
@@ -136,7 +154,19 @@ void QualityPanel::draw(AppState& state) {
     }
     ImGui::TextDisabled(
         "x: KV bytes per token of context; eviction: each window's peak block bytes / its tokens");
+    if (!sweep_->cache_note.empty()) ImGui::TextDisabled("%s", sweep_->cache_note.c_str());
     ImGui::PopTextWrapPos();
+    if (sweep_->from_cache && can_run) {
+      if (ImGui::Button("Recompute")) {
+        recompute_ = true;
+        sweep_.reset();
+        started_for_.clear();  // starts next frame, ignoring the cache
+        return;
+      }
+      item_tooltip(
+          "Run the sweep again instead of reading it from the disk cache (the new result "
+          "replaces the cached one)");
+    }
   }
   ImGui::SetNextItemWidth(std::max(80.0f, ImGui::GetContentRegionAvail().x -
                                               ImGui::CalcTextSize("Load CSV").x -

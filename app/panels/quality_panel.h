@@ -42,7 +42,9 @@ class QualityPanel final : public Panel {
   std::string started_for_;  // model source the running/finished sweep is for
   std::string error_;
   char csv_path_[512] = "reports/quant/quant_sweep.csv";
-  bool show_kl_ = false;  // a short presenter panel shows one plot: perplexity, or KL
+  bool cancelled_ = false;  // the user cancelled the sweep (Run the sweep starts it again)
+  bool recompute_ = false;  // the next start ignores the disk cache (Recompute)
+  bool show_kl_ = false;    // a short presenter panel shows one plot: perplexity, or KL
 };
 
 }  // namespace kvscope::ui

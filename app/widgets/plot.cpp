@@ -51,6 +51,7 @@ void data_range(const PlotAxis& axis, std::span<const PlotSeries> series, bool u
 void add_vertical_text(ImDrawList* dl, ImVec2 center, ImU32 col, const char* text) {
   const ImVec2 ts = ImGui::CalcTextSize(text);
   const int first = dl->VtxBuffer.Size;
+  const ImVec4 clip = dl->_CmdHeader.ClipRect;  // the clip in force (the plot's box)
   dl->PushClipRect(ImVec2(-1e5f, -1e5f), ImVec2(1e5f, 1e5f),
                    false);  // glyphs are culled pre-rotation
   dl->AddText(ImVec2(center.x - ts.x * 0.5f, center.y - ts.y * 0.5f), col, text);
@@ -59,6 +60,9 @@ void add_vertical_text(ImDrawList* dl, ImVec2 center, ImU32 col, const char* tex
     const float dx = p.x - center.x, dy = p.y - center.y;
     p = ImVec2(center.x + dy, center.y - dx);
   }
+  // The rotated glyphs are scissored by the clip in force, like everything else drawn: the
+  // command holding them takes it back before the pop (which then continues that command).
+  dl->CmdBuffer.back().ClipRect = clip;
   dl->PopClipRect();
 }
 
@@ -148,7 +152,8 @@ bool layout(const PlotConfig& cfg, std::span<const PlotSeries> series, ImVec2 si
     }
   }
   const float bottom = f.origin.y + size.y - (cfg.x.label.empty() ? f.fh * 1.4f : f.fh * 2.6f);
-  if (!legend.empty() && bottom - (legend_y + row_h) >= size.y * 0.5f) f.legend_pos = legend;
+  if (!legend.empty() && (legend_y == ly || bottom - (legend_y + row_h) >= size.y * 0.5f))
+    f.legend_pos = legend;
   if (!f.legend_pos.empty()) ly = legend_y;
   const bool has_header = !cfg.title.empty() || !f.legend_pos.empty();
   f.top = has_header ? ly + row_h + f.fh * 0.2f : f.origin.y + f.fh * 0.5f;

@@ -42,7 +42,9 @@ KvStorage::KvStorage(const KvLayout& layout) : layout_(layout) {
 }
 
 void KvStorage::attach_device(const std::shared_ptr<KvDeviceBytes>& device) {
-  if (device_attached_ && !device_.expired()) {
+  // Once a device held the bytes, they are nowhere else: a second holder would start from
+  // uninitialized memory.
+  if (device_attached_) {
     throw Error("kv storage",
                 "expected one backend holding the pool's bytes, got a second one attaching");
   }
@@ -66,7 +68,18 @@ void KvStorage::apply(std::span<const KvMove> moves) {
   for (const KvMove& m : moves) std::memmove(base(m.kind) + m.dst, base(m.kind) + m.src, m.bytes);
 }
 
+void KvStorage::check_block(BlockId b, const char* what) const {
+  if (b.value < 0 || b.value >= layout_.num_blocks) {
+    throw InternalError("kv storage", std::string(what) + " block " + std::to_string(b.value) +
+                                          " outside the pool's " +
+                                          std::to_string(layout_.num_blocks));
+  }
+}
+
 void KvStorage::copy_block(BlockId src, BlockId dst) {
+  check_block(src, "copy_block source");
+  check_block(dst, "copy_block destination");
+  if (src == dst) return;
   std::vector<KvMove> moves;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
@@ -83,6 +96,16 @@ void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offs
                 "cannot move a token slot in a KIVI format (keys are quantized per "
                 "channel over groups of consecutive slots); expected a per-token format");
   }
+  check_block(src, "copy_slot source");
+  check_block(dst, "copy_slot destination");
+  for (int offset : {src_offset, dst_offset}) {
+    if (offset < 0 || offset >= layout_.block_size) {
+      throw InternalError("kv storage", "copy_slot offset " + std::to_string(offset) +
+                                            " outside a block of " +
+                                            std::to_string(layout_.block_size));
+    }
+  }
+  if (src == dst && src_offset == dst_offset) return;
   const auto so = static_cast<std::size_t>(src_offset), dof = static_cast<std::size_t>(dst_offset);
   std::vector<KvMove> moves;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
@@ -103,6 +126,7 @@ void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offs
 }
 
 std::vector<KvSpan> KvStorage::block_spans(BlockId block) const {
+  check_block(block, "read/write_block");
   std::vector<KvSpan> spans;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue})

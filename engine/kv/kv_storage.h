@@ -163,6 +163,7 @@ class KvStorage {
            layout_.tile_bytes(kind);
   }
   std::vector<KvSpan> block_spans(BlockId block) const;
+  void check_block(BlockId b, const char* what) const;  // InternalError outside the pool
   void apply(std::span<const KvMove> moves);
   // The attached device, or nullptr when the bytes are these tiles; throws when it has gone.
   std::shared_ptr<KvDeviceBytes> device() const;

@@ -83,6 +83,8 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   host_ = std::make_unique<HostKvTier>(layout, config_.host_blocks, compute);
   if (compute) {
     backend_ = config_.make_backend ? config_.make_backend() : make_cpu_backend(config_.threads);
+    if (backend_ == nullptr)
+      throw InternalError("simulator", "SimConfig::make_backend gave no backend");
     transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
   }
   TimelineHeader h;

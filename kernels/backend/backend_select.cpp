@@ -22,13 +22,14 @@ std::string cuda_gap(const RunNeeds& needs) {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& value, int threads,
-                                      const std::string& device_weights, const RunNeeds& needs) {
+                                      const std::string& device_weights, const RunNeeds& needs,
+                                      const std::string& cpu_hint) {
   const GemmType weights = parse_gemm_type(device_weights, "--device-weights");
   if (value == "cpu") return make_cpu_backend(threads);
   const std::string gap = cuda_gap(needs);
   if ((value == "cuda" || value == "cuda-sim") && !gap.empty()) {
-    throw Error("--backend", value + ": the CUDA backend does not cover " + gap +
-                                 " yet (--backend cpu runs it)");
+    throw Error("--backend",
+                value + ": the CUDA backend does not cover " + gap + " yet (" + cpu_hint + ")");
   }
   if (value == "cuda-sim") return make_cuda_sim_backend(weights);
   if (value == "cuda" || value == "auto") {

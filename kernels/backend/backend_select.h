@@ -31,7 +31,9 @@ std::string cuda_gap(const RunNeeds& needs);
 // the CPU, saying why once on stderr ("CUDA unavailable: <reason>; using CPU"). `device_weights`
 // is --device-weights (f32, f16 or bf16: the GEMMs' weight type on the device). Throws
 // kvscope::Error naming the flag for anything else.
+// `cpu_hint` ends the "does not cover" error (the UI names its own control).
 std::unique_ptr<Backend> make_backend(const std::string& value, int threads,
-                                      const std::string& device_weights, const RunNeeds& needs);
+                                      const std::string& device_weights, const RunNeeds& needs,
+                                      const std::string& cpu_hint = "--backend cpu runs it");
 
 }  // namespace kvscope

@@ -147,7 +147,9 @@ TEST(AttachUi, FollowsALiveStreamAndDetachKeepsTheRecording) {
       if (a.batches >= 5) return a.seconds;
     return -1.0;
   }());
-  // The status bar and the panel.
+  // The status bar and the panel, as a frame drawn after the last batch shows them (the
+  // conditions above may have turned true between frames).
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "status bar after the last batch");
   EXPECT_NE(shell.attach_status().find("attached to " + engine.endpoint()), std::string::npos)
       << shell.attach_status();
   EXPECT_NE(shell.attach_status().find("rank 0 connected"), std::string::npos);

@@ -2,12 +2,14 @@
 // eviction points on the real model (stories260K), the eviction memory axis checked against runs
 // of one window at a time, and the loader for the three sweep CSVs (good files, merging, bad ones).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "app/core/headless.h"
+#include "app/core/quality_cache.h"
 #include "app/core/quality_job.h"
 #include "app/core/run_session.h"
 #include "app/panels/quality_panel.h"
@@ -30,10 +32,21 @@ const LoadedModel& model() {
   return m;
 }
 
+// A fresh disk cache for the sweep run_job computes (and writes there).
+std::string job_cache_dir() {
+  static const std::string dir = [] {
+    const auto d = std::filesystem::temp_directory_path() /
+                   ("kvscope_quality_cache_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    return d.string();
+  }();
+  return dir;
+}
+
 std::shared_ptr<QualitySweep> run_job() {
   static std::shared_ptr<QualitySweep> sweep = [] {
     QualityJob job;
-    job.start(model().model, model().tokenizer, eval_text(), kTestTokens, 16);
+    job.start(model().model, model().tokenizer, eval_text(), kTestTokens, 16, job_cache_dir());
     job.wait();
     EXPECT_EQ(job.steps_done(), job.total_steps());
     EXPECT_EQ(job.total_steps(), 1 + sweep_num_variants(model().model->config()));
@@ -278,6 +291,58 @@ TEST(QualitySweepCsv, RefusesBadFilesNamingLineColumnAndValue) {
 
 // The panel draws the computed sweep merged with an eviction CSV: one series per family with
 // labels, hovered all over, for several frames, without ImGui errors, and keeps every point.
+// The disk cache: the finished sweep was written under its key; a second job on the same inputs
+// reads it back (no step computed, every number equal); another key, a torn file and a missing
+// one are each refused with a reason, and an unreadable model file gives no key at all.
+TEST(QualitySweepCache, ASecondJobReadsTheFinishedSweepBack) {
+  const std::shared_ptr<QualitySweep> computed = run_job();
+  ASSERT_NE(computed, nullptr);
+  ASSERT_TRUE(computed->error.empty()) << computed->error;
+  EXPECT_FALSE(computed->from_cache);
+  const std::string key = sweep_cache_key(model().model->source(), eval_text(), kTestTokens, 16,
+                                          sweep_variants_text(model().model->config(), 16));
+  ASSERT_FALSE(key.empty());
+  const std::string path = sweep_cache_path(job_cache_dir(), key);
+  EXPECT_EQ(computed->cache_note, "cached in " + path);
+  ASSERT_TRUE(std::filesystem::exists(path));
+
+  QualityJob again;
+  again.start(model().model, model().tokenizer, eval_text(), kTestTokens, 16, job_cache_dir());
+  again.wait();
+  const std::shared_ptr<QualitySweep> cached = again.take();
+  ASSERT_NE(cached, nullptr);
+  EXPECT_TRUE(cached->from_cache);
+  EXPECT_EQ(cached->cache_note, "from the disk cache " + path);
+  EXPECT_EQ(again.steps_done(), again.total_steps());
+  EXPECT_EQ(cached->positions, computed->positions);
+  EXPECT_EQ(cached->windows, computed->windows);
+  EXPECT_EQ(cached->reference_bytes_per_token, computed->reference_bytes_per_token);
+  ASSERT_EQ(cached->points.size(), computed->points.size());
+  for (std::size_t i = 0; i < computed->points.size(); ++i) {
+    const QualityPoint &a = cached->points[i], &b = computed->points[i];
+    EXPECT_EQ(a.family, b.family) << i;
+    EXPECT_EQ(a.series + " " + a.label, b.series + " " + b.label) << i;
+    EXPECT_EQ(a.bytes_per_token, b.bytes_per_token) << i;
+    EXPECT_EQ(a.report.kl_mean, b.report.kl_mean) << b.label;
+    EXPECT_EQ(a.report.ppl_variant, b.report.ppl_variant) << b.label;
+    EXPECT_EQ(a.report.ppl_reference, b.report.ppl_reference) << b.label;
+    EXPECT_EQ(a.report.top1_agreement, b.report.top1_agreement) << b.label;
+  }
+
+  std::string why;
+  EXPECT_FALSE(load_sweep_cache(path, key + "x", &why));
+  EXPECT_EQ(why, path + ": holds another sweep's key");
+  const std::string torn = job_cache_dir() + "/torn.json";
+  std::ofstream(torn) << "{\"key\": \"";
+  EXPECT_FALSE(load_sweep_cache(torn, key, &why));
+  EXPECT_EQ(why.rfind(torn + ": unreadable (", 0), 0u) << why;
+  EXPECT_FALSE(load_sweep_cache(job_cache_dir() + "/none.json", key, &why));
+  EXPECT_EQ(why, job_cache_dir() + "/none.json: not cached yet");
+  EXPECT_EQ(sweep_cache_key("/nonexistent/model.bin", eval_text(), kTestTokens, 16, "x"), "");
+  EXPECT_NE(sweep_cache_path("d", key), sweep_cache_path("d", key + " "));
+  std::filesystem::remove_all(job_cache_dir());
+}
+
 TEST(QualityPanel, DrawsEveryFamilyOfAComputedAndLoadedSweep) {
   const std::shared_ptr<QualitySweep> computed = run_job();
   ASSERT_NE(computed, nullptr);

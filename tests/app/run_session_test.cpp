@@ -123,9 +123,13 @@ TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
   const auto want = decoded(*cpu->timeline());
   ASSERT_EQ(want.size(), 2u);
   EXPECT_EQ(decoded(*sim->timeline()), want);
-  int swaps = 0;
-  for (const Event& e : sim->timeline()->events()) swaps += e.type == EventType::kSwappedIn;
+  int swaps = 0, hits = 0;
+  for (const Event& e : sim->timeline()->events()) {
+    swaps += e.type == EventType::kSwappedIn;
+    hits += e.type == EventType::kPrefixLookup && e.a > 0;
+  }
   EXPECT_GT(swaps, 0) << "the pool is tight: blocks went to the host tier and came back";
+  EXPECT_GT(hits, 0) << "the second prompt's first block is served from the prefix cache";
 
   PolicyOverride evicting = emulated;
   evicting.eviction = EvictionKind::kWindow;
@@ -139,7 +143,7 @@ TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
     EXPECT_EQ(std::string(e.what()),
               path +
                   ": backend: cuda-sim: the CUDA backend does not cover token eviction yet "
-                  "(--backend cpu runs it)");
+                  "(choose CPU in Controls > backend)");
   }
 }
 

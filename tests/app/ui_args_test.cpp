@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 namespace {
@@ -37,11 +38,16 @@ TEST(UiArgs, BackendNamesWhatItAccepts) {
 }
 
 TEST(UiArgs, BackendNeedsAScenario) {
-  const Ran r = run_ui("--attach tcp://127.0.0.1:1 --backend cuda-sim");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(first_line(r.output),
-            "kvscope-ui: --backend: runs a scenario (.json); a recording or live stream has no "
-            "model");
+  const std::string expected =
+      "kvscope-ui: --backend: runs a scenario (.json); a recording or live stream has no model";
+  const Ran live = run_ui("--attach tcp://127.0.0.1:1 --backend cuda-sim");
+  EXPECT_EQ(live.code, 2);
+  EXPECT_EQ(first_line(live.output), expected);
+  const std::string kvr = testing::TempDir() + "ui_args_test.kvr";
+  std::ofstream(kvr) << "not read: the flags are checked first";
+  const Ran recording = run_ui(kvr + " --backend cuda-sim");
+  EXPECT_EQ(recording.code, 2);
+  EXPECT_EQ(first_line(recording.output), expected);
 }
 
 }  // namespace

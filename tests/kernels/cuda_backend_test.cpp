@@ -313,11 +313,17 @@ TEST(CudaSimBackend, ByteMovesReachTheDeviceCopyOfThePool) {
   for (int b = 0; b < 8; ++b) EXPECT_EQ(block(d, b), block(h, b)) << "block " << b;
   EXPECT_EQ(block(h, spare[0]), block(h, used[0].value));
   EXPECT_NE(block(h, spare[1]), std::vector<std::byte>(n)) << "the moved slot holds K/V";
-  // The device's storage tiles were never written: every byte lives on the device.
-  for (int layer = 0; layer < layout.n_layers; ++layer) {
-    const std::byte* t = d.tile(layer, KvKind::kKey, used[0]);
-    EXPECT_TRUE(std::all_of(t, t + layout.tile_bytes(KvKind::kKey),
-                            [](std::byte x) { return x == std::byte{0}; }));
+  // The moves' destinations hold K/V on the device, and the storage's own tiles of them were
+  // never written: every byte lives on the device.
+  for (int b : {spare[0], spare[1], spare[2]}) {
+    for (int layer = 0; layer < layout.n_layers; ++layer) {
+      for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+        const std::byte* t = d.tile(layer, kind, BlockId(b));
+        EXPECT_TRUE(std::all_of(t, t + layout.tile_bytes(kind),
+                                [](std::byte x) { return x == std::byte{0}; }))
+            << "block " << b << " layer " << layer;
+      }
+    }
   }
 
   Transformer t(m.model, *sim);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -155,6 +156,25 @@ TEST(KvStorage, AnAttachedDeviceGetsEveryByteMoveAndTheTilesStayAsTheyWere) {
   EXPECT_EQ(test::error_of([&] { dev.copy_block(BlockId(0), BlockId(1)); }),
             "kv storage: the backend that held this pool's bytes is gone; expected it to outlive "
             "the pool's use");
+  // Nor can another take its place: it would start from uninitialized memory.
+  EXPECT_NE(test::error_of([&] { dev.attach_device(std::make_shared<FakeDevice>(dev)); }), "");
+  // Moves outside the pool are bugs.
+  const auto internal_of = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const InternalError& e) {
+      return e.what();
+    }
+    return "(no internal error)";
+  };
+  EXPECT_NE(internal_of([&] {
+              host.copy_block(BlockId(0), BlockId(6));
+            }).find("copy_block destination block 6 outside the pool's 6"),
+            std::string::npos);
+  EXPECT_NE(internal_of([&] {
+              host.copy_slot(BlockId(0), 4, BlockId(1), 0);
+            }).find("copy_slot offset 4 outside a block of 4"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/backend/cpu/cpu_ops.h"
+#include "engine/common/error.h"
 
 namespace kvscope {
 namespace {
@@ -36,17 +37,27 @@ class CpuBackend final : public Backend {
   }
   void swiglu(float* hb, const float* hb2, int n) override { cpu::swiglu(hb, hb2, n); }
   void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) override {
+    check_host_pool(view);
     use_threads();
     cpu::kv_write(view, layer, k, v);
   }
   void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
                        const float* q, float* out, int query_pos,
                        AttentionObserver* observer) override {
+    check_host_pool(view);
     use_threads();
     cpu::paged_attention(view, layer, shape, q, out, query_pos, observer, scratch_);
   }
 
  private:
+  // The CPU computes on the host tiles: a pool whose bytes a device holds is not its to read.
+  static void check_host_pool(const KvSeqView& view) {
+    if (view.storage->on_device()) {
+      throw InternalError("cpu backend",
+                          "the KV pool's bytes are held by another backend's device; the CPU "
+                          "backend would read stale host tiles");
+    }
+  }
   void use_threads() const {
     if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
   }
