@@ -121,10 +121,9 @@ void QualityPanel::draw(AppState& state) {
   // Presenter mode keeps the room for the plots: the setup is one line (details in its tooltip)
   // and loading CSVs is left to the normal mode.
   if (sweep_ && state.presenter) {
-    const std::string setup =
-        sweep_->model.empty()
-            ? std::string("points loaded from CSV")
-            : filename(sweep_->model) + ", " + std::to_string(sweep_->positions) + " tokens";
+    // The model is in the panel's title.
+    const std::string setup = sweep_->model.empty() ? std::string("points loaded from CSV")
+                                                    : std::to_string(sweep_->positions) + " tokens";
     ImGui::PushTextWrapPos(0.0f);
     ImGui::TextDisabled("%s vs fp32", setup.c_str());  // the setup in its tooltip
     ImGui::PopTextWrapPos();
@@ -263,8 +262,8 @@ void QualityPanel::draw_plots(AppState& state) {
   const bool one = state.presenter &&
                    ImGui::GetContentRegionAvail().y < ImGui::GetTextLineHeightWithSpacing() * 16.0f;
   if (one) {
-    flow_same_line(check_width("perplexity") + check_width("KL") + 30.0f, 16.0f);
-    if (ImGui::RadioButton("perplexity", !show_kl_)) show_kl_ = false;
+    flow_same_line(check_width("perplexity / fp32") + check_width("KL") + 30.0f, 16.0f);
+    if (ImGui::RadioButton("perplexity / fp32", !show_kl_)) show_kl_ = false;
     flow_same_line(check_width("KL"), ImGui::GetStyle().ItemSpacing.x);
     if (ImGui::RadioButton("KL", show_kl_)) show_kl_ = true;
   }
@@ -277,7 +276,7 @@ void QualityPanel::draw_plots(AppState& state) {
                              : ImVec2(avail.x, std::max(120.0f, (avail.y - gap) * 0.5f));
   PlotConfig c;
   c.id = "quality_kl";
-  c.title = "KL(fp32 || variant), mean per token";
+  c.title = one ? "" : "KL(fp32 || variant), mean per token";  // one: the radio names it
   c.x = {"KV bytes per token of context (all layers, K+V)", AxisUnits::kBytes, true, xlo / 1.25,
          xhi * 1.7};
   c.y = {"KL (nats; < 1e-9 not drawn)", AxisUnits::kNumber, true, klo / 2.0, khi * 8.0};
@@ -288,7 +287,7 @@ void QualityPanel::draw_plots(AppState& state) {
   if (one && show_kl_) return;
   if (side) ImGui::SameLine();
   c.id = "quality_ppl";
-  c.title = "perplexity vs fp32 (ratio)";
+  c.title = one ? "" : "perplexity vs fp32 (ratio)";
   c.y = {"perplexity / fp32 perplexity", AxisUnits::kNumber, true, rlo / 1.02,
          std::max(rhi * 1.6, 1.1)};
   refs.push_back({1.0, "1 = exact", pal.text_dim, false, true});
