@@ -170,14 +170,9 @@ int cmd_run(const Argv& argv) {
   SimModel model{loaded.shape, loaded.weights};
   std::unique_ptr<Backend> backend;
   if (model.weights != nullptr) {
-    RunNeeds needs;
-    needs.model = model.weights.get();
-    needs.k_format = config.k_format;
-    needs.v_format = config.v_format;
-    needs.eviction = config.token_eviction.policy.kind != EvictionKind::kNone;
-    needs.mla = config.mla != nullptr;
-    backend = make_backend(args.get("--backend", "auto"), config.threads,
-                           args.get("--device-weights", "f16"), needs);
+    backend =
+        make_backend(args.get("--backend", "auto"), config.threads,
+                     args.get("--device-weights", "f16"), run_needs(config, model.weights.get()));
     config.make_backend = [&backend] { return std::move(backend); };
   }
   std::unique_ptr<Simulator> sim;

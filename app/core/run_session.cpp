@@ -102,12 +102,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   if (loaded.weights) {
     info->backend_name = "CPU";
     if (policy.backend) {
-      RunNeeds needs;
-      needs.model = loaded.weights.get();
-      needs.k_format = config.k_format;
-      needs.v_format = config.v_format;
-      needs.eviction = config.token_eviction.policy.kind != EvictionKind::kNone;
-      needs.mla = config.mla != nullptr;
+      const RunNeeds needs = run_needs(config, loaded.weights.get());
       std::shared_ptr<std::unique_ptr<Backend>> chosen;
       try {
         chosen = std::make_shared<std::unique_ptr<Backend>>(make_backend(

@@ -5,9 +5,20 @@
 
 #include "engine/common/error.h"
 #include "engine/model/checkpoint.h"
+#include "engine/sched/sim_config.h"
 #include "kernels/backend/cuda_backend.h"
 
 namespace kvscope {
+
+RunNeeds run_needs(const SimConfig& config, const Model* model) {
+  RunNeeds needs;
+  needs.model = model;
+  needs.k_format = config.k_format;
+  needs.v_format = config.v_format;
+  needs.eviction = config.token_eviction.policy.kind != EvictionKind::kNone;
+  needs.mla = config.mla != nullptr;
+  return needs;
+}
 
 std::string cuda_gap(const RunNeeds& needs) {
   if (needs.model != nullptr && needs.model->native() != nullptr)

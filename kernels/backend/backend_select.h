@@ -11,6 +11,7 @@
 namespace kvscope {
 
 class Model;
+struct SimConfig;
 
 // What a run asks of the forward pass, for --backend auto to decide whether the CUDA backend
 // covers it.
@@ -21,6 +22,9 @@ struct RunNeeds {
   bool mla = false;
   std::string other;  // anything else not covered, in words ("" when none)
 };
+
+// What a Simulator run with `config` on `model` asks of the forward pass.
+RunNeeds run_needs(const SimConfig& config, const Model* model);
 
 // What of `needs` the CUDA backend does not cover yet ("" when it covers all of it).
 std::string cuda_gap(const RunNeeds& needs);
