@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "app/core/headless.h"
 #include "app/core/quality_cache.h"
@@ -50,7 +51,20 @@ std::shared_ptr<QualitySweep> run_job() {
     job.wait();
     EXPECT_EQ(job.steps_done(), job.total_steps());
     EXPECT_EQ(job.total_steps(), 1 + sweep_num_variants(model().model->config()));
-    return job.take();
+    std::shared_ptr<QualitySweep> out = job.take();
+    // A finished sweep is written to the disk cache under its key.
+    const std::string key = sweep_cache_key(model().model->source(), eval_text(), kTestTokens, 16,
+                                            sweep_variants_text(model().model->config(), 16));
+    const std::string path = sweep_cache_path(job_cache_dir(), key);
+    EXPECT_EQ(out->cache_note, "cached in " + path);
+    std::string why;
+    const std::optional<QualitySweep> back = load_sweep_cache(path, key, &why);
+    EXPECT_TRUE(back.has_value()) << why;
+    if (back) {
+      EXPECT_EQ(back->points.size(), out->points.size());
+    }
+    std::filesystem::remove_all(job_cache_dir());
+    return out;
   }();
   return sweep;
 }
@@ -291,56 +305,73 @@ TEST(QualitySweepCsv, RefusesBadFilesNamingLineColumnAndValue) {
 
 // The panel draws the computed sweep merged with an eviction CSV: one series per family with
 // labels, hovered all over, for several frames, without ImGui errors, and keeps every point.
-// The disk cache: the finished sweep was written under its key; a second job on the same inputs
-// reads it back (no step computed, every number equal); another key, a torn file and a missing
-// one are each refused with a reason, and an unreadable model file gives no key at all.
-TEST(QualitySweepCache, ASecondJobReadsTheFinishedSweepBack) {
-  const std::shared_ptr<QualitySweep> computed = run_job();
-  ASSERT_NE(computed, nullptr);
-  ASSERT_TRUE(computed->error.empty()) << computed->error;
-  EXPECT_FALSE(computed->from_cache);
+// The disk cache, without computing a sweep (the job test above computes one and checks it was
+// written): a sweep saved under the key the job derives is what a job on those inputs reads back
+// (no step computed, every number equal); another key, a torn file and a missing one are each
+// refused with a reason, and an unreadable model file gives no key at all.
+TEST(QualitySweepCache, AJobOnTheSameInputsReadsTheSavedSweepBack) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvscope_quality_cache_read_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
   const std::string key = sweep_cache_key(model().model->source(), eval_text(), kTestTokens, 16,
                                           sweep_variants_text(model().model->config(), 16));
   ASSERT_FALSE(key.empty());
-  const std::string path = sweep_cache_path(job_cache_dir(), key);
-  EXPECT_EQ(computed->cache_note, "cached in " + path);
-  ASSERT_TRUE(std::filesystem::exists(path));
+  const std::string path = sweep_cache_path(dir.string(), key);
+  QualitySweep saved;
+  saved.model = model().model->source();
+  saved.source = eval_text();
+  saved.positions = 611;
+  saved.windows = 2;
+  saved.reference_bytes_per_token = 1.0 / 3.0;  // a double that needs every digit
+  for (int i = 0; i < 3; ++i) {
+    QualityPoint p;
+    p.family = static_cast<QualityFamily>(i);
+    p.series = i == 0 ? "KV formats" : (i == 1 ? "MLA-A" : "h2o compact=always");
+    p.label = "point " + std::to_string(i);
+    p.bytes_per_token = 100.0 / (i + 3);
+    p.report.kl_mean = 1e-7 * (i + 1) / 7.0;
+    p.report.ppl_variant = 19.8 + i / 9.0;
+    p.report.ppl_reference = 19.8;
+    p.report.top1_agreement = 0.9 - i / 11.0;
+    saved.points.push_back(p);
+  }
+  save_sweep_cache(path, key, saved);
 
-  QualityJob again;
-  again.start(model().model, model().tokenizer, eval_text(), kTestTokens, 16, job_cache_dir());
-  again.wait();
-  const std::shared_ptr<QualitySweep> cached = again.take();
+  QualityJob job;
+  job.start(model().model, model().tokenizer, eval_text(), kTestTokens, 16, dir.string());
+  job.wait();
+  const std::shared_ptr<QualitySweep> cached = job.take();
   ASSERT_NE(cached, nullptr);
   EXPECT_TRUE(cached->from_cache);
   EXPECT_EQ(cached->cache_note, "from the disk cache " + path);
-  EXPECT_EQ(again.steps_done(), again.total_steps());
-  EXPECT_EQ(cached->positions, computed->positions);
-  EXPECT_EQ(cached->windows, computed->windows);
-  EXPECT_EQ(cached->reference_bytes_per_token, computed->reference_bytes_per_token);
-  ASSERT_EQ(cached->points.size(), computed->points.size());
-  for (std::size_t i = 0; i < computed->points.size(); ++i) {
-    const QualityPoint &a = cached->points[i], &b = computed->points[i];
+  EXPECT_EQ(job.steps_done(), job.total_steps());
+  EXPECT_EQ(cached->positions, 611);
+  EXPECT_EQ(cached->windows, 2);
+  EXPECT_EQ(cached->reference_bytes_per_token, saved.reference_bytes_per_token);
+  ASSERT_EQ(cached->points.size(), saved.points.size());
+  for (std::size_t i = 0; i < saved.points.size(); ++i) {
+    const QualityPoint &a = cached->points[i], &b = saved.points[i];
     EXPECT_EQ(a.family, b.family) << i;
     EXPECT_EQ(a.series + " " + a.label, b.series + " " + b.label) << i;
     EXPECT_EQ(a.bytes_per_token, b.bytes_per_token) << i;
-    EXPECT_EQ(a.report.kl_mean, b.report.kl_mean) << b.label;
-    EXPECT_EQ(a.report.ppl_variant, b.report.ppl_variant) << b.label;
-    EXPECT_EQ(a.report.ppl_reference, b.report.ppl_reference) << b.label;
-    EXPECT_EQ(a.report.top1_agreement, b.report.top1_agreement) << b.label;
+    EXPECT_EQ(a.report.kl_mean, b.report.kl_mean) << i;
+    EXPECT_EQ(a.report.ppl_variant, b.report.ppl_variant) << i;
+    EXPECT_EQ(a.report.top1_agreement, b.report.top1_agreement) << i;
   }
 
   std::string why;
   EXPECT_FALSE(load_sweep_cache(path, key + "x", &why));
   EXPECT_EQ(why, path + ": holds another sweep's key");
-  const std::string torn = job_cache_dir() + "/torn.json";
+  const std::string torn = (dir / "torn.json").string();
   std::ofstream(torn) << "{\"key\": \"";
   EXPECT_FALSE(load_sweep_cache(torn, key, &why));
   EXPECT_EQ(why.rfind(torn + ": unreadable (", 0), 0u) << why;
-  EXPECT_FALSE(load_sweep_cache(job_cache_dir() + "/none.json", key, &why));
-  EXPECT_EQ(why, job_cache_dir() + "/none.json: not cached yet");
+  const std::string none = (dir / "none.json").string();
+  EXPECT_FALSE(load_sweep_cache(none, key, &why));
+  EXPECT_EQ(why, none + ": not cached yet");
   EXPECT_EQ(sweep_cache_key("/nonexistent/model.bin", eval_text(), kTestTokens, 16, "x"), "");
   EXPECT_NE(sweep_cache_path("d", key), sweep_cache_path("d", key + " "));
-  std::filesystem::remove_all(job_cache_dir());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(QualityPanel, DrawsEveryFamilyOfAComputedAndLoadedSweep) {
