@@ -42,22 +42,29 @@ void QualityJob::start(std::shared_ptr<const Model> model,
   worker_ = std::thread([this, model = std::move(model), tokenizer = std::move(tokenizer),
                          text_path = std::move(text_path), max_tokens, block_size,
                          cache_dir = std::move(cache_dir), reuse] {
-    // The disk cache: the same inputs give the same sweep.
-    std::string key, cache_path, why;
+    // Hands the finished sweep to take() and ends the job.
+    const auto publish = [this](std::shared_ptr<QualitySweep> done) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_ = std::move(done);
+      }
+      busy_ = false;
+    };
+    // The disk cache: the same inputs give the same sweep. A file that does not load (missing,
+    // torn, another key) is recomputed and rewritten.
+    std::string key, cache_path;
     if (!cache_dir.empty() && model && !model->is_random_weights()) {
       key = sweep_cache_key(model->source(), text_path, max_tokens, block_size,
                             sweep_variants_text(model->config(), block_size));
       if (!key.empty()) cache_path = sweep_cache_path(cache_dir, key);
     }
     if (!cache_path.empty() && reuse) {
-      if (std::optional<QualitySweep> cached = load_sweep_cache(cache_path, key, &why)) {
+      if (std::optional<QualitySweep> cached = load_sweep_cache(cache_path, key, nullptr)) {
         auto sweep = std::make_shared<QualitySweep>(std::move(*cached));
         sweep->from_cache = true;
         sweep->cache_note = "from the disk cache " + cache_path;
         steps_done_ = total_steps_.load();
-        std::lock_guard<std::mutex> lock(mutex_);
-        done_ = std::move(sweep);
-        busy_ = false;
+        publish(std::move(sweep));
         return;
       }
     }
@@ -125,11 +132,7 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         sweep->cache_note = std::string("not cached: ") + e.what();
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = std::move(sweep);
-    }
-    busy_ = false;
+    publish(std::move(sweep));
   });
 }
 

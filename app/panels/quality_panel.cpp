@@ -129,32 +129,14 @@ void QualityPanel::draw(AppState& state) {
     ImGui::PopTextWrapPos();
     if (ImGui::IsItemHovered()) {
       ImGui::BeginTooltip();
-      ImGui::Text("%ld scored tokens (%d windows of %s), block %d, vs the fp32 cache",
-                  sweep_->positions, sweep_->windows, filename(sweep_->source).c_str(),
-                  sweep_->block_size);
-      ImGui::TextDisabled(
-          "x: KV bytes per token of context; eviction: each window's peak block bytes / its "
-          "tokens");
+      draw_setup_lines(/*wrap=*/false);
       ImGui::EndTooltip();
     }
     draw_plots(state);
     return;
   }
   if (sweep_) {
-    ImGui::PushTextWrapPos(0.0f);
-    if (!sweep_->source.empty())
-      ImGui::TextDisabled("%s, %ld scored tokens (%d windows of %s), block %d, vs the fp32 cache",
-                          filename(sweep_->model).c_str(), sweep_->positions, sweep_->windows,
-                          filename(sweep_->source).c_str(), sweep_->block_size);
-    if (!sweep_->loaded.empty()) {
-      std::string names;
-      for (const std::string& p : sweep_->loaded) names += (names.empty() ? "" : ", ") + p;
-      ImGui::TextDisabled("loaded from %s (each with its own eval setup)", names.c_str());
-    }
-    ImGui::TextDisabled(
-        "x: KV bytes per token of context; eviction: each window's peak block bytes / its tokens");
-    if (!sweep_->cache_note.empty()) ImGui::TextDisabled("%s", sweep_->cache_note.c_str());
-    ImGui::PopTextWrapPos();
+    draw_setup_lines(/*wrap=*/true);
     if (sweep_->from_cache && can_run) {
       if (ImGui::Button("Recompute")) {
         recompute_ = true;
@@ -189,6 +171,23 @@ void QualityPanel::draw(AppState& state) {
     }
   }
   if (sweep_) draw_plots(state);
+}
+
+void QualityPanel::draw_setup_lines(bool wrap) const {
+  if (wrap) ImGui::PushTextWrapPos(0.0f);
+  if (!sweep_->source.empty())
+    ImGui::TextDisabled("%s, %ld scored tokens (%d windows of %s), block %d, vs the fp32 cache",
+                        filename(sweep_->model).c_str(), sweep_->positions, sweep_->windows,
+                        filename(sweep_->source).c_str(), sweep_->block_size);
+  if (!sweep_->loaded.empty()) {
+    std::string names;
+    for (const std::string& p : sweep_->loaded) names += (names.empty() ? "" : ", ") + p;
+    ImGui::TextDisabled("loaded from %s (each with its own eval setup)", names.c_str());
+  }
+  ImGui::TextDisabled(
+      "x: KV bytes per token of context; eviction: each window's peak block bytes / its tokens");
+  if (!sweep_->cache_note.empty()) ImGui::TextDisabled("%s", sweep_->cache_note.c_str());
+  if (wrap) ImGui::PopTextWrapPos();
 }
 
 void QualityPanel::draw_plots(AppState& state) {

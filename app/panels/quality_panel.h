@@ -36,6 +36,9 @@ class QualityPanel final : public Panel {
 
  private:
   void draw_plots(AppState& state);
+  // The sweep's setup: model, tokens, windows, text and block; loaded CSVs; the memory axis; the
+  // disk cache. Wrapped at the panel's edge when `wrap` (not in a tooltip).
+  void draw_setup_lines(bool wrap) const;
 
   QualityJob job_;
   std::shared_ptr<const QualitySweep> sweep_;

@@ -91,8 +91,16 @@ void badge(const char* text, ImU32 color) {
   ImGui::Dummy(ImVec2(ts.x + 2 * pad.x, frame_h));
 }
 
+namespace {
+
+float default_swatch_size() {
+  return ImGui::GetTextLineHeight() * 0.8f;
+}
+
+}  // namespace
+
 void swatch(ImU32 color, float size) {
-  if (size <= 0.0f) size = ImGui::GetTextLineHeight() * 0.8f;
+  if (size <= 0.0f) size = default_swatch_size();
   const ImVec2 pos = ImGui::GetCursorScreenPos();
   const float dy = (ImGui::GetTextLineHeight() - size) * 0.5f;
   ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(pos.x, pos.y + dy),
@@ -118,7 +126,7 @@ float labeled_width(float frame_width, const char* label) {
 }
 
 float swatch_label_width(const char* label) {
-  return ImGui::GetTextLineHeight() * 0.8f + 4.0f + ImGui::CalcTextSize(label).x;
+  return default_swatch_size() + 4.0f + ImGui::CalcTextSize(label).x;
 }
 
 void stat(const char* label, const std::string& value, bool flow) {
