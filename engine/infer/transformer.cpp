@@ -132,7 +132,7 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   }
   reserve(tokens.size(), wanted);
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
-  auto row = [](std::vector<float>& buf, long width, int t) { return buf.data() + t * width; };
+  auto row = [](AlignedVector<float>& buf, long width, int t) { return buf.data() + t * width; };
 
   // Token embeddings.
   for (int t = 0; t < m; ++t) {

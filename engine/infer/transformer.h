@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/common/aligned_vector.h"
 #include "engine/model/checkpoint.h"
 
 namespace kvscope {
@@ -60,19 +61,21 @@ class Transformer {
 
   std::shared_ptr<const Model> model_;
   Backend& backend_;
-  // Activations for up to capacity_ tokens, one row per token (grown on demand, then reused).
+  // Activations for up to capacity_ tokens, one row per token (grown on demand, then reused;
+  // cache-line aligned, so every row starts on a line when its width is a multiple of 16 floats,
+  // as all of SmolLM2's are).
   std::size_t capacity_ = 0, logit_capacity_ = 0;
-  std::vector<float> x_;       // [m][dim] residual stream
-  std::vector<float> xn_;      // [m][dim] normed input of a block
-  std::vector<float> q_;       // [m][q_dim]
-  std::vector<float> k_;       // [m][kv_dim]
-  std::vector<float> v_;       // [m][kv_dim]
-  std::vector<float> att_;     // [m][q_dim] attention output
-  std::vector<float> proj_;    // [m][dim] output / down projection
-  std::vector<float> hb_;      // [m][hidden]
-  std::vector<float> hb2_;     // [m][hidden]
-  std::vector<float> last_;    // [k][dim] normed final states of the tokens that want logits
-  std::vector<float> logits_;  // [k][vocab]
+  AlignedVector<float> x_;       // [m][dim] residual stream
+  AlignedVector<float> xn_;      // [m][dim] normed input of a block
+  AlignedVector<float> q_;       // [m][q_dim]
+  AlignedVector<float> k_;       // [m][kv_dim]
+  AlignedVector<float> v_;       // [m][kv_dim]
+  AlignedVector<float> att_;     // [m][q_dim] attention output
+  AlignedVector<float> proj_;    // [m][dim] output / down projection
+  AlignedVector<float> hb_;      // [m][hidden]
+  AlignedVector<float> hb2_;     // [m][hidden]
+  AlignedVector<float> last_;    // [k][dim] normed final states of the tokens that want logits
+  AlignedVector<float> logits_;  // [k][vocab]
 };
 
 // Bytes of weights one decoded token reads: every layer's projections and FFN and the classifier,

@@ -31,10 +31,11 @@ bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
 TEST(MatmulBatch, EveryElementIsWhatMatmulGivesForItsRow) {
   for (int threads : {1, 2}) {
     auto backend = make_cpu_backend(threads);
-    // Widths that are and are not multiples of the vector width; row counts big enough to split
-    // over threads.
-    for (int n : {7, 64, 288, 577}) {
-      for (int m : {1, 2, 3, 16}) {
+    // Widths that are and are not multiples of the vector width, with inputs grouped by 8 (up
+    // to 768 floats) and by 4 (wider); input counts that leave groups of 4 and single rows; row
+    // counts big enough to split over threads and into several row blocks.
+    for (int n : {7, 64, 288, 577, 1000}) {
+      for (int m : {1, 2, 3, 13, 16}) {
         const int d1 = 300, d2 = 41;
         const auto w1 = random_floats(static_cast<std::size_t>(d1) * n, 1);
         const auto w2 = random_floats(static_cast<std::size_t>(d2) * n, 2);

@@ -1,4 +1,4 @@
-// See row_dot.h. The two functions must stay in step: same chunking, same accumulator updates,
+// See row_dot.h. The three functions must stay in step: same chunking, same accumulator updates,
 // same reduction, same tail (tests/infer/forward_step_test.cpp, MatmulBatch, checks it bitwise).
 #include "engine/backend/cpu/row_dot.h"
 
@@ -63,6 +63,22 @@ void row_dot4(const float* w, const float* x, long stride, int n, float out[4]) 
   out[1] = tail(w, x1, j, n, reduce(a1, b1));
   out[2] = tail(w, x2, j, n, reduce(a2, b2));
   out[3] = tail(w, x3, j, n, reduce(a3, b3));
+}
+
+void row_dot8(const float* w, const float* x, long stride, int n, float out[8]) {
+  const float* xs[8];
+  for (int t = 0; t < 8; ++t) xs[t] = x + t * stride;
+  v8 a[8] = {}, b[8] = {};
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const v8 lo = load8(w + j), hi = load8(w + j + 8);
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      a[t] += lo * load8(xs[t] + j);
+      b[t] += hi * load8(xs[t] + j + 8);
+    }
+  }
+  for (int t = 0; t < 8; ++t) out[t] = tail(w, xs[t], j, n, reduce(a[t], b[t]));
 }
 
 }  // namespace kvscope::cpu
