@@ -21,7 +21,8 @@ commands:
   run        run a scenario (continuous batching on the real model); writes a recording,
              a Chrome trace, per-step metrics and a report (report.md, report.json, PNGs)
   trace      replay request traces (mooncake) and import KV-cache event logs (kv-events)
-  bench      benchmarks: generate (decode tokens/s), alloc (block allocator ops/s), quant
+  bench      benchmarks: generate (decode and prefill tokens/s), weights, kv, alloc, quant, mla,
+             batch (sequences per step), attention (CUDA decode attention)
   eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
   memwall    the context or batch whose KV cache fits beside the weights on 1..8 GPUs
   tokenize   the token ids and pieces of a text under a model's tokenizer (--json)
