@@ -2,9 +2,14 @@
 // definitions: round to nearest even, saturate at the largest finite value.
 #include "engine/quant/float_formats.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 namespace kvscope::quant {
 namespace {
@@ -129,6 +134,30 @@ std::uint16_t f32_to_bf16(float x) {
 
 float bf16_to_f32(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+void f16_row_to_f32(const std::byte* src, float* dst, int n) {
+  int i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    __m128i h;
+    std::memcpy(&h, src + 2 * i, sizeof h);
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, src + 2 * i, sizeof h);
+    dst[i] = f16_to_f32(h);
+  }
+}
+
+void bf16_row_to_f32(const std::byte* src, float* dst, int n) {
+  for (int i = 0; i < n; ++i) {
+    std::uint16_t b;
+    std::memcpy(&b, src + 2 * i, sizeof b);
+    dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+  }
 }
 
 std::uint8_t f32_to_e4m3(float x) {

@@ -223,10 +223,10 @@ const float* TileReader::head(int slot, int kvh, float* tmp) const {
     case KvDtype::kF32:
       return reinterpret_cast<const float*>(codes) + c0;
     case KvDtype::kF16:
-      for (int i = 0; i < hd; ++i) tmp[i] = f16_to_f32(load_u16(codes + 2 * (c0 + i)));
+      f16_row_to_f32(codes + 2 * c0, tmp, hd);
       return tmp;
     case KvDtype::kBF16:
-      for (int i = 0; i < hd; ++i) tmp[i] = bf16_to_f32(load_u16(codes + 2 * (c0 + i)));
+      bf16_row_to_f32(codes + 2 * c0, tmp, hd);
       return tmp;
     case KvDtype::kFp8E4M3:
     case KvDtype::kFp8E5M2: {

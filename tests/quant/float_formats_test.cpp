@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <random>
+#include <vector>
 
 namespace kvscope::quant {
 namespace {
@@ -97,6 +101,37 @@ TEST(NarrowFloats, RandomRelativeErrorWithinHalfAnUlpAndNeverNaN) {
     ASSERT_TRUE(std::isfinite(bf16_to_f32(f32_to_bf16(x))));
     ASSERT_TRUE(std::isfinite(e4m3_to_f32(f32_to_e4m3(x))));
     ASSERT_TRUE(std::isfinite(e5m2_to_f32(f32_to_e5m2(x))));
+  }
+}
+
+// The row decoders (F16C on this build when the CPU has it) give the scalar decoder's floats bit
+// for bit, for every code, at every alignment and for lengths that leave a scalar tail.
+TEST(NarrowFloats, RowDecodersEqualTheScalarOnesForEveryCode) {
+  std::vector<std::byte> codes(2 * 65536 + 2);
+  for (int offset : {0, 1, 2}) {
+    for (std::uint32_t c = 0; c < 65536; ++c) {
+      const auto h = static_cast<std::uint16_t>(c);
+      std::memcpy(codes.data() + offset + 2 * c, &h, 2);
+    }
+    for (int n : {65536, 13, 7}) {
+      std::vector<float> f16(static_cast<std::size_t>(n)), bf16(static_cast<std::size_t>(n));
+      f16_row_to_f32(codes.data() + offset, f16.data(), n);
+      bf16_row_to_f32(codes.data() + offset, bf16.data(), n);
+      for (int c = 0; c < n; ++c) {
+        const auto h = static_cast<std::uint16_t>(c);
+        const float want16 = f16_to_f32(h), wantb = bf16_to_f32(h);
+        if (std::isnan(want16)) {
+          EXPECT_TRUE(std::isnan(f16[static_cast<std::size_t>(c)])) << "fp16 code " << c;
+        } else {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(f16[static_cast<std::size_t>(c)]),
+                    std::bit_cast<std::uint32_t>(want16))
+              << "fp16 code " << c << " offset " << offset;
+        }
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(bf16[static_cast<std::size_t>(c)]),
+                  std::bit_cast<std::uint32_t>(wantb))
+            << "bf16 code " << c << " offset " << offset;
+      }
+    }
   }
 }
 
