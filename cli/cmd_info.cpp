@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/info_measure.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
 #include "engine/infer/transformer.h"
@@ -15,19 +16,52 @@
 
 namespace kvscope::cli {
 
+namespace {
+
+constexpr const char* kInfoHelp =
+    R"(usage: kvscope info [--model PATH|NAME|synthetic:SPEC] [--weight-format native|f32]
+prints the model's shape, how its weights are held and read, and its KV bytes per token per
+format; synthetic models are described without allocating their weights.
+
+measured memory vs context (runs the model; a few minutes for SmolLM2 at 8K):
+  --measure LIST     context lengths, e.g. 2048,4096,8192: for each, one sequence of that many
+                     tokens runs through the model into a paged pool sized for it; prints the
+                     formula's bytes, the allocator's (blocks x block bytes) and the pool's pages
+                     the OS backs (mincore), and the same shape as MHA; writes
+                     DIR/memory_measured.csv and DIR/memory_vs_context.png
+  --kv-dtype F       K and V format (default fp16)
+  --block-size B     tokens per block (default 16)
+  --text FILE        the text run (default assets/text/eval_stories.txt, repeated as needed;
+                     models without a tokenizer run fixed pseudo-random token ids)
+  --threads N        CPU threads (default: all cores)
+  --out DIR          where the CSV and the PNG go (default reports/memory)
+  --json             print the points as JSON
+)";
+
+}  // namespace
+
 int cmd_info(const Argv& argv) {
-  Args args(argv, {"--model", "--weight-format"}, {"--help"});
+  Args args(argv,
+            {"--model", "--weight-format", "--measure", "--kv-dtype", "--block-size", "--text",
+             "--threads", "--out"},
+            {"--help", "--json"});
   if (args.has("--help")) {
-    std::fputs(
-        "usage: kvscope info [--model PATH|NAME|synthetic:SPEC] [--weight-format native|f32]\n"
-        "prints the model's shape, how its weights are held and read, and its KV bytes per\n"
-        "token per format; synthetic models are described without allocating their weights.\n",
-        stdout);
+    std::fputs(kInfoHelp, stdout);
     return 0;
   }
   if (!args.positional().empty())
     throw Error(args.positional()[0], "unexpected argument; see --help");
   const std::string arg = args.get("--model");
+  if (args.has("--measure")) {
+    return run_info_measure(
+        args,
+        load_model(arg, "", WeightStorage::kMapped,
+                   parse_weight_format(args.get("--weight-format", "native"), "--weight-format")));
+  }
+  for (const char* flag :
+       {"--kv-dtype", "--block-size", "--text", "--threads", "--out", "--json"}) {
+    if (args.has(flag)) throw Error(flag, "expected --measure with it (see --help)");
+  }
   const bool random = is_synthetic_model_arg(arg);
   std::string source;
   // Synthetic shapes are described without allocating their weights; real weights are loaded

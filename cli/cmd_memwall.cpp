@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/format.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
 #include "engine/report/memory_wall_report.h"
@@ -97,9 +98,7 @@ int cmd_memwall(const Argv& argv) {
   std::fputs(memory_wall_text(spec, wall).c_str(), stdout);
   if (args.has("--out")) {
     const std::string dir = args.get("--out");
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw Error(dir, "cannot create the output directory: " + ec.message());
+    checked_out_dir(dir);
     const std::string path = dir + "/memwall.png";
     std::string command = "kvscope memwall";
     for (const std::string& a : argv) command += " " + a;

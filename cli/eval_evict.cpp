@@ -206,13 +206,6 @@ void write_evict_csv(const std::string& path,
   });
 }
 
-std::filesystem::path checked_out_dir(const std::string& out_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
-  return out_dir;
-}
-
 }  // namespace
 
 int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,

@@ -8,7 +8,16 @@
 #include <cstdio>
 #include <utility>
 
+#include "engine/common/error.h"
+
 namespace kvscope::cli {
+
+std::filesystem::path checked_out_dir(const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
+  return out_dir;
+}
 
 std::string with_commas(std::int64_t value) {
   std::string digits = std::to_string(value < 0 ? -value : value);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace kvscope::cli {
@@ -12,6 +13,9 @@ std::string with_commas(std::int64_t value);
 std::string human_bytes(double bytes);
 // "97% on huge pages" for a fraction in [0, 1]; "huge pages: unknown" when negative.
 std::string huge_page_text(double fraction);
+
+// Creates the --out directory (and its parents); throws kvscope::Error naming it when that fails.
+std::filesystem::path checked_out_dir(const std::string& out_dir);
 
 // A one-line progress bar on stderr for one task, "label [####......]  42% (done/total)", drawn
 // only when stderr is a terminal (logs and pipes stay clean) and erased when it goes out of

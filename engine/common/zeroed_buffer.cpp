@@ -3,6 +3,7 @@
 #include "engine/common/zeroed_buffer.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <new>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kvscope {
 
@@ -67,6 +69,21 @@ long ZeroedBuffer::huge_page_bytes() const {
       return std::strtol(line.c_str() + 14, nullptr, 10) * 1024;
   }
   return -1;
+}
+
+long ZeroedBuffer::resident_bytes() const {
+  if (data_ == nullptr) return 0;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (page <= 0) return -1;
+  const auto upage = static_cast<std::uintptr_t>(page);
+  // mincore wants a page-aligned start; heap buffers (AddressSanitizer) may not begin on one.
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(data_) / upage * upage;
+  const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(data_) + size_;
+  std::vector<unsigned char> vec((hi - lo + upage - 1) / upage);
+  if (::mincore(reinterpret_cast<void*>(lo), hi - lo, vec.data()) != 0) return -1;
+  long pages = 0;
+  for (unsigned char v : vec) pages += v & 1;
+  return pages * page;
 }
 
 ZeroedBuffer::~ZeroedBuffer() {

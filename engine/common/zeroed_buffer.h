@@ -23,6 +23,10 @@ class ZeroedBuffer {
   // Bytes of the buffer the kernel currently backs with huge pages (from /proc/self/smaps;
   // -1 when that cannot be read).
   long huge_page_bytes() const;
+  // Bytes of the buffer's pages the kernel currently backs with memory (mincore over the whole
+  // mapping, in whole pages; -1 when that cannot be asked). Untouched pages of a mapping are not
+  // backed; under AddressSanitizer the buffer is heap memory, which calloc may have touched.
+  long resident_bytes() const;
 
  private:
   void release();

@@ -108,6 +108,9 @@ class KvStorage {
   const KvLayout& layout() const { return layout_; }
   // Bytes of the block tiles (staging excluded).
   std::size_t total_bytes() const { return total_bytes_; }
+  // Bytes of the pool's memory the operating system backs now (ZeroedBuffer::resident_bytes: whole
+  // pages, the mapping's tail past the tiles included; -1 when it cannot be asked).
+  long resident_bytes() const { return data_.resident_bytes(); }
   // Unique within the process (never reused, unlike an address): a backend that keeps the pool in
   // its own memory (the CUDA backends) keys its copy by it.
   std::uint64_t id() const { return id_; }

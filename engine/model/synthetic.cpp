@@ -157,6 +157,8 @@ SyntheticSpec parse_synthetic_spec(const std::string& spec_text) {
   if (c.head_dim() % 2 != 0) {
     fail_expected(where, "an even head size for RoPE", std::to_string(c.head_dim()));
   }
+  // A preset with overrides is not the preset: its name says what was changed.
+  if (spec.name != "custom" && parts.size() > first_kv) spec.name = spec_text;
   return spec;
 }
 

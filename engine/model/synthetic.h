@@ -12,7 +12,8 @@
 namespace kvscope {
 
 struct SyntheticSpec {
-  std::string name;  // preset name or "custom"
+  std::string name;  // preset name ("smollm2-135m"; with its overrides: "smollm2-135m,kv_heads=9")
+                     // or "custom"
   ModelConfig config;
   std::uint64_t seed = 1;
 };

@@ -1,0 +1,241 @@
+// kvscope info --measure: the KV memory of one sequence at each context, measured on the real
+// engine (engine/analysis/kv_memory_probe.h) beside the formula, with a CSV and a PNG.
+#include "cli/info_measure.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/format.h"
+#include "engine/analysis/kv_memory_probe.h"
+#include "engine/analysis/memory_math.h"
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/common/text_lines.h"
+#include "engine/report/png_plot.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+std::string default_measure_text() {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
+}
+
+// The text's tokens (BOS first), repeated until there are `needed`; `repeats` says how many
+// copies it took. The bytes a token's K and V take do not depend on what the token is.
+std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& path, int needed,
+                             int* repeats) {
+  const std::vector<int> one = tokenizer.encode(
+      read_text_file(path, "cannot open the text file (--text)"), /*bos=*/true, /*eos=*/false);
+  if (one.size() < 2) throw Error(path, "expected a text of at least one token, got none");
+  std::vector<int> tokens;
+  *repeats = 0;
+  while (static_cast<int>(tokens.size()) < needed) {
+    tokens.insert(tokens.end(), one.begin(), one.end());
+    ++*repeats;
+  }
+  tokens.resize(static_cast<std::size_t>(needed));
+  return tokens;
+}
+
+// "45.00 MiB", or "320.0 KiB" below a MiB.
+std::string mib(double bytes) {
+  char buf[32];
+  if (bytes < 1024.0 * 1024.0)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+// A difference in bytes, exact: "+0", "+61,440".
+std::string signed_bytes(double bytes) {
+  const auto b = static_cast<std::int64_t>(bytes);
+  return (b >= 0 ? "+" : "-") + with_commas(b >= 0 ? b : -b);
+}
+
+void write_csv(const std::string& path, const ModelConfig& c, const std::string& model, bool random,
+               const KvMemoryProbeOptions& o, double mha_per_token,
+               const std::vector<KvMemoryPoint>& points) {
+  write_file_atomically(path, [&](std::ostream& out) {
+    out << "model,random_weights,k_format,v_format,block_size,layers,kv_heads,head_dim,tokens,"
+           "formula_bytes,exact_bytes,blocks,allocated_bytes,pool_bytes,resident_bytes,"
+           "mha_formula_bytes,seconds\n";
+    for (const KvMemoryPoint& p : points) {
+      std::ostringstream row;
+      row.precision(17);
+      row << model << ',' << (random ? 1 : 0) << ',' << o.k_format.name() << ','
+          << o.v_format.name() << ',' << o.block_size << ',' << c.n_layers << ',' << c.n_kv_heads
+          << ',' << c.head_dim() << ',' << p.tokens << ',' << p.formula_bytes << ','
+          << p.exact_bytes << ',' << p.blocks << ',' << p.allocated_bytes << ',' << p.pool_bytes
+          << ',' << p.resident_bytes << ',' << mha_per_token * p.tokens << ',' << p.seconds << '\n';
+      out << row.str();
+    }
+  });
+}
+
+void write_png(const std::string& path, const ModelConfig& c, const std::string& name, bool random,
+               const KvMemoryProbeOptions& o, double formula_per_token, double mha_per_token,
+               const std::vector<KvMemoryPoint>& points, const std::string& command) {
+  PlotSpec spec;
+  spec.title = "KV cache vs context, " + name + (random ? " [random weights]" : "");
+  spec.x_label = "context (tokens)";
+  spec.y_label = "KV bytes (MiB)";
+  spec.log_x = true;
+  spec.log_y = true;
+  const double lo = points.front().tokens, hi = points.back().tokens;
+  auto line = [&](const std::string& label, double per_token) {
+    PlotSeries s;
+    s.label = label;
+    s.x = {lo, hi};
+    s.y = {per_token * lo / (1024.0 * 1024.0), per_token * hi / (1024.0 * 1024.0)};
+    spec.series.push_back(s);
+  };
+  const char* kind = c.n_kv_heads == c.n_heads ? "MHA" : (c.n_kv_heads == 1 ? "MQA" : "GQA");
+  line("formula, " + std::string(kind) + " " + std::to_string(c.n_kv_heads) + " KV heads",
+       formula_per_token);
+  if (c.n_kv_heads != c.n_heads)
+    line("formula, same shape as MHA (" + std::to_string(c.n_heads) + " KV heads)", mha_per_token);
+  PlotSeries allocated, resident;
+  allocated.label = "allocator: blocks x block bytes";
+  resident.label = "OS: resident pages of the pool";
+  for (PlotSeries* s : {&allocated, &resident}) {
+    s->line = false;
+    s->markers = true;
+  }
+  for (const KvMemoryPoint& p : points) {
+    allocated.x.push_back(p.tokens);
+    allocated.y.push_back(p.allocated_bytes / (1024.0 * 1024.0));
+    if (p.resident_bytes >= 0) {
+      resident.x.push_back(p.tokens);
+      resident.y.push_back(static_cast<double>(p.resident_bytes) / (1024.0 * 1024.0));
+    }
+  }
+  spec.series.push_back(allocated);
+  if (!resident.x.empty()) spec.series.push_back(resident);
+  spec.footnote =
+      command + " (" + o.k_format.name() + ", block " + std::to_string(o.block_size) + ")";
+  write_png_plot(spec, path);
+}
+
+}  // namespace
+
+int run_info_measure(const Args& args, const LoadedModel& loaded) {
+  const Model& model = *loaded.model;
+  const ModelConfig& c = model.config();
+  // Contexts past the trained one run (RoPE has no limit) but say so: the model never saw them.
+  const std::vector<int> contexts =
+      parse_int_list(args.get("--measure"), "--measure", 1, 1 << 20, "context lengths in tokens");
+  std::vector<int> sorted = contexts;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  KvMemoryProbeOptions o;
+  o.block_size = args.get_int("--block-size", 16);
+  if (o.block_size < 1 || o.block_size > 256)
+    fail_expected("--block-size", "an integer in [1, 256]", std::to_string(o.block_size));
+  o.k_format = o.v_format = parse_kv_format(args.get("--kv-dtype", "fp16"), "--kv-dtype");
+  o.k_format.validate(o.block_size, c.n_kv_heads, c.head_dim(), "--kv-dtype");
+  int threads = args.get_int("--threads", 0);
+  if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
+  if (threads == 0) threads = omp_get_num_procs();
+  const std::string out_dir = args.get("--out", "reports/memory");
+  const bool json = args.has("--json");
+
+  const int longest = sorted.back();
+  std::string source;
+  std::vector<int> tokens;
+  if (loaded.tokenizer) {
+    const std::string path = args.get("--text", default_measure_text());
+    int repeats = 0;
+    tokens = text_tokens(*loaded.tokenizer, path, longest, &repeats);
+    source = path + (repeats > 1 ? " (repeated " + std::to_string(repeats) + "x to reach " +
+                                       std::to_string(longest) + " tokens)"
+                                 : "");
+  } else {
+    if (args.has("--text"))
+      throw Error("--text", "expected a model with a tokenizer, got " + model.source());
+    tokens.resize(static_cast<std::size_t>(longest));
+    for (int i = 0; i < longest; ++i)
+      tokens[static_cast<std::size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
+    source = "fixed pseudo-random token ids (the model has no tokenizer)";
+  }
+  checked_out_dir(out_dir);
+
+  auto backend = make_cpu_backend(threads);
+  Transformer t(loaded.model, *backend);
+  std::vector<KvMemoryPoint> points;
+  {
+    ProgressLine bar("info --measure: running " + std::to_string(longest) + " tokens at most");
+    points = measure_kv_memory(t, tokens, sorted, o, [&](long d, long n) { bar(d, n); });
+  }
+  const double formula_per_token = points.front().formula_bytes / points.front().tokens;
+  ModelConfig mha = c;
+  mha.n_kv_heads = c.n_heads;
+  const double mha_per_token = kv_bytes_per_token(mha, payload_bytes_per_element(o.k_format.dtype));
+  const std::string name = std::filesystem::path(model.source()).stem().string();
+  const bool random = model.is_random_weights();
+  const std::string csv = out_dir + "/memory_measured.csv";
+  const std::string png = out_dir + "/memory_vs_context.png";
+  write_csv(csv, c, name, random, o, mha_per_token, points);
+  write_png(png, c, name, random, o, formula_per_token, mha_per_token, points,
+            "kvscope info --measure " + args.get("--measure"));
+
+  if (json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const KvMemoryPoint& p : points) {
+      j.push_back({{"tokens", p.tokens},
+                   {"formula_bytes", p.formula_bytes},
+                   {"exact_bytes", p.exact_bytes},
+                   {"blocks", p.blocks},
+                   {"allocated_bytes", p.allocated_bytes},
+                   {"pool_bytes", p.pool_bytes},
+                   {"resident_bytes", p.resident_bytes},
+                   {"mha_formula_bytes", mha_per_token * p.tokens},
+                   {"seconds", p.seconds}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("\nmeasured: one sequence per context through %s%s (%d threads)\n",
+              model.source().c_str(), random ? "; its bytes do not depend on the weights" : "",
+              threads);
+  std::printf("  K/V %s, block %d; text: %s\n", o.k_format.name().c_str(), o.block_size,
+              source.c_str());
+  if (longest > c.seq_len) {
+    std::printf("  note: contexts past %d tokens are beyond the model's trained context\n",
+                c.seq_len);
+  }
+  std::printf(
+      "| context | formula | allocator (blocks) | allocator - formula | OS resident | resident - "
+      "allocator | same shape as MHA (formula) | run "
+      "|\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const KvMemoryPoint& p : points) {
+    const std::string resident =
+        p.resident_bytes >= 0 ? mib(static_cast<double>(p.resident_bytes)) : std::string("unknown");
+    const std::string resident_delta =
+        p.resident_bytes >= 0
+            ? signed_bytes(static_cast<double>(p.resident_bytes) - p.allocated_bytes) + " B"
+            : std::string("-");
+    std::printf(
+        "| %s | %s | %s (%d) | %s | %s | %s | %s | %.1f s |\n", with_commas(p.tokens).c_str(),
+        mib(p.formula_bytes).c_str(), mib(p.allocated_bytes).c_str(), p.blocks,
+        (signed_bytes(p.allocated_bytes - p.formula_bytes) + " B").c_str(), resident.c_str(),
+        resident_delta.c_str(), mib(mha_per_token * p.tokens).c_str(), p.seconds);
+  }
+  std::printf(
+      "formula: 2 x %d layers x %d KV heads x %d head_dim x %g bytes = %s bytes/token; the "
+      "allocator adds the format's scales and the last block's empty slots; the OS backs whole "
+      "pages of the pool (a pool of 2 MiB or more is mapped in whole 2 MiB pages)\n",
+      c.n_layers, c.n_kv_heads, c.head_dim(), payload_bytes_per_element(o.k_format.dtype),
+      with_commas(static_cast<std::int64_t>(formula_per_token)).c_str());
+  std::printf("wrote %s, %s\n", csv.c_str(), png.c_str());
+  return 0;
+}
+
+}  // namespace kvscope::cli

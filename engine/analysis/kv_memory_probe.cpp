@@ -1,0 +1,60 @@
+#include "engine/analysis/kv_memory_probe.h"
+
+#include <chrono>
+#include <string>
+
+#include "engine/analysis/memory_math.h"
+#include "engine/common/error.h"
+#include "engine/infer/step_runner.h"
+#include "engine/kv/cache_manager.h"
+#include "engine/kv/kv_storage.h"
+
+namespace kvscope {
+
+std::vector<KvMemoryPoint> measure_kv_memory(
+    Transformer& t, std::span<const int> tokens, std::span<const int> contexts,
+    const KvMemoryProbeOptions& options,
+    const std::function<void(long done, long total)>& progress) {
+  const ModelConfig& c = t.config();
+  long total = 0;
+  for (int ctx : contexts) {
+    if (ctx < 1 || static_cast<std::size_t>(ctx) > tokens.size()) {
+      throw Error("context " + std::to_string(ctx),
+                  "expected 1 .. " + std::to_string(tokens.size()) + " tokens (the text's length)");
+    }
+    total += ctx;
+  }
+  const double formula_per_token =
+      kv_bytes_per_token(c, payload_bytes_per_element(options.k_format.dtype)) / 2.0 +
+      kv_bytes_per_token(c, payload_bytes_per_element(options.v_format.dtype)) / 2.0;
+  std::vector<KvMemoryPoint> points;
+  long done = 0;
+  for (int ctx : contexts) {
+    const int bs = options.block_size;
+    const KvLayout layout =
+        kv_layout_for(c, bs, (ctx + bs - 1) / bs, options.k_format, options.v_format);
+    KvCacheManager cache(layout, AllocatorKind::kPaged, ctx, /*with_storage=*/true);
+    const SeqId seq(0);
+    cache.require_add_sequence(seq);
+    const auto started = std::chrono::steady_clock::now();
+    run_tokens(t, cache, seq, tokens.first(static_cast<std::size_t>(ctx)), 0, nullptr,
+               [&](int pos, std::span<const float>) {
+                 if (progress && (pos + 1) % 256 == 0) progress(done + pos + 1, total);
+               });
+    KvMemoryPoint p;
+    p.tokens = ctx;
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    p.formula_bytes = formula_per_token * ctx;
+    p.exact_bytes = layout.bytes_per_token() * ctx;
+    p.blocks = static_cast<int>(cache.table(seq).blocks.size());
+    p.allocated_bytes = static_cast<double>(p.blocks) * static_cast<double>(layout.block_bytes());
+    p.pool_bytes = static_cast<double>(cache.storage()->total_bytes());
+    p.resident_bytes = cache.storage()->resident_bytes();
+    points.push_back(p);
+    done += ctx;
+    if (progress) progress(done, total);
+  }
+  return points;
+}
+
+}  // namespace kvscope
