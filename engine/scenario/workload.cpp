@@ -144,21 +144,47 @@ void expand_generator(const Workload& w, const Generator& g, Builder& b) {
       break;
     }
     case Generator::Kind::kChat: {
+      // Conversation c starts at its arrival; its turn t comes turn_gap x t steps later.
+      auto turn_arrival = [&](int c, int t) {
+        const std::int64_t step =
+            std::int64_t{arrival(c)} + static_cast<std::int64_t>(t) * g.turn_gap;
+        if (step > (1 << 30)) {
+          fail_expected(b.file() + ": " + g.at + ".turn_gap", "arrival steps up to 2^30",
+                        std::to_string(step));
+        }
+        return static_cast<int>(step);
+      };
       const std::vector<int> system =
           g.prefix.empty() ? std::vector<int>{kBos}
                            : b.encode(w.prefixes.at(g.prefix), true, g.at + ".prefix");
+      if (!g.script.empty()) {
+        for (std::size_t c = 0; c < g.script.size(); ++c) {
+          std::vector<int> history = system;
+          const std::vector<ChatTurn>& conv = g.script[c];
+          for (std::size_t t = 0; t < conv.size(); ++t) {
+            const std::string turn_at =
+                g.at + ".script[" + std::to_string(c) + "][" + std::to_string(t) + "]";
+            const std::vector<int> user = b.encode(conv[t].user, false, turn_at + ".user");
+            history.insert(history.end(), user.begin(), user.end());
+            SimRequest q;
+            q.arrival_step = turn_arrival(static_cast<int>(c), static_cast<int>(t));
+            q.prompt_tokens = history;
+            q.max_new_tokens = draw_length(g.max_new_tokens, state);
+            if (!conv[t].reply.empty()) {
+              const std::vector<int> reply = b.encode(conv[t].reply, false, turn_at + ".reply");
+              history.insert(history.end(), reply.begin(), reply.end());
+            }
+            b.add(std::move(q), g.at);
+          }
+        }
+        break;
+      }
       for (int c = 0; c < g.conversations; ++c) {
         std::vector<int> history = system;
         for (int t = 0; t < g.turns; ++t) {
           b.random_tokens(history, draw_length(g.user_tokens, state), state, g.at);
           SimRequest q;
-          const std::int64_t step =
-              std::int64_t{arrival(c)} + static_cast<std::int64_t>(t) * g.turn_gap;
-          if (step > (1 << 30)) {
-            fail_expected(b.file() + ": " + g.at + ".turn_gap", "arrival steps up to 2^30",
-                          std::to_string(step));
-          }
-          q.arrival_step = static_cast<int>(step);
+          q.arrival_step = turn_arrival(c, t);
           q.prompt_tokens = history;
           q.max_new_tokens = draw_length(g.max_new_tokens, state);
           // The next turn's history holds a stand-in for this reply (seeded ids of the same

@@ -47,6 +47,13 @@ struct Arrivals {
   int every = 1;  // steps between arrivals (0 = all at start)
 };
 
+// One turn of a scripted chat: the user's message, and the reply the next turn's history holds
+// (texts, used verbatim: a chat template's markup is written out by the scenario).
+struct ChatTurn {
+  std::string user;
+  std::string reply;  // may be empty on a conversation's last turn
+};
+
 struct Generator {
   enum class Kind {
     kSharedPrefix,  // `count` requests: the named prefix + a suffix (texts round robin, or random)
@@ -67,6 +74,8 @@ struct Generator {
   int conversations = 1, turns = 1;   // chat
   LengthDist user_tokens;             // chat: tokens per user message
   int turn_gap = 1;                   // chat: steps between a conversation's turns
+  // chat: scripted conversations (texts); empty = `conversations` x `turns` of random ids.
+  std::vector<std::vector<ChatTurn>> script;
 };
 
 // A slice of a Mooncake JSONL trace; hash ids become synthetic token blocks

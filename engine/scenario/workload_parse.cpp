@@ -118,6 +118,45 @@ ExplicitRequest parse_request(const JsonReader& r, const json& j, const std::str
   return q;
 }
 
+// "script": [[{"user": text, "reply": text}, ...], ...]: conversations of turns; every turn but a
+// conversation's last needs its reply (the next turn's history holds it).
+std::vector<std::vector<ChatTurn>> parse_script(const JsonReader& r, const json& j,
+                                                const std::string& at) {
+  if (!j.is_array() || j.empty()) r.fail(at, "a non-empty array of conversations", j);
+  std::vector<std::vector<ChatTurn>> script;
+  std::size_t turns = 0;
+  for (std::size_t c = 0; c < j.size(); ++c) {
+    const std::string conv_at = json_path(at, c);
+    const json& conv = j[c];
+    if (!conv.is_array() || conv.empty()) {
+      r.fail(conv_at, "a non-empty array of turns {\"user\": text, \"reply\": text}", conv);
+    }
+    std::vector<ChatTurn> turns_of;
+    for (std::size_t t = 0; t < conv.size(); ++t) {
+      const std::string turn_at = json_path(conv_at, t);
+      const json& turn = conv[t];
+      if (!turn.is_object()) r.fail(turn_at, "an object {\"user\": text, \"reply\": text}", turn);
+      r.only_keys(turn, turn_at, {"user", "reply"});
+      r.require(turn, turn_at, "user", "the user's message (text)");
+      ChatTurn ct;
+      ct.user = r.string(turn["user"], json_path(turn_at, "user"));
+      if (turn.contains("reply")) {
+        ct.reply = r.string(turn["reply"], json_path(turn_at, "reply"));
+      } else if (t + 1 < conv.size()) {
+        r.require(turn, turn_at, "reply", "the reply the next turn's history holds (text)");
+      }
+      turns_of.push_back(std::move(ct));
+    }
+    turns += turns_of.size();
+    script.push_back(std::move(turns_of));
+  }
+  if (turns > static_cast<std::size_t>(kMaxGenerated)) {
+    r.fail_text(at, "at most " + std::to_string(kMaxGenerated) + " turns in all",
+                std::to_string(turns));
+  }
+  return script;
+}
+
 Generator parse_generator(const JsonReader& r, const json& j, const std::string& at,
                           const Workload& w) {
   if (!j.is_object()) r.fail(at, "an object", j);
@@ -131,7 +170,8 @@ Generator parse_generator(const JsonReader& r, const json& j, const std::string&
     keys.insert(keys.end(), {"prefix", "count", "suffixes", "suffix_tokens", "n"});
   } else if (type == "chat") {
     g.kind = Generator::Kind::kChat;
-    keys.insert(keys.end(), {"prefix", "conversations", "turns", "user_tokens", "turn_gap"});
+    keys.insert(keys.end(),
+                {"prefix", "conversations", "turns", "user_tokens", "turn_gap", "script"});
   } else if (type == "random") {
     g.kind = Generator::Kind::kRandom;
     keys.insert(keys.end(), {"count", "prompt_tokens", "n"});
@@ -171,7 +211,20 @@ Generator parse_generator(const JsonReader& r, const json& j, const std::string&
       break;
     case Generator::Kind::kChat:
       if (j.contains("prefix")) g.prefix = prefix_name(r, j["prefix"], path("prefix"), w);
-      r.require(j, at, "conversations", "an integer >= 1");
+      if (j.contains("turn_gap")) g.turn_gap = r.int32(j["turn_gap"], path("turn_gap"), 0, 1 << 20);
+      if (j.contains("script")) {
+        for (const char* key : {"conversations", "turns", "user_tokens"}) {
+          if (j.contains(key)) {
+            r.fail_text(path(key),
+                        "no \"" + std::string(key) + "\" beside \"script\" (the script sets it)",
+                        "both");
+          }
+        }
+        g.script = parse_script(r, j["script"], path("script"));
+        g.conversations = static_cast<int>(g.script.size());
+        break;
+      }
+      r.require(j, at, "conversations", "an integer >= 1 (or a \"script\" of texts instead)");
       r.require(j, at, "turns", "an integer >= 1");
       r.require(j, at, "user_tokens", "a token count or {\"dist\": ...}");
       g.conversations = r.int32(j["conversations"], path("conversations"), 1, kMaxGenerated);
@@ -181,7 +234,6 @@ Generator parse_generator(const JsonReader& r, const json& j, const std::string&
                     std::to_string(static_cast<std::int64_t>(g.conversations) * g.turns));
       }
       g.user_tokens = parse_length(r, j["user_tokens"], path("user_tokens"));
-      if (j.contains("turn_gap")) g.turn_gap = r.int32(j["turn_gap"], path("turn_gap"), 0, 1 << 20);
       break;
     case Generator::Kind::kRandom:
       r.require(j, at, "prompt_tokens", "a token count or {\"dist\": ...}");

@@ -118,6 +118,65 @@ TEST(ScenarioWorkload, GeneratorErrors) {
             "got 1000000");
 }
 
+// A scripted chat: turn t's prompt is the system prompt, then every earlier turn's user message
+// and reply, then its own user message, token for token as each text encodes on its own.
+TEST(ScenarioWorkload, ScriptedChatTurnsExtendTheConversationWithItsTexts) {
+  const auto reqs = expand(doc(R"({"prefixes": {"sys": "You tell stories."},
+      "generators": [{"type": "chat", "prefix": "sys", "max_new_tokens": 6, "turn_gap": 9,
+        "arrival": {"start": 1, "every": 4},
+        "script": [[{"user": " Tell me about a cat.", "reply": " The cat slept."},
+                    {"user": " And a dog?", "reply": " The dog ran."},
+                    {"user": " Which is happier?"}],
+                   [{"user": " Hello."}]]}]})"));
+  const Tokenizer& tok = *test::real_model().tokenizer;
+  auto ids = [&](const char* text) { return tok.encode(text, false, false); };
+  std::vector<int> want = tok.encode("You tell stories.", true, false);
+  const std::vector<int> sys = want;
+  ASSERT_EQ(reqs.size(), 4u);
+  const char* users[] = {" Tell me about a cat.", " And a dog?", " Which is happier?"};
+  const char* replies[] = {" The cat slept.", " The dog ran."};
+  for (int t = 0; t < 3; ++t) {
+    const auto u = ids(users[t]);
+    want.insert(want.end(), u.begin(), u.end());
+    EXPECT_EQ(reqs[static_cast<std::size_t>(t)].prompt_tokens, want) << "turn " << t;
+    EXPECT_EQ(reqs[static_cast<std::size_t>(t)].arrival_step, 1 + 9 * t);
+    EXPECT_EQ(reqs[static_cast<std::size_t>(t)].max_new_tokens, 6);
+    if (t < 2) {
+      const auto r = ids(replies[t]);
+      want.insert(want.end(), r.begin(), r.end());
+    }
+  }
+  std::vector<int> second = sys;
+  const auto hello = ids(" Hello.");
+  second.insert(second.end(), hello.begin(), hello.end());
+  EXPECT_EQ(reqs[3].prompt_tokens, second);
+  EXPECT_EQ(reqs[3].arrival_step, 5);
+}
+
+TEST(ScenarioWorkload, ScriptedChatErrors) {
+  EXPECT_EQ(scenario_error(doc(R"({"generators": [{"type": "chat", "max_new_tokens": 2,
+      "turns": 2, "script": [[{"user": "a"}]]}]})")),
+            "s.json: workload.generators[0].turns: expected no \"turns\" beside \"script\" (the "
+            "script sets it), got both");
+  EXPECT_EQ(scenario_error(doc(R"({"generators": [{"type": "chat", "max_new_tokens": 2,
+      "script": [[{"user": "a"}, {"user": "b"}]]}]})")),
+            "s.json: workload.generators[0].script[0][0].reply: expected the reply the next "
+            "turn's history holds (text), got nothing (missing)");
+  EXPECT_EQ(scenario_error(doc(R"({"generators": [{"type": "chat", "max_new_tokens": 2,
+      "script": [[]]}]})")),
+            "s.json: workload.generators[0].script[0]: expected a non-empty array of turns "
+            "{\"user\": text, \"reply\": text}, got []");
+  EXPECT_EQ(scenario_error(doc(R"({"generators": [{"type": "chat", "max_new_tokens": 2,
+      "script": [[{"user": "a", "replies": "b"}]]}]})"))
+                .rfind("s.json: workload.generators[0].script[0][0].replies: expected one of the "
+                       "keys",
+                       0),
+            0u);
+  EXPECT_EQ(scenario_error(doc(R"({"generators": [{"type": "chat", "max_new_tokens": 2}]})")),
+            "s.json: workload.generators[0].conversations: expected an integer >= 1 (or a "
+            "\"script\" of texts instead), got nothing (missing)");
+}
+
 TEST(ScenarioWorkload, MooncakeSliceAndTimeScale) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kvscope_sc_trace";
   std::filesystem::create_directories(dir);
