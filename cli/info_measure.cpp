@@ -27,23 +27,6 @@ std::string default_measure_text() {
   return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
 }
 
-// The text's tokens (BOS first), repeated until there are `needed`; `repeats` says how many
-// copies it took. The bytes a token's K and V take do not depend on what the token is.
-std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& path, int needed,
-                             int* repeats) {
-  const std::vector<int> one = tokenizer.encode(
-      read_text_file(path, "cannot open the text file (--text)"), /*bos=*/true, /*eos=*/false);
-  if (one.size() < 2) throw Error(path, "expected a text of at least one token, got none");
-  std::vector<int> tokens;
-  *repeats = 0;
-  while (static_cast<int>(tokens.size()) < needed) {
-    tokens.insert(tokens.end(), one.begin(), one.end());
-    ++*repeats;
-  }
-  tokens.resize(static_cast<std::size_t>(needed));
-  return tokens;
-}
-
 // "45.00 MiB", or "320.0 KiB" below a MiB.
 std::string mib(double bytes) {
   char buf[32];
@@ -148,23 +131,20 @@ int run_info_measure(const Args& args, const LoadedModel& loaded) {
   const bool json = args.has("--json");
 
   const int longest = sorted.back();
-  std::string source;
-  std::vector<int> tokens;
-  if (loaded.tokenizer) {
-    const std::string path = args.get("--text", default_measure_text());
-    int repeats = 0;
-    tokens = text_tokens(*loaded.tokenizer, path, longest, &repeats);
-    source = path + (repeats > 1 ? " (repeated " + std::to_string(repeats) + "x to reach " +
-                                       std::to_string(longest) + " tokens)"
-                                 : "");
-  } else {
-    if (args.has("--text"))
-      throw Error("--text", "expected a model with a tokenizer, got " + model.source());
-    tokens.resize(static_cast<std::size_t>(longest));
-    for (int i = 0; i < longest; ++i)
-      tokens[static_cast<std::size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
-    source = "fixed pseudo-random token ids (the model has no tokenizer)";
-  }
+  if (args.has("--text") && !loaded.tokenizer)
+    throw Error("--text", "expected a model with a tokenizer, got " + model.source());
+  const std::string path = args.get("--text", default_measure_text());
+  int repeats = 0;
+  const std::vector<int> tokens = probe_tokens(
+      loaded.tokenizer.get(),
+      loaded.tokenizer ? read_text_file(path, "cannot open the text file (--text)") : "", longest,
+      c.vocab_size, path, &repeats);
+  const std::string source =
+      !loaded.tokenizer
+          ? "fixed pseudo-random token ids (the model has no tokenizer)"
+          : path + (repeats > 1 ? " (repeated " + std::to_string(repeats) + "x to reach " +
+                                      std::to_string(longest) + " tokens)"
+                                : "");
   checked_out_dir(out_dir);
 
   auto backend = make_cpu_backend(threads);

@@ -19,37 +19,16 @@ struct Cancelled {};
 
 }  // namespace
 
-QualityJob::~QualityJob() {
-  cancel();
-}
-
-void QualityJob::cancel() {
-  cancel_ = true;
-  if (worker_.joinable()) worker_.join();
-  cancel_ = false;
-  busy_ = false;
-}
-
 void QualityJob::start(std::shared_ptr<const Model> model,
                        std::shared_ptr<const Tokenizer> tokenizer, std::string text_path,
                        long max_tokens, int block_size, std::string cache_dir, bool reuse) {
-  if (busy_.load()) return;
-  if (worker_.joinable()) worker_.join();
-  busy_ = true;
+  if (busy()) return;
   steps_done_ = 0;
   total_steps_ = 1 + (model ? sweep_num_variants(model->config()) : 0);
   fraction_ = 0.0f;
-  worker_ = std::thread([this, model = std::move(model), tokenizer = std::move(tokenizer),
-                         text_path = std::move(text_path), max_tokens, block_size,
-                         cache_dir = std::move(cache_dir), reuse] {
-    // Hands the finished sweep to take() and ends the job.
-    const auto publish = [this](std::shared_ptr<QualitySweep> done) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        done_ = std::move(done);
-      }
-      busy_ = false;
-    };
+  launch([this, model = std::move(model), tokenizer = std::move(tokenizer),
+          text_path = std::move(text_path), max_tokens, block_size,
+          cache_dir = std::move(cache_dir), reuse] {
     // The disk cache: the same inputs give the same sweep. A file that does not load (missing,
     // torn, another key) is recomputed and rewritten.
     std::string key, cache_path;
@@ -64,19 +43,18 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         sweep->from_cache = true;
         sweep->cache_note = "from the disk cache " + cache_path;
         steps_done_ = total_steps_.load();
-        publish(std::move(sweep));
-        return;
+        return sweep;
       }
     }
     auto sweep = std::make_shared<QualitySweep>();
     sweep->model = model ? model->source() : std::string();
     sweep->block_size = block_size;
     const auto progress = [this](long done, long total) {
-      if (cancel_.load()) throw Cancelled{};
+      if (cancelled()) throw Cancelled{};
       fraction_ = total > 0 ? static_cast<float>(done) / static_cast<float>(total) : 0.0f;
     };
     const auto step_done = [this] {
-      if (cancel_.load()) throw Cancelled{};
+      if (cancelled()) throw Cancelled{};
       fraction_ = 0.0f;
       ++steps_done_;
     };
@@ -118,8 +96,7 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         step_done();
       }
     } catch (const Cancelled&) {
-      busy_ = false;
-      return;
+      return std::shared_ptr<QualitySweep>();
     } catch (const std::exception& e) {
       sweep->points.clear();
       sweep->error = e.what();
@@ -132,13 +109,8 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         sweep->cache_note = std::string("not cached: ") + e.what();
       }
     }
-    publish(std::move(sweep));
+    return sweep;
   });
-}
-
-std::shared_ptr<QualitySweep> QualityJob::take() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::move(done_);
 }
 
 }  // namespace kvscope::ui

@@ -6,22 +6,18 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
+#include "app/core/background_job.h"
 #include "app/core/quality_sweep.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/tokenizer.h"
 
 namespace kvscope::ui {
 
-class QualityJob {
+class QualityJob : public BackgroundJob<QualitySweep> {
  public:
-  QualityJob() = default;
-  ~QualityJob();  // cancels and joins
-  QualityJob(const QualityJob&) = delete;
-  QualityJob& operator=(const QualityJob&) = delete;
+  ~QualityJob() { cancel(); }
 
   // Evaluates every sweep variant on the whole stories of `text_path` up to at least
   // `max_tokens` tokens (quality_eval_windows).
@@ -31,26 +27,15 @@ class QualityJob {
   void start(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
              std::string text_path, long max_tokens, int block_size, std::string cache_dir = {},
              bool reuse = true);
-  bool busy() const { return busy_.load(); }
   // Progress: steps finished (the fp32 reference counts as one) out of total_steps().
   int steps_done() const { return steps_done_.load(); }
   int total_steps() const { return total_steps_.load(); }
   float fraction_in_step() const { return fraction_.load(); }
-  std::shared_ptr<QualitySweep> take();  // the finished sweep (once), or null
-  void cancel();
-  void wait() {  // tests
-    if (worker_.joinable()) worker_.join();
-  }
 
  private:
-  std::thread worker_;
-  std::atomic<bool> busy_{false};
-  std::atomic<bool> cancel_{false};
   std::atomic<int> steps_done_{0};
   std::atomic<int> total_steps_{1};
   std::atomic<float> fraction_{0.0f};
-  std::mutex mutex_;
-  std::shared_ptr<QualitySweep> done_;
 };
 
 }  // namespace kvscope::ui

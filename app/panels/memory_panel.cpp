@@ -1,8 +1,10 @@
 // Memory vs context panel: formula, log-log plot with GPU lines, and a max-context table.
 #include "app/panels/memory_panel.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "app/core/run_info.h"
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
 #include "app/widgets/widgets.h"
@@ -37,6 +39,22 @@ std::string loaded_label(const AppState& state) {
   return label;
 }
 
+// Why the run's model cannot be measured, or "" when it can.
+std::string cannot_measure(const RunInfo* info) {
+  if (info == nullptr || !info->model) return "this run has no model (a recording or a trace)";
+  if (info->config.mla) return "an MLA run caches latents, not the K/V this measures";
+  return "";
+}
+
+std::string contexts_text(const std::vector<int>& contexts) {
+  std::string out;
+  for (std::size_t i = 0; i < contexts.size(); ++i) {
+    if (i > 0) out += i + 1 == contexts.size() ? " and " : ", ";
+    out += format_tick(contexts[i], AxisUnits::kTokens);
+  }
+  return out;
+}
+
 }  // namespace
 
 MemoryPanel::MemoryPanel() : shapes_(published_kv_shapes()) {}
@@ -63,6 +81,7 @@ void MemoryPanel::draw(AppState& state) {
       "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem;  "
       "MLA: layers x (512 + 64) x tokens x bytes/elem");
   ImGui::PopTextWrapPos();
+  draw_measure_row(state);
 
   std::vector<PlotSeries> series;
   for (int f = 0; f < num_formats; ++f) {
@@ -80,15 +99,23 @@ void MemoryPanel::draw(AppState& state) {
     series.push_back(curve(loaded_label(state), state.header().kv_bytes_per_token,
                            palette(state.presenter).text));
   }
+  const std::vector<PlotSeries> measured = measured_series(state);
+  series.insert(series.end(), measured.begin(), measured.end());
   const Palette& pal = palette(state.presenter);
   const std::vector<PlotRefLine> gpus = {
       {.value = kH100Bytes, .label = "H100: 80 GB", .color = pal.warn, .label_below = true},
       {.value = kH200Bytes, .label = "H200: 141 GB", .color = pal.badge_demo}};
   PlotConfig cfg;
   cfg.id = "memory_vs_context";
-  cfg.x = PlotAxis{"context length (tokens)", AxisUnits::kTokens, true, 1024.0, 1048576.0};
-  cfg.y = PlotAxis{"KV cache per sequence", AxisUnits::kBytes, true, 1024.0 * 1024.0,
-                   1024.0 * 1024 * 1024 * 1024};
+  // Measured points of a small model (stories260K: 320 KiB at 512 tokens) widen the axes down.
+  double x_lo = 1024.0, y_lo = 1024.0 * 1024.0;
+  for (const PlotSeries& m : measured) {
+    for (double x : m.x) x_lo = std::min(x_lo, std::exp2(std::floor(std::log2(x))));
+    for (double y : m.y) y_lo = std::min(y_lo, std::exp2(std::floor(std::log2(y))));
+  }
+  cfg.x = PlotAxis{"context length (tokens)", AxisUnits::kTokens, true, x_lo, 1048576.0};
+  cfg.y =
+      PlotAxis{"KV cache per sequence", AxisUnits::kBytes, true, y_lo, 1024.0 * 1024 * 1024 * 1024};
   const float table_h = ImGui::GetTextLineHeightWithSpacing() * (shapes_.size() + 4.2f);
   // Short panels (presenter mode) keep the plot and a one-line caption; the table needs room.
   const float avail = ImGui::GetContentRegionAvail().y;
@@ -107,6 +134,105 @@ void MemoryPanel::draw(AppState& state) {
                         state.is_demo() ? "; the loaded-run line is demo data" : "");
     ImGui::PopTextWrapPos();
   }
+}
+
+void MemoryPanel::start_measurement(const AppState& state) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!cannot_measure(info.get()).empty() || job_.busy()) return;
+  measured_.reset();
+  cancelled_ = false;
+  measured_for_ = info->model_source;
+  job_.start(info->model, info->tokenizer,
+             std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt",
+             memory_job_contexts(info->shape.seq_len), info->config.k_format, info->config.v_format,
+             info->config.block_size);
+}
+
+void MemoryPanel::draw_measure_row(const AppState& state) {
+  if (std::shared_ptr<MemoryMeasurement> m = job_.take()) measured_ = std::move(m);
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  // The run moved to another model: its measurement is the old model's.
+  if (info && !measured_for_.empty() && info->model_source != measured_for_) {
+    job_.cancel();
+    measured_.reset();
+    measured_for_.clear();
+  }
+  const Palette& pal = palette(state.presenter);
+  if (job_.busy()) {
+    const float cancel_w = ImGui::CalcTextSize("Cancel").x +
+                           ImGui::GetStyle().FramePadding.x * 2.0f +
+                           ImGui::GetStyle().ItemSpacing.x;
+    ImGui::ProgressBar(job_.fraction(), ImVec2(-cancel_w, 0),
+                       "measuring: one sequence per context through the model");
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) {
+      job_.cancel();
+      cancelled_ = true;
+    }
+    item_tooltip("Stop measuring (nothing is plotted)");
+    return;
+  }
+  const std::string why = cannot_measure(info.get());
+  if (!why.empty()) {
+    if (!measured_) return;  // nothing to offer; a measurement of this model stays shown
+  } else {
+    const std::vector<int> contexts = memory_job_contexts(info->shape.seq_len);
+    if (ImGui::Button(measured_ ? "Measure again" : "Measure")) start_measurement(state);
+    if (ImGui::IsItemHovered()) {
+      ImGui::SetTooltip(
+          "Run %s on %s tokens of text, each into a pool sized for it, and plot the KV bytes "
+          "the allocator handed out and the pool's pages the OS backs, beside the formula "
+          "(one CPU thread; about a minute for SmolLM2)",
+          info->model_name.c_str(), contexts_text(contexts).c_str());
+    }
+    flow_same_line(0.0f, ImGui::GetStyle().ItemSpacing.x);
+  }
+  ImGui::PushTextWrapPos(0.0f);
+  if (measured_ && !measured_->error.empty()) {
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "measuring failed: %s",
+                       measured_->error.c_str());
+  } else if (measured_ && !measured_->points.empty()) {
+    const KvMemoryPoint& p = measured_->points.back();
+    ImGui::TextDisabled(
+        "measured%s: %s at %s tokens (formula %s); the OS backs %s",
+        measured_->random_weights ? " [random weights: bytes only]" : "",
+        format_bytes(p.allocated_bytes).c_str(), format_tick(p.tokens, AxisUnits::kTokens).c_str(),
+        format_bytes(p.formula_bytes).c_str(),
+        p.resident_bytes >= 0 ? format_bytes(static_cast<double>(p.resident_bytes)).c_str()
+                              : "an unknown amount");
+  } else if (cancelled_) {
+    ImGui::TextDisabled("measuring cancelled");
+  } else {
+    ImGui::TextDisabled("formulas; Measure runs the model to check them");
+  }
+  ImGui::PopTextWrapPos();
+}
+
+std::vector<PlotSeries> MemoryPanel::measured_series(const AppState& state) const {
+  std::vector<PlotSeries> out;
+  if (!measured_ || measured_->points.empty()) return out;
+  const Palette& pal = palette(state.presenter);
+  const std::string name = model_display_name(measured_->model);
+  PlotSeries allocated, resident;
+  allocated.label = "measured " + name + " " + measured_->format + ": allocator";
+  resident.label = "measured: OS pages";
+  allocated.color = pal.text;
+  resident.color = pal.warn;
+  for (PlotSeries* s : {&allocated, &resident}) {
+    s->line = false;
+    s->markers = true;
+  }
+  for (const KvMemoryPoint& p : measured_->points) {
+    allocated.x.push_back(p.tokens);
+    allocated.y.push_back(p.allocated_bytes);
+    if (p.resident_bytes >= 0) {
+      resident.x.push_back(p.tokens);
+      resident.y.push_back(static_cast<double>(p.resident_bytes));
+    }
+  }
+  out.push_back(std::move(allocated));
+  if (!resident.x.empty()) out.push_back(std::move(resident));
+  return out;
 }
 
 void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {

@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "app/core/memory_job.h"
 #include "app/core/memory_shapes.h"
 #include "app/panels/panel.h"
+#include "app/widgets/plot.h"
 
 namespace kvscope::ui {
 
@@ -17,9 +19,24 @@ class MemoryPanel final : public Panel {
   std::string help() const override;
   const char* docs_page() const override { return "docs/ui.md#memory-vs-context"; }
   void draw(AppState& state) override;
+  // The measurement (Measure button): running, and its result once it finished (null before).
+  bool busy() const override { return job_.busy(); }
+  const MemoryMeasurement* measured() const { return measured_.get(); }
+  // Starts the measurement as the button does (tests; headless runs).
+  void start_measurement(const AppState& state);
+  void wait_for_measurement() { job_.wait(); }
 
  private:
   void draw_table(const AppState& state, double bytes_per_element);
+  // The "Measure" row: the button, the job's progress and Cancel, or what was measured.
+  void draw_measure_row(const AppState& state);
+  // The measured points as plot series (allocator, OS pages), empty when nothing was measured.
+  std::vector<PlotSeries> measured_series(const AppState& state) const;
+
+  MemoryJob job_;
+  std::shared_ptr<MemoryMeasurement> measured_;
+  std::string measured_for_;  // model source of the run the measurement belongs to
+  bool cancelled_ = false;
   std::vector<KvShape> shapes_;
   int format_ = 0;  // index into kv_format_bytes(), or the count for "all"
   bool show_loaded_ = true;

@@ -11,6 +11,26 @@
 
 namespace kvscope {
 
+std::vector<int> probe_tokens(const Tokenizer* tokenizer, const std::string& text, int needed,
+                              int vocab, const std::string& where, int* repeats) {
+  std::vector<int> tokens;
+  *repeats = 0;
+  if (tokenizer == nullptr) {
+    tokens.resize(static_cast<std::size_t>(needed));
+    for (int i = 0; i < needed; ++i)
+      tokens[static_cast<std::size_t>(i)] = static_cast<int>((i * 7919L + 13) % vocab);
+    return tokens;
+  }
+  const std::vector<int> one = tokenizer->encode(text, /*bos=*/true, /*eos=*/false);
+  if (one.size() < 2) throw Error(where, "expected a text of at least one token, got none");
+  while (static_cast<int>(tokens.size()) < needed) {
+    tokens.insert(tokens.end(), one.begin(), one.end());
+    ++*repeats;
+  }
+  tokens.resize(static_cast<std::size_t>(needed));
+  return tokens;
+}
+
 std::vector<KvMemoryPoint> measure_kv_memory(
     Transformer& t, std::span<const int> tokens, std::span<const int> contexts,
     const KvMemoryProbeOptions& options,
@@ -39,7 +59,7 @@ std::vector<KvMemoryPoint> measure_kv_memory(
     const auto started = std::chrono::steady_clock::now();
     run_tokens(t, cache, seq, tokens.first(static_cast<std::size_t>(ctx)), 0, nullptr,
                [&](int pos, std::span<const float>) {
-                 if (progress && (pos + 1) % 256 == 0) progress(done + pos + 1, total);
+                 if (progress && (pos + 1) % 32 == 0) progress(done + pos + 1, total);
                });
     KvMemoryPoint p;
     p.tokens = ctx;

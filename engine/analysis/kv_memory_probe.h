@@ -7,10 +7,12 @@
 
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/infer/transformer.h"
 #include "engine/kv/kv_format.h"
+#include "engine/model/tokenizer.h"
 
 namespace kvscope {
 
@@ -24,6 +26,13 @@ struct KvMemoryPoint {
   long resident_bytes = -1;    // the pool's pages the OS backs after the run (-1: unknown)
   double seconds = 0;          // running the C tokens
 };
+
+// Tokens to run: `text` encoded (BOS first) and repeated until there are `needed` (`repeats` says
+// how many copies it took; what the tokens say does not change their bytes); without a tokenizer,
+// fixed pseudo-random ids under `vocab`. Throws kvscope::Error (naming `where`) on a text that
+// makes no token.
+std::vector<int> probe_tokens(const Tokenizer* tokenizer, const std::string& text, int needed,
+                              int vocab, const std::string& where, int* repeats);
 
 struct KvMemoryProbeOptions {
   int block_size = 16;
