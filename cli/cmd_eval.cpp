@@ -84,10 +84,6 @@ MLA latent cache (the K/V projections factorized by SVD):
 formats: fp32 fp16 bf16 fp8-e4m3 fp8-e5m2 int8 int4[-gN] int2[-gN] kivi2[-rN][-gN] kivi4[-rN][-gN]
 )";
 
-std::string default_text_path() {
-  return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
-}
-
 // Which flags go together. A rule fires when `flag` is given and any of `others` is (kConflicts)
 // or none of them is (kNeeds); the first rule that fires is the error, named after `flag`.
 struct FlagRule {
@@ -278,7 +274,7 @@ int cmd_eval(const Argv& argv) {
   } else {
     if (!loaded.tokenizer)
       throw Error(loaded.model->source(), "no tokenizer found; pass --tokenizer PATH");
-    const std::string path = args.get("--text", default_text_path());
+    const std::string path = args.get("--text", default_eval_text_path());
     if (args.has("--long")) {
       const int len = args.get_int("--long", 0);
       if (len < 2 || len > 1'000'000) {

@@ -105,9 +105,8 @@ int cmd_info(const Argv& argv) {
   std::printf("shape:      %s\n", c.describe().c_str());
   std::printf("parameters: %s (%s as fp32)\n", with_commas(c.num_params()).c_str(),
               human_bytes(static_cast<double>(c.num_params()) * 4).c_str());
-  std::printf("attention:  %s, %d query heads, %d KV heads (group %d)\n",
-              c.n_kv_heads == c.n_heads ? "MHA" : (c.n_kv_heads == 1 ? "MQA" : "GQA"), c.n_heads,
-              c.n_kv_heads, c.gqa_group());
+  std::printf("attention:  %s, %d query heads, %d KV heads (group %d)\n", attention_kind(c),
+              c.n_heads, c.n_kv_heads, c.gqa_group());
   std::printf(
       "\nKV bytes per token = 2 (K,V) x %d layers x %d KV heads x %d head_dim x bytes/elem\n",
       c.n_layers, c.n_kv_heads, c.head_dim());

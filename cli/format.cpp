@@ -12,6 +12,11 @@
 
 namespace kvscope::cli {
 
+const char* attention_kind(const ModelConfig& c) {
+  if (c.n_kv_heads == c.n_heads) return "MHA";
+  return c.n_kv_heads == 1 ? "MQA" : "GQA";
+}
+
 std::filesystem::path checked_out_dir(const std::string& out_dir) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

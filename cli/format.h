@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/common/config.h"
+
 namespace kvscope::cli {
 
 std::string with_commas(std::int64_t value);
@@ -13,6 +15,9 @@ std::string with_commas(std::int64_t value);
 std::string human_bytes(double bytes);
 // "97% on huge pages" for a fraction in [0, 1]; "huge pages: unknown" when negative.
 std::string huge_page_text(double fraction);
+
+// "MHA", "MQA" or "GQA": how the shape's KV heads relate to its query heads.
+const char* attention_kind(const ModelConfig& c);
 
 // Creates the --out directory (and its parents); throws kvscope::Error naming it when that fails.
 std::filesystem::path checked_out_dir(const std::string& out_dir);

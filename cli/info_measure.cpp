@@ -14,6 +14,7 @@
 #include "cli/format.h"
 #include "engine/analysis/kv_memory_probe.h"
 #include "engine/analysis/memory_math.h"
+#include "engine/analysis/quality.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/common/text_lines.h"
@@ -22,10 +23,6 @@
 namespace kvscope::cli {
 
 namespace {
-
-std::string default_measure_text() {
-  return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
-}
 
 // "45.00 MiB", or "320.0 KiB" below a MiB.
 std::string mib(double bytes) {
@@ -80,8 +77,8 @@ void write_png(const std::string& path, const ModelConfig& c, const std::string&
     s.y = {per_token * lo / (1024.0 * 1024.0), per_token * hi / (1024.0 * 1024.0)};
     spec.series.push_back(s);
   };
-  const char* kind = c.n_kv_heads == c.n_heads ? "MHA" : (c.n_kv_heads == 1 ? "MQA" : "GQA");
-  line("formula, " + std::string(kind) + " " + std::to_string(c.n_kv_heads) + " KV heads",
+  line("formula, " + std::string(attention_kind(c)) + " " + std::to_string(c.n_kv_heads) +
+           " KV heads",
        formula_per_token);
   if (c.n_kv_heads != c.n_heads)
     line("formula, same shape as MHA (" + std::to_string(c.n_heads) + " KV heads)", mha_per_token);
@@ -133,7 +130,7 @@ int run_info_measure(const Args& args, const LoadedModel& loaded) {
   const int longest = sorted.back();
   if (args.has("--text") && !loaded.tokenizer)
     throw Error("--text", "expected a model with a tokenizer, got " + model.source());
-  const std::string path = args.get("--text", default_measure_text());
+  const std::string path = args.get("--text", default_eval_text_path());
   int repeats = 0;
   const std::vector<int> tokens = probe_tokens(
       loaded.tokenizer.get(),

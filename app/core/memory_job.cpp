@@ -37,7 +37,6 @@ void MemoryJob::start(std::shared_ptr<const Model> model,
     auto m = std::make_shared<MemoryMeasurement>();
     m->format =
         k_format == v_format ? k_format.name() : "K " + k_format.name() + " + V " + v_format.name();
-    m->block_size = block_size;
     try {
       if (!model) throw Error("memory", "no model is loaded with this run");
       if (contexts.empty()) throw Error("memory", "expected at least one context, got none");

@@ -18,7 +18,6 @@ struct MemoryMeasurement {
   std::string model;  // the model's source
   bool random_weights = false;
   std::string format;  // K and V formats ("fp16", or "K int8 + V fp16")
-  int block_size = 16;
   std::vector<KvMemoryPoint> points;
   std::string error;  // why it failed ("" = points are valid)
 };

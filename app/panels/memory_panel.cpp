@@ -8,6 +8,7 @@
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
 #include "app/widgets/widgets.h"
+#include "engine/analysis/quality.h"
 
 namespace kvscope::ui {
 
@@ -39,11 +40,10 @@ std::string loaded_label(const AppState& state) {
   return label;
 }
 
-// Why the run's model cannot be measured, or "" when it can.
-std::string cannot_measure(const RunInfo* info) {
-  if (info == nullptr || !info->model) return "this run has no model (a recording or a trace)";
-  if (info->config.mla) return "an MLA run caches latents, not the K/V this measures";
-  return "";
+// Whether the run's model can be measured: it needs a model (recordings and traces have none) and
+// a K/V cache (an MLA run caches latents instead).
+bool can_measure(const RunInfo* info) {
+  return info != nullptr && info->model && !info->config.mla;
 }
 
 std::string contexts_text(const std::vector<int>& contexts) {
@@ -138,12 +138,11 @@ void MemoryPanel::draw(AppState& state) {
 
 void MemoryPanel::start_measurement(const AppState& state) {
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
-  if (!cannot_measure(info.get()).empty() || job_.busy()) return;
+  if (!can_measure(info.get()) || job_.busy()) return;
   measured_.reset();
   cancelled_ = false;
   measured_for_ = info->model_source;
-  job_.start(info->model, info->tokenizer,
-             std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt",
+  job_.start(info->model, info->tokenizer, default_eval_text_path(),
              memory_job_contexts(info->shape.seq_len), info->config.k_format, info->config.v_format,
              info->config.block_size);
 }
@@ -172,8 +171,7 @@ void MemoryPanel::draw_measure_row(const AppState& state) {
     item_tooltip("Stop measuring (nothing is plotted)");
     return;
   }
-  const std::string why = cannot_measure(info.get());
-  if (!why.empty()) {
+  if (!can_measure(info.get())) {
     if (!measured_) return;  // nothing to offer; a measurement of this model stays shown
   } else {
     const std::vector<int> contexts = memory_job_contexts(info->shape.seq_len);

@@ -75,8 +75,7 @@ void QualityPanel::draw(AppState& state) {
     started_for_ = info->model_source;
     error_.clear();
     cancelled_ = false;
-    job_.start(info->model, info->tokenizer,
-               std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt", kEvalTokens,
+    job_.start(info->model, info->tokenizer, default_eval_text_path(), kEvalTokens,
                info->config.block_size, sweep_cache_dir(), !recompute_);
     recompute_ = false;
   }

@@ -12,6 +12,10 @@
 
 namespace kvscope {
 
+std::string default_eval_text_path() {
+  return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
+}
+
 double kl_divergence(std::span<const double> log_p, std::span<const double> log_q) {
   double kl = 0.0;
   for (std::size_t i = 0; i < log_p.size(); ++i) {

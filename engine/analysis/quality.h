@@ -140,6 +140,10 @@ class QualityEvaluator {
 
 // ---- eval inputs ----
 
+// The shipped evaluation text (assets/text/eval_stories.txt): eval's, the UI's quality sweep's and
+// the memory measurement's default.
+std::string default_eval_text_path();
+
 // Splits text into stories at blank lines, encodes each with BOS, and cuts stories longer than
 // `max_len` tokens into windows (each restarting with BOS). A tokenizer whose model puts no BOS
 // between documents (adds_bos() false: SmolLM2) reads the whole text as one document, blank

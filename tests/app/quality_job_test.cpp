@@ -23,7 +23,7 @@ namespace kvscope::ui {
 namespace {
 
 std::string eval_text() {
-  return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
+  return default_eval_text_path();
 }
 
 constexpr long kTestTokens = 600;  // whole stories up to at least this many tokens
