@@ -111,13 +111,21 @@ double Args::get_double(const std::string& flag, double fallback) const {
   return v;
 }
 
-std::vector<int> parse_int_list(const std::string& text, const std::string& flag, long lo, long hi,
-                                const std::string& expected) {
-  std::vector<int> out;
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
+    out.push_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag, long lo, long hi,
+                                const std::string& expected) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(text)) {
     std::size_t used = 0;
     long v = 0;
     try {
@@ -128,7 +136,6 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& flag
     if (used == 0 || used != item.size() || v < lo || v > hi)
       fail_expected(flag, expected, "'" + item + "'");
     out.push_back(static_cast<int>(v));
-    at = comma + 1;
   }
   return out;
 }

@@ -39,6 +39,9 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// The items of a comma-separated list, as written ("a,,b" has an empty middle item).
+std::vector<std::string> split_list(const std::string& text);
+
 // A comma-separated list of integers, each in [lo, hi]; anything else (an empty item, a
 // non-number, a value out of range) throws kvscope::Error naming `flag` with "expected
 // <expected>, got '<item>'".

@@ -80,6 +80,11 @@ MLA latent cache (the K/V projections factorized by SVD):
   --mla-rope-select S        mode b: high-freq (default) or norm (largest |W_q| x |W_k| pairs)
   --mla-sweep                MLA ranks (mode a, mode b) and every format; writes mla_sweep.csv
                              and PNG plots of quality vs bytes per token
+  --mla-series LIST          the sweep's series: a (fp32 latents), a-fp16, bD (mode b, D rotary
+                             dims per KV head, fastest pairs), bD-norm (pairs by weight norm);
+                             default a,a-fp16 and b with head_dim-2, head_dim/2, 2 and 2-norm
+  --mla-ranks LIST           ranks for every series, or 'full' (default: eighths of each
+                             series' full rank)
 
 formats: fp32 fp16 bf16 fp8-e4m3 fp8-e5m2 int8 int4[-gN] int2[-gN] kivi2[-rN][-gN] kivi4[-rN][-gN]
 )";
@@ -107,6 +112,8 @@ void check_flag_rules(const Args& args) {
       {K::kNeeds, "--mla-mode", {"--mla-rank"}, "needs --mla-rank R"},
       {K::kNeeds, "--mla-rope-dims", {"--mla-rank"}, "needs --mla-rank R"},
       {K::kNeeds, "--mla-rope-select", {"--mla-rank"}, "needs --mla-rank R"},
+      {K::kNeeds, "--mla-series", {"--mla-sweep"}, "only applies with --mla-sweep"},
+      {K::kNeeds, "--mla-ranks", {"--mla-sweep"}, "only applies with --mla-sweep"},
       {K::kConflicts,
        "--mla-rank",
        {"--sweep", "--mla-sweep"},
@@ -194,6 +201,8 @@ int cmd_eval(const Argv& argv) {
              "--mla-mode",
              "--mla-rope-dims",
              "--mla-rope-select",
+             "--mla-series",
+             "--mla-ranks",
              "--weight-format",
              "--backend",
              "--device-weights",
@@ -307,6 +316,8 @@ int cmd_eval(const Argv& argv) {
       fail_expected("--sink-threshold", "a number > 0", args.get("--sink-threshold"));
     return run_attention_report(transformer, windows, source, threshold);
   }
+  const MlaSweepChoice mla_choice{args.get("--mla-series", ""), args.get("--mla-ranks", "")};
+  if (args.has("--mla-sweep")) check_mla_sweep_choice(mla_choice, c);  // before the long runs
   std::unique_ptr<QualityEvaluator> evaluator;
   {
     ProgressLine bar("fp32 reference");
@@ -332,7 +343,7 @@ int cmd_eval(const Argv& argv) {
                      args.has("--json"));
   }
   if (args.has("--mla-sweep")) {
-    return run_mla_sweep(*evaluator, *loaded.model, block_size, source,
+    return run_mla_sweep(*evaluator, *loaded.model, block_size, mla_choice, source,
                          args.get("--out", "reports/mla"), args.has("--json"));
   }
   auto variant =

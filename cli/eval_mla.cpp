@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli/args.h"
 #include "cli/eval_report.h"
 #include "cli/format.h"
 #include "engine/analysis/sweep_csv.h"
@@ -39,36 +40,95 @@ struct MlaSeries {
   const char* format;
 };
 
+MlaSeries series_a(const char* format) {
+  return {std::string("MLA-A ") + format + " latents", MlaMode::kReconstruct, 0,
+          RopeSelect::kHighFrequency, format};
+}
+
+MlaSeries series_b(int rope_dims, RopeSelect select, int head_dim) {
+  return {"MLA-B rope " + std::to_string(rope_dims) + "/" + std::to_string(head_dim) +
+              (select == RopeSelect::kHighFrequency ? " high-freq" : " norm"),
+          MlaMode::kAbsorbed, rope_dims, select, "fp32"};
+}
+
 // Mode A at fp32 and fp16 latents; mode B keeping head_dim - 2, half, and one RoPE pair (by
 // frequency), and one pair chosen by weight norm.
-std::vector<MlaSeries> mla_series(const ModelConfig& c) {
+std::vector<MlaSeries> default_series(const ModelConfig& c) {
   const int hd = c.head_dim();
-  std::vector<MlaSeries> series = {
-      {"MLA-A fp32 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp32"},
-      {"MLA-A fp16 latents", MlaMode::kReconstruct, 0, RopeSelect::kHighFrequency, "fp16"},
-  };
+  std::vector<MlaSeries> series = {series_a("fp32"), series_a("fp16")};
   std::vector<int> rope_choices;
   for (int rd : {hd - 2, hd / 2, 2}) {
     if (rd > 0 && rd < hd && rd % 2 == 0 &&
         std::find(rope_choices.begin(), rope_choices.end(), rd) == rope_choices.end())
       rope_choices.push_back(rd);
   }
-  for (int rd : rope_choices) {
-    series.push_back({"MLA-B rope " + std::to_string(rd) + "/" + std::to_string(hd) + " high-freq",
-                      MlaMode::kAbsorbed, rd, RopeSelect::kHighFrequency, "fp32"});
-  }
-  if (hd > 2) {
-    series.push_back({"MLA-B rope 2/" + std::to_string(hd) + " norm", MlaMode::kAbsorbed, 2,
-                      RopeSelect::kWeightNorm, "fp32"});
-  }
+  for (int rd : rope_choices) series.push_back(series_b(rd, RopeSelect::kHighFrequency, hd));
+  if (hd > 2) series.push_back(series_b(2, RopeSelect::kWeightNorm, hd));
   return series;
 }
 
+// One --mla-series item: a, a-fp16, bD or bD-norm.
+MlaSeries parse_series(const std::string& item, int head_dim) {
+  if (item == "a") return series_a("fp32");
+  if (item == "a-fp16") return series_a("fp16");
+  const std::string suffix = "-norm";
+  std::string digits = item.size() > 1 && item[0] == 'b' ? item.substr(1) : "";
+  const bool norm = digits.size() > suffix.size() &&
+                    digits.compare(digits.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (norm) digits.resize(digits.size() - suffix.size());
+  const bool numeric =
+      !digits.empty() && digits.size() <= 4 &&
+      std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  const int d = numeric ? std::stoi(digits) : -1;
+  if (d < 2 || d >= head_dim || d % 2 != 0) {
+    fail_expected("--mla-series",
+                  "a, a-fp16, bD or bD-norm with D even in [2, " + std::to_string(head_dim - 2) +
+                      "] (rotary dims kept per KV head)",
+                  "'" + item + "'");
+  }
+  return series_b(d, norm ? RopeSelect::kWeightNorm : RopeSelect::kHighFrequency, head_dim);
+}
+
+std::vector<MlaSeries> chosen_series(const std::string& list, const ModelConfig& c) {
+  if (list.empty()) return default_series(c);
+  std::vector<MlaSeries> series;
+  for (const std::string& item : split_list(list))
+    series.push_back(parse_series(item, c.head_dim()));
+  return series;
+}
+
+// The ranks one series runs: --mla-ranks ("full" = the series' full rank), sorted and without
+// repeats, or eighths of its full rank.
+std::vector<int> series_ranks(const std::string& list, const ModelConfig& c, const MlaSeries& s) {
+  if (list.empty()) return mla_sweep_ranks(c, s.rope_dims);
+  const int full = mla_full_rank(c, s.rope_dims);
+  std::vector<int> ranks;
+  for (const std::string& item : split_list(list)) {
+    const int rank = item == "full" ? full
+                                    : parse_int_list(item, "--mla-ranks", 1, 1 << 20,
+                                                     "ranks (positive integers) or 'full'")[0];
+    if (rank > full) {
+      fail_expected("--mla-ranks",
+                    "ranks up to " + std::to_string(full) + ", the full rank of " + s.label,
+                    std::to_string(rank));
+    }
+    ranks.push_back(rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
 std::vector<MlaRow> evaluate_mla_rows(const QualityEvaluator& evaluator, const Model& model,
-                                      int block_size) {
+                                      int block_size, const MlaSweepChoice& choice) {
+  const std::vector<MlaSeries> series = chosen_series(choice.series, model.config());
+  // Every choice is checked before the first (long) evaluation starts.
+  std::vector<std::vector<int>> ranks;
+  for (const MlaSeries& s : series) ranks.push_back(series_ranks(choice.ranks, model.config(), s));
   std::vector<MlaRow> rows;
-  for (const MlaSeries& s : mla_series(model.config())) {
-    for (int rank : mla_sweep_ranks(model.config(), s.rope_dims)) {
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const MlaSeries& s = series[i];
+    for (int rank : ranks[i]) {
       MlaRow row;
       row.series = s.label;
       row.options = {s.mode, rank, s.rope_dims, s.select};
@@ -195,9 +255,14 @@ void print_mla_table(const std::string& source, int block_size, const std::vecto
 
 }  // namespace
 
+void check_mla_sweep_choice(const MlaSweepChoice& choice, const ModelConfig& c) {
+  for (const MlaSeries& s : chosen_series(choice.series, c)) series_ranks(choice.ranks, c, s);
+}
+
 int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int block_size,
-                  const std::string& source, const std::string& out_dir, bool json) {
-  const std::vector<MlaRow> rows = evaluate_mla_rows(evaluator, model, block_size);
+                  const MlaSweepChoice& choice, const std::string& source,
+                  const std::string& out_dir, bool json) {
+  const std::vector<MlaRow> rows = evaluate_mla_rows(evaluator, model, block_size, choice);
   const std::vector<QualityReport> formats = evaluate_format_sweep(evaluator, block_size);
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

@@ -22,9 +22,25 @@ std::vector<QualityReport> evaluate_format_sweep(const QualityEvaluator& evaluat
 int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block_size,
               const std::string& source, const std::string& out_dir, bool json);
 
+// What --mla-sweep runs; an empty list means the default.
+struct MlaSweepChoice {
+  // --mla-series: comma list of a (fp32 latents), a-fp16, bD (mode B, D rotary dims per KV head,
+  // the fastest pairs) and bD-norm (pairs chosen by weight norm). Default: a, a-fp16, and mode B
+  // with head_dim - 2, head_dim / 2 and 2 rotary dims, and 2 by norm.
+  std::string series;
+  // --mla-ranks: comma list of ranks or "full", applied to every series (a rank above a series'
+  // full rank is an error). Default: eighths of each series' full rank.
+  std::string ranks;
+};
+
+// Checks --mla-series and --mla-ranks against the model's shape (kvscope::Error naming the
+// flag), so that a bad choice fails before the reference run.
+void check_mla_sweep_choice(const MlaSweepChoice& choice, const ModelConfig& c);
+
 // --mla-sweep (eval_mla.cpp): MLA modes A and B over ranks, with the formats on the same plots;
 // writes <out>/mla_sweep.csv, mla_pareto_kl.png and mla_pareto_ppl.png.
 int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int block_size,
-                  const std::string& source, const std::string& out_dir, bool json);
+                  const MlaSweepChoice& choice, const std::string& source,
+                  const std::string& out_dir, bool json);
 
 }  // namespace kvscope::cli
