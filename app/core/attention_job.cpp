@@ -12,17 +12,6 @@
 
 namespace kvscope::ui {
 
-AttentionJob::~AttentionJob() {
-  cancel();
-}
-
-void AttentionJob::cancel() {
-  cancel_ = true;
-  if (worker_.joinable()) worker_.join();
-  cancel_ = false;
-  busy_ = false;
-}
-
 bool kv_is_fp32(const SimConfig& config) {
   return config.k_format.dtype == KvDtype::kF32 && config.v_format.dtype == KvDtype::kF32;
 }
@@ -30,12 +19,12 @@ bool kv_is_fp32(const SimConfig& config) {
 bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& config,
                          int generation, int request, std::vector<int> tokens,
                          std::optional<KvFormat> preview) {
-  if (busy_.load() || !model || tokens.empty()) return false;
-  if (worker_.joinable()) worker_.join();
-  busy_ = true;
+  if (busy() || !model || tokens.empty()) return false;
   busy_request_ = request;
-  worker_ = std::thread([this, model = std::move(model), config, generation, request,
-                         tokens = std::move(tokens), preview]() mutable {
+  // The work returns null when cancelled (nothing is handed over).
+  return launch([this, model = std::move(model), config, generation, request,
+                 tokens = std::move(tokens),
+                 preview]() mutable -> std::shared_ptr<AttentionCapture> {
     auto cap = std::make_shared<AttentionCapture>();
     cap->generation = generation;
     cap->request = request;
@@ -68,11 +57,10 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         EvictionVariant variant(o);
         try {
           variant.run(transformer, tokens, [this](int, std::span<const float>) {
-            if (cancel_.load()) throw Cancelled{};
+            if (cancelled()) throw Cancelled{};
           });
         } catch (const Cancelled&) {
-          busy_ = false;
-          return;
+          return nullptr;
         }
         cap->under_eviction = true;
         captured = true;
@@ -89,13 +77,10 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         // of every position (an evicted one is greyed in the strip).
         if (!captured)
           (run_fp32 ? hooks.exact_observer : hooks.quantized_observer) = recorder.get();
-        hooks.cancelled = [this] { return cancel_.load(); };
+        hooks.cancelled = [this] { return cancelled(); };
         try {
           std::optional<KvErrorProfile> p = measure_kv_error(transformer, tokens, k, v, bs, hooks);
-          if (!p) {
-            busy_ = false;
-            return;
-          }
+          if (!p) return nullptr;
           cap->errors = std::make_unique<KvErrorProfile>(std::move(*p));
           captured = true;  // by this run's observer, or already by the eviction run
         } catch (const Error& e) {
@@ -110,10 +95,7 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         const SeqId seq(0);
         cache.require_add_sequence(seq);
         for (int pos = 0; pos < n; ++pos) {
-          if (cancel_.load()) {
-            busy_ = false;
-            return;
-          }
+          if (cancelled()) return nullptr;
           cache.require_append_slots(seq, 1);
           transformer.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq),
                               recorder.get());
@@ -124,18 +106,8 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
     } catch (const std::exception& e) {
       cap->error = e.what();
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = std::move(cap);
-    }
-    busy_ = false;
+    return cap;
   });
-  return true;
-}
-
-std::shared_ptr<AttentionCapture> AttentionJob::take() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::move(done_);
 }
 
 }  // namespace kvscope::ui

@@ -7,14 +7,12 @@
 // (engine/analysis/kv_quant_error.h): the same tokens run in lockstep with an fp32 cache.
 #pragma once
 
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "app/core/background_job.h"
 #include "engine/analysis/kv_quant_error.h"
 #include "engine/evict/attention_stats.h"
 #include "engine/model/checkpoint.h"
@@ -46,33 +44,20 @@ struct AttentionCapture {
 // is previewed).
 bool kv_is_fp32(const SimConfig& config);
 
-class AttentionJob {
+class AttentionJob : public BackgroundJob<AttentionCapture> {
  public:
   AttentionJob() = default;
-  ~AttentionJob();  // cancels and joins
-  AttentionJob(const AttentionJob&) = delete;
-  AttentionJob& operator=(const AttentionJob&) = delete;
+  ~AttentionJob() { cancel(); }  // before the base: the work reads this job
 
   // Starts capturing; ignored (returns false) while a capture is running. `preview` (fp32 runs
   // only; ignored otherwise) is stored for K and V to measure what that format would do.
   bool start(std::shared_ptr<const Model> model, const SimConfig& config, int generation,
              int request, std::vector<int> tokens, std::optional<KvFormat> preview = {});
-  bool busy() const { return busy_.load(); }
   int busy_request() const { return busy_request_; }
-  // The finished capture (once), or null.
-  std::shared_ptr<AttentionCapture> take();
-  void cancel();                // stops a running capture (nothing is handed over) and joins
-  void cancel_after_finish() {  // tests: lets a running capture finish, then joins
-    if (worker_.joinable()) worker_.join();
-  }
+  void cancel_after_finish() { wait(); }  // tests: lets a running capture finish, then joins
 
  private:
-  std::thread worker_;
-  std::atomic<bool> busy_{false};
-  std::atomic<bool> cancel_{false};
   int busy_request_ = -1;
-  std::mutex mutex_;
-  std::shared_ptr<AttentionCapture> done_;
 };
 
 }  // namespace kvscope::ui
