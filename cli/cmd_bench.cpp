@@ -20,6 +20,7 @@
 #include "cli/backend_flag.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "engine/analysis/kv_memory_probe.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
 #include "engine/common/zeroed_buffer.h"
@@ -229,9 +230,9 @@ int bench_generate(const Args& args) {
   time_generation(t, std::min(steps, 16), 1, o);  // warm-up
   const Timing decode = time_generation(t, steps, repeat, o);
   // Prefill: `prompt` tokens (a fixed pseudo-random text) in one forward_step, into a fresh cache.
-  std::vector<int> tokens(static_cast<std::size_t>(prompt));
-  for (int i = 0; i < prompt; ++i)
-    tokens[static_cast<std::size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
+  int repeats = 0;
+  const std::vector<int> tokens =
+      probe_tokens(nullptr, "", prompt, c.vocab_size, "bench", &repeats);
   const KvFormat fp32 = parse_kv_format("fp32", "bench");
   const double prefill_secs = median_seconds(repeat, [&] {
     KvCacheManager cache(kv_layout_for(c, 16, (prompt + 15) / 16, fp32, fp32),
