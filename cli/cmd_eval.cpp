@@ -16,6 +16,7 @@
 #include "cli/eval_report.h"
 #include "cli/format.h"
 #include "engine/analysis/quality.h"
+#include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
 #include "engine/common/text_lines.h"
 #include "engine/mla/mla_codec.h"
@@ -357,6 +358,7 @@ int cmd_eval(const Argv& argv) {
     nlohmann::json j = report_json(r);
     j["source"] = source;
     j["block_size"] = block_size;
+    j["weights"] = cpu::describe_weight_format(*loaded.model);
     if (codec) {
       double e = 0.0;
       for (double x : codec->energy_kept) e += x / static_cast<double>(codec->energy_kept.size());
@@ -370,6 +372,15 @@ int cmd_eval(const Argv& argv) {
   std::printf("eval: %s, %d windows, %ld scored positions, block %d\n", source.c_str(), r.windows,
               r.positions, block_size);
   std::printf("  variant              %s\n", r.variant.c_str());
+  // Native quantized matmuls round their input activations to 8 bits: a cache change as small
+  // as fp16's flips some of those roundings, which puts a floor under KL (about 3e-3 nats on
+  // SmolLM2 against fp16's own 3e-7 with f32 weights; docs/concepts/quantization.md).
+  if (loaded.model->native() != nullptr) {
+    std::printf(
+        "  weights              %s: 8-bit activations put a floor under KL; "
+        "--weight-format f32 measures the cache alone\n",
+        cpu::describe_weight_format(*loaded.model).c_str());
+  }
   if (codec) {
     double e = 0.0;
     for (double x : codec->energy_kept) e += x / static_cast<double>(codec->energy_kept.size());
