@@ -42,6 +42,7 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         auto sweep = std::make_shared<QualitySweep>(std::move(*cached));
         sweep->from_cache = true;
         sweep->cache_note = "from the disk cache " + cache_path;
+        sweep->mla_note = sweep_mla_skip_note(model->config(), model->source());
         steps_done_ = total_steps_.load();
         return sweep;
       }
@@ -79,6 +80,7 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         step_done();
       }
       sweep->reference_bytes_per_token = sweep->points.front().bytes_per_token;
+      sweep->mla_note = sweep_mla_skip_note(model->config(), model->source());
       for (int rank : sweep_mla_ranks(model->config())) {
         MlaOptions o;
         o.mode = MlaMode::kReconstruct;

@@ -66,8 +66,24 @@ std::vector<std::pair<std::string, std::string>> sweep_formats() {
   return out;
 }
 
+long mla_rebuild_macs_per_token(const ModelConfig& c) {
+  return static_cast<long>(c.n_layers) * 2L * c.kv_dim() * mla_full_rank(c, 0);
+}
+
 std::vector<int> sweep_mla_ranks(const ModelConfig& c) {
+  if (mla_rebuild_macs_per_token(c) > kSweepMlaRebuildLimit) return {};
   return mla_sweep_ranks(c, 0);
+}
+
+std::string sweep_mla_skip_note(const ModelConfig& c, const std::string& model_path) {
+  if (!sweep_mla_ranks(c).empty()) return "";
+  const int full = mla_full_rank(c, 0);
+  return "no MLA points: mode A rebuilds K and V at " +
+         std::to_string(mla_rebuild_macs_per_token(c)) +
+         " multiply-adds per cached token (minutes per rank here); `kvscope eval --model " +
+         model_path + " --mla-sweep --long 512 --mla-series a --mla-ranks " +
+         std::to_string(full / 4) + "," + std::to_string(full / 2) +
+         "` writes mla_sweep.csv for Load CSV";
 }
 
 std::vector<EvictionRunOptions> sweep_evictions(int block_size) {
@@ -178,6 +194,10 @@ void merge_sweep(QualitySweep& into, const QualitySweep& from) {
   }
   into.loaded.insert(into.loaded.end(), from.loaded.begin(), from.loaded.end());
   into.from_csv = into.from_csv || from.from_csv;
+  const bool adds_mla =
+      std::any_of(from.points.begin(), from.points.end(),
+                  [](const QualityPoint& p) { return p.family == QualityFamily::kMla; });
+  if (adds_mla) into.mla_note.clear();  // the note said how to add them
   if (into.reference_bytes_per_token <= 0)
     into.reference_bytes_per_token = from.reference_bytes_per_token;
 }

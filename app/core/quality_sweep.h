@@ -40,6 +40,7 @@ struct QualitySweep {
   // Where the computed points came from or went: "from the disk cache <file>", "cached in
   // <file>", or why the cache was not written ("" without a cache).
   std::string cache_note;
+  std::string mla_note;  // sweep_mla_skip_note() of the computed points' model ("" when MLA ran)
   bool from_cache = false;
   double reference_bytes_per_token = 0.0;  // the fp32 cache (0: not known)
   std::vector<QualityPoint> points;        // computed: formats (fp32 first), MLA, eviction
@@ -51,8 +52,17 @@ struct QualitySweep {
 // The format ladder as (K, V) names parse_kv_format takes, fp32 first: quant::kv_format_sweep(),
 // the rungs `kvscope eval --sweep` runs, in its order.
 std::vector<std::pair<std::string, std::string>> sweep_formats();
-// MLA mode A ranks (fp32 latents): mla_sweep_ranks(c, 0), those of `kvscope eval --mla-sweep`.
+// MLA mode A rebuilds every cached K and V for every query: n_layers x 2 kv_dim x rank
+// multiply-adds per cached token, at full rank here (stories260K: 20,480; SmolLM2-135M:
+// 4,423,680, minutes per rank on this CPU, docs/concepts/mla.md).
+long mla_rebuild_macs_per_token(const ModelConfig& c);
+// The sweep runs MLA ranks only up to this rebuild cost, so a first sweep stays minutes long.
+inline constexpr long kSweepMlaRebuildLimit = 1000000;
+// MLA mode A ranks (fp32 latents): mla_sweep_ranks(c, 0), those of `kvscope eval --mla-sweep`;
+// none when mla_rebuild_macs_per_token(c) > kSweepMlaRebuildLimit.
 std::vector<int> sweep_mla_ranks(const ModelConfig& c);
+// Why a model's sweep has no MLA points and the command that adds them (a CSV to load), or "".
+std::string sweep_mla_skip_note(const ModelConfig& c, const std::string& model_path);
 // Streaming eviction (K/V fp32): window and H2O (never compacted, and compacted always) at
 // budgets 16, 32, 64, 128 in the run's block size.
 std::vector<EvictionRunOptions> sweep_evictions(int block_size);

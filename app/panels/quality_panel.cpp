@@ -185,6 +185,7 @@ void QualityPanel::draw_setup_lines(bool wrap) const {
   }
   ImGui::TextDisabled(
       "x: KV bytes per token of context; eviction: each window's peak block bytes / its tokens");
+  if (!sweep_->mla_note.empty()) ImGui::TextDisabled("%s", sweep_->mla_note.c_str());
   if (!sweep_->cache_note.empty()) ImGui::TextDisabled("%s", sweep_->cache_note.c_str());
   if (wrap) ImGui::PopTextWrapPos();
 }

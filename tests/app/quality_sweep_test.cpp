@@ -41,6 +41,45 @@ TEST(QualitySweepPlan, MlaRanksAreTheCliModeARanks) {
                              sweep_evictions(16).size()));
 }
 
+TEST(QualitySweepPlan, ModelsWhereModeAIsSlowGetNoMlaRanksAndANoteThatSaysHowToAddThem) {
+  ModelConfig small;  // stories260K: 5 x 2 x 32 x 64 multiply-adds per cached token
+  small.dim = 64;
+  small.n_heads = 8;
+  small.n_kv_heads = 4;
+  small.n_layers = 5;
+  EXPECT_EQ(mla_rebuild_macs_per_token(small), 20480);
+  EXPECT_EQ(sweep_mla_skip_note(small, "stories260K.bin"), "");
+  ModelConfig smollm2;  // 30 layers, 9 heads, 3 KV heads of 64
+  smollm2.dim = 576;
+  smollm2.n_heads = 9;
+  smollm2.n_kv_heads = 3;
+  smollm2.n_layers = 30;
+  EXPECT_EQ(mla_rebuild_macs_per_token(smollm2), 30L * 2 * 192 * 384);
+  EXPECT_TRUE(sweep_mla_ranks(smollm2).empty());
+  EXPECT_EQ(sweep_num_variants(smollm2),
+            static_cast<int>(quant::kv_format_sweep().size() + sweep_evictions(16).size()));
+  EXPECT_EQ(sweep_mla_skip_note(smollm2, "m.gguf"),
+            "no MLA points: mode A rebuilds K and V at 4423680 multiply-adds per cached token "
+            "(minutes per rank here); `kvscope eval --model m.gguf --mla-sweep --long 512 "
+            "--mla-series a --mla-ranks 96,192` writes mla_sweep.csv for Load CSV");
+
+  // Loading MLA points (an mla_sweep.csv) drops the note; loading formats keeps it.
+  QualitySweep computed;
+  computed.mla_note = sweep_mla_skip_note(smollm2, "m.gguf");
+  QualitySweep formats;
+  formats.points.push_back(QualityPoint{});
+  merge_sweep(computed, formats);
+  EXPECT_FALSE(computed.mla_note.empty());
+  QualitySweep mla;
+  QualityPoint p;
+  p.family = QualityFamily::kMla;
+  p.series = "MLA-A";
+  p.label = "r=96";
+  mla.points.push_back(p);
+  merge_sweep(computed, mla);
+  EXPECT_TRUE(computed.mla_note.empty());
+}
+
 std::string write(const std::string& name, const std::function<void(std::ostream&)>& body) {
   const auto dir = std::filesystem::temp_directory_path() / "kvscope_quality_sweep_test";
   std::filesystem::create_directories(dir);
