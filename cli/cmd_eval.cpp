@@ -374,7 +374,8 @@ int cmd_eval(const Argv& argv) {
   std::printf("  variant              %s\n", r.variant.c_str());
   // Native quantized matmuls round their input activations to 8 bits: a cache change as small
   // as fp16's flips some of those roundings, which puts a floor under KL (about 3e-3 nats on
-  // SmolLM2 against fp16's own 3e-7 with f32 weights; docs/concepts/quantization.md).
+  // SmolLM2 against fp16's own 3e-7 with f32 weights; docs/concepts/mla.md, "A note on native
+  // quantized weights").
   if (loaded.model->native() != nullptr) {
     std::printf(
         "  weights              %s: 8-bit activations put a floor under KL; "

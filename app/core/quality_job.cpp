@@ -29,6 +29,9 @@ void QualityJob::start(std::shared_ptr<const Model> model,
   launch([this, model = std::move(model), tokenizer = std::move(tokenizer),
           text_path = std::move(text_path), max_tokens, block_size,
           cache_dir = std::move(cache_dir), reuse] {
+    // Why this model's sweep has no MLA points ("" when it has them), for cached and fresh sweeps.
+    const std::string mla_note =
+        model ? sweep_mla_skip_note(model->config(), model->source()) : std::string();
     // The disk cache: the same inputs give the same sweep. A file that does not load (missing,
     // torn, another key) is recomputed and rewritten.
     std::string key, cache_path;
@@ -42,7 +45,7 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         auto sweep = std::make_shared<QualitySweep>(std::move(*cached));
         sweep->from_cache = true;
         sweep->cache_note = "from the disk cache " + cache_path;
-        sweep->mla_note = sweep_mla_skip_note(model->config(), model->source());
+        sweep->mla_note = mla_note;
         steps_done_ = total_steps_.load();
         return sweep;
       }
@@ -80,7 +83,7 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         step_done();
       }
       sweep->reference_bytes_per_token = sweep->points.front().bytes_per_token;
-      sweep->mla_note = sweep_mla_skip_note(model->config(), model->source());
+      sweep->mla_note = mla_note;
       for (int rank : sweep_mla_ranks(model->config())) {
         MlaOptions o;
         o.mode = MlaMode::kReconstruct;
