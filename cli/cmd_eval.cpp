@@ -242,7 +242,6 @@ int cmd_eval(const Argv& argv) {
   needs.model = loaded.model.get();
   needs.k_format = k;
   needs.v_format = v;
-  needs.eviction = evicting;
   needs.mla = mla;
   if (args.has("--sweep")) needs.other = "--sweep (every K/V format)";
   if (args.has("--mla-sweep")) needs.other = "--mla-sweep (MLA latents)";

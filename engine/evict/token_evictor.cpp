@@ -166,16 +166,29 @@ void TokenEvictor::compact() {
 }
 
 void TokenEvictor::shift_positions() {
+  const int bs = cache_.layout().block_size;
+  const std::vector<BlockId>& blocks = cache_.table(seq_).blocks;
+  std::vector<KvKeyRotation> rotations;
+  std::vector<int> slots;  // the rotated tokens' slots, for the host path
   int next = 0;
   for (std::size_t s = 0; s < slot_live_.size(); ++s) {
     if (slot_live_[s] == 0) continue;
     if (slot_pos_[s] != next) {
-      rotate_key(static_cast<int>(s), next - slot_pos_[s]);
+      const int slot = static_cast<int>(s);
+      rotations.push_back(
+          {blocks[static_cast<std::size_t>(slot / bs)], slot % bs, next - slot_pos_[s]});
+      slots.push_back(slot);
       slot_pos_[s] = next;
     }
     ++next;
   }
   next_position_ = next;
+  if (rotations.empty()) return;
+  counters_.keys_rotated += static_cast<long>(rotations.size()) * cache_.layout().n_layers;
+  // Applied where the pool's bytes live: a backend that holds them rotates with its own kernel.
+  if (cache_.storage()->rotate_keys_on_device(rotations, rope_theta_)) return;
+  cache_.storage()->note_external_write();  // keys change outside any backend's kv_write
+  for (std::size_t i = 0; i < rotations.size(); ++i) rotate_key(slots[i], rotations[i].delta);
 }
 
 void TokenEvictor::rotate_key(int slot, int delta) {
@@ -184,7 +197,6 @@ void TokenEvictor::rotate_key(int slot, int delta) {
   KvSeqView v = cache_.view(seq_);
   v.num_slots = slot + 1;  // the slot is the view's write slot: write_token re-encodes it
   const BlockId block = v.blocks[static_cast<std::size_t>(slot / bs)];
-  cache_.storage()->note_external_write();  // keys change outside any backend's kv_write
   for (int layer = 0; layer < L.n_layers; ++layer) {
     float* key = row_.data();
     if (L.k_format.dtype == KvDtype::kF32) {  // rotate in place
@@ -202,7 +214,6 @@ void TokenEvictor::rotate_key(int slot, int delta) {
     std::copy(key, key + kv_dim, scratch_.begin());
     cpu::rope(scratch_.data(), key, delta, kv_dim, kv_dim, L.head_dim, rope_theta_);
     if (L.k_format.dtype != KvDtype::kF32) quant::write_token(v, layer, KvKind::kKey, key);
-    ++counters_.keys_rotated;
   }
 }
 

@@ -125,6 +125,21 @@ void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offs
   apply(moves);
 }
 
+bool KvStorage::rotate_keys_on_device(std::span<const KvKeyRotation> rotations, float theta) {
+  for (const KvKeyRotation& r : rotations) {
+    check_block(r.block, "rotate_keys");
+    if (r.offset < 0 || r.offset >= layout_.block_size) {
+      throw InternalError("kv storage", "rotate_keys offset " + std::to_string(r.offset) +
+                                            " outside a block of " +
+                                            std::to_string(layout_.block_size));
+    }
+  }
+  auto d = device();
+  if (d == nullptr) return false;
+  d->rotate_keys(rotations, theta);
+  return true;
+}
+
 std::vector<KvSpan> KvStorage::block_spans(BlockId block) const {
   check_block(block, "read/write_block");
   std::vector<KvSpan> spans;

@@ -89,9 +89,18 @@ struct KvMove {
   std::size_t bytes = 0;
 };
 
+// One cached token whose key is rotated by `delta` more RoPE positions in every layer (token
+// eviction's position shift): the token in row `offset` of physical block `block`.
+struct KvKeyRotation {
+  BlockId block;
+  int offset = 0;
+  int delta = 0;
+};
+
 // Where a pool's bytes live when a backend keeps them in its own memory (the CUDA backends). Once
 // one is attached, KvStorage hands it every byte move (copy-on-write, slot compaction, swap out
-// and in) instead of applying it to its own tiles, which then no longer hold the pool's bytes.
+// and in) and key re-rotation instead of applying them to its own tiles, which then no longer
+// hold the pool's bytes.
 class KvDeviceBytes {
  public:
   virtual ~KvDeviceBytes() = default;
@@ -99,6 +108,8 @@ class KvDeviceBytes {
   // Copies the spans, in order, into out (their total size) / from in.
   virtual void read(std::span<const KvSpan> spans, std::byte* out) = 0;
   virtual void write(std::span<const KvSpan> spans, const std::byte* in) = 0;
+  // Re-rotates the keys (RoPE with base `theta`) and stores them again in the pool's K format.
+  virtual void rotate_keys(std::span<const KvKeyRotation> rotations, float theta) = 0;
 };
 
 class KvStorage {
@@ -117,8 +128,8 @@ class KvStorage {
   // Expires when this storage is destroyed: a backend holding a copy of the pool frees it then.
   std::weak_ptr<const void> liveness() const { return alive_; }
   // How many writes through tile() that are neither a kv_write nor one of the byte moves below
-  // have changed bytes here (token eviction's key re-rotation): a backend holding the pool's
-  // bytes (attach_device) cannot see them and refuses to go on once this changes.
+  // have changed bytes here (token eviction's key re-rotation on the host): a backend that then
+  // holds a copy of the pool cannot see them and refuses to go on once this changes.
   std::uint64_t external_writes() const { return external_writes_; }
   void note_external_write() { ++external_writes_; }
 
@@ -146,6 +157,11 @@ class KvStorage {
   // layout().block_bytes() bytes), read out of the pool (swap-out) or written into it (swap-in).
   void read_block(BlockId block, std::byte* out) const;
   void write_block(BlockId block, const std::byte* in);
+  // Token eviction's position shift. When a backend holds the pool's bytes it re-rotates the keys
+  // (its kernel) and this returns true; otherwise it returns false and the keys are in these
+  // tiles, for the caller to rotate (TokenEvictor, then note_external_write()). Block ids and
+  // offsets outside the pool are an InternalError either way.
+  bool rotate_keys_on_device(std::span<const KvKeyRotation> rotations, float theta);
 
   // KIVI staging of the group starting at (block, offset) of `layer`'s K or V:
   // [residual][kv_heads * head_dim] floats. `create` makes (or re-zeroes) it; otherwise nullptr

@@ -15,7 +15,6 @@ RunNeeds run_needs(const SimConfig& config, const Model* model) {
   needs.model = model;
   needs.k_format = config.k_format;
   needs.v_format = config.v_format;
-  needs.eviction = config.token_eviction.policy.kind != EvictionKind::kNone;
   needs.mla = config.mla != nullptr;
   return needs;
 }
@@ -27,7 +26,6 @@ std::string cuda_gap(const RunNeeds& needs) {
     return "K/V format " + needs.k_format.name() + "/" + needs.v_format.name() +
            " (fp32, fp16, bf16, int8, fp8, int4 and int2 are covered)";
   }
-  if (needs.eviction) return "token eviction";
   if (needs.mla) return "MLA latents";
   return needs.other;
 }

@@ -18,7 +18,6 @@ struct SimConfig;
 struct RunNeeds {
   const Model* model = nullptr;  // quantized (native) weights are not covered
   KvFormat k_format, v_format;
-  bool eviction = false;
   bool mla = false;
   std::string other;  // anything else not covered, in words ("" when none)
 };

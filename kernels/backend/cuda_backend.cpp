@@ -87,7 +87,7 @@ void guarded(const std::string& flag, F&& body) {
 
 // The device copy of one host KV pool: the host's layout, K and V regions, any per-token format.
 // It holds the pool's bytes (KvStorage::attach_device): copy-on-write, compaction and swap reach
-// it as byte moves.
+// it as byte moves, token eviction's position shift as key rotations (kernels/ops/kv_rotate.cuh).
 class DevicePool final : public KvDeviceBytes {
  public:
   DevicePool(device::DeviceOps& ops, const std::string& flag) : ops_(ops), flag_(flag) {}
@@ -95,6 +95,7 @@ class DevicePool final : public KvDeviceBytes {
   DeviceBuffer k, v;
   device::DeviceTiles k_tiles, v_tiles;  // layer 0
   int num_blocks = 0;
+  int n_layers = 0, block_size = 0, kv_heads = 0, head_dim = 0;
   std::uint64_t external_writes = 0;  // the host storage's count when the copy was made
   std::weak_ptr<const void> storage;  // expires with the host storage: the copy is freed then
 
@@ -126,6 +127,22 @@ class DevicePool final : public KvDeviceBytes {
         ops_.to_device(at(s.kind, s.offset), in, s.bytes);
         in += s.bytes;
       }
+    });
+  }
+  void rotate_keys(std::span<const KvKeyRotation> rotations, float theta) override {
+    std::vector<int> rot;
+    rot.reserve(rotations.size() * 3);
+    for (const KvKeyRotation& r : rotations) {
+      rot.push_back(static_cast<int>(r.block.value));
+      rot.push_back(r.offset);
+      rot.push_back(r.delta);
+    }
+    guarded(flag_, [&] {
+      const DeviceBuffer d(ops_, rot.size() * sizeof(int));
+      ops_.to_device(d.as<void>(), rot.data(), rot.size() * sizeof(int));
+      ops_.rotate_keys(k_tiles, static_cast<long>(num_blocks) * k_tiles.tile_bytes, n_layers,
+                       d.as<int>(), static_cast<int>(rotations.size()), block_size, kv_heads,
+                       head_dim, theta);
     });
   }
 
@@ -220,8 +237,6 @@ class CudaBackend final : public Backend {
   void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
                        const float* q, float* out, int query_pos,
                        AttentionObserver* observer) override {
-    if (view.slot_live != nullptr || view.slot_pos != nullptr)
-      throw Error(flag_, "token eviction is not supported yet");
     guard([&] {
       DevicePool& p = pool(view, /*may_create=*/false);
       const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
@@ -234,6 +249,10 @@ class CudaBackend final : public Backend {
       kv.block_size = view.block_size();
       kv.kv_heads = shape.kv_heads;
       kv.head_dim = shape.head_dim;
+      if (view.slot_live != nullptr) {  // token eviction: evicted slots get no weight
+        kv.live = reinterpret_cast<const unsigned char*>(
+            stage(live_, view.slot_live, static_cast<std::size_t>(view.num_slots)));
+      }
       const std::size_t wn = static_cast<std::size_t>(shape.n_heads) * view.num_slots;
       float* dw = observer != nullptr ? scratch(attention_, wn * 4).as<float>() : nullptr;
       ops_->paged_attention(dout, dq, kv, shape.n_heads, dw);
@@ -311,9 +330,9 @@ class CudaBackend final : public Backend {
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
       if (it->second->external_writes != s.external_writes()) {
-        throw Error(flag_,
-                    "the KV pool's keys were re-rotated on the host (token eviction), which "
-                    "its device copy cannot see; not supported yet");
+        throw InternalError(flag_,
+                            "the KV pool's keys were re-rotated on the host after its device "
+                            "copy was made (token eviction rotates a held pool on the device)");
       }
       pools_.splice(pools_.begin(), pools_, it);
       return *pools_.front().second;
@@ -326,6 +345,10 @@ class CudaBackend final : public Backend {
     auto made = std::make_shared<DevicePool>(*ops_, flag_);
     DevicePool& p = *made;
     p.num_blocks = L.num_blocks;
+    p.n_layers = L.n_layers;
+    p.block_size = L.block_size;
+    p.kv_heads = L.kv_heads;
+    p.head_dim = L.head_dim;
     const auto region = [&](KvKind kind) {
       return static_cast<std::size_t>(L.n_layers) * L.num_blocks * L.tile_bytes(kind);
     };
@@ -361,7 +384,7 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<const float*, DeviceWeight> weights_;
   std::list<std::pair<std::uint64_t, std::shared_ptr<DevicePool>>> pools_;
-  DeviceBuffer x_, y_, x16_, ints_, table_, attention_;
+  DeviceBuffer x_, y_, x16_, ints_, table_, live_, attention_;
   std::vector<int> table_host_;
   std::vector<float> attention_host_;
 };

@@ -42,6 +42,8 @@ struct PagedPool {
   int block_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
+  const unsigned char* live =
+      nullptr;  // device memory [num_slots]: 0 = evicted; nullptr = all live
 };
 
 class DeviceOps {
@@ -75,6 +77,13 @@ class DeviceOps {
   virtual void kv_write(const DeviceTiles& k_tiles, const DeviceTiles& v_tiles,
                         const int* block_table, int slot, int block_size, const float* k,
                         const float* v, int kv_heads, int head_dim) = 0;
+  // Token eviction's position shift: the keys of `count` cached tokens rotated by a further
+  // delta positions in all n_layers layers and stored again in the pool's format.
+  // rot (device memory) holds {physical block, row in block, delta} per token; k_tiles is layer
+  // 0's, layer l's start l * layer_stride bytes further.
+  virtual void rotate_keys(const DeviceTiles& k_tiles, long layer_stride, int n_layers,
+                           const int* rot, int count, int block_size, int kv_heads, int head_dim,
+                           float theta) = 0;
   // Decode attention of n_heads query heads over the pool: one pass for short contexts, split
   // along the sequence (split-K) for long ones. With `weights` set ([n_heads][num_slots] on the
   // device), each head's softmax row is written there too.

@@ -13,15 +13,12 @@
 
 KVS_KERNELS_BEGIN
 
-KVS_GLOBAL void kv_write_kernel(KvTiles k_tiles, KvTiles v_tiles, const int* block_table, int slot,
-                                int block_size, const float* k, const float* v, int kv_heads,
-                                int head_dim) {
-  const int head = static_cast<int>(simt::bid_x());
-  const bool is_v = simt::bid_y() == 1u;
-  const KvTiles t = is_v ? v_tiles : k_tiles;
-  const float* x = (is_v ? v : k) + static_cast<long>(head) * head_dim;
-  const int kv_dim = kv_heads * head_dim, offset = slot % block_size;
-  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
+// Head `head` of a token's row x (kv_heads x head_dim values; x points at the whole row) into
+// row `offset` of `tile`, for the per-head formats (not int4 / int2). Called by a whole warp.
+KVS_DEVICE void store_head(const KvTiles& t, unsigned char* tile, int offset, int block_size,
+                           int head, const float* row, int kv_heads, int head_dim) {
+  const float* x = row + static_cast<long>(head) * head_dim;
+  const int kv_dim = kv_heads * head_dim;
   const long first = static_cast<long>(offset) * kv_dim + static_cast<long>(head) * head_dim;
   const int lane = static_cast<int>(simt::lane());
   if (!kv_has_scale(t.code)) {
@@ -60,14 +57,14 @@ KVS_GLOBAL void kv_write_kernel(KvTiles k_tiles, KvTiles v_tiles, const int* blo
   }
 }
 
-// int4 / int2: one row (K or V) of the token at `slot`; one warp.
-KVS_GLOBAL void kv_write_groups_kernel(KvTiles t, const int* block_table, int slot, int block_size,
-                                       const float* x, int kv_dim) {
+// A token's whole row x [kv_dim] into row `offset` of `tile`, for int4 / int2. Called by the whole
+// block (it has a block barrier).
+KVS_DEVICE void store_groups(const KvTiles& t, unsigned char* tile, int offset, int block_size,
+                             const float* x, int kv_dim) {
   const int bits = t.code == kKvInt4 ? 4 : 2, per_byte = 8 / bits, g = t.group;
-  const int offset = slot % block_size, groups = kv_dim / g;
+  const int groups = kv_dim / g;
   const float levels = static_cast<float>((1 << bits) - 1);
   const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
-  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
   auto* meta = reinterpret_cast<std::uint16_t*>(tile + static_cast<long>(block_size) * row_bytes +
                                                 static_cast<long>(offset) * groups * 4);
   const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
@@ -102,6 +99,23 @@ KVS_GLOBAL void kv_write_groups_kernel(KvTiles t, const int* block_table, int sl
     }
     codes[b] = static_cast<unsigned char>(byte);
   }
+}
+
+KVS_GLOBAL void kv_write_kernel(KvTiles k_tiles, KvTiles v_tiles, const int* block_table, int slot,
+                                int block_size, const float* k, const float* v, int kv_heads,
+                                int head_dim) {
+  const bool is_v = simt::bid_y() == 1u;
+  const KvTiles t = is_v ? v_tiles : k_tiles;
+  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
+  store_head(t, tile, slot % block_size, block_size, static_cast<int>(simt::bid_x()), is_v ? v : k,
+             kv_heads, head_dim);
+}
+
+// int4 / int2: one row (K or V) of the token at `slot`; one warp.
+KVS_GLOBAL void kv_write_groups_kernel(KvTiles t, const int* block_table, int slot, int block_size,
+                                       const float* x, int kv_dim) {
+  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
+  store_groups(t, tile, slot % block_size, block_size, x, kv_dim);
 }
 
 inline void launch_kv_write(const KvTiles& k_tiles, const KvTiles& v_tiles, const int* block_table,

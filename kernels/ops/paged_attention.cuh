@@ -4,6 +4,8 @@
 // t lives in logical block t / block_size of the block table, row t % block_size. GQA: query
 // head h reads KV head h / (n_heads / kv_heads). With `weights` set, the softmax row of head h
 // is also written to weights[h * num_slots ...] (attention capture: heatmaps, sink shares).
+// Token eviction: with `live` set, a slot whose live[t] is 0 holds an evicted token; it gets
+// weight 0 and its V is not read (the CPU's -inf score), whatever its bytes.
 //
 // Pool layout (engine/kv/kv_storage.h, kernels/common/kv_formats.cuh): for one layer, the tile of
 // physical block b starts at base + b * tile_bytes.
@@ -26,7 +28,12 @@ struct PagedKv {
   int block_size = 0;
   int kv_heads = 0;
   int head_dim = 0;
+  const unsigned char* live = nullptr;  // [num_slots] 0 = evicted; nullptr: every slot is live
 };
+
+KVS_DEVICE bool slot_is_live(const PagedKv& kv, int t) {
+  return kv.live == nullptr || kv.live[t] != 0;
+}
 
 // Slot t's K (or V) value d of KV head g, through the block table.
 KVS_DEVICE float kv_at(const PagedKv& kv, const KvTiles& tiles, int t, int g, int d) {
@@ -41,13 +48,18 @@ KVS_DEVICE float kv_at(const PagedKv& kv, const KvTiles& tiles, int t, int g, in
 
 // The part of one query head's attention over slots [t0, t1) that one block computes:
 // scores[i] = exp(q . k_{t0+i} / sqrt(d) - m) for the range's own maximum m; returns m and,
-// through *sum, the scores' sum. Ends with the scores published to the whole block.
+// through *sum, the scores' sum. Evicted slots score 0; a range with no live slot returns -inf
+// with a sum of 0. Ends with the scores published to the whole block.
 KVS_DEVICE float attend_range(const float* qh, const PagedKv& kv, int g, int t0, int t1,
                               float* scores, float* slots, float* sum) {
   const float inv_sqrt = 1.0f / sqrtf(static_cast<float>(kv.head_dim));
   const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
   float local_max = -INFINITY;
   for (int t = t0 + tid; t < t1; t += nt) {
+    if (!slot_is_live(kv, t)) {
+      scores[t - t0] = -INFINITY;
+      continue;
+    }
     float s = 0.0f;
     for (int d = 0; d < kv.head_dim; ++d) s += qh[d] * kv_at(kv, kv.k, t, g, d);
     s *= inv_sqrt;
@@ -57,7 +69,7 @@ KVS_DEVICE float attend_range(const float* qh, const PagedKv& kv, int g, int t0,
   const float max_score = block_max(local_max, slots);
   float local_sum = 0.0f;
   for (int t = t0 + tid; t < t1; t += nt) {
-    const float e = expf(scores[t - t0] - max_score);
+    const float e = slot_is_live(kv, t) ? expf(scores[t - t0] - max_score) : 0.0f;
     scores[t - t0] = e;
     local_sum += e;
   }
@@ -69,7 +81,8 @@ KVS_DEVICE float attend_range(const float* qh, const PagedKv& kv, int g, int t0,
 KVS_DEVICE float weigh_values(const PagedKv& kv, int g, int t0, int t1, const float* scores,
                               int d) {
   float acc = 0.0f;
-  for (int t = t0; t < t1; ++t) acc += scores[t - t0] * kv_at(kv, kv.v, t, g, d);
+  for (int t = t0; t < t1; ++t)
+    if (slot_is_live(kv, t)) acc += scores[t - t0] * kv_at(kv, kv.v, t, g, d);
   return acc;
 }
 
@@ -123,7 +136,8 @@ KVS_GLOBAL void paged_attention_split_kernel(float* part, float* m, float* l, co
 }
 
 // out[h] = sum_s part[h][s] e^(m_s - M) / sum_s l[h][s] e^(m_s - M), M the largest m_s; the
-// captured weights of split s are scaled by e^(m_s - M) / L the same way.
+// captured weights of split s are scaled by e^(m_s - M) / L the same way. A split with no live
+// slot (m_s = -inf) contributes nothing.
 KVS_GLOBAL void paged_attention_reduce_kernel(float* out, const float* part, const float* m,
                                               const float* l, int splits, int head_dim,
                                               int num_slots, int chunk, float* weights) {
@@ -132,17 +146,18 @@ KVS_GLOBAL void paged_attention_reduce_kernel(float* out, const float* part, con
   const long h0 = static_cast<long>(h) * splits;
   float big = -INFINITY;
   for (int s = 0; s < splits; ++s) big = fmaxf(big, m[h0 + s]);
+  const auto rescale = [&](int s) { return m[h0 + s] == -INFINITY ? 0.0f : expf(m[h0 + s] - big); };
   float total = 0.0f;
-  for (int s = 0; s < splits; ++s) total += l[h0 + s] * expf(m[h0 + s] - big);
+  for (int s = 0; s < splits; ++s) total += l[h0 + s] * rescale(s);
   for (int d = tid; d < head_dim; d += nt) {
     float acc = 0.0f;
-    for (int s = 0; s < splits; ++s) acc += part[(h0 + s) * head_dim + d] * expf(m[h0 + s] - big);
+    for (int s = 0; s < splits; ++s) acc += part[(h0 + s) * head_dim + d] * rescale(s);
     out[static_cast<long>(h) * head_dim + d] = acc / total;
   }
   if (weights != nullptr) {
     for (int t = tid; t < num_slots; t += nt) {
       const long i = static_cast<long>(h) * num_slots + t;
-      weights[i] = weights[i] * expf(m[h0 + t / chunk] - big) / total;
+      weights[i] = weights[i] * rescale(t / chunk) / total;
     }
   }
 }

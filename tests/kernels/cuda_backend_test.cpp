@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 
 #include "engine/common/error.h"
+#include "engine/evict/token_evictor.h"
 #include "engine/infer/generate.h"
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
@@ -135,6 +137,28 @@ TEST(CudaSimBackend, CapturedAttentionRowsAreTheCpus) {
     ASSERT_NEAR(rows[1].all[i], rows[0].all[i], 1e-4) << i;  // later layers: GEMM sum orders
 }
 
+namespace {
+
+// Runs `requests` under `c` on the CPU and on the emulated device (fp32 GEMM weights): every
+// request finishes with the CPU's tokens. Returns the device's run.
+std::unique_ptr<Simulator> run_on_both(const SimConfig& c,
+                                       const std::vector<SimRequest>& requests) {
+  auto on_cpu = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
+  test::run_checked(*on_cpu);
+  SimConfig d = c;
+  d.make_backend = [] { return make_cuda_sim_backend(GemmType::kF32); };
+  auto on_sim = std::make_unique<Simulator>(d, test::real_sim_model(), requests);
+  test::run_checked(*on_sim);
+  EXPECT_EQ(on_sim->num_requests(), on_cpu->num_requests());
+  for (int i = 0; i < on_cpu->num_requests(); ++i) {
+    EXPECT_EQ(on_sim->request(i).phase, RequestPhase::kFinished) << i;
+    EXPECT_EQ(on_sim->request(i).generated_tokens(), on_cpu->request(i).generated_tokens()) << i;
+  }
+  return on_sim;
+}
+
+}  // namespace
+
 // The Simulator on the emulated device gives every request the CPU Simulator's tokens. Run 1:
 // requests in a pool too small for them (several running at once, recompute preemption, chunked
 // prefill): ten requests in 16 blocks; under AddressSanitizer, where each emulated launch costs
@@ -147,25 +171,11 @@ TEST(CudaSimBackend, AMultiRequestSimulatorRunGivesTheCpusTokens) {
 #else
   const int n = 10, blocks = 16;
 #endif
-  const auto run_both = [](const SimConfig& c, const std::vector<SimRequest>& requests) {
-    auto on_cpu = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
-    test::run_checked(*on_cpu);
-    SimConfig d = c;
-    d.make_backend = [] { return make_cuda_sim_backend(GemmType::kF32); };
-    auto on_sim = std::make_unique<Simulator>(d, test::real_sim_model(), requests);
-    test::run_checked(*on_sim);
-    EXPECT_EQ(on_sim->num_requests(), on_cpu->num_requests());
-    for (int i = 0; i < on_cpu->num_requests(); ++i) {
-      EXPECT_EQ(on_sim->request(i).phase, RequestPhase::kFinished) << i;
-      EXPECT_EQ(on_sim->request(i).generated_tokens(), on_cpu->request(i).generated_tokens()) << i;
-    }
-    return on_sim;
-  };
   SimConfig c;
   c.block_size = 8;
   c.num_blocks = blocks;
   c.max_tokens_per_step = 12;
-  const auto recomputing = run_both(c, test::mixed_requests(n));
+  const auto recomputing = run_on_both(c, test::mixed_requests(n));
   EXPECT_GT(recomputing->timeline()->all_metrics().back().preemptions, 0);
 
   auto requests = test::mixed_requests(3);
@@ -183,12 +193,108 @@ TEST(CudaSimBackend, AMultiRequestSimulatorRunGivesTheCpusTokens) {
   c.prefix_caching = true;
   c.preemption = PreemptionMode::kSwap;
   c.host_blocks = 16;
-  const auto moving = run_both(c, requests);
+  const auto moving = run_on_both(c, requests);
   std::map<EventType, int> seen;
   for (const Event& e : moving->timeline()->events()) ++seen[e.type];
   EXPECT_GT(seen[EventType::kBlockCopiedOnWrite], 0);
   EXPECT_GT(seen[EventType::kSwappedIn], 0);
   EXPECT_GT(moving->prefix_cache()->metrics().hit_tokens, 0);
+}
+
+// Token eviction on the device: attention masks the evicted slots, compaction moves slots in the
+// device's pool, and the position shift re-rotates the device's keys (kv_rotate_keys_kernel).
+// H2O reads the kernel's captured attention rows; window + sinks keeps the original positions.
+TEST(CudaSimBackend, TokenEvictionOnTheDeviceGivesTheCpusTokens) {
+  auto requests = test::mixed_requests(3);
+  for (SimRequest& r : requests) r.max_new_tokens = std::min(r.max_new_tokens, 40);
+  SimConfig c;
+  c.block_size = 4;
+  c.num_blocks = 40;
+  c.k_format = c.v_format = parse_kv_format("int8", "test");
+  c.token_eviction.policy.kind = EvictionKind::kH2O;
+  c.token_eviction.policy.budget = 12;
+  c.token_eviction.policy.recent = 4;
+  c.token_eviction.compaction = CompactionPolicy::kAlways;
+  c.token_eviction.positions = PositionMode::kShift;
+  const auto h2o = run_on_both(c, requests);
+  std::map<EventType, int> seen;
+  for (const Event& e : h2o->timeline()->events()) ++seen[e.type];
+  EXPECT_GT(seen[EventType::kTokensEvicted], 0);
+  EXPECT_GT(seen[EventType::kSlotMoved], 0);
+
+  c.k_format = c.v_format = parse_kv_format("fp16", "test");
+  c.token_eviction.policy.kind = EvictionKind::kSinksWindow;
+  c.token_eviction.policy.sinks = 2;
+  c.token_eviction.compaction = CompactionPolicy::kNever;
+  c.token_eviction.positions = PositionMode::kKeep;
+  run_on_both(c, requests);
+}
+
+// The position shift on a pool the device holds: the kernel rotates the device's keys (the host
+// tiles are not written, nor counted as written behind its back) to what the CPU's host path
+// gives, within a quantization step.
+TEST(CudaSimBackend, ThePositionShiftRotatesTheDevicesKeys) {
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto cpu = make_cpu_backend(1);
+  const KvFormat f = parse_kv_format("int8", "test");
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 4, 12, f, f};
+  EvictorOptions o;
+  o.policy.kind = EvictionKind::kWindow;
+  o.policy.budget = 6;
+  o.compaction = CompactionPolicy::kAlways;
+  o.positions = PositionMode::kShift;
+  KvCacheManager on_device(layout, AllocatorKind::kPaged, c.seq_len, true);
+  KvCacheManager on_host(layout, AllocatorKind::kPaged, c.seq_len, true);
+  long rotated[2] = {0, 0};
+  for (KvCacheManager* cache : {&on_device, &on_host}) {
+    const bool device = cache == &on_device;
+    Transformer t(m.model, device ? *sim : *cpu);
+    cache->require_add_sequence(SeqId(0));
+    TokenEvictor evictor(*cache, SeqId(0), o, c.rope_theta);
+    for (int i = 0; i < 20; ++i) {
+      cache->require_append_slots(SeqId(0), 1);
+      const int pos = evictor.next_position();
+      t.forward(20 + i, pos, evictor.view());
+      evictor.after_token(nullptr);
+    }
+    rotated[device ? 0 : 1] = evictor.counters().keys_rotated;
+  }
+  EXPECT_GT(rotated[0], 0);
+  EXPECT_EQ(rotated[0], rotated[1]);
+  EXPECT_EQ(on_device.storage()->external_writes(), 0u) << "no key changed behind the device";
+  EXPECT_GT(on_host.storage()->external_writes(), 0u);
+  // Both pools hold the same K/V in every live row (the device's read back block by block), up to
+  // int8 codes one step apart: the two ropes differ in their last bits, and so, slightly, does
+  // everything computed after the first shift.
+  const std::vector<BlockId>& blocks = on_host.table(SeqId(0)).blocks;
+  ASSERT_EQ(blocks, on_device.table(SeqId(0)).blocks);
+  const int kv_dim = c.n_kv_heads * c.head_dim(), live = on_host.table(SeqId(0)).num_tokens;
+  ASSERT_EQ(live, o.policy.budget - 1);
+  const std::size_t kt = layout.tile_bytes(KvKind::kKey), vt = layout.tile_bytes(KvKind::kValue);
+  long differ = 0, codes = 0;
+  for (std::size_t j = 0; j < blocks.size(); ++j) {
+    std::vector<std::byte> dev(layout.block_bytes()), host(layout.block_bytes());
+    on_device.storage()->read_block(blocks[j], dev.data());
+    on_host.storage()->read_block(blocks[j], host.data());
+    for (int layer = 0; layer < layout.n_layers; ++layer) {  // [n_layers][K tile, V tile]
+      for (std::size_t at : {static_cast<std::size_t>(layer) * (kt + vt),
+                             static_cast<std::size_t>(layer) * (kt + vt) + kt}) {
+        for (int r = 0; r < layout.block_size; ++r) {
+          if (static_cast<int>(j) * layout.block_size + r >= live) break;
+          for (int i = 0; i < kv_dim; ++i, ++codes) {
+            const std::size_t x = at + static_cast<std::size_t>(r) * kv_dim + i;
+            const int d = static_cast<int>(static_cast<signed char>(dev[x])) -
+                          static_cast<int>(static_cast<signed char>(host[x]));
+            ASSERT_LE(std::abs(d), 1) << "block " << j << " layer " << layer << " row " << r;
+            differ += d != 0;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_LE(differ, codes / 50) << "codes one step apart, of " << codes;
 }
 
 TEST(CudaSimBackend, ABatchedStepOfThreeSequencesInAPagedPoolMatchesTheCpu) {
@@ -268,8 +374,8 @@ TEST(CudaSimBackend, RunningOutOfDeviceMemoryIsAOneLineError) {
 
 // Once the backend holds a pool, the storage's byte moves reach the device copy: a block copy,
 // a slot move and a block read back from the device equal what the host applies to the same
-// bytes; the host tiles are left alone. Key re-rotation on the host (token eviction) is a write
-// the device cannot see: refused.
+// bytes; the host tiles are left alone. A write to the host tiles behind the device copy's back
+// (what key re-rotation on the host would be) is a bug: refused as an internal error.
 TEST(CudaSimBackend, ByteMovesReachTheDeviceCopyOfThePool) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
@@ -332,13 +438,15 @@ TEST(CudaSimBackend, ByteMovesReachTheDeviceCopyOfThePool) {
   }
 
   Transformer t(m.model, *sim);
-  on_device.storage()->note_external_write();  // what token eviction's key re-rotation reports
+  on_device.storage()->note_external_write();  // what key re-rotation on the host reports
   on_device.require_append_slots(SeqId(0), 1);
   try {
     t.forward(2, 8, on_device.view(SeqId(0)));
     ADD_FAILURE() << "attended over keys the device copy never saw";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("re-rotated on the host"), std::string::npos) << e.what();
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("re-rotated on the host after its device copy was made"),
+              std::string::npos)
+        << e.what();
   }
 }
 

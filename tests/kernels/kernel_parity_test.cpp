@@ -13,6 +13,7 @@
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/quant/kv_codec.h"
 #include "kernels/ops/argmax.cuh"
+#include "kernels/ops/kv_rotate.cuh"
 #include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"
@@ -331,6 +332,188 @@ TEST(KernelParity, SplitKAttentionOverLongContexts) {
                              std::to_string(c.chunk);
     expect_close(got, want, 2e-6, 1e-4, what);
     expect_close(weights, rows.all, 1e-8, 1e-4, what + " captured weights");
+  }
+}
+
+// Token eviction: decode attention with evicted slots (KvSeqView::slot_live) gives them no
+// weight, as the CPU does; one pass and split-K, including a split whose slots are all evicted.
+TEST(KernelParity, AttentionSkipsEvictedSlots) {
+  const int heads = 8, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim;
+  struct Rows : AttentionObserver {
+    std::vector<float> all;
+    void on_attention(int, int, int, std::span<const float> w) override {
+      all.insert(all.end(), w.begin(), w.end());
+    }
+  };
+  for (const char* format : {"fp32", "int8"}) {
+    for (bool split : {false, true}) {
+      const int tokens = 700, chunk = 128, block_size = 16;
+      const KvFormat fmt = parse_kv_format(format, "test");
+      test::QuantCache cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
+      const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 51u);
+      const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 52u);
+      for (int t = 0; t < tokens; ++t) {
+        cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
+                     v.data() + static_cast<std::size_t>(t) * kv_dim);
+      }
+      // About a third evicted at random; slots [128, 256) (split-K's second chunk) all evicted;
+      // the last (the query's own) live.
+      std::vector<std::uint8_t> live(static_cast<std::size_t>(tokens));
+      std::mt19937 rng(53);
+      for (int t = 0; t < tokens; ++t)
+        live[static_cast<std::size_t>(t)] = (t >= 128 && t < 256) || rng() % 3 == 0 ? 0 : 1;
+      live.back() = 1;
+      const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 54u, 3.0f);
+      KvSeqView view = cache.view();
+      view.slot_live = live.data();
+      std::vector<float> want(q.size()), got(q.size()), scratch;
+      Rows rows;
+      cpu::paged_attention(view, 0, {heads, kv_heads, head_dim}, q.data(), want.data(), tokens - 1,
+                           &rows, scratch);
+      std::vector<int> table;
+      for (BlockId b : view.blocks) table.push_back(static_cast<int>(b.value));
+      const int code = std::string(format) == "fp32" ? kKvF32 : kKvInt8;
+      PagedKv kv;
+      kv.k = tiles_of(cache.storage(), KvKind::kKey, code);
+      kv.v = tiles_of(cache.storage(), KvKind::kValue, code);
+      kv.block_table = table.data();
+      kv.num_slots = tokens;
+      kv.block_size = block_size;
+      kv.kv_heads = kv_heads;
+      kv.head_dim = head_dim;
+      kv.live = live.data();
+      std::vector<float> weights(static_cast<std::size_t>(heads) * tokens, -1.0f);
+      std::vector<float> work(
+          static_cast<std::size_t>(split_workspace_floats(heads, head_dim, tokens, chunk)));
+      if (split)
+        launch_paged_attention_split(got.data(), q.data(), kv, heads, chunk, work.data(), 64,
+                                     weights.data());
+      else
+        launch_paged_attention(got.data(), q.data(), kv, heads, 64, weights.data());
+      const std::string what = std::string(format) + (split ? " split-K" : " one pass");
+      expect_close(got, want, 2e-6, 1e-4, what);
+      expect_close(weights, rows.all, 1e-8, 1e-4, what + " captured weights");
+      for (int h = 0; h < heads; ++h) {
+        for (int t = 0; t < tokens; ++t) {
+          if (live[static_cast<std::size_t>(t)] == 0) {
+            ASSERT_EQ(weights[static_cast<std::size_t>(h) * tokens + t], 0.0f)
+                << what << " head " << h << " evicted slot " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Token eviction's position shift: the kernel re-rotates cached keys in place and stores them in
+// the pool's format. Its twin is the CPU's host path (dequantize, cpu::rope by the delta,
+// quant::write_token). The two ropes round their sines differently (rope.cuh), so a re-quantized
+// code may land one step apart: the kernel's keys must be as close to the exact rotation (in
+// double) as the CPU's, almost all code and scale bytes the CPU's (every format but fp32, whose
+// last float bits differ), and slots not listed untouched.
+TEST(KernelParity, KeyRotationMatchesTheCpusPositionShift) {
+  const int kv_heads = 3, head_dim = 64, kv_dim = kv_heads * head_dim, tokens = 40;
+  const std::pair<const char*, int> formats[] = {
+      {"fp32", kKvF32},      {"fp16", kKvF16},      {"bf16", kKvBF16}, {"int8", kKvInt8},
+      {"fp8-e4m3", kKvE4M3}, {"fp8-e5m2", kKvE5M2}, {"int4", kKvInt4}, {"int2-g8", kKvInt2}};
+  for (int block_size : {1, 16}) {
+    for (const auto& [name, code] : formats) {
+      const KvFormat fmt = parse_kv_format(name, "test");
+      test::QuantCache cpu_cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
+      test::QuantCache gpu_cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
+      const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 61u, 2.0f);
+      const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 62u);
+      for (int t = 0; t < tokens; ++t) {
+        for (test::QuantCache* c : {&cpu_cache, &gpu_cache})
+          c->append(&k[static_cast<std::size_t>(t) * kv_dim],
+                    &v[static_cast<std::size_t>(t) * kv_dim]);
+      }
+      const KvSeqView view = cpu_cache.view();
+      const auto row_of = [&](const KvSeqView& vw, int slot) {
+        std::vector<float> row(static_cast<std::size_t>(kv_dim)),
+            tmp(static_cast<std::size_t>(head_dim));
+        const quant::TileReader reader(vw, 0, KvKind::kKey);
+        for (int h = 0; h < kv_heads; ++h) {
+          const float* x = reader.head(slot, h, tmp.data());
+          std::copy(x, x + head_dim, row.begin() + static_cast<long>(h) * head_dim);
+        }
+        return row;
+      };
+      // Every third slot, by deltas as a shift makes them (negative, up to thousands of
+      // positions) and one positive.
+      std::vector<int> slots, deltas, rot;
+      for (int t = 1; t < tokens; t += 3) {
+        slots.push_back(t);
+        deltas.push_back(t == 4 ? 7 : -(t * 97 + 1));
+      }
+      const float theta = 10000.0f;
+      std::vector<std::vector<float>> before;
+      for (int t = 0; t < tokens; ++t) before.push_back(row_of(view, t));
+      // The CPU: TokenEvictor's host path, one slot at a time.
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        KvSeqView at = view;
+        at.num_slots = slots[i] + 1;  // write_token writes the view's last slot
+        std::vector<float> row = before[static_cast<std::size_t>(slots[i])], q = row;
+        cpu::rope(q.data(), row.data(), deltas[i], kv_dim, kv_dim, head_dim, theta);
+        quant::write_token(at, 0, KvKind::kKey, row.data());
+      }
+      // The kernel: all listed slots in one launch.
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        rot.push_back(
+            static_cast<int>(view.blocks[static_cast<std::size_t>(slots[i] / block_size)].value));
+        rot.push_back(slots[i] % block_size);
+        rot.push_back(deltas[i]);
+      }
+      KvTiles kt = tiles_of(gpu_cache.storage(), KvKind::kKey, code);
+      kt.group = fmt.effective_group(kv_dim);
+      launch_kv_rotate_keys(kt, 0, 1, rot.data(), static_cast<int>(slots.size()), block_size,
+                            kv_heads, head_dim, theta);
+      const KvSeqView gview = gpu_cache.view();
+      const quant::TileGeometry g =
+          quant::tile_geometry(cpu_cache.storage().layout(), KvKind::kKey);
+      long same = 0, total = 0;
+      for (int t = 0; t < tokens; ++t) {
+        const std::string what = std::string(name) + " block size " + std::to_string(block_size) +
+                                 " slot " + std::to_string(t);
+        const auto listed = std::find(slots.begin(), slots.end(), t);
+        const std::vector<float> want = row_of(view, t), got = row_of(gview, t);
+        if (listed == slots.end()) {
+          ASSERT_EQ(got, before[static_cast<std::size_t>(t)]) << what << ": not listed, untouched";
+          continue;
+        }
+        // The exact rotation of the stored key, in double.
+        const int delta = deltas[static_cast<std::size_t>(listed - slots.begin())];
+        const std::vector<float>& x = before[static_cast<std::size_t>(t)];
+        double err_want = 0.0, err_got = 0.0, amax = 0.0;
+        for (int e = 0; e < kv_dim; e += 2) {
+          const int hd = e % head_dim;
+          const double angle = delta * std::pow(double(theta), -double(hd) / head_dim);
+          const double c = std::cos(angle), sn = std::sin(angle);
+          const double r0 = x[e] * c - x[e + 1] * sn, r1 = x[e] * sn + x[e + 1] * c;
+          amax = std::max({amax, std::fabs(r0), std::fabs(r1)});
+          err_want = std::max({err_want, std::fabs(want[e] - r0), std::fabs(want[e + 1] - r1)});
+          err_got = std::max({err_got, std::fabs(got[e] - r0), std::fabs(got[e + 1] - r1)});
+        }
+        ASSERT_LE(err_got, 1.5 * err_want + 1e-5 * amax)
+            << what << ": the kernel's key is farther from the exact rotation than the CPU's";
+        const BlockId b = view.blocks[static_cast<std::size_t>(t / block_size)];
+        const auto* pa =
+            reinterpret_cast<const unsigned char*>(cpu_cache.storage().tile(0, KvKind::kKey, b));
+        const auto* pb =
+            reinterpret_cast<const unsigned char*>(gpu_cache.storage().tile(0, KvKind::kKey, b));
+        const std::size_t off = static_cast<std::size_t>(t % block_size);
+        for (std::size_t i = 0; i < g.row_bytes; ++i, ++total)
+          same += pa[off * g.row_bytes + i] == pb[off * g.row_bytes + i];
+        for (std::size_t i = 0; i < g.token_meta_bytes; ++i, ++total)
+          same += pa[g.meta_offset + off * g.token_meta_bytes + i] ==
+                  pb[g.meta_offset + off * g.token_meta_bytes + i];
+      }
+      // (fp32 stores the rotated floats themselves: their last bits differ, not a code choice.)
+      if (code != kKvF32) {
+        EXPECT_GE(static_cast<double>(same), 0.97 * static_cast<double>(total))
+            << name << " block size " << block_size << ": bytes equal to the CPU's";
+      }
+    }
   }
 }
 

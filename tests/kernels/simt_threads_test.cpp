@@ -12,6 +12,7 @@
 #include "kernels/ops/argmax.cuh"
 #include "kernels/ops/convert.cuh"
 #include "kernels/ops/kv_fill.cuh"
+#include "kernels/ops/kv_rotate.cuh"
 #include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"
@@ -179,6 +180,136 @@ TEST_F(SimtThreads, GroupedQuantizeOnWriteAndFill) {
         const float x = kv_load(ft, b, o, e, e / head_dim, kv_dim, kv_heads, block_size);
         ASSERT_TRUE(x >= -0.5f && x <= 0.5f) << b << " " << o << " " << e << ": " << x;
       }
+}
+
+// Token eviction on the device: key re-rotation (a row loaded into shared memory, a barrier, the
+// pairs rotated, a barrier, the row stored: per-head for fp32, int4 groups with their own
+// barrier) in two layers of a pool, then attention that skips evicted slots, one pass and split-K.
+TEST_F(SimtThreads, KeyRotationAndAttentionOverEvictedSlots) {
+  const int heads = 4, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim;
+  const int block_size = 4, tokens = 21, blocks = 6, layers = 2;
+  const long tile = static_cast<long>(block_size) * kv_dim * 4;  // fp32
+  std::vector<unsigned char> kpool(static_cast<std::size_t>(tile) * blocks * layers),
+      vpool(kpool.size());
+  const std::vector<int> table = {4, 1, 5, 0, 3, 2};
+  const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 14);
+  const auto v = randn(k.size(), 15);
+  for (int layer = 0; layer < layers; ++layer) {
+    const long at = static_cast<long>(layer) * blocks * tile;
+    const KvTiles kt{kpool.data() + at, tile, kKvF32}, vt{vpool.data() + at, tile, kKvF32};
+    for (int t = 0; t < tokens; ++t) {
+      launch_kv_write(kt, vt, table.data(), t, block_size, &k[static_cast<std::size_t>(t) * kv_dim],
+                      &v[static_cast<std::size_t>(t) * kv_dim], kv_heads, head_dim);
+    }
+  }
+  // Slots 3, 9 and 20 move down 2, 5 and 11 positions, in both layers.
+  const int slots[3] = {3, 9, 20}, deltas[3] = {-2, -5, -11};
+  std::vector<int> rot;
+  for (int i = 0; i < 3; ++i) {
+    rot.push_back(table[static_cast<std::size_t>(slots[i] / block_size)]);
+    rot.push_back(slots[i] % block_size);
+    rot.push_back(deltas[i]);
+  }
+  const KvTiles k0{kpool.data(), tile, kKvF32};
+  launch_kv_rotate_keys(k0, static_cast<long>(blocks) * tile, layers, rot.data(), 3, block_size,
+                        kv_heads, head_dim, 10000.0f);
+  std::vector<double> rotated(k.begin(), k.end());  // the reference keys after the shift
+  for (int i = 0; i < 3; ++i) {
+    double* x = &rotated[static_cast<std::size_t>(slots[i]) * kv_dim];
+    for (int e = 0; e < kv_dim; e += 2) {
+      const double a = deltas[i] * std::pow(10000.0, -double(e % head_dim) / head_dim);
+      const double x0 = x[e], x1 = x[e + 1];
+      x[e] = x0 * std::cos(a) - x1 * std::sin(a);
+      x[e + 1] = x0 * std::sin(a) + x1 * std::cos(a);
+    }
+  }
+  for (int layer = 0; layer < layers; ++layer) {
+    const KvTiles kt{kpool.data() + static_cast<long>(layer) * blocks * tile, tile, kKvF32};
+    for (int t = 0; t < tokens; ++t) {
+      for (int e = 0; e < kv_dim; ++e) {
+        ASSERT_NEAR(kv_load(kt, table[static_cast<std::size_t>(t / block_size)], t % block_size, e,
+                            e / head_dim, kv_dim, kv_heads, block_size),
+                    rotated[static_cast<std::size_t>(t) * kv_dim + e], 1e-5)
+            << "layer " << layer << " slot " << t << " value " << e;
+      }
+    }
+  }
+
+  // int4 keys: the rotated row re-fitted to its groups, within half a step of the rotation.
+  const int group = 16, groups = kv_dim / group;
+  const long tile4 = static_cast<long>(block_size) * kv_dim / 2 + block_size * groups * 4;
+  std::vector<unsigned char> k4(static_cast<std::size_t>(tile4) * 2), v4(k4.size());
+  const KvTiles kt4{k4.data(), tile4, kKvInt4, group}, vt4{v4.data(), tile4, kKvInt4, group};
+  const int table4[2] = {1, 0};
+  launch_kv_write(kt4, vt4, table4, 6, block_size, k.data(), v.data(), kv_heads, head_dim);
+  std::vector<double> want(static_cast<std::size_t>(kv_dim));
+  for (int e = 0; e < kv_dim; e += 2) {
+    const double a = -7 * std::pow(10000.0, -double(e % head_dim) / head_dim);
+    const double x0 = kv_load(kt4, 0, 2, e, e / head_dim, kv_dim, kv_heads, block_size);
+    const double x1 = kv_load(kt4, 0, 2, e + 1, e / head_dim, kv_dim, kv_heads, block_size);
+    want[static_cast<std::size_t>(e)] = x0 * std::cos(a) - x1 * std::sin(a);
+    want[static_cast<std::size_t>(e) + 1] = x0 * std::sin(a) + x1 * std::cos(a);
+  }
+  const int rot4[3] = {0, 2, -7};
+  launch_kv_rotate_keys(kt4, 0, 1, rot4, 1, block_size, kv_heads, head_dim, 10000.0f);
+  for (int e = 0; e < kv_dim; ++e) {
+    const auto g0 = static_cast<std::size_t>(e / group * group);
+    const auto [lo, hi] = std::minmax_element(want.begin() + static_cast<long>(g0),
+                                              want.begin() + static_cast<long>(g0) + group);
+    ASSERT_NEAR(kv_load(kt4, 0, 2, e, e / head_dim, kv_dim, kv_heads, block_size),
+                want[static_cast<std::size_t>(e)], 0.5 * (*hi - *lo) / 15.0 + 2e-3)
+        << "int4 value " << e;
+  }
+
+  // Attention in layer 1 with every third slot evicted.
+  std::vector<unsigned char> live(static_cast<std::size_t>(tokens), 1);
+  for (int t = 0; t < tokens - 1; t += 3) live[static_cast<std::size_t>(t)] = 0;
+  PagedKv kv;
+  kv.k = {kpool.data() + static_cast<long>(blocks) * tile, tile, kKvF32};
+  kv.v = {vpool.data() + static_cast<long>(blocks) * tile, tile, kKvF32};
+  kv.block_table = table.data();
+  kv.num_slots = tokens;
+  kv.block_size = block_size;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = head_dim;
+  kv.live = live.data();
+  const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 16);
+  std::vector<double> out(q.size());
+  for (int h = 0; h < heads; ++h) {
+    const int g = h / (heads / kv_heads);
+    std::vector<double> s(static_cast<std::size_t>(tokens), 0.0);
+    double m = -1e300, sum = 0;
+    for (int t = 0; t < tokens; ++t) {
+      if (live[static_cast<std::size_t>(t)] == 0) continue;
+      double dot = 0;
+      for (int d = 0; d < head_dim; ++d)
+        dot += double(q[static_cast<std::size_t>(h * head_dim + d)]) *
+               rotated[static_cast<std::size_t>(t * kv_dim + g * head_dim + d)];
+      s[static_cast<std::size_t>(t)] = dot / std::sqrt(double(head_dim));
+      m = std::max(m, s[static_cast<std::size_t>(t)]);
+    }
+    for (int t = 0; t < tokens; ++t) {
+      double& x = s[static_cast<std::size_t>(t)];
+      x = live[static_cast<std::size_t>(t)] != 0 ? std::exp(x - m) : 0.0;
+      sum += x;
+    }
+    for (int d = 0; d < head_dim; ++d) {
+      double acc = 0;
+      for (int t = 0; t < tokens; ++t)
+        acc += s[static_cast<std::size_t>(t)] *
+               v[static_cast<std::size_t>(t * kv_dim + g * head_dim + d)];
+      out[static_cast<std::size_t>(h * head_dim + d)] = acc / sum;
+    }
+  }
+  std::vector<float> one(q.size()), split(q.size());
+  launch_paged_attention(one.data(), q.data(), kv, heads, 64);
+  std::vector<float> work(
+      static_cast<std::size_t>(split_workspace_floats(heads, head_dim, tokens, 3)));
+  launch_paged_attention_split(split.data(), q.data(), kv, heads, 3, work.data(), 64);
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    ASSERT_NEAR(one[i], out[i], 1e-4) << "one pass " << i;
+    ASSERT_NEAR(split[i], out[i], 1e-4) << "split-K " << i;
+  }
 }
 
 }  // namespace

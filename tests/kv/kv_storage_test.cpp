@@ -107,7 +107,14 @@ class FakeDevice final : public KvDeviceBytes {
     }
     ++calls;
   }
+  void rotate_keys(std::span<const KvKeyRotation> r, float theta) override {
+    rotations.assign(r.begin(), r.end());
+    rotation_theta = theta;
+    ++calls;
+  }
   std::vector<std::byte> k, v;
+  std::vector<KvKeyRotation> rotations;
+  float rotation_theta = 0.0f;
   int calls = 0;
 
  private:
@@ -136,6 +143,17 @@ TEST(KvStorage, AnAttachedDeviceGetsEveryByteMoveAndTheTilesStayAsTheyWere) {
     s->write_block(BlockId(5), block.data());
   }
   EXPECT_EQ(device->calls, 4);
+  // Key re-rotation (token eviction's position shift) is the holder's to apply; without one the
+  // caller rotates the tiles.
+  const KvKeyRotation shift[] = {{BlockId(2), 3, -5}, {BlockId(0), 0, -1}};
+  EXPECT_FALSE(host.rotate_keys_on_device(shift, 10000.0f));
+  EXPECT_TRUE(dev.rotate_keys_on_device(shift, 10000.0f));
+  EXPECT_EQ(device->calls, 5);
+  ASSERT_EQ(device->rotations.size(), 2u);
+  EXPECT_EQ(device->rotations[0].block, BlockId(2));
+  EXPECT_EQ(device->rotations[0].offset, 3);
+  EXPECT_EQ(device->rotations[0].delta, -5);
+  EXPECT_EQ(device->rotation_theta, 10000.0f);
   // The device's copy now equals what the host did to its own tiles...
   std::vector<std::byte> hk(host.tile(0, KvKind::kKey, BlockId(0)),
                             host.tile(0, KvKind::kKey, BlockId(0)) + device->k.size());
@@ -174,6 +192,11 @@ TEST(KvStorage, AnAttachedDeviceGetsEveryByteMoveAndTheTilesStayAsTheyWere) {
   EXPECT_NE(internal_of([&] {
               host.copy_slot(BlockId(0), 4, BlockId(1), 0);
             }).find("copy_slot offset 4 outside a block of 4"),
+            std::string::npos);
+  const KvKeyRotation outside[] = {{BlockId(1), 4, 1}};
+  EXPECT_NE(internal_of([&] {
+              host.rotate_keys_on_device(outside, 1.0f);
+            }).find("rotate_keys offset 4 outside a block of 4"),
             std::string::npos);
 }
 
