@@ -36,6 +36,16 @@ struct AttentionShape {
   int head_dim = 0;
 };
 
+// One query of an engine step's attention: the token's view (its write slot already written; a
+// prefill chunk's i-th token sees the slots up to its own), q [n_heads][head_dim] in, out the same.
+struct AttentionQuery {
+  KvSeqView view;
+  const float* q = nullptr;
+  float* out = nullptr;
+  int query_pos = 0;
+  AttentionObserver* observer = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,6 +84,14 @@ class Backend {
   virtual void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
                                const float* q, float* out, int query_pos,
                                AttentionObserver* observer) = 0;
+  // Every query of a step (decode tokens of several sequences, the causal queries of a prefill
+  // chunk), each exactly what paged_attention() gives for it, observers called in query order. A
+  // backend may run them as one launch; this default runs them one after the other.
+  virtual void attention_batch(int layer, const AttentionShape& shape,
+                               std::span<const AttentionQuery> queries) {
+    for (const AttentionQuery& a : queries)
+      paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer);
+  }
 };
 
 // The CPU reference backend; `threads` <= 0 means all cores.

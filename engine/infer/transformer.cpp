@@ -134,6 +134,13 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
   auto row = [](AlignedVector<float>& buf, long width, int t) { return buf.data() + t * width; };
 
+  // Each token's attention query (the q_ and att_ rows are the same in every layer).
+  std::vector<AttentionQuery> queries;
+  queries.reserve(tokens.size());
+  for (int t = 0; t < m; ++t) {
+    const StepToken& s = tokens[sz(t)];
+    queries.push_back({s.view, row(q_, q_dim, t), row(att_, q_dim, t), s.pos, s.observer});
+  }
   // Token embeddings.
   for (int t = 0; t < m; ++t) {
     std::memcpy(row(x_, dim, t), w.token_embedding + tokens[sz(t)].token * dim, sz(dim) * 4);
@@ -156,11 +163,7 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
       backend_.kv_write(s.view, l, row(k_, kv_dim, t), row(v_, kv_dim, t));
     }
     // softmax(q K^T / sqrt(d)) V over each token's visible slots.
-    for (int t = 0; t < m; ++t) {
-      const StepToken& s = tokens[sz(t)];
-      backend_.paged_attention(s.view, l, shape, row(q_, q_dim, t), row(att_, q_dim, t), s.pos,
-                               s.observer);
-    }
+    backend_.attention_batch(l, shape, queries);
     // Output projection and residual.
     const MatmulOut wo[] = {
         proj(proj_.data(), w.wo + l * dim * q_dim, c.dim, &NativeWeights::wo, l)};

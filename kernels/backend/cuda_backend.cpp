@@ -1,6 +1,7 @@
 // See cuda_backend.h.
 #include "kernels/backend/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -269,6 +270,91 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // The whole step's queries in one launch when they share a pool and fit the one-pass kernel
+  // (every prefill chunk and decode step up to 4,096 slots); otherwise one by one (split-K).
+  void attention_batch(int layer, const AttentionShape& shape,
+                       std::span<const AttentionQuery> queries) override {
+    const bool one_pool = std::all_of(queries.begin(), queries.end(), [&](const AttentionQuery& a) {
+      return a.view.storage == queries.front().view.storage &&
+             a.view.num_slots <= device::DeviceOps::batch_max_slots();
+    });
+    if (queries.size() < 2 || !one_pool) return Backend::attention_batch(layer, shape, queries);
+    guard([&] {
+      DevicePool& p = pool(queries.front().view, /*may_create=*/false);
+      const auto n = static_cast<int>(queries.size());
+      const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
+      // Host staging: the queries' q rows, block tables (each distinct table once), live maps,
+      // and per query {table offset, num_slots, live offset, weights offset}.
+      batch_q_.resize(qn * queries.size());
+      tables_host_.clear();
+      live_host_.clear();
+      meta_host_.clear();
+      struct Staged {
+        const BlockId* table;
+        std::size_t size;
+        int at;
+      };
+      std::vector<Staged> seen;  // tables staged so far (a prefill chunk's queries share one)
+      int max_slots = 0;
+      long weight_floats = 0;
+      for (std::size_t i = 0; i < queries.size(); ++i) {
+        const AttentionQuery& a = queries[i];
+        std::copy_n(a.q, qn, batch_q_.begin() + static_cast<long>(i * qn));
+        int table_at = -1;
+        for (const Staged& t : seen)
+          if (t.table == a.view.blocks.data() && t.size >= a.view.blocks.size()) table_at = t.at;
+        if (table_at < 0) {
+          table_at = static_cast<int>(tables_host_.size());
+          seen.push_back({a.view.blocks.data(), a.view.blocks.size(), table_at});
+          for (BlockId b : a.view.blocks) tables_host_.push_back(static_cast<int>(b.value));
+        }
+        int live_at = -1;
+        if (a.view.slot_live != nullptr) {
+          live_at = static_cast<int>(live_host_.size());
+          live_host_.insert(live_host_.end(), a.view.slot_live,
+                            a.view.slot_live + a.view.num_slots);
+        }
+        int weights_at = -1;
+        if (a.observer != nullptr) {
+          weights_at = static_cast<int>(weight_floats);
+          weight_floats += static_cast<long>(shape.n_heads) * a.view.num_slots;
+        }
+        meta_host_.insert(meta_host_.end(), {table_at, a.view.num_slots, live_at, weights_at});
+        max_slots = std::max(max_slots, a.view.num_slots);
+      }
+      device::PagedBatchPool b;
+      std::tie(b.k, b.v) = p.layer(layer);
+      b.block_size = queries.front().view.block_size();
+      b.kv_heads = shape.kv_heads;
+      b.head_dim = shape.head_dim;
+      b.tables = stage(table_, tables_host_.data(), tables_host_.size());
+      b.meta = stage(meta_, meta_host_.data(), meta_host_.size());
+      if (!live_host_.empty()) b.live = stage(live_, live_host_.data(), live_host_.size());
+      const float* dq = stage(x_, batch_q_.data(), batch_q_.size());
+      auto* dout = scratch(y_, batch_q_.size() * 4).as<float>();
+      float* dw = weight_floats > 0
+                      ? scratch(attention_, static_cast<std::size_t>(weight_floats) * 4).as<float>()
+                      : nullptr;
+      ops_->paged_attention_batch(dout, dq, b, n, shape.n_heads, max_slots, dw);
+      ops_->to_host(batch_q_.data(), dout, batch_q_.size() * 4);  // reused for the outputs
+      for (std::size_t i = 0; i < queries.size(); ++i)
+        std::copy_n(batch_q_.begin() + static_cast<long>(i * qn), qn, queries[i].out);
+      if (dw == nullptr) return;
+      attention_host_.resize(static_cast<std::size_t>(weight_floats));
+      ops_->to_host(attention_host_.data(), dw, attention_host_.size() * 4);
+      for (std::size_t i = 0; i < queries.size(); ++i) {
+        const AttentionQuery& a = queries[i];
+        if (a.observer == nullptr) continue;
+        const auto slots = static_cast<std::size_t>(a.view.num_slots);
+        const float* rows = attention_host_.data() + meta_host_[4 * i + 3];
+        for (int h = 0; h < shape.n_heads; ++h) {
+          a.observer->on_attention(layer, h, a.query_pos,
+                                   std::span<const float>(rows + h * slots, slots));
+        }
+      }
+    });
+  }
+
  private:
   template <class F>
   void guard(F&& body) {
@@ -384,8 +470,10 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<const float*, DeviceWeight> weights_;
   std::list<std::pair<std::uint64_t, std::shared_ptr<DevicePool>>> pools_;
-  DeviceBuffer x_, y_, x16_, ints_, table_, live_, attention_;
-  std::vector<int> table_host_;
+  DeviceBuffer x_, y_, x16_, ints_, table_, meta_, live_, attention_;
+  std::vector<int> table_host_, tables_host_, meta_host_;
+  std::vector<std::uint8_t> live_host_;
+  std::vector<float> batch_q_;
   std::vector<float> attention_host_;
 };
 

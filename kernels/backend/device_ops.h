@@ -46,6 +46,19 @@ struct PagedPool {
       nullptr;  // device memory [num_slots]: 0 = evicted; nullptr = all live
 };
 
+// The queries of one engine step over one pool (one layer), each over its own sequence:
+// per query, meta[4 i ..] = {offset of its block table in `tables`, its num_slots, offset of its
+// live map in `live` or -1, offset of its captured rows in the weights or -1}. Device memory.
+struct PagedBatchPool {
+  DeviceTiles k, v;
+  int block_size = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  const int* tables = nullptr;
+  const int* meta = nullptr;
+  const unsigned char* live = nullptr;
+};
+
 class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
@@ -77,6 +90,12 @@ class DeviceOps {
   virtual void kv_write(const DeviceTiles& k_tiles, const DeviceTiles& v_tiles,
                         const int* block_table, int slot, int block_size, const float* k,
                         const float* v, int kv_heads, int head_dim) = 0;
+  // Decode attention of n_queries queries in one launch (q and out [n_queries][n_heads][head_dim];
+  // every num_slots at most max_slots <= batch_max_slots()), captured rows into `weights` at
+  // the meta offsets.
+  virtual void paged_attention_batch(float* out, const float* q, const PagedBatchPool& p,
+                                     int n_queries, int n_heads, int max_slots, float* weights) = 0;
+  static constexpr int batch_max_slots() { return 4096; }
   // Token eviction's position shift: the keys of `count` cached tokens rotated by a further
   // delta positions in all n_layers layers and stored again in the pool's format.
   // rot (device memory) holds {physical block, row in block, delta} per token; k_tiles is layer

@@ -11,7 +11,9 @@
 // physical block b starts at base + b * tile_bytes.
 //
 // Short contexts run in one pass, the scores in dynamic shared memory; long ones split along
-// the sequence (split-K, as flash-decoding does) and a second kernel combines the splits.
+// the sequence (split-K, as flash-decoding does) and a second kernel combines the splits. The
+// batch kernel runs every query of an engine step in one launch (decode tokens of many
+// sequences, a prefill chunk's causal queries).
 // CPU twin: cpu::paged_attention.
 #pragma once
 
@@ -86,24 +88,66 @@ KVS_DEVICE float weigh_values(const PagedKv& kv, int g, int t0, int t1, const fl
   return acc;
 }
 
+// Head h of one query over all of kv's slots, by one block: out_h [head_dim], and, when w_row is
+// set, the softmax row [num_slots]. scores: num_slots floats of shared memory.
+KVS_DEVICE void attend_all(float* out_h, const float* qh, const PagedKv& kv, int g, float* w_row,
+                           float* scores, float* slots) {
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  float sum = 0.0f;
+  attend_range(qh, kv, g, 0, kv.num_slots, scores, slots, &sum);
+  if (w_row != nullptr) {
+    for (int t = tid; t < kv.num_slots; t += nt) w_row[t] = scores[t] / sum;
+  }
+  for (int d = tid; d < kv.head_dim; d += nt)
+    out_h[d] = weigh_values(kv, g, 0, kv.num_slots, scores, d) / sum;
+}
+
 // One pass: one block per query head over all its slots (at most kOnePassSlots).
 KVS_GLOBAL void paged_attention_kernel(float* out, const float* q, PagedKv kv, int n_heads,
                                        float* weights) {
   KVS_SHARED_ARRAY(float, slots, 32);
   KVS_DYNAMIC_SHARED(float, scores);
   const int h = static_cast<int>(simt::bid_x());
-  const int g = h / (n_heads / kv.kv_heads);
-  const float* qh = q + static_cast<long>(h) * kv.head_dim;
-  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
-  float sum = 0.0f;
-  attend_range(qh, kv, g, 0, kv.num_slots, scores, slots, &sum);
-  if (weights != nullptr) {
-    for (int t = tid; t < kv.num_slots; t += nt)
-      weights[static_cast<long>(h) * kv.num_slots + t] = scores[t] / sum;
-  }
-  for (int d = tid; d < kv.head_dim; d += nt)
-    out[static_cast<long>(h) * kv.head_dim + d] =
-        weigh_values(kv, g, 0, kv.num_slots, scores, d) / sum;
+  attend_all(out + static_cast<long>(h) * kv.head_dim, q + static_cast<long>(h) * kv.head_dim, kv,
+             h / (n_heads / kv.kv_heads),
+             weights != nullptr ? weights + static_cast<long>(h) * kv.num_slots : nullptr, scores,
+             slots);
+}
+
+// The queries of a whole engine step in one launch: decode tokens of many sequences and the
+// causal prefill of a chunk (its i-th query sees the slots up to its own, which the step wrote
+// before attending), each over its own sequence of one pool. Per query i, meta[4 i ..] =
+// {offset of its block table in `tables`, its num_slots, offset of its live map in `live` or -1,
+// offset of its captured rows [n_heads][num_slots] in `weights` or -1}.
+struct PagedBatch {
+  KvTiles k, v;
+  int block_size = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  const int* tables = nullptr;
+  const int* meta = nullptr;
+  const unsigned char* live = nullptr;
+};
+
+// Block (h, i): head h of query i, as the one-pass kernel (every num_slots <= kOnePassSlots).
+KVS_GLOBAL void paged_attention_batch_kernel(float* out, const float* q, PagedBatch b, int n_heads,
+                                             float* weights) {
+  KVS_SHARED_ARRAY(float, slots, 32);
+  KVS_DYNAMIC_SHARED(float, scores);
+  const int h = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
+  const int* m = b.meta + 4 * i;
+  PagedKv kv;
+  kv.k = b.k;
+  kv.v = b.v;
+  kv.block_table = b.tables + m[0];
+  kv.num_slots = m[1];
+  kv.block_size = b.block_size;
+  kv.kv_heads = b.kv_heads;
+  kv.head_dim = b.head_dim;
+  kv.live = m[2] >= 0 ? b.live + m[2] : nullptr;
+  const long row = (static_cast<long>(i) * n_heads + h) * b.head_dim;
+  float* w_row = m[3] >= 0 ? weights + m[3] + static_cast<long>(h) * kv.num_slots : nullptr;
+  attend_all(out + row, q + row, kv, h / (n_heads / b.kv_heads), w_row, scores, slots);
 }
 
 // Split-K for long contexts (flash-decoding): block (h, s) attends over slots [s * chunk,
@@ -171,6 +215,17 @@ inline void launch_paged_attention(float* out, const float* q, const PagedKv& kv
   KVS_LAUNCH(paged_attention_kernel, simt::Dim3(static_cast<unsigned>(n_heads)),
              simt::Dim3(threads), static_cast<std::size_t>(kv.num_slots) * sizeof(float), out, q,
              kv, n_heads, weights);
+}
+
+// n_queries queries, q and out [n_queries][n_heads][head_dim]; max_slots: the largest num_slots
+// among them (at most kOnePassSlots).
+inline void launch_paged_attention_batch(float* out, const float* q, const PagedBatch& b,
+                                         int n_queries, int n_heads, int max_slots,
+                                         unsigned threads = 128, float* weights = nullptr) {
+  KVS_LAUNCH(paged_attention_batch_kernel,
+             simt::Dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_queries)),
+             simt::Dim3(threads), static_cast<std::size_t>(max_slots) * sizeof(float), out, q, b,
+             n_heads, weights);
 }
 
 // Floats of device workspace split-K needs for n_heads heads over num_slots slots.

@@ -517,5 +517,92 @@ TEST(KernelParity, KeyRotationMatchesTheCpusPositionShift) {
   }
 }
 
+// One launch for a whole step: a prefill chunk's causal queries (query i sees the slots up to its
+// own) and decode queries of other sequences (another block table over the same pool, one with
+// evicted slots), some capturing their rows; each equal to the CPU's attention for its view.
+TEST(KernelParity, BatchedAttentionOfAStepIsEachQuerysOwn) {
+  const int heads = 6, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim, tokens = 90;
+  struct Rows : AttentionObserver {
+    std::vector<float> all;
+    void on_attention(int, int, int, std::span<const float> w) override {
+      all.insert(all.end(), w.begin(), w.end());
+    }
+  };
+  const std::pair<const char*, int> formats[] = {
+      {"fp32", kKvF32}, {"int8", kKvInt8}, {"int4", kKvInt4}};
+  for (int block_size : {1, 16}) {
+    for (const auto& [name, code] : formats) {
+      const KvFormat fmt = parse_kv_format(name, "test");
+      test::QuantCache cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
+      const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 71u);
+      const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 72u);
+      for (int t = 0; t < tokens; ++t) {
+        cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
+                     v.data() + static_cast<std::size_t>(t) * kv_dim);
+      }
+      const KvSeqView a = cache.view();
+      // Sequence B: the same pool's blocks in reverse order, 57 slots, every fourth evicted.
+      const std::vector<BlockId> reversed(a.blocks.rbegin(), a.blocks.rend());
+      std::vector<std::uint8_t> live(57, 1);
+      for (int t = 0; t < 56; t += 4) live[static_cast<std::size_t>(t)] = 0;
+      std::vector<KvSeqView> views;
+      for (int i = 0; i < 20; ++i) {  // the chunk: slots 60..79 written, query i sees 0..60+i
+        KvSeqView q = a;
+        q.num_slots = 61 + i;
+        views.push_back(q);
+      }
+      KvSeqView b = a;
+      b.blocks = reversed;
+      b.num_slots = 57;
+      b.slot_live = live.data();
+      views.push_back(b);
+      KvSeqView first = a;
+      first.num_slots = 1;
+      views.push_back(first);
+      const int n = static_cast<int>(views.size());
+      const std::size_t qn = static_cast<std::size_t>(heads) * head_dim;
+      const auto q = randn(qn * static_cast<std::size_t>(n), 73u, 2.0f);
+      // The CPU, query by query; queries 3, 20 (B) and 21 capture.
+      const auto captures = [](int i) { return i == 3 || i == 20 || i == 21; };
+      std::vector<float> want(q.size()), scratch;
+      Rows rows;
+      for (int i = 0; i < n; ++i) {
+        cpu::paged_attention(views[static_cast<std::size_t>(i)], 0, {heads, kv_heads, head_dim},
+                             q.data() + i * qn, want.data() + i * qn, 0,
+                             captures(i) ? &rows : nullptr, scratch);
+      }
+      // The kernel: tables, meta and live maps as the backend stages them.
+      std::vector<int> tables, meta;
+      for (BlockId id : a.blocks) tables.push_back(static_cast<int>(id.value));
+      for (BlockId id : reversed) tables.push_back(static_cast<int>(id.value));
+      const int b_at = static_cast<int>(a.blocks.size());
+      int weights_at = 0, max_slots = 0;
+      for (int i = 0; i < n; ++i) {
+        const KvSeqView& vw = views[static_cast<std::size_t>(i)];
+        meta.insert(meta.end(), {i == 20 ? b_at : 0, vw.num_slots, i == 20 ? 0 : -1,
+                                 captures(i) ? weights_at : -1});
+        if (captures(i)) weights_at += heads * vw.num_slots;
+        max_slots = std::max(max_slots, vw.num_slots);
+      }
+      PagedBatch pb;
+      pb.k = tiles_of(cache.storage(), KvKind::kKey, code);
+      pb.v = tiles_of(cache.storage(), KvKind::kValue, code);
+      pb.k.group = pb.v.group = fmt.effective_group(kv_dim);
+      pb.block_size = block_size;
+      pb.kv_heads = kv_heads;
+      pb.head_dim = head_dim;
+      pb.tables = tables.data();
+      pb.meta = meta.data();
+      pb.live = live.data();
+      std::vector<float> got(q.size()), weights(static_cast<std::size_t>(weights_at));
+      launch_paged_attention_batch(got.data(), q.data(), pb, n, heads, max_slots, 64,
+                                   weights.data());
+      const std::string what = std::string(name) + " block size " + std::to_string(block_size);
+      expect_close(got, want, 2e-6, 1e-4, what);
+      expect_close(weights, rows.all, 1e-8, 1e-4, what + " captured weights");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvscope::kernels

@@ -184,7 +184,8 @@ TEST_F(SimtThreads, GroupedQuantizeOnWriteAndFill) {
 
 // Token eviction on the device: key re-rotation (a row loaded into shared memory, a barrier, the
 // pairs rotated, a barrier, the row stored: per-head for fp32, int4 groups with their own
-// barrier) in two layers of a pool, then attention that skips evicted slots, one pass and split-K.
+// barrier) in two layers of a pool, then attention that skips evicted slots, one pass, split-K,
+// and the batch kernel (a step's causal queries in one launch).
 TEST_F(SimtThreads, KeyRotationAndAttentionOverEvictedSlots) {
   const int heads = 4, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim;
   const int block_size = 4, tokens = 21, blocks = 6, layers = 2;
@@ -309,6 +310,32 @@ TEST_F(SimtThreads, KeyRotationAndAttentionOverEvictedSlots) {
   for (std::size_t i = 0; i < q.size(); ++i) {
     ASSERT_NEAR(one[i], out[i], 1e-4) << "one pass " << i;
     ASSERT_NEAR(split[i], out[i], 1e-4) << "split-K " << i;
+  }
+
+  // The batch kernel: three causal queries of a chunk (the last with the evicted slots), each the
+  // one-pass kernel's answer for its own view.
+  const std::vector<int> meta = {0, tokens - 2, -1, -1, 0, tokens - 1, -1, -1, 0, tokens, 0, -1};
+  PagedBatch pb;
+  pb.k = kv.k;
+  pb.v = kv.v;
+  pb.block_size = block_size;
+  pb.kv_heads = kv_heads;
+  pb.head_dim = head_dim;
+  pb.tables = table.data();
+  pb.meta = meta.data();
+  pb.live = live.data();
+  const auto q3 = randn(q.size() * 3, 17);
+  std::vector<float> batched(q3.size());
+  launch_paged_attention_batch(batched.data(), q3.data(), pb, 3, heads, tokens, 64);
+  for (int i = 0; i < 3; ++i) {
+    PagedKv own = kv;
+    own.num_slots = tokens - 2 + i;
+    own.live = i == 2 ? live.data() : nullptr;
+    std::vector<float> alone(q.size());
+    launch_paged_attention(alone.data(), q3.data() + static_cast<long>(i) * q.size(), own, heads,
+                           64);
+    for (std::size_t e = 0; e < q.size(); ++e)
+      ASSERT_EQ(batched[static_cast<std::size_t>(i) * q.size() + e], alone[e]) << "query " << i;
   }
 }
 
