@@ -39,13 +39,14 @@ int bench_quant(const Args& args);      // cmd_bench_quant.cpp
 int bench_mla(const Args& args);        // cmd_bench_mla.cpp
 int bench_batch(const Args& args);      // cmd_bench_batch.cpp
 int bench_attention(const Args& args);  // cmd_bench_attention.cpp
+int bench_evict(const Args& args);      // cmd_bench_evict.cpp
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kHelp =
-    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch|attention> [options]
+    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch|attention|evict> [options]
 
   generate   decode and prefill tokens/s, weight bytes per token against a memory read and the
              kernel's cache-resident speed, same run: --model M --steps N (default 256)
@@ -73,6 +74,11 @@ constexpr const char* kHelp =
              cuda-sim: the emulated device, times meaningless) --batch 1,8,64
              --contexts 1024,8192,32768 --formats fp16,int8,fp8-e4m3 --block-size B --repeat R
              --json
+  evict      an eviction sweep scored on the real model (window, h2o, h2o compacted at each
+             budget, as the UI's quality panel runs it), one run at a time vs all in lockstep
+             (one engine step per position for every run), interleaved, same figures:
+             --model M --tokens N (default 512) --budgets LIST (default 16,32,64,128)
+             --threads T (default 1) --repeat R (default 3) --json
 )";
 
 struct Timing {
@@ -392,7 +398,8 @@ int cmd_bench(const Argv& argv) {
             {"--model",     "--tokenizer",      "--steps",  "--threads",       "--repeat",
              "--allocator", "--block-size",     "--blocks", "--ops",           "--tokens",
              "--kv-dtype",  "--weights",        "--seqs",   "--weight-format", "--prompt-tokens",
-             "--backend",   "--device-weights", "--batch",  "--contexts",      "--formats"},
+             "--backend",   "--device-weights", "--batch",  "--contexts",      "--formats",
+             "--budgets"},
             {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -419,6 +426,8 @@ int cmd_bench(const Argv& argv) {
         "--weight-format"}},
       {"attention",
        {"--backend", "--batch", "--contexts", "--formats", "--block-size", "--repeat", "--json"}},
+      {"evict",
+       {"--model", "--tokenizer", "--tokens", "--budgets", "--threads", "--repeat", "--json"}},
   };
   if (const auto it = kFlags.find(what); it != kFlags.end()) {
     for (const std::string& flag : args.given()) {
@@ -438,7 +447,8 @@ int cmd_bench(const Argv& argv) {
   if (what == "mla") return bench_mla(args);
   if (what == "batch") return bench_batch(args);
   if (what == "attention") return bench_attention(args);
-  fail_expected("bench", "generate, weights, kv, alloc, quant, mla, batch or attention",
+  if (what == "evict") return bench_evict(args);
+  fail_expected("bench", "generate, weights, kv, alloc, quant, mla, batch, attention or evict",
                 "'" + what + "'");
 }
 

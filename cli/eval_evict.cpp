@@ -2,6 +2,7 @@
 #include "cli/eval_evict.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -42,6 +43,37 @@ EvictResult evaluate(const QualityEvaluator& evaluator, const EvictionRunOptions
                   std::to_string(o.context));
   }
   return r;
+}
+
+// Every run of a sweep in lockstep (QualityEvaluator::evaluate_all: one engine step per position
+// for all of them, so the weights are read once per position, not once per run); all share
+// options.front()'s context.
+std::vector<std::pair<EvictionRunOptions, EvictResult>> evaluate_together(
+    const QualityEvaluator& evaluator, const std::vector<EvictionRunOptions>& options,
+    const EvictEvalSetup& setup) {
+  std::vector<std::unique_ptr<EvictionVariant>> variants;
+  std::vector<CacheVariant*> all;
+  for (const EvictionRunOptions& o : options) {
+    variants.push_back(std::make_unique<EvictionVariant>(o));
+    all.push_back(variants.back().get());
+  }
+  EvalScope scope;
+  scope.score_from = options.front().context;
+  scope.bucket_size = setup.bucket_size;
+  std::vector<QualityReport> reports;
+  {
+    ProgressLine bar(std::to_string(options.size()) + " eviction runs in lockstep");
+    reports = evaluator.evaluate_all(
+        all, [&](long d, long t) { bar(d, t); }, scope);
+  }
+  if (reports.front().positions == 0) {
+    fail_expected("--context", "fewer tokens than the windows hold (nothing left to score)",
+                  std::to_string(options.front().context));
+  }
+  std::vector<std::pair<EvictionRunOptions, EvictResult>> results;
+  for (std::size_t i = 0; i < options.size(); ++i)
+    results.emplace_back(options[i], EvictResult{std::move(reports[i]), variants[i]->stats()});
+  return results;
 }
 
 // Bytes the full fp32 cache holds at its peak: the longest window's blocks.
@@ -206,6 +238,97 @@ void write_evict_csv(const std::string& path,
   });
 }
 
+// Perplexity over the buckets of `r` that lie wholly inside [lo, hi) positions (its per-position
+// NLL averaged: each bucket's log perplexity weighted by its positions); NaN when none does.
+double ppl_over(const QualityReport& r, int bucket_size, int lo, int hi, bool reference) {
+  double nll = 0.0;
+  long n = 0;
+  for (const BucketQuality& b : r.buckets) {
+    if (b.first < lo || b.first + bucket_size > hi) continue;
+    nll += static_cast<double>(b.positions) * std::log(reference ? b.ppl_reference : b.ppl_variant);
+    n += b.positions;
+  }
+  return n > 0 ? std::exp(nll / static_cast<double>(n)) : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string streaming_label(const EvictionRunOptions& o) {
+  return "cache " + std::to_string(o.evictor.policy.budget) + ", " +
+         (o.evictor.policy.sinks == 0 ? std::string("window")
+                                      : std::to_string(o.evictor.policy.sinks) +
+                                            (o.evictor.policy.sinks == 1 ? " sink" : " sinks")) +
+         (o.evictor.positions == PositionMode::kShift ? ", positions in cache"
+                                                      : ", original positions");
+}
+
+// The streaming runs per bucket of positions (with --long): streaming_positions.csv, and
+// streaming_positions.png (dense, window and 4 sinks in both position modes; the trained
+// context marked).
+void write_streaming_positions(
+    const std::vector<std::pair<EvictionRunOptions, EvictResult>>& results,
+    const EvictEvalSetup& setup, const std::string& out_dir) {
+  const QualityReport& ref = results.front().second.report;
+  if (ref.buckets.empty() || setup.bucket_size <= 0) return;
+  write_file_atomically(out_dir + "/streaming_positions.csv", [&](std::ostream& os) {
+    os << "budget,positions,sinks,bucket_first,bucket_last,scored,ppl_dense,ppl,kl_mean,"
+          "top1_agreement\n";
+    for (const auto& [o, e] : results) {
+      for (const BucketQuality& b : e.report.buckets) {
+        os << o.evictor.policy.budget << ',' << position_mode_name(o.evictor.positions) << ','
+           << o.evictor.policy.sinks << ',' << b.first << ',' << b.first + setup.bucket_size - 1
+           << ',' << b.positions << ',' << b.ppl_reference << ',' << b.ppl_variant << ','
+           << b.kl_mean << ',' << b.top1_agreement << '\n';
+      }
+    }
+  });
+  PlotSpec plot;
+  plot.title = "StreamingLLM: perplexity along the text";
+  plot.x_label = "position (bucket of " + std::to_string(setup.bucket_size) + " tokens)";
+  plot.y_label = "perplexity per bucket (log)";
+  plot.log_y = true;
+  plot.footnote = "kvscope eval --streaming; " +
+                  std::filesystem::path(setup.source).filename().string() + ", " +
+                  std::to_string(setup.max_window) + "-token window";
+  if (setup.max_window > setup.seq_len) {
+    plot.v_lines.emplace_back(setup.seq_len, "trained context " + std::to_string(setup.seq_len));
+  }
+  const auto mid = [&](const BucketQuality& b) {  // the bucket's middle position
+    return b.first + (setup.bucket_size - 1) / 2.0;
+  };
+  PlotSeries& dense = series_labelled(plot, "dense attention (full cache)");
+  for (const BucketQuality& b : ref.buckets) {
+    dense.x.push_back(mid(b));
+    dense.y.push_back(b.ppl_reference);
+  }
+  for (const auto& [o, e] : results) {
+    if (o.evictor.policy.sinks != 0 && o.evictor.policy.sinks != 4) continue;
+    PlotSeries& s = series_labelled(plot, streaming_label(o));
+    for (const BucketQuality& b : e.report.buckets) {
+      s.x.push_back(mid(b));
+      s.y.push_back(b.ppl_variant);
+    }
+  }
+  write_png_plot(plot, out_dir + "/streaming_positions.png");
+}
+
+// Past the trained context: each run's perplexity inside it and past it (from the buckets).
+void print_past_context(const std::vector<std::pair<EvictionRunOptions, EvictResult>>& results,
+                        const EvictEvalSetup& setup) {
+  const QualityReport& ref = results.front().second.report;
+  if (ref.buckets.empty() || setup.bucket_size <= 0 || setup.max_window <= setup.seq_len) return;
+  const int end = std::numeric_limits<int>::max();
+  std::printf("\nperplexity inside the trained context (positions < %d) and past it:\n",
+              setup.seq_len);
+  std::printf("| run | inside | past |\n|---|---:|---:|\n");
+  std::printf("| dense attention | %.2f | %.2f |\n",
+              ppl_over(ref, setup.bucket_size, 0, setup.seq_len, true),
+              ppl_over(ref, setup.bucket_size, setup.seq_len, end, true));
+  for (const auto& [o, e] : results) {
+    std::printf("| %s | %.2f | %.2f |\n", streaming_label(o).c_str(),
+                ppl_over(e.report, setup.bucket_size, 0, setup.seq_len, false),
+                ppl_over(e.report, setup.bucket_size, setup.seq_len, end, false));
+  }
+}
+
 }  // namespace
 
 int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
@@ -215,16 +338,17 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
   const std::vector<EvictionKind> policies = {EvictionKind::kWindow, EvictionKind::kSinksWindow,
                                               EvictionKind::kH2O,    EvictionKind::kSnapKV,
                                               EvictionKind::kTova,   EvictionKind::kRandom};
-  std::vector<std::pair<EvictionRunOptions, EvictResult>> results;
+  std::vector<EvictionRunOptions> runs;
   for (EvictionKind kind : policies) {
     for (int budget : budgets) {
       EvictionRunOptions o = base;
       o.evictor.policy.kind = kind;
       o.evictor.policy.budget = budget;
       if (kind == EvictionKind::kSinksWindow && o.evictor.policy.sinks >= budget - 1) continue;
-      results.emplace_back(o, evaluate(evaluator, o, setup));
+      runs.push_back(o);
     }
   }
+  const auto results = evaluate_together(evaluator, runs, setup);
   checked_out_dir(out_dir);
   const double full_bytes = full_cache_bytes(results.front().second.report, setup, base.block_size);
   write_evict_csv(out_dir + "/evict_sweep.csv", results, full_bytes);
@@ -291,7 +415,7 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
   const std::vector<int> budgets = parse_budgets(budgets_text);
   const int sink_counts[] = {0, 1, 2, 4, 8};  // StreamingLLM's Table 2 columns
   const PositionMode modes[] = {PositionMode::kShift, PositionMode::kKeep};
-  std::vector<std::pair<EvictionRunOptions, EvictResult>> results;
+  std::vector<EvictionRunOptions> runs;
   for (int budget : budgets) {
     for (PositionMode mode : modes) {
       for (int sinks : sink_counts) {
@@ -301,10 +425,11 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
         o.evictor.policy.budget = budget;
         o.evictor.policy.sinks = sinks;
         o.evictor.positions = mode;
-        results.emplace_back(o, evaluate(evaluator, o, setup));
+        runs.push_back(o);
       }
     }
   }
+  const auto results = evaluate_together(evaluator, runs, setup);
   checked_out_dir(out_dir);
   const QualityReport& ref = results.front().second.report;
   write_evict_csv(out_dir + "/streaming.csv", results,
@@ -329,6 +454,7 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
     series.y.push_back(e.report.ppl_variant);
   }
   write_png_plot(ppl, out_dir + "/streaming_ppl.png");
+  write_streaming_positions(results, setup, out_dir);
   if (setup.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& [o, e] : results) j.push_back(result_json(e, o));
@@ -355,7 +481,9 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
     std::printf("\n");
     i = j;
   }
-  std::printf("wrote %s/streaming.csv, streaming_ppl.png\n", out_dir.c_str());
+  print_past_context(results, setup);
+  std::printf("wrote %s/streaming.csv, streaming_ppl.png%s\n", out_dir.c_str(),
+              ref.buckets.empty() ? "" : ", streaming_positions.csv, streaming_positions.png");
   return 0;
 }
 

@@ -2,6 +2,7 @@
 # Regenerates the guided tour's material: for every scenario of docs/tour.md, a headless run
 # (report.md, plots, metrics under build/tour/NAME) and a UI screenshot under Xvfb
 # (docs/images/tour/NAME.png). Usage: scripts/tour.sh [BUILD_DIR]   (default: build)
+# The SmolLM2 stops need the model (scripts/models.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -27,6 +28,10 @@ shots=(
   "mla-rank-sweep 120 pool"
   "mooncake-replay 3000 pool"
   "memory-wall 200 pool"
+  "smollm2-chat 16 prefix"
+  "smollm2-multi-turn 80 prefix"
+  "smollm2-quantization-ladder 10 compare"
+  "smollm2-sinks 100 attention"
 )
 for entry in "${shots[@]}"; do
   read -r name step view <<<"$entry"

@@ -1,7 +1,10 @@
 // QualityJob: the background sweep: the fp32 reference once, then formats, MLA ranks, eviction.
 #include "app/core/quality_job.h"
 
+#include <cmath>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "app/core/quality_cache.h"
 #include "engine/analysis/eviction_quality.h"
@@ -93,13 +96,31 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         sweep->points.push_back(mla_point(evaluator.evaluate(*variant, progress), rank));
         step_done();
       }
-      for (const EvictionRunOptions& o : sweep_evictions(block_size)) {
-        EvictionVariant variant(o);
-        const QualityReport r = evaluator.evaluate(variant, progress);
-        sweep->points.push_back(
-            eviction_point(r, o, variant.stats().peak_bytes_per_context_token()));
-        step_done();
+      // The eviction points in lockstep: one engine step per position for all of them (the
+      // weights read once per position, not once per point); the bar advances a run at a time.
+      const std::vector<EvictionRunOptions> evictions = sweep_evictions(block_size);
+      std::vector<std::unique_ptr<EvictionVariant>> variants;
+      std::vector<CacheVariant*> all;
+      for (const EvictionRunOptions& o : evictions) {
+        variants.push_back(std::make_unique<EvictionVariant>(o));
+        all.push_back(variants.back().get());
       }
+      const int before = steps_done_.load();
+      const auto runs_progress = [&](long done, long total) {
+        if (cancelled()) throw Cancelled{};
+        const double runs = total > 0 ? static_cast<double>(done) / static_cast<double>(total) *
+                                            static_cast<double>(evictions.size())
+                                      : 0.0;
+        steps_done_ = before + static_cast<int>(runs);
+        fraction_ = static_cast<float>(runs - std::floor(runs));
+      };
+      const std::vector<QualityReport> reports = evaluator.evaluate_all(all, runs_progress);
+      for (std::size_t i = 0; i < evictions.size(); ++i) {
+        sweep->points.push_back(eviction_point(
+            reports[i], evictions[i], variants[i]->stats().peak_bytes_per_context_token()));
+      }
+      steps_done_ = before + static_cast<int>(evictions.size());
+      fraction_ = 0.0f;
     } catch (const Cancelled&) {
       return std::shared_ptr<QualitySweep>();
     } catch (const std::exception& e) {

@@ -87,22 +87,8 @@ std::string sweep_mla_skip_note(const ModelConfig& c, const std::string& model_p
 }
 
 std::vector<EvictionRunOptions> sweep_evictions(int block_size) {
-  std::vector<EvictionRunOptions> out;
-  const std::pair<EvictionKind, CompactionPolicy> series[] = {
-      {EvictionKind::kWindow, CompactionPolicy::kNever},
-      {EvictionKind::kH2O, CompactionPolicy::kNever},
-      {EvictionKind::kH2O, CompactionPolicy::kAlways}};
-  for (const auto& [kind, compaction] : series) {
-    for (int budget : {16, 32, 64, 128}) {
-      EvictionRunOptions o;
-      o.block_size = block_size;
-      o.evictor.policy.kind = kind;
-      o.evictor.policy.budget = budget;
-      o.evictor.compaction = compaction;
-      out.push_back(o);
-    }
-  }
-  return out;
+  const int budgets[] = {16, 32, 64, 128};
+  return eviction_sweep_runs(block_size, budgets);
 }
 
 int sweep_num_variants(const ModelConfig& c) {

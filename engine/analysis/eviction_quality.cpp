@@ -2,6 +2,7 @@
 #include "engine/analysis/eviction_quality.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "engine/evict/attention_stats.h"
 #include "engine/kv/cache_manager.h"
@@ -23,6 +24,25 @@ std::string eviction_variant_name(const EvictorOptions& o) {
     name.append(" positions=").append(position_mode_name(o.positions));
   }
   return name;
+}
+
+std::vector<EvictionRunOptions> eviction_sweep_runs(int block_size, std::span<const int> budgets) {
+  std::vector<EvictionRunOptions> out;
+  const std::pair<EvictionKind, CompactionPolicy> series[] = {
+      {EvictionKind::kWindow, CompactionPolicy::kNever},
+      {EvictionKind::kH2O, CompactionPolicy::kNever},
+      {EvictionKind::kH2O, CompactionPolicy::kAlways}};
+  for (const auto& [kind, compaction] : series) {
+    for (int budget : budgets) {
+      EvictionRunOptions o;
+      o.block_size = block_size;
+      o.evictor.policy.kind = kind;
+      o.evictor.policy.budget = budget;
+      o.evictor.compaction = compaction;
+      out.push_back(o);
+    }
+  }
+  return out;
 }
 
 EvictionVariant::EvictionVariant(const EvictionRunOptions& options) : options_(options) {}
@@ -54,67 +74,107 @@ class FanOutObserver final : public AttentionObserver {
 
 }  // namespace
 
-void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
-                          const std::function<void(int, std::span<const float>)>& on_logits) {
-  const ModelConfig& c = t.config();
-  const int n = static_cast<int>(window.size());
-  const int bs = options_.block_size;
-  const KvLayout layout =
-      kv_layout_for(c, bs, (n + bs - 1) / bs + 1, options_.k_format, options_.v_format);
-  KvCacheManager cache(layout, AllocatorKind::kPaged, n, /*with_storage=*/true);
-  const SeqId seq(0);
-  cache.require_add_sequence(seq);
-  TokenEvictor evictor(cache, seq, options_.evictor, c.rope_theta);
-  const EvictionConfig& policy = options_.evictor.policy;
-  std::unique_ptr<AttentionRecorder> recorder;
-  if (needs_attention(policy.kind)) {
-    recorder =
-        std::make_unique<AttentionRecorder>(AttentionShapeInfo{c.n_layers, c.n_heads, n},
-                                            /*full_matrix_limit=*/0, policy.observation_window);
+// One window through a paged cache with a TokenEvictor, a position at a time.
+class EvictionStepper final : public VariantStepper {
+ public:
+  EvictionStepper(EvictionVariant& v, const ModelConfig& c, const std::vector<int>& window)
+      : v_(v),
+        window_(window),
+        n_(static_cast<int>(window.size())),
+        layout_(kv_layout_for(c, v.options_.block_size,
+                              (n_ + v.options_.block_size - 1) / v.options_.block_size + 1,
+                              v.options_.k_format, v.options_.v_format)),
+        cache_(layout_, AllocatorKind::kPaged, n_, /*with_storage=*/true),
+        evictor_((cache_.require_add_sequence(kSeq), cache_), kSeq, v.options_.evictor,
+                 c.rope_theta),
+        both_(nullptr, v.options_.capture) {
+    const EvictionConfig& policy = v_.options_.evictor.policy;
+    if (needs_attention(policy.kind)) {
+      recorder_ =
+          std::make_unique<AttentionRecorder>(AttentionShapeInfo{c.n_layers, c.n_heads, n_},
+                                              /*full_matrix_limit=*/0, policy.observation_window);
+      both_ = FanOutObserver(recorder_.get(), v.options_.capture);
+    }
+    one_shot_ = policy.kind == EvictionKind::kSnapKV && v_.options_.context > 0;
   }
-  const bool one_shot = policy.kind == EvictionKind::kSnapKV && options_.context > 0;
-  int window_peak_blocks = 0;
-  for (int pos = 0; pos < n; ++pos) {
-    cache.require_append_slots(seq, 1);
-    const int blocks = cache.pool().num_used();
-    window_peak_blocks = std::max(window_peak_blocks, blocks);
-    if (blocks > stats_.peak_blocks) {
-      stats_.peak_blocks = blocks;
-      stats_.peak_kv_bytes = static_cast<std::size_t>(blocks) * layout.block_bytes();
+
+  StepToken prepare(int pos) override {
+    EvictionRunStats& stats = v_.stats_;
+    cache_.require_append_slots(kSeq, 1);
+    const int blocks = cache_.pool().num_used();
+    window_peak_blocks_ = std::max(window_peak_blocks_, blocks);
+    if (blocks > stats.peak_blocks) {
+      stats.peak_blocks = blocks;
+      stats.peak_kv_bytes = static_cast<std::size_t>(blocks) * layout_.block_bytes();
     }
-    const KvSeqView view = evictor.view();
-    const int token_index = evictor.slot_tokens().back();
-    const int rope_pos = evictor.slot_positions().back();
-    attended_sum_ += evictor.num_live();
-    ++stats_.queries;
-    std::span<float> logits;
-    if (recorder) recorder->set_slot_positions(evictor.slot_tokens());
-    if (options_.capture != nullptr) options_.capture->set_slot_positions(evictor.slot_tokens());
-    FanOutObserver both(recorder.get(), options_.capture);
-    if (recorder || options_.capture != nullptr) {
-      TokenIndexObserver observer(both, token_index);
-      logits = t.forward(window[static_cast<std::size_t>(pos)], rope_pos, view, &observer);
-    } else {
-      logits = t.forward(window[static_cast<std::size_t>(pos)], rope_pos, view);
+    const KvSeqView view = evictor_.view();
+    const int token_index = evictor_.slot_tokens().back();
+    const int rope_pos = evictor_.slot_positions().back();
+    v_.attended_sum_ += evictor_.num_live();
+    ++stats.queries;
+    if (recorder_) recorder_->set_slot_positions(evictor_.slot_tokens());
+    AttentionObserver* observer = nullptr;
+    if (v_.options_.capture != nullptr)
+      v_.options_.capture->set_slot_positions(evictor_.slot_tokens());
+    if (recorder_ || v_.options_.capture != nullptr) {
+      observer_.emplace(both_, token_index);
+      observer = &*observer_;
     }
-    on_logits(pos, logits);
+    return StepToken{window_[static_cast<std::size_t>(pos)], rope_pos, view, true, observer};
+  }
+
+  void after(int pos) override {
     // Evict only after this position's logits exist: no policy sees a query before choosing.
     // Nothing to do after the window's last position.
-    const bool prefilling = pos + 1 < options_.context, last = pos + 1 == n;
-    if (!prefilling && !last && !(one_shot && pos + 1 > options_.context)) {
-      evictor.after_token(recorder.get());
-    }
+    const int context = v_.options_.context;
+    const bool prefilling = pos + 1 < context, last = pos + 1 == n_;
+    if (!prefilling && !last && !(one_shot_ && pos + 1 > context))
+      evictor_.after_token(recorder_.get());
   }
-  stats_.window_peak_bytes_sum +=
-      static_cast<double>(window_peak_blocks) * static_cast<double>(layout.block_bytes());
-  stats_.window_tokens += n;
-  const EvictorCounters& k = evictor.counters();
-  stats_.tokens_evicted += k.tokens_evicted;
-  stats_.blocks_freed += k.blocks_freed;
-  stats_.slots_moved += k.slots_moved;
-  stats_.keys_rotated += k.keys_rotated;
-  stats_.mean_attended = attended_sum_ / static_cast<double>(stats_.queries);
-  cache.check_invariants();
+
+  void finish() override {
+    EvictionRunStats& stats = v_.stats_;
+    stats.window_peak_bytes_sum +=
+        static_cast<double>(window_peak_blocks_) * static_cast<double>(layout_.block_bytes());
+    stats.window_tokens += n_;
+    const EvictorCounters& k = evictor_.counters();
+    stats.tokens_evicted += k.tokens_evicted;
+    stats.blocks_freed += k.blocks_freed;
+    stats.slots_moved += k.slots_moved;
+    stats.keys_rotated += k.keys_rotated;
+    stats.mean_attended = v_.attended_sum_ / static_cast<double>(stats.queries);
+    cache_.check_invariants();
+  }
+
+ private:
+  static constexpr SeqId kSeq{0};
+  EvictionVariant& v_;
+  const std::vector<int>& window_;
+  int n_;
+  KvLayout layout_;
+  KvCacheManager cache_;
+  TokenEvictor evictor_;
+  std::unique_ptr<AttentionRecorder> recorder_;
+  FanOutObserver both_;                         // the recorder and the capture
+  std::optional<TokenIndexObserver> observer_;  // both_, under the query's token index
+  bool one_shot_ = false;
+  int window_peak_blocks_ = 0;
+};
+
+std::unique_ptr<VariantStepper> EvictionVariant::stepper(const ModelConfig& c,
+                                                         const std::vector<int>& window) {
+  return std::make_unique<EvictionStepper>(*this, c, window);
+}
+
+void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
+                          const std::function<void(int, std::span<const float>)>& on_logits) {
+  EvictionStepper s(*this, t.config(), window);
+  for (int pos = 0; pos < static_cast<int>(window.size()); ++pos) {
+    const StepToken token = s.prepare(pos);
+    on_logits(pos, t.forward_step(std::span<const StepToken>(&token, 1)));
+    s.after(pos);
+  }
+  s.finish();
 }
 
 }  // namespace kvscope

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "engine/analysis/quality.h"
 #include "engine/evict/attention_stats.h"
@@ -53,16 +55,25 @@ class EvictionVariant final : public CacheVariant {
   explicit EvictionVariant(const EvictionRunOptions& options);
   std::string name() const override;
   CacheFootprint footprint(const ModelConfig& c) const override;
+  // One window alone: its stepper, one position per engine step.
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override;
+  bool has_stepper() const override { return true; }
+  std::unique_ptr<VariantStepper> stepper(const ModelConfig& c,
+                                          const std::vector<int>& window) override;
   const EvictionRunStats& stats() const { return stats_; }
   const EvictionRunOptions& options() const { return options_; }
 
  private:
+  friend class EvictionStepper;
   EvictionRunOptions options_;
   EvictionRunStats stats_;
   double attended_sum_ = 0.0;
 };
+
+// The quality panel's eviction series (and `kvscope bench evict`'s): window, H2O, and H2O with
+// compaction, at each budget, in that order.
+std::vector<EvictionRunOptions> eviction_sweep_runs(int block_size, std::span<const int> budgets);
 
 // "window B=64", "sinks(4) B=64", ... plus compaction / position mode when not the defaults.
 std::string eviction_variant_name(const EvictorOptions& o);

@@ -147,33 +147,37 @@ QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::ve
   }
 }
 
-QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn& progress,
-                                         const EvalScope& scope) const {
-  const ModelConfig& c = transformer_.config();
-  const auto vocab = static_cast<std::size_t>(c.vocab_size);
-  std::vector<double> var_log_p(vocab);  // [vocab]
+// One variant's positions scored against the reference: overall and per bucket.
+class QualityEvaluator::Scorer {
+ public:
+  Scorer(const EvalScope& scope, std::size_t vocab) : scope_(scope), log_p_(vocab) {}
+  // Position pos of `win`, whose reference row is `ref`; the last position has no next token.
+  void add(const std::vector<int>& win, int pos, std::span<const double> ref,
+           std::span<const float> logits) {
+    if (pos < scope_.score_from) return;
+    log_softmax(logits, std::span<double>(log_p_));
+    const int target = win[static_cast<std::size_t>(pos) + 1];
+    acc.add(ref, log_p_, target);
+    if (scope_.bucket_size > 0) {
+      const auto b = static_cast<std::size_t>(pos / scope_.bucket_size);
+      if (buckets.size() <= b) buckets.resize(b + 1);
+      buckets[b].add(ref, log_p_, target);
+    }
+  }
   QualityAccumulator acc;
   std::vector<QualityAccumulator> buckets;  // [position / bucket_size]
-  std::size_t row = 0;
-  long tokens = 0, done = 0;
-  for (const auto& win : windows_) {
-    tokens += static_cast<long>(win.size());
-    variant.run(transformer_, win, [&](int pos, std::span<const float> logits) {
-      if (pos + 1 >= static_cast<int>(win.size())) return;
-      const std::span<const double> ref(reference_.data() + row * vocab, vocab);
-      ++row;
-      if (progress) progress(++done, num_positions_);
-      if (pos < scope.score_from) return;
-      log_softmax(logits, var_log_p);
-      const int target = win[static_cast<std::size_t>(pos) + 1];
-      acc.add(ref, var_log_p, target);
-      if (scope.bucket_size > 0) {
-        const auto b = static_cast<std::size_t>(pos / scope.bucket_size);
-        if (buckets.size() <= b) buckets.resize(b + 1);
-        buckets[b].add(ref, var_log_p, target);
-      }
-    });
-  }
+  int bucket_size() const { return scope_.bucket_size; }
+
+ private:
+  EvalScope scope_;
+  std::vector<double> log_p_;  // [vocab] the variant's log-probs at one position
+};
+
+QualityReport QualityEvaluator::report_of(const Scorer& s, CacheVariant& variant) const {
+  const ModelConfig& c = transformer_.config();
+  long tokens = 0;
+  for (const auto& win : windows_) tokens += static_cast<long>(win.size());
+  const QualityAccumulator& acc = s.acc;
   QualityReport r;
   r.variant = variant.name();
   r.positions = acc.positions();
@@ -187,13 +191,88 @@ QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn
   r.mean_window_tokens = static_cast<double>(tokens) / static_cast<double>(windows_.size());
   r.effective_bytes_per_token = r.footprint.effective_bytes_per_token(r.mean_window_tokens);
   r.reference_bytes_per_token = reference_bytes_per_token_;
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    const QualityAccumulator& a = buckets[b];
+  for (std::size_t b = 0; b < s.buckets.size(); ++b) {
+    const QualityAccumulator& a = s.buckets[b];
     if (a.positions() == 0) continue;
-    r.buckets.push_back({static_cast<int>(b) * scope.bucket_size, a.positions(), a.ppl_reference(),
+    r.buckets.push_back({static_cast<int>(b) * s.bucket_size(), a.positions(), a.ppl_reference(),
                          a.ppl_variant(), a.kl_mean(), a.top1_agreement()});
   }
   return r;
+}
+
+QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn& progress,
+                                         const EvalScope& scope) const {
+  const auto vocab = static_cast<std::size_t>(transformer_.config().vocab_size);
+  Scorer scorer(scope, vocab);
+  std::size_t row = 0;
+  long done = 0;
+  for (const auto& win : windows_) {
+    variant.run(transformer_, win, [&](int pos, std::span<const float> logits) {
+      if (pos + 1 >= static_cast<int>(win.size())) return;
+      const std::span<const double> ref(reference_.data() + row * vocab, vocab);
+      ++row;
+      if (progress) progress(++done, num_positions_);
+      scorer.add(win, pos, ref, logits);
+    });
+  }
+  return report_of(scorer, variant);
+}
+
+std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant* const> variants,
+                                                          const ProgressFn& progress,
+                                                          const EvalScope& scope) const {
+  const auto vocab = static_cast<std::size_t>(transformer_.config().vocab_size);
+  const long total = num_positions_ * static_cast<long>(variants.size());
+  long done = 0;
+  // Progress of the whole call from a single evaluate()'s.
+  const auto one = [&](long d, long) {
+    if (progress) progress(done + d, total);
+  };
+  std::vector<QualityReport> reports(variants.size());
+  std::vector<std::size_t> stepped;  // variants run in lockstep
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i]->has_stepper()) {
+      stepped.push_back(i);
+      continue;
+    }
+    reports[i] = evaluate(*variants[i], one, scope);
+    done += num_positions_;
+  }
+  if (stepped.empty()) return reports;
+  std::vector<Scorer> scorers(stepped.size(), Scorer(scope, vocab));
+  std::vector<std::unique_ptr<VariantStepper>> steppers(stepped.size());
+  std::vector<StepToken> step(stepped.size());
+  std::size_t row = 0;  // the window's first reference row
+  for (const auto& win : windows_) {
+    for (std::size_t k = 0; k < stepped.size(); ++k) {
+      steppers[k] = variants[stepped[k]]->stepper(transformer_.config(), win);
+      if (steppers[k] == nullptr) {
+        throw InternalError("eval",
+                            variants[stepped[k]]->name() + " says it steps but has no stepper");
+      }
+    }
+    const int n = static_cast<int>(win.size());
+    for (int pos = 0; pos < n; ++pos) {
+      for (std::size_t k = 0; k < stepped.size(); ++k) step[k] = steppers[k]->prepare(pos);
+      const std::span<const float> logits = transformer_.forward_step(step);
+      for (std::size_t k = 0; k < stepped.size(); ++k) {
+        if (pos + 1 < n) {
+          const std::span<const double> ref(reference_.data() + (row + pos) * vocab, vocab);
+          scorers[k].add(win, pos, ref, logits.subspan(k * vocab, vocab));
+        }
+        steppers[k]->after(pos);
+      }
+      if (progress && pos + 1 < n) {
+        done += static_cast<long>(stepped.size());
+        progress(done, total);
+      }
+    }
+    for (auto& s : steppers) s->finish();
+    row += win.size() - 1;
+  }
+  for (std::size_t k = 0; k < stepped.size(); ++k)
+    reports[stepped[k]] = report_of(scorers[k], *variants[stepped[k]]);
+  return reports;
 }
 
 std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& text,

@@ -62,6 +62,21 @@ struct CacheFootprint {
 
 // A way of caching K/V to compare against the exact fp32 cache. Implementations own their cache;
 // eviction and MLA variants implement the same two calls.
+// One variant's run over one window a position at a time, so that several variants can share
+// each engine step (QualityEvaluator::evaluate_all): each position's token goes into a step with
+// the other variants' tokens, each with its own cache.
+class VariantStepper {
+ public:
+  virtual ~VariantStepper() = default;
+  // Position pos's token for the step (its own view, RoPE position and observer; logits wanted).
+  // Its view stays valid until after(pos).
+  virtual StepToken prepare(int pos) = 0;
+  // After position pos's logits were taken (a policy may now act on them).
+  virtual void after(int pos) = 0;
+  // After the window's last position: the variant's statistics include the window.
+  virtual void finish() = 0;
+};
+
 class CacheVariant {
  public:
   virtual ~CacheVariant() = default;
@@ -71,6 +86,16 @@ class CacheVariant {
   // on_logits(pos, logits[vocab]) after each position.
   virtual void run(Transformer& t, const std::vector<int>& window,
                    const std::function<void(int, std::span<const float>)>& on_logits) = 0;
+  // Whether the variant runs one position per step (token eviction) and so has a stepper; the
+  // others run a window their own way (formats and MLA run batched windows).
+  virtual bool has_stepper() const { return false; }
+  // A stepper over `window` with a fresh cache (only when has_stepper()).
+  virtual std::unique_ptr<VariantStepper> stepper(const ModelConfig& c,
+                                                  const std::vector<int>& window) {
+    (void)c;
+    (void)window;
+    return nullptr;
+  }
 };
 
 // K and V stored in the given formats in a paged cache of `block_size`.
@@ -127,12 +152,23 @@ class QualityEvaluator {
                    const ProgressFn& progress = {}, int max_window = 0);
   QualityReport evaluate(CacheVariant& variant, const ProgressFn& progress = {},
                          const EvalScope& scope = {}) const;
+  // evaluate() of every variant, reports in their order. Variants with a stepper run in lockstep,
+  // each position of a window one engine step holding every one of them (the weights are read
+  // once per step, not once per variant); the others run one after another. Each report equals
+  // what evaluate() gives (a batched step is bit-identical to its tokens run alone). Progress
+  // counts positions of all variants.
+  std::vector<QualityReport> evaluate_all(std::span<CacheVariant* const> variants,
+                                          const ProgressFn& progress = {},
+                                          const EvalScope& scope = {}) const;
   long num_positions() const { return num_positions_; }
   const std::vector<std::vector<int>>& windows() const { return windows_; }
 
  private:
   Transformer& transformer_;
   std::vector<std::vector<int>> windows_;
+  // Scores one variant's positions into its figures (overall and per bucket).
+  class Scorer;
+  QualityReport report_of(const Scorer& s, CacheVariant& variant) const;
   std::vector<double> reference_;  // [num_positions][vocab] fp32-cache reference log-probs
   long num_positions_ = 0;
   double reference_bytes_per_token_ = 0.0;

@@ -98,8 +98,8 @@ Axis fit_axis(const PlotSpec& spec, bool x, bool log) {
       hi = std::max(hi, v);
     }
   }
-  if (!x) {
-    for (const auto& [v, label] : spec.h_lines) {
+  {
+    for (const auto& [v, label] : x ? spec.v_lines : spec.h_lines) {
       if (std::isfinite(v) && (!log || v > 0)) {
         lo = std::min(lo, v);
         hi = std::max(hi, v);
@@ -198,6 +198,13 @@ std::vector<unsigned char> render_plot(const PlotSpec& spec) {
     for (int x = left; x < left + pw; x += 10)
       c.line(x, y, std::min(x + 6, left + pw), y, kMuted, 1.2f);
     c.text(left + pw - Canvas::text_width(label) - 4, static_cast<int>(y) - 18, label, kMuted);
+  }
+  for (const auto& [v, label] : spec.v_lines) {
+    if (spec.log_x && v <= 0) continue;
+    const double x = px(v);
+    for (int y = top; y < top + ph; y += 10)
+      c.line(x, y, x, std::min(y + 6, top + ph), kMuted, 1.2f);
+    c.text(static_cast<int>(x) + 6, top + ph - Canvas::text_height() - 6, label, kMuted);
   }
   // Series.
   for (std::size_t i = 0; i < spec.series.size(); ++i) {

@@ -26,6 +26,8 @@ struct PlotSpec {
   std::vector<PlotSeries> series;
   // Horizontal reference lines (a GPU's memory, a budget), each with a label.
   std::vector<std::pair<double, std::string>> h_lines;
+  // Vertical reference lines (a model's trained context), each with a label.
+  std::vector<std::pair<double, std::string>> v_lines;
   std::string footnote;  // e.g. "random weights" or the command that produced the plot
   int width = 960;
   int height = 600;

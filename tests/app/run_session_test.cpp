@@ -92,6 +92,21 @@ TEST(RunSession, BadFilesThrowNamingTheFileAndPath) {
   EXPECT_THROW(RunSession::open((temp_dir() / "missing.kvr").string()), Error);
 }
 
+// The scenario at `path` run to the end twice: on the CPU and on the CUDA backend's emulated
+// device (Controls > backend), neither with an error.
+std::pair<std::unique_ptr<RunSession>, std::unique_ptr<RunSession>> run_on_cpu_and_cuda_sim(
+    const std::string& path) {
+  std::unique_ptr<RunSession> cpu = RunSession::open(path);
+  PolicyOverride emulated;
+  emulated.backend = "cuda-sim";
+  std::unique_ptr<RunSession> sim = RunSession::open(path, false, emulated);
+  cpu->wait();
+  sim->wait();
+  EXPECT_FALSE(cpu->take_error().has_value());
+  EXPECT_FALSE(sim->take_error().has_value());
+  return {std::move(cpu), std::move(sim)};
+}
+
 // Each request's decoded tokens, in order (DecodeToken events: b = the token id).
 std::map<std::int32_t, std::vector<std::int64_t>> decoded(const Timeline& t) {
   std::map<std::int32_t, std::vector<std::int64_t>> out;
@@ -111,13 +126,7 @@ TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
       "workload": {"requests": [{"prompt": "Once upon a time", "max_new_tokens": 40},
                                 {"prompt": "Once upon a time, Tom", "max_new_tokens": 36,
                                  "arrival_step": 2}]}})";
-  std::unique_ptr<RunSession> cpu = RunSession::open(path);
-  PolicyOverride emulated;
-  emulated.backend = "cuda-sim";
-  std::unique_ptr<RunSession> sim = RunSession::open(path, false, emulated);
-  cpu->wait();
-  sim->wait();
-  EXPECT_FALSE(sim->take_error().has_value());
+  const auto [cpu, sim] = run_on_cpu_and_cuda_sim(path);
   EXPECT_EQ(cpu->run_info()->backend_name, "CPU");
   EXPECT_EQ(sim->run_info()->backend_name, "cuda-sim");
   EXPECT_EQ(sim->run_info()->override.describe(), "backend cuda-sim");
@@ -132,7 +141,8 @@ TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
   EXPECT_GT(swaps, 0) << "the pool is tight: blocks went to the host tier and came back";
   EXPECT_GT(hits, 0) << "the second prompt's first block is served from the prefix cache";
 
-  PolicyOverride kivi = emulated;
+  PolicyOverride kivi;
+  kivi.backend = "cuda-sim";
   kivi.k_format = kivi.v_format = parse_kv_format("kivi4", "test");
   try {
     RunSession::open(path, false, kivi);
@@ -150,7 +160,7 @@ TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
 // compacting in the device's pool. (The UI's device GEMMs use fp16 weights, so after a few dozen
 // tokens a near tie may go the other way than on the CPU; token equality with fp32 weights is
 // CudaSimBackend.TokenEvictionOnTheDeviceGivesTheCpusTokens.)
-TEST(RunSession, TokenEvictionOnTheEmulatedDeviceDecodesTheCpusTokens) {
+TEST(RunSession, TokenEvictionRunsOnTheEmulatedDeviceInTheUisSession) {
   const std::string path = (temp_dir() / "evicting.json").string();
   std::ofstream(path) << R"({"format_version": 1, "title": "evicting",
       "cache": {"block_size": 4, "num_blocks": 40, "kv_dtype": "int8",
@@ -159,14 +169,7 @@ TEST(RunSession, TokenEvictionOnTheEmulatedDeviceDecodesTheCpusTokens) {
       "workload": {"requests": [{"prompt": "Once upon a time", "max_new_tokens": 40},
                                 {"prompt": "Lily and Ben", "max_new_tokens": 30,
                                  "arrival_step": 3}]}})";
-  std::unique_ptr<RunSession> cpu = RunSession::open(path);
-  PolicyOverride emulated;
-  emulated.backend = "cuda-sim";
-  std::unique_ptr<RunSession> sim = RunSession::open(path, false, emulated);
-  cpu->wait();
-  sim->wait();
-  ASSERT_FALSE(sim->take_error().has_value());
-  ASSERT_FALSE(cpu->take_error().has_value());
+  const auto [cpu, sim] = run_on_cpu_and_cuda_sim(path);
   EXPECT_EQ(sim->run_info()->backend_name, "cuda-sim");
   const auto want = decoded(*cpu->timeline()), got = decoded(*sim->timeline());
   ASSERT_EQ(want.size(), 2u);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/analysis/eviction_quality.h"
+#include "engine/analysis/quality.h"
 #include "engine/common/error.h"
 #include "engine/evict/attention_stats.h"
 #include "engine/evict/eviction_hook.h"
@@ -75,6 +76,71 @@ TEST_F(EvictionModel, BudgetCoveringTheSequenceIsIdenticalToNoEviction) {
       }
       EXPECT_EQ(v.stats().tokens_evicted, 0);
     }
+  }
+}
+
+// evaluate_all runs the eviction variants in lockstep, one engine step per position for all of
+// them: every figure and statistic equals evaluating each alone, bit for bit, and a variant that
+// runs its own way (a K/V format) is evaluated alone in its place.
+TEST_F(EvictionModel, VariantsInLockstepEqualEachEvaluatedAlone) {
+  const auto tokens = some_tokens(t_, 300);
+  std::vector<std::vector<int>> windows = {{tokens.begin(), tokens.begin() + 170},
+                                           {tokens.begin() + 170, tokens.end()}};
+  windows[1].insert(windows[1].begin(), 1);  // each window starts with BOS
+  QualityEvaluator eval(t_, windows, 16);
+  std::vector<EvictionRunOptions> options;
+  for (EvictionKind kind : kAllPolicies) options.push_back(eviction(kind, 48));
+  options[2].evictor.compaction = CompactionPolicy::kAlways;  // h2o: compacted, shifted
+  options[2].evictor.positions = PositionMode::kShift;
+  options[3].context = 100;  // snapkv: compress once after a 100-token prompt
+  EvalScope scope;
+  scope.bucket_size = 64;
+  std::vector<std::unique_ptr<EvictionVariant>> together, alone;
+  std::vector<CacheVariant*> all;
+  auto fp16 =
+      make_kv_format_variant(parse_kv_format("fp16", "t"), parse_kv_format("fp16", "t"), 16);
+  for (std::size_t i = 0; i < options.size(); ++i) {
+    together.push_back(std::make_unique<EvictionVariant>(options[i]));
+    alone.push_back(std::make_unique<EvictionVariant>(options[i]));
+    all.push_back(together.back().get());
+    if (i == 1) all.push_back(fp16.get());
+  }
+  long last = 0, total = 0;
+  const std::vector<QualityReport> got = eval.evaluate_all(
+      all,
+      [&](long d, long n) {
+        EXPECT_GT(d, last);
+        last = d;
+        total = n;
+      },
+      scope);
+  ASSERT_EQ(got.size(), all.size());
+  EXPECT_EQ(last, total);
+  EXPECT_EQ(total, eval.num_positions() * static_cast<long>(all.size()));
+  const auto same = [](const QualityReport& a, const QualityReport& b) {
+    EXPECT_EQ(a.variant, b.variant);
+    EXPECT_EQ(a.positions, b.positions);
+    EXPECT_EQ(a.ppl_variant, b.ppl_variant) << a.variant;
+    EXPECT_EQ(a.kl_mean, b.kl_mean) << a.variant;
+    EXPECT_EQ(a.kl_max, b.kl_max) << a.variant;
+    EXPECT_EQ(a.top1_agreement, b.top1_agreement) << a.variant;
+    ASSERT_EQ(a.buckets.size(), b.buckets.size()) << a.variant;
+    for (std::size_t k = 0; k < a.buckets.size(); ++k)
+      EXPECT_EQ(a.buckets[k].ppl_variant, b.buckets[k].ppl_variant) << a.variant << " bucket " << k;
+  };
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < options.size(); ++i, ++at) {
+    EvalScope own = scope;
+    own.score_from = 0;
+    same(got[at], eval.evaluate(*alone[i], {}, own));
+    const EvictionRunStats &a = together[i]->stats(), &b = alone[i]->stats();
+    EXPECT_EQ(a.tokens_evicted, b.tokens_evicted) << got[at].variant;
+    EXPECT_GT(a.tokens_evicted, 0) << got[at].variant;
+    EXPECT_EQ(a.slots_moved, b.slots_moved) << got[at].variant;
+    EXPECT_EQ(a.keys_rotated, b.keys_rotated) << got[at].variant;
+    EXPECT_EQ(a.peak_kv_bytes, b.peak_kv_bytes) << got[at].variant;
+    EXPECT_EQ(a.mean_attended, b.mean_attended) << got[at].variant;
+    if (i == 1) same(got[++at], eval.evaluate(*fp16, {}, scope));
   }
 }
 

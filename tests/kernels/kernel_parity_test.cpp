@@ -36,6 +36,24 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
+// Every captured attention row, in call order.
+struct CapturedRows : AttentionObserver {
+  std::vector<float> all;
+  void on_attention(int, int, int, std::span<const float> w) override {
+    all.insert(all.end(), w.begin(), w.end());
+  }
+};
+
+// `tokens` tokens of random K and V rows (seeds k_seed, k_seed + 1) written into `cache`.
+void fill_random(test::QuantCache& cache, int tokens, int kv_dim, unsigned k_seed) {
+  const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, k_seed);
+  const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, k_seed + 1);
+  for (int t = 0; t < tokens; ++t) {
+    cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
+                 v.data() + static_cast<std::size_t>(t) * kv_dim);
+  }
+}
+
 TEST(KernelParity, RmsNorm) {
   for (int n : {64, 576, 1000}) {
     for (unsigned threads : {32u, 128u, 1024u}) {
@@ -119,12 +137,7 @@ TEST(KernelParity, PagedDecodeAttention) {
                                  std::to_string(tokens);
         const int kv_dim = s.kv_heads * s.head_dim;
         test::QuantCache cache(fp32, fp32, block_size, tokens, s.kv_heads, s.head_dim);
-        const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 8u);
-        const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 9u);
-        for (int t = 0; t < tokens; ++t) {
-          cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
-                       v.data() + static_cast<std::size_t>(t) * kv_dim);
-        }
+        fill_random(cache, tokens, kv_dim, 8u);
         const auto q = randn(static_cast<std::size_t>(s.heads) * s.head_dim, 10u, 2.0f);
         const KvSeqView view = cache.view();
         std::vector<float> want(q.size()), got(q.size()), scratch;
@@ -237,26 +250,15 @@ TEST(KernelParity, KvWriteQuantizesToTheCpusBytes) {
 // the outputs agree to float rounding; and the captured softmax rows are the CPU's.
 TEST(KernelParity, PagedDecodeAttentionOverQuantizedFormatsAndCapture) {
   const int heads = 9, kv_heads = 3, head_dim = 64, kv_dim = kv_heads * head_dim;
-  struct Rows : AttentionObserver {
-    std::vector<float> all;
-    void on_attention(int, int, int, std::span<const float> w) override {
-      all.insert(all.end(), w.begin(), w.end());
-    }
-  };
   for (const Fmt& f : kFormats) {
     for (int tokens : {1, 300}) {
       const KvFormat fmt = parse_kv_format(f.name, "test");
       test::QuantCache cache(fmt, fmt, 16, tokens, kv_heads, head_dim);
-      const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 31u);
-      const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 32u);
-      for (int t = 0; t < tokens; ++t) {
-        cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
-                     v.data() + static_cast<std::size_t>(t) * kv_dim);
-      }
+      fill_random(cache, tokens, kv_dim, 31u);
       const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 33u, 2.0f);
       const KvSeqView view = cache.view();
       std::vector<float> want(q.size()), got(q.size()), scratch;
-      Rows rows;
+      CapturedRows rows;
       cpu::paged_attention(view, 0, {heads, kv_heads, head_dim}, q.data(), want.data(), tokens - 1,
                            &rows, scratch);
       std::vector<int> table;
@@ -283,12 +285,6 @@ TEST(KernelParity, PagedDecodeAttentionOverQuantizedFormatsAndCapture) {
 // one-pass kernel's shared-memory limit (13,000 and 20,000 slots), with uneven last chunks.
 TEST(KernelParity, SplitKAttentionOverLongContexts) {
   const int heads = 8, kv_heads = 2, head_dim = 64, kv_dim = kv_heads * head_dim;
-  struct Rows : AttentionObserver {
-    std::vector<float> all;
-    void on_attention(int, int, int, std::span<const float> w) override {
-      all.insert(all.end(), w.begin(), w.end());
-    }
-  };
   struct Case {
     const char* format;
     int block_size, tokens, chunk;
@@ -297,16 +293,11 @@ TEST(KernelParity, SplitKAttentionOverLongContexts) {
                        Case{"int8", 16, 20000, kSplitChunk}, Case{"fp16", 1, 4097, kSplitChunk}}) {
     const KvFormat fmt = parse_kv_format(c.format, "test");
     test::QuantCache cache(fmt, fmt, c.block_size, c.tokens, kv_heads, head_dim);
-    const auto k = randn(static_cast<std::size_t>(c.tokens) * kv_dim, 41u);
-    const auto v = randn(static_cast<std::size_t>(c.tokens) * kv_dim, 42u);
-    for (int t = 0; t < c.tokens; ++t) {
-      cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
-                   v.data() + static_cast<std::size_t>(t) * kv_dim);
-    }
+    fill_random(cache, c.tokens, kv_dim, 41u);
     const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 43u, 3.0f);
     const KvSeqView view = cache.view();
     std::vector<float> want(q.size()), got(q.size()), scratch;
-    Rows rows;
+    CapturedRows rows;
     cpu::paged_attention(view, 0, {heads, kv_heads, head_dim}, q.data(), want.data(), c.tokens - 1,
                          &rows, scratch);
     std::vector<int> table;
@@ -339,23 +330,12 @@ TEST(KernelParity, SplitKAttentionOverLongContexts) {
 // weight, as the CPU does; one pass and split-K, including a split whose slots are all evicted.
 TEST(KernelParity, AttentionSkipsEvictedSlots) {
   const int heads = 8, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim;
-  struct Rows : AttentionObserver {
-    std::vector<float> all;
-    void on_attention(int, int, int, std::span<const float> w) override {
-      all.insert(all.end(), w.begin(), w.end());
-    }
-  };
   for (const char* format : {"fp32", "int8"}) {
     for (bool split : {false, true}) {
       const int tokens = 700, chunk = 128, block_size = 16;
       const KvFormat fmt = parse_kv_format(format, "test");
       test::QuantCache cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
-      const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 51u);
-      const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 52u);
-      for (int t = 0; t < tokens; ++t) {
-        cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
-                     v.data() + static_cast<std::size_t>(t) * kv_dim);
-      }
+      fill_random(cache, tokens, kv_dim, 51u);
       // About a third evicted at random; slots [128, 256) (split-K's second chunk) all evicted;
       // the last (the query's own) live.
       std::vector<std::uint8_t> live(static_cast<std::size_t>(tokens));
@@ -367,7 +347,7 @@ TEST(KernelParity, AttentionSkipsEvictedSlots) {
       KvSeqView view = cache.view();
       view.slot_live = live.data();
       std::vector<float> want(q.size()), got(q.size()), scratch;
-      Rows rows;
+      CapturedRows rows;
       cpu::paged_attention(view, 0, {heads, kv_heads, head_dim}, q.data(), want.data(), tokens - 1,
                            &rows, scratch);
       std::vector<int> table;
@@ -522,24 +502,13 @@ TEST(KernelParity, KeyRotationMatchesTheCpusPositionShift) {
 // evicted slots), some capturing their rows; each equal to the CPU's attention for its view.
 TEST(KernelParity, BatchedAttentionOfAStepIsEachQuerysOwn) {
   const int heads = 6, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim, tokens = 90;
-  struct Rows : AttentionObserver {
-    std::vector<float> all;
-    void on_attention(int, int, int, std::span<const float> w) override {
-      all.insert(all.end(), w.begin(), w.end());
-    }
-  };
   const std::pair<const char*, int> formats[] = {
       {"fp32", kKvF32}, {"int8", kKvInt8}, {"int4", kKvInt4}};
   for (int block_size : {1, 16}) {
     for (const auto& [name, code] : formats) {
       const KvFormat fmt = parse_kv_format(name, "test");
       test::QuantCache cache(fmt, fmt, block_size, tokens, kv_heads, head_dim);
-      const auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 71u);
-      const auto v = randn(static_cast<std::size_t>(tokens) * kv_dim, 72u);
-      for (int t = 0; t < tokens; ++t) {
-        cache.append(k.data() + static_cast<std::size_t>(t) * kv_dim,
-                     v.data() + static_cast<std::size_t>(t) * kv_dim);
-      }
+      fill_random(cache, tokens, kv_dim, 71u);
       const KvSeqView a = cache.view();
       // Sequence B: the same pool's blocks in reverse order, 57 slots, every fourth evicted.
       const std::vector<BlockId> reversed(a.blocks.rbegin(), a.blocks.rend());
@@ -565,7 +534,7 @@ TEST(KernelParity, BatchedAttentionOfAStepIsEachQuerysOwn) {
       // The CPU, query by query; queries 3, 20 (B) and 21 capture.
       const auto captures = [](int i) { return i == 3 || i == 20 || i == 21; };
       std::vector<float> want(q.size()), scratch;
-      Rows rows;
+      CapturedRows rows;
       for (int i = 0; i < n; ++i) {
         cpu::paged_attention(views[static_cast<std::size_t>(i)], 0, {heads, kv_heads, head_dim},
                              q.data() + i * qn, want.data() + i * qn, 0,

@@ -149,6 +149,28 @@ TEST(PngPlot, ReferenceLineIsDashedAtItsValue) {
   EXPECT_GT(clear[0], 200);
 }
 
+// A vertical line (a trained context) is dashed down its column, and it widens the x axis to
+// include it when it lies past the data.
+TEST(PngPlot, VerticalReferenceLineIsDashedAtItsValue) {
+  PlotSpec spec = crossing_spec();
+  spec.h_lines.clear();
+  spec.v_lines = {{12.0, "trained context"}};
+  const Pixels px = render_plot(spec);
+  const PlotLayout l = plot_layout(spec);
+  EXPECT_GE(l.x_hi, 12.0);
+  const int col = static_cast<int>(std::lround(l.px(12.0)));
+  int inked = 0, gaps = 0;
+  for (int r = static_cast<int>(l.py(6.0)); r < static_cast<int>(l.py(1.0)); ++r) {
+    if (pixel(px, spec, col, r)[0] < 200)
+      ++inked;
+    else
+      ++gaps;
+  }
+  EXPECT_GT(inked, 10);
+  EXPECT_GT(gaps, 5);  // dashed, not solid
+  EXPECT_GT(pixel(px, spec, l.px(11.0), l.py(3.0))[0], 200) << "nothing drawn beside it";
+}
+
 TEST(PngPlot, LegendShowsEverySeriesColour) {
   const PlotSpec spec = crossing_spec();
   const Pixels px = render_plot(spec);
