@@ -188,10 +188,22 @@ void TokenEvictor::shift_positions() {
   // Applied where the pool's bytes live: a backend that holds them rotates with its own kernel.
   if (cache_.storage()->rotate_keys_on_device(rotations, rope_theta_)) return;
   cache_.storage()->note_external_write();  // keys change outside any backend's kv_write
-  for (std::size_t i = 0; i < rotations.size(); ++i) rotate_key(slots[i], rotations[i].delta);
+  // A shift moves most keys by the same delta: the angles once per distinct delta.
+  const int head_dim = cache_.layout().head_dim;
+  std::vector<float> cos_sin(static_cast<std::size_t>(head_dim));
+  int angles_for = 0;
+  bool have = false;
+  for (std::size_t i = 0; i < rotations.size(); ++i) {
+    if (!have || rotations[i].delta != angles_for) {
+      angles_for = rotations[i].delta;
+      cpu::rope_cos_sin(angles_for, head_dim, rope_theta_, cos_sin.data());
+      have = true;
+    }
+    rotate_key(slots[i], cos_sin.data());
+  }
 }
 
-void TokenEvictor::rotate_key(int slot, int delta) {
+void TokenEvictor::rotate_key(int slot, const float* cos_sin) {
   const KvLayout& L = cache_.layout();
   const int kv_dim = L.kv_heads * L.head_dim, bs = L.block_size;
   KvSeqView v = cache_.view(seq_);
@@ -210,9 +222,8 @@ void TokenEvictor::rotate_key(int slot, int delta) {
       }
     }
     // Rotating by `delta` composes with the rotation by the old position: RoPE(p) then
-    // RoPE(delta) = RoPE(p + delta). cpu::rope rotates q and k together; q is scratch here.
-    std::copy(key, key + kv_dim, scratch_.begin());
-    cpu::rope(scratch_.data(), key, delta, kv_dim, kv_dim, L.head_dim, rope_theta_);
+    // RoPE(delta) = RoPE(p + delta).
+    cpu::rope_keys(key, kv_dim, L.head_dim, cos_sin);
     if (L.k_format.dtype != KvDtype::kF32) quant::write_token(v, layer, KvKind::kKey, key);
   }
 }

@@ -77,7 +77,8 @@ class TokenEvictor {
   void free_dead_blocks();
   void compact();
   void shift_positions();
-  void rotate_key(int slot, int delta);
+  // Rotates the key of `slot` in every layer by the angles of cpu::rope_cos_sin (its delta).
+  void rotate_key(int slot, const float* cos_sin);
   KvCacheManager& cache_;
   SeqId seq_;
   EvictorOptions options_;

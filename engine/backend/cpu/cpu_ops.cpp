@@ -294,6 +294,26 @@ void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim, floa
   }
 }
 
+void rope_cos_sin(int pos, int head_dim, float theta, float* cos_sin) {
+  for (int hd = 0; hd < head_dim; hd += 2) {
+    const float freq =
+        1.0f / std::pow(theta, static_cast<float>(hd) / static_cast<float>(head_dim));
+    const float val = static_cast<float>(pos) * freq;
+    cos_sin[hd] = std::cos(val);
+    cos_sin[hd + 1] = std::sin(val);
+  }
+}
+
+void rope_keys(float* k, int kv_dim, int head_dim, const float* cos_sin) {
+  for (int i = 0; i < kv_dim; i += 2) {
+    const int hd = i % head_dim;
+    const float fcr = cos_sin[hd], fci = cos_sin[hd + 1];
+    const float v0 = k[i], v1 = k[i + 1];
+    k[i] = v0 * fcr - v1 * fci;
+    k[i + 1] = v0 * fci + v1 * fcr;
+  }
+}
+
 void swiglu(float* hb, const float* hb2, int n) {
   for (int i = 0; i < n; ++i) {
     float v = hb[i];

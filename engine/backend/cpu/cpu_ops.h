@@ -18,6 +18,12 @@ void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs)
 void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs);
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim, float theta);
+// rope()'s angles at `pos`: cos_sin[2 p], cos_sin[2 p + 1] = cos, sin of pair p's angle, for the
+// head_dim / 2 pairs of a head, with rope()'s float arithmetic.
+void rope_cos_sin(int pos, int head_dim, float theta, float* cos_sin);
+// Rotates the keys k[kv_dim] by those angles exactly as rope() rotates k (token eviction's
+// position shift rotates many keys by one delta: the angles once, not once per key and layer).
+void rope_keys(float* k, int kv_dim, int head_dim, const float* cos_sin);
 void swiglu(float* hb, const float* hb2, int n);
 void kv_write(const KvSeqView& view, int layer, const float* k, const float* v);
 // scratch grows to [n_heads][num_slots] weights + [kv_heads][head_dim] + [n_heads] work space.
