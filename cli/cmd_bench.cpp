@@ -241,12 +241,9 @@ int bench_generate(const Args& args) {
       probe_tokens(nullptr, "", prompt, c.vocab_size, "bench", &repeats);
   const KvFormat fp32 = parse_kv_format("fp32", "bench");
   const double prefill_secs = median_seconds(repeat, [&] {
-    KvCacheManager cache(kv_layout_for(c, 16, (prompt + 15) / 16, fp32, fp32),
-                         AllocatorKind::kPaged, prompt, /*with_storage=*/true);
-    const SeqId seq(0);
-    cache.require_add_sequence(seq);
-    run_tokens(
-        t, cache, seq, tokens, 0, nullptr, [](int, std::span<const float>) {}, prompt);
+    SoloSequence seq(kv_layout_for(c, 16, 1, fp32, fp32), prompt);
+    seq.run(
+        t, tokens, [](int, std::span<const float>) {}, prompt);
   });
   const double read_bps = read_bytes_per_second(threads, repeat);
   const double peak_macs = cached_matmul_macs_per_second(model, *backend, repeat);

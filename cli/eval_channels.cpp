@@ -10,6 +10,7 @@
 #include "engine/analysis/kv_channels.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/infer/step_runner.h"
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/report/png_plot.h"
@@ -35,13 +36,9 @@ int run_key_channels(std::shared_ptr<const Model> model, Backend& backend,
   {
     ProgressLine bar("K/V channels");
     for (const auto& w : windows) {
-      const int n = static_cast<int>(w.size());
-      const KvLayout layout = kv_layout_for(c, 16, (n + 15) / 16, KvFormat{}, KvFormat{});
-      KvCacheManager cache(layout, AllocatorKind::kPaged, n, true);
-      cache.require_add_sequence(SeqId(0));
-      for (int pos = 0; pos < n; ++pos) {
-        cache.require_append_slots(SeqId(0), 1);
-        t.forward(w[static_cast<std::size_t>(pos)], pos, cache.view(SeqId(0)));
+      SoloSequence seq(kv_layout_for(c, 16, 1, KvFormat{}, KvFormat{}), static_cast<int>(w.size()));
+      for (int token : w) {
+        seq.step(t, token);
         bar(++done, total);
       }
     }

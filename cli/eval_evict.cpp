@@ -14,6 +14,7 @@
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/evict/attention_stats.h"
+#include "engine/infer/step_runner.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/report/png_plot.h"
 
@@ -507,13 +508,8 @@ int run_attention_report(Transformer& transformer, const std::vector<std::vector
   for (const auto& w : windows) {
     const int n = static_cast<int>(w.size());
     AttentionRecorder rec({c.n_layers, c.n_heads, n}, 0, 8);
-    const KvLayout layout = kv_layout_for(c, 16, (n + 15) / 16, KvFormat{}, KvFormat{});
-    KvCacheManager cache(layout, AllocatorKind::kPaged, n, true);
-    cache.require_add_sequence(SeqId(0));
-    for (int pos = 0; pos < n; ++pos) {
-      cache.require_append_slots(SeqId(0), 1);
-      transformer.forward(w[static_cast<std::size_t>(pos)], pos, cache.view(SeqId(0)), &rec);
-    }
+    SoloSequence seq(kv_layout_for(c, 16, 1, KvFormat{}, KvFormat{}), n);
+    for (int token : w) seq.step(transformer, token, &rec);
     for (int l = 0; l < c.n_layers; ++l) {
       for (std::size_t i = 0; i < ks.size(); ++i) {
         double m = 0.0;

@@ -6,6 +6,7 @@
 #include "engine/analysis/eviction_quality.h"
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
+#include "engine/infer/step_runner.h"
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/kv/kv_storage.h"
@@ -89,16 +90,10 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         }
       }
       if (!captured) {
-        KvCacheManager cache(
-            kv_layout_for(c, bs, (n + bs - 1) / bs, config.k_format, config.v_format),
-            AllocatorKind::kPaged, n, /*with_storage=*/true);
-        const SeqId seq(0);
-        cache.require_add_sequence(seq);
-        for (int pos = 0; pos < n; ++pos) {
+        SoloSequence seq(kv_layout_for(c, bs, 1, config.k_format, config.v_format), n);
+        for (int token : tokens) {
           if (cancelled()) return nullptr;
-          cache.require_append_slots(seq, 1);
-          transformer.forward(tokens[static_cast<std::size_t>(pos)], pos, cache.view(seq),
-                              recorder.get());
+          seq.step(transformer, token, recorder.get());
         }
       }
       cap->sinks = recorder->detect_sinks();

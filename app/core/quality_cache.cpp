@@ -17,7 +17,8 @@ namespace kvscope::ui {
 
 namespace {
 
-constexpr int kCacheFormat = 1;  // bump when what a sweep computes changes
+// Bump when what a sweep computes changes (2: windows cut to the sweep's token budget).
+constexpr int kCacheFormat = 2;
 
 // "path size mtime" of a file, or "" when it cannot be stat'ed.
 std::string file_identity(const std::string& path) {

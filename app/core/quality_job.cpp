@@ -79,47 +79,52 @@ void QualityJob::start(std::shared_ptr<const Model> model,
       sweep->source = text_path;
       sweep->windows = static_cast<int>(evaluator.windows().size());
       sweep->positions = evaluator.num_positions();
+      // Every point in one evaluate_all: the formats and MLA ranks run a window in chunks, one
+      // after another; the KIVI formats (a token per step anyway) and the eviction runs go in
+      // lockstep, one engine step per position for all of them, the weights read once per
+      // position instead of once per run. The bar advances a run at a time.
+      std::vector<std::unique_ptr<CacheVariant>> formats;
       for (const auto& [k, v] : sweep_formats()) {
-        auto variant = make_kv_format_variant(parse_kv_format(k, "sweep"),
-                                              parse_kv_format(v, "sweep"), block_size);
-        sweep->points.push_back(format_point(evaluator.evaluate(*variant, progress)));
-        step_done();
+        formats.push_back(make_kv_format_variant(parse_kv_format(k, "sweep"),
+                                                 parse_kv_format(v, "sweep"), block_size));
       }
-      sweep->reference_bytes_per_token = sweep->points.front().bytes_per_token;
-      sweep->mla_note = mla_note;
-      for (int rank : sweep_mla_ranks(model->config())) {
+      const std::vector<int> ranks = sweep_mla_ranks(model->config());
+      std::vector<std::unique_ptr<CacheVariant>> mlas;
+      for (int rank : ranks) {
         MlaOptions o;
         o.mode = MlaMode::kReconstruct;
         o.rank = rank;
         auto codec = std::make_shared<const MlaCodec>(make_mla_codec(*model, o));
-        auto variant = make_mla_variant(codec, KvFormat{}, block_size);
-        sweep->points.push_back(mla_point(evaluator.evaluate(*variant, progress), rank));
-        step_done();
+        mlas.push_back(make_mla_variant(codec, KvFormat{}, block_size));
       }
-      // The eviction points in lockstep: one engine step per position for all of them (the
-      // weights read once per position, not once per point); the bar advances a run at a time.
       const std::vector<EvictionRunOptions> evictions = sweep_evictions(block_size);
-      std::vector<std::unique_ptr<EvictionVariant>> variants;
+      std::vector<std::unique_ptr<EvictionVariant>> evicts;
+      for (const EvictionRunOptions& o : evictions)
+        evicts.push_back(std::make_unique<EvictionVariant>(o));
       std::vector<CacheVariant*> all;
-      for (const EvictionRunOptions& o : evictions) {
-        variants.push_back(std::make_unique<EvictionVariant>(o));
-        all.push_back(variants.back().get());
-      }
+      for (const auto& v : formats) all.push_back(v.get());
+      for (const auto& v : mlas) all.push_back(v.get());
+      for (const auto& v : evicts) all.push_back(v.get());
       const int before = steps_done_.load();
       const auto runs_progress = [&](long done, long total) {
         if (cancelled()) throw Cancelled{};
         const double runs = total > 0 ? static_cast<double>(done) / static_cast<double>(total) *
-                                            static_cast<double>(evictions.size())
+                                            static_cast<double>(all.size())
                                       : 0.0;
         steps_done_ = before + static_cast<int>(runs);
         fraction_ = static_cast<float>(runs - std::floor(runs));
       };
       const std::vector<QualityReport> reports = evaluator.evaluate_all(all, runs_progress);
-      for (std::size_t i = 0; i < evictions.size(); ++i) {
-        sweep->points.push_back(eviction_point(
-            reports[i], evictions[i], variants[i]->stats().peak_bytes_per_context_token()));
+      std::size_t i = 0;
+      for (; i < formats.size(); ++i) sweep->points.push_back(format_point(reports[i]));
+      sweep->reference_bytes_per_token = sweep->points.front().bytes_per_token;
+      sweep->mla_note = mla_note;
+      for (int rank : ranks) sweep->points.push_back(mla_point(reports[i++], rank));
+      for (std::size_t e = 0; e < evictions.size(); ++e, ++i) {
+        sweep->points.push_back(eviction_point(reports[i], evictions[e],
+                                               evicts[e]->stats().peak_bytes_per_context_token()));
       }
-      steps_done_ = before + static_cast<int>(evictions.size());
+      steps_done_ = before + static_cast<int>(all.size());
       fraction_ = 0.0f;
     } catch (const Cancelled&) {
       return std::shared_ptr<QualitySweep>();

@@ -99,8 +99,11 @@ int sweep_num_variants(const ModelConfig& c) {
 std::vector<std::vector<int>> quality_eval_windows(const Tokenizer& tokenizer,
                                                    const std::string& text_path, int seq_len,
                                                    long max_tokens) {
+  // A window is at most max_tokens long too: a text that is one long document (SmolLM2 reads the
+  // eval text as one) is scored on its first max_tokens tokens, not on all of it.
+  const int max_len = static_cast<int>(std::min<long>(seq_len, std::max(2L, max_tokens)));
   std::vector<std::vector<int>> all = text_windows(
-      tokenizer, read_text_file(text_path, "cannot open the eval text"), seq_len, text_path);
+      tokenizer, read_text_file(text_path, "cannot open the eval text"), max_len, text_path);
   std::vector<std::vector<int>> windows;
   long tokens = 0;
   for (auto& w : all) {

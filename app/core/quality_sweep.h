@@ -70,8 +70,9 @@ std::vector<EvictionRunOptions> sweep_evictions(int block_size);
 int sweep_num_variants(const ModelConfig& c);
 // Every variant the sweep runs, by name, in order, on one line (part of its disk cache key).
 std::string sweep_variants_text(const ModelConfig& c, int block_size);
-// The eval windows: one per story of `text_path` (at most seq_len tokens), whole stories until at
-// least `max_tokens` tokens are taken.
+// The eval windows: one per story of `text_path` (each cut to at most seq_len and at most
+// `max_tokens` tokens), whole windows until at least `max_tokens` tokens are taken. A text read as
+// one document (SmolLM2's tokenizer) gives one window of its first `max_tokens` tokens.
 std::vector<std::vector<int>> quality_eval_windows(const Tokenizer& tokenizer,
                                                    const std::string& text_path, int seq_len,
                                                    long max_tokens);

@@ -53,23 +53,20 @@ std::vector<KvMemoryPoint> measure_kv_memory(
     const int bs = options.block_size;
     const KvLayout layout =
         kv_layout_for(c, bs, (ctx + bs - 1) / bs, options.k_format, options.v_format);
-    KvCacheManager cache(layout, AllocatorKind::kPaged, ctx, /*with_storage=*/true);
-    const SeqId seq(0);
-    cache.require_add_sequence(seq);
+    SoloSequence seq(layout, ctx);
     const auto started = std::chrono::steady_clock::now();
-    run_tokens(t, cache, seq, tokens.first(static_cast<std::size_t>(ctx)), 0, nullptr,
-               [&](int pos, std::span<const float>) {
-                 if (progress && (pos + 1) % 32 == 0) progress(done + pos + 1, total);
-               });
+    seq.run(t, tokens.first(static_cast<std::size_t>(ctx)), [&](int pos, std::span<const float>) {
+      if (progress && (pos + 1) % 32 == 0) progress(done + pos + 1, total);
+    });
     KvMemoryPoint p;
     p.tokens = ctx;
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     p.formula_bytes = formula_per_token * ctx;
     p.exact_bytes = layout.bytes_per_token() * ctx;
-    p.blocks = static_cast<int>(cache.table(seq).blocks.size());
+    p.blocks = static_cast<int>(seq.cache().table(SoloSequence::kSeq).blocks.size());
     p.allocated_bytes = static_cast<double>(p.blocks) * static_cast<double>(layout.block_bytes());
-    p.pool_bytes = static_cast<double>(cache.storage()->total_bytes());
-    p.resident_bytes = cache.storage()->resident_bytes();
+    p.pool_bytes = static_cast<double>(seq.cache().storage()->total_bytes());
+    p.resident_bytes = seq.cache().storage()->resident_bytes();
     points.push_back(p);
     done += ctx;
     if (progress) progress(done, total);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/common/error.h"
+#include "engine/infer/step_runner.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/quant/kv_codec.h"
@@ -138,15 +139,11 @@ std::optional<KvErrorProfile> measure_kv_error(Transformer& transformer,
                                                const KvErrorHooks& hooks) {
   const ModelConfig& c = transformer.config();
   const int n = static_cast<int>(tokens.size());
-  const int blocks = std::max(1, (n + block_size - 1) / block_size);
   const KvFormat fp32;
   // exact: the reference run; quantized: the run in (k, v); round_trip: exact K/V stored in (k, v).
-  KvCacheManager exact(kv_layout_for(c, block_size, blocks, fp32, fp32), AllocatorKind::kPaged,
-                       std::max(1, n), /*with_storage=*/true);
-  KvCacheManager quantized(kv_layout_for(c, block_size, blocks, k, v), AllocatorKind::kPaged,
-                           std::max(1, n), /*with_storage=*/true);
-  KvCacheManager round_trip(kv_layout_for(c, block_size, blocks, k, v), AllocatorKind::kPaged,
-                            std::max(1, n), /*with_storage=*/true);
+  SoloSequence exact(kv_layout_for(c, block_size, 1, fp32, fp32), std::max(1, n));
+  SoloSequence quantized(kv_layout_for(c, block_size, 1, k, v), std::max(1, n));
+  SoloSequence round_trip(kv_layout_for(c, block_size, 1, k, v), std::max(1, n));
   KvErrorProfile p;
   p.n_layers = c.n_layers;
   p.n_heads = c.n_heads;
@@ -163,28 +160,24 @@ std::optional<KvErrorProfile> measure_kv_error(Transformer& transformer,
                         0.0f);
   ExactRows exact_rows(c.n_layers, c.n_heads, std::max(1, n), hooks.exact_observer);
   RowDistance distance(exact_rows, p, hooks.quantized_observer);
-  const SeqId seq(0);
-  exact.require_add_sequence(seq);
-  quantized.require_add_sequence(seq);
-  round_trip.require_add_sequence(seq);
   for (int pos = 0; pos < n; ++pos) {
     if (hooks.cancelled && hooks.cancelled()) return std::nullopt;
     const int token = tokens[static_cast<std::size_t>(pos)];
-    exact.require_append_slots(seq, 1);
-    transformer.forward(token, pos, exact.view(seq), &exact_rows);
-    quantized.require_append_slots(seq, 1);
-    transformer.forward(token, pos, quantized.view(seq), &distance);
-    round_trip.require_append_slots(seq, 1);
-    copy_token_kv(exact.view(seq), pos, round_trip.view(seq));
+    exact.step(transformer, token, &exact_rows);
+    quantized.step(transformer, token, &distance);
+    const KvSeqView into = round_trip.append();
+    copy_token_kv(exact.cache().view(SoloSequence::kSeq), pos, into);
   }
   // Read back once every token is in: what the cache holds at the end of the sequence (a KIVI
   // group still open is full precision, so its positions read back exactly).
   const auto per_layer = static_cast<std::size_t>(c.n_kv_heads) * static_cast<std::size_t>(n);
   for (int layer = 0; layer < c.n_layers && n > 0; ++layer) {
     const std::size_t at = static_cast<std::size_t>(layer) * per_layer;
-    relative_kv_error(exact.view(seq), round_trip.view(seq), layer, KvKind::kKey, n,
+    relative_kv_error(exact.cache().view(SoloSequence::kSeq),
+                      round_trip.cache().view(SoloSequence::kSeq), layer, KvKind::kKey, n,
                       std::span<float>(p.k_error).subspan(at, per_layer));
-    relative_kv_error(exact.view(seq), round_trip.view(seq), layer, KvKind::kValue, n,
+    relative_kv_error(exact.cache().view(SoloSequence::kSeq),
+                      round_trip.cache().view(SoloSequence::kSeq), layer, KvKind::kValue, n,
                       std::span<float>(p.v_error).subspan(at, per_layer));
   }
   return p;

@@ -45,32 +45,50 @@ void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const 
 
 namespace {
 
+// One window through a paged cache in the given formats, a position per engine step, for
+// evaluate_all's lockstep.
+class FormatStepper final : public VariantStepper {
+ public:
+  FormatStepper(const KvLayout& layout, const std::vector<int>& window)
+      : window_(window), seq_(layout, static_cast<int>(window.size())) {}
+  StepToken prepare(int pos) override {
+    return StepToken{window_[static_cast<std::size_t>(pos)], pos, seq_.append(), true, nullptr};
+  }
+  void after(int /*pos*/) override {}
+  void finish() override { seq_.cache().check_invariants(); }
+
+ private:
+  const std::vector<int>& window_;
+  SoloSequence seq_;
+};
+
 class KvFormatVariant final : public CacheVariant {
  public:
   KvFormatVariant(const KvFormat& k, const KvFormat& v, int block_size)
       : k_(k), v_(v), block_size_(block_size) {}
+  // KIVI runs a token per step anyway (each token is written and attended before the next:
+  // Transformer::forward_step), so it joins the lockstep; the other formats run a window in
+  // chunks of kDefaultStepTokens, which reads the weights fewer times.
+  bool has_stepper() const override { return k_.is_kivi() || v_.is_kivi(); }
+  std::unique_ptr<VariantStepper> stepper(const ModelConfig& c,
+                                          const std::vector<int>& window) override {
+    return std::make_unique<FormatStepper>(layout(c), window);
+  }
   std::string name() const override {
     return k_ == v_ ? k_.name() : "K " + k_.name() + " + V " + v_.name();
   }
   CacheFootprint footprint(const ModelConfig& c) const override {
-    const KvLayout L = layout(c, 1);
+    const KvLayout L = layout(c);
     return {L.bytes_per_token(), static_cast<double>(L.staging_bytes_per_sequence())};
   }
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override {
-    const int n = static_cast<int>(window.size());
-    KvCacheManager cache(layout(t.config(), (n + block_size_ - 1) / block_size_),
-                         AllocatorKind::kPaged, n,
-                         /*with_storage=*/true);
-    const SeqId seq(0);
-    cache.require_add_sequence(seq);
-    run_tokens(t, cache, seq, window, 0, nullptr, on_logits);
+    SoloSequence(layout(t.config()), static_cast<int>(window.size())).run(t, window, on_logits);
   }
 
  private:
-  KvLayout layout(const ModelConfig& c, int num_blocks) const {
-    return kv_layout_for(c, block_size_, num_blocks, k_, v_);
-  }
+  // The shape and formats (one block: SoloSequence sizes the pool).
+  KvLayout layout(const ModelConfig& c) const { return kv_layout_for(c, block_size_, 1, k_, v_); }
   KvFormat k_, v_;
   int block_size_;
 };
@@ -90,13 +108,9 @@ class MlaVariant final : public CacheVariant {
   }
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override {
-    const int n = static_cast<int>(window.size());
-    KvCacheManager cache(mla_layout_for(t.config(), *codec_, block_size_,
-                                        (n + block_size_ - 1) / block_size_, format_),
-                         AllocatorKind::kPaged, n, /*with_storage=*/true);
-    const SeqId seq(0);
-    cache.require_add_sequence(seq);
-    run_tokens(t, cache, seq, window, 0, codec_.get(), on_logits);
+    SoloSequence(mla_layout_for(t.config(), *codec_, block_size_, 1, format_),
+                 static_cast<int>(window.size()), codec_.get())
+        .run(t, window, on_logits);
   }
 
  private:

@@ -86,8 +86,9 @@ class CacheVariant {
   // on_logits(pos, logits[vocab]) after each position.
   virtual void run(Transformer& t, const std::vector<int>& window,
                    const std::function<void(int, std::span<const float>)>& on_logits) = 0;
-  // Whether the variant runs one position per step (token eviction) and so has a stepper; the
-  // others run a window their own way (formats and MLA run batched windows).
+  // Whether the variant runs one position per step (token eviction; KIVI formats, whose tokens
+  // are each written and attended before the next) and so has a stepper; the others run a window
+  // their own way (the other formats and MLA run a window in chunks of tokens).
   virtual bool has_stepper() const { return false; }
   // A stepper over `window` with a fresh cache (only when has_stepper()).
   virtual std::unique_ptr<VariantStepper> stepper(const ModelConfig& c,

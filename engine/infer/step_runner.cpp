@@ -37,4 +37,45 @@ void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<cons
   }
 }
 
+namespace {
+
+KvLayout sized_for(KvLayout layout, int max_tokens) {
+  if (max_tokens < 1 || layout.block_size < 1) {
+    throw InternalError("SoloSequence", "max_tokens " + std::to_string(max_tokens) +
+                                            ", block size " + std::to_string(layout.block_size));
+  }
+  layout.num_blocks = (max_tokens + layout.block_size - 1) / layout.block_size;
+  return layout;
+}
+
+}  // namespace
+
+SoloSequence::SoloSequence(KvLayout layout, int max_tokens, const MlaCodec* mla)
+    : cache_(sized_for(std::move(layout), max_tokens), AllocatorKind::kPaged, max_tokens,
+             /*with_storage=*/true),
+      mla_(mla) {
+  cache_.require_add_sequence(kSeq);
+}
+
+void SoloSequence::run(Transformer& t, std::span<const int> tokens,
+                       const std::function<void(int, std::span<const float>)>& on_logits,
+                       int step_tokens) {
+  run_tokens(t, cache_, kSeq, tokens, size_, mla_, on_logits, step_tokens);
+  size_ += static_cast<int>(tokens.size());
+}
+
+KvSeqView SoloSequence::append() {
+  cache_.require_append_slots(kSeq, 1);
+  ++size_;
+  KvSeqView view = cache_.view(kSeq);
+  view.mla = mla_;
+  return view;
+}
+
+std::span<const float> SoloSequence::step(Transformer& t, int token, AttentionObserver* observer) {
+  const int pos = size_;
+  const StepToken one{token, pos, append(), true, observer};
+  return t.forward_step(std::span<const StepToken>(&one, 1));
+}
+
 }  // namespace kvscope

@@ -7,6 +7,8 @@
 #include <functional>
 #include <span>
 
+#include "engine/kv/kv_storage.h"
+
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
 
@@ -24,5 +26,35 @@ void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<cons
                 int first_pos, const MlaCodec* mla,
                 const std::function<void(int, std::span<const float>)>& on_logits,
                 int step_tokens = kDefaultStepTokens);
+
+// One sequence in a paged cache of its own, with just the blocks `max_tokens` tokens need: what
+// evaluation, analysis, tools and the UI's jobs run a token window through. Replaces the
+// repeated "make a cache, add a sequence, append a slot, forward".
+class SoloSequence {
+ public:
+  // `layout` gives the shape and formats (kv_layout_for, mla_layout_for); its num_blocks is set
+  // here from max_tokens. `mla`: the codec when the layout is an MLA latent cache.
+  SoloSequence(KvLayout layout, int max_tokens, const MlaCodec* mla = nullptr);
+  // Tokens held so far: the next token's position.
+  int size() const { return size_; }
+  KvCacheManager& cache() { return cache_; }
+  static constexpr SeqId kSeq{0};
+
+  // tokens[i] at position size() + i, kDefaultStepTokens per forward_step (run_tokens).
+  void run(Transformer& t, std::span<const int> tokens,
+           const std::function<void(int, std::span<const float>)>& on_logits,
+           int step_tokens = kDefaultStepTokens);
+  // One token at position size(), alone in its step: an attention observer sees one query's rows
+  // at a time (AttentionRecorder rolls its per-query state on a new position). Its logits.
+  std::span<const float> step(Transformer& t, int token, AttentionObserver* observer = nullptr);
+  // Appends the slot of position size() without running anything; the view that writes it (for
+  // a step the caller builds, or K/V the caller writes itself).
+  KvSeqView append();
+
+ private:
+  KvCacheManager cache_;
+  const MlaCodec* mla_;
+  int size_ = 0;
+};
 
 }  // namespace kvscope

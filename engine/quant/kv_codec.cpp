@@ -29,6 +29,31 @@ inline std::uint8_t* u8(std::byte* p) {
   return reinterpret_cast<std::uint8_t*>(p);
 }
 
+// Codes [c0, c0 + n) of a row of packed `bits`-bit codes, as floats (what get_code gives; the
+// common widths with their shifts known to the compiler).
+void codes_to_f32(const std::uint8_t* row, int c0, int n, int bits, float* out) {
+  switch (bits) {
+    case 4:
+      for (int i = 0; i < n; ++i) {
+        const int c = c0 + i;
+        out[i] = static_cast<float>((row[c >> 1] >> ((c & 1) * 4)) & 0xFu);
+      }
+      return;
+    case 2:
+      for (int i = 0; i < n; ++i) {
+        const int c = c0 + i;
+        out[i] = static_cast<float>((row[c >> 2] >> ((c & 3) * 2)) & 0x3u);
+      }
+      return;
+    default:
+      for (int i = 0; i < n; ++i) out[i] = static_cast<float>(get_code(row, c0 + i, bits));
+  }
+}
+
+// The largest head TileReader::head decodes with its scales converted a row at a time (larger
+// heads convert them one by one: the same values).
+constexpr int kMaxFastHead = 256;
+
 // Per-token asymmetric groups of a row: codes into `codes`, (scale, zero) pairs into `meta`.
 void quantize_row_groups(const TileGeometry& g, const float* row, std::byte* codes,
                          std::byte* meta) {
@@ -245,22 +270,41 @@ const float* TileReader::head(int slot, int kvh, float* tmp) const {
     case KvDtype::kInt2:
     case KvDtype::kKivi2:
     case KvDtype::kKivi4: {
-      if (is_key_ && (dtype_ == KvDtype::kKivi2 || dtype_ == KvDtype::kKivi4)) {
+      // tmp[i] = code * scale + zero, (scale, zero) fp16 pairs of the element's channel (KIVI
+      // keys) or group (the rest): the pairs a row at a time (F16C), then the codes.
+      const bool per_channel = is_key_ && (dtype_ == KvDtype::kKivi2 || dtype_ == KvDtype::kKivi4);
+      // m: the pair of element 0; element i's is m's i-th (per channel) or its group's, the
+      // ((c0 + i) / group - first_group)-th.
+      const int first_group = per_channel ? 0 : c0 / g_.group;
+      const std::byte* m = meta + static_cast<std::size_t>(first_group) * 4;
+      if (per_channel) {
         const int set = g_.block_size >= g_.residual ? offset / g_.residual : 0;
-        const std::byte* m =
-            tile + g_.tile_meta_offset + (static_cast<std::size_t>(set) * g_.kv_dim + c0) * 4;
+        m = tile + g_.tile_meta_offset + (static_cast<std::size_t>(set) * g_.kv_dim + c0) * 4;
+      }
+      const auto pair_of = [&](int i) {
+        return per_channel ? i : (c0 + i) / g_.group - first_group;
+      };
+      if (hd > kMaxFastHead) {
         for (int i = 0; i < hd; ++i) {
-          const float scale = f16_to_f32(load_u16(m + 4 * i));
-          const float zero = f16_to_f32(load_u16(m + 4 * i + 2));
+          const int pair = pair_of(i);
+          const float scale = f16_to_f32(load_u16(m + 4 * pair));
+          const float zero = f16_to_f32(load_u16(m + 4 * pair + 2));
           tmp[i] = static_cast<float>(get_code(u8(codes), c0 + i, g_.bits)) * scale + zero;
         }
         return tmp;
       }
-      for (int i = 0; i < hd; ++i) {
-        const int c = c0 + i;
-        const std::byte* m = meta + static_cast<std::size_t>(c / g_.group) * 4;
-        tmp[i] = static_cast<float>(get_code(u8(codes), c, g_.bits)) * f16_to_f32(load_u16(m)) +
-                 f16_to_f32(load_u16(m + 2));
+      float sz[2 * kMaxFastHead];  // (scale, zero) pairs
+      f16_row_to_f32(m, sz, 2 * (pair_of(hd - 1) + 1));
+      codes_to_f32(u8(codes), c0, hd, g_.bits, tmp);
+      if (per_channel) {
+        for (int i = 0; i < hd; ++i) tmp[i] = tmp[i] * sz[2 * i] + sz[2 * i + 1];
+        return tmp;
+      }
+      // A group at a time: elements [i, end) share pair p.
+      for (int i = 0, p = 0; i < hd; ++p) {
+        const int end = std::min(hd, (first_group + p + 1) * g_.group - c0);
+        const float scale = sz[2 * p], zero = sz[2 * p + 1];
+        for (; i < end; ++i) tmp[i] = tmp[i] * scale + zero;
       }
       return tmp;
     }

@@ -97,13 +97,19 @@ TEST_F(EvictionModel, VariantsInLockstepEqualEachEvaluatedAlone) {
   scope.bucket_size = 64;
   std::vector<std::unique_ptr<EvictionVariant>> together, alone;
   std::vector<CacheVariant*> all;
+  // A chunked format runs on its own; a KIVI one (a token per step) joins the lockstep.
   auto fp16 =
       make_kv_format_variant(parse_kv_format("fp16", "t"), parse_kv_format("fp16", "t"), 16);
+  auto kivi =
+      make_kv_format_variant(parse_kv_format("kivi2", "t"), parse_kv_format("kivi2", "t"), 16);
+  EXPECT_FALSE(fp16->has_stepper());
+  EXPECT_TRUE(kivi->has_stepper());
   for (std::size_t i = 0; i < options.size(); ++i) {
     together.push_back(std::make_unique<EvictionVariant>(options[i]));
     alone.push_back(std::make_unique<EvictionVariant>(options[i]));
     all.push_back(together.back().get());
     if (i == 1) all.push_back(fp16.get());
+    if (i == 2) all.push_back(kivi.get());
   }
   long last = 0, total = 0;
   const std::vector<QualityReport> got = eval.evaluate_all(
@@ -141,6 +147,7 @@ TEST_F(EvictionModel, VariantsInLockstepEqualEachEvaluatedAlone) {
     EXPECT_EQ(a.peak_kv_bytes, b.peak_kv_bytes) << got[at].variant;
     EXPECT_EQ(a.mean_attended, b.mean_attended) << got[at].variant;
     if (i == 1) same(got[++at], eval.evaluate(*fp16, {}, scope));
+    if (i == 2) same(got[++at], eval.evaluate(*kivi, {}, scope));
   }
 }
 

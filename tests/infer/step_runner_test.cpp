@@ -1,10 +1,11 @@
 // run_tokens: a window run as batched steps gives, token by token, the logits of the plain
 // "append a slot, forward" loop, bit for bit, whatever the step size, in fp32, quantized and
-// KIVI pools.
+// KIVI pools; SoloSequence, the one-sequence cache built on it, too.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
+#include "engine/common/error.h"
 #include "engine/infer/step_runner.h"
 #include "engine/kv/kv_format.h"
 #include "tests/test_support.h"
@@ -69,6 +70,42 @@ TEST(StepRunner, StepsLongerThanTheSubStepLimitEqualTheLoop) {
     ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
         << "position " << i;
   }
+}
+
+// SoloSequence: its pool has just the blocks max_tokens need; run() continues from where step()
+// stopped (positions counted by size()); both give the plain loop's logits bit for bit.
+TEST(StepRunner, SoloSequenceStepsAndRunsContinueOneSequence) {
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  auto backend = make_cpu_backend(1);
+  Transformer t(m.model, *backend);
+  const auto want = logits_of("int4", 0);
+  std::vector<int> tokens;
+  for (int i = 0; i < static_cast<int>(want.size()); ++i)
+    tokens.push_back(1 + (i * 37) % (c.vocab_size - 1));
+  const KvFormat int4 = parse_kv_format("int4", "test");
+  SoloSequence seq(kv_layout_for(c, 8, 1, int4, int4), static_cast<int>(tokens.size()));
+  EXPECT_EQ(seq.cache().layout().num_blocks, (static_cast<int>(tokens.size()) + 7) / 8);
+  std::vector<std::vector<float>> got;
+  for (int i = 0; i < 10; ++i) {
+    const std::span<const float> l = seq.step(t, tokens[static_cast<std::size_t>(i)]);
+    got.emplace_back(l.begin(), l.end());
+  }
+  EXPECT_EQ(seq.size(), 10);
+  int expected = 10;
+  seq.run(t, std::span<const int>(tokens).subspan(10), [&](int pos, std::span<const float> l) {
+    EXPECT_EQ(pos, expected++);
+    got.emplace_back(l.begin(), l.end());
+  });
+  EXPECT_EQ(seq.size(), static_cast<int>(tokens.size()));
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+        << "position " << i;
+  }
+  // Past the last block's slots the pool is full: one more token is a caller's sizing bug.
+  while (seq.size() < seq.cache().layout().num_blocks * 8) seq.step(t, tokens[0]);
+  EXPECT_THROW(seq.step(t, tokens[0]), InternalError);
 }
 
 }  // namespace
