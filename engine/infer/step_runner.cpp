@@ -50,8 +50,8 @@ KvLayout sized_for(KvLayout layout, int max_tokens) {
 
 }  // namespace
 
-SoloSequence::SoloSequence(KvLayout layout, int max_tokens, const MlaCodec* mla)
-    : cache_(sized_for(std::move(layout), max_tokens), AllocatorKind::kPaged, max_tokens,
+SoloSequence::SoloSequence(const KvLayout& layout, int max_tokens, const MlaCodec* mla)
+    : cache_(sized_for(layout, max_tokens), AllocatorKind::kPaged, max_tokens,
              /*with_storage=*/true),
       mla_(mla) {
   cache_.require_add_sequence(kSeq);

@@ -34,7 +34,7 @@ class SoloSequence {
  public:
   // `layout` gives the shape and formats (kv_layout_for, mla_layout_for); its num_blocks is set
   // here from max_tokens. `mla`: the codec when the layout is an MLA latent cache.
-  SoloSequence(KvLayout layout, int max_tokens, const MlaCodec* mla = nullptr);
+  SoloSequence(const KvLayout& layout, int max_tokens, const MlaCodec* mla = nullptr);
   // Tokens held so far: the next token's position.
   int size() const { return size_; }
   KvCacheManager& cache() { return cache_; }
