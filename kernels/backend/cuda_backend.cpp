@@ -139,10 +139,13 @@ class DevicePool final : public KvDeviceBytes {
       rot.push_back(r.delta);
     }
     guarded(flag_, [&] {
-      const DeviceBuffer d(ops_, rot.size() * sizeof(int));
-      ops_.to_device(d.as<void>(), rot.data(), rot.size() * sizeof(int));
+      // The rotations' buffer is kept and grown, not allocated per shift (an allocation
+      // synchronizes the device); the launch before read it in stream order.
+      const std::size_t bytes = rot.size() * sizeof(int);
+      if (rot_.bytes() < bytes) rot_ = DeviceBuffer(ops_, std::max(bytes, 2 * rot_.bytes()));
+      ops_.to_device(rot_.as<void>(), rot.data(), bytes);
       ops_.rotate_keys(k_tiles, static_cast<long>(num_blocks) * k_tiles.tile_bytes, n_layers,
-                       d.as<int>(), static_cast<int>(rotations.size()), block_size, kv_heads,
+                       rot_.as<int>(), static_cast<int>(rotations.size()), block_size, kv_heads,
                        head_dim, theta);
     });
   }
@@ -153,6 +156,7 @@ class DevicePool final : public KvDeviceBytes {
   }
   device::DeviceOps& ops_;
   std::string flag_;
+  DeviceBuffer rot_;  // {block, row, delta} per rotated key
 };
 
 class CudaBackend final : public Backend {
@@ -327,9 +331,10 @@ class CudaBackend final : public Backend {
       b.block_size = queries.front().view.block_size();
       b.kv_heads = shape.kv_heads;
       b.head_dim = shape.head_dim;
-      b.tables = stage(table_, tables_host_.data(), tables_host_.size());
-      b.meta = stage(meta_, meta_host_.data(), meta_host_.size());
-      if (!live_host_.empty()) b.live = stage(live_, live_host_.data(), live_host_.size());
+      // Every layer of a step has the same tables, slot counts and live maps: staged by the first.
+      b.tables = batch_tables_.stage(*this, tables_host_);
+      b.meta = batch_meta_.stage(*this, meta_host_);
+      if (!live_host_.empty()) b.live = batch_live_.stage(*this, live_host_);
       const float* dq = stage(x_, batch_q_.data(), batch_q_.size());
       auto* dout = scratch(y_, batch_q_.size() * 4).as<float>();
       float* dw = weight_floats > 0
@@ -360,6 +365,20 @@ class CudaBackend final : public Backend {
   void guard(F&& body) {
     guarded(flag_, body);
   }
+
+  // Host data kept on the device in a buffer of its own, copied again only when it changed.
+  template <class T>
+  struct Mirror {
+    DeviceBuffer buffer;
+    std::vector<T> held;  // what `buffer` holds
+    const T* stage(CudaBackend& b, const std::vector<T>& host) {
+      if (host != held || buffer.bytes() < host.size() * sizeof(T)) {
+        b.stage(buffer, host.data(), host.size());
+        held = host;
+      }
+      return buffer.as<T>();
+    }
+  };
 
   // A scratch buffer of at least `bytes`, grown (never shrunk) as needed.
   DeviceBuffer& scratch(DeviceBuffer& b, std::size_t bytes) {
@@ -470,7 +489,9 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<const float*, DeviceWeight> weights_;
   std::list<std::pair<std::uint64_t, std::shared_ptr<DevicePool>>> pools_;
-  DeviceBuffer x_, y_, x16_, ints_, table_, meta_, live_, attention_;
+  DeviceBuffer x_, y_, x16_, ints_, table_, live_, attention_;
+  Mirror<int> batch_tables_, batch_meta_;
+  Mirror<std::uint8_t> batch_live_;
   std::vector<int> table_host_, tables_host_, meta_host_;
   std::vector<std::uint8_t> live_host_;
   std::vector<float> batch_q_;
