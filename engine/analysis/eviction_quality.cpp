@@ -72,6 +72,12 @@ class FanOutObserver final : public AttentionObserver {
   AttentionObserver* b_;
 };
 
+// `cache` with sequence `seq` added: the evictor is built on a cache that holds its sequence.
+KvCacheManager& with_sequence(KvCacheManager& cache, SeqId seq) {
+  cache.require_add_sequence(seq);
+  return cache;
+}
+
 }  // namespace
 
 // One window through a paged cache with a TokenEvictor, a position at a time.
@@ -85,8 +91,7 @@ class EvictionStepper final : public VariantStepper {
                               (n_ + v.options_.block_size - 1) / v.options_.block_size + 1,
                               v.options_.k_format, v.options_.v_format)),
         cache_(layout_, AllocatorKind::kPaged, n_, /*with_storage=*/true),
-        evictor_((cache_.require_add_sequence(kSeq), cache_), kSeq, v.options_.evictor,
-                 c.rope_theta),
+        evictor_(with_sequence(cache_, kSeq), kSeq, v.options_.evictor, c.rope_theta),
         both_(nullptr, v.options_.capture) {
     const EvictionConfig& policy = v_.options_.evictor.policy;
     if (needs_attention(policy.kind)) {
