@@ -19,8 +19,8 @@ class QualityJob : public BackgroundJob<QualitySweep> {
  public:
   ~QualityJob() { cancel(); }
 
-  // Evaluates every sweep variant on the whole stories of `text_path` up to at least
-  // `max_tokens` tokens (quality_eval_windows).
+  // Evaluates every sweep variant on the windows of `text_path` up to at least `max_tokens`
+  // tokens, each window at most that long (quality_eval_windows).
   // With a `cache_dir` (app/core/quality_cache.h), a sweep already computed from the same
   // inputs is read from it instead (unless `reuse` is false: recompute), and a newly finished
   // one is written there; "" computes without a cache.

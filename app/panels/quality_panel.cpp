@@ -75,6 +75,7 @@ void QualityPanel::draw(AppState& state) {
     started_for_ = info->model_source;
     error_.clear();
     cancelled_ = false;
+    started_at_ = std::chrono::steady_clock::now();
     job_.start(info->model, info->tokenizer, default_eval_text_path(), kEvalTokens,
                info->config.block_size, sweep_cache_dir(), !recompute_);
     recompute_ = false;
@@ -84,11 +85,16 @@ void QualityPanel::draw(AppState& state) {
     const int total = job_.total_steps();
     const float f = (static_cast<float>(job_.steps_done()) + job_.fraction_in_step()) /
                     static_cast<float>(std::max(1, total));
-    char label[128];
+    // Runs done and the time so far first (a first sweep on SmolLM2 takes minutes: docs/ui.md),
+    // so that a narrow bar clips the description, not the figures.
+    const long secs = static_cast<long>(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
+    char label[160];
     std::snprintf(
         label, sizeof label,
-        "evaluating KV formats, MLA ranks and eviction budgets on the real model: %d / %d",
-        std::max(0, job_.steps_done() - 1), total - 1);
+        "%d / %d runs, %ld:%02ld elapsed: KV formats, MLA ranks and eviction budgets on the "
+        "real model",
+        std::max(0, job_.steps_done() - 1), total - 1, secs / 60, secs % 60);
     const float cancel_w = ImGui::CalcTextSize("Cancel").x +
                            ImGui::GetStyle().FramePadding.x * 2.0f +
                            ImGui::GetStyle().ItemSpacing.x;

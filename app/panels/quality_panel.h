@@ -4,6 +4,7 @@
 // the real model (or loaded from `kvscope eval` sweep CSVs and merged), each point labelled.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,7 @@ class QualityPanel final : public Panel {
   QualityJob job_;
   std::shared_ptr<const QualitySweep> sweep_;
   std::string started_for_;  // model source the running/finished sweep is for
+  std::chrono::steady_clock::time_point started_at_;  // when the running sweep started
   std::string error_;
   char csv_path_[512] = "reports/quant/quant_sweep.csv";
   bool cancelled_ = false;  // the user cancelled the sweep (Run the sweep starts it again)
