@@ -166,18 +166,16 @@ std::optional<KvErrorProfile> measure_kv_error(Transformer& transformer,
     exact.step(transformer, token, &exact_rows);
     quantized.step(transformer, token, &distance);
     const KvSeqView into = round_trip.append();
-    copy_token_kv(exact.cache().view(SoloSequence::kSeq), pos, into);
+    copy_token_kv(exact.view(), pos, into);
   }
   // Read back once every token is in: what the cache holds at the end of the sequence (a KIVI
   // group still open is full precision, so its positions read back exactly).
   const auto per_layer = static_cast<std::size_t>(c.n_kv_heads) * static_cast<std::size_t>(n);
   for (int layer = 0; layer < c.n_layers && n > 0; ++layer) {
     const std::size_t at = static_cast<std::size_t>(layer) * per_layer;
-    relative_kv_error(exact.cache().view(SoloSequence::kSeq),
-                      round_trip.cache().view(SoloSequence::kSeq), layer, KvKind::kKey, n,
+    relative_kv_error(exact.view(), round_trip.view(), layer, KvKind::kKey, n,
                       std::span<float>(p.k_error).subspan(at, per_layer));
-    relative_kv_error(exact.cache().view(SoloSequence::kSeq),
-                      round_trip.cache().view(SoloSequence::kSeq), layer, KvKind::kValue, n,
+    relative_kv_error(exact.view(), round_trip.view(), layer, KvKind::kValue, n,
                       std::span<float>(p.v_error).subspan(at, per_layer));
   }
   return p;

@@ -67,9 +67,13 @@ void SoloSequence::run(Transformer& t, std::span<const int> tokens,
 KvSeqView SoloSequence::append() {
   cache_.require_append_slots(kSeq, 1);
   ++size_;
-  KvSeqView view = cache_.view(kSeq);
-  view.mla = mla_;
-  return view;
+  return view();
+}
+
+KvSeqView SoloSequence::view() {
+  KvSeqView v = cache_.view(kSeq);
+  v.mla = mla_;
+  return v;
 }
 
 std::span<const float> SoloSequence::step(Transformer& t, int token, AttentionObserver* observer) {

@@ -7,10 +7,9 @@
 #include <functional>
 #include <span>
 
-#include "engine/kv/kv_storage.h"
-
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
+#include "engine/kv/kv_storage.h"
 
 namespace kvscope {
 
@@ -50,6 +49,8 @@ class SoloSequence {
   // Appends the slot of position size() without running anything; the view that writes it (for
   // a step the caller builds, or K/V the caller writes itself).
   KvSeqView append();
+  // The sequence's view as it stands (its slots so far), the codec set for a latent cache.
+  KvSeqView view();
 
  private:
   KvCacheManager cache_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/common/error.h"
 #include "engine/quant/float_formats.h"
@@ -50,9 +51,9 @@ void codes_to_f32(const std::uint8_t* row, int c0, int n, int bits, float* out) 
   }
 }
 
-// The largest head TileReader::head decodes with its scales converted a row at a time (larger
-// heads convert them one by one: the same values).
-constexpr int kMaxFastHead = 256;
+// (scale, zero) pairs of one head TileReader::head converts into a stack buffer (a head_dim of
+// 256 per channel); a head with more takes a heap buffer.
+constexpr int kMaxStackPairs = 256;
 
 // Per-token asymmetric groups of a row: codes into `codes`, (scale, zero) pairs into `meta`.
 void quantize_row_groups(const TileGeometry& g, const float* row, std::byte* codes,
@@ -270,39 +271,32 @@ const float* TileReader::head(int slot, int kvh, float* tmp) const {
     case KvDtype::kInt2:
     case KvDtype::kKivi2:
     case KvDtype::kKivi4: {
-      // tmp[i] = code * scale + zero, (scale, zero) fp16 pairs of the element's channel (KIVI
-      // keys) or group (the rest): the pairs a row at a time (F16C), then the codes.
+      // tmp[i] = code * scale + zero with the (scale, zero) fp16 pair of the element's group: a
+      // group of one channel for KIVI keys (per channel over a token group), else the row's
+      // groups. The head's pairs are converted at once (F16C), then applied a group at a time.
       const bool per_channel = is_key_ && (dtype_ == KvDtype::kKivi2 || dtype_ == KvDtype::kKivi4);
-      // m: the pair of element 0; element i's is m's i-th (per channel) or its group's, the
-      // ((c0 + i) / group - first_group)-th.
-      const int first_group = per_channel ? 0 : c0 / g_.group;
-      const std::byte* m = meta + static_cast<std::size_t>(first_group) * 4;
+      const int group = per_channel ? 1 : g_.group;
+      const int first_group = c0 / group;
+      const std::byte* m;  // element 0's pair
       if (per_channel) {
         const int set = g_.block_size >= g_.residual ? offset / g_.residual : 0;
         m = tile + g_.tile_meta_offset + (static_cast<std::size_t>(set) * g_.kv_dim + c0) * 4;
+      } else {
+        m = meta + static_cast<std::size_t>(first_group) * 4;
       }
-      const auto pair_of = [&](int i) {
-        return per_channel ? i : (c0 + i) / g_.group - first_group;
-      };
-      if (hd > kMaxFastHead) {
-        for (int i = 0; i < hd; ++i) {
-          const int pair = pair_of(i);
-          const float scale = f16_to_f32(load_u16(m + 4 * pair));
-          const float zero = f16_to_f32(load_u16(m + 4 * pair + 2));
-          tmp[i] = static_cast<float>(get_code(u8(codes), c0 + i, g_.bits)) * scale + zero;
-        }
-        return tmp;
+      const int pairs = (c0 + hd - 1) / group - first_group + 1;
+      float stack[2 * kMaxStackPairs];
+      std::vector<float> heap;  // only for a head with more pairs than that
+      float* sz = stack;
+      if (pairs > kMaxStackPairs) {
+        heap.resize(2 * static_cast<std::size_t>(pairs));
+        sz = heap.data();
       }
-      float sz[2 * kMaxFastHead];  // (scale, zero) pairs
-      f16_row_to_f32(m, sz, 2 * (pair_of(hd - 1) + 1));
+      f16_row_to_f32(m, sz, 2 * pairs);
       codes_to_f32(u8(codes), c0, hd, g_.bits, tmp);
-      if (per_channel) {
-        for (int i = 0; i < hd; ++i) tmp[i] = tmp[i] * sz[2 * i] + sz[2 * i + 1];
-        return tmp;
-      }
-      // A group at a time: elements [i, end) share pair p.
+      // Elements [i, end) share pair p.
       for (int i = 0, p = 0; i < hd; ++p) {
-        const int end = std::min(hd, (first_group + p + 1) * g_.group - c0);
+        const int end = std::min(hd, (first_group + p + 1) * group - c0);
         const float scale = sz[2 * p], zero = sz[2 * p + 1];
         for (; i < end; ++i) tmp[i] = tmp[i] * scale + zero;
       }

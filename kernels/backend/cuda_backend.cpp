@@ -372,7 +372,7 @@ class CudaBackend final : public Backend {
     DeviceBuffer buffer;
     std::vector<T> held;  // what `buffer` holds
     const T* stage(CudaBackend& b, const std::vector<T>& host) {
-      if (host != held || buffer.bytes() < host.size() * sizeof(T)) {
+      if (host != held) {  // equal data is already there (same size: the buffer holds it)
         b.stage(buffer, host.data(), host.size());
         held = host;
       }
