@@ -222,8 +222,6 @@ int bench_generate(const Args& args) {
   GenerateOptions o = options_from(args);
   RunNeeds needs;
   needs.model = loaded.model.get();
-  needs.k_format = o.k_format;
-  needs.v_format = o.v_format;
   auto backend = make_backend(args.get("--backend", "auto"), threads,
                               args.get("--device-weights", "f16"), needs);
   Transformer t(loaded.model, *backend);

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,13 +24,14 @@ namespace {
 
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;  // Llama-3-8B's attention
 
+// KIVI is left out: its sequences' open groups are full-precision rows outside the tiles, which
+// the synthetic fill does not make.
 device::KvCode code_of(const KvFormat& f, const std::string& name) {
-  const std::optional<device::KvCode> code = cuda_kv_code(f);
-  if (!code) {
+  if (f.is_kivi()) {
     fail_expected("--formats", "fp32, fp16, bf16, int8, fp8-e4m3, fp8-e5m2, int4 or int2",
                   "'" + name + "'");
   }
-  return *code;
+  return cuda_kv_code(f, KvKind::kKey);
 }
 
 // A device allocation freed with its owner.
@@ -147,7 +147,9 @@ int bench_attention(const Args& args) {
           Buffer table(*ops, all.size() * sizeof(int));
           ops->to_device(table.p, all.data(), all.size() * sizeof(int));
           std::vector<int> meta;
-          for (int s = 0; s < batch; ++s) meta.insert(meta.end(), {s * per_seq, context, -1, -1});
+          for (int s = 0; s < batch; ++s) {  // device_ops.h's layout: no live map, capture or KIVI
+            meta.insert(meta.end(), {s * per_seq, context, -1, -1, context, -1, context, -1});
+          }
           Buffer dmeta(*ops, meta.size() * sizeof(int));
           ops->to_device(dmeta.p, meta.data(), meta.size() * sizeof(int));
           auto pass = [&] {

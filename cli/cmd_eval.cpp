@@ -240,10 +240,7 @@ int cmd_eval(const Argv& argv) {
   }
   RunNeeds needs;
   needs.model = loaded.model.get();
-  needs.k_format = k;
-  needs.v_format = v;
   needs.mla = mla;
-  if (args.has("--sweep")) needs.other = "--sweep (every K/V format)";
   if (args.has("--mla-sweep")) needs.other = "--mla-sweep (MLA latents)";
   auto backend = make_backend(args.get("--backend", "auto"), threads,
                               args.get("--device-weights", "f16"), needs);

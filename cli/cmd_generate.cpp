@@ -214,8 +214,6 @@ int cmd_generate(const Argv& argv) {
   }
   RunNeeds needs;
   needs.model = loaded.model.get();
-  needs.k_format = options.k_format;
-  needs.v_format = options.v_format;
   needs.mla = codec != nullptr;
   auto backend = make_backend(args.get("--backend", "auto"), threads,
                               args.get("--device-weights", "f16"), needs);

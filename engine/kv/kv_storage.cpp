@@ -200,6 +200,8 @@ void KvStorage::drop_staging(int layer, KvKind kind, BlockId block, int offset) 
 }
 
 void KvStorage::drop_block_staging(BlockId block) {
+  if (const std::shared_ptr<KvDeviceBytes> d = device_attached_ ? device_.lock() : nullptr)
+    d->drop_staging(block);
   if (staging_[0].empty() && staging_[1].empty()) return;
   for (int layer = 0; layer < layout_.n_layers; ++layer) {
     for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {

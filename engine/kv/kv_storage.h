@@ -110,6 +110,9 @@ class KvDeviceBytes {
   virtual void write(std::span<const KvSpan> spans, const std::byte* in) = 0;
   // Re-rotates the keys (RoPE with base `theta`) and stores them again in the pool's K format.
   virtual void rotate_keys(std::span<const KvKeyRotation> rotations, float theta) = 0;
+  // KIVI: forgets the open groups' full-precision rows of groups that start in `block` (its
+  // owner went away), as drop_block_staging does on the host. A holder that keeps none ignores it.
+  virtual void drop_staging(BlockId /*block*/) {}
 };
 
 class KvStorage {
@@ -169,7 +172,8 @@ class KvStorage {
   float* staging(int layer, KvKind kind, BlockId block, int offset, bool create);
   const float* staging(int layer, KvKind kind, BlockId block, int offset) const;
   void drop_staging(int layer, KvKind kind, BlockId block, int offset);
-  // Drops every staging buffer of groups that start in `block` (the block's owner went away).
+  // Drops every staging buffer of groups that start in `block` (the block's owner went away),
+  // here and in an attached device (KvDeviceBytes::drop_staging).
   void drop_block_staging(BlockId block);
   // Staging bytes held now, and the most ever held at once.
   std::size_t staging_bytes() const { return staging_bytes_; }

@@ -13,8 +13,6 @@ namespace kvscope {
 RunNeeds run_needs(const SimConfig& config, const Model* model) {
   RunNeeds needs;
   needs.model = model;
-  needs.k_format = config.k_format;
-  needs.v_format = config.v_format;
   needs.mla = config.mla != nullptr;
   return needs;
 }
@@ -22,10 +20,6 @@ RunNeeds run_needs(const SimConfig& config, const Model* model) {
 std::string cuda_gap(const RunNeeds& needs) {
   if (needs.model != nullptr && needs.model->native() != nullptr)
     return "quantized weights (--weight-format f32 dequantizes them)";
-  if (!cuda_covers_kv_format(needs.k_format) || !cuda_covers_kv_format(needs.v_format)) {
-    return "K/V format " + needs.k_format.name() + "/" + needs.v_format.name() +
-           " (fp32, fp16, bf16, int8, fp8, int4 and int2 are covered)";
-  }
   if (needs.mla) return "MLA latents";
   return needs.other;
 }

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "engine/backend/backend.h"
-#include "engine/kv/kv_format.h"
 
 namespace kvscope {
 
@@ -17,7 +16,6 @@ struct SimConfig;
 // covers it.
 struct RunNeeds {
   const Model* model = nullptr;  // quantized (native) weights are not covered
-  KvFormat k_format, v_format;
   bool mla = false;
   std::string other;  // anything else not covered, in words ("" when none)
 };

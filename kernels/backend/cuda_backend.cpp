@@ -2,10 +2,11 @@
 #include "kernels/backend/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <list>
 #include <memory>
-#include <optional>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -86,12 +87,87 @@ void guarded(const std::string& flag, F&& body) {
   }
 }
 
-// The device copy of one host KV pool: the host's layout, K and V regions, any per-token format.
-// It holds the pool's bytes (KvStorage::attach_device): copy-on-write, compaction and swap reach
-// it as byte moves, token eviction's position shift as key rotations (kernels/ops/kv_rotate.cuh).
+// KIVI's open groups on the device: the full-precision rows [residual][kv_dim] of each group
+// not yet quantized, per (layer, K or V, slot where the group starts), as KvStorage keeps them on
+// the host for the CPU. Entries of equal size in one arena, grown by doubling; an entry is taken
+// when a group's first token is written and given back when the group is quantized or the block
+// it starts in is freed.
+class OpenGroups {
+ public:
+  OpenGroups(device::DeviceOps& ops, long entry_floats, int n_layers, int block_size)
+      : ops_(ops), entry_floats_(entry_floats), n_layers_(n_layers), block_size_(block_size) {}
+  // The group of `layer`'s K or V whose first slot is row `offset` of physical block `block`.
+  std::int64_t key(int layer, KvKind kind, BlockId block, int offset) const {
+    return ((static_cast<std::int64_t>(block.value) * block_size_ + offset) * n_layers_ + layer) *
+               2 +
+           static_cast<int>(kind);
+  }
+  // The entry's offset in floats from base(), -1 when the group has none.
+  long find(std::int64_t k) const {
+    const auto it = open_.find(k);
+    return it == open_.end() ? -1 : it->second;
+  }
+  // The entry of a group whose first token is being written (its old one, if any, reused).
+  long take(std::int64_t k) {
+    if (const long at = find(k); at >= 0) return at;
+    if (free_.empty()) grow();
+    const long at = free_.back();
+    free_.pop_back();
+    open_.emplace(k, at);
+    return at;
+  }
+  void give_back(std::int64_t k) {
+    const auto it = open_.find(k);
+    if (it == open_.end()) return;
+    free_.push_back(it->second);
+    open_.erase(it);
+  }
+  void drop_block(BlockId block) {
+    const std::int64_t per_block = static_cast<std::int64_t>(block_size_) * n_layers_ * 2;
+    std::erase_if(open_, [&](const auto& e) {
+      if (e.first / per_block != block.value) return false;
+      free_.push_back(e.second);
+      return true;
+    });
+  }
+  float* base() const { return arena_.as<float>(); }
+  std::size_t open_groups() const { return open_.size(); }
+
+ private:
+  void grow() {
+    const long entries = std::max(4L, 2 * capacity_);
+    DeviceBuffer bigger(ops_, static_cast<std::size_t>(entries * entry_floats_) * sizeof(float));
+    if (capacity_ > 0) {
+      ops_.copy_on_device(bigger.as<void>(), arena_.as<void>(),
+                          static_cast<std::size_t>(capacity_ * entry_floats_) * sizeof(float));
+    }
+    for (long e = entries - 1; e >= capacity_; --e) free_.push_back(e * entry_floats_);
+    arena_ = std::move(bigger);
+    capacity_ = entries;
+  }
+  device::DeviceOps& ops_;
+  long entry_floats_;
+  int n_layers_, block_size_;
+  DeviceBuffer arena_;
+  long capacity_ = 0;                            // entries the arena holds
+  std::vector<long> free_;                       // offsets of free entries
+  std::unordered_map<std::int64_t, long> open_;  // key() -> entry offset
+};
+
+// The device copy of one host KV pool: the host's layout, K and V regions, any format. It holds
+// the pool's bytes (KvStorage::attach_device): copy-on-write, compaction and swap reach it as byte
+// moves, token eviction's position shift as key rotations (kernels/ops/kv_rotate.cuh), and KIVI's
+// open groups live in `open` until they are quantized.
 class DevicePool final : public KvDeviceBytes {
  public:
-  DevicePool(device::DeviceOps& ops, const std::string& flag) : ops_(ops), flag_(flag) {}
+  DevicePool(device::DeviceOps& ops, const std::string& flag, const KvLayout& L)
+      : open(ops, open_entry_floats(L), L.n_layers, L.block_size), ops_(ops), flag_(flag) {}
+  // Floats of one open group's rows: the larger KIVI residual of K and V times a row.
+  static long open_entry_floats(const KvLayout& L) {
+    const int kivi_k = L.k_format.is_kivi() ? L.k_format.residual : 0;
+    const int kivi_v = L.v_format.is_kivi() ? L.v_format.residual : 0;
+    return static_cast<long>(std::max(kivi_k, kivi_v)) * L.kv_heads * L.head_dim;
+  }
 
   DeviceBuffer k, v;
   device::DeviceTiles k_tiles, v_tiles;  // layer 0
@@ -99,6 +175,7 @@ class DevicePool final : public KvDeviceBytes {
   int n_layers = 0, block_size = 0, kv_heads = 0, head_dim = 0;
   std::uint64_t external_writes = 0;  // the host storage's count when the copy was made
   std::weak_ptr<const void> storage;  // expires with the host storage: the copy is freed then
+  OpenGroups open;                    // KIVI formats' open groups
 
   // The tiles of `layer`.
   std::pair<device::DeviceTiles, device::DeviceTiles> layer(int l) const {
@@ -130,6 +207,7 @@ class DevicePool final : public KvDeviceBytes {
       }
     });
   }
+  void drop_staging(BlockId block) override { open.drop_block(block); }
   void rotate_keys(std::span<const KvKeyRotation> rotations, float theta) override {
     std::vector<int> rot;
     rot.reserve(rotations.size() * 3);
@@ -234,9 +312,21 @@ class CudaBackend final : public Backend {
       float* dk = stage(x_, k, static_cast<std::size_t>(kv_dim));
       float* dv = stage(y_, v, static_cast<std::size_t>(kv_dim));
       const int* table = block_table(view);
-      const auto [kt, vt] = p.layer(layer);
-      ops_->kv_write(kt, vt, table, view.write_slot(), L.block_size, dk, dv, L.kv_heads,
-                     L.head_dim);
+      auto [kt, vt] = p.layer(layer);
+      // A KIVI kind's token joins its group's full-precision rows (the group is quantized into
+      // the tiles when it fills); the other kinds are written and quantized now.
+      if (L.k_format.is_kivi()) {
+        stage_kivi(p, view, table, layer, KvKind::kKey, dk, kt);
+        kt.base = nullptr;
+      }
+      if (L.v_format.is_kivi()) {
+        stage_kivi(p, view, table, layer, KvKind::kValue, dv, vt);
+        vt.base = nullptr;
+      }
+      if (kt.base != nullptr || vt.base != nullptr) {
+        ops_->kv_write(kt, vt, table, view.write_slot(), L.block_size, dk, dv, L.kv_heads,
+                       L.head_dim);
+      }
     });
   }
   void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
@@ -258,6 +348,12 @@ class CudaBackend final : public Backend {
         kv.live = reinterpret_cast<const unsigned char*>(
             stage(live_, view.slot_live, static_cast<std::size_t>(view.num_slots)));
       }
+      const OpenGroup ok = open_group(p, view, layer, KvKind::kKey);
+      const OpenGroup ov = open_group(p, view, layer, KvKind::kValue);
+      kv.open_k_start = ok.start;
+      kv.open_k = ok.at >= 0 ? p.open.base() + ok.at : nullptr;
+      kv.open_v_start = ov.start;
+      kv.open_v = ov.at >= 0 ? p.open.base() + ov.at : nullptr;
       const std::size_t wn = static_cast<std::size_t>(shape.n_heads) * view.num_slots;
       float* dw = observer != nullptr ? scratch(attention_, wn * 4).as<float>() : nullptr;
       ops_->paged_attention(dout, dq, kv, shape.n_heads, dw);
@@ -288,7 +384,7 @@ class CudaBackend final : public Backend {
       const auto n = static_cast<int>(queries.size());
       const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
       // Host staging: the queries' q rows, block tables (each distinct table once), live maps,
-      // and per query {table offset, num_slots, live offset, weights offset}.
+      // and per query {table offset, num_slots, live offset, weights offset, KIVI open groups}.
       batch_q_.resize(qn * queries.size());
       tables_host_.clear();
       live_host_.clear();
@@ -323,7 +419,11 @@ class CudaBackend final : public Backend {
           weights_at = static_cast<int>(weight_floats);
           weight_floats += static_cast<long>(shape.n_heads) * a.view.num_slots;
         }
-        meta_host_.insert(meta_host_.end(), {table_at, a.view.num_slots, live_at, weights_at});
+        const OpenGroup ok = open_group(p, a.view, layer, KvKind::kKey);
+        const OpenGroup ov = open_group(p, a.view, layer, KvKind::kValue);
+        meta_host_.insert(meta_host_.end(),
+                          {table_at, a.view.num_slots, live_at, weights_at, ok.start,
+                           int_offset(ok.at), ov.start, int_offset(ov.at)});
         max_slots = std::max(max_slots, a.view.num_slots);
       }
       device::PagedBatchPool b;
@@ -335,6 +435,7 @@ class CudaBackend final : public Backend {
       b.tables = batch_tables_.stage(*this, tables_host_);
       b.meta = batch_meta_.stage(*this, meta_host_);
       if (!live_host_.empty()) b.live = batch_live_.stage(*this, live_host_);
+      b.staging = p.open.base();
       const float* dq = stage(x_, batch_q_.data(), batch_q_.size());
       auto* dout = scratch(y_, batch_q_.size() * 4).as<float>();
       float* dw = weight_floats > 0
@@ -351,7 +452,8 @@ class CudaBackend final : public Backend {
         const AttentionQuery& a = queries[i];
         if (a.observer == nullptr) continue;
         const auto slots = static_cast<std::size_t>(a.view.num_slots);
-        const float* rows = attention_host_.data() + meta_host_[4 * i + 3];
+        const float* rows =
+            attention_host_.data() + meta_host_[device::DeviceOps::batch_meta_ints() * i + 3];
         for (int h = 0; h < shape.n_heads; ++h) {
           a.observer->on_attention(layer, h, a.query_pos,
                                    std::span<const float>(rows + h * slots, slots));
@@ -364,6 +466,59 @@ class CudaBackend final : public Backend {
   template <class F>
   void guard(F&& body) {
     guarded(flag_, body);
+  }
+
+  // KIVI: the token at the view's write slot into its group's rows on the device (a new entry
+  // when it opens the group); when it fills the group, the group is quantized into `tiles`.
+  void stage_kivi(DevicePool& p, const KvSeqView& view, const int* table, int layer, KvKind kind,
+                  const float* row, const device::DeviceTiles& tiles) {
+    const KvLayout& L = view.storage->layout();
+    const KvFormat& f = L.format(kind);
+    const int R = f.residual, B = L.block_size, kv_dim = L.kv_heads * L.head_dim;
+    const int slot = view.write_slot(), g0 = slot - slot % R;
+    const std::int64_t key =
+        p.open.key(layer, kind, view.blocks[static_cast<std::size_t>(g0 / B)], g0 % B);
+    const long at = slot % R == 0 ? p.open.take(key) : p.open.find(key);
+    if (at < 0) {
+      throw Error("kv cache", f.name() + " cannot continue the group starting at slot " +
+                                  std::to_string(g0) + " (layer " + std::to_string(layer) +
+                                  "): its full-precision staging does not exist (was the group "
+                                  "started in another sequence's block?)");
+    }
+    float* rows = p.open.base() + at;
+    ops_->copy_on_device(rows + static_cast<long>(slot % R) * kv_dim, row,
+                         static_cast<std::size_t>(kv_dim) * sizeof(float));
+    if (slot % R == R - 1) {
+      ops_->kivi_flush(tiles, kind == KvKind::kKey, table, g0, B, rows, kv_dim);
+      p.open.give_back(key);
+    }
+  }
+
+  // KIVI: where a sequence's open group of `kind` in `layer` starts and its rows' offset in the
+  // pool's open-group arena; {num_slots, -1} when there is none (not KIVI, or no partial group).
+  struct OpenGroup {
+    int start = 0;
+    long at = -1;
+  };
+  OpenGroup open_group(const DevicePool& p, const KvSeqView& view, int layer, KvKind kind) const {
+    const KvLayout& L = view.storage->layout();
+    const KvFormat& f = L.format(kind);
+    if (!f.is_kivi() || view.num_slots % f.residual == 0) return {view.num_slots, -1};
+    const int start = view.num_slots - view.num_slots % f.residual;
+    const long at = p.open.find(
+        p.open.key(layer, kind, view.blocks[static_cast<std::size_t>(start / L.block_size)],
+                   start % L.block_size));
+    if (at < 0) {
+      throw Error("kv cache", f.name() + ": no full-precision staging for the open group at slot " +
+                                  std::to_string(start) + " (layer " + std::to_string(layer) + ")");
+    }
+    return {start, at};
+  }
+  // An arena offset as the batch kernel's int metadata.
+  int int_offset(long at) const {
+    if (at > std::numeric_limits<int>::max())
+      throw InternalError(flag_, "KIVI open-group arena past 2^31 floats");
+    return static_cast<int>(at);
   }
 
   // Host data kept on the device in a buffer of its own, copied again only when it changed.
@@ -423,14 +578,6 @@ class CudaBackend final : public Backend {
     const KvLayout& L = s.layout();
     if (view.mla != nullptr || L.is_latent())
       throw Error(flag_, "expected a K/V cache, got an MLA latent cache (not supported yet)");
-    const auto kc = cuda_kv_code(L.k_format), vc = cuda_kv_code(L.v_format);
-    if (!kc || !vc) {
-      throw Error(flag_,
-                  "expected a K/V format of fp32, fp16, bf16, int8, fp8, int4 or int2 "
-                  "(--kv-dtype), got " +
-                      L.k_format.name() + "/" + L.v_format.name() +
-                      " (KIVI kernels are not written yet)");
-    }
     std::erase_if(pools_, [](const auto& p) { return p.second->storage.expired(); });
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
@@ -447,7 +594,7 @@ class CudaBackend final : public Backend {
                           "the KV pool has slots the device never saw (a sequence that began "
                           "on another backend)");
     }
-    auto made = std::make_shared<DevicePool>(*ops_, flag_);
+    auto made = std::make_shared<DevicePool>(*ops_, flag_, L);
     DevicePool& p = *made;
     p.num_blocks = L.num_blocks;
     p.n_layers = L.n_layers;
@@ -460,10 +607,14 @@ class CudaBackend final : public Backend {
     p.k = DeviceBuffer(*ops_, region(KvKind::kKey));
     p.v = DeviceBuffer(*ops_, region(KvKind::kValue));
     const int kv_dim = L.kv_heads * L.head_dim;
-    p.k_tiles = {p.k.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kKey)), *kc,
-                 L.k_format.effective_group(kv_dim)};
-    p.v_tiles = {p.v.as<unsigned char>(), static_cast<long>(L.tile_bytes(KvKind::kValue)), *vc,
-                 L.v_format.effective_group(kv_dim)};
+    const auto tiles = [&](DeviceBuffer& buffer, KvKind kind) {
+      const KvFormat& f = L.format(kind);
+      return device::DeviceTiles{buffer.as<unsigned char>(), static_cast<long>(L.tile_bytes(kind)),
+                                 cuda_kv_code(f, kind), f.effective_group(kv_dim),
+                                 f.is_kivi() ? f.residual : 0};
+    };
+    p.k_tiles = tiles(p.k, KvKind::kKey);
+    p.v_tiles = tiles(p.v, KvKind::kValue);
     p.external_writes = s.external_writes();
     p.storage = s.liveness();
     s.attach_device(made);
@@ -500,7 +651,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::optional<device::KvCode> cuda_kv_code(const KvFormat& f) {
+device::KvCode cuda_kv_code(const KvFormat& f, KvKind kind) {
+  const bool key = kind == KvKind::kKey;
   switch (f.dtype) {
     case KvDtype::kF32:
       return device::KvCode::kF32;
@@ -518,13 +670,12 @@ std::optional<device::KvCode> cuda_kv_code(const KvFormat& f) {
       return device::KvCode::kInt4;
     case KvDtype::kInt2:
       return device::KvCode::kInt2;
-    default:
-      return std::nullopt;
+    case KvDtype::kKivi4:  // keys per channel; values per token, stored as int4 stores them
+      return key ? device::KvCode::kKiviKey4 : device::KvCode::kInt4;
+    case KvDtype::kKivi2:
+      return key ? device::KvCode::kKiviKey2 : device::KvCode::kInt2;
   }
-}
-
-bool cuda_covers_kv_format(const KvFormat& f) {
-  return cuda_kv_code(f).has_value();
+  throw InternalError("cuda backend", "a K/V format without a kernel code");
 }
 
 std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights) {

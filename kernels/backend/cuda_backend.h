@@ -9,16 +9,16 @@
 // time, so each op copies its inputs to the device and its outputs back: correct, but on a GPU
 // that is a PCIe round trip per op (the batched-step seam of issue #17 removes them).
 //
-// K/V formats: fp32, fp16, bf16, int8, fp8, int4 and int2, quantized on write and dequantized in
-// attention by the kernels; attention capture (heatmaps, sink shares) reads the kernel's softmax
-// rows back. What the kernels do not cover yet is refused with a one-line kvscope::Error naming the
-// flag: quantized weights (--weight-format f32 dequantizes them), KIVI K/V, MLA latents, token
-// eviction; and a pool whose bytes were copied outside the backend (copy-on-write, compaction).
+// K/V formats: fp32, fp16, bf16, int8, fp8, int4, int2 and KIVI, quantized on write and
+// dequantized in attention by the kernels (KIVI's open group stays in full precision on the
+// device until it fills, then kernels/ops/kv_kivi.cuh quantizes it); attention capture (heatmaps,
+// sink shares) reads the kernel's softmax rows back. What the kernels do not cover yet is refused
+// with a one-line kvscope::Error naming the flag: quantized weights (--weight-format f32
+// dequantizes them) and MLA latents.
 // Long contexts run split-K attention (kernels/ops/paged_attention.cuh).
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -33,10 +33,9 @@ using device::GemmType;
 GemmType parse_gemm_type(const std::string& value, const std::string& flag);
 const char* gemm_type_name(GemmType type);
 
-// The kernels' code for K/V format f, nullopt for the formats they do not cover (KIVI).
-std::optional<device::KvCode> cuda_kv_code(const KvFormat& f);
-// Whether the backend's kernels read and write K/V format f (all but KIVI).
-bool cuda_covers_kv_format(const KvFormat& f);
+// The kernels' code for K/V format f's K (kind kKey) or V tiles: every format has one (KIVI's
+// values are int4 / int2 tiles).
+device::KvCode cuda_kv_code(const KvFormat& f, KvKind kind);
 
 // --backend cuda-sim: the emulated device; weights in `weights` on it.
 std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights = GemmType::kF16);

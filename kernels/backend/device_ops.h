@@ -23,15 +23,28 @@ class DeviceError : public std::runtime_error {
 // The weights' type on the device; the GEMMs accumulate in fp32 whatever it is.
 enum class GemmType { kF32, kF16, kBF16 };
 
-// A K/V format as the kernels read and write it (the values of kernels::KvCode).
-enum class KvCode : int { kF32 = 0, kF16, kBF16, kInt8, kE4M3, kE5M2, kInt4, kInt2 };
+// A K/V format as the kernels read and write it (the values of kernels::KvCode). KIVI keys are
+// kKiviKey4 / kKiviKey2; KIVI values are stored as kInt4 / kInt2 (the same per-token groups).
+enum class KvCode : int {
+  kF32 = 0,
+  kF16,
+  kBF16,
+  kInt8,
+  kE4M3,
+  kE5M2,
+  kInt4,
+  kInt2,
+  kKiviKey4,
+  kKiviKey2
+};
 
 // One layer's K or V tiles on the device (layout as engine/kv/kv_storage.h).
 struct DeviceTiles {
   unsigned char* base = nullptr;  // tile of physical block 0
   long tile_bytes = 0;
   KvCode code = KvCode::kF32;
-  int group = 0;  // int4 / int2: values per scale-and-zero group along a row
+  int group = 0;     // int4 / int2 / KIVI values: values per scale-and-zero group along a row
+  int residual = 0;  // KIVI: tokens per group (0 for the per-token formats)
 };
 
 // A paged K/V pool on the device, one layer, as one query's attention reads it.
@@ -44,11 +57,19 @@ struct PagedPool {
   int head_dim = 0;
   const unsigned char* live =
       nullptr;  // device memory [num_slots]: 0 = evicted; nullptr = all live
+  // KIVI: the open group's full-precision rows [residual][kv_heads * head_dim] (device memory)
+  // for K / V slots from open_k_start / open_v_start on; nullptr when the kind has none.
+  const float* open_k = nullptr;
+  const float* open_v = nullptr;
+  int open_k_start = 0;
+  int open_v_start = 0;
 };
 
 // The queries of one engine step over one pool (one layer), each over its own sequence:
-// per query, meta[4 i ..] = {offset of its block table in `tables`, its num_slots, offset of its
-// live map in `live` or -1, offset of its captured rows in the weights or -1}. Device memory.
+// per query, meta[batch_meta_ints() i ..] = {offset of its block table in `tables`, its
+// num_slots, offset of its live map in `live` or -1, offset of its captured rows in the weights
+// or -1, then for K and for V (KIVI): the first slot of its open group and the offset of that
+// group's rows in `staging`, or -1}. Device memory.
 struct PagedBatchPool {
   DeviceTiles k, v;
   int block_size = 0;
@@ -57,6 +78,7 @@ struct PagedBatchPool {
   const int* tables = nullptr;
   const int* meta = nullptr;
   const unsigned char* live = nullptr;
+  const float* staging = nullptr;
 };
 
 class DeviceOps {
@@ -86,7 +108,8 @@ class DeviceOps {
   virtual void rope(float* q, float* k, const int* pos, int tokens, int q_dim, int kv_dim,
                     int head_dim, float theta) = 0;
   virtual void swiglu(float* hb, const float* hb2, long n) = 0;
-  // One token's K and V rows into `slot` of the pool, quantized to its formats.
+  // One token's K and V rows into `slot` of the pool, quantized to its formats; tiles whose base
+  // is nullptr are skipped (a KIVI kind, whose tokens go to its group's staging).
   virtual void kv_write(const DeviceTiles& k_tiles, const DeviceTiles& v_tiles,
                         const int* block_table, int slot, int block_size, const float* k,
                         const float* v, int kv_heads, int head_dim) = 0;
@@ -96,6 +119,11 @@ class DeviceOps {
   virtual void paged_attention_batch(float* out, const float* q, const PagedBatchPool& p,
                                      int n_queries, int n_heads, int max_slots, float* weights) = 0;
   static constexpr int batch_max_slots() { return 4096; }
+  static constexpr int batch_meta_ints() { return 8; }
+  // KIVI: quantizes the filled group of K (key) or V starting at slot g0 (a multiple of
+  // t.residual) from its full-precision rows `staging` [residual][kv_dim] into the tiles.
+  virtual void kivi_flush(const DeviceTiles& t, bool key, const int* block_table, int g0,
+                          int block_size, const float* staging, int kv_dim) = 0;
   // Token eviction's position shift: the keys of `count` cached tokens rotated by a further
   // delta positions in all n_layers layers and stored again in the pool's format.
   // rot (device memory) holds {physical block, row in block, delta} per token; k_tiles is layer

@@ -12,6 +12,7 @@
 #include "kernels/backend/device_ops.h"
 #include "kernels/ops/convert.cuh"
 #include "kernels/ops/kv_fill.cuh"
+#include "kernels/ops/kv_kivi.cuh"
 #include "kernels/ops/kv_rotate.cuh"
 #include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"

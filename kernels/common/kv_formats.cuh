@@ -1,19 +1,34 @@
 // The per-token K/V formats as the kernels read and write them, bit for bit the CPU's
 // (engine/quant/float_formats.cpp, int_codec.cpp, kv_codec.cpp): fp32, fp16 and bf16 (round to
 // nearest even, saturating), int8 (symmetric, one fp16 scale per token per KV head), OCP FP8
-// E4M3 / E5M2 (one bf16 scale per token per KV head) and int4 / int2 (asymmetric, an fp16 scale
-// and zero per group of a token's row, codes packed low bits first). Pure arithmetic, so the same
-// functions run on the GPU and on the emulator.
+// E4M3 / E5M2 (one bf16 scale per token per KV head), int4 / int2 (asymmetric, an fp16 scale
+// and zero per group of a token's row, codes packed low bits first) and KIVI's closed groups:
+// keys per channel (an fp16 scale and zero per channel per group of `residual` tokens, kept per
+// tile), values per token exactly as int4 / int2. Pure arithmetic, so the same functions run on
+// the GPU and on the emulator.
 //
 // Tile layout (engine/kv/kv_format.h): [block_size][row_bytes] codes, then
-// [block_size][token_meta_bytes] per-token scales; a row is [kv_heads][head_dim] values.
+// [block_size][token_meta_bytes] per-token scales, then (KIVI keys) max(1, block_size / residual)
+// sets of [kv_dim] (scale, zero) pairs; a row is [kv_heads][head_dim] values.
 #pragma once
 
 #include "kernels/common/simt_api.cuh"
 
 KVS_KERNELS_BEGIN
 
-enum KvCode : int { kKvF32 = 0, kKvF16, kKvBF16, kKvInt8, kKvE4M3, kKvE5M2, kKvInt4, kKvInt2 };
+// kKvKiviKey4 / kKvKiviKey2: KIVI key tiles (per channel); KIVI value tiles are kKvInt4 / kKvInt2.
+enum KvCode : int {
+  kKvF32 = 0,
+  kKvF16,
+  kKvBF16,
+  kKvInt8,
+  kKvE4M3,
+  kKvE5M2,
+  kKvInt4,
+  kKvInt2,
+  kKvKiviKey4,
+  kKvKiviKey2
+};
 
 // Whether a per-token, per-head 16-bit scale follows the 1-byte codes (int8, FP8).
 KVS_HOST_DEVICE bool kv_has_scale(int code) {
@@ -23,6 +38,12 @@ KVS_HOST_DEVICE bool kv_has_scale(int code) {
 KVS_HOST_DEVICE bool kv_grouped(int code) {
   return code == kKvInt4 || code == kKvInt2;
 }
+KVS_HOST_DEVICE bool kv_kivi_key(int code) {
+  return code == kKvKiviKey4 || code == kKvKiviKey2;
+}
+KVS_HOST_DEVICE int kv_code_bits(int code) {
+  return code == kKvInt4 || code == kKvKiviKey4 ? 4 : 2;  // the packed formats
+}
 
 // One layer's K or V tiles in one format.
 struct KvTiles {
@@ -30,6 +51,9 @@ struct KvTiles {
   long tile_bytes = 0;
   int code = kKvF32;
   int group = 0;  // int4 / int2: values per group along a row (the format's effective group)
+  // KIVI (keys and values): tokens per group. The open group of a sequence (its last
+  // num_slots % residual tokens) is not in the tiles but in full-precision staging rows.
+  int residual = 0;
 };
 
 KVS_HOST_DEVICE std::uint32_t float_bits(float x) {
@@ -136,9 +160,21 @@ KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int hea
       return f16_value(reinterpret_cast<const std::uint16_t*>(tile)[i]);
     case kKvBF16:
       return bf16_value(reinterpret_cast<const std::uint16_t*>(tile)[i]);
+    case kKvKiviKey4:
+    case kKvKiviKey2: {  // per channel: the (scale, zero) of channel e in the token's group set
+      const int bits = kv_code_bits(t.code);
+      const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
+      const unsigned byte = tile[static_cast<long>(offset) * row_bytes + e * bits / 8];
+      const unsigned c = (byte >> ((e % (8 / bits)) * bits)) & ((1u << bits) - 1u);
+      const int set = block_size >= t.residual ? offset / t.residual : 0;
+      const auto* meta =
+          reinterpret_cast<const std::uint16_t*>(tile + static_cast<long>(block_size) * row_bytes +
+                                                 (static_cast<long>(set) * kv_dim + e) * 4);
+      return static_cast<float>(c) * f16_value(meta[0]) + f16_value(meta[1]);
+    }
     case kKvInt4:
     case kKvInt2: {
-      const int bits = t.code == kKvInt4 ? 4 : 2;
+      const int bits = kv_code_bits(t.code);
       const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
       const unsigned byte = tile[static_cast<long>(offset) * row_bytes + e * bits / 8];
       const unsigned c = (byte >> ((e % (8 / bits)) * bits)) & ((1u << bits) - 1u);

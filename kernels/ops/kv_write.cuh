@@ -61,7 +61,7 @@ KVS_DEVICE void store_head(const KvTiles& t, unsigned char* tile, int offset, in
 // block (it has a block barrier).
 KVS_DEVICE void store_groups(const KvTiles& t, unsigned char* tile, int offset, int block_size,
                              const float* x, int kv_dim) {
-  const int bits = t.code == kKvInt4 ? 4 : 2, per_byte = 8 / bits, g = t.group;
+  const int bits = kv_code_bits(t.code), per_byte = 8 / bits, g = t.group;
   const int groups = kv_dim / g;
   const float levels = static_cast<float>((1 << bits) - 1);
   const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
@@ -118,11 +118,13 @@ KVS_GLOBAL void kv_write_groups_kernel(KvTiles t, const int* block_table, int sl
   store_groups(t, tile, slot % block_size, block_size, x, kv_dim);
 }
 
+// Tiles with base == nullptr are skipped (a KIVI kind: its token goes to the group's staging).
 inline void launch_kv_write(const KvTiles& k_tiles, const KvTiles& v_tiles, const int* block_table,
                             int slot, int block_size, const float* k, const float* v, int kv_heads,
                             int head_dim) {
   const bool k_groups = kv_grouped(k_tiles.code), v_groups = kv_grouped(v_tiles.code);
-  if (!k_groups && !v_groups) {
+  const bool both = k_tiles.base != nullptr && v_tiles.base != nullptr;
+  if (both && !k_groups && !v_groups) {
     KVS_LAUNCH(kv_write_kernel, simt::Dim3(static_cast<unsigned>(kv_heads), 2), simt::Dim3(32), 0,
                k_tiles, v_tiles, block_table, slot, block_size, k, v, kv_heads, head_dim);
     return;
@@ -132,6 +134,7 @@ inline void launch_kv_write(const KvTiles& k_tiles, const KvTiles& v_tiles, cons
   for (int kind = 0; kind < 2; ++kind) {
     const KvTiles& t = kind == 0 ? k_tiles : v_tiles;
     const float* x = kind == 0 ? k : v;
+    if (t.base == nullptr) continue;
     if (kv_grouped(t.code)) {
       KVS_LAUNCH(kv_write_groups_kernel, simt::Dim3(1), simt::Dim3(32), 0, t, block_table, slot,
                  block_size, x, kv_dim);

@@ -6,6 +6,8 @@
 // is also written to weights[h * num_slots ...] (attention capture: heatmaps, sink shares).
 // Token eviction: with `live` set, a slot whose live[t] is 0 holds an evicted token; it gets
 // weight 0 and its V is not read (the CPU's -inf score), whatever its bytes.
+// KIVI: a sequence's open group (slots from open_k_start / open_v_start on) is read from its
+// full-precision staging rows [residual][kv_dim] instead of the tiles, as the CPU reads it.
 //
 // Pool layout (engine/kv/kv_storage.h, kernels/common/kv_formats.cuh): for one layer, the tile of
 // physical block b starts at base + b * tile_bytes.
@@ -31,16 +33,26 @@ struct PagedKv {
   int kv_heads = 0;
   int head_dim = 0;
   const unsigned char* live = nullptr;  // [num_slots] 0 = evicted; nullptr: every slot is live
+  // KIVI's open groups: K (V) slots from open_k_start (open_v_start) on are rows of open_k
+  // (open_v) [residual][kv_dim]; nullptr when the kind has none.
+  const float* open_k = nullptr;
+  const float* open_v = nullptr;
+  int open_k_start = 0;
+  int open_v_start = 0;
 };
 
 KVS_DEVICE bool slot_is_live(const PagedKv& kv, int t) {
   return kv.live == nullptr || kv.live[t] != 0;
 }
 
-// Slot t's K (or V) value d of KV head g, through the block table.
-KVS_DEVICE float kv_at(const PagedKv& kv, const KvTiles& tiles, int t, int g, int d) {
-  const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
+// Slot t's K (or V) value d of KV head g: from the open group's staging rows `open` (nullptr:
+// none) when t >= open_start, else through the block table.
+KVS_DEVICE float kv_at(const PagedKv& kv, const KvTiles& tiles, const float* open, int open_start,
+                       int t, int g, int d) {
   const int kv_dim = kv.kv_heads * kv.head_dim, e = g * kv.head_dim + d;
+  if (open != nullptr && t >= open_start)
+    return open[static_cast<long>(t - open_start) * kv_dim + e];
+  const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
   if (tiles.code == kKvF32) {  // no decoding: the fp32 pool's rows as they are
     return reinterpret_cast<const float*>(
         tiles.base + block * tiles.tile_bytes)[static_cast<long>(offset) * kv_dim + e];
@@ -63,7 +75,8 @@ KVS_DEVICE float attend_range(const float* qh, const PagedKv& kv, int g, int t0,
       continue;
     }
     float s = 0.0f;
-    for (int d = 0; d < kv.head_dim; ++d) s += qh[d] * kv_at(kv, kv.k, t, g, d);
+    for (int d = 0; d < kv.head_dim; ++d)
+      s += qh[d] * kv_at(kv, kv.k, kv.open_k, kv.open_k_start, t, g, d);
     s *= inv_sqrt;
     scores[t - t0] = s;
     local_max = fmaxf(local_max, s);
@@ -84,7 +97,8 @@ KVS_DEVICE float weigh_values(const PagedKv& kv, int g, int t0, int t1, const fl
                               int d) {
   float acc = 0.0f;
   for (int t = t0; t < t1; ++t)
-    if (slot_is_live(kv, t)) acc += scores[t - t0] * kv_at(kv, kv.v, t, g, d);
+    if (slot_is_live(kv, t))
+      acc += scores[t - t0] * kv_at(kv, kv.v, kv.open_v, kv.open_v_start, t, g, d);
   return acc;
 }
 
@@ -116,9 +130,11 @@ KVS_GLOBAL void paged_attention_kernel(float* out, const float* q, PagedKv kv, i
 
 // The queries of a whole engine step in one launch: decode tokens of many sequences and the
 // causal prefill of a chunk (its i-th query sees the slots up to its own, which the step wrote
-// before attending), each over its own sequence of one pool. Per query i, meta[4 i ..] =
+// before attending), each over its own sequence of one pool. Per query i, meta[kBatchMeta i ..] =
 // {offset of its block table in `tables`, its num_slots, offset of its live map in `live` or -1,
-// offset of its captured rows [n_heads][num_slots] in `weights` or -1}.
+// offset of its captured rows [n_heads][num_slots] in `weights` or -1, KIVI: first slot of its
+// open K group, offset of that group's rows in `staging` or -1, the same two for V}.
+constexpr int kBatchMeta = 8;
 struct PagedBatch {
   KvTiles k, v;
   int block_size = 0;
@@ -127,6 +143,7 @@ struct PagedBatch {
   const int* tables = nullptr;
   const int* meta = nullptr;
   const unsigned char* live = nullptr;
+  const float* staging = nullptr;  // KIVI open groups' rows
 };
 
 // Block (h, i): head h of query i, as the one-pass kernel (every num_slots <= kOnePassSlots).
@@ -135,7 +152,7 @@ KVS_GLOBAL void paged_attention_batch_kernel(float* out, const float* q, PagedBa
   KVS_SHARED_ARRAY(float, slots, 32);
   KVS_DYNAMIC_SHARED(float, scores);
   const int h = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
-  const int* m = b.meta + 4 * i;
+  const int* m = b.meta + kBatchMeta * i;
   PagedKv kv;
   kv.k = b.k;
   kv.v = b.v;
@@ -145,6 +162,10 @@ KVS_GLOBAL void paged_attention_batch_kernel(float* out, const float* q, PagedBa
   kv.kv_heads = b.kv_heads;
   kv.head_dim = b.head_dim;
   kv.live = m[2] >= 0 ? b.live + m[2] : nullptr;
+  kv.open_k_start = m[4];
+  kv.open_k = m[5] >= 0 ? b.staging + m[5] : nullptr;
+  kv.open_v_start = m[6];
+  kv.open_v = m[7] >= 0 ? b.staging + m[7] : nullptr;
   const long row = (static_cast<long>(i) * n_heads + h) * b.head_dim;
   float* w_row = m[3] >= 0 ? weights + m[3] + static_cast<long>(h) * kv.num_slots : nullptr;
   attend_all(out + row, q + row, kv, h / (n_heads / b.kv_heads), w_row, scores, slots);

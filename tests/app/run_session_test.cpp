@@ -117,7 +117,7 @@ std::map<std::int32_t, std::vector<std::int64_t>> decoded(const Timeline& t) {
 
 // The Controls panel's backend choice (and kvscope-ui --backend): the same scenario on the CUDA
 // backend's kernels on the emulated device decodes the CPU's tokens, with swap preemption and
-// prefix caching; what it does not cover is an error at open, naming the file.
+// prefix caching.
 TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
   const std::string path = (temp_dir() / "two_stories.json").string();
   std::ofstream(path) << R"({"format_version": 1, "title": "two stories",
@@ -140,19 +140,29 @@ TEST(RunSession, TheCudaBackendOnTheEmulatedDeviceDecodesTheCpusTokens) {
   }
   EXPECT_GT(swaps, 0) << "the pool is tight: blocks went to the host tier and came back";
   EXPECT_GT(hits, 0) << "the second prompt's first block is served from the prefix cache";
+}
 
-  PolicyOverride kivi;
-  kivi.backend = "cuda-sim";
-  kivi.k_format = kivi.v_format = parse_kv_format("kivi4", "test");
-  try {
-    RunSession::open(path, false, kivi);
-    FAIL() << "KIVI K/V ran on the CUDA backend";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              path +
-                  ": backend: cuda-sim: the CUDA backend does not cover K/V format kivi4/kivi4 "
-                  "(fp32, fp16, bf16, int8, fp8, int4 and int2 are covered) yet (choose CPU in "
-                  "Controls > backend)");
+// KIVI in the UI's session on the emulated device (open groups on the device, quantized there
+// when they fill): the run completes and, as with eviction below (fp16 device GEMMs), the first
+// 20 tokens of each request are the CPU's.
+TEST(RunSession, KiviRunsOnTheEmulatedDeviceInTheUisSession) {
+  const std::string path = (temp_dir() / "kivi.json").string();
+  std::ofstream(path) << R"({"format_version": 1, "title": "kivi",
+      "cache": {"block_size": 16, "num_blocks": 40, "kv_dtype": "kivi2"},
+      "workload": {"requests": [{"prompt": "Once upon a time", "max_new_tokens": 40},
+                                {"prompt": "Lily and Ben", "max_new_tokens": 30,
+                                 "arrival_step": 3}]}})";
+  const auto [cpu, sim] = run_on_cpu_and_cuda_sim(path);
+  EXPECT_EQ(sim->run_info()->backend_name, "cuda-sim");
+  const auto want = decoded(*cpu->timeline()), got = decoded(*sim->timeline());
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& [request, tokens] : want) {
+    const std::vector<std::int64_t>& other = got.at(request);
+    ASSERT_GE(other.size(), 20u);
+    EXPECT_EQ(std::vector(other.begin(), other.begin() + 20),
+              std::vector(tokens.begin(), tokens.begin() + 20))
+        << "request " << request << ": the first 20 tokens";
   }
 }
 

@@ -548,8 +548,9 @@ TEST(KernelParity, BatchedAttentionOfAStepIsEachQuerysOwn) {
       int weights_at = 0, max_slots = 0;
       for (int i = 0; i < n; ++i) {
         const KvSeqView& vw = views[static_cast<std::size_t>(i)];
-        meta.insert(meta.end(), {i == 20 ? b_at : 0, vw.num_slots, i == 20 ? 0 : -1,
-                                 captures(i) ? weights_at : -1});
+        meta.insert(meta.end(),
+                    {i == 20 ? b_at : 0, vw.num_slots, i == 20 ? 0 : -1,
+                     captures(i) ? weights_at : -1, vw.num_slots, -1, vw.num_slots, -1});
         if (captures(i)) weights_at += heads * vw.num_slots;
         max_slots = std::max(max_slots, vw.num_slots);
       }

@@ -12,6 +12,7 @@
 #include "kernels/ops/argmax.cuh"
 #include "kernels/ops/convert.cuh"
 #include "kernels/ops/kv_fill.cuh"
+#include "kernels/ops/kv_kivi.cuh"
 #include "kernels/ops/kv_rotate.cuh"
 #include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
@@ -125,6 +126,82 @@ TEST_F(SimtThreads, KvWriteAndPagedAttentionOnePassAndSplitK) {
     ASSERT_NEAR(one[i], want[i], 1e-4) << "one pass " << i;
     ASSERT_NEAR(split[i], want[i], 1e-4) << "split-K " << i;
   }
+}
+
+// KIVI: a filled group handed over (keys per channel by one thread per byte of a row, values per
+// token by the group store with its barrier), then attention whose last four slots are the open
+// group's full-precision rows: each decoded key within half a step of its channel's range over
+// the group, and attention equal to a reference over what the pool and the rows hold.
+TEST_F(SimtThreads, KiviHandOverAndOpenGroupAttention) {
+  const int heads = 4, kv_heads = 2, head_dim = 32, kv_dim = kv_heads * head_dim;
+  const int block_size = 4, residual = 8, group = 16, tokens = 12;       // one group closed, 4 open
+  const long row = kv_dim / 2;                                           // 4-bit codes
+  const long k_tile = block_size * row + static_cast<long>(kv_dim) * 4;  // one channel-scale set
+  const long v_tile = block_size * (row + kv_dim / group * 4);
+  std::vector<unsigned char> kpool(static_cast<std::size_t>(k_tile) * 4);
+  std::vector<unsigned char> vpool(static_cast<std::size_t>(v_tile) * 4);
+  const KvTiles kt{kpool.data(), k_tile, kKvKiviKey4, group, residual};
+  const KvTiles vt{vpool.data(), v_tile, kKvInt4, group, residual};
+  const int table[3] = {2, 0, 3};
+  auto k = randn(static_cast<std::size_t>(tokens) * kv_dim, 31);
+  const auto v = randn(k.size(), 32);
+  for (int t = 0; t < tokens; ++t) k[static_cast<std::size_t>(t) * kv_dim + 3] *= 25.0f;
+  launch_kivi_flush(kt, true, table, 0, block_size, k.data(), kv_dim);
+  launch_kivi_flush(vt, false, table, 0, block_size, v.data(), kv_dim);
+  const auto load = [&](const KvTiles& t, int slot, int e) {
+    return kv_load(t, table[slot / block_size], slot % block_size, e, e / head_dim, kv_dim,
+                   kv_heads, block_size);
+  };
+  for (int c = 0; c < kv_dim; ++c) {
+    float lo = k[c], hi = k[c];
+    for (int t = 0; t < residual; ++t) {
+      lo = std::min(lo, k[static_cast<std::size_t>(t) * kv_dim + c]);
+      hi = std::max(hi, k[static_cast<std::size_t>(t) * kv_dim + c]);
+    }
+    for (int t = 0; t < residual; ++t) {
+      ASSERT_NEAR(load(kt, t, c), k[static_cast<std::size_t>(t) * kv_dim + c],
+                  0.5f * (hi - lo) / 15.0f + 2e-2f)
+          << "key channel " << c << " token " << t;
+    }
+  }
+  PagedKv kv;
+  kv.k = kt;
+  kv.v = vt;
+  kv.block_table = table;
+  kv.num_slots = tokens;
+  kv.block_size = block_size;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = head_dim;
+  kv.open_k = k.data() + static_cast<std::size_t>(residual) * kv_dim;
+  kv.open_v = v.data() + static_cast<std::size_t>(residual) * kv_dim;
+  kv.open_k_start = kv.open_v_start = residual;
+  const auto value = [&](const KvTiles& t, const std::vector<float>& raw, int slot, int e) {
+    return slot >= residual ? double(raw[static_cast<std::size_t>(slot) * kv_dim + e])
+                            : double(load(t, slot, e));
+  };
+  const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 33);
+  std::vector<double> want(q.size());
+  for (int h = 0; h < heads; ++h) {
+    const int g = h / (heads / kv_heads);
+    std::vector<double> sc(tokens);
+    double m = -1e300, sum = 0;
+    for (int t = 0; t < tokens; ++t) {
+      double dot = 0;
+      for (int d = 0; d < head_dim; ++d)
+        dot += double(q[h * head_dim + d]) * value(kt, k, t, g * head_dim + d);
+      sc[t] = dot / std::sqrt(double(head_dim));
+      m = std::max(m, sc[t]);
+    }
+    for (double& x : sc) sum += (x = std::exp(x - m));
+    for (int d = 0; d < head_dim; ++d) {
+      double acc = 0;
+      for (int t = 0; t < tokens; ++t) acc += sc[t] * value(vt, v, t, g * head_dim + d);
+      want[h * head_dim + d] = acc / sum;
+    }
+  }
+  std::vector<float> got(q.size());
+  launch_paged_attention(got.data(), q.data(), kv, heads, 64);
+  for (std::size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
 }
 
 TEST_F(SimtThreads, RopeAndTheSixteenBitConversion) {
@@ -314,7 +391,10 @@ TEST_F(SimtThreads, KeyRotationAndAttentionOverEvictedSlots) {
 
   // The batch kernel: three causal queries of a chunk (the last with the evicted slots), each the
   // one-pass kernel's answer for its own view.
-  const std::vector<int> meta = {0, tokens - 2, -1, -1, 0, tokens - 1, -1, -1, 0, tokens, 0, -1};
+  // kBatchMeta ints per query: table, slots, live, weights, then no open KIVI group.
+  const std::vector<int> meta = {0, tokens - 2, -1, -1, tokens, -1, tokens, -1,
+                                 0, tokens - 1, -1, -1, tokens, -1, tokens, -1,
+                                 0, tokens,     0,  -1, tokens, -1, tokens, -1};
   PagedBatch pb;
   pb.k = kv.k;
   pb.v = kv.v;
