@@ -107,8 +107,14 @@ TEST(CudaSimBackend, QuantizedKvFormatsGiveTheCpusTokens) {
 // KIVI: each token joins its group's full-precision rows on the device, a filled group is
 // quantized there (keys per channel, values per token), and attention reads both; the greedy
 // tokens are the CPU's with groups of 32 and 16 over tiles of 16 and 64 tokens, past several
-// hand-overs. A finished sequence's open groups are given back with its blocks.
+// hand-overs (70 tokens: kivi2's differ from fp32's from the 50th on; 40 under AddressSanitizer,
+// where each emulated launch costs far more, still past a group's hand-over).
 TEST(CudaSimBackend, KiviFormatsGiveTheCpusTokens) {
+#if defined(__SANITIZE_ADDRESS__)
+  const int steps = 40;
+#else
+  const int steps = 70;
+#endif
   const auto& m = test::real_model();
   auto cpu = make_cpu_backend(1);
   auto sim = make_cuda_sim_backend(GemmType::kF32);
@@ -122,8 +128,8 @@ TEST(CudaSimBackend, KiviFormatsGiveTheCpusTokens) {
     o.k_format = o.v_format = parse_kv_format(c.format, "test");
     o.block_size = c.block_size;
     o.allocator = AllocatorKind::kPaged;
-    const std::vector<int> want = generate_tokens(on_cpu, {}, 70, o, nullptr);
-    EXPECT_EQ(generate_tokens(on_sim, {}, 70, o, nullptr), want)
+    const std::vector<int> want = generate_tokens(on_cpu, {}, steps, o, nullptr);
+    EXPECT_EQ(generate_tokens(on_sim, {}, steps, o, nullptr), want)
         << c.format << " block size " << c.block_size;
   }
   // Only K in KIVI: V goes through the per-token write kernel as before.
