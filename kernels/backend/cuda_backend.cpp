@@ -131,7 +131,6 @@ class OpenGroups {
     });
   }
   float* base() const { return arena_.as<float>(); }
-  std::size_t open_groups() const { return open_.size(); }
 
  private:
   void grow() {

@@ -112,7 +112,9 @@ class FakeDevice final : public KvDeviceBytes {
     rotation_theta = theta;
     ++calls;
   }
+  void drop_staging(BlockId block) override { dropped.push_back(block); }
   std::vector<std::byte> k, v;
+  std::vector<BlockId> dropped;  // blocks whose KIVI open groups the storage told it to forget
   std::vector<KvKeyRotation> rotations;
   float rotation_theta = 0.0f;
   int calls = 0;
@@ -154,6 +156,9 @@ TEST(KvStorage, AnAttachedDeviceGetsEveryByteMoveAndTheTilesStayAsTheyWere) {
   EXPECT_EQ(device->rotations[0].offset, 3);
   EXPECT_EQ(device->rotations[0].delta, -5);
   EXPECT_EQ(device->rotation_theta, 10000.0f);
+  // A freed block's KIVI open groups are forgotten where they live: the holder is told too.
+  dev.drop_block_staging(BlockId(3));
+  EXPECT_EQ(device->dropped, std::vector<BlockId>{BlockId(3)});
   // The device's copy now equals what the host did to its own tiles...
   std::vector<std::byte> hk(host.tile(0, KvKind::kKey, BlockId(0)),
                             host.tile(0, KvKind::kKey, BlockId(0)) + device->k.size());
