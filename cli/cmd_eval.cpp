@@ -240,8 +240,6 @@ int cmd_eval(const Argv& argv) {
   }
   RunNeeds needs;
   needs.model = loaded.model.get();
-  needs.mla = mla;
-  if (args.has("--mla-sweep")) needs.other = "--mla-sweep (MLA latents)";
   auto backend = make_backend(args.get("--backend", "auto"), threads,
                               args.get("--device-weights", "f16"), needs);
   Transformer transformer(loaded.model, *backend);

@@ -214,7 +214,6 @@ int cmd_generate(const Argv& argv) {
   }
   RunNeeds needs;
   needs.model = loaded.model.get();
-  needs.mla = codec != nullptr;
   auto backend = make_backend(args.get("--backend", "auto"), threads,
                               args.get("--device-weights", "f16"), needs);
   Transformer transformer(loaded.model, *backend);

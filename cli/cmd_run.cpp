@@ -170,9 +170,8 @@ int cmd_run(const Argv& argv) {
   SimModel model{loaded.shape, loaded.weights};
   std::unique_ptr<Backend> backend;
   if (model.weights != nullptr) {
-    backend =
-        make_backend(args.get("--backend", "auto"), config.threads,
-                     args.get("--device-weights", "f16"), run_needs(config, model.weights.get()));
+    backend = make_backend(args.get("--backend", "auto"), config.threads,
+                           args.get("--device-weights", "f16"), RunNeeds{model.weights.get()});
     config.make_backend = [&backend] { return std::move(backend); };
   }
   std::unique_ptr<Simulator> sim;

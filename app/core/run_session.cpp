@@ -102,7 +102,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   if (loaded.weights) {
     info->backend_name = "CPU";
     if (policy.backend) {
-      const RunNeeds needs = run_needs(config, loaded.weights.get());
+      const RunNeeds needs{loaded.weights.get()};
       std::shared_ptr<std::unique_ptr<Backend>> chosen;
       try {
         chosen = std::make_shared<std::unique_ptr<Backend>>(make_backend(

@@ -3,6 +3,7 @@
 #include "engine/mla/mla_codec.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -94,7 +95,9 @@ MlaCodec make_mla_codec(const Model& model, const MlaOptions& o) {
                   "an even number in [0, " + std::to_string(hd) + "] (rotary dims per KV head)",
                   std::to_string(o.rope_dims));
   }
+  static std::atomic<std::uint64_t> next_id{1};
   MlaCodec codec;
+  codec.id = next_id++;
   codec.options = o;
   codec.n_layers = c.n_layers;
   codec.n_heads = c.n_heads;

@@ -40,6 +40,9 @@ struct MlaCodecLayer {
 };
 
 struct MlaCodec {
+  // Unique within the process for each conversion (make_mla_codec), never reused: a backend that
+  // keeps a device copy of the matrices keys it by this (an address can be reused by the next).
+  std::uint64_t id = 0;
   MlaOptions options;
   int n_layers = 0;
   int n_heads = 0;

@@ -5,23 +5,14 @@
 
 #include "engine/common/error.h"
 #include "engine/model/checkpoint.h"
-#include "engine/sched/sim_config.h"
 #include "kernels/backend/cuda_backend.h"
 
 namespace kvscope {
 
-RunNeeds run_needs(const SimConfig& config, const Model* model) {
-  RunNeeds needs;
-  needs.model = model;
-  needs.mla = config.mla != nullptr;
-  return needs;
-}
-
 std::string cuda_gap(const RunNeeds& needs) {
   if (needs.model != nullptr && needs.model->native() != nullptr)
     return "quantized weights (--weight-format f32 dequantizes them)";
-  if (needs.mla) return "MLA latents";
-  return needs.other;
+  return "";
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& value, int threads,

@@ -10,18 +10,12 @@
 namespace kvscope {
 
 class Model;
-struct SimConfig;
 
 // What a run asks of the forward pass, for --backend auto to decide whether the CUDA backend
-// covers it.
+// covers it: every K/V format and MLA latents are covered; quantized (native) weights are not.
 struct RunNeeds {
-  const Model* model = nullptr;  // quantized (native) weights are not covered
-  bool mla = false;
-  std::string other;  // anything else not covered, in words ("" when none)
+  const Model* model = nullptr;
 };
-
-// What a Simulator run with `config` on `model` asks of the forward pass.
-RunNeeds run_needs(const SimConfig& config, const Model* model);
 
 // What of `needs` the CUDA backend does not cover yet ("" when it covers all of it).
 std::string cuda_gap(const RunNeeds& needs);

@@ -15,6 +15,9 @@
 
 #include "engine/common/error.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/mla/mla_codec.h"
+#include "kernels/backend/cuda_mla.h"
+#include "kernels/backend/device_buffer.h"
 
 namespace kvscope {
 
@@ -38,44 +41,6 @@ const char* gemm_type_name(GemmType type) {
 }
 
 namespace {
-
-// One device allocation, freed with its owner.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(device::DeviceOps& ops, std::size_t bytes)
-      : ops_(&ops), p_(bytes > 0 ? ops.alloc(bytes) : nullptr), bytes_(bytes) {}
-  DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ops_(o.ops_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      ops_ = o.ops_;
-      p_ = std::exchange(o.p_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { reset(); }
-
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void reset() {
-    if (p_ != nullptr) ops_->release(p_);
-    p_ = nullptr;
-    bytes_ = 0;
-  }
-  device::DeviceOps* ops_ = nullptr;
-  void* p_ = nullptr;
-  std::size_t bytes_ = 0;
-};
 
 // Runs `body`, turning a device failure into the flag's one-line error.
 template <class F>
@@ -307,6 +272,14 @@ class CudaBackend final : public Backend {
     guard([&] {
       DevicePool& p = pool(view, /*may_create=*/view.write_slot() == 0);
       const KvLayout& L = view.storage->layout();
+      if (view.mla != nullptr) {  // the latent (and mode B's RoPE keys) instead of K and V
+        const int kv_dim = view.mla->kv_heads * view.mla->head_dim;
+        const float* dk = stage(x_, k, static_cast<std::size_t>(kv_dim));
+        const float* dv = stage(y_, v, static_cast<std::size_t>(kv_dim));
+        mla_.write(*view.mla, layer, dk, dv, slot_position(view, view.write_slot()),
+                   latent_sequence(p, view, layer), view.write_slot());
+        return;
+      }
       const int kv_dim = L.kv_heads * L.head_dim;
       float* dk = stage(x_, k, static_cast<std::size_t>(kv_dim));
       float* dv = stage(y_, v, static_cast<std::size_t>(kv_dim));
@@ -336,6 +309,35 @@ class CudaBackend final : public Backend {
       const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
       float* dq = stage(x_, q, qn);
       auto* dout = scratch(y_, qn * 4).as<float>();
+      const std::size_t wn = static_cast<std::size_t>(shape.n_heads) * view.num_slots;
+      float* dw = observer != nullptr ? scratch(attention_, wn * 4).as<float>() : nullptr;
+      if (view.mla != nullptr) {  // over the latent cache (mode A or B)
+        std::vector<int> positions(static_cast<std::size_t>(view.num_slots));
+        for (int t = 0; t < view.num_slots; ++t)
+          positions[static_cast<std::size_t>(t)] = slot_position(view, t);
+        mla_.attend(*view.mla, layer, dq, dout, query_pos, latent_sequence(p, view, layer),
+                    positions, dw);
+      } else {
+        paged_attention_on_device(p, view, layer, shape, dq, dout, dw);
+      }
+      ops_->to_host(out, dout, qn * 4);
+      if (observer == nullptr) return;
+      // Attention capture: each head's softmax row, as the CPU backend reports it.
+      attention_host_.resize(wn);
+      ops_->to_host(attention_host_.data(), dw, wn * 4);
+      const auto n = static_cast<std::size_t>(view.num_slots);
+      for (int h = 0; h < shape.n_heads; ++h) {
+        observer->on_attention(layer, h, query_pos,
+                               std::span<const float>(attention_host_.data() + h * n, n));
+      }
+    });
+  }
+
+  // One query's attention over a K/V pool: dq, dout and dw (capture, or nullptr) on the device.
+  void paged_attention_on_device(DevicePool& p, const KvSeqView& view, int layer,
+                                 const AttentionShape& shape, const float* dq, float* dout,
+                                 float* dw) {
+    {
       device::PagedPool kv;
       std::tie(kv.k, kv.v) = p.layer(layer);
       kv.block_table = block_table(view);
@@ -353,28 +355,17 @@ class CudaBackend final : public Backend {
       kv.open_k = ok.at >= 0 ? p.open.base() + ok.at : nullptr;
       kv.open_v_start = ov.start;
       kv.open_v = ov.at >= 0 ? p.open.base() + ov.at : nullptr;
-      const std::size_t wn = static_cast<std::size_t>(shape.n_heads) * view.num_slots;
-      float* dw = observer != nullptr ? scratch(attention_, wn * 4).as<float>() : nullptr;
       ops_->paged_attention(dout, dq, kv, shape.n_heads, dw);
-      ops_->to_host(out, dout, qn * 4);
-      if (observer == nullptr) return;
-      // Attention capture: each head's softmax row, as the CPU backend reports it.
-      attention_host_.resize(wn);
-      ops_->to_host(attention_host_.data(), dw, wn * 4);
-      const auto n = static_cast<std::size_t>(view.num_slots);
-      for (int h = 0; h < shape.n_heads; ++h) {
-        observer->on_attention(layer, h, query_pos,
-                               std::span<const float>(attention_host_.data() + h * n, n));
-      }
-    });
+    }
   }
 
-  // The whole step's queries in one launch when they share a pool and fit the one-pass kernel
-  // (every prefill chunk and decode step up to 4,096 slots); otherwise one by one (split-K).
+  // The whole step's queries in one launch when they share a K/V pool and fit the one-pass
+  // kernel (every prefill chunk and decode step up to 4,096 slots); otherwise one by one
+  // (split-K; MLA latent caches).
   void attention_batch(int layer, const AttentionShape& shape,
                        std::span<const AttentionQuery> queries) override {
     const bool one_pool = std::all_of(queries.begin(), queries.end(), [&](const AttentionQuery& a) {
-      return a.view.storage == queries.front().view.storage &&
+      return a.view.storage == queries.front().view.storage && a.view.mla == nullptr &&
              a.view.num_slots <= device::DeviceOps::batch_max_slots();
     });
     if (queries.size() < 2 || !one_pool) return Backend::attention_batch(layer, shape, queries);
@@ -535,10 +526,7 @@ class CudaBackend final : public Backend {
   };
 
   // A scratch buffer of at least `bytes`, grown (never shrunk) as needed.
-  DeviceBuffer& scratch(DeviceBuffer& b, std::size_t bytes) {
-    if (b.bytes() < bytes) b = DeviceBuffer(*ops_, std::max<std::size_t>(bytes, b.bytes() * 2));
-    return b;
-  }
+  DeviceBuffer& scratch(DeviceBuffer& b, std::size_t bytes) { return grown(*ops_, b, bytes); }
   // `count` values of host data copied into scratch buffer b; returns its device pointer.
   template <class T>
   T* stage(DeviceBuffer& b, const T* host, std::size_t count) {
@@ -575,8 +563,12 @@ class CudaBackend final : public Backend {
   DevicePool& pool(const KvSeqView& view, bool may_create) {
     KvStorage& s = *view.storage;
     const KvLayout& L = s.layout();
-    if (view.mla != nullptr || L.is_latent())
-      throw Error(flag_, "expected a K/V cache, got an MLA latent cache (not supported yet)");
+    if ((view.mla != nullptr) != L.is_latent())
+      throw InternalError(flag_, "an MLA view over a K/V pool, or a latent pool without its codec");
+    if (L.is_latent() && (L.k_format.is_kivi() || L.v_format.is_kivi())) {
+      throw Error(flag_, "expected a per-token format for MLA latents, got " + L.k_format.name() +
+                             " (KIVI latents are not written for the device)");
+    }
     std::erase_if(pools_, [](const auto& p) { return p.second->storage.expired(); });
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
@@ -605,11 +597,11 @@ class CudaBackend final : public Backend {
     };
     p.k = DeviceBuffer(*ops_, region(KvKind::kKey));
     p.v = DeviceBuffer(*ops_, region(KvKind::kValue));
-    const int kv_dim = L.kv_heads * L.head_dim;
     const auto tiles = [&](DeviceBuffer& buffer, KvKind kind) {
       const KvFormat& f = L.format(kind);
+      const int row = L.row_heads(kind) * L.row_head_dim(kind);  // a latent cache's rows differ
       return device::DeviceTiles{buffer.as<unsigned char>(), static_cast<long>(L.tile_bytes(kind)),
-                                 cuda_kv_code(f, kind), f.effective_group(kv_dim),
+                                 cuda_kv_code(f, kind), f.effective_group(row),
                                  f.is_kivi() ? f.residual : 0};
     };
     p.k_tiles = tiles(p.k, KvKind::kKey);
@@ -621,6 +613,34 @@ class CudaBackend final : public Backend {
     return p;
   }
 
+  static int slot_position(const KvSeqView& view, int slot) {
+    return view.slot_pos != nullptr ? view.slot_pos[slot] : slot;
+  }
+
+  // A sequence's latent cache in `layer`, as the MLA kernels read it (block table and live map
+  // staged on the device). Throws kvscope::Error when the pool is not the codec's shape.
+  LatentSequence latent_sequence(const DevicePool& p, const KvSeqView& view, int layer) {
+    const KvLayout& L = view.storage->layout();
+    const MlaCodec& m = *view.mla;
+    if (L.latent_dim != m.rank() || L.rope_heads != m.rope_heads() ||
+        (m.rope_heads() > 0 && L.rope_dim != m.rope_dims())) {
+      throw Error(flag_, "expected a latent pool of rank " + std::to_string(m.rank()) + " with " +
+                             std::to_string(m.rope_heads()) + " RoPE keys of " +
+                             std::to_string(m.rope_dims()) + ", got latent_dim " +
+                             std::to_string(L.latent_dim));
+    }
+    LatentSequence seq;
+    std::tie(seq.latents, seq.rope) = p.layer(layer);
+    seq.block_table = block_table(view);
+    seq.num_slots = view.num_slots;
+    seq.block_size = L.block_size;
+    if (view.slot_live != nullptr) {
+      seq.live = reinterpret_cast<const unsigned char*>(
+          stage(live_, view.slot_live, static_cast<std::size_t>(view.num_slots)));
+    }
+    return seq;
+  }
+
   // The view's block table on the device.
   const int* block_table(const KvSeqView& view) {
     table_host_.resize(view.blocks.size());
@@ -630,6 +650,7 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<device::DeviceOps> ops_;
+  MlaOnDevice mla_{*ops_};  // after ops_: it keeps a reference to it
   GemmType weights_type_;
   std::string flag_;
   struct DeviceWeight {

@@ -12,9 +12,9 @@
 // K/V formats: fp32, fp16, bf16, int8, fp8, int4, int2 and KIVI, quantized on write and
 // dequantized in attention by the kernels (KIVI's open group stays in full precision on the
 // device until it fills, then kernels/ops/kv_kivi.cuh quantizes it); attention capture (heatmaps,
-// sink shares) reads the kernel's softmax rows back. What the kernels do not cover yet is refused
-// with a one-line kvscope::Error naming the flag: quantized weights (--weight-format f32
-// dequantizes them) and MLA latents.
+// sink shares) reads the kernel's softmax rows back. MLA latent caches (modes A and B) run on the
+// device too (cuda_mla.h). What the kernels do not cover yet is refused with a one-line
+// kvscope::Error naming the flag: quantized weights (--weight-format f32 dequantizes them).
 // Long contexts run split-K attention (kernels/ops/paged_attention.cuh).
 #pragma once
 

@@ -81,6 +81,20 @@ struct PagedBatchPool {
   const float* staging = nullptr;
 };
 
+// One layer of a sequence's MLA latent cache, as mode B's attention reads it: latents in the K
+// region's tiles ([block_size][rank]), RoPE keys in the V region's ([block_size][rope_heads]
+// [rope_dim]; rope_heads 0: none). Device memory.
+struct LatentPool {
+  DeviceTiles latents, rope;
+  const int* block_table = nullptr;
+  int num_slots = 0;
+  int block_size = 0;
+  int rank = 0;
+  int rope_heads = 0;
+  int rope_dim = 0;
+  const unsigned char* live = nullptr;  // [num_slots] 0 = evicted; nullptr = all live
+};
+
 class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
@@ -131,6 +145,35 @@ class DeviceOps {
   virtual void rotate_keys(const DeviceTiles& k_tiles, long layer_stride, int n_layers,
                            const int* rot, int count, int block_size, int kv_heads, int head_dim,
                            float theta) = 0;
+  // MLA latent cache (kernels/ops/mla.cuh). row [kv_heads * nope_dims + kv_heads * head_dim] =
+  // [k's nope dims rotated back from pos; v], rope [kv_heads][rope_dims] = k's rotary dims.
+  virtual void mla_latent_input(float* row, float* rope, const float* k, const float* v,
+                                const int* nope_index, const int* rope_index, int kv_heads,
+                                int head_dim, int nope_dims, int rope_dims, int pos,
+                                float theta) = 0;
+  // out[t] = slot t's row of the tiles decoded to fp32, t < n (through the block table).
+  virtual void kv_gather(float* out, const DeviceTiles& tiles, const int* block_table, int n,
+                         int kv_heads, int head_dim, int block_size) = 0;
+  // Mode A: keys[t] = W_uk c_t, values[t] = W_uv c_t ([kv_dim][rank] matrices), live slots only.
+  virtual void mla_rebuild(float* keys, float* values, const float* c, const float* w_uk,
+                           const float* w_uv, const unsigned char* live, int n, int kv_dim,
+                           int rank) = 0;
+  // Mode B: q_lat [n_heads][rank] = W_uk_g^T (q's nope dims rotated back from pos), q_rope
+  // [n_heads][rope_dims] = q's rotary dims.
+  virtual void mla_absorb_query(float* q_lat, float* q_rope, const float* q, const float* w_uk,
+                                const int* nope_index, const int* rope_index, int n_heads,
+                                int kv_heads, int head_dim, int nope_dims, int rope_dims, int rank,
+                                int pos, float theta) = 0;
+  // Mode B: ctx [n_heads][rank] = softmax((q_lat . c_t + q_rope . k_rope_t) / score_divisor)
+  // weighted latents; softmax rows into `weights` [n_heads][num_slots] when set. At most
+  // latent_max_slots() slots (one pass).
+  virtual void mla_latent_attention(float* ctx, float* weights, const float* q_lat,
+                                    const float* q_rope, const LatentPool& kv, int n_heads,
+                                    float score_divisor) = 0;
+  static constexpr int latent_max_slots() { return 4096; }
+  // Mode B: out[h] = W_uv_g ctx[h] ([kv_heads * head_dim][rank]).
+  virtual void mla_expand_output(float* out, const float* ctx, const float* w_uv, int n_heads,
+                                 int kv_heads, int head_dim, int rank) = 0;
   // Decode attention of n_heads query heads over the pool: one pass for short contexts, split
   // along the sequence (split-K) for long ones. With `weights` set ([n_heads][num_slots] on the
   // device), each head's softmax row is written there too.

@@ -9,6 +9,7 @@
 #include "kernels/ops/kv_kivi.cuh"
 #include "kernels/ops/kv_rotate.cuh"
 #include "kernels/ops/kv_write.cuh"
+#include "kernels/ops/mla.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"
 #include "kernels/ops/rope.cuh"

@@ -15,6 +15,7 @@
 #include "kernels/ops/kv_kivi.cuh"
 #include "kernels/ops/kv_rotate.cuh"
 #include "kernels/ops/kv_write.cuh"
+#include "kernels/ops/mla.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rmsnorm.cuh"
 #include "kernels/ops/rope.cuh"
@@ -202,6 +203,84 @@ TEST_F(SimtThreads, KiviHandOverAndOpenGroupAttention) {
   std::vector<float> got(q.size());
   launch_paged_attention(got.data(), q.data(), kv, heads, 64);
   for (std::size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+// MLA mode B: the absorbed query (the nope dims gathered into shared memory, a barrier, then the
+// product with W_uk) and the latent attention (scores in shared memory, block max and sum, a
+// barrier before the context reads every weight), against plain references (position 0, where
+// RoPE is the identity).
+TEST_F(SimtThreads, MlaAbsorbedQueryAndLatentAttention) {
+  const int heads = 4, kv_heads = 2, head_dim = 8, nope = 6, rope = 2, rank = 12;
+  const int block_size = 4, tokens = 10;
+  std::vector<int> nope_index, rope_index;
+  for (int g = 0; g < kv_heads; ++g) {
+    for (int d = 0; d < head_dim; ++d) (d < rope ? rope_index : nope_index).push_back(d);
+  }
+  const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 51);
+  const auto w_uk = randn(static_cast<std::size_t>(kv_heads) * nope * rank, 52);
+  std::vector<float> q_lat(static_cast<std::size_t>(heads) * rank), q_rope(heads * rope);
+  launch_mla_absorb_query(q_lat.data(), q_rope.data(), q.data(), w_uk.data(), nope_index.data(),
+                          rope_index.data(), heads, kv_heads, head_dim, nope, rope, rank, 0,
+                          10000.0f);
+  for (int h = 0; h < heads; ++h) {
+    const int g = h / (heads / kv_heads);
+    for (int r = 0; r < rank; ++r) {
+      double want = 0;
+      for (int j = 0; j < nope; ++j) {
+        want += double(q[h * head_dim + nope_index[g * nope + j]]) *
+                w_uk[(static_cast<std::size_t>(g) * nope + j) * rank + r];
+      }
+      ASSERT_NEAR(q_lat[static_cast<std::size_t>(h) * rank + r], want, 1e-5) << h << " " << r;
+    }
+    for (int j = 0; j < rope; ++j) ASSERT_EQ(q_rope[h * rope + j], q[h * head_dim + j]);
+  }
+  // fp32 tiles: latents [block][rank], RoPE keys [block][kv_heads][rope].
+  const int table[3] = {2, 0, 1};
+  const auto lat = randn(static_cast<std::size_t>(3) * block_size * rank, 53);
+  const auto keys = randn(static_cast<std::size_t>(3) * block_size * kv_heads * rope, 54);
+  LatentKv kv;
+  kv.latents = {reinterpret_cast<unsigned char*>(const_cast<float*>(lat.data())),
+                static_cast<long>(block_size) * rank * 4, kKvF32, 0, 0};
+  kv.rope = {reinterpret_cast<unsigned char*>(const_cast<float*>(keys.data())),
+             static_cast<long>(block_size) * kv_heads * rope * 4, kKvF32, 0, 0};
+  kv.block_table = table;
+  kv.num_slots = tokens;
+  kv.block_size = block_size;
+  kv.rank = rank;
+  kv.rope_heads = kv_heads;
+  kv.rope_dim = rope;
+  std::vector<float> ctx(static_cast<std::size_t>(heads) * rank), w(heads * tokens);
+  launch_mla_latent_attention(ctx.data(), w.data(), q_lat.data(), q_rope.data(), kv, heads, 4.0f);
+  const auto c_at = [&](int t, int r) {
+    return double(
+        lat[(static_cast<std::size_t>(table[t / block_size]) * block_size + t % block_size) * rank +
+            r]);
+  };
+  for (int h = 0; h < heads; ++h) {
+    const int rh = h * kv_heads / heads;
+    std::vector<double> s(tokens);
+    double m = -1e300, sum = 0;
+    for (int t = 0; t < tokens; ++t) {
+      double dot = 0;
+      for (int r = 0; r < rank; ++r)
+        dot += q_lat[static_cast<std::size_t>(h) * rank + r] * c_at(t, r);
+      const std::size_t kr =
+          ((static_cast<std::size_t>(table[t / block_size]) * block_size + t % block_size) *
+               kv_heads +
+           rh) *
+          rope;
+      for (int j = 0; j < rope; ++j) dot += double(q_rope[h * rope + j]) * keys[kr + j];
+      s[t] = dot / 4.0;
+      m = std::max(m, s[t]);
+    }
+    for (double& x : s) sum += (x = std::exp(x - m));
+    for (int t = 0; t < tokens; ++t) ASSERT_NEAR(w[h * tokens + t], s[t] / sum, 1e-5) << h << t;
+    for (int r = 0; r < rank; ++r) {
+      double want = 0;
+      for (int t = 0; t < tokens; ++t) want += s[t] / sum * c_at(t, r);
+      ASSERT_NEAR(ctx[static_cast<std::size_t>(h) * rank + r], want, 1e-5) << h << " " << r;
+    }
+  }
 }
 
 TEST_F(SimtThreads, RopeAndTheSixteenBitConversion) {

@@ -1,0 +1,193 @@
+// The MLA latent cache on the device (kernels/ops/mla.cuh, kernels/backend/cuda_mla.cpp), executed
+// on the SIMT emulator against the CPU (engine/backend/cpu/mla_ops.cpp): mode B's latent attention
+// kernel over latents and RoPE keys in several formats (outputs and softmax rows), the gather of a
+// sequence's rows, and, end to end on the real model, both modes' latents, attention and greedy
+// tokens equal to the CPU's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/mla_ops.h"
+#include "engine/infer/generate.h"
+#include "engine/infer/transformer.h"
+#include "engine/mla/mla_codec.h"
+#include "engine/quant/kv_codec.h"
+#include "kernels/backend/cuda_backend.h"
+#include "kernels/ops/mla.cuh"
+#include "tests/kernels/kernel_test_support.h"
+#include "tests/test_support.h"
+
+namespace kvscope::kernels {
+namespace {
+
+using test::randn;
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_LE(std::fabs(double(got[i]) - want[i]), atol + 1e-4 * std::fabs(double(want[i])))
+        << what << " element " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+// A one-layer latent pool of `tokens` random latents (rank R) and RoPE keys (rope_heads x D),
+// written by the CPU's codec into blocks handed out in reverse order.
+struct LatentCache {
+  LatentCache(const char* format, int block_size, int tokens, int rank, int rope_heads,
+              int rope_dim) {
+    KvLayout L;
+    L.n_layers = 1;
+    L.kv_heads = 2;
+    L.head_dim = 8;
+    L.block_size = block_size;
+    L.num_blocks = (tokens + block_size - 1) / block_size + 2;
+    L.k_format = L.v_format = parse_kv_format(format, "test");
+    L.latent_dim = rank;
+    L.rope_heads = rope_heads;
+    L.rope_dim = rope_dim;
+    storage = std::make_unique<KvStorage>(L);
+    for (int b = L.num_blocks - 1; b >= 0; --b) blocks.emplace_back(b);
+    const auto c = randn(static_cast<std::size_t>(tokens) * rank, 41u);
+    const auto k =
+        randn(static_cast<std::size_t>(tokens) * std::max(1, rope_heads * rope_dim), 42u);
+    for (int t = 0; t < tokens; ++t) {
+      KvSeqView v = view(t + 1);
+      quant::write_token(v, 0, KvKind::kKey, c.data() + static_cast<std::size_t>(t) * rank);
+      if (rope_heads > 0) {
+        quant::write_token(v, 0, KvKind::kValue,
+                           k.data() + static_cast<std::size_t>(t) * rope_heads * rope_dim);
+      }
+    }
+  }
+  KvSeqView view(int slots) {
+    KvSeqView v;
+    v.storage = storage.get();
+    v.blocks = blocks;
+    v.num_slots = slots;
+    return v;
+  }
+  KvTiles tiles(KvKind kind) const {
+    const KvLayout& L = storage->layout();
+    const KvFormat& f = L.format(kind);
+    return {reinterpret_cast<unsigned char*>(storage->tile(0, kind, BlockId(0))),
+            static_cast<long>(L.tile_bytes(kind)), static_cast<int>(cuda_kv_code(f, kind)),
+            f.effective_group(L.row_heads(kind) * L.row_head_dim(kind)), 0};
+  }
+  std::vector<int> table() const {
+    std::vector<int> t;
+    for (BlockId b : blocks) t.push_back(static_cast<int>(b.value));
+    return t;
+  }
+  std::unique_ptr<KvStorage> storage;
+  std::vector<BlockId> blocks;
+};
+
+// Mode B's kernel: scores over latents and RoPE keys, softmax, context; the CPU's figures for
+// every format the latents may take, with and without RoPE keys, short and long contexts, and
+// evicted slots.
+TEST(MlaKernels, LatentAttentionMatchesTheCpus) {
+  struct Case {
+    const char* format;
+    int block_size, tokens, rank, rope_heads, rope_dim;
+    bool evict;
+  };
+  for (const Case c :
+       {Case{"fp32", 16, 7, 24, 2, 4, false}, Case{"fp16", 16, 300, 40, 4, 2, true},
+        Case{"int8", 1, 50, 16, 0, 0, false}, Case{"int4-g8", 64, 200, 32, 2, 4, false}}) {
+    const std::string what = std::string(c.format) + " " + std::to_string(c.tokens) + " slots";
+    LatentCache cache(c.format, c.block_size, c.tokens, c.rank, c.rope_heads, c.rope_dim);
+    const int heads = 8;
+    const auto q_lat = randn(static_cast<std::size_t>(heads) * c.rank, 43u, 0.5f);
+    const auto q_rope = randn(static_cast<std::size_t>(heads) * std::max(1, c.rope_dim), 44u);
+    std::vector<std::uint8_t> live(static_cast<std::size_t>(c.tokens), 1);
+    if (c.evict)
+      for (int t = 1; t < c.tokens; t += 3) live[static_cast<std::size_t>(t)] = 0;
+    KvSeqView view = cache.view(c.tokens);
+    if (c.evict) view.slot_live = live.data();
+    cpu::LatentAttentionShape shape;
+    shape.n_heads = heads;
+    shape.rank = c.rank;
+    shape.rope_heads = c.rope_heads;
+    shape.rope_dim = c.rope_dim;
+    shape.score_divisor = std::sqrt(16.0f);
+    std::vector<float> want(static_cast<std::size_t>(heads) * c.rank), scratch;
+    cpu::mla_latent_attention(view, 0, shape, q_lat.data(), q_rope.data(), want.data(), scratch);
+    const std::vector<float> want_rows(scratch.begin(),
+                                       scratch.begin() + static_cast<long>(heads) * c.tokens);
+    const std::vector<int> table = cache.table();
+    LatentKv kv;
+    kv.latents = cache.tiles(KvKind::kKey);
+    kv.rope = cache.tiles(KvKind::kValue);
+    kv.block_table = table.data();
+    kv.num_slots = c.tokens;
+    kv.block_size = c.block_size;
+    kv.rank = c.rank;
+    kv.rope_heads = c.rope_heads;
+    kv.rope_dim = c.rope_dim;
+    kv.live = c.evict ? live.data() : nullptr;
+    std::vector<float> got(want.size()), rows(want_rows.size());
+    launch_mla_latent_attention(got.data(), rows.data(), q_lat.data(), q_rope.data(), kv, heads,
+                                shape.score_divisor);
+    expect_close(got, want, 2e-6, what + " context");
+    expect_close(rows, want_rows, 1e-7, what + " softmax rows");
+  }
+}
+
+// The gather decodes a sequence's rows through its block table as the CPU's reader does.
+TEST(MlaKernels, GatherDecodesEverySlotsRow) {
+  LatentCache cache("int8", 4, 30, 24, 0, 0);
+  const std::vector<int> table = cache.table();
+  std::vector<float> got(30 * 24);
+  launch_kv_gather(got.data(), cache.tiles(KvKind::kKey), table.data(), 30, 1, 24, 4);
+  const quant::TileReader reader(cache.view(30), 0, KvKind::kKey);
+  std::vector<float> tmp(24);
+  for (int t = 0; t < 30; ++t) {
+    const float* want = reader.head(t, 0, tmp.data());
+    for (int r = 0; r < 24; ++r) ASSERT_EQ(got[static_cast<std::size_t>(t) * 24 + r], want[r]);
+  }
+}
+
+// End to end on stories260K: the CUDA backend on the emulated device writes each token's latent
+// (the CPU's, to float rounding, in the pool's format) and attends over the latents, mode A
+// (every K and V rebuilt, RoPE re-applied, paged attention over the rebuilt rows) and mode B
+// (absorbed); the greedy tokens are the CPU's, with fp32 GEMM weights. 60 tokens (30 under
+// AddressSanitizer, where each emulated launch costs far more).
+TEST(MlaOnTheEmulatedDevice, BothModesGiveTheCpusTokens) {
+#if defined(__SANITIZE_ADDRESS__)
+  const int steps = 30;
+#else
+  const int steps = 60;
+#endif
+  const auto& m = test::real_model();
+  auto cpu_backend = make_cpu_backend(1);
+  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  Transformer on_cpu(m.model, *cpu_backend), on_sim(m.model, *sim);
+  struct Case {
+    MlaMode mode;
+    int rank, rope_dims;
+    RopeSelect select;
+    const char* format;
+  };
+  for (const Case c : {Case{MlaMode::kReconstruct, 16, 0, RopeSelect::kHighFrequency, "fp32"},
+                       Case{MlaMode::kReconstruct, 40, 0, RopeSelect::kHighFrequency, "int8"},
+                       Case{MlaMode::kAbsorbed, 16, 2, RopeSelect::kHighFrequency, "fp32"},
+                       Case{MlaMode::kAbsorbed, 24, 2, RopeSelect::kWeightNorm, "int4"},
+                       Case{MlaMode::kAbsorbed, 30, 4, RopeSelect::kHighFrequency, "fp16"}}) {
+    const MlaCodec codec = make_mla_codec(*m.model, {c.mode, c.rank, c.rope_dims, c.select});
+    GenerateOptions o;
+    o.mla = &codec;
+    o.k_format = o.v_format = parse_kv_format(c.format, "test");
+    o.allocator = AllocatorKind::kPaged;
+    const std::vector<int> want = generate_tokens(on_cpu, {}, steps, o, nullptr);
+    EXPECT_EQ(generate_tokens(on_sim, {}, steps, o, nullptr), want)
+        << codec.name() << " latents " << c.format;
+  }
+}
+
+}  // namespace
+}  // namespace kvscope::kernels
