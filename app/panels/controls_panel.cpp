@@ -308,9 +308,9 @@ void draw_backend_knob(const RunInfo& info, PolicyEdit& e) {
                     "emulated (--backend cuda-sim): the CUDA backend's real kernels and "
                     "cuBLAS calls on the project's SIMT emulator, fp16 GEMM weights: slow, for "
                     "watching the GPU path give the CPU's tokens. CUDA GPU (--backend cuda): "
-                    "the same code on the first GPU. Token eviction, KIVI, MLA and quantized "
-                    "weights run on the CPU only; choosing a CUDA backend for them is a "
-                    "one-line error and this run stays.")) {
+                    "the same code on the first GPU, untested on hardware. Every K/V format, "
+                    "MLA and token eviction run on both; a quantized model is read "
+                    "dequantized to fp32 for them.")) {
     if (*i == 0)
       e.next.backend.reset();
     else
