@@ -337,26 +337,24 @@ class CudaBackend final : public Backend {
   void paged_attention_on_device(DevicePool& p, const KvSeqView& view, int layer,
                                  const AttentionShape& shape, const float* dq, float* dout,
                                  float* dw) {
-    {
-      device::PagedPool kv;
-      std::tie(kv.k, kv.v) = p.layer(layer);
-      kv.block_table = block_table(view);
-      kv.num_slots = view.num_slots;
-      kv.block_size = view.block_size();
-      kv.kv_heads = shape.kv_heads;
-      kv.head_dim = shape.head_dim;
-      if (view.slot_live != nullptr) {  // token eviction: evicted slots get no weight
-        kv.live = reinterpret_cast<const unsigned char*>(
-            stage(live_, view.slot_live, static_cast<std::size_t>(view.num_slots)));
-      }
-      const OpenGroup ok = open_group(p, view, layer, KvKind::kKey);
-      const OpenGroup ov = open_group(p, view, layer, KvKind::kValue);
-      kv.open_k_start = ok.start;
-      kv.open_k = ok.at >= 0 ? p.open.base() + ok.at : nullptr;
-      kv.open_v_start = ov.start;
-      kv.open_v = ov.at >= 0 ? p.open.base() + ov.at : nullptr;
-      ops_->paged_attention(dout, dq, kv, shape.n_heads, dw);
+    device::PagedPool kv;
+    std::tie(kv.k, kv.v) = p.layer(layer);
+    kv.block_table = block_table(view);
+    kv.num_slots = view.num_slots;
+    kv.block_size = view.block_size();
+    kv.kv_heads = shape.kv_heads;
+    kv.head_dim = shape.head_dim;
+    if (view.slot_live != nullptr) {  // token eviction: evicted slots get no weight
+      kv.live = reinterpret_cast<const unsigned char*>(
+          stage(live_, view.slot_live, static_cast<std::size_t>(view.num_slots)));
     }
+    const OpenGroup ok = open_group(p, view, layer, KvKind::kKey);
+    const OpenGroup ov = open_group(p, view, layer, KvKind::kValue);
+    kv.open_k_start = ok.start;
+    kv.open_k = ok.at >= 0 ? p.open.base() + ok.at : nullptr;
+    kv.open_v_start = ov.start;
+    kv.open_v = ov.at >= 0 ? p.open.base() + ov.at : nullptr;
+    ops_->paged_attention(dout, dq, kv, shape.n_heads, dw);
   }
 
   // The whole step's queries in one launch when they share a K/V pool and fit the one-pass
