@@ -61,9 +61,13 @@ class OpenGroups {
  public:
   OpenGroups(device::DeviceOps& ops, long entry_floats, int n_layers, int block_size)
       : ops_(ops), entry_floats_(entry_floats), n_layers_(n_layers), block_size_(block_size) {}
-  // The group of `layer`'s K or V whose first slot is row `offset` of physical block `block`.
-  std::int64_t key(int layer, KvKind kind, BlockId block, int offset) const {
-    return ((static_cast<std::int64_t>(block.value) * block_size_ + offset) * n_layers_ + layer) *
+  // The group of `layer`'s K or V whose first slot is the sequence's slot `first` (it lives in
+  // row first % block_size of the physical block the view maps first / block_size to).
+  std::int64_t key(int layer, KvKind kind, const KvSeqView& view, int first) const {
+    const BlockId block = view.blocks[static_cast<std::size_t>(first / block_size_)];
+    return ((static_cast<std::int64_t>(block.value) * block_size_ + first % block_size_) *
+                n_layers_ +
+            layer) *
                2 +
            static_cast<int>(kind);
   }
@@ -464,8 +468,7 @@ class CudaBackend final : public Backend {
     const KvFormat& f = L.format(kind);
     const int R = f.residual, B = L.block_size, kv_dim = L.kv_heads * L.head_dim;
     const int slot = view.write_slot(), g0 = slot - slot % R;
-    const std::int64_t key =
-        p.open.key(layer, kind, view.blocks[static_cast<std::size_t>(g0 / B)], g0 % B);
+    const std::int64_t key = p.open.key(layer, kind, view, g0);
     const long at = slot % R == 0 ? p.open.take(key) : p.open.find(key);
     if (at < 0) {
       throw Error("kv cache", f.name() + " cannot continue the group starting at slot " +
@@ -493,9 +496,7 @@ class CudaBackend final : public Backend {
     const KvFormat& f = L.format(kind);
     if (!f.is_kivi() || view.num_slots % f.residual == 0) return {view.num_slots, -1};
     const int start = view.num_slots - view.num_slots % f.residual;
-    const long at = p.open.find(
-        p.open.key(layer, kind, view.blocks[static_cast<std::size_t>(start / L.block_size)],
-                   start % L.block_size));
+    const long at = p.open.find(p.open.key(layer, kind, view, start));
     if (at < 0) {
       throw Error("kv cache", f.name() + ": no full-precision staging for the open group at slot " +
                                   std::to_string(start) + " (layer " + std::to_string(layer) + ")");

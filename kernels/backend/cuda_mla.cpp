@@ -71,20 +71,22 @@ void MlaOnDevice::attend(const MlaCodec& m, int layer, const float* q, float* ou
   const Layer& w = matrices(m, layer);
   const int hd = m.head_dim, kv_dim = m.kv_heads * hd, R = m.rank(), n = seq.num_slots;
   if (m.options.mode == MlaMode::kReconstruct) {
-    // Mode A: every slot's latent decoded, its K and V rebuilt, RoPE at its position, then paged
-    // attention over the rebuilt fp32 rows as one block of n slots.
+    // Mode A: every slot's latent decoded, its K and V rebuilt (two GEMMs; evicted slots too, which
+    // attention then skips), RoPE at its position, then paged attention over the rebuilt fp32 rows
+    // as one block of n slots.
     auto* c = grown(ops_, c_, static_cast<std::size_t>(n) * R * 4).as<float>();
     ops_.kv_gather(c, seq.latents, seq.block_table, n, 1, R, seq.block_size);
     const std::size_t rows_bytes = static_cast<std::size_t>(n) * kv_dim * 4;
     auto* keys = grown(ops_, keys_, rows_bytes).as<float>();
     auto* values = grown(ops_, values_, rows_bytes).as<float>();
-    ops_.mla_rebuild(keys, values, c, w.w_uk.as<float>(), w.w_uv.as<float>(), seq.live, n, kv_dim,
-                     R);
+    ops_.gemm(keys, c, w.w_uk.as<void>(), device::GemmType::kF32, n, R, kv_dim);  // K = C W_uk^T
+    ops_.gemm(values, c, w.w_uv.as<void>(), device::GemmType::kF32, n, R, kv_dim);
     ops_.rope(keys, keys, upload(ints_, positions), n, 0, kv_dim, hd, m.rope_theta);
     device::PagedPool p;
     p.k = {keys_.as<unsigned char>(), static_cast<long>(rows_bytes), device::KvCode::kF32, 0, 0};
     p.v = {values_.as<unsigned char>(), static_cast<long>(rows_bytes), device::KvCode::kF32, 0, 0};
-    p.block_table = upload(zero_table_, std::vector<int>{0});
+    if (zero_table_.bytes() == 0) upload(zero_table_, std::vector<int>{0});  // constant: once
+    p.block_table = zero_table_.as<int>();
     p.num_slots = n;
     p.block_size = n;
     p.kv_heads = m.kv_heads;
@@ -118,7 +120,14 @@ void MlaOnDevice::attend(const MlaCodec& m, int layer, const float* q, float* ou
   p.live = seq.live;
   auto* ctx = grown(ops_, ctx_, static_cast<std::size_t>(H) * R * 4).as<float>();
   ops_.mla_latent_attention(ctx, weights, q_lat, q_rope, p, H, std::sqrt(static_cast<float>(hd)));
-  ops_.mla_expand_output(out, ctx, w.w_uv.as<float>(), H, m.kv_heads, hd, R);
+  // out_h = W_uv_g ctx_h: the heads of KV head g are rows [g * group, (g + 1) * group) of ctx and
+  // of out, and W_uv_g is W_uv's rows [g * hd, (g + 1) * hd).
+  const int group = H / m.kv_heads;
+  for (int g = 0; g < m.kv_heads; ++g) {
+    ops_.gemm(out + static_cast<long>(g) * group * hd, ctx + static_cast<long>(g) * group * R,
+              w.w_uv.as<float>() + static_cast<long>(g) * hd * R, device::GemmType::kF32, group, R,
+              hd);
+  }
 }
 
 }  // namespace kvscope

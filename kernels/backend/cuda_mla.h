@@ -50,7 +50,8 @@ class MlaOnDevice {
   std::uint64_t codec_id_ = 0;  // whose matrices `layers_` holds (0: none)
   std::vector<Layer> layers_;
   DeviceBuffer nope_index_, rope_index_;
-  DeviceBuffer row_, rope_, c_, keys_, values_, q_lat_, q_rope_, ctx_, ints_, zero_table_;
+  DeviceBuffer row_, rope_, c_, keys_, values_, q_lat_, q_rope_, ctx_, ints_;
+  DeviceBuffer zero_table_;  // {0}: mode A's rebuilt rows as one block
 };
 
 }  // namespace kvscope

@@ -154,10 +154,6 @@ class DeviceOps {
   // out[t] = slot t's row of the tiles decoded to fp32, t < n (through the block table).
   virtual void kv_gather(float* out, const DeviceTiles& tiles, const int* block_table, int n,
                          int kv_heads, int head_dim, int block_size) = 0;
-  // Mode A: keys[t] = W_uk c_t, values[t] = W_uv c_t ([kv_dim][rank] matrices), live slots only.
-  virtual void mla_rebuild(float* keys, float* values, const float* c, const float* w_uk,
-                           const float* w_uv, const unsigned char* live, int n, int kv_dim,
-                           int rank) = 0;
   // Mode B: q_lat [n_heads][rank] = W_uk_g^T (q's nope dims rotated back from pos), q_rope
   // [n_heads][rope_dims] = q's rotary dims.
   virtual void mla_absorb_query(float* q_lat, float* q_rope, const float* q, const float* w_uk,
@@ -171,9 +167,6 @@ class DeviceOps {
                                     const float* q_rope, const LatentPool& kv, int n_heads,
                                     float score_divisor) = 0;
   static constexpr int latent_max_slots() { return 4096; }
-  // Mode B: out[h] = W_uv_g ctx[h] ([kv_heads * head_dim][rank]).
-  virtual void mla_expand_output(float* out, const float* ctx, const float* w_uv, int n_heads,
-                                 int kv_heads, int head_dim, int rank) = 0;
   // Decode attention of n_heads query heads over the pool: one pass for short contexts, split
   // along the sequence (split-K) for long ones. With `weights` set ([n_heads][num_slots] on the
   // device), each head's softmax row is written there too.

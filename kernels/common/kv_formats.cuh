@@ -38,9 +38,6 @@ KVS_HOST_DEVICE bool kv_has_scale(int code) {
 KVS_HOST_DEVICE bool kv_grouped(int code) {
   return code == kKvInt4 || code == kKvInt2;
 }
-KVS_HOST_DEVICE bool kv_kivi_key(int code) {
-  return code == kKvKiviKey4 || code == kKvKiviKey2;
-}
 KVS_HOST_DEVICE int kv_code_bits(int code) {
   return code == kKvInt4 || code == kKvKiviKey4 ? 4 : 2;  // the packed formats
 }
@@ -148,6 +145,39 @@ KVS_HOST_DEVICE std::uint8_t fp8_encode(float x, bool e4m3) {
   return static_cast<std::uint8_t>(sign | static_cast<unsigned>(code));
 }
 
+// The b-bit asymmetric fit of n values x[0], x[stride], ... (finite ones only; none: 0 and 0):
+// the fp16 zero (their minimum) and the fp16 scale, the range stretched by the zero's rounding so
+// the maximum stays representable. The CPU's quant::asym_params (int_codec.cpp), bit for bit.
+KVS_DEVICE void asym_fit(const float* x, int n, long stride, float levels, std::uint16_t* scale,
+                         std::uint16_t* zero) {
+  float lo = INFINITY, hi = -INFINITY;
+  for (int i = 0; i < n; ++i) {
+    const float v = x[i * stride];
+    if (fabsf(v) <= 3.402823466e38f) {
+      lo = fminf(lo, v);
+      hi = fmaxf(hi, v);
+    }
+  }
+  if (lo > hi) lo = hi = 0.0f;
+  *zero = f16_saturating(lo);
+  *scale = f16_saturating(fmaxf(0.0f, hi - f16_value(*zero)) / levels);
+}
+// The code of x under a fit's decoded scale and zero: 0 for a zero scale or NaN, else clamped.
+KVS_DEVICE unsigned asym_code(float x, float scale, float zero, float levels) {
+  if (!(scale > 0.0f)) return 0;
+  float q = rintf((x - zero) / scale);
+  if (q != q) q = 0.0f;
+  return static_cast<unsigned>(fminf(fmaxf(q, 0.0f), levels));
+}
+// Packed code e (bits wide, low bits first) of the row at `offset` of a tile of rows of kv_dim
+// codes.
+KVS_DEVICE unsigned packed_code(const unsigned char* tile, int offset, int e, int kv_dim,
+                                int bits) {
+  const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
+  const unsigned byte = tile[static_cast<long>(offset) * row_bytes + e * bits / 8];
+  return (byte >> ((e % (8 / bits)) * bits)) & ((1u << bits) - 1u);
+}
+
 // Value e of the row at `offset` of physical block `block` (row: kv_heads x head_dim).
 KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int head, int kv_dim,
                          int kv_heads, int block_size) {
@@ -164,8 +194,7 @@ KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int hea
     case kKvKiviKey2: {  // per channel: the (scale, zero) of channel e in the token's group set
       const int bits = kv_code_bits(t.code);
       const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
-      const unsigned byte = tile[static_cast<long>(offset) * row_bytes + e * bits / 8];
-      const unsigned c = (byte >> ((e % (8 / bits)) * bits)) & ((1u << bits) - 1u);
+      const unsigned c = packed_code(tile, offset, e, kv_dim, bits);
       const int set = block_size >= t.residual ? offset / t.residual : 0;
       const auto* meta =
           reinterpret_cast<const std::uint16_t*>(tile + static_cast<long>(block_size) * row_bytes +
@@ -176,8 +205,7 @@ KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int hea
     case kKvInt2: {
       const int bits = kv_code_bits(t.code);
       const long row_bytes = static_cast<long>(kv_dim) * bits / 8;
-      const unsigned byte = tile[static_cast<long>(offset) * row_bytes + e * bits / 8];
-      const unsigned c = (byte >> ((e % (8 / bits)) * bits)) & ((1u << bits) - 1u);
+      const unsigned c = packed_code(tile, offset, e, kv_dim, bits);
       const long groups = kv_dim / t.group;
       const auto* meta = reinterpret_cast<const std::uint16_t*>(
           tile + static_cast<long>(block_size) * row_bytes + (offset * groups + e / t.group) * 4);

@@ -14,23 +14,6 @@
 
 KVS_KERNELS_BEGIN
 
-// Channel c of a KIVI key group's staging rows: its (scale, zero) as stored (fp16 bits).
-KVS_DEVICE void kivi_channel_params(const float* staging, int residual, int kv_dim, int c,
-                                    float levels, std::uint16_t* scale, std::uint16_t* zero) {
-  float lo = INFINITY, hi = -INFINITY;
-  for (int i = 0; i < residual; ++i) {
-    const float x = staging[static_cast<long>(i) * kv_dim + c];
-    if (fabsf(x) <= 3.402823466e38f) {  // finite values only
-      lo = fminf(lo, x);
-      hi = fmaxf(hi, x);
-    }
-  }
-  if (lo > hi) lo = hi = 0.0f;
-  *zero = f16_saturating(lo);
-  // Stretch the range by the zero's rounding so the maximum stays representable.
-  *scale = f16_saturating(fmaxf(0.0f, hi - f16_value(*zero)) / levels);
-}
-
 // The key group starting at slot g0 (a multiple of residual) of the sequence whose block table
 // is `block_table`: staging [residual][kv_dim] into t (kKvKiviKey4 / kKvKiviKey2).
 KVS_GLOBAL void kivi_flush_keys_kernel(KvTiles t, const int* block_table, int g0, int block_size,
@@ -48,7 +31,7 @@ KVS_GLOBAL void kivi_flush_keys_kernel(KvTiles t, const int* block_table, int g0
       if (j >= per_byte) continue;
       const int c = static_cast<int>(b) * per_byte + j;
       std::uint16_t s = 0, z = 0;
-      kivi_channel_params(staging, R, kv_dim, c, levels, &s, &z);
+      asym_fit(staging + c, R, kv_dim, levels, &s, &z);  // channel c over the group's tokens
       for (int blk = first_block; blk <= last_block; ++blk) {
         auto* meta = reinterpret_cast<std::uint16_t*>(
             t.base + static_cast<long>(block_table[blk]) * t.tile_bytes +
@@ -63,13 +46,8 @@ KVS_GLOBAL void kivi_flush_keys_kernel(KvTiles t, const int* block_table, int g0
       const float* x = staging + static_cast<long>(i) * kv_dim;
       unsigned byte = 0;
       for (int j = 0; j < 4; ++j) {
-        unsigned c = 0;
-        if (j < per_byte && scale[j] > 0.0f) {
-          float q = rintf((x[b * per_byte + j] - zero[j]) / scale[j]);
-          if (q != q) q = 0.0f;
-          c = static_cast<unsigned>(fminf(fmaxf(q, 0.0f), levels));
-        }
-        byte |= c << (j * bits);
+        if (j < per_byte)
+          byte |= asym_code(x[b * per_byte + j], scale[j], zero[j], levels) << (j * bits);
       }
       const int slot = g0 + i;
       t.base[static_cast<long>(block_table[slot / block_size]) * t.tile_bytes +

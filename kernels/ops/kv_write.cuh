@@ -68,20 +68,8 @@ KVS_DEVICE void store_groups(const KvTiles& t, unsigned char* tile, int offset, 
   auto* meta = reinterpret_cast<std::uint16_t*>(tile + static_cast<long>(block_size) * row_bytes +
                                                 static_cast<long>(offset) * groups * 4);
   const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
-  for (int k = tid; k < groups; k += nt) {  // each group's range: finite values only
-    float lo = INFINITY, hi = -INFINITY;
-    for (int i = k * g; i < (k + 1) * g; ++i) {
-      if (fabsf(x[i]) <= 3.402823466e38f) {
-        lo = fminf(lo, x[i]);
-        hi = fmaxf(hi, x[i]);
-      }
-    }
-    if (lo > hi) lo = hi = 0.0f;
-    const std::uint16_t zero = f16_saturating(lo);
-    // Stretch the range by the zero's rounding so the maximum stays representable.
-    meta[2 * k] = f16_saturating(fmaxf(0.0f, hi - f16_value(zero)) / levels);
-    meta[2 * k + 1] = zero;
-  }
+  for (int k = tid; k < groups; k += nt)  // each group's scale and zero
+    asym_fit(x + static_cast<long>(k) * g, g, 1, levels, &meta[2 * k], &meta[2 * k + 1]);
   simt::sync_block();  // every group's scale and zero are in place
   unsigned char* codes = tile + static_cast<long>(offset) * row_bytes;
   for (long b = tid; b < row_bytes; b += nt) {
@@ -89,13 +77,7 @@ KVS_DEVICE void store_groups(const KvTiles& t, unsigned char* tile, int offset, 
     for (int j = 0; j < per_byte; ++j) {
       const long i = b * per_byte + j;
       const float scale = f16_value(meta[2 * (i / g)]), zero = f16_value(meta[2 * (i / g) + 1]);
-      unsigned c = 0;
-      if (scale > 0.0f) {
-        float q = rintf((x[i] - zero) / scale);
-        if (q != q) q = 0.0f;
-        c = static_cast<unsigned>(fminf(fmaxf(q, 0.0f), levels));
-      }
-      byte |= c << (j * bits);
+      byte |= asym_code(x[i], scale, zero, levels) << (j * bits);
     }
     codes[b] = static_cast<unsigned char>(byte);
   }

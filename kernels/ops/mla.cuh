@@ -1,16 +1,15 @@
 // The MLA latent cache on the device (engine/mla/mla_codec.h): what a token's K/V becomes before
 // its latent is projected, mode A's rebuild of every slot's K and V from its latent, and mode B's
 // absorbed attention (DeepSeek style), which never rebuilds a token's K or V. The projections
-// that are plain products (the latent c = U^T [k_nope; v]) go through cuBLAS; these kernels do
-// the rest. CPU twins: cpu::mla_kv_write and cpu::mla_attention (engine/backend/cpu/mla_ops.cpp).
+// that are plain products (the latent c = U^T [k_nope; v], mode A's K = W_uk c and V = W_uv c,
+// mode B's out_h = W_uv_g ctx_h) go through cuBLAS; these kernels do the rest. CPU twins:
+// cpu::mla_kv_write and cpu::mla_attention (engine/backend/cpu/mla_ops.cpp).
 //
 //   mla_latent_input_kernel   k (post-RoPE) and v -> [k_nope pre-RoPE; v] and mode B's RoPE keys
 //   kv_gather_kernel          a sequence's rows of any per-token format, decoded to fp32 [n][dim]
-//   mla_rebuild_kernel        mode A: K[t] = W_uk c_t, V[t] = W_uv c_t (RoPE then by rope.cuh)
 //   mla_absorb_query_kernel   mode B: q_lat = W_uk_g^T q_nope (pre-RoPE), q_rope = q's rotary dims
 //   mla_latent_attention_kernel  mode B: softmax((q_lat . c_t + q_rope . k_rope_t) / divisor),
 //                                ctx = sum_t a_t c_t; one block per query head, one pass
-//   mla_expand_output_kernel  mode B: out_h = W_uv_g ctx_h
 #pragma once
 
 #include "kernels/common/kv_formats.cuh"
@@ -57,25 +56,6 @@ KVS_GLOBAL void kv_gather_kernel(float* out, KvTiles tiles, const int* block_tab
   for (int e = static_cast<int>(simt::tid_x()); e < kv_dim; e += static_cast<int>(simt::bdim_x())) {
     out[static_cast<long>(t) * kv_dim + e] =
         kv_load(tiles, block, offset, e, e / head_dim, kv_dim, kv_heads, block_size);
-  }
-}
-
-// Block t: keys[t][i] = W_uk[i] . c_t and values[t][i] = W_uv[i] . c_t for i < kv_dim; W_uk and
-// W_uv [kv_dim][rank], c [n][rank]. Slots with live[t] == 0 are skipped (live may be nullptr).
-KVS_GLOBAL void mla_rebuild_kernel(float* keys, float* values, const float* c, const float* w_uk,
-                                   const float* w_uv, const unsigned char* live, int kv_dim,
-                                   int rank) {
-  const int t = static_cast<int>(simt::bid_x());
-  if (live != nullptr && live[t] == 0) return;
-  const float* ct = c + static_cast<long>(t) * rank;
-  for (int i = static_cast<int>(simt::tid_x()); i < kv_dim; i += static_cast<int>(simt::bdim_x())) {
-    float k = 0.0f, v = 0.0f;
-    for (int r = 0; r < rank; ++r) {
-      k += w_uk[static_cast<long>(i) * rank + r] * ct[r];
-      v += w_uv[static_cast<long>(i) * rank + r] * ct[r];
-    }
-    keys[static_cast<long>(t) * kv_dim + i] = k;
-    values[static_cast<long>(t) * kv_dim + i] = v;
   }
 }
 
@@ -177,20 +157,6 @@ KVS_GLOBAL void mla_latent_attention_kernel(float* ctx, float* weights, const fl
   }
 }
 
-// Block h: out[h][i] = W_uv[g * head_dim + i] . ctx[h] for i < head_dim; W_uv [kv_dim][rank].
-KVS_GLOBAL void mla_expand_output_kernel(float* out, const float* ctx, const float* w_uv,
-                                         int n_heads, int kv_heads, int head_dim, int rank) {
-  const int h = static_cast<int>(simt::bid_x()), g = h / (n_heads / kv_heads);
-  const float* ch = ctx + static_cast<long>(h) * rank;
-  for (int i = static_cast<int>(simt::tid_x()); i < head_dim;
-       i += static_cast<int>(simt::bdim_x())) {
-    const float* w = w_uv + (static_cast<long>(g) * head_dim + i) * rank;
-    float acc = 0.0f;
-    for (int r = 0; r < rank; ++r) acc += w[r] * ch[r];
-    out[static_cast<long>(h) * head_dim + i] = acc;
-  }
-}
-
 inline void launch_mla_latent_input(float* row, float* rope, const float* k, const float* v,
                                     const int* nope_index, const int* rope_index, int kv_heads,
                                     int head_dim, int nope_dims, int rope_dims, int pos,
@@ -203,13 +169,6 @@ inline void launch_kv_gather(float* out, const KvTiles& tiles, const int* block_
                              int kv_heads, int head_dim, int block_size) {
   KVS_LAUNCH(kv_gather_kernel, simt::Dim3(static_cast<unsigned>(n)), simt::Dim3(64), 0, out, tiles,
              block_table, kv_heads, head_dim, block_size);
-}
-
-inline void launch_mla_rebuild(float* keys, float* values, const float* c, const float* w_uk,
-                               const float* w_uv, const unsigned char* live, int n, int kv_dim,
-                               int rank) {
-  KVS_LAUNCH(mla_rebuild_kernel, simt::Dim3(static_cast<unsigned>(n)), simt::Dim3(64), 0, keys,
-             values, c, w_uk, w_uv, live, kv_dim, rank);
 }
 
 inline void launch_mla_absorb_query(float* q_lat, float* q_rope, const float* q, const float* w_uk,
@@ -231,12 +190,6 @@ inline void launch_mla_latent_attention(float* ctx, float* weights, const float*
   KVS_LAUNCH(mla_latent_attention_kernel, simt::Dim3(static_cast<unsigned>(n_heads)),
              simt::Dim3(128), static_cast<std::size_t>(kv.num_slots) * sizeof(float), ctx, weights,
              q_lat, q_rope, kv, n_heads, score_divisor);
-}
-
-inline void launch_mla_expand_output(float* out, const float* ctx, const float* w_uv, int n_heads,
-                                     int kv_heads, int head_dim, int rank) {
-  KVS_LAUNCH(mla_expand_output_kernel, simt::Dim3(static_cast<unsigned>(n_heads)), simt::Dim3(64),
-             0, out, ctx, w_uv, n_heads, kv_heads, head_dim, rank);
 }
 
 KVS_KERNELS_END
