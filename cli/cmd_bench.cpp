@@ -67,7 +67,10 @@ constexpr const char* kHelp =
   batch      decode tokens/s with N sequences per step, each step one batched forward:
              --model M (default synthetic:smollm2-135m, random weights) --seqs 1,4,16
              --steps N (default 32) --repeat R (default 3) --threads T --block-size B --json
-             --weight-format native|f32 (GGUF models; default native)
+             --weight-format native|f32 (GGUF models; default native) --backend
+             auto|cpu|cuda|cuda-sim --device-weights f32|f16|bf16; on a CUDA backend each size
+             runs the whole step on the device and the same ops one by one, with the copies
+             between host and device per step (cuda-sim: the emulator's times)
   attention  CUDA decode attention at Llama-3-8B's shape (32 query heads, 8 KV heads of 128):
              K/V bytes read per second beside a device copy in the same run, paged vs
              contiguous, per format: --backend cuda|cuda-sim (default cuda: needs a GPU;
@@ -418,7 +421,7 @@ int cmd_bench(const Argv& argv) {
       {"mla", {"--model", "--tokens", "--kv-dtype", "--block-size", "--threads", "--repeat"}},
       {"batch",
        {"--model", "--seqs", "--steps", "--repeat", "--threads", "--block-size", "--json",
-        "--weight-format"}},
+        "--weight-format", "--backend", "--device-weights"}},
       {"attention",
        {"--backend", "--batch", "--contexts", "--formats", "--block-size", "--repeat", "--json"}},
       {"evict",

@@ -12,6 +12,8 @@
 
 namespace kvscope {
 
+class Model;
+
 // Receives attention weights when capture is on (the heatmaps, sink detection, H2O/TOVA scores).
 // `weights` holds one value per slot of the view ([num_slots]); evicted slots hold 0.
 class AttentionObserver {
@@ -43,6 +45,18 @@ struct AttentionQuery {
   const float* q = nullptr;
   float* out = nullptr;
   int query_pos = 0;
+  AttentionObserver* observer = nullptr;
+};
+
+// One token of an engine step.
+struct StepToken {
+  int token = 0;
+  int pos = 0;  // RoPE position
+  // Where its K/V go (the view's write slot, num_slots - 1) and what it attends to: the view's
+  // slots up to and including its own, so a prefill chunk is causal without anyone patching a
+  // view between tokens.
+  KvSeqView view;
+  bool want_logits = false;  // the classifier runs only for these tokens
   AttentionObserver* observer = nullptr;
 };
 
@@ -91,6 +105,21 @@ class Backend {
                                std::span<const AttentionQuery> queries) {
     for (const AttentionQuery& a : queries)
       paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer);
+  }
+
+  // A whole engine step in the backend's own memory: the forward pass of `tokens` (their ids
+  // checked, their views as Transformer::forward_step takes them; none of them needs another
+  // token of the step written first, which forward_step's waves see to), and the logits of the
+  // tokens with want_logits into `logits` ([count][vocab], step order). A backend whose memory is
+  // not the host's (the CUDA backend) does this so activations never leave it; it returns false
+  // when it does not, and the Transformer composes the step from the ops above on host buffers
+  // (the CPU backend, whose ops already work in place).
+  virtual bool run_step(const Model& model, std::span<const StepToken> tokens,
+                        std::span<float> logits) {
+    (void)model;
+    (void)tokens;
+    (void)logits;
+    return false;
   }
 };
 

@@ -130,7 +130,10 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
     }
     wanted += t.want_logits ? 1 : 0;
   }
-  reserve(tokens.size(), wanted);
+  reserve(0, wanted);
+  const std::span<float> logits(logits_.data(), wanted * sz(c.vocab_size));
+  if (backend_.run_step(*model_, tokens, logits)) return logits;  // in the backend's memory
+  reserve(tokens.size(), 0);
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
   auto row = [](AlignedVector<float>& buf, long width, int t) { return buf.data() + t * width; };
 
@@ -196,7 +199,7 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   MatmulOut cls[] = {{logits_.data(), w.wcls, c.vocab_size}};
   if (nw != nullptr) cls[0].q = nw->wcls;
   backend_.matmul_batch(last_.data(), k, c.dim, cls);
-  return std::span<float>(logits_.data(), sz(k) * sz(c.vocab_size));
+  return logits;
 }
 
 std::int64_t matmul_macs_per_token(const ModelConfig& c) {

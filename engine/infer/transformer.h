@@ -18,18 +18,6 @@
 
 namespace kvscope {
 
-// One token of an engine step.
-struct StepToken {
-  int token = 0;
-  int pos = 0;  // RoPE position
-  // Where its K/V go (the view's write slot, num_slots - 1) and what it attends to: the view's
-  // slots up to and including its own, so a prefill chunk is causal without anyone patching a
-  // view between tokens.
-  KvSeqView view;
-  bool want_logits = false;  // the classifier runs only for these tokens
-  AttentionObserver* observer = nullptr;
-};
-
 class Transformer {
  public:
   // Tokens per sub-step: a longer step runs as consecutive sub-steps of at most this many, so

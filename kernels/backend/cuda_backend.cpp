@@ -7,6 +7,7 @@
 #include <limits>
 #include <list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -16,6 +17,7 @@
 #include "engine/common/error.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/mla/mla_codec.h"
+#include "engine/model/checkpoint.h"
 #include "kernels/backend/cuda_mla.h"
 #include "kernels/backend/device_buffer.h"
 
@@ -222,23 +224,12 @@ class CudaBackend final : public Backend {
   void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) override {
     guard([&] {
       const std::size_t xs = static_cast<std::size_t>(m) * n;
-      const void* dx = stage(x_, x, xs);
-      if (weights_type_ != GemmType::kF32) {  // the activations in the weights' type, once
-        auto* x16 = scratch(x16_, xs * 2).as<std::uint16_t>();
-        ops_->to_16bit(x16, static_cast<const float*>(dx), static_cast<long>(xs),
-                       weights_type_ == GemmType::kBF16);
-        dx = x16;
-      }
+      const void* dx = gemm_input(stage(x_, x, xs), xs);
       for (const MatmulOut& o : outs) {
-        if (o.q.data != nullptr) {
-          throw Error(flag_,
-                      "expected fp32 weights (--weight-format f32), got a quantized matrix "
-                      "(quantized-weight GEMMs are not written yet)");
-        }
-        const void* w = weight(o.w, static_cast<std::size_t>(o.d) * n, weights_type_);
+        if (o.q.data != nullptr) refuse_quantized();
         const std::size_t ys = static_cast<std::size_t>(m) * o.d;
         auto* dy = scratch(y_, ys * 4).as<float>();
-        ops_->gemm(dy, dx, w, weights_type_, m, n, o.d);
+        gemm(dy, dx, o.w, m, n, o.d, /*accumulate=*/false);
         ops_->to_host(o.out, dy, ys * 4);
       }
     });
@@ -274,69 +265,19 @@ class CudaBackend final : public Backend {
   }
   void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) override {
     guard([&] {
-      DevicePool& p = pool(view, /*may_create=*/view.write_slot() == 0);
       const KvLayout& L = view.storage->layout();
-      if (view.mla != nullptr) {  // the latent (and mode B's RoPE keys) instead of K and V
-        const int kv_dim = view.mla->kv_heads * view.mla->head_dim;
-        const float* dk = stage(x_, k, static_cast<std::size_t>(kv_dim));
-        const float* dv = stage(y_, v, static_cast<std::size_t>(kv_dim));
-        mla_.write(*view.mla, layer, dk, dv, slot_position(view, view.write_slot()),
-                   latent_sequence(p, view, layer), view.write_slot());
-        return;
-      }
-      const int kv_dim = L.kv_heads * L.head_dim;
-      float* dk = stage(x_, k, static_cast<std::size_t>(kv_dim));
-      float* dv = stage(y_, v, static_cast<std::size_t>(kv_dim));
-      const int* table = block_table(view);
-      auto [kt, vt] = p.layer(layer);
-      // A KIVI kind's token joins its group's full-precision rows (the group is quantized into
-      // the tiles when it fills); the other kinds are written and quantized now.
-      if (L.k_format.is_kivi()) {
-        stage_kivi(p, view, table, layer, KvKind::kKey, dk, kt);
-        kt.base = nullptr;
-      }
-      if (L.v_format.is_kivi()) {
-        stage_kivi(p, view, table, layer, KvKind::kValue, dv, vt);
-        vt.base = nullptr;
-      }
-      if (kt.base != nullptr || vt.base != nullptr) {
-        ops_->kv_write(kt, vt, table, view.write_slot(), L.block_size, dk, dv, L.kv_heads,
-                       L.head_dim);
-      }
+      const auto kv_dim = static_cast<std::size_t>(
+          view.mla != nullptr ? view.mla->kv_heads * view.mla->head_dim : L.kv_heads * L.head_dim);
+      kv_write_on_device(view, layer, view.mla != nullptr ? nullptr : block_table(view),
+                         stage(x_, k, kv_dim), stage(y_, v, kv_dim));
     });
   }
   void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
                        const float* q, float* out, int query_pos,
                        AttentionObserver* observer) override {
-    guard([&] {
-      DevicePool& p = pool(view, /*may_create=*/false);
-      const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
-      float* dq = stage(x_, q, qn);
-      auto* dout = scratch(y_, qn * 4).as<float>();
-      const std::size_t wn = static_cast<std::size_t>(shape.n_heads) * view.num_slots;
-      float* dw = observer != nullptr ? scratch(attention_, wn * 4).as<float>() : nullptr;
-      if (view.mla != nullptr) {  // over the latent cache (mode A or B)
-        std::vector<int> positions(static_cast<std::size_t>(view.num_slots));
-        for (int t = 0; t < view.num_slots; ++t)
-          positions[static_cast<std::size_t>(t)] = slot_position(view, t);
-        mla_.attend(*view.mla, layer, dq, dout, query_pos, latent_sequence(p, view, layer),
-                    positions, dw);
-      } else {
-        paged_attention_on_device(p, view, layer, shape, dq, dout, dw);
-      }
-      ops_->to_host(out, dout, qn * 4);
-      if (observer == nullptr) return;
-      // Attention capture: each head's softmax row, as the CPU backend reports it.
-      attention_host_.resize(wn);
-      ops_->to_host(attention_host_.data(), dw, wn * 4);
-      const auto n = static_cast<std::size_t>(view.num_slots);
-      for (int h = 0; h < shape.n_heads; ++h) {
-        observer->on_attention(layer, h, query_pos,
-                               std::span<const float>(attention_host_.data() + h * n, n));
-      }
-    });
+    const AttentionQuery a{view, q, out, query_pos, observer};
+    attention_batch(layer, shape, std::span(&a, 1));
   }
-
   // One query's attention over a K/V pool: dq, dout and dw (capture, or nullptr) on the device.
   void paged_attention_on_device(DevicePool& p, const KvSeqView& view, int layer,
                                  const AttentionShape& shape, const float* dq, float* dout,
@@ -361,103 +302,330 @@ class CudaBackend final : public Backend {
     ops_->paged_attention(dout, dq, kv, shape.n_heads, dw);
   }
 
-  // The whole step's queries in one launch when they share a K/V pool and fit the one-pass
-  // kernel (every prefill chunk and decode step up to 4,096 slots); otherwise one by one
-  // (split-K; MLA latent caches).
   void attention_batch(int layer, const AttentionShape& shape,
                        std::span<const AttentionQuery> queries) override {
-    const bool one_pool = std::all_of(queries.begin(), queries.end(), [&](const AttentionQuery& a) {
-      return a.view.storage == queries.front().view.storage && a.view.mla == nullptr &&
-             a.view.num_slots <= device::DeviceOps::batch_max_slots();
-    });
-    if (queries.size() < 2 || !one_pool) return Backend::attention_batch(layer, shape, queries);
     guard([&] {
-      DevicePool& p = pool(queries.front().view, /*may_create=*/false);
-      const auto n = static_cast<int>(queries.size());
       const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
-      // Host staging: the queries' q rows, block tables (each distinct table once), live maps,
-      // and per query {table offset, num_slots, live offset, weights offset, KIVI open groups}.
       batch_q_.resize(qn * queries.size());
-      tables_host_.clear();
-      live_host_.clear();
-      meta_host_.clear();
-      struct Staged {
-        const BlockId* table;
-        std::size_t size;
-        int at;
-      };
-      std::vector<Staged> seen;  // tables staged so far (a prefill chunk's queries share one)
-      int max_slots = 0;
-      long weight_floats = 0;
-      for (std::size_t i = 0; i < queries.size(); ++i) {
-        const AttentionQuery& a = queries[i];
-        std::copy_n(a.q, qn, batch_q_.begin() + static_cast<long>(i * qn));
-        int table_at = -1;
-        for (const Staged& t : seen)
-          if (t.table == a.view.blocks.data() && t.size >= a.view.blocks.size()) table_at = t.at;
-        if (table_at < 0) {
-          table_at = static_cast<int>(tables_host_.size());
-          seen.push_back({a.view.blocks.data(), a.view.blocks.size(), table_at});
-          for (BlockId b : a.view.blocks) tables_host_.push_back(static_cast<int>(b.value));
-        }
-        int live_at = -1;
-        if (a.view.slot_live != nullptr) {
-          live_at = static_cast<int>(live_host_.size());
-          live_host_.insert(live_host_.end(), a.view.slot_live,
-                            a.view.slot_live + a.view.num_slots);
-        }
-        int weights_at = -1;
-        if (a.observer != nullptr) {
-          weights_at = static_cast<int>(weight_floats);
-          weight_floats += static_cast<long>(shape.n_heads) * a.view.num_slots;
-        }
-        const OpenGroup ok = open_group(p, a.view, layer, KvKind::kKey);
-        const OpenGroup ov = open_group(p, a.view, layer, KvKind::kValue);
-        meta_host_.insert(meta_host_.end(),
-                          {table_at, a.view.num_slots, live_at, weights_at, ok.start,
-                           int_offset(ok.at), ov.start, int_offset(ov.at)});
-        max_slots = std::max(max_slots, a.view.num_slots);
-      }
-      device::PagedBatchPool b;
-      std::tie(b.k, b.v) = p.layer(layer);
-      b.block_size = queries.front().view.block_size();
-      b.kv_heads = shape.kv_heads;
-      b.head_dim = shape.head_dim;
-      // Every layer of a step has the same tables, slot counts and live maps: staged by the first.
-      b.tables = batch_tables_.stage(*this, tables_host_);
-      b.meta = batch_meta_.stage(*this, meta_host_);
-      if (!live_host_.empty()) b.live = batch_live_.stage(*this, live_host_);
-      b.staging = p.open.base();
+      for (std::size_t i = 0; i < queries.size(); ++i)
+        std::copy_n(queries[i].q, qn, batch_q_.begin() + static_cast<long>(i * qn));
       const float* dq = stage(x_, batch_q_.data(), batch_q_.size());
       auto* dout = scratch(y_, batch_q_.size() * 4).as<float>();
-      float* dw = weight_floats > 0
-                      ? scratch(attention_, static_cast<std::size_t>(weight_floats) * 4).as<float>()
-                      : nullptr;
-      ops_->paged_attention_batch(dout, dq, b, n, shape.n_heads, max_slots, dw);
+      attention_on_device(layer, shape, queries, dq, dout);
       ops_->to_host(batch_q_.data(), dout, batch_q_.size() * 4);  // reused for the outputs
       for (std::size_t i = 0; i < queries.size(); ++i)
         std::copy_n(batch_q_.begin() + static_cast<long>(i * qn), qn, queries[i].out);
-      if (dw == nullptr) return;
-      attention_host_.resize(static_cast<std::size_t>(weight_floats));
-      ops_->to_host(attention_host_.data(), dw, attention_host_.size() * 4);
-      for (std::size_t i = 0; i < queries.size(); ++i) {
-        const AttentionQuery& a = queries[i];
-        if (a.observer == nullptr) continue;
-        const auto slots = static_cast<std::size_t>(a.view.num_slots);
-        const float* rows =
-            attention_host_.data() + meta_host_[device::DeviceOps::batch_meta_ints() * i + 3];
-        for (int h = 0; h < shape.n_heads; ++h) {
-          a.observer->on_attention(layer, h, a.query_pos,
-                                   std::span<const float>(rows + h * slots, slots));
-        }
-      }
     });
   }
+
+  // The whole step on the device: embeddings go up, the logits of the wanted tokens come back,
+  // and nothing else crosses the bus but the step's metadata (positions, block tables, live maps)
+  // and captured attention rows. Each op is the kernel or GEMM the op-by-op path runs, in the
+  // same order, so the two give the same logits (CudaSimBackend.WholeStepEqualsOpByOp).
+  bool run_step(const Model& model, std::span<const StepToken> tokens,
+                std::span<float> logits) override {
+    guard([&] { step_on_device(model, tokens, logits); });
+    return true;
+  }
+
+  device::Traffic traffic() const { return ops_->traffic(); }
 
  private:
   template <class F>
   void guard(F&& body) {
     guarded(flag_, body);
+  }
+
+  [[noreturn]] void refuse_quantized() const {
+    throw Error(flag_,
+                "expected fp32 weights (--weight-format f32), got a quantized matrix "
+                "(quantized-weight GEMMs are not written yet)");
+  }
+
+  // The GEMMs' input: dx itself for fp32 weights, else dx rounded once to the weights' 16-bit type
+  // (into x16_, which holds it until the next call).
+  const void* gemm_input(const float* dx, std::size_t count) {
+    if (weights_type_ == GemmType::kF32) return dx;
+    auto* x16 = scratch(x16_, count * 2).as<std::uint16_t>();
+    ops_->to_16bit(x16, dx, static_cast<long>(count), weights_type_ == GemmType::kBF16);
+    return x16;
+  }
+  // dy[m][d] (= or +=) W x for the host weights w [d][n], uploaded in the GEMM type on first use.
+  void gemm(float* dy, const void* dx, const float* w, int m, int n, int d, bool accumulate) {
+    ops_->gemm(dy, dx, weight(w, static_cast<std::size_t>(d) * n, weights_type_), weights_type_,
+               m, n, d, accumulate);
+  }
+
+  // Activations of one step on the device, one row per token (grown to the largest step, then
+  // reused): the residual stream, a norm's output, Q/K/V, attention's output, the FFN's hidden
+  // pair, the wanted tokens' final states and logits, positions.
+  struct StepBuffers {
+    DeviceBuffer x, xn, q, k, v, att, hb, hb2, logits, pos;
+  };
+
+  void step_on_device(const Model& model, std::span<const StepToken> tokens,
+                      std::span<float> logits) {
+    if (tokens.empty()) return;
+    const ModelConfig& c = model.config();
+    const Weights& w = model.weights();
+    const NativeWeights* nw = model.native();
+    // The fp32 rows of a projection; a model that keeps the matrix quantized is refused (the
+    // device has no quantized GEMM yet), as matmul_batch refuses it.
+    using PerLayer = std::vector<QuantMatrix> NativeWeights::*;
+    auto f32 = [&](const float* rows, PerLayer which, int l) {
+      if (nw != nullptr && (nw->*which)[static_cast<std::size_t>(l)].data != nullptr)
+        refuse_quantized();
+      return rows;
+    };
+    const int m = static_cast<int>(tokens.size());
+    const long dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hidden = c.hidden_dim;
+    const auto rows = [&](long width) { return static_cast<std::size_t>(m * width) * 4; };
+    StepBuffers& b = step_;
+    float* x = scratch(b.x, rows(dim)).as<float>();
+    float* xn = scratch(b.xn, rows(dim)).as<float>();
+    float* q = scratch(b.q, rows(q_dim)).as<float>();
+    float* k = scratch(b.k, rows(kv_dim)).as<float>();
+    float* v = scratch(b.v, rows(kv_dim)).as<float>();
+    float* att = scratch(b.att, rows(q_dim)).as<float>();
+    float* hb = scratch(b.hb, rows(hidden)).as<float>();
+    float* hb2 = scratch(b.hb2, rows(hidden)).as<float>();
+
+    // Token embeddings and positions up (the embedding table stays on the host: a row per token).
+    embed_host_.resize(static_cast<std::size_t>(m * dim));
+    pos_host_.resize(static_cast<std::size_t>(m));
+    std::vector<AttentionQuery> queries;
+    queries.reserve(tokens.size());
+    for (int t = 0; t < m; ++t) {
+      const StepToken& s = tokens[static_cast<std::size_t>(t)];
+      std::copy_n(w.token_embedding + s.token * dim, dim, embed_host_.begin() + t * dim);
+      pos_host_[static_cast<std::size_t>(t)] = s.pos;
+      queries.push_back({s.view, nullptr, nullptr, s.pos, s.observer});
+    }
+    ops_->to_device(x, embed_host_.data(), rows(dim));
+    int* pos = stage(b.pos, pos_host_.data(), pos_host_.size());
+    // The block tables of the step's sequences, staged once for every layer's K/V writes. A
+    // sequence's tokens have views over one table (a prefill chunk's earlier ones over a prefix
+    // of it): each table goes up once, as long as its longest view.
+    std::unordered_map<const BlockId*, std::size_t> longest, table_of;
+    for (const StepToken& s : tokens) {
+      std::size_t& n = longest[s.view.blocks.data()];
+      n = std::max(n, s.view.blocks.size());
+    }
+    step_tables_host_.clear();
+    std::vector<std::size_t> table_at(tokens.size());
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      const BlockId* blocks = tokens[t].view.blocks.data();
+      const auto [it, fresh] = table_of.try_emplace(blocks, step_tables_host_.size());
+      if (fresh) {
+        for (std::size_t i = 0; i < longest[blocks]; ++i)
+          step_tables_host_.push_back(static_cast<int>(blocks[i].value));
+      }
+      table_at[t] = it->second;
+    }
+    const int* tables = step_tables_.stage(*this, step_tables_host_);
+    const auto norm = [&](const float* weights) {
+      return static_cast<const float*>(weight(weights, static_cast<std::size_t>(dim),
+                                              GemmType::kF32));
+    };
+    const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+
+    for (int l = 0; l < c.n_layers; ++l) {
+      // Attention block: pre-norm, Q/K/V, RoPE, K/V into the pool, attention, output projection
+      // added to the residual by the GEMM itself.
+      ops_->rmsnorm(xn, x, norm(w.rms_att + l * dim), m, c.dim, c.rms_eps);
+      const void* in = gemm_input(xn, static_cast<std::size_t>(m * dim));
+      gemm(q, in, f32(w.wq + l * q_dim * dim, &NativeWeights::wq, l), m, c.dim, c.q_dim(), false);
+      gemm(k, in, f32(w.wk + l * kv_dim * dim, &NativeWeights::wk, l), m, c.dim, c.kv_dim(),
+           false);
+      gemm(v, in, f32(w.wv + l * kv_dim * dim, &NativeWeights::wv, l), m, c.dim, c.kv_dim(),
+           false);
+      ops_->rope(q, k, pos, m, c.q_dim(), c.kv_dim(), c.head_dim(), c.rope_theta);
+      for (int t = 0; t < m; ++t) {
+        const KvSeqView& view = tokens[static_cast<std::size_t>(t)].view;
+        kv_write_on_device(view, l, tables + table_at[static_cast<std::size_t>(t)],
+                           k + t * kv_dim, v + t * kv_dim);
+      }
+      attention_on_device(l, shape, queries, q, att);
+      gemm(x, gemm_input(att, static_cast<std::size_t>(m * q_dim)),
+           f32(w.wo + l * dim * q_dim, &NativeWeights::wo, l), m, c.q_dim(), c.dim, true);
+      // FFN block: pre-norm, gate and up, SwiGLU, down projection added to the residual.
+      ops_->rmsnorm(xn, x, norm(w.rms_ffn + l * dim), m, c.dim, c.rms_eps);
+      in = gemm_input(xn, static_cast<std::size_t>(m * dim));
+      gemm(hb, in, f32(w.w1 + l * hidden * dim, &NativeWeights::w1, l), m, c.dim, c.hidden_dim,
+           false);
+      gemm(hb2, in, f32(w.w3 + l * hidden * dim, &NativeWeights::w3, l), m, c.dim, c.hidden_dim,
+           false);
+      ops_->swiglu(hb, hb2, m * hidden);
+      gemm(x, gemm_input(hb, static_cast<std::size_t>(m * hidden)),
+           f32(w.w2 + l * dim * hidden, &NativeWeights::w2, l), m, c.hidden_dim, c.dim, true);
+    }
+
+    // Final norm and classifier for the wanted tokens only: their rows gathered (all of them,
+    // in a prefill chunk that wants only its last, is one row), normed, multiplied, read back.
+    int wanted = 0;
+    for (int t = 0; t < m; ++t) {
+      if (!tokens[static_cast<std::size_t>(t)].want_logits) continue;
+      if (wanted != t)
+        ops_->copy_on_device(x + wanted * dim, x + t * dim, static_cast<std::size_t>(dim) * 4);
+      ++wanted;
+    }
+    if (wanted == 0) return;
+    if (nw != nullptr && nw->wcls.data != nullptr) refuse_quantized();
+    ops_->rmsnorm(xn, x, norm(w.rms_final), wanted, c.dim, c.rms_eps);
+    const std::size_t logit_floats = static_cast<std::size_t>(wanted) * c.vocab_size;
+    if (logits.size() != logit_floats)
+      throw InternalError(flag_, "the step's logits span does not hold its wanted rows");
+    float* dl = scratch(b.logits, logit_floats * 4).as<float>();
+    gemm(dl, gemm_input(xn, static_cast<std::size_t>(wanted * dim)), w.wcls, wanted, c.dim,
+         c.vocab_size, false);
+    ops_->to_host(logits.data(), dl, logit_floats * 4);
+  }
+
+  // One token's K and V rows (device memory) into the view's write slot of `layer`, in the
+  // pool's format, through `table` (the view's block table on the device); an MLA view writes
+  // its latent and RoPE keys (its table staged by latent_sequence).
+  void kv_write_on_device(const KvSeqView& view, int layer, const int* table, const float* dk,
+                          const float* dv) {
+    DevicePool& p = pool(view, /*may_create=*/view.write_slot() == 0);
+    const KvLayout& L = view.storage->layout();
+    if (view.mla != nullptr) {  // the latent (and mode B's RoPE keys) instead of K and V
+      mla_.write(*view.mla, layer, dk, dv, slot_position(view, view.write_slot()),
+                 latent_sequence(p, view, layer), view.write_slot());
+      return;
+    }
+    auto [kt, vt] = p.layer(layer);
+    // A KIVI kind's token joins its group's full-precision rows (the group is quantized into
+    // the tiles when it fills); the other kinds are written and quantized now.
+    if (L.k_format.is_kivi()) {
+      stage_kivi(p, view, table, layer, KvKind::kKey, dk, kt);
+      kt.base = nullptr;
+    }
+    if (L.v_format.is_kivi()) {
+      stage_kivi(p, view, table, layer, KvKind::kValue, dv, vt);
+      vt.base = nullptr;
+    }
+    if (kt.base != nullptr || vt.base != nullptr)
+      ops_->kv_write(kt, vt, table, view.write_slot(), L.block_size, dk, dv, L.kv_heads,
+                     L.head_dim);
+  }
+
+  // One query's attention (dq, dout device memory [n_heads][head_dim]); its softmax rows go to
+  // the observer when there is one.
+  void attend_on_device(const AttentionQuery& a, int layer, const AttentionShape& shape,
+                        const float* dq, float* dout) {
+    const KvSeqView& view = a.view;
+    DevicePool& p = pool(view, /*may_create=*/false);
+    const std::size_t wn = static_cast<std::size_t>(shape.n_heads) * view.num_slots;
+    float* dw = a.observer != nullptr ? scratch(attention_, wn * 4).as<float>() : nullptr;
+    if (view.mla != nullptr) {  // over the latent cache (mode A or B)
+      std::vector<int> positions(static_cast<std::size_t>(view.num_slots));
+      for (int t = 0; t < view.num_slots; ++t)
+        positions[static_cast<std::size_t>(t)] = slot_position(view, t);
+      mla_.attend(*view.mla, layer, dq, dout, a.query_pos, latent_sequence(p, view, layer),
+                  positions, dw);
+    } else {
+      paged_attention_on_device(p, view, layer, shape, dq, dout, dw);
+    }
+    if (a.observer == nullptr) return;
+    // Attention capture: each head's softmax row, as the CPU backend reports it.
+    attention_host_.resize(wn);
+    ops_->to_host(attention_host_.data(), dw, wn * 4);
+    const auto n = static_cast<std::size_t>(view.num_slots);
+    for (int h = 0; h < shape.n_heads; ++h) {
+      a.observer->on_attention(layer, h, a.query_pos,
+                               std::span<const float>(attention_host_.data() + h * n, n));
+    }
+  }
+
+  // The whole step's queries (dq, dout device memory, [queries][n_heads][head_dim]) in one
+  // launch of the batch kernel when they share a K/V pool and fit its one pass (every prefill
+  // chunk and decode step up to 4,096 slots, a lone decode query too: its block table and
+  // metadata then go up once per step, not once per layer); otherwise one by one (split-K past
+  // 4,096 slots; MLA latent caches).
+  void attention_on_device(int layer, const AttentionShape& shape,
+                           std::span<const AttentionQuery> queries, const float* dq,
+                           float* dout) {
+    const bool one_pool = std::all_of(queries.begin(), queries.end(), [&](const AttentionQuery& a) {
+      return a.view.storage == queries.front().view.storage && a.view.mla == nullptr &&
+             a.view.num_slots <= device::DeviceOps::batch_max_slots();
+    });
+    const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
+    if (!one_pool) {
+      for (std::size_t i = 0; i < queries.size(); ++i)
+        attend_on_device(queries[i], layer, shape, dq + i * qn, dout + i * qn);
+      return;
+    }
+    DevicePool& p = pool(queries.front().view, /*may_create=*/false);
+    const auto n = static_cast<int>(queries.size());
+    // Host staging: block tables (each distinct table once), live maps, and per query
+    // {table offset, num_slots, live offset, weights offset, KIVI open groups}.
+    tables_host_.clear();
+    live_host_.clear();
+    meta_host_.clear();
+    struct Staged {
+      const BlockId* table;
+      std::size_t size;
+      int at;
+    };
+    std::vector<Staged> seen;  // tables staged so far (a prefill chunk's queries share one)
+    int max_slots = 0;
+    long weight_floats = 0;
+    for (std::size_t i = 0; i < queries.size(); ++i) {
+      const AttentionQuery& a = queries[i];
+      int table_at = -1;
+      for (const Staged& t : seen)
+        if (t.table == a.view.blocks.data() && t.size >= a.view.blocks.size()) table_at = t.at;
+      if (table_at < 0) {
+        table_at = static_cast<int>(tables_host_.size());
+        seen.push_back({a.view.blocks.data(), a.view.blocks.size(), table_at});
+        for (BlockId b : a.view.blocks) tables_host_.push_back(static_cast<int>(b.value));
+      }
+      int live_at = -1;
+      if (a.view.slot_live != nullptr) {
+        live_at = static_cast<int>(live_host_.size());
+        live_host_.insert(live_host_.end(), a.view.slot_live,
+                          a.view.slot_live + a.view.num_slots);
+      }
+      int weights_at = -1;
+      if (a.observer != nullptr) {
+        weights_at = static_cast<int>(weight_floats);
+        weight_floats += static_cast<long>(shape.n_heads) * a.view.num_slots;
+      }
+      const OpenGroup ok = open_group(p, a.view, layer, KvKind::kKey);
+      const OpenGroup ov = open_group(p, a.view, layer, KvKind::kValue);
+      meta_host_.insert(meta_host_.end(),
+                        {table_at, a.view.num_slots, live_at, weights_at, ok.start,
+                         int_offset(ok.at), ov.start, int_offset(ov.at)});
+      max_slots = std::max(max_slots, a.view.num_slots);
+    }
+    device::PagedBatchPool b;
+    std::tie(b.k, b.v) = p.layer(layer);
+    b.block_size = queries.front().view.block_size();
+    b.kv_heads = shape.kv_heads;
+    b.head_dim = shape.head_dim;
+    // Every layer of a step has the same tables, slot counts and live maps: staged by the first.
+    b.tables = batch_tables_.stage(*this, tables_host_);
+    b.meta = batch_meta_.stage(*this, meta_host_);
+    if (!live_host_.empty()) b.live = batch_live_.stage(*this, live_host_);
+    b.staging = p.open.base();
+    float* dw = weight_floats > 0
+                    ? scratch(attention_, static_cast<std::size_t>(weight_floats) * 4).as<float>()
+                    : nullptr;
+    ops_->paged_attention_batch(dout, dq, b, n, shape.n_heads, max_slots, dw);
+    if (dw == nullptr) return;
+    attention_host_.resize(static_cast<std::size_t>(weight_floats));
+    ops_->to_host(attention_host_.data(), dw, attention_host_.size() * 4);
+    for (std::size_t i = 0; i < queries.size(); ++i) {
+      const AttentionQuery& a = queries[i];
+      if (a.observer == nullptr) continue;
+      const auto slots = static_cast<std::size_t>(a.view.num_slots);
+      const float* rows =
+          attention_host_.data() + meta_host_[device::DeviceOps::batch_meta_ints() * i + 3];
+      for (int h = 0; h < shape.n_heads; ++h) {
+        a.observer->on_attention(layer, h, a.query_pos,
+                                 std::span<const float>(rows + h * slots, slots));
+      }
+    }
   }
 
   // KIVI: the token at the view's write slot into its group's rows on the device (a new entry
@@ -666,6 +834,11 @@ class CudaBackend final : public Backend {
   std::vector<std::uint8_t> live_host_;
   std::vector<float> batch_q_;
   std::vector<float> attention_host_;
+  StepBuffers step_;
+  Mirror<int> step_tables_;
+  std::vector<int> step_tables_host_;
+  std::vector<float> embed_host_;
+  std::vector<int> pos_host_;
 };
 
 }  // namespace
@@ -695,6 +868,12 @@ device::KvCode cuda_kv_code(const KvFormat& f, KvKind kind) {
       return key ? device::KvCode::kKiviKey2 : device::KvCode::kInt2;
   }
   throw InternalError("cuda backend", "a K/V format without a kernel code");
+}
+
+std::optional<device::Traffic> cuda_traffic(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda == nullptr) return std::nullopt;
+  return cuda->traffic();
 }
 
 std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights) {

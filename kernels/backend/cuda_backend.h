@@ -5,9 +5,10 @@
 //
 // The backend owns its device memory: the weights, converted to the GEMM type and uploaded once
 // (on first use); a device copy of each KV pool it writes (the host pool's bytes are not used);
-// scratch buffers for activations. The Backend interface hands it host activations one op at a
-// time, so each op copies its inputs to the device and its outputs back: correct, but on a GPU
-// that is a PCIe round trip per op (the batched-step seam of issue #17 removes them).
+// activation buffers. It runs each engine step whole (Backend::run_step): the step's token
+// embeddings go up, the wanted tokens' logits come back, and the activations in between stay on
+// the device. Its op-level methods (matmul_batch, rmsnorm, ...) take host pointers, copying
+// inputs up and outputs back per call: the tests hold the whole step to them.
 //
 // K/V formats: fp32, fp16, bf16, int8, fp8, int4, int2 and KIVI, quantized on write and
 // dequantized in attention by the kernels (KIVI's open group stays in full precision on the
@@ -19,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -36,6 +38,10 @@ const char* gemm_type_name(GemmType type);
 // The kernels' code for K/V format f's K (kind kKey) or V tiles: every format has one (KIVI's
 // values are int4 / int2 tiles).
 device::KvCode cuda_kv_code(const KvFormat& f, KvKind kind);
+
+// What a CUDA backend (cuda or cuda-sim) has copied between host and device so far; nullopt for
+// any other backend.
+std::optional<device::Traffic> cuda_traffic(const Backend& backend);
 
 // --backend cuda-sim: the emulated device; weights in `weights` on it.
 std::unique_ptr<Backend> make_cuda_sim_backend(GemmType weights = GemmType::kF16);

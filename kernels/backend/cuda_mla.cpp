@@ -53,7 +53,7 @@ void MlaOnDevice::write(const MlaCodec& m, int layer, const float* k, const floa
   ops_.mla_latent_input(row, rope, k, v, nope_index_.as<int>(), rope_index_.as<int>(), m.kv_heads,
                         hd, nd, rd, pos, m.rope_theta);
   auto* c = grown(ops_, c_, static_cast<std::size_t>(R) * 4).as<float>();
-  ops_.gemm(c, row, w.u_t.as<void>(), device::GemmType::kF32, 1, rows, R);  // c = U^T row
+  ops_.gemm(c, row, w.u_t.as<void>(), device::GemmType::kF32, 1, rows, R, false);  // c = U^T row
   // The latent is one row of R values in the K region, the RoPE keys rope_heads x rd in V.
   device::DeviceTiles skip = seq.rope;
   skip.base = nullptr;
@@ -79,8 +79,8 @@ void MlaOnDevice::attend(const MlaCodec& m, int layer, const float* q, float* ou
     const std::size_t rows_bytes = static_cast<std::size_t>(n) * kv_dim * 4;
     auto* keys = grown(ops_, keys_, rows_bytes).as<float>();
     auto* values = grown(ops_, values_, rows_bytes).as<float>();
-    ops_.gemm(keys, c, w.w_uk.as<void>(), device::GemmType::kF32, n, R, kv_dim);  // K = C W_uk^T
-    ops_.gemm(values, c, w.w_uv.as<void>(), device::GemmType::kF32, n, R, kv_dim);
+    ops_.gemm(keys, c, w.w_uk.as<void>(), device::GemmType::kF32, n, R, kv_dim, false);
+    ops_.gemm(values, c, w.w_uv.as<void>(), device::GemmType::kF32, n, R, kv_dim, false);
     ops_.rope(keys, keys, upload(ints_, positions), n, 0, kv_dim, hd, m.rope_theta);
     device::PagedPool p;
     p.k = {keys_.as<unsigned char>(), static_cast<long>(rows_bytes), device::KvCode::kF32, 0, 0};
@@ -126,7 +126,7 @@ void MlaOnDevice::attend(const MlaCodec& m, int layer, const float* q, float* ou
   for (int g = 0; g < m.kv_heads; ++g) {
     ops_.gemm(out + static_cast<long>(g) * group * hd, ctx + static_cast<long>(g) * group * R,
               w.w_uv.as<float>() + static_cast<long>(g) * hd * R, device::GemmType::kF32, group, R,
-              hd);
+              hd, false);
   }
 }
 

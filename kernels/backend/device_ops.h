@@ -95,6 +95,13 @@ struct LatentPool {
   const unsigned char* live = nullptr;  // [num_slots] 0 = evicted; nullptr = all live
 };
 
+// Copies between host and device since a DeviceOps was made (cudaMemcpy host to device and
+// device to host): what a step costs on the PCIe bus.
+struct Traffic {
+  std::uint64_t to_device_bytes = 0, to_device_copies = 0;
+  std::uint64_t to_host_bytes = 0, to_host_copies = 0;
+};
+
 class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
@@ -104,6 +111,7 @@ class DeviceOps {
   virtual void release(void* p) noexcept = 0;
   virtual void to_device(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual Traffic traffic() const = 0;
   virtual void synchronize() = 0;
   virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
   // Milliseconds the device spends on what `work` launches (events around it).
@@ -113,9 +121,13 @@ class DeviceOps {
                        int head_dim, std::uint32_t seed) = 0;
 
   // out[t][r] = W[r] . x[t] for t < m, r < d: W row-major [d][n] and x [m][n] both in `type`
-  // (for 16-bit weights, activations rounded by to_16bit first), out fp32 [m][d].
-  virtual void gemm(float* out, const void* x, const void* w, GemmType type, int m, int n,
-                    int d) = 0;
+  // (for 16-bit weights, activations rounded by to_16bit first), out fp32 [m][d]. With
+  // `accumulate` the product is added to out (cuBLAS's beta = 1: a residual add in the GEMM).
+  virtual void gemm(float* out, const void* x, const void* w, GemmType type, int m, int n, int d,
+                    bool accumulate) = 0;
+  // out[r] = the index of row r's largest value, the lowest among equals (greedy sampling;
+  // kernels/ops/argmax.cuh), r < rows; rows of n floats.
+  virtual void argmax(int* out, const float* rows_in, int rows, int n) = 0;
   // dst[i] = src[i] rounded to fp16 / bf16 bits (weights converted on upload).
   virtual void to_16bit(std::uint16_t* dst, const float* src, long n, bool bf16) = 0;
   virtual void rmsnorm(float* out, const float* x, const float* w, int rows, int n, float eps) = 0;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/backend/device_ops.h"
+#include "kernels/ops/argmax.cuh"
 #include "kernels/ops/convert.cuh"
 #include "kernels/ops/kv_fill.cuh"
 #include "kernels/ops/kv_kivi.cuh"

@@ -197,11 +197,23 @@ TEST(CublasStandIn, TheBackendsRowMajorMappingEqualsTheCpuMatmul) {
   auto* dy = static_cast<float*>(ops->alloc(m * d * 4));
   ops->to_device(dx, x.data(), x.size() * 4);
   ops->to_device(dw, w.data(), w.size() * 4);
-  ops->gemm(dy, dx, dw, device::GemmType::kF32, m, n, d);
+  ops->gemm(dy, dx, dw, device::GemmType::kF32, m, n, d, /*accumulate=*/false);
   std::vector<float> got(m * d), want(m * d);
   ops->to_host(got.data(), dy, got.size() * 4);
   for (int t = 0; t < m; ++t) cpu::matmul(want.data() + t * d, x.data() + t * n, w.data(), n, d);
   for (int i = 0; i < m * d; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+  // accumulate: cuBLAS's beta = 1 adds the product to what out holds (the residual add of the
+  // device step), exactly as the host adds it.
+  const std::vector<float> product = got;
+  ops->gemm(dy, dx, dw, device::GemmType::kF32, m, n, d, /*accumulate=*/true);
+  ops->to_host(got.data(), dy, got.size() * 4);
+  for (int i = 0; i < m * d; ++i) EXPECT_EQ(got[i], product[i] + product[i]) << i;
+  // Every copy between host and device is counted: 2 uploads, 2 downloads so far.
+  const device::Traffic t = ops->traffic();
+  EXPECT_EQ(t.to_device_copies, 2u);
+  EXPECT_EQ(t.to_device_bytes, (x.size() + w.size()) * 4);
+  EXPECT_EQ(t.to_host_copies, 2u);
+  EXPECT_EQ(t.to_host_bytes, 2u * m * d * 4);
   for (void* p : {static_cast<void*>(dx), static_cast<void*>(dw), static_cast<void*>(dy)})
     ops->release(p);
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 
+#include "engine/backend/op_by_op.h"
 #include "engine/common/error.h"
 #include "engine/evict/token_evictor.h"
 #include "engine/infer/generate.h"
@@ -367,6 +368,143 @@ TEST(CudaSimBackend, ABatchedStepOfThreeSequencesInAPagedPoolMatchesTheCpu) {
     }
   }
   EXPECT_LT(max_abs_diff(logits[1], logits[0]), 1e-3);
+}
+
+namespace {
+
+// Every softmax row an observer is handed, in order, with its (layer, head, position).
+struct AllRows : AttentionObserver {
+  std::vector<float> all;
+  void on_attention(int layer, int head, int pos, std::span<const float> w) override {
+    all.push_back(static_cast<float>(layer * 1000 + head * 10 + pos));
+    all.insert(all.end(), w.begin(), w.end());
+  }
+};
+
+// Three sequences in one paged pool through `t`: a prefill chunk of sequence 0 (only its last
+// token's logits wanted) beside the first tokens of the others, then decode steps of all three,
+// sequence 1's attention captured. Returns every step's logits.
+std::vector<std::vector<float>> three_sequences(Transformer& t, const KvFormat& f,
+                                                AllRows* captured) {
+  const ModelConfig& c = t.config();
+  KvCacheManager cache({c.n_layers, c.n_kv_heads, c.head_dim(), 4, 64, f, f},
+                       AllocatorKind::kPaged, c.seq_len, true);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> tok(1, c.vocab_size - 1);
+  for (int s = 0; s < 3; ++s) cache.require_add_sequence(SeqId(s));
+  std::vector<std::vector<float>> out;
+  std::vector<StepToken> step;
+  const int chunk = 6;
+  cache.require_append_slots(SeqId(0), chunk);
+  KvSeqView view = cache.view(SeqId(0));
+  for (int pos = 0; pos < chunk; ++pos) {
+    view.num_slots = pos + 1;  // writes its own slot, sees those before it
+    step.push_back({tok(rng), pos, view, pos == chunk - 1, nullptr});
+  }
+  for (int s = 1; s < 3; ++s) {
+    cache.require_append_slots(SeqId(s), 1);
+    step.push_back({tok(rng), 0, cache.view(SeqId(s)), true, s == 1 ? captured : nullptr});
+  }
+  for (int i = 0; i < 12; ++i) {
+    const std::span<float> l = t.forward_step(step);
+    out.emplace_back(l.begin(), l.end());
+    step.clear();
+    for (int s = 0; s < 3; ++s) {
+      cache.require_append_slots(SeqId(s), 1);
+      const int pos = (s == 0 ? chunk : 1) + i;
+      step.push_back({tok(rng), pos, cache.view(SeqId(s)), true, s == 1 ? captured : nullptr});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// The CUDA backend runs a step whole on the device (Backend::run_step): activations never come
+// back to the host between ops. Each op is the kernel or GEMM its op-level method runs, in the
+// same order, and the residual adds are GEMMs with beta = 1, so on the emulated device the
+// logits and captured attention rows are bit for bit those of the same backend driven one op
+// at a time (OpByOp), with fp32 and fp16 GEMMs, per-token and KIVI formats (KIVI's waves).
+TEST(CudaSimBackend, TheWholeStepOnTheDeviceEqualsItsOpsOneByOne) {
+  const auto& m = test::real_model();
+  struct Case {
+    GemmType gemm;
+    const char* format;
+  };
+  for (const Case k : {Case{GemmType::kF32, "fp32"}, Case{GemmType::kF16, "int8"},
+                       Case{GemmType::kF32, "kivi4-r16"}}) {
+    auto whole = make_cuda_sim_backend(k.gemm);
+    auto inner = make_cuda_sim_backend(k.gemm);
+    OpByOp ops(*inner);
+    Transformer on_device(m.model, *whole), op_by_op(m.model, ops);
+    const KvFormat f = parse_kv_format(k.format, "test");
+    AllRows rows[2];
+    const auto got = three_sequences(on_device, f, &rows[0]);
+    const auto want = three_sequences(op_by_op, f, &rows[1]);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << k.format << " step " << i;
+    EXPECT_FALSE(rows[0].all.empty());
+    EXPECT_EQ(rows[0].all, rows[1].all) << k.format;
+  }
+}
+
+// What a decode step of four sequences copies between host and device: the whole step sends the
+// token embeddings and the step's metadata (positions, block tables, attention's per-query
+// table) up and reads only the logits back; op by op, every op's inputs go up and its outputs
+// come back, a number of copies that grows with the layers.
+TEST(CudaSimBackend, AStepSendsEmbeddingsUpAndReadsOnlyLogitsBack) {
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  const int seqs = 4;
+  device::Traffic per_step[2];
+  for (int path = 0; path < 2; ++path) {
+    auto sim = make_cuda_sim_backend(GemmType::kF32);
+    OpByOp ops(*sim);
+    Transformer t(m.model, path == 0 ? *sim : static_cast<Backend&>(ops));
+    const KvFormat f = parse_kv_format("fp16", "test");
+    KvCacheManager cache({c.n_layers, c.n_kv_heads, c.head_dim(), 16, 16, f, f},
+                         AllocatorKind::kPaged, c.seq_len, true);
+    std::vector<StepToken> step(seqs);
+    for (int s = 0; s < seqs; ++s) cache.require_add_sequence(SeqId(s));
+    for (int pos = 0; pos < 3; ++pos) {
+      for (int s = 0; s < seqs; ++s) {
+        cache.require_append_slots(SeqId(s), 1);
+        step[static_cast<std::size_t>(s)] = {1 + s, pos, cache.view(SeqId(s)), true, nullptr};
+      }
+      const device::Traffic before = cuda_traffic(*sim).value();
+      t.forward_step(step);
+      const device::Traffic after = cuda_traffic(*sim).value();
+      per_step[path] = {after.to_device_bytes - before.to_device_bytes,
+                        after.to_device_copies - before.to_device_copies,
+                        after.to_host_bytes - before.to_host_bytes,
+                        after.to_host_copies - before.to_host_copies};
+    }
+  }
+  EXPECT_FALSE(cuda_traffic(*make_cpu_backend(1)).has_value());
+  const device::Traffic& whole = per_step[0];
+  const std::uint64_t logits = static_cast<std::uint64_t>(seqs) * c.vocab_size * 4;
+  EXPECT_EQ(whole.to_host_copies, 1u);
+  EXPECT_EQ(whole.to_host_bytes, logits);
+  // Up: embeddings [4][dim] and positions, once; the block tables and the attention batch's
+  // tables and per-query metadata, once per step whatever the layers (at most five copies).
+  const std::uint64_t embeddings = static_cast<std::uint64_t>(seqs) * c.dim * 4;
+  EXPECT_LE(whole.to_device_copies, 5u);
+  EXPECT_GE(whole.to_device_bytes, embeddings);
+  EXPECT_LE(whole.to_device_bytes, embeddings + 1024);
+  const device::Traffic& ops = per_step[1];
+  EXPECT_GT(ops.to_host_copies, static_cast<std::uint64_t>(c.n_layers) * 4);
+  EXPECT_GT(ops.to_host_bytes, 2 * logits);
+  std::printf("[cuda-sim] a decode step of %d sequences, %d layers: whole step %llu copies up "
+              "(%llu B), %llu down (%llu B); op by op %llu up (%llu B), %llu down (%llu B)\n",
+              seqs, c.n_layers, static_cast<unsigned long long>(whole.to_device_copies),
+              static_cast<unsigned long long>(whole.to_device_bytes),
+              static_cast<unsigned long long>(whole.to_host_copies),
+              static_cast<unsigned long long>(whole.to_host_bytes),
+              static_cast<unsigned long long>(ops.to_device_copies),
+              static_cast<unsigned long long>(ops.to_device_bytes),
+              static_cast<unsigned long long>(ops.to_host_copies),
+              static_cast<unsigned long long>(ops.to_host_bytes));
 }
 
 TEST(CudaSimBackend, OwnsItsDeviceMemoryAndGivesItAllBack) {
