@@ -30,10 +30,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int argmax(std::span<const float> row) {
-  return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
-}
-
 // The seconds of `steps` decode steps of `seqs` sequences, after one untimed step that starts them,
 // and what they copied between host and device (a CUDA backend's count; zero on the CPU).
 struct Decode {
@@ -55,7 +51,6 @@ Decode time_decode(Transformer& t, const Backend& device, int seqs, int steps, i
     cache.require_add_sequence(SeqId(s));
     next[static_cast<std::size_t>(s)] = 1 + (s * 7919) % (c.vocab_size - 1);
   }
-  const auto vocab = static_cast<std::size_t>(c.vocab_size);
   std::vector<StepToken> step(static_cast<std::size_t>(seqs));
   auto run_step = [&](int pos) {
     for (int s = 0; s < seqs; ++s) {
@@ -63,9 +58,8 @@ Decode time_decode(Transformer& t, const Backend& device, int seqs, int steps, i
       step[static_cast<std::size_t>(s)] = {next[static_cast<std::size_t>(s)], pos,
                                            cache.view(SeqId(s)), true, nullptr};
     }
-    const std::span<const float> logits = t.forward_step(step);
-    for (std::size_t s = 0; s < next.size(); ++s)
-      next[s] = argmax(logits.subspan(s * vocab, vocab));
+    const std::span<const int> greedy = t.greedy_step(step);  // on the device, on a GPU
+    std::copy(greedy.begin(), greedy.end(), next.begin());
   };
   run_step(0);
   const device::Traffic before = traffic_of(device);

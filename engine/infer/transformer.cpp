@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "engine/common/error.h"
+#include "engine/model/sampler.h"
 
 namespace kvscope {
 namespace {
@@ -62,25 +63,56 @@ bool writes_change_earlier_slots(const KvSeqView& v) {
 
 }  // namespace
 
-std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
+int Transformer::sub_steps(std::span<const StepToken> tokens, std::vector<int>& group) const {
   bool ordered = false;
   for (const StepToken& t : tokens) ordered = ordered || writes_change_earlier_slots(t.view);
-  // group[i]: the sub-step token i runs in; sub-steps run one after the other.
-  std::vector<int> group(tokens.size(), 0);
-  int groups = 1;
+  group.assign(tokens.size(), 0);
   if (ordered) {
     // Wave k: the k-th token of every sequence (a sequence is a block table).
+    int groups = 1;
     std::unordered_map<const BlockId*, int> seen;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       group[i] = seen[tokens[i].view.blocks.data()]++;
       groups = std::max(groups, group[i] + 1);
     }
-  } else {
-    // At most kMaxStepTokens per sub-step bounds the activations (about 25 KB per token for
-    // SmolLM2); a later sub-step only reads slots the earlier ones wrote.
-    for (std::size_t i = 0; i < tokens.size(); ++i) group[i] = static_cast<int>(i / kMaxStepTokens);
-    groups = std::max(1, static_cast<int>((tokens.size() + kMaxStepTokens - 1) / kMaxStepTokens));
+    return groups;
   }
+  // At most kMaxStepTokens per sub-step bounds the activations (about 25 KB per token for
+  // SmolLM2); a later sub-step only reads slots the earlier ones wrote.
+  for (std::size_t i = 0; i < tokens.size(); ++i) group[i] = static_cast<int>(i / kMaxStepTokens);
+  return std::max(1, static_cast<int>((tokens.size() + kMaxStepTokens - 1) / kMaxStepTokens));
+}
+
+std::size_t Transformer::check_step(std::span<const StepToken> tokens) const {
+  const int vocab = model_->config().vocab_size;
+  std::size_t wanted = 0;
+  for (const StepToken& t : tokens) {
+    if (t.token < 0 || t.token >= vocab) {
+      fail_expected("forward: token", "an id in [0, " + std::to_string(vocab) + ")",
+                    std::to_string(t.token));
+    }
+    wanted += t.want_logits ? 1 : 0;
+  }
+  return wanted;
+}
+
+std::span<const int> Transformer::greedy_step(std::span<const StepToken> tokens) {
+  std::vector<int> group;
+  if (sub_steps(tokens, group) == 1) {
+    greedy_.resize(check_step(tokens));
+    if (backend_.run_step(*model_, tokens, {}, greedy_)) return greedy_;
+  }
+  const std::span<const float> logits = forward_step(tokens);
+  const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
+  greedy_.resize(logits.size() / vocab);
+  for (std::size_t k = 0; k < greedy_.size(); ++k) greedy_[k] = argmax(logits.subspan(k * vocab, vocab));
+  return greedy_;
+}
+
+std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
+  // group[i]: the sub-step token i runs in; sub-steps run one after the other.
+  std::vector<int> group;
+  const int groups = sub_steps(tokens, group);
   if (groups == 1) return run_step(tokens);
   // One sub-step per group; the logits of wanted tokens go back in the step's order.
   const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
@@ -122,17 +154,10 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   };
   const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim(), hidden = c.hidden_dim;
   const int m = static_cast<int>(tokens.size());
-  std::size_t wanted = 0;
-  for (const StepToken& t : tokens) {
-    if (t.token < 0 || t.token >= c.vocab_size) {
-      fail_expected("forward: token", "an id in [0, " + std::to_string(c.vocab_size) + ")",
-                    std::to_string(t.token));
-    }
-    wanted += t.want_logits ? 1 : 0;
-  }
+  const std::size_t wanted = check_step(tokens);
   reserve(0, wanted);
   const std::span<float> logits(logits_.data(), wanted * sz(c.vocab_size));
-  if (backend_.run_step(*model_, tokens, logits)) return logits;  // in the backend's memory
+  if (backend_.run_step(*model_, tokens, logits, {})) return logits;  // in the backend's memory
   reserve(tokens.size(), 0);
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
   auto row = [](AlignedVector<float>& buf, long width, int t) { return buf.data() + t * width; };

@@ -38,6 +38,12 @@ class Transformer {
   // each token still sees what it would alone.
   std::span<float> forward_step(std::span<const StepToken> tokens);
 
+  // forward_step for a caller that samples greedily: the index of the largest logit (the lowest
+  // among equals) of each token with want_logits, in step order, valid until the next call. A
+  // backend that runs the step in its own memory takes the argmax there (the CUDA backend: one
+  // int per token read back instead of a row of logits).
+  std::span<const int> greedy_step(std::span<const StepToken> tokens);
+
   // One token alone: forward_step of {token, pos, kv, logits wanted}. Returns the logits [vocab].
   std::span<float> forward(int token, int pos, const KvSeqView& kv,
                            AttentionObserver* observer = nullptr);
@@ -45,6 +51,11 @@ class Transformer {
  private:
   // forward_step's work for tokens that may all be written before any attends.
   std::span<float> run_step(std::span<const StepToken> tokens);
+  // Checks the tokens' ids; returns how many want logits.
+  std::size_t check_step(std::span<const StepToken> tokens) const;
+  // Whether forward_step runs `tokens` as several sub-steps (KIVI's waves, or past
+  // kMaxStepTokens); group[i] is token i's sub-step.
+  int sub_steps(std::span<const StepToken> tokens, std::vector<int>& group) const;
   void reserve(std::size_t tokens, std::size_t logit_rows);
 
   std::shared_ptr<const Model> model_;
@@ -64,6 +75,7 @@ class Transformer {
   AlignedVector<float> hb2_;     // [m][hidden]
   AlignedVector<float> last_;    // [k][dim] normed final states of the tokens that want logits
   AlignedVector<float> logits_;  // [k][vocab]
+  std::vector<int> greedy_;      // [k]: greedy_step's tokens
 };
 
 // Bytes of weights one decoded token reads: every layer's projections and FFN and the classifier,

@@ -220,7 +220,7 @@ void Simulator::arrive() {
   }
 }
 
-std::vector<std::span<float>> Simulator::forward_plan(const Work& w) {
+std::vector<Simulator::NextToken> Simulator::forward_plan(const Work& w) {
   std::vector<StepToken> step;
   for (const Work::Entry& entry : w.plan) {
     const RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
@@ -234,35 +234,45 @@ std::vector<std::span<float>> Simulator::forward_plan(const Work& w) {
                                pos + 1 == static_cast<int>(r.tokens.size()), nullptr});
     }
   }
-  const std::span<float> all = transformer_->forward_step(step);
-  std::vector<std::span<float>> logits;
+  const bool greedy = config_.sampler.temperature == 0.0f && !logits_observer_;
+  std::span<const float> all;
+  std::span<const int> tokens;
+  if (greedy) {
+    tokens = transformer_->greedy_step(step);
+  } else {
+    all = transformer_->forward_step(step);
+  }
+  std::vector<NextToken> next;
   const auto vocab = static_cast<std::size_t>(transformer_->config().vocab_size);
   std::size_t row = 0;
   for (const Work::Entry& entry : w.plan) {
     const RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
     const bool wanted =
         entry.tokens > 0 && r.num_computed + entry.tokens == static_cast<int>(r.tokens.size());
-    logits.push_back(wanted ? all.subspan(row++ * vocab, vocab) : std::span<float>());
+    NextToken n;
+    if (wanted && greedy) n.greedy = tokens[row++];
+    if (wanted && !greedy) n.logits = all.subspan(row++ * vocab, vocab);
+    next.push_back(n);
   }
-  return logits;
+  return next;
 }
 
 void Simulator::execute(Work& w) {
   // One batched forward for the whole step (token eviction runs per sequence: its evictor acts
   // between tokens). The bookkeeping below runs after it, entry by entry, as before.
-  std::vector<std::span<float>> step_logits;
-  if (transformer_ && !evicts_tokens()) step_logits = forward_plan(w);
+  std::vector<NextToken> step_next;
+  if (transformer_ && !evicts_tokens()) step_next = forward_plan(w);
   for (std::size_t e = 0; e < w.plan.size(); ++e) {
     const Work::Entry& entry = w.plan[e];
     RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
     const int first = r.num_computed;
     const int n = entry.tokens;
     const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
-    std::span<float> logits;
+    NextToken next;
     if (evicts_tokens()) {
-      logits = forward_evicting(r, first, n);
+      next.logits = forward_evicting(r, first, n);
     } else if (transformer_) {
-      logits = step_logits[e];
+      next = step_next[e];
     }
     // A decode step feeds just the newest sampled token; anything else is (re)prefill.
     const bool decode = n == 1 && first >= prompt &&
@@ -282,15 +292,18 @@ void Simulator::execute(Work& w) {
       if (evicts_tokens()) sync_table_event(r);
       continue;
     }
-    if (!r.forked && !r.fork_children.empty() && r.generated == 0) fork_samples(r, logits);
-    sample(r, logits);
+    if (!r.forked && !r.fork_children.empty() && r.generated == 0) fork_samples(r, next);
+    sample(r, next);
     if (evicts_tokens()) sync_table_event(r);
   }
 }
 
-void Simulator::sample(RequestRun& r, std::span<const float> logits) {
+void Simulator::sample(RequestRun& r, NextToken from) {
   int next = 0;
-  if (transformer_) {
+  if (transformer_ && from.greedy >= 0) {
+    next = from.greedy;
+  } else if (transformer_) {
+    const std::span<const float> logits = from.logits;
     if (logits_observer_) logits_observer_(r.id, r.generated, logits);
     // One sampler per (request, token index): seeded choices do not depend on batching or
     // preemption, so a request samples the same tokens alone or in any batch. Forked samples

@@ -111,23 +111,31 @@ class Simulator {
   void arrive();
   void execute(Work& w);
   void finish(RequestRun& r);
-  void sample(RequestRun& r, std::span<const float> logits);
+  // What a request samples its next token from: its last token's logits, or, when sampling is
+  // greedy and nobody observes logits, the token itself, taken by the backend
+  // (Transformer::greedy_step: on a CUDA backend the argmax runs on the device).
+  struct NextToken {
+    std::span<const float> logits;
+    int greedy = -1;
+  };
+  void sample(RequestRun& r, NextToken from);
   void close_step(const Work& w);
   // simulator_prefix.cpp
   void make_prefix_cache();
   bool prefix_admission_fits(const RequestRun& r, int budget) const;
   void start_sequence(RequestRun& r);
   void cache_full_blocks(RequestRun& r);
-  void fork_samples(RequestRun& lead, std::span<const float> logits);
+  void fork_samples(RequestRun& lead, NextToken from);
   // simulator_evict.cpp
   void check_token_eviction();
   void start_evictor(RequestRun& r);
   [[nodiscard]] bool reserve_for_evicting(Work& w, RequestRun& r, int n);
   std::span<float> forward_evicting(RequestRun& r, int first, int n);
-  // Runs every token of the plan as one Transformer::forward_step; per entry the logits of its
-  // last token when that token ends the request's known tokens (empty otherwise: a prefill chunk
-  // that does not finish its prompt samples nothing), valid until the next forward.
-  std::vector<std::span<float>> forward_plan(const Work& w);
+  // Runs every token of the plan as one Transformer::forward_step (greedy_step when sampling is
+  // greedy and no logits observer is set); per entry what its last token samples from when that
+  // token ends the request's known tokens (nothing otherwise: a prefill chunk that does not
+  // finish its prompt samples nothing), valid until the next forward.
+  std::vector<NextToken> forward_plan(const Work& w);
   void record_evicted(const RequestRun& r, const std::vector<std::int32_t>& live_before);
   void sync_table_event(const RequestRun& r);
   int blocks_bound_evicting(int kv_tokens) const;

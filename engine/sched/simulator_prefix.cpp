@@ -75,7 +75,7 @@ void Simulator::cache_full_blocks(RequestRun& r) {
   r.cached_blocks = full;
 }
 
-void Simulator::fork_samples(RequestRun& lead, std::span<const float> logits) {
+void Simulator::fork_samples(RequestRun& lead, NextToken from) {
   lead.forked = true;
   const auto prompt = static_cast<std::int64_t>(lead.spec.prompt_tokens.size());
   for (std::int32_t id : lead.fork_children) {
@@ -95,7 +95,7 @@ void Simulator::fork_samples(RequestRun& lead, std::span<const float> logits) {
     running_.push_back(c.id);
     emit(EventType::kAdmitted, c.id,
          static_cast<std::int64_t>(cache_->table(SeqId(c.id)).blocks.size()));
-    sample(c, logits);
+    sample(c, from);
   }
 }
 

@@ -322,9 +322,9 @@ class CudaBackend final : public Backend {
   // and nothing else crosses the bus but the step's metadata (positions, block tables, live maps)
   // and captured attention rows. Each op is the kernel or GEMM the op-by-op path runs, in the
   // same order, so the two give the same logits (CudaSimBackend.WholeStepEqualsOpByOp).
-  bool run_step(const Model& model, std::span<const StepToken> tokens,
-                std::span<float> logits) override {
-    guard([&] { step_on_device(model, tokens, logits); });
+  bool run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
+                std::span<int> greedy) override {
+    guard([&] { step_on_device(model, tokens, logits, greedy); });
     return true;
   }
 
@@ -358,13 +358,13 @@ class CudaBackend final : public Backend {
 
   // Activations of one step on the device, one row per token (grown to the largest step, then
   // reused): the residual stream, a norm's output, Q/K/V, attention's output, the FFN's hidden
-  // pair, the wanted tokens' final states and logits, positions.
+  // pair, the wanted tokens' logits and greedy tokens, positions.
   struct StepBuffers {
-    DeviceBuffer x, xn, q, k, v, att, hb, hb2, logits, pos;
+    DeviceBuffer x, xn, q, k, v, att, hb, hb2, logits, greedy, pos;
   };
 
   void step_on_device(const Model& model, std::span<const StepToken> tokens,
-                      std::span<float> logits) {
+                      std::span<float> logits, std::span<int> greedy) {
     if (tokens.empty()) return;
     const ModelConfig& c = model.config();
     const Weights& w = model.weights();
@@ -473,12 +473,19 @@ class CudaBackend final : public Backend {
     if (nw != nullptr && nw->wcls.data != nullptr) refuse_quantized();
     ops_->rmsnorm(xn, x, norm(w.rms_final), wanted, c.dim, c.rms_eps);
     const std::size_t logit_floats = static_cast<std::size_t>(wanted) * c.vocab_size;
-    if (logits.size() != logit_floats)
-      throw InternalError(flag_, "the step's logits span does not hold its wanted rows");
+    if ((!logits.empty() && logits.size() != logit_floats) ||
+        (!greedy.empty() && greedy.size() != static_cast<std::size_t>(wanted))) {
+      throw InternalError(flag_, "the step's logits or greedy span does not hold its wanted rows");
+    }
     float* dl = scratch(b.logits, logit_floats * 4).as<float>();
     gemm(dl, gemm_input(xn, static_cast<std::size_t>(wanted * dim)), w.wcls, wanted, c.dim,
          c.vocab_size, false);
-    ops_->to_host(logits.data(), dl, logit_floats * 4);
+    if (!logits.empty()) ops_->to_host(logits.data(), dl, logit_floats * 4);
+    if (greedy.empty()) return;
+    // Greedy sampling on the device: one int per token comes back, not a row of logits.
+    int* dg = scratch(b.greedy, greedy.size() * sizeof(int)).as<int>();
+    ops_->argmax(dg, dl, wanted, c.vocab_size);
+    ops_->to_host(greedy.data(), dg, greedy.size() * sizeof(int));
   }
 
   // One token's K and V rows (device memory) into the view's write slot of `layer`, in the

@@ -20,6 +20,7 @@
 #include "engine/infer/generate.h"
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
+#include "engine/model/sampler.h"
 #include "engine/sched/simulator.h"
 #include "kernels/backend/cuda_backend.h"
 #include "kernels/sim/cuda_api_sim.h"
@@ -505,6 +506,53 @@ TEST(CudaSimBackend, AStepSendsEmbeddingsUpAndReadsOnlyLogitsBack) {
               static_cast<unsigned long long>(ops.to_device_bytes),
               static_cast<unsigned long long>(ops.to_host_copies),
               static_cast<unsigned long long>(ops.to_host_bytes));
+}
+
+// Greedy decoding through Transformer::greedy_step: the CUDA backend takes each wanted token's
+// argmax on the device (kernels/ops/argmax.cuh) and reads back one int per token; the tokens are
+// the host's argmax of the same backend's logits, and the CPU's greedy_step (host argmax) agrees.
+TEST(CudaSimBackend, GreedyStepTakesTheArgmaxOnTheDevice) {
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  const int seqs = 3, steps = 10;
+  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto sim_logits = make_cuda_sim_backend(GemmType::kF32);
+  auto cpu = make_cpu_backend(1);
+  std::vector<int> tokens[3];
+  for (int which = 0; which < 3; ++which) {
+    Backend& b = which == 0 ? *sim : which == 1 ? *sim_logits : *cpu;
+    Transformer t(m.model, b);
+    KvCacheManager cache({c.n_layers, c.n_kv_heads, c.head_dim(), 4, 32, {}, {}},
+                         AllocatorKind::kPaged, c.seq_len, true);
+    std::vector<int> next = {1, 7, 42};
+    for (int s = 0; s < seqs; ++s) cache.require_add_sequence(SeqId(s));
+    for (int pos = 0; pos < steps; ++pos) {
+      std::vector<StepToken> step;
+      for (int s = 0; s < seqs; ++s) {
+        cache.require_append_slots(SeqId(s), 1);
+        step.push_back({next[static_cast<std::size_t>(s)], pos, cache.view(SeqId(s)), true,
+                        nullptr});
+      }
+      if (which == 1) {
+        const std::span<const float> logits = t.forward_step(step);
+        for (int s = 0; s < seqs; ++s)
+          next[static_cast<std::size_t>(s)] = argmax(logits.subspan(
+              static_cast<std::size_t>(s) * c.vocab_size, static_cast<std::size_t>(c.vocab_size)));
+      } else {
+        const device::Traffic before = cuda_traffic(b).value_or(device::Traffic{});
+        const std::span<const int> greedy = t.greedy_step(step);
+        ASSERT_EQ(greedy.size(), static_cast<std::size_t>(seqs));
+        next.assign(greedy.begin(), greedy.end());
+        if (which == 0) {
+          const device::Traffic after = cuda_traffic(b).value();
+          EXPECT_EQ(after.to_host_bytes - before.to_host_bytes, seqs * sizeof(int));
+        }
+      }
+      tokens[which].insert(tokens[which].end(), next.begin(), next.end());
+    }
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  EXPECT_EQ(tokens[2], tokens[1]);
 }
 
 TEST(CudaSimBackend, OwnsItsDeviceMemoryAndGivesItAllBack) {
