@@ -76,7 +76,8 @@ constexpr const char* kHelp =
              contiguous, per format: --backend cuda|cuda-sim (default cuda: needs a GPU;
              cuda-sim: the emulated device, times meaningless) --batch 1,8,64
              --contexts 1024,8192,32768 --formats fp16,int8,fp8-e4m3 --block-size B --repeat R
-             --json
+             --json --sdpa auto|off (auto: PyTorch's SDPA at fp16 beside them when torch sees
+             the GPU, scripts/sdpa_bench.py)
   evict      an eviction sweep scored on the real model (window, h2o, h2o compacted at each
              budget, as the UI's quality panel runs it), one run at a time vs all in lockstep
              (one engine step per position for every run), interleaved, same figures:
@@ -392,12 +393,14 @@ int bench_alloc(const Args& args) {
 }  // namespace
 
 int cmd_bench(const Argv& argv) {
-  Args args(argv,
-            {"--model",     "--tokenizer",      "--steps",  "--threads",       "--repeat",
-             "--allocator", "--block-size",     "--blocks", "--ops",           "--tokens",
-             "--kv-dtype",  "--weights",        "--seqs",   "--weight-format", "--prompt-tokens",
-             "--backend",   "--device-weights", "--batch",  "--contexts",      "--formats",
-             "--budgets"},
+  Args args(argv, {"--model",      "--tokenizer",      "--steps",
+                   "--threads",    "--repeat",         "--allocator",
+                   "--block-size", "--blocks",         "--ops",
+                   "--tokens",     "--kv-dtype",       "--weights",
+                   "--seqs",       "--weight-format",  "--prompt-tokens",
+                   "--backend",    "--device-weights", "--batch",
+                   "--contexts",   "--formats",        "--budgets",
+                   "--sdpa"},
             {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -423,7 +426,8 @@ int cmd_bench(const Argv& argv) {
        {"--model", "--seqs", "--steps", "--repeat", "--threads", "--block-size", "--json",
         "--weight-format", "--backend", "--device-weights"}},
       {"attention",
-       {"--backend", "--batch", "--contexts", "--formats", "--block-size", "--repeat", "--json"}},
+       {"--backend", "--batch", "--contexts", "--formats", "--block-size", "--repeat", "--json",
+        "--sdpa"}},
       {"evict",
        {"--model", "--tokenizer", "--tokens", "--budgets", "--threads", "--repeat", "--json"}},
   };

@@ -7,13 +7,16 @@
 // nothing about a GPU (the run checks that every path executes).
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/sdpa_baseline.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_format.h"
 #include "kernels/backend/cuda_backend.h"
@@ -88,6 +91,8 @@ int bench_attention(const Args& args) {
     f.validate(block_size, kKvHeads, kHeadDim, "--formats");
     code_of(f, name);
   }
+  const std::string sdpa = args.get("--sdpa", "auto");
+  if (sdpa != "auto" && sdpa != "off") fail_expected("--sdpa", "auto or off", "'" + sdpa + "'");
   const bool json = args.has("--json");
   if (!json) {
     std::fprintf(stderr,
@@ -98,6 +103,8 @@ int bench_attention(const Args& args) {
                 "layout", "time ms", "K/V GB/s", "copy GB/s", "of copy", "launch");
   }
   nlohmann::json rows = nlohmann::json::array();
+  // fp16's contiguous time and copy bandwidth per (context, batch): what SDPA is compared with.
+  std::map<std::pair<int, int>, Fp16Figures> fp16;
   for (const std::string& name : formats) {
     const KvFormat f = parse_kv_format(name, "--formats");
     const device::KvCode code = code_of(f, name);
@@ -187,6 +194,8 @@ int bench_attention(const Args& args) {
             for (int r = 0; r < repeat; ++r) pass();
           }) / repeat;
           const double gbs = kv_bytes / (ms * 1e6);
+          if (name == "fp16" && std::string(layout) == "contiguous")
+            fp16[{context, batch}] = Fp16Figures{ms, copy_gbs};
           if (json) {
             rows.push_back({{"format", name},
                             {"context", context},
@@ -206,6 +215,20 @@ int bench_attention(const Args& args) {
         }
       }
     }
+  }
+  // PyTorch's SDPA on the same GPU, fp16 K/V contiguous: the second baseline.
+  if (sdpa == "auto" && emulated) {
+    std::fprintf(stderr, "PyTorch SDPA: not run on the emulated device (it times a GPU)\n");
+  } else if (sdpa == "auto") {
+    const SdpaResult r = run_sdpa(sdpa_script(), batches, contexts, repeat);
+    if (!r.available) std::fprintf(stderr, "PyTorch SDPA: not run: %s\n", r.reason.c_str());
+    if (r.available && !json) {
+      std::printf("PyTorch %s SDPA on %s, fp16 K/V contiguous:\n", r.torch.c_str(),
+                  r.device.c_str());
+    }
+    std::string text;
+    append_sdpa_rows(r, fp16, rows, text);
+    if (!json) std::fputs(text.c_str(), stdout);
   }
   if (json) std::printf("%s\n", rows.dump().c_str());
   return 0;

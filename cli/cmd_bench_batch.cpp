@@ -114,21 +114,22 @@ int bench_batch(const Args& args) {
   };
   OpByOp op_by_op(*backend);
   std::vector<Path> paths;
-  paths.push_back({device ? "whole step" : "step",
-                   std::make_unique<Transformer>(loaded.model, *backend)});
+  paths.push_back(
+      {device ? "whole step" : "step", std::make_unique<Transformer>(loaded.model, *backend)});
   if (device) paths.push_back({"op by op", std::make_unique<Transformer>(loaded.model, op_by_op)});
   const bool json = args.has("--json");
   const char* label = loaded.model->is_random_weights() ? "[random weights] " : "";
   if (!json) {
-    std::fprintf(stderr, "%s%s on %s: %d decode steps per run, %d runs per batch size%s, "
+    std::fprintf(stderr,
+                 "%s%s on %s: %d decode steps per run, %d runs per batch size%s, "
                  "interleaved\n",
                  label, loaded.model->source().c_str(), backend->name().c_str(), steps, repeat,
                  device ? " and path" : "");
   }
   // secs[path][size]: one entry per repeat; traffic[path][size]: the last run's (the same in
   // every run: the steps and their shapes are).
-  std::vector<std::vector<std::vector<double>>> secs(
-      paths.size(), std::vector<std::vector<double>>(seqs.size()));
+  std::vector<std::vector<std::vector<double>>> secs(paths.size(),
+                                                     std::vector<std::vector<double>>(seqs.size()));
   std::vector<std::vector<device::Traffic>> traffic(paths.size(),
                                                     std::vector<device::Traffic>(seqs.size()));
   // Warm-up: weights paged in (uploaded, on a device), buffers sized for the largest batch.
@@ -194,11 +195,13 @@ int bench_batch(const Args& args) {
     return 0;
   }
   if (backend->name() == "cuda-sim") {
-    std::printf("emulated device: times are the SIMT emulator's on this CPU, not a GPU's; the "
-                "copies are what a GPU would make\n");
+    std::printf(
+        "emulated device: times are the SIMT emulator's on this CPU, not a GPU's; the "
+        "copies are what a GPU would make\n");
   }
-  std::printf("| sequences | path | tokens/s | ms per step | copies up / down per step | "
-              "bytes up / down per step |\n|---:|---|---:|---:|---:|---:|\n");
+  std::printf(
+      "| sequences | path | tokens/s | ms per step | copies up / down per step | "
+      "bytes up / down per step |\n|---:|---|---:|---:|---:|---:|\n");
   for (const auto& row : out) {
     for (const nlohmann::json* j : {&row, row.contains("op_by_op") ? &row["op_by_op"] : nullptr}) {
       if (j == nullptr) continue;

@@ -105,7 +105,8 @@ std::span<const int> Transformer::greedy_step(std::span<const StepToken> tokens)
   const std::span<const float> logits = forward_step(tokens);
   const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
   greedy_.resize(logits.size() / vocab);
-  for (std::size_t k = 0; k < greedy_.size(); ++k) greedy_[k] = argmax(logits.subspan(k * vocab, vocab));
+  for (std::size_t k = 0; k < greedy_.size(); ++k)
+    greedy_[k] = argmax(logits.subspan(k * vocab, vocab));
   return greedy_;
 }
 

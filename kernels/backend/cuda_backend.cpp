@@ -352,8 +352,8 @@ class CudaBackend final : public Backend {
   }
   // dy[m][d] (= or +=) W x for the host weights w [d][n], uploaded in the GEMM type on first use.
   void gemm(float* dy, const void* dx, const float* w, int m, int n, int d, bool accumulate) {
-    ops_->gemm(dy, dx, weight(w, static_cast<std::size_t>(d) * n, weights_type_), weights_type_,
-               m, n, d, accumulate);
+    ops_->gemm(dy, dx, weight(w, static_cast<std::size_t>(d) * n, weights_type_), weights_type_, m,
+               n, d, accumulate);
   }
 
   // Activations of one step on the device, one row per token (grown to the largest step, then
@@ -424,8 +424,8 @@ class CudaBackend final : public Backend {
     }
     const int* tables = step_tables_.stage(*this, step_tables_host_);
     const auto norm = [&](const float* weights) {
-      return static_cast<const float*>(weight(weights, static_cast<std::size_t>(dim),
-                                              GemmType::kF32));
+      return static_cast<const float*>(
+          weight(weights, static_cast<std::size_t>(dim), GemmType::kF32));
     };
     const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
 
@@ -435,15 +435,13 @@ class CudaBackend final : public Backend {
       ops_->rmsnorm(xn, x, norm(w.rms_att + l * dim), m, c.dim, c.rms_eps);
       const void* in = gemm_input(xn, static_cast<std::size_t>(m * dim));
       gemm(q, in, f32(w.wq + l * q_dim * dim, &NativeWeights::wq, l), m, c.dim, c.q_dim(), false);
-      gemm(k, in, f32(w.wk + l * kv_dim * dim, &NativeWeights::wk, l), m, c.dim, c.kv_dim(),
-           false);
-      gemm(v, in, f32(w.wv + l * kv_dim * dim, &NativeWeights::wv, l), m, c.dim, c.kv_dim(),
-           false);
+      gemm(k, in, f32(w.wk + l * kv_dim * dim, &NativeWeights::wk, l), m, c.dim, c.kv_dim(), false);
+      gemm(v, in, f32(w.wv + l * kv_dim * dim, &NativeWeights::wv, l), m, c.dim, c.kv_dim(), false);
       ops_->rope(q, k, pos, m, c.q_dim(), c.kv_dim(), c.head_dim(), c.rope_theta);
       for (int t = 0; t < m; ++t) {
         const KvSeqView& view = tokens[static_cast<std::size_t>(t)].view;
-        kv_write_on_device(view, l, tables + table_at[static_cast<std::size_t>(t)],
-                           k + t * kv_dim, v + t * kv_dim);
+        kv_write_on_device(view, l, tables + table_at[static_cast<std::size_t>(t)], k + t * kv_dim,
+                           v + t * kv_dim);
       }
       attention_on_device(l, shape, queries, q, att);
       gemm(x, gemm_input(att, static_cast<std::size_t>(m * q_dim)),
@@ -550,8 +548,7 @@ class CudaBackend final : public Backend {
   // metadata then go up once per step, not once per layer); otherwise one by one (split-K past
   // 4,096 slots; MLA latent caches).
   void attention_on_device(int layer, const AttentionShape& shape,
-                           std::span<const AttentionQuery> queries, const float* dq,
-                           float* dout) {
+                           std::span<const AttentionQuery> queries, const float* dq, float* dout) {
     const bool one_pool = std::all_of(queries.begin(), queries.end(), [&](const AttentionQuery& a) {
       return a.view.storage == queries.front().view.storage && a.view.mla == nullptr &&
              a.view.num_slots <= device::DeviceOps::batch_max_slots();
@@ -590,8 +587,7 @@ class CudaBackend final : public Backend {
       int live_at = -1;
       if (a.view.slot_live != nullptr) {
         live_at = static_cast<int>(live_host_.size());
-        live_host_.insert(live_host_.end(), a.view.slot_live,
-                          a.view.slot_live + a.view.num_slots);
+        live_host_.insert(live_host_.end(), a.view.slot_live, a.view.slot_live + a.view.num_slots);
       }
       int weights_at = -1;
       if (a.observer != nullptr) {

@@ -388,8 +388,8 @@ struct AllRows : AttentionObserver {
 std::vector<std::vector<float>> three_sequences(Transformer& t, const KvFormat& f,
                                                 AllRows* captured) {
   const ModelConfig& c = t.config();
-  KvCacheManager cache({c.n_layers, c.n_kv_heads, c.head_dim(), 4, 64, f, f},
-                       AllocatorKind::kPaged, c.seq_len, true);
+  KvCacheManager cache({c.n_layers, c.n_kv_heads, c.head_dim(), 4, 64, f, f}, AllocatorKind::kPaged,
+                       c.seq_len, true);
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> tok(1, c.vocab_size - 1);
   for (int s = 0; s < 3; ++s) cache.require_add_sequence(SeqId(s));
@@ -496,16 +496,17 @@ TEST(CudaSimBackend, AStepSendsEmbeddingsUpAndReadsOnlyLogitsBack) {
   const device::Traffic& ops = per_step[1];
   EXPECT_GT(ops.to_host_copies, static_cast<std::uint64_t>(c.n_layers) * 4);
   EXPECT_GT(ops.to_host_bytes, 2 * logits);
-  std::printf("[cuda-sim] a decode step of %d sequences, %d layers: whole step %llu copies up "
-              "(%llu B), %llu down (%llu B); op by op %llu up (%llu B), %llu down (%llu B)\n",
-              seqs, c.n_layers, static_cast<unsigned long long>(whole.to_device_copies),
-              static_cast<unsigned long long>(whole.to_device_bytes),
-              static_cast<unsigned long long>(whole.to_host_copies),
-              static_cast<unsigned long long>(whole.to_host_bytes),
-              static_cast<unsigned long long>(ops.to_device_copies),
-              static_cast<unsigned long long>(ops.to_device_bytes),
-              static_cast<unsigned long long>(ops.to_host_copies),
-              static_cast<unsigned long long>(ops.to_host_bytes));
+  std::printf(
+      "[cuda-sim] a decode step of %d sequences, %d layers: whole step %llu copies up "
+      "(%llu B), %llu down (%llu B); op by op %llu up (%llu B), %llu down (%llu B)\n",
+      seqs, c.n_layers, static_cast<unsigned long long>(whole.to_device_copies),
+      static_cast<unsigned long long>(whole.to_device_bytes),
+      static_cast<unsigned long long>(whole.to_host_copies),
+      static_cast<unsigned long long>(whole.to_host_bytes),
+      static_cast<unsigned long long>(ops.to_device_copies),
+      static_cast<unsigned long long>(ops.to_device_bytes),
+      static_cast<unsigned long long>(ops.to_host_copies),
+      static_cast<unsigned long long>(ops.to_host_bytes));
 }
 
 // Greedy decoding through Transformer::greedy_step: the CUDA backend takes each wanted token's
@@ -530,8 +531,8 @@ TEST(CudaSimBackend, GreedyStepTakesTheArgmaxOnTheDevice) {
       std::vector<StepToken> step;
       for (int s = 0; s < seqs; ++s) {
         cache.require_append_slots(SeqId(s), 1);
-        step.push_back({next[static_cast<std::size_t>(s)], pos, cache.view(SeqId(s)), true,
-                        nullptr});
+        step.push_back(
+            {next[static_cast<std::size_t>(s)], pos, cache.view(SeqId(s)), true, nullptr});
       }
       if (which == 1) {
         const std::span<const float> logits = t.forward_step(step);
