@@ -224,14 +224,19 @@ int cmd_generate(const Argv& argv) {
       });
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  const double tps = r.seconds > 0 ? (static_cast<double>(r.tokens.size()) - 2) / r.seconds : 0.0;
+  const auto rate = [](int positions, double seconds) {
+    return seconds > 0 ? positions / seconds : 0.0;
+  };
   std::string cache = options.k_format.name();
   if (codec) cache = codec->name() + " latents " + cache;
+  // Decode last: scripts/vs_llama2c.sh reads the line's last tokens/s (run.c's measure).
   std::fprintf(stderr,
-               "%s%d tokens (%d prompt), %.1f tokens/s, KV %ld bytes used of %ld allocated (%s, "
-               "%s, block %d)\n",
+               "%s%d tokens (%d prompt): prefill %d position%s at %.1f tokens/s, decode %.1f "
+               "tokens/s, KV %ld bytes used of %ld allocated (%s, %s, block %d)\n",
                loaded.model->is_random_weights() ? "[random weights] " : "",
-               static_cast<int>(r.tokens.size()), r.num_prompt_tokens, tps, r.kv_bytes_used,
+               static_cast<int>(r.tokens.size()), r.num_prompt_tokens, r.prefill_positions,
+               r.prefill_positions == 1 ? "" : "s", rate(r.prefill_positions, r.prefill_seconds),
+               rate(r.positions_run - r.prefill_positions, r.decode_seconds), r.kv_bytes_used,
                r.kv_bytes_allocated, alloc.c_str(), cache.c_str(), options.block_size);
   if (loaded.model->format() == CheckpointFormat::kGguf)
     std::fprintf(stderr, "weights %s\n", cpu::describe_weight_format(*loaded.model).c_str());

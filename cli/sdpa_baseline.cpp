@@ -80,8 +80,8 @@ SdpaResult parse_sdpa_output(const std::string& text, const std::string& script)
 SdpaResult run_sdpa(const std::string& script, const std::vector<int>& batches,
                     const std::vector<int>& contexts, int repeat) {
   const std::string command = "python3 " + quoted(script) + " --batch " + joined(batches) +
-                              " --contexts " + joined(contexts) +
-                              " --repeat " + std::to_string(repeat);
+                              " --contexts " + joined(contexts) + " --repeat " +
+                              std::to_string(repeat);
   std::FILE* p = popen(command.c_str(), "r");
   SdpaResult none;
   if (p == nullptr) {
@@ -100,15 +100,14 @@ SdpaResult run_sdpa(const std::string& script, const std::vector<int>& batches,
   return parse_sdpa_output(out, script);
 }
 
-void append_sdpa_rows(const SdpaResult& r,
-                      const std::map<std::pair<int, int>, Fp16Figures>& fp16,
+void append_sdpa_rows(const SdpaResult& r, const std::map<std::pair<int, int>, Fp16Figures>& fp16,
                       nlohmann::json& rows, std::string& text) {
   for (const SdpaRow& row : r.rows) {
     const auto ours = fp16.find({row.context, row.batch});
     const double copy_gbs = ours != fp16.end() ? ours->second.copy_gb_per_s : 0.0;
     const double vs = ours != fp16.end() && row.error.empty() ? ours->second.ms / row.ms : 0.0;
-    nlohmann::json j = {{"format", "sdpa-fp16"}, {"context", row.context}, {"batch", row.batch},
-                        {"layout", "contiguous"}, {"launch", "torch"},     {"emulated", false}};
+    nlohmann::json j = {{"format", "sdpa-fp16"},  {"context", row.context}, {"batch", row.batch},
+                        {"layout", "contiguous"}, {"launch", "torch"},      {"emulated", false}};
     char line[256];
     if (!row.error.empty()) {
       j["error"] = row.error;

@@ -48,8 +48,7 @@ struct Fp16Figures {
 // SDPA's rows as bench attention reports them, against kvscope's fp16 rows of the same
 // (context, batch) when there are some: JSON objects appended to `rows` (format "sdpa-fp16",
 // "of_copy", "kvscope_fp16_time_over_sdpa") and table lines appended to `text`.
-void append_sdpa_rows(const SdpaResult& r,
-                      const std::map<std::pair<int, int>, Fp16Figures>& fp16,
+void append_sdpa_rows(const SdpaResult& r, const std::map<std::pair<int, int>, Fp16Figures>& fp16,
                       nlohmann::json& rows, std::string& text);
 
 }  // namespace kvscope::cli

@@ -7,6 +7,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log_softmax.h"
+#include "engine/infer/step_runner.h"
 #include "engine/mla/mla_codec.h"
 
 namespace kvscope {
@@ -101,16 +102,54 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   std::vector<float> log_p(options.score_tokens ? static_cast<std::size_t>(c.vocab_size) : 0);
 
   using Clock = std::chrono::steady_clock;
-  Clock::time_point start{};
-  bool started = false;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point prefilled = start;  // when the last prompt position's forward was done
   int token = prompt[0];
   result.tokens.push_back(token);
   // A prompt that does not start with BOS starts with text: echo it too (run.c's never does).
   if (options.echo_prompt && token != tokenizer.bos_id()) on_piece(tokenizer.decode(-1, token));
+  // The prompt's positions (whose input tokens are known) run kDefaultStepTokens per engine step,
+  // the weights read once per chunk; the sampled ones, and every one under a cache hook (token
+  // eviction acts between tokens), one per step. A chunk keeps the logits only where they are
+  // used: the last prompt position (the first sample) and, when scoring, every position.
+  const int known = std::min(static_cast<int>(prompt.size()), options.steps);
+  const auto vocab = static_cast<std::size_t>(c.vocab_size);
+  std::vector<StepToken> chunk;
+  std::vector<int> chunk_row;  // per position of the chunk: its row of chunk_logits, or -1
+  std::span<float> chunk_logits;
+  int chunk_first = 0, chunk_end = 0;
   for (int pos = 0; pos < options.steps; ++pos) {
-    cache.require_append_slots(seq, 1);
-    result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
-    std::span<float> logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
+    if (pos >= chunk_end) {
+      const int n = hook == nullptr ? std::clamp(known - pos, 1, kDefaultStepTokens) : 1;
+      cache.require_append_slots(seq, n);
+      result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
+      chunk_first = pos;
+      chunk_end = pos + n;
+      chunk_row.assign(static_cast<std::size_t>(n), 0);
+      if (n == 1) {
+        chunk_logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
+      } else {
+        KvSeqView view = cache.view(seq);
+        view.mla = options.mla;
+        chunk.clear();
+        int rows = 0;
+        for (int i = 0; i < n; ++i) {
+          view.num_slots = pos + i + 1;  // writes its own slot, sees those before it
+          const bool wanted =
+              options.score_tokens || pos + i == static_cast<int>(prompt.size()) - 1;
+          chunk_row[static_cast<std::size_t>(i)] = wanted ? rows++ : -1;
+          chunk.push_back(
+              {prompt[static_cast<std::size_t>(pos + i)], pos + i, view, wanted, nullptr});
+        }
+        chunk_logits = transformer.forward_step(chunk);
+      }
+      if (chunk_first < known && chunk_end >= known) prefilled = Clock::now();
+    }
+    result.positions_run = pos + 1;
+    const int row = chunk_row[static_cast<std::size_t>(pos - chunk_first)];
+    const std::span<float> logits =
+        row < 0 ? std::span<float>()
+                : chunk_logits.subspan(static_cast<std::size_t>(row) * vocab, vocab);
     if (options.score_tokens) log_softmax(std::span<const float>(logits), std::span<float>(log_p));
     int next;
     const bool forced = pos < static_cast<int>(prompt.size()) - 1;
@@ -133,12 +172,10 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     if (tokenizer.is_printable(piece) && (options.echo_prompt || !forced)) on_piece(piece);
     result.tokens.push_back(next);
     token = next;
-    if (!started) {
-      start = Clock::now();
-      started = true;
-    }
   }
-  if (started) result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.prefill_positions = known;
+  result.prefill_seconds = std::chrono::duration<double>(prefilled - start).count();
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - prefilled).count();
   result.kv_bytes_allocated =
       static_cast<long>(cache.allocated_slots() * cache.layout().bytes_per_token());
   result.kv_bytes_used = static_cast<long>(cache.filled_slots() * cache.layout().bytes_per_token());

@@ -60,7 +60,14 @@ struct GenerateResult {
   std::vector<int> tokens;  // every token fed or produced, BOS first
   int num_prompt_tokens = 0;
   int num_generated = 0;  // tokens sampled (not forced from the prompt)
-  double seconds = 0.0;   // wall time from the first sampled token on (run.c's measure)
+  // Wall time of the prompt's positions (their forward passes, in chunks: the last one gives the
+  // first sample's logits) and of the positions after them, one per step. With no prompt (BOS
+  // alone) the prefill is BOS's position and the decode time is run.c's measure (from the end of
+  // the first forward on).
+  int prefill_positions = 0;
+  int positions_run = 0;  // forward passes run, prefill included (fewer than steps on a stop)
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
   long kv_bytes_allocated = 0;
   long kv_bytes_used = 0;
   long peak_kv_bytes = 0;           // most block bytes held at once

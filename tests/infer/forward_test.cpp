@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/common/log_softmax.h"
 #include "engine/infer/generate.h"
 #include "engine/model/synthetic.h"
 #include "tests/test_support.h"
@@ -51,6 +52,43 @@ TEST(Forward, GoldenGreedyThroughPagedCacheEveryBlockSize) {
       test::read_text(test::shared_models_dir() + "/golden/stories260K_greedy256.txt");
   for (int bs : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     EXPECT_EQ(run_generate("", 256, AllocatorKind::kPaged, bs), golden) << "block size " << bs;
+  }
+}
+
+// generate() runs the prompt's positions in chunks of kDefaultStepTokens (one engine step each):
+// the text, the tokens and each position's log-probability are those of the token-by-token loop
+// (generate_tokens forcing the same prompt), bit for bit, through the contiguous and the paged
+// allocator, for a prompt of two chunks and a prompt shorter than one.
+TEST(Forward, GenerateRunsThePromptInChunksWithTheTokenByTokenResults) {
+  const auto& m = test::real_model();
+  auto backend = make_cpu_backend(1);
+  Transformer t(m.model, *backend);
+  for (const char* prompt : {"Once upon a time, there was a little girl named Lily who loved to "
+                             "play in the park with her big red ball and her best friend",
+                             "The cat"}) {
+    for (AllocatorKind kind : {AllocatorKind::kContiguous, AllocatorKind::kPaged}) {
+      GenerateOptions o;
+      o.prompt = prompt;
+      o.steps = 90;
+      o.allocator = kind;
+      o.score_tokens = true;
+      o.stop_at_bos = false;
+      const GenerateResult chunked = generate(t, *m.tokenizer, o, [](const std::string&) {});
+      const std::vector<int> encoded = m.tokenizer->encode(prompt, true, false);
+      ASSERT_EQ(chunked.num_prompt_tokens, static_cast<int>(encoded.size()));
+      ASSERT_EQ(chunked.prefill_positions, static_cast<int>(encoded.size()));
+      std::vector<std::vector<float>> logits;
+      const std::vector<int> one_by_one = generate_tokens(
+          t, std::vector<int>(encoded.begin() + 1, encoded.end()), o.steps, o, &logits);
+      EXPECT_EQ(chunked.tokens, one_by_one) << prompt;
+      ASSERT_EQ(chunked.next_logprob.size(), logits.size());
+      std::vector<float> log_p(logits[0].size());
+      for (std::size_t pos = 0; pos < logits.size(); ++pos) {
+        log_softmax(std::span<const float>(logits[pos]), std::span<float>(log_p));
+        ASSERT_EQ(chunked.next_logprob[pos], log_p[static_cast<std::size_t>(one_by_one[pos + 1])])
+            << prompt << " position " << pos;
+      }
+    }
   }
 }
 
