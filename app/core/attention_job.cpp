@@ -1,7 +1,9 @@
 // AttentionJob: the background capture.
 #include "app/core/attention_job.h"
 
+#include <algorithm>
 #include <exception>
+#include <span>
 
 #include "engine/analysis/eviction_quality.h"
 #include "engine/backend/backend.h"
@@ -90,10 +92,14 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         }
       }
       if (!captured) {
+        // kWatchChunk tokens per engine step, the recorder handed each query's rows in order;
+        // cancelling is seen between chunks.
+        constexpr int kWatchChunk = 32;
         SoloSequence seq(kv_layout_for(c, bs, 1, config.k_format, config.v_format), n);
-        for (int token : tokens) {
+        for (int begin = 0; begin < n; begin += kWatchChunk) {
           if (cancelled()) return nullptr;
-          seq.step(transformer, token, recorder.get());
+          const int count = std::min(kWatchChunk, n - begin);
+          seq.watch(transformer, std::span<const int>(tokens).subspan(begin, count), *recorder);
         }
       }
       cap->sinks = recorder->detect_sinks();

@@ -76,6 +76,59 @@ KvSeqView SoloSequence::view() {
   return v;
 }
 
+namespace {
+
+// Holds a step's attention rows (they arrive layer by layer, each layer's queries in order) and
+// hands them on query by query.
+class QueryOrder final : public AttentionObserver {
+ public:
+  void on_attention(int layer, int head, int query_pos, std::span<const float> weights) override {
+    calls_.push_back({layer, head, query_pos, rows_.size(), weights.size()});
+    rows_.insert(rows_.end(), weights.begin(), weights.end());
+  }
+  void replay(AttentionObserver& to) {
+    std::stable_sort(calls_.begin(), calls_.end(),
+                     [](const Call& a, const Call& b) { return a.pos < b.pos; });
+    for (const Call& c : calls_)
+      to.on_attention(c.layer, c.head, c.pos, std::span<const float>(rows_.data() + c.at, c.n));
+    calls_.clear();
+    rows_.clear();
+  }
+
+ private:
+  struct Call {
+    int layer, head, pos;
+    std::size_t at, n;
+  };
+  std::vector<Call> calls_;
+  std::vector<float> rows_;
+};
+
+}  // namespace
+
+void SoloSequence::watch(Transformer& t, std::span<const int> tokens, AttentionObserver& observer,
+                         int step_tokens) {
+  if (step_tokens < 1)
+    throw InternalError("SoloSequence::watch", "step_tokens " + std::to_string(step_tokens));
+  QueryOrder held;
+  std::vector<StepToken> step;
+  const int n = static_cast<int>(tokens.size());
+  for (int begin = 0; begin < n; begin += step_tokens) {
+    const int count = std::min(step_tokens, n - begin);
+    cache_.require_append_slots(kSeq, count);
+    KvSeqView v = view();
+    step.clear();
+    for (int i = 0; i < count; ++i) {
+      v.num_slots = size_ + i + 1;  // writes its own slot, sees those before it
+      step.push_back(
+          StepToken{tokens[static_cast<std::size_t>(begin + i)], size_ + i, v, false, &held});
+    }
+    t.forward_step(step);
+    size_ += count;
+    held.replay(observer);
+  }
+}
+
 std::span<const float> SoloSequence::step(Transformer& t, int token, AttentionObserver* observer) {
   const int pos = size_;
   const StepToken one{token, pos, append(), true, observer};

@@ -46,6 +46,12 @@ class SoloSequence {
   // One token at position size(), alone in its step: an attention observer sees one query's rows
   // at a time (AttentionRecorder rolls its per-query state on a new position). Its logits.
   std::span<const float> step(Transformer& t, int token, AttentionObserver* observer = nullptr);
+  // tokens[i] at position size() + i, `step_tokens` per forward_step, every query's attention
+  // rows handed to `observer` as step() would hand them: a query's rows (layer by layer, head by
+  // head) before the next query's. The step's rows are held until it ends (layers x heads x
+  // step_tokens rows of up to size() floats: 17 MiB for SmolLM2 at 2,048 tokens and 8 a step).
+  void watch(Transformer& t, std::span<const int> tokens, AttentionObserver& observer,
+             int step_tokens = 8);
   // Appends the slot of position size() without running anything; the view that writes it (for
   // a step the caller builds, or K/V the caller writes itself).
   KvSeqView append();

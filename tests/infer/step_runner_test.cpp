@@ -108,5 +108,41 @@ TEST(StepRunner, SoloSequenceStepsAndRunsContinueOneSequence) {
   EXPECT_THROW(seq.step(t, tokens[0]), InternalError);
 }
 
+// watch(): a window run 8 (or 5) tokens per step hands the observer every attention row step()
+// would, in the same order (a query's rows layer by layer, head by head, before the next query's),
+// bit for bit; a step() after it continues the sequence.
+TEST(StepRunner, WatchGivesTheObserverTheRowsOfStepByStep) {
+  struct Log : AttentionObserver {
+    std::vector<float> all;
+    void on_attention(int layer, int head, int pos, std::span<const float> w) override {
+      all.insert(all.end(), {static_cast<float>(layer), static_cast<float>(head),
+                             static_cast<float>(pos), static_cast<float>(w.size())});
+      all.insert(all.end(), w.begin(), w.end());
+    }
+  };
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  auto backend = make_cpu_backend(1);
+  Transformer t(m.model, *backend);
+  std::vector<int> tokens;
+  for (int i = 0; i < 29; ++i) tokens.push_back(1 + (i * 37) % (c.vocab_size - 1));
+  const KvFormat int8 = parse_kv_format("int8", "test");
+  const KvLayout layout = kv_layout_for(c, 4, 1, int8, int8);
+  Log want;
+  SoloSequence one_by_one(layout, 30);
+  for (int token : tokens) one_by_one.step(t, token, &want);
+  one_by_one.step(t, 7, &want);
+  for (int step_tokens : {8, 5}) {
+    Log got;
+    SoloSequence watched(layout, 30);
+    watched.watch(t, tokens, got, step_tokens);
+    EXPECT_EQ(watched.size(), 29);
+    watched.step(t, 7, &got);
+    ASSERT_EQ(got.all.size(), want.all.size()) << step_tokens;
+    EXPECT_EQ(std::memcmp(got.all.data(), want.all.data(), got.all.size() * sizeof(float)), 0)
+        << step_tokens;
+  }
+}
+
 }  // namespace
 }  // namespace kvscope
