@@ -95,12 +95,8 @@ void MlaOnDevice::attend(const MlaCodec& m, int layer, const float* q, float* ou
     ops_.paged_attention(out, q, p, m.n_heads, weights);
     return;
   }
-  // Mode B: the query absorbs W_uk, attention runs over the latents, W_uv expands the context.
-  if (n > device::DeviceOps::latent_max_slots()) {
-    throw device::DeviceError("MLA mode B attention over " + std::to_string(n) +
-                              " slots: the latent kernel takes at most " +
-                              std::to_string(device::DeviceOps::latent_max_slots()));
-  }
+  // Mode B: the query absorbs W_uk, attention runs over the latents (split along the sequence
+  // past latent_max_slots()), W_uv expands the context.
   const int H = m.n_heads, rd = m.rope_dims();
   auto* q_lat = grown(ops_, q_lat_, static_cast<std::size_t>(H) * R * 4).as<float>();
   auto* q_rope =

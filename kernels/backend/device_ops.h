@@ -173,12 +173,12 @@ class DeviceOps {
                                 int kv_heads, int head_dim, int nope_dims, int rope_dims, int rank,
                                 int pos, float theta) = 0;
   // Mode B: ctx [n_heads][rank] = softmax((q_lat . c_t + q_rope . k_rope_t) / score_divisor)
-  // weighted latents; softmax rows into `weights` [n_heads][num_slots] when set. At most
-  // latent_max_slots() slots (one pass).
+  // weighted latents; softmax rows into `weights` [n_heads][num_slots] when set. One pass up to
+  // latent_max_slots() slots, split along the sequence past it.
   virtual void mla_latent_attention(float* ctx, float* weights, const float* q_lat,
                                     const float* q_rope, const LatentPool& kv, int n_heads,
                                     float score_divisor) = 0;
-  static constexpr int latent_max_slots() { return 4096; }
+  static constexpr int latent_max_slots() { return 4096; }  // one pass
   // Decode attention of n_heads query heads over the pool: one pass for short contexts, split
   // along the sequence (split-K) for long ones. With `weights` set ([n_heads][num_slots] on the
   // device), each head's softmax row is written there too.

@@ -10,10 +10,13 @@
 //   mla_absorb_query_kernel   mode B: q_lat = W_uk_g^T q_nope (pre-RoPE), q_rope = q's rotary dims
 //   mla_latent_attention_kernel  mode B: softmax((q_lat . c_t + q_rope . k_rope_t) / divisor),
 //                                ctx = sum_t a_t c_t; one block per query head, one pass
+//   mla_latent_split_kernel      the same over one chunk of slots (split-K past 4,096 slots),
+//                                combined by paged_attention.cuh's reduce kernel
 #pragma once
 
 #include "kernels/common/kv_formats.cuh"
 #include "kernels/common/reduce.cuh"
+#include "kernels/ops/paged_attention.cuh"
 #include "kernels/ops/rope.cuh"
 
 KVS_KERNELS_BEGIN
@@ -97,23 +100,19 @@ struct LatentKv {
   const unsigned char* live = nullptr;  // [num_slots] 0 = evicted; nullptr: every slot is live
 };
 
-// Block h: head h's scores over the slots (in dynamic shared memory, num_slots floats), its
-// softmax row (into weights[h][num_slots] when capturing) and ctx[h][r] = sum_t a_t c_t[r].
-KVS_GLOBAL void mla_latent_attention_kernel(float* ctx, float* weights, const float* q_lat,
-                                            const float* q_rope, LatentKv kv, int n_heads,
-                                            float score_divisor) {
-  KVS_SHARED_ARRAY(float, slots, 32);
-  KVS_DYNAMIC_SHARED(float, scores);  // [num_slots]
-  const int h = static_cast<int>(simt::bid_x());
+// Head h's scores over slots [t0, t1) (in `scores`, shared memory, t1 - t0 floats):
+// exp((q_lat . c_t + q_rope . k_rope_t) / divisor - m) for the range's own maximum m; returns m
+// and, through *sum, the scores' sum. Evicted slots score 0; a range with no live slot returns
+// -inf with a sum of 0. Ends with the scores published to the whole block.
+KVS_DEVICE float latent_range(const float* ql, const float* qr, const LatentKv& kv, int rh, int t0,
+                              int t1, float score_divisor, float* scores, float* slots,
+                              float* sum) {
   const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
-  const int n = kv.num_slots, R = kv.rank, D = kv.rope_dim;
-  const int rh = kv.rope_heads > 0 ? h * kv.rope_heads / n_heads : 0;
-  const float* ql = q_lat + static_cast<long>(h) * R;
-  const float* qr = q_rope + static_cast<long>(h) * D;
+  const int R = kv.rank, D = kv.rope_dim;
   float local_max = -INFINITY;
-  for (int t = tid; t < n; t += nt) {
+  for (int t = t0 + tid; t < t1; t += nt) {
     if (kv.live != nullptr && kv.live[t] == 0) {
-      scores[t] = -INFINITY;
+      scores[t - t0] = -INFINITY;
       continue;
     }
     const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
@@ -130,30 +129,82 @@ KVS_GLOBAL void mla_latent_attention_kernel(float* ctx, float* weights, const fl
       s += sr;
     }
     s /= score_divisor;
-    scores[t] = s;
+    scores[t - t0] = s;
     local_max = fmaxf(local_max, s);
   }
   const float max_score = block_max(local_max, slots);
   float local_sum = 0.0f;
-  for (int t = tid; t < n; t += nt) {
-    const float e = scores[t] == -INFINITY ? 0.0f : expf(scores[t] - max_score);
-    scores[t] = e;
+  for (int t = t0 + tid; t < t1; t += nt) {
+    const float e = scores[t - t0] == -INFINITY ? 0.0f : expf(scores[t - t0] - max_score);
+    scores[t - t0] = e;
     local_sum += e;
   }
-  const float sum = block_sum(local_sum, slots);  // its barriers also publish scores[]
+  *sum = block_sum(local_sum, slots);  // its barriers also publish scores[]
+  return max_score;
+}
+
+// sum_t scores[t - t0] c_t[r] over [t0, t1), for the latent dim r.
+KVS_DEVICE float latent_weigh(const LatentKv& kv, int t0, int t1, const float* scores, int r) {
+  float acc = 0.0f;
+  for (int t = t0; t < t1; ++t) {
+    if (scores[t - t0] == 0.0f) continue;
+    const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
+    acc += scores[t - t0] * kv_load(kv.latents, block, offset, r, 0, kv.rank, 1, kv.block_size);
+  }
+  return acc;
+}
+
+// Block h: head h's scores over the slots (in dynamic shared memory, num_slots floats), its
+// softmax row (into weights[h][num_slots] when capturing) and ctx[h][r] = sum_t a_t c_t[r].
+KVS_GLOBAL void mla_latent_attention_kernel(float* ctx, float* weights, const float* q_lat,
+                                            const float* q_rope, LatentKv kv, int n_heads,
+                                            float score_divisor) {
+  KVS_SHARED_ARRAY(float, slots, 32);
+  KVS_DYNAMIC_SHARED(float, scores);  // [num_slots]
+  const int h = static_cast<int>(simt::bid_x());
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  const int n = kv.num_slots, R = kv.rank;
+  const int rh = kv.rope_heads > 0 ? h * kv.rope_heads / n_heads : 0;
+  float sum = 0.0f;
+  latent_range(q_lat + static_cast<long>(h) * R, q_rope + static_cast<long>(h) * kv.rope_dim, kv,
+               rh, 0, n, score_divisor, scores, slots, &sum);
   for (int t = tid; t < n; t += nt) {
     scores[t] /= sum;
     if (weights != nullptr) weights[static_cast<long>(h) * n + t] = scores[t];
   }
   simt::sync_block();  // every normalized weight is in place
-  for (int r = tid; r < R; r += nt) {
-    float acc = 0.0f;
-    for (int t = 0; t < n; ++t) {
-      if (scores[t] == 0.0f) continue;
-      const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
-      acc += scores[t] * kv_load(kv.latents, block, offset, r, 0, R, 1, kv.block_size);
-    }
-    ctx[static_cast<long>(h) * R + r] = acc;
+  for (int r = tid; r < R; r += nt)
+    ctx[static_cast<long>(h) * R + r] = latent_weigh(kv, 0, n, scores, r);
+}
+
+// Split-K for long contexts: block (h, s) runs head h over slots [s * chunk, (s + 1) * chunk)
+// with its own maximum and writes its unnormalized context part[h][s][rank], maximum m[h][s] and
+// sum l[h][s] (and, when capturing, its unnormalized weights); paged_attention_reduce_kernel
+// (paged_attention.cuh, with head_dim = rank) rescales and combines them.
+KVS_GLOBAL void mla_latent_split_kernel(float* part, float* m, float* l, const float* q_lat,
+                                        const float* q_rope, LatentKv kv, int n_heads,
+                                        float score_divisor, int chunk, float* weights) {
+  KVS_SHARED_ARRAY(float, slots, 32);
+  KVS_DYNAMIC_SHARED(float, scores);  // [chunk]
+  const int h = static_cast<int>(simt::bid_x()), s = static_cast<int>(simt::bid_y());
+  const int splits = static_cast<int>(simt::gdim_y());
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  const int R = kv.rank;
+  const int rh = kv.rope_heads > 0 ? h * kv.rope_heads / n_heads : 0;
+  const int t0 = s * chunk, t1 = t0 + chunk < kv.num_slots ? t0 + chunk : kv.num_slots;
+  float sum = 0.0f;
+  const float max_score =
+      latent_range(q_lat + static_cast<long>(h) * R, q_rope + static_cast<long>(h) * kv.rope_dim,
+                   kv, rh, t0, t1, score_divisor, scores, slots, &sum);
+  const long hs = static_cast<long>(h) * splits + s;
+  if (weights != nullptr) {
+    for (int t = t0 + tid; t < t1; t += nt)
+      weights[static_cast<long>(h) * kv.num_slots + t] = scores[t - t0];
+  }
+  for (int r = tid; r < R; r += nt) part[hs * R + r] = latent_weigh(kv, t0, t1, scores, r);
+  if (tid == 0) {
+    m[hs] = max_score;
+    l[hs] = sum;
   }
 }
 
@@ -181,8 +232,10 @@ inline void launch_mla_absorb_query(float* q_lat, float* q_rope, const float* q,
              rank, pos, theta);
 }
 
-// Slots mode B's one-pass kernel takes (its scores in shared memory), as paged attention's.
+// Slots mode B's one-pass kernel takes (its scores in shared memory), as paged attention's;
+// longer contexts split into chunks of kLatentSplitChunk.
 constexpr int kLatentOnePassSlots = 4096;
+constexpr int kLatentSplitChunk = 2048;
 
 inline void launch_mla_latent_attention(float* ctx, float* weights, const float* q_lat,
                                         const float* q_rope, const LatentKv& kv, int n_heads,
@@ -190,6 +243,28 @@ inline void launch_mla_latent_attention(float* ctx, float* weights, const float*
   KVS_LAUNCH(mla_latent_attention_kernel, simt::Dim3(static_cast<unsigned>(n_heads)),
              simt::Dim3(128), static_cast<std::size_t>(kv.num_slots) * sizeof(float), ctx, weights,
              q_lat, q_rope, kv, n_heads, score_divisor);
+}
+
+// Floats of device workspace the split path needs for n_heads heads over num_slots slots.
+inline long latent_split_workspace_floats(int n_heads, int rank, int num_slots, int chunk) {
+  const long splits = (num_slots + chunk - 1) / chunk;
+  return static_cast<long>(n_heads) * splits * (rank + 2);
+}
+
+// Split-K over any number of slots: `work` holds latent_split_workspace_floats(...) floats.
+inline void launch_mla_latent_attention_split(float* ctx, float* weights, const float* q_lat,
+                                              const float* q_rope, const LatentKv& kv, int n_heads,
+                                              float score_divisor, int chunk, float* work) {
+  const int splits = (kv.num_slots + chunk - 1) / chunk;
+  float* part = work;
+  float* m = part + static_cast<long>(n_heads) * splits * kv.rank;
+  float* l = m + static_cast<long>(n_heads) * splits;
+  KVS_LAUNCH(mla_latent_split_kernel,
+             simt::Dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(splits)),
+             simt::Dim3(128), static_cast<std::size_t>(chunk) * sizeof(float), part, m, l, q_lat,
+             q_rope, kv, n_heads, score_divisor, chunk, weights);
+  KVS_LAUNCH(paged_attention_reduce_kernel, simt::Dim3(static_cast<unsigned>(n_heads)),
+             simt::Dim3(128), 0, ctx, part, m, l, splits, kv.rank, kv.num_slots, chunk, weights);
 }
 
 KVS_KERNELS_END

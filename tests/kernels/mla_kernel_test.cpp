@@ -95,11 +95,16 @@ TEST(MlaKernels, LatentAttentionMatchesTheCpus) {
     const char* format;
     int block_size, tokens, rank, rope_heads, rope_dim;
     bool evict;
+    int chunk;  // 0: one pass; else split-K in chunks of this many slots
   };
   for (const Case c :
-       {Case{"fp32", 16, 7, 24, 2, 4, false}, Case{"fp16", 16, 300, 40, 4, 2, true},
-        Case{"int8", 1, 50, 16, 0, 0, false}, Case{"int4-g8", 64, 200, 32, 2, 4, false}}) {
-    const std::string what = std::string(c.format) + " " + std::to_string(c.tokens) + " slots";
+       {Case{"fp32", 16, 7, 24, 2, 4, false, 0}, Case{"fp16", 16, 300, 40, 4, 2, true, 0},
+        Case{"int8", 1, 50, 16, 0, 0, false, 0}, Case{"int4-g8", 64, 200, 32, 2, 4, false, 0},
+        // Split-K: uneven chunks, evicted slots, and past the one-pass limit.
+        Case{"fp16", 16, 300, 40, 4, 2, true, 64},
+        Case{"int8", 4, 4500, 16, 2, 4, false, kLatentSplitChunk}}) {
+    const std::string what = std::string(c.format) + " " + std::to_string(c.tokens) +
+                             " slots, chunk " + std::to_string(c.chunk);
     LatentCache cache(c.format, c.block_size, c.tokens, c.rank, c.rope_heads, c.rope_dim);
     const int heads = 8;
     const auto q_lat = randn(static_cast<std::size_t>(heads) * c.rank, 43u, 0.5f);
@@ -131,11 +136,61 @@ TEST(MlaKernels, LatentAttentionMatchesTheCpus) {
     kv.rope_dim = c.rope_dim;
     kv.live = c.evict ? live.data() : nullptr;
     std::vector<float> got(want.size()), rows(want_rows.size());
-    launch_mla_latent_attention(got.data(), rows.data(), q_lat.data(), q_rope.data(), kv, heads,
-                                shape.score_divisor);
-    expect_close(got, want, 2e-6, what + " context");
-    expect_close(rows, want_rows, 1e-7, what + " softmax rows");
+    if (c.chunk == 0) {
+      launch_mla_latent_attention(got.data(), rows.data(), q_lat.data(), q_rope.data(), kv, heads,
+                                  shape.score_divisor);
+    } else {
+      std::vector<float> work(static_cast<std::size_t>(
+          latent_split_workspace_floats(heads, c.rank, c.tokens, c.chunk)));
+      launch_mla_latent_attention_split(got.data(), rows.data(), q_lat.data(), q_rope.data(), kv,
+                                        heads, shape.score_divisor, c.chunk, work.data());
+    }
+    // Split-K sums each chunk apart and rescales: a few more roundings than one pass.
+    expect_close(got, want, c.chunk == 0 ? 2e-6 : 1e-5, what + " context");
+    expect_close(rows, want_rows, c.chunk == 0 ? 1e-7 : 1e-6, what + " softmax rows");
   }
+}
+
+// DeviceOps::mla_latent_attention (what the backend calls) takes one pass up to
+// latent_max_slots() and splits past it: 4,500 slots give the CPU's context and rows.
+TEST(MlaKernels, TheDeviceSplitsLatentAttentionPastTheOnePassLimit) {
+  const int tokens = 4500, rank = 16, heads = 4;
+  ASSERT_GT(tokens, device::DeviceOps::latent_max_slots());
+  LatentCache cache("fp16", 16, tokens, rank, 2, 4);
+  const auto q_lat = randn(static_cast<std::size_t>(heads) * rank, 45u, 0.5f);
+  const auto q_rope = randn(static_cast<std::size_t>(heads) * 4, 46u);
+  cpu::LatentAttentionShape shape;
+  shape.n_heads = heads;
+  shape.rank = rank;
+  shape.rope_heads = 2;
+  shape.rope_dim = 4;
+  shape.score_divisor = 4.0f;
+  std::vector<float> want(static_cast<std::size_t>(heads) * rank), scratch;
+  cpu::mla_latent_attention(cache.view(tokens), 0, shape, q_lat.data(), q_rope.data(), want.data(),
+                            scratch);
+  const std::vector<int> table = cache.table();
+  auto ops = device::make_emulated_device_ops();
+  const auto device_tiles = [&](KvKind kind) {
+    const KvTiles t = cache.tiles(kind);
+    return device::DeviceTiles{t.base, t.tile_bytes, static_cast<device::KvCode>(t.code), t.group,
+                               0};
+  };
+  device::LatentPool p;
+  p.latents = device_tiles(KvKind::kKey);
+  p.rope = device_tiles(KvKind::kValue);
+  p.block_table = table.data();
+  p.num_slots = tokens;
+  p.block_size = 16;
+  p.rank = rank;
+  p.rope_heads = 2;
+  p.rope_dim = 4;
+  std::vector<float> got(want.size()), rows(static_cast<std::size_t>(heads) * tokens);
+  ops->mla_latent_attention(got.data(), rows.data(), q_lat.data(), q_rope.data(), p, heads, 4.0f);
+  expect_close(got, want, 1e-5, "context");
+  expect_close(
+      rows,
+      std::vector<float>(scratch.begin(), scratch.begin() + static_cast<long>(heads) * tokens),
+      1e-6, "softmax rows");
 }
 
 // The gather decodes a sequence's rows through its block table as the CPU's reader does.

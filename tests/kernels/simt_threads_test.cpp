@@ -281,6 +281,16 @@ TEST_F(SimtThreads, MlaAbsorbedQueryAndLatentAttention) {
       ASSERT_NEAR(ctx[static_cast<std::size_t>(h) * rank + r], want, 1e-5) << h << " " << r;
     }
   }
+  // Split-K (past the one-pass limit on a GPU; here in chunks of 5 slots): each chunk's block
+  // and the reduction, every thread an OS thread, give the one pass's context and rows.
+  const int chunk = 5;
+  std::vector<float> work(
+      static_cast<std::size_t>(latent_split_workspace_floats(heads, rank, tokens, chunk)));
+  std::vector<float> ctx_split(ctx.size()), w_split(w.size());
+  launch_mla_latent_attention_split(ctx_split.data(), w_split.data(), q_lat.data(), q_rope.data(),
+                                    kv, heads, 4.0f, chunk, work.data());
+  for (std::size_t i = 0; i < ctx.size(); ++i) ASSERT_NEAR(ctx_split[i], ctx[i], 1e-5) << i;
+  for (std::size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(w_split[i], w[i], 1e-6) << i;
 }
 
 TEST_F(SimtThreads, RopeAndTheSixteenBitConversion) {
