@@ -75,39 +75,60 @@ double total_variation(std::span<const float> p, std::span<const float> q) {
 
 namespace {
 
-// The fp32-cache run's rows for the current query, kept until the quantized run compares.
+// The fp32-cache run's rows for the queries of the current chunk (positions first .. first +
+// chunk - 1), kept until the quantized run compares.
 class ExactRows final : public AttentionObserver {
  public:
-  ExactRows(int n_layers, int n_heads, int max_pos, AttentionObserver* next)
-      : n_heads_(n_heads),
+  ExactRows(int n_layers, int n_heads, int max_pos, int chunk, AttentionObserver* next)
+      : n_layers_(n_layers),
+        n_heads_(n_heads),
         max_pos_(max_pos),
-        rows_(static_cast<std::size_t>(n_layers) * static_cast<std::size_t>(n_heads) *
-              static_cast<std::size_t>(max_pos)),
-        len_(static_cast<std::size_t>(n_layers) * static_cast<std::size_t>(n_heads), 0),
+        chunk_(chunk),
+        rows_(static_cast<std::size_t>(chunk) * static_cast<std::size_t>(n_layers) *
+              static_cast<std::size_t>(n_heads) * static_cast<std::size_t>(max_pos)),
+        len_(static_cast<std::size_t>(chunk) * static_cast<std::size_t>(n_layers) *
+                 static_cast<std::size_t>(n_heads),
+             0),
         next_(next) {}
+  // The next chunk's queries start at position `first`.
+  void begin(int first) {
+    first_ = first;
+    std::fill(len_.begin(), len_.end(), 0);
+  }
   void on_attention(int layer, int head, int query_pos, std::span<const float> w) override {
-    const std::size_t lh = row_index(layer, head);
-    const std::size_t n = std::min(w.size(), static_cast<std::size_t>(max_pos_));
-    std::copy(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(n),
-              rows_.begin() + static_cast<std::ptrdiff_t>(lh * static_cast<std::size_t>(max_pos_)));
-    len_[lh] = n;
+    if (const std::size_t i = row_index(layer, head, query_pos); i != kNone) {
+      const std::size_t n = std::min(w.size(), static_cast<std::size_t>(max_pos_));
+      std::copy(
+          w.begin(), w.begin() + static_cast<std::ptrdiff_t>(n),
+          rows_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(max_pos_)));
+      len_[i] = n;
+    }
     if (next_ != nullptr) next_->on_attention(layer, head, query_pos, w);
   }
-  std::span<const float> row(int layer, int head) const {
-    const std::size_t lh = row_index(layer, head);
-    return {rows_.data() + lh * static_cast<std::size_t>(max_pos_), len_[lh]};
+  // The row of query_pos (empty when it is not in the chunk).
+  std::span<const float> row(int layer, int head, int query_pos) const {
+    const std::size_t i = row_index(layer, head, query_pos);
+    if (i == kNone) return {};
+    return {rows_.data() + i * static_cast<std::size_t>(max_pos_), len_[i]};
   }
 
  private:
-  std::size_t row_index(int layer, int head) const {
-    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(n_heads_) +
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::size_t row_index(int layer, int head, int query_pos) const {
+    const int q = query_pos - first_;
+    if (q < 0 || q >= chunk_) return kNone;
+    return (static_cast<std::size_t>(q) * static_cast<std::size_t>(n_layers_) +
+            static_cast<std::size_t>(layer)) *
+               static_cast<std::size_t>(n_heads_) +
            static_cast<std::size_t>(head);
   }
 
-  int n_heads_;
+  int n_layers_, n_heads_;
   int max_pos_;
-  std::vector<float> rows_;       // [n_layers][n_heads][max_pos] the current query's weights
-  std::vector<std::size_t> len_;  // [n_layers][n_heads] valid weights of each row
+  int chunk_;
+  int first_ = 0;
+  std::vector<float> rows_;       // [chunk][n_layers][n_heads][max_pos] the chunk's weights
+  std::vector<std::size_t> len_;  // [chunk][n_layers][n_heads] valid weights of each row
   AttentionObserver* next_;
 };
 
@@ -117,7 +138,7 @@ class RowDistance final : public AttentionObserver {
   RowDistance(const ExactRows& exact, KvErrorProfile& profile, AttentionObserver* next)
       : exact_(exact), profile_(profile), next_(next) {}
   void on_attention(int layer, int head, int query_pos, std::span<const float> w) override {
-    const std::span<const float> ref = exact_.row(layer, head);
+    const std::span<const float> ref = exact_.row(layer, head, query_pos);
     if (query_pos >= 0 && query_pos < profile_.positions && ref.size() == w.size()) {
       profile_.attention_tv[profile_.tv_index(layer, head, query_pos)] =
           static_cast<float>(total_variation(ref, w));
@@ -158,15 +179,21 @@ std::optional<KvErrorProfile> measure_kv_error(Transformer& transformer,
   p.attention_tv.assign(static_cast<std::size_t>(c.n_layers) * static_cast<std::size_t>(c.n_heads) *
                             static_cast<std::size_t>(n),
                         0.0f);
-  ExactRows exact_rows(c.n_layers, c.n_heads, std::max(1, n), hooks.exact_observer);
+  // kChunk positions per engine step for each run (SoloSequence::watch hands the observers each
+  // query's rows in order): the exact run's rows of the chunk are kept, then the quantized run's
+  // are compared with them.
+  constexpr int kChunk = 8;
+  ExactRows exact_rows(c.n_layers, c.n_heads, std::max(1, n), kChunk, hooks.exact_observer);
   RowDistance distance(exact_rows, p, hooks.quantized_observer);
-  for (int pos = 0; pos < n; ++pos) {
+  for (int first = 0; first < n; first += kChunk) {
     if (hooks.cancelled && hooks.cancelled()) return std::nullopt;
-    const int token = tokens[static_cast<std::size_t>(pos)];
-    exact.step(transformer, token, &exact_rows);
-    quantized.step(transformer, token, &distance);
-    const KvSeqView into = round_trip.append();
-    copy_token_kv(exact.view(), pos, into);
+    const std::span<const int> chunk = tokens.subspan(
+        static_cast<std::size_t>(first), static_cast<std::size_t>(std::min(kChunk, n - first)));
+    exact_rows.begin(first);
+    exact.watch(transformer, chunk, exact_rows, kChunk);
+    quantized.watch(transformer, chunk, distance, kChunk);
+    for (int pos = first; pos < first + static_cast<int>(chunk.size()); ++pos)
+      copy_token_kv(exact.view(), pos, round_trip.append());
   }
   // Read back once every token is in: what the cache holds at the end of the sequence (a KIVI
   // group still open is full precision, so its positions read back exactly).

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "engine/common/error.h"
+#include "engine/infer/step_runner.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/quant/kv_codec.h"
@@ -126,6 +127,54 @@ TEST(KvQuantError, KiviKeepsItsOpenGroupExact) {
           EXPECT_EQ(p.v(l, h, pos), 0.0f) << "open group, position " << pos;
         } else {
           EXPECT_GT(p.k(l, h, pos), 0.0f) << "quantized group, position " << pos;
+        }
+      }
+    }
+  }
+}
+
+// The runs go 8 positions per engine step; each attention-row TV is the one two token-by-token
+// runs give (their rows taken query by query with SoloSequence::step), bit for bit, for a
+// per-token format and for KIVI (whose steps run in waves), and the observers see every row.
+TEST(KvQuantError, ChunkedRunsGiveTheTokenByTokenRowDistances) {
+  struct Rows : AttentionObserver {
+    std::vector<std::vector<float>> rows;  // in call order
+    void on_attention(int, int, int, std::span<const float> w) override {
+      rows.emplace_back(w.begin(), w.end());
+    }
+  };
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  auto backend = make_cpu_backend(1);
+  Transformer t(m.model, *backend);
+  const std::vector<int> tokens = story_tokens();
+  const int n = static_cast<int>(tokens.size());
+  ASSERT_GT(n, 16);
+  for (const char* format : {"int4", "kivi2-r16"}) {
+    const KvFormat f = parse_kv_format(format, "test");
+    Rows seen_exact, seen_quantized;
+    KvErrorHooks hooks;
+    hooks.exact_observer = &seen_exact;
+    hooks.quantized_observer = &seen_quantized;
+    const std::optional<KvErrorProfile> p = measure_kv_error(t, tokens, f, f, 16, hooks);
+    ASSERT_TRUE(p.has_value());
+    Rows exact, quantized;
+    SoloSequence a(kv_layout_for(c, 16, 1, KvFormat{}, KvFormat{}), n);
+    SoloSequence b(kv_layout_for(c, 16, 1, f, f), n);
+    for (int token : tokens) {
+      a.step(t, token, &exact);
+      b.step(t, token, &quantized);
+    }
+    EXPECT_EQ(seen_exact.rows, exact.rows) << format;
+    EXPECT_EQ(seen_quantized.rows, quantized.rows) << format;
+    ASSERT_EQ(exact.rows.size(), static_cast<std::size_t>(c.n_layers) * c.n_heads * n);
+    std::size_t i = 0;
+    for (int pos = 0; pos < n; ++pos) {
+      for (int layer = 0; layer < c.n_layers; ++layer) {
+        for (int head = 0; head < c.n_heads; ++head, ++i) {
+          ASSERT_EQ(p->attention_tv[p->tv_index(layer, head, pos)],
+                    static_cast<float>(total_variation(exact.rows[i], quantized.rows[i])))
+              << format << " layer " << layer << " head " << head << " position " << pos;
         }
       }
     }
