@@ -306,7 +306,8 @@ void draw_backend_knob(const RunInfo& info, PolicyEdit& e) {
   if (auto i = pick("backend", kBackends, cur,
                     "What runs the model's forward pass. CPU: the reference backend. CUDA "
                     "emulated (--backend cuda-sim): the CUDA backend's real kernels and "
-                    "cuBLAS calls on the project's SIMT emulator, fp16 GEMM weights: slow, for "
+                    "cuBLAS calls on the project's SIMT emulator, fp16 GEMM weights, each engine "
+                    "step run whole on the device (embeddings up, greedy tokens back): slow, for "
                     "watching the GPU path give the CPU's tokens. CUDA GPU (--backend cuda): "
                     "the same code on the first GPU, untested on hardware. Every K/V format, "
                     "MLA and token eviction run on both; a quantized model is read "
