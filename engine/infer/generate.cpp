@@ -118,7 +118,12 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   std::vector<int> chunk_row;  // per position of the chunk: its row of chunk_logits, or -1
   std::span<float> chunk_logits;
   int chunk_first = 0, chunk_end = 0;
+  // Greedy decoding that nothing else reads the logits of takes the token from the backend
+  // (Transformer::greedy_step: on the CUDA backend the argmax runs on the device).
+  const bool greedy_only =
+      options.sampler.temperature == 0.0f && !options.score_tokens && hook == nullptr;
   for (int pos = 0; pos < options.steps; ++pos) {
+    int greedy = -1;  // the token greedy_step took, when it ran this position
     if (pos >= chunk_end) {
       const int n = hook == nullptr ? std::clamp(known - pos, 1, kDefaultStepTokens) : 1;
       cache.require_append_slots(seq, n);
@@ -126,7 +131,13 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
       chunk_first = pos;
       chunk_end = pos + n;
       chunk_row.assign(static_cast<std::size_t>(n), 0);
-      if (n == 1) {
+      if (n == 1 && greedy_only && pos >= static_cast<int>(prompt.size()) - 1) {
+        KvSeqView view = cache.view(seq);
+        view.mla = options.mla;
+        const StepToken one{token, pos, view, true, nullptr};
+        greedy = transformer.greedy_step(std::span<const StepToken>(&one, 1))[0];
+        chunk_row[0] = -1;
+      } else if (n == 1) {
         chunk_logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
       } else {
         KvSeqView view = cache.view(seq);
@@ -156,7 +167,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
     if (forced) {
       next = prompt[static_cast<std::size_t>(pos) + 1];
     } else {
-      next = sampler.sample(logits);
+      next = greedy >= 0 ? greedy : sampler.sample(logits);
       ++result.num_generated;
     }
     if (options.score_tokens) result.next_logprob.push_back(log_p[static_cast<std::size_t>(next)]);

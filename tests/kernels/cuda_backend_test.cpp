@@ -554,6 +554,19 @@ TEST(CudaSimBackend, GreedyStepTakesTheArgmaxOnTheDevice) {
   }
   EXPECT_EQ(tokens[0], tokens[1]);
   EXPECT_EQ(tokens[2], tokens[1]);
+  // kvscope generate, greedy: every position reads one int back, and the text is the golden's.
+  Transformer t(m.model, *sim);
+  GenerateOptions o;
+  o.steps = 24;
+  const device::Traffic before = cuda_traffic(*sim).value();
+  std::string text;
+  const GenerateResult r =
+      generate(t, *m.tokenizer, o, [&](const std::string& piece) { text += piece; });
+  EXPECT_EQ(cuda_traffic(*sim).value().to_host_bytes - before.to_host_bytes,
+            static_cast<std::uint64_t>(r.positions_run) * sizeof(int));
+  const std::string golden =
+      test::read_text(test::shared_models_dir() + "/golden/stories260K_greedy256.txt");
+  EXPECT_EQ(golden.substr(0, text.size()), text);
 }
 
 TEST(CudaSimBackend, OwnsItsDeviceMemoryAndGivesItAllBack) {
