@@ -321,7 +321,8 @@ class CudaBackend final : public Backend {
   // The whole step on the device: embeddings go up, the logits of the wanted tokens come back,
   // and nothing else crosses the bus but the step's metadata (positions, block tables, live maps)
   // and captured attention rows. Each op is the kernel or GEMM the op-by-op path runs, in the
-  // same order, so the two give the same logits (CudaSimBackend.WholeStepEqualsOpByOp).
+  // same order, so the two give the same logits
+  // (CudaSimBackend.TheWholeStepOnTheDeviceEqualsItsOpsOneByOne).
   bool run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
                 std::span<int> greedy) override {
     guard([&] { step_on_device(model, tokens, logits, greedy); });
@@ -403,26 +404,9 @@ class CudaBackend final : public Backend {
     }
     ops_->to_device(x, embed_host_.data(), rows(dim));
     int* pos = stage(b.pos, pos_host_.data(), pos_host_.size());
-    // The block tables of the step's sequences, staged once for every layer's K/V writes. A
-    // sequence's tokens have views over one table (a prefill chunk's earlier ones over a prefix
-    // of it): each table goes up once, as long as its longest view.
-    std::unordered_map<const BlockId*, std::size_t> longest, table_of;
-    for (const StepToken& s : tokens) {
-      std::size_t& n = longest[s.view.blocks.data()];
-      n = std::max(n, s.view.blocks.size());
-    }
-    step_tables_host_.clear();
-    std::vector<std::size_t> table_at(tokens.size());
-    for (std::size_t t = 0; t < tokens.size(); ++t) {
-      const BlockId* blocks = tokens[t].view.blocks.data();
-      const auto [it, fresh] = table_of.try_emplace(blocks, step_tables_host_.size());
-      if (fresh) {
-        for (std::size_t i = 0; i < longest[blocks]; ++i)
-          step_tables_host_.push_back(static_cast<int>(blocks[i].value));
-      }
-      table_at[t] = it->second;
-    }
-    const int* tables = step_tables_.stage(*this, step_tables_host_);
+    // The step's block tables, staged once for every layer's K/V writes (and found already there
+    // by the attention batch, which stages the same tables).
+    const int* tables = stage_tables(queries, table_at_);
     const auto norm = [&](const float* weights) {
       return static_cast<const float*>(
           weight(weights, static_cast<std::size_t>(dim), GemmType::kF32));
@@ -440,7 +424,7 @@ class CudaBackend final : public Backend {
       ops_->rope(q, k, pos, m, c.q_dim(), c.kv_dim(), c.head_dim(), c.rope_theta);
       for (int t = 0; t < m; ++t) {
         const KvSeqView& view = tokens[static_cast<std::size_t>(t)].view;
-        kv_write_on_device(view, l, tables + table_at[static_cast<std::size_t>(t)], k + t * kv_dim,
+        kv_write_on_device(view, l, tables + table_at_[static_cast<std::size_t>(t)], k + t * kv_dim,
                            v + t * kv_dim);
       }
       attention_on_device(l, shape, queries, q, att);
@@ -561,29 +545,15 @@ class CudaBackend final : public Backend {
     }
     DevicePool& p = pool(queries.front().view, /*may_create=*/false);
     const auto n = static_cast<int>(queries.size());
-    // Host staging: block tables (each distinct table once), live maps, and per query
-    // {table offset, num_slots, live offset, weights offset, KIVI open groups}.
-    tables_host_.clear();
+    // Host staging: block tables (stage_tables), live maps, and per query {table offset,
+    // num_slots, live offset, weights offset, KIVI open groups}.
+    const int* tables = stage_tables(queries, table_at_);
     live_host_.clear();
     meta_host_.clear();
-    struct Staged {
-      const BlockId* table;
-      std::size_t size;
-      int at;
-    };
-    std::vector<Staged> seen;  // tables staged so far (a prefill chunk's queries share one)
     int max_slots = 0;
     long weight_floats = 0;
     for (std::size_t i = 0; i < queries.size(); ++i) {
       const AttentionQuery& a = queries[i];
-      int table_at = -1;
-      for (const Staged& t : seen)
-        if (t.table == a.view.blocks.data() && t.size >= a.view.blocks.size()) table_at = t.at;
-      if (table_at < 0) {
-        table_at = static_cast<int>(tables_host_.size());
-        seen.push_back({a.view.blocks.data(), a.view.blocks.size(), table_at});
-        for (BlockId b : a.view.blocks) tables_host_.push_back(static_cast<int>(b.value));
-      }
       int live_at = -1;
       if (a.view.slot_live != nullptr) {
         live_at = static_cast<int>(live_host_.size());
@@ -597,7 +567,7 @@ class CudaBackend final : public Backend {
       const OpenGroup ok = open_group(p, a.view, layer, KvKind::kKey);
       const OpenGroup ov = open_group(p, a.view, layer, KvKind::kValue);
       meta_host_.insert(meta_host_.end(),
-                        {table_at, a.view.num_slots, live_at, weights_at, ok.start,
+                        {table_at_[i], a.view.num_slots, live_at, weights_at, ok.start,
                          int_offset(ok.at), ov.start, int_offset(ov.at)});
       max_slots = std::max(max_slots, a.view.num_slots);
     }
@@ -607,7 +577,7 @@ class CudaBackend final : public Backend {
     b.kv_heads = shape.kv_heads;
     b.head_dim = shape.head_dim;
     // Every layer of a step has the same tables, slot counts and live maps: staged by the first.
-    b.tables = batch_tables_.stage(*this, tables_host_);
+    b.tables = tables;
     b.meta = batch_meta_.stage(*this, meta_host_);
     if (!live_host_.empty()) b.live = batch_live_.stage(*this, live_host_);
     b.staging = p.open.base();
@@ -629,6 +599,31 @@ class CudaBackend final : public Backend {
                                  std::span<const float>(rows + h * slots, slots));
       }
     }
+  }
+
+  // The queries' block tables in one device buffer, each sequence's once: its views share one
+  // table (a prefill chunk's earlier queries may see a prefix of it), staged as long as the
+  // longest. offsets[i]: where query i's table starts. Uploaded only when it changed, so the
+  // step's K/V writes and every layer's attention batch share one upload.
+  const int* stage_tables(std::span<const AttentionQuery> queries, std::vector<int>& offsets) {
+    std::unordered_map<const BlockId*, std::size_t> longest;
+    for (const AttentionQuery& a : queries) {
+      std::size_t& n = longest[a.view.blocks.data()];
+      n = std::max(n, a.view.blocks.size());
+    }
+    std::unordered_map<const BlockId*, int> staged;
+    tables_host_.clear();
+    offsets.resize(queries.size());
+    for (std::size_t i = 0; i < queries.size(); ++i) {
+      const BlockId* blocks = queries[i].view.blocks.data();
+      const auto [it, fresh] = staged.try_emplace(blocks, static_cast<int>(tables_host_.size()));
+      if (fresh) {
+        for (std::size_t b = 0; b < longest[blocks]; ++b)
+          tables_host_.push_back(static_cast<int>(blocks[b].value));
+      }
+      offsets[i] = it->second;
+    }
+    return batch_tables_.stage(*this, tables_host_);
   }
 
   // KIVI: the token at the view's write slot into its group's rows on the device (a new entry
@@ -838,8 +833,7 @@ class CudaBackend final : public Backend {
   std::vector<float> batch_q_;
   std::vector<float> attention_host_;
   StepBuffers step_;
-  Mirror<int> step_tables_;
-  std::vector<int> step_tables_host_;
+  std::vector<int> table_at_;  // stage_tables' offsets for the current step's queries
   std::vector<float> embed_host_;
   std::vector<int> pos_host_;
 };
