@@ -1,6 +1,8 @@
 // KvChannelStats and the recording Backend decorator.
 #include "engine/analysis/kv_channels.h"
 
+#include "engine/backend/op_by_op.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -70,39 +72,17 @@ std::vector<int> KvChannelStats::top_channels(KvKind kind, int layer, int n) con
 
 namespace {
 
-class ChannelStatsBackend final : public Backend {
+// The inner backend's ops, each K/V row added to the statistics as it is written.
+class ChannelStatsBackend final : public OpByOp {
  public:
-  ChannelStatsBackend(Backend& inner, KvChannelStats& stats) : inner_(inner), stats_(stats) {}
-  std::string name() const override { return inner_.name(); }
-  void matmul(float* out, const float* x, const float* w, int n, int d) override {
-    inner_.matmul(out, x, w, n, d);
-  }
-  void matmul_shared_input(const float* x, int n, std::span<const MatmulOut> outs) override {
-    inner_.matmul_shared_input(x, n, outs);
-  }
-  void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs) override {
-    inner_.matmul_batch(x, m, n, outs);
-  }
-  void rmsnorm(float* out, const float* x, const float* w, int n, float eps) override {
-    inner_.rmsnorm(out, x, w, n, eps);
-  }
-  void rope(float* q, float* k, int pos, int q_dim, int kv_dim, int head_dim,
-            float theta) override {
-    inner_.rope(q, k, pos, q_dim, kv_dim, head_dim, theta);
-  }
-  void swiglu(float* hb, const float* hb2, int n) override { inner_.swiglu(hb, hb2, n); }
+  ChannelStatsBackend(Backend& inner, KvChannelStats& stats) : OpByOp(inner), stats_(stats) {}
+  std::string name() const override { return inner().name(); }
   void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) override {
     stats_.add(layer, k, v);
-    inner_.kv_write(view, layer, k, v);
-  }
-  void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape,
-                       const float* q, float* out, int query_pos,
-                       AttentionObserver* observer) override {
-    inner_.paged_attention(view, layer, shape, q, out, query_pos, observer);
+    OpByOp::kv_write(view, layer, k, v);
   }
 
  private:
-  Backend& inner_;
   KvChannelStats& stats_;
 };
 

@@ -2,7 +2,8 @@
 // forwards every op and never runs a whole step, so a backend that does (the CUDA backend keeps a
 // step's activations on the device) can be held to its own ops: the same logits, and the
 // host<->device traffic of the op-by-op path as the baseline `kvscope bench batch` measures the
-// whole step against.
+// whole step against. A subclass that watches one op (eval --key-channels' K/V statistics)
+// overrides it and calls OpByOp's.
 #pragma once
 
 #include <span>
@@ -12,7 +13,7 @@
 
 namespace kvscope {
 
-class OpByOp final : public Backend {
+class OpByOp : public Backend {
  public:
   explicit OpByOp(Backend& inner) : inner_(inner) {}
 
@@ -46,6 +47,9 @@ class OpByOp final : public Backend {
                        std::span<const AttentionQuery> queries) override {
     inner_.attention_batch(layer, shape, queries);
   }
+
+ protected:
+  Backend& inner() const { return inner_; }
 
  private:
   Backend& inner_;
