@@ -245,20 +245,13 @@ inline void launch_mla_latent_attention(float* ctx, float* weights, const float*
              q_lat, q_rope, kv, n_heads, score_divisor);
 }
 
-// Floats of device workspace the split path needs for n_heads heads over num_slots slots.
-inline long latent_split_workspace_floats(int n_heads, int rank, int num_slots, int chunk) {
-  const long splits = (num_slots + chunk - 1) / chunk;
-  return static_cast<long>(n_heads) * splits * (rank + 2);
-}
-
-// Split-K over any number of slots: `work` holds latent_split_workspace_floats(...) floats.
+// Split-K over any number of slots: `work` holds split_workspace_floats(n_heads, kv.rank,
+// kv.num_slots, chunk) floats (paged_attention.cuh, the rank as the row width).
 inline void launch_mla_latent_attention_split(float* ctx, float* weights, const float* q_lat,
                                               const float* q_rope, const LatentKv& kv, int n_heads,
                                               float score_divisor, int chunk, float* work) {
   const int splits = (kv.num_slots + chunk - 1) / chunk;
-  float* part = work;
-  float* m = part + static_cast<long>(n_heads) * splits * kv.rank;
-  float* l = m + static_cast<long>(n_heads) * splits;
+  const auto [part, m, l] = split_parts(work, n_heads, splits, kv.rank);
   KVS_LAUNCH(mla_latent_split_kernel,
              simt::Dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(splits)),
              simt::Dim3(128), static_cast<std::size_t>(chunk) * sizeof(float), part, m, l, q_lat,

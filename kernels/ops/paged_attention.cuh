@@ -249,10 +249,23 @@ inline void launch_paged_attention_batch(float* out, const float* q, const Paged
              n_heads, weights);
 }
 
-// Floats of device workspace split-K needs for n_heads heads over num_slots slots.
-inline long split_workspace_floats(int n_heads, int head_dim, int num_slots, int chunk) {
+// Floats of device workspace split-K needs for n_heads heads over num_slots slots, each split's
+// partial output `width` floats (head_dim; an MLA latent's rank in mla.cuh).
+inline long split_workspace_floats(int n_heads, int width, int num_slots, int chunk) {
   const long splits = (num_slots + chunk - 1) / chunk;
-  return static_cast<long>(n_heads) * splits * (head_dim + 2);
+  return static_cast<long>(n_heads) * splits * (width + 2);
+}
+
+// That workspace as the split and reduce kernels read it: part [n_heads][splits][width], then m
+// and l [n_heads][splits].
+struct SplitParts {
+  float* part;
+  float* m;
+  float* l;
+};
+inline SplitParts split_parts(float* work, int n_heads, int splits, int width) {
+  float* m = work + static_cast<long>(n_heads) * splits * width;
+  return {work, m, m + static_cast<long>(n_heads) * splits};
 }
 
 // Split-K: `work` holds split_workspace_floats(...) floats of device memory.
@@ -260,9 +273,7 @@ inline void launch_paged_attention_split(float* out, const float* q, const Paged
                                          int chunk, float* work, unsigned threads = 128,
                                          float* weights = nullptr) {
   const int splits = (kv.num_slots + chunk - 1) / chunk;
-  float* part = work;
-  float* m = part + static_cast<long>(n_heads) * splits * kv.head_dim;
-  float* l = m + static_cast<long>(n_heads) * splits;
+  const auto [part, m, l] = split_parts(work, n_heads, splits, kv.head_dim);
   KVS_LAUNCH(paged_attention_split_kernel,
              simt::Dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(splits)),
              simt::Dim3(threads), static_cast<std::size_t>(chunk) * sizeof(float), part, m, l, q,

@@ -140,8 +140,8 @@ TEST(MlaKernels, LatentAttentionMatchesTheCpus) {
       launch_mla_latent_attention(got.data(), rows.data(), q_lat.data(), q_rope.data(), kv, heads,
                                   shape.score_divisor);
     } else {
-      std::vector<float> work(static_cast<std::size_t>(
-          latent_split_workspace_floats(heads, c.rank, c.tokens, c.chunk)));
+      std::vector<float> work(
+          static_cast<std::size_t>(split_workspace_floats(heads, c.rank, c.tokens, c.chunk)));
       launch_mla_latent_attention_split(got.data(), rows.data(), q_lat.data(), q_rope.data(), kv,
                                         heads, shape.score_divisor, c.chunk, work.data());
     }

@@ -285,7 +285,7 @@ TEST_F(SimtThreads, MlaAbsorbedQueryAndLatentAttention) {
   // and the reduction, every thread an OS thread, give the one pass's context and rows.
   const int chunk = 5;
   std::vector<float> work(
-      static_cast<std::size_t>(latent_split_workspace_floats(heads, rank, tokens, chunk)));
+      static_cast<std::size_t>(split_workspace_floats(heads, rank, tokens, chunk)));
   std::vector<float> ctx_split(ctx.size()), w_split(w.size());
   launch_mla_latent_attention_split(ctx_split.data(), w_split.data(), q_lat.data(), q_rope.data(),
                                     kv, heads, 4.0f, chunk, work.data());
