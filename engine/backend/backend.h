@@ -107,24 +107,18 @@ class Backend {
       paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer);
   }
 
-  // A whole engine step in the backend's own memory: the forward pass of `tokens` (their ids
-  // checked, their views as Transformer::forward_step takes them; none of them needs another
-  // token of the step written first, which forward_step's waves see to). For the tokens with
-  // want_logits, in step order: their logits into `logits` ([count][vocab]) when it is not empty,
-  // and the index of each one's largest logit (the lowest among equals, as the sampler's greedy
-  // path) into `greedy` ([count]) when that is not empty; a caller that samples greedily passes
-  // only `greedy`, and the logits then need not leave the backend. A backend whose memory is not
-  // the host's (the CUDA backend) does this so activations never leave it; it returns false when
-  // it does not, and the Transformer composes the step from the ops above on host buffers (the
-  // CPU backend, whose ops already work in place).
-  virtual bool run_step(const Model& model, std::span<const StepToken> tokens,
-                        std::span<float> logits, std::span<int> greedy) {
-    (void)model;
-    (void)tokens;
-    (void)logits;
-    (void)greedy;
-    return false;
-  }
+  // A whole engine step, run by the backend in its own memory with its own activation buffers:
+  // the forward pass of `tokens` (their ids checked, their views as Transformer::forward_step
+  // takes them; none of them needs another token of the step written first, which forward_step's
+  // waves see to). For the tokens with want_logits, in step order: their logits into `logits`
+  // ([count][vocab]) when it is not empty, and the index of each one's largest logit (the lowest
+  // among equals, as the sampler's greedy path) into `greedy` ([count]) when that is not empty; a
+  // caller that samples greedily passes only `greedy`, and the logits then need not leave the
+  // backend (the CUDA backend reads back one int per token). A backend whose ops work on host
+  // memory composes the step from them (HostStep, engine/backend/host_step.h); the CUDA backend
+  // keeps everything on its device.
+  virtual void run_step(const Model& model, std::span<const StepToken> tokens,
+                        std::span<float> logits, std::span<int> greedy) = 0;
 };
 
 // The CPU reference backend; `threads` <= 0 means all cores.

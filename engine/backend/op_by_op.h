@@ -1,6 +1,6 @@
-// OpByOp: another backend's ops, one call at a time, on the Transformer's host buffers. It
-// forwards every op and never runs a whole step, so a backend that does (the CUDA backend keeps a
-// step's activations on the device) can be held to its own ops: the same logits, and the
+// OpByOp: another backend's ops, one call at a time, on host activations of its own (HostStep). It
+// forwards every op and never hands the inner backend a whole step, so a backend that runs one
+// (the CUDA backend keeps a step's activations on the device) can be held to its own ops: the same logits, and the
 // host<->device traffic of the op-by-op path as the baseline `kvscope bench batch` measures the
 // whole step against. A subclass that watches one op (eval --key-channels' K/V statistics)
 // overrides it and calls OpByOp's.
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/host_step.h"
 
 namespace kvscope {
 
@@ -47,12 +48,18 @@ class OpByOp : public Backend {
                        std::span<const AttentionQuery> queries) override {
     inner_.attention_batch(layer, shape, queries);
   }
+  // The step composed from this object's ops (so a subclass's overrides see it).
+  void run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
+                std::span<int> greedy) override {
+    step_.run(*this, model, tokens, logits, greedy);
+  }
 
  protected:
   Backend& inner() const { return inner_; }
 
  private:
   Backend& inner_;
+  HostStep step_;
 };
 
 }  // namespace kvscope

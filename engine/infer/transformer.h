@@ -1,9 +1,10 @@
 // Transformer: the Llama forward pass, reading and writing K/V only through KvSeqViews. It never
 // knows which allocator, eviction policy or KV format is behind a view.
 //
-// One engine step runs as one call (forward_step): the projections, the FFN and the classifier
-// are products over all of the step's tokens, so every weight is read once per step however many
-// sequences run; attention runs per token over its own view. Each output element is computed in
+// One engine step runs as one call (forward_step), which the backend runs whole in its own memory
+// (Backend::run_step): the projections, the FFN and the classifier are products over all of the
+// step's tokens, so every weight is read once per step however many sequences run; attention runs
+// per token over its own view. Each output element is computed in
 // the same order as for a token run alone, so a batched step is bit-identical to its tokens run
 // one by one (tests/sched/simulator_test.cpp, BatchedEqualsSolo; tests/infer/forward_step_test).
 #pragma once
@@ -56,24 +57,10 @@ class Transformer {
   // Whether forward_step runs `tokens` as several sub-steps (KIVI's waves, or past
   // kMaxStepTokens); group[i] is token i's sub-step.
   int sub_steps(std::span<const StepToken> tokens, std::vector<int>& group) const;
-  void reserve(std::size_t tokens, std::size_t logit_rows);
 
   std::shared_ptr<const Model> model_;
   Backend& backend_;
-  // Activations for up to capacity_ tokens, one row per token (grown on demand, then reused;
-  // cache-line aligned, so every row starts on a line when its width is a multiple of 16 floats,
-  // as all of SmolLM2's are).
-  std::size_t capacity_ = 0, logit_capacity_ = 0;
-  AlignedVector<float> x_;       // [m][dim] residual stream
-  AlignedVector<float> xn_;      // [m][dim] normed input of a block
-  AlignedVector<float> q_;       // [m][q_dim]
-  AlignedVector<float> k_;       // [m][kv_dim]
-  AlignedVector<float> v_;       // [m][kv_dim]
-  AlignedVector<float> att_;     // [m][q_dim] attention output
-  AlignedVector<float> proj_;    // [m][dim] output / down projection
-  AlignedVector<float> hb_;      // [m][hidden]
-  AlignedVector<float> hb2_;     // [m][hidden]
-  AlignedVector<float> last_;    // [k][dim] normed final states of the tokens that want logits
+  // The host copies of what a step gives back (the activations are the backend's).
   AlignedVector<float> logits_;  // [k][vocab]
   std::vector<int> greedy_;      // [k]: greedy_step's tokens
 };

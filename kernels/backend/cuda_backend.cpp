@@ -323,10 +323,9 @@ class CudaBackend final : public Backend {
   // and captured attention rows. Each op is the kernel or GEMM the op-by-op path runs, in the
   // same order, so the two give the same logits
   // (CudaSimBackend.TheWholeStepOnTheDeviceEqualsItsOpsOneByOne).
-  bool run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
+  void run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
                 std::span<int> greedy) override {
     guard([&] { step_on_device(model, tokens, logits, greedy); });
-    return true;
   }
 
   device::Traffic traffic() const { return ops_->traffic(); }

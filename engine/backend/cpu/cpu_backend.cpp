@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/host_step.h"
 #include "engine/common/error.h"
 
 namespace kvscope {
@@ -48,6 +49,11 @@ class CpuBackend final : public Backend {
     use_threads();
     cpu::paged_attention(view, layer, shape, q, out, query_pos, observer, scratch_);
   }
+  // The step composed from the ops above on this backend's own host activations.
+  void run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
+                std::span<int> greedy) override {
+    step_.run(*this, model, tokens, logits, greedy);
+  }
 
  private:
   // The CPU computes on the host tiles: a pool whose bytes a device holds is not its to read.
@@ -63,6 +69,7 @@ class CpuBackend final : public Backend {
   }
   int threads_;                 // OpenMP threads for this backend's parallel ops
   std::vector<float> scratch_;  // [n_heads][num_slots] attention weights
+  HostStep step_;               // the activations
 };
 
 }  // namespace

@@ -1,0 +1,135 @@
+#include "engine/backend/host_step.h"
+
+#include <cstring>
+#include <string>
+
+#include "engine/common/error.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/sampler.h"
+
+namespace kvscope {
+namespace {
+
+std::size_t sz(long v) {
+  return static_cast<std::size_t>(v);
+}
+
+}  // namespace
+
+void HostStep::reserve(const Model& model, std::size_t tokens, std::size_t logit_rows) {
+  const ModelConfig& c = model.config();
+  if (tokens > capacity_) {
+    capacity_ = tokens;
+    x_.resize(tokens * sz(c.dim));
+    xn_.resize(tokens * sz(c.dim));
+    q_.resize(tokens * sz(c.q_dim()));
+    k_.resize(tokens * sz(c.kv_dim()));
+    v_.resize(tokens * sz(c.kv_dim()));
+    att_.resize(tokens * sz(c.q_dim()));
+    proj_.resize(tokens * sz(c.dim));
+    hb_.resize(tokens * sz(c.hidden_dim));
+    hb2_.resize(tokens * sz(c.hidden_dim));
+  }
+  if (logit_rows > logit_capacity_) {
+    logit_capacity_ = logit_rows;
+    last_.resize(logit_rows * sz(c.dim));
+  }
+}
+
+void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> tokens,
+                   std::span<float> logits, std::span<int> greedy) {
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  const NativeWeights* nw = model.native();
+  std::size_t wanted = 0;
+  for (const StepToken& t : tokens) wanted += t.want_logits ? 1 : 0;
+  const auto vocab = sz(c.vocab_size);
+  if ((!logits.empty() && logits.size() != wanted * vocab) ||
+      (!greedy.empty() && greedy.size() != wanted)) {
+    throw InternalError("host step", std::to_string(wanted) + " tokens want logits; given " +
+                                         std::to_string(logits.size()) + " logits and " +
+                                         std::to_string(greedy.size()) + " argmax slots");
+  }
+  if (logits.empty() && !greedy.empty()) {  // only the argmax leaves: the logits stay here
+    logits_.resize(wanted * vocab);
+    logits = std::span<float>(logits_.data(), wanted * vocab);
+  }
+  reserve(model, tokens.size(), wanted);
+  // A projection's MatmulOut: the quantized matrix when the model keeps one, else fp32 rows.
+  using PerLayer = std::vector<QuantMatrix> NativeWeights::*;
+  auto proj = [&](float* out, const float* f32, int d, PerLayer which, int layer) {
+    MatmulOut o{out, f32, d};
+    if (nw != nullptr) o.q = (nw->*which)[sz(layer)];
+    return o;
+  };
+  const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim(), hidden = c.hidden_dim;
+  const int m = static_cast<int>(tokens.size());
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  auto row = [](AlignedVector<float>& buf, long width, int t) { return buf.data() + t * width; };
+
+  // Each token's attention query (the q_ and att_ rows are the same in every layer).
+  queries_.clear();
+  for (int t = 0; t < m; ++t) {
+    const StepToken& s = tokens[sz(t)];
+    queries_.push_back({s.view, row(q_, q_dim, t), row(att_, q_dim, t), s.pos, s.observer});
+  }
+  // Token embeddings.
+  for (int t = 0; t < m; ++t) {
+    std::memcpy(row(x_, dim, t), w.token_embedding + tokens[sz(t)].token * dim, sz(dim) * 4);
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    // Attention block: pre-norm, then the Q, K, V projections of every token.
+    for (int t = 0; t < m; ++t)
+      ops.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_att + l * dim, c.dim, c.rms_eps);
+    const MatmulOut qkv[] = {
+        proj(q_.data(), w.wq + l * q_dim * dim, c.q_dim(), &NativeWeights::wq, l),
+        proj(k_.data(), w.wk + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wk, l),
+        proj(v_.data(), w.wv + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wv, l)};
+    ops.matmul_batch(xn_.data(), m, c.dim, qkv);
+    // RoPE at each token's position, then its K/V into its view's write slot. Every token of
+    // the step is written before any attends: a view's num_slots hides the later ones.
+    for (int t = 0; t < m; ++t) {
+      const StepToken& s = tokens[sz(t)];
+      ops.rope(row(q_, q_dim, t), row(k_, kv_dim, t), s.pos, c.q_dim(), c.kv_dim(), c.head_dim(),
+               c.rope_theta);
+      ops.kv_write(s.view, l, row(k_, kv_dim, t), row(v_, kv_dim, t));
+    }
+    // softmax(q K^T / sqrt(d)) V over each token's visible slots.
+    ops.attention_batch(l, shape, queries_);
+    // Output projection and residual.
+    const MatmulOut wo[] = {
+        proj(proj_.data(), w.wo + l * dim * q_dim, c.dim, &NativeWeights::wo, l)};
+    ops.matmul_batch(att_.data(), m, c.q_dim(), wo);
+    for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
+
+    // FFN block: pre-norm, SwiGLU, down projection, residual.
+    for (int t = 0; t < m; ++t)
+      ops.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_ffn + l * dim, c.dim, c.rms_eps);
+    const MatmulOut gate_up[] = {
+        proj(hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim, &NativeWeights::w1, l),
+        proj(hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim, &NativeWeights::w3, l)};
+    ops.matmul_batch(xn_.data(), m, c.dim, gate_up);
+    for (int t = 0; t < m; ++t)
+      ops.swiglu(row(hb_, hidden, t), row(hb2_, hidden, t), c.hidden_dim);
+    const MatmulOut down[] = {
+        proj(proj_.data(), w.w2 + l * dim * hidden, c.dim, &NativeWeights::w2, l)};
+    ops.matmul_batch(hb_.data(), m, c.hidden_dim, down);
+    for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
+  }
+
+  // Final norm and classifier, only for the tokens whose logits are wanted (and only when someone
+  // reads them).
+  if (wanted == 0 || logits.empty()) return;
+  int k = 0;
+  for (int t = 0; t < m; ++t) {
+    if (!tokens[sz(t)].want_logits) continue;
+    ops.rmsnorm(row(last_, dim, k), row(x_, dim, t), w.rms_final, c.dim, c.rms_eps);
+    ++k;
+  }
+  MatmulOut cls[] = {{logits.data(), w.wcls, c.vocab_size}};
+  if (nw != nullptr) cls[0].q = nw->wcls;
+  ops.matmul_batch(last_.data(), k, c.dim, cls);
+  for (std::size_t i = 0; i < greedy.size(); ++i) greedy[i] = argmax(logits.subspan(i * vocab, vocab));
+}
+
+}  // namespace kvscope

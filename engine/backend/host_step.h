@@ -1,0 +1,45 @@
+// HostStep: an engine step composed from a backend's ops on host activation buffers. A backend
+// whose ops work on host memory (the CPU backend; OpByOp, which drives another backend one op at a
+// time) owns one and runs its Backend::run_step through it, so the activations belong to the
+// backend, as a device backend's belong to its device. The forward pass, top to bottom as in the
+// Llama paper: embed, then per layer attention and SwiGLU FFN with pre-RMSNorm and residuals, then
+// the final norm and the classifier, over all the tokens of the step at once.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/common/aligned_vector.h"
+
+namespace kvscope {
+
+class HostStep {
+ public:
+  // Backend::run_step's contract, each op run by `ops`: the logits of the tokens with want_logits
+  // into `logits` when it is not empty, their argmax into `greedy` when that is not empty.
+  void run(Backend& ops, const Model& model, std::span<const StepToken> tokens,
+           std::span<float> logits, std::span<int> greedy);
+
+ private:
+  void reserve(const Model& model, std::size_t tokens, std::size_t logit_rows);
+
+  // Activations for up to capacity_ tokens, one row per token (grown to the largest step, then
+  // reused; cache-line aligned, so every row starts on a line when its width is a multiple of 16
+  // floats, as all of SmolLM2's are).
+  std::size_t capacity_ = 0, logit_capacity_ = 0;
+  AlignedVector<float> x_;       // [m][dim] residual stream
+  AlignedVector<float> xn_;      // [m][dim] normed input of a block
+  AlignedVector<float> q_;       // [m][q_dim]
+  AlignedVector<float> k_;       // [m][kv_dim]
+  AlignedVector<float> v_;       // [m][kv_dim]
+  AlignedVector<float> att_;     // [m][q_dim] attention output
+  AlignedVector<float> proj_;    // [m][dim] output / down projection
+  AlignedVector<float> hb_;      // [m][hidden]
+  AlignedVector<float> hb2_;     // [m][hidden]
+  AlignedVector<float> last_;    // [k][dim] normed final states of the tokens that want logits
+  AlignedVector<float> logits_;  // [k][vocab] when the caller wants only the argmax
+  std::vector<AttentionQuery> queries_;
+};
+
+}  // namespace kvscope
