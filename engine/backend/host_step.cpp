@@ -109,8 +109,7 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
         proj(hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim, &NativeWeights::w1, l),
         proj(hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim, &NativeWeights::w3, l)};
     ops.matmul_batch(xn_.data(), m, c.dim, gate_up);
-    for (int t = 0; t < m; ++t)
-      ops.swiglu(row(hb_, hidden, t), row(hb2_, hidden, t), c.hidden_dim);
+    for (int t = 0; t < m; ++t) ops.swiglu(row(hb_, hidden, t), row(hb2_, hidden, t), c.hidden_dim);
     const MatmulOut down[] = {
         proj(proj_.data(), w.w2 + l * dim * hidden, c.dim, &NativeWeights::w2, l)};
     ops.matmul_batch(hb_.data(), m, c.hidden_dim, down);
@@ -129,7 +128,8 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
   MatmulOut cls[] = {{logits.data(), w.wcls, c.vocab_size}};
   if (nw != nullptr) cls[0].q = nw->wcls;
   ops.matmul_batch(last_.data(), k, c.dim, cls);
-  for (std::size_t i = 0; i < greedy.size(); ++i) greedy[i] = argmax(logits.subspan(i * vocab, vocab));
+  for (std::size_t i = 0; i < greedy.size(); ++i)
+    greedy[i] = argmax(logits.subspan(i * vocab, vocab));
 }
 
 }  // namespace kvscope
