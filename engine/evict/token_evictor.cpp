@@ -3,10 +3,8 @@
 
 #include <algorithm>
 
-#include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/error.h"
 #include "engine/evict/attention_stats.h"
-#include "engine/quant/kv_codec.h"
 
 namespace kvscope {
 
@@ -34,9 +32,6 @@ TokenEvictor::TokenEvictor(KvCacheManager& cache, SeqId seq, const EvictorOption
     }
   }
   cache_.check_evictable(seq_, "token eviction");
-  const KvLayout& L = cache_.layout();
-  row_.resize(static_cast<std::size_t>(L.kv_heads) * L.head_dim);
-  scratch_.resize(row_.size());
   sync();
 }
 
@@ -169,7 +164,6 @@ void TokenEvictor::shift_positions() {
   const int bs = cache_.layout().block_size;
   const std::vector<BlockId>& blocks = cache_.table(seq_).blocks;
   std::vector<KvKeyRotation> rotations;
-  std::vector<int> slots;  // the rotated tokens' slots, for the host path
   int next = 0;
   for (std::size_t s = 0; s < slot_live_.size(); ++s) {
     if (slot_live_[s] == 0) continue;
@@ -177,7 +171,6 @@ void TokenEvictor::shift_positions() {
       const int slot = static_cast<int>(s);
       rotations.push_back(
           {blocks[static_cast<std::size_t>(slot / bs)], slot % bs, next - slot_pos_[s]});
-      slots.push_back(slot);
       slot_pos_[s] = next;
     }
     ++next;
@@ -185,47 +178,8 @@ void TokenEvictor::shift_positions() {
   next_position_ = next;
   if (rotations.empty()) return;
   counters_.keys_rotated += static_cast<long>(rotations.size()) * cache_.layout().n_layers;
-  // Applied where the pool's bytes live: a backend that holds them rotates with its own kernel.
-  if (cache_.storage()->rotate_keys_on_device(rotations, rope_theta_)) return;
-  cache_.storage()->note_external_write();  // keys change outside any backend's kv_write
-  // A shift moves most keys by the same delta: the angles once per distinct delta.
-  const int head_dim = cache_.layout().head_dim;
-  std::vector<float> cos_sin(static_cast<std::size_t>(head_dim));
-  int angles_for = 0;
-  bool have = false;
-  for (std::size_t i = 0; i < rotations.size(); ++i) {
-    if (!have || rotations[i].delta != angles_for) {
-      angles_for = rotations[i].delta;
-      cpu::rope_cos_sin(angles_for, head_dim, rope_theta_, cos_sin.data());
-      have = true;
-    }
-    rotate_key(slots[i], cos_sin.data());
-  }
-}
-
-void TokenEvictor::rotate_key(int slot, const float* cos_sin) {
-  const KvLayout& L = cache_.layout();
-  const int kv_dim = L.kv_heads * L.head_dim, bs = L.block_size;
-  KvSeqView v = cache_.view(seq_);
-  v.num_slots = slot + 1;  // the slot is the view's write slot: write_token re-encodes it
-  const BlockId block = v.blocks[static_cast<std::size_t>(slot / bs)];
-  for (int layer = 0; layer < L.n_layers; ++layer) {
-    float* key = row_.data();
-    if (L.k_format.dtype == KvDtype::kF32) {  // rotate in place
-      key = reinterpret_cast<float*>(cache_.storage()->tile(layer, KvKind::kKey, block)) +
-            static_cast<std::size_t>(slot % bs) * static_cast<std::size_t>(kv_dim);
-    } else {
-      const quant::TileReader reader(v, layer, KvKind::kKey);
-      for (int h = 0; h < L.kv_heads; ++h) {
-        const float* head = reader.head(slot, h, scratch_.data());
-        std::copy(head, head + L.head_dim, row_.begin() + static_cast<long>(h) * L.head_dim);
-      }
-    }
-    // Rotating by `delta` composes with the rotation by the old position: RoPE(p) then
-    // RoPE(delta) = RoPE(p + delta).
-    cpu::rope_keys(key, kv_dim, L.head_dim, cos_sin);
-    if (L.k_format.dtype != KvDtype::kF32) quant::write_token(v, layer, KvKind::kKey, key);
-  }
+  // An operation on the pool, applied where its bytes live (the CPU's tiles, or a device).
+  cache_.storage()->rotate_keys(rotations, rope_theta_);
 }
 
 std::string compaction_policy_name(CompactionPolicy policy) {

@@ -77,8 +77,6 @@ class TokenEvictor {
   void free_dead_blocks();
   void compact();
   void shift_positions();
-  // Rotates the key of `slot` in every layer by the angles of cpu::rope_cos_sin (its delta).
-  void rotate_key(int slot, const float* cos_sin);
   KvCacheManager& cache_;
   SeqId seq_;
   EvictorOptions options_;
@@ -88,7 +86,6 @@ class TokenEvictor {
   std::vector<std::uint8_t> slot_live_;   // [num_slots] 0 = evicted
   std::vector<std::int32_t> slot_pos_;    // [num_slots] RoPE position of the slot's key
   std::vector<std::int32_t> slot_token_;  // [num_slots] token index (identity for statistics)
-  std::vector<float> row_, scratch_;      // [kv_dim] one key row while re-rotating
   EvictorCounters counters_;
 };
 

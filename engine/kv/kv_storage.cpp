@@ -1,10 +1,12 @@
-// KvStorage allocation, block copies and KIVI staging buffers.
+// KvStorage allocation, the byte operations (block and slot copies, swap, key re-rotation) and
+// KIVI staging buffers.
 #include "engine/kv/kv_storage.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 
+#include "engine/backend/cpu/kv_rotate.h"
 #include "engine/common/config.h"
 #include "engine/common/error.h"
 
@@ -125,7 +127,11 @@ void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offs
   apply(moves);
 }
 
-bool KvStorage::rotate_keys_on_device(std::span<const KvKeyRotation> rotations, float theta) {
+void KvStorage::rotate_keys(std::span<const KvKeyRotation> rotations, float theta) {
+  if (layout_.is_latent() || layout_.k_format.is_kivi()) {
+    throw InternalError("kv storage",
+                        "rotate_keys on a latent or KIVI pool (token eviction refuses both)");
+  }
   for (const KvKeyRotation& r : rotations) {
     check_block(r.block, "rotate_keys");
     if (r.offset < 0 || r.offset >= layout_.block_size) {
@@ -134,10 +140,9 @@ bool KvStorage::rotate_keys_on_device(std::span<const KvKeyRotation> rotations, 
                                             std::to_string(layout_.block_size));
     }
   }
-  auto d = device();
-  if (d == nullptr) return false;
-  d->rotate_keys(rotations, theta);
-  return true;
+  if (rotations.empty()) return;
+  if (auto d = device()) return d->rotate_keys(rotations, theta);
+  cpu::rotate_keys(*this, rotations, theta);
 }
 
 std::vector<KvSpan> KvStorage::block_spans(BlockId block) const {

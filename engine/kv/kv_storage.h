@@ -130,11 +130,6 @@ class KvStorage {
   std::uint64_t id() const { return id_; }
   // Expires when this storage is destroyed: a backend holding a copy of the pool frees it then.
   std::weak_ptr<const void> liveness() const { return alive_; }
-  // How many writes through tile() that are neither a kv_write nor one of the byte moves below
-  // have changed bytes here (token eviction's key re-rotation on the host): a backend that then
-  // holds a copy of the pool cannot see them and refuses to go on once this changes.
-  std::uint64_t external_writes() const { return external_writes_; }
-  void note_external_write() { ++external_writes_; }
 
   // Makes `device` the holder of the pool's bytes from now on (see KvDeviceBytes); the storage
   // keeps a weak reference. Throws kvscope::Error when another live holder is attached.
@@ -160,12 +155,10 @@ class KvStorage {
   // layout().block_bytes() bytes), read out of the pool (swap-out) or written into it (swap-in).
   void read_block(BlockId block, std::byte* out) const;
   void write_block(BlockId block, const std::byte* in);
-  // Token eviction's position shift. When a backend holds the pool's bytes it re-rotates the keys
-  // (its kernel) and this returns true; otherwise it returns false and the keys are in these
-  // tiles, for the caller to rotate (TokenEvictor, then note_external_write()). Block ids and
-  // offsets outside the pool are an InternalError either way.
-  bool rotate_keys_on_device(std::span<const KvKeyRotation> rotations, float theta);
-
+  // Token eviction's position shift: re-rotates the keys where the pool's bytes live, with the
+  // attached device's kernel or, on these tiles, the CPU's (engine/backend/cpu/kv_rotate.h).
+  // Block ids and offsets outside the pool, or a latent or KIVI pool, are an InternalError.
+  void rotate_keys(std::span<const KvKeyRotation> rotations, float theta);
   // KIVI staging of the group starting at (block, offset) of `layer`'s K or V:
   // [residual][kv_heads * head_dim] floats. `create` makes (or re-zeroes) it; otherwise nullptr
   // when there is none.
@@ -198,7 +191,6 @@ class KvStorage {
   KvLayout layout_;
   std::uint64_t id_ = 0;
   std::shared_ptr<const void> alive_ = std::make_shared<int>(0);
-  std::uint64_t external_writes_ = 0;
   bool device_attached_ = false;
   std::weak_ptr<KvDeviceBytes> device_;
   std::size_t v_offset_ = 0;  // V region start, 64-byte aligned so fp32 V tiles are aligned

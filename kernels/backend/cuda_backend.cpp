@@ -143,7 +143,6 @@ class DevicePool final : public KvDeviceBytes {
   device::DeviceTiles k_tiles, v_tiles;  // layer 0
   int num_blocks = 0;
   int n_layers = 0, block_size = 0, kv_heads = 0, head_dim = 0;
-  std::uint64_t external_writes = 0;  // the host storage's count when the copy was made
   std::weak_ptr<const void> storage;  // expires with the host storage: the copy is freed then
   OpenGroups open;                    // KIVI formats' open groups
 
@@ -736,11 +735,6 @@ class CudaBackend final : public Backend {
     std::erase_if(pools_, [](const auto& p) { return p.second->storage.expired(); });
     for (auto it = pools_.begin(); it != pools_.end(); ++it) {
       if (it->first != s.id()) continue;
-      if (it->second->external_writes != s.external_writes()) {
-        throw InternalError(flag_,
-                            "the KV pool's keys were re-rotated on the host after its device "
-                            "copy was made (token eviction rotates a held pool on the device)");
-      }
       pools_.splice(pools_.begin(), pools_, it);
       return *pools_.front().second;
     }
@@ -770,7 +764,6 @@ class CudaBackend final : public Backend {
     };
     p.k_tiles = tiles(p.k, KvKind::kKey);
     p.v_tiles = tiles(p.v, KvKind::kValue);
-    p.external_writes = s.external_writes();
     p.storage = s.liveness();
     s.attach_device(made);
     pools_.emplace_front(s.id(), std::move(made));

@@ -307,8 +307,6 @@ TEST(CudaSimBackend, ThePositionShiftRotatesTheDevicesKeys) {
   }
   EXPECT_GT(rotated[0], 0);
   EXPECT_EQ(rotated[0], rotated[1]);
-  EXPECT_EQ(on_device.storage()->external_writes(), 0u) << "no key changed behind the device";
-  EXPECT_GT(on_host.storage()->external_writes(), 0u);
   // Both pools hold the same K/V in every live row (the device's read back block by block), up to
   // int8 codes one step apart: the two ropes differ in their last bits, and so, slightly, does
   // everything computed after the first shift.
@@ -683,18 +681,6 @@ TEST(CudaSimBackend, ByteMovesReachTheDeviceCopyOfThePool) {
             << "block " << b << " layer " << layer;
       }
     }
-  }
-
-  Transformer t(m.model, *sim);
-  on_device.storage()->note_external_write();  // what key re-rotation on the host reports
-  on_device.require_append_slots(SeqId(0), 1);
-  try {
-    t.forward(2, 8, on_device.view(SeqId(0)));
-    ADD_FAILURE() << "attended over keys the device copy never saw";
-  } catch (const InternalError& e) {
-    EXPECT_NE(std::string(e.what()).find("re-rotated on the host after its device copy was made"),
-              std::string::npos)
-        << e.what();
   }
 }
 
