@@ -83,7 +83,10 @@ KvCacheManager& with_sequence(KvCacheManager& cache, SeqId seq) {
 // One window through a paged cache with a TokenEvictor, a position at a time.
 class EvictionStepper final : public VariantStepper {
  public:
-  EvictionStepper(EvictionVariant& v, const ModelConfig& c, const std::vector<int>& window)
+  EvictionStepper(EvictionVariant& v, Transformer& t, const std::vector<int>& window)
+      : EvictionStepper(v, t.config(), t.backend(), window) {}
+  EvictionStepper(EvictionVariant& v, const ModelConfig& c, Backend& backend,
+                  const std::vector<int>& window)
       : v_(v),
         window_(window),
         n_(static_cast<int>(window.size())),
@@ -91,7 +94,7 @@ class EvictionStepper final : public VariantStepper {
                               (n_ + v.options_.block_size - 1) / v.options_.block_size + 1,
                               v.options_.k_format, v.options_.v_format)),
         cache_(layout_, AllocatorKind::kPaged, n_, /*with_storage=*/true),
-        evictor_(with_sequence(cache_, kSeq), kSeq, v.options_.evictor, c.rope_theta),
+        evictor_(with_sequence(cache_, kSeq), kSeq, v.options_.evictor, c.rope_theta, backend),
         both_(nullptr, v.options_.capture) {
     const EvictionConfig& policy = v_.options_.evictor.policy;
     if (needs_attention(policy.kind)) {
@@ -166,14 +169,14 @@ class EvictionStepper final : public VariantStepper {
   int window_peak_blocks_ = 0;
 };
 
-std::unique_ptr<VariantStepper> EvictionVariant::stepper(const ModelConfig& c,
+std::unique_ptr<VariantStepper> EvictionVariant::stepper(Transformer& t,
                                                          const std::vector<int>& window) {
-  return std::make_unique<EvictionStepper>(*this, c, window);
+  return std::make_unique<EvictionStepper>(*this, t, window);
 }
 
 void EvictionVariant::run(Transformer& t, const std::vector<int>& window,
                           const std::function<void(int, std::span<const float>)>& on_logits) {
-  EvictionStepper s(*this, t.config(), window);
+  EvictionStepper s(*this, t, window);
   for (int pos = 0; pos < static_cast<int>(window.size()); ++pos) {
     const StepToken token = s.prepare(pos);
     on_logits(pos, t.forward_step(std::span<const StepToken>(&token, 1)));

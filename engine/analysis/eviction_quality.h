@@ -59,8 +59,7 @@ class EvictionVariant final : public CacheVariant {
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override;
   bool has_stepper() const override { return true; }
-  std::unique_ptr<VariantStepper> stepper(const ModelConfig& c,
-                                          const std::vector<int>& window) override;
+  std::unique_ptr<VariantStepper> stepper(Transformer& t, const std::vector<int>& window) override;
   const EvictionRunStats& stats() const { return stats_; }
   const EvictionRunOptions& options() const { return options_; }
 

@@ -70,9 +70,8 @@ class KvFormatVariant final : public CacheVariant {
   // Transformer::forward_step), so it joins the lockstep; the other formats run a window in
   // chunks of kDefaultStepTokens, which reads the weights fewer times.
   bool has_stepper() const override { return k_.is_kivi() || v_.is_kivi(); }
-  std::unique_ptr<VariantStepper> stepper(const ModelConfig& c,
-                                          const std::vector<int>& window) override {
-    return std::make_unique<FormatStepper>(layout(c), window);
+  std::unique_ptr<VariantStepper> stepper(Transformer& t, const std::vector<int>& window) override {
+    return std::make_unique<FormatStepper>(layout(t.config()), window);
   }
   std::string name() const override {
     return k_ == v_ ? k_.name() : "K " + k_.name() + " + V " + v_.name();
@@ -259,7 +258,7 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
   std::size_t row = 0;  // the window's first reference row
   for (const auto& win : windows_) {
     for (std::size_t k = 0; k < stepped.size(); ++k) {
-      steppers[k] = variants[stepped[k]]->stepper(transformer_.config(), win);
+      steppers[k] = variants[stepped[k]]->stepper(transformer_, win);
       if (steppers[k] == nullptr) {
         throw InternalError("eval",
                             variants[stepped[k]]->name() + " says it steps but has no stepper");

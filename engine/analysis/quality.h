@@ -91,9 +91,8 @@ class CacheVariant {
   // their own way (the other formats and MLA run a window in chunks of tokens).
   virtual bool has_stepper() const { return false; }
   // A stepper over `window` with a fresh cache (only when has_stepper()).
-  virtual std::unique_ptr<VariantStepper> stepper(const ModelConfig& c,
-                                                  const std::vector<int>& window) {
-    (void)c;
+  virtual std::unique_ptr<VariantStepper> stepper(Transformer& t, const std::vector<int>& window) {
+    (void)t;
     (void)window;
     return nullptr;
   }

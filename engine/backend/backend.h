@@ -107,6 +107,12 @@ class Backend {
       paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer);
   }
 
+  // Token eviction's position shift: re-rotates each listed key (block, row, delta) by delta more
+  // RoPE positions (base `theta`) in every layer of `storage`'s pool and stores it again in the
+  // pool's K format, in the backend's memory (the CPU's tiles, or a device's copy).
+  virtual void rotate_keys(KvStorage& storage, std::span<const KvKeyRotation> rotations,
+                           float theta) = 0;
+
   // A whole engine step, run by the backend in its own memory with its own activation buffers:
   // the forward pass of `tokens` (their ids checked, their views as Transformer::forward_step
   // takes them; none of them needs another token of the step written first, which forward_step's

@@ -48,6 +48,10 @@ class OpByOp : public Backend {
                        std::span<const AttentionQuery> queries) override {
     inner_.attention_batch(layer, shape, queries);
   }
+  void rotate_keys(KvStorage& storage, std::span<const KvKeyRotation> rotations,
+                   float theta) override {
+    inner_.rotate_keys(storage, rotations, theta);
+  }
   // The step composed from this object's ops (so a subclass's overrides see it).
   void run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
                 std::span<int> greedy) override {

@@ -15,8 +15,8 @@ EvictingCacheHook::EvictingCacheHook(const EvictorOptions& options, const ModelC
   }
 }
 
-void EvictingCacheHook::begin(KvCacheManager& cache, SeqId seq) {
-  evictor_ = std::make_unique<TokenEvictor>(cache, seq, options_, rope_theta_);
+void EvictingCacheHook::begin(KvCacheManager& cache, SeqId seq, Backend& backend) {
+  evictor_ = std::make_unique<TokenEvictor>(cache, seq, options_, rope_theta_, backend);
 }
 
 KvSeqView EvictingCacheHook::view() {

@@ -16,7 +16,7 @@ class EvictingCacheHook final : public SequenceCacheHook {
  public:
   // `max_tokens`: the most tokens the sequence will reach (sizes the recorder).
   EvictingCacheHook(const EvictorOptions& options, const ModelConfig& model, int max_tokens);
-  void begin(KvCacheManager& cache, SeqId seq) override;
+  void begin(KvCacheManager& cache, SeqId seq, Backend& backend) override;
   KvSeqView view() override;
   int position() const override;
   AttentionObserver* observer() override;

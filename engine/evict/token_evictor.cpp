@@ -13,8 +13,8 @@ bool needs_attention(EvictionKind kind) {
 }
 
 TokenEvictor::TokenEvictor(KvCacheManager& cache, SeqId seq, const EvictorOptions& options,
-                           float rope_theta)
-    : cache_(cache), seq_(seq), options_(options), rope_theta_(rope_theta) {
+                           float rope_theta, Backend& backend)
+    : cache_(cache), seq_(seq), options_(options), rope_theta_(rope_theta), backend_(backend) {
   const EvictionConfig& p = options_.policy;
   if (p.kind != EvictionKind::kNone) {
     if (p.budget < 2) fail_expected("--budget", "an integer >= 2", std::to_string(p.budget));
@@ -178,8 +178,9 @@ void TokenEvictor::shift_positions() {
   next_position_ = next;
   if (rotations.empty()) return;
   counters_.keys_rotated += static_cast<long>(rotations.size()) * cache_.layout().n_layers;
-  // An operation on the pool, applied where its bytes live (the CPU's tiles, or a device).
-  cache_.storage()->rotate_keys(rotations, rope_theta_);
+  // An operation on the pool that the backend applies where its bytes live (the CPU's tiles, or a
+  // device's copy).
+  backend_.rotate_keys(*cache_.storage(), rotations, rope_theta_);
 }
 
 std::string compaction_policy_name(CompactionPolicy policy) {

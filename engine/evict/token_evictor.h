@@ -45,7 +45,10 @@ class TokenEvictor {
  public:
   // Throws kvscope::Error (naming the bad field) when the options or the cache cannot work:
   // budget < 2, sinks >= budget, a contiguous cache, prefix caching, KIVI.
-  TokenEvictor(KvCacheManager& cache, SeqId seq, const EvictorOptions& options, float rope_theta);
+  // `backend` (the one running the sequence's forward pass) applies the position shift's key
+  // re-rotations where the pool's bytes live.
+  TokenEvictor(KvCacheManager& cache, SeqId seq, const EvictorOptions& options, float rope_theta,
+               Backend& backend);
 
   const EvictorOptions& options() const { return options_; }
   // RoPE position of the next token appended (its index, or the next contiguous position).
@@ -81,6 +84,7 @@ class TokenEvictor {
   SeqId seq_;
   EvictorOptions options_;
   float rope_theta_;
+  Backend& backend_;
   int next_position_ = 0;
   int next_token_ = 0;
   std::vector<std::uint8_t> slot_live_;   // [num_slots] 0 = evicted

@@ -60,7 +60,7 @@ std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int
   const SeqId seq(0);
   cache.require_add_sequence(seq);
   SequenceCacheHook* hook = options.cache_hook;
-  if (hook != nullptr) hook->begin(cache, seq);
+  if (hook != nullptr) hook->begin(cache, seq, transformer.backend());
   Sampler sampler(options.sampler);
   std::vector<int> tokens = {options.start_token};
   int token = options.start_token;
@@ -94,7 +94,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   KvCacheManager cache = make_cache(c, options, options.steps);
   const SeqId seq(0);
   cache.require_add_sequence(seq);
-  if (options.cache_hook != nullptr) options.cache_hook->begin(cache, seq);
+  if (options.cache_hook != nullptr) options.cache_hook->begin(cache, seq, transformer.backend());
   Sampler sampler(options.sampler);
   SequenceCacheHook* hook = options.cache_hook;
   const auto block_bytes = static_cast<long>(cache.layout().block_bytes());
@@ -143,14 +143,16 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
         KvSeqView view = cache.view(seq);
         view.mla = options.mla;
         chunk.clear();
+        add_chunk(chunk, view, pos,
+                  std::span<const int>(prompt).subspan(static_cast<std::size_t>(pos),
+                                                       static_cast<std::size_t>(n)),
+                  pos);
         int rows = 0;
         for (int i = 0; i < n; ++i) {
-          view.num_slots = pos + i + 1;  // writes its own slot, sees those before it
           const bool wanted =
               options.score_tokens || pos + i == static_cast<int>(prompt.size()) - 1;
           chunk_row[static_cast<std::size_t>(i)] = wanted ? rows++ : -1;
-          chunk.push_back(
-              {prompt[static_cast<std::size_t>(pos + i)], pos + i, view, wanted, nullptr});
+          chunk[static_cast<std::size_t>(i)].want_logits = wanted;
         }
         chunk_logits = transformer.forward_step(chunk);
       }

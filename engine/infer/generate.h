@@ -20,8 +20,9 @@ namespace kvscope {
 class SequenceCacheHook {
  public:
   virtual ~SequenceCacheHook() = default;
-  // The sequence now exists in `cache` (paged).
-  virtual void begin(KvCacheManager& cache, SeqId seq) = 0;
+  // The sequence now exists in `cache` (paged); `backend` runs its forward pass (and applies any
+  // change the hook makes to the pool's bytes).
+  virtual void begin(KvCacheManager& cache, SeqId seq, Backend& backend) = 0;
   // After append_slots for the next token: its view, RoPE position and observer (may be null).
   virtual KvSeqView view() = 0;
   virtual int position() const = 0;

@@ -23,13 +23,10 @@ void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<cons
     cache.require_append_slots(seq, count);
     KvSeqView view = cache.view(seq);
     view.mla = mla;
-    const int end_slots = view.num_slots;
     step.clear();
-    for (int i = 0; i < count; ++i) {
-      view.num_slots = end_slots - count + i + 1;  // writes its own slot, sees those before it
-      step.push_back(StepToken{tokens[static_cast<std::size_t>(begin + i)], first_pos + begin + i,
-                               view, true, nullptr});
-    }
+    add_chunk(step, view, view.num_slots - count,
+              tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
+              first_pos + begin, /*want_logits=*/true);
     const std::span<const float> logits = t.forward_step(step);
     for (int i = 0; i < count; ++i) {
       on_logits(first_pos + begin + i, logits.subspan(static_cast<std::size_t>(i) * vocab, vocab));
@@ -116,13 +113,11 @@ void SoloSequence::watch(Transformer& t, std::span<const int> tokens, AttentionO
   for (int begin = 0; begin < n; begin += step_tokens) {
     const int count = std::min(step_tokens, n - begin);
     cache_.require_append_slots(kSeq, count);
-    KvSeqView v = view();
     step.clear();
-    for (int i = 0; i < count; ++i) {
-      v.num_slots = size_ + i + 1;  // writes its own slot, sees those before it
-      step.push_back(
-          StepToken{tokens[static_cast<std::size_t>(begin + i)], size_ + i, v, false, &held});
-    }
+    add_chunk(step, view(), size_,
+              tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
+              size_,
+              /*want_logits=*/false, &held);
     t.forward_step(step);
     size_ += count;
     held.replay(observer);

@@ -127,6 +127,22 @@ std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   return logits;
 }
 
+void add_chunk(std::vector<StepToken>& step, const KvSeqView& view, int first_slot,
+               std::span<const int> tokens, int first_pos, bool want_logits,
+               AttentionObserver* observer) {
+  const int n = static_cast<int>(tokens.size());
+  if (first_slot < 0 || first_slot + n > view.num_slots) {
+    throw InternalError("add_chunk", "slots [" + std::to_string(first_slot) + ", " +
+                                         std::to_string(first_slot + n) + ") outside a view of " +
+                                         std::to_string(view.num_slots));
+  }
+  for (int i = 0; i < n; ++i) {
+    KvSeqView own = view;
+    own.num_slots = first_slot + i + 1;
+    step.push_back(StepToken{tokens[sz(i)], first_pos + i, own, want_logits, observer});
+  }
+}
+
 std::int64_t matmul_macs_per_token(const ModelConfig& c) {
   const std::int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   return c.n_layers * (d * q * 2 + d * kv * 2 + d * h * 3) + d * c.vocab_size;

@@ -65,6 +65,14 @@ class Transformer {
   std::vector<int> greedy_;      // [k]: greedy_step's tokens
 };
 
+// Appends one sequence's chunk to a step: tokens[i], at RoPE position first_pos + i, writes slot
+// first_slot + i of `view` (which holds the chunk's slots) and attends to the slots up to its own
+// (its StepToken's view ends there), so the chunk is causal without anyone patching a view between
+// tokens. Every token gets want_logits and observer as given.
+void add_chunk(std::vector<StepToken>& step, const KvSeqView& view, int first_slot,
+               std::span<const int> tokens, int first_pos, bool want_logits = false,
+               AttentionObserver* observer = nullptr);
+
 // Bytes of weights one decoded token reads: every layer's projections and FFN and the classifier,
 // as the forward pass reads them (the quantized blocks of native() matrices, fp32 otherwise); the
 // embedding row and the norms are left out (a few KB).

@@ -1,12 +1,10 @@
-// KvStorage allocation, the byte operations (block and slot copies, swap, key re-rotation) and
-// KIVI staging buffers.
+// KvStorage allocation, block copies and KIVI staging buffers.
 #include "engine/kv/kv_storage.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 
-#include "engine/backend/cpu/kv_rotate.h"
 #include "engine/common/config.h"
 #include "engine/common/error.h"
 
@@ -127,7 +125,7 @@ void KvStorage::copy_slot(BlockId src, int src_offset, BlockId dst, int dst_offs
   apply(moves);
 }
 
-void KvStorage::rotate_keys(std::span<const KvKeyRotation> rotations, float theta) {
+void KvStorage::check_rotations(std::span<const KvKeyRotation> rotations) const {
   if (layout_.is_latent() || layout_.k_format.is_kivi()) {
     throw InternalError("kv storage",
                         "rotate_keys on a latent or KIVI pool (token eviction refuses both)");
@@ -140,9 +138,14 @@ void KvStorage::rotate_keys(std::span<const KvKeyRotation> rotations, float thet
                                             std::to_string(layout_.block_size));
     }
   }
-  if (rotations.empty()) return;
-  if (auto d = device()) return d->rotate_keys(rotations, theta);
-  cpu::rotate_keys(*this, rotations, theta);
+}
+
+bool KvStorage::rotate_keys_on_device(std::span<const KvKeyRotation> rotations, float theta) {
+  check_rotations(rotations);
+  auto d = device();
+  if (d == nullptr) return false;
+  if (!rotations.empty()) d->rotate_keys(rotations, theta);
+  return true;
 }
 
 std::vector<KvSpan> KvStorage::block_spans(BlockId block) const {

@@ -99,8 +99,8 @@ struct KvKeyRotation {
 
 // Where a pool's bytes live when a backend keeps them in its own memory (the CUDA backends). Once
 // one is attached, KvStorage hands it every byte move (copy-on-write, slot compaction, swap out
-// and in) and key re-rotation instead of applying them to its own tiles, which then no longer
-// hold the pool's bytes.
+// and in) and the backend its key re-rotations, instead of applying them to its own tiles, which
+// then no longer hold the pool's bytes.
 class KvDeviceBytes {
  public:
   virtual ~KvDeviceBytes() = default;
@@ -155,10 +155,12 @@ class KvStorage {
   // layout().block_bytes() bytes), read out of the pool (swap-out) or written into it (swap-in).
   void read_block(BlockId block, std::byte* out) const;
   void write_block(BlockId block, const std::byte* in);
-  // Token eviction's position shift: re-rotates the keys where the pool's bytes live, with the
-  // attached device's kernel or, on these tiles, the CPU's (engine/backend/cpu/kv_rotate.h).
-  // Block ids and offsets outside the pool, or a latent or KIVI pool, are an InternalError.
-  void rotate_keys(std::span<const KvKeyRotation> rotations, float theta);
+  // Token eviction's position shift, which a backend applies (Backend::rotate_keys): the CPU
+  // rotates these tiles, a backend holding the bytes hands them to the holder here, which returns
+  // false when there is none. Block ids and offsets outside the pool, or a latent or KIVI pool,
+  // are an InternalError (check_rotations).
+  void check_rotations(std::span<const KvKeyRotation> rotations) const;
+  bool rotate_keys_on_device(std::span<const KvKeyRotation> rotations, float theta);
   // KIVI staging of the group starting at (block, offset) of `layer`'s K or V:
   // [residual][kv_heads * head_dim] floats. `create` makes (or re-zeroes) it; otherwise nullptr
   // when there is none.

@@ -226,13 +226,15 @@ std::vector<Simulator::NextToken> Simulator::forward_plan(const Work& w) {
     const RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
     KvSeqView view = cache_->view(SeqId(r.id));
     view.mla = config_.mla.get();
-    for (int pos = r.num_computed; pos < r.num_computed + entry.tokens; ++pos) {
-      view.num_slots = pos + 1;  // writes slot pos, attends to everything up to it
-      // Logits only where they are used: the last token of a sequence's known tokens (a prefill
-      // chunk that does not finish the prompt samples nothing).
-      step.push_back(StepToken{r.tokens[static_cast<std::size_t>(pos)], pos, view,
-                               pos + 1 == static_cast<int>(r.tokens.size()), nullptr});
-    }
+    // Token pos writes slot pos and attends to everything up to it.
+    add_chunk(step, view, r.num_computed,
+              std::span<const int>(r.tokens).subspan(static_cast<std::size_t>(r.num_computed),
+                                                     static_cast<std::size_t>(entry.tokens)),
+              r.num_computed);
+    // Logits only where they are used: the last token of a sequence's known tokens (a prefill
+    // chunk that does not finish the prompt samples nothing).
+    if (entry.tokens > 0)
+      step.back().want_logits = r.num_computed + entry.tokens == static_cast<int>(r.tokens.size());
   }
   const bool greedy = config_.sampler.temperature == 0.0f && !logits_observer_;
   std::span<const float> all;

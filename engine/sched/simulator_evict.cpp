@@ -37,7 +37,7 @@ void Simulator::check_token_eviction() {
   if (!probe.add_sequence(SeqId(0))) {
     throw Error(where, "internal: the probe sequence found no room");
   }
-  TokenEvictor check(probe, SeqId(0), config_.token_eviction, model_.config.rope_theta);
+  TokenEvictor check(probe, SeqId(0), config_.token_eviction, model_.config.rope_theta, *backend_);
   (void)check;
 }
 
@@ -70,7 +70,7 @@ void Simulator::start_evictor(RequestRun& r) {
   const int max_tokens = static_cast<int>(r.spec.prompt_tokens.size()) + r.spec.max_new_tokens;
   auto hook =
       std::make_unique<EvictingCacheHook>(config_.token_eviction, model_.config, max_tokens);
-  hook->begin(*cache_, SeqId(r.id));
+  hook->begin(*cache_, SeqId(r.id), *backend_);
   evictors_[static_cast<std::size_t>(r.id)] = std::move(hook);
 }
 

@@ -262,6 +262,15 @@ class CudaBackend final : public Backend {
       ops_->to_host(hb, da, static_cast<std::size_t>(n) * 4);
     });
   }
+  // The position shift on the device's copy of the pool (kv_rotate_keys_kernel, through the
+  // KvDeviceBytes the pool attached when it was made).
+  void rotate_keys(KvStorage& storage, std::span<const KvKeyRotation> rotations,
+                   float theta) override {
+    guard([&] {
+      if (!storage.rotate_keys_on_device(rotations, theta))
+        throw InternalError(flag_, "key re-rotation in a KV pool the device never held");
+    });
+  }
   void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) override {
     guard([&] {
       const KvLayout& L = view.storage->layout();

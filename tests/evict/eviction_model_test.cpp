@@ -187,7 +187,7 @@ TEST_F(EvictionModel, PoolStaysConsistentAndQueriesSeeAtMostTheBudget) {
       cache.require_add_sequence(SeqId(0));
       EvictorOptions eo = eviction(kind, budget).evictor;
       eo.compaction = compaction;
-      TokenEvictor ev(cache, SeqId(0), eo, c.rope_theta);
+      TokenEvictor ev(cache, SeqId(0), eo, c.rope_theta, *backend_);
       AttentionRecorder rec({c.n_layers, c.n_heads, 120}, 0, eo.policy.observation_window);
       for (int pos = 0; pos < 120; ++pos) {
         ASSERT_TRUE(cache.append_slots(SeqId(0), 1));

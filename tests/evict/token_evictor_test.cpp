@@ -33,12 +33,18 @@ std::vector<float> key_of(int t, int layer) {
   return {static_cast<float>(t), 1.0f + layer, -0.5f * t, 2.0f};
 }
 
+// The backend that applies the position shift's key re-rotations (on the host tiles).
+Backend& cpu_backend() {
+  static const std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  return *backend;
+}
+
 // A sequence whose K and V rows identify their token: append, write, let the evictor act.
 struct Seq {
   KvCacheManager cache;
   TokenEvictor evictor;
   explicit Seq(const EvictorOptions& o, int num_blocks = 16, KvFormat f = {})
-      : cache(make(num_blocks, f)), evictor(cache, SeqId(0), o, 10000.0f) {}
+      : cache(make(num_blocks, f)), evictor(cache, SeqId(0), o, 10000.0f, cpu_backend()) {}
   static KvCacheManager make(int num_blocks, KvFormat f) {
     KvCacheManager c(small_layout(num_blocks, f), AllocatorKind::kPaged, 1 << 20, true);
     c.require_add_sequence(SeqId(0));
@@ -252,7 +258,7 @@ TEST(TokenEvictor, BadConfigurationsAreOneLineErrors) {
       [] {
         KvCacheManager c(small_layout(8), AllocatorKind::kContiguous, 16, true);
         c.require_add_sequence(SeqId(0));
-        TokenEvictor e(c, SeqId(0), options(EvictionKind::kWindow, 4), 10000.0f);
+        TokenEvictor e(c, SeqId(0), options(EvictionKind::kWindow, 4), 10000.0f, cpu_backend());
       },
       "needs the paged allocator");
   expect_error(

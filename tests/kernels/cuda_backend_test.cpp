@@ -296,7 +296,7 @@ TEST(CudaSimBackend, ThePositionShiftRotatesTheDevicesKeys) {
     const bool device = cache == &on_device;
     Transformer t(m.model, device ? *sim : *cpu);
     cache->require_add_sequence(SeqId(0));
-    TokenEvictor evictor(*cache, SeqId(0), o, c.rope_theta);
+    TokenEvictor evictor(*cache, SeqId(0), o, c.rope_theta, device ? *sim : *cpu);
     for (int i = 0; i < 20; ++i) {
       cache->require_append_slots(SeqId(0), 1);
       const int pos = evictor.next_position();

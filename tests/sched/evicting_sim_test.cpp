@@ -49,7 +49,7 @@ std::vector<int> generate_alone_evicting(const SimRequest& request, const Evicto
   cache.require_add_sequence(seq);
   const int prompt = static_cast<int>(request.prompt_tokens.size());
   EvictingCacheHook hook(o, c, prompt + request.max_new_tokens);
-  hook.begin(cache, seq);
+  hook.begin(cache, seq, *backend);
   std::vector<int> tokens = request.prompt_tokens, generated;
   for (int pos = 0; static_cast<int>(generated.size()) < request.max_new_tokens; ++pos) {
     cache.require_append_slots(seq, 1);

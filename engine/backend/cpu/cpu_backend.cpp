@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/backend/cpu/cpu_ops.h"
+#include "engine/backend/cpu/kv_rotate.h"
 #include "engine/backend/host_step.h"
 #include "engine/common/error.h"
 
@@ -49,6 +50,12 @@ class CpuBackend final : public Backend {
     use_threads();
     cpu::paged_attention(view, layer, shape, q, out, query_pos, observer, scratch_);
   }
+  void rotate_keys(KvStorage& storage, std::span<const KvKeyRotation> rotations,
+                   float theta) override {
+    check_host_pool(storage);
+    storage.check_rotations(rotations);
+    cpu::rotate_keys(storage, rotations, theta);
+  }
   // The step composed from the ops above on this backend's own host activations.
   void run_step(const Model& model, std::span<const StepToken> tokens, std::span<float> logits,
                 std::span<int> greedy) override {
@@ -57,8 +64,9 @@ class CpuBackend final : public Backend {
 
  private:
   // The CPU computes on the host tiles: a pool whose bytes a device holds is not its to read.
-  static void check_host_pool(const KvSeqView& view) {
-    if (view.storage->on_device()) {
+  static void check_host_pool(const KvSeqView& view) { check_host_pool(*view.storage); }
+  static void check_host_pool(const KvStorage& storage) {
+    if (storage.on_device()) {
       throw InternalError("cpu backend",
                           "the KV pool's bytes are held by another backend's device; the CPU "
                           "backend would read stale host tiles");

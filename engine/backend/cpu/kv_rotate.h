@@ -1,5 +1,5 @@
-// Token eviction's key re-rotation on host tiles: the CPU's twin of the CUDA backend's
-// rotate_keys kernel. KvStorage::rotate_keys applies it when the pool's bytes are its own tiles.
+// Token eviction's key re-rotation on host tiles (the CPU backend's rotate_keys): the twin of the
+// CUDA backend's kv_rotate_keys_kernel.
 #pragma once
 
 #include <span>
@@ -11,7 +11,7 @@ namespace kvscope::cpu {
 // Rotates each listed key by its delta more RoPE positions (base `theta`) in every layer and stores
 // it again in the pool's K format (fp32 in place; other formats decoded, rotated and re-encoded as
 // a K/V write encodes them). RoPE(p) then RoPE(delta) is RoPE(p + delta). Per-token K formats only
-// (the caller checks).
+// (KvStorage::check_rotations).
 void rotate_keys(KvStorage& storage, std::span<const KvKeyRotation> rotations, float theta);
 
 }  // namespace kvscope::cpu
