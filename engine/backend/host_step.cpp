@@ -51,7 +51,7 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
                                          std::to_string(greedy.size()) + " argmax slots");
   }
   if (logits.empty() && !greedy.empty()) {  // only the argmax leaves: the logits stay here
-    logits_.resize(wanted * vocab);
+    if (logits_.size() < wanted * vocab) logits_.resize(wanted * vocab);
     logits = std::span<float>(logits_.data(), wanted * vocab);
   }
   reserve(model, tokens.size(), wanted);

@@ -114,15 +114,20 @@ std::span<float> Transformer::forward_step(std::span<const StepToken> tokens) {
                   out.begin() + static_cast<std::ptrdiff_t>(row[i] * vocab));
     }
   }
-  logits_.resize(out.size());
-  std::copy(out.begin(), out.end(), logits_.begin());
-  return std::span<float>(logits_.data(), out.size());
+  const std::span<float> logits = logit_rows(out.size());
+  std::copy(out.begin(), out.end(), logits.begin());
+  return logits;
+}
+
+std::span<float> Transformer::logit_rows(std::size_t floats) {
+  if (logits_.size() < floats) logits_.resize(floats);  // grown to the largest step, then reused
+  return std::span<float>(logits_.data(), floats);
 }
 
 std::span<float> Transformer::run_step(std::span<const StepToken> tokens) {
   const std::size_t wanted = check_step(tokens);
-  logits_.resize(wanted * static_cast<std::size_t>(model_->config().vocab_size));
-  const std::span<float> logits(logits_.data(), logits_.size());
+  const std::span<float> logits =
+      logit_rows(wanted * static_cast<std::size_t>(model_->config().vocab_size));
   backend_.run_step(*model_, tokens, logits, {});
   return logits;
 }

@@ -57,6 +57,8 @@ class Transformer {
   // Whether forward_step runs `tokens` as several sub-steps (KIVI's waves, or past
   // kMaxStepTokens); group[i] is token i's sub-step.
   int sub_steps(std::span<const StepToken> tokens, std::vector<int>& group) const;
+  // The first `floats` of logits_, grown when a step wants more.
+  std::span<float> logit_rows(std::size_t floats);
 
   std::shared_ptr<const Model> model_;
   Backend& backend_;
