@@ -1,5 +1,9 @@
-// Published KV shapes, read from the engine's synthetic presets so the two never disagree.
+// Published KV shapes: the dense, GQA and MLA ones read from the engine's synthetic presets so the
+// two never disagree; the window, SSM and hybrid ones from their published configurations.
 #include "app/core/memory_shapes.h"
+
+#include <algorithm>
+#include <limits>
 
 #include "engine/model/synthetic.h"
 
@@ -10,11 +14,21 @@ double KvShape::bytes_per_token(double bytes_per_element) const {
   return 2.0 * layers * kv_heads * head_dim * bytes_per_element;
 }
 
+double KvShape::bytes_at(double tokens, double bytes_per_element) const {
+  const double kept = window > 0 ? std::min(tokens, static_cast<double>(window)) : tokens;
+  return kept * bytes_per_token(bytes_per_element) + state_bytes();
+}
+
 std::string KvShape::dims() const {
   if (mla_latent > 0)
     return std::to_string(layers) + " x " + std::to_string(mla_latent) + " (latent)";
-  return "2 x " + std::to_string(layers) + " x " + std::to_string(kv_heads) + " x " +
-         std::to_string(head_dim);
+  std::string kv = layers > 0 ? "2 x " + std::to_string(layers) + " x " + std::to_string(kv_heads) +
+                                    " x " + std::to_string(head_dim)
+                              : "no KV";
+  if (window > 0) kv += " (last " + std::to_string(window) + " tokens)";
+  if (state_values > 0)
+    kv += " + " + std::to_string(static_cast<long long>(state_values)) + " state values";
+  return kv;
 }
 
 std::vector<KvShape> published_kv_shapes() {
@@ -37,6 +51,33 @@ std::vector<KvShape> published_kv_shapes() {
     if (c.mla_kv_lora_rank > 0) k.mla_latent = c.mla_kv_lora_rank + c.mla_rope_dim;
     shapes.push_back(k);
   }
+  // Mistral-7B as released (v0.1): every layer attends over the last 4,096 tokens only, so a
+  // rolling buffer of 4,096 slots per layer is the whole cache.
+  KvShape swa = shapes[2];
+  swa.name = "Mistral-7B (window 4K)";
+  swa.source = "Mistral 7B paper: sliding window 4,096";
+  swa.window = 4096;
+  shapes.push_back(swa);
+  // An SSM keeps per layer a convolution state [d_inner][d_conv] and a scan state
+  // [d_inner][d_state], whatever the context: Mamba-2.8B has 64 layers, d_model 2,560 (d_inner
+  // 5,120), d_state 16, d_conv 4.
+  KvShape ssm;
+  ssm.name = "Mamba-2.8B (SSM)";
+  ssm.source = "state-spaces/mamba-2.8b: 64 layers, d_inner 5,120, d_state 16, d_conv 4";
+  ssm.state_values = 64.0 * 5120.0 * (16.0 + 4.0);
+  shapes.push_back(ssm);
+  // Jamba v0.1: 32 layers, one attention layer in eight (4 of them, GQA with 8 KV heads of 128),
+  // the other 28 Mamba layers with d_inner 8,192 (d_model 4,096 x 2), d_state 16, d_conv 4. The
+  // paper's Table 1 gives its KV cache at 256K tokens in 16 bits as 4 GB; 4 layers x 16 KiB per
+  // token is 4 GiB.
+  KvShape hybrid;
+  hybrid.name = "Jamba (1 attn layer in 8)";
+  hybrid.source = "Jamba v0.1 (arXiv 2403.19887): 4 attention + 28 Mamba layers";
+  hybrid.layers = 4;
+  hybrid.kv_heads = 8;
+  hybrid.head_dim = 128;
+  hybrid.state_values = 28.0 * 8192.0 * (16.0 + 4.0);
+  shapes.push_back(hybrid);
   return shapes;
 }
 
@@ -46,8 +87,14 @@ const std::vector<KvFormatBytes>& kv_format_bytes() {
   return kFormats;
 }
 
-double max_context_tokens(double memory_bytes, double bytes_per_token) {
-  return bytes_per_token > 0 ? memory_bytes / bytes_per_token : 0.0;
+double max_context_tokens(double memory_bytes, const KvShape& shape, double bytes_per_element) {
+  const double free = memory_bytes - shape.state_bytes();
+  if (free < 0) return 0.0;
+  const double per_token = shape.bytes_per_token(bytes_per_element);
+  if (per_token <= 0) return std::numeric_limits<double>::infinity();
+  if (shape.window > 0 && shape.bytes_at(shape.window, bytes_per_element) <= memory_bytes)
+    return std::numeric_limits<double>::infinity();
+  return free / per_token;
 }
 
 }  // namespace kvscope::ui

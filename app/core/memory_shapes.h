@@ -1,5 +1,8 @@
 // KV memory arithmetic for published model shapes (UI-free; could move to engine/analysis):
-// bytes per token = 2 x layers x kv_heads x head_dim x bytes, or layers x latent x bytes for MLA.
+// bytes per token = 2 x layers x kv_heads x head_dim x bytes, or layers x latent x bytes for MLA;
+// and the architectures that bound or drop the cache: a sliding window (the cache stops growing at
+// the window), an SSM (a constant state per layer, no KV cache) and a hybrid (a KV cache in its
+// few attention layers, a constant state in the others).
 #pragma once
 
 #include <string>
@@ -7,15 +10,27 @@
 
 namespace kvscope::ui {
 
+// SSM states are kept in 16 bits whatever the KV format (mamba_ssm and Hugging Face allocate them
+// in the model's dtype; nobody quantizes them like a KV cache).
+inline constexpr double kStateBytesPerValue = 2.0;
+
 struct KvShape {
   std::string name;    // "Llama-3-70B"
-  std::string preset;  // synthetic preset with this shape ("llama-3-70b")
-  int layers = 0;
+  std::string preset;  // synthetic preset with this shape ("llama-3-70b"); "" when none runs it
+  std::string source;  // where the shape's figures come from, when not from a preset
+  int layers = 0;      // layers that cache K/V (a hybrid's attention layers only)
   int kv_heads = 0;
   int head_dim = 0;
   int mla_latent = 0;  // MLA: cached values per layer per token (latent + RoPE key), 0 = none
+  int window = 0;      // sliding-window attention: tokens each layer keeps, 0 = all of them
+  double state_values = 0.0;  // values per sequence that do not grow with context (SSM states)
+
+  // KV bytes each token adds while the cache grows (0 for a pure SSM).
   double bytes_per_token(double bytes_per_element) const;
-  std::string dims() const;  // "80 x 8 x 128" or "61 x (512 + 64)"
+  // One sequence's cache at `tokens` tokens: the growing part (up to the window) plus the state.
+  double bytes_at(double tokens, double bytes_per_element) const;
+  double state_bytes() const { return state_values * kStateBytesPerValue; }
+  std::string dims() const;  // "2 x 80 x 8 x 128", "61 x 576 (latent)", "64 x 5120 x (16 + 4)"
 };
 
 struct KvFormatBytes {
@@ -23,12 +38,15 @@ struct KvFormatBytes {
   double bytes;      // per element, scales excluded
 };
 
-// Llama-3-70B, Llama-3-8B, Mistral-7B and DeepSeek-V3 (MLA), from the synthetic presets.
+// Llama-3-70B, Llama-3-8B, Mistral-7B and DeepSeek-V3 (MLA), from the synthetic presets; then
+// Mistral-7B with its 4,096-token sliding window, Mamba-2.8B (SSM) and Jamba (one attention layer
+// in eight), from their published configurations.
 std::vector<KvShape> published_kv_shapes();
 // fp16 (2 bytes), fp8/int8 (1), int4 (0.5).
 const std::vector<KvFormatBytes>& kv_format_bytes();
 
-// Largest context (tokens) whose KV cache fits `memory_bytes` at `bytes_per_token`.
-double max_context_tokens(double memory_bytes, double bytes_per_token);
+// Largest context (tokens) of one sequence whose cache fits `memory_bytes`: infinity when the
+// cache stops growing (a window, an SSM) below it, 0 when not even its state fits.
+double max_context_tokens(double memory_bytes, const KvShape& shape, double bytes_per_element);
 
 }  // namespace kvscope::ui

@@ -17,17 +17,24 @@ namespace {
 constexpr double kH100Bytes = 80e9;
 constexpr double kH200Bytes = 141e9;
 
-PlotSeries curve(const std::string& label, double bytes_per_token, ImU32 color) {
+// One sequence's cache from 1K to 1M tokens, one point per power of two.
+template <class BytesAt>
+PlotSeries curve(const std::string& label, ImU32 color, BytesAt bytes_at) {
   PlotSeries s;
   s.label = label;
   s.color = color;
-  for (int k = 10; k <= 20; ++k) {  // 1K .. 1M tokens, one point per power of two
+  for (int k = 10; k <= 20; ++k) {
     const double tokens = std::ldexp(1.0, k);
     s.x.push_back(tokens);
-    s.y.push_back(tokens * bytes_per_token);
+    s.y.push_back(bytes_at(tokens));
   }
   s.markers = true;
   return s;
+}
+
+// A table cell's context: "no limit" once the cache stops growing below the memory.
+std::string context_text(double tokens) {
+  return std::isinf(tokens) ? "no limit" : format_tick(tokens, AxisUnits::kTokens);
 }
 
 std::string loaded_label(const AppState& state) {
@@ -63,7 +70,10 @@ std::string MemoryPanel::help() const {
   return "The KV cache grows linearly with context: every token keeps a key and a value vector "
          "per layer and KV head, so bytes = 2 x layers x kv_heads x head_dim x tokens x bytes per "
          "element (MLA caches one compressed latent per layer instead). Grouped-query attention, "
-         "latent compression and narrower formats are the levers that move these lines down.";
+         "latent compression and narrower formats are the levers that move these lines down. "
+         "Other architectures bend them: a sliding window stops the cache at the window, an SSM "
+         "keeps a constant state per layer and no KV cache, and a hybrid caches K/V only in its "
+         "few attention layers.";
 }
 
 void MemoryPanel::draw(AppState& state) {
@@ -79,7 +89,8 @@ void MemoryPanel::draw(AppState& state) {
   ImGui::PushTextWrapPos(0.0f);
   ImGui::TextDisabled(
       "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem;  "
-      "MLA: layers x (512 + 64) x tokens x bytes/elem");
+      "MLA: layers x (512 + 64) x tokens x bytes/elem;  window: tokens <= window;  SSM: a "
+      "constant state");
   ImGui::PopTextWrapPos();
   draw_measure_row(state);
 
@@ -91,13 +102,16 @@ void MemoryPanel::draw(AppState& state) {
       ImU32 col = series_color(static_cast<int>(m));
       if (all) col = mix_color(col, palette(state.presenter).panel_bg, 0.28f * f);
       const std::string label = shapes_[m].name + (all ? std::string(" ") + formats[f].name : "");
-      series.push_back(curve(label, shapes_[m].bytes_per_token(formats[f].bytes), col));
+      const KvShape& shape = shapes_[m];
+      const double bpe = formats[f].bytes;
+      series.push_back(curve(label, col, [&](double t) { return shape.bytes_at(t, bpe); }));
       series.back().markers = !all;
     }
   }
   if (show_loaded_ && state.header().kv_bytes_per_token > 0) {
-    series.push_back(curve(loaded_label(state), state.header().kv_bytes_per_token,
-                           palette(state.presenter).text));
+    const double bpt = state.header().kv_bytes_per_token;
+    series.push_back(curve(loaded_label(state), palette(state.presenter).text,
+                           [bpt](double t) { return t * bpt; }));
   }
   const std::vector<PlotSeries> measured = measured_series(state);
   series.insert(series.end(), measured.begin(), measured.end());
@@ -238,39 +252,45 @@ void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
       ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV;
   if (ImGui::BeginTable("##shapes", 4, flags)) {
     ImGui::TableSetupColumn("published shape (formula)", ImGuiTableColumnFlags_WidthStretch, 1.6f);
-    ImGui::TableSetupColumn("KV / token", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableSetupColumn("KV / token (+ state)", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableSetupColumn("max ctx, 80 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableSetupColumn("max ctx, 141 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableHeadersRow();
     for (std::size_t m = 0; m < shapes_.size(); ++m) {
-      const double bpt = shapes_[m].bytes_per_token(bytes_per_element);
+      const KvShape& shape = shapes_[m];
+      const double bpt = shape.bytes_per_token(bytes_per_element);
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       swatch(series_color(static_cast<int>(m)));
       ImGui::SameLine(0, 4);
-      ImGui::TextUnformatted(shapes_[m].name.c_str());
+      ImGui::TextUnformatted(shape.name.c_str());
       if (ImGui::IsItemHovered()) {
-        ImGui::SetTooltip(
-            "%s: %s values per token at %.1f bytes = %.0f bytes (synthetic preset %s)",
-            shapes_[m].name.c_str(), shapes_[m].dims().c_str(), bytes_per_element, bpt,
-            shapes_[m].preset.c_str());
+        const std::string from =
+            shape.preset.empty() ? shape.source : "synthetic preset " + shape.preset;
+        ImGui::SetTooltip("%s: %s at %.1f bytes per KV element = %.0f bytes per token%s (%s)",
+                          shape.name.c_str(), shape.dims().c_str(), bytes_per_element, bpt,
+                          shape.state_values > 0 ? ", states in 16 bits" : "", from.c_str());
       }
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_bytes(bpt).c_str());
+      std::string per_token = format_bytes(bpt);
+      if (shape.window > 0) per_token += " to " + format_tick(shape.window, AxisUnits::kTokens);
+      if (shape.state_values > 0) per_token += " + " + format_bytes(shape.state_bytes());
+      ImGui::TextUnformatted(per_token.c_str());
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(
-          format_tick(max_context_tokens(kH100Bytes, bpt), AxisUnits::kTokens).c_str());
+          context_text(max_context_tokens(kH100Bytes, shape, bytes_per_element)).c_str());
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(
-          format_tick(max_context_tokens(kH200Bytes, bpt), AxisUnits::kTokens).c_str());
+          context_text(max_context_tokens(kH200Bytes, shape, bytes_per_element)).c_str());
     }
     ImGui::EndTable();
   }
   ImGui::PushTextWrapPos(0.0f);
   ImGui::TextDisabled(
-      "Formulas for published shapes at %.1f bytes/element (scales excluded), not measurements; "
-      "synthetic models with these shapes run on random weights. Max context assumes the whole "
-      "GPU holds one sequence's KV cache (weights not subtracted).%s%s",
+      "Formulas for published shapes at %.1f bytes/element (scales excluded; SSM states in 16 "
+      "bits), not measurements; synthetic models with the first four shapes run on random "
+      "weights, the window, SSM and hybrid ones are formulas only. Max context assumes the whole "
+      "GPU holds one sequence's cache (weights not subtracted).%s%s",
       bytes_per_element, state.is_demo() ? " The loaded-run line comes from demo data." : "",
       export_message_.empty() ? "" : ("  " + export_message_).c_str());
   ImGui::PopTextWrapPos();

@@ -2,6 +2,8 @@
 // (ref counts match the block tables, metrics match the pool state).
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "app/core/memory_shapes.h"
@@ -67,7 +69,43 @@ TEST(MemoryShapes, PublishedFiguresFromFactsMd) {
       EXPECT_EQ(s.bytes_per_token(2.0), 131072.0);
     }
   }
-  EXPECT_EQ(published_kv_shapes().size(), 4u);
+  EXPECT_EQ(published_kv_shapes().size(), 7u);
+}
+
+// The architectures that bound or drop the cache, against their published configurations.
+TEST(MemoryShapes, WindowSsmAndHybridBendTheCurve) {
+  const std::vector<KvShape> shapes = published_kv_shapes();
+  auto find = [&](const std::string& name) -> const KvShape& {
+    for (const KvShape& s : shapes)
+      if (s.name == name) return s;
+    ADD_FAILURE() << "no shape " << name;
+    return shapes.front();
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  // Mistral-7B's 4,096-token window: 128 KiB per token until the window, then flat at 512 MiB.
+  const KvShape& swa = find("Mistral-7B (window 4K)");
+  EXPECT_EQ(swa.bytes_at(1024, 2.0), 1024 * 131072.0);
+  EXPECT_EQ(swa.bytes_at(4096, 2.0), 512.0 * 1024 * 1024);
+  EXPECT_EQ(swa.bytes_at(1 << 20, 2.0), 512.0 * 1024 * 1024);
+  EXPECT_EQ(max_context_tokens(80e9, swa, 2.0), inf);
+  EXPECT_EQ(max_context_tokens(256.0 * 1024 * 1024, swa, 2.0), 2048.0);
+  // Mamba-2.8B: no KV cache, 64 x 5,120 x (16 + 4) state values in 16 bits (12.5 MiB) at any
+  // context.
+  const KvShape& ssm = find("Mamba-2.8B (SSM)");
+  EXPECT_EQ(ssm.bytes_per_token(2.0), 0.0);
+  EXPECT_EQ(ssm.bytes_at(1024, 2.0), 13107200.0);
+  EXPECT_EQ(ssm.bytes_at(1 << 20, 0.5), 13107200.0) << "the KV format does not touch the state";
+  EXPECT_EQ(max_context_tokens(80e9, ssm, 2.0), inf);
+  EXPECT_EQ(max_context_tokens(1e6, ssm, 2.0), 0.0) << "not even the state fits";
+  // Jamba: K/V in 4 of 32 layers, 16 KiB per token in 16 bits; at 256K tokens 4 GiB of KV, the
+  // paper's Table 1 ("4GB"), beside 28 Mamba layers' state.
+  const KvShape& hybrid = find("Jamba (1 attn layer in 8)");
+  EXPECT_EQ(hybrid.bytes_per_token(2.0), 16384.0);
+  EXPECT_EQ(hybrid.bytes_at(262144, 2.0) - hybrid.state_bytes(), 4.0 * 1024 * 1024 * 1024);
+  EXPECT_EQ(hybrid.state_bytes(), 28.0 * 8192 * 20 * 2);
+  EXPECT_EQ(max_context_tokens(80e9, hybrid, 2.0), (80e9 - hybrid.state_bytes()) / 16384.0);
+  // A dense shape is what it was: the whole memory over its bytes per token.
+  EXPECT_EQ(max_context_tokens(80e9, find("Llama-3-70B"), 2.0), 80e9 / 327680.0);
 }
 
 }  // namespace
