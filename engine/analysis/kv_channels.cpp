@@ -1,12 +1,11 @@
 // KvChannelStats and the recording Backend decorator.
 #include "engine/analysis/kv_channels.h"
 
-#include "engine/backend/op_by_op.h"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "engine/backend/op_by_op.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_view.h"
 

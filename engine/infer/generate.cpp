@@ -35,16 +35,21 @@ void check_steps(const ModelConfig& c, int steps, bool past_context = false) {
   }
 }
 
-// One position through the hook's view (view first: it registers the new slot) or the plain one.
+// The sequence's view, the MLA codec set: the hook's (asking registers the new slot) or the
+// cache's.
+KvSeqView sequence_view(KvCacheManager& cache, SeqId seq, SequenceCacheHook* hook,
+                        const MlaCodec* mla) {
+  KvSeqView view = hook != nullptr ? hook->view() : cache.view(seq);
+  view.mla = mla;
+  return view;
+}
+
+// One position through the hook's view (view first, then its position and observer) or the plain
+// one.
 std::span<float> forward_one(Transformer& t, KvCacheManager& cache, SeqId seq,
                              SequenceCacheHook* hook, int token, int pos, const MlaCodec* mla) {
-  if (hook == nullptr) {
-    KvSeqView view = cache.view(seq);
-    view.mla = mla;
-    return t.forward(token, pos, view);
-  }
-  KvSeqView view = hook->view();
-  view.mla = mla;
+  const KvSeqView view = sequence_view(cache, seq, hook, mla);
+  if (hook == nullptr) return t.forward(token, pos, view);
   const int rope_pos = hook->position();
   return t.forward(token, rope_pos, view, hook->observer());
 }
@@ -132,18 +137,15 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
       chunk_end = pos + n;
       chunk_row.assign(static_cast<std::size_t>(n), 0);
       if (n == 1 && greedy_only && pos >= static_cast<int>(prompt.size()) - 1) {
-        KvSeqView view = cache.view(seq);
-        view.mla = options.mla;
-        const StepToken one{token, pos, view, true, nullptr};
+        const StepToken one{token, pos, sequence_view(cache, seq, hook, options.mla), true,
+                            nullptr};
         greedy = transformer.greedy_step(std::span<const StepToken>(&one, 1))[0];
         chunk_row[0] = -1;
       } else if (n == 1) {
         chunk_logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
       } else {
-        KvSeqView view = cache.view(seq);
-        view.mla = options.mla;
         chunk.clear();
-        add_chunk(chunk, view, pos,
+        add_chunk(chunk, sequence_view(cache, seq, hook, options.mla), pos,
                   std::span<const int>(prompt).subspan(static_cast<std::size_t>(pos),
                                                        static_cast<std::size_t>(n)),
                   pos);

@@ -161,6 +161,7 @@ class KvStorage {
   // are an InternalError (check_rotations).
   void check_rotations(std::span<const KvKeyRotation> rotations) const;
   bool rotate_keys_on_device(std::span<const KvKeyRotation> rotations, float theta);
+
   // KIVI staging of the group starting at (block, offset) of `layer`'s K or V:
   // [residual][kv_heads * head_dim] floats. `create` makes (or re-zeroes) it; otherwise nullptr
   // when there is none.
