@@ -69,8 +69,9 @@ int run_app(const AppOptions& options) {
   // The run opens before the window: a bad scenario is a one-line error and exit code 2.
   std::unique_ptr<RunSession> session;
   try {
-    session = options.attach ? RunSession::attach(*options.attach)
-                             : RunSession::open(options.input, false, initial_policy(options));
+    session = options.attach
+                  ? RunSession::attach(*options.attach)
+                  : RunSession::open(options.input, false, initial_policy(options), options.model);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
     return 2;

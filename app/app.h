@@ -17,6 +17,7 @@ struct AppOptions {
   bool presenter = false;
   int workspace = 0;  // --view: 0 pool, 1 prefix, 2 attention & quality, 3 compare, 4 live
   bool workspace_given = false;  // --view was given (else --attach opens the live workspace)
+  std::string model;             // --model: the scenario runs on this model ("" = its own)
   std::string backend;           // --backend cuda-sim|cuda ("" or "cpu": the CPU), scenarios only
   int width = 1600;
   int height = 1000;

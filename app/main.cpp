@@ -18,7 +18,7 @@ void usage(std::FILE* out) {
       out,
       "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
       "                  [--step S]] [--presenter] [--size WxH] [--view NAME]\n"
-      "                  [--backend cpu|cuda-sim|cuda]\n"
+      "                  [--backend cpu|cuda-sim|cuda] [--model NAME|PATH]\n"
       "       kvscope-ui --attach ENDPOINT [--replay ENDPOINT] [--topic T] [--dp N] [--bind]\n"
       "                  [--slots N] [...]\n"
       "  With no file, opens %s.\n"
@@ -33,6 +33,9 @@ void usage(std::FILE* out) {
       "  --backend B           what runs the forward pass: cpu (default), cuda-sim (the CUDA\n"
       "                        kernels on the emulated device: slow) or cuda (a GPU); also in\n"
       "                        the Controls panel\n"
+      "  --model NAME|PATH     run the scenario on this model instead of its own: smollm2,\n"
+      "                        stories260K, a file or synthetic:<spec>; also the Controls\n"
+      "                        panel's model picker\n"
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
       "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,\n"
       "      Ctrl+Shift+A attach, Ctrl+R restart, Ctrl+1..5 workspace.\n"
@@ -105,6 +108,11 @@ int main(int argc, char** argv) {
       if (name != "cpu" && name != "cuda-sim" && name != "cuda")
         return fail("--backend: expected cpu, cuda-sim or cuda, got \"" + name + "\"");
       options.backend = name;
+    } else if (arg == "--model") {
+      const char* v = value("--model");
+      if (!v || *v == '\0')
+        return fail("--model: expected a model name (smollm2), file or synthetic:<spec>");
+      options.model = v;
     } else if (arg == "--attach") {
       const char* v = value("--attach");
       if (!v) return fail("--attach: expected an endpoint such as tcp://127.0.0.1:5557");
@@ -152,6 +160,9 @@ int main(int argc, char** argv) {
     return fail("--attach follows a live engine: no scenario or recording with it");
   if (attaching) options.attach = attach;
   if (options.input.empty() && !attaching) options.input = default_scenario();
+  if (!options.model.empty() &&
+      (attaching || std::filesystem::path(options.input).extension() != ".json"))
+    return fail("--model: runs a scenario (.json); a recording or live stream has no model");
   if (!options.backend.empty() && options.backend != "cpu" &&
       (attaching || std::filesystem::path(options.input).extension() != ".json"))
     return fail("--backend: runs a scenario (.json); a recording or live stream has no model");

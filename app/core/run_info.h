@@ -56,7 +56,7 @@ struct RunInfo {
   PolicyOverride override;
   std::int64_t pool_bytes = 0;                   // config.num_blocks x exact bytes per block
   std::int64_t scenario_pool_bytes = 0;          // the same for scenario_config
-  std::optional<std::int64_t> pool_bytes_field;  // the scenario's cache.pool_bytes, if given
+  std::optional<std::int64_t> pool_bytes_field;  // the scenario's pool_bytes or pool_tokens' bytes
   ModelConfig shape;                             // the model's shape
   std::string model_source;                      // checkpoint path or synthetic spec
   std::string model_name;      // short display name of the model run (model_display_name)

@@ -64,12 +64,21 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   info->scenario_config =
       resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get()).config;
   info->override = policy;
-  info->pool_bytes_field = scenario.cache.pool_bytes;
+  info->pool_bytes_field = scenario_pool_bytes(scenario, "base", loaded.shape);
   // A swap override on a scenario without a host tier gets one as large as the device pool, so
   // swapping happens (documented in docs/ui.md and in the control's tooltip).
   const bool host_from_pool =
       policy.preemption == PreemptionMode::kSwap && scenario.cache.sim.host_blocks == 0;
-  if (!policy.variant.empty()) scenario.cache = scenario.variant(policy.variant);
+  if (!policy.variant.empty()) {
+    // The variant becomes the base; its budget stays the bytes the scenario's base pool_tokens
+    // come to (counted again in the variant's own format they would be another size).
+    const auto budget = scenario_pool_bytes(scenario, policy.variant, loaded.shape);
+    scenario.cache = scenario.variant(policy.variant);
+    if (scenario.cache.pool_tokens) {
+      scenario.cache.pool_bytes = budget;
+      scenario.cache.pool_tokens.reset();
+    }
+  }
   apply_override(scenario, policy);
   ResolvedRun resolved = resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get());
   attach_mla(resolved, loaded.weights, path);

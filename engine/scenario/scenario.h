@@ -27,9 +27,12 @@ inline constexpr int kScenarioFormatVersion = 1;
 struct CacheSettings {
   SimConfig sim;  // block size, pool in blocks, formats, allocator, prefix caching, preemption...
   std::optional<std::int64_t> pool_bytes;  // device pool in bytes; sim.num_blocks is then unused
-  EvictorOptions token_eviction;           // policy.kind kNone = dense (every token kept)
-  std::optional<MlaOptions> mla;           // absent = ordinary K/V
-  std::string token_eviction_at, mla_at;   // JSON paths they were set at (for errors)
+  // Base cache only: the pool holds this many tokens in the base's block size and format (whole
+  // blocks) on the run's model; the bytes that come to are every variant's budget.
+  std::optional<std::int64_t> pool_tokens;
+  EvictorOptions token_eviction;          // policy.kind kNone = dense (every token kept)
+  std::optional<MlaOptions> mla;          // absent = ordinary K/V
+  std::string token_eviction_at, mla_at;  // JSON paths they were set at (for errors)
 };
 
 struct ScenarioModel {
@@ -79,9 +82,14 @@ struct ResolvedRun {
 void attach_mla(ResolvedRun& run, const std::shared_ptr<const Model>& weights,
                 const std::string& where);
 
-// Resolves a variant against the model's shape: pool_bytes -> blocks, the workload -> token
-// prompts (`tokenizer` may be null when no request has text), the Mooncake trace loaded. Throws
-// naming the field for what the Simulator cannot run yet (token eviction, MLA).
+// A variant's pool budget in bytes on `shape`: its pool_bytes, or the bytes the base cache's
+// pool_tokens come to (whole blocks of the base's block size and format); none for num_blocks.
+std::optional<std::int64_t> scenario_pool_bytes(const Scenario& s, const std::string& variant,
+                                                const ModelConfig& shape);
+
+// Resolves a variant against the model's shape: pool bytes or tokens -> blocks, the workload ->
+// token prompts (`tokenizer` may be null when no request has text), the Mooncake trace loaded.
+// Throws naming the field for what the Simulator cannot run yet (token eviction, MLA).
 ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                              const ModelConfig& shape, const Tokenizer* tokenizer);
 

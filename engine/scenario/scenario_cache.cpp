@@ -112,18 +112,31 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
   SimConfig& cfg = c.sim;
   if (j.contains("block_size"))
     cfg.block_size = r.int32(j["block_size"], path("block_size"), 1, 4096);
-  if (j.contains("num_blocks") && j.contains("pool_bytes")) {
-    r.fail_text(at, "exactly one of \"num_blocks\" or \"pool_bytes\"", "both");
-  }
-  if (is_base && !j.contains("num_blocks") && !j.contains("pool_bytes")) {
-    r.fail_text(at, "exactly one of \"num_blocks\" or \"pool_bytes\"", "neither");
-  }
+  const int sizes = static_cast<int>(j.contains("num_blocks")) +
+                    static_cast<int>(j.contains("pool_bytes")) +
+                    static_cast<int>(j.contains("pool_tokens"));
+  constexpr const char* kOneSize =
+      "exactly one of \"num_blocks\", \"pool_bytes\" or \"pool_tokens\"";
+  if (sizes > 1) r.fail_text(at, kOneSize, std::to_string(sizes) + " of them");
+  if (is_base && sizes == 0) r.fail_text(at, kOneSize, "none");
   if (j.contains("num_blocks")) {
     cfg.num_blocks = r.int32(j["num_blocks"], path("num_blocks"), 1, kMaxBlocks);
     c.pool_bytes.reset();
+    c.pool_tokens.reset();
   }
   if (j.contains("pool_bytes")) {
     c.pool_bytes = r.integer(j["pool_bytes"], path("pool_bytes"), 1, std::int64_t{1} << 50);
+    c.pool_tokens.reset();
+    cfg.num_blocks = 0;
+  }
+  if (j.contains("pool_tokens")) {
+    if (!is_base) {
+      r.fail_text(path("pool_tokens"),
+                  "pool_tokens only in \"cache\" (a variant keeps the bytes they come to, or "
+                  "sets num_blocks or pool_bytes)",
+                  "pool_tokens in a variant");
+    }
+    c.pool_tokens = r.integer(j["pool_tokens"], path("pool_tokens"), 1, std::int64_t{1} << 40);
     cfg.num_blocks = 0;
   }
   if (j.contains("allocator")) {

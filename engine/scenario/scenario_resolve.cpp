@@ -8,6 +8,28 @@
 
 namespace kvscope {
 
+namespace {
+
+// Bytes of one block of `c` (its block size, K/V formats or MLA latent) on `shape`.
+std::int64_t block_bytes_of(const CacheSettings& c, const ModelConfig& shape) {
+  const SimConfig& cfg = c.sim;
+  const KvLayout layout = c.mla
+                              ? mla_layout_for(shape, *c.mla, cfg.block_size, 1, cfg.k_format)
+                              : kv_layout_for(shape, cfg.block_size, 1, cfg.k_format, cfg.v_format);
+  return static_cast<std::int64_t>(layout.block_bytes());
+}
+
+}  // namespace
+
+std::optional<std::int64_t> scenario_pool_bytes(const Scenario& s, const std::string& variant,
+                                                const ModelConfig& shape) {
+  const CacheSettings& c = s.variant(variant);
+  if (c.pool_bytes) return c.pool_bytes;
+  if (!c.pool_tokens) return std::nullopt;
+  const std::int64_t block = s.cache.sim.block_size;
+  return (*c.pool_tokens + block - 1) / block * block_bytes_of(s.cache, shape);
+}
+
 ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                              const ModelConfig& shape, const Tokenizer* tokenizer) {
   const CacheSettings& c = s.variant(variant);
@@ -35,16 +57,17 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                     std::to_string(c.mla->rank));
     }
   }
-  if (c.pool_bytes) {
-    const KvLayout layout =
-        c.mla ? mla_layout_for(shape, *c.mla, cfg.block_size, 1, cfg.k_format)
-              : kv_layout_for(shape, cfg.block_size, 1, cfg.k_format, cfg.v_format);
-    const auto block_bytes = static_cast<std::int64_t>(layout.block_bytes());
-    const std::int64_t blocks = *c.pool_bytes / block_bytes;
+  if (const auto budget = scenario_pool_bytes(s, variant, shape)) {
+    const std::int64_t block_bytes = block_bytes_of(c, shape);
+    const std::int64_t blocks = *budget / block_bytes;
     if (blocks < 1 || blocks > 50'000'000) {
-      fail_expected(s.path + ": " + at + ".pool_bytes",
+      const std::string given = c.pool_bytes
+                                    ? std::to_string(*budget)
+                                    : std::to_string(*budget) + " bytes (cache.pool_tokens " +
+                                          std::to_string(*c.pool_tokens) + ")";
+      fail_expected(s.path + ": " + at + (c.pool_bytes ? ".pool_bytes" : ".pool_tokens"),
                     "between 1 and 50,000,000 blocks of " + std::to_string(block_bytes) + " bytes",
-                    std::to_string(*c.pool_bytes) + " (" + std::to_string(blocks) + " blocks)");
+                    given + " (" + std::to_string(blocks) + " blocks)");
     }
     cfg.num_blocks = static_cast<int>(blocks);
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/common/error.h"
+#include "engine/model/synthetic.h"
 #include "engine/scenario/scenario.h"
 #include "tests/scenario/scenario_test_support.h"
 #include "tests/test_support.h"
@@ -68,6 +69,42 @@ TEST(ScenarioPrefix, PoolBytesHoldsMoreTokensForSmallerFormats) {
   EXPECT_NEAR(static_cast<double>(fp16) / fp32, 2.0, 0.05);
   EXPECT_GE(static_cast<double>(int8) / fp32, 3.0) << "int8 keeps per-group scales";
   EXPECT_LE(static_cast<double>(int8) / fp32, 4.0 + 1e-9);
+}
+
+// A pool given in tokens is the same number of base blocks on any model (so a scenario keeps its
+// shape under --model), and its bytes are every variant's budget, as pool_bytes would be.
+TEST(ScenarioPrefix, PoolTokensKeepTheShapeOnAnyModelAndTheBytesAcrossVariants) {
+  const Scenario s = parse_scenario_text(
+      scenario_json(R"("block_size": 16, "pool_tokens": 1000, "kv_dtype": "fp16")",
+                    R"([{"prompt_tokens": [1, 2], "max_new_tokens": 1}])",
+                    R"(, "compare": {"big": {"block_size": 256}, "int8": {"kv_dtype": "int8"},
+                         "blocks": {"num_blocks": 5}})"),
+      "s.json");
+  const ModelConfig shapes[] = {test::real_model().model->config(),
+                                parse_synthetic_spec("smollm2-135m").config};
+  for (const ModelConfig& shape : shapes) {
+    SCOPED_TRACE(shape.n_layers);
+    const auto blocks = [&](const char* v) {
+      return resolve_scenario(s, v, shape, nullptr).config.num_blocks;
+    };
+    const std::int64_t fp16_block =
+        2L * shape.n_layers * shape.n_kv_heads * shape.head_dim() * 2 * 16;
+    EXPECT_EQ(blocks("base"), 63) << "1000 tokens round up to 63 blocks of 16";
+    EXPECT_EQ(scenario_pool_bytes(s, "base", shape), 63 * fp16_block);
+    EXPECT_EQ(blocks("big"), 3) << "1,008 slots hold three blocks of 256";
+    EXPECT_EQ(scenario_pool_bytes(s, "int8", shape), 63 * fp16_block);
+    EXPECT_GT(blocks("int8"), 63);
+    EXPECT_LT(blocks("int8"), 126);
+    EXPECT_EQ(blocks("blocks"), 5);
+    EXPECT_FALSE(scenario_pool_bytes(s, "blocks", shape).has_value());
+  }
+  EXPECT_EQ(error_of(R"("num_blocks": 4)", R"(, "compare": {"v": {"pool_tokens": 64}})"),
+            "s.json: compare.v.pool_tokens: expected pool_tokens only in \"cache\" (a variant "
+            "keeps the bytes they come to, or sets num_blocks or pool_bytes), got pool_tokens in "
+            "a variant");
+  EXPECT_EQ(error_of(R"("pool_tokens": 4, "pool_bytes": 9)"),
+            "s.json: cache: expected exactly one of \"num_blocks\", \"pool_bytes\" or "
+            "\"pool_tokens\", got 2 of them");
 }
 
 }  // namespace

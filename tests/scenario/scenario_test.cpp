@@ -91,7 +91,8 @@ TEST(Scenario, ErrorsNameFilePathValueAndExpectation) {
             "s.json: workload.requests[0].max_new_tokens: expected an integer >= 1, got nothing "
             "(missing)");
   EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4, "pool_bytes": 9)")),
-            "s.json: cache: expected exactly one of \"num_blocks\" or \"pool_bytes\", got both");
+            "s.json: cache: expected exactly one of \"num_blocks\", \"pool_bytes\" or "
+            "\"pool_tokens\", got 2 of them");
   EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": "many")")),
             "s.json: cache.num_blocks: expected an integer in [1, 50000000], got \"many\"");
   EXPECT_EQ(scenario_error(test::scenario_json(R"("num_blocks": 4)", "[]")),
