@@ -1,5 +1,6 @@
 // kvscope-ui's command line, checked before any window opens (no display needed): a bad
-// --backend value, and --backend with a recording, are one-line errors with exit code 2.
+// --backend value, --backend or --model with a recording, and a model not on disk are one-line
+// errors with exit code 2.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -48,6 +49,21 @@ TEST(UiArgs, BackendNeedsAScenario) {
   const Ran recording = run_ui(kvr + " --backend cuda-sim");
   EXPECT_EQ(recording.code, 2);
   EXPECT_EQ(first_line(recording.output), expected);
+}
+
+// --model runs a scenario on another model: like --backend it needs a scenario, and a model that
+// is not on disk is the loader's one-line error before any window opens.
+TEST(UiArgs, ModelNeedsAScenarioAndAModelOnDisk) {
+  const Ran live = run_ui("--attach tcp://127.0.0.1:1 --model smollm2");
+  EXPECT_EQ(live.code, 2);
+  EXPECT_EQ(first_line(live.output),
+            "kvscope-ui: --model: runs a scenario (.json); a recording or live stream has no "
+            "model");
+  const Ran missing = run_ui(std::string(KVSCOPE_SOURCE_DIR) +
+                             "/scenarios/minimal.json --model /nonexistent/m.gguf");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_EQ(first_line(missing.output).rfind("kvscope-ui: /nonexistent/m.gguf: ", 0), 0u)
+      << missing.output;
 }
 
 }  // namespace

@@ -69,6 +69,30 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, ShippedScenario, ::testing::ValuesIn(shipped
                            return n;
                          });
 
+// docs/tour.md runs these stories260K scenarios on SmolLM2 (`--model smollm2`): their pools are
+// sized in blocks or pool_tokens, so on SmolLM2's shape and tokenizer every variant still admits
+// and finishes every request (block accounting only: a bookkeeping run decodes max_new_tokens).
+TEST(ShippedScenarios, TheTourRunsItsStoriesStopsOnSmolLM2) {
+  for (const char* name :
+       {"naive-vs-paged", "block-size", "shared-system-prompt", "multi-turn-chat",
+        "parallel-sampling", "memory-pressure", "quantization-ladder"}) {
+    const Scenario s = parse_scenario((kDir / (std::string(name) + ".json")).string());
+    const ScenarioModelLoad model = load_scenario_model(s, "smollm2", true);
+    ASSERT_EQ(model.shape.n_kv_heads, 3) << "SmolLM2-135M's shape";
+    for (const std::string& variant : s.variant_names()) {
+      SCOPED_TRACE(std::string(name) + "/" + variant);
+      ResolvedRun run = resolve_scenario(s, variant, model.shape, model.tokenizer.get());
+      Simulator sim(run.config, SimModel{model.shape, nullptr}, std::move(run.requests));
+      sim.run(s.steps.value_or(100000));
+      for (int id = 0; id < sim.num_requests(); ++id) {
+        EXPECT_TRUE(sim.request(id).finished_step.has_value())
+            << "request " << id << ": " << sim.request(id).reject_reason;
+      }
+      EXPECT_NO_THROW(sim.check_invariants());
+    }
+  }
+}
+
 TEST(ShippedScenarios, TheIssuesDozenIsThere) {
   // The twelve teaching scenarios of the scenario issue, plus minimal and mixed-lengths.
   const std::vector<std::string> shipped = shipped_names();
