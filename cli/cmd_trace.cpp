@@ -2,6 +2,8 @@
 //   mooncake FILE   Mooncake JSONL trace: hit ratio, prefill saved, peak blocks, evictions;
 //                   --sweep: hit ratio against cache capacity (CSV + PNG with --out DIR)
 //   kv-events FILE  vLLM/SGLang KV-cache event log (JSON lines) -> kvscope events, summarized
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -32,10 +34,71 @@ constexpr const char* kHelp = R"(usage: kvscope trace <mooncake|kv-events> FILE 
     --skip-bad            count and skip bad lines instead of stopping at the first
     --sweep               hit ratio against capacity (512 .. 262,144 blocks of 512 tokens + unlimited)
     --out DIR             with --sweep: write DIR/mooncake_sweep.csv and DIR/mooncake_sweep.png
+    --tiers host=N,disk=N lower tiers behind the pool, fastest first, N in tokens (K, M, G =
+                          2^10, 2^20, 2^30): blocks the pool evicts move down them (LRU each) and a
+                          prompt that misses on the pool is looked up in them; prints each tier's
+                          hit ratio (needs --capacity-tokens; block ids only, no bytes or IO)
     --json                machine-readable output
   kv-events FILE  import a vLLM/SGLang KV-cache event log (see docs/concepts/prefix-caching.md)
     --json                machine-readable output
 )";
+
+// --tiers NAME=TOKENS[,NAME=TOKENS...]: tier names and capacities, converted to whole blocks.
+std::vector<TierSpec> parse_tiers(const std::string& text, int block_size) {
+  const std::string expected =
+      "NAME=TOKENS[,NAME=TOKENS...] such as host=1M,disk=8M (TOKENS an integer >= 0, optionally "
+      "with K, M or G = 2^10, 2^20, 2^30)";
+  std::vector<TierSpec> tiers;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    const std::size_t eq = item.find('=');
+    const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
+    std::string size = eq == std::string::npos ? "" : item.substr(eq + 1);
+    std::int64_t scale = 1;
+    if (!size.empty() && (size.back() == 'K' || size.back() == 'M' || size.back() == 'G')) {
+      scale = std::int64_t{1} << (size.back() == 'K' ? 10 : size.back() == 'M' ? 20 : 30);
+      size.pop_back();
+    }
+    const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_';
+    });
+    const bool size_ok =
+        !size.empty() && size.size() <= 12 &&
+        std::all_of(size.begin(), size.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!name_ok || !size_ok)
+      fail_expected("--tiers", expected, "'" + item + "' in '" + text + "'");
+    for (const TierSpec& t : tiers) {
+      if (t.name == name) fail_expected("--tiers", "each tier named once", "'" + name + "' twice");
+    }
+    const std::int64_t tokens = std::stoll(size);
+    if (tokens > (std::int64_t{1} << 50) / scale) {
+      fail_expected("--tiers", "at most 2^50 tokens per tier", "'" + item + "'");
+    }
+    tiers.push_back(TierSpec{name, tokens * scale / block_size});
+    start = end + 1;
+  }
+  return tiers;
+}
+
+double share(std::int64_t part, std::int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+nlohmann::json tiers_json(const MooncakeReplayResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const MooncakeTierResult& t : r.tiers) {
+    out.push_back({{"name", t.spec.name},
+                   {"capacity_blocks", t.spec.capacity_blocks},
+                   {"hit_tokens", t.hit_tokens},
+                   {"token_hit_ratio", share(t.hit_tokens, r.cache.prompt_tokens)},
+                   {"blocks_written", t.stats.written},
+                   {"blocks_passed_down", t.stats.passed_down},
+                   {"peak_blocks_held", t.stats.peak_held}});
+  }
+  return out;
+}
 
 nlohmann::json result_json(const MooncakeReplayResult& r) {
   const PrefixCacheMetrics& m = r.cache;
@@ -62,7 +125,8 @@ nlohmann::json result_json(const MooncakeReplayResult& r) {
           {"collisions", m.collisions},
           {"lookups_by_reason", reasons},
           {"simulated_seconds", r.end_ms / 1000.0},
-          {"replay_wall_seconds", r.wall_seconds}};
+          {"replay_wall_seconds", r.wall_seconds},
+          {"tiers", tiers_json(r)}};
 }
 
 void print_result(const MooncakeReplayConfig& c, const MooncakeReplayResult& r) {
@@ -92,7 +156,25 @@ void print_result(const MooncakeReplayConfig& c, const MooncakeReplayResult& r) 
       std::printf(" %s %s", std::string(miss_reason_name(static_cast<MissReason>(i))).c_str(),
                   with_commas(n).c_str());
   }
-  std::printf("\n  replay time: %.2f s (one thread, including synthetic token generation)\n",
+  std::printf("\n");
+  if (!r.tiers.empty()) {
+    const std::int64_t prompt = m.prompt_tokens;
+    std::printf(
+        "  tiers (block ids only: which tier a prompt block is found in, no bytes or IO):\n");
+    std::printf("    %-8s %14s %10s %16s %16s\n", "tier", "capacity", "hit ratio", "blocks written",
+                "passed down");
+    std::printf("    %-8s %14s %10.4f\n", "device", (with_commas(r.num_blocks) + " blk").c_str(),
+                m.token_hit_rate());
+    for (const MooncakeTierResult& t : r.tiers) {
+      std::printf("    %-8s %14s %10.4f %16s %16s\n", t.spec.name.c_str(),
+                  (with_commas(t.spec.capacity_blocks) + " blk").c_str(),
+                  share(t.hit_tokens, prompt), with_commas(t.stats.written).c_str(),
+                  with_commas(t.stats.passed_down).c_str());
+    }
+    std::printf("    on the device behind a reloaded block: %.4f; all tiers together: %.4f\n",
+                share(r.device_behind_reload_tokens, prompt), share(r.all_hit_tokens(), prompt));
+  }
+  std::printf("  replay time: %.2f s (one thread, including synthetic token generation)\n",
               r.wall_seconds);
 }
 
@@ -149,6 +231,24 @@ int trace_mooncake(const Args& args) {
   c.time_scale = args.get_double("--time-scale", 1.0);
   c.step_ms = args.get_double("--step-ms", 20.0);
   c.prefix_caching = !args.has("--no-prefix-caching");
+  if (args.has("--tiers")) {
+    if (c.block_size <= 0)
+      fail_expected("--block-size", "a positive integer", std::to_string(c.block_size));
+    if (args.has("--sweep")) {
+      throw Error("--tiers",
+                  "not with --sweep yet: run one capacity at a time (--capacity-tokens)");
+    }
+    if (c.capacity_tokens <= 0) {
+      fail_expected("--tiers", "--capacity-tokens N as well (an unlimited pool never evicts)",
+                    args.has("--capacity-tokens")
+                        ? "--capacity-tokens " + std::to_string(c.capacity_tokens)
+                        : "no --capacity-tokens");
+    }
+    if (!c.prefix_caching) {
+      fail_expected("--tiers", "prefix caching (tiers hold cached blocks)", "--no-prefix-caching");
+    }
+    c.tiers = parse_tiers(args.get("--tiers"), c.block_size);
+  }
   const bool json = args.has("--json");
   const std::string policy_name = args.get("--policy", "lru");
   std::vector<EvictionPolicyKind> policies;
@@ -279,7 +379,7 @@ int cmd_trace(const Argv& argv) {
   }
   const Args args(argv,
                   {"--block-size", "--capacity-tokens", "--policy", "--index", "--time-scale",
-                   "--step-ms", "--out"},
+                   "--step-ms", "--out", "--tiers"},
                   {"--skip-bad", "--json", "--sweep", "--no-prefix-caching", "--help"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <queue>
 #include <string>
+#include <unordered_set>
 
 #include "engine/common/error.h"
 
@@ -25,7 +26,48 @@ std::int64_t lifetime_blocks(const MooncakeRequest& r, int bs) {
   return (r.input_length + r.output_length + bs - 1) / bs;
 }
 
+// Follows the pool's cached blocks by key for the tier chain, and forwards every event: a block
+// cached by the admission in progress takes the key of its logical index in `keys`; a cached block
+// the pool evicts is demoted into the chain.
+class TierWatch final : public EventSink {
+ public:
+  TierWatch(TierChain& chain, EventSink* next, int num_blocks)
+      : chain_(chain), next_(next), key_of_(static_cast<std::size_t>(num_blocks), 0) {}
+  std::vector<std::uint64_t> keys;  // the admission in progress: chain key of each full block
+
+  bool on_device(std::uint64_t key) const { return on_device_.count(key) != 0; }
+  void emit(const Event& e) override {
+    if (e.type == EventType::kBlockCached) {
+      if (e.logical < 0 || static_cast<std::size_t>(e.logical) >= keys.size()) {
+        throw InternalError("mooncake replay", "block cached at logical index " +
+                                                   std::to_string(e.logical) + " of a prompt of " +
+                                                   std::to_string(keys.size()) + " full blocks");
+      }
+      const std::uint64_t key = keys[static_cast<std::size_t>(e.logical)];
+      key_of_.at(static_cast<std::size_t>(e.block)) = key;
+      on_device_.insert(key);
+    } else if (e.type == EventType::kCachedBlockEvicted) {
+      const std::uint64_t key = key_of_.at(static_cast<std::size_t>(e.block));
+      on_device_.erase(key);
+      chain_.demote(key);
+    }
+    if (next_ != nullptr) next_->emit(e);
+  }
+
+ private:
+  TierChain& chain_;
+  EventSink* next_;
+  std::vector<std::uint64_t> key_of_;  // by physical block: the key it was cached under
+  std::unordered_set<std::uint64_t> on_device_;
+};
+
 }  // namespace
+
+std::int64_t MooncakeReplayResult::all_hit_tokens() const {
+  std::int64_t n = cache.hit_tokens + device_behind_reload_tokens;
+  for (const MooncakeTierResult& t : tiers) n += t.hit_tokens;
+  return n;
+}
 
 MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeReplayConfig& config,
                                      EventSink* sink) {
@@ -52,9 +94,25 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
                   std::to_string(blocks) + " blocks");
   }
   BlockPool pool(static_cast<int>(blocks));
+  std::optional<TierChain> chain;
+  std::optional<TierWatch> watch;
+  if (!config.tiers.empty()) {
+    if (!config.prefix_caching) {
+      fail_expected("mooncake replay: tiers", "prefix caching on (tiers hold cached blocks)",
+                    "tiers without prefix caching");
+    }
+    if (config.capacity_tokens == 0) {
+      fail_expected("mooncake replay: tiers",
+                    "a bounded pool (an unlimited one never evicts a block into a tier)",
+                    "capacity_tokens 0 (unlimited)");
+    }
+    chain.emplace(config.tiers);
+    watch.emplace(*chain, sink, pool.num_blocks());
+  }
   PrefixCache cache(
       pool, PrefixCacheConfig{bs, config.index, config.policy, config.prefix_caching, nullptr},
-      sink);
+      watch ? &*watch : sink);
+  std::vector<std::int64_t> tier_hit_tokens(config.tiers.size(), 0);
 
   MooncakeReplayResult res;
   res.requests = static_cast<std::int64_t>(reqs.size());
@@ -91,6 +149,31 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
       const auto id = static_cast<std::int32_t>(i);
       mooncake_prompt_tokens(r, tokens);
       PrefixLookupResult hit = cache.lookup_and_acquire(id, tokens);
+      if (watch) {
+        // The chain keys the pool's index gives the prompt's full blocks; past the device's hit,
+        // the prompt goes on in the tiers (never its last token, as on the device) until a block
+        // is nowhere. A block still on the device there (the device's lookup stopped before it)
+        // counts apart, and is not read from a tier.
+        const std::size_t full = tokens.size() / static_cast<std::size_t>(bs);
+        watch->keys.resize(full);
+        std::uint64_t key = kRootKey;
+        for (std::size_t k = 0; k < full; ++k) {
+          key = strong_block_hash(
+              key, std::span<const TokenId>(tokens).subspan(k * static_cast<std::size_t>(bs),
+                                                            static_cast<std::size_t>(bs)));
+          watch->keys[k] = key;
+        }
+        const std::size_t usable = (tokens.size() - 1) / static_cast<std::size_t>(bs);
+        for (std::size_t k = hit.blocks.size(); k < usable; ++k) {
+          if (watch->on_device(watch->keys[k])) {
+            res.device_behind_reload_tokens += bs;
+          } else if (const std::optional<int> t = chain->find(watch->keys[k])) {
+            tier_hit_tokens[static_cast<std::size_t>(*t)] += bs;
+          } else {
+            break;
+          }
+        }
+      }
       std::vector<BlockId>& table = tables[i];
       table = std::move(hit.blocks);
       while (static_cast<std::int64_t>(table.size()) < need) {
@@ -134,6 +217,11 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
   }
   finish_until(std::numeric_limits<double>::infinity());
   res.cache = cache.metrics();
+  for (std::size_t t = 0; t < config.tiers.size(); ++t) {
+    chain->check_invariants();
+    res.tiers.push_back(MooncakeTierResult{chain->spec(static_cast<int>(t)),
+                                           chain->stats(static_cast<int>(t)), tier_hit_tokens[t]});
+  }
   res.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;

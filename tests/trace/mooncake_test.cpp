@@ -1,8 +1,10 @@
 // Mooncake trace tests: line-numbered parse errors, --skip-bad counting, synthetic tokens, and
-// the unlimited-capacity hit ratio of a hand-built trace against the hand-computed value.
+// the unlimited-capacity hit ratio of a hand-built trace against the hand-computed value, and
+// the tiers behind the pool (by hand and on the real trace).
 #include <gtest/gtest.h>
 
 #include "engine/common/error.h"
+#include "engine/scenario/workload.h"
 #include "engine/trace/mooncake.h"
 #include "engine/trace/mooncake_replay.h"
 
@@ -125,6 +127,65 @@ TEST(MooncakeReplay, SmallCapacityEvictsAndSmallerBlocksStillMatch) {
   MooncakeReplayConfig bad;
   bad.block_size = 0;
   EXPECT_THROW(replay_mooncake(t, bad), Error);
+}
+
+// Tiers behind the pool, by hand: r2 evicts r1's two cached blocks into the host tier, and r3, the
+// same prompt as r1, finds them there (1,024 tokens reloaded, none on the device).
+TEST(MooncakeReplay, ABlockThePoolEvictedIsFoundInTheHostTier) {
+  const MooncakeTrace t = parse_mooncake_trace(
+      R"({"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2, 3]}
+{"timestamp": 100, "input_length": 1025, "output_length": 1, "hash_ids": [7, 8, 9]}
+{"timestamp": 200, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2, 3]}
+)",
+      "tiers.jsonl");
+  MooncakeReplayConfig c;
+  c.capacity_tokens = 3 * 512;
+  c.step_ms = 1.0;
+  c.tiers = {{"host", 4}, {"disk", 4}};
+  const MooncakeReplayResult r = replay_mooncake(t, c);
+  EXPECT_EQ(r.cache.hit_tokens, 0);
+  EXPECT_EQ(r.cache.evictions, 4);  // r2 evicts 1 and 2, r3 evicts 7 and 8
+  ASSERT_EQ(r.tiers.size(), 2u);
+  EXPECT_EQ(r.tiers[0].hit_tokens, 1024);
+  EXPECT_EQ(r.tiers[0].stats.written, 4);
+  EXPECT_EQ(r.tiers[1].hit_tokens, 0);
+  EXPECT_EQ(r.all_hit_tokens(), 1024);
+  MooncakeReplayConfig unbounded = c;
+  unbounded.capacity_tokens = 0;
+  EXPECT_THROW(replay_mooncake(t, unbounded), Error);
+  MooncakeReplayConfig no_caching = c;
+  no_caching.prefix_caching = false;
+  EXPECT_THROW(replay_mooncake(t, no_caching), Error);
+}
+
+// On the real conversation trace (its first 3,000 requests): tiers never change the pool's own
+// decisions, what they add never beats an unlimited pool, and a host tier that holds everything
+// brings the hit ratio up to exactly the unlimited pool's.
+TEST(MooncakeReplay, TiersOnTheRealTraceAddHitsUpToTheUnlimitedPools) {
+  MooncakeTrace t = load_mooncake_trace(
+      locate_trace("mooncake/conversation_trace.jsonl", "", "the Mooncake conversation trace"));
+  ASSERT_GT(t.requests.size(), 3000u);
+  t.requests.resize(3000);
+  MooncakeReplayConfig c;
+  const std::int64_t unlimited = replay_mooncake(t, c).cache.hit_tokens;
+  c.capacity_tokens = 2048 * 512;
+  const MooncakeReplayResult plain = replay_mooncake(t, c);
+  ASSERT_LT(plain.cache.hit_tokens, unlimited / 2) << "a pool small enough to evict";
+
+  c.tiers = {{"host", 4096}, {"disk", 16384}};
+  const MooncakeReplayResult small = replay_mooncake(t, c);
+  EXPECT_EQ(small.cache.hit_tokens, plain.cache.hit_tokens);
+  EXPECT_EQ(small.cache.evictions, plain.cache.evictions);
+  EXPECT_EQ(small.tiers[0].stats.written, plain.cache.evictions);
+  EXPECT_EQ(small.tiers[1].stats.written, small.tiers[0].stats.passed_down);
+  EXPECT_GT(small.tiers[0].hit_tokens, 0);
+  EXPECT_GT(small.tiers[1].hit_tokens, 0);
+  EXPECT_LE(small.all_hit_tokens(), unlimited);
+
+  c.tiers = {{"host", std::int64_t{1} << 30}};
+  const MooncakeReplayResult everything = replay_mooncake(t, c);
+  EXPECT_EQ(everything.tiers[0].stats.passed_down, 0);
+  EXPECT_EQ(everything.all_hit_tokens(), unlimited);
 }
 
 }  // namespace
