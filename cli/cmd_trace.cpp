@@ -37,7 +37,8 @@ constexpr const char* kHelp = R"(usage: kvscope trace <mooncake|kv-events> FILE 
     --tiers host=N,disk=N lower tiers behind the pool, fastest first, N in tokens (K, M, G =
                           2^10, 2^20, 2^30): blocks the pool evicts move down them (LRU each) and a
                           prompt that misses on the pool is looked up in them; prints each tier's
-                          hit ratio (needs --capacity-tokens; block ids only, no bytes or IO)
+                          hit ratio (needs --capacity-tokens or --sweep, which then sweeps the
+                          pool with these tiers behind it; block ids only, no bytes or IO)
     --json                machine-readable output
   kv-events FILE  import a vLLM/SGLang KV-cache event log (see docs/concepts/prefix-caching.md)
     --json                machine-readable output
@@ -180,18 +181,28 @@ void print_result(const MooncakeReplayConfig& c, const MooncakeReplayResult& r) 
 
 void write_sweep_outputs(
     const std::string& dir, const std::string& source, int block_size,
+    const std::vector<TierSpec>& tiers,
     const std::vector<
         std::pair<EvictionPolicyKind, std::vector<std::pair<std::int64_t, MooncakeReplayResult>>>>&
         rows) {
   std::filesystem::create_directories(dir);
   write_file_atomically(dir + "/mooncake_sweep.csv", [&](std::ostream& out) {
     out << "policy,capacity_tokens,capacity_blocks,token_hit_ratio,block_hit_ratio,evictions,peak_"
-           "blocks_held\n";
+           "blocks_held";
+    for (const TierSpec& t : tiers) out << ",tier_" << t.name << "_hit_ratio";
+    if (!tiers.empty()) out << ",all_tiers_hit_ratio";
+    out << '\n';
     for (const auto& [policy, pts] : rows) {
       for (const auto& [cap, r] : pts) {
         out << eviction_policy_name(policy) << ',' << cap << ',' << r.num_blocks << ','
             << r.cache.token_hit_rate() << ',' << r.cache.block_hit_rate() << ','
-            << r.cache.evictions << ',' << r.peak_blocks_held << '\n';
+            << r.cache.evictions << ',' << r.peak_blocks_held;
+        for (std::size_t t = 0; t < tiers.size(); ++t) {
+          out << ','
+              << (r.tiers.empty() ? 0.0 : share(r.tiers[t].hit_tokens, r.cache.prompt_tokens));
+        }
+        if (!tiers.empty()) out << ',' << share(r.all_hit_tokens(), r.cache.prompt_tokens);
+        out << '\n';
       }
     }
   });
@@ -202,23 +213,38 @@ void write_sweep_outputs(
   spec.log_x = true;
   double unlimited = 0.0;
   for (const auto& [policy, pts] : rows) {
-    PlotSeries s;
-    s.label = std::string(eviction_policy_name(policy));
-    s.markers = true;
-    for (const auto& [cap, r] : pts) {
-      if (cap == 0) {
-        unlimited = r.cache.token_hit_rate();
-        continue;
+    // One line per policy; with tiers, one per policy and depth: the pool, the pool + the first
+    // tier, ... (each tier's share is the gap between two lines).
+    for (std::size_t depth = 0; depth <= tiers.size(); ++depth) {
+      PlotSeries s;
+      s.label = std::string(eviction_policy_name(policy));
+      if (!tiers.empty()) s.label += depth == 0 ? ": pool" : " + " + tiers[depth - 1].name;
+      s.markers = true;
+      for (const auto& [cap, r] : pts) {
+        if (cap == 0) {
+          unlimited = r.cache.token_hit_rate();
+          continue;
+        }
+        std::int64_t hit = r.cache.hit_tokens;
+        for (std::size_t t = 0; t < depth; ++t) hit += r.tiers[t].hit_tokens;
+        s.x.push_back(r.num_blocks);
+        s.y.push_back(share(hit, r.cache.prompt_tokens));
       }
-      s.x.push_back(r.num_blocks);
-      s.y.push_back(r.cache.token_hit_rate());
+      spec.series.push_back(std::move(s));
     }
-    spec.series.push_back(std::move(s));
   }
   char label[64];
   std::snprintf(label, sizeof label, "unlimited capacity: %.3f", unlimited);
   spec.h_lines.emplace_back(unlimited, label);
   spec.footnote = "kvscope trace mooncake --sweep: block ids only, no model compute";
+  if (!tiers.empty()) {
+    spec.x_label = "pool capacity (blocks of " + std::to_string(block_size) + " tokens)";
+    spec.footnote = "block ids only; tiers behind the pool:";
+    for (const TierSpec& t : tiers) {
+      spec.footnote += (&t == &tiers.front() ? " " : ", ") + t.name + " " +
+                       with_commas(t.capacity_blocks) + " blocks";
+    }
+  }
   write_png_plot(spec, dir + "/mooncake_sweep.png");
 }
 
@@ -234,15 +260,11 @@ int trace_mooncake(const Args& args) {
   if (args.has("--tiers")) {
     if (c.block_size <= 0)
       fail_expected("--block-size", "a positive integer", std::to_string(c.block_size));
-    if (args.has("--sweep")) {
-      throw Error("--tiers",
-                  "not with --sweep yet: run one capacity at a time (--capacity-tokens)");
-    }
-    if (c.capacity_tokens <= 0) {
-      fail_expected("--tiers", "--capacity-tokens N as well (an unlimited pool never evicts)",
-                    args.has("--capacity-tokens")
-                        ? "--capacity-tokens " + std::to_string(c.capacity_tokens)
-                        : "no --capacity-tokens");
+    if (!args.has("--sweep") && c.capacity_tokens <= 0) {
+      fail_expected(
+          "--tiers", "--capacity-tokens N as well, or --sweep (an unlimited pool never evicts)",
+          args.has("--capacity-tokens") ? "--capacity-tokens " + std::to_string(c.capacity_tokens)
+                                        : "no --capacity-tokens");
     }
     if (!c.prefix_caching) {
       fail_expected("--tiers", "prefix caching (tiers hold cached blocks)", "--no-prefix-caching");
@@ -303,9 +325,15 @@ int trace_mooncake(const Args& args) {
     std::vector<
         std::pair<EvictionPolicyKind, std::vector<std::pair<std::int64_t, MooncakeReplayResult>>>>
         rows;
-    if (!json)
-      std::printf("%-6s %16s %12s %10s %12s %10s\n", "policy", "capacity tokens", "blocks",
-                  "hit ratio", "evictions", "seconds");
+    // With tiers, each capacity's pool has the same tiers behind it (the unlimited pool, which
+    // never evicts, runs without).
+    const std::vector<TierSpec> tiers = c.tiers;
+    if (!json) {
+      std::printf("%-6s %16s %12s %10s", "policy", "capacity tokens", "blocks", "hit ratio");
+      for (const TierSpec& t : tiers) std::printf(" %10s", ("+" + t.name).c_str());
+      if (!tiers.empty()) std::printf(" %10s", "all");
+      std::printf(" %12s %10s\n", "evictions", "seconds");
+    }
     for (EvictionPolicyKind p : policies) {
       c.policy = p;
       rows.push_back({p, {}});
@@ -314,6 +342,7 @@ int trace_mooncake(const Args& args) {
       caps.push_back(0);
       for (std::int64_t cap : caps) {
         c.capacity_tokens = cap;
+        c.tiers = cap ? tiers : std::vector<TierSpec>{};
         const MooncakeReplayResult r = replay_mooncake(trace, c);
         if (json) {
           nlohmann::json j = result_json(r);
@@ -321,16 +350,25 @@ int trace_mooncake(const Args& args) {
           j["capacity_tokens"] = cap;
           out["sweep"].push_back(j);
         } else {
-          std::printf(
-              "%-6s %16s %12s %10.4f %12s %10.2f\n", std::string(eviction_policy_name(p)).c_str(),
-              cap ? with_commas(cap).c_str() : "unlimited", with_commas(r.num_blocks).c_str(),
-              r.cache.token_hit_rate(), with_commas(r.cache.evictions).c_str(), r.wall_seconds);
+          std::printf("%-6s %16s %12s %10.4f", std::string(eviction_policy_name(p)).c_str(),
+                      cap ? with_commas(cap).c_str() : "unlimited",
+                      with_commas(r.num_blocks).c_str(), r.cache.token_hit_rate());
+          for (std::size_t t = 0; t < tiers.size(); ++t) {
+            if (r.tiers.empty()) {
+              std::printf(" %10s", "-");
+            } else {
+              std::printf(" %10.4f", share(r.tiers[t].hit_tokens, r.cache.prompt_tokens));
+            }
+          }
+          if (!tiers.empty())
+            std::printf(" %10.4f", share(r.all_hit_tokens(), r.cache.prompt_tokens));
+          std::printf(" %12s %10.2f\n", with_commas(r.cache.evictions).c_str(), r.wall_seconds);
         }
         rows.back().second.emplace_back(cap, r);
       }
     }
     if (args.has("--out")) {
-      write_sweep_outputs(args.get("--out"), trace.source, c.block_size, rows);
+      write_sweep_outputs(args.get("--out"), trace.source, c.block_size, tiers, rows);
       if (!json)
         std::printf("wrote %s/mooncake_sweep.csv and %s/mooncake_sweep.png\n",
                     args.get("--out").c_str(), args.get("--out").c_str());
