@@ -181,9 +181,10 @@ void QualityPanel::draw(AppState& state) {
 void QualityPanel::draw_setup_lines(bool wrap) const {
   if (wrap) ImGui::PushTextWrapPos(0.0f);
   if (!sweep_->source.empty())
-    ImGui::TextDisabled("%s, %ld scored tokens (%d windows of %s), block %d, vs the fp32 cache",
+    ImGui::TextDisabled("%s, %ld scored tokens (%d window%s of %s), block %d, vs the fp32 cache",
                         filename(sweep_->model).c_str(), sweep_->positions, sweep_->windows,
-                        filename(sweep_->source).c_str(), sweep_->block_size);
+                        sweep_->windows == 1 ? "" : "s", filename(sweep_->source).c_str(),
+                        sweep_->block_size);
   if (!sweep_->loaded.empty()) {
     std::string names;
     for (const std::string& p : sweep_->loaded) names += (names.empty() ? "" : ", ") + p;
