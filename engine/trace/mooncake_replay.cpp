@@ -163,7 +163,8 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
                                                             static_cast<std::size_t>(bs)));
           watch->keys[k] = key;
         }
-        const std::size_t usable = (tokens.size() - 1) / static_cast<std::size_t>(bs);
+        const std::size_t usable =
+            tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<std::size_t>(bs);
         for (std::size_t k = hit.blocks.size(); k < usable; ++k) {
           if (watch->on_device(watch->keys[k])) {
             res.device_behind_reload_tokens += bs;
@@ -217,8 +218,8 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
   }
   finish_until(std::numeric_limits<double>::infinity());
   res.cache = cache.metrics();
+  if (chain) chain->check_invariants();
   for (std::size_t t = 0; t < config.tiers.size(); ++t) {
-    chain->check_invariants();
     res.tiers.push_back(MooncakeTierResult{chain->spec(static_cast<int>(t)),
                                            chain->stats(static_cast<int>(t)), tier_hit_tokens[t]});
   }

@@ -130,12 +130,14 @@ TEST(MooncakeReplay, SmallCapacityEvictsAndSmallerBlocksStillMatch) {
 }
 
 // Tiers behind the pool, by hand: r2 evicts r1's two cached blocks into the host tier, and r3, the
-// same prompt as r1, finds them there (1,024 tokens reloaded, none on the device).
+// same prompt as r1, finds them there (1,024 tokens reloaded, none on the device); an empty
+// prompt looks up nothing.
 TEST(MooncakeReplay, ABlockThePoolEvictedIsFoundInTheHostTier) {
   const MooncakeTrace t = parse_mooncake_trace(
       R"({"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2, 3]}
 {"timestamp": 100, "input_length": 1025, "output_length": 1, "hash_ids": [7, 8, 9]}
 {"timestamp": 200, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2, 3]}
+{"timestamp": 300, "input_length": 0, "output_length": 1, "hash_ids": []}
 )",
       "tiers.jsonl");
   MooncakeReplayConfig c;
