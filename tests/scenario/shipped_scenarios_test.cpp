@@ -73,12 +73,14 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, ShippedScenario, ::testing::ValuesIn(shipped
 // sized in blocks or pool_tokens, so on SmolLM2's shape and tokenizer every variant still admits
 // and finishes every request (block accounting only: a bookkeeping run decodes max_new_tokens).
 TEST(ShippedScenarios, TheTourRunsItsStoriesStopsOnSmolLM2) {
+  // SmolLM2's shape and tokenizer, loaded once (the override replaces every scenario's model).
+  const ScenarioModelLoad model =
+      load_scenario_model(parse_scenario((kDir / "minimal.json").string()), "smollm2", true);
+  ASSERT_EQ(model.shape.n_kv_heads, 3) << "SmolLM2-135M's shape";
   for (const char* name :
        {"naive-vs-paged", "block-size", "shared-system-prompt", "multi-turn-chat",
         "parallel-sampling", "memory-pressure", "quantization-ladder"}) {
     const Scenario s = parse_scenario((kDir / (std::string(name) + ".json")).string());
-    const ScenarioModelLoad model = load_scenario_model(s, "smollm2", true);
-    ASSERT_EQ(model.shape.n_kv_heads, 3) << "SmolLM2-135M's shape";
     for (const std::string& variant : s.variant_names()) {
       SCOPED_TRACE(std::string(name) + "/" + variant);
       ResolvedRun run = resolve_scenario(s, variant, model.shape, model.tokenizer.get());
