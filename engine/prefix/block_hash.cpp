@@ -29,4 +29,14 @@ std::uint64_t strong_block_hash(std::uint64_t parent, std::span<const TokenId> t
   return mix(h);
 }
 
+void chain_keys(std::span<const TokenId> tokens, int block_size, std::vector<std::uint64_t>& out) {
+  const auto bs = static_cast<std::size_t>(block_size);
+  out.resize(tokens.size() / bs);
+  std::uint64_t key = kRootKey;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    key = strong_block_hash(key, tokens.subspan(k * bs, bs));
+    out[k] = key;
+  }
+}
+
 }  // namespace kvscope

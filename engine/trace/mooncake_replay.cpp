@@ -33,7 +33,7 @@ class TierWatch final : public EventSink {
  public:
   TierWatch(TierChain& chain, EventSink* next, int num_blocks)
       : chain_(chain), next_(next), key_of_(static_cast<std::size_t>(num_blocks), 0) {}
-  std::vector<std::uint64_t> keys;  // the admission in progress: chain key of each full block
+  std::vector<std::uint64_t> keys;  // the admission in progress: its prompt's chain_keys
 
   bool on_device(std::uint64_t key) const { return on_device_.count(key) != 0; }
   void emit(const Event& e) override {
@@ -150,19 +150,10 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
       mooncake_prompt_tokens(r, tokens);
       PrefixLookupResult hit = cache.lookup_and_acquire(id, tokens);
       if (watch) {
-        // The chain keys the pool's index gives the prompt's full blocks; past the device's hit,
-        // the prompt goes on in the tiers (never its last token, as on the device) until a block
-        // is nowhere. A block still on the device there (the device's lookup stopped before it)
-        // counts apart, and is not read from a tier.
-        const std::size_t full = tokens.size() / static_cast<std::size_t>(bs);
-        watch->keys.resize(full);
-        std::uint64_t key = kRootKey;
-        for (std::size_t k = 0; k < full; ++k) {
-          key = strong_block_hash(
-              key, std::span<const TokenId>(tokens).subspan(k * static_cast<std::size_t>(bs),
-                                                            static_cast<std::size_t>(bs)));
-          watch->keys[k] = key;
-        }
+        // Past the device's hit, the prompt goes on in the tiers (never its last token, as on
+        // the device) until a block is nowhere. A block still on the device there (the device's
+        // lookup stopped before it) counts apart, and is not read from a tier.
+        chain_keys(tokens, bs, watch->keys);
         const std::size_t usable =
             tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<std::size_t>(bs);
         for (std::size_t k = hit.blocks.size(); k < usable; ++k) {
