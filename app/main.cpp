@@ -160,11 +160,10 @@ int main(int argc, char** argv) {
     return fail("--attach follows a live engine: no scenario or recording with it");
   if (attaching) options.attach = attach;
   if (options.input.empty() && !attaching) options.input = default_scenario();
-  if (!options.model.empty() &&
-      (attaching || std::filesystem::path(options.input).extension() != ".json"))
+  const bool scenario = !attaching && std::filesystem::path(options.input).extension() == ".json";
+  if (!options.model.empty() && !scenario)
     return fail("--model: runs a scenario (.json); a recording or live stream has no model");
-  if (!options.backend.empty() && options.backend != "cpu" &&
-      (attaching || std::filesystem::path(options.input).extension() != ".json"))
+  if (!options.backend.empty() && options.backend != "cpu" && !scenario)
     return fail("--backend: runs a scenario (.json); a recording or live stream has no model");
   return kvscope::ui::run_app(options);
 }
