@@ -18,7 +18,7 @@ TierChain::TierChain(std::vector<TierSpec> tiers) {
   }
 }
 
-void TierChain::insert_front(int tier, std::uint64_t key) {
+void TierChain::insert_front(int tier, std::uint64_t key, std::vector<TierMove>& moves) {
   Tier& t = tiers_[static_cast<std::size_t>(tier)];
   t.lru.push_front(key);
   where_[key] = Where{tier, t.lru.begin()};
@@ -28,17 +28,32 @@ void TierChain::insert_front(int tier, std::uint64_t key) {
     t.lru.pop_back();
     where_.erase(victim);
     ++t.stats.passed_down;
-    if (tier + 1 < num_tiers()) insert_front(tier + 1, victim);
+    const bool last = tier + 1 == num_tiers();
+    moves.push_back(TierMove{victim, tier, last ? -1 : tier + 1});
+    if (!last) insert_front(tier + 1, victim, moves);
   }
   t.stats.peak_held = std::max(t.stats.peak_held, static_cast<std::int64_t>(t.lru.size()));
 }
 
-void TierChain::demote(std::uint64_t key) {
-  if (auto it = where_.find(key); it != where_.end()) {
-    tiers_[static_cast<std::size_t>(it->second.tier)].lru.erase(it->second.it);
-    where_.erase(it);
-  }
-  insert_front(0, key);
+std::vector<TierMove> TierChain::demote(std::uint64_t key) {
+  erase(key);
+  std::vector<TierMove> moves;
+  insert_front(0, key, moves);
+  return moves;
+}
+
+bool TierChain::erase(std::uint64_t key) {
+  const auto it = where_.find(key);
+  if (it == where_.end()) return false;
+  tiers_[static_cast<std::size_t>(it->second.tier)].lru.erase(it->second.it);
+  where_.erase(it);
+  return true;
+}
+
+std::optional<int> TierChain::locate(std::uint64_t key) const {
+  const auto it = where_.find(key);
+  if (it == where_.end()) return std::nullopt;
+  return it->second.tier;
 }
 
 std::optional<int> TierChain::find(std::uint64_t key) {

@@ -19,6 +19,13 @@ struct TierSpec {
   std::int64_t capacity_blocks = 0;  // 0: every block passes straight through to the next tier
 };
 
+// One block passed down by demote(): from tier `from` to tier `to` (-1: dropped off the last tier).
+struct TierMove {
+  std::uint64_t key = 0;
+  int from = 0;
+  int to = -1;
+};
+
 struct TierStats {
   std::int64_t written = 0;  // blocks that entered this tier (from the device or the tier above)
   std::int64_t passed_down = 0;  // least recently used blocks moved to the next tier, or dropped
@@ -34,11 +41,16 @@ class TierChain {
 
   // A block the device evicted: it enters the first tier as the most recently used (leaving the
   // tier that held it, if one did), and each tier over its capacity passes its least recently used
-  // block down.
-  void demote(std::uint64_t key);
+  // block down. Returns those pass-downs in the order they happened, the first tier's first (what
+  // a store holding the blocks' bytes replays: engine/sched/kv_tier_store).
+  std::vector<TierMove> demote(std::uint64_t key);
   // The tier that holds `key` (0 = the first), which counts a hit and makes it its most recently
   // used block; nullopt when no tier holds it.
   std::optional<int> find(std::uint64_t key);
+  // Where `key` is, without counting a hit or refreshing it.
+  std::optional<int> locate(std::uint64_t key) const;
+  // Forgets `key` wherever it is (a block whose bytes were lost); false when no tier held it.
+  bool erase(std::uint64_t key);
 
   int num_tiers() const { return static_cast<int>(tiers_.size()); }
   const TierSpec& spec(int tier) const { return tiers_.at(static_cast<std::size_t>(tier)).spec; }
@@ -60,7 +72,7 @@ class TierChain {
     int tier;
     std::list<std::uint64_t>::iterator it;
   };
-  void insert_front(int tier, std::uint64_t key);
+  void insert_front(int tier, std::uint64_t key, std::vector<TierMove>& moves);
 
   std::vector<Tier> tiers_;
   std::unordered_map<std::uint64_t, Where> where_;
