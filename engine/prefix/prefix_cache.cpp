@@ -127,6 +127,7 @@ PrefixProbe PrefixCache::probe(std::span<const TokenId> prompt) const {
 
 void PrefixCache::evict(BlockId b) {
   BlockMeta& m = meta_[idx(b)];
+  if (evict_observer_) evict_observer_(b, m.chain_key);
   unlist(b);
   const std::optional<BlockId> parent = index_->parent_of(b);
   index_->erase(b);

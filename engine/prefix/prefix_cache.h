@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -76,6 +77,10 @@ class PrefixCache : public BlockSource {
   const PrefixIndex& index() const { return *index_; }
   // The step stamped on events and eviction history.
   void set_step(std::int32_t step) { step_ = step; }
+  // Called with every cached block the cache evicts, and its chain key, while the block still
+  // holds its bytes (the KV tiers write it back then).
+  using EvictObserver = std::function<void(BlockId, std::uint64_t chain_key)>;
+  void set_evict_observer(EvictObserver observer) { evict_observer_ = std::move(observer); }
 
   // Finds the longest cached whole-block prefix of `prompt` (never the whole prompt: the last
   // token is always computed), takes a reference on each of its blocks, records the miss reason.
@@ -148,6 +153,7 @@ class PrefixCache : public BlockSource {
   int num_evictable_ = 0;  // cached, unpinned, held by no sequence
   std::int64_t clock_ = 0;
   std::int32_t step_ = 0;
+  EvictObserver evict_observer_;
   PrefixCacheMetrics metrics_;
 };
 

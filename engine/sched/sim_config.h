@@ -16,6 +16,7 @@
 #include "engine/model/sampler.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/prefix_index.h"
+#include "engine/sched/kv_tier_store.h"
 
 namespace kvscope {
 
@@ -55,6 +56,10 @@ struct SimConfig {
   bool prefix_caching = false;
   IndexKind prefix_index = IndexKind::kHashChain;
   EvictionPolicyKind cached_block_eviction = EvictionPolicyKind::kLru;
+  // KV tiers behind the prefix cache (needs prefix_caching): a cached block the pool evicts is
+  // written to the first tier (host RAM, then disk, ...: engine/sched/kv_tier_store.h), and a
+  // prompt whose next blocks are in a tier reloads them instead of recomputing them. Empty = none.
+  std::vector<KvTierOptions> tiers;
   // MLA: the pool holds one latent row per token and layer (in k_format) instead of K and V;
   // null = ordinary K/V. Built from the weights (make_mla_codec), shared by every sequence.
   std::shared_ptr<const MlaCodec> mla;

@@ -2,6 +2,7 @@
 #include "engine/sched/simulator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <string>
 
@@ -23,6 +24,10 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
     fail_expected("cache.block_size", "an integer in [1, 4096]", std::to_string(c.block_size));
   if (c.num_blocks < 1)
     fail_expected("cache.num_blocks", "a positive integer", std::to_string(c.num_blocks));
+  if (!c.tiers.empty() && !c.prefix_caching) {
+    throw Error("cache.tiers", "needs prefix caching (the tiers hold the blocks the prefix cache "
+                               "evicts); set cache.prefix_caching to true or remove the tiers");
+  }
   if (c.host_blocks < 0)
     fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
   if (c.mla && c.token_eviction.policy.kind != EvictionKind::kNone) {
@@ -263,7 +268,13 @@ void Simulator::execute(Work& w) {
   // One batched forward for the whole step (token eviction runs per sequence: its evictor acts
   // between tokens). The bookkeeping below runs after it, entry by entry, as before.
   std::vector<NextToken> step_next;
-  if (transformer_ && !evicts_tokens()) step_next = forward_plan(w);
+  double forward_seconds = 0.0;
+  if (transformer_ && !evicts_tokens()) {
+    const auto start = std::chrono::steady_clock::now();
+    step_next = forward_plan(w);
+    forward_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   for (std::size_t e = 0; e < w.plan.size(); ++e) {
     const Work::Entry& entry = w.plan[e];
     RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
@@ -297,6 +308,10 @@ void Simulator::execute(Work& w) {
     if (!r.forked && !r.fork_children.empty() && r.generated == 0) fork_samples(r, next);
     sample(r, next);
     if (evicts_tokens()) sync_table_event(r);
+  }
+  if (forward_seconds > 0.0 && w.decode_tokens == 0) {
+    prefill_only_seconds_ += forward_seconds;
+    prefill_only_tokens_ += w.prefill_tokens;
   }
 }
 

@@ -49,6 +49,8 @@ struct RequestRun {
   int cached_blocks = 0;                    // full blocks already offered to the prefix cache
   std::int64_t prefix_hit_tokens =
       0;  // prompt tokens mapped from the prefix cache (all admissions)
+  std::int64_t tier_hit_tokens = 0;  // prompt tokens reloaded from the KV tiers (all admissions)
+  double tier_load_seconds = 0.0;    // the time those reloads took, measured
   std::vector<int> generated_tokens() const {
     return {tokens.begin() + static_cast<std::ptrdiff_t>(spec.prompt_tokens.size()), tokens.end()};
   }
@@ -76,6 +78,19 @@ class Simulator {
   const HostKvTier& host_tier() const { return *host_; }
   // The prefix cache, or null when prefix caching is off.
   const PrefixCache* prefix_cache() const { return prefix_.get(); }
+  // The KV tiers behind the prefix cache, or null when there are none.
+  const KvTierStore* tiers() const { return tiers_.get(); }
+  // Reloads from the tiers, per tier: blocks loaded and the measured seconds of those loads.
+  struct TierReloads {
+    std::int64_t blocks = 0;
+    double seconds = 0.0;
+  };
+  const std::vector<TierReloads>& tier_reloads() const { return tier_reloads_; }
+  std::int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
+  // The forward time of steps that ran prefill tokens only, and those tokens: what recomputing a
+  // prompt token costs on this machine, measured in this run (0 tokens when no such step ran).
+  double prefill_only_seconds() const { return prefill_only_seconds_; }
+  std::int64_t prefill_only_tokens() const { return prefill_only_tokens_; }
   // Called with every logits vector a request samples from: (request, generated index, logits).
   using LogitsObserver = std::function<void(std::int32_t, int, std::span<const float>)>;
   void set_logits_observer(LogitsObserver observer) { logits_observer_ = std::move(observer); }
@@ -123,6 +138,12 @@ class Simulator {
   // simulator_prefix.cpp
   void make_prefix_cache();
   bool prefix_admission_fits(const RequestRun& r, int budget) const;
+  // The prompt's whole blocks after `from_block` that the tiers hold, in a row (never the block
+  // holding the prompt's last token).
+  int tier_run(const RequestRun& r, int from_block, std::vector<std::uint64_t>& keys) const;
+  // Reloads what it can of that run into fresh blocks appended to the sequence; tokens reloaded.
+  int reload_from_tiers(RequestRun& r, int hit_blocks);
+  void demote_to_tiers(BlockId b, std::uint64_t chain_key);
   void start_sequence(RequestRun& r);
   void cache_full_blocks(RequestRun& r);
   void fork_samples(RequestRun& lead, NextToken from);
@@ -174,9 +195,15 @@ class Simulator {
   std::int64_t prompt_tokens_ = 0;
   std::int64_t prefix_hit_tokens_ = 0;
   std::int64_t prefill_total_ = 0;
+  std::int64_t tier_hit_tokens_ = 0;
+  std::vector<TierReloads> tier_reloads_;  // [tier]
+  double prefill_only_seconds_ = 0.0;
+  std::int64_t prefill_only_tokens_ = 0;
+  std::vector<std::byte> tier_bytes_;  // a block on its way to or from the tiers
   int step_ = 0;
   std::unique_ptr<KvCacheManager> cache_;
   std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first
+  std::unique_ptr<KvTierStore> tiers_;
   std::unique_ptr<HostKvTier> host_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;

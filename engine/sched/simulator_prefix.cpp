@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/common/error.h"
+#include "engine/prefix/block_hash.h"
 #include "engine/sched/simulator.h"
 
 namespace kvscope {
@@ -34,11 +35,78 @@ void Simulator::make_prefix_cache() {
   pc.policy = config_.cached_block_eviction;
   prefix_ = std::make_unique<PrefixCache>(cache_->pool(), pc, timeline_.get());
   cache_->set_block_source(prefix_.get());
+  if (config_.tiers.empty()) return;
+  const bool with_bytes = model_.weights != nullptr;
+  tiers_ = std::make_unique<KvTierStore>(config_.tiers, cache_->layout().block_bytes(), with_bytes);
+  tier_reloads_.assign(config_.tiers.size(), TierReloads{});
+  if (with_bytes) tier_bytes_.resize(cache_->layout().block_bytes());
+  prefix_->set_evict_observer(
+      [this](BlockId b, std::uint64_t chain_key) { demote_to_tiers(b, chain_key); });
+}
+
+void Simulator::demote_to_tiers(BlockId b, std::uint64_t chain_key) {
+  if (!tier_bytes_.empty()) cache_->storage()->read_block(b, tier_bytes_.data());
+  tiers_->demote(chain_key, tier_bytes_.empty() ? nullptr : tier_bytes_.data());
+}
+
+int Simulator::tier_run(const RequestRun& r, int from_block, std::vector<std::uint64_t>& keys) const {
+  if (!tiers_) return 0;
+  // Never the block holding the last prompt token: its logits must be computed.
+  const int whole = (static_cast<int>(r.tokens.size()) - 1) / config_.block_size;
+  if (whole <= from_block) return 0;
+  chain_keys(std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(whole) *
+                                                      static_cast<std::size_t>(config_.block_size)),
+             config_.block_size, keys);
+  int n = 0;
+  while (from_block + n < whole && tiers_->locate(keys[static_cast<std::size_t>(from_block + n)]))
+    ++n;
+  return n;
+}
+
+int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
+  std::vector<std::uint64_t> keys;
+  const int run = tier_run(r, hit_blocks, keys);
+  if (run == 0) return 0;
+  // Read first, then allocate: allocating may evict cached blocks into the tiers, which may pass
+  // the blocks being reloaded further down or out.
+  const std::size_t bytes = cache_->layout().block_bytes();
+  std::vector<std::byte> loaded(tier_bytes_.empty() ? 0 : static_cast<std::size_t>(run) * bytes);
+  int n = 0;
+  for (; n < run; ++n) {
+    const std::uint64_t key = keys[static_cast<std::size_t>(hit_blocks + n)];
+    const int where = *tiers_->locate(key);
+    const double before = tiers_->io(where).read_seconds;
+    std::byte* out = loaded.empty() ? nullptr : loaded.data() + static_cast<std::size_t>(n) * bytes;
+    const std::optional<int> tier = tiers_->load(key, out);
+    if (!tier) break;  // failed its check: recomputed from here on
+    TierReloads& t = tier_reloads_[static_cast<std::size_t>(*tier)];
+    ++t.blocks;
+    const double took = tiers_->io(*tier).read_seconds - before;
+    t.seconds += took;
+    r.tier_load_seconds += took;
+  }
+  if (n == 0) return 0;
+  const SeqId seq(r.id);
+  const int tokens = n * config_.block_size;
+  if (!cache_->append_slots(seq, tokens)) {
+    throw InternalError("simulator", "request " + std::to_string(r.id) + " has no room for the " +
+                                         std::to_string(n) + " blocks its admission counted");
+  }
+  if (!loaded.empty()) {
+    const std::vector<BlockId>& table = cache_->table(seq).blocks;
+    for (int i = 0; i < n; ++i) {
+      cache_->storage()->write_block(table[static_cast<std::size_t>(hit_blocks + i)],
+                                     loaded.data() + static_cast<std::size_t>(i) * bytes);
+    }
+  }
+  return tokens;
 }
 
 bool Simulator::prefix_admission_fits(const RequestRun& r, int budget) const {
   const PrefixProbe p = prefix_->probe(r.tokens);
-  const int hit = p.hit_blocks * config_.block_size;
+  std::vector<std::uint64_t> keys;
+  // Blocks reloaded from the tiers need fresh pool blocks, as computed ones do.
+  const int hit = (p.hit_blocks + tier_run(r, p.hit_blocks, keys)) * config_.block_size;
   const int n = std::min(static_cast<int>(r.tokens.size()) - hit, budget);
   // Hit blocks nobody holds are counted as allocatable now; mapping them takes them out.
   return cache_->blocks_for(hit + n) - p.hit_blocks <= cache_->num_allocatable() - p.evictable_hits;
@@ -49,10 +117,13 @@ void Simulator::start_sequence(RequestRun& r) {
   const auto hit_tokens = static_cast<int>(hit.hit_tokens);
   r.cached_blocks = static_cast<int>(hit.blocks.size());
   cache_->add_sequence_with_prefix(SeqId(r.id), std::move(hit.blocks), hit_tokens);
-  r.num_computed = hit_tokens;
-  r.high_water = std::max(r.high_water, hit_tokens);
   r.prefix_hit_tokens += hit_tokens;
   prefix_hit_tokens_ += hit_tokens;
+  const int reloaded = reload_from_tiers(r, r.cached_blocks);
+  r.tier_hit_tokens += reloaded;
+  tier_hit_tokens_ += reloaded;
+  r.num_computed = hit_tokens + reloaded;
+  r.high_water = std::max(r.high_water, r.num_computed);
 }
 
 void Simulator::cache_full_blocks(RequestRun& r) {

@@ -1,0 +1,171 @@
+// KV tiers behind the Simulator's prefix cache, on the real model: blocks the pool evicts are
+// written to host and disk and reloaded on a later hit, and every request produces the same tokens
+// and logits with any tier configuration (tiers change cost, never results).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "engine/common/error.h"
+#include "tests/sched/sim_test_support.h"
+
+namespace kvscope {
+namespace {
+
+// Four long system prompts taken in turn, one request at a time, so a small pool has evicted a
+// prompt's blocks by the time it comes round again.
+std::vector<SimRequest> rotating_topics(int n) {
+  static const char* kTopics[] = {
+      "You tell short happy stories for small children. Every story has a kind friend and a "
+      "dog and ends well with a hug.",
+      "You write about the sea. Every story has a boat, a storm, a brave girl named Lily and a "
+      "lighthouse that saves the day.",
+      "You write funny stories about a cat who wants to fly. He tries a kite, a box and a big "
+      "red balloon, and his friends laugh.",
+      "You tell stories about a garden. A little seed grows into a tall tree while the sun, the "
+      "rain and a bird help it along.",
+  };
+  const auto& m = test::real_model();
+  std::vector<SimRequest> out;
+  for (int i = 0; i < n; ++i) {
+    SimRequest r;
+    r.arrival_step = 12 * i;
+    r.prompt_tokens = m.tokenizer->encode(
+        std::string(kTopics[i % 4]) + (i % 2 ? " Tom said hello." : " One day"), true, false);
+    r.max_new_tokens = 8;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+struct TierRun {
+  std::map<std::pair<int, int>, std::vector<float>> logits;  // (request, generated index)
+  std::unique_ptr<Simulator> sim;
+};
+
+TierRun run(const SimConfig& c, const std::vector<SimRequest>& requests) {
+  TierRun out;
+  out.sim = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
+  out.sim->set_logits_observer([&out](std::int32_t id, int g, std::span<const float> l) {
+    out.logits[{id, g}] = std::vector<float>(l.begin(), l.end());
+  });
+  test::run_checked(*out.sim);
+  return out;
+}
+
+void expect_same_outputs(const TierRun& a, const TierRun& b) {
+  ASSERT_EQ(a.sim->num_requests(), b.sim->num_requests());
+  for (int i = 0; i < a.sim->num_requests(); ++i) {
+    ASSERT_EQ(a.sim->request(i).phase, RequestPhase::kFinished) << "request " << i;
+    EXPECT_EQ(a.sim->request(i).generated_tokens(), b.sim->request(i).generated_tokens())
+        << "request " << i;
+  }
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  for (const auto& [key, want] : b.logits) {
+    const auto it = a.logits.find(key);
+    ASSERT_NE(it, a.logits.end());
+    float worst = 0.0f;
+    for (std::size_t k = 0; k < want.size(); ++k)
+      worst = std::max(worst, std::fabs(it->second[k] - want[k]));
+    ASSERT_LE(worst, 1e-5f) << "request " << key.first << " token " << key.second;
+  }
+}
+
+SimConfig small_pool(std::vector<KvTierOptions> tiers) {
+  SimConfig c;
+  c.block_size = 8;
+  c.num_blocks = 12;  // about two prompts: the third evicts the first's blocks
+  c.prefix_caching = true;
+  c.tiers = std::move(tiers);
+  return c;
+}
+
+TEST(TierSim, TiersReloadEvictedPrefixesAndChangeNoTokenOrLogit) {
+  const std::vector<SimRequest> requests = rotating_topics(12);
+  const TierRun none = run(small_pool({}), requests);
+  const TierRun host = run(small_pool({{"host", TierMedium::kHost, 64, ""}}), requests);
+  // A host tier of 24 blocks keeps about half of what comes round again; disk has the rest.
+  const TierRun both = run(small_pool({{"host", TierMedium::kHost, 24, ""},
+                                       {"disk", TierMedium::kDisk, 64, test::temp_path("")}}),
+                           requests);
+  expect_same_outputs(host, none);
+  expect_same_outputs(both, none);
+
+  // Without tiers the evicted prompts are recomputed; with them they come back from a tier.
+  EXPECT_EQ(none.sim->tier_hit_tokens(), 0);
+  EXPECT_GT(host.sim->tier_hit_tokens(), 0);
+  EXPECT_EQ(host.sim->prefill_tokens_computed() + host.sim->tier_hit_tokens(),
+            none.sim->prefill_tokens_computed());
+  ASSERT_NE(both.sim->tiers(), nullptr);
+  const KvTierStore& store = *both.sim->tiers();
+  EXPECT_GT(both.sim->tier_reloads()[0].blocks, 0);
+  EXPECT_GT(both.sim->tier_reloads()[1].blocks, 0);  // the host tier passed blocks down
+  EXPECT_EQ(both.sim->tier_hit_tokens(), host.sim->tier_hit_tokens());
+  EXPECT_EQ(store.io(1).corrupt_reads, 0);
+  EXPECT_EQ(store.io(1).failed_writes, 0);
+  EXPECT_GT(store.io(1).write_seconds, 0.0);
+  std::int64_t per_request = 0;
+  for (int i = 0; i < both.sim->num_requests(); ++i)
+    per_request += both.sim->request(i).tier_hit_tokens;
+  EXPECT_EQ(per_request, both.sim->tier_hit_tokens());
+  EXPECT_EQ(both.sim->tier_hit_tokens(),
+            8 * (both.sim->tier_reloads()[0].blocks + both.sim->tier_reloads()[1].blocks));
+}
+
+TEST(TierSim, ACorruptDiskTierIsRecomputedNeverServed) {
+  const std::vector<SimRequest> requests = rotating_topics(12);
+  const TierRun none = run(small_pool({}), requests);
+  TierRun bad;
+  bad.sim = std::make_unique<Simulator>(
+      small_pool({{"host", TierMedium::kHost, 6, ""},
+                  {"disk", TierMedium::kDisk, 64, test::temp_path("")}}),
+      test::real_sim_model(), requests);
+  bad.sim->set_logits_observer([&bad](std::int32_t id, int g, std::span<const float> l) {
+    bad.logits[{id, g}] = std::vector<float>(l.begin(), l.end());
+  });
+  // Run until the disk holds blocks, then overwrite every byte of its file.
+  const KvTierStore& store = *bad.sim->tiers();
+  while (store.io(1).blocks_written < 8 && bad.sim->step()) {
+  }
+  ASSERT_GE(store.io(1).blocks_written, 8);
+  {
+    std::fstream f(store.file_path(1), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0, std::ios::end);
+    const std::string junk(static_cast<std::size_t>(f.tellp()), '\x5a');
+    f.seekp(0);
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  test::run_checked(*bad.sim);
+  expect_same_outputs(bad, none);
+  EXPECT_GT(store.io(1).corrupt_reads, 0);
+  EXPECT_NE(store.io(1).first_failure.find("failed its check"), std::string::npos);
+  // What the disk lost was recomputed: prefill plus reloads still cover what the run without
+  // tiers computed.
+  EXPECT_EQ(bad.sim->prefill_tokens_computed() + bad.sim->tier_hit_tokens(),
+            none.sim->prefill_tokens_computed());
+}
+
+TEST(TierSim, BookkeepingRunsFindTheSameTierHitsWithoutBytes) {
+  const std::vector<SimRequest> requests = rotating_topics(12);
+  const TierRun real = run(small_pool({{"host", TierMedium::kHost, 64, ""}}), requests);
+  SimModel shape{test::real_model().model->config(), nullptr};
+  Simulator sim(small_pool({{"host", TierMedium::kHost, 64, ""}}), shape, requests);
+  test::run_checked(sim);
+  // Bookkeeping generates token 0, so only the prompts' blocks match: the prompt hits agree.
+  EXPECT_GT(sim.tier_hit_tokens(), 0);
+  EXPECT_EQ(sim.tiers()->io(0).write_seconds, 0.0);
+  EXPECT_TRUE(sim.tiers()->file_path(0).empty());
+  EXPECT_EQ(sim.tier_hit_tokens(), real.sim->tier_hit_tokens());
+}
+
+TEST(TierSim, TiersNeedPrefixCaching) {
+  SimConfig c = small_pool({{"host", TierMedium::kHost, 4, ""}});
+  c.prefix_caching = false;
+  EXPECT_EQ(test::error_of([&] { Simulator sim(c, test::real_sim_model(), rotating_topics(1)); }),
+            "cache.tiers: needs prefix caching (the tiers hold the blocks the prefix cache evicts); "
+            "set cache.prefix_caching to true or remove the tiers");
+}
+
+}  // namespace
+}  // namespace kvscope
