@@ -6,6 +6,8 @@
 //   alloc     block allocate + free cost of the paged pool
 //   quant     decode attention cost per KV format (cmd_bench_quant.cpp)
 //   mla       latent (MLA) attention vs MHA attention at DeepSeek-V3 shape (cmd_bench_mla.cpp)
+//   tiers     prefill vs reload from the host and disk KV tiers, per prefix length
+//             (cmd_bench_tiers.cpp)
 #include <omp.h>
 
 #include <algorithm>
@@ -40,13 +42,14 @@ int bench_mla(const Args& args);        // cmd_bench_mla.cpp
 int bench_batch(const Args& args);      // cmd_bench_batch.cpp
 int bench_attention(const Args& args);  // cmd_bench_attention.cpp
 int bench_evict(const Args& args);      // cmd_bench_evict.cpp
+int bench_tiers(const Args& args);      // cmd_bench_tiers.cpp
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kHelp =
-    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch|attention|evict> [options]
+    R"(usage: kvscope bench <generate|weights|kv|alloc|quant|mla|batch|attention|evict|tiers> [options]
 
   generate   decode and prefill tokens/s, weight bytes per token against a memory read and the
              kernel's cache-resident speed, same run: --model M --steps N (default 256)
@@ -83,6 +86,13 @@ constexpr const char* kHelp =
              (one engine step per position for every run), interleaved, same figures:
              --model M --tokens N (default 512) --budgets LIST (default 16,32,64,128)
              --threads T (default 1) --repeat R (default 3) --json
+  tiers      when is reloading a cached prefix cheaper than recomputing it: per prefix length,
+             its prefill in one step on the real model against reloading its blocks from a host
+             tier (RAM) and a disk tier (a file in --dir, default the temp directory; synced and
+             dropped from the page cache, so reads come from the device), and the break-even
+             length: --model M --tokens 16,32,... (default doubling from the block size to 1,024)
+             --kv-dtype F (default fp16) --block-size B (default 16) --threads T (default 1)
+             --repeat R (default 5) --dir D --json
 )";
 
 struct Timing {
@@ -393,14 +403,12 @@ int bench_alloc(const Args& args) {
 }  // namespace
 
 int cmd_bench(const Argv& argv) {
-  Args args(argv, {"--model",      "--tokenizer",      "--steps",
-                   "--threads",    "--repeat",         "--allocator",
-                   "--block-size", "--blocks",         "--ops",
-                   "--tokens",     "--kv-dtype",       "--weights",
-                   "--seqs",       "--weight-format",  "--prompt-tokens",
-                   "--backend",    "--device-weights", "--batch",
-                   "--contexts",   "--formats",        "--budgets",
-                   "--sdpa"},
+  Args args(argv,
+            {"--model",     "--tokenizer",      "--steps",  "--threads",       "--repeat",
+             "--allocator", "--block-size",     "--blocks", "--ops",           "--tokens",
+             "--kv-dtype",  "--weights",        "--seqs",   "--weight-format", "--prompt-tokens",
+             "--backend",   "--device-weights", "--batch",  "--contexts",      "--formats",
+             "--budgets",   "--sdpa",           "--dir"},
             {"--help", "--json"});
   if (args.has("--help") || args.positional().empty()) {
     std::fputs(kHelp, args.has("--help") ? stdout : stderr);
@@ -430,6 +438,9 @@ int cmd_bench(const Argv& argv) {
         "--sdpa"}},
       {"evict",
        {"--model", "--tokenizer", "--tokens", "--budgets", "--threads", "--repeat", "--json"}},
+      {"tiers",
+       {"--model", "--tokenizer", "--tokens", "--kv-dtype", "--block-size", "--threads", "--repeat",
+        "--dir", "--json"}},
   };
   if (const auto it = kFlags.find(what); it != kFlags.end()) {
     for (const std::string& flag : args.given()) {
@@ -450,7 +461,9 @@ int cmd_bench(const Argv& argv) {
   if (what == "batch") return bench_batch(args);
   if (what == "attention") return bench_attention(args);
   if (what == "evict") return bench_evict(args);
-  fail_expected("bench", "generate, weights, kv, alloc, quant, mla, batch, attention or evict",
+  if (what == "tiers") return bench_tiers(args);
+  fail_expected("bench",
+                "generate, weights, kv, alloc, quant, mla, batch, attention, evict or tiers",
                 "'" + what + "'");
 }
 

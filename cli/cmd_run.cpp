@@ -12,6 +12,7 @@
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
 #include "engine/report/run_report.h"
+#include "engine/report/tier_report.h"
 #include "engine/scenario/scenario.h"
 #include "engine/sched/simulator.h"
 
@@ -94,6 +95,8 @@ void print_prefix_summary(const Simulator& sim, const SimConfig& config) {
       static_cast<double>(pm.peak_blocks_saved) * t.header().kv_bytes_per_token *
           config.block_size / 1024.0,
       static_cast<long long>(cow), static_cast<long long>(pm.evictions));
+  for (const std::string& line : tiers_report_lines(tiers_report(sim)))
+    std::printf("%s\n", line.c_str());
 }
 
 // The short summary on stdout: configuration, requests, tokens, utilization, prefix cache,

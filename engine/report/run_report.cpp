@@ -10,6 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/prefix_index.h"
+#include "engine/report/tier_report.h"
 
 namespace kvscope {
 
@@ -200,6 +201,7 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
                          {"evictions", pm.evictions},
                          {"peak_blocks_saved", pm.peak_blocks_saved}};
   }
+  if (sim.tiers() != nullptr) s["kv_tiers"] = tiers_report_json(tiers_report(sim));
   j["summary"] = s;
   nlohmann::json requests = nlohmann::json::array();
   for (int i = 0; i < sim.num_requests(); ++i) {
@@ -211,6 +213,9 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
                         {"max_new_tokens", r.spec.max_new_tokens},
                         {"generated", r.generated},
                         {"prefix_hit_tokens", r.prefix_hit_tokens},
+                        {"tier_hit_tokens", r.tier_hit_tokens},
+                        {"tier_load_seconds", r.tier_load_seconds},
+                        {"tier_waited_seconds", r.tier_exposed_seconds},
                         {"preemptions", r.preemptions},
                         {"admitted_step", opt_step(r.admitted_step)},
                         {"finished_step", opt_step(r.finished_step)},

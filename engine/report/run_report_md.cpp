@@ -7,6 +7,7 @@
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/prefix_index.h"
 #include "engine/report/run_report.h"
+#include "engine/report/tier_report.h"
 
 namespace kvscope {
 namespace {
@@ -62,6 +63,13 @@ void what_happened(std::ostream& o, const Simulator& sim, const RunFigures& f) {
       << " eviction of cached blocks): " << n(f.prefix_hit_tokens) << " of " << n(f.prompt_tokens)
       << " prompt tokens (" << pct(f.prefill_saved_fraction())
       << ") came from shared blocks, so their prefill was skipped.\n\n";
+    const std::vector<std::string> tiers = tiers_report_lines(tiers_report(sim));
+    if (!tiers.empty()) {
+      o << "KV tiers behind the prefix cache (cached blocks the pool evicted were written back to "
+           "them, and reloaded instead of recomputed when a prompt needed them again):\n\n";
+      for (const std::string& line : tiers) o << "- " << line << "\n";
+      o << "\n";
+    }
   } else {
     o << "Prefix caching was off: every prompt token was computed.\n\n";
   }

@@ -104,6 +104,40 @@ MlaOptions parse_mla(const JsonReader& r, const json& j, const std::string& at) 
 
 }  // namespace
 
+namespace {
+
+// "tiers": [{"medium": "host", "blocks": N}, {"medium": "disk", "blocks": N, "dir": "..."}],
+// first tier first.
+std::vector<KvTierOptions> parse_tiers(const JsonReader& r, const Json& j, const std::string& at) {
+  if (!j.is_array()) r.fail(at, "an array of tiers, first tier first", j);
+  std::vector<KvTierOptions> tiers;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const std::string ti = json_path(at, i);
+    const Json& t = j[i];
+    if (!t.is_object()) r.fail(ti, "an object like {\"medium\": \"host\", \"blocks\": 256}", t);
+    r.only_keys(t, ti, {"medium", "blocks", "dir"});
+    r.require(t, ti, "medium", "\"host\" or \"disk\"");
+    r.require(t, ti, "blocks", "the tier's capacity in blocks");
+    KvTierOptions o;
+    o.name = r.string(t["medium"], json_path(ti, "medium"));
+    if (o.name != "host" && o.name != "disk") {
+      r.fail(json_path(ti, "medium"), "\"host\" or \"disk\"", t["medium"]);
+    }
+    o.medium = o.name == "host" ? TierMedium::kHost : TierMedium::kDisk;
+    o.capacity_blocks = r.int32(t["blocks"], json_path(ti, "blocks"), 1, kMaxBlocks);
+    if (t.contains("dir")) {
+      if (o.medium != TierMedium::kDisk) {
+        r.fail_text(json_path(ti, "dir"), "\"dir\" only on a disk tier", "a host tier");
+      }
+      o.dir = r.string(t["dir"], json_path(ti, "dir"), true);
+    }
+    tiers.push_back(std::move(o));
+  }
+  return tiers;
+}
+
+}  // namespace
+
 void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool is_base,
                  CacheSettings& c) {
   r.only_keys(j, at, scenario_cache_keys());
@@ -203,6 +237,21 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
   }
   if (j.contains("host_blocks")) {
     cfg.host_blocks = r.int32(j["host_blocks"], path("host_blocks"), 0, kMaxBlocks);
+  }
+  if (j.contains("tiers")) {
+    cfg.tiers = parse_tiers(r, j["tiers"], path("tiers"));
+    if (!cfg.tiers.empty() && !cfg.prefix_caching) {
+      r.fail_text(path("tiers"),
+                  "\"prefix_caching\": true beside it (the tiers hold the blocks "
+                  "the prefix cache evicts)",
+                  "prefix caching off");
+    }
+  }
+  if (j.contains("tier_prefetch")) {
+    cfg.tier_prefetch = r.boolean(j["tier_prefetch"], path("tier_prefetch"));
+    if (cfg.tiers.empty()) {
+      r.fail_text(path("tier_prefetch"), "\"tiers\" beside it", "no tiers");
+    }
   }
   if (cfg.prefix_caching && cfg.allocator != AllocatorKind::kPaged) {
     r.fail_text(j.contains("allocator") ? path("allocator") : path("prefix_caching"),

@@ -21,7 +21,8 @@ std::vector<std::string> scenario_cache_keys() {
           "kv_dtype",       "k_dtype",      "v_dtype",
           "prefix_caching", "prefix_index", "cached_block_eviction",
           "token_eviction", "mla",          "preemption",
-          "victim",         "host_blocks"};
+          "victim",         "host_blocks",  "tiers",
+          "tier_prefetch"};
 }
 
 namespace {

@@ -28,8 +28,8 @@ std::vector<TierSpec> chain_specs(const std::vector<KvTierOptions>& tiers) {
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     const KvTierOptions& t = tiers[i];
     if (t.capacity_blocks < 1) {
-      fail_expected("tiers[" + std::to_string(i) + "] (" + t.name + "): blocks",
-                    "at least 1 block", std::to_string(t.capacity_blocks));
+      fail_expected("tiers[" + std::to_string(i) + "] (" + t.name + "): blocks", "at least 1 block",
+                    std::to_string(t.capacity_blocks));
     }
     specs.push_back(TierSpec{t.name, t.capacity_blocks});
   }
@@ -42,9 +42,13 @@ std::uint64_t load_u64(const std::byte* p) {
   return v;
 }
 
-void store_u64(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, sizeof v); }
+void store_u64(std::byte* p, std::uint64_t v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 }  // namespace
 
@@ -68,8 +72,7 @@ std::string tier_medium_name(TierMedium medium) {
   return medium == TierMedium::kHost ? "host" : "disk";
 }
 
-KvTierStore::KvTierStore(std::vector<KvTierOptions> tiers, std::size_t block_bytes,
-                         bool with_bytes)
+KvTierStore::KvTierStore(std::vector<KvTierOptions> tiers, std::size_t block_bytes, bool with_bytes)
     : block_bytes_(block_bytes), with_bytes_(with_bytes), chain_(chain_specs(tiers)) {
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     Tier t;
@@ -152,8 +155,9 @@ std::optional<int> KvTierStore::load(std::uint64_t key, std::byte* out) {
 
 bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
   if (t.free_slots.empty()) {
-    throw InternalError("KvTierStore", t.options.name + " has no free slot for a block its chain "
-                                                        "placed there");
+    throw InternalError("KvTierStore", t.options.name +
+                                           " has no free slot for a block its chain "
+                                           "placed there");
   }
   const int slot = t.free_slots.back();
   if (!with_bytes_) {
@@ -165,8 +169,7 @@ bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
   const auto start = std::chrono::steady_clock::now();
   const std::uint64_t sum = tier_checksum(key, bytes, block_bytes_);
   if (t.options.medium == TierMedium::kHost) {
-    std::memcpy(t.host.data() + static_cast<std::size_t>(slot) * block_bytes_, bytes,
-                block_bytes_);
+    std::memcpy(t.host.data() + static_cast<std::size_t>(slot) * block_bytes_, bytes, block_bytes_);
     t.host_checksum[static_cast<std::size_t>(slot)] = sum;
   } else {
     std::vector<std::byte>& record = record_;
@@ -181,12 +184,11 @@ bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
     if (n != static_cast<ssize_t>(record.size())) {
       ++t.io.failed_writes;
       if (t.io.first_failure.empty()) {
-        t.io.first_failure =
-            t.path + ": writing a block failed (" +
-            (n < 0 ? errno_text(err)
-                   : "wrote " + std::to_string(n) + " of " + std::to_string(record.size()) +
-                         " bytes") +
-            "); the block was dropped and is recomputed when needed";
+        t.io.first_failure = t.path + ": writing a block failed (" +
+                             (n < 0 ? errno_text(err)
+                                    : "wrote " + std::to_string(n) + " of " +
+                                          std::to_string(record.size()) + " bytes") +
+                             "); the block was dropped and is recomputed when needed";
       }
       return false;
     }
@@ -201,7 +203,14 @@ bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
   return true;
 }
 
-bool KvTierStore::read(Tier& t, std::uint64_t key, std::byte* out) {
+bool KvTierStore::peek(std::uint64_t key, std::byte* out) {
+  const std::optional<int> tier = chain_.locate(key);
+  if (!tier) return false;
+  if (!with_bytes_) return true;
+  return read(tiers_[static_cast<std::size_t>(*tier)], key, out, false);
+}
+
+bool KvTierStore::read(Tier& t, std::uint64_t key, std::byte* out, bool count_failure) {
   const auto found = t.slot_of.find(key);
   if (found == t.slot_of.end()) {
     throw InternalError("KvTierStore", t.options.name + " has no slot for a block its chain holds");
@@ -231,6 +240,7 @@ bool KvTierStore::read(Tier& t, std::uint64_t key, std::byte* out) {
   }
   t.io.read_seconds += seconds_since(start);
   if (!problem.empty()) {
+    if (!count_failure) return false;
     ++t.io.corrupt_reads;
     if (t.io.first_failure.empty()) {
       t.io.first_failure = (t.path.empty() ? t.options.name : t.path) + ": block " +
@@ -275,8 +285,9 @@ void KvTierStore::check_invariants() const {
     }
     for (const auto& [key, slot] : t.slot_of) {
       if (chain_.locate(key) != k) {
-        throw InternalError("KvTierStore", t.options.name + " has a slot for a block the chain "
-                                                            "does not place there");
+        throw InternalError("KvTierStore", t.options.name +
+                                               " has a slot for a block the chain "
+                                               "does not place there");
       }
     }
   }

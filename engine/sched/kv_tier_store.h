@@ -40,9 +40,9 @@ struct KvTierIo {
   std::int64_t blocks_read = 0;
   double write_seconds = 0.0;
   double read_seconds = 0.0;
-  std::int64_t corrupt_reads = 0;   // failed their checksum, header or length: dropped, recomputed
-  std::int64_t failed_writes = 0;   // the medium refused them (disk full): the block was dropped
-  std::string first_failure;        // the first failure, in one line ("" when none)
+  std::int64_t corrupt_reads = 0;  // failed their checksum, header or length: dropped, recomputed
+  std::int64_t failed_writes = 0;  // the medium refused them (disk full): the block was dropped
+  std::string first_failure;       // the first failure, in one line ("" when none)
 };
 
 class KvTierStore {
@@ -65,6 +65,14 @@ class KvTierStore {
   // keeps it as its most recently used block; nullopt when no tier holds it, or when its bytes
   // failed their check (then it is forgotten and counted in corrupt_reads).
   std::optional<int> load(std::uint64_t key, std::byte* out);
+  // The prefetch thread's read: `key`'s bytes into `out`, checked, without refreshing the block,
+  // counting a hit or forgetting it (the stepping thread's touch() or load() does that later, so
+  // the tiers' contents never depend on the prefetch thread's timing). False when no tier holds
+  // it or it failed its check. Callers serialize every call on the store (one mutex).
+  bool peek(std::uint64_t key, std::byte* out);
+  // The bookkeeping of a load whose bytes peek() read: the tier, the block refreshed there and a
+  // hit counted; nullopt when no tier holds it any more.
+  std::optional<int> touch(std::uint64_t key) { return chain_.find(key); }
 
   int num_tiers() const { return static_cast<int>(tiers_.size()); }
   const KvTierOptions& options(int tier) const { return tier_at(tier).options; }
@@ -99,8 +107,9 @@ class KvTierStore {
   // Stores `bytes` as `key` in tier t (a free slot is there: the chain made room). False when the
   // medium refused it (counted; the caller forgets the key).
   bool write(Tier& t, std::uint64_t key, const std::byte* bytes);
-  // Reads `key` from tier t into out; false when its check fails (counted). Frees nothing.
-  bool read(Tier& t, std::uint64_t key, std::byte* out);
+  // Reads `key` from tier t into out; false when its check fails (counted when `count_failure`).
+  // Frees nothing.
+  bool read(Tier& t, std::uint64_t key, std::byte* out, bool count_failure = true);
   void free_slot(Tier& t, std::uint64_t key);
 
   std::size_t block_bytes_ = 0;

@@ -60,6 +60,10 @@ struct SimConfig {
   // written to the first tier (host RAM, then disk, ...: engine/sched/kv_tier_store.h), and a
   // prompt whose next blocks are in a tier reloads them instead of recomputing them. Empty = none.
   std::vector<KvTierOptions> tiers;
+  // Tiers: read a request's tier blocks on an IO thread from the step it arrives, so the load
+  // hides behind earlier requests' steps while it waits (engine/sched/tier_prefetch.h); false:
+  // every reload is read at admission, in the step's critical path.
+  bool tier_prefetch = true;
   // MLA: the pool holds one latent row per token and layer (in k_format) instead of K and V;
   // null = ordinary K/V. Built from the weights (make_mla_codec), shared by every sequence.
   std::shared_ptr<const MlaCodec> mla;

@@ -25,8 +25,9 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
   if (c.num_blocks < 1)
     fail_expected("cache.num_blocks", "a positive integer", std::to_string(c.num_blocks));
   if (!c.tiers.empty() && !c.prefix_caching) {
-    throw Error("cache.tiers", "needs prefix caching (the tiers hold the blocks the prefix cache "
-                               "evicts); set cache.prefix_caching to true or remove the tiers");
+    throw Error("cache.tiers",
+                "needs prefix caching (the tiers hold the blocks the prefix cache "
+                "evicts); set cache.prefix_caching to true or remove the tiers");
   }
   if (c.host_blocks < 0)
     fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
@@ -222,6 +223,7 @@ void Simulator::arrive() {
     }
     r.phase = RequestPhase::kWaiting;
     waiting_.push_back(r.id);
+    if (prefetcher_) prefetch_from_tiers(r);
   }
 }
 

@@ -12,8 +12,10 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -21,6 +23,7 @@
 #include "engine/prefix/prefix_cache.h"
 #include "engine/sched/host_tier.h"
 #include "engine/sched/sim_config.h"
+#include "engine/sched/tier_prefetch.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope {
@@ -48,9 +51,10 @@ struct RequestRun {
   bool forked = false;                      // fork_children were forked
   int cached_blocks = 0;                    // full blocks already offered to the prefix cache
   std::int64_t prefix_hit_tokens =
-      0;  // prompt tokens mapped from the prefix cache (all admissions)
-  std::int64_t tier_hit_tokens = 0;  // prompt tokens reloaded from the KV tiers (all admissions)
-  double tier_load_seconds = 0.0;    // the time those reloads took, measured
+      0;                              // prompt tokens mapped from the prefix cache (all admissions)
+  std::int64_t tier_hit_tokens = 0;   // prompt tokens reloaded from the KV tiers (all admissions)
+  double tier_load_seconds = 0.0;     // the time those reloads took, measured
+  double tier_exposed_seconds = 0.0;  // of it, what admission waited for (not hidden by prefetch)
   std::vector<int> generated_tokens() const {
     return {tokens.begin() + static_cast<std::ptrdiff_t>(spec.prompt_tokens.size()), tokens.end()};
   }
@@ -87,6 +91,12 @@ class Simulator {
   };
   const std::vector<TierReloads>& tier_reloads() const { return tier_reloads_; }
   std::int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
+  // One tier's I/O counters, read under the tiers' lock (the prefetch thread may be reading).
+  KvTierIo tier_io(int tier) const;
+  // Time reading the blocks that were reloaded (the prefetch thread's and the admission's reads),
+  // and the part of it admission waited for: without prefetch, all of it.
+  double tier_load_seconds() const { return tier_load_seconds_; }
+  double tier_exposed_seconds() const { return tier_exposed_seconds_; }
   // The forward time of steps that ran prefill tokens only, and those tokens: what recomputing a
   // prompt token costs on this machine, measured in this run (0 tokens when no such step ran).
   double prefill_only_seconds() const { return prefill_only_seconds_; }
@@ -144,6 +154,7 @@ class Simulator {
   // Reloads what it can of that run into fresh blocks appended to the sequence; tokens reloaded.
   int reload_from_tiers(RequestRun& r, int hit_blocks);
   void demote_to_tiers(BlockId b, std::uint64_t chain_key);
+  void prefetch_from_tiers(const RequestRun& r);
   void start_sequence(RequestRun& r);
   void cache_full_blocks(RequestRun& r);
   void fork_samples(RequestRun& lead, NextToken from);
@@ -197,13 +208,18 @@ class Simulator {
   std::int64_t prefill_total_ = 0;
   std::int64_t tier_hit_tokens_ = 0;
   std::vector<TierReloads> tier_reloads_;  // [tier]
+  double tier_load_seconds_ = 0.0;
+  double tier_exposed_seconds_ = 0.0;
   double prefill_only_seconds_ = 0.0;
   std::int64_t prefill_only_tokens_ = 0;
   std::vector<std::byte> tier_bytes_;  // a block on its way to or from the tiers
   int step_ = 0;
   std::unique_ptr<KvCacheManager> cache_;
   std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first
+  mutable std::mutex tier_mutex_;  // around every call into tiers_ (the prefetch thread's too)
   std::unique_ptr<KvTierStore> tiers_;
+  std::unique_ptr<TierPrefetcher> prefetcher_;  // after tiers_: joined before the store goes
+  std::unordered_map<std::int32_t, std::shared_ptr<TierPrefetcher::Job>> prefetch_jobs_;
   std::unique_ptr<HostKvTier> host_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;

@@ -8,6 +8,7 @@
 // swap-in writes into fresh private blocks and re-offers them to the cache (which deduplicates
 // them against cached copies). No block another sequence holds is ever freed or moved.
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "engine/common/error.h"
@@ -42,14 +43,23 @@ void Simulator::make_prefix_cache() {
   if (with_bytes) tier_bytes_.resize(cache_->layout().block_bytes());
   prefix_->set_evict_observer(
       [this](BlockId b, std::uint64_t chain_key) { demote_to_tiers(b, chain_key); });
+  if (config_.tier_prefetch) prefetcher_ = std::make_unique<TierPrefetcher>(*tiers_, tier_mutex_);
+}
+
+KvTierIo Simulator::tier_io(int tier) const {
+  const std::lock_guard<std::mutex> lock(tier_mutex_);
+  return tiers_->io(tier);
 }
 
 void Simulator::demote_to_tiers(BlockId b, std::uint64_t chain_key) {
   if (!tier_bytes_.empty()) cache_->storage()->read_block(b, tier_bytes_.data());
+  const std::lock_guard<std::mutex> lock(tier_mutex_);
   tiers_->demote(chain_key, tier_bytes_.empty() ? nullptr : tier_bytes_.data());
 }
 
-int Simulator::tier_run(const RequestRun& r, int from_block, std::vector<std::uint64_t>& keys) const {
+// Call with tier_mutex_ held.
+int Simulator::tier_run(const RequestRun& r, int from_block,
+                        std::vector<std::uint64_t>& keys) const {
   if (!tiers_) return 0;
   // Never the block holding the last prompt token: its logits must be computed.
   const int whole = (static_cast<int>(r.tokens.size()) - 1) / config_.block_size;
@@ -63,28 +73,75 @@ int Simulator::tier_run(const RequestRun& r, int from_block, std::vector<std::ui
   return n;
 }
 
-int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
+void Simulator::prefetch_from_tiers(const RequestRun& r) {
   std::vector<std::uint64_t> keys;
-  const int run = tier_run(r, hit_blocks, keys);
-  if (run == 0) return 0;
-  // Read first, then allocate: allocating may evict cached blocks into the tiers, which may pass
-  // the blocks being reloaded further down or out.
-  const std::size_t bytes = cache_->layout().block_bytes();
-  std::vector<std::byte> loaded(tier_bytes_.empty() ? 0 : static_cast<std::size_t>(run) * bytes);
-  int n = 0;
-  for (; n < run; ++n) {
-    const std::uint64_t key = keys[static_cast<std::size_t>(hit_blocks + n)];
-    const int where = *tiers_->locate(key);
-    const double before = tiers_->io(where).read_seconds;
-    std::byte* out = loaded.empty() ? nullptr : loaded.data() + static_cast<std::size_t>(n) * bytes;
-    const std::optional<int> tier = tiers_->load(key, out);
-    if (!tier) break;  // failed its check: recomputed from here on
-    TierReloads& t = tier_reloads_[static_cast<std::size_t>(*tier)];
-    ++t.blocks;
-    const double took = tiers_->io(*tier).read_seconds - before;
-    t.seconds += took;
-    r.tier_load_seconds += took;
+  int from = 0, n = 0;
+  {
+    const std::lock_guard<std::mutex> lock(tier_mutex_);
+    from = prefix_->probe(r.tokens).hit_blocks;
+    n = tier_run(r, from, keys);
   }
+  if (n == 0) return;
+  prefetch_jobs_[r.id] =
+      prefetcher_->submit(std::vector<std::uint64_t>(keys.begin() + from, keys.begin() + from + n));
+}
+
+int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
+  // The request's prefetch, if it has one: admission waits for it (that wait is the part of the
+  // load it did not hide) and takes the blocks it staged.
+  std::shared_ptr<TierPrefetcher::Job> job;
+  double exposed = 0.0;
+  if (const auto it = prefetch_jobs_.find(r.id); it != prefetch_jobs_.end()) {
+    job = it->second;
+    prefetch_jobs_.erase(it);
+    exposed += prefetcher_->wait(job);
+  }
+  std::vector<std::uint64_t> keys;
+  const std::size_t bytes = cache_->layout().block_bytes();
+  std::vector<std::byte> loaded;
+  int n = 0;
+  double load = 0.0;
+  {
+    // Read first, then allocate (below, without the lock): allocating may evict cached blocks
+    // into the tiers, which may pass the blocks being reloaded further down or out.
+    const std::lock_guard<std::mutex> lock(tier_mutex_);
+    const int run = tier_run(r, hit_blocks, keys);
+    loaded.resize(tier_bytes_.empty() ? 0 : static_cast<std::size_t>(run) * bytes);
+    for (; n < run; ++n) {
+      const std::uint64_t key = keys[static_cast<std::size_t>(hit_blocks + n)];
+      std::byte* out =
+          loaded.empty() ? nullptr : loaded.data() + static_cast<std::size_t>(n) * bytes;
+      std::optional<int> tier;
+      double took = 0.0;
+      std::size_t staged = job ? job->keys.size() : 0;
+      for (std::size_t i = 0; i < staged; ++i) {
+        if (job->keys[i] == key && job->staged[i]) {
+          staged = i;
+          break;
+        }
+      }
+      if (job && staged < job->keys.size()) {
+        tier = tiers_->touch(key);
+        if (out != nullptr) std::memcpy(out, job->bytes.data() + staged * bytes, bytes);
+        took = job->seconds[staged];
+      } else {
+        const int where = *tiers_->locate(key);
+        const double before = tiers_->io(where).read_seconds;
+        tier = tiers_->load(key, out);
+        took = tiers_->io(where).read_seconds - before;
+        exposed += took;
+      }
+      load += took;
+      if (!tier) break;  // failed its check: recomputed from here on
+      TierReloads& t = tier_reloads_[static_cast<std::size_t>(*tier)];
+      ++t.blocks;
+      t.seconds += took;
+    }
+  }
+  r.tier_load_seconds += load;
+  r.tier_exposed_seconds += exposed;
+  tier_load_seconds_ += load;
+  tier_exposed_seconds_ += exposed;
   if (n == 0) return 0;
   const SeqId seq(r.id);
   const int tokens = n * config_.block_size;
@@ -105,8 +162,13 @@ int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
 bool Simulator::prefix_admission_fits(const RequestRun& r, int budget) const {
   const PrefixProbe p = prefix_->probe(r.tokens);
   std::vector<std::uint64_t> keys;
+  int reload = 0;
+  if (tiers_) {
+    const std::lock_guard<std::mutex> lock(tier_mutex_);
+    reload = tier_run(r, p.hit_blocks, keys);
+  }
   // Blocks reloaded from the tiers need fresh pool blocks, as computed ones do.
-  const int hit = (p.hit_blocks + tier_run(r, p.hit_blocks, keys)) * config_.block_size;
+  const int hit = (p.hit_blocks + reload) * config_.block_size;
   const int n = std::min(static_cast<int>(r.tokens.size()) - hit, budget);
   // Hit blocks nobody holds are counted as allocatable now; mapping them takes them out.
   return cache_->blocks_for(hit + n) - p.hit_blocks <= cache_->num_allocatable() - p.evictable_hits;

@@ -190,7 +190,10 @@ void Simulator::preempt(std::int32_t id, Work& w) {
 void Simulator::check_invariants() const {
   cache_->check_invariants();
   if (prefix_) prefix_->check_invariants();
-  if (tiers_) tiers_->check_invariants();
+  if (tiers_) {
+    const std::lock_guard<std::mutex> lock(tier_mutex_);
+    tiers_->check_invariants();
+  }
   int host_used = 0;
   std::array<std::size_t, kNumRequestPhases> counted{};
   for (const RequestRun& r : requests_) {

@@ -53,6 +53,40 @@ TEST(ScenarioPrefix, ClearErrors) {
             std::string::npos);
 }
 
+TEST(ScenarioPrefix, TiersParseInOrderAndNeedPrefixCaching) {
+  const Scenario s =
+      parse_scenario_text(scenario_json(R"("num_blocks": 8, "prefix_caching": true, "tiers": [
+          {"medium": "host", "blocks": 16}, {"medium": "disk", "blocks": 64, "dir": "cache"}])"),
+                          "s.json");
+  const auto& m = test::real_model();
+  const ResolvedRun run = resolve_scenario(s, "", m.model->config(), m.tokenizer.get());
+  ASSERT_EQ(run.config.tiers.size(), 2u);
+  EXPECT_EQ(run.config.tiers[0].name, "host");
+  EXPECT_EQ(run.config.tiers[0].medium, TierMedium::kHost);
+  EXPECT_EQ(run.config.tiers[0].capacity_blocks, 16);
+  EXPECT_EQ(run.config.tiers[1].medium, TierMedium::kDisk);
+  EXPECT_EQ(run.config.tiers[1].capacity_blocks, 64);
+  EXPECT_EQ(run.config.tiers[1].dir, "cache");
+  EXPECT_TRUE(run.config.tier_prefetch);
+
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "tiers": [{"medium": "host", "blocks": 4}])"),
+            "s.json: cache.tiers: expected \"prefix_caching\": true beside it (the tiers hold "
+            "the blocks the prefix cache evicts), got prefix caching off");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true,
+                        "tiers": [{"medium": "ssd", "blocks": 4}])"),
+            "s.json: cache.tiers[0].medium: expected \"host\" or \"disk\", got \"ssd\"");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true,
+                        "tiers": [{"medium": "host", "blocks": 0}])"),
+            "s.json: cache.tiers[0].blocks: expected an integer in [1, 50000000], got 0");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true,
+                        "tiers": [{"medium": "host", "blocks": 4, "dir": "x"}])"),
+            "s.json: cache.tiers[0].dir: expected \"dir\" only on a disk tier, got a host tier");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true, "tier_prefetch": false)"),
+            "s.json: cache.tier_prefetch: expected \"tiers\" beside it, got no tiers");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true, "tiers": {"host": 4})"),
+            "s.json: cache.tiers: expected an array of tiers, first tier first, got {\"host\":4}");
+}
+
 // A pool given in bytes: blocks = pool_bytes / block bytes, so halving the bytes per element
 // doubles the blocks and the tokens the pool holds.
 TEST(ScenarioPrefix, PoolBytesHoldsMoreTokensForSmallerFormats) {

@@ -113,6 +113,37 @@ TEST(TierSim, TiersReloadEvictedPrefixesAndChangeNoTokenOrLogit) {
             8 * (both.sim->tier_reloads()[0].blocks + both.sim->tier_reloads()[1].blocks));
 }
 
+// Prefetch reads on another thread but never changes what the tiers hold: the same reloads from
+// the same tiers, the same tokens; without it, admission waits for every read.
+TEST(TierSim, PrefetchChangesNeitherTokensNorWhichTierServesABlock) {
+  std::vector<SimRequest> requests = rotating_topics(12);
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    requests[i].arrival_step = 8 * static_cast<int>(i);  // each waits while the one before decodes
+  auto config = [](bool prefetch) {
+    SimConfig c = small_pool({{"host", TierMedium::kHost, 24, ""},
+                              {"disk", TierMedium::kDisk, 64, test::temp_path("")}});
+    c.max_running = 1;
+    c.tier_prefetch = prefetch;
+    return c;
+  };
+  const TierRun on = run(config(true), requests);
+  const TierRun off = run(config(false), requests);
+  expect_same_outputs(on, off);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(on.sim->tier_reloads()[static_cast<std::size_t>(k)].blocks,
+              off.sim->tier_reloads()[static_cast<std::size_t>(k)].blocks)
+        << "tier " << k;
+    EXPECT_EQ(on.sim->tier_io(k).blocks_written, off.sim->tier_io(k).blocks_written);
+  }
+  EXPECT_GT(on.sim->tier_reloads()[1].blocks, 0);
+  EXPECT_GT(on.sim->tier_load_seconds(), 0.0);
+  EXPECT_EQ(off.sim->tier_exposed_seconds(), off.sim->tier_load_seconds());
+  double waited = 0.0;
+  for (int i = 0; i < on.sim->num_requests(); ++i)
+    waited += on.sim->request(i).tier_exposed_seconds;
+  EXPECT_DOUBLE_EQ(waited, on.sim->tier_exposed_seconds());
+}
+
 TEST(TierSim, ACorruptDiskTierIsRecomputedNeverServed) {
   const std::vector<SimRequest> requests = rotating_topics(12);
   const TierRun none = run(small_pool({}), requests);
@@ -162,9 +193,10 @@ TEST(TierSim, BookkeepingRunsFindTheSameTierHitsWithoutBytes) {
 TEST(TierSim, TiersNeedPrefixCaching) {
   SimConfig c = small_pool({{"host", TierMedium::kHost, 4, ""}});
   c.prefix_caching = false;
-  EXPECT_EQ(test::error_of([&] { Simulator sim(c, test::real_sim_model(), rotating_topics(1)); }),
-            "cache.tiers: needs prefix caching (the tiers hold the blocks the prefix cache evicts); "
-            "set cache.prefix_caching to true or remove the tiers");
+  EXPECT_EQ(
+      test::error_of([&] { Simulator sim(c, test::real_sim_model(), rotating_topics(1)); }),
+      "cache.tiers: needs prefix caching (the tiers hold the blocks the prefix cache evicts); "
+      "set cache.prefix_caching to true or remove the tiers");
 }
 
 }  // namespace
