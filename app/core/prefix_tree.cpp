@@ -6,15 +6,17 @@
 namespace kvscope::ui {
 
 void PrefixTreeFold::reset(int num_blocks, int block_size) {
-  (void)block_size;
   num_blocks_ = num_blocks;
+  block_size_ = block_size;
   nodes_.clear();
   children_.clear();
   lookups_.clear();
   pending_shared_.clear();
   prompt_tokens_.clear();
   tables_.clear();
-  evictions_ = lookups_total_ = hit_tokens_total_ = 0;
+  reloaded_.clear();
+  tiers_.clear();
+  evictions_ = lookups_total_ = hit_tokens_total_ = tier_writes_refused_ = 0;
 }
 
 void PrefixTreeFold::apply(const Event& e) {
@@ -37,8 +39,34 @@ void PrefixTreeFold::apply(const Event& e) {
         t.resize(static_cast<std::size_t>(e.logical) + 1, -1);
       t[static_cast<std::size_t>(e.logical)] = e.block;
       if (e.type == EventType::kBlockShared) pending_shared_[e.request].push_back(e.block);
+      if (e.type != EventType::kBlockShared) reloaded_.erase(e.block);  // fresh bytes
       break;
     }
+    case EventType::kTierReloaded:
+      if (!block_ok || e.a < 0 || e.a >= 64) break;
+      reloaded_[e.block] = e.b == 1 ? 1 : 0;
+      if (tiers_.size() <= static_cast<std::size_t>(e.a))
+        tiers_.resize(static_cast<std::size_t>(e.a) + 1);
+      ++tiers_[static_cast<std::size_t>(e.a)].reloaded;
+      if (const auto row = lookups_.find(e.request); row != lookups_.end())
+        row->second.tier_tokens += block_size_;
+      break;
+    case EventType::kTierWritten:
+      if (e.a < 0) {
+        ++tier_writes_refused_;
+        break;
+      }
+      if (tiers_.empty()) tiers_.resize(1);
+      ++tiers_[0].written;
+      break;
+    case EventType::kTierHeld:
+      if (e.logical < 0 || e.logical >= 64) break;
+      if (tiers_.size() <= static_cast<std::size_t>(e.logical))
+        tiers_.resize(static_cast<std::size_t>(e.logical) + 1);
+      tiers_[static_cast<std::size_t>(e.logical)].held = e.a;
+      tiers_[static_cast<std::size_t>(e.logical)].capacity = e.b % kTierMediumUnit;
+      tiers_[static_cast<std::size_t>(e.logical)].disk = e.b >= kTierMediumUnit;
+      break;
     case EventType::kBlockFreed: {
       auto it = tables_.find(e.request);
       if (it != tables_.end() && e.logical >= 0 &&
@@ -61,11 +89,13 @@ void PrefixTreeFold::apply(const Event& e) {
           n.parent = it->second[static_cast<std::size_t>(e.logical) - 1];
       }
       if (n.parent >= 0 && nodes_.count(n.parent) == 0) n.parent = -1;
+      if (const auto r = reloaded_.find(e.block); r != reloaded_.end()) n.reloaded_from = r->second;
       nodes_[e.block] = n;
       if (n.parent >= 0) children_[n.parent].push_back(e.block);
       break;
     }
     case EventType::kCachedBlockEvicted: {
+      reloaded_.erase(e.block);
       auto it = nodes_.find(e.block);
       if (it == nodes_.end()) break;
       ++evictions_;
@@ -87,6 +117,7 @@ void PrefixTreeFold::apply(const Event& e) {
       row.reason = unpack_miss_reason(e.b);
       row.evicted_step = unpack_evicted_step(e.b);
       row.diverged_at = e.logical;
+      row.tier_tokens = 0;
       row.prompt_tokens = prompt_tokens_.count(e.request) ? prompt_tokens_[e.request] : 0;
       ++row.lookups;
       for (std::int32_t b : pending_shared_[e.request]) {

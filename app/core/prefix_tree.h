@@ -20,7 +20,17 @@ struct PrefixNode {
   std::int32_t logical = 0;     // logical block index (depth in the tree)
   std::int32_t cached_by = -1;  // request that inserted it
   std::int32_t cached_step = 0;
-  std::int64_t hits = 0;  // lookups that mapped it since it was cached
+  std::int64_t hits = 0;   // lookups that mapped it since it was cached
+  int reloaded_from = -1;  // its bytes came from a KV tier: 0 host RAM, 1 disk; -1 computed
+};
+
+// One KV tier behind the prefix cache, as of the step folded last.
+struct TierRow {
+  bool disk = false;  // its medium: disk, else host RAM
+  std::int64_t held = 0;
+  std::int64_t capacity = 0;
+  std::int64_t written = 0;   // cached blocks written back to it (first tier only)
+  std::int64_t reloaded = 0;  // blocks reloaded from it into the pool
 };
 
 struct PrefixLookupRow {
@@ -32,6 +42,7 @@ struct PrefixLookupRow {
   std::int64_t diverged_at = -1;   // kDiverged: first token no cached prefix matched
   std::int32_t evicted_step = -1;  // kEvicted: when the first missing block was evicted
   int lookups = 0;                 // lookups of this request so far (readmissions add one)
+  std::int64_t tier_tokens = 0;    // after the lookup: prompt tokens reloaded from KV tiers
 };
 
 class PrefixTreeFold {
@@ -46,18 +57,25 @@ class PrefixTreeFold {
   std::int64_t evictions() const { return evictions_; }
   std::int64_t lookups_total() const { return lookups_total_; }
   std::int64_t hit_tokens_total() const { return hit_tokens_total_; }
+  // The KV tiers (empty when the run has none) and the write-backs a tier refused.
+  const std::vector<TierRow>& tiers() const { return tiers_; }
+  std::int64_t tier_writes_refused() const { return tier_writes_refused_; }
   // Children of each node, sorted by block id, and the roots (first blocks).
   std::vector<std::int32_t> roots() const;
   std::vector<std::int32_t> children(std::int32_t block) const;
 
  private:
   int num_blocks_ = 0;
+  int block_size_ = 0;
   std::map<std::int32_t, PrefixNode> nodes_;
   std::map<std::int32_t, std::vector<std::int32_t>> children_;
   std::map<std::int32_t, PrefixLookupRow> lookups_;
   std::map<std::int32_t, std::vector<std::int32_t>> pending_shared_;  // request -> blocks mapped
   std::map<std::int32_t, std::int64_t> prompt_tokens_;                // request -> prompt length
   std::map<std::int32_t, std::vector<std::int32_t>> tables_;          // request -> block table
+  std::map<std::int32_t, int> reloaded_;  // block -> medium its bytes came from, until re-allocated
+  std::vector<TierRow> tiers_;
+  std::int64_t tier_writes_refused_ = 0;
   std::int64_t evictions_ = 0;
   std::int64_t lookups_total_ = 0;
   std::int64_t hit_tokens_total_ = 0;

@@ -32,8 +32,17 @@ std::string PolicyOverride::describe() const {
     add(*eviction == EvictionKind::kNone ? "no eviction"
                                          : "evict " + eviction_kind_name(*eviction));
   if (eviction_budget) add("budget " + std::to_string(*eviction_budget));
+  if (host_tier_blocks) add("host tier " + std::to_string(*host_tier_blocks));
+  if (disk_tier_blocks) add("disk tier " + std::to_string(*disk_tier_blocks));
   if (backend) add("backend " + *backend);
   return s.empty() ? "scenario defaults" : s;
+}
+
+int tier_blocks(const SimConfig& c, TierMedium medium) {
+  int blocks = 0;
+  for (const KvTierOptions& t : c.tiers)
+    if (t.medium == medium) blocks += t.capacity_blocks;
+  return blocks;
 }
 
 SimConfig with_override(SimConfig c, const PolicyOverride& o) {
@@ -46,6 +55,16 @@ SimConfig with_override(SimConfig c, const PolicyOverride& o) {
   if (o.preemption) c.preemption = *o.preemption;
   if (o.eviction) c.token_eviction.policy.kind = *o.eviction;
   if (o.eviction_budget) c.token_eviction.policy.budget = *o.eviction_budget;
+  if (o.host_tier_blocks || o.disk_tier_blocks) {
+    const int host = o.host_tier_blocks ? *o.host_tier_blocks : tier_blocks(c, TierMedium::kHost);
+    const int disk = o.disk_tier_blocks ? *o.disk_tier_blocks : tier_blocks(c, TierMedium::kDisk);
+    std::string dir;  // keep the scenario's directory for its disk tier
+    for (const KvTierOptions& t : c.tiers)
+      if (t.medium == TierMedium::kDisk) dir = t.dir;
+    c.tiers.clear();
+    if (host > 0) c.tiers.push_back({"host", TierMedium::kHost, host, ""});
+    if (disk > 0) c.tiers.push_back({"disk", TierMedium::kDisk, disk, dir});
+  }
   return c;
 }
 

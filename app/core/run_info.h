@@ -31,6 +31,10 @@ struct PolicyOverride {
   std::optional<PreemptionMode> preemption;
   std::optional<EvictionKind> eviction;  // token eviction policy (kNone: off)
   std::optional<int> eviction_budget;    // tokens each query attends to
+  // KV tiers behind the prefix cache: blocks of the host (RAM) and disk tier, 0 = none. Setting
+  // either rebuilds cache.tiers as host then disk (a disk tier in the system's temp directory).
+  std::optional<int> host_tier_blocks;
+  std::optional<int> disk_tier_blocks;
   // What runs the forward pass: "cuda-sim" (the CUDA backend on the emulated device) or "cuda"
   // (on a GPU); unset: the CPU (kernels/backend/backend_select.h).
   std::optional<std::string> backend;
@@ -38,7 +42,7 @@ struct PolicyOverride {
   bool empty() const {
     return variant.empty() && !block_size && !k_format && !v_format && !prefix_caching &&
            !prefix_index && !pool_bytes && !allocator && !preemption && !eviction &&
-           !eviction_budget && !backend;
+           !eviction_budget && !host_tier_blocks && !disk_tier_blocks && !backend;
   }
   // One line, e.g. "block 8, K int8, prefix off" ("scenario defaults" when empty).
   std::string describe() const;
@@ -74,6 +78,8 @@ struct RunInfo {
 };
 
 // The scenario's config with the override's cache fields applied (pool_bytes aside).
+// Blocks of `medium` across the config's KV tiers (0 when it has none).
+int tier_blocks(const SimConfig& c, TierMedium medium);
 SimConfig with_override(SimConfig base, const PolicyOverride& o);
 
 // Blocks the pool holds for `config` under `policy`: pool bytes (the override's, else the

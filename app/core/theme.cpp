@@ -24,7 +24,8 @@ const Palette kCalm{
     .block_free = rgb(36, 40, 49),     .block_cached = rgb(42, 88, 98),
     .block_shared = rgb(240, 196, 92), .block_pinned = rgb(200, 120, 220),
     .outline_selected = rgb(255, 255, 255),
-    .badge_demo = rgb(232, 143, 58),   .badge_random = rgb(196, 110, 232), .warn = rgb(239, 98, 98)};
+    .badge_demo = rgb(232, 143, 58),   .badge_random = rgb(196, 110, 232), .warn = rgb(239, 98, 98),
+    .tier_host = rgb(112, 212, 158),   .tier_disk = rgb(236, 132, 88)};
 
 const Palette kPresenter{
     .window_bg = rgb(0, 0, 0),         .panel_bg = rgb(10, 11, 14),
@@ -33,7 +34,8 @@ const Palette kPresenter{
     .block_free = rgb(40, 44, 54),     .block_cached = rgb(52, 108, 120),
     .block_shared = rgb(255, 210, 80), .block_pinned = rgb(220, 140, 240),
     .outline_selected = rgb(255, 255, 255),
-    .badge_demo = rgb(255, 160, 60),   .badge_random = rgb(214, 130, 250), .warn = rgb(255, 110, 110)};
+    .badge_demo = rgb(255, 160, 60),   .badge_random = rgb(214, 130, 250), .warn = rgb(255, 110, 110),
+    .tier_host = rgb(120, 230, 170),   .tier_disk = rgb(255, 145, 95)};
 // clang-format on
 
 }  // namespace

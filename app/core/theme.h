@@ -10,6 +10,7 @@ struct Palette {
   ImU32 window_bg, panel_bg, text, text_dim, accent, grid, axis;
   ImU32 block_free, block_cached, block_shared, block_pinned, outline_selected;
   ImU32 badge_demo, badge_random, warn;
+  ImU32 tier_host, tier_disk;  // KV tiers: blocks reloaded from host RAM, from disk
 };
 
 const Palette& palette(bool presenter);
@@ -18,6 +19,10 @@ const Palette& palette(bool presenter);
 ImU32 sequence_color(int id, float alpha = 1.0f);
 // Colors for plot series 0, 1, 2, ... (distinguishable, also for color-blind viewers).
 ImU32 series_color(int index);
+// The colour of blocks reloaded from a KV tier on `medium` (0 = host RAM, 1 = disk).
+inline ImU32 tier_color(const Palette& p, int medium) {
+  return medium == 1 ? p.tier_disk : p.tier_host;
+}
 // Blends a toward b by t in [0,1].
 ImU32 mix_color(ImU32 a, ImU32 b, float t);
 

@@ -131,6 +131,13 @@ void BlockMapPanel::draw_legend(const AppState& state) {
   item(p.block_pinned, "pinned");
   item(p.block_cached, "cached free");
   item(p.block_free, "free");
+  bool host = false, disk = false;  // blocks whose K/V a KV tier gave back (a bar at the bottom)
+  for (const BlockState& b : state.pool().blocks) {
+    host = host || b.reloaded_from == 0;
+    disk = disk || b.reloaded_from == 1;
+  }
+  if (host) item(p.tier_host, "reloaded from host");
+  if (disk) item(p.tier_disk, "reloaded from disk");
   stat("used", format_count(m.blocks_used) + " / " + format_count(m.blocks_total) + " blocks");
   const bool engine_stream = state.source().attach_feed() != nullptr;
   if (!engine_stream) stat("slots filled", format_percent(m.utilization()), true);
@@ -250,6 +257,10 @@ void BlockMapPanel::draw_block_cell(const AppState& state, ImDrawList* dl, ImVec
   } else {
     dl->AddRectFilled(a, b, col);
   }
+  if (bs.reloaded_from >= 0 && b.y - a.y >= 6.0f) {  // its bytes came back from a KV tier
+    const float h = std::max(2.0f, (b.y - a.y) * 0.18f);
+    dl->AddRectFilled(ImVec2(a.x, b.y - h), b, tier_color(pal, bs.reloaded_from));
+  }
   if (labels) {
     const ImU32 ink = bs.ref_count > 0 ? IM_COL32(16, 18, 24, 235) : pal.text_dim;
     char text[32];
@@ -322,6 +333,11 @@ void BlockMapPanel::tooltip(const AppState& state, int first, int count) const {
     ImGui::Text("owner seq %d, logical block %d", b.owner, b.logical);
   }
   ImGui::Text("ref count %d, %d / %d slots filled", b.ref_count, b.filled, state.pool().block_size);
+  if (b.reloaded_from >= 0) {
+    ImGui::TextColored(
+        ImGui::ColorConvertU32ToFloat4(tier_color(palette(state.presenter), b.reloaded_from)),
+        "K/V reloaded from the %s tier, not recomputed", b.reloaded_from == 1 ? "disk" : "host");
+  }
   if (b.owner >= 0) ImGui::TextDisabled("click: highlight this sequence");
   ImGui::EndTooltip();
 }

@@ -263,6 +263,23 @@ void draw_cache_knobs(PolicyEdit& e) {
                     "as the device pool when the scenario has none) and copy it back."))
     e.set(e.next.preemption, *i == 1 ? PreemptionMode::kSwap : PreemptionMode::kRecompute,
           base.preemption);
+  if (!shown.prefix_caching) return;
+  // KV tiers behind the prefix cache, in blocks (0 = none).
+  const auto tier = [&](const char* label, TierMedium medium, std::optional<int>& field,
+                        const char* tip) {
+    int blocks = tier_blocks(shown, medium);
+    ImGui::InputInt(label, &blocks, 8, 64);
+    // A negative count is not applied: the field shows the tier's size again.
+    if (ImGui::IsItemDeactivatedAfterEdit() && blocks >= 0)
+      e.set(field, blocks, tier_blocks(base, medium));
+    item_tooltip(tip);
+  };
+  tier("host tier (blocks)", TierMedium::kHost, e.next.host_tier_blocks,
+       "KV tier in host RAM behind the prefix cache: a cached block the pool evicts is written "
+       "here, and a later prompt that needs it reloads it instead of recomputing it. 0: none.");
+  tier("disk tier (blocks)", TierMedium::kDisk, e.next.disk_tier_blocks,
+       "KV tier on disk behind the host tier (a file of checksummed records, in the system's "
+       "temp directory unless the scenario names one): blocks the host tier passes down. 0: none.");
 }
 
 // Token eviction: the engine's policy names, "none" first (EvictionKind order), and its budget.
@@ -407,9 +424,9 @@ void ControlsPanel::draw(AppState& state) {
       edit_variant_ ? pool_blocks(*info, e.shown, e.current) : info->config.num_blocks;
   // The knobs' frames leave room for their labels (the widest of them) in a narrow panel.
   float label_w = 0.0f;
-  for (const char* label :
-       {"variant", "block size", "K format", "V format", "prefix index", "allocator", "preemption",
-        "token eviction", "budget (tokens)", "pool (KiB)", "backend"})
+  for (const char* label : {"variant", "block size", "K format", "V format", "prefix index",
+                            "allocator", "preemption", "token eviction", "budget (tokens)",
+                            "pool (KiB)", "backend", "host tier (blocks)", "disk tier (blocks)"})
     label_w = std::max(label_w, labeled_width(0.0f, label));
   const float fs = ImGui::GetFontSize();
   ImGui::PushItemWidth(

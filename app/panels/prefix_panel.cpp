@@ -37,7 +37,9 @@ std::string PrefixPanel::help() const {
   return "Prefix caching keeps the KV blocks of full prompt blocks indexed by their tokens, so a "
          "later request starting with the same tokens maps those blocks instead of recomputing "
          "them. Each node is one cached block, linked to the block holding the prefix before it; "
-         "requests that share a prefix share a path from a root.";
+         "requests that share a prefix share a path from a root. With KV tiers behind the cache "
+         "(cache.tiers), an evicted block is written back to host RAM or disk and reloaded on a "
+         "later hit: a coloured bar marks blocks whose bytes came back from a tier.";
 }
 
 void PrefixPanel::catch_up(const AppState& state) {
@@ -132,6 +134,11 @@ void PrefixPanel::node_tooltip(const AppState& state, const PrefixNode& n) const
   }
   ImGui::Text("cached by seq %d at step %d; reused by %lld lookup%s", n.cached_by, n.cached_step,
               static_cast<long long>(n.hits), n.hits == 1 ? "" : "s");
+  if (n.reloaded_from >= 0) {
+    ImGui::TextColored(
+        ImGui::ColorConvertU32ToFloat4(tier_color(palette(state.presenter), n.reloaded_from)),
+        "reloaded from the %s tier, not recomputed", n.reloaded_from == 1 ? "disk" : "host");
+  }
   const std::string text = block_text(state, n);
   if (!text.empty()) {
     ImGui::PushTextWrapPos(ImGui::GetFontSize() * 24.0f);
@@ -212,6 +219,9 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
       dl->AddRectFilled(ca, cb, fill_of(st, owner), corners ? fs * 0.25f : 0.0f,
                         corners ? corners : ImDrawFlags_RoundCornersNone);
       if (k > 0 && cw >= 3.0f) dl->AddLine(ca, ImVec2(ca.x, cb.y), IM_COL32(16, 18, 24, 120));
+      const int from = fold_.nodes().at(p.chain[k]).reloaded_from;
+      if (from >= 0)  // a bar along the bottom: its bytes came back from a tier
+        dl->AddRectFilled(ImVec2(ca.x, cb.y - fs * 0.24f), cb, tier_color(pal, from));
       if (ImGui::IsWindowHovered() && mouse.x >= ca.x && mouse.x < cb.x && mouse.y >= a.y &&
           mouse.y < b.y) {
         hovered = &fold_.nodes().at(p.chain[k]);
@@ -281,6 +291,16 @@ void PrefixPanel::draw_lookups(AppState& state, ImVec2 size) {
         ImGui::TextColored(row.reason == MissReason::kNone ? ok : dim, "%s",
                            reason_text(row.reason));
     }
+    if (row.tier_tokens > 0) {
+      ImGui::SameLine();
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.tier_host), "+%lld from tiers",
+                         static_cast<long long>(row.tier_tokens));
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip(
+            "%lld prompt tokens reloaded from the KV tiers behind the pool after "
+            "this lookup, instead of recomputed",
+            static_cast<long long>(row.tier_tokens));
+    }
     ImGui::TableNextColumn();
     ImGui::TextDisabled("%d%s", row.step, row.lookups > 1 ? "*" : "");
     if (row.lookups > 1 && ImGui::IsItemHovered())
@@ -330,6 +350,25 @@ void PrefixPanel::draw(AppState& state) {
                   : ""),
          true);
   }
+  for (std::size_t k = 0; k < fold_.tiers().size(); ++k) {
+    const TierRow& t = fold_.tiers()[k];
+    char label[32], value[96];
+    std::snprintf(label, sizeof label, "%s tier", t.disk ? "disk" : "host");
+    std::snprintf(value, sizeof value, "%lld / %lld held, %lld reloaded",
+                  static_cast<long long>(t.held), static_cast<long long>(t.capacity),
+                  static_cast<long long>(t.reloaded));
+    stat(label, value, true);
+    if (ImGui::IsItemHovered()) {
+      ImGui::SetTooltip(
+          "Tier %zu behind the pool (%s): blocks it holds of its capacity, and blocks reloaded "
+          "from it into the pool so far instead of recomputed. Written back so far (first tier): "
+          "%lld.",
+          k + 1, t.disk ? "a file of checksummed records on disk" : "host RAM",
+          static_cast<long long>(fold_.tiers()[0].written));
+    }
+  }
+  if (fold_.tier_writes_refused() > 0)
+    stat("tier writes refused", std::to_string(fold_.tier_writes_refused()), true);
   // Legend.
   bool first = true;
   const auto legend = [&](ImU32 c, const char* text) {
@@ -343,6 +382,10 @@ void PrefixPanel::draw(AppState& state) {
   legend(sequence_color(0), "held by one sequence");
   legend(pal.block_shared, "shared");
   legend(pal.block_pinned, "pinned");
+  if (!fold_.tiers().empty()) {
+    legend(pal.tier_host, "reloaded from host");
+    legend(pal.tier_disk, "reloaded from disk");
+  }
   flow_same_line(ImGui::CalcTextSize("xN = reuses").x);
   ImGui::TextDisabled("xN = reuses");
   layout_tree();

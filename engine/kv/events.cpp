@@ -49,6 +49,12 @@ std::string_view event_type_name(EventType type) {
       return "BlockCached";
     case EventType::kEvictedPosition:
       return "EvictedPosition";
+    case EventType::kTierWritten:
+      return "TierWritten";
+    case EventType::kTierReloaded:
+      return "TierReloaded";
+    case EventType::kTierHeld:
+      return "TierHeld";
   }
   return "?";
 }

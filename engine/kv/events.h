@@ -38,7 +38,17 @@ enum class EventType : std::uint8_t {
                      // recording made before parents were recorded)
   kEvictedPosition,  // request; logical = the token evicted (its index in the request's
                      // sequence, 0 = first prompt token). One per token, after TokensEvicted.
+  // KV tiers behind the prefix cache (engine/sched/kv_tier_store.h).
+  kTierWritten,   // block (the cached block being evicted); a = tier it was written to (0 = the
+                  // first), -1 when the tier refused the write (the block is lost)
+  kTierReloaded,  // request, block (the pool block that received the bytes), logical; a = tier;
+                  // b = its medium (0 = host RAM, 1 = disk)
+  kTierHeld,      // at step end, one per tier: logical = tier; a = blocks held; b = capacity in
+                  // blocks + kTierMediumUnit x medium (0 = host RAM, 1 = disk)
 };
+
+// TierHeld's b packs the tier's capacity (under 2^40 blocks) and its medium.
+inline constexpr std::int64_t kTierMediumUnit = std::int64_t{1} << 40;
 
 enum class PreemptReason : std::int8_t { kRecompute = 0, kSwap = 1 };
 enum class RejectReason : std::int8_t { kLargerThanPool = 0, kLargerThanContext = 1 };

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <new>
 
 #include "engine/common/error.h"
 
@@ -86,7 +87,15 @@ KvTierStore::KvTierStore(std::vector<KvTierOptions> tiers, std::size_t block_byt
   for (std::size_t i = 0; i < tiers_.size(); ++i) {
     Tier& t = tiers_[i];
     if (t.options.medium == TierMedium::kHost) {
-      t.host = ZeroedBuffer(static_cast<std::size_t>(t.options.capacity_blocks) * block_bytes_);
+      const std::size_t bytes = static_cast<std::size_t>(t.options.capacity_blocks) * block_bytes_;
+      try {
+        t.host = ZeroedBuffer(bytes);
+      } catch (const std::bad_alloc&) {
+        fail_expected("tiers[" + std::to_string(i) + "] (" + t.options.name + "): blocks",
+                      "a host tier this machine can map",
+                      std::to_string(t.options.capacity_blocks) + " blocks of " +
+                          std::to_string(block_bytes_) + " bytes");
+      }
       t.host_checksum.assign(static_cast<std::size_t>(t.options.capacity_blocks), 0);
     } else {
       open_disk(t, static_cast<int>(i));

@@ -368,6 +368,19 @@ void Simulator::close_step(const Work& w) {
   m.decode_tokens = w.decode_tokens;
   m.prompt_tokens = prompt_tokens_;
   m.prefix_hit_tokens = prefix_hit_tokens_;
+  if (tiers_) {
+    const std::lock_guard<std::mutex> lock(tier_mutex_);
+    for (int k = 0; k < tiers_->num_tiers(); ++k) {
+      Event e;
+      e.type = EventType::kTierHeld;
+      e.step = step_;
+      e.logical = k;
+      e.a = tiers_->chain().held(k);
+      e.b = tiers_->options(k).capacity_blocks +
+            (tiers_->options(k).medium == TierMedium::kDisk ? kTierMediumUnit : 0);
+      timeline_->emit(e);
+    }
+  }
   emit(EventType::kStepEnd, -1, m.requests_running, m.requests_waiting);
   timeline_->end_step(m);
 }

@@ -53,8 +53,16 @@ KvTierIo Simulator::tier_io(int tier) const {
 
 void Simulator::demote_to_tiers(BlockId b, std::uint64_t chain_key) {
   if (!tier_bytes_.empty()) cache_->storage()->read_block(b, tier_bytes_.data());
-  const std::lock_guard<std::mutex> lock(tier_mutex_);
-  tiers_->demote(chain_key, tier_bytes_.empty() ? nullptr : tier_bytes_.data());
+  Event e;
+  e.type = EventType::kTierWritten;
+  e.step = step_;
+  e.block = b.value;
+  {
+    const std::lock_guard<std::mutex> lock(tier_mutex_);
+    tiers_->demote(chain_key, tier_bytes_.empty() ? nullptr : tier_bytes_.data());
+    e.a = tiers_->locate(chain_key) ? 0 : -1;  // a refused write loses the block
+  }
+  timeline_->emit(e);
 }
 
 // Call with tier_mutex_ held.
@@ -99,6 +107,7 @@ int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
   std::vector<std::uint64_t> keys;
   const std::size_t bytes = cache_->layout().block_bytes();
   std::vector<std::byte> loaded;
+  std::vector<int> from;  // the tier each reloaded block came from
   int n = 0;
   double load = 0.0;
   {
@@ -136,6 +145,7 @@ int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
       TierReloads& t = tier_reloads_[static_cast<std::size_t>(*tier)];
       ++t.blocks;
       t.seconds += took;
+      from.push_back(*tier);
     }
   }
   r.tier_load_seconds += load;
@@ -149,12 +159,20 @@ int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
     throw InternalError("simulator", "request " + std::to_string(r.id) + " has no room for the " +
                                          std::to_string(n) + " blocks its admission counted");
   }
-  if (!loaded.empty()) {
-    const std::vector<BlockId>& table = cache_->table(seq).blocks;
-    for (int i = 0; i < n; ++i) {
-      cache_->storage()->write_block(table[static_cast<std::size_t>(hit_blocks + i)],
-                                     loaded.data() + static_cast<std::size_t>(i) * bytes);
-    }
+  const std::vector<BlockId>& table = cache_->table(seq).blocks;
+  for (int i = 0; i < n; ++i) {
+    const BlockId b = table[static_cast<std::size_t>(hit_blocks + i)];
+    if (!loaded.empty())
+      cache_->storage()->write_block(b, loaded.data() + static_cast<std::size_t>(i) * bytes);
+    Event e;
+    e.type = EventType::kTierReloaded;
+    e.step = step_;
+    e.request = r.id;
+    e.block = b.value;
+    e.logical = hit_blocks + i;
+    e.a = from[static_cast<std::size_t>(i)];
+    e.b = tiers_->options(from[static_cast<std::size_t>(i)]).medium == TierMedium::kDisk ? 1 : 0;
+    timeline_->emit(e);
   }
   return tokens;
 }

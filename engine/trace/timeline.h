@@ -60,6 +60,9 @@ struct BlockState {
   std::int16_t filled = 0;  // slots holding tokens (0..block_size)
   BlockStatus status = BlockStatus::kFree;
   bool cached = false;  // the prefix cache holds one of ref_count (kCachedFree when alone)
+  // Its bytes were reloaded from a KV tier instead of computed: the tier's medium (0 = host RAM,
+  // 1 = disk), -1 otherwise.
+  std::int8_t reloaded_from = -1;
 };
 
 // Per request, at a given step.

@@ -255,6 +255,13 @@ void apply_event(PoolState& s, const Event& e) {
     case EventType::kBlockPinned:
       block_at(s, e).status = BlockStatus::kPinned;
       break;
+    case EventType::kTierReloaded:
+      if (e.a < 0 || e.a >= 64) {
+        throw Error("timeline event TierReloaded at step " + std::to_string(e.step),
+                    "expected a tier index in [0, 64), got " + std::to_string(e.a));
+      }
+      block_at(s, e).reloaded_from = e.b == 1 ? 1 : 0;
+      break;
     default:
       break;  // events that do not change block or request state
   }

@@ -126,6 +126,51 @@ TEST(PolicyOverride, TokenEvictionPolicyAndBudgetRestartTheRun) {
   }
 }
 
+// The Controls' tier sizes rebuild cache.tiers; the run's tier events reach the prefix tree (its
+// tier rows, the nodes reloaded from a tier) and the pool replay (the blocks the block map marks).
+TEST(PolicyOverride, KvTierSizesRestartTheRunAndItsReloadsReachThePanels) {
+  PolicyOverride o;
+  o.host_tier_blocks = 64;
+  o.disk_tier_blocks = 0;
+  EXPECT_EQ(o.describe(), "host tier 64, disk tier 0");
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("kv-tiers.json"), false, o);
+  run->wait();
+  const SimConfig& c = run->run_info()->config;
+  ASSERT_EQ(c.tiers.size(), 1u);
+  EXPECT_EQ(c.tiers[0].medium, TierMedium::kHost);
+  EXPECT_EQ(c.tiers[0].capacity_blocks, 64);
+  const Timeline& t = *run->timeline();
+  PrefixTreeFold fold;
+  fold.reset(t.header().num_blocks, t.header().block_size);
+  std::int64_t reloads = 0;
+  bool node_marked = false, block_marked = false;
+  for (int s = 0; s < t.num_steps(); ++s) {
+    for (const Event& e : t.events_at(s)) {
+      fold.apply(e);
+      reloads += e.type == EventType::kTierReloaded;
+    }
+    for (const auto& [b, n] : fold.nodes()) node_marked = node_marked || n.reloaded_from == 0;
+    for (const BlockState& b : t.state_at(s).blocks)
+      block_marked = block_marked || b.reloaded_from == 0;
+  }
+  EXPECT_GT(reloads, 0);
+  ASSERT_EQ(fold.tiers().size(), 1u);
+  EXPECT_FALSE(fold.tiers()[0].disk);
+  EXPECT_EQ(fold.tiers()[0].capacity, 64);
+  EXPECT_EQ(fold.tiers()[0].reloaded, reloads);
+  EXPECT_TRUE(node_marked);
+  EXPECT_TRUE(block_marked);
+  // Tier sizes without prefix caching: the Simulator's one line, naming the field.
+  o.prefix_caching = false;
+  try {
+    RunSession::open(scenario("kv-tiers.json"), false, o);
+    FAIL() << "tiers without prefix caching must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache.tiers: needs prefix caching"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PolicyOverride, TheShellRestartsOnARequestAndKeepsTheRunOnErrors) {
   HeadlessImGui imgui(ImVec2(1200, 800));
   UiShell shell(RunSession::open(scenario("minimal.json"), true), imgui.fonts());
