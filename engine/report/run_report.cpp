@@ -203,23 +203,27 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
   }
   if (sim.tiers() != nullptr) s["kv_tiers"] = tiers_report_json(tiers_report(sim));
   j["summary"] = s;
+  // A request's tier reloads against recomputing them at the run's measured prefill rate.
+  const double prefill_rate = tiers_report(sim).prefill_seconds_per_token;
   nlohmann::json requests = nlohmann::json::array();
   for (int i = 0; i < sim.num_requests(); ++i) {
     const RequestRun& r = sim.request(i);
-    requests.push_back({{"id", r.id},
-                        {"arrival_step", r.spec.arrival_step},
-                        {"phase", request_phase_name(r.phase)},
-                        {"prompt_tokens", r.spec.prompt_tokens.size()},
-                        {"max_new_tokens", r.spec.max_new_tokens},
-                        {"generated", r.generated},
-                        {"prefix_hit_tokens", r.prefix_hit_tokens},
-                        {"tier_hit_tokens", r.tier_hit_tokens},
-                        {"tier_load_seconds", r.tier_load_seconds},
-                        {"tier_waited_seconds", r.tier_exposed_seconds},
-                        {"preemptions", r.preemptions},
-                        {"admitted_step", opt_step(r.admitted_step)},
-                        {"finished_step", opt_step(r.finished_step)},
-                        {"reject_reason", r.reject_reason}});
+    requests.push_back(
+        {{"id", r.id},
+         {"arrival_step", r.spec.arrival_step},
+         {"phase", request_phase_name(r.phase)},
+         {"prompt_tokens", r.spec.prompt_tokens.size()},
+         {"max_new_tokens", r.spec.max_new_tokens},
+         {"generated", r.generated},
+         {"prefix_hit_tokens", r.prefix_hit_tokens},
+         {"tier_hit_tokens", r.tier_hit_tokens},
+         {"tier_load_seconds", r.tier_load_seconds},
+         {"tier_waited_seconds", r.tier_exposed_seconds},
+         {"tier_recompute_seconds_estimate", prefill_rate * static_cast<double>(r.tier_hit_tokens)},
+         {"preemptions", r.preemptions},
+         {"admitted_step", opt_step(r.admitted_step)},
+         {"finished_step", opt_step(r.finished_step)},
+         {"reject_reason", r.reject_reason}});
   }
   j["requests"] = std::move(requests);
   nlohmann::json steps = nlohmann::json::array();

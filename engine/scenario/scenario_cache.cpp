@@ -247,6 +247,13 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
                   "prefix caching off");
     }
   }
+  if (j.contains("tier_write")) {
+    const std::string w = r.string(j["tier_write"], path("tier_write"));
+    if (w != "back" && w != "through")
+      r.fail(path("tier_write"), "\"back\" or \"through\"", j["tier_write"]);
+    cfg.tier_write_through = w == "through";
+    if (cfg.tiers.empty()) r.fail_text(path("tier_write"), "\"tiers\" beside it", "no tiers");
+  }
   if (j.contains("tier_prefetch")) {
     cfg.tier_prefetch = r.boolean(j["tier_prefetch"], path("tier_prefetch"));
     if (cfg.tiers.empty()) {

@@ -64,6 +64,10 @@ struct SimConfig {
   // hides behind earlier requests' steps while it waits (engine/sched/tier_prefetch.h); false:
   // every reload is read at admission, in the step's critical path.
   bool tier_prefetch = true;
+  // Tiers: when a cached block is written to the first tier. false (write-back): when the pool
+  // evicts it. true (write-through): as soon as it is cached, so its eviction writes nothing
+  // (the first tier then also holds blocks the pool still has).
+  bool tier_write_through = false;
   // MLA: the pool holds one latent row per token and layer (in k_format) instead of K and V;
   // null = ordinary K/V. Built from the weights (make_mla_codec), shared by every sequence.
   std::shared_ptr<const MlaCodec> mla;

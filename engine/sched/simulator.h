@@ -155,6 +155,9 @@ class Simulator {
   int reload_from_tiers(RequestRun& r, int hit_blocks);
   void demote_to_tiers(BlockId b, std::uint64_t chain_key);
   void prefetch_from_tiers(const RequestRun& r);
+  // Write-through: the first tier gets blocks [first, end) of the request's table as they are
+  // cached.
+  void write_through(const RequestRun& r, int first, int end, const std::vector<BlockId>& blocks);
   void start_sequence(RequestRun& r);
   void cache_full_blocks(RequestRun& r);
   void fork_samples(RequestRun& lead, NextToken from);

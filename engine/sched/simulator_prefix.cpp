@@ -52,6 +52,13 @@ KvTierIo Simulator::tier_io(int tier) const {
 }
 
 void Simulator::demote_to_tiers(BlockId b, std::uint64_t chain_key) {
+  if (config_.tier_write_through) {
+    const std::lock_guard<std::mutex> lock(tier_mutex_);
+    if (tiers_->locate(chain_key) == 0) {  // written through when it was cached: nothing to write
+      static_cast<void>(tiers_->touch(chain_key));
+      return;
+    }
+  }
   if (!tier_bytes_.empty()) cache_->storage()->read_block(b, tier_bytes_.data());
   Event e;
   e.type = EventType::kTierWritten;
@@ -223,7 +230,24 @@ void Simulator::cache_full_blocks(RequestRun& r) {
     if (blocks[static_cast<std::size_t>(i)] != table[static_cast<std::size_t>(i)])
       cache_->replace_block(seq, i, blocks[static_cast<std::size_t>(i)]);
   }
+  if (tiers_ && config_.tier_write_through) write_through(r, r.cached_blocks, full, blocks);
   r.cached_blocks = full;
+}
+
+void Simulator::write_through(const RequestRun& r, int first, int end,
+                              const std::vector<BlockId>& blocks) {
+  std::vector<std::uint64_t> keys;
+  chain_keys(std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(end) *
+                                                      static_cast<std::size_t>(config_.block_size)),
+             config_.block_size, keys);
+  for (int i = first; i < end; ++i) {
+    const std::uint64_t key = keys[static_cast<std::size_t>(i)];
+    {
+      const std::lock_guard<std::mutex> lock(tier_mutex_);
+      if (tiers_->locate(key) == 0) continue;  // the first tier has it already
+    }
+    demote_to_tiers(blocks[static_cast<std::size_t>(i)], key);
+  }
 }
 
 void Simulator::fork_samples(RequestRun& lead, NextToken from) {

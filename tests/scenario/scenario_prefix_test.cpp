@@ -68,6 +68,7 @@ TEST(ScenarioPrefix, TiersParseInOrderAndNeedPrefixCaching) {
   EXPECT_EQ(run.config.tiers[1].capacity_blocks, 64);
   EXPECT_EQ(run.config.tiers[1].dir, "cache");
   EXPECT_TRUE(run.config.tier_prefetch);
+  EXPECT_FALSE(run.config.tier_write_through);
 
   EXPECT_EQ(error_of(R"("num_blocks": 8, "tiers": [{"medium": "host", "blocks": 4}])"),
             "s.json: cache.tiers: expected \"prefix_caching\": true beside it (the tiers hold "
@@ -81,6 +82,9 @@ TEST(ScenarioPrefix, TiersParseInOrderAndNeedPrefixCaching) {
   EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true,
                         "tiers": [{"medium": "host", "blocks": 4, "dir": "x"}])"),
             "s.json: cache.tiers[0].dir: expected \"dir\" only on a disk tier, got a host tier");
+  EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true,
+                        "tiers": [{"medium": "host", "blocks": 4}], "tier_write": "around")"),
+            "s.json: cache.tier_write: expected \"back\" or \"through\", got \"around\"");
   EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true, "tier_prefetch": false)"),
             "s.json: cache.tier_prefetch: expected \"tiers\" beside it, got no tiers");
   EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true, "tiers": {"host": 4})"),

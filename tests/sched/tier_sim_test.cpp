@@ -89,8 +89,19 @@ TEST(TierSim, TiersReloadEvictedPrefixesAndChangeNoTokenOrLogit) {
   const TierRun both = run(small_pool({{"host", TierMedium::kHost, 24, ""},
                                        {"disk", TierMedium::kDisk, 64, test::temp_path("")}}),
                            requests);
+  SimConfig through_config = small_pool(
+      {{"host", TierMedium::kHost, 24, ""}, {"disk", TierMedium::kDisk, 64, test::temp_path("")}});
+  through_config.tier_write_through = true;
+  const TierRun through = run(through_config, requests);
   expect_same_outputs(host, none);
   expect_same_outputs(both, none);
+  expect_same_outputs(through, none);
+  // Write-through writes every block as it is cached, so the pool's evictions write nothing new:
+  // the first tier has been written at least once per cached block, and the same prompts come
+  // back from the tiers.
+  EXPECT_GE(through.sim->tier_io(0).blocks_written,
+            through.sim->prefix_cache()->metrics().inserted_blocks);
+  EXPECT_EQ(through.sim->tier_hit_tokens(), both.sim->tier_hit_tokens());
 
   // Without tiers the evicted prompts are recomputed; with them they come back from a tier.
   EXPECT_EQ(none.sim->tier_hit_tokens(), 0);
