@@ -274,12 +274,14 @@ void draw_cache_knobs(PolicyEdit& e) {
       e.set(field, blocks, tier_blocks(base, medium));
     item_tooltip(tip);
   };
-  tier("host tier (blocks)", TierMedium::kHost, e.next.host_tier_blocks,
-       "KV tier in host RAM behind the prefix cache: a cached block the pool evicts is written "
-       "here, and a later prompt that needs it reloads it instead of recomputing it. 0: none.");
-  tier("disk tier (blocks)", TierMedium::kDisk, e.next.disk_tier_blocks,
-       "KV tier on disk behind the host tier (a file of checksummed records, in the system's "
-       "temp directory unless the scenario names one): blocks the host tier passes down. 0: none.");
+  tier("host tier", TierMedium::kHost, e.next.host_tier_blocks,
+       "Blocks of a KV tier in host RAM behind the prefix cache: a cached block the pool evicts "
+       "is written here, and a later prompt that needs it reloads it instead of recomputing it. "
+       "0: none.");
+  tier("disk tier", TierMedium::kDisk, e.next.disk_tier_blocks,
+       "Blocks of a KV tier on disk behind the host tier (a file of checksummed records, in the "
+       "system's temp directory unless the scenario names one): blocks the host tier passes "
+       "down. 0: none.");
 }
 
 // Token eviction: the engine's policy names, "none" first (EvictionKind order), and its budget.
@@ -424,9 +426,9 @@ void ControlsPanel::draw(AppState& state) {
       edit_variant_ ? pool_blocks(*info, e.shown, e.current) : info->config.num_blocks;
   // The knobs' frames leave room for their labels (the widest of them) in a narrow panel.
   float label_w = 0.0f;
-  for (const char* label : {"variant", "block size", "K format", "V format", "prefix index",
-                            "allocator", "preemption", "token eviction", "budget (tokens)",
-                            "pool (KiB)", "backend", "host tier (blocks)", "disk tier (blocks)"})
+  for (const char* label :
+       {"variant", "block size", "K format", "V format", "prefix index", "allocator", "preemption",
+        "token eviction", "budget (tokens)", "pool (KiB)", "backend", "host tier", "disk tier"})
     label_w = std::max(label_w, labeled_width(0.0f, label));
   const float fs = ImGui::GetFontSize();
   ImGui::PushItemWidth(
