@@ -35,37 +35,11 @@ std::vector<SimRequest> system_prompt_requests(int n, int max_new) {
   return out;
 }
 
-struct SimRun {
-  std::map<std::pair<int, int>, std::vector<float>> logits;  // (request, generated index)
-  std::unique_ptr<Simulator> sim;
-};
+using test::expect_same_outputs;
+using SimRun = std::unique_ptr<test::LoggedRun>;
 
-SimRun run(SimConfig c, const std::vector<SimRequest>& requests) {
-  SimRun out;
-  out.sim = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
-  out.sim->set_logits_observer([&out](std::int32_t id, int g, std::span<const float> l) {
-    out.logits[{id, g}] = std::vector<float>(l.begin(), l.end());
-  });
-  test::run_checked(*out.sim);
-  return out;
-}
-
-void expect_same_outputs(const SimRun& on, const SimRun& off) {
-  ASSERT_EQ(on.sim->num_requests(), off.sim->num_requests());
-  for (int i = 0; i < on.sim->num_requests(); ++i) {
-    ASSERT_EQ(on.sim->request(i).phase, RequestPhase::kFinished) << "request " << i;
-    EXPECT_EQ(on.sim->request(i).generated_tokens(), off.sim->request(i).generated_tokens())
-        << "request " << i;
-  }
-  ASSERT_EQ(on.logits.size(), off.logits.size());
-  for (const auto& [key, want] : off.logits) {
-    const auto it = on.logits.find(key);
-    ASSERT_NE(it, on.logits.end());
-    float worst = 0.0f;
-    for (std::size_t k = 0; k < want.size(); ++k)
-      worst = std::max(worst, std::fabs(it->second[k] - want[k]));
-    ASSERT_LE(worst, 1e-5f) << "request " << key.first << " token " << key.second;
-  }
+SimRun run(const SimConfig& c, const std::vector<SimRequest>& requests) {
+  return test::run_logged(c, requests);
 }
 
 SimConfig base(bool sharing) {
@@ -80,19 +54,20 @@ TEST(PrefixSim, SharedSystemPromptSameTokensAndLogitsWithFewerPrefillTokens) {
   const auto requests = system_prompt_requests(16, 12);
   const SimRun off = run(base(false), requests);
   const SimRun on = run(base(true), requests);
-  expect_same_outputs(on, off);
-  const PrefixCacheMetrics& pm = on.sim->prefix_cache()->metrics();
+  expect_same_outputs(*on, *off);
+  const PrefixCacheMetrics& pm = on->sim->prefix_cache()->metrics();
   EXPECT_GT(pm.hit_tokens, 15 * 24) << "15 later requests each skip the system prompt's blocks";
-  EXPECT_EQ(on.sim->prefill_tokens_computed() + pm.hit_tokens, off.sim->prefill_tokens_computed());
-  const StepMetrics& last = on.sim->timeline()->all_metrics().back();
+  EXPECT_EQ(on->sim->prefill_tokens_computed() + pm.hit_tokens,
+            off->sim->prefill_tokens_computed());
+  const StepMetrics& last = on->sim->timeline()->all_metrics().back();
   EXPECT_EQ(last.prefix_hit_tokens, pm.hit_tokens);
-  EXPECT_EQ(last.prompt_tokens, off.sim->timeline()->all_metrics().back().prompt_tokens);
+  EXPECT_EQ(last.prompt_tokens, off->sim->timeline()->all_metrics().back().prompt_tokens);
   EXPECT_EQ(last.blocks_used, 0);
   EXPECT_GT(last.blocks_cached_free, 0) << "the prefix stays cached after every request finished";
   int peak_on = 0, peak_off = 0;
-  for (const StepMetrics& m : on.sim->timeline()->all_metrics())
+  for (const StepMetrics& m : on->sim->timeline()->all_metrics())
     peak_on = std::max(peak_on, m.blocks_used);
-  for (const StepMetrics& m : off.sim->timeline()->all_metrics())
+  for (const StepMetrics& m : off->sim->timeline()->all_metrics())
     peak_off = std::max(peak_off, m.blocks_used);
   EXPECT_LT(peak_on, peak_off) << "shared blocks are held once";
 }
@@ -112,9 +87,9 @@ TEST(PrefixSim, SmallPoolPreemptionAndEvictionStayCorrect) {
       const SimRun off = run(off_cfg, requests);
       const SimRun on = run(on_cfg, requests);
       SCOPED_TRACE(preemption_name(mode));
-      expect_same_outputs(on, off);
-      EXPECT_GT(on.sim->prefix_cache()->metrics().hit_tokens, 0);
-      EXPECT_GT(on.sim->timeline()->all_metrics().back().preemptions, 0) << "the pool is tight";
+      expect_same_outputs(*on, *off);
+      EXPECT_GT(on->sim->prefix_cache()->metrics().hit_tokens, 0);
+      EXPECT_GT(on->sim->timeline()->all_metrics().back().preemptions, 0) << "the pool is tight";
     }
   }
 }
@@ -129,19 +104,19 @@ TEST(PrefixSim, ParallelSamplingCopiesOnWriteAndMatchesIndependentSamples) {
   on_cfg.prefix_caching = true;
   const SimRun off = run(off_cfg, requests);
   const SimRun on = run(on_cfg, requests);
-  ASSERT_EQ(on.sim->num_requests(), 12);
-  expect_same_outputs(on, off);
+  ASSERT_EQ(on->sim->num_requests(), 12);
+  expect_same_outputs(*on, *off);
   int cow = 0, forked = 0;
-  for (const Event& e : on.sim->timeline()->events())
+  for (const Event& e : on->sim->timeline()->events())
     cow += e.type == EventType::kBlockCopiedOnWrite;
-  for (int i = 0; i < 12; ++i) forked += on.sim->request(i).fork_of >= 0;
+  for (int i = 0; i < 12; ++i) forked += on->sim->request(i).fork_of >= 0;
   EXPECT_EQ(forked, 9);
   EXPECT_GE(cow, 9) << "each fork's partial prompt block is copied before its first write";
   bool diverged = false;
   for (int i = 1; i < 4; ++i)
-    diverged |= on.sim->request(i).generated_tokens() != on.sim->request(0).generated_tokens();
+    diverged |= on->sim->request(i).generated_tokens() != on->sim->request(0).generated_tokens();
   EXPECT_TRUE(diverged) << "seeded temperature sampling must make the samples differ";
-  EXPECT_LT(on.sim->prefill_tokens_computed(), off.sim->prefill_tokens_computed());
+  EXPECT_LT(on->sim->prefill_tokens_computed(), off->sim->prefill_tokens_computed());
 }
 
 TEST(PrefixSim, HashAndRadixGiveIdenticalHitsOnABlockAlignedWorkload) {
@@ -158,12 +133,12 @@ TEST(PrefixSim, HashAndRadixGiveIdenticalHitsOnABlockAlignedWorkload) {
   const SimRun hash = run(c, requests);
   c.prefix_index = IndexKind::kRadix;
   const SimRun radix = run(c, requests);
-  EXPECT_GT(hash.sim->prefix_cache()->metrics().hit_tokens, 11 * 32 - 1);
-  EXPECT_EQ(hash.sim->prefix_cache()->metrics().hit_tokens,
-            radix.sim->prefix_cache()->metrics().hit_tokens);
+  EXPECT_GT(hash->sim->prefix_cache()->metrics().hit_tokens, 11 * 32 - 1);
+  EXPECT_EQ(hash->sim->prefix_cache()->metrics().hit_tokens,
+            radix->sim->prefix_cache()->metrics().hit_tokens);
   for (int i = 0; i < 12; ++i)
-    EXPECT_EQ(hash.sim->request(i).prefix_hit_tokens, radix.sim->request(i).prefix_hit_tokens);
-  expect_same_outputs(hash, radix);
+    EXPECT_EQ(hash->sim->request(i).prefix_hit_tokens, radix->sim->request(i).prefix_hit_tokens);
+  expect_same_outputs(*hash, *radix);
 }
 
 std::string recording_bytes(const Simulator& sim, const std::string& name) {
@@ -184,9 +159,9 @@ TEST(PrefixSim, RecordingsAreByteIdentical) {
   c.sampler.temperature = 0.8f;
   const SimRun a = run(c, requests);
   const SimRun b = run(c, requests);
-  const std::string ra = recording_bytes(*a.sim, "kvscope_prefix_a.kvrec");
+  const std::string ra = recording_bytes(*a->sim, "kvscope_prefix_a.kvrec");
   EXPECT_GT(ra.size(), 1000u);
-  EXPECT_EQ(ra, recording_bytes(*b.sim, "kvscope_prefix_b.kvrec"));
+  EXPECT_EQ(ra, recording_bytes(*b->sim, "kvscope_prefix_b.kvrec"));
 }
 
 TEST(PrefixSim, ContiguousAllocatorIsRejectedClearly) {

@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/tokenizer.h"
@@ -74,6 +79,51 @@ inline void run_checked(Simulator& sim, int max_steps = 5000) {
   while (sim.step()) {
     ASSERT_NO_THROW(sim.check_invariants()) << "after step " << sim.current_step() - 1;
     ASSERT_LT(sim.current_step(), max_steps) << "the run does not finish";
+  }
+}
+
+// A Simulator run that keeps every logits vector a request sampled from: (request, generated
+// index) -> logits. Start it with start_logged (to step it yourself) or run_logged (to the end).
+struct LoggedRun {
+  std::map<std::pair<int, int>, std::vector<float>> logits;
+  std::unique_ptr<Simulator> sim;
+};
+
+inline std::unique_ptr<LoggedRun> start_logged(const SimConfig& c,
+                                               const std::vector<SimRequest>& requests) {
+  auto out = std::make_unique<LoggedRun>();
+  out->sim = std::make_unique<Simulator>(c, real_sim_model(), requests);
+  LoggedRun* run = out.get();
+  out->sim->set_logits_observer([run](std::int32_t id, int g, std::span<const float> l) {
+    run->logits[{id, g}] = std::vector<float>(l.begin(), l.end());
+  });
+  return out;
+}
+
+inline std::unique_ptr<LoggedRun> run_logged(const SimConfig& c,
+                                             const std::vector<SimRequest>& requests) {
+  std::unique_ptr<LoggedRun> out = start_logged(c, requests);
+  run_checked(*out->sim);
+  return out;
+}
+
+// Every request finished in both runs with the same tokens, and every logits vector agrees within
+// 1e-5.
+inline void expect_same_outputs(const LoggedRun& a, const LoggedRun& b) {
+  ASSERT_EQ(a.sim->num_requests(), b.sim->num_requests());
+  for (int i = 0; i < a.sim->num_requests(); ++i) {
+    ASSERT_EQ(a.sim->request(i).phase, RequestPhase::kFinished) << "request " << i;
+    EXPECT_EQ(a.sim->request(i).generated_tokens(), b.sim->request(i).generated_tokens())
+        << "request " << i;
+  }
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  for (const auto& [key, want] : b.logits) {
+    const auto it = a.logits.find(key);
+    ASSERT_NE(it, a.logits.end());
+    float worst = 0.0f;
+    for (std::size_t k = 0; k < want.size(); ++k)
+      worst = std::max(worst, std::fabs(it->second[k] - want[k]));
+    ASSERT_LE(worst, 1e-5f) << "request " << key.first << " token " << key.second;
   }
 }
 

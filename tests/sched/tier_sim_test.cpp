@@ -39,37 +39,11 @@ std::vector<SimRequest> rotating_topics(int n) {
   return out;
 }
 
-struct TierRun {
-  std::map<std::pair<int, int>, std::vector<float>> logits;  // (request, generated index)
-  std::unique_ptr<Simulator> sim;
-};
+using test::expect_same_outputs;
+using TierRun = std::unique_ptr<test::LoggedRun>;
 
 TierRun run(const SimConfig& c, const std::vector<SimRequest>& requests) {
-  TierRun out;
-  out.sim = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
-  out.sim->set_logits_observer([&out](std::int32_t id, int g, std::span<const float> l) {
-    out.logits[{id, g}] = std::vector<float>(l.begin(), l.end());
-  });
-  test::run_checked(*out.sim);
-  return out;
-}
-
-void expect_same_outputs(const TierRun& a, const TierRun& b) {
-  ASSERT_EQ(a.sim->num_requests(), b.sim->num_requests());
-  for (int i = 0; i < a.sim->num_requests(); ++i) {
-    ASSERT_EQ(a.sim->request(i).phase, RequestPhase::kFinished) << "request " << i;
-    EXPECT_EQ(a.sim->request(i).generated_tokens(), b.sim->request(i).generated_tokens())
-        << "request " << i;
-  }
-  ASSERT_EQ(a.logits.size(), b.logits.size());
-  for (const auto& [key, want] : b.logits) {
-    const auto it = a.logits.find(key);
-    ASSERT_NE(it, a.logits.end());
-    float worst = 0.0f;
-    for (std::size_t k = 0; k < want.size(); ++k)
-      worst = std::max(worst, std::fabs(it->second[k] - want[k]));
-    ASSERT_LE(worst, 1e-5f) << "request " << key.first << " token " << key.second;
-  }
+  return test::run_logged(c, requests);
 }
 
 SimConfig small_pool(std::vector<KvTierOptions> tiers) {
@@ -93,35 +67,35 @@ TEST(TierSim, TiersReloadEvictedPrefixesAndChangeNoTokenOrLogit) {
       {{"host", TierMedium::kHost, 24, ""}, {"disk", TierMedium::kDisk, 64, test::temp_path("")}});
   through_config.tier_write_through = true;
   const TierRun through = run(through_config, requests);
-  expect_same_outputs(host, none);
-  expect_same_outputs(both, none);
-  expect_same_outputs(through, none);
+  expect_same_outputs(*host, *none);
+  expect_same_outputs(*both, *none);
+  expect_same_outputs(*through, *none);
   // Write-through writes every block as it is cached, so the pool's evictions write nothing new:
   // the first tier has been written at least once per cached block, and the same prompts come
   // back from the tiers.
-  EXPECT_GE(through.sim->tier_io(0).blocks_written,
-            through.sim->prefix_cache()->metrics().inserted_blocks);
-  EXPECT_EQ(through.sim->tier_hit_tokens(), both.sim->tier_hit_tokens());
+  EXPECT_GE(through->sim->tier_io(0).blocks_written,
+            through->sim->prefix_cache()->metrics().inserted_blocks);
+  EXPECT_EQ(through->sim->tier_hit_tokens(), both->sim->tier_hit_tokens());
 
   // Without tiers the evicted prompts are recomputed; with them they come back from a tier.
-  EXPECT_EQ(none.sim->tier_hit_tokens(), 0);
-  EXPECT_GT(host.sim->tier_hit_tokens(), 0);
-  EXPECT_EQ(host.sim->prefill_tokens_computed() + host.sim->tier_hit_tokens(),
-            none.sim->prefill_tokens_computed());
-  ASSERT_NE(both.sim->tiers(), nullptr);
-  const KvTierStore& store = *both.sim->tiers();
-  EXPECT_GT(both.sim->tier_reloads()[0].blocks, 0);
-  EXPECT_GT(both.sim->tier_reloads()[1].blocks, 0);  // the host tier passed blocks down
-  EXPECT_EQ(both.sim->tier_hit_tokens(), host.sim->tier_hit_tokens());
+  EXPECT_EQ(none->sim->tier_hit_tokens(), 0);
+  EXPECT_GT(host->sim->tier_hit_tokens(), 0);
+  EXPECT_EQ(host->sim->prefill_tokens_computed() + host->sim->tier_hit_tokens(),
+            none->sim->prefill_tokens_computed());
+  ASSERT_NE(both->sim->tiers(), nullptr);
+  const KvTierStore& store = *both->sim->tiers();
+  EXPECT_GT(both->sim->tier_reloads()[0].blocks, 0);
+  EXPECT_GT(both->sim->tier_reloads()[1].blocks, 0);  // the host tier passed blocks down
+  EXPECT_EQ(both->sim->tier_hit_tokens(), host->sim->tier_hit_tokens());
   EXPECT_EQ(store.io(1).corrupt_reads, 0);
   EXPECT_EQ(store.io(1).failed_writes, 0);
   EXPECT_GT(store.io(1).write_seconds, 0.0);
   std::int64_t per_request = 0;
-  for (int i = 0; i < both.sim->num_requests(); ++i)
-    per_request += both.sim->request(i).tier_hit_tokens;
-  EXPECT_EQ(per_request, both.sim->tier_hit_tokens());
-  EXPECT_EQ(both.sim->tier_hit_tokens(),
-            8 * (both.sim->tier_reloads()[0].blocks + both.sim->tier_reloads()[1].blocks));
+  for (int i = 0; i < both->sim->num_requests(); ++i)
+    per_request += both->sim->request(i).tier_hit_tokens;
+  EXPECT_EQ(per_request, both->sim->tier_hit_tokens());
+  EXPECT_EQ(both->sim->tier_hit_tokens(),
+            8 * (both->sim->tier_reloads()[0].blocks + both->sim->tier_reloads()[1].blocks));
 }
 
 // Prefetch reads on another thread but never changes what the tiers hold: the same reloads from
@@ -139,36 +113,32 @@ TEST(TierSim, PrefetchChangesNeitherTokensNorWhichTierServesABlock) {
   };
   const TierRun on = run(config(true), requests);
   const TierRun off = run(config(false), requests);
-  expect_same_outputs(on, off);
+  expect_same_outputs(*on, *off);
   for (int k = 0; k < 2; ++k) {
-    EXPECT_EQ(on.sim->tier_reloads()[static_cast<std::size_t>(k)].blocks,
-              off.sim->tier_reloads()[static_cast<std::size_t>(k)].blocks)
+    EXPECT_EQ(on->sim->tier_reloads()[static_cast<std::size_t>(k)].blocks,
+              off->sim->tier_reloads()[static_cast<std::size_t>(k)].blocks)
         << "tier " << k;
-    EXPECT_EQ(on.sim->tier_io(k).blocks_written, off.sim->tier_io(k).blocks_written);
+    EXPECT_EQ(on->sim->tier_io(k).blocks_written, off->sim->tier_io(k).blocks_written);
   }
-  EXPECT_GT(on.sim->tier_reloads()[1].blocks, 0);
-  EXPECT_GT(on.sim->tier_load_seconds(), 0.0);
-  EXPECT_EQ(off.sim->tier_exposed_seconds(), off.sim->tier_load_seconds());
+  EXPECT_GT(on->sim->tier_reloads()[1].blocks, 0);
+  EXPECT_GT(on->sim->tier_load_seconds(), 0.0);
+  EXPECT_EQ(off->sim->tier_exposed_seconds(), off->sim->tier_load_seconds());
   double waited = 0.0;
-  for (int i = 0; i < on.sim->num_requests(); ++i)
-    waited += on.sim->request(i).tier_exposed_seconds;
-  EXPECT_DOUBLE_EQ(waited, on.sim->tier_exposed_seconds());
+  for (int i = 0; i < on->sim->num_requests(); ++i)
+    waited += on->sim->request(i).tier_exposed_seconds;
+  EXPECT_DOUBLE_EQ(waited, on->sim->tier_exposed_seconds());
 }
 
 TEST(TierSim, ACorruptDiskTierIsRecomputedNeverServed) {
   const std::vector<SimRequest> requests = rotating_topics(12);
   const TierRun none = run(small_pool({}), requests);
-  TierRun bad;
-  bad.sim = std::make_unique<Simulator>(
-      small_pool({{"host", TierMedium::kHost, 6, ""},
-                  {"disk", TierMedium::kDisk, 64, test::temp_path("")}}),
-      test::real_sim_model(), requests);
-  bad.sim->set_logits_observer([&bad](std::int32_t id, int g, std::span<const float> l) {
-    bad.logits[{id, g}] = std::vector<float>(l.begin(), l.end());
-  });
+  TierRun bad =
+      test::start_logged(small_pool({{"host", TierMedium::kHost, 6, ""},
+                                     {"disk", TierMedium::kDisk, 64, test::temp_path("")}}),
+                         requests);
   // Run until the disk holds blocks, then overwrite every byte of its file.
-  const KvTierStore& store = *bad.sim->tiers();
-  while (store.io(1).blocks_written < 8 && bad.sim->step()) {
+  const KvTierStore& store = *bad->sim->tiers();
+  while (store.io(1).blocks_written < 8 && bad->sim->step()) {
   }
   ASSERT_GE(store.io(1).blocks_written, 8);
   {
@@ -178,14 +148,14 @@ TEST(TierSim, ACorruptDiskTierIsRecomputedNeverServed) {
     f.seekp(0);
     f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
   }
-  test::run_checked(*bad.sim);
-  expect_same_outputs(bad, none);
+  test::run_checked(*bad->sim);
+  expect_same_outputs(*bad, *none);
   EXPECT_GT(store.io(1).corrupt_reads, 0);
   EXPECT_NE(store.io(1).first_failure.find("failed its check"), std::string::npos);
   // What the disk lost was recomputed: prefill plus reloads still cover what the run without
   // tiers computed.
-  EXPECT_EQ(bad.sim->prefill_tokens_computed() + bad.sim->tier_hit_tokens(),
-            none.sim->prefill_tokens_computed());
+  EXPECT_EQ(bad->sim->prefill_tokens_computed() + bad->sim->tier_hit_tokens(),
+            none->sim->prefill_tokens_computed());
 }
 
 TEST(TierSim, BookkeepingRunsFindTheSameTierHitsWithoutBytes) {
@@ -198,7 +168,7 @@ TEST(TierSim, BookkeepingRunsFindTheSameTierHitsWithoutBytes) {
   EXPECT_GT(sim.tier_hit_tokens(), 0);
   EXPECT_EQ(sim.tiers()->io(0).write_seconds, 0.0);
   EXPECT_TRUE(sim.tiers()->file_path(0).empty());
-  EXPECT_EQ(sim.tier_hit_tokens(), real.sim->tier_hit_tokens());
+  EXPECT_EQ(sim.tier_hit_tokens(), real->sim->tier_hit_tokens());
 }
 
 TEST(TierSim, TiersNeedPrefixCaching) {
