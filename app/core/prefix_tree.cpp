@@ -16,6 +16,7 @@ void PrefixTreeFold::reset(int num_blocks, int block_size) {
   tables_.clear();
   reloaded_.clear();
   tiers_.clear();
+  tier_blocks_.clear();
   evictions_ = lookups_total_ = hit_tokens_total_ = tier_writes_refused_ = 0;
 }
 
@@ -51,14 +52,33 @@ void PrefixTreeFold::apply(const Event& e) {
       if (const auto row = lookups_.find(e.request); row != lookups_.end())
         row->second.tier_tokens += block_size_;
       break;
-    case EventType::kTierWritten:
+    case EventType::kTierWritten: {
       if (e.a < 0) {
         ++tier_writes_refused_;
         break;
       }
       if (tiers_.empty()) tiers_.resize(1);
       ++tiers_[0].written;
+      TierBlock t;
+      t.since_step = e.step;
+      if (const auto n = nodes_.find(e.block); n != nodes_.end()) {
+        t.cached_by = n->second.cached_by;
+        t.logical = n->second.logical;
+      }
+      tier_blocks_[static_cast<std::uint64_t>(e.b)] = t;
       break;
+    }
+    case EventType::kTierMoved: {
+      const auto it = tier_blocks_.find(static_cast<std::uint64_t>(e.b));
+      if (it == tier_blocks_.end()) break;
+      if (e.a < 0) {
+        tier_blocks_.erase(it);
+      } else {
+        it->second.tier = static_cast<int>(e.a);
+        it->second.since_step = e.step;
+      }
+      break;
+    }
     case EventType::kTierHeld:
       if (e.logical < 0 || e.logical >= 64) break;
       if (tiers_.size() <= static_cast<std::size_t>(e.logical))

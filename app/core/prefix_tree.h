@@ -45,6 +45,15 @@ struct PrefixLookupRow {
   std::int64_t tier_tokens = 0;    // after the lookup: prompt tokens reloaded from KV tiers
 };
 
+// A cached block that lives in a KV tier: the pool evicted it (write-back) or it was copied there
+// as it was cached (write-through).
+struct TierBlock {
+  int tier = 0;
+  std::int32_t cached_by = -1;  // request that cached it (-1: not known)
+  std::int32_t logical = 0;     // its block index in that request's sequence
+  std::int32_t since_step = 0;  // written to this tier (or passed down to it) at this step
+};
+
 class PrefixTreeFold {
  public:
   // Starts over for a pool of `num_blocks` blocks.
@@ -59,6 +68,8 @@ class PrefixTreeFold {
   std::int64_t hit_tokens_total() const { return hit_tokens_total_; }
   // The KV tiers (empty when the run has none) and the write-backs a tier refused.
   const std::vector<TierRow>& tiers() const { return tiers_; }
+  // Every block the tiers hold now, by chain key.
+  const std::map<std::uint64_t, TierBlock>& tier_blocks() const { return tier_blocks_; }
   std::int64_t tier_writes_refused() const { return tier_writes_refused_; }
   // Children of each node, sorted by block id, and the roots (first blocks).
   std::vector<std::int32_t> roots() const;
@@ -75,6 +86,7 @@ class PrefixTreeFold {
   std::map<std::int32_t, std::vector<std::int32_t>> tables_;          // request -> block table
   std::map<std::int32_t, int> reloaded_;  // block -> medium its bytes came from, until re-allocated
   std::vector<TierRow> tiers_;
+  std::map<std::uint64_t, TierBlock> tier_blocks_;
   std::int64_t tier_writes_refused_ = 0;
   std::int64_t evictions_ = 0;
   std::int64_t lookups_total_ = 0;

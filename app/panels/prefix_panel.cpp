@@ -310,6 +310,70 @@ void PrefixPanel::draw_lookups(AppState& state, ImVec2 size) {
   ImGui::EndTable();
 }
 
+void PrefixPanel::draw_tier_strips(const AppState& state) {
+  const Palette& pal = palette(state.presenter);
+  const float fs = ImGui::GetFontSize();
+  const float cell = std::floor(fs * 0.75f), gap = 2.0f;
+  const int bs = state.header().block_size;
+  constexpr int kMaxRows = 2;  // per tier; the rest is counted
+  for (std::size_t k = 0; k < fold_.tiers().size(); ++k) {
+    const TierRow& row = fold_.tiers()[k];
+    std::vector<std::pair<std::int32_t, const TierBlock*>> held;  // (since step, block)
+    for (const auto& [key, b] : fold_.tier_blocks())
+      if (b.tier == static_cast<int>(k)) held.emplace_back(b.since_step, &b);
+    std::stable_sort(held.begin(), held.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    const ImU32 colour = tier_color(pal, row.disk ? 1 : 0);
+    ImGui::TextDisabled("%s tier", row.disk ? "disk" : "host");
+    ImGui::SameLine(fs * 4.5f);
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    const ImVec2 origin = ImGui::GetCursorScreenPos();
+    const float width = std::max(cell, ImGui::GetContentRegionAvail().x);
+    const int per_row = std::max(1, static_cast<int>((width + gap) / (cell + gap)));
+    const int shown = std::min(static_cast<int>(held.size()), per_row * kMaxRows);
+    const ImVec2 mouse = ImGui::GetIO().MousePos;
+    const TierBlock* hovered = nullptr;
+    for (int i = 0; i < shown; ++i) {
+      const TierBlock& b = *held[static_cast<std::size_t>(i)].second;
+      const int col = i % per_row, line = i / per_row;  // whole cells
+      const ImVec2 a(origin.x + static_cast<float>(col) * (cell + gap),
+                     origin.y + static_cast<float>(line) * (cell + gap));
+      const ImVec2 z(a.x + cell, a.y + cell);
+      dl->AddRectFilled(a, z, colour, 2.0f);
+      if (b.cached_by >= 0)  // whose prefix it is: a band of the request's colour on top
+        dl->AddRectFilled(a, ImVec2(z.x, a.y + std::max(2.0f, cell * 0.3f)),
+                          sequence_color(b.cached_by), 2.0f, ImDrawFlags_RoundCornersTop);
+      if (ImGui::IsWindowHovered() && mouse.x >= a.x && mouse.x < z.x && mouse.y >= a.y &&
+          mouse.y < z.y)
+        hovered = &b;
+    }
+    const int rows = shown == 0 ? 1 : (shown + per_row - 1) / per_row;
+    ImGui::Dummy(ImVec2(width, static_cast<float>(rows) * (cell + gap)));
+    if (static_cast<int>(held.size()) > shown) {
+      ImGui::SameLine(0, 0);
+      ImGui::TextDisabled("+%zu more", held.size() - static_cast<std::size_t>(shown));
+    }
+    if (held.empty()) {
+      ImGui::SameLine(fs * 4.5f);
+      ImGui::TextDisabled("empty");
+    }
+    if (hovered != nullptr) {
+      ImGui::BeginTooltip();
+      if (hovered->cached_by >= 0) {
+        ImGui::Text("seq %d's block %d (tokens %d-%d)", hovered->cached_by, hovered->logical,
+                    hovered->logical * bs, (hovered->logical + 1) * bs - 1);
+      } else {
+        ImGui::Text("a cached block");
+      }
+      ImGui::TextDisabled(
+          "in the %s tier since step %d; a prompt that needs it reloads it "
+          "instead of recomputing it",
+          row.disk ? "disk" : "host", hovered->since_step);
+      ImGui::EndTooltip();
+    }
+  }
+}
+
 void PrefixPanel::draw(AppState& state) {
   catch_up(state);
   const Palette& pal = palette(state.presenter);
@@ -388,6 +452,7 @@ void PrefixPanel::draw(AppState& state) {
   }
   flow_same_line(ImGui::CalcTextSize("xN = reuses").x);
   ImGui::TextDisabled("xN = reuses");
+  draw_tier_strips(state);
   layout_tree();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   if (engine_stream) {

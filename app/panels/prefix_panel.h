@@ -26,6 +26,8 @@ class PrefixPanel final : public Panel {
   void layout_tree();
   void draw_tree(AppState& state, ImVec2 size);
   void draw_lookups(AppState& state, ImVec2 size);
+  // One row of cells per KV tier: every block it holds, most recently written first.
+  void draw_tier_strips(const AppState& state);
   void node_tooltip(const AppState& state, const PrefixNode& n) const;
   std::string block_text(const AppState& state, const PrefixNode& n) const;
 

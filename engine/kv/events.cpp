@@ -55,6 +55,8 @@ std::string_view event_type_name(EventType type) {
       return "TierReloaded";
     case EventType::kTierHeld:
       return "TierHeld";
+    case EventType::kTierMoved:
+      return "TierMoved";
   }
   return "?";
 }

@@ -39,12 +39,14 @@ enum class EventType : std::uint8_t {
   kEvictedPosition,  // request; logical = the token evicted (its index in the request's
                      // sequence, 0 = first prompt token). One per token, after TokensEvicted.
   // KV tiers behind the prefix cache (engine/sched/kv_tier_store.h).
-  kTierWritten,   // block (the cached block being evicted); a = tier it was written to (0 = the
-                  // first), -1 when the tier refused the write (the block is lost)
+  kTierWritten,   // block (the cached block being written back); a = tier it was written to (0 =
+                  // the first), -1 when the tier refused the write; b = its chain key (as int64)
   kTierReloaded,  // request, block (the pool block that received the bytes), logical; a = tier;
                   // b = its medium (0 = host RAM, 1 = disk)
   kTierHeld,      // at step end, one per tier: logical = tier; a = blocks held; b = capacity in
                   // blocks + kTierMediumUnit x medium (0 = host RAM, 1 = disk)
+  kTierMoved,     // a block a tier passed down or lost: logical = from tier; a = to tier (-1:
+                  // dropped off the last tier, or failed its check / a write); b = its chain key
 };
 
 // TierHeld's b packs the tier's capacity (under 2^40 blocks) and its medium.

@@ -131,22 +131,25 @@ void KvTierStore::open_disk(Tier& t, int index) {
   }
 }
 
-void KvTierStore::demote(std::uint64_t key, const std::byte* bytes) {
+std::vector<TierMove> KvTierStore::demote(std::uint64_t key, const std::byte* bytes) {
   if (const std::optional<int> was = chain_.locate(key)) free_slot(tiers_[*was], key);
   // Every tier holds at least one block, so a pass-down never moves `key` itself: it is its first
   // tier's most recently used block.
-  const std::vector<TierMove> moves = chain_.demote(key);
+  std::vector<TierMove> moves = chain_.demote(key);
   // Replay the pass-downs from the bottom up, so each tier has a free slot when one arrives.
   for (auto it = moves.rbegin(); it != moves.rend(); ++it) {
-    const TierMove& m = *it;
+    TierMove& m = *it;
     Tier& from = tiers_[static_cast<std::size_t>(m.from)];
     const bool readable = m.to < 0 || !with_bytes_ || read(from, m.key, scratch_.data());
     free_slot(from, m.key);
     if (m.to < 0) continue;
-    if (!readable || !write(tiers_[static_cast<std::size_t>(m.to)], m.key, scratch_.data()))
+    if (!readable || !write(tiers_[static_cast<std::size_t>(m.to)], m.key, scratch_.data())) {
       chain_.erase(m.key);
+      m.to = -1;  // lost on the way
+    }
   }
   if (!write(tiers_[0], key, bytes)) chain_.erase(key);
+  return moves;
 }
 
 std::optional<int> KvTierStore::load(std::uint64_t key, std::byte* out) {

@@ -56,9 +56,10 @@ class KvTierStore {
   KvTierStore& operator=(const KvTierStore&) = delete;
 
   // Write-back: the pool evicts the cached block `key` whose bytes are `bytes` (block_bytes();
-  // ignored without bytes). It enters the first tier; blocks each full tier passes down move with
-  // their bytes.
-  void demote(std::uint64_t key, const std::byte* bytes);
+  // ignored without bytes). It enters the first tier (locate() says whether the write held);
+  // blocks each full tier passes down move with their bytes. Returns those pass-downs, the first
+  // tier's first; `to` is -1 for a block dropped off the last tier or lost on the way.
+  std::vector<TierMove> demote(std::uint64_t key, const std::byte* bytes);
   // The tier holding `key`, without I/O or counting a hit.
   std::optional<int> locate(std::uint64_t key) const { return chain_.locate(key); }
   // Reads `key`'s block into `out` (block_bytes()) and checks it: the tier it came from, which

@@ -154,6 +154,7 @@ class Simulator {
   // Reloads what it can of that run into fresh blocks appended to the sequence; tokens reloaded.
   int reload_from_tiers(RequestRun& r, int hit_blocks);
   void demote_to_tiers(BlockId b, std::uint64_t chain_key);
+  void emit_tier_moved(std::uint64_t key, int from, int to);
   void prefetch_from_tiers(const RequestRun& r);
   // Write-through: the first tier gets blocks [first, end) of the request's table as they are
   // cached.

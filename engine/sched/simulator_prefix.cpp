@@ -64,11 +64,24 @@ void Simulator::demote_to_tiers(BlockId b, std::uint64_t chain_key) {
   e.type = EventType::kTierWritten;
   e.step = step_;
   e.block = b.value;
+  e.b = static_cast<std::int64_t>(chain_key);
+  std::vector<TierMove> moves;
   {
     const std::lock_guard<std::mutex> lock(tier_mutex_);
-    tiers_->demote(chain_key, tier_bytes_.empty() ? nullptr : tier_bytes_.data());
+    moves = tiers_->demote(chain_key, tier_bytes_.empty() ? nullptr : tier_bytes_.data());
     e.a = tiers_->locate(chain_key) ? 0 : -1;  // a refused write loses the block
   }
+  timeline_->emit(e);
+  for (const TierMove& m : moves) emit_tier_moved(m.key, m.from, m.to);
+}
+
+void Simulator::emit_tier_moved(std::uint64_t key, int from, int to) {
+  Event e;
+  e.type = EventType::kTierMoved;
+  e.step = step_;
+  e.logical = from;
+  e.a = to;
+  e.b = static_cast<std::int64_t>(key);
   timeline_->emit(e);
 }
 
@@ -146,6 +159,7 @@ int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
         tier = tiers_->load(key, out);
         took = tiers_->io(where).read_seconds - before;
         exposed += took;
+        if (!tier) emit_tier_moved(key, where, -1);  // failed its check: dropped
       }
       load += took;
       if (!tier) break;  // failed its check: recomputed from here on

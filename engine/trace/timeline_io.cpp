@@ -21,7 +21,8 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R'};
 constexpr std::uint32_t kVersion = 1;
-constexpr std::uint8_t kMaxEventType = static_cast<std::uint8_t>(EventType::kTierHeld);  // the last
+constexpr std::uint8_t kMaxEventType =
+    static_cast<std::uint8_t>(EventType::kTierMoved);  // the last
 
 // Every StepMetrics field, in file order (the same list writes and reads).
 template <typename M, typename F>
@@ -216,10 +217,13 @@ Timeline Timeline::load(const std::string& path) {
     // A token index (the UI sizes per-token arrays by it).
     if (e.type == EventType::kEvictedPosition && (e.logical < 0 || e.logical >= (1 << 24)))
       r.fail(at + 13, "a token index in [0, 16777216)", std::to_string(e.logical));
-    if (e.type == EventType::kTierHeld && (e.logical < 0 || e.logical >= 64))
+    if ((e.type == EventType::kTierHeld || e.type == EventType::kTierMoved) &&
+        (e.logical < 0 || e.logical >= 64))
       r.fail(at + 13, "a tier index in [0, 64)", std::to_string(e.logical));
     if (e.type == EventType::kTierReloaded && (e.a < 0 || e.a >= 64))
       r.fail(at + 17, "a tier index in [0, 64)", std::to_string(e.a));
+    if (e.type == EventType::kTierMoved && (e.a < -1 || e.a >= 64))
+      r.fail(at + 17, "a tier index in [-1, 64)", std::to_string(e.a));
     if (table_event && (e.logical < -1 || e.logical >= h.num_blocks)) {
       r.fail(at + 13, "a block-table index in [-1, " + std::to_string(h.num_blocks) + ")",
              std::to_string(e.logical));

@@ -160,6 +160,29 @@ TEST(PolicyOverride, KvTierSizesRestartTheRunAndItsReloadsReachThePanels) {
   EXPECT_EQ(fold.tiers()[0].reloaded, reloads);
   EXPECT_TRUE(node_marked);
   EXPECT_TRUE(block_marked);
+  // The scenario's own host + disk tiers: the blocks the fold places in each tier from the
+  // write-back and pass-down events are, at every step, as many as the store says it holds.
+  std::unique_ptr<RunSession> both = RunSession::open(scenario("kv-tiers.json"), false);
+  both->wait();
+  const Timeline& bt = *both->timeline();
+  PrefixTreeFold tiers;
+  tiers.reset(bt.header().num_blocks, bt.header().block_size);
+  std::int64_t on_disk = 0;
+  for (int s = 0; s < bt.num_steps(); ++s) {
+    for (const Event& e : bt.events_at(s)) tiers.apply(e);
+    ASSERT_EQ(tiers.tiers().size(), 2u);
+    std::int64_t held[2] = {0, 0};
+    for (const auto& [key, b] : tiers.tier_blocks()) {
+      ASSERT_TRUE(b.tier == 0 || b.tier == 1);
+      ++held[b.tier];
+      EXPECT_GE(b.cached_by, 0);
+    }
+    EXPECT_EQ(held[0], tiers.tiers()[0].held) << "step " << s;
+    EXPECT_EQ(held[1], tiers.tiers()[1].held) << "step " << s;
+    on_disk = std::max(on_disk, held[1]);
+  }
+  EXPECT_TRUE(tiers.tiers()[1].disk);
+  EXPECT_GT(on_disk, 0);
   // Tier sizes without prefix caching: the Simulator's one line, naming the field.
   o.prefix_caching = false;
   try {
