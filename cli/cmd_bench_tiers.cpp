@@ -96,6 +96,12 @@ int bench_tiers(const Args& args) {
                              "prefix lengths in tokens, multiples of the block size");
   } else {
     for (int n = bs; n <= std::min(c.seq_len, 1024); n *= 2) lengths.push_back(n);
+    if (lengths.empty()) {
+      fail_expected("--block-size",
+                    "at most " + std::to_string(std::min(c.seq_len, 1024)) +
+                        " without --tokens (the longest default prefix)",
+                    std::to_string(bs));
+    }
   }
   for (int n : lengths) {
     if (n % bs != 0) {

@@ -53,8 +53,9 @@ void PrefixTreeFold::apply(const Event& e) {
         row->second.tier_tokens += block_size_;
       break;
     case EventType::kTierWritten: {
-      if (e.a < 0) {
+      if (e.a < 0) {  // refused: the store no longer holds the block anywhere
         ++tier_writes_refused_;
+        tier_blocks_.erase(static_cast<std::uint64_t>(e.b));
         break;
       }
       if (tiers_.empty()) tiers_.resize(1);

@@ -110,6 +110,10 @@ namespace {
 // first tier first.
 std::vector<KvTierOptions> parse_tiers(const JsonReader& r, const Json& j, const std::string& at) {
   if (!j.is_array()) r.fail(at, "an array of tiers, first tier first", j);
+  if (j.size() > KvTierStore::kMaxTiers) {
+    r.fail_text(at, "at most " + std::to_string(KvTierStore::kMaxTiers) + " tiers",
+                std::to_string(j.size()));
+  }
   std::vector<KvTierOptions> tiers;
   for (std::size_t i = 0; i < j.size(); ++i) {
     const std::string ti = json_path(at, i);

@@ -26,6 +26,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 std::vector<TierSpec> chain_specs(const std::vector<KvTierOptions>& tiers) {
   std::vector<TierSpec> specs;
+  if (tiers.size() > KvTierStore::kMaxTiers) {
+    fail_expected("tiers", "at most " + std::to_string(KvTierStore::kMaxTiers) + " tiers",
+                  std::to_string(tiers.size()));
+  }
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     const KvTierOptions& t = tiers[i];
     if (t.capacity_blocks < 1) {
@@ -78,10 +82,27 @@ KvTierStore::KvTierStore(std::vector<KvTierOptions> tiers, std::size_t block_byt
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     Tier t;
     t.options = std::move(tiers[i]);
-    for (int s = t.options.capacity_blocks - 1; s >= 0; --s) t.free_slots.push_back(s);
     tiers_.push_back(std::move(t));
   }
   if (!with_bytes_) return;
+  try {
+    open_media();
+  } catch (...) {
+    close_files();  // the destructor does not run when the constructor throws
+    throw;
+  }
+}
+
+void KvTierStore::close_files() {
+  for (Tier& t : tiers_) {
+    if (t.fd < 0) continue;
+    ::close(t.fd);
+    ::unlink(t.path.c_str());
+    t.fd = -1;
+  }
+}
+
+void KvTierStore::open_media() {
   scratch_.resize(block_bytes_);
   record_.resize(record_bytes());
   for (std::size_t i = 0; i < tiers_.size(); ++i) {
@@ -104,11 +125,7 @@ KvTierStore::KvTierStore(std::vector<KvTierOptions> tiers, std::size_t block_byt
 }
 
 KvTierStore::~KvTierStore() {
-  for (Tier& t : tiers_) {
-    if (t.fd < 0) continue;
-    ::close(t.fd);
-    ::unlink(t.path.c_str());
-  }
+  close_files();
 }
 
 void KvTierStore::open_disk(Tier& t, int index) {
@@ -166,14 +183,14 @@ std::optional<int> KvTierStore::load(std::uint64_t key, std::byte* out) {
 }
 
 bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
-  if (t.free_slots.empty()) {
+  if (!t.has_free()) {
     throw InternalError("KvTierStore", t.options.name +
                                            " has no free slot for a block its chain "
                                            "placed there");
   }
-  const int slot = t.free_slots.back();
+  const int slot = t.lowest_free();
   if (!with_bytes_) {
-    t.free_slots.pop_back();
+    t.take_lowest();
     t.slot_of[key] = slot;
     ++t.io.blocks_written;
     return true;
@@ -210,7 +227,7 @@ bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
   }
   t.io.write_seconds += seconds_since(start);
   ++t.io.blocks_written;
-  t.free_slots.pop_back();
+  t.take_lowest();
   t.slot_of[key] = slot;
   return true;
 }
@@ -268,8 +285,7 @@ bool KvTierStore::read(Tier& t, std::uint64_t key, std::byte* out, bool count_fa
 void KvTierStore::free_slot(Tier& t, std::uint64_t key) {
   const auto it = t.slot_of.find(key);
   if (it == t.slot_of.end()) return;
-  t.free_slots.push_back(it->second);
-  std::sort(t.free_slots.begin(), t.free_slots.end(), std::greater<int>());
+  t.freed.push(it->second);
   t.slot_of.erase(it);
 }
 
@@ -287,13 +303,12 @@ void KvTierStore::check_invariants() const {
   for (int k = 0; k < num_tiers(); ++k) {
     const Tier& t = tier_at(k);
     if (static_cast<std::int64_t>(t.slot_of.size()) != chain_.held(k) ||
-        t.slot_of.size() + t.free_slots.size() !=
-            static_cast<std::size_t>(t.options.capacity_blocks)) {
-      throw InternalError("KvTierStore",
-                          t.options.name + ": " + std::to_string(t.slot_of.size()) +
-                              " slots used and " + std::to_string(t.free_slots.size()) +
-                              " free, but the chain holds " + std::to_string(chain_.held(k)) +
-                              " of " + std::to_string(t.options.capacity_blocks));
+        t.slot_of.size() + t.num_free() != static_cast<std::size_t>(t.options.capacity_blocks)) {
+      throw InternalError("KvTierStore", t.options.name + ": " + std::to_string(t.slot_of.size()) +
+                                             " slots used and " + std::to_string(t.num_free()) +
+                                             " free, but the chain holds " +
+                                             std::to_string(chain_.held(k)) + " of " +
+                                             std::to_string(t.options.capacity_blocks));
     }
     for (const auto& [key, slot] : t.slot_of) {
       if (chain_.locate(key) != k) {

@@ -14,7 +14,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -87,6 +89,8 @@ class KvTierStore {
   // nullopt when the key is not on a disk tier.
   std::optional<std::int64_t> record_offset(std::uint64_t key) const;
   static constexpr std::size_t kRecordHeaderBytes = 32;
+  // Timeline events carry a tier index in [0, 64); a chain this deep has no use anyway.
+  static constexpr std::size_t kMaxTiers = 8;
 
   // Throws kvscope::InternalError when the chain and the slots disagree.
   void check_invariants() const;
@@ -96,14 +100,29 @@ class KvTierStore {
     KvTierOptions options;
     KvTierIo io;
     std::unordered_map<std::uint64_t, int> slot_of;  // key -> slot
-    std::vector<int> free_slots;                     // popped from the back: lowest id first
-    ZeroedBuffer host;                               // host: [capacity][block_bytes]
-    std::vector<std::uint64_t> host_checksum;        // host: [capacity]
-    int fd = -1;                                     // disk
+    // Free slots, lowest id first: every slot from next_unused on, and those given back below it.
+    int next_unused = 0;
+    std::priority_queue<int, std::vector<int>, std::greater<int>> freed;
+    bool has_free() const { return !freed.empty() || next_unused < options.capacity_blocks; }
+    int lowest_free() const { return freed.empty() ? next_unused : freed.top(); }
+    void take_lowest() {
+      if (freed.empty())
+        ++next_unused;
+      else
+        freed.pop();
+    }
+    std::size_t num_free() const {
+      return freed.size() + static_cast<std::size_t>(options.capacity_blocks - next_unused);
+    }
+    ZeroedBuffer host;                         // host: [capacity][block_bytes]
+    std::vector<std::uint64_t> host_checksum;  // host: [capacity]
+    int fd = -1;                               // disk
     std::string path;
   };
   const Tier& tier_at(int tier) const { return tiers_.at(static_cast<std::size_t>(tier)); }
   std::size_t record_bytes() const { return kRecordHeaderBytes + block_bytes_; }
+  void open_media();  // host memory and disk files (with bytes)
+  void close_files();
   void open_disk(Tier& t, int index);
   // Stores `bytes` as `key` in tier t (a free slot is there: the chain made room). False when the
   // medium refused it (counted; the caller forgets the key).

@@ -224,6 +224,8 @@ class Simulator {
   std::unique_ptr<KvTierStore> tiers_;
   std::unique_ptr<TierPrefetcher> prefetcher_;  // after tiers_: joined before the store goes
   std::unordered_map<std::int32_t, std::shared_ptr<TierPrefetcher::Job>> prefetch_jobs_;
+  std::size_t prefetch_bytes_ = 0;  // staged by jobs not yet taken
+  static constexpr std::size_t kPrefetchBudgetBytes = std::size_t{256} << 20;
   std::unique_ptr<HostKvTier> host_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;

@@ -110,6 +110,11 @@ void Simulator::prefetch_from_tiers(const RequestRun& r) {
     n = tier_run(r, from, keys);
   }
   if (n == 0) return;
+  // Staged bytes wait in memory until admission: past the budget, a request's blocks are read at
+  // its admission instead.
+  const std::size_t bytes = tier_bytes_.size() * static_cast<std::size_t>(n);
+  if (prefetch_bytes_ + bytes > kPrefetchBudgetBytes) return;
+  prefetch_bytes_ += bytes;
   prefetch_jobs_[r.id] =
       prefetcher_->submit(std::vector<std::uint64_t>(keys.begin() + from, keys.begin() + from + n));
 }
@@ -122,6 +127,7 @@ int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
   if (const auto it = prefetch_jobs_.find(r.id); it != prefetch_jobs_.end()) {
     job = it->second;
     prefetch_jobs_.erase(it);
+    prefetch_bytes_ -= job->bytes.size();
     exposed += prefetcher_->wait(job);
   }
   std::vector<std::uint64_t> keys;

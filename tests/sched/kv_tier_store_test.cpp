@@ -172,6 +172,25 @@ TEST(KvTierStore, AMissingDirectoryOrAnEmptyTierIsAOneLineError) {
   EXPECT_NO_THROW(bookkeeping.check_invariants());
 }
 
+int tier_files(const std::string& dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    n += entry.path().filename().string().rfind("kvscope-tier-", 0) == 0;
+  return n;
+}
+
+TEST(KvTierStore, AStoreThatFailsToOpenLeavesNoFileBehind) {
+  const std::string dir = test::temp_path("");
+  const int before = tier_files(dir);
+  std::vector<KvTierOptions> tiers = {{"disk", TierMedium::kDisk, 2, dir},
+                                      {"disk", TierMedium::kDisk, 2, "/nonexistent/kvscope"}};
+  EXPECT_NE(test::error_of([&] { KvTierStore store(tiers, 64, true); }), "");
+  EXPECT_EQ(tier_files(dir), before);
+  tiers.resize(9, tiers[0]);
+  EXPECT_EQ(test::error_of([&] { KvTierStore store(tiers, 64, true); }),
+            "tiers: expected at most 8 tiers, got 9");
+}
+
 TEST(KvTierStore, TheFileIsRemovedWithTheStore) {
   std::string path;
   {
