@@ -71,12 +71,6 @@ Reload time_tier(const KvTierOptions& tier, KvStorage& pool, int blocks) {
   return r;
 }
 
-std::string ms(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  return buf;
-}
-
 }  // namespace
 
 int bench_tiers(const Args& args) {
@@ -174,8 +168,8 @@ int bench_tiers(const Args& args) {
                     {"prefill_over_disk_reload", p / d}});
     if (!json) {
       std::printf("%8d %7d %22s %11s %12s %12s %12s %9.1fx %9.1fx\n", n, blocks,
-                  format_bytes(kv).c_str(), ms(p).c_str(), ms(h).c_str(), ms(d).c_str(),
-                  ms(w).c_str(), p / h, p / d);
+                  format_bytes(kv).c_str(), format_ms(p).c_str(), format_ms(h).c_str(),
+                  format_ms(d).c_str(), format_ms(w).c_str(), p / h, p / d);
       std::fflush(stdout);
     }
   }

@@ -104,6 +104,12 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+std::string format_ms(double seconds) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
+  return buf;
+}
+
 std::string format_count(std::int64_t value) {
   const std::string digits =
       std::to_string(value < 0 ? -static_cast<unsigned long long>(value) : value);

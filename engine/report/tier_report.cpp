@@ -9,12 +9,6 @@
 namespace kvscope {
 namespace {
 
-std::string ms(double seconds) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
-  return buf;
-}
-
 // Bandwidth in decimal units, as storage is quoted.
 std::string rate(double bytes, double seconds) {
   if (seconds <= 0) return "n/a";
@@ -116,18 +110,18 @@ std::vector<std::string> tiers_report_lines(const TiersReport& r) {
       lines.push_back(s + " (bookkeeping only: no bytes moved, nothing timed)");
       continue;
     }
-    s += "; reads " + ms(t.read_seconds) + " (" +
+    s += "; reads " + format_ms(t.read_seconds) + " (" +
          rate(r.block_bytes * static_cast<double>(t.blocks_read), t.read_seconds) + "), writes " +
-         ms(t.write_seconds) + " (" +
+         format_ms(t.write_seconds) + " (" +
          rate(r.block_bytes * static_cast<double>(t.blocks_written), t.write_seconds) + ")";
     if (t.reloaded_blocks > 0 && r.prefill_seconds_per_token > 0) {
       const double saved = t.recompute_seconds - t.reload_seconds;
       char ratio[32];
       std::snprintf(ratio, sizeof ratio, "%.1fx", t.recompute_seconds / t.reload_seconds);
-      s += "; the reloads took " + ms(t.reload_seconds) + " where recomputing would take about " +
-           ms(t.recompute_seconds) + ": " +
-           (saved >= 0 ? "saved " + ms(saved) + ", " + ratio + " faster"
-                       : "cost " + ms(-saved) + " more than recomputing");
+      s += "; the reloads took " + format_ms(t.reload_seconds) +
+           " where recomputing would take about " + format_ms(t.recompute_seconds) + ": " +
+           (saved >= 0 ? "saved " + format_ms(saved) + ", " + ratio + " faster"
+                       : "cost " + format_ms(-saved) + " more than recomputing");
     }
     if (t.corrupt_reads + t.failed_writes > 0) {
       s += "; " + count(t.corrupt_reads, "block", "blocks") + " failed its check, " +
@@ -140,8 +134,8 @@ std::vector<std::string> tiers_report_lines(const TiersReport& r) {
     std::string s = std::string("prefetch ") +
                     (r.prefetch ? "on (an IO thread reads a request's tier blocks from its arrival)"
                                 : "off (every reload is read at admission)") +
-                    ": the reloads read for " + ms(r.load_seconds) + ", admission waited " +
-                    ms(r.exposed_seconds);
+                    ": the reloads read for " + format_ms(r.load_seconds) + ", admission waited " +
+                    format_ms(r.exposed_seconds);
     if (hidden >= 0) {
       char share[32];
       std::snprintf(share, sizeof share, ": %.0f%% hidden", 100.0 * hidden);
@@ -149,7 +143,7 @@ std::vector<std::string> tiers_report_lines(const TiersReport& r) {
     } else {
       // Admitted in the step they arrived: the wait is the whole read plus the thread hand-off.
       s += ": nothing hidden (requests admitted as they arrived; waking the IO thread took " +
-           ms(r.exposed_seconds - r.load_seconds) + " more)";
+           format_ms(r.exposed_seconds - r.load_seconds) + " more)";
     }
     lines.push_back(s);
   }

@@ -148,17 +148,10 @@ int Simulator::reload_from_tiers(RequestRun& r, int hit_blocks) {
           loaded.empty() ? nullptr : loaded.data() + static_cast<std::size_t>(n) * bytes;
       std::optional<int> tier;
       double took = 0.0;
-      std::size_t staged = job ? job->keys.size() : 0;
-      for (std::size_t i = 0; i < staged; ++i) {
-        if (job->keys[i] == key && job->staged[i]) {
-          staged = i;
-          break;
-        }
-      }
-      if (job && staged < job->keys.size()) {
+      if (const std::optional<std::size_t> staged = job ? job->staged_at(key) : std::nullopt) {
         tier = tiers_->touch(key);
-        if (out != nullptr) std::memcpy(out, job->bytes.data() + staged * bytes, bytes);
-        took = job->seconds[staged];
+        if (out != nullptr) std::memcpy(out, job->bytes.data() + *staged * bytes, bytes);
+        took = job->seconds[*staged];
       } else {
         const int where = *tiers_->locate(key);
         const double before = tiers_->io(where).read_seconds;

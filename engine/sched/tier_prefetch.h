@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,12 @@ class TierPrefetcher {
     std::vector<char> staged;      // [keys.size()] 1 when the block's bytes are in `bytes`
     std::vector<double> seconds;   // [keys.size()] the IO thread's time reading each block
     bool done = false;             // guarded by the prefetcher's mutex
+    // Where the job staged `key`'s bytes; nullopt when it did not (call once it is done).
+    std::optional<std::size_t> staged_at(std::uint64_t key) const {
+      for (std::size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] == key && staged[i]) return i;
+      return std::nullopt;
+    }
   };
 
   TierPrefetcher(KvTierStore& store, std::mutex& store_mutex);
