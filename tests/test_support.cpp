@@ -69,6 +69,9 @@ std::string read_text(const std::string& path) {
 }
 
 std::string shared_models_dir() {
+  // $KVSCOPE_SHARED_MODELS where no ../shared is beside the checkout (the GPU check's device).
+  if (const char* dir = std::getenv("KVSCOPE_SHARED_MODELS"); dir != nullptr && *dir != '\0')
+    return dir;
   return (std::filesystem::path(KVSCOPE_SOURCE_DIR).parent_path() / "shared" / "models").string();
 }
 

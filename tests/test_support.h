@@ -23,7 +23,7 @@ std::string temp_path(const std::string& name);
 void write_bytes(const std::string& path, const std::vector<char>& bytes);
 std::vector<char> read_bytes(const std::string& path);
 std::string read_text(const std::string& path);
-// ../shared/models beside the checkout (where the golden outputs are).
+// ../shared/models beside the checkout (where the golden outputs are), or $KVSCOPE_SHARED_MODELS.
 std::string shared_models_dir();
 // The what() of the kvscope::Error that `fn` throws ("" and a test failure when it throws none).
 std::string error_of(const std::function<void()>& fn);

@@ -215,6 +215,7 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
          {"prompt_tokens", r.spec.prompt_tokens.size()},
          {"max_new_tokens", r.spec.max_new_tokens},
          {"generated", r.generated},
+         {"output_tokens", r.generated_tokens()},
          {"prefix_hit_tokens", r.prefix_hit_tokens},
          {"tier_hit_tokens", r.tier_hit_tokens},
          {"tier_load_seconds", r.tier_load_seconds},

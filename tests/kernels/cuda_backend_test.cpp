@@ -1,5 +1,7 @@
-// The CUDA backend on the emulated device (--backend cuda-sim): the same class and DeviceOps body
-// a GPU runs, here over the runtime/cuBLAS stand-ins and the SIMT emulator. Greedy tokens and
+// The CUDA backend on the device under test (tests/kernels/device_under_test.h): the emulated
+// device (--backend cuda-sim: the runtime/cuBLAS stand-ins and the SIMT emulator) by default, a
+// GPU with KVSCOPE_TEST_DEVICE=cuda (scripts/gpu-check.sh). DeviceBackend.* hold on both;
+// CudaSimBackend.* read the emulator's own memory accounting. Greedy tokens and
 // logits match the CPU backend's on stories260K with fp32 and fp16 GEMM weights; a batched step
 // of three sequences in a paged pool matches the CPU's; the backend owns its device memory (the
 // pool's bytes included: copy-on-write and swap reach the device copy) and gives it all back;
@@ -20,10 +22,12 @@
 #include "engine/infer/generate.h"
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/sampler.h"
 #include "engine/sched/simulator.h"
 #include "kernels/backend/cuda_backend.h"
 #include "kernels/sim/cuda_api_sim.h"
+#include "tests/kernels/device_under_test.h"
 #include "tests/sched/sim_test_support.h"
 #include "tests/test_support.h"
 
@@ -40,7 +44,7 @@ double max_abs_diff(const std::vector<std::vector<float>>& a,
   return worst;
 }
 
-TEST(CudaSimBackend, GreedyTokensAndLogitsMatchTheCpuOnTheRealModel) {
+TEST(DeviceBackend, GreedyTokensAndLogitsMatchTheCpuOnTheRealModel) {
   const auto& m = test::real_model();
   auto cpu = make_cpu_backend(1);
   Transformer on_cpu(m.model, *cpu);
@@ -51,8 +55,8 @@ TEST(CudaSimBackend, GreedyTokensAndLogitsMatchTheCpuOnTheRealModel) {
   // fp32 GEMMs differ from the CPU only in summation order; fp16 weights and activations round
   // every operand to 11 significant bits (fp32 accumulation).
   for (const auto& [type, tolerance] : {std::pair{GemmType::kF32, 1e-3}, {GemmType::kF16, 0.05}}) {
-    auto sim = make_cuda_sim_backend(type);
-    EXPECT_EQ(sim->name(), "cuda-sim");
+    auto sim = test::device_backend(type);
+    EXPECT_EQ(sim->name(), test::device_name());
     Transformer on_sim(m.model, *sim);
     std::vector<std::vector<float>> sim_logits;
     const std::vector<int> got = generate_tokens(on_sim, {}, steps, o, &sim_logits);
@@ -60,8 +64,8 @@ TEST(CudaSimBackend, GreedyTokensAndLogitsMatchTheCpuOnTheRealModel) {
     ASSERT_EQ(sim_logits.size(), cpu_logits.size());
     const double worst = max_abs_diff(sim_logits, cpu_logits);
     EXPECT_LT(worst, tolerance) << gemm_type_name(type);
-    std::printf("[cuda-sim %s] %d greedy tokens equal the CPU's; max |logit diff| %.2e\n",
-                gemm_type_name(type), steps - 1, worst);
+    std::printf("[%s %s] %d greedy tokens equal the CPU's; max |logit diff| %.2e\n",
+                test::device_name(), gemm_type_name(type), steps - 1, worst);
   }
 }
 
@@ -69,7 +73,7 @@ TEST(CudaSimBackend, GreedyTokensAndLogitsMatchTheCpuOnTheRealModel) {
 // the device): the first greedy tokens from a prompt equal the CPU's. 32 tokens; under
 // AddressSanitizer, where every fiber switch of the emulator costs far more, 8 tokens with fp32
 // GEMMs (fp16 GEMMs are covered there on stories260K).
-TEST(CudaSimBackend, SmolLM2sGreedyTokensEqualTheCpus) {
+TEST(DeviceBackend, SmolLM2sGreedyTokensEqualTheCpus) {
 #if defined(__SANITIZE_ADDRESS__)
   const int steps = 8;
   const GemmType weights = GemmType::kF32;  // converting 135M weights on the emulator: minutes
@@ -80,7 +84,7 @@ TEST(CudaSimBackend, SmolLM2sGreedyTokensEqualTheCpus) {
   const auto& m = test::smollm2();
   const std::vector<int> prompt = m.tokenizer->encode("The capital of France is", false, false);
   auto cpu = make_cpu_backend(1);
-  auto sim = make_cuda_sim_backend(weights);
+  auto sim = test::device_backend(weights);
   Transformer on_cpu(m.model, *cpu), on_sim(m.model, *sim);
   GenerateOptions o;
   o.start_token = m.tokenizer->bos_id();
@@ -92,10 +96,10 @@ TEST(CudaSimBackend, SmolLM2sGreedyTokensEqualTheCpus) {
 
 // Quantized K/V: the kernels quantize on write and dequantize in attention exactly as the CPU
 // does, so each format's greedy tokens are the CPU's with that format.
-TEST(CudaSimBackend, QuantizedKvFormatsGiveTheCpusTokens) {
+TEST(DeviceBackend, QuantizedKvFormatsGiveTheCpusTokens) {
   const auto& m = test::real_model();
   auto cpu = make_cpu_backend(1);
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto sim = test::device_backend(GemmType::kF32);
   Transformer on_cpu(m.model, *cpu), on_sim(m.model, *sim);
   for (const char* name : {"fp16", "bf16", "int8", "fp8-e4m3", "fp8-e5m2", "int4", "int2-g8"}) {
     GenerateOptions o;
@@ -111,7 +115,7 @@ TEST(CudaSimBackend, QuantizedKvFormatsGiveTheCpusTokens) {
 // tokens are the CPU's with groups of 32 and 16 over tiles of 16 and 64 tokens, past several
 // hand-overs (70 tokens: kivi2's differ from fp32's from the 50th on; 40 under AddressSanitizer,
 // where each emulated launch costs far more, still past a group's hand-over).
-TEST(CudaSimBackend, KiviFormatsGiveTheCpusTokens) {
+TEST(DeviceBackend, KiviFormatsGiveTheCpusTokens) {
 #if defined(__SANITIZE_ADDRESS__)
   const int steps = 40;
 #else
@@ -119,7 +123,7 @@ TEST(CudaSimBackend, KiviFormatsGiveTheCpusTokens) {
 #endif
   const auto& m = test::real_model();
   auto cpu = make_cpu_backend(1);
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto sim = test::device_backend(GemmType::kF32);
   Transformer on_cpu(m.model, *cpu), on_sim(m.model, *sim);
   struct Case {
     const char* format;
@@ -144,7 +148,7 @@ TEST(CudaSimBackend, KiviFormatsGiveTheCpusTokens) {
 
 // Attention capture (the heatmaps, sink shares, H2O/TOVA scores): the softmax rows the kernel
 // writes are the CPU's, for every layer, head and position.
-TEST(CudaSimBackend, CapturedAttentionRowsAreTheCpus) {
+TEST(DeviceBackend, CapturedAttentionRowsAreTheCpus) {
   struct Rows : AttentionObserver {
     std::vector<float> all;
     int calls = 0;
@@ -157,7 +161,7 @@ TEST(CudaSimBackend, CapturedAttentionRowsAreTheCpus) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   auto cpu = make_cpu_backend(1);
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto sim = test::device_backend(GemmType::kF32);
   Rows rows[2];
   const KvFormat f = parse_kv_format("int8", "test");
   for (int which = 0; which < 2; ++which) {
@@ -185,7 +189,7 @@ std::unique_ptr<Simulator> run_on_both(const SimConfig& c,
   auto on_cpu = std::make_unique<Simulator>(c, test::real_sim_model(), requests);
   test::run_checked(*on_cpu);
   SimConfig d = c;
-  d.make_backend = [] { return make_cuda_sim_backend(GemmType::kF32); };
+  d.make_backend = [] { return test::device_backend(GemmType::kF32); };
   auto on_sim = std::make_unique<Simulator>(d, test::real_sim_model(), requests);
   test::run_checked(*on_sim);
   EXPECT_EQ(on_sim->num_requests(), on_cpu->num_requests());
@@ -204,7 +208,7 @@ std::unique_ptr<Simulator> run_on_both(const SimConfig& c,
 // far more, four in 10 blocks. Run 2 moves bytes inside the device pool: prefix caching (a later
 // request repeats an earlier prompt), parallel samples (copy-on-write of the shared prompt
 // block) and swap preemption (blocks read out to the host tier and written back).
-TEST(CudaSimBackend, AMultiRequestSimulatorRunGivesTheCpusTokens) {
+TEST(DeviceBackend, AMultiRequestSimulatorRunGivesTheCpusTokens) {
 #if defined(__SANITIZE_ADDRESS__)
   const int n = 4, blocks = 10;
 #else
@@ -243,7 +247,7 @@ TEST(CudaSimBackend, AMultiRequestSimulatorRunGivesTheCpusTokens) {
 // Token eviction on the device: attention masks the evicted slots, compaction moves slots in the
 // device's pool, and the position shift re-rotates the device's keys (kv_rotate_keys_kernel).
 // H2O reads the kernel's captured attention rows; window + sinks keeps the original positions.
-TEST(CudaSimBackend, TokenEvictionOnTheDeviceGivesTheCpusTokens) {
+TEST(DeviceBackend, TokenEvictionOnTheDeviceGivesTheCpusTokens) {
 #if defined(__SANITIZE_ADDRESS__)
   const int max_new = 24;  // each emulated launch costs far more under AddressSanitizer
 #else
@@ -277,10 +281,10 @@ TEST(CudaSimBackend, TokenEvictionOnTheDeviceGivesTheCpusTokens) {
 // The position shift on a pool the device holds: the kernel rotates the device's keys (the host
 // tiles are not written, nor counted as written behind its back) to what the CPU's host path
 // gives, within a quantization step.
-TEST(CudaSimBackend, ThePositionShiftRotatesTheDevicesKeys) {
+TEST(DeviceBackend, ThePositionShiftRotatesTheDevicesKeys) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto sim = test::device_backend(GemmType::kF32);
   auto cpu = make_cpu_backend(1);
   const KvFormat f = parse_kv_format("int8", "test");
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 4, 12, f, f};
@@ -339,11 +343,11 @@ TEST(CudaSimBackend, ThePositionShiftRotatesTheDevicesKeys) {
   EXPECT_LE(differ, codes / 50) << "codes one step apart, of " << codes;
 }
 
-TEST(CudaSimBackend, ABatchedStepOfThreeSequencesInAPagedPoolMatchesTheCpu) {
+TEST(DeviceBackend, ABatchedStepOfThreeSequencesInAPagedPoolMatchesTheCpu) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   auto cpu = make_cpu_backend(1);
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto sim = test::device_backend(GemmType::kF32);
   const KvFormat f = parse_kv_format("fp32", "test");
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 4, 64, f, f};
   std::vector<std::vector<float>> logits[2];
@@ -425,7 +429,7 @@ std::vector<std::vector<float>> three_sequences(Transformer& t, const KvFormat& 
 // at a time (OpByOp), with fp32 and fp16 GEMMs, per-token and KIVI formats (KIVI's waves). A
 // chunk of 6 then 12 decode steps; under AddressSanitizer, where each emulated launch costs far
 // more, a chunk of 10 then 6 (sequence 0 still fills KIVI's group of 16, which hands over).
-TEST(CudaSimBackend, TheWholeStepOnTheDeviceEqualsItsOpsOneByOne) {
+TEST(DeviceBackend, TheWholeStepOnTheDeviceEqualsItsOpsOneByOne) {
 #if defined(__SANITIZE_ADDRESS__)
   const int chunk = 10, decode_steps = 6;
 #else
@@ -438,8 +442,8 @@ TEST(CudaSimBackend, TheWholeStepOnTheDeviceEqualsItsOpsOneByOne) {
   };
   for (const Case k : {Case{GemmType::kF32, "fp32"}, Case{GemmType::kF16, "int8"},
                        Case{GemmType::kF32, "kivi4-r16"}}) {
-    auto whole = make_cuda_sim_backend(k.gemm);
-    auto inner = make_cuda_sim_backend(k.gemm);
+    auto whole = test::device_backend(k.gemm);
+    auto inner = test::device_backend(k.gemm);
     OpByOp ops(*inner);
     Transformer on_device(m.model, *whole), op_by_op(m.model, ops);
     const KvFormat f = parse_kv_format(k.format, "test");
@@ -458,13 +462,13 @@ TEST(CudaSimBackend, TheWholeStepOnTheDeviceEqualsItsOpsOneByOne) {
 // token embeddings and the step's metadata (positions, block tables, attention's per-query
 // table) up and reads only the logits back; op by op, every op's inputs go up and its outputs
 // come back, a number of copies that grows with the layers.
-TEST(CudaSimBackend, AStepSendsEmbeddingsUpAndReadsOnlyLogitsBack) {
+TEST(DeviceBackend, AStepSendsEmbeddingsUpAndReadsOnlyLogitsBack) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   const int seqs = 4;
   device::Traffic per_step[2];
   for (int path = 0; path < 2; ++path) {
-    auto sim = make_cuda_sim_backend(GemmType::kF32);
+    auto sim = test::device_backend(GemmType::kF32);
     OpByOp ops(*sim);
     Transformer t(m.model, path == 0 ? *sim : static_cast<Backend&>(ops));
     const KvFormat f = parse_kv_format("fp16", "test");
@@ -501,9 +505,10 @@ TEST(CudaSimBackend, AStepSendsEmbeddingsUpAndReadsOnlyLogitsBack) {
   EXPECT_GT(ops.to_host_copies, static_cast<std::uint64_t>(c.n_layers) * 4);
   EXPECT_GT(ops.to_host_bytes, 2 * logits);
   std::printf(
-      "[cuda-sim] a decode step of %d sequences, %d layers: whole step %llu copies up "
+      "[%s] a decode step of %d sequences, %d layers: whole step %llu copies up "
       "(%llu B), %llu down (%llu B); op by op %llu up (%llu B), %llu down (%llu B)\n",
-      seqs, c.n_layers, static_cast<unsigned long long>(whole.to_device_copies),
+      test::device_name(), seqs, c.n_layers,
+      static_cast<unsigned long long>(whole.to_device_copies),
       static_cast<unsigned long long>(whole.to_device_bytes),
       static_cast<unsigned long long>(whole.to_host_copies),
       static_cast<unsigned long long>(whole.to_host_bytes),
@@ -516,12 +521,12 @@ TEST(CudaSimBackend, AStepSendsEmbeddingsUpAndReadsOnlyLogitsBack) {
 // Greedy decoding through Transformer::greedy_step: the CUDA backend takes each wanted token's
 // argmax on the device (kernels/ops/argmax.cuh) and reads back one int per token; the tokens are
 // the host's argmax of the same backend's logits, and the CPU's greedy_step (host argmax) agrees.
-TEST(CudaSimBackend, GreedyStepTakesTheArgmaxOnTheDevice) {
+TEST(DeviceBackend, GreedyStepTakesTheArgmaxOnTheDevice) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
   const int seqs = 3, steps = 10;
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
-  auto sim_logits = make_cuda_sim_backend(GemmType::kF32);
+  auto sim = test::device_backend(GemmType::kF32);
+  auto sim_logits = test::device_backend(GemmType::kF32);
   auto cpu = make_cpu_backend(1);
   std::vector<int> tokens[3];
   for (int which = 0; which < 3; ++which) {
@@ -622,10 +627,10 @@ TEST(CudaSimBackend, RunningOutOfDeviceMemoryIsAOneLineError) {
 // a slot move and a block read back from the device equal what the host applies to the same
 // bytes; the host tiles are left alone. A write to the host tiles behind the device copy's back
 // (what key re-rotation on the host would be) is a bug: refused as an internal error.
-TEST(CudaSimBackend, ByteMovesReachTheDeviceCopyOfThePool) {
+TEST(DeviceBackend, ByteMovesReachTheDeviceCopyOfThePool) {
   const auto& m = test::real_model();
   const ModelConfig& c = m.model->config();
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
+  auto sim = test::device_backend(GemmType::kF32);
   auto cpu = make_cpu_backend(1);
   const KvFormat f = parse_kv_format("int8", "test");
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim(), 4, 8, f, f};
@@ -684,8 +689,8 @@ TEST(CudaSimBackend, ByteMovesReachTheDeviceCopyOfThePool) {
   }
 }
 
-TEST(CudaSimBackend, RefusesWhatItsKernelsDoNotCoverYet) {
-  auto sim = make_cuda_sim_backend();
+TEST(DeviceBackend, RefusesWhatItsKernelsDoNotCoverYet) {
+  auto sim = test::device_backend();
   const auto& smol = test::smollm2_native();
   Transformer native(smol.model, *sim);
   try {
@@ -695,6 +700,43 @@ TEST(CudaSimBackend, RefusesWhatItsKernelsDoNotCoverYet) {
     EXPECT_NE(std::string(e.what()).find("expected fp32 weights (--weight-format f32)"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// End to end on stories260K: the CUDA backend on the device writes each token's latent
+// (the CPU's, to float rounding, in the pool's format) and attends over the latents, mode A
+// (every K and V rebuilt, RoPE re-applied, paged attention over the rebuilt rows) and mode B
+// (absorbed); the greedy tokens are the CPU's, with fp32 GEMM weights. 60 tokens (30 under
+// AddressSanitizer, where each emulated launch costs far more).
+TEST(DeviceBackend, MlaBothModesGiveTheCpusTokens) {
+#if defined(__SANITIZE_ADDRESS__)
+  const int steps = 30;
+#else
+  const int steps = 60;
+#endif
+  const auto& m = test::real_model();
+  auto cpu_backend = make_cpu_backend(1);
+  auto sim = test::device_backend(GemmType::kF32);
+  Transformer on_cpu(m.model, *cpu_backend), on_sim(m.model, *sim);
+  struct Case {
+    MlaMode mode;
+    int rank, rope_dims;
+    RopeSelect select;
+    const char* format;
+  };
+  for (const Case c : {Case{MlaMode::kReconstruct, 16, 0, RopeSelect::kHighFrequency, "fp32"},
+                       Case{MlaMode::kReconstruct, 40, 0, RopeSelect::kHighFrequency, "int8"},
+                       Case{MlaMode::kAbsorbed, 16, 2, RopeSelect::kHighFrequency, "fp32"},
+                       Case{MlaMode::kAbsorbed, 24, 2, RopeSelect::kWeightNorm, "int4"},
+                       Case{MlaMode::kAbsorbed, 30, 4, RopeSelect::kHighFrequency, "fp16"}}) {
+    const MlaCodec codec = make_mla_codec(*m.model, {c.mode, c.rank, c.rope_dims, c.select});
+    GenerateOptions o;
+    o.mla = &codec;
+    o.k_format = o.v_format = parse_kv_format(c.format, "test");
+    o.allocator = AllocatorKind::kPaged;
+    const std::vector<int> want = generate_tokens(on_cpu, {}, steps, o, nullptr);
+    EXPECT_EQ(generate_tokens(on_sim, {}, steps, o, nullptr), want)
+        << codec.name() << " latents " << c.format;
   }
 }
 

@@ -207,42 +207,5 @@ TEST(MlaKernels, GatherDecodesEverySlotsRow) {
   }
 }
 
-// End to end on stories260K: the CUDA backend on the emulated device writes each token's latent
-// (the CPU's, to float rounding, in the pool's format) and attends over the latents, mode A
-// (every K and V rebuilt, RoPE re-applied, paged attention over the rebuilt rows) and mode B
-// (absorbed); the greedy tokens are the CPU's, with fp32 GEMM weights. 60 tokens (30 under
-// AddressSanitizer, where each emulated launch costs far more).
-TEST(MlaOnTheEmulatedDevice, BothModesGiveTheCpusTokens) {
-#if defined(__SANITIZE_ADDRESS__)
-  const int steps = 30;
-#else
-  const int steps = 60;
-#endif
-  const auto& m = test::real_model();
-  auto cpu_backend = make_cpu_backend(1);
-  auto sim = make_cuda_sim_backend(GemmType::kF32);
-  Transformer on_cpu(m.model, *cpu_backend), on_sim(m.model, *sim);
-  struct Case {
-    MlaMode mode;
-    int rank, rope_dims;
-    RopeSelect select;
-    const char* format;
-  };
-  for (const Case c : {Case{MlaMode::kReconstruct, 16, 0, RopeSelect::kHighFrequency, "fp32"},
-                       Case{MlaMode::kReconstruct, 40, 0, RopeSelect::kHighFrequency, "int8"},
-                       Case{MlaMode::kAbsorbed, 16, 2, RopeSelect::kHighFrequency, "fp32"},
-                       Case{MlaMode::kAbsorbed, 24, 2, RopeSelect::kWeightNorm, "int4"},
-                       Case{MlaMode::kAbsorbed, 30, 4, RopeSelect::kHighFrequency, "fp16"}}) {
-    const MlaCodec codec = make_mla_codec(*m.model, {c.mode, c.rank, c.rope_dims, c.select});
-    GenerateOptions o;
-    o.mla = &codec;
-    o.k_format = o.v_format = parse_kv_format(c.format, "test");
-    o.allocator = AllocatorKind::kPaged;
-    const std::vector<int> want = generate_tokens(on_cpu, {}, steps, o, nullptr);
-    EXPECT_EQ(generate_tokens(on_sim, {}, steps, o, nullptr), want)
-        << codec.name() << " latents " << c.format;
-  }
-}
-
 }  // namespace
 }  // namespace kvscope::kernels

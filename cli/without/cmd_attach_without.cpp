@@ -1,0 +1,13 @@
+// `kvscope attach` in a build configured with -DKVSCOPE_ATTACH=OFF (no ZeroMQ or msgpack-cxx: the
+// GPU check's build on a bare device machine): the command exists and says why it cannot run.
+#include "cli/commands.h"
+#include "engine/common/error.h"
+
+namespace kvscope::cli {
+
+int cmd_attach(const Argv&) {
+  throw Error("", "this kvscope was built without attach (-DKVSCOPE_ATTACH=OFF: ZeroMQ and "
+                  "msgpack-cxx left out); rebuild with -DKVSCOPE_ATTACH=ON");
+}
+
+}  // namespace kvscope::cli
