@@ -2,7 +2,8 @@
 # Packs what the bare GPU machine lacks into one git-ignored folder, .gpu-pack/, to carry with a
 # `device` call (docs/gpu-results.md), and prints the exact call to make:
 #   googletest/         GoogleTest's sources (Debian's /usr/src/googletest), built there
-#   prefix/             the nlohmann-json header and its CMake package
+#   prefix/             the nlohmann-json header and its CMake package; stb's PNG writer and
+#                       easy-font headers (the report's plots)
 #   models/             stories260K and its tokenizer; SmolLM2-135M-Instruct cut to the most
 #                       transformer blocks that fit (scripts/gguf_truncate.py): the full file is
 #                       98 MB and a call carries 64 MiB, working tree included
@@ -31,6 +32,9 @@ done
 [ -f "$smol" ] || fail "$smol: missing (run scripts/models.sh first)"
 [ -d /usr/src/googletest/googletest ] || fail "/usr/src/googletest: missing (apt-get install googletest)"
 [ -f /usr/include/nlohmann/json.hpp ] || fail "/usr/include/nlohmann: missing (apt-get install nlohmann-json3-dev)"
+for h in stb_image_write.h stb_easy_font.h; do
+  [ -f /usr/include/stb/$h ] || fail "/usr/include/stb/$h: missing (apt-get install libstb-dev)"
+done
 json_cmake=$(dirname "$(find /usr/share/cmake /usr/lib/cmake /usr/lib/*/cmake -name nlohmann_jsonConfig.cmake 2>/dev/null | head -n 1)")
 [ -f "$json_cmake/nlohmann_jsonConfig.cmake" ] || fail "nlohmann_jsonConfig.cmake: not found"
 grep -qx '/.gpu-pack/' .gitignore || fail ".gitignore lacks /.gpu-pack/ (the pack must never be committed)"
@@ -38,7 +42,8 @@ grep -qx '/.gpu-pack/' .gitignore || fail ".gitignore lacks /.gpu-pack/ (the pac
 pack=.gpu-pack
 tmp=$(mktemp -d .gpu-pack.tmp.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/prefix/include" "$tmp/prefix/share/cmake" "$tmp/models/golden"
+mkdir -p "$tmp/prefix/include/stb" "$tmp/prefix/share/cmake" "$tmp/models/golden"
+cp /usr/include/stb/stb_image_write.h /usr/include/stb/stb_easy_font.h "$tmp/prefix/include/stb/"
 cp -r /usr/src/googletest/googletest "$tmp/googletest"
 cp -r /usr/include/nlohmann "$tmp/prefix/include/"
 cp -r "$json_cmake" "$tmp/prefix/share/cmake/nlohmann_json"
