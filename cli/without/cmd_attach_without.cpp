@@ -6,8 +6,9 @@
 namespace kvscope::cli {
 
 int cmd_attach(const Argv&) {
-  throw Error("", "this kvscope was built without attach (-DKVSCOPE_ATTACH=OFF: ZeroMQ and "
-                  "msgpack-cxx left out); rebuild with -DKVSCOPE_ATTACH=ON");
+  throw Error("",
+              "this kvscope was built without attach (-DKVSCOPE_ATTACH=OFF: ZeroMQ and "
+              "msgpack-cxx left out); rebuild with -DKVSCOPE_ATTACH=ON");
 }
 
 }  // namespace kvscope::cli

@@ -6,6 +6,7 @@
 #include "kernels/backend/device_ops.h"
 #include "kernels/ops/argmax.cuh"
 #include "kernels/ops/convert.cuh"
+#include "kernels/ops/decode_attention.cuh"
 #include "kernels/ops/kv_fill.cuh"
 #include "kernels/ops/kv_kivi.cuh"
 #include "kernels/ops/kv_rotate.cuh"

@@ -43,6 +43,8 @@
   extern __shared__ __align__(16) unsigned char kvs_dynamic_smem_[]; \
   T* name = reinterpret_cast<T*>(kvs_dynamic_smem_)
 #define KVS_LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem)>>>(__VA_ARGS__)
+// Unrolls the loop that follows, so that a small array it indexes stays in registers.
+#define KVS_UNROLL _Pragma("unroll")
 
 namespace kvscope::simt {
 using Dim3 = ::dim3;
@@ -121,6 +123,7 @@ KVS_DEVICE std::uint16_t bf16_bits(float x) {
 #define KVS_SHARED_ARRAY(T, name, n) \
   T* name = static_cast<T*>(::kvscope::sim::shared_alloc(sizeof(T) * (n), alignof(T)))
 #define KVS_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::kvscope::sim::dynamic_shared())
+#define KVS_UNROLL
 #define KVS_LAUNCH(kernel, grid, block, smem, ...)                                       \
   ::kvscope::sim::launch(::kvscope::sim::LaunchConfig{(grid), (block), (smem), #kernel}, \
                          [&] { kernel(__VA_ARGS__); })

@@ -59,7 +59,9 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   }
 }
 
-std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> widen(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 TEST(DeviceOps, RmsNormRopeSwigluAndArgmax) {
   auto ops = test::device_ops();
@@ -110,16 +112,16 @@ TEST(DeviceOps, RmsNormRopeSwigluAndArgmax) {
     const int rows = 4, n = 49152;
     auto logits = randn(static_cast<std::size_t>(rows) * n, 7u);
     logits[1 * n + 300] = logits[1 * n + 40000] = 9.0f;  // a tie: the lower index wins
-    logits[2 * n + n - 1] = 9.5f;                         // the last column
-    logits[3 * n + 0] = 8.0f;                             // the first column
+    logits[2 * n + n - 1] = 9.5f;                        // the last column
+    logits[3 * n + 0] = 8.0f;                            // the first column
     Buf<float> dl(*ops, logits);
     Buf<int> dout(*ops, rows);
     ops->argmax(dout.get(), dl.get(), rows, n);
     std::vector<int> want(rows);
     for (int r = 0; r < rows; ++r)
-      want[r] = static_cast<int>(std::max_element(logits.begin() + r * n,
-                                                  logits.begin() + (r + 1) * n) -
-                                 (logits.begin() + r * n));
+      want[r] =
+          static_cast<int>(std::max_element(logits.begin() + r * n, logits.begin() + (r + 1) * n) -
+                           (logits.begin() + r * n));
     EXPECT_EQ(dout.read(), want);
     EXPECT_EQ(want[1], 300);
   }
@@ -150,8 +152,8 @@ TEST(DeviceOps, GemmInEveryWeightType) {
     GemmType type;
     double rel;  // of the sum of |terms|
   };
-  for (const Case c : {Case{GemmType::kF32, 1e-5}, Case{GemmType::kF16, 2e-3},
-                       Case{GemmType::kBF16, 1.6e-2}}) {
+  for (const Case c :
+       {Case{GemmType::kF32, 1e-5}, Case{GemmType::kF16, 2e-3}, Case{GemmType::kBF16, 1.6e-2}}) {
     for (const bool accumulate : {false, true}) {
       Buf<float> dx(*ops, x), dw(*ops, w), dout(*ops, prior);
       const void* xp = dx.get();
@@ -224,8 +226,8 @@ struct DevicePool {
 // softmax(q . K^T / sqrt(d)) V per query head in double, over the live slots of gathered rows.
 void reference_attention(const std::vector<float>& q, const std::vector<float>& k,
                          const std::vector<float>& v, const std::vector<unsigned char>& live,
-                         int heads, int kv_heads, int head_dim, int slots,
-                         std::vector<double>* out, std::vector<double>* weights) {
+                         int heads, int kv_heads, int head_dim, int slots, std::vector<double>* out,
+                         std::vector<double>* weights) {
   const int kv_dim = kv_heads * head_dim;
   out->assign(static_cast<std::size_t>(heads) * head_dim, 0.0);
   weights->assign(static_cast<std::size_t>(heads) * slots, 0.0);
@@ -237,7 +239,8 @@ void reference_attention(const std::vector<float>& q, const std::vector<float>& 
       if (!live.empty() && live[t] == 0) continue;
       double dot = 0.0;
       for (int i = 0; i < head_dim; ++i)
-        dot += double(q[h * head_dim + i]) * k[static_cast<std::size_t>(t) * kv_dim + g * head_dim + i];
+        dot += double(q[h * head_dim + i]) *
+               k[static_cast<std::size_t>(t) * kv_dim + g * head_dim + i];
       s[t] = dot / std::sqrt(double(head_dim));
       top = std::max(top, s[t]);
     }
@@ -264,8 +267,8 @@ TEST(DeviceOps, PagedAttentionInEveryFormatOnePassAndSplit) {
     const char* name;
     double step;  // largest decode error, relative to the row's largest magnitude
   };
-  const Format formats[] = {{"fp32", 0.0},       {"fp16", 1e-3},      {"bf16", 8e-3},
-                            {"int8", 8.5e-3},    {"fp8-e4m3", 7e-2},  {"fp8-e5m2", 0.13},
+  const Format formats[] = {{"fp32", 0.0},    {"fp16", 1e-3},     {"bf16", 8e-3},
+                            {"int8", 8.5e-3}, {"fp8-e4m3", 7e-2}, {"fp8-e5m2", 0.13},
                             {"int4", 0.14}};
   // The emulator runs every thread of every launch on this CPU, and compute-sanitizer checks
   // every access of every launch (KVSCOPE_DEVICE_TESTS_QUICK=1, scripts/gpu-check.sh): there,

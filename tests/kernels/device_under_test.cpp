@@ -18,7 +18,9 @@ bool on_gpu() {
   return gpu;
 }
 
-const char* device_name() { return on_gpu() ? "cuda" : "cuda-sim"; }
+const char* device_name() {
+  return on_gpu() ? "cuda" : "cuda-sim";
+}
 
 std::unique_ptr<Backend> device_backend(GemmType weights) {
   if (!on_gpu()) return make_cuda_sim_backend(weights);

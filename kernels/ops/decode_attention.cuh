@@ -1,0 +1,383 @@
+// Decode attention for the GPU's bandwidth (flash-decoding): the same function as
+// paged_attention.cuh's kernels, over the same pools, formats, live maps, KIVI open groups and
+// capture, laid out so that the K/V bytes are read once, coalesced, by enough blocks to fill the
+// device.
+//
+// Block (g, s) of query i attends with every query head of KV head g's group (GQA: the group's
+// K/V rows are read once for all of them) over the split [s * chunk, (s + 1) * chunk) of the
+// query's slots, in three phases over shared memory:
+//   1. scores: a token's row is read by head_dim / 8 lanes, 8 values each (16-byte loads for
+//      fp16 / bf16, 8-byte for int8 / FP8, 2 x 16 for fp32; other formats value by value),
+//      dotted with each query head and summed across the token's lanes by shuffles;
+//   2. each head's maximum over the split, e^(s - max) and their sum, one warp per head;
+//   3. values: thread d of each group of head_dim threads sums e * v[d] over its tokens for
+//      every head of the group (2-byte coalesced loads for fp16).
+// It writes the split's unnormalized output with its maximum and sum (and, capturing, the e^(s -
+// max) of each slot); decode_reduce_kernel rescales and combines the splits, as
+// paged_attention_reduce_kernel does. The chunk is chosen per launch so that there are enough
+// blocks (decode_chunk).
+//
+// Covered: head_dim 8, 16, 32, 64 or 128, at most kDecodeMaxGroup query heads per KV head, and
+// K/V in fp32, fp16, bf16, int8 or FP8 (decode_covers); the CUDA backend runs paged_attention.cuh's
+// kernels for anything else (int4, int2, KIVI, other shapes). Evicted slots (the live map) are
+// skipped as there.
+// CPU twin: cpu::paged_attention (tests: DeviceOps.*, DeviceBackend.*).
+#pragma once
+
+#include "kernels/common/kv_formats.cuh"
+#include "kernels/common/reduce.cuh"
+#include "kernels/ops/paged_attention.cuh"
+
+KVS_KERNELS_BEGIN
+
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeMaxGroup = 8;
+constexpr int kDecodeMaxChunk = 512;
+
+KVS_HOST_DEVICE bool decode_reads(int code);
+
+// Whether the decode kernels take this shape and these K and V formats.
+KVS_HOST_DEVICE bool decode_covers(int n_heads, int kv_heads, int head_dim, int k_code,
+                                   int v_code) {
+  return kv_heads > 0 && n_heads % kv_heads == 0 && n_heads / kv_heads <= kDecodeMaxGroup &&
+         (head_dim == 8 || head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) &&
+         decode_reads(k_code) && decode_reads(v_code);
+}
+
+// Slots per split: about 1,024 blocks for the launch's rows (every query's slots of every KV
+// head), a multiple of 32 in [64, kDecodeMaxChunk].
+inline int decode_chunk(int max_slots, int kv_heads, int n_queries) {
+  const long rows = static_cast<long>(max_slots) * kv_heads * n_queries;
+  long chunk = (rows / 1024 + 31) / 32 * 32;
+  if (chunk < 64) chunk = 64;
+  if (chunk > kDecodeMaxChunk) chunk = kDecodeMaxChunk;
+  return static_cast<int>(chunk);
+}
+
+// 16 (8) bytes at p, which is 16- (8-) byte aligned, as four (two) 32-bit words.
+KVS_DEVICE void load_words4(const unsigned char* p, std::uint32_t* w) {
+#ifdef __CUDACC__
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
+#else
+  memcpy(w, p, 16);
+#endif
+}
+KVS_DEVICE void load_words2(const unsigned char* p, std::uint32_t* w) {
+#ifdef __CUDACC__
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  w[0] = v.x;
+  w[1] = v.y;
+#else
+  memcpy(w, p, 8);
+#endif
+}
+KVS_DEVICE bool aligned_to(const unsigned char* p, unsigned bytes) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1u)) == 0;
+}
+
+// Whether the decode kernels read format `code` (the per-token formats whose values are whole
+// bytes: fp32, fp16, bf16, int8 and FP8); the packed ones and KIVI take paged_attention.cuh's.
+KVS_HOST_DEVICE bool decode_reads(int code) {
+  return code == kKvF32 || code == kKvF16 || code == kKvBF16 || code == kKvInt8 ||
+         code == kKvE4M3 || code == kKvE5M2;
+}
+
+// x[j] = slot t's value d0 + j (j < 8) of KV head g in a format decode_reads, decoded as kv_load
+// decodes it: one or two vector loads where the row is aligned for them, else value by value.
+KVS_DEVICE void load_eight(const PagedKv& kv, const KvTiles& tiles, int t, int g, int d0,
+                           float* x) {
+  const int kv_dim = kv.kv_heads * kv.head_dim;
+  const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
+  const unsigned char* tile = tiles.base + static_cast<long>(block) * tiles.tile_bytes;
+  const long i = static_cast<long>(offset) * kv_dim + g * kv.head_dim + d0;
+  std::uint32_t w[4];
+  if (tiles.code == kKvF32) {
+    const unsigned char* p = tile + i * 4;
+    if (aligned_to(p, 16)) {
+      load_words4(p, w);
+      KVS_UNROLL
+      for (int j = 0; j < 4; ++j) x[j] = bits_float(w[j]);
+      load_words4(p + 16, w);
+      KVS_UNROLL
+      for (int j = 0; j < 4; ++j) x[4 + j] = bits_float(w[j]);
+    } else {
+      KVS_UNROLL
+      for (int j = 0; j < 8; ++j) x[j] = reinterpret_cast<const float*>(p)[j];
+    }
+  } else if (tiles.code == kKvF16 || tiles.code == kKvBF16) {
+    const unsigned char* p = tile + i * 2;
+    if (aligned_to(p, 16)) {
+      load_words4(p, w);
+    } else {
+      KVS_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const auto* u = reinterpret_cast<const std::uint16_t*>(p);
+        w[j] =
+            static_cast<std::uint32_t>(u[2 * j]) | (static_cast<std::uint32_t>(u[2 * j + 1]) << 16);
+      }
+    }
+    const bool f16 = tiles.code == kKvF16;
+    KVS_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const auto h = static_cast<std::uint16_t>(w[j / 2] >> (16 * (j % 2)));
+      x[j] = f16 ? f16_value(h) : bf16_value(h);
+    }
+  } else {  // int8, FP8: 1-byte codes and a 16-bit scale per token per KV head
+    const unsigned char* p = tile + i;
+    if (aligned_to(p, 8)) {
+      load_words2(p, w);
+    } else {
+      w[0] = static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
+             (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+      w[1] = static_cast<std::uint32_t>(p[4]) | (static_cast<std::uint32_t>(p[5]) << 8) |
+             (static_cast<std::uint32_t>(p[6]) << 16) | (static_cast<std::uint32_t>(p[7]) << 24);
+    }
+    const auto* scales =
+        reinterpret_cast<const std::uint16_t*>(tile + static_cast<long>(kv.block_size) * kv_dim);
+    const std::uint16_t s = scales[static_cast<long>(offset) * kv.kv_heads + g];
+    const float scale = tiles.code == kKvInt8 ? f16_value(s) : bf16_value(s);
+    KVS_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const unsigned b = (w[j / 4] >> (8 * (j % 4))) & 0xFFu;
+      x[j] = tiles.code == kKvInt8 ? static_cast<float>(static_cast<signed char>(b)) * scale
+                                   : fp8_decode(b, tiles.code == kKvE4M3) * scale;
+    }
+  }
+}
+
+// The shared memory one block uses (floats): the group's queries [group][head_dim], the split's
+// scores [group][chunk], and the value phase's partial sums [kDecodeThreads][group].
+inline std::size_t decode_shared_bytes(int group, int head_dim, int chunk) {
+  return sizeof(float) *
+         static_cast<std::size_t>(group * head_dim + group * chunk + kDecodeThreads * group);
+}
+
+// One block's split (see the top of this file). q: this query's [n_heads][head_dim]; part, m, l:
+// this query's [n_heads][splits][head_dim], [n_heads][splits]; w_base: this query's captured rows
+// [n_heads][num_slots], or nullptr.
+KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int g, int s,
+                             int splits, int chunk, float* part, float* m, float* l,
+                             float* w_base) {
+  KVS_SHARED_ARRAY(float, stats, 2 * kDecodeMaxGroup);
+  KVS_DYNAMIC_SHARED(float, smem);
+  const int hd = kv.head_dim, group = n_heads / kv.kv_heads, h0 = g * group;
+  float* q_s = smem;
+  float* sc = q_s + group * hd;
+  float* red = sc + group * chunk;
+  const int tid = static_cast<int>(simt::tid_x()), lane = tid % 32, warp = tid / 32;
+  const int warps = kDecodeThreads / 32;
+  const int t0 = s * chunk, t1 = t0 + chunk < kv.num_slots ? t0 + chunk : kv.num_slots;
+  const int n = t1 > t0 ? t1 - t0 : 0;
+  const float inv_sqrt = 1.0f / sqrtf(static_cast<float>(hd));
+  for (int i = tid; i < group * hd; i += kDecodeThreads)
+    q_s[i] = q[static_cast<long>(h0) * hd + i] * inv_sqrt;
+  simt::sync_block();
+
+  // 1. Scores: `lanes` lanes per token, 8 values each; `per_warp` tokens per warp step.
+  const int lanes = hd / 8, per_warp = 32 / lanes;
+  const int sub = lane / lanes, li = lane % lanes, d0 = li * 8;
+  for (int base = warp * per_warp; base < n; base += warps * per_warp) {
+    const int i = base + sub;  // this lane's token, when i < n; every lane shuffles
+    const bool live = i < n && slot_is_live(kv, t0 + i);
+    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (live) load_eight(kv, kv.k, t0 + i, g, d0, x);
+    float dot[kDecodeMaxGroup];
+    KVS_UNROLL
+    for (int h = 0; h < kDecodeMaxGroup; ++h) {
+      dot[h] = 0.0f;
+      if (h < group) {
+        const float* qh = q_s + h * hd + d0;
+        KVS_UNROLL
+        for (int j = 0; j < 8; ++j) dot[h] += qh[j] * x[j];
+      }
+    }
+    for (int o = lanes / 2; o > 0; o >>= 1) {
+      KVS_UNROLL
+      for (int h = 0; h < kDecodeMaxGroup; ++h)
+        if (h < group) dot[h] += simt::shfl_xor(dot[h], o);
+    }
+    if (i < n && li == 0) {
+      KVS_UNROLL
+      for (int h = 0; h < kDecodeMaxGroup; ++h)
+        if (h < group) sc[h * chunk + i] = live ? dot[h] : -INFINITY;
+    }
+  }
+  simt::sync_block();
+
+  // 2. Per head: the split's maximum, e = e^(score - max) in place, and their sum.
+  for (int h = warp; h < group; h += warps) {
+    float* row = sc + h * chunk;
+    float mx = -INFINITY;
+    for (int i = lane; i < n; i += 32) mx = fmaxf(mx, row[i]);
+    mx = warp_reduce<true>(mx);
+    float sum = 0.0f;
+    for (int i = lane; i < n; i += 32) {
+      const float e = mx == -INFINITY || row[i] == -INFINITY ? 0.0f : expf(row[i] - mx);
+      row[i] = e;
+      sum += e;
+    }
+    sum = warp_reduce<false>(sum);
+    if (lane == 0) {
+      stats[h] = mx;
+      stats[kDecodeMaxGroup + h] = sum;
+    }
+    if (w_base != nullptr) {
+      float* w = w_base + static_cast<long>(h0 + h) * kv.num_slots + t0;
+      for (int i = lane; i < n; i += 32) w[i] = row[i];
+    }
+  }
+  simt::sync_block();
+
+  // 3. Values: thread d of token group tg (kDecodeThreads / head_dim groups) over tokens tg,
+  // tg + groups, ...
+  const int tgroups = kDecodeThreads / hd, tg = tid / hd, d = tid % hd;
+  float acc[kDecodeMaxGroup];
+  KVS_UNROLL
+  for (int h = 0; h < kDecodeMaxGroup; ++h) acc[h] = 0.0f;
+  for (int i = tg; i < n; i += tgroups) {
+    if (!slot_is_live(kv, t0 + i)) continue;
+    const float v = kv_at(kv, kv.v, nullptr, 0, t0 + i, g, d);
+    KVS_UNROLL
+    for (int h = 0; h < kDecodeMaxGroup; ++h)
+      if (h < group) acc[h] += sc[h * chunk + i] * v;
+  }
+  KVS_UNROLL
+  for (int h = 0; h < kDecodeMaxGroup; ++h)
+    if (h < group) red[tid * group + h] = acc[h];
+  simt::sync_block();
+  if (tg == 0) {
+    for (int h = 0; h < group; ++h) {
+      float total = 0.0f;
+      for (int k = 0; k < tgroups; ++k) total += red[(k * hd + d) * group + h];
+      const long hs = static_cast<long>(h0 + h) * splits + s;
+      part[hs * hd + d] = total;
+      if (d == 0) {
+        m[hs] = stats[h];
+        l[hs] = stats[kDecodeMaxGroup + h];
+      }
+    }
+  }
+}
+
+// One query: block (g + kv_heads * s) of a grid of kv_heads * splits.
+KVS_GLOBAL void decode_split_kernel(float* part, float* m, float* l, const float* q, PagedKv kv,
+                                    int n_heads, int chunk, float* weights) {
+  const int b = static_cast<int>(simt::bid_x());
+  const int splits = static_cast<int>(simt::gdim_x()) / kv.kv_heads;
+  decode_split(kv, q, n_heads, b % kv.kv_heads, b / kv.kv_heads, splits, chunk, part, m, l,
+               weights);
+}
+
+// The query of meta row i as the batch kernels read it (paged_attention.cuh's PagedBatch).
+KVS_DEVICE PagedKv batch_query(const PagedBatch& b, int i) {
+  const int* mi = b.meta + kBatchMeta * i;
+  PagedKv kv;
+  kv.k = b.k;
+  kv.v = b.v;
+  kv.block_table = b.tables + mi[0];
+  kv.num_slots = mi[1];
+  kv.block_size = b.block_size;
+  kv.kv_heads = b.kv_heads;
+  kv.head_dim = b.head_dim;
+  kv.live = mi[2] >= 0 ? b.live + mi[2] : nullptr;
+  kv.open_k_start = mi[4];
+  kv.open_k = mi[5] >= 0 ? b.staging + mi[5] : nullptr;
+  kv.open_v_start = mi[6];
+  kv.open_v = mi[7] >= 0 ? b.staging + mi[7] : nullptr;
+  return kv;
+}
+
+// Many queries (a step): block (g + kv_heads * s, i); splits past a query's slots are empty.
+KVS_GLOBAL void decode_split_batch_kernel(float* part, float* m, float* l, const float* q,
+                                          PagedBatch pb, int n_heads, int chunk, float* weights) {
+  const int b = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
+  const int splits = static_cast<int>(simt::gdim_x()) / pb.kv_heads;
+  const PagedKv kv = batch_query(pb, i);
+  const long per_query = static_cast<long>(n_heads) * splits;
+  const int* mi = pb.meta + kBatchMeta * i;
+  decode_split(kv, q + static_cast<long>(i) * n_heads * pb.head_dim, n_heads, b % pb.kv_heads,
+               b / pb.kv_heads, splits, chunk, part + per_query * i * pb.head_dim,
+               m + per_query * i, l + per_query * i,
+               weights != nullptr && mi[3] >= 0 ? weights + mi[3] : nullptr);
+}
+
+// Block (h, i): head h of query i, its splits combined as paged_attention_reduce_kernel does.
+// meta: the batch's rows (num_slots and capture offset of query i), or nullptr for one query of
+// num_slots slots captured into `weights`.
+KVS_GLOBAL void decode_reduce_kernel(float* out, const float* part, const float* m, const float* l,
+                                     int n_heads, int splits, int head_dim, int chunk,
+                                     const int* meta, int num_slots, float* weights) {
+  const int h = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  const int slots = meta != nullptr ? meta[kBatchMeta * i + 1] : num_slots;
+  float* w = weights;
+  if (meta != nullptr)
+    w = weights != nullptr && meta[kBatchMeta * i + 3] >= 0 ? weights + meta[kBatchMeta * i + 3]
+                                                            : nullptr;
+  const int used = (slots + chunk - 1) / chunk;
+  const long h0 = (static_cast<long>(i) * n_heads + h) * splits;
+  float big = -INFINITY;
+  for (int s = 0; s < used; ++s) big = fmaxf(big, m[h0 + s]);
+  const auto rescale = [&](int s) { return m[h0 + s] == -INFINITY ? 0.0f : expf(m[h0 + s] - big); };
+  float total = 0.0f;
+  for (int s = 0; s < used; ++s) total += l[h0 + s] * rescale(s);
+  for (int d = tid; d < head_dim; d += nt) {
+    float acc = 0.0f;
+    for (int s = 0; s < used; ++s) acc += part[(h0 + s) * head_dim + d] * rescale(s);
+    out[(static_cast<long>(i) * n_heads + h) * head_dim + d] = acc / total;
+  }
+  if (w != nullptr) {
+    for (int t = tid; t < slots; t += nt) {
+      const long at = static_cast<long>(h) * slots + t;
+      w[at] = w[at] * rescale(t / chunk) / total;
+    }
+  }
+}
+
+// Floats of device workspace for n_queries queries of at most max_slots slots.
+inline long decode_workspace_floats(int n_queries, int n_heads, int kv_heads, int head_dim,
+                                    int max_slots) {
+  const int chunk = decode_chunk(max_slots, kv_heads, n_queries);
+  return split_workspace_floats(n_heads * n_queries, head_dim, max_slots, chunk);
+}
+
+// One query over kv (decode_covers its shape): `work` holds decode_workspace_floats(1, ...).
+inline void launch_decode_attention(float* out, const float* q, const PagedKv& kv, int n_heads,
+                                    float* work, float* weights = nullptr) {
+  const int chunk = decode_chunk(kv.num_slots, kv.kv_heads, 1);
+  const int splits = (kv.num_slots + chunk - 1) / chunk;
+  const auto [part, m, l] = split_parts(work, n_heads, splits, kv.head_dim);
+  KVS_LAUNCH(decode_split_kernel, simt::Dim3(static_cast<unsigned>(kv.kv_heads * splits)),
+             simt::Dim3(static_cast<unsigned>(kDecodeThreads)),
+             decode_shared_bytes(n_heads / kv.kv_heads, kv.head_dim, chunk), part, m, l, q, kv,
+             n_heads, chunk, weights);
+  KVS_LAUNCH(decode_reduce_kernel, simt::Dim3(static_cast<unsigned>(n_heads), 1u),
+             simt::Dim3(static_cast<unsigned>(kDecodeThreads)), 0, out, part, m, l, n_heads, splits,
+             kv.head_dim, chunk, static_cast<const int*>(nullptr), kv.num_slots, weights);
+}
+
+// n_queries queries of a step, every num_slots at most max_slots (any length):
+// `work` holds decode_workspace_floats(n_queries, ...).
+inline void launch_decode_attention_batch(float* out, const float* q, const PagedBatch& b,
+                                          int n_queries, int n_heads, int max_slots, float* work,
+                                          float* weights = nullptr) {
+  const int chunk = decode_chunk(max_slots, b.kv_heads, n_queries);
+  const int splits = (max_slots + chunk - 1) / chunk;
+  const auto [part, m, l] = split_parts(work, n_heads * n_queries, splits, b.head_dim);
+  KVS_LAUNCH(
+      decode_split_batch_kernel,
+      simt::Dim3(static_cast<unsigned>(b.kv_heads * splits), static_cast<unsigned>(n_queries)),
+      simt::Dim3(static_cast<unsigned>(kDecodeThreads)),
+      decode_shared_bytes(n_heads / b.kv_heads, b.head_dim, chunk), part, m, l, q, b, n_heads,
+      chunk, weights);
+  KVS_LAUNCH(decode_reduce_kernel,
+             simt::Dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_queries)),
+             simt::Dim3(static_cast<unsigned>(kDecodeThreads)), 0, out, part, m, l, n_heads, splits,
+             b.head_dim, chunk, b.meta, 0, weights);
+}
+
+KVS_KERNELS_END
