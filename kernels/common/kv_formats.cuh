@@ -64,7 +64,12 @@ KVS_HOST_DEVICE float bits_float(std::uint32_t u) {
   return x;
 }
 
+// Decoding is exact in every format (each fp16, bf16 and FP8 value is a float), so on the GPU
+// the hardware's conversions give the same floats as the bit arithmetic the emulator runs.
 KVS_HOST_DEVICE float f16_value(std::uint16_t h) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(h));
+#else
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
   if (exp == 0) {
@@ -73,6 +78,7 @@ KVS_HOST_DEVICE float f16_value(std::uint16_t h) {
   }
   if (exp == 31) return bits_float(sign | 0x7F800000u | (mant << 13));
   return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+#endif
 }
 KVS_HOST_DEVICE float bf16_value(std::uint16_t b) {
   return bits_float(static_cast<std::uint32_t>(b) << 16);
@@ -114,6 +120,11 @@ KVS_HOST_DEVICE float fp8_value(int code, bool e4m3) {
   return ldexpf(1.0f + static_cast<float>(m) * mant_scale, e - (e4m3 ? 7 : 15));
 }
 KVS_HOST_DEVICE float fp8_decode(unsigned c, bool e4m3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890  // FP8 conversions in hardware (Ada, Hopper)
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c & 0xFFu),
+                                               e4m3 ? __NV_E4M3 : __NV_E5M2);
+  return __half2float(__half(h));
+#else
   const int code = static_cast<int>(c & 0x7Fu);
   float v;
   if (e4m3 && code == 0x7F)
@@ -123,6 +134,7 @@ KVS_HOST_DEVICE float fp8_decode(unsigned c, bool e4m3) {
   else
     v = fp8_value(code, e4m3);
   return (c & 0x80u) ? -v : v;
+#endif
 }
 // Nearest code, ties to the even code; saturating; NaN to the format's NaN.
 KVS_HOST_DEVICE std::uint8_t fp8_encode(float x, bool e4m3) {

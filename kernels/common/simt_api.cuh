@@ -32,6 +32,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #define KVS_GLOBAL __global__
 #define KVS_DEVICE __device__ __forceinline__

@@ -10,8 +10,8 @@
 //      fp16 / bf16, 8-byte for int8 / FP8, 2 x 16 for fp32; other formats value by value),
 //      dotted with each query head and summed across the token's lanes by shuffles;
 //   2. each head's maximum over the split, e^(s - max) and their sum, one warp per head;
-//   3. values: thread d of each group of head_dim threads sums e * v[d] over its tokens for
-//      every head of the group (2-byte coalesced loads for fp16).
+//   3. values: the lanes of phase 1 read V the same way and sum e * v for kDecodeHeadBlock heads
+//      at a time, and the token groups' sums are added in shared memory.
 // It writes the split's unnormalized output with its maximum and sum (and, capturing, the e^(s -
 // max) of each slot); decode_reduce_kernel rescales and combines the splits, as
 // paged_attention_reduce_kernel does. The chunk is chosen per launch so that there are enough
@@ -33,6 +33,7 @@ KVS_KERNELS_BEGIN
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeMaxGroup = 8;
 constexpr int kDecodeMaxChunk = 512;
+constexpr int kDecodeHeadBlock = 4;  // query heads whose value sums one lane holds at a time
 
 KVS_HOST_DEVICE bool decode_reads(int code);
 
@@ -88,10 +89,12 @@ KVS_HOST_DEVICE bool decode_reads(int code) {
 
 // x[j] = slot t's value d0 + j (j < 8) of KV head g in a format decode_reads, decoded as kv_load
 // decodes it: one or two vector loads where the row is aligned for them, else value by value.
-KVS_DEVICE void load_eight(const PagedKv& kv, const KvTiles& tiles, int t, int g, int d0,
-                           float* x) {
+// bs_shift: log2 of the block size when it is a power of two, else -1.
+KVS_DEVICE void load_eight(const PagedKv& kv, const KvTiles& tiles, int bs_shift, int t, int g,
+                           int d0, float* x) {
   const int kv_dim = kv.kv_heads * kv.head_dim;
-  const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
+  const int logical = bs_shift >= 0 ? t >> bs_shift : t / kv.block_size;
+  const int block = kv.block_table[logical], offset = t - logical * kv.block_size;
   const unsigned char* tile = tiles.base + static_cast<long>(block) * tiles.tile_bytes;
   const long i = static_cast<long>(offset) * kv_dim + g * kv.head_dim + d0;
   std::uint32_t w[4];
@@ -150,10 +153,11 @@ KVS_DEVICE void load_eight(const PagedKv& kv, const KvTiles& tiles, int t, int g
 }
 
 // The shared memory one block uses (floats): the group's queries [group][head_dim], the split's
-// scores [group][chunk], and the value phase's partial sums [kDecodeThreads][group].
+// scores [group][chunk], and the value phase's sums per token group [kDecodeThreads * 8 /
+// head_dim][kDecodeHeadBlock][head_dim].
 inline std::size_t decode_shared_bytes(int group, int head_dim, int chunk) {
-  return sizeof(float) *
-         static_cast<std::size_t>(group * head_dim + group * chunk + kDecodeThreads * group);
+  return sizeof(float) * static_cast<std::size_t>(group * head_dim + group * chunk +
+                                                  kDecodeThreads * 8 * kDecodeHeadBlock);
 }
 
 // One block's split (see the top of this file). q: this query's [n_heads][head_dim]; part, m, l:
@@ -173,6 +177,9 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
   const int t0 = s * chunk, t1 = t0 + chunk < kv.num_slots ? t0 + chunk : kv.num_slots;
   const int n = t1 > t0 ? t1 - t0 : 0;
   const float inv_sqrt = 1.0f / sqrtf(static_cast<float>(hd));
+  int bs_shift = -1;
+  for (int b = 0; b < 30; ++b)
+    if ((1 << b) == kv.block_size) bs_shift = b;
   for (int i = tid; i < group * hd; i += kDecodeThreads)
     q_s[i] = q[static_cast<long>(h0) * hd + i] * inv_sqrt;
   simt::sync_block();
@@ -184,7 +191,7 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
     const int i = base + sub;  // this lane's token, when i < n; every lane shuffles
     const bool live = i < n && slot_is_live(kv, t0 + i);
     float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (live) load_eight(kv, kv.k, t0 + i, g, d0, x);
+    if (live) load_eight(kv, kv.k, bs_shift, t0 + i, g, d0, x);
     float dot[kDecodeMaxGroup];
     KVS_UNROLL
     for (int h = 0; h < kDecodeMaxGroup; ++h) {
@@ -232,34 +239,51 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
   }
   simt::sync_block();
 
-  // 3. Values: thread d of token group tg (kDecodeThreads / head_dim groups) over tokens tg,
-  // tg + groups, ...
-  const int tgroups = kDecodeThreads / hd, tg = tid / hd, d = tid % hd;
-  float acc[kDecodeMaxGroup];
-  KVS_UNROLL
-  for (int h = 0; h < kDecodeMaxGroup; ++h) acc[h] = 0.0f;
-  for (int i = tg; i < n; i += tgroups) {
-    if (!slot_is_live(kv, t0 + i)) continue;
-    const float v = kv_at(kv, kv.v, nullptr, 0, t0 + i, g, d);
+  // 3. Values, kDecodeHeadBlock heads at a time: each lane sums e * v over its tokens for the
+  // 8 dimensions it read K for; then the token groups' sums are added in shared memory.
+  for (int hb = 0; hb < group; hb += kDecodeHeadBlock) {
+    float acc[kDecodeHeadBlock][8];
     KVS_UNROLL
-    for (int h = 0; h < kDecodeMaxGroup; ++h)
-      if (h < group) acc[h] += sc[h * chunk + i] * v;
-  }
-  KVS_UNROLL
-  for (int h = 0; h < kDecodeMaxGroup; ++h)
-    if (h < group) red[tid * group + h] = acc[h];
-  simt::sync_block();
-  if (tg == 0) {
-    for (int h = 0; h < group; ++h) {
-      float total = 0.0f;
-      for (int k = 0; k < tgroups; ++k) total += red[(k * hd + d) * group + h];
-      const long hs = static_cast<long>(h0 + h) * splits + s;
-      part[hs * hd + d] = total;
-      if (d == 0) {
-        m[hs] = stats[h];
-        l[hs] = stats[kDecodeMaxGroup + h];
+    for (int hh = 0; hh < kDecodeHeadBlock; ++hh) {
+      KVS_UNROLL
+      for (int j = 0; j < 8; ++j) acc[hh][j] = 0.0f;
+    }
+    for (int base = warp * per_warp; base < n; base += warps * per_warp) {
+      const int i = base + sub;
+      if (i >= n || !slot_is_live(kv, t0 + i)) continue;  // no collective in this loop
+      float x[8];
+      load_eight(kv, kv.v, bs_shift, t0 + i, g, d0, x);
+      KVS_UNROLL
+      for (int hh = 0; hh < kDecodeHeadBlock; ++hh) {
+        if (hb + hh >= group) continue;
+        const float e = sc[(hb + hh) * chunk + i];
+        KVS_UNROLL
+        for (int j = 0; j < 8; ++j) acc[hh][j] += e * x[j];
       }
     }
+    // The sums of token group tk (warp, sub) to red[tk][hh][head_dim]; then each output adds
+    // its groups' (shared memory, not shuffles: cheap on the GPU once per split, and the
+    // emulator pays a fiber switch per shuffled value).
+    const int tk = warp * per_warp + sub, groups_of_tokens = warps * per_warp;
+    KVS_UNROLL
+    for (int hh = 0; hh < kDecodeHeadBlock; ++hh) {
+      KVS_UNROLL
+      for (int j = 0; j < 8; ++j) red[(tk * kDecodeHeadBlock + hh) * hd + d0 + j] = acc[hh][j];
+    }
+    simt::sync_block();
+    for (int idx = tid; idx < kDecodeHeadBlock * hd; idx += kDecodeThreads) {
+      const int hh = idx / hd, d = idx % hd;
+      if (hb + hh >= group) continue;
+      float total = 0.0f;
+      for (int k = 0; k < groups_of_tokens; ++k) total += red[(k * kDecodeHeadBlock + hh) * hd + d];
+      const long hs = static_cast<long>(h0 + hb + hh) * splits + s;
+      part[hs * hd + d] = total;
+      if (d == 0) {
+        m[hs] = stats[hb + hh];
+        l[hs] = stats[kDecodeMaxGroup + hb + hh];
+      }
+    }
+    simt::sync_block();  // every sum is read before the next head block writes red
   }
 }
 
