@@ -17,7 +17,7 @@
 // paged_attention_reduce_kernel does. The chunk is chosen per launch so that there are enough
 // blocks (decode_chunk).
 //
-// Covered: head_dim 8, 16, 32, 64 or 128, at most kDecodeMaxGroup query heads per KV head, and
+// Covered: head_dim 8, 16, 32, 64 or 128, at most kDecodeMaxGroup (4) query heads per KV head, and
 // K/V in fp32, fp16, bf16, int8 or FP8 (decode_covers); the CUDA backend runs paged_attention.cuh's
 // kernels for anything else (int4, int2, KIVI, other shapes). Evicted slots (the live map) are
 // skipped as there.
@@ -31,7 +31,7 @@
 KVS_KERNELS_BEGIN
 
 constexpr int kDecodeThreads = 128;
-constexpr int kDecodeMaxGroup = 8;
+constexpr int kDecodeMaxGroup = 4;
 constexpr int kDecodeMaxChunk = 512;
 constexpr int kDecodeHeadBlock = 4;  // query heads whose value sums one lane holds at a time
 
@@ -87,85 +87,107 @@ KVS_HOST_DEVICE bool decode_reads(int code) {
          code == kKvE4M3 || code == kKvE5M2;
 }
 
-// x[j] = slot t's value d0 + j (j < 8) of KV head g in a format decode_reads, decoded as kv_load
-// decodes it: one or two vector loads where the row is aligned for them, else value by value.
-// bs_shift: log2 of the block size when it is a power of two, else -1.
-KVS_DEVICE void load_eight(const PagedKv& kv, const KvTiles& tiles, int bs_shift, int t, int g,
-                           int d0, float* x) {
+// Slot t's values d0 .. d0 + 7 of KV head g as stored, in a format decode_reads: up to 32 bytes of
+// codes and, for int8 / FP8, the token's scale. Fetched in one step and decoded in another, so
+// that a lane can have several rows' loads in flight before it needs the first.
+struct RawEight {
+  std::uint32_t w[8];  // int8 / FP8: the codes in w[0..1], the scale's 16 bits in w[2]
+};
+
+// The row's bytes: one or two vector loads where the row is aligned for them, else value by
+// value. tbl: the block table's entries from logical block `first` on (shared memory); bs_shift:
+// log2 of the block size when it is a power of two, else -1.
+KVS_DEVICE void fetch_eight(const PagedKv& kv, const KvTiles& tiles, const int* tbl, int first,
+                            int bs_shift, int t, int g, int d0, RawEight& r) {
   const int kv_dim = kv.kv_heads * kv.head_dim;
   const int logical = bs_shift >= 0 ? t >> bs_shift : t / kv.block_size;
-  const int block = kv.block_table[logical], offset = t - logical * kv.block_size;
+  const int block = tbl[logical - first], offset = t - logical * kv.block_size;
   const unsigned char* tile = tiles.base + static_cast<long>(block) * tiles.tile_bytes;
   const long i = static_cast<long>(offset) * kv_dim + g * kv.head_dim + d0;
-  std::uint32_t w[4];
   if (tiles.code == kKvF32) {
     const unsigned char* p = tile + i * 4;
     if (aligned_to(p, 16)) {
-      load_words4(p, w);
-      KVS_UNROLL
-      for (int j = 0; j < 4; ++j) x[j] = bits_float(w[j]);
-      load_words4(p + 16, w);
-      KVS_UNROLL
-      for (int j = 0; j < 4; ++j) x[4 + j] = bits_float(w[j]);
+      load_words4(p, r.w);
+      load_words4(p + 16, r.w + 4);
     } else {
       KVS_UNROLL
-      for (int j = 0; j < 8; ++j) x[j] = reinterpret_cast<const float*>(p)[j];
+      for (int j = 0; j < 8; ++j) r.w[j] = reinterpret_cast<const std::uint32_t*>(p)[j];
     }
   } else if (tiles.code == kKvF16 || tiles.code == kKvBF16) {
     const unsigned char* p = tile + i * 2;
     if (aligned_to(p, 16)) {
-      load_words4(p, w);
+      load_words4(p, r.w);
     } else {
+      const auto* u = reinterpret_cast<const std::uint16_t*>(p);
       KVS_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        const auto* u = reinterpret_cast<const std::uint16_t*>(p);
-        w[j] =
+      for (int j = 0; j < 4; ++j)
+        r.w[j] =
             static_cast<std::uint32_t>(u[2 * j]) | (static_cast<std::uint32_t>(u[2 * j + 1]) << 16);
-      }
-    }
-    const bool f16 = tiles.code == kKvF16;
-    KVS_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      const auto h = static_cast<std::uint16_t>(w[j / 2] >> (16 * (j % 2)));
-      x[j] = f16 ? f16_value(h) : bf16_value(h);
     }
   } else {  // int8, FP8: 1-byte codes and a 16-bit scale per token per KV head
     const unsigned char* p = tile + i;
     if (aligned_to(p, 8)) {
-      load_words2(p, w);
+      load_words2(p, r.w);
     } else {
-      w[0] = static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
-             (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
-      w[1] = static_cast<std::uint32_t>(p[4]) | (static_cast<std::uint32_t>(p[5]) << 8) |
-             (static_cast<std::uint32_t>(p[6]) << 16) | (static_cast<std::uint32_t>(p[7]) << 24);
+      KVS_UNROLL
+      for (int j = 0; j < 2; ++j)
+        r.w[j] = static_cast<std::uint32_t>(p[4 * j]) |
+                 (static_cast<std::uint32_t>(p[4 * j + 1]) << 8) |
+                 (static_cast<std::uint32_t>(p[4 * j + 2]) << 16) |
+                 (static_cast<std::uint32_t>(p[4 * j + 3]) << 24);
     }
     const auto* scales =
         reinterpret_cast<const std::uint16_t*>(tile + static_cast<long>(kv.block_size) * kv_dim);
-    const std::uint16_t s = scales[static_cast<long>(offset) * kv.kv_heads + g];
-    const float scale = tiles.code == kKvInt8 ? f16_value(s) : bf16_value(s);
+    r.w[2] = scales[static_cast<long>(offset) * kv.kv_heads + g];
+  }
+}
+
+// x[j] = the row's value d0 + j, decoded as kv_load decodes it.
+KVS_DEVICE void decode_eight(int code, const RawEight& r, float* x) {
+  if (code == kKvF32) {
+    KVS_UNROLL
+    for (int j = 0; j < 8; ++j) x[j] = bits_float(r.w[j]);
+  } else if (code == kKvF16 || code == kKvBF16) {
     KVS_UNROLL
     for (int j = 0; j < 8; ++j) {
-      const unsigned b = (w[j / 4] >> (8 * (j % 4))) & 0xFFu;
-      x[j] = tiles.code == kKvInt8 ? static_cast<float>(static_cast<signed char>(b)) * scale
-                                   : fp8_decode(b, tiles.code == kKvE4M3) * scale;
+      const auto h = static_cast<std::uint16_t>(r.w[j / 2] >> (16 * (j % 2)));
+      x[j] = code == kKvF16 ? f16_value(h) : bf16_value(h);
+    }
+  } else {
+    const auto bits = static_cast<std::uint16_t>(r.w[2]);
+    const float scale = code == kKvInt8 ? f16_value(bits) : bf16_value(bits);
+    KVS_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const unsigned b = (r.w[j / 4] >> (8 * (j % 4))) & 0xFFu;
+      x[j] = code == kKvInt8 ? static_cast<float>(static_cast<signed char>(b)) * scale
+                             : fp8_decode(b, code == kKvE4M3) * scale;
     }
   }
 }
 
+// A row that is not read (past the split, or evicted): zeros in every format.
+KVS_DEVICE void zero_eight(RawEight& r) {
+  KVS_UNROLL
+  for (int j = 0; j < 8; ++j) r.w[j] = 0;
+}
+
 // The shared memory one block uses (floats): the group's queries [group][head_dim], the split's
 // scores [group][chunk], and the value phase's sums per token group [kDecodeThreads * 8 /
-// head_dim][kDecodeHeadBlock][head_dim].
+// head_dim][kDecodeHeadBlock][head_dim]; then the split's block table entries (ints).
 inline std::size_t decode_shared_bytes(int group, int head_dim, int chunk) {
   return sizeof(float) * static_cast<std::size_t>(group * head_dim + group * chunk +
-                                                  kDecodeThreads * 8 * kDecodeHeadBlock);
+                                                  kDecodeThreads * 8 * kDecodeHeadBlock) +
+         sizeof(int) * static_cast<std::size_t>(chunk + 1);
 }
 
 // One block's split (see the top of this file). q: this query's [n_heads][head_dim]; part, m, l:
-// this query's [n_heads][splits][head_dim], [n_heads][splits]; w_base: this query's captured rows
-// [n_heads][num_slots], or nullptr.
+// the launch's [queries][n_heads][splits][head_dim], [queries][n_heads][splits], this query's
+// rows from row0 (its index times n_heads) on; its captured rows [n_heads][num_slots] from
+// weights + w_off, or none when weights is nullptr or w_off < 0. (The launch's pointers and an
+// offset, not this query's pointers: fewer registers held through the loops.)
 KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int g, int s,
-                             int splits, int chunk, float* part, float* m, float* l,
-                             float* w_base) {
+                             int splits, int chunk, float* part, float* m, float* l, long row0,
+                             float* weights, long w_off) {
   KVS_SHARED_ARRAY(float, stats, 2 * kDecodeMaxGroup);
   KVS_DYNAMIC_SHARED(float, smem);
   const int hd = kv.head_dim, group = n_heads / kv.kv_heads, h0 = g * group;
@@ -180,18 +202,23 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
   int bs_shift = -1;
   for (int b = 0; b < 30; ++b)
     if ((1 << b) == kv.block_size) bs_shift = b;
+  // The split's block table entries, once, to shared memory: a row's address then waits on one
+  // load from device memory, not two.
+  int* tbl = reinterpret_cast<int*>(red + kDecodeThreads * 8 * kDecodeHeadBlock);
+  const int first = bs_shift >= 0 ? t0 >> bs_shift : t0 / kv.block_size;
+  const int entries = n == 0 ? 0 : (t1 - 1) / kv.block_size - first + 1;
+  for (int i = tid; i < entries; i += kDecodeThreads) tbl[i] = kv.block_table[first + i];
   for (int i = tid; i < group * hd; i += kDecodeThreads)
     q_s[i] = q[static_cast<long>(h0) * hd + i] * inv_sqrt;
   simt::sync_block();
 
-  // 1. Scores: `lanes` lanes per token, 8 values each; `per_warp` tokens per warp step.
-  const int lanes = hd / 8, per_warp = 32 / lanes;
+  // 1. Scores: `lanes` lanes per token, 8 values each; `per_warp` tokens per warp step, two
+  // steps' rows fetched before either is used.
+  const int lanes = hd / 8, per_warp = 32 / lanes, step = warps * per_warp;
   const int sub = lane / lanes, li = lane % lanes, d0 = li * 8;
-  for (int base = warp * per_warp; base < n; base += warps * per_warp) {
-    const int i = base + sub;  // this lane's token, when i < n; every lane shuffles
-    const bool live = i < n && slot_is_live(kv, t0 + i);
-    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (live) load_eight(kv, kv.k, bs_shift, t0 + i, g, d0, x);
+  const auto score = [&](const RawEight& r, int i, bool live) {  // every lane calls it
+    float x[8];
+    decode_eight(kv.k.code, r, x);
     float dot[kDecodeMaxGroup];
     KVS_UNROLL
     for (int h = 0; h < kDecodeMaxGroup; ++h) {
@@ -212,6 +239,18 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
       for (int h = 0; h < kDecodeMaxGroup; ++h)
         if (h < group) sc[h * chunk + i] = live ? dot[h] : -INFINITY;
     }
+  };
+  for (int base = warp * per_warp; base < n; base += 2 * step) {
+    const int ia = base + sub, ib = ia + step;  // this lane's tokens, where < n
+    const bool la = ia < n && slot_is_live(kv, t0 + ia);
+    const bool lb = ib < n && slot_is_live(kv, t0 + ib);
+    RawEight ra, rb;
+    zero_eight(ra);
+    zero_eight(rb);
+    if (la) fetch_eight(kv, kv.k, tbl, first, bs_shift, t0 + ia, g, d0, ra);
+    if (lb) fetch_eight(kv, kv.k, tbl, first, bs_shift, t0 + ib, g, d0, rb);
+    score(ra, ia, la);
+    score(rb, ib, lb);
   }
   simt::sync_block();
 
@@ -232,8 +271,8 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
       stats[h] = mx;
       stats[kDecodeMaxGroup + h] = sum;
     }
-    if (w_base != nullptr) {
-      float* w = w_base + static_cast<long>(h0 + h) * kv.num_slots + t0;
+    if (weights != nullptr && w_off >= 0) {
+      float* w = weights + w_off + static_cast<long>(h0 + h) * kv.num_slots + t0;
       for (int i = lane; i < n; i += 32) w[i] = row[i];
     }
   }
@@ -251,8 +290,10 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
     for (int base = warp * per_warp; base < n; base += warps * per_warp) {
       const int i = base + sub;
       if (i >= n || !slot_is_live(kv, t0 + i)) continue;  // no collective in this loop
+      RawEight r;
+      fetch_eight(kv, kv.v, tbl, first, bs_shift, t0 + i, g, d0, r);
       float x[8];
-      load_eight(kv, kv.v, bs_shift, t0 + i, g, d0, x);
+      decode_eight(kv.v.code, r, x);
       KVS_UNROLL
       for (int hh = 0; hh < kDecodeHeadBlock; ++hh) {
         if (hb + hh >= group) continue;
@@ -276,7 +317,7 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
       if (hb + hh >= group) continue;
       float total = 0.0f;
       for (int k = 0; k < groups_of_tokens; ++k) total += red[(k * kDecodeHeadBlock + hh) * hd + d];
-      const long hs = static_cast<long>(h0 + hb + hh) * splits + s;
+      const long hs = (row0 + h0 + hb + hh) * splits + s;
       part[hs * hd + d] = total;
       if (d == 0) {
         m[hs] = stats[hb + hh];
@@ -292,8 +333,8 @@ KVS_GLOBAL void decode_split_kernel(float* part, float* m, float* l, const float
                                     int n_heads, int chunk, float* weights) {
   const int b = static_cast<int>(simt::bid_x());
   const int splits = static_cast<int>(simt::gdim_x()) / kv.kv_heads;
-  decode_split(kv, q, n_heads, b % kv.kv_heads, b / kv.kv_heads, splits, chunk, part, m, l,
-               weights);
+  decode_split(kv, q, n_heads, b % kv.kv_heads, b / kv.kv_heads, splits, chunk, part, m, l, 0,
+               weights, 0);
 }
 
 // The query of meta row i as the batch kernels read it (paged_attention.cuh's PagedBatch).
@@ -321,12 +362,9 @@ KVS_GLOBAL void decode_split_batch_kernel(float* part, float* m, float* l, const
   const int b = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
   const int splits = static_cast<int>(simt::gdim_x()) / pb.kv_heads;
   const PagedKv kv = batch_query(pb, i);
-  const long per_query = static_cast<long>(n_heads) * splits;
-  const int* mi = pb.meta + kBatchMeta * i;
   decode_split(kv, q + static_cast<long>(i) * n_heads * pb.head_dim, n_heads, b % pb.kv_heads,
-               b / pb.kv_heads, splits, chunk, part + per_query * i * pb.head_dim,
-               m + per_query * i, l + per_query * i,
-               weights != nullptr && mi[3] >= 0 ? weights + mi[3] : nullptr);
+               b / pb.kv_heads, splits, chunk, part, m, l, static_cast<long>(i) * n_heads, weights,
+               pb.meta[kBatchMeta * i + 3]);
 }
 
 // Block (h, i): head h of query i, its splits combined as paged_attention_reduce_kernel does.
