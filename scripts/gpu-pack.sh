@@ -69,7 +69,7 @@ done
 [ "$layers" -ge 1 ] || fail "no SmolLM2 cut fits in ${budget_mib} MiB beside a ${tree_bytes}-byte tree"
 rm -f "$tmp/truncate.log"
 {
-  echo "kvscope GPU pack, made $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD)"
+  echo "kvscope GPU pack, made $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- || echo +uncommitted)"
   echo "googletest: /usr/src/googletest/googletest ($(dpkg-query -W -f='${Version}' googletest 2>/dev/null || echo '?'))"
   echo "nlohmann-json: /usr/include/nlohmann ($(dpkg-query -W -f='${Version}' nlohmann-json3-dev 2>/dev/null || echo '?'))"
   echo "stories260K: ../shared/models/stories260K.bin, tok512.bin, golden/stories260K_greedy256.txt"

@@ -28,6 +28,17 @@ def load(path):
         return None
 
 
+def commit_of(pack):
+    """The commit the pack was made from (the device's copy of the tree may carry a stale .git),
+    else the checkout's."""
+    manifest = os.path.join(pack, "MANIFEST") if pack else ""
+    if manifest and os.path.exists(manifest):
+        first = open(manifest).readline().split()
+        if len(first) >= 2 and first[-2] == "from":
+            return first[-1]
+    return sh("git", "rev-parse", "--short", "HEAD") or "unknown"
+
+
 def attention_figures(rows):
     """The issue's targets from bench attention's rows: bandwidth as a share of the copy,
     paged / contiguous, int8 and fp8 speed over fp16, kvscope fp16 / SDPA."""
@@ -84,7 +95,7 @@ def main():
     record = {
         "mode": a.mode,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": sh("git", "rev-parse", "--short", "HEAD") or "unknown",
+        "commit": commit_of(a.pack),
         "command": "bash scripts/gpu-check.sh" + (" --emulated" if emulated else ""),
         "host": platform.node(),
         "gpu": gpu or ("none: the SIMT emulator (times say nothing about a GPU)" if emulated else "unknown"),

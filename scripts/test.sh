@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds kvscope with warnings as errors, and runs every test: the
-# release build and its suite, clang-format + clang-tidy (scripts/lint.sh), the whole suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer (the SIMT emulator's fiber mode), the
+# release build and its suite, the GPU check on the emulated device (scripts/gpu-check.sh
+# --emulated), clang-format + clang-tidy (scripts/lint.sh), the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer (the SIMT emulator's fiber mode), the
 # emulator's thread mode and the real kernels under ThreadSanitizer (kvscope_simt_tests and the
 # missing-barrier demo TSan must flag), then the libFuzzer targets for 30 s each
 # (KVSCOPE_SKIP_FUZZ=1 skips them; see scripts/fuzz.sh).
@@ -17,6 +18,9 @@ echo "== release build (warnings as errors) ==" >&2
 cmake --preset release -G Ninja >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
+# The GPU check's every step on the emulated device, so that scripts/gpu-check.sh cannot rot
+# between the sessions that are lent a GPU (docs/gpu-results.md).
+bash scripts/gpu-check.sh --emulated --out build/gpu-check-emulated
 bash scripts/lint.sh
 
 if [ "${KVSCOPE_SKIP_ASAN:-0}" != "1" ]; then

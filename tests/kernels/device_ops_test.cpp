@@ -327,6 +327,41 @@ TEST(DeviceOps, PagedAttentionInEveryFormatOnePassAndSplit) {
   }
 }
 
+// Rows at any alignment and blocks of any size: one KV head of 8 with blocks of 1 and 3 tokens
+// puts the int8 and FP8 rows at 10- and 30-byte strides (no 8-byte loads: value by value) and
+// takes the block index by division; the result is the same function.
+TEST(DeviceOps, AttentionOverUnalignedRowsAndOddBlockSizes) {
+  auto ops = test::device_ops();
+  const int heads = 2, kv_heads = 1, head_dim = 8, slots = 50, kv_dim = kv_heads * head_dim;
+  for (const char* name : {"int8", "fp8-e5m2", "fp16", "fp32"}) {
+    for (const int bs : {1, 3}) {
+      const std::string what = std::string(name) + " block size " + std::to_string(bs);
+      DevicePool pool(*ops, name, bs, kv_heads, head_dim, slots, 41u + bs);
+      const auto k = randn(static_cast<std::size_t>(slots) * kv_dim, 42u);
+      const auto v = randn(static_cast<std::size_t>(slots) * kv_dim, 43u);
+      Buf<float> dk(*ops, k), dv(*ops, v), gk(*ops, k.size()), gv(*ops, v.size());
+      for (int t = 0; t < slots; ++t) {
+        ops->kv_write(pool.tiles(KvKind::kKey), pool.tiles(KvKind::kValue), pool.dtable.get(), t,
+                      bs, dk.get() + static_cast<std::size_t>(t) * kv_dim,
+                      dv.get() + static_cast<std::size_t>(t) * kv_dim, kv_heads, head_dim);
+      }
+      ops->kv_gather(gk.get(), pool.tiles(KvKind::kKey), pool.dtable.get(), slots, kv_heads,
+                     head_dim, bs);
+      ops->kv_gather(gv.get(), pool.tiles(KvKind::kValue), pool.dtable.get(), slots, kv_heads,
+                     head_dim, bs);
+      const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 44u);
+      Buf<float> dq(*ops, q), dout(*ops, q.size()),
+          dw(*ops, static_cast<std::size_t>(heads) * slots);
+      ops->paged_attention(dout.get(), dq.get(), pool.pool(slots, nullptr), heads, dw.get());
+      std::vector<double> want, want_w;
+      reference_attention(q, gk.read(), gv.read(), {}, heads, kv_heads, head_dim, slots, &want,
+                          &want_w);
+      expect_close(dout.read(), want, 2e-5, 1e-4, what + " output");
+      expect_close(dw.read(), want_w, 1e-6, 1e-4, what + " softmax rows");
+    }
+  }
+}
+
 // One launch for a step of three queries over their own sequences in one pool (the batched
 // decode path the backend takes), each query's output and softmax rows equal to that query's
 // own single-sequence attention.
