@@ -87,6 +87,20 @@ std::string cell(const nlohmann::json& v) {
   return v.is_number_integer() ? with_commas(v.get<std::int64_t>()) : v.dump();
 }
 
+// "10 published before attach and never replayed, 2 in a mid-stream gap no replay filled".
+std::string lost_causes(const nlohmann::json& s) {
+  const auto& c = s["lost_by_cause"];
+  std::string out;
+  const auto add = [&](const char* key, const char* what) {
+    if (c[key].get<std::int64_t>() == 0) return;
+    out.append(out.empty() ? "" : ", ").append(cell(c[key])).append(" ").append(what);
+  };
+  add("before_attach", "published before attach and never replayed");
+  add("replay_expired", "no longer in the engine's replay buffer when asked for");
+  add("mid_stream", "in a mid-stream gap that no replay filled");
+  return out;
+}
+
 // report.md: what the engine's prefix cache did while attached, per rank and medium, and what
 // the stream cannot say.
 void write_report(const std::string& path, const nlohmann::json& s, const std::string& command,
@@ -109,6 +123,8 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
         << " of them by replay); " << cell(s["gaps"]) << " sequence gaps, " << cell(s["lost"])
         << " batches lost, " << cell(s["restarts"]) << " restarts, " << cell(s["decode_errors"])
         << " payloads that did not decode.\n\n";
+    if (s["lost"].get<std::int64_t>() > 0)
+      out << "Lost batches by cause: " << lost_causes(s) << ".\n\n";
     out << "The engines stored " << cell(s["blocks_stored"]) << " blocks in "
         << cell(ev["BlockStored"]) << " BlockStored events, removed " << cell(s["blocks_removed"])
         << " (" << cell(ev["BlockRemoved"]) << " BlockRemoved events) and cleared "
@@ -165,6 +181,8 @@ void print_summary(const nlohmann::json& s) {
       s["endpoint"].get<std::string>().c_str(), cell(s["batches"]).c_str(),
       cell(s["replayed"]).c_str(), cell(s["lost"]).c_str(), cell(s["gaps"]).c_str(),
       cell(s["restarts"]).c_str(), cell(s["decode_errors"]).c_str());
+  if (s["lost"].get<std::int64_t>() > 0)
+    std::printf("  lost by cause: %s\n", lost_causes(s).c_str());
   const auto& ev = s["events"];
   std::printf("  events: BlockStored %s, BlockRemoved %s, AllBlocksCleared %s\n",
               cell(ev["BlockStored"]).c_str(), cell(ev["BlockRemoved"]).c_str(),

@@ -84,8 +84,7 @@ std::string attach_status_text(const AttachSnapshot& snap) {
       .append(" live blocks");
   if (snap.totals.batches > 0) s.append("  |  lag ").append(seconds_text(snap.totals.lag_s));
   s.append("  |  gaps ").append(std::to_string(snap.totals.gaps));
-  if (snap.totals.lost > 0)
-    s.append(" (").append(std::to_string(snap.totals.lost)).append(" lost)");
+  if (snap.totals.lost > 0) s.append("  |  lost ").append(kv_lost_text(snap.totals));
   if (snap.totals.replaying) s.append(", replaying");
   if (snap.totals.restarts > 0)
     s.append("  |  restarts ").append(std::to_string(snap.totals.restarts));

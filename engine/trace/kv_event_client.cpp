@@ -256,6 +256,16 @@ struct KvEventClient::Impl {
 
   // ---- sequence tracking -------------------------------------------------------------------
 
+  enum class Loss { kBeforeAttach, kReplayExpired, kMidStream };
+  static void add_lost(Rank& r, std::uint64_t n, Loss cause) {
+    if (n == 0) return;
+    const auto count = static_cast<std::int64_t>(n);
+    r.stats.lost += count;
+    if (cause == Loss::kBeforeAttach) r.stats.lost_before_attach += count;
+    if (cause == Loss::kReplayExpired) r.stats.lost_replay_expired += count;
+    if (cause == Loss::kMidStream) r.stats.lost_mid_stream += count;
+  }
+
   void apply(Rank& r, std::uint64_t seq, std::string_view payload, bool replayed) {
     if (limit_reached()) return;
     const int rank = r.stats.rank;
@@ -312,8 +322,16 @@ struct KvEventClient::Impl {
     if (!r.pending.empty()) {
       const std::uint64_t first = r.pending.front().first;
       if (!r.started) {
-        r.started = true;  // no history came: what was before attach is unknown, not lost
+        // The replay delivered none of the batches before the first one seen.
+        if (was_catch_up && !given_up && first > 0 && r.catch_ups < 2) {
+          // Asked at attach, perhaps before the engine published them (kvscope started first,
+          // or the subscription had not reached the engine yet): ask once more.
+          start_replay(r, 0, /*catch_up=*/true);
+          return;  // the batches keep waiting (or, if the request failed, are already applied)
+        }
+        r.started = true;
         r.next = first;
+        add_lost(r, first, given_up ? Loss::kBeforeAttach : Loss::kReplayExpired);
       } else if (first > r.next) {
         if (was_catch_up) ++r.stats.gaps;  // found now (a gap replay's gap was counted before)
         if (was_catch_up && !given_up) {
@@ -323,7 +341,10 @@ struct KvEventClient::Impl {
           return;  // the batches keep waiting (or, if the request failed, are already applied)
         }
         // This replay was asked after `first` was published and still did not have them.
-        r.stats.lost += static_cast<std::int64_t>(first - r.next);
+        add_lost(r, first - r.next,
+                 !given_up      ? Loss::kReplayExpired
+                 : was_catch_up ? Loss::kBeforeAttach
+                                : Loss::kMidStream);
         r.next = first;
       }
     }
@@ -371,6 +392,8 @@ struct KvEventClient::Impl {
           return;
         }
       }
+      // Sequences start at 0: the batches before this one were published and never seen.
+      add_lost(r, seq, Loss::kBeforeAttach);
       apply(r, seq, payload, /*replayed=*/false);
       return;
     }
@@ -388,7 +411,7 @@ struct KvEventClient::Impl {
           return;
         }
       }
-      r.stats.lost += static_cast<std::int64_t>(seq - r.next);
+      add_lost(r, seq - r.next, Loss::kMidStream);
       apply(r, seq, payload, false);
       return;
     }
@@ -413,14 +436,16 @@ struct KvEventClient::Impl {
     // Batches also waiting from the live socket are applied from there, in order.
     if (!r.pending.empty() && seq >= r.pending.front().first) return;
     if (!r.started) {
-      r.started = true;  // catch-up: history starts at the oldest batch the engine still has
-      r.next = seq;
+      // Catch-up: history starts at the oldest batch the engine still has; the ones before it
+      // were dropped from its replay buffer.
+      r.started = true;
+      r.next = 0;
     }
     if (seq < r.next) {
       ++r.stats.duplicates;
       return;
     }
-    if (seq > r.next) r.stats.lost += static_cast<std::int64_t>(seq - r.next);
+    if (seq > r.next) add_lost(r, seq - r.next, Loss::kReplayExpired);
     apply(r, seq, payload, /*replayed=*/true);
   }
 
@@ -454,11 +479,22 @@ struct KvEventClient::Impl {
     bool overflow = false;
     for (int n = 0; n < kDrainPerSocket && !limit_reached(); ++n) {
       if (!recv_message(r.dealer, frames, overflow)) return;
-      if (overflow || frames.size() != 3 || frames[0].size() != 0 || frames[1].size() != 8) {
+      // Two framings, told apart per answer: ["", seq, payload] (vLLM <= 0.25, SGLang <=
+      // 0.5.21) and ["", topic, seq, payload] (vLLM >= 0.26, SGLang >= 0.5.22), whose end
+      // marker has an empty topic.
+      const std::size_t n_frames = frames.size();
+      if (overflow || (n_frames != 3 && n_frames != 4) || frames[0].size() != 0 ||
+          frames[n_frames - 2].size() != 8) {
         ++r.stats.bad_frames;
         continue;
       }
-      on_replay(r, read_be64(frames[1].data()), view(frames[2]));
+      r.stats.replay_frames = static_cast<int>(n_frames);
+      const std::uint64_t seq = read_be64(frames[n_frames - 2].data());
+      if (n_frames == 4 && seq != kEndSeq && !cfg.topic.empty() && view(frames[1]) != cfg.topic) {
+        ++r.stats.other_topics;
+        continue;
+      }
+      on_replay(r, seq, view(frames[n_frames - 1]));
     }
   }
 
@@ -578,6 +614,10 @@ KvRankStats KvEventClient::totals() const {
     t.gaps += r.gaps;
     t.replayed += r.replayed;
     t.lost += r.lost;
+    t.lost_before_attach += r.lost_before_attach;
+    t.lost_replay_expired += r.lost_replay_expired;
+    t.lost_mid_stream += r.lost_mid_stream;
+    t.replay_frames = std::max(t.replay_frames, r.replay_frames);
     t.decode_errors += r.decode_errors;
     t.restarts += r.restarts;
     t.bad_frames += r.bad_frames;
@@ -640,7 +680,7 @@ std::string KvEventClient::status_line() const {
   }
   s.append("  gaps ").append(std::to_string(t.gaps));
   s.append("  replayed ").append(std::to_string(t.replayed));
-  if (t.lost > 0) s.append("  lost ").append(std::to_string(t.lost));
+  if (t.lost > 0) s.append("  lost ").append(kv_lost_text(t));
   s.append("  decode errors ").append(std::to_string(t.decode_errors));
   s.append("  restarts ").append(std::to_string(t.restarts));
   char lag[48];
@@ -648,6 +688,26 @@ std::string KvEventClient::status_line() const {
   s.append(lag);
   if (t.replaying) s.append("  (replaying)");
   return s;
+}
+
+std::string kv_lost_text(const KvRankStats& s) {
+  std::string out = std::to_string(s.lost);
+  std::string causes;
+  const auto add = [&](std::int64_t n, const char* what) {
+    if (n == 0) return;
+    causes.append(causes.empty() ? "" : ", ").append(std::to_string(n)).append(" ").append(what);
+  };
+  add(s.lost_before_attach, "before attach, never replayed");
+  add(s.lost_replay_expired, "gone from the replay buffer");
+  add(s.lost_mid_stream, "mid-stream gap");
+  if (!causes.empty()) out.append(" (").append(causes).append(")");
+  return out;
+}
+
+nlohmann::json kv_lost_json(const KvRankStats& s) {
+  return {{"before_attach", s.lost_before_attach},
+          {"replay_expired", s.lost_replay_expired},
+          {"mid_stream", s.lost_mid_stream}};
 }
 
 nlohmann::json KvEventClient::summary_json() const {
@@ -682,6 +742,8 @@ nlohmann::json KvEventClient::summary_json() const {
                      {"gaps", r.gaps},
                      {"replayed", r.replayed},
                      {"lost", r.lost},
+                     {"lost_by_cause", kv_lost_json(r)},
+                     {"replay_frames", r.replay_frames},
                      {"decode_errors", r.decode_errors},
                      {"restarts", r.restarts},
                      {"lag_seconds", r.lag_s}});
@@ -703,6 +765,8 @@ nlohmann::json KvEventClient::summary_json() const {
           {"gaps", t.gaps},
           {"replayed", t.replayed},
           {"lost", t.lost},
+          {"lost_by_cause", kv_lost_json(t)},
+          {"replay_frames", t.replay_frames},
           {"decode_errors", t.decode_errors},
           {"restarts", t.restarts},
           {"bad_frames", t.bad_frames},

@@ -70,10 +70,17 @@ struct KvRankStats {
   int rank = 0;
   std::string endpoint, replay_endpoint;
   KvConnection connection = KvConnection::kUnknown;
-  std::int64_t batches = 0;          // sequence numbers applied (live or replayed), decoded or not
-  std::int64_t gaps = 0;             // jumps forward in the sequence
-  std::int64_t replayed = 0;         // batches applied from the replay socket
-  std::int64_t lost = 0;             // sequence numbers neither received nor replayed
+  std::int64_t batches = 0;   // sequence numbers applied (live or replayed), decoded or not
+  std::int64_t gaps = 0;      // jumps forward in the sequence
+  std::int64_t replayed = 0;  // batches applied from the replay socket
+  std::int64_t lost = 0;      // sequence numbers neither received nor replayed, of which:
+  std::int64_t lost_before_attach = 0;   // published before the first batch seen; no replay
+                                         // delivered them (none configured, or it never answered)
+  std::int64_t lost_replay_expired = 0;  // asked for; the replay answered without them (its buffer
+                                         // had dropped them)
+  std::int64_t lost_mid_stream = 0;      // a gap in the live stream that no replay filled
+  int replay_frames = 0;  // the replay answers' framing seen: 3 (vLLM <= 0.25, SGLang <= 0.5.21)
+                          // or 4 (with the topic: vLLM >= 0.26, SGLang >= 0.5.22); 0 before one
   std::int64_t decode_errors = 0;    // payloads that did not decode (counted, skipped)
   std::int64_t restarts = 0;         // the sequence went backwards
   std::int64_t bad_frames = 0;       // messages not of the expected frames (counted, skipped)
@@ -91,6 +98,11 @@ struct KvRankStats {
   std::string last_decode_error;
   std::string last_other_topic;
 };
+
+// "12 (10 before attach, never replayed, 2 mid-stream gap)": the lost batches and their causes.
+std::string kv_lost_text(const KvRankStats& s);
+// {"before_attach": n, "replay_expired": n, "mid_stream": n}.
+nlohmann::json kv_lost_json(const KvRankStats& s);
 
 class KvEventClient {
  public:

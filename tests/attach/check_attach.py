@@ -108,14 +108,16 @@ def check_outputs(out_dir, label):
         return json.load(f)
 
 
-def e2e(kvscope, work):
+def e2e(kvscope, work, replay_frames=3):
+    name = "e2e" if replay_frames == 3 else f"e2e{replay_frames}"
     base = free_ports(4)  # publishers at base, base+1; replay at base+2, base+3
     pub = start_publisher("--scenario", "e2e", "--dp", "2",
                           "--endpoint", f"tcp://127.0.0.1:{base}",
-                          "--replay", f"tcp://127.0.0.1:{base + 2}", "--run-for", "90")
+                          "--replay", f"tcp://127.0.0.1:{base + 2}", "--run-for", "90",
+                          "--replay-frames", str(replay_frames))
     try:
         expected = json.loads(read_line(pub.stdout, 30, "the expected counts"))
-        out_dir = os.path.join(work, "e2e")
+        out_dir = os.path.join(work, name)
         run = subprocess.run([kvscope, "attach", f"tcp://127.0.0.1:{base}",
                               "--replay", f"tcp://127.0.0.1:{base + 2}", "--dp", "2",
                               "--batches", str(expected["batches"]), "--duration", "60",
@@ -123,19 +125,26 @@ def e2e(kvscope, work):
                              capture_output=True, text=True, timeout=120)
     finally:
         stop(pub)
-    check(run.returncode == 0, "e2e: exit 0", f"rc {run.returncode}, stderr {run.stderr}")
+    check(run.returncode == 0, f"{name}: exit 0", f"rc {run.returncode}, stderr {run.stderr}")
     try:
         got = json.loads(run.stdout)
     except json.JSONDecodeError:
-        check(False, "e2e: --json prints JSON", run.stdout[:500])
+        check(False, f"{name}: --json prints JSON", run.stdout[:500])
         return
+    check(got.get("replay_frames") == replay_frames, f"{name}: replay answers of {replay_frames} frames",
+          f"got {got.get('replay_frames')}")
     for key, want in expected.items():
-        check(got.get(key) == want, f"e2e: {key} = {json.dumps(want)}",
+        check(got.get(key) == want, f"{name}: {key} = {json.dumps(want)}",
               f"got {json.dumps(got.get(key))}")
-    summary = check_outputs(out_dir, "e2e")
-    check(summary.get("batches") == expected["batches"], "e2e: summary.json matches --json")
+    summary = check_outputs(out_dir, name)
+    check(summary.get("batches") == expected["batches"], f"{name}: summary.json matches --json")
     check(got["recording"]["batches"] == expected["batches"],
-          "e2e: the recording has one step per batch")
+          f"{name}: the recording has one step per batch")
+
+
+def e2e_topic_replay(kvscope, work):
+    """The same plan with replay answers that carry the topic (vLLM >= 0.26, SGLang >= 0.5.22)."""
+    e2e(kvscope, work, replay_frames=4)
 
 
 def ctrl_c(kvscope, work):
@@ -231,7 +240,7 @@ def main():
         sys.exit(__doc__)
     kvscope, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    for test in (e2e, ctrl_c, no_publisher, topic, bind):
+    for test in (e2e, e2e_topic_replay, ctrl_c, no_publisher, topic, bind):
         try:
             test(kvscope, work)
         except Exception as e:  # a hang or crash in one scenario is a failure, not a traceback

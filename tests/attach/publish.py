@@ -5,7 +5,9 @@ Per data-parallel rank r it binds a publisher at port + r and a replay socket at
 and speaks the engines' framing: [topic, seq (8 bytes big-endian, from 0), msgpack EventBatch] on
 the publisher; on the replay socket [identity, "", start_seq] is answered with
 [identity, "", seq, payload] per buffered batch from start_seq on, then
-[identity, "", 0xFF x 8, ""].
+[identity, "", 0xFF x 8, ""] (vLLM <= 0.25, SGLang <= 0.5.21), or with --replay-frames 4 with
+[identity, "", topic, seq, payload]... then [identity, "", "", 0xFF x 8, ""] (vLLM >= 0.26,
+SGLang >= 0.5.22).
 
 Scenarios:
   e2e     a fixed plan the CTest attach.python_publisher_e2e checks kvscope against: rank 0 in
@@ -30,6 +32,7 @@ was dropped); on the wire XPUB and PUB are the same to a subscriber.
 
 Usage: publish.py [--endpoint tcp://127.0.0.1:5557] [--replay tcp://127.0.0.1:5567] [--dp N]
                   [--topic T] [--scenario e2e|stream] [--interval S] [--run-for S] [--connect]
+                  [--replay-frames 3|4]
 Needs python3-zmq and python3-msgpack (Debian).
 """
 
@@ -48,6 +51,7 @@ except ImportError as e:  # pragma: no cover - a clear line instead of a traceba
     sys.exit(f"publish.py: {e}; apt-get install python3-zmq python3-msgpack")
 
 END_SEQ = b"\xff" * 8
+REPLAY_FRAMES = 3  # --replay-frames
 BLOCK_SIZE = 16
 
 
@@ -113,10 +117,13 @@ class RankPublisher:
             ident, _, start = frames
             start_seq = int.from_bytes(start, "big")
             self.replay_requests += 1
+            # Four frames (with the topic) as vLLM >= 0.26 and SGLang >= 0.5.22 answer; three as
+            # the older ones do.
+            topic = [self.topic] if REPLAY_FRAMES == 4 else []
             for seq, payload in self.buffer:
                 if seq >= start_seq:
-                    self.router.send_multipart([ident, b"", seq.to_bytes(8, "big"), payload])
-            self.router.send_multipart([ident, b"", END_SEQ, b""])
+                    self.router.send_multipart([ident, b"", *topic, seq.to_bytes(8, "big"), payload])
+            self.router.send_multipart([ident, b"", *([b""] if topic else []), END_SEQ, b""])
 
     def close(self):
         self.pub.close()
@@ -482,6 +489,7 @@ def main():
     ap.add_argument("--replay", default="tcp://127.0.0.1:5567")
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--topic", default="")
+    ap.add_argument("--replay-frames", type=int, choices=(3, 4), default=3)
     ap.add_argument("--scenario", choices=("e2e", "stream"), default="stream")
     ap.add_argument("--interval", type=float, default=0.1)
     ap.add_argument("--run-for", type=float, default=60.0,
@@ -489,6 +497,8 @@ def main():
     ap.add_argument("--connect", action="store_true",
                     help="connect the publisher to --endpoint (the subscriber binds)")
     args = ap.parse_args()
+    global REPLAY_FRAMES
+    REPLAY_FRAMES = args.replay_frames
     if args.scenario == "e2e" and args.dp != 2:
         sys.exit("publish.py: --scenario e2e needs --dp 2")
     ctx = zmq.Context()

@@ -119,6 +119,79 @@ TEST(KvEventClient, DroppedBatchesAreRecoveredByReplay) {
   EXPECT_EQ(c.model().totals().unknown_parents, 0);  // applied in sequence order
 }
 
+// vLLM >= 0.26 and SGLang >= 0.5.22 answer a replay with the topic too: ["", topic, seq, payload]
+// and the end marker ["", "", 0xFF x 8, ""]. History before attach and a dropped pair are
+// recovered from it exactly as from the older three-frame answers.
+TEST(KvEventClient, ReplayAnswersWithTheTopicAreUnderstood) {
+  Publisher p("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", "kv-events");
+  p.replay_with_topic();
+  for (std::uint64_t h = 1; h <= 3; ++h) p.publish(store({h}));  // nobody listens yet
+  ASSERT_TRUE(p.wait_published(3));
+  KvAttachConfig cfg = config_for(p);
+  cfg.topic = "kv-events";
+  KvEventClient c(cfg);
+  ASSERT_TRUE(until(c, [&] { return c.totals().batches == 3 && !c.ranks()[0].replaying; }));
+  ASSERT_TRUE(until(c, [&] { return p.subscriptions() > 0; }));
+  p.publish(store({4}, 3));
+  p.publish(store({5}, 4), /*send=*/false);
+  p.publish(store({6}, 5), /*send=*/false);
+  p.publish(store({7}, 6));
+  ASSERT_TRUE(until(c, [&] { return c.totals().batches == 7 && !c.ranks()[0].replaying; }));
+  const KvRankStats t = c.totals();
+  EXPECT_EQ(t.replay_frames, 4);
+  EXPECT_EQ(t.replayed, 5);
+  EXPECT_EQ(t.gaps, 1);
+  EXPECT_EQ(t.lost, 0);
+  EXPECT_EQ(t.bad_frames, 0);
+  EXPECT_EQ(t.replay_timeouts, 0);
+  EXPECT_EQ(c.model().totals().live, 7);
+  EXPECT_EQ(c.model().totals().unknown_parents, 0);
+  EXPECT_EQ(c.summary_json()["replay_frames"], 4);
+}
+
+TEST(KvEventClient, TheOlderThreeFrameReplayIsNamedToo) {
+  Publisher p("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
+  p.publish(store({1}));
+  ASSERT_TRUE(p.wait_published(1));
+  KvEventClient c(config_for(p));
+  ASSERT_TRUE(until(c, [&] { return c.totals().batches == 1 && !c.ranks()[0].replaying; }));
+  EXPECT_EQ(c.totals().replay_frames, 3);
+  EXPECT_EQ(c.totals().lost, 0);
+}
+
+// Without a replay socket, what was published before the first batch seen is lost, and said so:
+// sequences start at 0, so the first seq seen is how many went by.
+TEST(KvEventClient, BatchesBeforeAttachWithoutAReplayAreCountedLost) {
+  Publisher p("tcp://127.0.0.1:*", "");
+  for (std::uint64_t h = 1; h <= 3; ++h) p.publish(store({h}));  // nobody listens yet
+  ASSERT_TRUE(p.wait_published(3));
+  KvEventClient c(config_for(p));
+  ASSERT_TRUE(attached(c, p));
+  p.publish(store({4}));
+  ASSERT_TRUE(until(c, [&] { return c.totals().batches == 1; }));
+  const KvRankStats t = c.totals();
+  EXPECT_EQ(t.lost, 3);
+  EXPECT_EQ(t.lost_before_attach, 3);
+  EXPECT_EQ(t.lost_replay_expired + t.lost_mid_stream, 0);
+  EXPECT_NE(c.status_line().find("lost 3 (3 before attach, never replayed)"), std::string::npos)
+      << c.status_line();
+  EXPECT_EQ(c.summary_json()["lost_by_cause"]["before_attach"], 3);
+}
+
+// The replay answered, but its buffer no longer held the oldest batches: counted lost as such.
+TEST(KvEventClient, HistoryTheReplayBufferDroppedIsCountedLost) {
+  Publisher p("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
+  for (std::uint64_t h = 1; h <= 4; ++h) p.publish(store({h}));
+  p.forget_below(3);  // the engine keeps its last batch only: seq 3
+  ASSERT_TRUE(p.wait_published(4));
+  KvEventClient c(config_for(p));
+  ASSERT_TRUE(until(c, [&] { return c.totals().batches == 1 && !c.ranks()[0].replaying; }));
+  const KvRankStats t = c.totals();
+  EXPECT_EQ(t.replayed, 1);
+  EXPECT_EQ(t.lost, 3);
+  EXPECT_EQ(t.lost_replay_expired, 3);
+}
+
 TEST(KvEventClient, BatchesPublishedBetweenTheHistoryAndTheSubscriptionAreFetched) {
   // The engine answers the history request (nothing yet), then publishes batches the subscriber
   // misses on the wire (its subscription was still on its way): the first live batch it sees is
@@ -172,6 +245,7 @@ TEST(KvEventClient, WhatTheReplayNoLongerHasIsCountedLost) {
   const KvRankStats t = c.totals();
   EXPECT_EQ(t.gaps, 1);
   EXPECT_EQ(t.lost, 1);
+  EXPECT_EQ(t.lost_replay_expired, 1);
   EXPECT_EQ(t.replayed, 1);
   EXPECT_EQ(c.model().totals().live, 3);
 }
@@ -192,6 +266,7 @@ TEST(KvEventClient, AReplaySocketThatNeverAnswersIsGivenUp) {
   const KvRankStats t = c.totals();
   EXPECT_EQ(t.gaps, 1);
   EXPECT_EQ(t.lost, 1);
+  EXPECT_EQ(t.lost_mid_stream, 1);
   EXPECT_EQ(t.replay_timeouts, 2);
   EXPECT_EQ(c.model().totals().live, 2);
 }

@@ -1,7 +1,9 @@
 // An in-test engine rank for the KV-event tests: a publisher socket sending the engines' exact
 // framing [topic, seq (8 bytes big-endian), msgpack payload] and a ROUTER replay socket answering
-// [identity, "", start_seq] with ["", seq, payload]... then ["", 0xFF x 8, ""], run by a thread
-// of its own. Shared by the client tests and the UI's attach tests.
+// [identity, "", start_seq] with ["", seq, payload]... then ["", 0xFF x 8, ""] (vLLM <= 0.25,
+// SGLang <= 0.5.21), or, after replay_with_topic(), ["", topic, seq, payload]... then ["", "",
+// 0xFF x 8, ""] (vLLM >= 0.26, SGLang >= 0.5.22), run by a thread of its own. Shared by the
+// client tests and the UI's attach tests.
 #pragma once
 
 #include <zmq.h>
@@ -108,6 +110,8 @@ class Publisher {
   void raw(std::vector<std::string> frames) {
     post([this, frames = std::move(frames)] { send_frames(frames); });
   }
+  // Replay answers carry the topic from now on: the framing of vLLM >= 0.26, SGLang >= 0.5.22.
+  void replay_with_topic() { with_topic_ = true; }
   // Replay requests are read and never answered (from now on: no command queue in between).
   void mute_replay() { muted_ = true; }
   // Replay requests wait until answer_held() (queued like publish: answered in that order).
@@ -142,11 +146,13 @@ class Publisher {
       if (seq < start) continue;
       router_.send(zmq::buffer(id), zmq::send_flags::sndmore);
       router_.send(zmq::message_t(), zmq::send_flags::sndmore);
+      if (with_topic_) router_.send(zmq::buffer(topic_), zmq::send_flags::sndmore);
       router_.send(zmq::buffer(be64(seq)), zmq::send_flags::sndmore);
       router_.send(zmq::buffer(payload), zmq::send_flags::none);
     }
     router_.send(zmq::buffer(id), zmq::send_flags::sndmore);
     router_.send(zmq::message_t(), zmq::send_flags::sndmore);
+    if (with_topic_) router_.send(zmq::message_t(), zmq::send_flags::sndmore);
     router_.send(zmq::buffer(std::string(8, '\xff')), zmq::send_flags::sndmore);
     router_.send(zmq::message_t(), zmq::send_flags::none);
   }
@@ -195,7 +201,7 @@ class Publisher {
   std::uint64_t seq_ = 0;
   std::deque<std::pair<std::uint64_t, std::string>> buffer_;
   std::vector<std::vector<std::string>> waiting_;  // held replay requests
-  std::atomic<bool> muted_{false}, held_{false};
+  std::atomic<bool> muted_{false}, held_{false}, with_topic_{false};
 };
 
 }  // namespace kvscope::test
