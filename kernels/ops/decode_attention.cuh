@@ -337,25 +337,6 @@ KVS_GLOBAL void decode_split_kernel(float* part, float* m, float* l, const float
                weights, 0);
 }
 
-// The query of meta row i as the batch kernels read it (paged_attention.cuh's PagedBatch).
-KVS_DEVICE PagedKv batch_query(const PagedBatch& b, int i) {
-  const int* mi = b.meta + kBatchMeta * i;
-  PagedKv kv;
-  kv.k = b.k;
-  kv.v = b.v;
-  kv.block_table = b.tables + mi[0];
-  kv.num_slots = mi[1];
-  kv.block_size = b.block_size;
-  kv.kv_heads = b.kv_heads;
-  kv.head_dim = b.head_dim;
-  kv.live = mi[2] >= 0 ? b.live + mi[2] : nullptr;
-  kv.open_k_start = mi[4];
-  kv.open_k = mi[5] >= 0 ? b.staging + mi[5] : nullptr;
-  kv.open_v_start = mi[6];
-  kv.open_v = mi[7] >= 0 ? b.staging + mi[7] : nullptr;
-  return kv;
-}
-
 // Many queries (a step): block (g + kv_heads * s, i); splits past a query's slots are empty.
 KVS_GLOBAL void decode_split_batch_kernel(float* part, float* m, float* l, const float* q,
                                           PagedBatch pb, int n_heads, int chunk, float* weights) {

@@ -146,6 +146,25 @@ struct PagedBatch {
   const float* staging = nullptr;  // KIVI open groups' rows
 };
 
+// The query of meta row i as the batch kernels read it.
+KVS_DEVICE PagedKv batch_query(const PagedBatch& b, int i) {
+  const int* mi = b.meta + kBatchMeta * i;
+  PagedKv kv;
+  kv.k = b.k;
+  kv.v = b.v;
+  kv.block_table = b.tables + mi[0];
+  kv.num_slots = mi[1];
+  kv.block_size = b.block_size;
+  kv.kv_heads = b.kv_heads;
+  kv.head_dim = b.head_dim;
+  kv.live = mi[2] >= 0 ? b.live + mi[2] : nullptr;
+  kv.open_k_start = mi[4];
+  kv.open_k = mi[5] >= 0 ? b.staging + mi[5] : nullptr;
+  kv.open_v_start = mi[6];
+  kv.open_v = mi[7] >= 0 ? b.staging + mi[7] : nullptr;
+  return kv;
+}
+
 // Block (h, i): head h of query i, as the one-pass kernel (every num_slots <= kOnePassSlots).
 KVS_GLOBAL void paged_attention_batch_kernel(float* out, const float* q, PagedBatch b, int n_heads,
                                              float* weights) {
@@ -153,19 +172,7 @@ KVS_GLOBAL void paged_attention_batch_kernel(float* out, const float* q, PagedBa
   KVS_DYNAMIC_SHARED(float, scores);
   const int h = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
   const int* m = b.meta + kBatchMeta * i;
-  PagedKv kv;
-  kv.k = b.k;
-  kv.v = b.v;
-  kv.block_table = b.tables + m[0];
-  kv.num_slots = m[1];
-  kv.block_size = b.block_size;
-  kv.kv_heads = b.kv_heads;
-  kv.head_dim = b.head_dim;
-  kv.live = m[2] >= 0 ? b.live + m[2] : nullptr;
-  kv.open_k_start = m[4];
-  kv.open_k = m[5] >= 0 ? b.staging + m[5] : nullptr;
-  kv.open_v_start = m[6];
-  kv.open_v = m[7] >= 0 ? b.staging + m[7] : nullptr;
+  const PagedKv kv = batch_query(b, i);
   const long row = (static_cast<long>(i) * n_heads + h) * b.head_dim;
   float* w_row = m[3] >= 0 ? weights + m[3] + static_cast<long>(h) * kv.num_slots : nullptr;
   attend_all(out + row, q + row, kv, h / (n_heads / b.kv_heads), w_row, scores, slots);
