@@ -6,7 +6,8 @@ set -euo pipefail
 KVSCOPE_PACKAGES=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev
   libimgui-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth libgl1-mesa-dri clang
   libclang-rt-14-dev libomp-dev ccache clang-format clang-tidy  # fuzz/sanitizer runtimes, OpenMP for clang, ccache, lint
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack)  # kvscope attach
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack  # kvscope attach
+  python3-venv)  # the attach tests against the engines' own publisher code
 
 kvscope_install_deps() {
   local missing=()
