@@ -192,6 +192,31 @@ TEST(KvEventClient, HistoryTheReplayBufferDroppedIsCountedLost) {
   EXPECT_EQ(t.lost_replay_expired, 3);
 }
 
+// Issue #46: batches recovered by replay (the history before attach, a gap mid-stream) land in
+// sequence order, so stores and removals of the same blocks on both sides of the attach point and
+// of the gap leave the state of a subscriber that lost nothing. Batch i stores block i + 1 and,
+// from batch 3 on, removes block i - 2: 3 blocks live at the end, whatever came by replay.
+TEST(KvEventClient, ReplayedBatchesLandInSequenceOrder) {
+  Publisher p("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
+  const auto batch = [](std::uint64_t i) {
+    std::vector<std::string> events = {stored_array({i + 1}, std::nullopt, 16)};
+    if (i >= 3) events.push_back(removed_array({i - 2}));
+    return batch_array(1.0, events);
+  };
+  for (std::uint64_t i = 0; i < 30; ++i) p.publish(batch(i));  // nobody listens yet
+  ASSERT_TRUE(p.wait_published(30));
+  KvEventClient c(config_for(p));
+  ASSERT_TRUE(attached(c, p));
+  for (std::uint64_t i = 30; i < 100; ++i) p.publish(batch(i), /*send=*/i != 60 && i != 61);
+  ASSERT_TRUE(until(c, [&] { return c.totals().batches == 100 && !c.ranks()[0].replaying; }));
+  const KvRankStats t = c.totals();
+  EXPECT_EQ(t.lost, 0);
+  EXPECT_EQ(t.replayed, 32);
+  EXPECT_EQ(c.model().totals().live, 3);
+  EXPECT_EQ(c.model().totals().unknown_removals, 0);
+  EXPECT_EQ(c.model().totals().blocks_removed, 97);
+}
+
 TEST(KvEventClient, BatchesPublishedBetweenTheHistoryAndTheSubscriptionAreFetched) {
   // The engine answers the history request (nothing yet), then publishes batches the subscriber
   // misses on the wire (its subscription was still on its way): the first live batch it sees is
