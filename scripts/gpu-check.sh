@@ -49,6 +49,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$deadline" in ''|*[!0-9]*) echo "gpu-check.sh: --deadline: expected whole seconds, got '$deadline'" >&2; exit 2 ;; esac
+steps_known=",build,device-tests,golden,smollm2,formats,run,memcheck,racecheck,bench-attention,bench-batch,bench-generate,ui,"
+for s in ${only//,/ }; do
+  [[ "$steps_known" == *",$s,"* ]] || {
+    echo "gpu-check.sh: --only: expected steps among ${steps_known:1:${#steps_known}-2}, got '$s'" >&2
+    exit 2
+  }
+done
 [ -n "$out" ] || out=$root/gpu-check-out
 mkdir -p "$out" || { echo "gpu-check.sh: --out: cannot create '$out'" >&2; exit 2; }
 out=$(cd "$out" && pwd)
