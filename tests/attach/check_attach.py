@@ -16,48 +16,20 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Checks, free_ports  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISH = os.path.join(HERE, "publish.py")
-passed, failed = 0, 0
+check = Checks()
 
 
-def check(ok, what, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok    {what}")
-    else:
-        failed += 1
-        print(f"FAIL  {what}" + (f": {detail}" if detail else ""))
 
 
-def free_ports(n):
-    """n consecutive free loopback ports (the engines number DP ranks port + rank)."""
-    for _ in range(200):
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1]
-        probe.close()
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    sys.exit("check_attach.py: no run of free ports")
 
 
 def read_line(stream, deadline_s, what):
@@ -110,7 +82,7 @@ def check_outputs(out_dir, label):
 
 def e2e(kvscope, work, replay_frames=3):
     name = "e2e" if replay_frames == 3 else f"e2e{replay_frames}"
-    base = free_ports(4)  # publishers at base, base+1; replay at base+2, base+3
+    base = free_ports(4, "check_attach.py")  # publishers at base, base+1; replay at base+2, base+3
     pub = start_publisher("--scenario", "e2e", "--dp", "2",
                           "--endpoint", f"tcp://127.0.0.1:{base}",
                           "--replay", f"tcp://127.0.0.1:{base + 2}", "--run-for", "90",
@@ -148,7 +120,7 @@ def e2e_topic_replay(kvscope, work):
 
 
 def ctrl_c(kvscope, work):
-    base = free_ports(2)
+    base = free_ports(2, "check_attach.py")
     pub = start_publisher("--scenario", "stream", "--endpoint", f"tcp://127.0.0.1:{base}",
                           "--replay", f"tcp://127.0.0.1:{base + 1}", "--interval", "0.05",
                           "--run-for", "60")
@@ -176,7 +148,7 @@ def ctrl_c(kvscope, work):
 
 
 def no_publisher(kvscope, work):
-    base = free_ports(2)
+    base = free_ports(2, "check_attach.py")
     started = time.monotonic()
     run = subprocess.run([kvscope, "attach", f"tcp://127.0.0.1:{base}", "--replay",
                           f"tcp://127.0.0.1:{base + 1}", "--duration", "1", "--out",
@@ -190,7 +162,7 @@ def no_publisher(kvscope, work):
 
 
 def topic(kvscope, work):
-    base = free_ports(2)
+    base = free_ports(2, "check_attach.py")
     pub = start_publisher("--scenario", "stream", "--endpoint", f"tcp://127.0.0.1:{base}",
                           "--replay", "", "--topic", "kv-events", "--interval", "0.05",
                           "--run-for", "60")
@@ -213,7 +185,7 @@ def topic(kvscope, work):
 
 def bind(kvscope, work):
     """An engine whose endpoint names kvscope's host connects: kvscope binds (--bind)."""
-    base = free_ports(1)
+    base = free_ports(1, "check_attach.py")
     att = subprocess.Popen([kvscope, "attach", f"tcp://*:{base}", "--bind", "--batches", "20",
                             "--duration", "60", "--json", "--out", os.path.join(work, "bind")],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -245,8 +217,7 @@ def main():
             test(kvscope, work)
         except Exception as e:  # a hang or crash in one scenario is a failure, not a traceback
             check(False, test.__name__, f"{type(e).__name__}: {e}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    check.finish()
 
 
 if __name__ == "__main__":

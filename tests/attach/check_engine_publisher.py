@@ -22,28 +22,21 @@ M failed"; exit 1 on any failure.
 import glob
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 import types
 import zipfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Checks, free_ports  # noqa: E402
+
 CACHE = os.environ.get("KVSCOPE_ENGINE_CACHE",
                        os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
                                     "kvscope", "engines"))
-passed = failed = 0
+check = Checks()
 
 
-def check(ok, what, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok    {what}")
-    else:
-        failed += 1
-        print(f"FAIL  {what}" + (f": {detail}" if detail else ""))
 
 
 def load_sglang():
@@ -66,27 +59,6 @@ def load_sglang():
     return module
 
 
-def free_ports(n):
-    """A base port with n free ports after it (publishers at base.., replay at base + dp..)."""
-    for _ in range(50):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-        s.close()
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            t = socket.socket()
-            try:
-                t.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-        if ok:
-            return base
-    sys.exit("check_engine_publisher.py: no free ports")
 
 
 class Engine:
@@ -169,7 +141,7 @@ def expect(name, got, **want):
 
 
 def before(kv, kvscope, work):
-    base = free_ports(4)
+    base = free_ports(4, "check_engine_publisher.py")
     engine = Engine(kv, base)
     try:
         for r in range(2):
@@ -193,7 +165,7 @@ def before(kv, kvscope, work):
 
 
 def first(kv, kvscope, work):
-    base = free_ports(4)
+    base = free_ports(4, "check_engine_publisher.py")
     proc = attach(kvscope, base, 2, 2 * 30, os.path.join(work, "first"))
     time.sleep(1.0)  # kvscope is up and asking before the engine exists
     engine = Engine(kv, base)
@@ -211,7 +183,7 @@ def first(kv, kvscope, work):
 
 
 def restart(kv, kvscope, work):
-    base = free_ports(4)
+    base = free_ports(4, "check_engine_publisher.py")
     engine = Engine(kv, base)
     try:
         proc = attach(kvscope, base, 2, 2 * 20 + 10, os.path.join(work, "restart"))
@@ -232,7 +204,7 @@ def restart(kv, kvscope, work):
 
 
 def nobuffer(kv, kvscope, work):
-    base = free_ports(4)
+    base = free_ports(4, "check_engine_publisher.py")
     engine = Engine(kv, base, buffer_steps=5)
     try:
         engine.publish(0, 20)
@@ -266,8 +238,7 @@ def main():
             test(kv, kvscope, work)
         except Exception as e:  # a hang or crash in one scenario is a failure, not a traceback
             check(False, test.__name__, f"{type(e).__name__}: {e}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    check.finish()
 
 
 if __name__ == "__main__":
