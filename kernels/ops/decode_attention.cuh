@@ -13,8 +13,8 @@
 //   3. values: the lanes of phase 1 read V the same way and sum e * v for kDecodeHeadBlock heads
 //      at a time, and the token groups' sums are added in shared memory.
 // It writes the split's unnormalized output with its maximum and sum (and, capturing, the e^(s -
-// max) of each slot); decode_reduce_kernel rescales and combines the splits, as
-// paged_attention_reduce_kernel does. The chunk is chosen per launch so that there are enough
+// max) of each slot); decode_reduce_kernel rescales and combines the splits with
+// paged_attention.cuh's combine_splits. The chunk is chosen per launch so that there are enough
 // blocks (decode_chunk).
 //
 // Covered: head_dim 8, 16, 32, 64 or 128, at most kDecodeMaxGroup (4) query heads per KV head, and
@@ -35,7 +35,12 @@ constexpr int kDecodeMaxGroup = 4;
 constexpr int kDecodeMaxChunk = 512;
 constexpr int kDecodeHeadBlock = 4;  // query heads whose value sums one lane holds at a time
 
-KVS_HOST_DEVICE bool decode_reads(int code);
+// Whether the decode kernels read format `code` (the per-token formats whose values are whole
+// bytes: fp32, fp16, bf16, int8 and FP8); the packed ones and KIVI take paged_attention.cuh's.
+KVS_HOST_DEVICE bool decode_reads(int code) {
+  return code == kKvF32 || code == kKvF16 || code == kKvBF16 || code == kKvInt8 ||
+         code == kKvE4M3 || code == kKvE5M2;
+}
 
 // Whether the decode kernels take this shape and these K and V formats.
 KVS_HOST_DEVICE bool decode_covers(int n_heads, int kv_heads, int head_dim, int k_code,
@@ -78,13 +83,6 @@ KVS_DEVICE void load_words2(const unsigned char* p, std::uint32_t* w) {
 }
 KVS_DEVICE bool aligned_to(const unsigned char* p, unsigned bytes) {
   return (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1u)) == 0;
-}
-
-// Whether the decode kernels read format `code` (the per-token formats whose values are whole
-// bytes: fp32, fp16, bf16, int8 and FP8); the packed ones and KIVI take paged_attention.cuh's.
-KVS_HOST_DEVICE bool decode_reads(int code) {
-  return code == kKvF32 || code == kKvF16 || code == kKvBF16 || code == kKvInt8 ||
-         code == kKvE4M3 || code == kKvE5M2;
 }
 
 // Slot t's values d0 .. d0 + 7 of KV head g as stored, in a format decode_reads: up to 32 bytes of
@@ -348,37 +346,22 @@ KVS_GLOBAL void decode_split_batch_kernel(float* part, float* m, float* l, const
                pb.meta[kBatchMeta * i + 3]);
 }
 
-// Block (h, i): head h of query i, its splits combined as paged_attention_reduce_kernel does.
-// meta: the batch's rows (num_slots and capture offset of query i), or nullptr for one query of
-// num_slots slots captured into `weights`.
+// Block (h, i): head h of query i, its splits combined (combine_splits). meta: the batch's rows
+// (num_slots and capture offset of query i), or nullptr for one query of num_slots slots captured
+// into `weights`.
 KVS_GLOBAL void decode_reduce_kernel(float* out, const float* part, const float* m, const float* l,
                                      int n_heads, int splits, int head_dim, int chunk,
                                      const int* meta, int num_slots, float* weights) {
   const int h = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
-  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
   const int slots = meta != nullptr ? meta[kBatchMeta * i + 1] : num_slots;
   float* w = weights;
   if (meta != nullptr)
     w = weights != nullptr && meta[kBatchMeta * i + 3] >= 0 ? weights + meta[kBatchMeta * i + 3]
                                                             : nullptr;
-  const int used = (slots + chunk - 1) / chunk;
-  const long h0 = (static_cast<long>(i) * n_heads + h) * splits;
-  float big = -INFINITY;
-  for (int s = 0; s < used; ++s) big = fmaxf(big, m[h0 + s]);
-  const auto rescale = [&](int s) { return m[h0 + s] == -INFINITY ? 0.0f : expf(m[h0 + s] - big); };
-  float total = 0.0f;
-  for (int s = 0; s < used; ++s) total += l[h0 + s] * rescale(s);
-  for (int d = tid; d < head_dim; d += nt) {
-    float acc = 0.0f;
-    for (int s = 0; s < used; ++s) acc += part[(h0 + s) * head_dim + d] * rescale(s);
-    out[(static_cast<long>(i) * n_heads + h) * head_dim + d] = acc / total;
-  }
-  if (w != nullptr) {
-    for (int t = tid; t < slots; t += nt) {
-      const long at = static_cast<long>(h) * slots + t;
-      w[at] = w[at] * rescale(t / chunk) / total;
-    }
-  }
+  const long row = static_cast<long>(i) * n_heads + h, h0 = row * splits;
+  combine_splits(out + row * head_dim, part + h0 * head_dim, m + h0, l + h0,
+                 (slots + chunk - 1) / chunk, head_dim, slots, chunk,
+                 w != nullptr ? w + static_cast<long>(h) * slots : nullptr);
 }
 
 // Floats of device workspace for n_queries queries of at most max_slots slots.

@@ -207,31 +207,38 @@ KVS_GLOBAL void paged_attention_split_kernel(float* part, float* m, float* l, co
   }
 }
 
-// out[h] = sum_s part[h][s] e^(m_s - M) / sum_s l[h][s] e^(m_s - M), M the largest m_s; the
-// captured weights of split s are scaled by e^(m_s - M) / L the same way. A split with no live
-// slot (m_s = -inf) contributes nothing.
+// One head's splits combined: out_h = sum_s part[s] e^(m_s - M) / sum_s l[s] e^(m_s - M), M the
+// largest m_s, over the first `splits` splits (part [splits][width], m and l [splits]); the
+// captured row w_row [num_slots] (nullptr: none) of split s is scaled by e^(m_s - M) / L the same
+// way. A split with no live slot (m_s = -inf) contributes nothing. Run by every thread of the
+// block.
+KVS_DEVICE void combine_splits(float* out_h, const float* part, const float* m, const float* l,
+                               int splits, int width, int num_slots, int chunk, float* w_row) {
+  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, m[s]);
+  const auto rescale = [&](int s) { return m[s] == -INFINITY ? 0.0f : expf(m[s] - big); };
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) total += l[s] * rescale(s);
+  for (int d = tid; d < width; d += nt) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) acc += part[static_cast<long>(s) * width + d] * rescale(s);
+    out_h[d] = acc / total;
+  }
+  if (w_row != nullptr) {
+    for (int t = tid; t < num_slots; t += nt) w_row[t] = w_row[t] * rescale(t / chunk) / total;
+  }
+}
+
+// Block h: head h's splits combined (combine_splits).
 KVS_GLOBAL void paged_attention_reduce_kernel(float* out, const float* part, const float* m,
                                               const float* l, int splits, int head_dim,
                                               int num_slots, int chunk, float* weights) {
   const int h = static_cast<int>(simt::bid_x());
-  const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
   const long h0 = static_cast<long>(h) * splits;
-  float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) big = fmaxf(big, m[h0 + s]);
-  const auto rescale = [&](int s) { return m[h0 + s] == -INFINITY ? 0.0f : expf(m[h0 + s] - big); };
-  float total = 0.0f;
-  for (int s = 0; s < splits; ++s) total += l[h0 + s] * rescale(s);
-  for (int d = tid; d < head_dim; d += nt) {
-    float acc = 0.0f;
-    for (int s = 0; s < splits; ++s) acc += part[(h0 + s) * head_dim + d] * rescale(s);
-    out[static_cast<long>(h) * head_dim + d] = acc / total;
-  }
-  if (weights != nullptr) {
-    for (int t = tid; t < num_slots; t += nt) {
-      const long i = static_cast<long>(h) * num_slots + t;
-      weights[i] = weights[i] * rescale(t / chunk) / total;
-    }
-  }
+  combine_splits(out + static_cast<long>(h) * head_dim, part + h0 * head_dim, m + h0, l + h0,
+                 splits, head_dim, num_slots, chunk,
+                 weights != nullptr ? weights + static_cast<long>(h) * num_slots : nullptr);
 }
 
 // Slots one block takes in one pass (its scores in shared memory), and split-K's chunk.
