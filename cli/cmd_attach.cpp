@@ -87,18 +87,12 @@ std::string cell(const nlohmann::json& v) {
   return v.is_number_integer() ? with_commas(v.get<std::int64_t>()) : v.dump();
 }
 
-// "10 published before attach and never replayed, 2 in a mid-stream gap no replay filled".
+// The summary's lost_by_cause in words (kv_lost_causes).
 std::string lost_causes(const nlohmann::json& s) {
   const auto& c = s["lost_by_cause"];
-  std::string out;
-  const auto add = [&](const char* key, const char* what) {
-    if (c[key].get<std::int64_t>() == 0) return;
-    out.append(out.empty() ? "" : ", ").append(cell(c[key])).append(" ").append(what);
-  };
-  add("before_attach", "published before attach and never replayed");
-  add("replay_expired", "no longer in the engine's replay buffer when asked for");
-  add("mid_stream", "in a mid-stream gap that no replay filled");
-  return out;
+  return kv_lost_causes(c["before_attach"].get<std::int64_t>(),
+                        c["replay_expired"].get<std::int64_t>(),
+                        c["mid_stream"].get<std::int64_t>());
 }
 
 // report.md: what the engine's prefix cache did while attached, per rank and medium, and what

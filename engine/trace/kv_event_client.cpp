@@ -690,16 +690,23 @@ std::string KvEventClient::status_line() const {
   return s;
 }
 
-std::string kv_lost_text(const KvRankStats& s) {
-  std::string out = std::to_string(s.lost);
+std::string kv_lost_causes(std::int64_t before_attach, std::int64_t replay_expired,
+                           std::int64_t mid_stream) {
   std::string causes;
   const auto add = [&](std::int64_t n, const char* what) {
     if (n == 0) return;
     causes.append(causes.empty() ? "" : ", ").append(std::to_string(n)).append(" ").append(what);
   };
-  add(s.lost_before_attach, "before attach, never replayed");
-  add(s.lost_replay_expired, "gone from the replay buffer");
-  add(s.lost_mid_stream, "mid-stream gap");
+  add(before_attach, "before attach, never replayed");
+  add(replay_expired, "gone from the replay buffer");
+  add(mid_stream, "mid-stream gap");
+  return causes;
+}
+
+std::string kv_lost_text(const KvRankStats& s) {
+  std::string out = std::to_string(s.lost);
+  const std::string causes =
+      kv_lost_causes(s.lost_before_attach, s.lost_replay_expired, s.lost_mid_stream);
   if (!causes.empty()) out.append(" (").append(causes).append(")");
   return out;
 }

@@ -99,6 +99,10 @@ struct KvRankStats {
   std::string last_other_topic;
 };
 
+// "10 before attach, never replayed, 2 mid-stream gap": the causes that lost any batch ("" if
+// none did).
+std::string kv_lost_causes(std::int64_t before_attach, std::int64_t replay_expired,
+                           std::int64_t mid_stream);
 // "12 (10 before attach, never replayed, 2 mid-stream gap)": the lost batches and their causes.
 std::string kv_lost_text(const KvRankStats& s);
 // {"before_attach": n, "replay_expired": n, "mid_stream": n}.
