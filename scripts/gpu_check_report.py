@@ -99,12 +99,11 @@ def main():
         "command": "bash scripts/gpu-check.sh" + (" --emulated" if emulated else ""),
         "host": platform.node(),
         "gpu": gpu or ("none: the SIMT emulator (times say nothing about a GPU)" if emulated else "unknown"),
-        "nvcc": sh("nvcc", "--version").splitlines()[-1:] or [""],
+        "nvcc": (sh("nvcc", "--version").splitlines() or [""])[-1],
         "cpu_cores": os.cpu_count(),
         "elapsed_s": a.elapsed,
         "steps": steps,
     }
-    record["nvcc"] = record["nvcc"][0]
     if a.pack and os.path.exists(os.path.join(a.pack, "MANIFEST")):
         record["pack"] = open(os.path.join(a.pack, "MANIFEST")).read().strip().splitlines()
     tests = load(os.path.join(a.out, "device-tests.json"))

@@ -98,6 +98,16 @@ class Engine:
             self.pubs[rank].publish(self.kv.KVEventBatch(ts=time.time(), events=events))
             self.batches += 1
 
+    def publish_interleaved(self, n, pause_s):
+        """n batches on every rank, one rank after the other, pause_s apart (a live stream)."""
+        for _ in range(n):
+            for r in range(self.dp):
+                self.publish(r, 1)
+            time.sleep(pause_s)
+
+    def live_blocks(self):
+        return sum(len(s) for s in self.live)
+
     def restart(self, rank):
         """A new engine process on the same sockets: sequence from 0, nothing cached."""
         self.pubs[rank].shutdown()
@@ -149,16 +159,13 @@ def before(kv, kvscope, work):
         time.sleep(0.5)
         proc = attach(kvscope, base, 2, 2 * 50, os.path.join(work, "before"))
         time.sleep(1.5)  # its subscription reaches the publishers (PUB drops before that)
-        for _ in range(10):
-            for r in range(2):
-                engine.publish(r, 1)
-            time.sleep(0.02)
+        engine.publish_interleaved(10, 0.02)
         got = finish(proc, "before")
     finally:
         engine.close()
     expect("before", got, batches=100, lost=0, replay_frames=4, bad_frames=0, replay_timeouts=0,
            blocks_stored=engine.stored, blocks_removed=engine.removed,
-           live_blocks=sum(len(s) for s in engine.live), unknown_removals=0,
+           live_blocks=engine.live_blocks(), unknown_removals=0,
            **{"events.BlockStored": engine.stored})
     check(got.get("replayed", 0) >= 80, "before: the 80 batches before attach came by replay",
           f"replayed {got.get('replayed')}")
@@ -171,15 +178,12 @@ def first(kv, kvscope, work):
     engine = Engine(kv, base)
     try:
         time.sleep(1.0)
-        for _ in range(30):
-            for r in range(2):
-                engine.publish(r, 1)
-            time.sleep(0.01)
+        engine.publish_interleaved(30, 0.01)
         got = finish(proc, "first")
     finally:
         engine.close()
     expect("first", got, batches=60, lost=0, blocks_stored=engine.stored,
-           live_blocks=sum(len(s) for s in engine.live), unknown_removals=0)
+           live_blocks=engine.live_blocks(), unknown_removals=0)
 
 
 def restart(kv, kvscope, work):
@@ -200,7 +204,7 @@ def restart(kv, kvscope, work):
     finally:
         engine.close()
     expect("restart", got, batches=50, lost=0, restarts=1,
-           live_blocks=sum(len(s) for s in engine.live))
+           live_blocks=engine.live_blocks())
 
 
 def nobuffer(kv, kvscope, work):

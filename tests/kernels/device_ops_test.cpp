@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_ops.h"
@@ -214,6 +215,23 @@ struct DevicePool {
     p.live = live;
     return p;
   }
+  // The pool's `tokens` K and V rows (host, [tokens][kv_dim]) written to slots 0.. through
+  // kv_write, then decoded back by kv_gather: the rows attention reads, K then V.
+  std::pair<std::vector<float>, std::vector<float>> write_and_gather(
+      device::DeviceOps& ops, const std::vector<float>& k_rows,
+      const std::vector<float>& v_rows) const {
+    const std::size_t kv_dim = static_cast<std::size_t>(kv_heads) * head_dim;
+    Buf<float> dk(ops, k_rows), dv(ops, v_rows), gk(ops, k_rows.size()), gv(ops, v_rows.size());
+    for (int t = 0; t < tokens; ++t) {
+      ops.kv_write(tiles(KvKind::kKey), tiles(KvKind::kValue), dtable.get(), t, block_size,
+                   dk.get() + t * kv_dim, dv.get() + t * kv_dim, kv_heads, head_dim);
+    }
+    ops.kv_gather(gk.get(), tiles(KvKind::kKey), dtable.get(), tokens, kv_heads, head_dim,
+                  block_size);
+    ops.kv_gather(gv.get(), tiles(KvKind::kValue), dtable.get(), tokens, kv_heads, head_dim,
+                  block_size);
+    return {gk.read(), gv.read()};
+  }
   static std::vector<int> shuffled_blocks(int pool, int used, unsigned seed) {
     std::vector<int> all(static_cast<std::size_t>(pool));
     std::iota(all.begin(), all.end(), 0);
@@ -283,18 +301,7 @@ TEST(DeviceOps, PagedAttentionInEveryFormatOnePassAndSplit) {
       DevicePool pool(*ops, f.name, bs, kv_heads, head_dim, slots, 21u + slots);
       const auto k = randn(static_cast<std::size_t>(slots) * kv_dim, 22u);
       const auto v = randn(static_cast<std::size_t>(slots) * kv_dim, 23u);
-      Buf<float> dk(*ops, k), dv(*ops, v);
-      for (int t = 0; t < slots; ++t) {
-        ops->kv_write(pool.tiles(KvKind::kKey), pool.tiles(KvKind::kValue), pool.dtable.get(), t,
-                      bs, dk.get() + static_cast<std::size_t>(t) * kv_dim,
-                      dv.get() + static_cast<std::size_t>(t) * kv_dim, kv_heads, head_dim);
-      }
-      Buf<float> gk(*ops, k.size()), gv(*ops, v.size());
-      ops->kv_gather(gk.get(), pool.tiles(KvKind::kKey), pool.dtable.get(), slots, kv_heads,
-                     head_dim, bs);
-      ops->kv_gather(gv.get(), pool.tiles(KvKind::kValue), pool.dtable.get(), slots, kv_heads,
-                     head_dim, bs);
-      const std::vector<float> kr = gk.read(), vr = gv.read();
+      const auto [kr, vr] = pool.write_and_gather(*ops, k, v);
       for (const auto& [in, back] : {std::pair{&k, &kr}, std::pair{&v, &vr}}) {
         for (int t = 0; t < slots; ++t) {
           const float* row = in->data() + static_cast<std::size_t>(t) * kv_dim;
@@ -339,23 +346,13 @@ TEST(DeviceOps, AttentionOverUnalignedRowsAndOddBlockSizes) {
       DevicePool pool(*ops, name, bs, kv_heads, head_dim, slots, 41u + bs);
       const auto k = randn(static_cast<std::size_t>(slots) * kv_dim, 42u);
       const auto v = randn(static_cast<std::size_t>(slots) * kv_dim, 43u);
-      Buf<float> dk(*ops, k), dv(*ops, v), gk(*ops, k.size()), gv(*ops, v.size());
-      for (int t = 0; t < slots; ++t) {
-        ops->kv_write(pool.tiles(KvKind::kKey), pool.tiles(KvKind::kValue), pool.dtable.get(), t,
-                      bs, dk.get() + static_cast<std::size_t>(t) * kv_dim,
-                      dv.get() + static_cast<std::size_t>(t) * kv_dim, kv_heads, head_dim);
-      }
-      ops->kv_gather(gk.get(), pool.tiles(KvKind::kKey), pool.dtable.get(), slots, kv_heads,
-                     head_dim, bs);
-      ops->kv_gather(gv.get(), pool.tiles(KvKind::kValue), pool.dtable.get(), slots, kv_heads,
-                     head_dim, bs);
+      const auto [kr, vr] = pool.write_and_gather(*ops, k, v);
       const auto q = randn(static_cast<std::size_t>(heads) * head_dim, 44u);
       Buf<float> dq(*ops, q), dout(*ops, q.size()),
           dw(*ops, static_cast<std::size_t>(heads) * slots);
       ops->paged_attention(dout.get(), dq.get(), pool.pool(slots, nullptr), heads, dw.get());
       std::vector<double> want, want_w;
-      reference_attention(q, gk.read(), gv.read(), {}, heads, kv_heads, head_dim, slots, &want,
-                          &want_w);
+      reference_attention(q, kr, vr, {}, heads, kv_heads, head_dim, slots, &want, &want_w);
       expect_close(dout.read(), want, 2e-5, 1e-4, what + " output");
       expect_close(dw.read(), want_w, 1e-6, 1e-4, what + " softmax rows");
     }
