@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/lookup_prompt.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/trace/kv_event_client.h"
@@ -36,8 +37,18 @@ data-parallel rank stores and removes, per medium, with gaps filled by replay an
                       connect instead of binding; ENDPOINT may then be tcp://*:PORT
   --duration S        stop after S seconds (default: at --batches N, or Ctrl-C)
   --batches N         stop after N batches (sequence numbers, all ranks together)
-  --out DIR           where recording.kvr, trace.json, report.md and summary.json go
-                      (default kvscope-attach)
+  --out DIR           where recording.kvr, trace.json, report.md, summary.json and stream.kvj
+                      (the batches as received, for `kvscope lookup`) go (default kvscope-attach)
+  --clear-scope S     what AllBlocksCleared drops: gpu (vLLM: its GPU pool only, offload tiers
+                      keep theirs), all (SGLang: every tier) or auto (default: gpu once the
+                      stream shows vLLM's fields or media, else all)
+  --lookup FILE       when attach ends, say how much of this prompt's prefix each rank and medium
+                      holds and why the match stops ("why did my prefix miss?"). FILE: token ids
+                      (a JSON array, or the engine's /tokenize answer) or text, with
+  --tokenizer PATH    the engine's tokenizer for a text prompt: tokenizer.json or a GGUF file
+  --model NAME|PATH   or a model whose tokenizer to use
+  --bos               put the tokenizer's BOS token first (when the engine adds one)
+  --lora NAME         the LoRA adapter the prompt runs with (default: none)
   --json              print the summary as JSON on stdout
 a status line is drawn on stderr (a line every 5 s when it is not a terminal); Ctrl-C stops
 cleanly and still writes DIR. exit status: 0 done, 1 no batch arrived, 2 bad flags or endpoints.
@@ -81,6 +92,13 @@ void check_endpoint(const std::string& endpoint, int dp, const std::string& flag
                   "'" + endpoint + "'");
   }
   check_kv_endpoint(endpoint, dp, flag, bind);
+}
+
+KvClearScope parse_clear_scope(const std::string& v) {
+  if (v == "auto") return KvClearScope::kAuto;
+  if (v == "gpu") return KvClearScope::kGpu;
+  if (v == "all") return KvClearScope::kAll;
+  fail_expected("--clear-scope", "gpu, all or auto", "'" + v + "'");
 }
 
 std::string cell(const nlohmann::json& v) {
@@ -140,6 +158,41 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
           << " | " << cell(r["lost"]) << " | " << cell(r["decode_errors"]) << " | "
           << cell(r["restarts"]) << " | " << (media.empty() ? "-" : media) << " |\n";
     }
+    const auto& groups = s["live_blocks_by_group"];
+    if (groups.size() > 1 || (groups.size() == 1 && !groups.begin().value()["kind"].get<std::string>().empty())) {
+      out << "\n## KV cache groups\n\n| group | kind | sliding window | block size | stored | "
+             "live now |\n|---:|---|---:|---:|---:|---:|\n";
+      for (const auto& [g, info] : groups.items()) {
+        const std::string kind = info["kind"].get<std::string>();
+        out << "| " << g << " | " << (kind.empty() ? "-" : kind) << " | "
+            << (info["sliding_window"].is_null() ? "-" : cell(info["sliding_window"])) << " | "
+            << cell(info["block_size"]) << " | " << cell(info["stored"]) << " | "
+            << cell(info["live"]) << " |\n";
+      }
+    }
+    if (!s["live_blocks_by_ownership"].empty()) {
+      out << "\nLive blocks by ownership (the offloading tier that reported them):";
+      for (const auto& [name, n] : s["live_blocks_by_ownership"].items())
+        out << " " << name << " " << cell(n) << ";";
+      out << "\n";
+    }
+    if (s["placeholder_blocks"].get<std::int64_t>() > 0) {
+      out << "\n" << cell(s["placeholder_blocks"])
+          << " stored blocks were placeholders (token_ids = [], block_size = 0: an offload tier "
+             "reporting which hashes it holds); a lookup matches them by hash.\n";
+    }
+    if (s.contains("lookup")) {
+      const auto& lk = s["lookup"];
+      out << "\n## Lookup: " << lk["file"].get<std::string>() << " ("
+          << cell(lk["prompt_tokens"]) << " tokens, LoRA " << lk["lora"].get<std::string>()
+          << ")\n\n";
+      for (const auto& row : lk["rows"]) {
+        out << "- rank " << row["rank"].get<int>() << " " << row["medium"].get<std::string>();
+        if (row["group"].get<std::int64_t>() != 0) out << " group " << cell(row["group"]);
+        out << ": " << row["text"].get<std::string>() << "\n";
+      }
+      if (lk["rows"].empty()) out << "No blocks were stored while attached: nothing to match.\n";
+    }
     out << "\n## Churn and loose ends\n\n";
     out << "- " << cell(s["short_lived"]) << " blocks were removed within 1 s of being stored "
         << "(by the engine's timestamps).\n";
@@ -151,11 +204,21 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
         << " malformed messages, " << cell(s["other_topics"]) << " batches on other topics.\n";
     if (!s["last_decode_error"].get<std::string>().empty())
       out << "- Last decode error: " << s["last_decode_error"].get<std::string>() << "\n";
+    const auto& cs = s["clear_scope"];
     out << "\n## What the stream cannot tell\n\n"
         << "The engines publish stores and removals, not lookups: prefix-cache hits, which "
            "request used which block and how much prefill a hit saved are not in the stream. "
            "Physical block ids are not published either: recording.kvr numbers blocks by its own "
-           "recycled slots.\n\n";
+           "recycled slots.\n\n"
+        << "AllBlocksCleared does not say which tiers it empties: vLLM's comes from its GPU pool "
+           "only (its CPU offload tier keeps its blocks, or empties silently when reset with "
+           "reset_external=true), SGLang's empties every tier. Clear scope used: "
+        << cs["setting"].get<std::string>()
+        << (cs["setting"] == "auto"
+                ? " (the stream looked like " + cs["engine"].get<std::string>() + ")"
+                : std::string())
+        << "; " << cell(cs["clears_gpu_only"]) << " clears dropped the GPU medium only, "
+        << cell(cs["clears_all"]) << " dropped every medium.\n\n";
     out << "## Files\n\n"
         << "- recording.kvr: " << cell(s["recording"]["batches"]) << " steps (one per batch), "
         << cell(s["recording"]["events"]) << " events"
@@ -164,7 +227,13 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
                 : "")
         << "; open it in kvscope-ui.\n"
         << "- trace.json: Chrome trace of the same steps (ui.perfetto.dev).\n"
-        << "- summary.json: every counter above (what `kvscope attach --json` prints).\n";
+        << "- summary.json: every counter above (what `kvscope attach --json` prints).\n"
+        << "- stream.kvj: every batch as received, for `kvscope lookup " << "DIR --prompt FILE`"
+        << (!s["journal"].is_null() && s["journal"]["truncated"].get<bool>()
+                ? " (it reached its 1 GiB cap and stopped growing: a lookup from it sees the "
+                  "first part of the run only)"
+                : "")
+        << ".\n";
   });
 }
 
@@ -185,6 +254,18 @@ void print_summary(const nlohmann::json& s) {
               cell(s["blocks_stored"]).c_str(), cell(s["blocks_removed"]).c_str(),
               cell(s["blocks_cleared"]).c_str(), cell(s["live_blocks"]).c_str(),
               cell(s["peak_live_blocks"]).c_str());
+  if (s.contains("lookup")) {
+    std::printf("  lookup %s (%s tokens):\n", s["lookup"]["file"].get<std::string>().c_str(),
+                cell(s["lookup"]["prompt_tokens"]).c_str());
+    for (const auto& row : s["lookup"]["rows"]) {
+      std::printf("    rank %d %s%s: %s\n", row["rank"].get<int>(),
+                  row["medium"].get<std::string>().c_str(),
+                  row["group"].get<std::int64_t>() != 0
+                      ? (" group " + cell(row["group"])).c_str()
+                      : "",
+                  row["text"].get<std::string>().c_str());
+    }
+  }
   for (const auto& r : s["ranks"]) {
     std::string media;  // ": GPU 12 CPU 3"
     for (const auto& [name, n] : r["live_blocks_by_medium"].items())
@@ -202,8 +283,10 @@ int cmd_attach(const Argv& argv) {
     std::fputs(kHelp, stderr);
     return kExitBadInput;
   }
-  const Args args(argv, {"--replay", "--topic", "--dp", "--duration", "--batches", "--out"},
-                  {"--json", "--bind", "--help"});
+  const Args args(argv,
+                  {"--replay", "--topic", "--dp", "--duration", "--batches", "--out",
+                   "--clear-scope", "--lookup", "--tokenizer", "--model", "--lora"},
+                  {"--json", "--bind", "--bos", "--help"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -232,6 +315,18 @@ int cmd_attach(const Argv& argv) {
     check_endpoint(cfg.replay_endpoint, cfg.dp_ranks, "--replay", /*bind=*/false);
     check_kv_ports_apart(cfg, "--replay");
   }
+  cfg.clear_scope = parse_clear_scope(args.get("--clear-scope", "auto"));
+  // The prompt before attaching: a bad file fails now, not after an hour attached.
+  std::vector<std::int64_t> prompt;
+  const std::string lookup_file = args.get("--lookup", "");
+  const std::string lora = args.get("--lora", "base");
+  if (args.has("--lookup")) {
+    prompt = read_prompt({lookup_file, "", args.get("--tokenizer", ""), args.get("--model", ""),
+                          args.has("--bos")});
+  } else {
+    for (const char* flag : {"--tokenizer", "--model", "--lora", "--bos"})
+      if (args.has(flag)) throw Error(flag, "only means something with --lookup FILE");
+  }
   const bool json = args.has("--json");
   const std::string out_dir = args.get("--out", "kvscope-attach");
   // The output directory first: a bad --out fails now, not after an hour attached.
@@ -239,6 +334,7 @@ int cmd_attach(const Argv& argv) {
   std::filesystem::create_directories(out_dir, dir_error);
   if (dir_error) throw Error(out_dir, "cannot create the output directory: " + dir_error.message());
 
+  cfg.journal_path = out_dir + "/stream.kvj";
   KvEventClient client(cfg);
   client.set_batch_limit(batches);
   const bool tty = isatty(2) != 0;
@@ -279,7 +375,15 @@ int cmd_attach(const Argv& argv) {
   const double seconds = elapsed();
   if (g_stop) std::fprintf(stderr, "kvscope attach: stopped (signal) after %.1f s\n", seconds);
 
-  const nlohmann::json summary = client.summary_json();
+  nlohmann::json summary = client.summary_json();
+  if (args.has("--lookup")) {
+    const KvEventModel& model = client.model();
+    summary["lookup"] = {
+        {"file", lookup_file},
+        {"prompt_tokens", prompt.size()},
+        {"lora", lora},
+        {"rows", kv_lookup_json(model.lookup({prompt, lora}), model.last_ts())}};
+  }
   std::string command = "kvscope attach";
   for (const std::string& a : argv) command.append(" ").append(a);
   // The small files first, so a recording that cannot be written (disk full) loses nothing else.
@@ -290,13 +394,14 @@ int cmd_attach(const Argv& argv) {
       client.model().build_timeline(std::string("kvscope attach ").append(cfg.endpoint));
   timeline.save(out_dir + "/recording.kvr");
   timeline.export_chrome_trace(out_dir + "/trace.json");
+  client.finish_journal();
   if (json)
     std::printf("%s\n", summary.dump(2).c_str());
   else
     print_summary(summary);
   std::fprintf(stderr,
                "kvscope attach: wrote %s/recording.kvr, trace.json, report.md, "
-               "summary.json\n",
+               "summary.json, stream.kvj\n",
                out_dir.c_str());
   if (summary["batches"].get<std::int64_t>() == 0) {
     std::fprintf(stderr, "kvscope attach: no batch arrived in %.1f s: %s\n", seconds,

@@ -19,5 +19,6 @@ int cmd_eval(const Argv& args);
 int cmd_memwall(const Argv& args);
 int cmd_tokenize(const Argv& args);
 int cmd_attach(const Argv& args);
+int cmd_lookup(const Argv& args);
 
 }  // namespace kvscope::cli

@@ -28,6 +28,8 @@ commands:
   tokenize   the token ids and pieces of a text under a model's tokenizer (--json)
   attach     follow a running vLLM / SGLang engine's KV-cache events live (ZeroMQ); writes a
              recording, a Chrome trace and a report per data-parallel rank
+  lookup     why a prompt's prefix missed: how much of it an attach recording's engine held,
+             per rank and medium, and where and why the match stops
 
 models are found via --model, $KVSCOPE_MODELS, assets/models/, then ../shared/models;
 --model smollm2 is SmolLM2-135M-Instruct (GGUF; scripts/models.sh fetches it); any Llama GGUF loads;
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
     if (command == "memwall") return cmd_memwall(args);
     if (command == "tokenize") return cmd_tokenize(args);
     if (command == "attach") return cmd_attach(args);
+    if (command == "lookup") return cmd_lookup(args);
     std::fprintf(stderr, "kvscope: unknown command '%s'; run kvscope --help\n", command.c_str());
     return 2;
   } catch (const kvscope::Error& e) {

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "engine/common/error.h"
+#include "engine/trace/kv_journal.h"
 
 namespace kvscope {
 
@@ -187,12 +188,15 @@ struct KvEventClient::Impl {
   std::vector<Rank> ranks;
   std::vector<KvRankStats> stats_view;  // refreshed by ranks()
   KvEventModel model;
+  std::unique_ptr<KvJournalWriter> journal;
   KvEventBatch batch;  // reused: decoding allocates less
   std::string decode_error;
   std::int64_t total_batches = 0;
   std::int64_t batch_limit = 0;
 
-  explicit Impl(KvAttachConfig c) : cfg(std::move(c)), model(cfg.model) {}
+  explicit Impl(KvAttachConfig c) : cfg(std::move(c)), model(cfg.model) {
+    model.set_clear_scope(cfg.clear_scope);
+  }
 
   bool limit_reached() const { return batch_limit > 0 && total_batches >= batch_limit; }
   std::int64_t max_frame_bytes() const {
@@ -269,9 +273,10 @@ struct KvEventClient::Impl {
   void apply(Rank& r, std::uint64_t seq, std::string_view payload, bool replayed) {
     if (limit_reached()) return;
     const int rank = r.stats.rank;
+    if (journal) journal->batch(rank, static_cast<std::int64_t>(seq), replayed, payload);
     if (decode_kv_event_batch(payload, batch, decode_error, cfg.decode)) {
       if (batch.dp_rank && *batch.dp_rank != rank) ++r.stats.rank_mismatches;
-      model.apply(rank, batch);
+      model.apply(rank, batch, static_cast<std::int64_t>(seq));
       if (!replayed) {
         r.stats.last_ts = batch.ts;
         r.stats.lag_s = wall_seconds() - batch.ts;
@@ -417,6 +422,7 @@ struct KvEventClient::Impl {
     }
     // The sequence went back: a new publisher process, which holds none of the old blocks.
     ++r.stats.restarts;
+    if (journal) journal->restart(r.stats.rank);
     model.restart(r.stats.rank);
     r.started = false;
     r.catch_ups = 0;
@@ -571,6 +577,10 @@ KvEventClient::KvEventClient(KvAttachConfig config) : impl_(std::make_unique<Imp
     check_kv_endpoint(impl_->cfg.replay_endpoint, impl_->cfg.dp_ranks, "replay endpoint");
     check_kv_ports_apart(impl_->cfg, "replay endpoint");
   }
+  if (!impl_->cfg.journal_path.empty()) {
+    impl_->journal =
+        std::make_unique<KvJournalWriter>(impl_->cfg.journal_path, impl_->cfg.max_journal_bytes);
+  }
   impl_->ranks.resize(static_cast<std::size_t>(impl_->cfg.dp_ranks));
   try {
     for (int i = 0; i < impl_->cfg.dp_ranks; ++i) impl_->open(i);
@@ -595,6 +605,9 @@ const KvAttachConfig& KvEventClient::config() const {
 }
 const KvEventModel& KvEventClient::model() const {
   return impl_->model;
+}
+void KvEventClient::finish_journal() {
+  if (impl_->journal) impl_->journal->finish();
 }
 
 const std::vector<KvRankStats>& KvEventClient::ranks() const {
@@ -717,6 +730,31 @@ nlohmann::json kv_lost_json(const KvRankStats& s) {
           {"mid_stream", s.lost_mid_stream}};
 }
 
+nlohmann::json kv_lookup_json(const std::vector<KvLookupRow>& rows, double last_ts) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const KvLookupRow& r : rows) {
+    nlohmann::json row = {{"rank", r.rank},
+                          {"medium", r.medium},
+                          {"group", r.group},
+                          {"block_size", r.block_size},
+                          {"prompt_tokens", r.prompt_tokens},
+                          {"prompt_blocks", r.prompt_blocks},
+                          {"matched_blocks", r.matched_blocks},
+                          {"matched_tokens", r.matched_tokens},
+                          {"by_hash", r.by_hash},
+                          {"reason", kv_miss_reason_name(r.reason)},
+                          {"text", kv_lookup_text(r, last_ts)}};
+    if (r.reason == KvMissReason::kRemoved) {
+      row["removed_by"] = r.removed_by;
+      row["removed_seq"] = r.removed_seq >= 0 ? nlohmann::json(r.removed_seq) : nlohmann::json();
+      row["removed_ts"] = r.removed_ts;
+    }
+    if (r.reason == KvMissReason::kOtherNamespace) row["other_namespace"] = r.other_namespace;
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
 nlohmann::json KvEventClient::summary_json() const {
   const KvRankStats t = totals();
   const KvEventModel& model = impl_->model;
@@ -755,6 +793,22 @@ nlohmann::json KvEventClient::summary_json() const {
                      {"restarts", r.restarts},
                      {"lag_seconds", r.lag_s}});
   }
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [g, info] : model.groups()) {
+    groups[std::to_string(g)] = {
+        {"kind", info.spec_kind},
+        {"sliding_window",
+         info.sliding_window ? nlohmann::json(*info.sliding_window) : nlohmann::json()},
+        {"block_size", info.block_size},
+        {"live", info.live},
+        {"stored", info.stored}};
+  }
+  nlohmann::json journal;  // null without one
+  if (impl_->journal) {
+    journal = {{"path", impl_->journal->path()},
+               {"bytes", impl_->journal->bytes()},
+               {"truncated", impl_->journal->truncated()}};
+  }
   return {{"endpoint", impl_->cfg.endpoint},
           {"replay_endpoint", impl_->cfg.replay_endpoint},
           {"topic", impl_->cfg.topic},
@@ -768,6 +822,15 @@ nlohmann::json KvEventClient::summary_json() const {
           {"live_blocks", m.live},
           {"live_blocks_by_rank", by_rank},
           {"live_blocks_by_medium", model.live_by_medium()},
+          {"live_blocks_by_group", groups},
+          {"live_blocks_by_ownership", model.live_by_ownership()},
+          {"placeholder_blocks", m.placeholders},
+          {"clear_scope",
+           {{"setting", kv_clear_scope_name(model.clear_scope())},
+            {"engine", kv_engine_guess_name(model.engine_guess())},
+            {"clears_gpu_only", m.clears_gpu_only},
+            {"clears_all", m.clears_all}}},
+          {"journal", journal},
           {"peak_live_blocks", m.peak_live},
           {"gaps", t.gaps},
           {"replayed", t.replayed},

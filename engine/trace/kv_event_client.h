@@ -41,6 +41,11 @@ struct KvAttachConfig {
   std::size_t max_pending_bytes = std::size_t{256} << 20;
   KvDecodeLimits decode;
   KvModelLimits model;
+  KvClearScope clear_scope = KvClearScope::kAuto;  // what AllBlocksCleared drops
+  // "" = none; else every applied batch and restart is journaled there (kv_journal.h), for
+  // `kvscope lookup` afterwards. It stops growing past max_journal_bytes (summary says so).
+  std::string journal_path;
+  std::uint64_t max_journal_bytes = std::uint64_t{1} << 30;
 };
 
 // The address of DP rank `rank` given rank 0's: tcp port + rank, otherwise "_dp<rank>" appended
@@ -105,6 +110,9 @@ std::string kv_lost_causes(std::int64_t before_attach, std::int64_t replay_expir
                            std::int64_t mid_stream);
 // "12 (10 before attach, never replayed, 2 mid-stream gap)": the lost batches and their causes.
 std::string kv_lost_text(const KvRankStats& s);
+// A lookup's rows as JSON: [{"rank", "medium", "group", "block_size", "prompt_blocks",
+// "matched_blocks", "matched_tokens", "prompt_tokens", "by_hash", "reason", "text", ...}].
+nlohmann::json kv_lookup_json(const std::vector<KvLookupRow>& rows, double last_ts);
 // {"before_attach": n, "replay_expired": n, "mid_stream": n}.
 nlohmann::json kv_lost_json(const KvRankStats& s);
 
@@ -132,6 +140,9 @@ class KvEventClient {
   std::string status_line() const;
   // The summary `kvscope attach --json` prints (keys in docs/attach.md).
   nlohmann::json summary_json() const;
+  // Closes the journal and renames it into place (a no-op without one). Throws kvscope::Error
+  // naming the file when it cannot be written.
+  void finish_journal();
 
  private:
   struct Impl;

@@ -11,12 +11,58 @@ namespace kvscope {
 namespace {
 constexpr int kMaxRank = 65535;
 constexpr const char* kDefaultMedium = "GPU";  // what nil / absent means in both engines
+constexpr std::uint8_t kHowRemoved = 0, kHowCleared = 1, kHowRestart = 2;
+
+int rank_of(std::uint64_t scope) {
+  return static_cast<int>(scope >> 40);
+}
+int medium_of_scope(std::uint64_t scope) {
+  return static_cast<int>((scope >> 32) & 0xff);
+}
+std::int64_t group_of(std::uint64_t scope) {
+  return static_cast<std::int64_t>(scope & 0xffffffff);
+}
+
+// A block's namespace besides its LoRA: its extra keys, and SGLang's cache salt.
+std::uint64_t extra_of(const KvStreamEvent& ev, std::size_t block) {
+  std::uint64_t x = block < ev.block_extra.size() ? ev.block_extra[block] : 0;
+  if (!ev.cache_salt.empty()) {
+    std::vector<std::int64_t> bytes(ev.cache_salt.begin(), ev.cache_salt.end());
+    x ^= kv_token_fingerprint(bytes.data(), bytes.size());
+  }
+  return x;
+}
 }  // namespace
+
+const char* kv_clear_scope_name(KvClearScope s) {
+  switch (s) {
+    case KvClearScope::kAuto:
+      return "auto";
+    case KvClearScope::kGpu:
+      return "gpu";
+    case KvClearScope::kAll:
+      return "all";
+  }
+  return "?";
+}
+
+const char* kv_engine_guess_name(KvEngineGuess g) {
+  switch (g) {
+    case KvEngineGuess::kUnknown:
+      return "unknown";
+    case KvEngineGuess::kVllm:
+      return "vllm";
+    case KvEngineGuess::kSglang:
+      return "sglang";
+  }
+  return "?";
+}
 
 KvEventModel::KvEventModel(KvModelLimits limits) : limits_(limits) {
   if (limits_.max_media < 2) limits_.max_media = 2;  // room for the default and "OTHER"
   if (limits_.max_loras < 2) limits_.max_loras = 2;
   media_.push_back(kDefaultMedium);
+  owners_.emplace_back();
   loras_.push_back("base");
   lora_counts_.emplace_back();
 }
@@ -35,6 +81,38 @@ std::uint16_t KvEventModel::lora_id(const KvStreamEvent& ev) {
   loras_.push_back(loras_.size() + 1 >= limits_.max_loras ? std::string("OTHER") : name);
   lora_counts_.emplace_back();
   return static_cast<std::uint16_t>(loras_.size() - 1);
+}
+
+std::uint16_t KvEventModel::name_id(std::vector<std::string>& names, const std::string& name) {
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<std::uint16_t>(i);
+  if (names.size() + 1 >= limits_.max_media) {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == "OTHER") return static_cast<std::uint16_t>(i);
+    names.push_back("OTHER");
+  } else {
+    names.push_back(name);
+  }
+  return static_cast<std::uint16_t>(names.size() - 1);
+}
+
+int KvEventModel::medium_of(const KvStreamEvent& ev) {
+  if (ev.locality != "REMOTE") return medium_id(ev.medium);
+  return medium_id((ev.medium.empty() ? std::string(kDefaultMedium) : ev.medium) + " (remote)");
+}
+
+// Fields and media only one engine sends. vLLM: locality, ownership, cache groups and spec
+// kinds, extra keys, media CPU and STORAGE. SGLang: cache_salt, media CPU_PINNED, DISK,
+// EXTERNAL, CPU_TIER1/2.
+void KvEventModel::guess_engine(const KvStreamEvent& ev) {
+  const std::string& m = ev.medium;
+  if (!ev.locality.empty() || !ev.ownership.empty() || !ev.spec_kind.empty() ||
+      ev.group_idx != 0 || !ev.block_extra.empty() || m == "CPU" || m == "STORAGE") {
+    engine_ = KvEngineGuess::kVllm;
+  } else if (!ev.cache_salt.empty() || m == "CPU_PINNED" || m == "DISK" || m == "EXTERNAL" ||
+             m.starts_with("CPU_TIER")) {
+    engine_ = KvEngineGuess::kSglang;
+  }
 }
 
 int KvEventModel::medium_id(const std::string& name) {
@@ -75,21 +153,41 @@ void KvEventModel::end_step(double ts) {
 }
 
 void KvEventModel::erase(std::unordered_map<Key, Live, KeyHash>::iterator it, int rank,
-                         int medium) {
-  const std::int32_t slot = it->second.slot;
+                         std::uint8_t how) {
+  const Key key = it->first;
+  const Live& l = it->second;
+  const std::int32_t slot = l.slot;
   record(Event{EventType::kCachedBlockEvicted, 0, -1, slot, -1, -1, 0});
   free_slots_.push_back(slot);
-  --lora_counts_[it->second.lora].live;
+  --lora_counts_[l.lora].live;
+  if (l.ownership != 0) --live_by_owner_[l.ownership];
+  const std::int64_t group = group_of(key.scope);
+  if (auto g = groups_.find(group); g != groups_.end()) --g->second.live;
+  if (limits_.max_history > 0) {
+    if (history_.size() >= limits_.max_history) history_.pop_front();
+    history_.push_back(Gone{key.scope, key.hash, l.parent_hash, l.tokens, l.extra, seq_, last_ts_,
+                            l.block_tokens, l.lora, l.has_parent_hash, how});
+  }
   live_.erase(it);
-  --live_rm_[{rank, medium}];
+  --live_rmg_[{rank, medium_of_scope(key.scope), group}];
   count(rank, [](KvModelCounters& c) { --c.live; });
 }
 
 void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
-  const int medium = medium_id(ev.medium);
+  const int medium = medium_of(ev);
   const std::uint64_t sc = scope(rank, medium, ev.group_idx);
   if (block_size_ == 0) block_size_ = ev.block_size;
   const std::uint16_t lora = lora_id(ev);
+  const std::uint16_t owner = ev.ownership.empty() ? 0 : name_id(owners_, ev.ownership);
+  KvGroupInfo* group = nullptr;
+  if (groups_.size() < limits_.max_groups || groups_.count(ev.group_idx) != 0) {
+    group = &groups_[ev.group_idx];
+    if (!ev.spec_kind.empty()) group->spec_kind = ev.spec_kind;
+    if (ev.sliding_window) group->sliding_window = ev.sliding_window;
+    if (ev.block_size > 0) group->block_size = ev.block_size;
+  }
+  const bool placeholder = ev.block_tokens.empty();
+  std::optional<std::uint64_t> parent_hash = ev.parent_hash;
   std::int32_t parent_slot = -1, depth = 0;
   bool rooted = !ev.parent_hash;  // a first block; else as rooted as the parent
   if (ev.parent_hash) {
@@ -103,9 +201,14 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     }
   }
   bool has_parent = parent_slot >= 0;
-  for (std::uint64_t h : ev.block_hashes) {
-    count(rank, [](KvModelCounters& c) { ++c.blocks_stored; });
+  for (std::size_t b = 0; b < ev.block_hashes.size(); ++b) {
+    const std::uint64_t h = ev.block_hashes[b];
+    count(rank, [placeholder](KvModelCounters& c) {
+      ++c.blocks_stored;
+      c.placeholders += placeholder ? 1 : 0;
+    });
     ++lora_counts_[lora].stored;
+    if (group != nullptr) ++group->stored;
     // Depth of a chain: each block one below its parent (saturating: a hostile stream can make
     // a chain as long as it likes; the recording clamps it to the pool when it is built).
     const std::int32_t d =
@@ -117,6 +220,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
       --lora_counts_[it->second.lora].live;
       it->second.lora = lora;
       ++lora_counts_[lora].live;
+      if (it->second.ownership != 0) --live_by_owner_[it->second.ownership];
     } else if (live_.size() > limits_.max_live_blocks) {
       live_.erase(it);
       count(rank, [](KvModelCounters& c) { ++c.untracked_blocks; });
@@ -124,6 +228,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
       depth = 0;
       parent_slot = -1;
       rooted = false;
+      parent_hash = h;
       continue;
     } else {
       if (!free_slots_.empty()) {
@@ -136,13 +241,22 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
       ++slot_gen_[static_cast<std::size_t>(it->second.slot)];
       it->second.lora = lora;
       ++lora_counts_[lora].live;
-      ++live_rm_[{rank, medium}];
+      ++live_rmg_[{rank, medium, ev.group_idx}];
+      if (group != nullptr) ++group->live;
       count(rank, [](KvModelCounters& c) {
         ++c.live;
         c.peak_live = std::max(c.peak_live, c.live);
       });
     }
     const std::int32_t slot = it->second.slot;
+    Live& l = it->second;
+    l.has_parent_hash = parent_hash.has_value();
+    l.parent_hash = parent_hash.value_or(0);
+    l.tokens = placeholder ? 0 : ev.block_tokens[b];
+    l.extra = extra_of(ev, b);
+    l.ownership = owner;
+    if (owner != 0) ++live_by_owner_[owner];
+    parent_hash = h;
     it->second.rooted = rooted;
     it->second.block_tokens =
         static_cast<std::int32_t>(std::clamp<std::int64_t>(ev.block_size, 0, 1 << 20));
@@ -157,7 +271,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
 }
 
 void KvEventModel::removed(int rank, const KvStreamEvent& ev, double ts) {
-  const int medium = medium_id(ev.medium);
+  const int medium = medium_of(ev);
   const std::uint64_t sc = scope(rank, medium, ev.group_idx);
   for (std::uint64_t h : ev.block_hashes) {
     auto it = live_.find(Key{h, sc});
@@ -166,7 +280,7 @@ void KvEventModel::removed(int rank, const KvStreamEvent& ev, double ts) {
       continue;
     }
     const bool short_lived = ts - it->second.stored_ts < kKvShortLivedSeconds;
-    erase(it, rank, medium);
+    erase(it, rank, kHowRemoved);
     count(rank, [short_lived](KvModelCounters& c) {
       ++c.blocks_removed;
       c.short_lived += short_lived ? 1 : 0;
@@ -174,26 +288,30 @@ void KvEventModel::removed(int rank, const KvStreamEvent& ev, double ts) {
   }
 }
 
-void KvEventModel::drop_rank(int rank) {
-  // Every live block of the rank, all media and groups: AllBlocksCleared says "all blocks", and
-  // after a restart the new process holds nothing. Ascending slots, as the importer clears.
-  // Nothing held: nothing to scan (a payload may carry millions of AllBlocksCleared).
+void KvEventModel::drop_rank(int rank, bool gpu_only, std::uint8_t how) {
+  // The live blocks of the rank: every medium and group after a restart (the new process holds
+  // nothing) or an AllBlocksCleared of scope all; the GPU medium's (id 0) for scope gpu.
+  // Ascending slots, as the importer clears. Nothing held: nothing to scan (a payload may carry
+  // millions of AllBlocksCleared).
   if (const auto it = by_rank_.find(rank); it == by_rank_.end() || it->second.live == 0) return;
   std::vector<std::pair<std::int32_t, Key>> doomed;
-  for (const auto& [key, live] : live_)
-    if (static_cast<int>(key.scope >> 40) == rank) doomed.emplace_back(live.slot, key);
+  for (const auto& [key, live] : live_) {
+    if (rank_of(key.scope) == rank && (!gpu_only || medium_of_scope(key.scope) == 0))
+      doomed.emplace_back(live.slot, key);
+  }
   std::sort(doomed.begin(), doomed.end(),
             [](const auto& x, const auto& y) { return x.first < y.first; });
   for (const auto& [slot, key] : doomed) {
-    const int medium = static_cast<int>((key.scope >> 32) & 0xff);
-    erase(live_.find(key), rank, medium);
+    erase(live_.find(key), rank, how);
     count(rank, [](KvModelCounters& c) { ++c.blocks_cleared; });
   }
 }
 
-void KvEventModel::apply(int rank, const KvEventBatch& batch) {
+void KvEventModel::apply(int rank, const KvEventBatch& batch, std::int64_t seq) {
   if (rank < 0 || rank > kMaxRank)
     fail_expected("kv event model: rank", "a rank in [0, 65535]", std::to_string(rank));
+  seq_ = seq;
+  last_ts_ = batch.ts;
   begin_step();
   count(rank, [&](KvModelCounters& c) {
     ++c.batches;
@@ -204,14 +322,24 @@ void KvEventModel::apply(int rank, const KvEventBatch& batch) {
     count(rank, [&](KvModelCounters& c) { ++c.events[static_cast<std::size_t>(ev.kind)]; });
     switch (ev.kind) {
       case KvEventKind::kBlockStored:
+        guess_engine(ev);
         stored(rank, ev, batch.ts);
         break;
       case KvEventKind::kBlockRemoved:
+        guess_engine(ev);
         removed(rank, ev, batch.ts);
         break;
-      case KvEventKind::kAllBlocksCleared:
-        drop_rank(rank);
+      case KvEventKind::kAllBlocksCleared: {
+        const bool gpu_only =
+            clear_scope_ == KvClearScope::kGpu ||
+            (clear_scope_ == KvClearScope::kAuto && engine_ == KvEngineGuess::kVllm);
+        count(rank, [gpu_only](KvModelCounters& c) {
+          c.clears_gpu_only += gpu_only ? 1 : 0;
+          c.clears_all += gpu_only ? 0 : 1;
+        });
+        drop_rank(rank, gpu_only, kHowCleared);
         break;
+      }
     }
   }
   end_step(batch.ts);
@@ -220,6 +348,7 @@ void KvEventModel::apply(int rank, const KvEventBatch& batch) {
 void KvEventModel::apply_undecodable(int rank) {
   if (rank < 0 || rank > kMaxRank)
     fail_expected("kv event model: rank", "a rank in [0, 65535]", std::to_string(rank));
+  seq_ = -1;
   begin_step();
   count(rank, [](KvModelCounters& c) {
     ++c.batches;
@@ -231,20 +360,37 @@ void KvEventModel::apply_undecodable(int rank) {
 void KvEventModel::restart(int rank) {
   if (rank < 0 || rank > kMaxRank)
     fail_expected("kv event model: rank", "a rank in [0, 65535]", std::to_string(rank));
-  drop_rank(rank);  // recorded into the next batch's step
+  seq_ = -1;
+  drop_rank(rank, /*gpu_only=*/false, kHowRestart);  // recorded into the next batch's step
 }
 
 std::map<std::string, std::int64_t> KvEventModel::live_by_medium() const {
   std::map<std::string, std::int64_t> out;
-  for (const auto& [rm, n] : live_rm_)
-    if (n > 0) out[media_[static_cast<std::size_t>(rm.second)]] += n;
+  for (const auto& [rmg, n] : live_rmg_)
+    if (n > 0) out[media_[static_cast<std::size_t>(std::get<1>(rmg))]] += n;
   return out;
 }
 
 std::map<std::string, std::int64_t> KvEventModel::live_by_medium(int rank) const {
   std::map<std::string, std::int64_t> out;
-  for (const auto& [rm, n] : live_rm_)
-    if (rm.first == rank && n > 0) out[media_[static_cast<std::size_t>(rm.second)]] += n;
+  for (const auto& [rmg, n] : live_rmg_)
+    if (std::get<0>(rmg) == rank && n > 0) out[media_[static_cast<std::size_t>(std::get<1>(rmg))]] += n;
+  return out;
+}
+
+std::map<std::tuple<int, std::string, std::int64_t>, std::int64_t>
+KvEventModel::live_by_rank_medium_group() const {
+  std::map<std::tuple<int, std::string, std::int64_t>, std::int64_t> out;
+  for (const auto& [rmg, n] : live_rmg_) {
+    out[{std::get<0>(rmg), media_[static_cast<std::size_t>(std::get<1>(rmg))],
+         std::get<2>(rmg)}] += n;
+  }
+  return out;
+}
+
+std::map<std::string, std::int64_t> KvEventModel::live_by_ownership() const {
+  std::map<std::string, std::int64_t> out;
+  for (const auto& [id, n] : live_by_owner_) out[owners_[id]] += n;
   return out;
 }
 
@@ -295,8 +441,8 @@ std::size_t KvEventModel::append_steps(Timeline& t, std::size_t from) const {
 
 std::map<std::pair<int, std::string>, std::int64_t> KvEventModel::live_by_rank_medium() const {
   std::map<std::pair<int, std::string>, std::int64_t> out;
-  for (const auto& [rm, n] : live_rm_)
-    out[{rm.first, media_[static_cast<std::size_t>(rm.second)]}] += n;
+  for (const auto& [rmg, n] : live_rmg_)
+    out[{std::get<0>(rmg), media_[static_cast<std::size_t>(std::get<1>(rmg))]}] += n;
   return out;
 }
 

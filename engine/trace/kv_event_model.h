@@ -20,14 +20,24 @@
 //   - the recording keeps the first max_recorded_events events (40 bytes each) and
 //     max_recorded_batches steps (24 bytes each); past either it stops growing
 //     (recording_truncated()) while every counter goes on;
-//   - counters are per rank and per medium (at most max_media names; more count as "OTHER").
+//   - counters are per rank and per medium (at most max_media names; more count as "OTHER");
+//   - the removal history (what a lookup explains a miss with) keeps the last max_history
+//     blocks that left (~64 bytes each).
+//
+// Views: a medium is the event's medium ("GPU" when nil), with " (remote)" appended for vLLM's
+// locality REMOTE (blocks held elsewhere, reported by this publisher), so remote blocks are
+// never counted with local ones. Groups are vLLM's KV cache groups (hybrid models: full
+// attention, sliding window, Mamba), each with its own blocks and block size.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -44,6 +54,28 @@ struct KvModelLimits {
   std::size_t max_recorded_batches = 1'000'000;  // ~24 MB
   std::size_t max_media = 16;
   std::size_t max_loras = 64;  // LoRA namespaces counted apart; more count as "OTHER"
+  std::size_t max_history = 500'000;  // removed blocks remembered for lookups (FIFO)
+  std::size_t max_groups = 64;        // KV cache groups described apart; more are not described
+};
+
+// What AllBlocksCleared drops. vLLM's comes from the GPU block pool only (its CPU offload tier
+// keeps its blocks, or empties without an event when reset with reset_external=true); SGLang's
+// drops every tier. kAuto decides per clear from what the stream has shown so far (vLLM's
+// fields or media: GPU only; SGLang's, or nothing to tell: everything).
+enum class KvClearScope : std::uint8_t { kAuto, kGpu, kAll };
+// "auto", "gpu", "all".
+const char* kv_clear_scope_name(KvClearScope s);
+// Which engine the stream looks like, from fields and media only one of them sends.
+enum class KvEngineGuess : std::uint8_t { kUnknown, kVllm, kSglang };
+const char* kv_engine_guess_name(KvEngineGuess g);  // "unknown", "vllm", "sglang"
+
+// One KV cache group as its BlockStored events describe it.
+struct KvGroupInfo {
+  std::string spec_kind;  // kv_cache_spec_kind ("" when never given)
+  std::optional<std::int64_t> sliding_window;
+  std::int64_t block_size = 0;  // of its last store with tokens (0: placeholders only)
+  std::int64_t live = 0;
+  std::int64_t stored = 0;
 };
 
 // A prefix the engine holds that at least two cached continuations share: a block with two or
@@ -85,18 +117,68 @@ struct KvModelCounters {
   std::int64_t short_lived = 0;       // removed within kKvShortLivedSeconds of being stored
   std::int64_t skipped_events = 0;    // unknown event tags
   std::int64_t skipped_fields = 0;    // unknown map keys / positional fields
+  std::int64_t placeholders = 0;      // blocks stored without token ids (offload placeholders)
+  std::int64_t clears_gpu_only = 0;   // AllBlocksCleared applied to the GPU medium only
+  std::int64_t clears_all = 0;        // AllBlocksCleared applied to every medium
   std::int64_t live = 0;              // blocks held now
   std::int64_t peak_live = 0;
 };
+
+// ---- "why did my prefix miss?" -----------------------------------------------------------------
+
+// Where a lookup's match stops in one (rank, medium, group), and why.
+enum class KvMissReason : std::uint8_t {
+  kAllHeld,            // every full block of the prompt is held
+  kShorterThanBlock,   // the prompt does not fill one block: engines cache full blocks only
+  kNeverStored,        // the next block was never stored since kvscope attached
+  kRemoved,            // the next block was stored, then removed (see removed_*)
+  kOtherNamespace,     // the next block's tokens are held under another LoRA / extra keys
+  kChainBeforeAttach,  // the next block is held, but its chain starts in a batch kvscope lacks
+  kNoTokens,           // the medium's stores carry no token ids and no chain hash is known
+};
+const char* kv_miss_reason_name(KvMissReason r);  // "all_held", "never_stored", ...
+
+struct KvLookupRow {
+  int rank = 0;
+  std::string medium;
+  std::int64_t group = 0;
+  std::int64_t block_size = 0;     // of this medium's blocks (0: placeholders)
+  std::int64_t prompt_blocks = 0;  // full blocks in the prompt at that size
+  std::int64_t matched_blocks = 0;
+  std::int64_t matched_tokens = 0;
+  std::int64_t prompt_tokens = 0;
+  bool by_hash = false;  // placeholder blocks: matched by the chain's hashes, not by tokens
+  KvMissReason reason = KvMissReason::kNeverStored;
+  // kRemoved: the batch that removed it (the publisher's sequence number, -1 if unknown), its
+  // timestamp, and how ("BlockRemoved", "AllBlocksCleared", "restart").
+  std::int64_t removed_seq = -1;
+  double removed_ts = 0.0;
+  std::string removed_by;
+  std::string other_namespace;  // kOtherNamespace: the LoRA name, or "extra keys"
+};
+
+struct KvLookupQuery {
+  std::vector<std::int64_t> tokens;  // the prompt's token ids, as the engine tokenizes it
+  std::string lora = "base";         // the LoRA adapter the request runs with
+};
+
+// One sentence for a row: "3 of 5 blocks held (48 of 80 tokens); block 4 was removed in batch
+// 17 (BlockRemoved, 2.1 s before the last batch)".
+std::string kv_lookup_text(const KvLookupRow& row, double last_ts);
 
 class KvEventModel {
  public:
   explicit KvEventModel(KvModelLimits limits = {});
 
-  // One decoded batch of `rank` (0..65535): one step of the recording.
-  void apply(int rank, const KvEventBatch& batch);
+  // One decoded batch of `rank` (0..65535), the publisher's sequence number `seq` (-1 when not
+  // known): one step of the recording.
+  void apply(int rank, const KvEventBatch& batch, std::int64_t seq = -1);
   // A batch that arrived but did not decode: counted, and an empty step (steps stay batches).
   void apply_undecodable(int rank);
+  // What AllBlocksCleared drops from now on (default kAuto).
+  void set_clear_scope(KvClearScope s) { clear_scope_ = s; }
+  KvClearScope clear_scope() const { return clear_scope_; }
+  KvEngineGuess engine_guess() const { return engine_; }
   // The rank's publisher restarted (its sequence went back): its blocks are gone with it. The
   // evictions are recorded in the step of the next batch.
   void restart(int rank);
@@ -110,11 +192,25 @@ class KvEventModel {
   std::int64_t block_size() const { return block_size_; }
   // Live blocks per (rank, medium name), every pair that holds or held a block.
   std::map<std::pair<int, std::string>, std::int64_t> live_by_rank_medium() const;
+  // Live blocks per (rank, medium name, group), every triple that holds or held a block.
+  std::map<std::tuple<int, std::string, std::int64_t>, std::int64_t> live_by_rank_medium_group()
+      const;
+  // The KV cache groups seen, by group index.
+  const std::map<std::int64_t, KvGroupInfo>& groups() const { return groups_; }
+  // Live blocks per ownership, vLLM's offloading tier identifier (absent: not listed; at most
+  // max_media names, more count as "OTHER").
+  std::map<std::string, std::int64_t> live_by_ownership() const;
+  // The timestamp of the last batch applied (0 before any).
+  double last_ts() const { return last_ts_; }
   // Per LoRA namespace: the adapter's name, "lora#<id>" when only its id came, "base" for none.
   std::map<std::string, KvLoraCount> by_lora() const;
   // The `n` deepest prefixes shared by two or more live continuations, deepest first (ties: more
   // branches first, then slot). O(live blocks).
   std::vector<KvSharedPrefix> deepest_shared_prefixes(std::size_t n) const;
+  // "Why did my prefix miss?": per (rank, medium, group) that holds or held blocks, how many
+  // leading blocks of the prompt are held now and why the match stops (kv_lookup.cpp).
+  // O(live blocks + history).
+  std::vector<KvLookupRow> lookup(const KvLookupQuery& q) const;
 
   bool recording_truncated() const { return truncated_; }
   std::size_t recorded_batches() const { return steps_.size(); }
@@ -141,11 +237,26 @@ class KvEventModel {
     std::int32_t slot;
     std::int32_t depth;
     double stored_ts;
+    std::uint64_t parent_hash = 0;  // valid when has_parent_hash
+    std::uint64_t tokens = 0;       // kv_token_fingerprint of its tokens; 0 = a placeholder
+    std::uint64_t extra = 0;        // its extra keys / cache salt fingerprint; 0 = none
+    bool has_parent_hash = false;
+    std::uint16_t ownership = 0;    // ownership name id; 0 = none
     std::int32_t parent = -1;       // the parent's slot, -1 for a first block
     std::uint32_t parent_gen = 0;   // that slot's generation then (a reused slot is not it)
     std::uint16_t lora = 0;         // LoRA namespace id
     bool rooted = false;            // its chain reaches a first block through live blocks
     std::int32_t block_tokens = 0;  // the block size its BlockStored gave
+  };
+  // A block that left, for lookups: what it was and which batch took it.
+  struct Gone {
+    std::uint64_t scope, hash, parent_hash, tokens, extra;
+    std::int64_t seq;
+    double ts;
+    std::int32_t block_tokens;
+    std::uint16_t lora;
+    bool has_parent_hash;
+    std::uint8_t how;  // 0 BlockRemoved, 1 AllBlocksCleared, 2 restart
   };
   struct Step {
     std::uint64_t end;  // one past its last recorded event
@@ -164,10 +275,13 @@ class KvEventModel {
     f(totals_);
     f(by_rank_[rank]);
   }
+  int medium_of(const KvStreamEvent& ev);  // the medium's id with " (remote)" for REMOTE
+  std::uint16_t name_id(std::vector<std::string>& names, const std::string& name);
+  void guess_engine(const KvStreamEvent& ev);
   void stored(int rank, const KvStreamEvent& ev, double ts);
   void removed(int rank, const KvStreamEvent& ev, double ts);
-  void drop_rank(int rank);
-  void erase(std::unordered_map<Key, Live, KeyHash>::iterator it, int rank, int medium);
+  void drop_rank(int rank, bool gpu_only, std::uint8_t how);
+  void erase(std::unordered_map<Key, Live, KeyHash>::iterator it, int rank, std::uint8_t how);
   void record(const Event& e);
   void begin_step();
   void end_step(double ts);
@@ -176,7 +290,15 @@ class KvEventModel {
   KvModelCounters totals_;
   std::map<int, KvModelCounters> by_rank_;
   std::vector<std::string> media_;                       // medium id -> name
-  std::map<std::pair<int, int>, std::int64_t> live_rm_;  // (rank, medium) -> live blocks
+  std::map<std::tuple<int, int, std::int64_t>, std::int64_t> live_rmg_;  // (rank, medium, group)
+  std::map<std::int64_t, KvGroupInfo> groups_;
+  std::vector<std::string> owners_;  // ownership id -> name; 0 = ""
+  std::map<std::uint16_t, std::int64_t> live_by_owner_;
+  std::deque<Gone> history_;
+  KvClearScope clear_scope_ = KvClearScope::kAuto;
+  KvEngineGuess engine_ = KvEngineGuess::kUnknown;
+  std::int64_t seq_ = -1;  // the batch being applied
+  double last_ts_ = 0.0;
   std::unordered_map<Key, Live, KeyHash> live_;
   std::vector<std::int32_t> free_slots_;
   std::vector<std::uint32_t> slot_gen_;   // [slot] +1 every time the slot is given out

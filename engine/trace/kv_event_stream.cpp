@@ -223,10 +223,61 @@ std::int64_t token_count(const msgpack::object& o, const Where& w) {
   return o.via.array.size;
 }
 
-std::int64_t positive(const msgpack::object& o, const Where& w) {
+std::int64_t non_negative(const msgpack::object& o, const Where& w) {
   const std::int64_t v = as_i64(o, w);
-  if (v <= 0) fail_at(w, "expected a positive integer, got " + std::to_string(v));
+  if (v < 0) fail_at(w, "expected a block size >= 0, got " + std::to_string(v));
   return v;
+}
+
+// A fingerprint of a msgpack value's type and contents (an extra_keys entry), depth-first.
+std::uint64_t value_fingerprint(const msgpack::object& o,
+                                std::uint64_t h = 0x243F6A8885A308D3ull) {
+  auto mix = [&h](std::uint64_t v) {
+    std::uint64_t x = h ^ v;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    h = x ^ (x >> 31);
+  };
+  mix(static_cast<std::uint64_t>(o.type));
+  switch (o.type) {
+    case object_type::BOOLEAN:
+      mix(o.via.boolean ? 1 : 0);
+      break;
+    case object_type::POSITIVE_INTEGER:
+    case object_type::NEGATIVE_INTEGER:
+      mix(o.via.u64);
+      break;
+    case object_type::FLOAT32:
+    case object_type::FLOAT64: {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &o.via.f64, sizeof bits);
+      mix(bits);
+      break;
+    }
+    case object_type::STR:
+    case object_type::BIN: {
+      const char* p = o.type == object_type::STR ? o.via.str.ptr : o.via.bin.ptr;
+      const std::uint32_t n = o.type == object_type::STR ? o.via.str.size : o.via.bin.size;
+      mix(n);
+      for (std::uint32_t i = 0; i < n; ++i) mix(static_cast<unsigned char>(p[i]));
+      break;
+    }
+    case object_type::ARRAY:
+      mix(o.via.array.size);
+      for (std::uint32_t i = 0; i < o.via.array.size; ++i)
+        h = value_fingerprint(o.via.array.ptr[i], h);
+      break;
+    case object_type::MAP:
+      mix(o.via.map.size);
+      for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+        h = value_fingerprint(o.via.map.ptr[i].key, h);
+        h = value_fingerprint(o.via.map.ptr[i].val, h);
+      }
+      break;
+    default:
+      break;
+  }
+  return h;
 }
 
 std::int64_t group_index(const msgpack::object& o, const Where& w) {
@@ -261,6 +312,10 @@ constexpr std::string_view kRemovedFields[] = {"type", "block_hashes", "medium",
 struct Decoder {
   const KvDecodeLimits& limits;
   KvEventBatch& out;
+  // The current event's token_ids and extra_keys, read once all its fields are in (block_size
+  // and lora_name may come after them).
+  const msgpack::object* tokens = nullptr;
+  const msgpack::object* extra = nullptr;
 
   // Sets one field of `ev` (names as in kStoredFields / kRemovedFields). Returns false for a
   // field this kind of event does not have, which the caller counts as skipped.
@@ -279,26 +334,92 @@ struct Decoder {
       ev.group_idx = group_index(v, w);
       return true;
     }
+    if (name == "locality") {
+      ev.locality = opt_str(v, w, limits.max_string_bytes);
+      return true;
+    }
+    if (name == "ownership") {
+      ev.ownership = opt_str(v, w, limits.max_string_bytes);
+      return true;
+    }
     if (ev.kind != KvEventKind::kBlockStored) return false;
-    if (name == "parent_block_hash")
+    if (name == "parent_block_hash") {
       ev.parent_hash = opt_hash(v, w);
-    else if (name == "token_ids")
+    } else if (name == "token_ids") {
       ev.num_token_ids = token_count(v, w);
-    else if (name == "block_size")
-      ev.block_size = positive(v, w);
-    else if (name == "lora_id")
+      tokens = &v;
+    } else if (name == "block_size") {
+      ev.block_size = non_negative(v, w);
+    } else if (name == "lora_id") {
       ev.lora_id = opt_i64(v, w);
-    else if (name == "lora_name")
+    } else if (name == "lora_name") {
       ev.lora_name = opt_str(v, w, limits.max_string_bytes);
-    else if (name == "extra_keys")
-      ;  // per-block hash inputs (multimodal ids, salts): any shape, not needed to track blocks
-    else if (name == "kv_cache_spec_kind")
+    } else if (name == "extra_keys") {
+      if (v.type != object_type::NIL && v.type != object_type::ARRAY)
+        fail_type(w, "an array of per-block extra keys or nil", v);
+      extra = v.type == object_type::ARRAY ? &v : nullptr;
+    } else if (name == "session_id") {
+      ev.session_id = opt_str(v, w, limits.max_string_bytes);
+    } else if (name == "cache_salt") {
+      ev.cache_salt = opt_str(v, w, limits.max_string_bytes);
+    } else if (name == "lookahead_token_ids") {
+      ;  // tokens past each block that vLLM's lookahead hashing mixed in: not the block's own
+    } else if (name == "kv_cache_spec_kind") {
       ev.spec_kind = opt_str(v, w, limits.max_string_bytes);
-    else if (name == "kv_cache_spec_sliding_window")
+    } else if (name == "kv_cache_spec_sliding_window") {
       ev.sliding_window = opt_i64(v, w);
-    else
+    } else {
       return false;
+    }
     return true;
+  }
+
+  // Per block: the fingerprint of its token ids and of its extra keys (read from the payload,
+  // still in scope). A store whose token_ids are not one block_size run per hash keeps no token
+  // fingerprints (placeholders); extra_keys of another length than block_hashes is refused.
+  void per_block(KvStreamEvent& ev, const Where& ew) {
+    const std::size_t blocks = ev.block_hashes.size();
+    if (ev.kind == KvEventKind::kBlockStored && ev.block_size == 0 && ev.num_token_ids > 0) {
+      fail_at(ew.at("block_size"), "expected a positive block size for " +
+                                       std::to_string(ev.num_token_ids) + " token ids, got 0");
+    }
+    if (tokens != nullptr && ev.block_size > 0 && blocks > 0 &&
+        static_cast<std::uint64_t>(ev.num_token_ids) ==
+            static_cast<std::uint64_t>(ev.block_size) * blocks) {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(ev.block_size));
+      ev.block_tokens.reserve(blocks);
+      for (std::size_t b = 0; b < blocks; ++b) {
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          ids[i] = static_cast<std::int64_t>(tokens->via.array.ptr[b * ids.size() + i].via.u64);
+        ev.block_tokens.push_back(kv_token_fingerprint(ids.data(), ids.size()));
+      }
+    }
+    if (extra != nullptr) {
+      if (extra->via.array.size != blocks) {
+        fail_at(ew.at("extra_keys"), "expected one entry per block hash (" +
+                                         std::to_string(blocks) + "), got " +
+                                         std::to_string(extra->via.array.size));
+      }
+      ev.block_extra.assign(blocks, 0);
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const msgpack::object& entry = extra->via.array.ptr[b];
+        if (entry.type != object_type::ARRAY) {
+          if (entry.type != object_type::NIL) ev.block_extra[b] = value_fingerprint(entry) | 1;
+          continue;
+        }
+        // vLLM puts the LoRA name first when lora_name is set: the namespace has it already.
+        std::uint32_t first = 0;
+        if (entry.via.array.size > 0 && !ev.lora_name.empty() &&
+            str_is(entry.via.array.ptr[0], ev.lora_name))
+          first = 1;
+        if (entry.via.array.size == first) continue;
+        std::uint64_t h = 0x243F6A8885A308D3ull;
+        for (std::uint32_t i = first; i < entry.via.array.size; ++i)
+          h = value_fingerprint(entry.via.array.ptr[i], h);
+        ev.block_extra[b] = h | 1;
+      }
+    }
+    tokens = extra = nullptr;
   }
 
   // The fields an event must carry to mean anything (the others may be absent).
@@ -328,6 +449,7 @@ struct Decoder {
       field(ev, name, ev_obj.via.array.ptr[i], ew);
     }
     require(n > 1, n > 3, n > 4, kind, ew);
+    per_block(ev, ew);
     out.events.push_back(std::move(ev));
   }
 
@@ -349,6 +471,7 @@ struct Decoder {
       seen_size |= name == "block_size";
     }
     require(seen_hashes, seen_tokens, seen_size, kind, ew);
+    per_block(ev, ew);
     out.events.push_back(std::move(ev));
   }
 

@@ -8,10 +8,16 @@
 //   BlockStored = ["BlockStored", block_hashes, parent_block_hash|nil, token_ids, block_size,
 //                  lora_id|nil, medium|nil, lora_name|nil, extra_keys|nil, group_idx|nil,
 //                  kv_cache_spec_kind|nil, kv_cache_spec_sliding_window|nil]
-//                 (fields after block_size may be absent) | {"type": "BlockStored", ...}
-//   BlockRemoved = ["BlockRemoved", block_hashes, medium|nil, group_idx|nil] | {"type": ...}
+//                 (fields after block_size may be absent)
+//               | {"type": "BlockStored", ...}: the same names, plus vLLM 0.33's locality,
+//                 ownership, session_id, lookahead_token_ids and SGLang 0.5.23's cache_salt,
+//                 session_id (the engines' msgspec structs: tagged maps, nil fields omitted)
+//   BlockRemoved = ["BlockRemoved", block_hashes, medium|nil, group_idx|nil]
+//               | {"type": ..., block_hashes, medium, group_idx, locality, ownership}
 //   AllBlocksCleared = ["AllBlocksCleared"] | {"type": "AllBlocksCleared"}
 // Block hashes are uint64, int64 (SGLang, older vLLM) or raw bytes (vLLM's sha256 digests).
+// An offload store may be a placeholder: token_ids = [] and block_size = 0 (vLLM's CPU and
+// STORAGE tiers report which hashes they hold, not their tokens).
 #pragma once
 
 #include <cstddef>
@@ -28,6 +34,19 @@ inline constexpr std::size_t kNumKvEventKinds = 3;
 // "BlockStored", "BlockRemoved", "AllBlocksCleared": the engines' own tags.
 std::string_view kv_event_kind_name(KvEventKind kind);
 
+// A 64-bit fingerprint of `n` token ids: what a lookup compares a prompt's block with a stored
+// block by (the tokens the stream carries, never the engine's own hash function).
+inline std::uint64_t kv_token_fingerprint(const std::int64_t* ids, std::size_t n) {
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t x = h ^ static_cast<std::uint64_t>(ids[i]);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finalizer per id
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    h = x ^ (x >> 31);
+  }
+  return h | 1;  // never 0, which means "no tokens"
+}
+
 // One event. Hashes are 64-bit keys: an integer hash as its two's-complement bits (so SGLang's
 // negative int64 and vLLM's uint64 of the same value agree), a bytes hash as its last 8 bytes read
 // big-endian (what vLLM itself publishes when VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES is set).
@@ -35,14 +54,24 @@ struct KvStreamEvent {
   KvEventKind kind = KvEventKind::kAllBlocksCleared;
   std::vector<std::uint64_t> block_hashes;   // stored/removed; empty for a clear
   std::optional<std::uint64_t> parent_hash;  // BlockStored: nil = the first block of a prefix
-  std::int64_t num_token_ids = 0;            // BlockStored: the length of token_ids (not kept)
-  std::int64_t block_size = 0;               // BlockStored: tokens per block
+  std::int64_t num_token_ids = 0;            // BlockStored: the length of token_ids
+  std::int64_t block_size = 0;               // BlockStored: tokens per block; 0 = a placeholder
+  // BlockStored: per block hash, kv_token_fingerprint of its block_size token ids. Empty when
+  // token_ids do not split into one full block per hash (a placeholder store with no tokens).
+  std::vector<std::uint64_t> block_tokens;
+  // BlockStored: per block hash, a fingerprint of what its extra_keys entry adds to the hash
+  // besides the LoRA name (multimodal inputs, a cache salt); 0 for none. Empty = all 0.
+  std::vector<std::uint64_t> block_extra;
   std::optional<std::int64_t> lora_id;
   std::string lora_name;       // "" when nil or absent
   std::string medium;          // "" when nil or absent (the engine's default tier, GPU)
   std::int64_t group_idx = 0;  // KV cache group (hybrid models); nil or absent = 0
   std::string spec_kind;       // kv_cache_spec_kind, "" when nil or absent
   std::optional<std::int64_t> sliding_window;
+  std::string locality;    // vLLM: "LOCAL" or "REMOTE" relative to the publisher; "" = unspecified
+  std::string ownership;   // vLLM: the secondary offloading tier that made the event; "" = none
+  std::string session_id;  // the session whose request stored the blocks (attribution only)
+  std::string cache_salt;  // SGLang: the salt the stored blocks' hashes are namespaced by
 };
 
 struct KvEventBatch {

@@ -116,6 +116,82 @@ TEST(KvEventStream, TaggedMapLayoutWithBytesHashesAndUnknownKeys) {
   EXPECT_EQ(b.skipped_fields, 2);  // a_future_key, batch_extra
 }
 
+// vLLM 0.33's BlockStored as its msgspec struct encodes it (a tagged map, nil fields omitted),
+// with every field it has: none is skipped, each lands where kvscope shows it.
+TEST(KvEventStream, Vllm033FieldsAreReadNotSkipped) {
+  Packer p;
+  p.array(3).f64(7.5).array(2);
+  p.map(16).str("type").str("BlockStored");
+  p.str("block_hashes").array(2).bin(digest(5)).u64(0xF000000000000001ull);
+  p.str("parent_block_hash").nil().str("token_ids").tokens(32).str("block_size").i64(16);
+  p.str("lora_id").nil().str("medium").str("CPU").str("lora_name").str("sql");
+  p.str("extra_keys").array(2).array(1).str("sql");  // block 0: only the LoRA name
+  p.array(3).str("sql").array(2).str("img-7").i64(0).str("salt");  // block 1: an image, a salt
+  p.str("group_idx").i64(1).str("kv_cache_spec_kind").str("sliding_window");
+  p.str("kv_cache_spec_sliding_window").i64(4096).str("locality").str("REMOTE");
+  p.str("ownership").str("lmcache").str("session_id").str("s-1");
+  p.str("lookahead_token_ids").array(2).array(1).i64(9).array(0);
+  p.map(5).str("type").str("BlockRemoved").str("block_hashes").array(1).bin(digest(5));
+  p.str("medium").str("CPU").str("locality").str("LOCAL").str("ownership").str("lmcache");
+  p.i64(3);
+  const KvEventBatch b = decode_ok(p.bytes());
+  EXPECT_EQ(b.skipped_fields, 0);
+  EXPECT_EQ(b.dp_rank, 3);
+  ASSERT_EQ(b.events.size(), 2u);
+  const KvStreamEvent& s = b.events[0];
+  EXPECT_EQ(s.block_hashes, (std::vector<std::uint64_t>{5, 0xF000000000000001ull}));
+  EXPECT_EQ(s.group_idx, 1);
+  EXPECT_EQ(s.spec_kind, "sliding_window");
+  EXPECT_EQ(s.sliding_window, 4096);
+  EXPECT_EQ(s.locality, "REMOTE");
+  EXPECT_EQ(s.ownership, "lmcache");
+  EXPECT_EQ(s.session_id, "s-1");
+  EXPECT_EQ(s.lora_name, "sql");
+  // Tokens per block: 0..15 and 16..31 (Packer::tokens counts up).
+  std::vector<std::int64_t> ids(32);
+  for (int i = 0; i < 32; ++i) ids[static_cast<std::size_t>(i)] = i;
+  EXPECT_EQ(s.block_tokens, (std::vector<std::uint64_t>{kv_token_fingerprint(ids.data(), 16),
+                                                        kv_token_fingerprint(ids.data() + 16, 16)}));
+  ASSERT_EQ(s.block_extra.size(), 2u);
+  EXPECT_EQ(s.block_extra[0], 0u);  // the LoRA name alone adds nothing to the namespace
+  EXPECT_NE(s.block_extra[1], 0u);
+  EXPECT_EQ(b.events[1].locality, "LOCAL");
+  EXPECT_EQ(b.events[1].ownership, "lmcache");
+}
+
+// Offload tiers report which hashes they hold: token_ids [] and block_size 0 are placeholders.
+TEST(KvEventStream, PlaceholderStoresCarryNoTokens) {
+  Packer p;
+  p.map(6).str("type").str("BlockStored").str("block_hashes").array(2).u64(1).u64(2);
+  p.str("parent_block_hash").nil().str("token_ids").array(0).str("block_size").i64(0);
+  p.str("medium").str("STORAGE");
+  const KvEventBatch b = decode_ok(batch_array(1, {p.bytes()}));
+  ASSERT_EQ(b.events.size(), 1u);
+  EXPECT_EQ(b.events[0].block_size, 0);
+  EXPECT_TRUE(b.events[0].block_tokens.empty());
+  // Token ids that do not fill one block per hash: kept as a count, no per-block prints.
+  const KvEventBatch odd = decode_ok(batch_array(1, {stored_array({1, 2}, std::nullopt, 16)}));
+  EXPECT_EQ(odd.events[0].block_tokens.size(), 2u);
+  Packer q;
+  q.array(5).str("BlockStored").array(2).u64(1).u64(2).nil().tokens(20).i64(16);
+  EXPECT_TRUE(decode_ok(batch_array(1, {q.bytes()})).events[0].block_tokens.empty());
+}
+
+// SGLang 0.5.23: negative int64 hashes, its media, cache_salt and session_id.
+TEST(KvEventStream, Sglang0523FieldsAreReadNotSkipped) {
+  Packer p;
+  p.map(9).str("type").str("BlockStored").str("block_hashes").array(1).i64(-5);
+  p.str("parent_block_hash").i64(-4).str("token_ids").tokens(1).str("block_size").i64(1);
+  p.str("lora_id").nil().str("medium").str("CPU_PINNED").str("cache_salt").str("tenant-a");
+  p.str("session_id").str("chat-9");
+  const KvEventBatch b = decode_ok(batch_array(2, {p.bytes()}, 0));
+  EXPECT_EQ(b.skipped_fields, 0);
+  EXPECT_EQ(b.events[0].block_hashes, (std::vector<std::uint64_t>{static_cast<std::uint64_t>(-5)}));
+  EXPECT_EQ(b.events[0].medium, "CPU_PINNED");
+  EXPECT_EQ(b.events[0].cache_salt, "tenant-a");
+  EXPECT_EQ(b.events[0].session_id, "chat-9");
+}
+
 TEST(KvEventStream, AnIntHashAndItsBytesFormNameTheSameBlock) {
   // vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES publishes the low 64 bits of the digest
   // (its last 8 bytes, big-endian): kvscope keys a bytes hash the same way.
@@ -212,8 +288,26 @@ std::vector<BadPayload> bad_payloads() {
   }
   v.push_back({"empty bytes hash", batch_array(0, {removed_array({std::string()})}),
                "events[0]: block_hashes[0]: expected a non-empty bytes hash, got 0 bytes"});
-  v.push_back({"block size 0", batch_array(0, {stored_array({1}, std::nullopt, 0)}),
-               "events[0]: block_size: expected a positive integer, got 0"});
+  {
+    Packer ev;  // tokens but no block size: not a placeholder
+    ev.array(5).str("BlockStored").array(1).u64(1).nil().tokens(16).i64(0);
+    v.push_back({"block size 0 with tokens", batch_array(0, {ev.bytes()}),
+                 "events[0]: block_size: expected a positive block size for 16 token ids, got 0"});
+  }
+  {
+    Packer ev;
+    ev.array(5).str("BlockStored").array(1).u64(1).nil().tokens(0).i64(-1);
+    v.push_back({"block size negative", batch_array(0, {ev.bytes()}),
+                 "events[0]: block_size: expected a block size >= 0, got -1"});
+  }
+  {
+    Packer ev;
+    ev.map(5).str("type").str("BlockStored").str("block_hashes").array(2).u64(1).u64(2);
+    ev.str("token_ids").tokens(32).str("block_size").i64(16);
+    ev.str("extra_keys").array(1).nil();
+    v.push_back({"extra_keys per block", batch_array(0, {ev.bytes()}),
+                 "events[0]: extra_keys: expected one entry per block hash (2), got 1"});
+  }
   {
     Packer ev;
     ev.array(5).str("BlockStored").array(1).u64(1).nil().array(3).i64(1).i64(2).str("x").i64(16);

@@ -1,0 +1,31 @@
+// What `kvscope attach --lookup` and `kvscope lookup` share: reading the prompt to look up (token
+// ids, or text and the model's tokenizer) and showing where its prefix match stops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/trace/kv_event_model.h"
+
+namespace kvscope::cli {
+
+struct PromptSource {
+  std::string path;       // the prompt file ("" when text is given)
+  std::string text;       // the prompt itself (--text)
+  std::string tokenizer;  // a tokenizer.json or a GGUF file, for text
+  std::string model;      // or a model whose tokenizer to use (a name or a path)
+  bool bos = false;       // put the tokenizer's BOS first (as the engine does for Llama models)
+};
+
+// The prompt's token ids. A file holding a JSON array of ids, or an object with "tokens" (what
+// vLLM's and SGLang's /tokenize return), is taken as ids; anything else must be UTF-8 text, which
+// is tokenized. Throws a one-line kvscope::Error naming the file: not UTF-8 and not ids, a
+// negative or non-integer id, text without a tokenizer, an unreadable tokenizer.
+std::vector<std::int64_t> read_prompt(const PromptSource& src);
+
+// The lookup as lines for a terminal or report.md: one per (rank, medium, group).
+std::string lookup_lines(const std::vector<KvLookupRow>& rows, double last_ts,
+                         const std::string& indent);
+
+}  // namespace kvscope::cli
