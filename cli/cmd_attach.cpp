@@ -14,10 +14,10 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
-#include "cli/lookup_prompt.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/trace/kv_event_client.h"
+#include "engine/trace/kv_prompt.h"
 
 namespace kvscope::cli {
 namespace {
@@ -321,7 +321,7 @@ int cmd_attach(const Argv& argv) {
   const std::string lookup_file = args.get("--lookup", "");
   const std::string lora = args.get("--lora", "base");
   if (args.has("--lookup")) {
-    prompt = read_prompt({lookup_file, "", args.get("--tokenizer", ""), args.get("--model", ""),
+    prompt = read_kv_prompt({lookup_file, "", args.get("--tokenizer", ""), args.get("--model", ""),
                           args.has("--bos")});
   } else {
     for (const char* flag : {"--tokenizer", "--model", "--lora", "--bos"})

@@ -8,9 +8,9 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/lookup_prompt.h"
 #include "engine/common/error.h"
 #include "engine/trace/kv_event_client.h"
+#include "engine/trace/kv_prompt.h"
 #include "engine/trace/kv_journal.h"
 
 namespace kvscope::cli {
@@ -81,7 +81,7 @@ int cmd_lookup(const Argv& argv) {
   else if (clear != "auto")
     fail_expected("--clear-scope", "gpu, all or auto", "'" + clear + "'");
   const std::vector<std::int64_t> prompt =
-      read_prompt({args.get("--prompt", ""), args.get("--text", ""), args.get("--tokenizer", ""),
+      read_kv_prompt({args.get("--prompt", ""), args.get("--text", ""), args.get("--tokenizer", ""),
                    args.get("--model", ""), args.has("--bos")});
   const std::string journal = journal_of(args.positional()[0]);
   KvEventModel model;
@@ -103,7 +103,12 @@ int cmd_lookup(const Argv& argv) {
   std::printf("kvscope lookup: %zu prompt tokens against %s (%lld batches, LoRA %s)\n",
               prompt.size(), journal.c_str(), static_cast<long long>(stats.batches),
               lora.c_str());
-  std::fputs(lookup_lines(rows, model.last_ts(), "  ").c_str(), stdout);
+  if (rows.empty()) std::puts("  no blocks were stored while attached: nothing to match");
+  for (const KvLookupRow& r : rows) {
+    std::printf("  rank %d %s%s: %s\n", r.rank, r.medium.c_str(),
+                r.group != 0 ? (" group " + std::to_string(r.group)).c_str() : "",
+                kv_lookup_text(r, model.last_ts()).c_str());
+  }
   return 0;
 }
 

@@ -155,6 +155,7 @@ struct KvLookupRow {
   double removed_ts = 0.0;
   std::string removed_by;
   std::string other_namespace;  // kOtherNamespace: the LoRA name, or "extra keys"
+  std::vector<std::int32_t> slots;  // the matched blocks' slots (block map, prefix tree)
 };
 
 struct KvLookupQuery {

@@ -46,7 +46,8 @@ struct Candidate {
   std::uint64_t hash;
   std::uint64_t extra;
   std::uint16_t lora;
-  std::int64_t gone = -1;  // index in the history, -1 for a live block
+  std::int64_t gone = -1;   // index in the history, -1 for a live block
+  std::int32_t slot = -1;   // a live block's slot
 };
 
 std::string seconds_text(double s) {
@@ -146,8 +147,8 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
     block_size.try_emplace(sc & ~kMediumBits, bs);
   };
   for (const auto& [key, l] : live_) {
-    add(key.scope, l.has_parent_hash, l.parent_hash, l.tokens, {key.hash, l.extra, l.lora},
-        l.block_tokens);
+    add(key.scope, l.has_parent_hash, l.parent_hash, l.tokens,
+        {key.hash, l.extra, l.lora, -1, l.slot}, l.block_tokens);
     if (l.tokens != 0 && !l.rooted) unrooted.insert(key.scope ^ (l.tokens * 0x9E3779B97F4A7C15ull));
   }
   std::unordered_map<std::uint64_t, std::int64_t> gone_by_hash;  // hash ^ scope mix -> index
@@ -237,7 +238,11 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
     if (row.by_hash) {
       const std::vector<std::uint64_t> chain = known_chain(sc & ~kMediumBits, bs);
       std::size_t d = 0;
-      while (d < chain.size() && live_.count(Key{chain[d], sc}) != 0) ++d;
+      for (; d < chain.size(); ++d) {
+        const auto it = live_.find(Key{chain[d], sc});
+        if (it == live_.end()) break;
+        row.slots.push_back(it->second.slot);
+      }
       row.matched_blocks = static_cast<std::int64_t>(d);
       if (d == fps.size()) {
         row.reason = KvMissReason::kAllHeld;
@@ -261,6 +266,7 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
         }
         if (hit == nullptr) break;
         prev = hit->hash;
+        row.slots.push_back(hit->slot);
       }
       row.matched_blocks = static_cast<std::int64_t>(d);
       if (d == fps.size()) {

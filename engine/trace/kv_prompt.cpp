@@ -1,5 +1,5 @@
-// Reading a prompt for a prefix lookup, and the lookup's lines.
-#include "cli/lookup_prompt.h"
+// Reading the prompt of a prefix lookup.
+#include "engine/trace/kv_prompt.h"
 
 #include <fstream>
 #include <iterator>
@@ -8,7 +8,7 @@
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
 
-namespace kvscope::cli {
+namespace kvscope {
 
 namespace {
 
@@ -59,7 +59,7 @@ std::vector<std::int64_t> ids_from_json(const nlohmann::json& j, const std::stri
 
 }  // namespace
 
-std::vector<std::int64_t> read_prompt(const PromptSource& src) {
+std::vector<std::int64_t> read_kv_prompt(const KvPromptSource& src) {
   std::string text = src.text;
   const std::string where = src.path.empty() ? std::string("--text") : src.path;
   if (!src.path.empty()) {
@@ -97,16 +97,4 @@ std::vector<std::int64_t> read_prompt(const PromptSource& src) {
   return {ids.begin(), ids.end()};
 }
 
-std::string lookup_lines(const std::vector<KvLookupRow>& rows, double last_ts,
-                         const std::string& indent) {
-  std::string out;
-  if (rows.empty()) return indent + "no blocks were stored while attached: nothing to match\n";
-  for (const KvLookupRow& r : rows) {
-    out += indent + "rank " + std::to_string(r.rank) + " " + r.medium;
-    if (r.group != 0) out += " group " + std::to_string(r.group);
-    out += ": " + kv_lookup_text(r, last_ts) + "\n";
-  }
-  return out;
-}
-
-}  // namespace kvscope::cli
+}  // namespace kvscope

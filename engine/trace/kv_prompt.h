@@ -1,16 +1,15 @@
-// What `kvscope attach --lookup` and `kvscope lookup` share: reading the prompt to look up (token
-// ids, or text and the model's tokenizer) and showing where its prefix match stops.
+// The prompt a prefix lookup asks about (`kvscope attach --lookup`, `kvscope lookup`, the Live
+// attach panel's lookup box): token ids, or text and the engine's tokenizer.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "engine/trace/kv_event_model.h"
 
-namespace kvscope::cli {
+namespace kvscope {
 
-struct PromptSource {
+struct KvPromptSource {
   std::string path;       // the prompt file ("" when text is given)
   std::string text;       // the prompt itself (--text)
   std::string tokenizer;  // a tokenizer.json or a GGUF file, for text
@@ -22,10 +21,6 @@ struct PromptSource {
 // vLLM's and SGLang's /tokenize return), is taken as ids; anything else must be UTF-8 text, which
 // is tokenized. Throws a one-line kvscope::Error naming the file: not UTF-8 and not ids, a
 // negative or non-integer id, text without a tokenizer, an unreadable tokenizer.
-std::vector<std::int64_t> read_prompt(const PromptSource& src);
+std::vector<std::int64_t> read_kv_prompt(const KvPromptSource& src);
 
-// The lookup as lines for a terminal or report.md: one per (rank, medium, group).
-std::string lookup_lines(const std::vector<KvLookupRow>& rows, double last_ts,
-                         const std::string& indent);
-
-}  // namespace kvscope::cli
+}  // namespace kvscope
