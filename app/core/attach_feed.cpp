@@ -101,10 +101,21 @@ void AttachFeed::work() {
     auto last = std::make_shared<AttachSnapshot>(*snapshot_);
     last->stopped = true;
     snapshot_ = std::move(last);
+    if (client_) detached_ = std::make_unique<KvEventModel>(client_->model());
   }
   // Detached: close the sockets, so nothing queues behind the view and a bound port is free.
   client_.reset();
   *running_ = false;
+}
+
+void AttachFeed::set_lookup(std::optional<KvLookupQuery> query) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lookup_ = std::move(query);
+  if (!detached_) return;  // the worker answers it in its next snapshot
+  auto s = std::make_shared<AttachSnapshot>(*snapshot_);
+  s->lookup = lookup_;
+  s->lookup_rows = lookup_ ? detached_->lookup(*lookup_) : std::vector<KvLookupRow>{};
+  snapshot_ = std::move(s);
 }
 
 void AttachFeed::sample(double seconds) {
@@ -172,6 +183,16 @@ void AttachFeed::publish(double seconds) {
   s->recording_truncated = model.recording_truncated();
   s->recorded_batches = model.recorded_batches();
   s->slots = request_.slots;
+  s->media_groups = model.live_by_rank_medium_group();
+  s->groups = model.groups();
+  s->clear_scope = model.clear_scope();
+  s->engine = model.engine_guess();
+  s->last_ts = model.last_ts();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s->lookup = lookup_;
+  }
+  if (s->lookup) s->lookup_rows = model.lookup(*s->lookup);  // O(live blocks): 5 times a second
   std::lock_guard<std::mutex> lock(mutex_);
   snapshot_ = std::move(s);
 }

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -69,6 +70,15 @@ struct AttachSnapshot {
   std::vector<AttachSample> samples;  // oldest first; the last one is always the newest state
   std::map<std::string, KvLoraCount> loras;
   std::vector<KvSharedPrefix> shared_prefixes;  // the deepest few
+  // Live blocks per (rank, medium, group): remote blocks are media of their own ("GPU (remote)").
+  std::map<std::tuple<int, std::string, std::int64_t>, std::int64_t> media_groups;
+  std::map<std::int64_t, KvGroupInfo> groups;
+  KvClearScope clear_scope = KvClearScope::kAuto;
+  KvEngineGuess engine = KvEngineGuess::kUnknown;
+  // The lookup asked for (AttachFeed::set_lookup), answered against this snapshot's state.
+  std::optional<KvLookupQuery> lookup;
+  std::vector<KvLookupRow> lookup_rows;
+  double last_ts = 0.0;  // the engine's timestamp of the last batch (for the rows' sentences)
   bool recording_truncated = false;
   std::size_t recorded_batches = 0;
   int slots = 0;
@@ -88,6 +98,9 @@ class AttachFeed {
   std::shared_ptr<const AttachSnapshot> snapshot() const;
   // Detaches: the worker stops polling and publishes a last snapshot. Idempotent.
   void stop();
+  // "Why did my prefix miss?": from now on every snapshot answers this lookup (nullopt: none).
+  // After detach it is answered at once, against the state at detach.
+  void set_lookup(std::optional<KvLookupQuery> query);
   // An exception the worker caught (once).
   std::optional<std::string> take_error();
 
@@ -98,6 +111,7 @@ class AttachFeed {
 
   AttachRequest request_;
   std::unique_ptr<KvEventClient> client_;  // the worker's, once it started
+  std::unique_ptr<KvEventModel> detached_;  // the model at detach (lookups after it)
   std::shared_ptr<Timeline> timeline_;
   std::size_t appended_ = 0;  // recorded batches already in the timeline
   std::vector<std::pair<int, std::string>> series_;
@@ -110,7 +124,8 @@ class AttachFeed {
   std::shared_ptr<std::atomic<bool>> running_;
   std::atomic<bool> stop_{false};
   std::thread worker_;
-  mutable std::mutex mutex_;  // guards snapshot_ and error_
+  mutable std::mutex mutex_;  // guards snapshot_, error_, lookup_ and detached_
+  std::optional<KvLookupQuery> lookup_;
   std::shared_ptr<const AttachSnapshot> snapshot_;
   std::optional<std::string> error_;
 };

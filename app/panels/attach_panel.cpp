@@ -8,6 +8,8 @@
 
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
+#include "engine/common/error.h"
+#include "engine/trace/kv_prompt.h"
 
 namespace kvscope::ui {
 
@@ -185,7 +187,7 @@ void AttachPanel::draw_ranks(const AttachSnapshot& snap) {
 void AttachPanel::draw_tables(const AttachSnapshot& snap) {
   const ImGuiTableFlags flags =
       ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV;
-  if (!ImGui::BeginTable("##attach_tables", 2, ImGuiTableFlags_SizingStretchProp)) return;
+  if (!ImGui::BeginTable("##attach_tables", 3, ImGuiTableFlags_SizingStretchProp)) return;
   ImGui::TableNextColumn();
   ImGui::TextUnformatted("LoRA namespaces");
   item_tooltip(
@@ -239,6 +241,146 @@ void AttachPanel::draw_tables(const AttachSnapshot& snap) {
       ImGui::TextUnformatted(p.lora.c_str());
     }
     ImGui::EndTable();
+  }
+  ImGui::TableNextColumn();
+  ImGui::Text("Media and groups (clear scope %s%s)", kv_clear_scope_name(snap.clear_scope),
+              snap.clear_scope == KvClearScope::kAuto
+                  ? (std::string(": ") + kv_engine_guess_name(snap.engine)).c_str()
+                  : "");
+  item_tooltip(
+      "Live blocks per rank, medium and KV cache group. \"(remote)\": blocks vLLM reports as "
+      "held elsewhere (locality REMOTE). Groups are a hybrid model's caches (full attention, "
+      "sliding window, Mamba), each with its own blocks. Clear scope: what AllBlocksCleared "
+      "drops (vLLM: the GPU pool only; SGLang: every tier), guessed from the stream's fields");
+  if (snap.media_groups.empty()) {
+    ImGui::TextDisabled("nothing stored yet");
+  } else if (ImGui::BeginTable("##media", 4, flags)) {
+    for (const char* h : {"rank", "medium", "group", "live"}) ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    for (const auto& [key, n] : snap.media_groups) {
+      const auto& [rank, medium, group] = key;
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", rank);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(medium.c_str());
+      ImGui::TableNextColumn();
+      const auto g = snap.groups.find(group);
+      if (g != snap.groups.end() && !g->second.spec_kind.empty()) {
+        ImGui::Text("%lld %s", static_cast<long long>(group), g->second.spec_kind.c_str());
+        item_tooltip(("block size " + std::to_string(g->second.block_size) +
+                      (g->second.sliding_window
+                           ? ", sliding window " + std::to_string(*g->second.sliding_window)
+                           : std::string()))
+                         .c_str());
+      } else {
+        ImGui::Text("%lld", static_cast<long long>(group));
+      }
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_count(static_cast<double>(n)).c_str());
+    }
+    ImGui::EndTable();
+  }
+  ImGui::EndTable();
+}
+
+void AttachPanel::draw_lookup(AttachFeed& feed, const AttachSnapshot& snap, bool presenter) {
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 22.0f);
+  bool go = ImGui::InputTextWithHint("##lookup_prompt", "prompt: token ids, @FILE or text",
+                                     lookup_prompt_, sizeof lookup_prompt_,
+                                     ImGuiInputTextFlags_EnterReturnsTrue);
+  item_tooltip(
+      "The prompt whose prefix to look for: token ids (\"1 2 3\" or [1, 2, 3]), @FILE (ids, "
+      "the engine's /tokenize answer, or text), or text, tokenized with the tokenizer beside. "
+      "Matching compares the token ids the stream carried, block by block along the chain");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12.0f);
+  go |= ImGui::InputTextWithHint("##lookup_tok", "tokenizer (for text)", lookup_tokenizer_,
+                                 sizeof lookup_tokenizer_, ImGuiInputTextFlags_EnterReturnsTrue);
+  item_tooltip("tokenizer.json or a GGUF file (the engine's model); or a model name: smollm2");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6.0f);
+  go |= ImGui::InputTextWithHint("##lookup_lora", "LoRA", lookup_lora_, sizeof lookup_lora_,
+                                 ImGuiInputTextFlags_EnterReturnsTrue);
+  item_tooltip("The LoRA adapter the request runs with (empty: none)");
+  ImGui::SameLine();
+  go |= ImGui::SmallButton("Look up");
+  if (snap.lookup) {
+    ImGui::SameLine();
+    if (ImGui::SmallButton("Clear")) {
+      feed.set_lookup(std::nullopt);
+      lookup_error_.clear();
+    }
+  }
+  if (go) {
+    lookup_error_.clear();
+    try {
+      KvPromptSource src;
+      std::string prompt = lookup_prompt_;
+      if (!prompt.empty() && prompt[0] == '@') {
+        src.path = prompt.substr(1);
+      } else {
+        // "1 2 3" or "1, 2, 3": token ids, given to the reader as the JSON array they are.
+        const bool ids = !prompt.empty() && prompt.find_first_not_of("0123456789 ,\t") ==
+                                                std::string::npos;
+        src.text = prompt;
+        if (ids) {
+          src.text = "[";
+          std::string number;
+          for (char c : prompt + " ") {
+            if (c >= '0' && c <= '9') {
+              number += c;
+            } else if (!number.empty()) {
+              src.text += (src.text.size() > 1 ? "," : "") + number;
+              number.clear();
+            }
+          }
+          src.text += "]";
+        }
+      }
+      const std::string tok = lookup_tokenizer_;
+      if (!tok.empty() && tok.find('/') == std::string::npos && tok.find('.') == std::string::npos)
+        src.model = tok;  // a model name
+      else
+        src.tokenizer = tok;
+      KvLookupQuery q;
+      q.tokens = read_kv_prompt(src);
+      q.lora = lookup_lora_[0] != '\0' ? std::string(lookup_lora_) : std::string("base");
+      feed.set_lookup(std::move(q));
+    } catch (const Error& e) {
+      lookup_error_ = e.what();
+    }
+  }
+  if (!lookup_error_.empty()) {
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(presenter).warn), "%s",
+                       lookup_error_.c_str());
+    ImGui::PopTextWrapPos();
+  }
+  if (!snap.lookup) return;
+  ImGui::TextDisabled("%zu prompt tokens, LoRA %s: the prefix tree outlines the matched blocks",
+                      snap.lookup->tokens.size(), snap.lookup->lora.c_str());
+  if (snap.lookup_rows.empty()) {
+    ImGui::TextDisabled("nothing stored yet: no cache to match against");
+    return;
+  }
+  const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
+                                ImGuiTableFlags_BordersInnerV;
+  if (!ImGui::BeginTable("##lookup_rows", 3, flags)) return;
+  ImGui::TableSetupColumn("rank / medium");
+  ImGui::TableSetupColumn("held");
+  ImGui::TableSetupColumn("where the match stops, and why", ImGuiTableColumnFlags_WidthStretch);
+  ImGui::TableHeadersRow();
+  for (const KvLookupRow& r : snap.lookup_rows) {
+    ImGui::TableNextColumn();
+    ImGui::Text("%d / %s%s", r.rank, r.medium.c_str(),
+                r.group != 0 ? (" g" + std::to_string(r.group)).c_str() : "");
+    ImGui::TableNextColumn();
+    ImGui::Text("%lld / %lld", static_cast<long long>(r.matched_blocks),
+                static_cast<long long>(r.prompt_blocks));
+    ImGui::TableNextColumn();
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextUnformatted(kv_lookup_text(r, snap.last_ts).c_str());
+    ImGui::PopTextWrapPos();
   }
   ImGui::EndTable();
 }
@@ -312,6 +454,7 @@ void AttachPanel::draw(AppState& state) {
                        format_count(static_cast<double>(snap->recorded_batches)).c_str());
   }
   if (!export_message_.empty()) ImGui::TextDisabled("%s", export_message_.c_str());
+  if (ImGui::CollapsingHeader("Why did my prefix miss?")) draw_lookup(*feed, *snap, state.presenter);
 
   if (plotted_ != snap) {
     plotted_ = snap;
@@ -319,8 +462,8 @@ void AttachPanel::draw(AppState& state) {
     rates_ = rate_series(*snap);
   }
   // The tables below the plots: a title, a header and their rows (the longer of the two).
-  const std::size_t rows =
-      std::max<std::size_t>({snap->loras.size(), snap->shared_prefixes.size(), std::size_t{1}});
+  const std::size_t rows = std::max<std::size_t>(
+      {snap->loras.size(), snap->shared_prefixes.size(), snap->media_groups.size(), std::size_t{1}});
   const float table_h =
       ImGui::GetTextLineHeightWithSpacing() * (static_cast<float>(rows) + 2.5f) + 8.0f;
   // Small windows scroll rather than squeeze the plots below their legends.

@@ -1,7 +1,9 @@
 // Live attach: a running vLLM / SGLang engine's prefix cache as its KV-event stream reports it
 // (File > Attach): connection state per rank, cached blocks per rank and medium over time, stores,
-// removals and churn per second, LoRA namespaces and the deepest shared prefixes. The block map,
-// the prefix tree and the scrubber show the same stream step by step (one step per batch).
+// removals and churn per second, LoRA namespaces, the deepest shared prefixes, live blocks per
+// medium and KV cache group, and a prefix lookup ("why did my prefix miss?") whose matched blocks
+// the prefix tree outlines. The block map, the prefix tree and the scrubber show the same stream
+// step by step (one step per batch).
 #pragma once
 
 #include <cstdint>
@@ -29,10 +31,16 @@ class AttachPanel final : public Panel {
  private:
   void draw_ranks(const AttachSnapshot& snap);
   void draw_tables(const AttachSnapshot& snap);
+  void draw_lookup(AttachFeed& feed, const AttachSnapshot& snap, bool presenter);
 
   std::shared_ptr<const AttachSnapshot> plotted_;  // the snapshot the series below came from
   std::vector<PlotSeries> live_, rates_;
   std::string export_message_;
+  // The lookup box: the prompt (token ids, @FILE, or text with the tokenizer), and its error.
+  char lookup_prompt_[4096] = "";
+  char lookup_tokenizer_[512] = "";
+  char lookup_lora_[128] = "";
+  std::string lookup_error_;
 };
 
 // One line for the status bar: connection per rank, batches, live blocks, lag, gaps.

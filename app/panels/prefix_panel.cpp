@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "app/core/attach_feed.h"
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
 
@@ -169,6 +170,13 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
   const auto top_left = [&](const Placed& p) {
     return ImVec2(origin.x + p.depth * (node_w + gap_x), origin.y + p.row * (node_h + gap_y));
   };
+  // An attach's prefix lookup: the blocks it matched (slots of the newest step) are outlined.
+  std::vector<std::int32_t> lookup_blocks;
+  if (const std::shared_ptr<AttachFeed> feed = state.source().attach_feed()) {
+    for (const KvLookupRow& r : feed->snapshot()->lookup_rows)
+      lookup_blocks.insert(lookup_blocks.end(), r.slots.begin(), r.slots.end());
+    std::sort(lookup_blocks.begin(), lookup_blocks.end());
+  }
   std::vector<std::int32_t> selected_blocks;
   if (state.selected_request) {
     if (const RequestState* r = find_request(pool, *state.selected_request))
@@ -233,6 +241,14 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
       sel = sel ||
             std::find(selected_blocks.begin(), selected_blocks.end(), blk) != selected_blocks.end();
     if (sel) dl->AddRect(a, b, pal.outline_selected, fs * 0.25f, 0, 2.0f);
+    const bool matched = std::any_of(p.chain.begin(), p.chain.end(), [&](std::int32_t blk) {
+      return std::binary_search(lookup_blocks.begin(), lookup_blocks.end(), blk);
+    });
+    if (matched) {
+      const float o = 2.5f;  // outside the selection outline
+      dl->AddRect(ImVec2(a.x - o, a.y - o), ImVec2(b.x + o, b.y + o), pal.accent,
+                  fs * 0.3f, 0, 2.5f);
+    }
     char label[64];
     if (p.chain.size() == 1)
       std::snprintf(label, sizeof label, "#%d", p.chain.front());

@@ -187,6 +187,61 @@ TEST(AttachUi, FollowsALiveStreamAndDetachKeepsTheRecording) {
   EXPECT_EQ(Timeline::load(kvr).num_steps(), 6);
 }
 
+// "Why did my prefix miss?" in the Live workspace: a lookup set on the feed is answered by every
+// snapshot as the stream changes, the prefix tree outlines the matched blocks, and after detach
+// a new lookup is answered against the state at detach.
+TEST(AttachUi, APrefixLookupFollowsTheStreamAndOutlinesItsBlocks) {
+  HeadlessImGui imgui(ImVec2(1280, 720));
+  Publisher engine("tcp://127.0.0.1:*", "");
+  UiShell shell(RunSession::open(minimal_scenario(), /*bookkeeping=*/true), imgui.fonts());
+  AttachRequest req;
+  req.endpoint = engine.endpoint();
+  req.slots = 256;
+  ASSERT_TRUE(shell.attach_live(req));
+  ASSERT_TRUE(frames_until(
+      shell, [&] { return engine.subscriptions() > 0; }, "waiting for the subscription"));
+  // A chain of three blocks holding tokens 0..47 (Packer::tokens counts up from 0).
+  engine.publish(batch_array(1.0, {stored_array({1, 2, 3}, std::nullopt, 16)}));
+  const std::shared_ptr<AttachFeed> feed = shell.state().source().attach_feed();
+  ASSERT_TRUE(frames_until(
+      shell, [&] { return feed->snapshot()->counters.live == 3; }, "the chain"));
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "before the lookup");
+  const int tree_before = panel_vertices("Prefix cache");
+  KvLookupQuery q;
+  for (std::int64_t t = 0; t < 40; ++t) q.tokens.push_back(t);  // 2 full blocks, 8 over
+  feed->set_lookup(q);
+  ASSERT_TRUE(frames_until(
+      shell, [&] { return !feed->snapshot()->lookup_rows.empty(); }, "the lookup's rows"));
+  KvLookupRow row = feed->snapshot()->lookup_rows.at(0);
+  EXPECT_EQ(row.matched_blocks, 2);
+  EXPECT_EQ(row.reason, KvMissReason::kAllHeld);
+  EXPECT_EQ(row.slots.size(), 2u);
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "with the lookup");
+  EXPECT_GT(panel_vertices("Prefix cache"), tree_before) << "the matched blocks are outlined";
+  // The engine drops block 2: the next snapshot's answer says so.
+  engine.publish(batch_array(2.0, {removed_array({2})}));
+  ASSERT_TRUE(frames_until(
+      shell,
+      [&] {
+        const auto s = feed->snapshot();
+        return !s->lookup_rows.empty() && s->lookup_rows[0].reason == KvMissReason::kRemoved;
+      },
+      "the removal in the lookup"));
+  EXPECT_EQ(feed->snapshot()->lookup_rows[0].matched_blocks, 1);
+  EXPECT_EQ(feed->snapshot()->lookup_rows[0].removed_seq, 1);
+  // Detached: a new lookup is answered at once, against the state at detach.
+  shell.state().detach_request = true;
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "detach");
+  ASSERT_TRUE(feed->snapshot()->stopped);
+  q.tokens.resize(16);
+  feed->set_lookup(q);
+  ASSERT_EQ(feed->snapshot()->lookup_rows.size(), 1u);
+  EXPECT_EQ(feed->snapshot()->lookup_rows[0].reason, KvMissReason::kAllHeld);
+  feed->set_lookup(std::nullopt);
+  EXPECT_TRUE(feed->snapshot()->lookup_rows.empty());
+  EXPECT_GT(panel_vertices("Live attach"), 0);
+}
+
 TEST(AttachUi, BadEndpointsAreAModalAndTheRunStays) {
   HeadlessImGui imgui(ImVec2(1200, 800));
   UiShell shell(RunSession::open(minimal_scenario(), /*bookkeeping=*/true), imgui.fonts());

@@ -1,6 +1,7 @@
-// libFuzzer target: the live KV-event payload decoder (vLLM / SGLang msgpack EventBatch) and the
-// block model it feeds. Any input must end in a decode error or a batch; a decoded batch applied
-// to a KvEventModel must keep its counters consistent and build a recording that replays.
+// libFuzzer target: the live KV-event payload decoder (vLLM / SGLang msgpack EventBatch), the
+// block model it feeds and the prefix lookup over it. Any input must end in a decode error or a
+// batch; a decoded batch applied to a KvEventModel must keep its counters consistent, build a
+// recording that replays, and answer a lookup whose rows stay within the prompt.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -24,7 +25,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   check(error.empty(), "no error on success");
   for (const kvscope::KvStreamEvent& e : batch.events) {
-    if (e.kind == kvscope::KvEventKind::kBlockStored) check(e.block_size > 0, "block size > 0");
+    if (e.kind == kvscope::KvEventKind::kBlockStored) {
+      check(e.block_size >= 0, "block size >= 0 (0: a placeholder)");
+      check(e.block_tokens.empty() || e.block_tokens.size() == e.block_hashes.size(),
+            "token prints: none or one per block");
+      check(e.block_extra.empty() || e.block_extra.size() == e.block_hashes.size(),
+            "extra keys: none or one per block");
+    }
     if (e.kind == kvscope::KvEventKind::kAllBlocksCleared)
       check(e.block_hashes.empty(), "a clear names no blocks");
     check(e.group_idx >= 0, "group index >= 0");
@@ -50,6 +57,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(t.live <= static_cast<std::int64_t>(limits.max_live_blocks), "live within the cap");
   check(t.batches == 3, "three batches");
   check(t.blocks_removed + t.unknown_removals >= 0, "removal counts");
+  // A lookup of the first stored event's tokens (as ids 0..: the corpus's) and of a short prompt.
+  for (std::size_t n : {std::size_t{3}, std::size_t{64}}) {
+    kvscope::KvLookupQuery q;
+    for (std::size_t i = 0; i < n; ++i) q.tokens.push_back(static_cast<std::int64_t>(i));
+    for (const kvscope::KvLookupRow& r : model.lookup(q)) {
+      check(r.matched_blocks >= 0 && r.matched_blocks <= r.prompt_blocks, "matched <= prompt");
+      check(r.matched_tokens <= r.prompt_tokens, "matched tokens <= prompt tokens");
+      check(r.slots.size() == static_cast<std::size_t>(r.matched_blocks), "a slot per match");
+      check(!kvscope::kv_lookup_text(r, model.last_ts()).empty(), "a sentence per row");
+    }
+  }
   try {
     const kvscope::Timeline tl = model.build_timeline("fuzz");
     check(tl.num_steps() == static_cast<int>(model.recorded_batches()), "a step per batch");

@@ -44,6 +44,30 @@ put("vllm_map_bytes.msgpack", {"ts": 2.0, "data_parallel_rank": 0, "events": [
      "lora_id": None, "medium": "GPU", "lora_name": None, "new_field": True},
     {"type": "BlockRemoved", "block_hashes": [digest(1)], "medium": "GPU"},
     {"type": "AllBlocksCleared"}]})
+# vLLM 0.33: every field it has (locality, ownership, session_id, lookahead tokens, extra keys),
+# an offload tier's placeholder store (token_ids [], block_size 0) and a hybrid model's 528-token
+# attention block in group 1.
+put("vllm_033_fields.msgpack", [6.0, [
+    {"type": "BlockStored", "block_hashes": [digest(3), 2**63 + 5], "parent_block_hash": None,
+     "token_ids": tokens(2), "block_size": 4, "lora_id": None, "medium": "GPU",
+     "lora_name": "sql", "extra_keys": [["sql"], ["sql", ["img", 0], "salt"]], "group_idx": 0,
+     "kv_cache_spec_kind": "full_attention", "locality": "REMOTE", "ownership": "lmcache",
+     "session_id": "s1", "lookahead_token_ids": [[1], []]},
+    {"type": "BlockStored", "block_hashes": [digest(3)], "parent_block_hash": None,
+     "token_ids": [], "block_size": 0, "lora_id": None, "medium": "STORAGE", "lora_name": None},
+    {"type": "BlockStored", "block_hashes": [7], "parent_block_hash": None,
+     "token_ids": list(range(528)), "block_size": 528, "lora_id": None, "medium": "GPU",
+     "lora_name": None, "group_idx": 1, "kv_cache_spec_kind": "sliding_window",
+     "kv_cache_spec_sliding_window": 4096},
+    {"type": "BlockRemoved", "block_hashes": [digest(3)], "medium": "GPU", "locality": "REMOTE",
+     "ownership": "lmcache"},
+    {"type": "AllBlocksCleared"}], 1])
+# SGLang 0.5.23: tagged maps too, its media, cache_salt and session_id, negative hashes.
+put("sglang_0523_fields.msgpack", [7.0, [
+    {"type": "BlockStored", "block_hashes": [-3, -4], "parent_block_hash": None,
+     "token_ids": tokens(2, 1), "block_size": 1, "lora_id": None, "medium": "CPU_PINNED",
+     "cache_salt": "tenant", "session_id": "chat"},
+    {"type": "BlockRemoved", "block_hashes": [-4], "medium": "CPU_PINNED"}], 0])
 # An event type from the future, and trailing fields: skipped and counted.
 put("unknown_tag.msgpack", [3.0, [["KVCacheMetrics", 1, 2], {"type": "BlockPinned"},
                                   ["BlockRemoved", [5], None, 0, "extra"]]])
