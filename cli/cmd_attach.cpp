@@ -159,7 +159,8 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
           << cell(r["restarts"]) << " | " << (media.empty() ? "-" : media) << " |\n";
     }
     const auto& groups = s["live_blocks_by_group"];
-    if (groups.size() > 1 || (groups.size() == 1 && !groups.begin().value()["kind"].get<std::string>().empty())) {
+    if (groups.size() > 1 ||
+        (groups.size() == 1 && !groups.begin().value()["kind"].get<std::string>().empty())) {
       out << "\n## KV cache groups\n\n| group | kind | sliding window | block size | stored | "
              "live now |\n|---:|---|---:|---:|---:|---:|\n";
       for (const auto& [g, info] : groups.items()) {
@@ -177,15 +178,15 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
       out << "\n";
     }
     if (s["placeholder_blocks"].get<std::int64_t>() > 0) {
-      out << "\n" << cell(s["placeholder_blocks"])
+      out << "\n"
+          << cell(s["placeholder_blocks"])
           << " stored blocks were placeholders (token_ids = [], block_size = 0: an offload tier "
              "reporting which hashes it holds); a lookup matches them by hash.\n";
     }
     if (s.contains("lookup")) {
       const auto& lk = s["lookup"];
-      out << "\n## Lookup: " << lk["file"].get<std::string>() << " ("
-          << cell(lk["prompt_tokens"]) << " tokens, LoRA " << lk["lora"].get<std::string>()
-          << ")\n\n";
+      out << "\n## Lookup: " << lk["file"].get<std::string>() << " (" << cell(lk["prompt_tokens"])
+          << " tokens, LoRA " << lk["lora"].get<std::string>() << ")\n\n";
       for (const auto& row : lk["rows"]) {
         out << "- rank " << row["rank"].get<int>() << " " << row["medium"].get<std::string>();
         if (row["group"].get<std::int64_t>() != 0) out << " group " << cell(row["group"]);
@@ -228,7 +229,8 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
         << "; open it in kvscope-ui.\n"
         << "- trace.json: Chrome trace of the same steps (ui.perfetto.dev).\n"
         << "- summary.json: every counter above (what `kvscope attach --json` prints).\n"
-        << "- stream.kvj: every batch as received, for `kvscope lookup " << "DIR --prompt FILE`"
+        << "- stream.kvj: every batch as received, for `kvscope lookup "
+        << "DIR --prompt FILE`"
         << (!s["journal"].is_null() && s["journal"]["truncated"].get<bool>()
                 ? " (it reached its 1 GiB cap and stopped growing: a lookup from it sees the "
                   "first part of the run only)"
@@ -258,12 +260,11 @@ void print_summary(const nlohmann::json& s) {
     std::printf("  lookup %s (%s tokens):\n", s["lookup"]["file"].get<std::string>().c_str(),
                 cell(s["lookup"]["prompt_tokens"]).c_str());
     for (const auto& row : s["lookup"]["rows"]) {
-      std::printf("    rank %d %s%s: %s\n", row["rank"].get<int>(),
-                  row["medium"].get<std::string>().c_str(),
-                  row["group"].get<std::int64_t>() != 0
-                      ? (" group " + cell(row["group"])).c_str()
-                      : "",
-                  row["text"].get<std::string>().c_str());
+      std::printf(
+          "    rank %d %s%s: %s\n", row["rank"].get<int>(),
+          row["medium"].get<std::string>().c_str(),
+          row["group"].get<std::int64_t>() != 0 ? (" group " + cell(row["group"])).c_str() : "",
+          row["text"].get<std::string>().c_str());
     }
   }
   for (const auto& r : s["ranks"]) {
@@ -321,8 +322,8 @@ int cmd_attach(const Argv& argv) {
   const std::string lookup_file = args.get("--lookup", "");
   const std::string lora = args.get("--lora", "base");
   if (args.has("--lookup")) {
-    prompt = read_kv_prompt({lookup_file, "", args.get("--tokenizer", ""), args.get("--model", ""),
-                          args.has("--bos")});
+    prompt = read_kv_prompt(
+        {lookup_file, "", args.get("--tokenizer", ""), args.get("--model", ""), args.has("--bos")});
   } else {
     for (const char* flag : {"--tokenizer", "--model", "--lora", "--bos"})
       if (args.has(flag)) throw Error(flag, "only means something with --lookup FILE");
@@ -378,11 +379,10 @@ int cmd_attach(const Argv& argv) {
   nlohmann::json summary = client.summary_json();
   if (args.has("--lookup")) {
     const KvEventModel& model = client.model();
-    summary["lookup"] = {
-        {"file", lookup_file},
-        {"prompt_tokens", prompt.size()},
-        {"lora", lora},
-        {"rows", kv_lookup_json(model.lookup({prompt, lora}), model.last_ts())}};
+    summary["lookup"] = {{"file", lookup_file},
+                         {"prompt_tokens", prompt.size()},
+                         {"lora", lora},
+                         {"rows", kv_lookup_json(model.lookup({prompt, lora}), model.last_ts())}};
   }
   std::string command = "kvscope attach";
   for (const std::string& a : argv) command.append(" ").append(a);

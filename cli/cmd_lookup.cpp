@@ -10,13 +10,14 @@
 #include "cli/commands.h"
 #include "engine/common/error.h"
 #include "engine/trace/kv_event_client.h"
-#include "engine/trace/kv_prompt.h"
 #include "engine/trace/kv_journal.h"
+#include "engine/trace/kv_prompt.h"
 
 namespace kvscope::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: kvscope lookup SOURCE (--prompt FILE | --text TEXT) [options]
+constexpr const char* kHelp =
+    R"(usage: kvscope lookup SOURCE (--prompt FILE | --text TEXT) [options]
 
 says how many leading blocks of a prompt the engine held when `kvscope attach` ended, per
 data-parallel rank, medium and KV cache group, where the match stops and why: never stored,
@@ -45,8 +46,9 @@ std::string journal_of(const std::string& source) {
   if (fs::path(source).extension() == ".kvr") {
     const fs::path beside = fs::path(source).parent_path() / "stream.kvj";
     if (!fs::exists(beside, ec)) {
-      throw Error(source, "a recording keeps no token ids; expected stream.kvj beside it "
-                          "(written by kvscope attach), found none");
+      throw Error(source,
+                  "a recording keeps no token ids; expected stream.kvj beside it "
+                  "(written by kvscope attach), found none");
     }
     return beside.string();
   }
@@ -67,8 +69,10 @@ int cmd_lookup(const Argv& argv) {
     return 0;
   }
   if (args.positional().size() != 1) {
-    throw Error("lookup", "expected one SOURCE (an attach output directory or its stream.kvj), "
-                          "got " + std::to_string(args.positional().size()) + "; see --help");
+    throw Error("lookup",
+                "expected one SOURCE (an attach output directory or its stream.kvj), "
+                "got " +
+                    std::to_string(args.positional().size()) + "; see --help");
   }
   if (args.has("--prompt") == args.has("--text"))
     throw Error("lookup", "expected one of --prompt FILE or --text TEXT; see --help");
@@ -82,7 +86,7 @@ int cmd_lookup(const Argv& argv) {
     fail_expected("--clear-scope", "gpu, all or auto", "'" + clear + "'");
   const std::vector<std::int64_t> prompt =
       read_kv_prompt({args.get("--prompt", ""), args.get("--text", ""), args.get("--tokenizer", ""),
-                   args.get("--model", ""), args.has("--bos")});
+                      args.get("--model", ""), args.has("--bos")});
   const std::string journal = journal_of(args.positional()[0]);
   KvEventModel model;
   model.set_clear_scope(scope);
@@ -101,8 +105,7 @@ int cmd_lookup(const Argv& argv) {
     return 0;
   }
   std::printf("kvscope lookup: %zu prompt tokens against %s (%lld batches, LoRA %s)\n",
-              prompt.size(), journal.c_str(), static_cast<long long>(stats.batches),
-              lora.c_str());
+              prompt.size(), journal.c_str(), static_cast<long long>(stats.batches), lora.c_str());
   if (rows.empty()) std::puts("  no blocks were stored while attached: nothing to match");
   for (const KvLookupRow& r : rows) {
     std::printf("  rank %d %s%s: %s\n", r.rank, r.medium.c_str(),

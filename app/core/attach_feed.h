@@ -110,7 +110,7 @@ class AttachFeed {
   void publish(double seconds);
 
   AttachRequest request_;
-  std::unique_ptr<KvEventClient> client_;  // the worker's, once it started
+  std::unique_ptr<KvEventClient> client_;   // the worker's, once it started
   std::unique_ptr<KvEventModel> detached_;  // the model at detach (lookups after it)
   std::shared_ptr<Timeline> timeline_;
   std::size_t appended_ = 0;  // recorded batches already in the timeline

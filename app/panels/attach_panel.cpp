@@ -320,8 +320,8 @@ void AttachPanel::draw_lookup(AttachFeed& feed, const AttachSnapshot& snap, bool
         src.path = prompt.substr(1);
       } else {
         // "1 2 3" or "1, 2, 3": token ids, given to the reader as the JSON array they are.
-        const bool ids = !prompt.empty() && prompt.find_first_not_of("0123456789 ,\t") ==
-                                                std::string::npos;
+        const bool ids =
+            !prompt.empty() && prompt.find_first_not_of("0123456789 ,\t") == std::string::npos;
         src.text = prompt;
         if (ids) {
           src.text = "[";
@@ -363,8 +363,8 @@ void AttachPanel::draw_lookup(AttachFeed& feed, const AttachSnapshot& snap, bool
     ImGui::TextDisabled("nothing stored yet: no cache to match against");
     return;
   }
-  const ImGuiTableFlags flags = ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg |
-                                ImGuiTableFlags_BordersInnerV;
+  const ImGuiTableFlags flags =
+      ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV;
   if (!ImGui::BeginTable("##lookup_rows", 3, flags)) return;
   ImGui::TableSetupColumn("rank / medium");
   ImGui::TableSetupColumn("held");
@@ -454,7 +454,8 @@ void AttachPanel::draw(AppState& state) {
                        format_count(static_cast<double>(snap->recorded_batches)).c_str());
   }
   if (!export_message_.empty()) ImGui::TextDisabled("%s", export_message_.c_str());
-  if (ImGui::CollapsingHeader("Why did my prefix miss?")) draw_lookup(*feed, *snap, state.presenter);
+  if (ImGui::CollapsingHeader("Why did my prefix miss?"))
+    draw_lookup(*feed, *snap, state.presenter);
 
   if (plotted_ != snap) {
     plotted_ = snap;
@@ -462,8 +463,8 @@ void AttachPanel::draw(AppState& state) {
     rates_ = rate_series(*snap);
   }
   // The tables below the plots: a title, a header and their rows (the longer of the two).
-  const std::size_t rows = std::max<std::size_t>(
-      {snap->loras.size(), snap->shared_prefixes.size(), snap->media_groups.size(), std::size_t{1}});
+  const std::size_t rows = std::max<std::size_t>({snap->loras.size(), snap->shared_prefixes.size(),
+                                                  snap->media_groups.size(), std::size_t{1}});
   const float table_h =
       ImGui::GetTextLineHeightWithSpacing() * (static_cast<float>(rows) + 2.5f) + 8.0f;
   // Small windows scroll rather than squeeze the plots below their legends.

@@ -246,8 +246,8 @@ void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
     });
     if (matched) {
       const float o = 2.5f;  // outside the selection outline
-      dl->AddRect(ImVec2(a.x - o, a.y - o), ImVec2(b.x + o, b.y + o), pal.accent,
-                  fs * 0.3f, 0, 2.5f);
+      dl->AddRect(ImVec2(a.x - o, a.y - o), ImVec2(b.x + o, b.y + o), pal.accent, fs * 0.3f, 0,
+                  2.5f);
     }
     char label[64];
     if (p.chain.size() == 1)

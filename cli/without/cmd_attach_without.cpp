@@ -1,5 +1,6 @@
-// `kvscope attach` and `kvscope lookup` in a build configured with -DKVSCOPE_ATTACH=OFF (no ZeroMQ or msgpack-cxx: the
-// GPU check's build on a bare device machine): the commands exist and say why they cannot run.
+// `kvscope attach` and `kvscope lookup` in a build configured with -DKVSCOPE_ATTACH=OFF (no ZeroMQ
+// or msgpack-cxx: the GPU check's build on a bare device machine): the commands exist and say why
+// they cannot run.
 #include "cli/commands.h"
 #include "engine/common/error.h"
 

@@ -106,8 +106,8 @@ int KvEventModel::medium_of(const KvStreamEvent& ev) {
 // EXTERNAL, CPU_TIER1/2.
 void KvEventModel::guess_engine(const KvStreamEvent& ev) {
   const std::string& m = ev.medium;
-  if (!ev.locality.empty() || !ev.ownership.empty() || !ev.spec_kind.empty() ||
-      ev.group_idx != 0 || !ev.block_extra.empty() || m == "CPU" || m == "STORAGE") {
+  if (!ev.locality.empty() || !ev.ownership.empty() || !ev.spec_kind.empty() || ev.group_idx != 0 ||
+      !ev.block_extra.empty() || m == "CPU" || m == "STORAGE") {
     engine_ = KvEngineGuess::kVllm;
   } else if (!ev.cache_salt.empty() || m == "CPU_PINNED" || m == "DISK" || m == "EXTERNAL" ||
              m.starts_with("CPU_TIER")) {
@@ -374,7 +374,8 @@ std::map<std::string, std::int64_t> KvEventModel::live_by_medium() const {
 std::map<std::string, std::int64_t> KvEventModel::live_by_medium(int rank) const {
   std::map<std::string, std::int64_t> out;
   for (const auto& [rmg, n] : live_rmg_)
-    if (std::get<0>(rmg) == rank && n > 0) out[media_[static_cast<std::size_t>(std::get<1>(rmg))]] += n;
+    if (std::get<0>(rmg) == rank && n > 0)
+      out[media_[static_cast<std::size_t>(std::get<1>(rmg))]] += n;
   return out;
 }
 
@@ -382,8 +383,8 @@ std::map<std::tuple<int, std::string, std::int64_t>, std::int64_t>
 KvEventModel::live_by_rank_medium_group() const {
   std::map<std::tuple<int, std::string, std::int64_t>, std::int64_t> out;
   for (const auto& [rmg, n] : live_rmg_) {
-    out[{std::get<0>(rmg), media_[static_cast<std::size_t>(std::get<1>(rmg))],
-         std::get<2>(rmg)}] += n;
+    out[{std::get<0>(rmg), media_[static_cast<std::size_t>(std::get<1>(rmg))], std::get<2>(rmg)}] +=
+        n;
   }
   return out;
 }

@@ -53,7 +53,7 @@ struct KvModelLimits {
   std::size_t max_recorded_events = 4'000'000;   // ~160 MB of recording
   std::size_t max_recorded_batches = 1'000'000;  // ~24 MB
   std::size_t max_media = 16;
-  std::size_t max_loras = 64;  // LoRA namespaces counted apart; more count as "OTHER"
+  std::size_t max_loras = 64;         // LoRA namespaces counted apart; more count as "OTHER"
   std::size_t max_history = 500'000;  // removed blocks remembered for lookups (FIFO)
   std::size_t max_groups = 64;        // KV cache groups described apart; more are not described
 };
@@ -154,7 +154,7 @@ struct KvLookupRow {
   std::int64_t removed_seq = -1;
   double removed_ts = 0.0;
   std::string removed_by;
-  std::string other_namespace;  // kOtherNamespace: the LoRA name, or "extra keys"
+  std::string other_namespace;      // kOtherNamespace: the LoRA name, or "extra keys"
   std::vector<std::int32_t> slots;  // the matched blocks' slots (block map, prefix tree)
 };
 
@@ -290,7 +290,7 @@ class KvEventModel {
   KvModelLimits limits_;
   KvModelCounters totals_;
   std::map<int, KvModelCounters> by_rank_;
-  std::vector<std::string> media_;                       // medium id -> name
+  std::vector<std::string> media_;                                       // medium id -> name
   std::map<std::tuple<int, int, std::int64_t>, std::int64_t> live_rmg_;  // (rank, medium, group)
   std::map<std::int64_t, KvGroupInfo> groups_;
   std::vector<std::string> owners_;  // ownership id -> name; 0 = ""

@@ -230,8 +230,7 @@ std::int64_t non_negative(const msgpack::object& o, const Where& w) {
 }
 
 // A fingerprint of a msgpack value's type and contents (an extra_keys entry), depth-first.
-std::uint64_t value_fingerprint(const msgpack::object& o,
-                                std::uint64_t h = 0x243F6A8885A308D3ull) {
+std::uint64_t value_fingerprint(const msgpack::object& o, std::uint64_t h = 0x243F6A8885A308D3ull) {
   auto mix = [&h](std::uint64_t v) {
     std::uint64_t x = h ^ v;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -86,8 +86,9 @@ KvJournalStats replay_kv_journal(const std::string& path, KvEventModel& model,
   if (!in) throw Error(path, "cannot open (expected a KV-event journal, stream.kvj)");
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.size() < sizeof kMagic || !std::equal(kMagic, kMagic + sizeof kMagic, bytes.begin())) {
-    throw Error(path, "expected a KV-event journal (starting \"KVSJRNL1\", written by kvscope "
-                      "attach as stream.kvj), got another kind of file");
+    throw Error(path,
+                "expected a KV-event journal (starting \"KVSJRNL1\", written by kvscope "
+                "attach as stream.kvj), got another kind of file");
   }
   KvJournalStats stats;
   KvEventBatch batch;
@@ -97,8 +98,8 @@ KvJournalStats replay_kv_journal(const std::string& path, KvEventModel& model,
   while (at < bytes.size()) {
     if (bytes.size() - at < kHeaderBytes) {
       throw Error(path, "record at byte " + std::to_string(at) +
-                  ": expected a 16-byte record header, got " + std::to_string(bytes.size() - at) +
-                  " bytes (the file is cut short)");
+                            ": expected a 16-byte record header, got " +
+                            std::to_string(bytes.size() - at) + " bytes (the file is cut short)");
     }
     const auto kind = static_cast<std::uint8_t>(p[at]);
     const int rank = static_cast<int>(get(p + at + 1, 2));
@@ -106,12 +107,14 @@ KvJournalStats replay_kv_journal(const std::string& path, KvEventModel& model,
     const std::uint64_t n = get(p + at + 12, 4);
     if (kind != kBatch && kind != kRestart) {
       throw Error(path, "record at byte " + std::to_string(at) +
-                  ": expected kind 1 (batch) or 2 (restart), got " + std::to_string(kind));
+                            ": expected kind 1 (batch) or 2 (restart), got " +
+                            std::to_string(kind));
     }
     if (bytes.size() - at - kHeaderBytes < n) {
-      throw Error(path, "record at byte " + std::to_string(at) + ": expected " +
-                  std::to_string(n) + " payload bytes, got " +
-                  std::to_string(bytes.size() - at - kHeaderBytes) + " (the file is cut short)");
+      throw Error(path, "record at byte " + std::to_string(at) + ": expected " + std::to_string(n) +
+                            " payload bytes, got " +
+                            std::to_string(bytes.size() - at - kHeaderBytes) +
+                            " (the file is cut short)");
     }
     const std::string_view payload(bytes.data() + at + kHeaderBytes, n);
     at += kHeaderBytes + n;

@@ -46,8 +46,8 @@ struct Candidate {
   std::uint64_t hash;
   std::uint64_t extra;
   std::uint16_t lora;
-  std::int64_t gone = -1;   // index in the history, -1 for a live block
-  std::int32_t slot = -1;   // a live block's slot
+  std::int64_t gone = -1;  // index in the history, -1 for a live block
+  std::int32_t slot = -1;  // a live block's slot
 };
 
 std::string seconds_text(double s) {
@@ -83,10 +83,9 @@ std::string kv_lookup_text(const KvLookupRow& row, double last_ts) {
     return "the prompt's " + std::to_string(row.prompt_tokens) + " tokens fill less than one " +
            std::to_string(row.block_size) + "-token block: engines cache full blocks only";
   }
-  std::string s = std::to_string(row.matched_blocks) + " of " +
-                  std::to_string(row.prompt_blocks) + " blocks held (" +
-                  std::to_string(row.matched_tokens) + " of " + std::to_string(row.prompt_tokens) +
-                  " tokens)";
+  std::string s = std::to_string(row.matched_blocks) + " of " + std::to_string(row.prompt_blocks) +
+                  " blocks held (" + std::to_string(row.matched_tokens) + " of " +
+                  std::to_string(row.prompt_tokens) + " tokens)";
   if (row.by_hash) s += ", matched by hash (this medium's stores carry no token ids)";
   const std::string next = "; block " + std::to_string(row.matched_blocks + 1) + " ";
   switch (row.reason) {
@@ -165,12 +164,13 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
     if (fresh && bs > 0) {
       for (std::size_t at = 0; at + static_cast<std::size_t>(bs) <= q.tokens.size();
            at += static_cast<std::size_t>(bs))
-        it->second.push_back(kv_token_fingerprint(q.tokens.data() + at, static_cast<std::size_t>(bs)));
+        it->second.push_back(
+            kv_token_fingerprint(q.tokens.data() + at, static_cast<std::size_t>(bs)));
     }
     return it->second;
   };
-  auto find = [&](std::uint64_t sc, std::optional<std::uint64_t> parent, std::uint64_t tokens)
-      -> const std::vector<Candidate>* {
+  auto find = [&](std::uint64_t sc, std::optional<std::uint64_t> parent,
+                  std::uint64_t tokens) -> const std::vector<Candidate>* {
     auto it = children.find(ChildKey{sc, parent.value_or(0), tokens, !parent});
     return it == children.end() ? nullptr : &it->second;
   };
@@ -285,8 +285,9 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
           row.reason = KvMissReason::kOtherNamespace;
           row.other_namespace = static_cast<std::int64_t>(other->lora) != want_lora
                                     ? "LoRA '" + loras_[other->lora] + "'"
-                                    : std::string("other extra keys (multimodal inputs or a "
-                                                  "cache salt)");
+                                    : std::string(
+                                          "other extra keys (multimodal inputs or a "
+                                          "cache salt)");
         } else if (gone >= 0) {
           removed_by(gone);
         } else if (std::any_of(fps.begin() + static_cast<std::ptrdiff_t>(d), fps.end(),

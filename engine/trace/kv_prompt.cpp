@@ -18,7 +18,11 @@ bool valid_utf8(const std::string& s) {
   std::size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    std::size_t n = c < 0x80           ? 1
+                    : (c >> 5) == 0x6  ? 2
+                    : (c >> 4) == 0xE  ? 3
+                    : (c >> 3) == 0x1E ? 4
+                                       : 0;
     if (n == 0 || i + n > s.size()) return false;
     for (std::size_t k = 1; k < n; ++k)
       if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
@@ -33,8 +37,9 @@ std::vector<std::int64_t> ids_from_json(const nlohmann::json& j, const std::stri
   std::string field = "";
   if (j.is_object()) {
     if (!j.contains("tokens")) {
-      throw Error(where, "expected a JSON array of token ids or an object with \"tokens\" (the "
-                         "engine's /tokenize answer), got an object without \"tokens\"");
+      throw Error(where,
+                  "expected a JSON array of token ids or an object with \"tokens\" (the "
+                  "engine's /tokenize answer), got an object without \"tokens\"");
     }
     arr = &j["tokens"];
     field = "tokens";
@@ -47,8 +52,8 @@ std::vector<std::int64_t> ids_from_json(const nlohmann::json& j, const std::stri
   ids.reserve(arr->size());
   for (std::size_t i = 0; i < arr->size(); ++i) {
     const nlohmann::json& v = (*arr)[i];
-    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() &&
-                                   v.get<std::int64_t>() < 0)) {
+    if (!v.is_number_integer() ||
+        (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0)) {
       throw Error(where, (field.empty() ? std::string() : field) + "[" + std::to_string(i) +
                              "]: expected a token id (an integer >= 0), got " + v.dump());
     }
@@ -82,9 +87,10 @@ std::vector<std::int64_t> read_kv_prompt(const KvPromptSource& src) {
     throw Error(where, "expected UTF-8 text or a JSON array of token ids, got binary data");
   }
   if (src.tokenizer.empty() && src.model.empty()) {
-    throw Error(where, "a text prompt needs the engine's tokenizer: pass --tokenizer "
-                       "(tokenizer.json or a GGUF file) or --model, or give token ids (a JSON "
-                       "array, or what the engine's /tokenize returns)");
+    throw Error(where,
+                "a text prompt needs the engine's tokenizer: pass --tokenizer "
+                "(tokenizer.json or a GGUF file) or --model, or give token ids (a JSON "
+                "array, or what the engine's /tokenize returns)");
   }
   std::shared_ptr<const Tokenizer> tok;
   if (!src.tokenizer.empty()) {

@@ -114,20 +114,24 @@ TEST(KvEventJournal, OtherFilesAndCutRecordsAreRefusedByOffset) {
     return std::string("(accepted)");
   };
   EXPECT_EQ(refused("KVSCOPER"),
-            path + ": expected a KV-event journal (starting \"KVSJRNL1\", written by kvscope "
-                   "attach as stream.kvj), got another kind of file");
+            path +
+                ": expected a KV-event journal (starting \"KVSJRNL1\", written by kvscope "
+                "attach as stream.kvj), got another kind of file");
   EXPECT_EQ(refused(std::string("KVSJRNL1") + std::string("\x01\x00", 2)),
-            path + ": record at byte 8: expected a 16-byte record header, got 2 bytes (the file "
-                   "is cut short)");
+            path +
+                ": record at byte 8: expected a 16-byte record header, got 2 bytes (the file "
+                "is cut short)");
   std::string head("KVSJRNL1\x03", 9);
   head.append(15, '\0');
-  EXPECT_EQ(refused(head), path + ": record at byte 8: expected kind 1 (batch) or 2 (restart), got 3");
+  EXPECT_EQ(refused(head),
+            path + ": record at byte 8: expected kind 1 (batch) or 2 (restart), got 3");
   std::string cut("KVSJRNL1\x01", 9);
   cut.append(11, '\0');
   cut.append("\x10\x00\x00\x00", 4);
   cut.append("abc");
-  EXPECT_EQ(refused(cut), path + ": record at byte 8: expected 16 payload bytes, got 3 (the file "
-                                 "is cut short)");
+  EXPECT_EQ(refused(cut), path +
+                              ": record at byte 8: expected 16 payload bytes, got 3 (the file "
+                              "is cut short)");
   KvEventModel m;
   EXPECT_THROW(replay_kv_journal(temp_path("missing.kvj"), m), Error);
 }

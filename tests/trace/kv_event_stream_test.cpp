@@ -125,7 +125,7 @@ TEST(KvEventStream, Vllm033FieldsAreReadNotSkipped) {
   p.str("block_hashes").array(2).bin(digest(5)).u64(0xF000000000000001ull);
   p.str("parent_block_hash").nil().str("token_ids").tokens(32).str("block_size").i64(16);
   p.str("lora_id").nil().str("medium").str("CPU").str("lora_name").str("sql");
-  p.str("extra_keys").array(2).array(1).str("sql");  // block 0: only the LoRA name
+  p.str("extra_keys").array(2).array(1).str("sql");                // block 0: only the LoRA name
   p.array(3).str("sql").array(2).str("img-7").i64(0).str("salt");  // block 1: an image, a salt
   p.str("group_idx").i64(1).str("kv_cache_spec_kind").str("sliding_window");
   p.str("kv_cache_spec_sliding_window").i64(4096).str("locality").str("REMOTE");
@@ -150,8 +150,9 @@ TEST(KvEventStream, Vllm033FieldsAreReadNotSkipped) {
   // Tokens per block: 0..15 and 16..31 (Packer::tokens counts up).
   std::vector<std::int64_t> ids(32);
   for (int i = 0; i < 32; ++i) ids[static_cast<std::size_t>(i)] = i;
-  EXPECT_EQ(s.block_tokens, (std::vector<std::uint64_t>{kv_token_fingerprint(ids.data(), 16),
-                                                        kv_token_fingerprint(ids.data() + 16, 16)}));
+  EXPECT_EQ(s.block_tokens,
+            (std::vector<std::uint64_t>{kv_token_fingerprint(ids.data(), 16),
+                                        kv_token_fingerprint(ids.data() + 16, 16)}));
   ASSERT_EQ(s.block_extra.size(), 2u);
   EXPECT_EQ(s.block_extra[0], 0u);  // the LoRA name alone adds nothing to the namespace
   EXPECT_NE(s.block_extra[1], 0u);

@@ -31,7 +31,8 @@ KvStreamEvent stored(std::vector<std::uint64_t> hashes, std::optional<std::uint6
   e.block_size = kBlock;
   e.num_token_ids = static_cast<std::int64_t>(e.block_hashes.size()) * kBlock;
   for (std::size_t b = 0; b < e.block_hashes.size(); ++b)
-    e.block_tokens.push_back(kv_token_fingerprint(tokens.data() + (from_block + b) * kBlock, kBlock));
+    e.block_tokens.push_back(
+        kv_token_fingerprint(tokens.data() + (from_block + b) * kBlock, kBlock));
   e.medium = std::move(medium);
   return e;
 }
