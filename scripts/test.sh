@@ -12,8 +12,9 @@ source scripts/deps.sh
 kvscope_install_deps
 # SmolLM2 (GGUF) for the real-model tests: a missing model fails the run, it does not skip tests.
 bash scripts/models.sh
-# SGLang's own KV-event publisher code and a Python environment for it, for the attach tests
-# against it (outside the repository; a failure to fetch fails the run, it does not skip tests).
+# SGLang's and vLLM's own KV-event publisher code and a Python environment for it, for the attach
+# tests against them (outside the repository; a failure to fetch fails the run, it does not skip
+# tests).
 bash scripts/engine_publishers.sh --quiet >/dev/null
 
 jobs=$(nproc)

@@ -1,247 +1,180 @@
 #!/usr/bin/env python3
-"""`kvscope attach` against an engine's own publisher code (not kvscope's test publishers).
+"""`kvscope attach` against the engines' own publisher code (not kvscope's test publishers).
 
-Loads SGLang 0.5.23's sglang/srt/disaggregation/kv_events.py from its wheel (in the cache
-scripts/engine_publishers.sh fills; only the module's two imports from the rest of SGLang are
-stubbed), runs its ZmqEventPublisher unmodified for two data-parallel ranks, and checks what
-`kvscope attach --json` reports against what was published:
+Runs an engine's ZmqEventPublisher unmodified for two data-parallel ranks (tests/attach/engines.py
+loads it from the cache scripts/engine_publishers.sh fills and drives it through a workload of
+that engine's events and fields) and checks that `kvscope attach --json` reports what was
+published: batches, events by type, blocks stored, removed, cleared (and the clears' scope),
+live in all / per rank / per medium / per KV-cache group / per ownership, placeholder blocks,
+unknown parents and removals, churn, decode errors, the fields kvscope does not know
+(skipped_fields, each named in the output), and lost batches by cause. The expected values are
+folded from what each scenario published (engines.Engine.expected). Scenarios:
 
-  before   40 batches per rank published before kvscope attaches (recovered by replay, which
-           this SGLang answers in four frames), then 10 live per rank
-  first    kvscope started before the engine: every batch live or by replay, none lost
-  restart  rank 0's publisher shut down and started again on the same sockets (sequence from 0):
-           one restart, rank 0's blocks before it dropped
-  nobuffer the engine's replay buffer kept 5 batches of 20 published before attach: 15 lost,
-           counted as gone from the replay buffer
+  before    40 batches per rank published before kvscope attaches (recovered by replay, in the
+            engine's own framing: 3 frames in vLLM 0.23 / 0.25, 4 in vLLM 0.33 and SGLang), then
+            10 live per rank
+  first     kvscope started before the engine: every batch live or by replay, none lost
+  restart   rank 0's publisher shut down and started again on the same sockets (sequence from
+            0): one restart, rank 0's blocks before it dropped
+  nobuffer  the engine's replay buffer kept 5 batches of 20 published before attach: 15 lost,
+            counted as gone from the replay buffer
+  malformed a batch whose block hash is a float, once before attach (so by replay) and once live:
+            two decode errors, nothing else lost or changed
 
-usage: check_engine_publisher.py PYTHON_WITH_DEPS|auto KVSCOPE WORK_DIR
-(run with any python3; it re-runs itself under PYTHON_WITH_DEPS, the environment
-scripts/engine_publishers.sh prints; auto: that script's default place). Prints "N passed,
-M failed"; exit 1 on any failure.
+ENGINE is sglang-0.5.23 (every scenario) or vllm (vllm-0.33.0: every scenario; vllm-0.25.0 and
+vllm-0.23.0, the older framing and layouts: before).
+
+usage: check_engine_publisher.py KVSCOPE WORK_DIR ENGINE
+(run with any python3; it re-runs itself under the environment scripts/engine_publishers.sh
+makes). Prints "N passed, M failed"; exit 1 on any failure.
 """
-import glob
-import json
 import os
-import subprocess
 import sys
 import time
-import types
-import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, free_ports  # noqa: E402
+from harness import Checks, attach, engine_python, expect, finish, free_ports  # noqa: E402
 
-CACHE = os.environ.get("KVSCOPE_ENGINE_CACHE",
-                       os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
-                                    "kvscope", "engines"))
+ME = "check_engine_publisher.py"
+KVSCOPE = engines = None  # set by main()
+LOADED = {}  # engine -> its publisher module
 check = Checks()
 
 
-
-
-def load_sglang():
-    """SGLang's kv_events module, executed from the wheel; its two imports from the rest of
-    SGLang (unused by the publisher) are stubbed."""
-    wheels = sorted(glob.glob(os.path.join(CACHE, "wheels", "sglang-0.5.23-*.whl")))
-    if not wheels:
-        sys.exit("check_engine_publisher.py: no sglang 0.5.23 wheel in the cache: run scripts/engine_publishers.sh")
-    member = "sglang/srt/disaggregation/kv_events.py"
-    source = zipfile.ZipFile(wheels[0]).read(member).decode("utf-8")
-    for name in ("sglang", "sglang.srt", "sglang.srt.runtime_context", "sglang.srt.utils",
-                 "sglang.srt.utils.network"):
-        sys.modules.setdefault(name, types.ModuleType(name))
-    sys.modules["sglang.srt.runtime_context"].get_parallel = lambda *a, **k: None
-    sys.modules["sglang.srt.utils.network"].NetworkAddress = object
-    module = types.ModuleType("sglang_kv_events")
-    module.__file__ = wheels[0] + "!/" + member
-    sys.modules[module.__name__] = module
-    exec(compile(source, module.__file__, "exec"), module.__dict__)
-    return module
-
-
-
-
-class Engine:
-    """Two ranks of SGLang's publisher and what they were made to publish."""
-
-    def __init__(self, kv, base, dp=2, buffer_steps=10_000):
-        self.kv, self.base, self.dp, self.buffer_steps = kv, base, dp, buffer_steps
-        self.pubs = [self.open(r) for r in range(dp)]
-        self.next_hash = [1000 * (r + 1) for r in range(dp)]
-        self.live = [set() for _ in range(dp)]
-        self.batches = self.stored = self.removed = 0
-
-    def open(self, rank):
-        # As an engine is configured: "tcp://*:port" binds (a host name would make SGLang's PUB
-        # connect to it, for `kvscope attach --bind`).
-        return self.kv.ZmqEventPublisher(
-            attn_dp_rank=rank, endpoint=f"tcp://*:{self.base}",
-            replay_endpoint=f"tcp://*:{self.base + self.dp}",
-            buffer_steps=self.buffer_steps, topic="kv")
-
-    def publish(self, rank, n):
-        """n batches on a rank: each stores a block (tokens of 16), every third removes the
-        oldest live one."""
-        for _ in range(n):
-            h = self.next_hash[rank]
-            self.next_hash[rank] += 1
-            events = [self.kv.BlockStored(block_hashes=[h], parent_block_hash=None,
-                                          token_ids=list(range(h % 500, h % 500 + 16)),
-                                          block_size=16, lora_id=None, medium="GPU")]
-            self.live[rank].add(h)
-            self.stored += 1
-            if h % 3 == 0:
-                old = min(self.live[rank])
-                events.append(self.kv.BlockRemoved(block_hashes=[old], medium="GPU"))
-                self.live[rank].discard(old)
-                self.removed += 1
-            self.pubs[rank].publish(self.kv.KVEventBatch(ts=time.time(), events=events))
-            self.batches += 1
-
-    def publish_interleaved(self, n, pause_s):
-        """n batches on every rank, one rank after the other, pause_s apart (a live stream)."""
-        for _ in range(n):
-            for r in range(self.dp):
-                self.publish(r, 1)
-            time.sleep(pause_s)
-
-    def live_blocks(self):
-        return sum(len(s) for s in self.live)
-
-    def restart(self, rank):
-        """A new engine process on the same sockets: sequence from 0, nothing cached."""
-        self.pubs[rank].shutdown()
-        time.sleep(0.3)
-        self.pubs[rank] = self.open(rank)
-        self.live[rank].clear()
-
-    def close(self):
-        for p in self.pubs:
-            p.shutdown()
-
-
-def attach(kvscope, base, dp, batches, out):
-    return subprocess.Popen(
-        [kvscope, "attach", f"tcp://127.0.0.1:{base}", "--replay", f"tcp://127.0.0.1:{base + dp}",
-         "--dp", str(dp), "--topic", "kv", "--batches", str(batches), "--duration", "60",
-         "--json", "--out", out],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc, name):
+def run(engine, name, work, batches, publish_before, publish_live, buffer_steps=10_000,
+        kvscope_first=False):
+    """One scenario: an Engine on fresh ports, publish_before(engine) before kvscope attaches
+    (or, kvscope_first, once it is waiting for the engine), publish_live(engine) after, kvscope
+    stopping at `batches`; returns (summary, engine)."""
+    base = free_ports(4, ME)
+    out = os.path.join(work, name.replace(" ", "-"))
+    proc = e = None
     try:
-        out, err = proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    check(proc.returncode == 0, f"{name}: exit 0", f"rc {proc.returncode}: {err.strip()[-300:]}")
-    try:
-        return json.loads(out)
-    except json.JSONDecodeError:
-        check(False, f"{name}: --json prints JSON", out[:300])
-        return {}
-
-
-def expect(name, got, **want):
-    for key, value in want.items():
-        have = got
-        for part in key.split("."):
-            have = have.get(part, {}) if isinstance(have, dict) else None
-        check(have == value, f"{name}: {key} = {value}", f"got {have}")
-
-
-def before(kv, kvscope, work):
-    base = free_ports(4, "check_engine_publisher.py")
-    engine = Engine(kv, base)
-    try:
-        for r in range(2):
-            engine.publish(r, 40)  # nobody subscribed: only the replay buffer has them
-        time.sleep(0.5)
-        proc = attach(kvscope, base, 2, 2 * 50, os.path.join(work, "before"))
-        time.sleep(1.5)  # its subscription reaches the publishers (PUB drops before that)
-        engine.publish_interleaved(10, 0.02)
-        got = finish(proc, "before")
+        if kvscope_first:
+            proc = attach(KVSCOPE, base, 2, batches, out, "kv")
+            time.sleep(1.0)  # kvscope is up and asking before the engine exists
+        e = engines.Engine(engine, LOADED[engine], base, buffer_steps=buffer_steps)
+        publish_before(e)
+        e.wait_sent()
+        if proc is None:
+            proc = attach(KVSCOPE, base, 2, batches, out, "kv")
+        time.sleep(1.5)  # its subscription reaches the publishers (a PUB drops before that)
+        publish_live(e)
+        return finish(check, proc, name), e
     finally:
-        engine.close()
-    expect("before", got, batches=100, lost=0, replay_frames=4, bad_frames=0, replay_timeouts=0,
-           blocks_stored=engine.stored, blocks_removed=engine.removed,
-           live_blocks=engine.live_blocks(), unknown_removals=0,
-           **{"events.BlockStored": engine.stored})
-    check(got.get("replayed", 0) >= 80, "before: the 80 batches before attach came by replay",
+        if e is not None:
+            e.close()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def totals(ledger, **more):
+    """What the summary must say: the ledger's totals, and more (lost, restarts, ...)."""
+    return dict(ledger.totals(), bad_frames=0, replay_timeouts=0, other_topics=0, **more)
+
+
+def skipped(name, ledger):
+    """Names the fields kvscope skipped, so a reader of the output sees which."""
+    fields = ", ".join(f"{k} x{n}" for k, n in sorted(ledger.skipped.items())) or "none"
+    print(f"note  {name}: fields kvscope does not know (skipped_fields): {fields}")
+
+
+def before(engine, work):
+    name = f"{engine} before"
+    got, e = run(engine, name, work, 100, lambda e: [e.publish(r, 40) for r in range(2)],
+                 lambda e: e.publish_interleaved(10, 0.02))
+    ledger = e.expected()
+    expect(check, name, got, totals(ledger, lost=0, restarts=0,
+                                    replay_frames=engines.ENGINES[engine].replay_frames))
+    check(got.get("replayed", 0) >= 80, f"{name}: the 80 batches before attach came by replay",
           f"replayed {got.get('replayed')}")
+    skipped(name, ledger)
 
 
-def first(kv, kvscope, work):
-    base = free_ports(4, "check_engine_publisher.py")
-    proc = attach(kvscope, base, 2, 2 * 30, os.path.join(work, "first"))
-    time.sleep(1.0)  # kvscope is up and asking before the engine exists
-    engine = Engine(kv, base)
-    try:
-        time.sleep(1.0)
-        engine.publish_interleaved(30, 0.01)
-        got = finish(proc, "first")
-    finally:
-        engine.close()
-    expect("first", got, batches=60, lost=0, blocks_stored=engine.stored,
-           live_blocks=engine.live_blocks(), unknown_removals=0)
+def first(engine, work):
+    name = f"{engine} first"
+    got, e = run(engine, name, work, 60, lambda e: None,
+                 lambda e: e.publish_interleaved(30, 0.01), kvscope_first=True)
+    expect(check, name, got, totals(e.expected(), lost=0, restarts=0))
 
 
-def restart(kv, kvscope, work):
-    base = free_ports(4, "check_engine_publisher.py")
-    engine = Engine(kv, base)
-    try:
-        proc = attach(kvscope, base, 2, 2 * 20 + 10, os.path.join(work, "restart"))
-        time.sleep(1.5)
+def restart(engine, work):
+    def live(e):
         for r in range(2):
-            engine.publish(r, 10)
+            e.publish(r, 10)
         time.sleep(0.5)
-        engine.restart(0)
+        e.restart(0)
         time.sleep(1.5)  # kvscope's subscription reaches the new rank-0 publisher
         for r in range(2):
-            engine.publish(r, 10)
-        engine.publish(0, 10)
-        got = finish(proc, "restart")
-    finally:
-        engine.close()
-    expect("restart", got, batches=50, lost=0, restarts=1,
-           live_blocks=engine.live_blocks())
+            e.publish(r, 10)
+        e.publish(0, 10)
+
+    name = f"{engine} restart"
+    got, e = run(engine, name, work, 50, lambda e: None, live)
+    expect(check, name, got, totals(e.expected(), lost=0, restarts=1))
 
 
-def nobuffer(kv, kvscope, work):
-    base = free_ports(4, "check_engine_publisher.py")
-    engine = Engine(kv, base, buffer_steps=5)
-    try:
-        engine.publish(0, 20)
-        engine.publish(1, 5)
-        time.sleep(0.5)
-        proc = attach(kvscope, base, 2, 10 + 2, os.path.join(work, "nobuffer"))
-        time.sleep(1.5)
+def nobuffer(engine, work):
+    def history(e):
+        e.publish(0, 20)
+        e.publish(1, 5)
+
+    name = f"{engine} nobuffer"
+    got, e = run(engine, name, work, 5 + 5 + 2, history,  # rank 0's last 5, rank 1's, live
+                 lambda e: [e.publish(r, 1) for r in range(2)], buffer_steps=5)
+    gone = 20 - 5  # rank 0's batches the buffer no longer had
+    expect(check, name, got, totals(e.expected(lost={(0, s) for s in range(gone)}), lost=gone,
+                                    **{"lost_by_cause.replay_expired": gone,
+                                       "lost_by_cause.before_attach": 0}))
+
+
+def malformed(engine, work):
+    def history(e):
         for r in range(2):
-            engine.publish(r, 1)
-        got = finish(proc, "nobuffer")
-    finally:
-        engine.close()
-    expect("nobuffer", got, batches=12, lost=15, **{"lost_by_cause.replay_expired": 15})
+            e.publish(r, 7)
+        e.publish_malformed(0)
+        for r in range(2):
+            e.publish(r, 12)
+
+    def live(e):
+        e.publish_interleaved(3, 0.02)
+        e.publish_malformed(1)
+        e.publish_interleaved(5, 0.02)
+
+    name = f"{engine} malformed"
+    got, e = run(engine, name, work, 2 * (7 + 12 + 8) + 2, history, live)  # and the 2 malformed
+    expect(check, name, got, totals(e.expected(), lost=0, restarts=0, decode_errors=2))
+    check("block_hashes[0]: expected an integer or bytes hash, got a float"
+          in got.get("last_decode_error", ""), f"{name}: last_decode_error names the float hash",
+          f"got {got.get('last_decode_error')!r}")
+
+
+SCENARIOS = {
+    "sglang-0.5.23": (before, first, restart, nobuffer, malformed),
+    "vllm-0.33.0": (before, first, restart, nobuffer, malformed),
+    "vllm-0.25.0": (before,),
+    "vllm-0.23.0": (before,),
+}
+RUNS = {"sglang-0.5.23": ("sglang-0.5.23",), "vllm": ("vllm-0.33.0", "vllm-0.25.0", "vllm-0.23.0")}
 
 
 def main():
-    if len(sys.argv) != 4:
+    global KVSCOPE, engines
+    if len(sys.argv) != 4 or sys.argv[3] not in RUNS:
         sys.exit(__doc__)
-    python, kvscope, work = sys.argv[1:]
-    if python == "auto":
-        python = os.path.join(CACHE, "venv", "bin", "python")
-        if not os.path.exists(os.path.join(CACHE, "venv", ".complete")):
-            sys.exit(f"check_engine_publisher.py: {python}: missing: run scripts/engine_publishers.sh")
-    if not os.environ.get("KVSCOPE_ENGINE_PYTHON"):  # once, under the environment with the deps
-        os.environ["KVSCOPE_ENGINE_PYTHON"] = python
-        os.execv(python, [python, *sys.argv])
+    engine_python(ME)
+    import engines  # the engines' environment has its msgspec and pydantic
+
+    KVSCOPE, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    kv = load_sglang()
-    for test in (before, first, restart, nobuffer):
-        try:
-            test(kv, kvscope, work)
-        except Exception as e:  # a hang or crash in one scenario is a failure, not a traceback
-            check(False, test.__name__, f"{type(e).__name__}: {e}")
+    for engine in RUNS[sys.argv[3]]:
+        LOADED[engine] = engines.load(engine)
+        for scenario in SCENARIOS[engine]:
+            try:
+                scenario(engine, work)
+            except Exception as e:  # noqa: BLE001 (a crash in one scenario is a failure)
+                check(False, f"{engine} {scenario.__name__}", f"{type(e).__name__}: {e}")
     check.finish()
 
 
