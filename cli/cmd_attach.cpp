@@ -137,6 +137,12 @@ void write_report(const std::string& path, const nlohmann::json& s, const std::s
         << " payloads that did not decode.\n\n";
     if (s["lost"].get<std::int64_t>() > 0)
       out << "Lost batches by cause: " << lost_causes(s) << ".\n\n";
+    if (!s["state_exact"].get<bool>()) {
+      out << "**The state below may differ from the engine's** from the first lost or "
+             "undecodable batch on: a store it carried is missing here, a removal it carried "
+             "left a block here (`unknown_removals` and `unknown_parents` hint at how much). "
+             "Every batch that did arrive was applied in sequence order.\n\n";
+    }
     out << "The engines stored " << cell(s["blocks_stored"]) << " blocks in "
         << cell(ev["BlockStored"]) << " BlockStored events, removed " << cell(s["blocks_removed"])
         << " (" << cell(ev["BlockRemoved"]) << " BlockRemoved events) and cleared "

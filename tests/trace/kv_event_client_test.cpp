@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -215,6 +216,17 @@ TEST(KvEventClient, ReplayedBatchesLandInSequenceOrder) {
   EXPECT_EQ(c.model().totals().live, 3);
   EXPECT_EQ(c.model().totals().unknown_removals, 0);
   EXPECT_EQ(c.model().totals().blocks_removed, 97);
+  // Step by step, the recording (what the UI's timeline and scrubber show) is the engine's state
+  // after each batch in sequence order: block i + 1 stored, block i - 2 removed, so
+  // min(i + 1, 3) live after batch i; a replayed batch applied at its arrival instead would show
+  // a removal before its store (one fewer) and a resurrected block (one more) around 30 and 60.
+  const Timeline tl = c.model().build_timeline("order");
+  ASSERT_EQ(tl.num_steps(), 100);
+  for (int step = 0; step < 100; ++step) {
+    std::int64_t cached = 0;
+    for (const BlockState& b : tl.state_at(step).blocks) cached += b.cached ? 1 : 0;
+    EXPECT_EQ(cached, std::min(step + 1, 3)) << "after batch " << step;
+  }
 }
 
 TEST(KvEventClient, BatchesPublishedBetweenTheHistoryAndTheSubscriptionAreFetched) {
