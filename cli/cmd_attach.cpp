@@ -17,7 +17,7 @@
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/trace/kv_event_client.h"
-#include "engine/trace/kv_prompt.h"
+#include "engine/model/prompt_file.h"
 
 namespace kvscope::cli {
 namespace {
@@ -47,7 +47,7 @@ data-parallel rank stores and removes, per medium, with gaps filled by replay an
                       (a JSON array, or the engine's /tokenize answer) or text, with
   --tokenizer PATH    the engine's tokenizer for a text prompt: tokenizer.json or a GGUF file
   --model NAME|PATH   or a model whose tokenizer to use
-  --bos               put the tokenizer's BOS token first (when the engine adds one)
+  --bos               put the tokenizer's BOS first even when its convention does not
   --lora NAME         the LoRA adapter the prompt runs with (default: none)
   --json              print the summary as JSON on stdout
 a status line is drawn on stderr (a line every 5 s when it is not a terminal); Ctrl-C stops
@@ -328,7 +328,7 @@ int cmd_attach(const Argv& argv) {
   const std::string lookup_file = args.get("--lookup", "");
   const std::string lora = args.get("--lora", "base");
   if (args.has("--lookup")) {
-    prompt = read_kv_prompt(
+    prompt = read_prompt_tokens(
         {lookup_file, "", args.get("--tokenizer", ""), args.get("--model", ""), args.has("--bos")});
   } else {
     for (const char* flag : {"--tokenizer", "--model", "--lora", "--bos"})

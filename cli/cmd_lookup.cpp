@@ -11,7 +11,7 @@
 #include "engine/common/error.h"
 #include "engine/trace/kv_event_client.h"
 #include "engine/trace/kv_journal.h"
-#include "engine/trace/kv_prompt.h"
+#include "engine/model/prompt_file.h"
 
 namespace kvscope::cli {
 namespace {
@@ -30,7 +30,7 @@ token ids the stream carried, block by block along the parent chain (not the eng
   --text TEXT         the prompt as text
   --tokenizer PATH    the engine's tokenizer for text: tokenizer.json or a GGUF file
   --model NAME|PATH   or a model whose tokenizer to use (smollm2, a GGUF, ...)
-  --bos               put the tokenizer's BOS token first (when the engine adds one)
+  --bos               put the tokenizer's BOS first even when its convention does not
   --lora NAME         the LoRA adapter the request runs with (default: none)
   --clear-scope S     what AllBlocksCleared dropped: gpu, all or auto (default auto; see
                       `kvscope attach --help`)
@@ -85,7 +85,7 @@ int cmd_lookup(const Argv& argv) {
   else if (clear != "auto")
     fail_expected("--clear-scope", "gpu, all or auto", "'" + clear + "'");
   const std::vector<std::int64_t> prompt =
-      read_kv_prompt({args.get("--prompt", ""), args.get("--text", ""), args.get("--tokenizer", ""),
+      read_prompt_tokens({args.get("--prompt", ""), args.get("--text", ""), args.get("--tokenizer", ""),
                       args.get("--model", ""), args.has("--bos")});
   const std::string journal = journal_of(args.positional()[0]);
   KvEventModel model;

@@ -8,16 +8,20 @@
 #include "engine/common/error.h"
 #include "engine/common/text_lines.h"
 #include "engine/model/locate.h"
+#include "engine/model/tokenizer_json.h"
 
 namespace kvscope::cli {
 
 namespace {
 constexpr const char* kHelp =
     R"(usage: kvscope tokenize [--model PATH|NAME] (--text TEXT | --file PATH) [options]
+       kvscope tokenize --tokenizer tokenizer.json (--text TEXT | --file PATH) [options]
 
 prints one line per token: its position, id and the bytes it stands for (escaped).
   --model PATH|NAME     model whose tokenizer to use (default stories260K; smollm2, a GGUF, ...)
-  --tokenizer PATH      llama2.c models: the tokenizer file (default found beside the model)
+  --tokenizer PATH      a Hugging Face tokenizer.json (byte-level BPE: GPT-2, SmolLM2, Qwen2/2.5,
+                        Llama-3; what vLLM and SGLang tokenize with), used alone without --model;
+                        or, for llama2.c models, their tokenizer.bin (default found beside it)
   --text TEXT           the text to tokenize
   --file PATH           read the text from a file instead
   --bos                 put the model's BOS token first
@@ -64,13 +68,20 @@ int cmd_tokenize(const Argv& argv) {
   const std::string text =
       args.has("--text") ? args.get("--text")
                          : read_text_file(args.get("--file"), "cannot open the text file (--file)");
-  const LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
-  if (!loaded.tokenizer) {
-    throw Error(loaded.model->source(), "no tokenizer with " +
-                                            std::to_string(loaded.model->config().vocab_size) +
-                                            " tokens found; pass --tokenizer PATH");
+  // A tokenizer.json alone needs no model; otherwise the model brings or finds its tokenizer.
+  std::shared_ptr<const Tokenizer> tokenizer;
+  if (!args.has("--model") && is_tokenizer_json_path(args.get("--tokenizer"))) {
+    tokenizer = load_tokenizer_json(args.get("--tokenizer"));
+  } else {
+    const LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+    if (!loaded.tokenizer) {
+      throw Error(loaded.model->source(), "no tokenizer with " +
+                                              std::to_string(loaded.model->config().vocab_size) +
+                                              " tokens found; pass --tokenizer PATH");
+    }
+    tokenizer = loaded.tokenizer;
   }
-  const Tokenizer& tok = *loaded.tokenizer;
+  const Tokenizer& tok = *tokenizer;
   const std::vector<int> ids = tok.encode(text, args.has("--bos"), /*eos=*/false);
   std::vector<std::string> pieces;
   int prev = -1;

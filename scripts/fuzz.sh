@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
-targets=(checkpoint tokenizer mooncake kv_events recording scenario gguf kv_event_stream)
+targets=(checkpoint tokenizer mooncake kv_events recording scenario gguf kv_event_stream tokenizer_json)
 
 if ! command -v clang++ >/dev/null || ! command -v clang >/dev/null; then
   echo "kvscope fuzz: clang is not installed (apt-get install clang libclang-rt-14-dev)" >&2
@@ -55,7 +55,7 @@ wait
 failed=0
 for t in "${targets[@]}"; do
   read -r execs crashes <"$work/$t/result"
-  printf 'fuzz_%-11s executions: %10s  crashes: %s\n' "$t" "$execs" "$crashes"
+  printf 'fuzz_%-15s executions: %10s  crashes: %s\n' "$t" "$execs" "$crashes"
   if [ "$crashes" -ne 0 ]; then
     failed=1
     mkdir -p "$keep/$t"

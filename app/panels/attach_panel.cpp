@@ -9,7 +9,7 @@
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
 #include "engine/common/error.h"
-#include "engine/trace/kv_prompt.h"
+#include "engine/model/prompt_file.h"
 
 namespace kvscope::ui {
 
@@ -314,7 +314,7 @@ void AttachPanel::draw_lookup(AttachFeed& feed, const AttachSnapshot& snap, bool
   if (go) {
     lookup_error_.clear();
     try {
-      KvPromptSource src;
+      PromptSource src;
       std::string prompt = lookup_prompt_;
       if (!prompt.empty() && prompt[0] == '@') {
         src.path = prompt.substr(1);
@@ -343,7 +343,7 @@ void AttachPanel::draw_lookup(AttachFeed& feed, const AttachSnapshot& snap, bool
       else
         src.tokenizer = tok;
       KvLookupQuery q;
-      q.tokens = read_kv_prompt(src);
+      q.tokens = read_prompt_tokens(src);
       q.lora = lookup_lora_[0] != '\0' ? std::string(lookup_lora_) : std::string("base");
       feed.set_lookup(std::move(q));
     } catch (const Error& e) {

@@ -1,12 +1,14 @@
-// BpeTokenizer: vocabulary validation, special-token splitting, the GPT-2 pre-tokenizer (a
-// hand-written scanner for its regex), rank-ordered byte-level BPE, and byte decoding.
+// BpeTokenizer: vocabulary validation, added-token splitting (llama.cpp's and Hugging Face's
+// ways), normalization, rank-ordered byte-level BPE, and byte decoding. The pre-tokenizers are in
+// pre_tokenizer.cpp.
 #include "engine/model/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <queue>
 
 #include "engine/common/error.h"
-#include "engine/model/unicode_class.h"
+#include "engine/model/unicode_nfc.h"
+#include "engine/model/utf8.h"
 
 namespace kvscope {
 namespace {
@@ -34,59 +36,6 @@ constexpr std::array<int, kByteCharsEnd> make_char_bytes() {
 }
 constexpr std::array<int, kByteCharsEnd> kCharBytes = make_char_bytes();
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// Decodes the well-formed UTF-8 sequence at s[i] into cp and returns its length; returns 0 when
-// s[i] does not start one (stray continuation byte, overlong form, surrogate, > U+10FFFF,
-// truncated sequence).
-std::size_t decode_utf8(std::string_view s, std::size_t i, char32_t& cp) {
-  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char b0 = byte(i);
-  if (b0 < 0x80) {
-    cp = b0;
-    return 1;
-  }
-  std::size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  char32_t v = b0 & (0xFF >> (len + 1));
-  for (std::size_t k = 1; k < len; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (byte(i + k) & 0x3F);
-  }
-  cp = v;
-  return len;
-}
-
 // The bytes a normal token stands for: each code point of its text mapped back through the
 // byte-to-unicode map; code points outside the map (and invalid UTF-8) are kept as they are.
 std::string decode_token_text(std::string_view text) {
@@ -108,25 +57,17 @@ std::string decode_token_text(std::string_view text) {
   return out;
 }
 
-// A value for an error message: quoted, control bytes escaped, long values cut.
-std::string quoted(std::string_view s) {
-  constexpr std::size_t kMax = 48;
-  std::size_t cut = std::min(s.size(), kMax);
-  while (cut < s.size() && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  std::string out = "\"";
-  for (std::size_t i = 0; i < cut; ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7F) {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
-    } else {
-      out += static_cast<char>(c);
-    }
+// Hugging Face's ByteLevel decoder: the bytes of a token (added tokens too) whose every code
+// point is in the byte-to-unicode map, else its text as it is.
+std::string decode_token_text_whole(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    char32_t cp = 0;
+    const std::size_t len = decode_utf8(text, i, cp);
+    if (len == 0 || cp >= kByteCharsEnd || kCharBytes[cp] < 0) return std::string(text);
+    out += static_cast<char>(kCharBytes[cp]);
+    i += len;
   }
-  out += cut < s.size() ? "\"..." : "\"";
   return out;
 }
 
@@ -134,13 +75,6 @@ bool is_special_type(int type) {
   return type == static_cast<int>(GgmlTokenType::kControl) ||
          type == static_cast<int>(GgmlTokenType::kUserDefined);
 }
-
-// One code point of the text being pre-tokenized (an invalid UTF-8 byte counts as one, kOther).
-struct CodePoint {
-  char32_t cp;
-  CharClass cls;
-  std::size_t start;  // byte offset in the text
-};
 
 // A candidate merge of the symbol at `left` with its right neighbour.
 struct Bigram {
@@ -165,11 +99,47 @@ struct Symbol {
 
 }  // namespace
 
+bool is_end_of_generation_text(std::string_view text) {
+  return text == "<|endoftext|>" || text == "<|im_end|>" || text == "<|eot_id|>" ||
+         text == "<|end_of_text|>" || text == "<|end|>" || text == "</s>" ||
+         text == "<end_of_turn>";
+}
+
+// A value for an error message: quoted, control bytes escaped, long values cut.
+std::string quoted_value(std::string_view s) {
+  constexpr std::size_t kMax = 48;
+  std::size_t cut = std::min(s.size(), kMax);
+  while (cut < s.size() && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  std::string out = "\"";
+  for (std::size_t i = 0; i < cut; ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7F) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += cut < s.size() ? "\"..." : "\"";
+  return out;
+}
+
 BpeTokenizer::BpeTokenizer(BpeVocab vocab)
-    : path_(std::move(vocab.path)), tokens_(std::move(vocab.tokens)) {
+    : path_(std::move(vocab.path)),
+      tokens_(std::move(vocab.tokens)),
+      bos_id_(vocab.bos_id),
+      eos_id_(vocab.eos_id),
+      hf_rules_(vocab.hf_rules),
+      nfc_(vocab.nfc),
+      ignore_merges_(vocab.ignore_merges),
+      fuse_unk_(vocab.fuse_unk),
+      adds_bos_(vocab.adds_bos) {
   const int n = vocab_size();
   const std::string n_text = std::to_string(n);
-  if (n == 0) fail_expected(path_ + ": tokenizer.ggml.tokens", "at least one token", "none");
+  if (n == 0) fail_expected(path_ + ": " + vocab.tokens_field, "at least one token", "none");
 
   std::vector<int>& types = vocab.token_types;
   if (types.empty()) types.assign(tokens_.size(), static_cast<int>(GgmlTokenType::kNormal));
@@ -189,9 +159,9 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
   for (int i = 0; i < n; ++i) {
     auto [it, fresh] = ids.emplace(tokens_[static_cast<std::size_t>(i)], i);
     if (!fresh) {
-      fail_expected(path_ + ": tokenizer.ggml.tokens[" + std::to_string(i) + "]",
+      fail_expected(path_ + ": " + vocab.tokens_field + "[" + std::to_string(i) + "]",
                     "a token text not used before",
-                    quoted(it->first) + ", the text of token " + std::to_string(it->second));
+                    quoted_value(it->first) + ", the text of token " + std::to_string(it->second));
     }
   }
 
@@ -204,8 +174,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
   check_vocab_id(vocab.bos_id, "tokenizer.ggml.bos_token_id");
   check_vocab_id(vocab.eos_id, "tokenizer.ggml.eos_token_id");
   check_vocab_id(vocab.unk_id, "tokenizer.ggml.unknown_token_id");
-  bos_id_ = vocab.bos_id;
-  eos_id_ = vocab.eos_id;
+  if (vocab.unk_bytes) unk_id_ = vocab.unk_id;
   if (eos_id_ >= 0) stop_ids_.push_back(eos_id_);
   for (std::size_t i = 0; i < vocab.extra_stop_ids.size(); ++i) {
     int id = vocab.extra_stop_ids[i];
@@ -216,24 +185,26 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
     stop_ids_.push_back(id);
   }
 
-  if (vocab.pre == "smollm" || vocab.pre == "starcoder") {
-    pre_ = PreTokenizer::kDigitsThenGpt2;
+  if (vocab.pre_splits) {
+    pre_ = std::move(*vocab.pre_splits);
+  } else if (vocab.pre == "smollm" || vocab.pre == "starcoder") {
+    pre_ = {PreSplit::kDigits, PreSplit::kGpt2};
   } else if (vocab.pre == "gpt2") {
-    pre_ = PreTokenizer::kGpt2;
+    pre_ = {PreSplit::kGpt2};
   } else {
     fail_expected(path_ + ": tokenizer.ggml.pre",
-                  "a supported pre-tokenizer (smollm, starcoder, gpt2)", quoted(vocab.pre));
+                  "a supported pre-tokenizer (smollm, starcoder, gpt2)", quoted_value(vocab.pre));
   }
 
   merges_.reserve(vocab.merges.size());
   std::string merged;
   for (std::size_t r = 0; r < vocab.merges.size(); ++r) {
     const std::string& m = vocab.merges[r];
-    const std::string where = path_ + ": tokenizer.ggml.merges[" + std::to_string(r) + "]";
+    const std::string where = path_ + ": " + vocab.merges_field + "[" + std::to_string(r) + "]";
     std::size_t space = m.find(' ');
     if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
         m.find(' ', space + 1) != std::string::npos) {
-      fail_expected(where, "\"left right\" (two pieces and one space)", quoted(m));
+      fail_expected(where, "\"left right\" (two pieces and one space)", quoted_value(m));
     }
     std::string_view left = std::string_view(m).substr(0, space);
     std::string_view right = std::string_view(m).substr(space + 1);
@@ -241,24 +212,30 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
     auto rt = ids.find(right);
     if (l == ids.end() || rt == ids.end()) {
       fail_expected(where, "a merge of two tokens",
-                    quoted(m) + " (" + quoted(l == ids.end() ? left : right) + " is not a token)");
+                    quoted_value(m) + " (" + quoted_value(l == ids.end() ? left : right) +
+                        " is not a token)");
     }
     merged.assign(left);
     merged += right;
     auto mid = ids.find(merged);
     if (mid == ids.end()) {
       fail_expected(where, "a merge whose result is a token",
-                    quoted(m) + " (" + quoted(merged) + " is not a token)");
+                    quoted_value(m) + " (" + quoted_value(merged) + " is not a token)");
     }
     std::uint64_t key =
         static_cast<std::uint64_t>(l->second) << 32 | static_cast<std::uint32_t>(rt->second);
-    // A repeated merge keeps its first (best) rank.
-    merges_.try_emplace(key, MergeResult{static_cast<int>(r), mid->second});
+    // A repeated merge keeps its first (best) rank in llama.cpp, its last in Hugging Face.
+    if (hf_rules_) {
+      merges_.insert_or_assign(key, MergeResult{static_cast<int>(r), mid->second});
+    } else {
+      merges_.try_emplace(key, MergeResult{static_cast<int>(r), mid->second});
+    }
   }
 
   // A byte without a token (SmolLM2 has none for 21 bytes: some controls, and lead bytes that
   // valid UTF-8 never or almost never uses) is dropped by encode(), as llama.cpp does; unk_id is
-  // not used for it (SmolLM2's unk is <|endoftext|>, which would end the document).
+  // not used for it (SmolLM2's unk is <|endoftext|>, which would end the document) unless a
+  // tokenizer.json asks for it (unk_bytes).
   std::string one;
   for (int b = 0; b < 256; ++b) {
     one.clear();
@@ -267,18 +244,47 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
     byte_ids_[static_cast<std::size_t>(b)] = it == ids.end() ? -1 : it->second;
   }
 
+  if (ignore_merges_) {
+    whole_ids_.reserve(ids.size());
+    for (const auto& [text, id] : ids) whole_ids_.emplace(text, id);
+  }
+
+  std::vector<bool> normalized(tokens_.size(), false);  // [vocab] in vocab.normalized_added
+  for (std::size_t i = 0; i < vocab.normalized_added.size(); ++i) {
+    const int id = vocab.normalized_added[i];
+    if (id < 0 || id >= n || !is_special_type(types[static_cast<std::size_t>(id)])) {
+      fail_expected(path_ + ": normalized added token ids[" + std::to_string(i) + "]",
+                    "the id of a control or user-defined token", std::to_string(id));
+    }
+    normalized[static_cast<std::size_t>(id)] = true;
+  }
+  std::vector<int> added, added_normalized;
   decoded_.reserve(tokens_.size());
   for (int i = 0; i < n; ++i) {
     const std::string& t = tokens_[static_cast<std::size_t>(i)];
     int type = types[static_cast<std::size_t>(i)];
     bool verbatim = is_special_type(type) || type == static_cast<int>(GgmlTokenType::kUnknown);
-    decoded_.push_back(verbatim ? t : decode_token_text(t));
-    if (is_special_type(type) && !t.empty()) special_ids_.push_back(i);
+    decoded_.push_back(hf_rules_  ? decode_token_text_whole(t)
+                       : verbatim ? t
+                                  : decode_token_text(t));
+    if (is_special_type(type) && !t.empty()) {
+      (normalized[static_cast<std::size_t>(i)] ? added_normalized : added).push_back(i);
+    }
   }
-  std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int a, int b) {
+  index_added(added_, std::move(added));
+  index_added(normalized_added_, std::move(added_normalized));
+}
+
+void BpeTokenizer::index_added(AddedTokens& set, std::vector<int> ids) const {
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
     return tokens_[static_cast<std::size_t>(a)].size() >
            tokens_[static_cast<std::size_t>(b)].size();
   });
+  for (int id : ids) {
+    const auto first = static_cast<unsigned char>(tokens_[static_cast<std::size_t>(id)][0]);
+    set.by_first_byte[first].push_back(id);
+  }
+  set.ids = std::move(ids);
 }
 
 bool BpeTokenizer::is_stop(int token) const {
@@ -311,21 +317,39 @@ std::string BpeTokenizer::decode_all(const std::vector<int>& tokens) const {
   return out;
 }
 
-std::vector<int> BpeTokenizer::encode(std::string_view text, bool bos, bool eos) const {
-  std::vector<int> out;
-  out.reserve(text.size() / 3 + 2);
-  if (bos && bos_id_ >= 0) out.push_back(bos_id_);
-
-  // The text as fragments: special tokens (id >= 0) and raw text [begin, end) between them. Each
-  // special token, longest first, is cut out of the raw fragments left by the longer ones.
-  struct Fragment {
-    std::size_t begin, end;
-    int id;  // -1 for raw text
-  };
+std::vector<BpeTokenizer::Fragment> BpeTokenizer::split_added(std::string_view text,
+                                                              const AddedTokens& set) const {
   std::vector<Fragment> fragments;
-  if (!text.empty()) fragments.push_back({0, text.size(), -1});
+  if (text.empty()) return fragments;
+  if (hf_rules_) {
+    // Leftmost-longest: at each position in turn, the longest added token that starts there.
+    std::size_t raw_begin = 0;
+    for (std::size_t pos = 0; pos < text.size();) {
+      int hit = -1;
+      for (int id : set.by_first_byte[static_cast<unsigned char>(text[pos])]) {
+        if (text.substr(pos).starts_with(tokens_[static_cast<std::size_t>(id)])) {
+          hit = id;
+          break;
+        }
+      }
+      if (hit < 0) {
+        ++pos;
+        continue;
+      }
+      if (pos > raw_begin) fragments.push_back({raw_begin, pos, -1});
+      const std::size_t end = pos + tokens_[static_cast<std::size_t>(hit)].size();
+      fragments.push_back({pos, end, hit});
+      raw_begin = pos = end;
+    }
+    if (raw_begin < text.size()) fragments.push_back({raw_begin, text.size(), -1});
+    return fragments;
+  }
+
+  // Longest first (llama.cpp): each added token, longest first, is cut out of the raw fragments
+  // left by the longer ones.
+  fragments.push_back({0, text.size(), -1});
   std::vector<Fragment> next;
-  for (int special : special_ids_) {
+  for (int special : set.ids) {
     const std::string& s = tokens_[static_cast<std::size_t>(special)];
     if (text.find(s) == std::string_view::npos) continue;
     next.clear();
@@ -345,12 +369,37 @@ std::vector<int> BpeTokenizer::encode(std::string_view text, bool bos, bool eos)
     }
     fragments.swap(next);
   }
+  return fragments;
+}
 
-  for (const Fragment& f : fragments) {
+std::vector<int> BpeTokenizer::encode(std::string_view text, bool bos, bool eos) const {
+  std::vector<int> out;
+  out.reserve(text.size() / 3 + 2);
+  if (bos && bos_id_ >= 0) out.push_back(bos_id_);
+
+  // Added tokens first; with Hugging Face's rules, the text between them is normalized and cut at
+  // the added tokens that match normalized text.
+  std::string normalized;
+  for (const Fragment& f : split_added(text, added_)) {
     if (f.id >= 0) {
       out.push_back(f.id);
-    } else {
-      encode_text(text.substr(f.begin, f.end - f.begin), out);
+      continue;
+    }
+    std::string_view raw = text.substr(f.begin, f.end - f.begin);
+    if (!hf_rules_) {
+      encode_text(raw, out);
+      continue;
+    }
+    if (nfc_) {
+      normalized = nfc(raw);
+      raw = normalized;
+    }
+    for (const Fragment& g : split_added(raw, normalized_added_)) {
+      if (g.id >= 0) {
+        out.push_back(g.id);
+      } else {
+        encode_text(raw.substr(g.begin, g.end - g.begin), out);
+      }
     }
   }
   if (eos && eos_id_ >= 0) out.push_back(eos_id_);
@@ -358,93 +407,47 @@ std::vector<int> BpeTokenizer::encode(std::string_view text, bool bos, bool eos)
 }
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<int>& out) const {
-  std::vector<CodePoint> cps;  // [code points of text]
-  cps.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    char32_t cp = 0;
-    std::size_t len = decode_utf8(text, i, cp);
-    if (len == 0) {
-      // An invalid byte: a code point of its own, of class other (0x110000 + byte, never valid).
-      cps.push_back(
-          {char32_t{0x110000} + static_cast<unsigned char>(text[i]), CharClass::kOther, i});
-      len = 1;
-    } else {
-      cps.push_back({cp, char_class(cp), i});
-    }
-    i += len;
-  }
-  auto byte_at = [&](std::size_t k) { return k < cps.size() ? cps[k].start : text.size(); };
-  auto emit = [&](std::size_t from, std::size_t to) {
-    encode_word(text.substr(byte_at(from), byte_at(to) - byte_at(from)), out);
-  };
-
-  // The GPT-2 pattern on code points [b, e), which it sees as the whole text (so nothing after e
-  // is looked at, as when llama.cpp runs it on each piece of a previous split):
-  //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-  auto gpt2 = [&](std::size_t b, std::size_t e) {
-    std::size_t pos = b;
-    while (pos < e) {
-      const char32_t c = cps[pos].cp;
-      if (c == '\'' && pos + 1 < e) {
-        const char32_t c1 = cps[pos + 1].cp;
-        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-          emit(pos, pos + 2);
-          pos += 2;
-          continue;
-        }
-        const char32_t c2 = pos + 2 < e ? cps[pos + 2].cp : 0;
-        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-          emit(pos, pos + 3);
-          pos += 3;
-          continue;
-        }
-      }
-      // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: an optional space, then a run of one class.
-      const std::size_t first = c == ' ' && pos + 1 < e ? pos + 1 : pos;
-      const CharClass cls = cps[first].cls;
-      std::size_t end = first;
-      if (cls != CharClass::kWhitespace) {
-        while (end < e && cps[end].cls == cls) ++end;
-      } else {
-        // `\s+(?!\S)` then `\s+`: a whitespace run followed by a non-space leaves its last
-        // character to the next match (a single one cannot: `\s+` takes it).
-        while (end < e && cps[end].cls == CharClass::kWhitespace) ++end;
-        if (end - pos > 1 && end < e) --end;
-      }
-      emit(pos, end);
-      pos = end;
-    }
-  };
-
-  if (pre_ == PreTokenizer::kGpt2) {
-    gpt2(0, cps.size());
-    return;
-  }
-  // smollm / starcoder: every \p{N} code point is a piece of its own, the GPT-2 pattern splits
-  // the text between them.
-  std::size_t piece_begin = 0;
-  for (std::size_t k = 0; k < cps.size(); ++k) {
-    if (cps[k].cls != CharClass::kNumber) continue;
-    gpt2(piece_begin, k);
-    emit(k, k + 1);
-    piece_begin = k + 1;
-  }
-  gpt2(piece_begin, cps.size());
+  pre_tokenize(text, pre_, [&](std::string_view word) { encode_word(word, out); });
 }
 
 void BpeTokenizer::encode_word(std::string_view word, std::vector<int>& out) const {
   if (word.empty()) return;
   if (word.size() == 1) {
-    if (int id = byte_ids_[static_cast<unsigned char>(word[0])]; id >= 0) out.push_back(id);
+    int id = byte_ids_[static_cast<unsigned char>(word[0])];
+    if (id < 0) id = unk_id_;
+    if (id >= 0) out.push_back(id);
     return;
   }
-  const int n = static_cast<int>(word.size());
-  std::vector<Symbol> symbols(word.size());  // [bytes of word] one per byte to start with
-  for (int i = 0; i < n; ++i) {
-    symbols[static_cast<std::size_t>(i)] = {
-        byte_ids_[static_cast<unsigned char>(word[static_cast<std::size_t>(i)])], i - 1,
-        i + 1 < n ? i + 1 : -1};
+  if (ignore_merges_) {
+    // A pre-token that is a token as a whole is that token, whatever the merges would make.
+    std::string text;
+    for (unsigned char b : word) append_utf8(text, kByteChars[b]);
+    if (auto it = whole_ids_.find(text); it != whole_ids_.end()) {
+      out.push_back(it->second);
+      return;
+    }
   }
+  // One symbol per byte to start with. A byte without a token becomes unk_id_ with unk_bytes
+  // (a run of them one unk_id_ with fuse_unk); else it is left out: it stays as a symbol that
+  // merges with nothing (llama.cpp), or is dropped so that its neighbours may merge (Hugging
+  // Face).
+  std::vector<Symbol> symbols;  // [symbols of word]
+  symbols.reserve(word.size());
+  bool after_unknown = false;  // the byte before was one without a token
+  for (unsigned char b : word) {
+    int id = byte_ids_[b];
+    const bool unknown = id < 0;
+    if (unknown && unk_id_ >= 0) {
+      if (fuse_unk_ && after_unknown) continue;
+      id = unk_id_;
+    }
+    after_unknown = unknown;
+    if (id < 0 && hf_rules_) continue;
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({id, index - 1, -1});
+    if (index > 0) symbols[static_cast<std::size_t>(index - 1)].next = index;
+  }
+  if (symbols.empty()) return;
   std::priority_queue<Bigram, std::vector<Bigram>, BigramAfter> queue;
   auto try_pair = [&](int left) {
     if (left < 0) return;
@@ -456,7 +459,7 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int>& out) con
         merges_.find(static_cast<std::uint64_t>(l.id) << 32 | static_cast<std::uint32_t>(r.id));
     if (it != merges_.end()) queue.push({it->second.rank, left, l.id, r.id, it->second.id});
   };
-  for (int i = 0; i + 1 < n; ++i) try_pair(i);
+  for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) try_pair(i);
 
   while (!queue.empty()) {
     const Bigram top = queue.top();

@@ -7,13 +7,6 @@
 namespace kvscope {
 namespace {
 
-// Control tokens whose text ends a turn or a document in common chat vocabularies (llama.cpp
-// treats the same texts as end-of-generation).
-bool is_end_text(const std::string& text) {
-  return text == "<|endoftext|>" || text == "<|im_end|>" || text == "<|eot_id|>" ||
-         text == "<|end|>" || text == "</s>" || text == "<end_of_turn>";
-}
-
 int special_id(const GgufFile& f, const std::string& key, int vocab) {
   std::optional<std::uint64_t> id = f.get_uint(key);
   if (!id) return -1;
@@ -41,7 +34,7 @@ std::shared_ptr<const Tokenizer> load_bpe(const GgufFile& f, std::vector<std::st
     if (int id = special_id(f, key, vocab); id >= 0) v.extra_stop_ids.push_back(id);
   }
   for (std::size_t i = 0; i < v.tokens.size() && i < v.token_types.size(); ++i) {
-    if (v.token_types[i] == 3 && is_end_text(v.tokens[i])) {
+    if (v.token_types[i] == 3 && is_end_of_generation_text(v.tokens[i])) {
       v.extra_stop_ids.push_back(static_cast<int>(i));
     }
   }

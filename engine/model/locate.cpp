@@ -7,6 +7,7 @@
 #include "engine/common/error.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/synthetic.h"
+#include "engine/model/tokenizer_json.h"
 
 namespace kvscope {
 namespace fs = std::filesystem;
@@ -94,6 +95,17 @@ std::string locate_tokenizer(const std::string& tokenizer_arg, const std::string
               "tokenizer not found; looked at " + join_lines(tried) + ". Pass --tokenizer PATH");
 }
 
+std::shared_ptr<const Tokenizer> load_tokenizer_file(const std::string& path, int vocab_size) {
+  if (!is_tokenizer_json_path(path)) return std::make_shared<Llama2cTokenizer>(path, vocab_size);
+  auto tokenizer = load_tokenizer_json(path);
+  if (tokenizer->vocab_size() > vocab_size) {
+    fail_expected(path,
+                  "at most " + std::to_string(vocab_size) + " tokens (the model's vocab_size)",
+                  std::to_string(tokenizer->vocab_size()));
+  }
+  return tokenizer;
+}
+
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg,
                        WeightStorage storage, WeightFormat format) {
   LoadedModel out;
@@ -103,7 +115,7 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
     // with the same vocabulary size is at hand.
     try {
       std::string tok = locate_tokenizer(tokenizer_arg, "", out.model->config().vocab_size);
-      out.tokenizer = std::make_shared<Llama2cTokenizer>(tok, out.model->config().vocab_size);
+      out.tokenizer = load_tokenizer_file(tok, out.model->config().vocab_size);
     } catch (const Error&) {
       if (!tokenizer_arg.empty()) throw;
     }
@@ -128,7 +140,7 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
   }
   out.model = Model::load(path, storage);
   std::string tok = locate_tokenizer(tokenizer_arg, path, out.model->config().vocab_size);
-  out.tokenizer = std::make_shared<Llama2cTokenizer>(tok, out.model->config().vocab_size);
+  out.tokenizer = load_tokenizer_file(tok, out.model->config().vocab_size);
   return out;
 }
 

@@ -37,6 +37,11 @@ std::string locate_model(const std::string& model_arg);
 std::string locate_tokenizer(const std::string& tokenizer_arg, const std::string& model_path,
                              int vocab_size);
 
+// Loads a tokenizer file for a model with `vocab_size` tokens: a Hugging Face tokenizer.json (a
+// path ending in .json; at most vocab_size tokens, as models pad their embeddings) or a llama2.c
+// tokenizer.bin (exactly vocab_size tokens). Throws kvscope::Error.
+std::shared_ptr<const Tokenizer> load_tokenizer_file(const std::string& path, int vocab_size);
+
 // A loaded model and its tokenizer (the tokenizer is absent for synthetic models whose vocabulary
 // matches no tokenizer file).
 struct LoadedModel {

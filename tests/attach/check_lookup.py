@@ -62,7 +62,7 @@ def main():
     prompt_a = list(range(1000, 1056))  # 3 full blocks and 8 tokens over
     prompt_b = list(range(2000, 2032))
     text_c = "Once upon a time there was a little girl named Lily. She liked to play outside."
-    tok = run([kvscope, "tokenize", "--model", "stories260K", "--text", text_c, "--json"])
+    tok = run([kvscope, "tokenize", "--model", "stories260K", "--text", text_c, "--bos", "--json"])
     check(tok.returncode == 0, "kvscope tokenize --model stories260K", tok.stderr.strip())
     prompt_c = json.loads(tok.stdout)["ids"] if tok.returncode == 0 else list(range(40))
     full_c = len(prompt_c) // BLOCK

@@ -272,6 +272,65 @@ overlap = gguf_file([], [("a", [8], F32, gguf_tensor(F32, 8)), ("b", [8], F32, b
 put("gguf", "overlap.gguf", overlap[:overlap.index(b"b") + 1 + 4 + 8 + 4] + struct.pack("<Q", 0) +
     overlap[overlap.index(b"b") + 1 + 4 + 8 + 4 + 8:])
 
+# --- Hugging Face tokenizer.json (fuzz input = the whole file): byte-level BPE over printable
+# ASCII, one file per pre-tokenizer setup the reader knows, and refused variants ---
+def byte_char(b):
+    """GPT-2's byte-to-unicode character of byte b."""
+    kept = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    return chr(b) if b in kept else chr(256 + sum(1 for c in range(b) if c not in kept))
+
+
+def tok_json(pre, merges=(("t", "h"), ("th", "e"), (" ", "t"), ("a", "b")), pairs=True,
+             added=("<|endoftext|>",), extra_model=None, **parts):
+    raw = [*range(0x20, 0x7F), 0x0A, 0x09, 0xC3, 0xA9, 0xE2, 0x98, 0x83]
+    vocab = {byte_char(b): i for i, b in enumerate(raw)}
+    enc = lambda s: "".join(byte_char(b) for b in s.encode())
+    for left, right in merges:
+        vocab.setdefault(enc(left + right), len(vocab))
+    doc = {"version": "1.0", "added_tokens": [], "pre_tokenizer": pre,
+           "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "vocab": vocab, **(extra_model or {}),
+                     "merges": [[enc(a), enc(b)] if pairs else f"{enc(a)} {enc(b)}"
+                                for a, b in merges]}, **parts}
+    for text in added:
+        doc["added_tokens"].append({"id": len(vocab) + len(doc["added_tokens"]), "content": text,
+                                    "special": True, "normalized": False})
+    return json.dumps(doc, ensure_ascii=False, indent=1)
+
+
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}"
+          r"\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+byte_level = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+no_regex = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}
+put("tokenizer_json", "gpt2.json", tok_json(byte_level))
+put("tokenizer_json", "gpt2_string_merges.json", tok_json(byte_level, pairs=False))
+llama3 = json.loads(tok_json(
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3}, "behavior": "Isolated", "invert": False},
+        no_regex]},
+    added=("<|begin_of_text|>", "<|eot_id|>"), extra_model={"ignore_merges": True}))
+bos = llama3["added_tokens"][0]["id"]
+llama3["post_processor"] = {"type": "TemplateProcessing", "single": [
+    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+    {"Sequence": {"id": "A", "type_id": 0}}],
+    "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [bos],
+                                             "tokens": ["<|begin_of_text|>"]}}}
+put("tokenizer_json", "llama3.json", json.dumps(llama3, ensure_ascii=False, indent=1))
+put("tokenizer_json", "qwen2_nfc.json", tok_json(
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")},
+         "behavior": "Isolated", "invert": False}, no_regex]},
+    added=("<|im_start|>", "<|im_end|>"), normalizer={"type": "NFC"}))
+put("tokenizer_json", "smollm_digits_unk.json", tok_json(
+    {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                           byte_level]},
+    extra_model={"unk_token": "a", "fuse_unk": True}))
+wordpiece = json.loads(tok_json(byte_level))
+wordpiece["model"]["type"] = "WordPiece"
+put("tokenizer_json", "wordpiece.json", json.dumps(wordpiece, indent=1))
+put("tokenizer_json", "truncated.json", tok_json(byte_level)[:700])
+put("tokenizer_json", "bad_merge.json", tok_json(byte_level, merges=(("t", "h"), ("zz", "q"))))
+
 # --- recordings: run the tiny scenarios with kvscope (bookkeeping only), then broken copies ---
 if len(sys.argv) > 1:
     with tempfile.TemporaryDirectory() as tmp:

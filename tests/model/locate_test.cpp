@@ -31,6 +31,22 @@ TEST(Locate, DefaultModelIsFoundBesideTheCheckout) {
   EXPECT_NE(locate_model("").find("stories260K.bin"), std::string::npos);
 }
 
+TEST(Locate, SyntheticModelTakesATokenizerJson) {
+  const std::string json =
+      std::string(KVSCOPE_SOURCE_DIR) + "/tests/data/tokenizer_json/tiny_llama3.json";  // 526
+  const LoadedModel loaded = load_model("synthetic:dim=16,heads=2,layers=1,vocab=600", json);
+  ASSERT_TRUE(loaded.tokenizer);
+  EXPECT_EQ(loaded.tokenizer->vocab_size(), 526);
+  EXPECT_TRUE(loaded.tokenizer->adds_bos());
+  try {
+    load_model("synthetic:dim=16,heads=2,layers=1,vocab=512", json);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              json + ": expected at most 512 tokens (the model's vocab_size), got 526");
+  }
+}
+
 TEST(KvArithmetic, PublishedShapes) {
   const ModelConfig l70 = parse_synthetic_spec("llama-3-70b").config;
   EXPECT_EQ(l70.kv_bytes_per_token(2), 327680);                  // 2 x 80 x 8 x 128 x 2

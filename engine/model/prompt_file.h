@@ -8,18 +8,19 @@
 
 namespace kvscope {
 
-struct KvPromptSource {
+struct PromptSource {
   std::string path;       // the prompt file ("" when text is given)
   std::string text;       // the prompt itself (--text)
   std::string tokenizer;  // a tokenizer.json or a GGUF file, for text
   std::string model;      // or a model whose tokenizer to use (a name or a path)
-  bool bos = false;       // put the tokenizer's BOS first (as the engine does for Llama models)
+  bool bos = false;       // put the tokenizer's BOS first even when its convention does not
 };
 
 // The prompt's token ids. A file holding a JSON array of ids, or an object with "tokens" (what
 // vLLM's and SGLang's /tokenize return), is taken as ids; anything else must be UTF-8 text, which
-// is tokenized. Throws a one-line kvscope::Error naming the file: not UTF-8 and not ids, a
+// is tokenized as the engines do (with BOS when the tokenizer's convention adds one: a
+// tokenizer.json's post-processor template, llama2.c and SentencePiece models). Throws a one-line kvscope::Error naming the file: not UTF-8 and not ids, a
 // negative or non-integer id, text without a tokenizer, an unreadable tokenizer.
-std::vector<std::int64_t> read_kv_prompt(const KvPromptSource& src);
+std::vector<std::int64_t> read_prompt_tokens(const PromptSource& src);
 
 }  // namespace kvscope

@@ -1,5 +1,5 @@
 // Reading the prompt of a prefix lookup.
-#include "engine/trace/kv_prompt.h"
+#include "engine/model/prompt_file.h"
 
 #include <fstream>
 #include <iterator>
@@ -7,6 +7,7 @@
 
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
+#include "engine/model/tokenizer_json.h"
 
 namespace kvscope {
 
@@ -64,7 +65,7 @@ std::vector<std::int64_t> ids_from_json(const nlohmann::json& j, const std::stri
 
 }  // namespace
 
-std::vector<std::int64_t> read_kv_prompt(const KvPromptSource& src) {
+std::vector<std::int64_t> read_prompt_tokens(const PromptSource& src) {
   std::string text = src.text;
   const std::string where = src.path.empty() ? std::string("--text") : src.path;
   if (!src.path.empty()) {
@@ -94,12 +95,14 @@ std::vector<std::int64_t> read_kv_prompt(const KvPromptSource& src) {
   }
   std::shared_ptr<const Tokenizer> tok;
   if (!src.tokenizer.empty()) {
-    tok = load_model(src.tokenizer, "").tokenizer;
+    tok = is_tokenizer_json_path(src.tokenizer) ? load_tokenizer_json(src.tokenizer)
+                                                : load_model(src.tokenizer, "").tokenizer;
   } else {
     tok = load_model(src.model, "").tokenizer;
   }
   if (!tok) throw Error(src.tokenizer.empty() ? src.model : src.tokenizer, "has no tokenizer");
-  const std::vector<int> ids = tok->encode(text, src.bos, /*eos=*/false);
+  // As the engine tokenizes a prompt: with BOS when the tokenizer's convention adds one.
+  const std::vector<int> ids = tok->encode(text, src.bos || tok->adds_bos(), /*eos=*/false);
   return {ids.begin(), ids.end()};
 }
 
