@@ -94,7 +94,13 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   }
   GenerateResult result;
   std::vector<int> prompt = tokenizer.encode(options.prompt, tokenizer.adds_bos(), /*eos=*/false);
-  if (prompt.empty()) prompt = {tokenizer.bos_id()};
+  if (prompt.empty()) {
+    // Nothing to start from: BOS, when the vocabulary has one (a tokenizer.json without a BOS
+    // template has none, and -1 is no token).
+    if (tokenizer.bos_id() < 0)
+      throw Error("--prompt", "expected a prompt: this tokenizer has no BOS token to start from");
+    prompt = {tokenizer.bos_id()};
+  }
   result.num_prompt_tokens = static_cast<int>(prompt.size());
   KvCacheManager cache = make_cache(c, options, options.steps);
   const SeqId seq(0);

@@ -34,13 +34,12 @@ std::unique_ptr<Backend> make_backend(const std::string& value, int threads,
       return cuda;
     }
     if (cuda != nullptr && gap.empty()) return cuda;
+    // No GPU is the usual case on a laptop: said nothing about (a newcomer reads a notice as a
+    // broken install); `--backend cuda` gives the runtime's reason. A GPU left unused is said.
     static bool said = false;
-    if (!said) {
+    if (!said && cuda != nullptr) {
       said = true;
-      if (cuda == nullptr)
-        std::fprintf(stderr, "CUDA unavailable: %s; using CPU\n", why.c_str());
-      else
-        std::fprintf(stderr, "CUDA: the backend does not cover %s yet; using CPU\n", gap.c_str());
+      std::fprintf(stderr, "CUDA: the backend does not cover %s yet; using CPU\n", gap.c_str());
     }
     return make_cpu_backend(threads);
   }

@@ -23,7 +23,8 @@ std::string cuda_gap(const RunNeeds& needs);
 // "cpu": the CPU backend with `threads` threads. "cuda-sim": the CUDA backend on the emulated
 // device. "cuda": the CUDA backend on the first GPU; without one, a one-line kvscope::Error with
 // the runtime's reason (exit 2). "auto": the GPU when there is one and it covers `needs`, else
-// the CPU, saying why once on stderr ("CUDA unavailable: <reason>; using CPU"). `device_weights`
+// the CPU: silently without a GPU, saying once on stderr why a GPU there is not used
+// ("CUDA: the backend does not cover <what> yet; using CPU"). `device_weights`
 // is --device-weights (f32, f16 or bf16: the GEMMs' weight type on the device). Throws
 // kvscope::Error naming the flag for anything else.
 // `cpu_hint` ends the "does not cover" error (the UI names its own control).
