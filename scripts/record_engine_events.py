@@ -20,8 +20,13 @@ Every message received is kept in that order (frames base64), after a header lin
 version, scenario, topic, dp, replay_frames, batches before attach and live per rank, and the
 totals kvscope must report, folded from what was published (engines.Engine.expected: batches,
 events by type, blocks stored, removed, cleared, live in all / per rank / per medium, unknown
-parents and removals, churn, skipped fields, with the skipped fields' names). The timestamps,
-hashes and workload are fixed, so the same engine code records the same bytes.
+parents and removals, churn, skipped fields, with the skipped fields' names), and the lookup
+requests the workload made (engines.Engine.lookup_requests): per request its name, rank, LoRA,
+prompt token ids and the rows `kvscope lookup --json` must print for it (rank, medium, group,
+prompt and matched blocks and tokens, by_hash, reason, and removed_seq / removed_by /
+removed_ts or other_namespace where they apply), from what the engine stored and what became of
+it in which batch, never from kvscope. The timestamps, hashes and workload are fixed, so the
+same engine code records the same bytes.
 
 Regenerate (after scripts/engine_publishers.sh; it re-runs itself under that environment):
   scripts/record_engine_events.py [ENGINE...]
@@ -98,11 +103,13 @@ def record(engine, zmq, engines):
             s.close(linger=0)
     verify(engine, engines.ENGINES[engine], messages)
     ledger = e.expected()
+    lookups = lookup_cases(engine, e, ledger)
     profile = engines.ENGINES[engine]
     header = {
         "engine": profile.package, "version": profile.version, "topic": TOPIC, "dp": DP,
         "replay_frames": profile.replay_frames, "before_attach": [BEFORE] * DP,
         "live": [LIVE] * DP, "expected": ledger.totals(), "skipped_field_names": ledger.skipped,
+        "lookups": lookups,
         "scenario": f"{BEFORE} batches per rank before a subscriber (replay only), then "
                     f"{LIVE} live per rank; replay answers from 0 on the first live batch and "
                     f"from {BEFORE + 1} at the end",
@@ -112,6 +119,24 @@ def record(engine, zmq, engines):
     write_recording(path, header, messages)
     print(f"{ME}: {os.path.relpath(path, ROOT)}: {len(messages)} messages, "
           f"{os.path.getsize(path) // 1024} KB")
+
+
+def lookup_cases(engine, e, ledger):
+    """The engine's lookup requests with their expected rows (engines.Engine.lookup_cases), each
+    checked to end as its request was made to (the GPU row's reason; the tier copy of "evicted"
+    held in full: by hash in vLLM's placeholder tier, by tokens in SGLang's)."""
+    cases = e.lookup_cases(ledger)
+    for case in cases:
+        gpu = case["rows"][0]
+        if gpu["reason"] != case["reason"]:
+            sys.exit(f"{ME}: {engine}: lookup {case['name']}: GPU row {gpu}, expected reason "
+                     f"{case['reason']} (the workload changed? see engines.Engine.lookup_requests)")
+    tier = next(c for c in cases if c["name"] == "evicted")["rows"][-1]
+    if tier["medium"] == "GPU" or tier["reason"] != "all_held" or (
+            tier["by_hash"] != (e.profile.package == "vllm")):
+        sys.exit(f"{ME}: {engine}: lookup evicted: {tier}, expected a tier holding all of it, "
+                 "by hash in vLLM (engines.Engine.offload_lookup)")
+    return [{k: v for k, v in case.items() if k != "reason"} for case in cases]
 
 
 def verify(engine, profile, messages):

@@ -27,6 +27,12 @@ namespace {
 
 constexpr std::uint64_t kMediumBits = 0xffull << 32;
 
+// The "any medium" scope of a scope's rank and group: the medium bits cleared and bit 63 set, a
+// bit no real scope has (ranks end at bit 55), so it never is the GPU's own scope (medium 0).
+std::uint64_t any_medium(std::uint64_t scope) {
+  return (scope & ~kMediumBits) | (std::uint64_t{1} << 63);
+}
+
 // A child of `parent` (or of the root) in a scope with the given tokens.
 struct ChildKey {
   std::uint64_t scope, parent, tokens;
@@ -140,10 +146,9 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
                  const Candidate& c, std::int32_t bs) {
     if (tokens == 0) return;
     children[ChildKey{sc, has_parent ? parent : 0, tokens, !has_parent}].push_back(c);
-    children[ChildKey{sc & ~kMediumBits, has_parent ? parent : 0, tokens, !has_parent}].push_back(
-        c);
+    children[ChildKey{any_medium(sc), has_parent ? parent : 0, tokens, !has_parent}].push_back(c);
     block_size.try_emplace(sc, bs);
-    block_size.try_emplace(sc & ~kMediumBits, bs);
+    block_size.try_emplace(any_medium(sc), bs);
   };
   for (const auto& [key, l] : live_) {
     add(key.scope, l.has_parent_hash, l.parent_hash, l.tokens,
@@ -211,7 +216,7 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
     std::int32_t bs = 0;
     if (!row.by_hash) {
       bs = bs_it->second;
-    } else if (auto any = block_size.find(sc & ~kMediumBits); any != block_size.end()) {
+    } else if (auto any = block_size.find(any_medium(sc)); any != block_size.end()) {
       bs = any->second;
     }
     row.block_size = row.by_hash ? 0 : bs;
@@ -236,7 +241,7 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
       row.removed_by = g.how == 0 ? "BlockRemoved" : g.how == 1 ? "AllBlocksCleared" : "a restart";
     };
     if (row.by_hash) {
-      const std::vector<std::uint64_t> chain = known_chain(sc & ~kMediumBits, bs);
+      const std::vector<std::uint64_t> chain = known_chain(any_medium(sc), bs);
       std::size_t d = 0;
       for (; d < chain.size(); ++d) {
         const auto it = live_.find(Key{chain[d], sc});

@@ -54,13 +54,13 @@ def free_ports(n, who):
     sys.exit(f"{who}: no run of free ports")
 
 
-def attach(kvscope, base, dp, batches, out, topic):
+def attach(kvscope, base, dp, batches, out, topic, extra=()):
     """`kvscope attach --json` on dp ranks at base + rank (replay sockets at base + dp + rank),
-    stopping after `batches` batches (60 s at most)."""
+    stopping after `batches` batches (60 s at most); `extra`: more flags (--lookup FILE)."""
     return subprocess.Popen(
         [kvscope, "attach", f"tcp://127.0.0.1:{base}", "--replay", f"tcp://127.0.0.1:{base + dp}",
          "--dp", str(dp), "--topic", topic, "--batches", str(batches), "--duration", "60",
-         "--json", "--out", out],
+         "--json", "--out", out, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -97,6 +97,28 @@ def expect(check, name, got, want):
         for part in key.split("."):
             have = have.get(part) if isinstance(have, dict) else None
         check(have == value, f"{name}: {key} = {value}", f"got {have}{why}")
+
+
+def expect_lookup(check, name, got, want):
+    """One check per field of each expected lookup row (`want`, as a recording's header has them)
+    against the rows `got` (`kvscope lookup --json`'s, or attach --lookup's), the row found by
+    its rank, medium and group. other_namespace is checked to contain the expected words (the
+    engine's LoRA name, "extra keys" or "cache salt"); every other field to be equal."""
+    by_key = {(r.get("rank"), r.get("medium"), r.get("group")): r for r in got}
+    for row in want:
+        key = (row["rank"], row["medium"], row["group"])
+        what = f"{name}: rank {key[0]} {key[1]} group {key[2]}"
+        have = by_key.get(key)
+        check(have is not None, f"{what}: a row",
+              f"rows for {sorted(by_key, key=str)}")
+        if have is None:
+            continue
+        for k, v in row.items():
+            if k in ("rank", "medium", "group"):
+                continue
+            ok = (isinstance(have.get(k), str) and v in have[k] if k == "other_namespace"
+                  else have.get(k) == v)
+            check(ok, f"{what}: {k} = {v!r}", f"got {have.get(k)!r} ({have.get('text')})")
 
 
 # Where scripts/engine_publishers.sh keeps the engines' publisher modules and their environment.

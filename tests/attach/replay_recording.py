@@ -15,18 +15,29 @@ start_seq on that the engine had published by then, then the recorded end marker
 Each must report every total of the recording's header (batches, events by type, blocks stored,
 removed, cleared, live in all / per rank / per medium, unknown parents and removals, churn,
 skipped fields and decode errors: what the engine published), nothing lost, the engine's replay
-framing, and exactly the history (plus the gaps) replayed. Needs python3-zmq only: no engine
-code, no download.
+framing, and exactly the history (plus the gaps) replayed.
+
+Then "why did my prefix miss?" on the real stream: for each lookup request of the header (its
+prompt's token ids, the LoRA it runs with, the rows the engine's own records give: held in full,
+evicted from the GPU at a known batch but kept by a tier (vLLM's placeholders, matched by hash;
+SGLang's CPU_PINNED copy), stored under a LoRA or with extra keys / a cache salt, dropped by
+AllBlocksCleared, never stored, shorter than a block; engines.Engine.lookup_requests),
+`kvscope lookup REPLAY_OUT --prompt FILE --json [--lora NAME]` on the replay case's output, and
+the gap case's `kvscope attach --lookup` of "evicted", must give every expected field of every
+expected row (one check each). Needs python3-zmq only: no engine code, no download. Regenerate
+the recordings: scripts/record_engine_events.py.
 
 usage: replay_recording.py KVSCOPE RECORDING WORK_DIR
 Prints "N passed, M failed"; exit 1 on any failure.
 """
+import json
 import os
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, attach, expect, finish, free_ports, read_recording  # noqa: E402
+from harness import Checks, attach, expect, expect_lookup, finish, free_ports, read_recording  # noqa: E402
 
 try:
     import zmq
@@ -87,13 +98,13 @@ class Server:
             s.close(linger=0)
 
 
-def run(kvscope, header, messages, work, name, dropped):
-    """Serves the recording to `kvscope attach`, the live messages of `dropped` (rank, seq)
-    published but kept off the wire; returns its summary."""
+def run(kvscope, header, messages, out, name, dropped, extra=()):
+    """Serves the recording to `kvscope attach --out OUT [extra]`, the live messages of `dropped`
+    (rank, seq) published but kept off the wire; returns its summary."""
     base = free_ports(2 * header["dp"], ME)
     server = Server(header, messages, base)
-    proc = attach(kvscope, base, header["dp"], header["expected"]["batches"],
-                  os.path.join(work, name.replace(" ", "-")), header["topic"])
+    proc = attach(kvscope, base, header["dp"], header["expected"]["batches"], out,
+                  header["topic"], extra)
     try:
         deadline = time.monotonic() + 10
         while len(server.subscribed) < server.dp and proc.poll() is None:
@@ -121,6 +132,11 @@ def run(kvscope, header, messages, work, name, dropped):
         server.close()
 
 
+def lookup_flags(case, flag):
+    """`flag FILE` for a lookup request's prompt, and --lora NAME when it runs with one."""
+    return [flag, case["file"], *(["--lora", case["lora"]] if case["lora"] else [])]
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
@@ -130,13 +146,35 @@ def main():
     os.makedirs(work, exist_ok=True)
     history = sum(header["before_attach"])
     third_live = {(r, n + 2) for r, n in enumerate(header["before_attach"])}
-    for case, dropped in (("replay", set()), ("gap", third_live)):
+    if "lookups" not in header:
+        sys.exit(f"{ME}: {path}: no lookup requests in its header: regenerate it with "
+                 "scripts/record_engine_events.py")
+    lookups = header["lookups"]
+    for case in lookups:
+        case["file"] = os.path.join(work, f"lookup-{case['name']}.json")
+        with open(case["file"], "w", encoding="utf-8") as f:
+            json.dump(case["prompt"], f)
+    evicted = next(c for c in lookups if c["name"] == "evicted")
+    for case, dropped, extra in (("replay", set(), ()),
+                                 ("gap", third_live, lookup_flags(evicted, "--lookup"))):
         name = f"{recording} {case}"
-        got = run(kvscope, header, messages, work, name, dropped)
+        out = os.path.join(work, case)
+        got = run(kvscope, header, messages, out, name, dropped, extra)
         expect(check, name, got, dict(
             header["expected"], lost=0, gaps=len(dropped), replayed=history + len(dropped),
             replay_frames=header["replay_frames"], restarts=0, bad_frames=0, replay_timeouts=0,
             duplicates=0, other_topics=0))
+        if extra:
+            expect_lookup(check, f"{name}: attach --lookup {evicted['name']}",
+                          got.get("lookup", {}).get("rows", []), evicted["rows"])
+    for case in lookups:
+        what = f"{recording}: lookup {case['name']}"
+        r = subprocess.run([kvscope, "lookup", os.path.join(work, "replay"), "--json",
+                            *lookup_flags(case, "--prompt")],
+                           capture_output=True, text=True, timeout=30, check=False)
+        check(r.returncode == 0, f"{what}: exit 0", f"rc {r.returncode}: {r.stderr.strip()}")
+        rows = json.loads(r.stdout).get("rows", []) if r.returncode == 0 else []
+        expect_lookup(check, what, rows, case["rows"])
     fields = ", ".join(f"{k} x{n}" for k, n in sorted(header["skipped_field_names"].items()))
     print(f"note  {recording}: fields kvscope does not know (skipped_fields): {fields or 'none'}")
     check.finish()

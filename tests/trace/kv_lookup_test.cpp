@@ -212,6 +212,32 @@ TEST(KvLookup, RanksAndMediaGetARowEachAndPlaceholdersMatchByHash) {
   EXPECT_EQ(row(rows, 0, "CPU").reason, KvMissReason::kRemoved);
 }
 
+// A tier that stores copies with their tokens (SGLang's HiCache) is a medium of its own: what it
+// holds never answers for the GPU's row (the GPU is medium 0: its scope must not be the "any
+// medium" one the placeholder rows use; found on SGLang 0.5.23's recorded stream).
+TEST(KvLookup, ATierWithTokensNeverAnswersForTheGpu) {
+  const auto p = prompt(8);
+  KvEventModel m;
+  m.apply(0, batch(1, {stored({1, 2}, std::nullopt, p, 0)}), 0);
+  m.apply(0, batch(2, {stored({1, 2}, std::nullopt, p, 0, "CPU_PINNED")}), 1);
+  m.apply(0, batch(3, {removed({2})}), 2);
+  const auto rows = m.lookup({p});
+  EXPECT_EQ(row(rows, 0, "GPU").matched_blocks, 1);
+  EXPECT_EQ(row(rows, 0, "GPU").reason, KvMissReason::kRemoved);
+  EXPECT_EQ(row(rows, 0, "GPU").removed_seq, 2);
+  EXPECT_EQ(row(rows, 0, "CPU_PINNED").matched_blocks, 2);
+  // A block the GPU never held in the request's namespace is never_stored there, whatever a
+  // tier did with its copy.
+  KvEventModel salted;
+  KvStreamEvent salt = stored({5}, std::nullopt, p, 0);
+  salt.cache_salt = "tenant-a";
+  salted.apply(0, batch(1, {salt, stored({5}, std::nullopt, p, 0, "DISK")}), 0);
+  salted.apply(0, batch(2, {removed({5}, "DISK")}), 1);
+  const auto srows = salted.lookup({prompt(4)});
+  EXPECT_EQ(row(srows, 0, "GPU").reason, KvMissReason::kOtherNamespace);
+  EXPECT_EQ(row(srows, 0, "DISK").reason, KvMissReason::kRemoved);
+}
+
 TEST(KvLookup, PlaceholdersWithNoTokenTierHaveNoKnownHashes) {
   KvEventModel m;
   m.apply(0, batch(1, {placeholder({1, 2}, "STORAGE")}), 0);
