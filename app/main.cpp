@@ -6,11 +6,13 @@
 #include <vector>
 
 #include "app/app.h"
+#include "app/core/scenario_catalog.h"
 
 namespace {
 
+// As scripts/run.sh: the SmolLM2 chat when SmolLM2-135M is on disk, else minimal.json.
 std::string default_scenario() {
-  return std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json";
+  return kvscope::ui::default_scenario(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios");
 }
 
 void usage(std::FILE* out) {

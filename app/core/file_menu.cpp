@@ -3,8 +3,11 @@
 
 #include <imgui.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "app/widgets/widgets.h"
 
@@ -42,7 +45,82 @@ void FileMenu::ask(FileAction::Kind kind, const std::string& initial) {
   focus_input_ = true;
 }
 
+namespace {
+
+// Where recent.txt lives ("" when no home is known: nothing is kept).
+std::string config_dir() {
+  if (const char* d = std::getenv("KVSCOPE_CONFIG_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x != '\0')
+    return std::string(x) + "/kvscope";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
+    return std::string(h) + "/.config/kvscope";
+  return "";
+}
+
+constexpr std::size_t kMaxRecent = 8;
+
+}  // namespace
+
+void FileMenu::load_recent() {
+  recent_read_ = true;
+  const std::string dir = config_dir();
+  if (dir.empty()) return;
+  std::ifstream in(dir + "/recent.txt");
+  for (std::string line; std::getline(in, line) && recent_.size() < kMaxRecent;)
+    if (!line.empty()) recent_.push_back(line);
+}
+
+void FileMenu::save_recent() const {
+  const std::string dir = config_dir();
+  if (dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream out(dir + "/recent.txt", std::ios::trunc);
+  for (const std::string& r : recent_) out << r << "\n";
+}
+
+void FileMenu::note_opened(const std::string& path) {
+  if (!recent_read_) load_recent();
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  const std::string p = ec ? path : abs.lexically_normal().string();
+  recent_.erase(std::remove(recent_.begin(), recent_.end(), p), recent_.end());
+  recent_.insert(recent_.begin(), p);
+  if (recent_.size() > kMaxRecent) recent_.resize(kMaxRecent);
+  save_recent();
+}
+
 void FileMenu::draw_items(const std::string& loaded, bool can_restart) {
+  if (ImGui::BeginMenu("Open shipped scenario")) {
+    if (!shipped_read_) {
+      shipped_ = shipped_scenarios(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios");
+      shipped_read_ = true;
+    }
+    for (const ShippedScenario& sc : shipped_) {
+      if (ImGui::MenuItem(sc.name.c_str(), nullptr, sc.path == loaded, sc.available))
+        direct_ = FileAction{FileAction::Kind::kOpen, sc.path, {}};
+      // Disabled items show their tooltip too: why they cannot be opened.
+      if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) {
+        ImGui::BeginTooltip();
+        ImGui::PushTextWrapPos(ImGui::GetFontSize() * 30.0f);
+        ImGui::TextUnformatted(sc.title.empty() ? sc.path.c_str() : sc.title.c_str());
+        if (!sc.available) ImGui::TextDisabled("%s", sc.why.c_str());
+        ImGui::PopTextWrapPos();
+        ImGui::EndTooltip();
+      }
+    }
+    ImGui::EndMenu();
+  }
+  if (!recent_read_) load_recent();
+  if (ImGui::BeginMenu("Open recent", !recent_.empty())) {
+    for (const std::string& r : recent_) {
+      if (ImGui::MenuItem(std::filesystem::path(r).filename().string().c_str(), nullptr,
+                          r == loaded))
+        direct_ = FileAction{FileAction::Kind::kOpen, r, {}};
+      item_tooltip(r.c_str());
+    }
+    ImGui::EndMenu();
+  }
   if (ImGui::MenuItem("Open scenario or recording...", "Ctrl+O"))
     ask(FileAction::Kind::kOpen, loaded);
   if (ImGui::MenuItem("Attach to a live engine...", "Ctrl+Shift+A")) ask_attach();

@@ -4,8 +4,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "app/core/attach_feed.h"
+#include "app/core/scenario_catalog.h"
 
 namespace kvscope::ui {
 
@@ -26,13 +28,26 @@ class FileMenu {
   std::optional<FileAction> draw_popup();
   // Opens the attach dialog (File > Attach, Ctrl+Shift+A).
   void ask_attach();
-  // A direct action chosen from the menu this frame (restart, screenshot, quit).
+  // A direct action chosen from the menu this frame (open a shipped or recent file, restart,
+  // screenshot, quit).
   std::optional<FileAction> take_direct();
+  // Notes a file opened (File > Open recent lists the last 8, newest first). They are kept in
+  // $KVSCOPE_CONFIG_DIR (or $XDG_CONFIG_HOME/kvscope, ~/.config/kvscope)/recent.txt between
+  // sessions; a file that cannot be read or written there is not an error.
+  void note_opened(const std::string& path);
+  const std::vector<std::string>& recent() const { return recent_; }
 
  private:
   void ask(FileAction::Kind kind, const std::string& initial);
 
+  void load_recent();
+  void save_recent() const;
+
   std::optional<FileAction> direct_;
+  std::vector<ShippedScenario> shipped_;  // read when the menu first opens
+  bool shipped_read_ = false;
+  std::vector<std::string> recent_;
+  bool recent_read_ = false;
   FileAction::Kind asking_ = FileAction::Kind::kOpen;
   bool popup_pending_ = false;
   bool focus_input_ = false;
