@@ -167,6 +167,50 @@ void AttentionPanel::build_view(const AttentionCapture& cap, int n) {
   std::sort(sinks_.begin(), sinks_.end());
 }
 
+void AttentionPanel::focus_hottest_head(const AttentionCapture& cap) {
+  // Until the user picks a layer or head, the panel opens on the head that puts the largest share
+  // of its attention on the first token: the sink lesson, not layer 0 head 0 ("Sinks: none").
+  if (user_chose_ || focused_request_ == cap.request || cap.n_layers <= 0 || cap.n_heads <= 0)
+    return;
+  focused_request_ = cap.request;
+  double best = -1.0;
+  for (int l = 0; l < cap.n_layers; ++l) {
+    for (int h = 0; h < cap.n_heads; ++h) {
+      const double share = cap.recorder->first_tokens_share(l, h, 1);
+      if (share > best) {
+        best = share;
+        layer_ = l;
+        head_ = h;
+      }
+    }
+  }
+  mean_heads_ = false;
+}
+
+// A horizontal colour scale: the heat colours from 0 to 1 with their meaning (`log`: the
+// heatmap's log10 scale from 1e-4 to 1; else 0 to 100%).
+void AttentionPanel::draw_heat_scale(const Palette& pal, const char* what, bool log) const {
+  const float fs = ImGui::GetFontSize();
+  const float w = fs * 10.0f, h = fs * 0.7f;
+  ImGui::InvisibleButton("##heat_scale", ImVec2(w + fs * 16.0f, fs * 1.1f));
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 a(ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y + fs * 0.2f);
+  const ImVec2 lo_size = ImGui::CalcTextSize(log ? "1e-4" : "0%");
+  const float x0 = a.x + lo_size.x + 4.0f;
+  dl->AddText(ImVec2(a.x, a.y - fs * 0.1f), pal.text_dim, log ? "1e-4" : "0%");
+  constexpr int kSteps = 32;
+  for (int i = 0; i < kSteps; ++i) {
+    const float t0 = static_cast<float>(i) / kSteps;
+    dl->AddRectFilled(ImVec2(x0 + w * t0, a.y),
+                      ImVec2(x0 + w * (t0 + 1.0f / kSteps) + 0.5f, a.y + h),
+                      attention_heat_color(t0 + 0.5f / kSteps, pal.block_free));
+  }
+  dl->AddRect(ImVec2(x0, a.y), ImVec2(x0 + w, a.y + h), pal.grid);
+  char right[96];
+  std::snprintf(right, sizeof right, "%s  %s", log ? "1" : "100%", what);
+  dl->AddText(ImVec2(x0 + w + 4.0f, a.y - fs * 0.1f), pal.text_dim, right);
+}
+
 void AttentionPanel::draw_sink_grid(AppState& state,
                                     const std::shared_ptr<const AttentionCapture>& held) {
   const AttentionCapture& cap = *held;
@@ -204,7 +248,10 @@ void AttentionPanel::draw_sink_grid(AppState& state,
       grid_k_ == 4 ? "first 4 tokens" : "first token", rec.queries_seen(),
       format_percent(mean).c_str(), majority, L * H);
   ImGui::PopTextWrapPos();
-  // The grid: one row per layer, one column per head, labels on the left and on top.
+  // The colour scale: what a cell's colour means, 0 to 100% of the head's attention.
+  draw_heat_scale(pal, "share on the first token(s)", false);
+  // The grid: one row per layer, one column per head, labels on the left and on top; as large
+  // as the panel allows (it is the lesson: a presenter's audience reads it from the back).
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float fs = ImGui::GetFontSize();
   const float label_w = ImGui::CalcTextSize("L00").x + fs * 0.5f;
@@ -213,16 +260,18 @@ void AttentionPanel::draw_sink_grid(AppState& state,
   ImGui::InvisibleButton("##sink_grid", ImVec2(label_w + cell * H, fs * 1.2f + cell * L));
   const ImVec2 o(ImGui::GetItemRectMin().x + label_w, ImGui::GetItemRectMin().y + fs * 1.2f);
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const bool labels = cell >= fs * 2.2f;
-  for (int h = 0; h < H; ++h) {
-    if (H <= 16 || h % 4 == 0) {
-      char t[16];
-      std::snprintf(t, sizeof t, "H%d", h);
-      dl->AddText(ImVec2(o.x + h * cell + 2.0f, o.y - fs * 1.15f), pal.text_dim, t);
-    }
+  const bool labels = cell >= ImGui::CalcTextSize("100").x + 5.0f && cell >= fs * 1.1f;
+  // Every k-th head and layer labelled, k such that labels never overlap.
+  const int head_every =
+      std::max(1, static_cast<int>(std::ceil((ImGui::CalcTextSize("H00").x + 4.0f) / cell)));
+  const int layer_every = std::max(1, static_cast<int>(std::ceil(fs * 1.05f / cell)));
+  for (int h = 0; h < H; h += head_every) {
+    char t[16];
+    std::snprintf(t, sizeof t, "H%d", h);
+    dl->AddText(ImVec2(o.x + h * cell + 2.0f, o.y - fs * 1.15f), pal.text_dim, t);
   }
   for (int l = 0; l < L; ++l) {
-    if (cell >= fs * 0.9f || l % 4 == 0) {
+    if (l % layer_every == 0) {
       char t[16];
       std::snprintf(t, sizeof t, "L%d", l);
       dl->AddText(ImVec2(o.x - label_w, o.y + l * cell + std::max(0.0f, (cell - fs) * 0.5f)),
@@ -259,6 +308,7 @@ void AttentionPanel::draw_sink_grid(AppState& state,
         head_ = h;
         mean_heads_ = false;
         grid_ = false;
+        user_chose_ = true;
       }
     }
   }
@@ -269,14 +319,21 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
   const std::vector<std::uint8_t> live = state.source().slot_live(cap.request, state.step());
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float fs = ImGui::GetFontSize();
+  // Room for the legend above, the key axis below and the query axis label on the left.
+  const float legend_h = fs * 1.3f, axis_h = fs * 1.3f, left = fs * 1.4f;
   const float side =
-      std::max(8.0f, std::min(avail.x - fs, avail.y - fs * 0.8f - error_strip_height()));
+      std::max(8.0f, std::min(avail.x - fs - left,
+                              avail.y - fs * 0.8f - legend_h - axis_h - error_strip_height()));
   const float cell = side / static_cast<float>(n);
   const int bin = std::max(1, static_cast<int>(std::ceil(1.0f / cell)));  // keys per drawn cell
-  ImGui::InvisibleButton("##matrix", ImVec2(side + fs, side + fs * 0.8f));
-  const ImVec2 o(ImGui::GetItemRectMin().x + fs * 0.5f, ImGui::GetItemRectMin().y + fs * 0.7f);
+  draw_matrix_legend(pal, !live.empty());
+  ImGui::InvisibleButton("##matrix", ImVec2(side + fs + left, side + fs * 0.8f + axis_h));
+  const ImVec2 o(ImGui::GetItemRectMin().x + fs * 0.5f + left,
+                 ImGui::GetItemRectMin().y + fs * 0.7f);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   dl->AddRectFilled(o, ImVec2(o.x + side, o.y + side), pal.block_free);
+  // The causal mask (a key after its query is never attended): hatched, unlike a weight of 0.
+  draw_causal_mask(dl, pal, o, side);
   float vmax = 0.0f;
   for (float v : view_) vmax = std::max(vmax, v);
   const auto un = static_cast<std::size_t>(n);
@@ -305,6 +362,20 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
                           pal.warn);
   }
   dl->AddRect(o, ImVec2(o.x + side, o.y + side), pal.grid);
+  // Axes: key positions along the bottom (first, sinks, last), queries down the left.
+  const auto key_tick = [&](int k) {
+    char t[16];
+    std::snprintf(t, sizeof t, "%d", k);
+    const float x = o.x + (k + 0.5f) * cell - ImGui::CalcTextSize(t).x * 0.5f;
+    dl->AddText(ImVec2(x, o.y + side + 2.0f), pal.text_dim, t);
+  };
+  key_tick(0);
+  if (n > 1) key_tick(n - 1);
+  dl->AddText(
+      ImVec2(o.x + side * 0.5f - ImGui::CalcTextSize("key position").x * 0.5f, o.y + side + 2.0f),
+      pal.text_dim, "key position");
+  dl->AddText(ImVec2(o.x - left - fs * 0.3f, o.y + side * 0.5f - fs * 0.5f), pal.text_dim, "q");
+  dl->AddText(ImVec2(o.x - left - fs * 0.3f, o.y - fs * 0.1f), pal.text_dim, "0");
   if (ImGui::IsItemHovered()) {
     const ImVec2 m = ImGui::GetIO().MousePos;
     const int k = static_cast<int>((m.x - o.x) / cell), q = static_cast<int>((m.y - o.y) / cell);
@@ -324,6 +395,45 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
     }
   }
   draw_error_strip(state, cap, n, o.x, cell);
+}
+
+// Diagonal hatching over the matrix's upper triangle (key > query).
+void AttentionPanel::draw_causal_mask(ImDrawList* dl, const Palette& pal, ImVec2 o, float side) {
+  dl->AddTriangleFilled(o, ImVec2(o.x + side, o.y), ImVec2(o.x + side, o.y + side),
+                        mix_color(pal.panel_bg, pal.block_free, 0.5f));
+  const float gap = std::max(6.0f, ImGui::GetFontSize() * 0.6f);
+  // Lines of slope -1 (x + y = c) clipped to the triangle above the diagonal y = x.
+  for (float c = gap; c < 2.0f * side; c += gap) {
+    const float x_start = std::max(c * 0.5f, c - side), x_end = std::min(side, c);
+    if (x_end <= x_start) continue;
+    dl->AddLine(ImVec2(o.x + x_start, o.y + c - x_start), ImVec2(o.x + x_end, o.y + c - x_end),
+                mix_color(pal.panel_bg, pal.grid, 0.7f), 1.0f);
+  }
+}
+
+// What the heatmap's colours mean: weights, evicted keys, the causal mask, sinks.
+void AttentionPanel::draw_matrix_legend(const Palette& pal, bool evictions) const {
+  const float fs = ImGui::GetFontSize();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const auto swatch = [&](ImU32 fill, const char* text, bool hatch) {
+    const ImVec2 a = ImGui::GetCursorScreenPos();
+    const ImVec2 b(a.x + fs * 0.9f, a.y + fs * 0.9f);
+    dl->AddRectFilled(a, b, fill);
+    if (hatch)
+      dl->AddLine(ImVec2(a.x, b.y), ImVec2(b.x, a.y), mix_color(pal.panel_bg, pal.grid, 0.7f));
+    dl->AddRect(a, b, pal.grid);
+    ImGui::Dummy(ImVec2(fs * 1.0f, fs * 0.9f));
+    ImGui::SameLine();
+    ImGui::TextDisabled("%s", text);
+    ImGui::SameLine(0.0f, fs);
+  };
+  swatch(attention_heat_color(0.9f, pal.block_free),
+         log_scale_ ? "weight (log, 1e-4 to 1)" : "weight (linear)", false);
+  if (evictions) swatch(mix_color(pal.block_free, pal.text_dim, 0.35f), "evicted key", false);
+  swatch(mix_color(pal.panel_bg, pal.block_free, 0.5f), "masked (key after query)", true);
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "v");
+  ImGui::SameLine(0.0f, 4.0f);
+  ImGui::TextDisabled("sink");
 }
 
 void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& cap, int n) {
@@ -414,16 +524,16 @@ void AttentionPanel::draw(AppState& state) {
   const float w = ImGui::GetFontSize() * 5.5f;
   flow_same_line(labeled_width(w, "layer"), gap);
   ImGui::SetNextItemWidth(w);
-  ImGui::SliderInt("layer", &layer_, 0, std::max(0, info->shape.n_layers - 1));
+  user_chose_ |= ImGui::SliderInt("layer", &layer_, 0, std::max(0, info->shape.n_layers - 1));
   layer_ = std::clamp(layer_, 0, std::max(0, info->shape.n_layers - 1));
   flow_same_line(labeled_width(w, "head"), gap);
   ImGui::BeginDisabled(mean_heads_);
   ImGui::SetNextItemWidth(w);
-  ImGui::SliderInt("head", &head_, 0, std::max(0, info->shape.n_heads - 1));
+  user_chose_ |= ImGui::SliderInt("head", &head_, 0, std::max(0, info->shape.n_heads - 1));
   head_ = std::clamp(head_, 0, std::max(0, info->shape.n_heads - 1));
   ImGui::EndDisabled();
   flow_same_line(check_width("mean of heads"), gap);
-  ImGui::Checkbox("mean of heads", &mean_heads_);
+  user_chose_ |= ImGui::Checkbox("mean of heads", &mean_heads_);
   flow_same_line(check_width("log"), gap);
   ImGui::Checkbox("log", &log_scale_);
   item_tooltip("Colour by log10(weight) from 1e-4 to 1 (off: linear, scaled to the largest)");
@@ -453,6 +563,7 @@ void AttentionPanel::draw(AppState& state) {
   ImGui::PopTextWrapPos();
   if (!last_error_.empty() || n <= 0 || cap == nullptr || static_cast<int>(cap->tokens.size()) < n)
     return;
+  focus_hottest_head(*cap);
   if (grid_) {
     draw_sink_grid(state, cit->second);
     return;

@@ -19,6 +19,7 @@
 namespace kvscope::ui {
 
 struct RunInfo;
+struct Palette;
 
 // The panel's colormap: background -> blue -> warm yellow for t in [0, 1].
 ImU32 attention_heat_color(float t, ImU32 bg);
@@ -65,6 +66,12 @@ class AttentionPanel final : public Panel {
   void draw_matrix(AppState& state, const AttentionCapture& cap, int n);
   void draw_cumulative(AppState& state, const AttentionCapture& cap, int n);
   void draw_sink_grid(AppState& state, const std::shared_ptr<const AttentionCapture>& cap);
+  // Opens the head with the largest share on the first token, once per sequence, until the
+  // user picks a layer, head or the mean.
+  void focus_hottest_head(const AttentionCapture& cap);
+  void draw_heat_scale(const Palette& pal, const char* what, bool log) const;
+  static void draw_causal_mask(ImDrawList* dl, const Palette& pal, ImVec2 o, float side);
+  void draw_matrix_legend(const Palette& pal, bool evictions) const;
   std::string token_text(const AppState& state, const AttentionCapture& cap, int pos) const;
   // Quantization-error overlay (attention_qerr.cpp).
   std::optional<KvFormat> wanted_preview(const RunInfo& info) const;  // fp32 runs with overlay
@@ -85,6 +92,8 @@ class AttentionPanel final : public Panel {
   std::string last_error_;
   int layer_ = 0;
   int head_ = 0;
+  bool user_chose_ = false;   // a layer, head or the mean was picked: no more auto focus
+  int focused_request_ = -1;  // the sequence whose hottest head was opened
   bool mean_heads_ = false;
   bool log_scale_ = true;
   bool show_errors_ = false;

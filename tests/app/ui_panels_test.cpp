@@ -543,6 +543,40 @@ TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {
   EXPECT_LT(panel.layer(), cap->n_layers);
 }
 
+// The panel opens on the head that puts the largest share of its attention on the first token
+// (the sink lesson), not layer 0 head 0; once the user picks a layer or head it stays theirs.
+TEST(AttentionPanel, OpensOnTheHottestSinkHeadUntilTheUserPicks) {
+  HeadlessImGui imgui(ImVec2(1000, 900));
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  run->wait();
+  AppState state(run->make_source());
+  state.set_step(60);
+  state.selected_request = 0;
+  AttentionPanel panel;
+  for (int f = 0; f < 4; ++f) {
+    draw_attention_frame(panel, state, "capturing");
+    panel.wait_for_capture();
+  }
+  draw_attention_frame(panel, state, "focused");
+  const AttentionCapture* cap = panel.capture(0);
+  ASSERT_NE(cap, nullptr);
+  double best = -1.0;
+  int best_l = -1, best_h = -1;
+  for (int l = 0; l < cap->n_layers; ++l) {
+    for (int h = 0; h < cap->n_heads; ++h) {
+      const double v = cap->recorder->first_tokens_share(l, h, 1);
+      if (v > best) {
+        best = v;
+        best_l = l;
+        best_h = h;
+      }
+    }
+  }
+  EXPECT_EQ(panel.layer(), best_l);
+  EXPECT_EQ(panel.head(), best_h);
+  EXPECT_FALSE(best_l == 0 && best_h == 0) << "stories260K's hottest head is not layer 0 head 0";
+}
+
 TEST(ComparePanel, RunsTheVariantBesideTheCurrentRun) {
   HeadlessImGui imgui(ImVec2(1200, 800));
   std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"), true);
