@@ -6,9 +6,11 @@
 #include <string_view>
 #include <vector>
 
+#include "app/core/shell_layout.h"
 #include "app/core/transport.h"
 #include "app/panels/attach_panel.h"
 #include "app/panels/registry.h"
+#include "app/widgets/layout_probe.h"
 #include "app/widgets/widgets.h"
 #include "engine/analysis/metrics_csv.h"
 #include "engine/common/error.h"
@@ -17,54 +19,14 @@ namespace kvscope::ui {
 
 namespace {
 
-// A panel's place in a workspace, as fractions of the area under the transport bar.
-struct Slot {
-  const char* panel;
-  float x, y, w, h;
-};
-struct Workspace {
-  const char* name;
-  const char* key;  // shortcut shown in the menu
-  std::vector<Slot> slots;
-};
-
-const std::vector<Workspace>& workspaces() {
-  static const std::vector<Workspace> kAll = {
-      {"Pool",
-       "Ctrl+1",
-       {{"Block pool", 0.0f, 0.0f, 0.6f, 0.6f},
-        {"Fragmentation", 0.0f, 0.6f, 0.6f, 0.4f},
-        {"Block tables", 0.6f, 0.0f, 0.4f, 0.3f},
-        {"Text", 0.6f, 0.3f, 0.4f, 0.32f},
-        {"Memory vs context", 0.6f, 0.62f, 0.4f, 0.38f}}},
-      {"Prefix",
-       "Ctrl+2",
-       {{"Prefix cache", 0.0f, 0.0f, 0.62f, 0.6f},
-        {"Text", 0.0f, 0.6f, 0.62f, 0.4f},
-        {"Block pool", 0.62f, 0.0f, 0.38f, 0.5f},
-        {"Controls", 0.62f, 0.5f, 0.38f, 0.5f}}},
-      {"Attention & quality",
-       "Ctrl+3",
-       {{"Attention", 0.0f, 0.0f, 0.45f, 1.0f},
-        {"Quality vs memory", 0.45f, 0.0f, 0.55f, 0.56f},
-        {"Text", 0.45f, 0.56f, 0.3f, 0.44f},
-        {"Controls", 0.75f, 0.56f, 0.25f, 0.44f}}},
-      {"Compare",
-       "Ctrl+4",
-       {{"Compare", 0.0f, 0.0f, 0.62f, 1.0f},
-        {"Controls", 0.62f, 0.0f, 0.38f, 0.5f},
-        {"Fragmentation", 0.62f, 0.5f, 0.38f, 0.5f}}},
-      {"Live",
-       "Ctrl+5",
-       {{"Live attach", 0.0f, 0.0f, 0.56f, 1.0f},
-        {"Prefix cache", 0.56f, 0.0f, 0.44f, 0.58f},
-        {"Block pool", 0.56f, 0.58f, 0.44f, 0.42f}}},
-  };
-  return kAll;
+const Layout& layout_of(int workspace, int layout) {
+  const Workspace& ws = workspaces()[static_cast<std::size_t>(workspace)];
+  return ws.layouts[static_cast<std::size_t>(
+      std::clamp(layout, 0, static_cast<int>(ws.layouts.size()) - 1))];
 }
 
-const Slot* find_slot(int workspace, const char* panel) {
-  for (const Slot& s : workspaces()[static_cast<std::size_t>(workspace)].slots)
+const Slot* find_slot(const Layout& layout, const char* panel) {
+  for (const Slot& s : layout.slots)
     if (std::string_view(s.panel) == panel) return &s;
   return nullptr;
 }
@@ -81,7 +43,22 @@ const char* UiShell::workspace_name(int index) {
 
 void UiShell::set_workspace(int index) {
   workspace_ = std::clamp(index, 0, num_workspaces() - 1);
-  for (auto& p : panels_) p->visible = find_slot(workspace_, p->title()) != nullptr;
+  layout_ = -1;  // frame() picks the layout that fits and shows its panels
+  show_layout(choose_layout(workspaces()[static_cast<std::size_t>(workspace_)], panel_area()));
+}
+
+ImVec2 UiShell::panel_area() const {
+  const ImVec2 display = ImGui::GetIO().DisplaySize;
+  const float menu = menu_height_ > 0.0f ? menu_height_ : ImGui::GetFrameHeight();
+  const float top = menu + ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
+  return ImVec2(display.x - kLayoutMargin, display.y - top - kLayoutMargin - caption_bar_height());
+}
+
+void UiShell::show_layout(int layout) {
+  if (layout == layout_) return;
+  layout_ = layout;
+  const Layout& l = layout_of(workspace_, layout_);
+  for (auto& p : panels_) p->visible = find_slot(l, p->title()) != nullptr;
   layout_dirty_ = true;
 }
 
@@ -217,6 +194,9 @@ void UiShell::frame(double dt_seconds) {
   const ImVec2 display = ImGui::GetIO().DisplaySize;
   if (display.x != last_display_.x || display.y != last_display_.y) layout_dirty_ = true;
   last_display_ = display;
+  probe_clear();
+  // The layout that fits the window (its size, fonts and caption bar may have changed).
+  show_layout(choose_layout(workspaces()[static_cast<std::size_t>(workspace_)], panel_area()));
   draw_menu_bar();
   draw_transport_window();
   draw_panels();
@@ -278,8 +258,17 @@ void UiShell::draw_menu_bar() {
                           workspaces()[static_cast<std::size_t>(i)].key, workspace_ == i))
         set_workspace(i);
     }
-    ImGui::Separator();
-    for (auto& p : panels_) ImGui::MenuItem(p->title(), nullptr, &p->visible);
+    // The panels of this layout, then those it leaves out at this window size (each opens as a
+    // floating window over the layout).
+    const Layout& shown = layout_of(workspace_, layout_);
+    for (int pass = 0; pass < 2; ++pass) {
+      ImGui::Separator();
+      if (pass == 1) ImGui::TextDisabled("Not in this layout (a larger window shows more)");
+      for (auto& p : panels_) {
+        if ((find_slot(shown, p->title()) != nullptr) == (pass == 0))
+          ImGui::MenuItem(p->title(), nullptr, &p->visible);
+      }
+    }
     if (!planned_panels().empty()) {
       ImGui::Separator();
       ImGui::TextDisabled("Planned");
@@ -382,23 +371,37 @@ void UiShell::place(ImVec2 pos, ImVec2 size) {
 }
 
 void UiShell::draw_panels() {
-  // The workspace's layout; panels shown from the View menu outside it cascade.
+  // The workspace's layout; panels shown from the View menu outside it float over it, each at
+  // its legible minimum or half the area, whichever is larger.
   const ImVec2 display = ImGui::GetIO().DisplaySize;
   const float top =
       menu_height_ + ImGui::GetFrameHeight() + ImGui::GetStyle().WindowPadding.y * 2.0f;
-  const float m = 6.0f;
-  const float w = display.x - m, h = display.y - top - m - caption_bar_height();
+  const float m = kLayoutMargin;
+  const ImVec2 area = panel_area();
+  const float w = area.x, h = area.y;
+  const Layout& layout = layout_of(workspace_, layout_);
   int cascade = 0;
   for (const std::unique_ptr<Panel>& panel : panels_) {
     Panel& p = *panel;
     if (!p.visible) continue;
-    if (const Slot* s = find_slot(workspace_, p.title())) {
+    if (const Slot* s = find_slot(layout, p.title())) {
       const ImVec2 pos(std::floor(m + s->x * w), std::floor(top + m + s->y * h));
       const ImVec2 size(std::floor(s->w * w - m), std::floor(s->h * h - m));
       place(pos, size);
     } else {
+      const LegibleMinimum min = legible_minimum(p.title());
+      const ImGuiStyle& style = ImGui::GetStyle();
+      const ImVec2 size(
+          std::min(w - m, std::max(w * 0.5f,
+                                   min.ems * ImGui::GetFontSize() + style.WindowPadding.x * 2.0f)),
+          std::min(h - m,
+                   std::max(h * 0.6f, min.lines * ImGui::GetTextLineHeightWithSpacing() +
+                                          ImGui::GetFrameHeight() + style.WindowPadding.y * 2.0f)));
+      const float step = ImGui::GetFrameHeight() * 1.5f;
+      const ImVec2 pos(std::min(m + step * static_cast<float>(cascade), display.x - size.x),
+                       std::min(top + m + step * static_cast<float>(cascade), top + h - size.y));
       ++cascade;
-      place(ImVec2(60.0f + 30.0f * cascade, top + 60.0f + 30.0f * cascade), ImVec2(640, 420));
+      place(pos, size);
     }
     // The shown title may change (a model name); the ID after "###" stays the panel's title.
     if (ImGui::Begin(panel_window_name(p, state_).c_str(), &p.visible,
@@ -545,6 +548,7 @@ void UiShell::draw_help_window() {
         {"Ctrl+Shift+A", "attach to a live vLLM / SGLang engine"},
         {"Ctrl+R", "restart the scenario"},
         {"Ctrl+1..5", "workspace: pool, prefix, attention & quality, compare, live"},
+        {"View > panel", "a panel this window size leaves out (it floats over the layout)"},
         {"Ctrl+Q", "quit"}};
     if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {
       for (const auto& k : kKeys) {

@@ -64,12 +64,16 @@ class UiShell {
   const std::string& error_text() const { return error_; }
   void reset_layout() { layout_dirty_ = true; }
 
-  // Workspaces: named panel arrangements (pool, prefix, attention & quality, compare). Switching
-  // shows the workspace's panels in its layout and hides the others (View menu brings any back).
+  // Workspaces: named panel arrangements (pool, prefix, attention & quality, compare, live),
+  // each with layouts for several window sizes (shell_layout.h). Switching shows the panels of
+  // the layout that fits and hides the others (the View menu brings any back, floating).
   static int num_workspaces();
   static const char* workspace_name(int index);
   int workspace() const { return workspace_; }
   void set_workspace(int index);  // clamped
+  // Which of the workspace's layouts is shown (0: the fullest; see workspaces() in
+  // shell_layout.h); chosen every frame from the window's size and fonts.
+  int layout() const { return layout_; }
 
  private:
   void draw_menu_bar();
@@ -86,6 +90,11 @@ class UiShell {
   void attach(std::unique_ptr<RunSession> session);
   void perform(const FileAction& action);
   void place(ImVec2 pos, ImVec2 size);
+  // The area the panels share (under the transport bar, over the caption bar), in pixels.
+  ImVec2 panel_area() const;
+  // Shows layout `layout` of the current workspace (its panels visible, the others hidden) when
+  // it is not the one shown.
+  void show_layout(int layout);
   void draw_workspace_tabs();
 
   AppState state_;
@@ -98,6 +107,7 @@ class UiShell {
   bool fullscreen_ = false;
   bool layout_dirty_ = true;
   int workspace_ = 0;
+  int layout_ = -1;  // the shown layout of workspace_; -1 before the first choice
   ImVec2 last_display_{0, 0};
   float menu_height_ = 0.0f;
   float tabs_end_x_ = 0.0f;  // where the workspace tabs end in the menu bar

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "app/core/theme.h"
+#include "app/widgets/layout_probe.h"
 #include "app/widgets/widgets.h"
 
 namespace kvscope::ui {
@@ -58,6 +59,7 @@ void BlockTablesPanel::draw(AppState& state) {
   }
   clipper.End();
   ImGui::EndTable();
+  probe_record(ProbeKind::kTable, "##tables", ImGui::GetItemRectMin(), ImGui::GetItemRectMax());
 }
 
 void BlockTablesPanel::draw_row(AppState& state, const RequestState& r) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "app/core/shell_layout.h"
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
 #include "app/widgets/widgets.h"
@@ -80,7 +81,8 @@ void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const
                               int step_b) {
   const Palette& pal = palette(state.presenter);
   const ImGuiTableFlags flags =
-      ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit;
+      ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit |
+      ImGuiTableFlags_NoHostExtendX;  // as wide as its columns: plots may go beside it
   if (!ImGui::BeginTable("##diff", 4, flags)) return;
   ImGui::TableSetupColumn("at the selected step");
   ImGui::TableSetupColumn("current");
@@ -182,24 +184,57 @@ void ComparePanel::draw_plots(const AppState& state) {
     bb.x.push_back(m.step);
     bb.y.push_back(m.blocks_used);
   }
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  // Both plots side by side under the table when they get a legible size there; else one plot
+  // (picked by two radio buttons) beside the table; else neither, saying so.
   const float gap = ImGui::GetStyle().ItemSpacing.x;
+  const float min_h =
+      kMinPlotLines * ImGui::GetTextLineHeight() + ImGui::GetFrameHeightWithSpacing();
+  const float min_w = kMinPlotEms * ImGui::GetFontSize();
+  const ImVec2 table_min = ImGui::GetItemRectMin(), table_max = ImGui::GetItemRectMax();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float content_right = ImGui::GetWindowContentRegionMax().x + ImGui::GetWindowPos().x;
+  const float beside_w = content_right - table_max.x - gap * 2.0f;
   PlotConfig c;
-  c.size = ImVec2((avail.x - gap) * 0.5f, std::max(100.0f, avail.y));
   c.cursor_x = state.step();
   c.line_scale = state.presenter ? 1.6f : 1.0f;
-  c.id = "cmp_util";
-  c.title = "utilization";
   c.x = {"step", AxisUnits::kNumber, false, {}, {}};
-  c.y = {"filled / allocated", AxisUnits::kPercent, false, 0.0, 1.0};
   const PlotSeries u[] = {ua, ub};
-  plot(c, u);
-  ImGui::SameLine();
-  c.id = "cmp_blocks";
-  c.title = "blocks in use";
-  c.y = {"blocks", AxisUnits::kNumber, false, {}, {}};
   const PlotSeries b[] = {ba, bb};
-  plot(c, b);
+  const auto utilization = [&] {
+    c.id = "cmp_util";
+    c.title = "utilization";
+    c.y = {"filled / allocated", AxisUnits::kPercent, false, 0.0, 1.0};
+    plot(c, u);
+  };
+  const auto blocks = [&] {
+    c.id = "cmp_blocks";
+    c.title = "blocks in use";
+    c.y = {"blocks", AxisUnits::kNumber, false, {}, {}};
+    plot(c, b);
+  };
+  if (avail.y >= min_h && (avail.x - gap) * 0.5f >= min_w) {
+    c.size = ImVec2((avail.x - gap) * 0.5f, avail.y);
+    utilization();
+    ImGui::SameLine();
+    blocks();
+    return;
+  }
+  const float bottom = ImGui::GetCursorScreenPos().y + avail.y;
+  if (beside_w >= min_w && bottom - table_min.y >= min_h) {
+    ImGui::SetCursorScreenPos(ImVec2(table_max.x + gap * 2.0f, table_min.y));
+    ImGui::BeginGroup();
+    ImGui::RadioButton("utilization", &single_plot_, 0);
+    ImGui::SameLine();
+    ImGui::RadioButton("blocks in use", &single_plot_, 1);
+    c.size = ImVec2(beside_w, bottom - ImGui::GetCursorScreenPos().y);
+    if (single_plot_ == 0)
+      utilization();
+    else
+      blocks();
+    ImGui::EndGroup();
+    return;
+  }
+  ImGui::TextDisabled("(the plots need a larger panel)");
 }
 
 void ComparePanel::draw(AppState& state) {

@@ -28,7 +28,9 @@ class ComparePanel final : public Panel {
 
   std::unique_ptr<RunSession> variant_;
   int generation_ = -1;  // AppState source generation the variant was opened for
-  int version_ = -1;     // AppState::compare_variant_version it was opened for
+  int version_ = -1;
+  int single_plot_ = 0;  // a short panel shows one plot: 0 utilization, 1 blocks in use     //
+                         // AppState::compare_variant_version it was opened for
   std::string error_;
 };
 

@@ -79,21 +79,47 @@ std::string MemoryPanel::help() const {
 void MemoryPanel::draw(AppState& state) {
   const auto& formats = kv_format_bytes();
   const int num_formats = static_cast<int>(formats.size());
-  for (int i = 0; i <= num_formats; ++i) {
-    const char* name = i < num_formats ? formats[i].name : "all formats";
-    if (i > 0) flow_same_line(check_width(name), ImGui::GetStyle().ItemSpacing.x);
-    ImGui::RadioButton(name, &format_, i);
-  }
-  flow_same_line(check_width("loaded run"), 16.0f);
-  ImGui::Checkbox("loaded run", &show_loaded_);
-  ImGui::PushTextWrapPos(0.0f);
-  ImGui::TextDisabled(
+  static constexpr const char* kFormula =
       "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem;  "
       "MLA: layers x (512 + 64) x tokens x bytes/elem;  window: tokens <= window;  SSM: a "
-      "constant state");
-  ImGui::PopTextWrapPos();
+      "constant state";
+  // A short panel (presenter fonts, a small window) keeps its room for the plot: the formats in
+  // a combo and the formula in a tooltip.
+  const bool compact =
+      ImGui::GetContentRegionAvail().y < ImGui::GetTextLineHeightWithSpacing() * 24.0f;
+  if (compact) {
+    ImGui::SetNextItemWidth(ImGui::CalcTextSize("fp8 / int8").x + ImGui::GetFrameHeight() * 2.0f);
+    const char* shown = format_ < num_formats ? formats[format_].name : "all formats";
+    if (ImGui::BeginCombo("##format", shown)) {
+      for (int i = 0; i <= num_formats; ++i) {
+        const char* name = i < num_formats ? formats[i].name : "all formats";
+        if (ImGui::Selectable(name, format_ == i)) format_ = i;
+      }
+      ImGui::EndCombo();
+    }
+    item_tooltip("Bytes per KV element of the published shapes");
+    flow_same_line(check_width("loaded run"), 12.0f);
+    ImGui::Checkbox("loaded run", &show_loaded_);
+    flow_same_line(ImGui::CalcTextSize("formula").x, 12.0f);
+    ImGui::TextDisabled("formula");
+    item_tooltip(kFormula);
+  } else {
+    for (int i = 0; i <= num_formats; ++i) {
+      const char* name = i < num_formats ? formats[i].name : "all formats";
+      if (i > 0) flow_same_line(check_width(name), ImGui::GetStyle().ItemSpacing.x);
+      ImGui::RadioButton(name, &format_, i);
+    }
+    flow_same_line(check_width("loaded run"), 16.0f);
+    ImGui::Checkbox("loaded run", &show_loaded_);
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextDisabled("%s", kFormula);
+    ImGui::PopTextWrapPos();
+  }
   draw_measure_row(state);
 
+  const std::vector<PlotSeries> measured = measured_series(state);
+  // Formula lines step back (thinner, dimmer, no markers) when measured points are shown.
+  const bool has_measured = !measured.empty();
   std::vector<PlotSeries> series;
   for (int f = 0; f < num_formats; ++f) {
     if (format_ != num_formats && format_ != f) continue;
@@ -101,11 +127,14 @@ void MemoryPanel::draw(AppState& state) {
     for (std::size_t m = 0; m < shapes_.size(); ++m) {
       ImU32 col = series_color(static_cast<int>(m));
       if (all) col = mix_color(col, palette(state.presenter).panel_bg, 0.28f * f);
+      if (has_measured) col = mix_color(col, palette(state.presenter).panel_bg, 0.35f);
       const std::string label = shapes_[m].name + (all ? std::string(" ") + formats[f].name : "");
       const KvShape& shape = shapes_[m];
       const double bpe = formats[f].bytes;
       series.push_back(curve(label, col, [&](double t) { return shape.bytes_at(t, bpe); }));
-      series.back().markers = !all;
+      series.back().markers = !all && !has_measured;
+      series.back().in_legend = f == 0 || !all;  // all formats: one entry per shape (shades)
+      if (has_measured) series.back().thickness = 1.5f;
     }
   }
   if (show_loaded_ && state.header().kv_bytes_per_token > 0) {
@@ -113,8 +142,7 @@ void MemoryPanel::draw(AppState& state) {
     series.push_back(curve(loaded_label(state), palette(state.presenter).text,
                            [bpt](double t) { return t * bpt; }));
   }
-  const std::vector<PlotSeries> measured = measured_series(state);
-  series.insert(series.end(), measured.begin(), measured.end());
+  series.insert(series.end(), measured.begin(), measured.end());  // drawn last: on top
   const Palette& pal = palette(state.presenter);
   const std::vector<PlotRefLine> gpus = {
       {.value = kH100Bytes, .label = "H100: 80 GB", .color = pal.warn, .label_below = true},
@@ -130,24 +158,48 @@ void MemoryPanel::draw(AppState& state) {
   cfg.x = PlotAxis{"context length (tokens)", AxisUnits::kTokens, true, x_lo, 1048576.0};
   cfg.y =
       PlotAxis{"KV cache per sequence", AxisUnits::kBytes, true, y_lo, 1024.0 * 1024 * 1024 * 1024};
-  const float table_h = ImGui::GetTextLineHeightWithSpacing() * (shapes_.size() + 4.2f);
+  // The footer (what is shown) wraps: measure it at the panel's width.
+  const std::string footer = shown_text(state, formats.size(), format_);
+  const float wrap_w = ImGui::GetContentRegionAvail().x;
+  const float footer_h = ImGui::CalcTextSize(footer.c_str(), nullptr, false, wrap_w).y +
+                         ImGui::GetStyle().ItemSpacing.y;
+  const float table_h = ImGui::GetTextLineHeightWithSpacing() * (shapes_.size() + 1.5f) +
+                        ImGui::GetTextLineHeightWithSpacing() * 3.0f + footer_h;
   // Short panels (presenter mode) keep the plot and a one-line caption; the table needs room.
   const float avail = ImGui::GetContentRegionAvail().y;
   const bool with_table = avail - table_h >= ImGui::GetFontSize() * 14.0f;
-  const float caption_h = ImGui::GetTextLineHeightWithSpacing() * 1.2f;
+  const float caption_h = footer_h + 2.0f;
   cfg.size = ImVec2(-1.0f, std::max(avail - (with_table ? table_h : caption_h), 120.0f));
   cfg.line_scale = state.presenter ? 1.6f : 1.0f;
-  cfg.legend = format_ != num_formats;
+  cfg.legend = true;
   const PlotResult r = plot(cfg, series, gpus);
   if (!r.exported.empty()) export_message_ = r.exported;
   if (with_table) {
     draw_table(state, formats[format_ == num_formats ? 0 : format_].bytes);
   } else {
     ImGui::PushTextWrapPos(0.0f);
-    ImGui::TextDisabled("Formulas for published shapes, not measurements%s.",
-                        state.is_demo() ? "; the loaded-run line is demo data" : "");
+    ImGui::TextDisabled("%s", footer.c_str());
     ImGui::PopTextWrapPos();
   }
+}
+
+std::string MemoryPanel::shown_text(const AppState& state, std::size_t num_formats,
+                                    int format) const {
+  std::string text = "Lines: formulas for published shapes";
+  if (static_cast<std::size_t>(format) == num_formats) text += " (paler: narrower formats)";
+  if (show_loaded_ && state.header().kv_bytes_per_token > 0)
+    text += state.is_demo() ? "; white: the loaded run's bytes per token (demo data)"
+                            : "; white: the loaded run's bytes per token";
+  if (measured_ && !measured_->points.empty()) {
+    text += "; ringed dots: measured " + model_display_name(measured_->model) + " " +
+            measured_->format + " at " + std::to_string(measured_->points.size()) +
+            " contexts (allocator bytes, OS-backed pages)";
+    if (measured_->random_weights) text += ", random weights: bytes only";
+    text += ".";
+  } else {
+    text += ", not measurements (Measure runs the model to check them).";
+  }
+  return text;
 }
 
 void MemoryPanel::start_measurement(const AppState& state) {
@@ -228,11 +280,13 @@ std::vector<PlotSeries> MemoryPanel::measured_series(const AppState& state) cons
   PlotSeries allocated, resident;
   allocated.label = "measured " + name + " " + measured_->format + ": allocator";
   resident.label = "measured: OS pages";
-  allocated.color = pal.text;
+  allocated.color = pal.accent;
   resident.color = pal.warn;
   for (PlotSeries* s : {&allocated, &resident}) {
     s->line = false;
     s->markers = true;
+    s->marker_radius = 5.0f;
+    s->marker_outline = pal.text;
   }
   for (const KvMemoryPoint& p : measured_->points) {
     allocated.x.push_back(p.tokens);
@@ -287,11 +341,11 @@ void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
   }
   ImGui::PushTextWrapPos(0.0f);
   ImGui::TextDisabled(
-      "Formulas for published shapes at %.1f bytes/element (scales excluded; SSM states in 16 "
-      "bits), not measurements; synthetic models with the first four shapes run on random "
-      "weights, the window, SSM and hybrid ones are formulas only. Max context assumes the whole "
-      "GPU holds one sequence's cache (weights not subtracted).%s%s",
-      bytes_per_element, state.is_demo() ? " The loaded-run line comes from demo data." : "",
+      "%s Table: formulas at %.1f bytes/element (scales excluded; SSM states in 16 bits); "
+      "synthetic models with the first four shapes run on random weights, the window, SSM and "
+      "hybrid ones are formulas only. Max context assumes the whole GPU holds one sequence's "
+      "cache (weights not subtracted).%s",
+      shown_text(state, kv_format_bytes().size(), format_).c_str(), bytes_per_element,
       export_message_.empty() ? "" : ("  " + export_message_).c_str());
   ImGui::PopTextWrapPos();
 }

@@ -25,13 +25,16 @@ class MemoryPanel final : public Panel {
   // Starts the measurement as the button does (tests; headless runs).
   void start_measurement(const AppState& state);
   void wait_for_measurement() { job_.wait(); }
+  // The measured points as plot series (allocator, OS pages), empty when nothing was measured.
+  std::vector<PlotSeries> measured_series(const AppState& state) const;
+  // The plot's footer: what its lines and dots are (formulas; measured points when there are
+  // some). `format` indexes kv_format_bytes(), `num_formats` meaning all of them.
+  std::string shown_text(const AppState& state, std::size_t num_formats, int format) const;
 
  private:
   void draw_table(const AppState& state, double bytes_per_element);
   // The "Measure" row: the button, the job's progress and Cancel, or what was measured.
   void draw_measure_row(const AppState& state);
-  // The measured points as plot series (allocator, OS pages), empty when nothing was measured.
-  std::vector<PlotSeries> measured_series(const AppState& state) const;
 
   MemoryJob job_;
   std::shared_ptr<MemoryMeasurement> measured_;

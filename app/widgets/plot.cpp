@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "app/core/theme.h"
+#include "app/widgets/layout_probe.h"
 #include "engine/common/atomic_write.h"
 
 namespace kvscope::ui {
@@ -113,8 +114,10 @@ struct Frame {
   float fh = 0;                                    // text line height
   float left = 0, right = 0, top = 0, bottom = 0;  // the plot area
   Scale sx, sy;
-  std::vector<double> xt, yt;      // tick values
-  std::vector<ImVec2> legend_pos;  // [series] top-left of each legend entry
+  std::vector<double> xt, yt;              // tick values
+  std::vector<ImVec2> legend_pos;          // top-left of each legend entry
+  std::vector<std::size_t> legend_series;  // [entry] the series it names
+  bool legend_dropped = false;             // no room for the legend: hovering names series
   ImU32 text_col = 0, dim_col = 0;
 };
 
@@ -144,7 +147,10 @@ bool layout(const PlotConfig& cfg, std::span<const PlotSeries> series, ImVec2 si
   float legend_y = ly;
   if (cfg.legend) {
     float x = lx;
-    for (const PlotSeries& s : series) {
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      const PlotSeries& s = series[i];
+      if (!s.in_legend || s.label.empty()) continue;
+      f.legend_series.push_back(i);
       const float w = f.fh * 0.95f + ImGui::CalcTextSize(s.label.c_str()).x;
       if (x + w > f.right && x > f.left) x = f.left, legend_y += row_h;
       legend.push_back(ImVec2(x, legend_y));
@@ -154,6 +160,8 @@ bool layout(const PlotConfig& cfg, std::span<const PlotSeries> series, ImVec2 si
   const float bottom = f.origin.y + size.y - (cfg.x.label.empty() ? f.fh * 1.4f : f.fh * 2.6f);
   if (!legend.empty() && (legend_y == ly || bottom - (legend_y + row_h) >= size.y * 0.5f))
     f.legend_pos = legend;
+  else
+    f.legend_dropped = !legend.empty();
   if (!f.legend_pos.empty()) ly = legend_y;
   const bool has_header = !cfg.title.empty() || !f.legend_pos.empty();
   f.top = has_header ? ly + row_h + f.fh * 0.2f : f.origin.y + f.fh * 0.5f;
@@ -203,6 +211,8 @@ void draw_frame(const PlotConfig& cfg, std::span<const PlotSeries> series, const
     std::string label = cfg.y.label;
     const float room = f.bottom - f.top + f.fh;
     if (ImGui::CalcTextSize(label.c_str()).x > room) {
+      probe_record(ProbeKind::kTextCut, std::string(cfg.id) + ": y axis title \"" + label + "\"",
+                   ImVec2(f.left, f.top), ImVec2(f.right, f.bottom));
       while (label.size() > 1 && ImGui::CalcTextSize((label + "...").c_str()).x > room)
         label.pop_back();
       label += "...";
@@ -211,11 +221,21 @@ void draw_frame(const PlotConfig& cfg, std::span<const PlotSeries> series, const
                       label.c_str());
   }
   if (!cfg.title.empty()) dl->AddText(ImVec2(f.left, f.origin.y), f.text_col, cfg.title.c_str());
-  for (std::size_t i = 0; i < f.legend_pos.size(); ++i) {
-    const ImVec2 p = f.legend_pos[i];
-    dl->AddRectFilled(ImVec2(p.x, p.y + f.fh * 0.25f),
-                      ImVec2(p.x + f.fh * 0.7f, p.y + f.fh * 0.95f), color_of(series[i], i), 2.0f);
-    dl->AddText(ImVec2(p.x + f.fh * 0.95f, p.y), f.dim_col, series[i].label.c_str());
+  for (std::size_t e = 0; e < f.legend_pos.size(); ++e) {
+    const ImVec2 p = f.legend_pos[e];
+    const std::size_t i = f.legend_series[e];
+    const PlotSeries& s = series[i];
+    const ImU32 col = color_of(s, i);
+    if (!s.line && s.markers) {  // a marker-only series: its marker, as drawn
+      const ImVec2 c(p.x + f.fh * 0.35f, p.y + f.fh * 0.6f);
+      const float r = f.fh * 0.3f;
+      dl->AddCircleFilled(c, r, col, 12);
+      if (s.marker_outline != 0) dl->AddCircle(c, r + 1.5f, s.marker_outline, 12, 1.5f);
+    } else {
+      dl->AddRectFilled(ImVec2(p.x, p.y + f.fh * 0.25f),
+                        ImVec2(p.x + f.fh * 0.7f, p.y + f.fh * 0.95f), col, 2.0f);
+    }
+    dl->AddText(ImVec2(p.x + f.fh * 0.95f, p.y), f.dim_col, s.label.c_str());
   }
 }
 
@@ -243,7 +263,11 @@ void draw_series(const PlotConfig& cfg, std::span<const PlotSeries> series, cons
                       s.thickness * cfg.line_scale);
     }
     if (s.markers) {
-      for (const ImVec2& p : pts) dl->AddCircleFilled(p, 3.0f * cfg.line_scale, col, 12);
+      const float r = s.marker_radius * cfg.line_scale;
+      for (const ImVec2& p : pts) {
+        dl->AddCircleFilled(p, r, col, 12);
+        if (s.marker_outline != 0) dl->AddCircle(p, r + 1.5f, s.marker_outline, 12, 1.5f);
+      }
     }
   }
 }
@@ -374,10 +398,17 @@ PlotResult plot(const PlotConfig& cfg, std::span<const PlotSeries> series,
   if (!layout(cfg, series, size, f)) {
     // Never a blank area: say why nothing is drawn.
     f.dl->AddText(ImVec2(f.origin.x, f.origin.y), f.dim_col, "plot: enlarge the panel");
+    probe_record(ProbeKind::kNoRoom, cfg.id, f.origin,
+                 ImVec2(f.origin.x + size.x, f.origin.y + size.y));
     f.dl->PopClipRect();
     ImGui::PopID();
     return result;
   }
+  probe_record(ProbeKind::kPlot, cfg.id, f.origin, ImVec2(f.origin.x + size.x, f.origin.y + size.y),
+               ImVec2(f.left, f.top), ImVec2(f.right, f.bottom));
+  if (f.legend_dropped)
+    probe_record(ProbeKind::kTextCut, std::string(cfg.id) + ": legend dropped", f.origin,
+                 ImVec2(f.origin.x + size.x, f.origin.y + size.y));
   draw_frame(cfg, series, pal, f);
   f.dl->PushClipRect(ImVec2(f.left, f.top - 1), ImVec2(f.right + 1, f.bottom + 1), true);
   draw_series(cfg, series, f);

@@ -30,6 +30,9 @@ struct PlotSeries {
   bool markers = false;
   bool fill = false;  // shade the area under a line (linear y only)
   float thickness = 2.0f;
+  float marker_radius = 3.0f;             // before line_scale
+  ImU32 marker_outline = 0;               // a ring around each marker (measured points stand out)
+  bool in_legend = true;                  // false: drawn and hovered, but left out of the legend
   std::vector<std::string> point_labels;  // optional, one per point: drawn beside its marker
 };
 

