@@ -125,7 +125,7 @@ void UiShell::perform(const FileAction& action) {
   try {
     switch (action.kind) {
       case Kind::kOpen:
-        open(action.path);
+        if (open(action.path)) file_menu_.note_opened(action.path);  // File > Open recent
         break;
       case Kind::kAttach:
         attach_live(action.attach);
