@@ -66,7 +66,7 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   info->override = policy;
   info->pool_bytes_field = scenario_pool_bytes(scenario, "base", loaded.shape);
   // A swap override on a scenario without a host tier gets one as large as the device pool, so
-  // swapping happens (documented in docs/ui.md and in the control's tooltip).
+  // swapping happens (documented in docs/ui/compare.md and in the control's tooltip).
   const bool host_from_pool =
       policy.preemption == PreemptionMode::kSwap && scenario.cache.sim.host_blocks == 0;
   if (!policy.variant.empty()) {

@@ -32,7 +32,7 @@ class AttentionPanel final : public Panel {
   // "Attention: <model>": the weights and the quantization-error figures are that model's.
   std::string shown_title(const AppState& state) const override;
   std::string help() const override;
-  const char* docs_page() const override { return "docs/ui.md#attention"; }
+  const char* docs_page() const override { return "docs/ui/attention.md#attention"; }
   void draw(AppState& state) override;
   bool busy() const override { return job_.busy(); }
 

@@ -12,7 +12,7 @@ class BlockTablesPanel final : public Panel {
  public:
   const char* title() const override { return "Block tables"; }
   std::string help() const override;
-  const char* docs_page() const override { return "docs/ui.md#block-tables"; }
+  const char* docs_page() const override { return "docs/ui/pool.md#block-tables"; }
   void draw(AppState& state) override;
 
  private:

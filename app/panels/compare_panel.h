@@ -15,7 +15,7 @@ class ComparePanel final : public Panel {
  public:
   const char* title() const override { return "Compare"; }
   std::string help() const override;
-  const char* docs_page() const override { return "docs/ui.md#compare"; }
+  const char* docs_page() const override { return "docs/ui/compare.md#compare"; }
   void draw(AppState& state) override;
   bool busy() const override { return variant_ && variant_->is_running(); }
 

@@ -25,7 +25,7 @@ class ControlsPanel final : public Panel {
  public:
   const char* title() const override { return "Controls"; }
   std::string help() const override;
-  const char* docs_page() const override { return "docs/ui.md#controls"; }
+  const char* docs_page() const override { return "docs/ui/compare.md#controls"; }
   void draw(AppState& state) override;
 
   // The model picker's entries for a run, each checked on disk (locate_model).

@@ -15,7 +15,7 @@ class FragmentationPanel final : public Panel {
  public:
   const char* title() const override { return "Fragmentation"; }
   std::string help() const override;
-  const char* docs_page() const override { return "docs/ui.md#fragmentation"; }
+  const char* docs_page() const override { return "docs/ui/pool.md#fragmentation"; }
   void draw(AppState& state) override;
 
  private:

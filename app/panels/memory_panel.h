@@ -17,7 +17,7 @@ class MemoryPanel final : public Panel {
   MemoryPanel();
   const char* title() const override { return "Memory vs context"; }
   std::string help() const override;
-  const char* docs_page() const override { return "docs/ui.md#memory-vs-context"; }
+  const char* docs_page() const override { return "docs/ui/pool.md#memory-vs-context"; }
   void draw(AppState& state) override;
   // The measurement (Measure button): running, and its result once it finished (null before).
   bool busy() const override { return job_.busy(); }

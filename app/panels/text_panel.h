@@ -15,7 +15,7 @@ class TextPanel final : public Panel {
  public:
   const char* title() const override { return "Text"; }
   std::string help() const override;
-  const char* docs_page() const override { return "docs/ui.md#text"; }
+  const char* docs_page() const override { return "docs/ui/pool.md#text"; }
   void draw(AppState& state) override;
 
  private:

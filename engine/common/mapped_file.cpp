@@ -31,7 +31,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   // A hint, still zero copy: pages read into the page cache through this mapping come in 2 MiB
   // folios where the filesystem supports them, and are then mapped as huge pages, so streaming
   // the weights of a large model takes far fewer TLB misses. Pages already cached keep their
-  // size (see `--weights copy`, docs/architecture.md "Speed").
+  // size (see `--weights copy`, docs/performance.md "Speed (CPU decode)").
   if (st.st_size >= (2 << 20))
     (void)::madvise(p, static_cast<std::size_t>(st.st_size), MADV_HUGEPAGE);
   data_ = static_cast<const std::byte*>(p);

@@ -53,7 +53,8 @@ enum class WeightStorage {
   kMapped,  // the file's pages, mmapped read-only: zero copy, instant start (the default)
   kCopied,  // copied into anonymous memory that asks for transparent huge pages: costs a copy
             // and model-size RAM, but decode streams the weights with far fewer TLB misses when
-            // the page cache holds the file in 4 KiB pages (docs/architecture.md, "Speed")
+            // the page cache holds the file in 4 KiB pages (docs/performance.md, "Speed (CPU
+            // decode)")
 };
 // "mmap" / "copy" (the --weights flag's values); parse throws kvscope::Error naming `flag`.
 const char* weight_storage_name(WeightStorage s);

@@ -26,14 +26,14 @@ void expect_right_answers(WeightFormat format) {
   ASSERT_TRUE(sim.done());
   // What each answer must say (in the order of the scenario's questions).
   const std::vector<std::string> must = {"Paris", "Rayleigh scattering", "H2O",
-                                         "honey", "7 days",  "100"};
+                                         "cold",  "7 days",  "100"};
   for (int i = 0; i < 6; ++i) {
     const std::string answer = model.tokenizer->decode_all(sim.request(i).generated_tokens());
     EXPECT_NE(answer.find(must[static_cast<std::size_t>(i)]), std::string::npos)
         << "question " << i << " answered: " << answer;
   }
-  // The system turn is shared: every request after the first maps its 2 full blocks.
-  for (int i = 1; i < 6; ++i) EXPECT_GE(sim.request(i).prefix_hit_tokens, 32) << i;
+  // The system turn is shared: every request after the first maps its 3 full blocks.
+  for (int i = 1; i < 6; ++i) EXPECT_GE(sim.request(i).prefix_hit_tokens, 48) << i;
 }
 
 TEST(SmolLM2Chat, TheDefaultDemoAnswersRightOnNativeWeights) {

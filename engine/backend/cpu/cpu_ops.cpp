@@ -145,9 +145,9 @@ void notify_observer(AttentionObserver* observer, int layer, int n_heads, int qu
 // row meeting the whole group while it is in L1 (row_dot8/row_dot4). While the last group runs,
 // the next block is prefetched into L2, so only the first block waits for memory. Every element
 // is still row_dot of its (row, input): the order of the loops only changes which loads hit.
-// Measured on SmolLM2's shape at 1 thread (docs/architecture.md): 16 sequences went from 2.4x to
-// 4.4x the tokens/s of one; one sequence (no prefetch: its single stream is already the
-// prefetcher's best case) is unchanged.
+// Measured on SmolLM2's shape at 1 thread (docs/performance.md, "Several sequences per step"): 16
+// sequences went from 2.4x to 4.4x the tokens/s of one; one sequence (no prefetch: its single
+// stream is already the prefetcher's best case) is unchanged.
 void fp32_rows(const float* w, long lo, long hi, const float* x, int m, int n, float* out, int d) {
   constexpr long kBlockBytes = 128 * 1024, kGroupBytes = 24 * 1024;
   const long row_bytes = static_cast<long>(n) * static_cast<long>(sizeof(float));
