@@ -120,6 +120,15 @@ int run_app(const AppOptions& options) {
       shell.state().playing = false;
       shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);
     }
+    // --caption N: tried every frame until its step is computed (at once for a screenshot).
+    int pending_caption = options.caption - 1;
+    if (options.caption > 0 && options.caption > shell.num_captions()) {
+      std::fprintf(stderr, "kvscope-ui: --caption: expected 1 to %d (the captions of %s), got %d\n",
+                   shell.num_captions(), options.input.c_str(), options.caption);
+      exit_code = 2;
+      pending_caption = -1;
+      glfwSetWindowShouldClose(window, GLFW_TRUE);
+    }
     WindowedGeometry saved;
     double last = glfwGetTime();
     bool want_screenshot = false;
@@ -130,6 +139,7 @@ int run_app(const AppOptions& options) {
       const double dt = capture && !live ? 1.0 / 60.0 : now - last;
       if (capture && live) std::this_thread::sleep_for(std::chrono::milliseconds(33));
       last = now;
+      if (pending_caption >= 0 && shell.go_to_caption(pending_caption)) pending_caption = -1;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       if (capture) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover in screenshots

@@ -19,6 +19,7 @@ struct AppOptions {
   bool workspace_given = false;  // --view was given (else --attach opens the live workspace)
   std::string model;             // --model: the scenario runs on this model ("" = its own)
   std::string backend;           // --backend cuda-sim|cuda ("" or "cpu": the CPU), scenarios only
+  int caption = 0;  // --caption N: open at presenter caption N (1-based) with its view; 0 = none
   int width = 1600;
   int height = 1000;
 };

@@ -19,7 +19,7 @@ void usage(std::FILE* out) {
   std::fprintf(
       out,
       "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
-      "                  [--step S]] [--presenter] [--size WxH] [--view NAME]\n"
+      "                  [--step S]] [--presenter] [--size WxH] [--view NAME] [--caption N]\n"
       "                  [--backend cpu|cuda-sim|cuda] [--model NAME|PATH]\n"
       "       kvscope-ui --attach ENDPOINT [--replay ENDPOINT] [--topic T] [--dp N] [--bind]\n"
       "                  [--slots N] [...]\n"
@@ -32,6 +32,8 @@ void usage(std::FILE* out) {
       "  --presenter           large fonts and high contrast (toggle with P)\n"
       "  --size WxH            window size (default 1600x1000)\n"
       "  --view NAME           first workspace: pool (default), prefix, attention, compare, live\n"
+      "  --caption N           open at presenter caption N with its view (workspace, layer and\n"
+      "                        head, sink grid), as PageDown reaches it\n"
       "  --backend B           what runs the forward pass: cpu (default), cuda-sim (the CUDA\n"
       "                        kernels on the emulated device: slow) or cuda (a GPU); also in\n"
       "                        the Controls panel\n"
@@ -104,6 +106,13 @@ int main(int argc, char** argv) {
       }
       options.workspace = found;
       options.workspace_given = true;
+    } else if (arg == "--caption") {
+      const char* v = value("--caption");
+      char* end = nullptr;
+      const long n = v ? std::strtol(v, &end, 10) : -1;
+      if (!v || *end != '\0' || n < 1 || n > 100000)
+        return fail("--caption: expected a caption number >= 1");
+      options.caption = static_cast<int>(n);
     } else if (arg == "--backend") {
       const char* v = value("--backend");
       const std::string name = v ? v : "";

@@ -45,10 +45,24 @@ void AppState::toggle_play() {
   step_accumulator_ = 0.0;
 }
 
+namespace {
+// The first pause step in (from, to], or -1.
+int first_pause(const std::vector<int>& pauses, int from, int to) {
+  for (int s : pauses)
+    if (s > from && s <= to) return s;
+  return -1;
+}
+}  // namespace
+
 void AppState::advance(double dt_seconds) {
   if (!playing) return;
   const bool live = source_->is_live();
   if (follow_live) {
+    if (const int p = first_pause(pause_steps, step_, num_steps() - 1); p >= 0) {
+      go_to(p);  // a caption's moment: stop there, the run goes on computing behind
+      playing = follow_live = false;
+      return;
+    }
     go_to(num_steps() - 1);
     if (!live && step_ >= num_steps() - 1) playing = follow_live = false;
     return;
@@ -57,6 +71,11 @@ void AppState::advance(double dt_seconds) {
   const int whole = static_cast<int>(step_accumulator_);
   if (whole <= 0) return;
   step_accumulator_ -= whole;
+  if (const int p = first_pause(pause_steps, step_, step_ + whole); p >= 0) {
+    go_to(p);
+    playing = false;
+    return;
+  }
   go_to(step_ + whole);
   if (step_ >= num_steps() - 1) {
     if (live)

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "app/core/data_source.h"
 #include "app/core/run_info.h"
@@ -58,6 +59,16 @@ class AppState {
   // Set by the Live attach panel's Detach button: the shell stops following the stream (the
   // recording stays loaded).
   bool detach_request = false;
+  // Set by a presenter caption's view (the shell): the attention panel opens this layer and head
+  // or its sink grid once, then clears it.
+  struct AttentionFocus {
+    std::optional<int> layer, head;
+    std::optional<bool> sink_grid;
+  };
+  std::optional<AttentionFocus> attention_focus;
+  // Steps where playing stops (captions whose view pauses), ascending: playing across one stops
+  // there, following a live run too.
+  std::vector<int> pause_steps;
   // The Compare panel's variant: the policy run beside the current one (Controls panel sets it).
   PolicyOverride compare_variant;
   int compare_variant_version = 0;  // +1 on every change of compare_variant

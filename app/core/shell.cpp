@@ -19,6 +19,12 @@ namespace kvscope::ui {
 
 namespace {
 
+// The loaded scenario's presenter captions (null when it has none, or for a recording).
+const std::vector<Caption>* captions_of(const AppState& state) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  return info && !info->captions.empty() ? &info->captions : nullptr;
+}
+
 const Layout& layout_of(int workspace, int layout) {
   const Workspace& ws = workspaces()[static_cast<std::size_t>(workspace)];
   return ws.layouts[static_cast<std::size_t>(
@@ -84,6 +90,11 @@ void UiShell::attach(std::unique_ptr<RunSession> session) {
   state_.set_step(0);
   state_.playing = session_->is_running();  // follow the run live as it computes
   state_.follow_live = state_.playing;
+  state_.pause_steps.clear();
+  if (const std::vector<Caption>* captions = captions_of(state_)) {
+    for (const Caption& c : *captions)
+      if (c.view.pause) state_.pause_steps.push_back(c.step);
+  }
 }
 
 bool UiShell::open(const std::string& path, const PolicyOverride& policy,
@@ -437,11 +448,6 @@ void end_bottom_bar() {
   ImGui::PopStyleVar();
 }
 
-const std::vector<Caption>* captions_of(const AppState& state) {
-  const std::shared_ptr<const RunInfo> info = state.source().run_info();
-  return info && !info->captions.empty() ? &info->captions : nullptr;
-}
-
 }  // namespace
 
 float UiShell::caption_bar_height() const {
@@ -477,6 +483,29 @@ void UiShell::draw_attach_bar(const AttachFeed& feed) {
   end_bottom_bar();
 }
 
+int UiShell::num_captions() const {
+  const std::vector<Caption>* captions = captions_of(state_);
+  return captions == nullptr ? 0 : static_cast<int>(captions->size());
+}
+
+bool UiShell::go_to_caption(int index) {
+  const std::vector<Caption>* captions = captions_of(state_);
+  if (captions == nullptr || index < 0 || index >= static_cast<int>(captions->size())) return false;
+  const Caption& c = (*captions)[static_cast<std::size_t>(index)];
+  if (c.step >= state_.num_steps()) return false;  // not computed yet
+  state_.playing = false;  // the presenter drives: the view holds at the caption's moment
+  state_.set_step(c.step);
+  const CaptionView& v = c.view;
+  if (v.workspace) {
+    static const char* const kViews[] = {"pool", "prefix", "attention", "compare", "live"};
+    for (int w = 0; w < 5 && w < num_workspaces(); ++w)
+      if (*v.workspace == kViews[w]) set_workspace(w);
+  }
+  if (v.layer || v.head || v.sink_grid)
+    state_.attention_focus = AppState::AttentionFocus{v.layer, v.head, v.sink_grid};
+  return true;
+}
+
 void UiShell::draw_caption_bar() {
   if (const std::shared_ptr<AttachFeed> feed = state_.source().attach_feed()) {
     draw_attach_bar(*feed);
@@ -501,10 +530,7 @@ void UiShell::draw_caption_bar() {
       target = (*captions)[static_cast<std::size_t>(current)].step < step || current == 0
                    ? current
                    : current - 1;
-    if (target >= 0) {
-      const int s = (*captions)[static_cast<std::size_t>(target)].step;
-      if (s < state_.num_steps()) state_.set_step(s);
-    }
+    if (target >= 0) go_to_caption(target);
   }
   const ImVec2 display = io.DisplaySize;
   const Palette& pal = palette(state_.presenter);

@@ -40,7 +40,13 @@ class UiShell {
   static constexpr int kLiveWorkspace = 4;
   // The attach status bar's text this frame ("" when not attached; tests).
   const std::string& attach_status() const { return attach_status_; }
-  void restart();  // re-runs the loaded scenario from step 0 (with its policy and model override)
+  void restart();
+  // Jumps to presenter caption `index` (0-based) and applies its view (workspace, attention
+  // layer/head or sink grid), paused there. False when there is no such caption or its step is
+  // not computed yet.
+  bool go_to_caption(int index);
+  int num_captions()
+      const;  // re-runs the loaded scenario from step 0 (with its policy and model override)
   RunSession* session() { return session_.get(); }
 
   // Draws one frame's UI; call between ImGui::NewFrame() and ImGui::Render().

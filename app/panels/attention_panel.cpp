@@ -482,6 +482,16 @@ void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& ca
 
 void AttentionPanel::draw(AppState& state) {
   scan_tokens(state);
+  // A presenter caption's view: its layer and head (or the sink grid) win over the auto focus.
+  if (state.attention_focus) {
+    const AppState::AttentionFocus& f = *state.attention_focus;
+    if (f.layer) layer_ = *f.layer;
+    if (f.head) head_ = *f.head;
+    if (f.sink_grid) grid_ = *f.sink_grid;
+    if (f.layer || f.head) mean_heads_ = false;
+    user_chose_ = true;
+    state.attention_focus.reset();
+  }
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
   if (!info || !info->model) {
     ImGui::TextDisabled("attention needs the model: open a scenario (recordings hold no weights)");

@@ -40,9 +40,20 @@ struct ScenarioModel {
   bool bookkeeping = false;  // no forward pass: block accounting only (tokens are 0)
 };
 
+// What a caption sets when a presenter reaches it (PageDown, `kvscope-ui --caption N`): the
+// workspace, the attention panel's layer and head or its sink grid, and whether the run pauses
+// there. Unset fields leave the view as it is.
+struct CaptionView {
+  std::optional<std::string> workspace;  // "pool", "prefix", "attention", "compare", "live"
+  std::optional<int> layer, head;        // the attention panel's layer and head
+  std::optional<bool> sink_grid;         // the attention panel's layer x head grid
+  bool pause = false;                    // playing stops when the run reaches this step
+};
+
 struct Caption {
   int step = 0;
   std::string text;
+  CaptionView view;
 };
 
 struct Scenario {

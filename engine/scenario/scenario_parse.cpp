@@ -69,17 +69,35 @@ void parse_sampler(const JsonReader& r, const json& j, SamplerConfig& sc) {
   }
 }
 
+CaptionView parse_caption_view(const JsonReader& r, const json& j, const std::string& at) {
+  if (!j.is_object()) r.fail(at, "an object (workspace, layer, head, sink_grid, pause)", j);
+  r.only_keys(j, at, {"workspace", "layer", "head", "sink_grid", "pause"});
+  CaptionView v;
+  if (j.contains("workspace")) {
+    const std::string w = r.string(j["workspace"], at + ".workspace", true);
+    if (w != "pool" && w != "prefix" && w != "attention" && w != "compare" && w != "live")
+      r.fail_text(at + ".workspace", "pool, prefix, attention, compare or live", "\"" + w + "\"");
+    v.workspace = w;
+  }
+  if (j.contains("layer")) v.layer = r.int32(j["layer"], at + ".layer", 0, kMaxInt);
+  if (j.contains("head")) v.head = r.int32(j["head"], at + ".head", 0, kMaxInt);
+  if (j.contains("sink_grid")) v.sink_grid = r.boolean(j["sink_grid"], at + ".sink_grid");
+  if (j.contains("pause")) v.pause = r.boolean(j["pause"], at + ".pause");
+  return v;
+}
+
 std::vector<Caption> parse_captions(const JsonReader& r, const json& j) {
   if (!j.is_array()) r.fail("captions", "an array of {\"step\", \"caption\"}", j);
   std::vector<Caption> out;
   for (std::size_t i = 0; i < j.size(); ++i) {
     const std::string at = json_path("captions", i);
-    r.only_keys(j[i], at, {"step", "caption"});
+    r.only_keys(j[i], at, {"step", "caption", "view"});
     r.require(j[i], at, "step", "an integer >= 0");
     r.require(j[i], at, "caption", "a non-empty string");
     Caption c;
     c.step = r.int32(j[i]["step"], json_path(at, "step"), 0, kMaxInt);
     c.text = r.string(j[i]["caption"], json_path(at, "caption"), true);
+    if (j[i].contains("view")) c.view = parse_caption_view(r, j[i]["view"], json_path(at, "view"));
     if (!out.empty() && c.step < out.back().step) {
       r.fail_text(json_path(at, "step"),
                   "steps in ascending order (at least " + std::to_string(out.back().step) + ")",

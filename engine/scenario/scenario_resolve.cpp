@@ -42,6 +42,21 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
   cfg.max_running = s.max_running;
   cfg.sampler = s.sampler;
   const std::string at = variant.empty() || variant == "base" ? "cache" : "compare." + variant;
+  // A caption's view names a layer and head of this model (the attention panel opens them).
+  for (std::size_t i = 0; i < s.captions.size(); ++i) {
+    const CaptionView& v = s.captions[i].view;
+    const std::string where = s.path + ": captions[" + std::to_string(i) + "].view.";
+    if (v.layer && *v.layer >= shape.n_layers) {
+      fail_expected(where + "layer",
+                    "a layer of this model, 0 to " + std::to_string(shape.n_layers - 1),
+                    std::to_string(*v.layer));
+    }
+    if (v.head && *v.head >= shape.n_heads) {
+      fail_expected(where + "head",
+                    "a head of this model, 0 to " + std::to_string(shape.n_heads - 1),
+                    std::to_string(*v.head));
+    }
+  }
   run.mla = c.mla;
   if (c.mla) {
     // The latent rows live in the K format's encoding (see mla_layout_for).

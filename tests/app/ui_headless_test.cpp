@@ -7,9 +7,12 @@
 
 #include <cfloat>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "app/core/headless.h"
 #include "app/core/run_session.h"
@@ -112,6 +115,50 @@ TEST(UiHeadless, EveryPanelDrawsGeometryFor120Frames) {
 TEST(UiHeadless, EveryPanelDrawsGeometryFor120FramesWithPrefixCaching) {
   draw_every_panel_for_120_frames(std::string(KVSCOPE_SOURCE_DIR) +
                                   "/scenarios/shared-system-prompt.json");
+}
+
+// Presenter captions drive the view: reaching one (PageDown, --caption) sets its workspace and the
+// attention panel's layer, head or sink grid, paused at its step; playing stops at a caption that
+// pauses instead of running on past its moment.
+TEST(UiHeadless, CaptionsDriveTheViewAndPauseTheRun) {
+  const std::string path = testing::TempDir() + "caption-views.json";
+  {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(minimal_scenario()));
+    j.erase("$schema");
+    j["captions"] = nlohmann::json::parse(R"([
+      {"step": 0, "caption": "start"},
+      {"step": 6, "caption": "the pool", "view": {"workspace": "prefix", "pause": true}},
+      {"step": 20, "caption": "a head", "view": {"workspace": "attention", "layer": 3, "head": 5}},
+      {"step": 30, "caption": "the grid", "view": {"sink_grid": true}}])");
+    std::ofstream(path) << j.dump(2);
+  }
+  HeadlessImGui imgui(ImVec2(1600, 1000));
+  std::unique_ptr<RunSession> run = RunSession::open(path);
+  run->wait();
+  UiShell shell(std::move(run), imgui.fonts());
+  ASSERT_EQ(shell.num_captions(), 4);
+  // Playing from 0 stops at step 6, the caption that pauses.
+  shell.state().set_step(0);
+  shell.state().playing = true;
+  for (int f = 0; f < 200 && shell.state().playing; ++f)
+    run_checked_frame([&] { shell.frame(1.0 / 30.0); }, "playing");
+  EXPECT_FALSE(shell.state().playing);
+  EXPECT_EQ(shell.state().step(), 6);
+  // Resuming goes past it.
+  shell.state().toggle_play();
+  for (int f = 0; f < 10; ++f) run_checked_frame([&] { shell.frame(1.0 / 30.0); }, "resumed");
+  EXPECT_GT(shell.state().step(), 6);
+  // Going to caption 3 (index 2): the Attention & quality workspace, layer 3 head 5.
+  ASSERT_TRUE(shell.go_to_caption(2));
+  EXPECT_EQ(shell.state().step(), 20);
+  EXPECT_FALSE(shell.state().playing);
+  EXPECT_EQ(std::string(UiShell::workspace_name(shell.workspace())), "Attention & quality");
+  ASSERT_TRUE(shell.state().attention_focus.has_value());
+  EXPECT_EQ(shell.state().attention_focus->layer, 3);
+  EXPECT_EQ(shell.state().attention_focus->head, 5);
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "the attention panel takes the focus");
+  EXPECT_FALSE(shell.state().attention_focus.has_value()) << "the panel consumed it";
+  EXPECT_FALSE(shell.go_to_caption(4));  // no such caption
 }
 
 // At the default window size (1600x1000) every workspace shows its full layout (smaller windows

@@ -114,9 +114,10 @@ TEST(Scenario, CaptionsStepsAndModel) {
   EXPECT_EQ(scenario_error(base + R"("captions": [{"step": 5, "caption": "a"},
       {"step": 2, "caption": "b"}]})"),
             "s.json: captions[1].step: expected steps in ascending order (at least 5), got 2");
-  EXPECT_EQ(scenario_error(base + R"("captions": [{"step": 1, "text": "a"}]})"),
-            "s.json: captions[0].text: expected one of the keys caption, step, got unknown key "
-            "\"text\"");
+  EXPECT_EQ(
+      scenario_error(base + R"("captions": [{"step": 1, "text": "a"}]})"),
+      "s.json: captions[0].text: expected one of the keys caption, step, view, got unknown key "
+      "\"text\"");
   EXPECT_EQ(scenario_error(base + R"("steps": 0})"),
             "s.json: steps: expected an integer in [1, 1073741824], got 0");
   EXPECT_EQ(scenario_error(base + R"("model": {"synthetic": "llama-9"}})")
@@ -132,6 +133,56 @@ TEST(Scenario, CaptionsStepsAndModel) {
   EXPECT_EQ(m.weights, nullptr) << "bookkeeping: no 140 GB of random weights";
   EXPECT_TRUE(m.random_weights);
   EXPECT_EQ(m.shape.n_layers, 80);
+}
+
+}  // namespace
+}  // namespace kvscope
+
+namespace kvscope {
+namespace {
+
+// A caption's view: what a presenter's PageDown sets (workspace, attention layer and head, sink
+// grid, pause), checked against the model's shape when the run is resolved.
+constexpr const char* kCaptionViews = R"({
+  "format_version": 1, "cache": {"num_blocks": 8},
+  "workload": {"requests": [{"prompt": "Once", "max_new_tokens": 4}]},
+  "captions": [{"step": 0, "caption": "a"},
+               {"step": 2, "caption": "b", "view": {"workspace": "attention", "layer": 3,
+                "head": 1, "sink_grid": true, "pause": true}}]})";
+
+TEST(Scenario, CaptionViewsAreParsedAndCheckedAgainstTheModel) {
+  const Scenario s = parse_scenario_text(kCaptionViews, "s.json");
+  ASSERT_EQ(s.captions.size(), 2u);
+  EXPECT_FALSE(s.captions[0].view.workspace.has_value());
+  EXPECT_FALSE(s.captions[0].view.pause);
+  const CaptionView& v = s.captions[1].view;
+  EXPECT_EQ(v.workspace, "attention");
+  EXPECT_EQ(v.layer, 3);
+  EXPECT_EQ(v.head, 1);
+  EXPECT_EQ(v.sink_grid, true);
+  EXPECT_TRUE(v.pause);
+  const auto& m = test::real_model();  // stories260K: 5 layers, 8 heads
+  EXPECT_NO_THROW(resolve_scenario(s, "", m.model->config(), m.tokenizer.get()));
+  std::string text = kCaptionViews;
+  text.replace(text.find("\"layer\": 3"), 10, "\"layer\": 9");
+  const Scenario past = parse_scenario_text(text, "s.json");
+  try {
+    resolve_scenario(past, "", m.model->config(), m.tokenizer.get());
+    ADD_FAILURE() << "a layer past the model's was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "s.json: captions[1].view.layer: expected a layer of this model, 0 to 4, got 9");
+  }
+  std::string bad = kCaptionViews;
+  bad.replace(bad.find("\"attention\""), 11, "\"sinks\"");
+  EXPECT_EQ(test::scenario_error(bad),
+            "s.json: captions[1].view.workspace: expected pool, prefix, attention, compare or "
+            "live, got \"sinks\"");
+  bad = kCaptionViews;
+  bad.replace(bad.find("\"pause\": true"), 13, "\"zoom\": 2");
+  EXPECT_NE(test::scenario_error(bad).find("captions[1].view.zoom: expected one of the keys"),
+            std::string::npos)
+      << test::scenario_error(bad);
 }
 
 }  // namespace
