@@ -16,8 +16,8 @@
 #include "cli/format.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
-#include "engine/trace/kv_event_client.h"
 #include "engine/model/prompt_file.h"
+#include "engine/trace/kv_event_client.h"
 
 namespace kvscope::cli {
 namespace {

@@ -16,6 +16,7 @@
 
 #include "cli/args.h"
 #include "cli/format.h"
+#include "cli/progress.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/backend/op_by_op.h"
 #include "engine/common/error.h"
@@ -135,20 +136,22 @@ int bench_batch(const Args& args) {
   // Warm-up: weights paged in (uploaded, on a device), buffers sized for the largest batch.
   for (Path& p : paths)
     time_decode(*p.t, *backend, *std::max_element(seqs.begin(), seqs.end()), 1, block_size);
-  for (int r = 0; r < repeat; ++r) {
-    for (std::size_t i = 0; i < seqs.size(); ++i) {
-      for (std::size_t p = 0; p < paths.size(); ++p) {
-        if (!json) {
-          std::fprintf(stderr, "\r  run %d/%d, %d seqs%s%s   ", r + 1, repeat, seqs[i],
-                       device ? ", " : "", device ? paths[p].name : "");
+  {
+    Progress progress("bench batch",
+                      repeat * static_cast<int>(seqs.size()) * static_cast<int>(paths.size()));
+    for (int r = 0; r < repeat; ++r) {
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        for (std::size_t p = 0; p < paths.size(); ++p) {
+          progress.step("run " + std::to_string(r + 1) + "/" + std::to_string(repeat) + ", " +
+                        std::to_string(seqs[i]) + " seqs" + (device ? ", " : "") +
+                        (device ? paths[p].name : ""));
+          const Decode d = time_decode(*paths[p].t, *backend, seqs[i], steps, block_size);
+          secs[p][i].push_back(d.secs);
+          traffic[p][i] = d.traffic;
         }
-        const Decode d = time_decode(*paths[p].t, *backend, seqs[i], steps, block_size);
-        secs[p][i].push_back(d.secs);
-        traffic[p][i] = d.traffic;
       }
     }
   }
-  if (!json) std::fputs("\r\033[K", stderr);
   nlohmann::json out = nlohmann::json::array();
   const auto per_step = [&](std::uint64_t v) { return static_cast<double>(v) / steps; };
   double base = 0.0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/progress.h"
 #include "engine/analysis/eviction_quality.h"
 #include "engine/analysis/quality.h"
 #include "engine/common/error.h"
@@ -64,28 +65,34 @@ int bench_evict(const Args& args) {
                  args.get("--budgets", "16,32,64,128").c_str(), repeat);
   }
   std::vector<double> alone_s, together_s;
-  for (int r = 0; r < repeat; ++r) {
-    std::vector<QualityReport> alone;
-    auto start = Clock::now();
-    for (const EvictionRunOptions& o : runs) {
-      EvictionVariant v(o);
-      alone.push_back(evaluator.evaluate(v));
-    }
-    alone_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    std::vector<std::unique_ptr<EvictionVariant>> variants;
-    std::vector<CacheVariant*> all;
-    for (const EvictionRunOptions& o : runs) {
-      variants.push_back(std::make_unique<EvictionVariant>(o));
-      all.push_back(variants.back().get());
-    }
-    start = Clock::now();
-    const std::vector<QualityReport> together = evaluator.evaluate_all(all);
-    together_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      if (!same_figures(alone[i], together[i])) {
-        throw InternalError("bench evict", alone[i].variant +
-                                               ": the lockstep run's figures differ from the "
-                                               "run alone (they must be bit-identical)");
+  {
+    Progress progress("bench evict", 2 * repeat, "runs");
+    for (int r = 0; r < repeat; ++r) {
+      std::vector<QualityReport> alone;
+      progress.step("repeat " + std::to_string(r + 1) + ", one at a time");
+      auto start = Clock::now();
+      for (const EvictionRunOptions& o : runs) {
+        EvictionVariant v(o);
+        alone.push_back(evaluator.evaluate(v));
+        progress.update(static_cast<long>(alone.size()), static_cast<long>(runs.size()));
+      }
+      alone_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      std::vector<std::unique_ptr<EvictionVariant>> variants;
+      std::vector<CacheVariant*> all;
+      for (const EvictionRunOptions& o : runs) {
+        variants.push_back(std::make_unique<EvictionVariant>(o));
+        all.push_back(variants.back().get());
+      }
+      progress.step("repeat " + std::to_string(r + 1) + ", in lockstep");
+      start = Clock::now();
+      const std::vector<QualityReport> together = evaluator.evaluate_all(all);
+      together_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      for (std::size_t i = 0; i < runs.size(); ++i) {
+        if (!same_figures(alone[i], together[i])) {
+          throw InternalError("bench evict", alone[i].variant +
+                                                 ": the lockstep run's figures differ from the "
+                                                 "run alone (they must be bit-identical)");
+        }
       }
     }
   }

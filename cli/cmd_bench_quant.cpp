@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cache.h"
+#include "cli/progress.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/error.h"
 #include "engine/model/locate.h"
@@ -60,9 +61,15 @@ int bench_quant(const Args& args) {
   int calls = 1;
   while (time_calls(caches[0], calls) * calls < 0.02 && calls < (1 << 24)) calls *= 2;
   std::vector<std::vector<double>> secs(formats.size());
-  for (int r = 0; r < repeat; ++r) {
-    for (std::size_t f = 0; f < formats.size(); ++f)
-      secs[f].push_back(time_calls(caches[f], calls));
+  {
+    Progress progress("bench quant", repeat, "formats");
+    for (int r = 0; r < repeat; ++r) {
+      progress.step("repeat " + std::to_string(r + 1));
+      for (std::size_t f = 0; f < formats.size(); ++f) {
+        secs[f].push_back(time_calls(caches[f], calls));
+        progress.update(static_cast<long>(f) + 1, static_cast<long>(formats.size()));
+      }
+    }
   }
   for (auto& s : secs) std::sort(s.begin(), s.end());
   const double fp32 = secs[0][secs[0].size() / 2];

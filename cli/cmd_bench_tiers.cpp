@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/progress.h"
 #include "engine/analysis/kv_memory_probe.h"
 #include "engine/analysis/memory_math.h"
 #include "engine/common/error.h"
@@ -128,10 +129,15 @@ int bench_tiers(const Args& args) {
                 "prefill", "host reload", "disk reload", "disk write", "vs host", "vs disk");
   }
   int host_even = 0, disk_even = 0;
+  // Each length's share of the time: its prefill, about linear in the tokens at these lengths.
+  Progress progress("bench tiers", static_cast<int>(lengths.size()), "repeats",
+                    std::vector<double>(lengths.begin(), lengths.end()));
   for (int n : lengths) {
     const int blocks = n / bs;
     std::vector<double> prefill, host_r, disk_r, disk_w;
+    progress.step(std::to_string(n) + " tokens");
     for (int r = 0; r < repeat; ++r) {
+      progress.update(r, repeat);
       KvLayout l = layout;
       SoloSequence seq(l, n);
       const auto start = Clock::now();
@@ -152,6 +158,7 @@ int bench_tiers(const Args& args) {
       const Reload d = time_tier({"disk", TierMedium::kDisk, blocks, dir}, pool, blocks);
       disk_r.push_back(d.read_s);
       disk_w.push_back(d.write_s);
+      progress.update(r + 1, repeat);
     }
     const double p = median(prefill), h = median(host_r), d = median(disk_r), w = median(disk_w);
     if (host_even == 0 && h < p) host_even = n;
@@ -167,6 +174,7 @@ int bench_tiers(const Args& args) {
                     {"prefill_over_host_reload", p / h},
                     {"prefill_over_disk_reload", p / d}});
     if (!json) {
+      progress.clear();
       std::printf("%8d %7d %22s %11s %12s %12s %12s %9.1fx %9.1fx\n", n, blocks,
                   format_bytes(kv).c_str(), format_ms(p).c_str(), format_ms(h).c_str(),
                   format_ms(d).c_str(), format_ms(w).c_str(), p / h, p / d);

@@ -15,6 +15,7 @@
 #include "cli/eval_evict.h"
 #include "cli/eval_report.h"
 #include "cli/format.h"
+#include "cli/progress.h"
 #include "engine/analysis/quality.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
@@ -315,10 +316,11 @@ int cmd_eval(const Argv& argv) {
   if (args.has("--mla-sweep")) check_mla_sweep_choice(mla_choice, c);  // before the long runs
   std::unique_ptr<QualityEvaluator> evaluator;
   {
-    ProgressLine bar("fp32 reference");
-    evaluator = std::make_unique<QualityEvaluator>(
-        transformer, std::move(windows), block_size, [&](long d, long t) { bar(d, t); },
-        std::max(max_window, c.seq_len));
+    Progress progress("eval", 1, "positions");
+    progress.step("fp32 reference");
+    evaluator =
+        std::make_unique<QualityEvaluator>(transformer, std::move(windows), block_size,
+                                           progress.callback(), std::max(max_window, c.seq_len));
   }
   if (evicting) {
     const EvictionRunOptions o = parse_eviction_options(args, k, v, block_size);
@@ -345,8 +347,9 @@ int cmd_eval(const Argv& argv) {
       mla ? make_mla_variant(codec, k, block_size) : make_kv_format_variant(k, v, block_size);
   QualityReport r;
   {
-    ProgressLine bar(variant->name());
-    r = evaluator->evaluate(*variant, [&](long d, long t) { bar(d, t); });
+    Progress progress("eval", 1, "positions");
+    progress.step(variant->name());
+    r = evaluator->evaluate(*variant, progress.callback());
   }
   if (args.has("--json")) {
     nlohmann::json j = report_json(r);

@@ -23,19 +23,22 @@ constexpr const char* kInfoHelp =
 prints the model's shape, how its weights are held and read, and its KV bytes per token per
 format; synthetic models are described without allocating their weights.
 
-measured memory vs context (runs the model; a few minutes for SmolLM2 at 8K):
+measured memory vs context (runs the model: about 30 s for SmolLM2 at 2K, many minutes at 8K):
   --measure LIST     context lengths, e.g. 2048,4096,8192: for each, one sequence of that many
                      tokens runs through the model into a paged pool sized for it; prints the
                      formula's bytes, the allocator's (blocks x block bytes) and the pool's pages
-                     the OS backs (mincore), and the same shape as MHA; writes
-                     DIR/memory_measured.csv and DIR/memory_vs_context.png
+                     the OS backs (mincore), and the same shape as MHA; with --out DIR,
+                     also writes DIR/memory_measured.csv and DIR/memory_vs_context.png
   --kv-dtype F       K and V format (default fp16)
   --block-size B     tokens per block (default 16)
   --text FILE        the text run (default assets/text/eval_stories.txt, repeated as needed;
                      models without a tokenizer run fixed pseudo-random token ids)
   --threads N        CPU threads (default: all cores)
-  --out DIR          where the CSV and the PNG go (default reports/memory)
+  --out DIR          write the CSV and the PNG into DIR (created if missing); without
+                     --out nothing is written
   --json             print the points as JSON
+progress (context i/n, tokens done, elapsed, ETA) goes to stderr: redrawn in place on a
+terminal, otherwise a line every 5 s ($KVSCOPE_PROGRESS_INTERVAL: seconds, or off)
 )";
 
 }  // namespace

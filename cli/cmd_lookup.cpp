@@ -9,9 +9,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/common/error.h"
+#include "engine/model/prompt_file.h"
 #include "engine/trace/kv_event_client.h"
 #include "engine/trace/kv_journal.h"
-#include "engine/model/prompt_file.h"
 
 namespace kvscope::cli {
 namespace {
@@ -85,8 +85,8 @@ int cmd_lookup(const Argv& argv) {
   else if (clear != "auto")
     fail_expected("--clear-scope", "gpu, all or auto", "'" + clear + "'");
   const std::vector<std::int64_t> prompt =
-      read_prompt_tokens({args.get("--prompt", ""), args.get("--text", ""), args.get("--tokenizer", ""),
-                      args.get("--model", ""), args.has("--bos")});
+      read_prompt_tokens({args.get("--prompt", ""), args.get("--text", ""),
+                          args.get("--tokenizer", ""), args.get("--model", ""), args.has("--bos")});
   const std::string journal = journal_of(args.positional()[0]);
   KvEventModel model;
   model.set_clear_scope(scope);

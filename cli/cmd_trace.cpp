@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/progress.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/report/png_plot.h"
@@ -334,16 +335,20 @@ int trace_mooncake(const Args& args) {
       if (!tiers.empty()) std::printf(" %10s", "all");
       std::printf(" %12s %10s\n", "evictions", "seconds");
     }
+    std::vector<std::int64_t> caps;
+    for (std::int64_t b = 512; b <= 262144; b *= 2) caps.push_back(b * kMooncakeBlockTokens);
+    caps.push_back(0);
+    Progress progress("trace mooncake --sweep", static_cast<int>(policies.size() * caps.size()));
     for (EvictionPolicyKind p : policies) {
       c.policy = p;
       rows.push_back({p, {}});
-      std::vector<std::int64_t> caps;
-      for (std::int64_t b = 512; b <= 262144; b *= 2) caps.push_back(b * kMooncakeBlockTokens);
-      caps.push_back(0);
       for (std::int64_t cap : caps) {
         c.capacity_tokens = cap;
         c.tiers = cap ? tiers : std::vector<TierSpec>{};
+        progress.step(std::string(eviction_policy_name(p)) + ", " +
+                      (cap ? with_commas(cap) + " tokens" : std::string("unlimited")));
         const MooncakeReplayResult r = replay_mooncake(trace, c);
+        if (!json) progress.clear();  // the row goes below, not over, the progress line
         if (json) {
           nlohmann::json j = result_json(r);
           j["policy"] = std::string(eviction_policy_name(p));

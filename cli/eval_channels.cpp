@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "cli/format.h"
+#include "cli/progress.h"
 #include "engine/analysis/kv_channels.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
@@ -34,7 +35,8 @@ int run_key_channels(std::shared_ptr<const Model> model, Backend& backend,
   long done = 0, total = 0;
   for (const auto& w : windows) total += static_cast<long>(w.size());
   {
-    ProgressLine bar("K/V channels");
+    Progress bar("eval --key-channels", 1, "tokens");
+    bar.step("K/V channel statistics");
     for (const auto& w : windows) {
       SoloSequence seq(kv_layout_for(c, 16, 1, KvFormat{}, KvFormat{}), static_cast<int>(w.size()));
       for (int token : w) {

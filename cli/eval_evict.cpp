@@ -10,6 +10,7 @@
 
 #include "cli/eval_report.h"
 #include "cli/format.h"
+#include "cli/progress.h"
 #include "engine/analysis/sweep_csv.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
@@ -34,9 +35,9 @@ EvictResult evaluate(const QualityEvaluator& evaluator, const EvictionRunOptions
   scope.bucket_size = setup.bucket_size;
   QualityReport report;
   {
-    ProgressLine bar(variant.name());
-    report = evaluator.evaluate(
-        variant, [&](long d, long t) { bar(d, t); }, scope);
+    Progress progress("eval --evict", 1, "positions");
+    progress.step(variant.name());
+    report = evaluator.evaluate(variant, progress.callback(), scope);
   }
   EvictResult r{std::move(report), variant.stats()};
   if (r.report.positions == 0) {
@@ -50,8 +51,8 @@ EvictResult evaluate(const QualityEvaluator& evaluator, const EvictionRunOptions
 // for all of them, so the weights are read once per position, not once per run); all share
 // options.front()'s context.
 std::vector<std::pair<EvictionRunOptions, EvictResult>> evaluate_together(
-    const QualityEvaluator& evaluator, const std::vector<EvictionRunOptions>& options,
-    const EvictEvalSetup& setup) {
+    const char* job, const QualityEvaluator& evaluator,
+    const std::vector<EvictionRunOptions>& options, const EvictEvalSetup& setup) {
   std::vector<std::unique_ptr<EvictionVariant>> variants;
   std::vector<CacheVariant*> all;
   for (const EvictionRunOptions& o : options) {
@@ -63,9 +64,9 @@ std::vector<std::pair<EvictionRunOptions, EvictResult>> evaluate_together(
   scope.bucket_size = setup.bucket_size;
   std::vector<QualityReport> reports;
   {
-    ProgressLine bar(std::to_string(options.size()) + " eviction runs in lockstep");
-    reports = evaluator.evaluate_all(
-        all, [&](long d, long t) { bar(d, t); }, scope);
+    Progress progress(job, 1, "positions");
+    progress.step(std::to_string(options.size()) + " eviction runs in lockstep");
+    reports = evaluator.evaluate_all(all, progress.callback(), scope);
   }
   if (reports.front().positions == 0) {
     fail_expected("--context", "fewer tokens than the windows hold (nothing left to score)",
@@ -349,7 +350,7 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
       runs.push_back(o);
     }
   }
-  const auto results = evaluate_together(evaluator, runs, setup);
+  const auto results = evaluate_together("eval --sweep-evict", evaluator, runs, setup);
   checked_out_dir(out_dir);
   const double full_bytes = full_cache_bytes(results.front().second.report, setup, base.block_size);
   write_evict_csv(out_dir + "/evict_sweep.csv", results, full_bytes);
@@ -430,7 +431,7 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
       }
     }
   }
-  const auto results = evaluate_together(evaluator, runs, setup);
+  const auto results = evaluate_together("eval --streaming", evaluator, runs, setup);
   checked_out_dir(out_dir);
   const QualityReport& ref = results.front().second.report;
   write_evict_csv(out_dir + "/streaming.csv", results,

@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/eval_report.h"
 #include "cli/format.h"
+#include "cli/progress.h"
 #include "engine/analysis/sweep_csv.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
@@ -126,9 +127,13 @@ std::vector<MlaRow> evaluate_mla_rows(const QualityEvaluator& evaluator, const M
   std::vector<std::vector<int>> ranks;
   for (const MlaSeries& s : series) ranks.push_back(series_ranks(choice.ranks, model.config(), s));
   std::vector<MlaRow> rows;
+  int runs = 0;
+  for (const std::vector<int>& r : ranks) runs += static_cast<int>(r.size());
+  Progress progress("eval --mla-sweep", runs, "positions");
   for (std::size_t i = 0; i < series.size(); ++i) {
     const MlaSeries& s = series[i];
     for (int rank : ranks[i]) {
+      progress.step(s.label + " rank " + std::to_string(rank));
       MlaRow row;
       row.series = s.label;
       row.options = {s.mode, rank, s.rope_dims, s.select};
@@ -137,8 +142,7 @@ std::vector<MlaRow> evaluate_mla_rows(const QualityEvaluator& evaluator, const M
       row.energy_mean = mean(codec->energy_kept);
       row.energy_min = *std::min_element(codec->energy_kept.begin(), codec->energy_kept.end());
       auto variant = make_mla_variant(codec, row.format, block_size);
-      ProgressLine bar(variant->name());
-      row.report = evaluator.evaluate(*variant, [&](long d, long t) { bar(d, t); });
+      row.report = evaluator.evaluate(*variant, progress.callback());
       rows.push_back(std::move(row));
     }
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/format.h"
+#include "cli/progress.h"
 #include "engine/analysis/sweep_csv.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
@@ -19,11 +20,13 @@ namespace kvscope::cli {
 std::vector<QualityReport> evaluate_format_sweep(const QualityEvaluator& evaluator,
                                                  int block_size) {
   std::vector<QualityReport> reports;
-  for (const quant::KvLadderEntry& e : quant::kv_format_sweep()) {
+  const auto& sweep = quant::kv_format_sweep();
+  Progress progress("eval --sweep", static_cast<int>(sweep.size()), "positions");
+  for (const quant::KvLadderEntry& e : sweep) {
     auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"),
                                           parse_kv_format(e.v, "sweep"), block_size);
-    ProgressLine bar(variant->name());
-    reports.push_back(evaluator.evaluate(*variant, [&](long d, long t) { bar(d, t); }));
+    progress.step(variant->name());
+    reports.push_back(evaluator.evaluate(*variant, progress.callback()));
   }
   return reports;
 }

@@ -1,7 +1,5 @@
-// Number formatting helpers and the progress line.
+// Number formatting helpers.
 #include "cli/format.h"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -58,29 +56,6 @@ std::string huge_page_text(double fraction) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.0f%% on huge pages", 100.0 * fraction);
   return buf;
-}
-
-ProgressLine::ProgressLine(std::string label)
-    : label_(std::move(label)), enabled_(isatty(2) != 0) {}
-
-ProgressLine::~ProgressLine() {
-  if (enabled_ && shown_) std::fputs("\r\033[K", stderr);
-}
-
-void ProgressLine::operator()(long done, long total) {
-  if (!enabled_ || total <= 0) return;
-  const int percent = static_cast<int>(100 * std::clamp(done, 0L, total) / total);
-  if (percent == last_percent_ && done != total) return;
-  last_percent_ = percent;
-  shown_ = true;
-  constexpr int kWidth = 30;
-  const int filled = kWidth * percent / 100;
-  // \033[K clears what a longer label before it left on the line.
-  std::fprintf(stderr, "\r%-24s [%s%s] %3d%% (%ld/%ld)\033[K", label_.c_str(),
-               std::string(static_cast<std::size_t>(filled), '#').c_str(),
-               std::string(static_cast<std::size_t>(kWidth - filled), '.').c_str(), percent, done,
-               total);
-  std::fflush(stderr);
 }
 
 }  // namespace kvscope::cli

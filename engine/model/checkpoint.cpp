@@ -8,9 +8,13 @@
 // w1, w2, w3, and wcls if not shared. No RoPE tables.
 #include "engine/model/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <span>
+#include <vector>
 
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
@@ -34,23 +38,66 @@ std::int32_t read_i32(const std::byte* p) {
   return v;
 }
 
-void check_range(const std::string& path, const char* field, std::int64_t value, std::int64_t lo,
-                 std::int64_t hi) {
-  if (value < lo || value > hi) {
-    fail_expected(path + ": header." + field,
-                  "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
-                  std::to_string(value));
+// The header's integers and their plausible ranges, in file order.
+struct HeaderRange {
+  const char* field;
+  std::int64_t value, lo, hi;
+};
+
+std::vector<HeaderRange> header_ranges(const ModelConfig& c) {
+  return {{"dim", c.dim, 1, 1 << 16},
+          {"hidden_dim", c.hidden_dim, 1, 1 << 18},
+          {"n_layers", c.n_layers, 1, 1024},
+          {"n_heads", c.n_heads, 1, 1024},
+          {"n_kv_heads", c.n_kv_heads, 1, c.n_heads},
+          {"vocab_size", c.vocab_size, 1, 1 << 22},
+          {"seq_len", c.seq_len, 1, 1 << 24}};
+}
+
+// What the start of a file that is no model looks like: its first bytes as text when they are
+// printable (a text file), else in hex (some other binary).
+std::string describe_start(std::span<const std::byte> bytes) {
+  const std::size_t n = std::min<std::size_t>(bytes.size(), 64);
+  bool text = n > 0;
+  for (std::size_t i = 0; i < n && text; ++i) {
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    text = (b >= 0x20 && b != 0x7f) || b == '\n' || b == '\r' || b == '\t';
   }
+  std::string shown;
+  if (text) {
+    for (std::size_t i = 0; i < std::min<std::size_t>(n, 16); ++i) {
+      const char ch = static_cast<char>(bytes[i]);
+      shown += ch == '\n'   ? std::string("\\n")
+               : ch == '\r' ? std::string("\\r")
+               : ch == '\t' ? std::string("\\t")
+                            : std::string(1, ch);
+    }
+    return "its first bytes are '" + shown + "', a text file";
+  }
+  char hex[4];
+  for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 8); ++i) {
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned>(bytes[i]));
+    shown += (i ? " " : "") + std::string(hex);
+  }
+  return "its first bytes are " + shown + " (hex), not text";
+}
+
+// The one-line refusal of a file that is neither format (no GGUF or ak42 magic, and no plausible
+// llama2.c v0 header), instead of a field-level error about a header it never had.
+[[noreturn]] void fail_not_a_model(const std::string& path, std::span<const std::byte> bytes,
+                                   const std::string& why) {
+  throw Error(path,
+              "not a GGUF or llama2.c checkpoint (" + describe_start(bytes) + "; " + why + ")");
 }
 
 void validate_config(const std::string& path, const ModelConfig& c) {
-  check_range(path, "dim", c.dim, 1, 1 << 16);
-  check_range(path, "hidden_dim", c.hidden_dim, 1, 1 << 18);
-  check_range(path, "n_layers", c.n_layers, 1, 1024);
-  check_range(path, "n_heads", c.n_heads, 1, 1024);
-  check_range(path, "n_kv_heads", c.n_kv_heads, 1, c.n_heads);
-  check_range(path, "vocab_size", c.vocab_size, 1, 1 << 22);
-  check_range(path, "seq_len", c.seq_len, 1, 1 << 24);
+  for (const HeaderRange& r : header_ranges(c)) {
+    if (r.value < r.lo || r.value > r.hi) {
+      fail_expected(path + ": header." + r.field,
+                    "an integer in [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + "]",
+                    std::to_string(r.value));
+    }
+  }
   if (c.head_dim_override == 0 && c.dim % c.n_heads != 0) {
     fail_expected(path + ": header.dim",
                   "a multiple of n_heads (" + std::to_string(c.n_heads) + ")",
@@ -70,8 +117,9 @@ void validate_config(const std::string& path, const ModelConfig& c) {
 Header parse_header(const std::string& path, std::span<const std::byte> bytes) {
   Header h;
   if (bytes.size() < 7 * sizeof(std::int32_t)) {
-    fail_expected(path, "at least a 28-byte llama2.c header",
-                  std::to_string(bytes.size()) + " bytes");
+    fail_not_a_model(path, bytes,
+                     std::to_string(bytes.size()) +
+                         " bytes, shorter than a GGUF header or a 28-byte llama2.c header");
   }
   std::uint32_t magic;
   std::memcpy(&magic, bytes.data(), sizeof magic);
@@ -111,6 +159,26 @@ Header parse_header(const std::string& path, std::span<const std::byte> bytes) {
     if (shared > 1)
       fail_expected(path + ": header.shared_classifier", "0 or 1", std::to_string(shared));
     c.shared_classifier = shared == 1;
+  }
+  // A v0 header has no magic: when two or more of its seven numbers are outside any model's
+  // shape, the file is no checkpoint at all (a text file, an image, a tokenizer); one bad field
+  // is a damaged checkpoint, named below.
+  if (h.format == CheckpointFormat::kLegacyV0) {
+    const std::vector<HeaderRange> ranges = header_ranges(c);
+    int bad = 0;
+    const HeaderRange* first = nullptr;
+    for (const HeaderRange& r : ranges) {
+      if (r.value >= r.lo && r.value <= r.hi) continue;
+      ++bad;
+      if (first == nullptr) first = &r;
+    }
+    if (bad >= 2) {
+      fail_not_a_model(path, bytes,
+                       "no \"GGUF\" or \"ak42\" magic, and as a llama2.c v0 header " +
+                           std::to_string(bad) + " of its " + std::to_string(ranges.size()) +
+                           " numbers are outside any model's shape, e.g. " + first->field + " = " +
+                           std::to_string(first->value));
+    }
   }
   validate_config(path, c);
   return h;

@@ -280,12 +280,15 @@ void GgufFile::parse() {
   const auto num_tensors = c.read<std::uint64_t>("tensor_count");
   const auto num_kv = c.read<std::uint64_t>("metadata_kv_count");
   // A tensor info takes at least 8 (name) + 4 + 8 + 4 + 8 bytes; a key/value 8 + 4 + 1.
+  // More than the file can hold: a truncated copy (an interrupted download) or a corrupt one.
+  const std::string holds = " (all that the file's " + std::to_string(bytes_.size()) +
+                            " bytes can hold; the file is truncated or corrupt)";
   if (num_tensors > c.remaining() / 32) {
-    c.fail("tensor_count", "at most " + std::to_string(c.remaining() / 32) + " (file size)",
+    c.fail("tensor_count", "at most " + std::to_string(c.remaining() / 32) + holds,
            std::to_string(num_tensors), 8);
   }
   if (num_kv > c.remaining() / 13) {
-    c.fail("metadata_kv_count", "at most " + std::to_string(c.remaining() / 13) + " (file size)",
+    c.fail("metadata_kv_count", "at most " + std::to_string(c.remaining() / 13) + holds,
            std::to_string(num_kv), 16);
   }
 

@@ -553,7 +553,8 @@ TEST(GgufErrors, TruncatedInAKey) {
   // Too early: the metadata count no longer fits what is left.
   GgufBytes early = g;
   EXPECT_THAT(parse_error(early.truncate(100)),
-              HasSubstr("byte 16: metadata_kv_count: expected at most 5 (file size), got 21"));
+              HasSubstr("byte 16: metadata_kv_count: expected at most 5 (all that the file's 100 "
+                        "bytes can hold; the file is truncated or corrupt), got 21"));
 }
 
 TEST(GgufErrors, TruncatedInAnArray) {
@@ -642,12 +643,15 @@ TEST(GgufErrors, StringLongerThanTheFile) {
 TEST(GgufErrors, AbsurdCountsFailBeforeAllocating) {
   GgufBytes tensors;
   tensors.header(1ull << 62, 0).zeros(64);
-  EXPECT_THAT(parse_error(tensors), HasSubstr("byte 8: tensor_count: expected at most 2 (file "
-                                              "size), got 4611686018427387904"));
+  EXPECT_THAT(parse_error(tensors),
+              HasSubstr("byte 8: tensor_count: expected at most 2 (all that the file's 88 bytes "
+                        "can hold; the file is truncated or corrupt), got 4611686018427387904"));
   GgufBytes kvs;
   kvs.header(0, ~std::uint64_t{0}).zeros(26);
-  EXPECT_THAT(parse_error(kvs), HasSubstr("byte 16: metadata_kv_count: expected at most 2 (file "
-                                          "size), got 18446744073709551615"));
+  EXPECT_THAT(parse_error(kvs),
+              HasSubstr("byte 16: metadata_kv_count: expected at most 2 (all that the file's 50 "
+                        "bytes can hold; the file is truncated or corrupt), got "
+                        "18446744073709551615"));
   GgufBytes array;
   array.header(0, 1).key("a", GgufType::kArray).array_header(GgufType::kUint64, 1ull << 61);
   array.zeros(16);
