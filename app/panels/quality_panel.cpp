@@ -85,8 +85,8 @@ void QualityPanel::draw(AppState& state) {
     const int total = job_.total_steps();
     const float f = (static_cast<float>(job_.steps_done()) + job_.fraction_in_step()) /
                     static_cast<float>(std::max(1, total));
-    // Runs done and the time so far first (a first sweep on SmolLM2 takes minutes: docs/ui/quality.md),
-    // so that a narrow bar clips the description, not the figures.
+    // Runs done and the time so far first (a first sweep on SmolLM2 takes minutes:
+    // docs/ui/quality.md), so that a narrow bar clips the description, not the figures.
     const long secs = static_cast<long>(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
     char label[160];

@@ -19,8 +19,9 @@ struct PromptSource {
 // The prompt's token ids. A file holding a JSON array of ids, or an object with "tokens" (what
 // vLLM's and SGLang's /tokenize return), is taken as ids; anything else must be UTF-8 text, which
 // is tokenized as the engines do (with BOS when the tokenizer's convention adds one: a
-// tokenizer.json's post-processor template, llama2.c and SentencePiece models). Throws a one-line kvscope::Error naming the file: not UTF-8 and not ids, a
-// negative or non-integer id, text without a tokenizer, an unreadable tokenizer.
+// tokenizer.json's post-processor template, llama2.c and SentencePiece models). Throws a one-line
+// kvscope::Error naming the file: not UTF-8 and not ids, a negative or non-integer id, text without
+// a tokenizer, an unreadable tokenizer.
 std::vector<std::int64_t> read_prompt_tokens(const PromptSource& src);
 
 }  // namespace kvscope

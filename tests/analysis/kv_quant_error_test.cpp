@@ -41,8 +41,8 @@ double mean(const std::vector<float>& v) {
   return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
 
-// One line of measured figures (quoted in docs/ui/attention.md): K and V relative error over every layer,
-// KV head and position (mean, max, position 0's mean) and the attention-row TV mean.
+// One line of measured figures (quoted in docs/ui/attention.md): K and V relative error over every
+// layer, KV head and position (mean, max, position 0's mean) and the attention-row TV mean.
 void print_summary(const char* name, const KvErrorProfile& p) {
   double k0 = 0.0;
   for (int l = 0; l < p.n_layers; ++l)
