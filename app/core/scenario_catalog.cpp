@@ -32,7 +32,7 @@ std::vector<ShippedScenario> shipped_scenarios(const std::string& dir) {
   std::vector<ShippedScenario> out;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const fs::path p = e.path();
+    const fs::path& p = e.path();
     if (p.extension() != ".json" || p.stem() == "scenario.schema") continue;
     ShippedScenario s;
     s.path = p.string();

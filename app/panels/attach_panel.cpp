@@ -21,7 +21,9 @@ ImU32 connection_color(KvConnection c, bool presenter) {
     case KvConnection::kConnected:
       return series_color(2);
     case KvConnection::kDisconnected:
+    case KvConnection::kNotZeroMq:
       return p.warn;
+    case KvConnection::kHandshaking:
     case KvConnection::kListening:
     case KvConnection::kUnknown:
       break;
@@ -58,7 +60,8 @@ bool attach_flowing(const AttachSnapshot& snap) {
   if (snap.stopped || snap.last_batch_seconds < 0 || snap.seconds - snap.last_batch_seconds > 10.0)
     return false;
   for (const KvRankStats& r : snap.ranks)
-    if (r.connection == KvConnection::kDisconnected || r.connection == KvConnection::kListening)
+    if (r.connection == KvConnection::kDisconnected || r.connection == KvConnection::kListening ||
+        r.connection == KvConnection::kNotZeroMq || r.connection == KvConnection::kHandshaking)
       return false;
   return true;
 }
@@ -160,6 +163,11 @@ void AttachPanel::draw_ranks(const AttachSnapshot& snap) {
                        kv_connection_name(r.connection));
     item_tooltip(r.connection == KvConnection::kDisconnected
                      ? "Nothing accepted the connection: wrong host or port, or the engine is down"
+                 : r.connection == KvConnection::kNotZeroMq
+                     ? "Something accepts connections at that port but does not speak ZeroMQ (an "
+                       "HTTP port?): give the engine's KV-events endpoint"
+                 : r.connection == KvConnection::kHandshaking
+                     ? "Connected; waiting for the publisher's ZeroMQ greeting"
                  : r.connection == KvConnection::kListening
                      ? "Bound and waiting for the engine to connect (its endpoint names this host)"
                      : "The socket's connection state, from ZeroMQ's monitor");

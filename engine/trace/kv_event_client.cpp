@@ -25,8 +25,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kEndSeq = ~std::uint64_t{0};  // the replay's end marker: 0xFF x 8
 constexpr std::size_t kMaxFrames = 8;                 // more in one message: malformed
-constexpr int kDrainPerSocket = 4096;    // messages handled per socket per pass (stay responsive)
-constexpr int kHighWaterMark = 100'000;  // the engines' own PUB default: a burst is not dropped
+constexpr int kDrainPerSocket = 4096;  // messages handled per socket per pass (stay responsive)
+constexpr int kHighWaterMark = 100'000;
+constexpr int kHandshakeMs = 3000;  // a peer that does not greet in ZeroMQ by then is not one  //
+                                    // the engines' own PUB default: a burst is not dropped
 
 std::uint64_t read_be64(const void* p) {
   const auto* b = static_cast<const unsigned char*>(p);
@@ -108,6 +110,10 @@ const char* kv_connection_name(KvConnection c) {
       return "not connected";
     case KvConnection::kListening:
       return "listening";
+    case KvConnection::kHandshaking:
+      return "handshaking";
+    case KvConnection::kNotZeroMq:
+      return "not ZeroMQ";
     case KvConnection::kUnknown:
       break;
   }
@@ -172,6 +178,7 @@ struct KvEventClient::Impl {
     KvRankStats stats;
     zmq::socket_t sub, dealer, monitor;
     bool has_monitor = false;
+    bool not_zeromq = false;        // a handshake failed and none succeeded since
     bool started = false;           // the sequence position is known (a batch applied, ...)
     int catch_ups = 0;              // history requests since attach / restart (at most 2)
     bool catch_up_gave_up = false;  // one went unanswered: the replay socket is not there
@@ -230,9 +237,14 @@ struct KvEventClient::Impl {
       const std::string mon = "inproc://kvscope-attach-monitor-" +
                               std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" +
                               std::to_string(index);
+      // The handshake events tell a ZeroMQ publisher from any other server on that port (a TCP
+      // connection alone does not); a peer that never greets fails after kHandshakeMs.
       const int events =
           cfg.bind ? ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED
-                   : ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
+                   : ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+      r.sub.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
       if (zmq_socket_monitor(r.sub.handle(), mon.c_str(), events) == 0) {
         r.monitor = zmq::socket_t(ctx, zmq::socket_type::pair);
         r.monitor.set(zmq::sockopt::linger, 0);
@@ -519,9 +531,17 @@ struct KvEventClient::Impl {
             r.stats.peers > 0 ? KvConnection::kConnected : KvConnection::kListening;
         continue;
       }
-      if (event == ZMQ_EVENT_CONNECTED) r.stats.connection = KvConnection::kConnected;
+      // A failed handshake sticks through the reconnects that follow it (each would show
+      // "handshaking" again) until a handshake succeeds.
+      if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) r.not_zeromq = false;
+      if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+          event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        r.not_zeromq = true;
+      if (event == ZMQ_EVENT_CONNECTED) r.stats.connection = KvConnection::kHandshaking;
+      if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) r.stats.connection = KvConnection::kConnected;
       if (event == ZMQ_EVENT_DISCONNECTED || event == ZMQ_EVENT_CONNECT_RETRIED)
         r.stats.connection = KvConnection::kDisconnected;
+      if (r.not_zeromq) r.stats.connection = KvConnection::kNotZeroMq;
     }
   }
 
@@ -663,6 +683,14 @@ std::string KvEventClient::status_line() const {
           break;
         case KvConnection::kListening:
           s.append(" listening (no engine connected yet)");
+          break;
+        case KvConnection::kHandshaking:
+          s.append(" connected, waiting for the ZeroMQ handshake");
+          break;
+        case KvConnection::kNotZeroMq:
+          s.append(
+              " not ZeroMQ (something answers at that port, but not a ZeroMQ publisher: "
+              "the engine's --kv-events-config endpoint?)");
           break;
         case KvConnection::kUnknown:
           s.append(" waiting");

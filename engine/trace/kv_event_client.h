@@ -63,11 +63,14 @@ void check_kv_ports_apart(const KvAttachConfig& config, const std::string& flag)
 
 enum class KvConnection : std::uint8_t {
   kUnknown,       // inproc, or not reported yet
-  kConnected,     // the SUB socket has a TCP / IPC connection to the publisher
+  kConnected,     // the SUB socket has a ZeroMQ connection to the publisher (handshake done)
   kDisconnected,  // nothing accepted the connection (yet): no publisher at that address
   kListening,     // bind mode: bound, no engine connected (yet)
+  kHandshaking,   // TCP / IPC connected, no ZeroMQ greeting back yet
+  kNotZeroMq,     // something accepted the connection but failed the ZeroMQ handshake: not the
+                  // engine's event port (an HTTP port, say)
 };
-// "connected", "not connected", "listening", "unknown".
+// "connected", "not connected", "listening", "handshaking", "not ZeroMQ", "unknown".
 const char* kv_connection_name(KvConnection c);
 
 // Per rank (publisher). Block counters are in KvEventModel::by_rank().

@@ -4,7 +4,12 @@
 // is a poll with a deadline; nothing sleeps to synchronise.
 #include "engine/trace/kv_event_client.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <zmq.hpp>
@@ -434,6 +439,45 @@ TEST(KvEventClient, NoPublisherGivesAStatusNotAHang) {
   EXPECT_EQ(c.ranks()[0].connection, KvConnection::kDisconnected);
   EXPECT_NE(c.status_line().find("not connected (no publisher listening?)"), std::string::npos)
       << c.status_line();
+}
+
+// Something that is not a ZeroMQ publisher answers at the port (an HTTP server, say): the
+// status says so instead of "connected (engine idle?)". A plain TCP server here answers every
+// connection with an HTTP error and closes it.
+TEST(KvEventClient, AServerThatIsNotZeroMqIsNamed) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 8), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    while (!stop) {
+      pollfd pfd{listener, POLLIN, 0};
+      if (poll(&pfd, 1, 50) <= 0) continue;
+      const int conn = accept(listener, nullptr, nullptr);
+      if (conn < 0) continue;
+      const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+      (void)!write(conn, reply, sizeof reply - 1);
+      close(conn);
+    }
+  });
+  KvAttachConfig cfg;
+  cfg.endpoint = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  KvEventClient c(cfg);
+  const bool named = until(
+      c, [&] { return c.ranks()[0].connection == KvConnection::kNotZeroMq; }, 8.0);
+  stop = true;
+  server.join();
+  close(listener);
+  ASSERT_TRUE(named) << kv_connection_name(c.ranks()[0].connection);
+  EXPECT_NE(c.status_line().find("not ZeroMQ"), std::string::npos) << c.status_line();
+  EXPECT_EQ(c.totals().batches, 0);
 }
 
 TEST(KvEventClient, ATopicMismatchIsCountedAndNamed) {
