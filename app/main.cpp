@@ -7,6 +7,7 @@
 
 #include "app/app.h"
 #include "app/core/scenario_catalog.h"
+#include "app/core/shell.h"
 
 namespace {
 
@@ -96,10 +97,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--view") {
       const char* v = value("--view");
       const std::string name = v ? v : "";
-      static const char* const kViews[] = {"pool", "prefix", "attention", "compare", "live"};
-      int found = -1;
-      for (int k = 0; k < 5; ++k)
-        if (name == kViews[k]) found = k;
+      const int found = kvscope::ui::UiShell::workspace_of_key(name);
       if (found < 0) {
         return fail("--view: expected pool, prefix, attention, compare or live, got \"" + name +
                     "\"");

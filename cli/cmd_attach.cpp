@@ -94,13 +94,6 @@ void check_endpoint(const std::string& endpoint, int dp, const std::string& flag
   check_kv_endpoint(endpoint, dp, flag, bind);
 }
 
-KvClearScope parse_clear_scope(const std::string& v) {
-  if (v == "auto") return KvClearScope::kAuto;
-  if (v == "gpu") return KvClearScope::kGpu;
-  if (v == "all") return KvClearScope::kAll;
-  fail_expected("--clear-scope", "gpu, all or auto", "'" + v + "'");
-}
-
 std::string cell(const nlohmann::json& v) {
   return v.is_number_integer() ? with_commas(v.get<std::int64_t>()) : v.dump();
 }
@@ -322,7 +315,7 @@ int cmd_attach(const Argv& argv) {
     check_endpoint(cfg.replay_endpoint, cfg.dp_ranks, "--replay", /*bind=*/false);
     check_kv_ports_apart(cfg, "--replay");
   }
-  cfg.clear_scope = parse_clear_scope(args.get("--clear-scope", "auto"));
+  cfg.clear_scope = parse_kv_clear_scope(args.get("--clear-scope", "auto"), "--clear-scope");
   // The prompt before attaching: a bad file fails now, not after an hour attached.
   std::vector<std::int64_t> prompt;
   const std::string lookup_file = args.get("--lookup", "");

@@ -76,14 +76,8 @@ int cmd_lookup(const Argv& argv) {
   }
   if (args.has("--prompt") == args.has("--text"))
     throw Error("lookup", "expected one of --prompt FILE or --text TEXT; see --help");
-  const std::string clear = args.get("--clear-scope", "auto");
-  KvClearScope scope = KvClearScope::kAuto;
-  if (clear == "gpu")
-    scope = KvClearScope::kGpu;
-  else if (clear == "all")
-    scope = KvClearScope::kAll;
-  else if (clear != "auto")
-    fail_expected("--clear-scope", "gpu, all or auto", "'" + clear + "'");
+  const KvClearScope scope =
+      parse_kv_clear_scope(args.get("--clear-scope", "auto"), "--clear-scope");
   const std::vector<std::int64_t> prompt =
       read_prompt_tokens({args.get("--prompt", ""), args.get("--text", ""),
                           args.get("--tokenizer", ""), args.get("--model", ""), args.has("--bos")});

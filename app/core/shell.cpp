@@ -483,6 +483,13 @@ void UiShell::draw_attach_bar(const AttachFeed& feed) {
   end_bottom_bar();
 }
 
+int UiShell::workspace_of_key(std::string_view key) {
+  static constexpr std::string_view kKeys[] = {"pool", "prefix", "attention", "compare", "live"};
+  for (int w = 0; w < static_cast<int>(std::size(kKeys)) && w < num_workspaces(); ++w)
+    if (key == kKeys[w]) return w;
+  return -1;
+}
+
 int UiShell::num_captions() const {
   const std::vector<Caption>* captions = captions_of(state_);
   return captions == nullptr ? 0 : static_cast<int>(captions->size());
@@ -497,9 +504,7 @@ bool UiShell::go_to_caption(int index) {
   state_.set_step(c.step);
   const CaptionView& v = c.view;
   if (v.workspace) {
-    static const char* const kViews[] = {"pool", "prefix", "attention", "compare", "live"};
-    for (int w = 0; w < 5 && w < num_workspaces(); ++w)
-      if (*v.workspace == kViews[w]) set_workspace(w);
+    if (const int w = workspace_of_key(*v.workspace); w >= 0) set_workspace(w);
   }
   if (v.layer || v.head || v.sink_grid)
     state_.attention_focus = AppState::AttentionFocus{v.layer, v.head, v.sink_grid};

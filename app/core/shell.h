@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "app/core/app_state.h"
@@ -75,6 +76,9 @@ class UiShell {
   // the layout that fits and hides the others (the View menu brings any back, floating).
   static int num_workspaces();
   static const char* workspace_name(int index);
+  // The workspace a short key names, as --view and a caption's view spell it: "pool", "prefix",
+  // "attention", "compare", "live" (-1 for anything else).
+  static int workspace_of_key(std::string_view key);
   int workspace() const { return workspace_; }
   void set_workspace(int index);  // clamped
   // Which of the workspace's layouts is shown (0: the fullest; see workspaces() in

@@ -23,14 +23,14 @@ std::int64_t group_of(std::uint64_t scope) {
   return static_cast<std::int64_t>(scope & 0xffffffff);
 }
 
-// A block's namespace besides its LoRA: its extra keys, and SGLang's cache salt.
-std::uint64_t extra_of(const KvStreamEvent& ev, std::size_t block) {
-  std::uint64_t x = block < ev.block_extra.size() ? ev.block_extra[block] : 0;
-  if (!ev.cache_salt.empty()) {
-    std::vector<std::int64_t> bytes(ev.cache_salt.begin(), ev.cache_salt.end());
-    x ^= kv_token_fingerprint(bytes.data(), bytes.size());
-  }
-  return x;
+// SGLang's cache salt as a namespace fingerprint (0 for none): it namespaces every block of the
+// event, so it is computed once per event.
+std::uint64_t salt_of(const KvStreamEvent& ev) {
+  if (ev.cache_salt.empty()) return 0;
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ ev.cache_salt.size();
+  for (char c : ev.cache_salt)
+    h = kv_fingerprint_mix(h, static_cast<std::uint64_t>(static_cast<std::int64_t>(c)));
+  return h | 1;
 }
 }  // namespace
 
@@ -44,6 +44,12 @@ const char* kv_clear_scope_name(KvClearScope s) {
       return "all";
   }
   return "?";
+}
+
+KvClearScope parse_kv_clear_scope(const std::string& name, const std::string& flag) {
+  for (KvClearScope s : {KvClearScope::kAuto, KvClearScope::kGpu, KvClearScope::kAll})
+    if (name == kv_clear_scope_name(s)) return s;
+  fail_expected(flag, "gpu, all or auto", "'" + name + "'");
 }
 
 const char* kv_engine_guess_name(KvEngineGuess g) {
@@ -187,6 +193,7 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     if (ev.block_size > 0) group->block_size = ev.block_size;
   }
   const bool placeholder = ev.block_tokens.empty();
+  const std::uint64_t salt = salt_of(ev);
   std::optional<std::uint64_t> parent_hash = ev.parent_hash;
   std::int32_t parent_slot = -1, depth = 0;
   bool rooted = !ev.parent_hash;  // a first block; else as rooted as the parent
@@ -253,7 +260,8 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     l.has_parent_hash = parent_hash.has_value();
     l.parent_hash = parent_hash.value_or(0);
     l.tokens = placeholder ? 0 : ev.block_tokens[b];
-    l.extra = extra_of(ev, b);
+    // Its namespace besides its LoRA: its extra keys and the event's cache salt.
+    l.extra = (b < ev.block_extra.size() ? ev.block_extra[b] : 0) ^ salt;
     l.ownership = owner;
     if (owner != 0) ++live_by_owner_[owner];
     parent_hash = h;

@@ -65,6 +65,8 @@ struct KvModelLimits {
 enum class KvClearScope : std::uint8_t { kAuto, kGpu, kAll };
 // "auto", "gpu", "all".
 const char* kv_clear_scope_name(KvClearScope s);
+// The scope a name says; throws kvscope::Error naming `flag` for anything else.
+KvClearScope parse_kv_clear_scope(const std::string& name, const std::string& flag);
 // Which engine the stream looks like, from fields and media only one of them sends.
 enum class KvEngineGuess : std::uint8_t { kUnknown, kVllm, kSglang };
 const char* kv_engine_guess_name(KvEngineGuess g);  // "unknown", "vllm", "sglang"

@@ -231,12 +231,7 @@ std::int64_t non_negative(const msgpack::object& o, const Where& w) {
 
 // A fingerprint of a msgpack value's type and contents (an extra_keys entry), depth-first.
 std::uint64_t value_fingerprint(const msgpack::object& o, std::uint64_t h = 0x243F6A8885A308D3ull) {
-  auto mix = [&h](std::uint64_t v) {
-    std::uint64_t x = h ^ v;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    h = x ^ (x >> 31);
-  };
+  auto mix = [&h](std::uint64_t v) { h = kv_fingerprint_mix(h, v); };
   mix(static_cast<std::uint64_t>(o.type));
   switch (o.type) {
     case object_type::BOOLEAN:

@@ -34,16 +34,19 @@ inline constexpr std::size_t kNumKvEventKinds = 3;
 // "BlockStored", "BlockRemoved", "AllBlocksCleared": the engines' own tags.
 std::string_view kv_event_kind_name(KvEventKind kind);
 
+// One step of the fingerprints below: `v` folded into `h` through splitmix64's finalizer.
+inline std::uint64_t kv_fingerprint_mix(std::uint64_t h, std::uint64_t v) {
+  std::uint64_t x = h ^ v;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // A 64-bit fingerprint of `n` token ids: what a lookup compares a prompt's block with a stored
 // block by (the tokens the stream carries, never the engine's own hash function).
 inline std::uint64_t kv_token_fingerprint(const std::int64_t* ids, std::size_t n) {
   std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint64_t x = h ^ static_cast<std::uint64_t>(ids[i]);
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finalizer per id
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    h = x ^ (x >> 31);
-  }
+  for (std::size_t i = 0; i < n; ++i) h = kv_fingerprint_mix(h, static_cast<std::uint64_t>(ids[i]));
   return h | 1;  // never 0, which means "no tokens"
 }
 

@@ -496,15 +496,34 @@ TEST(AttentionPanel, DrawsTheQuantizationErrorOverlay) {
   }
 }
 
+// stories260K's minimal.json run to its end, at step 60 with sequence 0 selected (what the
+// attention panel's tests look at).
+struct MinimalAtStep60 {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  AppState state = [this] {
+    run->wait();
+    AppState st(run->make_source());
+    st.set_step(60);
+    st.selected_request = 0;
+    return st;
+  }();
+};
+
+// Draws the panel until its background capture of sequence 0 is in.
+void capture_attention(AttentionPanel& panel, AppState& state) {
+  ImGui::GetIO().MousePos = ImVec2(-1, -1);
+  for (int f = 0; f < 4; ++f) {
+    draw_attention_frame(panel, state, "capturing");
+    panel.wait_for_capture();
+  }
+}
+
 // The sink grid: every layer x head, each cell the capture's share on the first token(s), equal to
 // the recorder's own figure; a click on a cell opens that head's heatmap.
 TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {
   HeadlessImGui imgui(ImVec2(1000, 900));
-  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
-  run->wait();
-  AppState state(run->make_source());
-  state.set_step(60);
-  state.selected_request = 0;
+  MinimalAtStep60 m;
+  AppState& state = m.state;
   AttentionPanel panel;
   panel.set_sink_grid(true, 1);
   ImGuiIO& io = ImGui::GetIO();
@@ -513,10 +532,7 @@ TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {
     io.MouseDown[0] = click;
     draw_attention_frame(panel, state, what);
   };
-  for (int f = 0; f < 4; ++f) {
-    frame(ImVec2(-1, -1), false, "capturing");
-    panel.wait_for_capture();
-  }
+  capture_attention(panel, state);
   frame(ImVec2(-1, -1), false, "grid");
   const AttentionCapture* cap = panel.capture(0);
   ASSERT_NE(cap, nullptr);
@@ -544,19 +560,13 @@ TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {
 }
 
 // The panel opens on the head that puts the largest share of its attention on the first token
-// (the sink lesson), not layer 0 head 0; once the user picks a layer or head it stays theirs.
-TEST(AttentionPanel, OpensOnTheHottestSinkHeadUntilTheUserPicks) {
+// (the sink lesson), not layer 0 head 0.
+TEST(AttentionPanel, OpensOnTheHottestSinkHead) {
   HeadlessImGui imgui(ImVec2(1000, 900));
-  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
-  run->wait();
-  AppState state(run->make_source());
-  state.set_step(60);
-  state.selected_request = 0;
+  MinimalAtStep60 m;
+  AppState& state = m.state;
   AttentionPanel panel;
-  for (int f = 0; f < 4; ++f) {
-    draw_attention_frame(panel, state, "capturing");
-    panel.wait_for_capture();
-  }
+  capture_attention(panel, state);
   draw_attention_frame(panel, state, "focused");
   const AttentionCapture* cap = panel.capture(0);
   ASSERT_NE(cap, nullptr);

@@ -11,6 +11,7 @@
 
 #include "engine/common/error.h"
 #include "engine/trace/timeline.h"
+#include "tests/trace/kv_event_builders.h"
 
 namespace kvscope {
 namespace {
@@ -28,26 +29,9 @@ KvStreamEvent stored(std::vector<std::uint64_t> hashes, std::optional<std::uint6
   return e;
 }
 
-KvStreamEvent removed(std::vector<std::uint64_t> hashes, std::string medium = "") {
-  KvStreamEvent e;
-  e.kind = KvEventKind::kBlockRemoved;
-  e.block_hashes = std::move(hashes);
-  e.medium = std::move(medium);
-  return e;
-}
-
-KvStreamEvent cleared() {
-  KvStreamEvent e;
-  e.kind = KvEventKind::kAllBlocksCleared;
-  return e;
-}
-
-KvEventBatch batch(double ts, std::vector<KvStreamEvent> events) {
-  KvEventBatch b;
-  b.ts = ts;
-  b.events = std::move(events);
-  return b;
-}
+using test::batch;
+using test::cleared;
+using test::removed;
 
 std::int64_t live_of(const KvEventModel& m, int rank) {
   auto it = m.by_rank().find(rank);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/trace/kv_event_model.h"
+#include "tests/trace/kv_event_builders.h"
 
 namespace kvscope {
 namespace {
@@ -46,26 +47,9 @@ KvStreamEvent placeholder(std::vector<std::uint64_t> hashes, std::string medium)
   return e;
 }
 
-KvStreamEvent removed(std::vector<std::uint64_t> hashes, std::string medium = "") {
-  KvStreamEvent e;
-  e.kind = KvEventKind::kBlockRemoved;
-  e.block_hashes = std::move(hashes);
-  e.medium = std::move(medium);
-  return e;
-}
-
-KvStreamEvent cleared() {
-  KvStreamEvent e;
-  e.kind = KvEventKind::kAllBlocksCleared;
-  return e;
-}
-
-KvEventBatch batch(double ts, std::vector<KvStreamEvent> events) {
-  KvEventBatch b;
-  b.ts = ts;
-  b.events = std::move(events);
-  return b;
-}
+using test::batch;
+using test::cleared;
+using test::removed;
 
 const KvLookupRow& row(const std::vector<KvLookupRow>& rows, int rank, const std::string& medium) {
   for (const KvLookupRow& r : rows)
