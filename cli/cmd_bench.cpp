@@ -22,6 +22,7 @@
 #include "cli/backend_flag.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/model_flags.h"
 #include "engine/analysis/kv_memory_probe.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
@@ -219,7 +220,7 @@ int bench_generate(const Args& args) {
   const WeightStorage storage = parse_weight_storage(args.get("--weights", "mmap"), "--weights");
   const WeightFormat format =
       parse_weight_format(args.get("--weight-format", "native"), "--weight-format");
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"), storage, format);
+  LoadedModel loaded = load_model_flags(args, storage, format);
   const Model& model = *loaded.model;
   const ModelConfig& c = model.config();
   int threads = args.get_int("--threads", 0);
@@ -305,8 +306,7 @@ int bench_generate(const Args& args) {
 }
 
 int bench_weights(const Args& args) {
-  LoadedModel mapped =
-      load_model(args.get("--model"), args.get("--tokenizer"), WeightStorage::kMapped);
+  LoadedModel mapped = load_model_flags(args, WeightStorage::kMapped);
   if (mapped.model->is_random_weights()) {
     throw Error("--model",
                 "expected a checkpoint file (synthetic weights are always in memory; "
@@ -346,7 +346,7 @@ int bench_weights(const Args& args) {
 }
 
 int bench_kv(const Args& args) {
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  LoadedModel loaded = load_model_flags(args);
   const int repeat = checked_repeat(args, 15);
   const int steps = checked_steps(args, loaded.model->config(), 512);
   auto backend = make_cpu_backend(args.get_int("--threads", 0));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "engine/analysis/eviction_quality.h"
 #include "engine/analysis/quality.h"
@@ -38,7 +39,7 @@ int bench_evict(const Args& args) {
   const std::vector<int> budgets =
       parse_int_list(args.get("--budgets", "16,32,64,128"), "--budgets", 2, 1 << 20,
                      "budgets of at least 2 tokens");
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  LoadedModel loaded = load_model_flags(args);
   if (loaded.model->is_random_weights()) {
     throw Error(loaded.model->source(),
                 "random weights: eviction policies that read attention need a trained model");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "engine/analysis/kv_memory_probe.h"
 #include "engine/analysis/memory_math.h"
@@ -83,7 +84,7 @@ int bench_tiers(const Args& args) {
     fail_expected("--block-size", "an integer in [1, 4096]", std::to_string(bs));
   }
   const KvFormat format = parse_kv_format(args.get("--kv-dtype", "fp16"), "--kv-dtype");
-  LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+  LoadedModel loaded = load_model_flags(args);
   const ModelConfig& c = loaded.model->config();
   std::vector<int> lengths;
   if (args.has("--tokens")) {

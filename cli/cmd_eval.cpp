@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,10 +16,12 @@
 #include "cli/eval_evict.h"
 #include "cli/eval_report.h"
 #include "cli/format.h"
+#include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "engine/analysis/quality.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 #include "engine/common/text_lines.h"
 #include "engine/mla/mla_codec.h"
 #include "engine/model/locate.h"
@@ -231,10 +234,13 @@ int cmd_eval(const Argv& argv) {
                                      args.has("--k-dtype") ? "--k-dtype" : "--kv-dtype");
   const KvFormat v = parse_kv_format(args.get("--v-dtype", default_kv),
                                      args.has("--v-dtype") ? "--v-dtype" : "--kv-dtype");
+  // The eviction flags before any model loads: a bad value fails now, not after the reference.
+  std::optional<EvictionRunOptions> eviction;
+  if (evicting) eviction = parse_eviction_options(args, k, v, block_size);
 
-  LoadedModel loaded =
-      load_model(args.get("--model"), args.get("--tokenizer"), WeightStorage::kMapped,
-                 parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
+  LoadedModel loaded = load_model_flags(
+      args, WeightStorage::kMapped,
+      parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   if (loaded.model->is_random_weights()) {
     throw Error(loaded.model->source(),
                 "random weights: no quality figure is meaningful; use a trained model");
@@ -253,7 +259,9 @@ int cmd_eval(const Argv& argv) {
     o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
     o.rope_select =
         parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
-    codec = std::make_shared<const MlaCodec>(make_mla_codec(*loaded.model, o));
+    codec = std::make_shared<const MlaCodec>(
+        with_setting_sources({{kMlaRank, "--mla-rank"}, {kMlaRopeDims, "--mla-rope-dims"}},
+                             [&] { return make_mla_codec(*loaded.model, o); }));
     // Throws naming --kv-dtype when the format cannot store this latent shape.
     const KvLayout L = mla_layout_for(c, *codec, block_size, 1, k);
     k.validate(block_size, L.row_heads(KvKind::kKey), L.row_head_dim(KvKind::kKey), "--kv-dtype");
@@ -322,8 +330,8 @@ int cmd_eval(const Argv& argv) {
         std::make_unique<QualityEvaluator>(transformer, std::move(windows), block_size,
                                            progress.callback(), std::max(max_window, c.seq_len));
   }
-  if (evicting) {
-    const EvictionRunOptions o = parse_eviction_options(args, k, v, block_size);
+  if (eviction) {
+    const EvictionRunOptions& o = *eviction;
     const EvictEvalSetup setup{source, max_window, bucket, c.seq_len, args.has("--json")};
     if (args.has("--streaming")) {
       return run_streaming_sweep(*evaluator, o, args.get("--budgets", "256,512"), setup,

@@ -8,9 +8,12 @@
 #include "cli/args.h"
 #include "cli/backend_flag.h"
 #include "cli/commands.h"
+#include "cli/eviction_flags.h"
 #include "cli/format.h"
+#include "cli/model_flags.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 #include "engine/evict/eviction_hook.h"
 #include "engine/infer/generate.h"
 #include "engine/mla/mla_codec.h"
@@ -111,10 +114,9 @@ int cmd_generate(const Argv& argv) {
     throw Error(args.positional()[0], "unexpected argument; see --help");
   if (args.has("--system") && !args.has("--chat"))
     throw Error("--system", "only applies with --chat");
-  LoadedModel loaded =
-      load_model(args.get("--model"), args.get("--tokenizer"),
-                 parse_weight_storage(args.get("--weights", "mmap"), "--weights"),
-                 parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
+  LoadedModel loaded = load_model_flags(
+      args, parse_weight_storage(args.get("--weights", "mmap"), "--weights"),
+      parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
   if (!loaded.tokenizer) {
     throw Error(loaded.model->source(), "no tokenizer with " +
                                             std::to_string(loaded.model->config().vocab_size) +
@@ -144,8 +146,7 @@ int cmd_generate(const Argv& argv) {
     fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(options.block_size));
   }
   const bool evicting = args.has("--evict");
-  for (const char* flag :
-       {"--budget", "--sinks", "--recent", "--obs-window", "--compact", "--positions"}) {
+  for (const char* flag : kEvictionDetailFlags) {
     if (args.has(flag) && !evicting) throw Error(flag, "only applies with --evict");
   }
   const std::string alloc = args.get("--allocator", evicting ? "paged" : "contiguous");
@@ -173,24 +174,12 @@ int cmd_generate(const Argv& argv) {
   }
   std::unique_ptr<EvictingCacheHook> hook;
   if (evicting) {
-    EvictorOptions eo;
-    EvictionConfig& p = eo.policy;
-    p.kind = parse_eviction_kind(args.get("--evict"), "--evict");
-    p.budget = args.get_int("--budget", 64);
-    p.sinks = args.get_int("--sinks", 4);
-    p.recent = args.get_int("--recent", -1);
-    p.observation_window = args.get_int("--obs-window", 8);
-    if (p.recent < -1 || p.recent == 0) {
-      fail_expected("--recent", "a positive integer (or -1: budget / 2)", std::to_string(p.recent));
-    }
-    if (p.observation_window < 1) {
-      fail_expected("--obs-window", "an integer >= 1", std::to_string(p.observation_window));
-    }
-    eo.compaction = parse_compaction_policy(args.get("--compact", "never"), "--compact");
-    eo.positions = parse_position_mode(args.get("--positions", "keep"), "--positions");
-    hook = std::make_unique<EvictingCacheHook>(eo, c, options.steps);
+    hook = std::make_unique<EvictingCacheHook>(parse_eviction_flags(args, args.get("--evict")), c,
+                                               options.steps);
     options.cache_hook = hook.get();
   }
+  with_setting_sources({{kGenerateSteps, "--steps"}, {kGenerateAllocator, "--allocator"}},
+                       [&] { validate(options, c); });
   if (args.has("--mla-rank") && evicting)
     throw Error("--mla-rank", "MLA is not combined with --evict yet");
   for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
@@ -204,7 +193,9 @@ int cmd_generate(const Argv& argv) {
     o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
     o.rope_select =
         parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
-    codec = std::make_unique<MlaCodec>(make_mla_codec(*loaded.model, o));
+    codec = std::make_unique<MlaCodec>(
+        with_setting_sources({{kMlaRank, "--mla-rank"}, {kMlaRopeDims, "--mla-rope-dims"}},
+                             [&] { return make_mla_codec(*loaded.model, o); }));
     const KvLayout L =
         mla_layout_for(loaded.model->config(), *codec, options.block_size, 1, options.k_format);
     for (KvKind kind : {KvKind::kKey, KvKind::kValue})
@@ -217,11 +208,12 @@ int cmd_generate(const Argv& argv) {
   auto backend = make_backend(args.get("--backend", "auto"), threads,
                               args.get("--device-weights", "f16"), needs);
   Transformer transformer(loaded.model, *backend);
-  GenerateResult r =
-      generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
-      });
+  GenerateResult r = with_setting_sources({{kGeneratePrompt, "--prompt"}}, [&] {
+    return generate(transformer, *loaded.tokenizer, options, [](const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+  });
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const auto rate = [](int positions, double seconds) {

@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 #include "engine/model/prompt_file.h"
 #include "engine/trace/kv_event_client.h"
 #include "engine/trace/kv_journal.h"
@@ -78,9 +79,11 @@ int cmd_lookup(const Argv& argv) {
     throw Error("lookup", "expected one of --prompt FILE or --text TEXT; see --help");
   const KvClearScope scope =
       parse_kv_clear_scope(args.get("--clear-scope", "auto"), "--clear-scope");
-  const std::vector<std::int64_t> prompt =
-      read_prompt_tokens({args.get("--prompt", ""), args.get("--text", ""),
-                          args.get("--tokenizer", ""), args.get("--model", ""), args.has("--bos")});
+  const std::vector<std::int64_t> prompt = with_setting_sources({{kPromptText, "--text"}}, [&] {
+    return read_prompt_tokens({args.get("--prompt", ""), args.get("--text", ""),
+                               args.get("--tokenizer", ""), args.get("--model", ""),
+                               args.has("--bos")});
+  });
   const std::string journal = journal_of(args.positional()[0]);
   KvEventModel model;
   model.set_clear_scope(scope);

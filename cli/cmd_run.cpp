@@ -165,11 +165,14 @@ int cmd_run(const Argv& argv) {
   ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
   attach_mla(resolved, loaded.weights, path);
   SimConfig config = resolved.config;
-  if (args.has("--allocator"))
+  if (args.has("--allocator")) {
     config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
+    require_paged_for_prefix_caching(config.prefix_caching, config.allocator, "--allocator");
+  }
   if (args.has("--preemption"))
     config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
   config.threads = args.get_int("--threads", 1);
+  config.tokenizer = loaded.tokenizer;  // recording.kvr carries the text of its token ids
   SimModel model{loaded.shape, loaded.weights};
   std::unique_ptr<Backend> backend;
   if (model.weights != nullptr) {

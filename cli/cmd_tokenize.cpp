@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "engine/common/error.h"
 #include "engine/common/text_lines.h"
 #include "engine/model/locate.h"
@@ -73,7 +74,7 @@ int cmd_tokenize(const Argv& argv) {
   if (!args.has("--model") && is_tokenizer_json_path(args.get("--tokenizer"))) {
     tokenizer = load_tokenizer_json(args.get("--tokenizer"));
   } else {
-    const LoadedModel loaded = load_model(args.get("--model"), args.get("--tokenizer"));
+    const LoadedModel loaded = load_model_flags(args);
     if (!loaded.tokenizer) {
       throw Error(loaded.model->source(), "no tokenizer with " +
                                               std::to_string(loaded.model->config().vocab_size) +

@@ -267,9 +267,7 @@ int trace_mooncake(const Args& args) {
           args.has("--capacity-tokens") ? "--capacity-tokens " + std::to_string(c.capacity_tokens)
                                         : "no --capacity-tokens");
     }
-    if (!c.prefix_caching) {
-      fail_expected("--tiers", "prefix caching (tiers hold cached blocks)", "--no-prefix-caching");
-    }
+    require_prefix_caching_for_tiers(true, c.prefix_caching, "--tiers");
     c.tiers = parse_tiers(args.get("--tiers"), c.block_size);
   }
   const bool json = args.has("--json");

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/eval_report.h"
+#include "cli/eviction_flags.h"
 #include "cli/format.h"
 #include "cli/progress.h"
 #include "engine/analysis/sweep_csv.h"
@@ -126,24 +127,7 @@ EvictionRunOptions parse_eviction_options(const Args& args, const KvFormat& k, c
   o.k_format = k;
   o.v_format = v;
   o.block_size = block_size;
-  EvictionConfig& p = o.evictor.policy;
-  p.kind = parse_eviction_kind(args.get("--evict", "window"), "--evict");
-  p.budget = args.get_int("--budget", 64);
-  p.sinks = args.get_int("--sinks", 4);
-  p.recent = args.get_int("--recent", -1);
-  p.observation_window = args.get_int("--obs-window", 8);
-  if (p.kind != EvictionKind::kNone && p.budget < 2) {
-    fail_expected("--budget", "an integer >= 2", std::to_string(p.budget));
-  }
-  if (p.sinks < 0) fail_expected("--sinks", "an integer >= 0", std::to_string(p.sinks));
-  if (p.recent < -1 || p.recent == 0) {
-    fail_expected("--recent", "a positive integer (or -1: budget / 2)", std::to_string(p.recent));
-  }
-  if (p.observation_window < 1) {
-    fail_expected("--obs-window", "an integer >= 1", std::to_string(p.observation_window));
-  }
-  o.evictor.compaction = parse_compaction_policy(args.get("--compact", "never"), "--compact");
-  o.evictor.positions = parse_position_mode(args.get("--positions", "keep"), "--positions");
+  o.evictor = parse_eviction_flags(args, args.get("--evict", "window"));
   o.context = args.get_int("--context", 0);
   if (o.context < 0) fail_expected("--context", "an integer >= 0", std::to_string(o.context));
   return o;

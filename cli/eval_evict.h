@@ -10,8 +10,8 @@
 
 namespace kvscope::cli {
 
-// The eviction flags (--evict --budget --sinks --recent --obs-window --compact --positions
-// --context) as run options over K/V formats `k`, `v` and `block_size`.
+// The eviction flags (cli/eviction_flags.h, --evict defaulting to window) and --context as run
+// options over K/V formats `k`, `v` and `block_size`.
 EvictionRunOptions parse_eviction_options(const Args& args, const KvFormat& k, const KvFormat& v,
                                           int block_size);
 

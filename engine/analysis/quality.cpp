@@ -338,7 +338,8 @@ std::vector<std::vector<int>> long_text_windows(const Tokenizer& tokenizer, cons
 
 std::vector<std::vector<int>> sample_windows(Transformer& transformer, long num_tokens,
                                              std::uint64_t seed) {
-  if (num_tokens < 2) fail_expected("--sample", "at least 2 tokens", std::to_string(num_tokens));
+  if (num_tokens < 2)
+    fail_expected("sample length", "at least 2 tokens", std::to_string(num_tokens));
   std::vector<std::vector<int>> windows;
   long have = 0;
   GenerateOptions o;

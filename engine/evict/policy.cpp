@@ -105,6 +105,23 @@ std::vector<int> select_keep(const EvictionConfig& config, const TokenStats& sta
   return keep;
 }
 
+void validate(const EvictionConfig& c) {
+  if (c.kind == EvictionKind::kNone) return;
+  auto fail = [](std::string_view setting, const std::string& expected, int got) {
+    fail_expected(std::string(setting), expected, std::to_string(got));
+  };
+  if (c.budget < 2) fail(kEvictionBudget, "an integer >= 2", c.budget);
+  if (c.kind == EvictionKind::kSinksWindow && (c.sinks < 0 || c.sinks >= c.budget - 1)) {
+    fail(kEvictionSinks,
+         "an integer in [0, budget - 1) = [0, " + std::to_string(c.budget - 1) + ")", c.sinks);
+  }
+  if (c.sinks < 0) fail(kEvictionSinks, "an integer >= 0", c.sinks);
+  if (c.observation_window < 1)
+    fail(kEvictionObservationWindow, "an integer >= 1", c.observation_window);
+  if (c.pool_kernel < 1 || c.pool_kernel % 2 == 0)
+    fail(kEvictionPoolKernel, "an odd integer >= 1", c.pool_kernel);
+}
+
 std::vector<std::string> eviction_kind_names() {
   return {"none", "window", "sinks", "h2o", "snapkv", "tova", "random"};
 }

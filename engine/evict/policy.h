@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvscope {
@@ -24,6 +25,20 @@ struct EvictionConfig {
   int pool_kernel = 5;         // SnapKV: width of the average pooling over votes (odd)
   std::uint64_t seed = 1;      // random baseline
 };
+
+// The settings validate() names in its errors (their where()), in the engine's words; a caller
+// that knows which flag or JSON key carried one puts that in its place (setting_source.h).
+inline constexpr std::string_view kEvictionBudget = "eviction budget";
+inline constexpr std::string_view kEvictionSinks = "sink tokens";
+inline constexpr std::string_view kEvictionObservationWindow = "SnapKV observation window";
+inline constexpr std::string_view kEvictionPoolKernel = "SnapKV pool kernel";
+
+// What a token evictor needs of `config`, checked in this one place (the evictor, the scenario
+// loader and the CLI's eviction flags all call it): nothing for kNone; otherwise a budget of at
+// least 2 (the current token and one more), sinks >= 0 (sinks + window: fewer than budget - 1, so
+// the window keeps two), an observation window >= 1 and an odd pool kernel. Throws
+// kvscope::Error located at one of the settings above.
+void validate(const EvictionConfig& config);
 
 // What the policies may look at, one entry per live cached position (ascending positions).
 struct TokenStats {

@@ -15,22 +15,7 @@ bool needs_attention(EvictionKind kind) {
 TokenEvictor::TokenEvictor(KvCacheManager& cache, SeqId seq, const EvictorOptions& options,
                            float rope_theta, Backend& backend)
     : cache_(cache), seq_(seq), options_(options), rope_theta_(rope_theta), backend_(backend) {
-  const EvictionConfig& p = options_.policy;
-  if (p.kind != EvictionKind::kNone) {
-    if (p.budget < 2) fail_expected("--budget", "an integer >= 2", std::to_string(p.budget));
-    if (p.kind == EvictionKind::kSinksWindow && (p.sinks < 0 || p.sinks >= p.budget - 1)) {
-      fail_expected("--sinks",
-                    "an integer in [0, budget - 1) = [0, " + std::to_string(p.budget - 1) + ")",
-                    std::to_string(p.sinks));
-    }
-    if (p.kind == EvictionKind::kSnapKV && (p.pool_kernel < 1 || p.pool_kernel % 2 == 0)) {
-      fail_expected("snapkv pool_kernel", "an odd integer >= 1", std::to_string(p.pool_kernel));
-    }
-    if (p.kind == EvictionKind::kSnapKV && p.observation_window < 1) {
-      fail_expected("snapkv observation_window", "an integer >= 1",
-                    std::to_string(p.observation_window));
-    }
-  }
+  validate(options_.policy);
   cache_.check_evictable(seq_, "token eviction");
   sync();
 }

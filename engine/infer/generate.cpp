@@ -22,14 +22,15 @@ KvCacheManager make_cache(const ModelConfig& c, const GenerateOptions& o, int st
 }
 
 void check_steps(const ModelConfig& c, int steps, bool past_context = false) {
+  const std::string where(kGenerateSteps);
   if (past_context) {
     if (steps < 1 || steps > 1'000'000) {
-      fail_expected("--steps", "an integer in [1, 1000000]", std::to_string(steps));
+      fail_expected(where, "an integer in [1, 1000000]", std::to_string(steps));
     }
     return;
   }
   if (steps < 1 || steps > c.seq_len) {
-    fail_expected("--steps",
+    fail_expected(where,
                   "an integer in [1, " + std::to_string(c.seq_len) + "] (the model's seq_len)",
                   std::to_string(steps));
   }
@@ -55,6 +56,14 @@ std::span<float> forward_one(Transformer& t, KvCacheManager& cache, SeqId seq,
 }
 
 }  // namespace
+
+void validate(const GenerateOptions& options, const ModelConfig& model) {
+  check_steps(model, options.steps, options.past_context);
+  if (options.cache_hook != nullptr && options.allocator != AllocatorKind::kPaged) {
+    throw Error(std::string(kGenerateAllocator),
+                "expected paged with token eviction, got contiguous");
+  }
+}
 
 std::vector<int> generate_tokens(Transformer& transformer, const std::vector<int>& prompt_tokens,
                                  int steps, const GenerateOptions& options,
@@ -88,17 +97,15 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
                         const GenerateOptions& options,
                         const std::function<void(const std::string&)>& on_piece) {
   const ModelConfig& c = transformer.config();
-  check_steps(c, options.steps, options.past_context);
-  if (options.cache_hook != nullptr && options.allocator != AllocatorKind::kPaged) {
-    throw Error("--allocator", "expected paged with token eviction, got contiguous");
-  }
+  validate(options, c);
   GenerateResult result;
   std::vector<int> prompt = tokenizer.encode(options.prompt, tokenizer.adds_bos(), /*eos=*/false);
   if (prompt.empty()) {
     // Nothing to start from: BOS, when the vocabulary has one (a tokenizer.json without a BOS
     // template has none, and -1 is no token).
     if (tokenizer.bos_id() < 0)
-      throw Error("--prompt", "expected a prompt: this tokenizer has no BOS token to start from");
+      throw Error(std::string(kGeneratePrompt),
+                  "expected a prompt: this tokenizer has no BOS token to start from");
     prompt = {tokenizer.bos_id()};
   }
   result.num_prompt_tokens = static_cast<int>(prompt.size());

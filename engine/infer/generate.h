@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/infer/transformer.h"
@@ -76,7 +77,20 @@ struct GenerateResult {
                                     // (GenerateOptions::score_tokens only)
 };
 
-// Calls on_piece(text) for each printable piece, exactly what run.c prints.
+// The settings generate() names in its errors (their where()), in the engine's words; a caller
+// that knows which flag carried one puts that in its place (setting_source.h).
+inline constexpr std::string_view kGenerateSteps = "steps";
+inline constexpr std::string_view kGenerateAllocator = "allocator";
+inline constexpr std::string_view kGeneratePrompt = "prompt";
+
+// What generate() needs of `options` on a model of shape `model`, before anything runs: steps in
+// [1, seq_len] (past_context: [1, 1000000]) and the paged allocator under a cache hook. Throws
+// kvscope::Error located at kGenerateSteps or kGenerateAllocator.
+void validate(const GenerateOptions& options, const ModelConfig& model);
+
+// Calls on_piece(text) for each printable piece, exactly what run.c prints. Throws
+// kvscope::Error as validate() does, and located at kGeneratePrompt when the prompt encodes to no
+// token and the tokenizer has no BOS to start from.
 GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
                         const GenerateOptions& options,
                         const std::function<void(const std::string&)>& on_piece);

@@ -14,12 +14,16 @@ KvCacheManager::KvCacheManager(const KvLayout& layout, AllocatorKind kind, int m
   if (with_storage) storage_ = std::make_unique<KvStorage>(layout_);
 }
 
+void require_paged_for_prefix_caching(bool prefix_caching, AllocatorKind allocator,
+                                      const std::string& where) {
+  if (!prefix_caching || allocator == AllocatorKind::kPaged) return;
+  throw Error(where,
+              "prefix caching needs the paged allocator (contiguous regions are private to one "
+              "sequence and cannot be shared), got the contiguous allocator");
+}
+
 void KvCacheManager::set_block_source(BlockSource* source) {
-  if (source != nullptr && kind_ != AllocatorKind::kPaged) {
-    throw Error("kv cache",
-                "prefix caching needs the paged allocator (the contiguous allocator "
-                "reserves private regions that cannot be shared)");
-  }
+  require_paged_for_prefix_caching(source != nullptr, kind_, "kv cache");
   if (!tables_.empty()) throw Error("kv cache", "set_block_source: sequences already exist");
   source_ = source;
 }

@@ -23,6 +23,14 @@ namespace kvscope {
 
 enum class AllocatorKind { kPaged, kContiguous };
 
+// The rule "prefix caching needs the paged allocator": the prefix cache shares blocks between
+// sequences, and the contiguous allocator reserves a private region per sequence that nothing
+// else may hold. Every place that combines the two checks it here, so there is one message;
+// `where` says what carried the values (a JSON path, a CLI flag; the engine's own callers name
+// themselves). Throws kvscope::Error when prefix caching is on with another allocator.
+void require_paged_for_prefix_caching(bool prefix_caching, AllocatorKind allocator,
+                                      const std::string& where);
+
 struct BlockTable {
   std::vector<BlockId> blocks;  // logical block -> physical block
   int num_tokens = 0;           // slots filled

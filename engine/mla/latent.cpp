@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/mla/svd.h"
 
 namespace kvscope {
@@ -27,7 +28,7 @@ MlaConversion convert_to_mla(const Model& model, int rank, const std::vector<int
   MlaConversion out;
   out.full_rank = std::min(rows, dim);
   if (rank < 1 || rank > out.full_rank) {
-    fail_expected("--mla-rank",
+    fail_expected(std::string(kMlaRank),
                   "an integer in [1, " + std::to_string(out.full_rank) + "] (min(" +
                       std::to_string(nk) + " latent key dims + " + std::to_string(kv) +
                       " value dims, dim " + std::to_string(dim) + ") for this model)",

@@ -83,18 +83,34 @@ std::string MlaCodec::name() const {
                                                                   : " norm");
 }
 
-MlaCodec make_mla_codec(const Model& model, const MlaOptions& o) {
-  const ModelConfig& c = model.config();
+void validate(const MlaOptions& o, const ModelConfig& c) {
   const int hd = c.head_dim();
   if (o.mode == MlaMode::kReconstruct && o.rope_dims != 0) {
-    fail_expected("--mla-rope-dims", "0 in mode a (mode a re-applies RoPE to every key dim)",
+    fail_expected(std::string(kMlaRopeDims),
+                  "0 in mode a (mode a re-applies RoPE to every key dim)",
                   std::to_string(o.rope_dims));
   }
   if (o.rope_dims < 0 || o.rope_dims > hd || o.rope_dims % 2 != 0) {
-    fail_expected("--mla-rope-dims",
+    fail_expected(std::string(kMlaRopeDims),
                   "an even number in [0, " + std::to_string(hd) + "] (rotary dims per KV head)",
                   std::to_string(o.rope_dims));
   }
+  const int key_dims = c.n_kv_heads * (hd - o.rope_dims);
+  const int full = mla_full_rank(c, o.rope_dims);
+  if (o.rank < 1 || o.rank > full) {
+    fail_expected(std::string(kMlaRank),
+                  "an integer in [1, " + std::to_string(full) + "] (min(" +
+                      std::to_string(key_dims) + " latent key dims + " +
+                      std::to_string(c.kv_dim()) + " value dims, dim " + std::to_string(c.dim) +
+                      ") for this model)",
+                  std::to_string(o.rank));
+  }
+}
+
+MlaCodec make_mla_codec(const Model& model, const MlaOptions& o) {
+  const ModelConfig& c = model.config();
+  const int hd = c.head_dim();
+  validate(o, c);
   static std::atomic<std::uint64_t> next_id{1};
   MlaCodec codec;
   codec.id = next_id++;

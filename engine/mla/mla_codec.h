@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/kv/kv_storage.h"
@@ -65,8 +66,18 @@ struct MlaCodec {
   std::string name() const;
 };
 
-// Converts `model` (SVD per layer). Throws kvscope::Error naming the flag for a rank outside
-// [1, full rank], rope dims that are odd or outside [0, head_dim], or rope dims in mode A.
+// The settings validate() names in its errors (their where()), in the engine's words; a caller
+// that knows which flag or JSON key carried one puts that in its place (setting_source.h).
+inline constexpr std::string_view kMlaRank = "MLA rank";
+inline constexpr std::string_view kMlaRopeDims = "MLA RoPE dims";
+
+// What converting a model of shape `model` needs of `options`, checked in this one place (the
+// conversion, the scenario loader and the CLI call it): rope dims 0 in mode A, even and in [0,
+// head_dim] in mode B, and a rank in [1, mla_full_rank]. Needs only the shape, so a scenario is
+// checked before any weights load. Throws kvscope::Error located at kMlaRank or kMlaRopeDims.
+void validate(const MlaOptions& options, const ModelConfig& model);
+
+// Converts `model` (SVD per layer) after validate(options, its shape).
 MlaCodec make_mla_codec(const Model& model, const MlaOptions& options);
 // Full rank for the given mode and rope dims: min(kv_heads * (head_dim - rope_dims) + kv_dim, dim).
 int mla_full_rank(const ModelConfig& model, int rope_dims);

@@ -19,7 +19,7 @@ std::string render_chatml(const Tokenizer& tokenizer, const std::string& system,
   for (const char* special : {"<|im_start|>", "<|im_end|>"}) {
     const std::vector<int> ids = tokenizer.encode(special, false, false);
     if (ids.size() != 1) {
-      throw Error(tokenizer.path(), std::string("--chat: expected a ChatML model (") + special +
+      throw Error(tokenizer.path(), std::string("expected a ChatML model for chat (") + special +
                                         " one token), got a tokenizer that splits it into " +
                                         std::to_string(ids.size()) + " tokens");
     }

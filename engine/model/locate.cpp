@@ -72,7 +72,7 @@ std::string locate_model(const std::string& model_arg) {
   }
   if (auto found = find_in_dirs(model_search_dirs(), name, &tried)) return *found;
   throw Error(name, "model not found; looked at " + join_lines(tried) +
-                        ". Pass --model PATH, set KVSCOPE_MODELS to a folder holding it, or " +
+                        ". Give its path, set KVSCOPE_MODELS to a folder holding it, or " +
                         how_to_get);
 }
 
@@ -91,8 +91,8 @@ std::string locate_tokenizer(const std::string& tokenizer_arg, const std::string
   for (const auto& name : names) {
     if (auto found = find_in_dirs(dirs, name, &tried)) return *found;
   }
-  throw Error(names[0],
-              "tokenizer not found; looked at " + join_lines(tried) + ". Pass --tokenizer PATH");
+  throw Error(names[0], "tokenizer not found; looked at " + join_lines(tried) +
+                            ". Give its path, or put it beside the model");
 }
 
 std::shared_ptr<const Tokenizer> load_tokenizer_file(const std::string& path, int vocab_size) {
@@ -124,13 +124,13 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
   std::string path = locate_model(model_arg);
   if (is_gguf_file(path)) {
     if (storage == WeightStorage::kCopied) {
-      throw Error("--weights",
+      throw Error(std::string(kWeightStorage),
                   "expected mmap (the default) for a GGUF model, whose weights are "
                   "dequantized into memory at load anyway, got copy");
     }
     if (!tokenizer_arg.empty()) {
-      throw Error(tokenizer_arg, "expected no --tokenizer for a GGUF model (" + path +
-                                     " carries its own), got one");
+      throw Error(std::string(kTokenizerPath), "expected none for a GGUF model (" + path +
+                                                   " carries its own), got " + tokenizer_arg);
     }
     const GgufFile file(path);
     out.model = load_gguf_model(file, format);

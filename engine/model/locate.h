@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model/checkpoint.h"
@@ -50,8 +51,14 @@ struct LoadedModel {
   std::string chat_template;  // the file's (GGUF tokenizer.chat_template); empty if none
 };
 
+// Where load_model's errors about its storage and tokenizer arguments are located, in the engine's
+// words; a caller that knows which flag carried one puts that in its place (setting_source.h).
+inline constexpr std::string_view kWeightStorage = "weight storage";
+inline constexpr std::string_view kTokenizerPath = "tokenizer path";
+
 // Loads a model argument: a checkpoint (found as above) or "synthetic:<spec>". A GGUF file brings
-// its own tokenizer (a --tokenizer for it is an error).
+// its own tokenizer (a tokenizer path beside it is an error, located at kTokenizerPath; copied
+// weight storage for it one located at kWeightStorage).
 // `storage` applies to checkpoints (synthetic weights are always owned), `format` to GGUF files.
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg,
                        WeightStorage storage = WeightStorage::kMapped,

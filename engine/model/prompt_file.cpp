@@ -67,7 +67,7 @@ std::vector<std::int64_t> ids_from_json(const nlohmann::json& j, const std::stri
 
 std::vector<std::int64_t> read_prompt_tokens(const PromptSource& src) {
   std::string text = src.text;
-  const std::string where = src.path.empty() ? std::string("--text") : src.path;
+  const std::string where = src.path.empty() ? std::string(kPromptText) : src.path;
   if (!src.path.empty()) {
     std::ifstream in(src.path, std::ios::binary);
     if (!in) throw Error(src.path, "cannot open the prompt file");
@@ -89,9 +89,9 @@ std::vector<std::int64_t> read_prompt_tokens(const PromptSource& src) {
   }
   if (src.tokenizer.empty() && src.model.empty()) {
     throw Error(where,
-                "a text prompt needs the engine's tokenizer: pass --tokenizer "
-                "(tokenizer.json or a GGUF file) or --model, or give token ids (a JSON "
-                "array, or what the engine's /tokenize returns)");
+                "a text prompt needs the engine's tokenizer (a tokenizer.json or GGUF file, or a "
+                "model to take it from); or give token ids (a JSON array, or what the engine's "
+                "/tokenize returns)");
   }
   std::shared_ptr<const Tokenizer> tok;
   if (!src.tokenizer.empty()) {

@@ -81,7 +81,7 @@ bool is_synthetic_model_arg(const std::string& model_arg) {
 }
 
 SyntheticSpec parse_synthetic_spec(const std::string& spec_text) {
-  const std::string where = "--model synthetic:" + spec_text;
+  const std::string where = "synthetic:" + spec_text;
   SyntheticSpec spec;
   spec.name = "custom";
   std::vector<std::string> parts;

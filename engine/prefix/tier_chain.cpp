@@ -7,6 +7,14 @@
 
 namespace kvscope {
 
+void require_prefix_caching_for_tiers(bool has_tiers, bool prefix_caching,
+                                      const std::string& where) {
+  if (!has_tiers || prefix_caching) return;
+  throw Error(where,
+              "needs prefix caching (the tiers hold the blocks the prefix cache evicts), got "
+              "prefix caching off");
+}
+
 TierChain::TierChain(std::vector<TierSpec> tiers) {
   if (tiers.empty()) fail_expected("tiers", "at least one tier", "none");
   for (TierSpec& t : tiers) {

@@ -19,6 +19,14 @@ struct TierSpec {
   std::int64_t capacity_blocks = 0;  // 0: every block passes straight through to the next tier
 };
 
+// The rule "KV tiers need prefix caching": a tier holds the cached blocks the prefix cache evicts
+// and finds them again by their chain key, so without prefix caching nothing ever enters one.
+// Every configuration with tiers (a scenario's cache, the Simulator's, a Mooncake replay's) checks
+// it here, so there is one message; `where` names the tiers as the caller knows them (a JSON path,
+// a CLI flag). Throws kvscope::Error when there are tiers and prefix caching is off.
+void require_prefix_caching_for_tiers(bool has_tiers, bool prefix_caching,
+                                      const std::string& where);
+
 // One block passed down by demote(): from tier `from` to tier `to` (-1: dropped off the last tier).
 struct TierMove {
   std::uint64_t key = 0;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 #include "engine/scenario/scenario_internal.h"
 
 namespace kvscope::scenario_detail {
@@ -35,26 +36,26 @@ EvictorOptions parse_token_eviction(const JsonReader& r, const json& j, const st
     }
     return options;
   }
-  r.require(j, at, "budget", "an integer >= 1 (live tokens kept per sequence)");
-  e.budget = r.int32(j["budget"], json_path(at, "budget"), 1, 1 << 24);
+  r.require(j, at, "budget", "an integer >= 2 (live tokens kept per sequence)");
+  e.budget = r.int32(j["budget"], json_path(at, "budget"), 2, 1 << 24);
   if (j.contains("sinks")) e.sinks = r.int32(j["sinks"], json_path(at, "sinks"), 0, 1 << 20);
   if (j.contains("recent")) e.recent = r.int32(j["recent"], json_path(at, "recent"), 0, 1 << 24);
   if (j.contains("observation_window")) {
     e.observation_window =
         r.int32(j["observation_window"], json_path(at, "observation_window"), 1, 1 << 16);
   }
-  if (j.contains("pool_kernel")) {
+  if (j.contains("pool_kernel"))
     e.pool_kernel = r.int32(j["pool_kernel"], json_path(at, "pool_kernel"), 1, 1 << 10);
-    if (e.pool_kernel % 2 == 0)
-      r.fail(json_path(at, "pool_kernel"), "an odd width", j["pool_kernel"]);
-  }
   if (j.contains("seed")) {
     e.seed = static_cast<std::uint64_t>(r.integer(j["seed"], json_path(at, "seed"), 0, INT64_MAX));
   }
-  if (e.kind == EvictionKind::kSinksWindow && e.sinks >= e.budget) {
-    r.fail_text(json_path(at, "sinks"), "fewer sinks than the budget " + std::to_string(e.budget),
-                std::to_string(e.sinks));
-  }
+  // The evictor's own rules (evict/policy.h validate), located at this file's keys.
+  auto key = [&](const char* k) { return r.file() + ": " + json_path(at, k); };
+  with_setting_sources({{kEvictionBudget, key("budget")},
+                        {kEvictionSinks, key("sinks")},
+                        {kEvictionObservationWindow, key("observation_window")},
+                        {kEvictionPoolKernel, key("pool_kernel")}},
+                       [&] { validate(e); });
   if (e.recent > e.budget) {
     r.fail_text(json_path(at, "recent"), "at most the budget " + std::to_string(e.budget),
                 std::to_string(e.recent));
@@ -244,12 +245,7 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
   }
   if (j.contains("tiers")) {
     cfg.tiers = parse_tiers(r, j["tiers"], path("tiers"));
-    if (!cfg.tiers.empty() && !cfg.prefix_caching) {
-      r.fail_text(path("tiers"),
-                  "\"prefix_caching\": true beside it (the tiers hold the blocks "
-                  "the prefix cache evicts)",
-                  "prefix caching off");
-    }
+    require_prefix_caching_for_tiers(!cfg.tiers.empty(), cfg.prefix_caching, where("tiers"));
   }
   if (j.contains("tier_write")) {
     const std::string w = r.string(j["tier_write"], path("tier_write"));
@@ -264,11 +260,8 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
       r.fail_text(path("tier_prefetch"), "\"tiers\" beside it", "no tiers");
     }
   }
-  if (cfg.prefix_caching && cfg.allocator != AllocatorKind::kPaged) {
-    r.fail_text(j.contains("allocator") ? path("allocator") : path("prefix_caching"),
-                "the paged allocator (contiguous regions are private to one request)",
-                "allocator \"contiguous\"");
-  }
+  require_paged_for_prefix_caching(cfg.prefix_caching, cfg.allocator,
+                                   where(j.contains("allocator") ? "allocator" : "prefix_caching"));
 }
 
 }  // namespace kvscope::scenario_detail

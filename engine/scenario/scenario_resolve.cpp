@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/scenario/scenario.h"
 
@@ -65,12 +66,10 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                     "one KV format for the latent cache (k_dtype == v_dtype)",
                     cfg.k_format.name() + " / " + cfg.v_format.name());
     }
-    const int full = mla_full_rank(shape, c.mla->rope_dims);
-    if (c.mla->rank > full) {
-      fail_expected(s.path + ": " + c.mla_at + ".rank",
-                    "at most the full rank " + std::to_string(full) + " of this model",
-                    std::to_string(c.mla->rank));
-    }
+    // The conversion's own rules on this shape, before any weights load.
+    const std::string mla_at = s.path + ": " + c.mla_at;
+    with_setting_sources({{kMlaRank, mla_at + ".rank"}, {kMlaRopeDims, mla_at + ".rope_dims"}},
+                         [&] { validate(*c.mla, shape); });
   }
   if (const auto budget = scenario_pool_bytes(s, variant, shape)) {
     const std::int64_t block_bytes = block_bytes_of(c, shape);

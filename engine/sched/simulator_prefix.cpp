@@ -18,12 +18,7 @@
 namespace kvscope {
 
 void Simulator::make_prefix_cache() {
-  if (!config_.prefix_caching) return;
-  if (config_.allocator != AllocatorKind::kPaged) {
-    throw Error("cache.prefix_caching",
-                "needs the paged allocator (contiguous regions are private "
-                "to one request and cannot be shared)");
-  }
+  if (!config_.prefix_caching) return;  // the paged allocator it needs: checked in validate()
   if (cache_->layout().staging_bytes_per_sequence() > 0) {
     throw Error("cache.prefix_caching",
                 "is not supported with KV format " + timeline_->header().kv_format +

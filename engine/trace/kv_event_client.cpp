@@ -700,7 +700,9 @@ std::string KvEventClient::status_line() const {
     }
     if (t.other_topics > 0) {
       s.append("; ").append(std::to_string(t.other_topics)).append(" batches on topic \"");
-      s.append(t.last_other_topic).append("\", not --topic \"").append(impl_->cfg.topic);
+      s.append(t.last_other_topic)
+          .append("\", not the subscribed topic \"")
+          .append(impl_->cfg.topic);
       s.append("\"");
     }
     return s;

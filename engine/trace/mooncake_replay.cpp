@@ -97,10 +97,7 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
   std::optional<TierChain> chain;
   std::optional<TierWatch> watch;
   if (!config.tiers.empty()) {
-    if (!config.prefix_caching) {
-      fail_expected("mooncake replay: tiers", "prefix caching on (tiers hold cached blocks)",
-                    "tiers without prefix caching");
-    }
+    require_prefix_caching_for_tiers(true, config.prefix_caching, "mooncake replay: tiers");
     if (config.capacity_tokens == 0) {
       fail_expected("mooncake replay: tiers",
                     "a bounded pool (an unlimited one never evicts a block into a tier)",

@@ -244,14 +244,14 @@ TEST(TokenEvictor, BadConfigurationsAreOneLineErrors) {
     }
   };
   expect_error([] { Seq s(options(EvictionKind::kWindow, 1)); },
-               "--budget: expected an integer >= 2, got 1");
+               "eviction budget: expected an integer >= 2, got 1");
   expect_error(
       [] {
         auto o = options(EvictionKind::kSinksWindow, 4);
         o.policy.sinks = 3;
         Seq s(o);
       },
-      "--sinks: expected an integer in [0, budget - 1)");
+      "sink tokens: expected an integer in [0, budget - 1)");
   expect_error([] { Seq s(options(EvictionKind::kWindow, 4), 16, parse_kv_format("kivi2", "t")); },
                "KIVI");
   expect_error(

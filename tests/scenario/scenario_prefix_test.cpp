@@ -40,8 +40,9 @@ TEST(ScenarioPrefix, ParsesCachingSamplingAndN) {
 
 TEST(ScenarioPrefix, ClearErrors) {
   EXPECT_EQ(error_of(R"("num_blocks": 8, "allocator": "contiguous", "prefix_caching": true)"),
-            "s.json: cache.allocator: expected the paged allocator (contiguous regions are "
-            "private to one request), got allocator \"contiguous\"");
+            "s.json: cache.allocator: prefix caching needs the paged allocator (contiguous "
+            "regions are private to one sequence and cannot be shared), got the contiguous "
+            "allocator");
   EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true, "prefix_index": "trie")"),
             "s.json: cache.prefix_index: expected \"hash\" or \"radix\", got \"trie\"");
   EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": 1)"),
@@ -71,8 +72,8 @@ TEST(ScenarioPrefix, TiersParseInOrderAndNeedPrefixCaching) {
   EXPECT_FALSE(run.config.tier_write_through);
 
   EXPECT_EQ(error_of(R"("num_blocks": 8, "tiers": [{"medium": "host", "blocks": 4}])"),
-            "s.json: cache.tiers: expected \"prefix_caching\": true beside it (the tiers hold "
-            "the blocks the prefix cache evicts), got prefix caching off");
+            "s.json: cache.tiers: needs prefix caching (the tiers hold the blocks the prefix cache "
+            "evicts), got prefix caching off");
   EXPECT_EQ(error_of(R"("num_blocks": 8, "prefix_caching": true,
                         "tiers": [{"medium": "ssd", "blocks": 4}])"),
             "s.json: cache.tiers[0].medium: expected \"host\" or \"disk\", got \"ssd\"");

@@ -310,7 +310,7 @@ TEST(ScenarioCompare, EvictionAndMlaResolve) {
   EXPECT_EQ(mla.config.mla->rank(), 16);
   EXPECT_EQ(scenario_error(
                 test::scenario_json(R"("num_blocks": 4, "token_eviction": {"policy": "h2o"})")),
-            "s.json: cache.token_eviction.budget: expected an integer >= 1 (live tokens kept per "
+            "s.json: cache.token_eviction.budget: expected an integer >= 2 (live tokens kept per "
             "sequence), got nothing (missing)");
   EXPECT_EQ(
       scenario_error(test::scenario_json(

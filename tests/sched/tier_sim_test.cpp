@@ -176,8 +176,8 @@ TEST(TierSim, TiersNeedPrefixCaching) {
   c.prefix_caching = false;
   EXPECT_EQ(
       test::error_of([&] { Simulator sim(c, test::real_sim_model(), rotating_topics(1)); }),
-      "cache.tiers: needs prefix caching (the tiers hold the blocks the prefix cache evicts); "
-      "set cache.prefix_caching to true or remove the tiers");
+      "cache.tiers: needs prefix caching (the tiers hold the blocks the prefix cache evicts), got "
+      "prefix caching off");
 }
 
 }  // namespace

@@ -489,7 +489,7 @@ TEST(KvEventClient, ATopicMismatchIsCountedAndNamed) {
   p.publish(store({1}));
   ASSERT_TRUE(until(c, [&] { return c.totals().other_topics == 1; }));
   EXPECT_EQ(c.totals().batches, 0);
-  EXPECT_NE(c.status_line().find("on topic \"kv-events\", not --topic \"other\""),
+  EXPECT_NE(c.status_line().find("on topic \"kv-events\", not the subscribed topic \"other\""),
             std::string::npos)
       << c.status_line();
 }
