@@ -27,10 +27,13 @@ class DataSource {
   virtual bool is_demo() const = 0;               // synthetic data, labelled in the UI
   virtual bool is_live() const { return false; }  // steps are still being appended
   virtual std::string describe() const = 0;       // one line for the title/status bar
-  // For the text panel: the events of one step, the tokenizer (null when none matches the model)
-  // and a request's prompt token ids (empty when unknown, e.g. for recordings).
+  // For the text panels: the events of one step, the tokenizer (null when none matches the model,
+  // and for recordings), the text of the token ids (the tokenizer's, or the pieces a recording
+  // carries; null: ids shown) and a request's prompt token ids (empty when unknown, e.g. for
+  // recordings without token text).
   virtual std::span<const Event> events_at(int) const { return {}; }
   virtual const Tokenizer* tokenizer() const { return nullptr; }
+  virtual const TokenText* token_text() const { return nullptr; }
   virtual std::span<const int> prompt_tokens(int) const { return {}; }
   // How a scenario run was started (null for recordings and demo data).
   virtual std::shared_ptr<const RunInfo> run_info() const { return nullptr; }

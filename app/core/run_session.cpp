@@ -88,9 +88,9 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   config.threads = 1;  // the UI thread and the worker share the machine
   std::vector<SimRequest> requests = std::move(resolved.requests);
   if (requests.empty()) throw Error(path + ": requests", "expected at least one request, got none");
-  for (const SimRequest& r : requests) {
-    for (int k = 0; k < r.n_samples; ++k) s->prompts_.push_back(r.prompt_tokens);  // ids in order
-  }
+  s->prompts_ = sequence_prompts(requests);
+  // The Timeline's header carries the token text, so File > Save recording keeps it.
+  config.tokenizer = loaded.tokenizer;
   info->config = config;
   info->shape = loaded.shape;
   info->pool_bytes =

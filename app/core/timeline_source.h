@@ -10,6 +10,7 @@
 
 #include "app/core/data_source.h"
 #include "app/core/run_info.h"
+#include "engine/model/tokenizer_text.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope::ui {
@@ -29,13 +30,22 @@ class TimelineSource final : public DataSource {
   std::string describe() const override { return origin_; }
   std::span<const Event> events_at(int step) const override { return timeline_->events_at(step); }
   const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
+  // The tokenizer's text (set_text_info), else the Timeline header's: a scenario run's tokenizer
+  // or the pieces a recording carries.
+  const TokenText* token_text() const override {
+    return text_ ? text_.get() : timeline_->header().text.get();
+  }
+  // set_text_info's prompts, else those the Timeline header's text holds (recordings).
   std::span<const int> prompt_tokens(int request) const override {
+    if (prompts_.empty() && timeline_->header().text)
+      return timeline_->header().text->prompt(request);
     if (request < 0 || static_cast<std::size_t>(request) >= prompts_.size()) return {};
     return prompts_[static_cast<std::size_t>(request)];
   }
   // The tokenizer and prompts of the scenario's requests (by request id), for the text panel.
   void set_text_info(std::shared_ptr<const Tokenizer> tokenizer,
                      std::vector<std::vector<int>> prompts) {
+    text_ = tokenizer ? std::make_shared<TokenizerText>(tokenizer, prompts) : nullptr;
     tokenizer_ = std::move(tokenizer);
     prompts_ = std::move(prompts);
   }
@@ -58,6 +68,7 @@ class TimelineSource final : public DataSource {
   std::string origin_;  // the scenario or recording path
   std::shared_ptr<const std::atomic<bool>> live_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<const TokenText> text_;  // tokenizer_'s text, null without one
   std::vector<std::vector<int>> prompts_;  // [request id] prompt token ids
   std::shared_ptr<const RunInfo> info_;
   std::shared_ptr<AttachFeed> feed_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "app/core/request_text.h"
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
 
@@ -22,11 +23,6 @@ ImU32 recomputed_color() {
 
 const char* phase_label(RequestPhase p) {
   return p == RequestPhase::kSwapped ? "swapped out" : request_phase_name(p);
-}
-
-std::string printable(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  return s;
 }
 
 }  // namespace
@@ -50,15 +46,9 @@ void TextPanel::catch_up(const AppState& state) {
   for (int s = built_until_ + 1; s <= state.step(); ++s) {
     for (const Event& e : state.source().events_at(s)) {
       switch (e.type) {
-        case EventType::kDecodeToken: {
-          if (e.a < 0 || e.a >= (1 << 24)) break;
-          std::vector<int>& t = tokens_[e.request];
-          // a = position of the last token fed; the sampled token b is fed at a + 1.
-          const auto pos = static_cast<std::size_t>(e.a + 1);
-          if (t.size() <= pos) t.resize(pos + 1, -1);
-          t[pos] = static_cast<int>(e.b);
+        case EventType::kDecodeToken:
+          add_sampled_token(e, tokens_);
           break;
-        }
         case EventType::kPrefixLookup:
           hit_tokens_[e.request] = e.a;
           break;
@@ -86,7 +76,7 @@ void TextPanel::draw(AppState& state) {
   catch_up(state);
   const DataSource& src = state.source();
   const Palette& pal = palette(state.presenter);
-  if (src.tokenizer() == nullptr) {
+  if (src.token_text() == nullptr) {
     ImGui::TextDisabled("no tokenizer for this run: token ids shown");
   } else {
     ImGui::TextDisabled("step %d", state.step());
@@ -115,7 +105,6 @@ void TextPanel::draw(AppState& state) {
 void TextPanel::draw_request(const AppState& state, const RequestState& r) {
   const Palette& pal = palette(state.presenter);
   const DataSource& src = state.source();
-  const Tokenizer* tok = src.tokenizer();
   const ImVec4 color = ImGui::ColorConvertU32ToFloat4(sequence_color(r.id));
   ImGui::PushID(r.id);
   ImGui::TextColored(color, "seq %d", r.id);
@@ -136,43 +125,23 @@ void TextPanel::draw_request(const AppState& state, const RequestState& r) {
   const std::vector<std::uint8_t> live = src.slot_live(r.id, state.step());
   const std::size_t first = total > kMaxTokensShown ? total - kMaxTokensShown : 0;
   const float avail = ImGui::GetContentRegionAvail().x;
-  // The pieces to show, decoded in order.
-  struct Piece {
-    std::size_t pos;
-    int id;
-    std::string text;
-    float width;
-  };
-  std::vector<Piece> pieces;
-  int prev = 1;  // BOS
-  for (std::size_t pos = first; pos < total; ++pos) {
-    const bool is_prompt = pos < prompt.size();
-    const int id = is_prompt ? prompt[pos] : (pos < gen.size() ? gen[pos] : -1);
-    if (id < 0 || (is_prompt && pos == 0 && id == 1)) continue;  // not shown: BOS
-    std::string piece;
-    if (tok != nullptr) {
-      piece = printable(tok->decode(prev, id));
-    } else {
-      char buf[16];
-      std::snprintf(buf, sizeof buf, " %d", id);
-      piece = buf;
-    }
-    prev = id;
-    if (!piece.empty()) pieces.push_back({pos, id, piece, ImGui::CalcTextSize(piece.c_str()).x});
-  }
+  // The pieces to show, decoded in order (request_text.h), and their widths.
+  const std::vector<TokenPiece> pieces = request_pieces(src, r.id, gen, first);
+  widths_.clear();
+  for (const TokenPiece& p : pieces) widths_.push_back(ImGui::CalcTextSize(p.text.c_str()).x);
   float x = 0.0f;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
     const std::size_t pos = pieces[k].pos;
     const int id = pieces[k].id;
     const bool is_prompt = pos < prompt.size();
     std::string piece = pieces[k].text;
-    const float w = pieces[k].width;
+    const float w = widths_[k];
     // Wrap before a word (a piece starting with a space) that does not fit whole; a word
     // wider than the line breaks between its pieces.
     float need = w;
     if (piece[0] == ' ') {
       for (std::size_t j = k + 1; j < pieces.size() && pieces[j].text[0] != ' '; ++j)
-        need += pieces[j].width;
+        need += widths_[j];
     }
     if (x > 0.0f && x + (need <= avail ? need : w) <= avail)
       ImGui::SameLine(0, 0);

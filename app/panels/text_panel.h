@@ -28,8 +28,8 @@ class TextPanel final : public Panel {
   std::map<int, std::int64_t> hit_tokens_;  // request id -> tokens its latest prefix lookup hit
   std::map<int, bool> preempted_;           // request id -> recompute-preempted since admission
   std::map<int, std::vector<std::uint8_t>>
-      recomputed_;                   // request id -> [position] 1: prefilled again
-  std::vector<std::string> pieces_;  // scratch: the decoded pieces of one request
+      recomputed_;             // request id -> [position] 1: prefilled again
+  std::vector<float> widths_;  // scratch: [piece] the drawn width of one request's pieces
 };
 
 }  // namespace kvscope::ui

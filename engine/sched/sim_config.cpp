@@ -1,4 +1,4 @@
-// Policy names.
+// Policy names, and the prompts by sequence id.
 #include "engine/sched/sim_config.h"
 
 #include "engine/common/error.h"
@@ -22,6 +22,13 @@ VictimPolicy parse_victim(const std::string& name, const std::string& where) {
   if (name == "longest") return VictimPolicy::kLongest;
   if (name == "lowest_priority") return VictimPolicy::kLowestPriority;
   fail_expected(where, "\"last_admitted\", \"longest\" or \"lowest_priority\"", "\"" + name + "\"");
+}
+
+std::vector<std::vector<int>> sequence_prompts(const std::vector<SimRequest>& requests) {
+  std::vector<std::vector<int>> prompts;
+  for (const SimRequest& r : requests)
+    for (int k = 0; k < r.n_samples; ++k) prompts.push_back(r.prompt_tokens);
+  return prompts;
 }
 
 std::string allocator_name(AllocatorKind kind) {

@@ -14,6 +14,7 @@
 #include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/sampler.h"
+#include "engine/model/tokenizer.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/prefix_index.h"
 #include "engine/sched/kv_tier_store.h"
@@ -78,6 +79,10 @@ struct SimConfig {
   // A request finishes early when it samples one of these (real weights only): llama2.c's BOS and
   // EOS by default; resolve_scenario sets the tokenizer's stop tokens.
   std::vector<int> stop_tokens = {1, 2};
+  // The tokenizer whose text the Timeline's header carries (what the text panel shows and a saved
+  // recording keeps, with every sequence's prompt); null: none (token ids shown). Bookkeeping
+  // runs (no weights) carry none: they sample no real tokens.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 struct SimRequest {
@@ -90,6 +95,10 @@ struct SimRequest {
   // block, copy-on-write); without it they are independent copies that prefill the prompt too.
   int n_samples = 1;
 };
+
+// [sequence id] prompt token ids: each request's prompt once per sample, in the order the
+// Simulator numbers sequences.
+std::vector<std::vector<int>> sequence_prompts(const std::vector<SimRequest>& requests);
 
 // The model the simulator runs: its shape, and its weights unless bookkeeping only (weights null:
 // no K/V bytes, no forward pass, every generated token is 0 and only max_new_tokens stops).

@@ -10,6 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/evict/eviction_hook.h"
 #include "engine/model/tokenizer.h"
+#include "engine/model/tokenizer_text.h"
 
 namespace kvscope {
 namespace {
@@ -24,11 +25,8 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
     fail_expected("cache.block_size", "an integer in [1, 4096]", std::to_string(c.block_size));
   if (c.num_blocks < 1)
     fail_expected("cache.num_blocks", "a positive integer", std::to_string(c.num_blocks));
-  if (!c.tiers.empty() && !c.prefix_caching) {
-    throw Error("cache.tiers",
-                "needs prefix caching (the tiers hold the blocks the prefix cache "
-                "evicts); set cache.prefix_caching to true or remove the tiers");
-  }
+  require_paged_for_prefix_caching(c.prefix_caching, c.allocator, "cache.prefix_caching");
+  require_prefix_caching_for_tiers(!c.tiers.empty(), c.prefix_caching, "cache.tiers");
   if (c.host_blocks < 0)
     fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
   if (c.mla && c.token_eviction.policy.kind != EvictionKind::kNone) {
@@ -103,6 +101,9 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
                     : "k=" + config_.k_format.name() + ",v=" + config_.v_format.name();
   h.kv_bytes_per_token = layout.bytes_per_token();
   h.random_weights = model_.weights != nullptr && model_.weights->is_random_weights();
+  // Bookkeeping runs sample no tokens (every id is 0): their text would be made up.
+  if (config_.tokenizer && model_.weights)
+    h.text = std::make_shared<TokenizerText>(config_.tokenizer, sequence_prompts(requests));
   timeline_ = std::make_shared<Timeline>(std::move(h));
   cache_->set_event_sink(timeline_.get(), &step_);
   make_prefix_cache();

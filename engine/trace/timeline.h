@@ -14,6 +14,7 @@
 
 #include "engine/kv/events.h"
 #include "engine/trace/stable_vector.h"
+#include "engine/trace/token_text.h"
 
 namespace kvscope {
 
@@ -93,6 +94,9 @@ struct TimelineHeader {
   std::string kv_format;  // e.g. "fp32" or "k=int8,v=int4"
   double kv_bytes_per_token = 0.0;
   bool random_weights = false;
+  // The text of the run's token ids and its prompts (a scenario run: its tokenizer's; a loaded
+  // recording: the pieces it carries); null when there is none (ids shown). Immutable, shared.
+  std::shared_ptr<const TokenText> text;
 };
 
 // THREADING: one writer (the thread running the Simulator: emit, end_step) and any number of
@@ -126,7 +130,9 @@ class Timeline : public EventSink {
   // Same, reusing `out`'s storage (for the UI, every frame).
   void state_at(int step, PoolState& out) const;
 
-  // Versioned binary recording, written atomically; load throws kvscope::Error on bad files.
+  // Versioned binary recording, written atomically; load throws kvscope::Error on bad files. With
+  // a header text, the recording carries the decoded piece of every token id it uses (prompts and
+  // sampled tokens) and the prompts: see docs/recording-format.md.
   void save(const std::string& path) const;
   static Timeline load(const std::string& path);
   // Chrome trace JSON (Perfetto): request spans, step slices, free-block and utilization counters.

@@ -1,15 +1,24 @@
 // Timeline recordings: a versioned little-endian binary file, written atomically, read back with
-// byte-offset errors. Layout (version 1):
+// byte-offset errors. Layout (docs/recording-format.md):
 //   "KVSCOPER" | u32 version | i32 num_blocks | i32 block_size | str title | str allocator |
 //   str kv_format | f64 kv_bytes_per_token | u8 random_weights | u64 num_steps | u64 num_events |
 //   events [num_events] (u8 type, i32 step, request, block, logical, i64 a, b) |
 //   step_end [num_steps] u64 | metrics [num_steps] (StepMetrics fields in declaration order) |
+//   version 2 only: u32 num_sections | sections [num_sections] (u32 tag, u64 length, payload) |
 //   u64 FNV-1a of every byte before it.   (str = u32 length + bytes)
+// Version 1 files (no sections) still load. Section tag 1, the token text (at most one):
+//   i32 bos_id (-1: none) | u32 num_prompts | prompts [num_prompts] (u32 n, i32 ids [n]) |
+//   u32 num_pieces | pieces [num_pieces] (i32 id, ascending | str text | u8 has_after_bos |
+//   str after_bos when 1). A reader skips sections whose tag it does not know, so a later optional
+//   section needs no new version (saving again drops them).
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/common/atomic_write.h"
@@ -20,7 +29,10 @@ namespace kvscope {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'C', 'O', 'P', 'E', 'R'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;            // written
+constexpr std::uint32_t kFirstVersion = 1;       // the oldest read
+constexpr std::uint32_t kTextSectionTag = 1;     // the token text
+constexpr std::size_t kSectionHeaderBytes = 12;  // u32 tag + u64 length
 constexpr std::uint8_t kMaxEventType =
     static_cast<std::uint8_t>(EventType::kTierMoved);  // the last
 
@@ -67,20 +79,41 @@ class Reader {
       : path_(std::move(path)), bytes_(std::move(bytes)) {}
   std::size_t offset() const { return pos_; }
   std::size_t size() const { return bytes_.size(); }
+  std::size_t left() const { return end_ - pos_; }  // before the end of the file or section
   const std::vector<char>& bytes() const { return bytes_; }
+  // Reads stop at `length` bytes from here (a section's payload) until leave_section().
+  void enter_section(std::size_t length, std::string name) {
+    section_start_ = pos_;
+    end_ = pos_ + length;
+    section_ = std::move(name);
+  }
+  void leave_section() {
+    if (pos_ != end_) {
+      fail(pos_,
+           "the " + section_ + " section to end at byte " + std::to_string(end_) + " (its length)",
+           std::to_string(end_ - pos_) + " bytes more");
+    }
+    end_ = bytes_.size();
+    section_.clear();
+  }
+  void skip(std::size_t n) { pos_ += std::min(n, left()); }
 
   [[noreturn]] void fail(std::size_t at, const std::string& expected,
                          const std::string& got) const {
     fail_expected(path_ + ": byte " + std::to_string(at), expected, got);
   }
-  void need(std::size_t n, const char* what) const {
-    if (bytes_.size() - pos_ < n) {
-      fail(pos_, std::to_string(n) + " more bytes (" + what + ")",
-           "end of file after " + std::to_string(bytes_.size()) + " bytes (truncated recording)");
+  void need(std::size_t n, std::string_view what) const {
+    if (end_ - pos_ >= n) return;
+    if (!section_.empty()) {
+      fail(pos_, std::to_string(n) + " more bytes (" + std::string(what) + ")",
+           "the end of the " + section_ + " section after its " +
+               std::to_string(end_ - section_start_) + " bytes (truncated section)");
     }
+    fail(pos_, std::to_string(n) + " more bytes (" + std::string(what) + ")",
+         "end of file after " + std::to_string(bytes_.size()) + " bytes (truncated recording)");
   }
   template <typename T>
-  T get(const char* what) {
+  T get(std::string_view what) {
     need(sizeof(T), what);
     using U = std::make_unsigned_t<T>;
     U u = 0;
@@ -90,12 +123,17 @@ class Reader {
     pos_ += sizeof(T);
     return static_cast<T>(u);
   }
-  double get_f64(const char* what) { return std::bit_cast<double>(get<std::uint64_t>(what)); }
-  std::string get_str(const char* what) {
+  double get_f64(std::string_view what) { return std::bit_cast<double>(get<std::uint64_t>(what)); }
+  std::string get_str(std::string_view what) {
     const std::size_t at = pos_;
     const auto n = get<std::uint32_t>(what);
-    if (n > bytes_.size() - pos_) {
-      fail(at, std::string(what) + " length within the file", std::to_string(n));
+    if (n > end_ - pos_) {
+      fail(at,
+           std::string(what) + " length within the " +
+               (section_.empty()
+                    ? "file"
+                    : section_ + " section (" + std::to_string(end_ - pos_) + " bytes left)"),
+           std::to_string(n));
     }
     std::string s(bytes_.data() + pos_, n);
     pos_ += n;
@@ -106,7 +144,126 @@ class Reader {
   std::string path_;
   std::vector<char> bytes_;
   std::size_t pos_ = 0;
+  std::size_t end_ = bytes_.size();  // reads stop here: the file's end or the section's
+  std::size_t section_start_ = 0;
+  std::string section_;  // the section being read ("" outside one), for errors
 };
+
+// Every token id the text section needs a piece for: the prompts' and the sampled ones.
+std::set<int> used_token_ids(const TokenText& text, std::span<const Event> events) {
+  std::set<int> ids;
+  for (const std::vector<int>& prompt : text.prompts())
+    for (int id : prompt)
+      if (id >= 0 && id <= kMaxRecordedTokenId) ids.insert(id);
+  for (const Event& e : events) {
+    if (e.type == EventType::kDecodeToken && e.b >= 0 && e.b <= kMaxRecordedTokenId)
+      ids.insert(static_cast<int>(e.b));
+  }
+  return ids;
+}
+
+// The token-text section's payload (tag 1).
+std::string text_section(const TokenText& text, std::span<const Event> events) {
+  Writer w;
+  w.put(static_cast<std::int32_t>(text.bos_id()));
+  w.put(static_cast<std::uint32_t>(text.prompts().size()));
+  for (const std::vector<int>& prompt : text.prompts()) {
+    w.put(static_cast<std::uint32_t>(prompt.size()));
+    for (int id : prompt) w.put(static_cast<std::int32_t>(id));
+  }
+  // After BOS only where it differs (llama2.c's leading space); a BPE tokenizer ignores prev.
+  Writer pieces;
+  std::uint32_t num_pieces = 0;
+  for (int id : used_token_ids(text, events)) {
+    const std::optional<std::string> piece = text.decode(-1, id);
+    if (!piece) continue;  // no text for it (outside the vocabulary): the UI shows the id
+    const std::optional<std::string> after_bos =
+        text.bos_id() >= 0 ? text.decode(text.bos_id(), id) : std::nullopt;
+    const bool differs = after_bos && *after_bos != *piece;
+    pieces.put(static_cast<std::int32_t>(id));
+    pieces.put_str(*piece);
+    pieces.put(static_cast<std::uint8_t>(differs ? 1 : 0));
+    if (differs) pieces.put_str(*after_bos);
+    ++num_pieces;
+  }
+  w.put(num_pieces);
+  w.bytes += pieces.bytes;
+  return std::move(w.bytes);
+}
+
+// Reads the token-text section's payload (the reader is inside it).
+std::shared_ptr<const TokenText> read_text_section(Reader& r) {
+  const std::size_t at_bos = r.offset();
+  const auto bos = r.get<std::int32_t>("text.bos_id");
+  if (bos < -1 || bos > kMaxRecordedTokenId) {
+    r.fail(at_bos, "text.bos_id in [-1, " + std::to_string(kMaxRecordedTokenId) + "]",
+           std::to_string(bos));
+  }
+  const std::size_t at_prompts = r.offset();
+  const auto num_prompts = r.get<std::uint32_t>("text.num_prompts");
+  if (num_prompts > r.left() / 4) {
+    r.fail(at_prompts,
+           "text.num_prompts of at most " + std::to_string(r.left() / 4) +
+               " (4 bytes each in the section's bytes left)",
+           std::to_string(num_prompts));
+  }
+  std::vector<std::vector<int>> prompts(num_prompts);
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    const std::string field = "text.prompts[" + std::to_string(p) + "]";
+    const std::size_t at_n = r.offset();
+    const auto n = r.get<std::uint32_t>(field + " length");
+    if (n > r.left() / 4) {
+      r.fail(at_n,
+             field + " length of at most " + std::to_string(r.left() / 4) +
+                 " tokens (4 bytes each in the section's bytes left)",
+             std::to_string(n));
+    }
+    prompts[p].resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = r.offset();
+      const auto id = r.get<std::int32_t>("text.prompts token");  // in the bytes checked above
+      if (id < 0 || id > kMaxRecordedTokenId) {
+        r.fail(at,
+               field + "[" + std::to_string(i) + "]: a token id in [0, " +
+                   std::to_string(kMaxRecordedTokenId) + "]",
+               std::to_string(id));
+      }
+      prompts[p][i] = id;
+    }
+  }
+  const std::size_t at_pieces = r.offset();
+  const auto num_pieces = r.get<std::uint32_t>("text.num_pieces");
+  constexpr std::size_t kMinPieceBytes = 9;  // i32 id + u32 text length + u8 flag
+  if (num_pieces > r.left() / kMinPieceBytes) {
+    r.fail(at_pieces,
+           "text.num_pieces of at most " + std::to_string(r.left() / kMinPieceBytes) +
+               " (9 bytes or more each in the section's bytes left)",
+           std::to_string(num_pieces));
+  }
+  std::map<int, RecordedText::Piece> pieces;
+  int prev_id = -1;
+  for (std::uint32_t k = 0; k < num_pieces; ++k) {
+    const std::string field = "text.pieces[" + std::to_string(k) + "]";
+    const std::size_t at = r.offset();
+    const auto id = r.get<std::int32_t>(field + ".id");
+    if (id <= prev_id || id > kMaxRecordedTokenId) {
+      r.fail(at,
+             field + ".id in [" + std::to_string(prev_id + 1) + ", " +
+                 std::to_string(kMaxRecordedTokenId) + "] (ids ascending)",
+             std::to_string(id));
+    }
+    prev_id = id;
+    RecordedText::Piece piece;
+    piece.text = r.get_str(field + ".text");
+    const std::size_t at_flag = r.offset();
+    const auto has_after_bos = r.get<std::uint8_t>(field + ".has_after_bos");
+    if (has_after_bos > 1)
+      r.fail(at_flag, field + ".has_after_bos of 0 or 1", std::to_string(has_after_bos));
+    if (has_after_bos == 1) piece.after_bos = r.get_str(field + ".after_bos");
+    pieces.emplace(id, std::move(piece));
+  }
+  return std::make_shared<RecordedText>(bos, std::move(prompts), std::move(pieces));
+}
 
 }  // namespace
 
@@ -138,6 +295,13 @@ void Timeline::save(const std::string& path) const {
   }
   for (std::uint64_t end : ends) w.put(end);
   for (StepMetrics m : ms) visit_metrics(m, [&](auto v) { w.put(v); });
+  w.put(static_cast<std::uint32_t>(header_.text ? 1 : 0));  // sections
+  if (header_.text) {
+    const std::string payload = text_section(*header_.text, evs);
+    w.put(kTextSectionTag);
+    w.put(static_cast<std::uint64_t>(payload.size()));
+    w.bytes += payload;
+  }
   w.put(fnv1a(w.bytes.data(), w.bytes.size()));
   write_file_atomically(path, [&](std::ostream& out) {
     out.write(w.bytes.data(), static_cast<std::streamsize>(w.bytes.size()));
@@ -155,8 +319,12 @@ Timeline Timeline::load(const std::string& path) {
   r.get<std::uint64_t>("magic");
   const std::size_t at_version = r.offset();
   const auto version = r.get<std::uint32_t>("version");
-  if (version != kVersion)
-    r.fail(at_version, "version " + std::to_string(kVersion), std::to_string(version));
+  if (version < kFirstVersion || version > kVersion) {
+    r.fail(at_version,
+           "version " + std::to_string(kFirstVersion) + " to " + std::to_string(kVersion) +
+               " (this build reads up to " + std::to_string(kVersion) + ")",
+           std::to_string(version));
+  }
   TimelineHeader h;
   const std::size_t at_blocks = r.offset();
   h.num_blocks = r.get<std::int32_t>("num_blocks");
@@ -253,6 +421,38 @@ Timeline Timeline::load(const std::string& path) {
   for (StepMetrics& m : metrics) {
     visit_metrics(
         m, [&](auto& v) { v = r.get<std::remove_reference_t<decltype(v)>>("step metrics"); });
+  }
+  if (version >= 2) {
+    const std::size_t at_count = r.offset();
+    const auto num_sections = r.get<std::uint32_t>("num_sections");
+    if (num_sections > r.left() / kSectionHeaderBytes) {
+      r.fail(at_count,
+             "num_sections of at most " + std::to_string(r.left() / kSectionHeaderBytes) +
+                 " (12 bytes or more each in the bytes left)",
+             std::to_string(num_sections));
+    }
+    for (std::uint32_t k = 0; k < num_sections; ++k) {
+      const std::string field = "sections[" + std::to_string(k) + "]";
+      const std::size_t at = r.offset();
+      const auto tag = r.get<std::uint32_t>(field + ".tag");
+      const auto length = r.get<std::uint64_t>(field + ".length");
+      // Every section ends before the 8-byte checksum.
+      const std::size_t room = r.left() >= 8 ? r.left() - 8 : 0;
+      if (length > room) {
+        r.fail(at + 4,
+               field + ".length within the " + std::to_string(room) +
+                   " bytes before the checksum (truncated recording?)",
+               std::to_string(length));
+      }
+      if (tag != kTextSectionTag) {
+        r.skip(static_cast<std::size_t>(length));  // a later version's optional section
+        continue;
+      }
+      if (h.text) r.fail(at, "at most one token-text section (tag 1)", "a second one");
+      r.enter_section(static_cast<std::size_t>(length), "token-text (" + field + ")");
+      h.text = read_text_section(r);
+      r.leave_section();
+    }
   }
   const std::size_t at_sum = r.offset();
   const auto sum = r.get<std::uint64_t>("checksum");

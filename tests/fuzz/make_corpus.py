@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the small seed corpora under tests/fuzz/corpus/ (our own synthetic data, a few KB).
 Usage: make_corpus.py [KVSCOPE_BINARY]; with a built `kvscope`, the recording seeds are remade too
-(`kvscope run --bookkeeping` on the two tiny scenarios below)."""
+(`kvscope run` on the three tiny scenarios below)."""
 import json
 import os
 import random
@@ -331,20 +331,32 @@ put("tokenizer_json", "wordpiece.json", json.dumps(wordpiece, indent=1))
 put("tokenizer_json", "truncated.json", tok_json(byte_level)[:700])
 put("tokenizer_json", "bad_merge.json", tok_json(byte_level, merges=(("t", "h"), ("zz", "q"))))
 
-# --- recordings: run the tiny scenarios with kvscope (bookkeeping only), then broken copies ---
+# --- recordings: run the tiny scenarios with kvscope (bookkeeping only: no token text; tiny_text
+# on stories260K: a token-text section, docs/recording-format.md), then broken copies, and the
+# version 1 recording kept in tests/data ---
+tiny_text = {"format_version": 1, "title": "fuzz seed: token text",
+             "cache": {"block_size": 4, "num_blocks": 8},
+             "workload": {"requests": [
+                 {"arrival_step": 0, "prompt": "Once upon a time", "max_new_tokens": 3},
+                 {"arrival_step": 1, "prompt": "Lily", "max_new_tokens": 2, "n": 2}]}}
 if len(sys.argv) > 1:
     with tempfile.TemporaryDirectory() as tmp:
-        for name, scenario in (("tiny", tiny), ("tiny_swap", tiny_swap)):
+        for name, scenario in (("tiny", tiny), ("tiny_swap", tiny_swap), ("tiny_text", tiny_text)):
             src = os.path.join(tmp, name + ".json")
             with open(src, "w") as f:
                 json.dump(scenario, f)
             out = os.path.join(tmp, name)
-            subprocess.run([sys.argv[1], "run", src, "--bookkeeping", "--quiet", "--steps", "30",
-                            "--out", out], check=True, stdout=subprocess.DEVNULL)
+            bookkeeping = [] if name == "tiny_text" else ["--bookkeeping"]
+            subprocess.run([sys.argv[1], "run", src, *bookkeeping, "--quiet", "--steps", "30",
+                            "--no-report", "--out", out], check=True, stdout=subprocess.DEVNULL)
             with open(os.path.join(out, "recording.kvr"), "rb") as f:
                 rec = f.read()
             put("recording", name + ".kvr", rec)
             if name == "tiny":
                 put("recording", "truncated.kvr", rec[:-40])
                 put("recording", "bad_magic.kvr", b"KVSCOPEX" + rec[8:])
-                put("recording", "version2.kvr", rec[:8] + struct.pack("<I", 2) + rec[12:])
+                put("recording", "version9.kvr", rec[:8] + struct.pack("<I", 9) + rec[12:])
+            if name == "tiny_text":
+                put("recording", "text_truncated.kvr", rec[:-30])  # inside the text section
+    with open(os.path.join(os.path.dirname(ROOT), "..", "data", "recording_v1.kvr"), "rb") as f:
+        put("recording", "version1.kvr", f.read())

@@ -2,12 +2,13 @@
 // allocate ~4 GB for the pool state, and a BlockAllocated event with logical index INT32_MAX made
 // replay resize a block table to 8 GB, and a token count of 2^31 overflowed int in the replay's
 // block arithmetic (UBSan). All three are now errors. Also: recordings holding BlockCached
-// events (added to the enum after kSlotMoved) were rejected by load.
+// events (added to the enum after kSlotMoved) were rejected by load. And the seed corpus itself.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,7 @@ void refresh_checksum(std::vector<char>& bytes) {
 TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
   // A valid one-event recording whose logical index is then patched to INT32_MAX, checksum
   // refreshed: the shape of oom-2c362fd0.
-  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true});
+  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true, nullptr});
   t.emit(Event{EventType::kBlockAllocated, 0, 0, 2, 3, 0, 0});
   t.end_step(StepMetrics{});
   const std::string path = test::temp_path("fuzz_huge_logical.kvr");
@@ -71,7 +72,7 @@ TEST(FuzzRegression, RecordingWithHugeBlockTableIndexIsRejected) {
 }
 
 TEST(FuzzRegression, RecordingWithBlockCachedEventsLoads) {
-  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true});
+  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true, nullptr});
   t.emit(Event{EventType::kBlockAllocated, 0, 0, 1, 0, 0, 0});
   t.emit(Event{EventType::kBlockCached, 0, 0, 1, 0, 1, 0});
   t.end_step(StepMetrics{});
@@ -84,7 +85,7 @@ TEST(FuzzRegression, RecordingWithBlockCachedEventsLoads) {
 
 TEST(FuzzRegression, RecordingWithTokenCountOverflowIsRejected) {
   // The shape of crash-44fe12e6: a request's token count of 2^31 (INT32_MIN once narrowed).
-  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true});
+  Timeline t(TimelineHeader{4, 4, "t", "paged", "fp32", 1.0, true, nullptr});
   t.emit(Event{EventType::kBlockAllocated, 0, 0, 1, 0, 0, 0});
   t.emit(Event{EventType::kBlockTableUpdated, 0, 0, -1, -1, 1, 0x5a5a5a});
   t.end_step(StepMetrics{});
@@ -105,6 +106,36 @@ TEST(FuzzRegression, RecordingWithTokenCountOverflowIsRejected) {
     EXPECT_NE(msg.find("expected a token count in [0, 2^30], got 2147483648 + 0"),
               std::string::npos)
         << msg;
+  }
+}
+
+// The seeds of fuzz_recording (tests/fuzz/corpus/recording/, written by tests/fuzz/make_corpus.py)
+// in the ordinary build: the recordings load (a version 1 one and one with token text among
+// them), the broken copies are one-line errors naming the file and byte.
+TEST(FuzzRegression, RecordingSeedsLoadOrAreRefused) {
+  const std::string dir = std::string(KVSCOPE_SOURCE_DIR) + "/tests/fuzz/corpus/recording/";
+  // seed -> "" when it must load, else a substring of its error
+  const std::map<std::string, std::string> expected = {
+      {"tiny.kvr", ""},
+      {"tiny_swap.kvr", ""},
+      {"tiny_text.kvr", ""},
+      {"version1.kvr", ""},
+      {"bad_magic.kvr", "byte 0: expected the magic"},
+      {"truncated.kvr", "expected"},
+      {"text_truncated.kvr", "expected"},
+      {"version9.kvr", "byte 8: expected version 1 to 2"},
+  };
+  for (const auto& [name, want] : expected) {
+    SCOPED_TRACE(name);
+    if (want.empty()) {
+      const Timeline t = Timeline::load(dir + name);
+      EXPECT_GT(t.num_steps(), 0);
+      EXPECT_EQ(t.header().text != nullptr, name == "tiny_text.kvr");
+    } else {
+      const std::string err = test::error_of([&] { Timeline::load(dir + name); });
+      EXPECT_EQ(err.rfind(dir + name + ": byte ", 0), 0u) << err;
+      EXPECT_NE(err.find(want), std::string::npos) << err;
+    }
   }
 }
 

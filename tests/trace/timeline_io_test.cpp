@@ -91,7 +91,8 @@ TEST(TimelineIo, BadFilesGiveClearErrors) {
   std::vector<char> version = bytes;
   version[8] = 9;
   test::write_bytes(bad, version);
-  EXPECT_NE(error_of(bad).find("byte 8: expected version 1, got 9"), std::string::npos)
+  EXPECT_NE(error_of(bad).find("byte 8: expected version 1 to 2 (this build reads up to 2), got 9"),
+            std::string::npos)
       << error_of(bad);
 
   std::vector<char> flipped = bytes;
