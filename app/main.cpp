@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/app.h"
+#include "app/core/quality_shipped.h"
 #include "app/core/scenario_catalog.h"
 #include "app/core/shell.h"
 
@@ -24,6 +25,7 @@ void usage(std::FILE* out) {
       "                  [--backend cpu|cuda-sim|cuda] [--model NAME|PATH]\n"
       "       kvscope-ui --attach ENDPOINT [--replay ENDPOINT] [--topic T] [--dp N] [--bind]\n"
       "                  [--slots N] [...]\n"
+      "       kvscope-ui --write-quality-sweep OUT.json [--model NAME|PATH]\n"
       "  With no file, opens %s.\n"
       "  --attach ENDPOINT     follow a live vLLM / SGLang KV-event stream (docs/attach.md):\n"
       "                        --replay, --topic, --dp, --bind as in `kvscope attach`; --slots N\n"
@@ -41,6 +43,9 @@ void usage(std::FILE* out) {
       "  --model NAME|PATH     run the scenario on this model instead of its own: smollm2,\n"
       "                        stories260K, a file or synthetic:<spec>; also the Controls\n"
       "                        panel's model picker\n"
+      "  --write-quality-sweep OUT.json  compute the Quality panel's sweep on --model (default\n"
+      "                        stories260K) with no window and write it as a shipped result\n"
+      "                        (assets/quality/, docs/ui/quality.md); minutes on SmolLM2\n"
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
       "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,\n"
       "      Ctrl+Shift+A attach, Ctrl+R restart, Ctrl+1..5 workspace.\n"
@@ -58,6 +63,7 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   kvscope::ui::AppOptions options;
+  std::string sweep_out;  // --write-quality-sweep
   kvscope::ui::AttachRequest attach;
   bool attaching = false;
   std::vector<std::string> attach_flags;  // attach options seen (they need --attach)
@@ -122,6 +128,10 @@ int main(int argc, char** argv) {
       if (!v || *v == '\0')
         return fail("--model: expected a model name (smollm2), file or synthetic:<spec>");
       options.model = v;
+    } else if (arg == "--write-quality-sweep") {
+      const char* v = value("--write-quality-sweep");
+      if (!v || *v == '\0') return fail("--write-quality-sweep: expected an output path (.json)");
+      sweep_out = v;
     } else if (arg == "--attach") {
       const char* v = value("--attach");
       if (!v) return fail("--attach: expected an endpoint such as tcp://127.0.0.1:5557");
@@ -161,6 +171,27 @@ int main(int argc, char** argv) {
       options.input = arg;
     } else {
       return fail("expected one scenario or recording, got a second: " + arg);
+    }
+  }
+  if (!sweep_out.empty()) {
+    // Only --model goes with it: the sweep has its own fixed setup (docs/ui/quality.md).
+    if (attaching || !options.input.empty() || !options.screenshot.empty() ||
+        !options.backend.empty() || options.presenter || options.workspace_given ||
+        options.caption > 0 || !attach_flags.empty())
+      return fail("--write-quality-sweep: takes only --model besides its output path");
+    kvscope::ui::ShippedSweepRequest request;
+    request.out_path = sweep_out;
+    request.model_arg = options.model;
+    request.made_by = "kvscope-ui";
+    for (int i = 1; i < argc; ++i) request.made_by.append(" ").append(argv[i]);
+    try {
+      const kvscope::ui::ShippedSweep s = kvscope::ui::write_shipped_sweep(request, stderr);
+      std::printf("kvscope-ui: wrote %s (%zu points, %s)\n", sweep_out.c_str(),
+                  s.sweep.points.size(), s.wall_time.c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
+      return 2;
     }
   }
   if (!attaching && !attach_flags.empty())

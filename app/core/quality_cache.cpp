@@ -17,9 +17,6 @@ namespace kvscope::ui {
 
 namespace {
 
-// Bump when what a sweep computes changes (2: windows cut to the sweep's token budget).
-constexpr int kCacheFormat = 2;
-
 // "path size mtime" of a file, or "" when it cannot be stat'ed.
 std::string file_identity(const std::string& path) {
   struct stat st {};
@@ -68,9 +65,9 @@ std::string sweep_cache_key(const std::string& model_path, const std::string& te
                             long max_tokens, int block_size, const std::string& variants) {
   const std::string model = file_identity(model_path), text = file_identity(text_path);
   if (model.empty() || text.empty()) return {};
-  return "kvscope quality sweep " + std::to_string(kCacheFormat) + "\nmodel " + model + "\ntext " +
-         text + "\ntokens " + std::to_string(max_tokens) + "\nblock " + std::to_string(block_size) +
-         "\nvariants " + variants + "\n";
+  return "kvscope quality sweep " + std::to_string(kSweepFormatVersion) + "\nmodel " + model +
+         "\ntext " + text + "\ntokens " + std::to_string(max_tokens) + "\nblock " +
+         std::to_string(block_size) + "\nvariants " + variants + "\n";
 }
 
 std::string sweep_cache_path(const std::string& dir, const std::string& key) {
@@ -84,9 +81,11 @@ std::string sweep_cache_path(const std::string& dir, const std::string& key) {
   return dir + "/" + hex + ".json";
 }
 
-void save_sweep_cache(const std::string& path, const std::string& key, const QualitySweep& s) {
+void save_sweep_cache(const std::string& path, const std::string& key, const QualitySweep& s,
+                      const SweepFileNotes& notes) {
   nlohmann::json j;
   j["key"] = key;
+  for (const auto& [name, text] : notes) j[name] = text;
   j["model"] = s.model;
   j["source"] = s.source;
   j["positions"] = s.positions;
@@ -121,7 +120,7 @@ void save_sweep_cache(const std::string& path, const std::string& key, const Qua
 }
 
 std::optional<QualitySweep> load_sweep_cache(const std::string& path, const std::string& key,
-                                             std::string* why) {
+                                             std::string* why, SweepFileNotes* notes) {
   const auto fail = [&](const std::string& what) -> std::optional<QualitySweep> {
     if (why != nullptr) *why = path + ": " + what;
     return std::nullopt;
@@ -164,6 +163,14 @@ std::optional<QualitySweep> load_sweep_cache(const std::string& path, const std:
       s.points.push_back(std::move(q));
     }
     if (s.points.empty()) return fail("holds no point");
+    if (notes != nullptr) {
+      for (auto& [name, text] : *notes) {
+        const auto it = j.find(name);
+        if (it == j.end() || !it->is_string())
+          return fail("expected a text field \"" + name + "\", got none");
+        text = it->get<std::string>();
+      }
+    }
     return s;
   } catch (const std::exception& e) {
     return fail(std::string("malformed (") + e.what() + ")");

@@ -6,6 +6,7 @@
 // sweep finishes).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -24,12 +25,21 @@ std::string sweep_cache_key(const std::string& model_path, const std::string& te
 // The cache file of `key` in `dir`: <dir>/<16 hex digits of the key's FNV-1a hash>.json.
 std::string sweep_cache_path(const std::string& dir, const std::string& key);
 
-// Writes `sweep` with its key (atomically: never a half-written file). Throws kvscope::Error
-// naming the file when it cannot be written.
-void save_sweep_cache(const std::string& path, const std::string& key, const QualitySweep& sweep);
+// Bump when what a sweep computes changes (2: windows cut to the sweep's token budget). Part of
+// every key, the disk cache's and the shipped files' (app/core/quality_shipped.h).
+inline constexpr int kSweepFormatVersion = 2;
+
+// Text fields stored beside a sweep's points, by name (a shipped file's made_by, date, commit).
+using SweepFileNotes = std::map<std::string, std::string>;
+
+// Writes `sweep` with its key and `notes` (atomically: never a half-written file). Throws
+// kvscope::Error naming the file when it cannot be written.
+void save_sweep_cache(const std::string& path, const std::string& key, const QualitySweep& sweep,
+                      const SweepFileNotes& notes = {});
 // The sweep stored at `path` under `key`, or nullopt with `why` saying what was wrong (missing,
-// unreadable JSON, another key, a field of the wrong type).
+// unreadable JSON, another key, a field of the wrong type, a note missing). With `notes`, each
+// name it holds is a required text field, read into its value.
 std::optional<QualitySweep> load_sweep_cache(const std::string& path, const std::string& key,
-                                             std::string* why);
+                                             std::string* why, SweepFileNotes* notes = nullptr);
 
 }  // namespace kvscope::ui

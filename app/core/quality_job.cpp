@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/core/quality_cache.h"
+#include "app/core/quality_shipped.h"
 #include "engine/analysis/eviction_quality.h"
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
@@ -20,18 +21,46 @@ namespace {
 
 struct Cancelled {};
 
+// The shipped results for this sweep, labelled, or null (no file holds these inputs, or a file
+// cannot be hashed: the sweep then runs as without shipped files).
+std::shared_ptr<const QualitySweep> shipped_preview(const Model& model, const Tokenizer& tokenizer,
+                                                    const std::string& text_path, long max_tokens,
+                                                    int block_size, const std::string& dir,
+                                                    const std::string& mla_note) {
+  try {
+    std::optional<ShippedSweep> found = find_shipped_sweep(
+        dir, shipped_sweep_key(model, tokenizer, text_path, max_tokens, block_size), nullptr);
+    if (!found) return nullptr;
+    auto sweep = std::make_shared<QualitySweep>(std::move(found->sweep));
+    // The file records file names; the panel names this machine's model and text.
+    sweep->model = model.source();
+    sweep->source = text_path;
+    sweep->mla_note = mla_note;
+    sweep->shipped_note = shipped_note(*found);
+    sweep->shipped_detail = shipped_detail(*found);
+    return sweep;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 void QualityJob::start(std::shared_ptr<const Model> model,
                        std::shared_ptr<const Tokenizer> tokenizer, std::string text_path,
-                       long max_tokens, int block_size, std::string cache_dir, bool reuse) {
+                       long max_tokens, int block_size, std::string cache_dir, bool reuse,
+                       std::string shipped_dir) {
   if (busy()) return;
   steps_done_ = 0;
   total_steps_ = 1 + (model ? sweep_num_variants(model->config()) : 0);
   fraction_ = 0.0f;
+  {
+    std::lock_guard<std::mutex> lock(preview_mutex_);
+    preview_.reset();
+  }
   launch([this, model = std::move(model), tokenizer = std::move(tokenizer),
           text_path = std::move(text_path), max_tokens, block_size,
-          cache_dir = std::move(cache_dir), reuse] {
+          cache_dir = std::move(cache_dir), reuse, shipped_dir = std::move(shipped_dir)] {
     // Why this model's sweep has no MLA points ("" when it has them), for cached and fresh sweeps.
     const std::string mla_note =
         model ? sweep_mla_skip_note(model->config(), model->source()) : std::string();
@@ -53,6 +82,28 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         return sweep;
       }
     }
+    // Computed from here on. Shipped results for the same inputs are shown meanwhile, and each
+    // point finished below takes its shipped one's place (same series and label).
+    std::shared_ptr<const QualitySweep> shown;
+    if (!shipped_dir.empty() && model && tokenizer && !model->is_random_weights()) {
+      shown = shipped_preview(*model, *tokenizer, text_path, max_tokens, block_size, shipped_dir,
+                              mla_note);
+    }
+    const auto publish = [this](std::shared_ptr<const QualitySweep> s) {
+      std::lock_guard<std::mutex> lock(preview_mutex_);
+      preview_ = std::move(s);
+    };
+    if (shown) publish(shown);
+    const auto refine = [&](const QualityPoint& p) {
+      if (!shown) return;
+      auto next = std::make_shared<QualitySweep>(*shown);
+      QualitySweep one;
+      one.points.push_back(p);
+      merge_sweep(*next, one);
+      ++next->points_recomputed;
+      shown = next;
+      publish(std::move(next));
+    };
     auto sweep = std::make_shared<QualitySweep>();
     sweep->model = model ? model->source() : std::string();
     sweep->block_size = block_size;
@@ -79,10 +130,6 @@ void QualityJob::start(std::shared_ptr<const Model> model,
       sweep->source = text_path;
       sweep->windows = static_cast<int>(evaluator.windows().size());
       sweep->positions = evaluator.num_positions();
-      // Every point in one evaluate_all: the formats and MLA ranks run a window in chunks, one
-      // after another; the KIVI formats (a token per step anyway) and the eviction runs go in
-      // lockstep, one engine step per position for all of them, the weights read once per
-      // position instead of once per run. The bar advances a run at a time.
       std::vector<std::unique_ptr<CacheVariant>> formats;
       for (const auto& [k, v] : sweep_formats()) {
         formats.push_back(make_kv_format_variant(parse_kv_format(k, "sweep"),
@@ -105,25 +152,52 @@ void QualityJob::start(std::shared_ptr<const Model> model,
       for (const auto& v : formats) all.push_back(v.get());
       for (const auto& v : mlas) all.push_back(v.get());
       for (const auto& v : evicts) all.push_back(v.get());
+      // Variant i's point: formats, then MLA ranks, then eviction runs.
+      const auto point_of = [&](std::size_t i, const QualityReport& r) {
+        if (i < formats.size()) return format_point(r);
+        if (i < formats.size() + mlas.size()) return mla_point(r, ranks[i - formats.size()]);
+        const std::size_t e = i - formats.size() - mlas.size();
+        return eviction_point(r, evictions[e], evicts[e]->stats().peak_bytes_per_context_token());
+      };
       const int before = steps_done_.load();
-      const auto runs_progress = [&](long done, long total) {
+      const auto runs_progress = [&](double runs) {
         if (cancelled()) throw Cancelled{};
-        const double runs = total > 0 ? static_cast<double>(done) / static_cast<double>(total) *
-                                            static_cast<double>(all.size())
-                                      : 0.0;
         steps_done_ = before + static_cast<int>(runs);
         fraction_ = static_cast<float>(runs - std::floor(runs));
       };
-      const std::vector<QualityReport> reports = evaluator.evaluate_all(all, runs_progress);
-      std::size_t i = 0;
-      for (; i < formats.size(); ++i) sweep->points.push_back(format_point(reports[i]));
+      const auto share = [](long done, long total) {
+        return total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 0.0;
+      };
+      // QualityEvaluator::evaluate_all's plan, unrolled so that each point can be shown as it
+      // finishes: the formats and MLA ranks run a window in chunks, one after another; the KIVI
+      // formats (a token per step anyway) and the eviction runs go in lockstep, one engine step
+      // per position for all of them, the weights read once per position instead of once per
+      // run. Every report is what evaluate_all gives (its contract). The bar advances a run at a
+      // time.
+      std::vector<QualityReport> reports(all.size());
+      std::vector<CacheVariant*> stepped;
+      std::vector<std::size_t> stepped_at;
+      double runs = 0.0;
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        if (all[i]->has_stepper()) {
+          stepped.push_back(all[i]);
+          stepped_at.push_back(i);
+          continue;
+        }
+        reports[i] = evaluator.evaluate(
+            *all[i], [&](long done, long total) { runs_progress(runs + share(done, total)); });
+        runs += 1.0;
+        runs_progress(runs);
+        refine(point_of(i, reports[i]));
+      }
+      const double n_stepped = static_cast<double>(stepped.size());
+      const std::vector<QualityReport> lockstep = evaluator.evaluate_all(
+          stepped,
+          [&](long done, long total) { runs_progress(runs + share(done, total) * n_stepped); });
+      for (std::size_t k = 0; k < stepped.size(); ++k) reports[stepped_at[k]] = lockstep[k];
+      for (std::size_t i = 0; i < all.size(); ++i) sweep->points.push_back(point_of(i, reports[i]));
       sweep->reference_bytes_per_token = sweep->points.front().bytes_per_token;
       sweep->mla_note = mla_note;
-      for (int rank : ranks) sweep->points.push_back(mla_point(reports[i++], rank));
-      for (std::size_t e = 0; e < evictions.size(); ++e, ++i) {
-        sweep->points.push_back(eviction_point(reports[i], evictions[e],
-                                               evicts[e]->stats().peak_bytes_per_context_token()));
-      }
       steps_done_ = before + static_cast<int>(all.size());
       fraction_ = 0.0f;
     } catch (const Cancelled&) {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "app/core/background_job.h"
@@ -24,9 +25,19 @@ class QualityJob : public BackgroundJob<QualitySweep> {
   // With a `cache_dir` (app/core/quality_cache.h), a sweep already computed from the same
   // inputs is read from it instead (unless `reuse` is false: recompute), and a newly finished
   // one is written there; "" computes without a cache.
+  // With a `shipped_dir` (app/core/quality_shipped.h), when the sweep is computed, a shipped file
+  // holding the same inputs (by content) becomes preview() at once, and each point the live sweep
+  // finishes replaces its shipped one there; "" looks for none.
   void start(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
              std::string text_path, long max_tokens, int block_size, std::string cache_dir = {},
-             bool reuse = true);
+             bool reuse = true, std::string shipped_dir = {});
+  // While the sweep is computed: the shipped results with the points finished so far in place of
+  // theirs (QualitySweep::shipped_note says where they came from), or null when no shipped file
+  // matched (yet). A new one after each finished point; take() hands over the finished sweep.
+  std::shared_ptr<const QualitySweep> preview() const {
+    std::lock_guard<std::mutex> lock(preview_mutex_);
+    return preview_;
+  }
   // Progress: steps finished (the fp32 reference counts as one) out of total_steps().
   int steps_done() const { return steps_done_.load(); }
   int total_steps() const { return total_steps_.load(); }
@@ -36,6 +47,8 @@ class QualityJob : public BackgroundJob<QualitySweep> {
   std::atomic<int> steps_done_{0};
   std::atomic<int> total_steps_{1};
   std::atomic<float> fraction_{0.0f};
+  mutable std::mutex preview_mutex_;
+  std::shared_ptr<const QualitySweep> preview_;  // see preview()
 };
 
 }  // namespace kvscope::ui

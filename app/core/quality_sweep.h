@@ -42,12 +42,23 @@ struct QualitySweep {
   std::string cache_note;
   std::string mla_note;  // sweep_mla_skip_note() of the computed points' model ("" when MLA ran)
   bool from_cache = false;
+  // Shipped results shown while the live sweep runs (app/core/quality_shipped.h): "shipped
+  // results: `<command>`, <date>"; "" for a sweep computed or read from the disk cache.
+  std::string shipped_note;
+  std::string shipped_detail;  // the shipped file, its commit and run time (the note's tooltip)
+  int points_recomputed = 0;   // of shipped results: points the live sweep has replaced so far
   double reference_bytes_per_token = 0.0;  // the fp32 cache (0: not known)
   std::vector<QualityPoint> points;        // computed: formats (fp32 first), MLA, eviction
   std::string error;                       // set instead of points on failure
 };
 
 // ---- what the background sweep runs ----
+
+// Tokens of the eval text the panel's sweep scores per variant (quality_eval_windows).
+inline constexpr long kQualitySweepTokens = 2048;
+// The block size of the shipped sweeps (app/core/quality_shipped.h): every shipped scenario's but
+// two; a run at another block size computes its own sweep.
+inline constexpr int kQualitySweepBlockSize = 16;
 
 // The format ladder as (K, V) names parse_kv_format takes, fp32 first: quant::kv_format_sweep(),
 // the rungs `kvscope eval --sweep` runs, in its order.

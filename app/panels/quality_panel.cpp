@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "app/core/quality_cache.h"
+#include "app/core/quality_shipped.h"
 #include "app/core/run_info.h"
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
@@ -58,6 +59,9 @@ void QualityPanel::draw(AppState& state) {
       sweep_ = std::move(s);
     else
       error_ = s->error;
+  } else if (job_.busy()) {
+    // Shipped results for these inputs, refined point by point as the live sweep finishes them.
+    if (std::shared_ptr<const QualitySweep> p = job_.preview(); p && p != sweep_) sweep_ = p;
   }
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
   const bool can_run = can_evaluate(info.get());
@@ -77,7 +81,7 @@ void QualityPanel::draw(AppState& state) {
     cancelled_ = false;
     started_at_ = std::chrono::steady_clock::now();
     job_.start(info->model, info->tokenizer, default_eval_text_path(), kEvalTokens,
-               info->config.block_size, sweep_cache_dir(), !recompute_);
+               info->config.block_size, sweep_cache_dir(), !recompute_, shipped_sweeps_dir());
     recompute_ = false;
   }
   const Palette& pal = palette(state.presenter);
@@ -89,12 +93,12 @@ void QualityPanel::draw(AppState& state) {
     // docs/ui/quality.md), so that a narrow bar clips the description, not the figures.
     const long secs = static_cast<long>(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
+    const bool shipped = sweep_ && !sweep_->shipped_note.empty();
     char label[160];
-    std::snprintf(
-        label, sizeof label,
-        "%d / %d runs, %ld:%02ld elapsed: KV formats, MLA ranks and eviction budgets on the "
-        "real model",
-        std::max(0, job_.steps_done() - 1), total - 1, secs / 60, secs % 60);
+    std::snprintf(label, sizeof label, "%d / %d runs, %ld:%02ld elapsed: %s",
+                  std::max(0, job_.steps_done() - 1), total - 1, secs / 60, secs % 60,
+                  shipped ? "recomputing the shipped results live, point by point"
+                          : "KV formats, MLA ranks and eviction budgets on the real model");
     const float cancel_w = ImGui::CalcTextSize("Cancel").x +
                            ImGui::GetStyle().FramePadding.x * 2.0f +
                            ImGui::GetStyle().ItemSpacing.x;
@@ -104,7 +108,9 @@ void QualityPanel::draw(AppState& state) {
       job_.cancel();
       cancelled_ = true;
     }
-    item_tooltip("Stop the sweep (the points computed so far are dropped)");
+    item_tooltip(shipped ? "Stop the live sweep (the points shown stay: shipped ones and those "
+                           "recomputed so far)"
+                         : "Stop the sweep (the points computed so far are dropped)");
   } else if (cancelled_ && !sweep_) {
     ImGui::TextDisabled("sweep cancelled");
     ImGui::SameLine();
@@ -127,8 +133,9 @@ void QualityPanel::draw(AppState& state) {
   // and loading CSVs is left to the normal mode.
   if (sweep_ && state.presenter) {
     // The model is in the panel's title.
-    const std::string setup = sweep_->model.empty() ? std::string("points loaded from CSV")
-                                                    : std::to_string(sweep_->positions) + " tokens";
+    std::string setup = sweep_->model.empty() ? std::string("points loaded from CSV")
+                                              : std::to_string(sweep_->positions) + " tokens";
+    if (!sweep_->shipped_note.empty()) setup += " (shipped results)";
     ImGui::PushTextWrapPos(0.0f);
     ImGui::TextDisabled("%s vs fp32", setup.c_str());  // the setup in its tooltip
     ImGui::PopTextWrapPos();
@@ -142,16 +149,17 @@ void QualityPanel::draw(AppState& state) {
   }
   if (sweep_) {
     draw_setup_lines(/*wrap=*/true);
-    if (sweep_->from_cache && can_run) {
+    if ((sweep_->from_cache || !sweep_->shipped_note.empty()) && can_run && !job_.busy()) {
       if (ImGui::Button("Recompute")) {
         recompute_ = true;
         sweep_.reset();
         started_for_.clear();  // starts next frame, ignoring the cache
         return;
       }
-      item_tooltip(
-          "Run the sweep again instead of reading it from the disk cache (the new result "
-          "replaces the cached one)");
+      item_tooltip(sweep_->from_cache
+                       ? "Run the sweep again instead of reading it from the disk cache (the new "
+                         "result replaces the cached one)"
+                       : "Run the live sweep again (the shipped results are shown meanwhile)");
     }
   }
   ImGui::SetNextItemWidth(std::max(80.0f, ImGui::GetContentRegionAvail().x -
@@ -194,6 +202,16 @@ void QualityPanel::draw_setup_lines(bool wrap) const {
       "x: KV bytes per token of context; eviction: each window's peak block bytes / its tokens");
   if (!sweep_->mla_note.empty()) ImGui::TextDisabled("%s", sweep_->mla_note.c_str());
   if (!sweep_->cache_note.empty()) ImGui::TextDisabled("%s", sweep_->cache_note.c_str());
+  if (!sweep_->shipped_note.empty()) {
+    // Where the figures came from (the commit and run time in its tooltip: one line less for the
+    // plots), and how far the live sweep has got in replacing them.
+    const std::string done =
+        std::to_string(sweep_->points_recomputed) + " / " + std::to_string(sweep_->points.size());
+    const std::string live =
+        job_.busy() ? done + " recomputed live so far" : "live recompute stopped after " + done;
+    ImGui::TextDisabled("%s; %s", sweep_->shipped_note.c_str(), live.c_str());
+    if (wrap) item_tooltip(sweep_->shipped_detail.c_str());
+  }
   if (wrap) ImGui::PopTextWrapPos();
 }
 

@@ -15,7 +15,7 @@ namespace kvscope::ui {
 
 class QualityPanel final : public Panel {
  public:
-  static constexpr long kEvalTokens = 2048;  // tokens of the eval text scored per variant
+  static constexpr long kEvalTokens = kQualitySweepTokens;  // eval tokens scored per variant
 
   const char* title() const override { return "Quality vs memory"; }
   // "Quality vs memory: <model>": the model the figures are (being) computed on.
