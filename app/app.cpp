@@ -120,14 +120,14 @@ int run_app(const AppOptions& options) {
       shell.state().playing = false;
       shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);
     }
-    // --caption N: tried every frame until its step is computed (at once for a screenshot).
-    int pending_caption = options.caption - 1;
+    // --caption N: the shell applies it once its step (and its variant's run) is there.
     if (options.caption > 0 && options.caption > shell.num_captions()) {
       std::fprintf(stderr, "kvscope-ui: --caption: expected 1 to %d (the captions of %s), got %d\n",
                    shell.num_captions(), options.input.c_str(), options.caption);
       exit_code = 2;
-      pending_caption = -1;
       glfwSetWindowShouldClose(window, GLFW_TRUE);
+    } else if (options.caption > 0) {
+      shell.go_to_caption(options.caption - 1);
     }
     WindowedGeometry saved;
     double last = glfwGetTime();
@@ -139,7 +139,6 @@ int run_app(const AppOptions& options) {
       const double dt = capture && !live ? 1.0 / 60.0 : now - last;
       if (capture && live) std::this_thread::sleep_for(std::chrono::milliseconds(33));
       last = now;
-      if (pending_caption >= 0 && shell.go_to_caption(pending_caption)) pending_caption = -1;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       if (capture) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover in screenshots
@@ -169,7 +168,10 @@ int run_app(const AppOptions& options) {
       // Background work (attention capture, quality sweep, compare variant) finishes first, and
       // a few frames are drawn after it did (a job can finish between a panel's draw and this
       // check, and a panel takes its result on the next frame), so the screenshot shows it.
-      idle_frames = shell.panels_busy() ? 0 : idle_frames + 1;
+      // A caption on another variant re-runs the scenario: the screenshot waits for that run too.
+      const bool rerunning =
+          shell.caption_pending() || (shell.session() && shell.session()->is_running());
+      idle_frames = shell.panels_busy() || (!live && rerunning) ? 0 : idle_frames + 1;
       if (capture && frame + 1 >= options.frames && idle_frames < 3 &&
           glfwGetTime() < kMaxCaptureWaitSeconds) {
         if (idle_frames == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));

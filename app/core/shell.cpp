@@ -193,6 +193,7 @@ void UiShell::frame(double dt_seconds) {
   if (session_) {
     if (std::optional<std::string> e = session_->take_error()) show_error(*e);
   }
+  apply_pending_caption();  // a caption waiting for its step or its variant's run
   const ImGuiIO& io = ImGui::GetIO();
   if (!io.WantTextInput && io.KeyCtrl && ImGui::IsKeyPressed('R'))  // GLFW: ASCII
     restart();
@@ -495,19 +496,93 @@ int UiShell::num_captions() const {
   return captions == nullptr ? 0 : static_cast<int>(captions->size());
 }
 
+namespace {
+
+// What captions [0, index] leave in force: the last variant, compare target and workspace each
+// names, so a caption reached directly (--caption N, PageUp) shows the view it was written in.
+// Before the first caption that names a run variant the run plays "base" (so stepping back from
+// a caption on another variant comes back to the base); the compare target and the workspace,
+// until one names them, stay as the user chose.
+struct ViewInForce {
+  std::optional<std::string> run, compare, workspace;
+};
+
+ViewInForce view_in_force(const std::vector<Caption>& captions, int index) {
+  ViewInForce out;
+  bool names_run = false;
+  for (std::size_t i = 0; i < captions.size(); ++i) {
+    const CaptionView& v = captions[i].view;
+    names_run = names_run || v.variant.has_value();
+    if (static_cast<int>(i) > index) continue;
+    if (v.variant) out.run = *v.variant;
+    if (v.compare) out.compare = *v.compare;
+    if (v.workspace) out.workspace = *v.workspace;
+  }
+  if (names_run && !out.run) out.run = "base";
+  return out;
+}
+
+// A variant name as PolicyOverride spells it ("" for the base).
+std::string override_variant(const std::string& name) {
+  return name == "base" ? "" : name;
+}
+
+}  // namespace
+
 bool UiShell::go_to_caption(int index) {
   const std::vector<Caption>* captions = captions_of(state_);
   if (captions == nullptr || index < 0 || index >= static_cast<int>(captions->size())) return false;
-  const Caption& c = (*captions)[static_cast<std::size_t>(index)];
-  if (c.step >= state_.num_steps()) return false;  // not computed yet
+  pending_caption_ = index;
+  caption_restarted_ = false;
+  return apply_pending_caption();
+}
+
+bool UiShell::apply_pending_caption() {
+  if (pending_caption_ < 0) return false;
+  const std::vector<Caption>* captions = captions_of(state_);
+  if (captions == nullptr || pending_caption_ >= static_cast<int>(captions->size())) {
+    pending_caption_ = -1;
+    return false;
+  }
+  const Caption& c = (*captions)[static_cast<std::size_t>(pending_caption_)];
+  const ViewInForce cv = view_in_force(*captions, pending_caption_);
+  const std::shared_ptr<const RunInfo> info = state_.source().run_info();
+  if (cv.run && info && info->override.variant != override_variant(*cv.run)) {
+    // The caption was written for another variant: re-run the scenario on it (once; a run that
+    // fails to open shows its error and the caption is dropped), then land on its step.
+    if (caption_restarted_) {
+      // Requested: the restart happens at the end of a frame. Once it was handled, a run still
+      // on another variant means it failed to open (its error is shown): the caption is dropped.
+      if (!state_.restart_request) pending_caption_ = -1;
+      return false;
+    }
+    PolicyOverride policy;
+    policy.variant = override_variant(*cv.run);
+    policy.backend = info->override.backend;
+    state_.restart_request = policy;
+    caption_restarted_ = true;
+    return false;
+  }
+  // Not computed yet: tried again next frame. A finished run shorter than the caption's step
+  // shows its last step.
+  if (c.step >= state_.num_steps() && state_.is_live()) return false;
+  pending_caption_ = -1;
   state_.playing = false;  // the presenter drives: the view holds at the caption's moment
   state_.set_step(c.step);
   const CaptionView& v = c.view;
-  if (v.workspace) {
-    if (const int w = workspace_of_key(*v.workspace); w >= 0) set_workspace(w);
+  if (cv.workspace) {
+    if (const int w = workspace_of_key(*cv.workspace); w >= 0) set_workspace(w);
   }
   if (v.layer || v.head || v.sink_grid)
     state_.attention_focus = AppState::AttentionFocus{v.layer, v.head, v.sink_grid};
+  if (cv.compare) {
+    PolicyOverride target;
+    target.variant = override_variant(*cv.compare);
+    if (!(state_.compare_variant == target) || state_.compare_variant_version == 0) {
+      state_.compare_variant = target;
+      ++state_.compare_variant_version;
+    }
+  }
   return true;
 }
 

@@ -41,13 +41,14 @@ class UiShell {
   static constexpr int kLiveWorkspace = 4;
   // The attach status bar's text this frame ("" when not attached; tests).
   const std::string& attach_status() const { return attach_status_; }
-  void restart();
+  void restart();  // re-runs the loaded scenario from step 0 (with its policy and model override)
   // Jumps to presenter caption `index` (0-based) and applies its view (workspace, attention
-  // layer/head or sink grid), paused there. False when there is no such caption or its step is
-  // not computed yet.
+  // layer/head or sink grid, compare target), paused there; a caption on another variant first
+  // re-runs the scenario on it. True when the view is applied now; false when there is no such
+  // caption, or when its step (or its variant's run) is not there yet: then later frames apply it.
   bool go_to_caption(int index);
-  int num_captions()
-      const;  // re-runs the loaded scenario from step 0 (with its policy and model override)
+  bool caption_pending() const { return pending_caption_ >= 0; }
+  int num_captions() const;
   RunSession* session() { return session_.get(); }
 
   // Draws one frame's UI; call between ImGui::NewFrame() and ImGui::Render().
@@ -106,6 +107,8 @@ class UiShell {
   // it is not the one shown.
   void show_layout(int layout);
   void draw_workspace_tabs();
+  // Applies the caption go_to_caption is waiting for, when its run and step are there.
+  bool apply_pending_caption();
 
   AppState state_;
   std::unique_ptr<RunSession> session_;  // null when a bare DataSource is shown (tests)
@@ -126,7 +129,9 @@ class UiShell {
   std::string error_;
   std::string attach_status_;
   bool error_pending_ = false;
-  int model_request_frames_ = 0;  // frames AppState::model_request has been pending
+  int model_request_frames_ = 0;    // frames AppState::model_request has been pending
+  int pending_caption_ = -1;        // the caption go_to_caption waits for; -1 when none
+  bool caption_restarted_ = false;  // its variant's run was requested (once per caption)
 };
 
 }  // namespace kvscope::ui

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "app/core/request_text.h"
 #include "app/core/shell_layout.h"
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
@@ -31,12 +35,56 @@ double mean_decode(std::span<const StepMetrics> m, int step) {
   return sum / (step + 1);
 }
 
+constexpr std::size_t kMaxTokensShown = 400;  // per request and run: the newest ones
+
+std::string printable(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+// Draws generated tokens `ids` decoded (token ids without a tokenizer), wrapped to the column:
+// the first `common` in `same`, the rest in `differ`. `prev` is the token before the first.
+void draw_tokens(const Tokenizer* tok, int prev, std::span<const int> ids, std::size_t common,
+                 ImU32 same, ImU32 differ) {
+  const float avail = ImGui::GetContentRegionAvail().x;
+  const std::size_t first = ids.size() > kMaxTokensShown ? ids.size() - kMaxTokensShown : 0;
+  if (first > 0) prev = ids[first - 1];
+  float x = 0.0f;
+  bool line_start = true;
+  if (first > 0) {
+    ImGui::TextDisabled("...");
+    x = ImGui::GetItemRectSize().x;
+    line_start = false;
+  }
+  for (std::size_t k = first; k < ids.size(); ++k) {
+    const int id = ids[k];
+    if (id < 0) continue;
+    const std::string piece = tok != nullptr ? printable(tok->decode(prev, id)) : token_id_text(id);
+    prev = id;
+    if (piece.empty()) continue;
+    const float w = ImGui::CalcTextSize(piece.c_str()).x;
+    if (!line_start && x + w <= avail) {
+      ImGui::SameLine(0.0f, 0.0f);
+    } else {
+      x = 0.0f;
+    }
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(k < common ? same : differ), "%s",
+                       piece.c_str());
+    x += w;
+    line_start = false;
+  }
+  if (ids.empty()) ImGui::TextDisabled("(nothing generated yet)");
+}
+
 }  // namespace
 
 std::string ComparePanel::help() const {
   return "Two policies on the same requests and seed, step by step: every difference in the "
          "table comes from the policy alone. Set the variant in the Controls panel (target: "
-         "compare variant); throughput is counted per scheduler step, not per second.";
+         "compare variant); throughput is counted per scheduler step, not per second. The Text "
+         "tab sets each request's generated text side by side, from the first token that differs "
+         "in the warning colour: what eviction, a narrower KV format or a low MLA rank changes in "
+         "the model's answer.";
 }
 
 void ComparePanel::sync(AppState& state) {
@@ -72,6 +120,7 @@ void ComparePanel::sync(AppState& state) {
   try {
     variant_ = RunSession::open(info->scenario_path, info->model == nullptr, variant,
                                 info->model_override);
+    ++variant_serial_;
   } catch (const std::exception& e) {
     error_ = e.what();
   }
@@ -132,8 +181,19 @@ void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const
   row("reservation waste (slots)", static_cast<double>(a.reservation_waste_slots),
       static_cast<double>(b.reservation_waste_slots), -1, false,
       "Contiguous allocator: slots reserved beyond the last used block");
-  row("external fragmentation", a.external_fragmentation(), b.external_fragmentation(), -1, true,
-      "1 - largest free run / free blocks");
+  // External fragmentation costs only an allocator that needs a run of free blocks (the
+  // contiguous one); a paged pool serves any free block, so between two paged runs it is neither
+  // better nor worse and is not coloured.
+  const std::shared_ptr<const RunInfo> info_b = variant_->run_info();
+  const std::shared_ptr<const RunInfo> info_a = state.source().run_info();
+  const bool any_contiguous = (info_a && info_a->config.allocator == AllocatorKind::kContiguous) ||
+                              (info_b && info_b->config.allocator == AllocatorKind::kContiguous);
+  row("external fragmentation", a.external_fragmentation(), b.external_fragmentation(),
+      any_contiguous ? -1 : 0, true,
+      any_contiguous ? "1 - largest free run / free blocks: the contiguous allocator needs a run "
+                       "of free blocks, so scattered free blocks can leave a request waiting"
+                     : "1 - largest free run / free blocks. Both runs are paged: any free block "
+                       "serves, so this costs nothing here (only a contiguous allocator pays)");
   row("running requests", a.requests_running, b.requests_running, +1, false,
       "Requests decoding or prefilling in this step");
   row("finished requests", a.requests_finished, b.requests_finished, +1, false,
@@ -277,8 +337,81 @@ void ComparePanel::draw(AppState& state) {
   ImGui::TextDisabled("step %d; variant %s %d steps%s", state.step(),
                       b_done ? "finished in" : "computing,", static_cast<int>(mb.size()),
                       step_b < state.step() ? " (shown at its last step)" : "");
-  draw_table(state, state.metrics(), mb[static_cast<std::size_t>(step_b)], step_b);
-  draw_plots(state);
+  if (!ImGui::BeginTabBar("##compare_views")) return;
+  if (ImGui::BeginTabItem("Memory")) {
+    draw_table(state, state.metrics(), mb[static_cast<std::size_t>(step_b)], step_b);
+    draw_plots(state);
+    ImGui::EndTabItem();
+  }
+  const ImGuiTabItemFlags text_flags = select_text_ ? ImGuiTabItemFlags_SetSelected : 0;
+  select_text_ = false;
+  if (ImGui::BeginTabItem("Text", nullptr, text_flags)) {
+    draw_text(state, step_b);
+    ImGui::EndTabItem();
+  }
+  ImGui::EndTabBar();
+}
+
+void ComparePanel::draw_text(const AppState& state, int step_b) {
+  const DataSource& src = state.source();
+  text_a_.catch_up(state.source_generation(), state.step(),
+                   [&src](int s) { return src.events_at(s); });
+  const std::shared_ptr<const Timeline> tb = variant_->timeline();
+  text_b_.catch_up(variant_serial_, step_b, [&tb](int s) { return tb->events_at(s); });
+  std::vector<int> ids;
+  for (const auto& [id, t] : text_a_.tokens()) ids.push_back(id);
+  for (const auto& [id, t] : text_b_.tokens()) {
+    if (!text_a_.tokens().contains(id)) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  const std::vector<int> none;
+  const auto tokens_of = [&none](const GeneratedTokens& g, int id) -> const std::vector<int>& {
+    const auto it = g.tokens().find(id);
+    return it != g.tokens().end() ? it->second : none;
+  };
+  int same = 0;
+  for (const int id : ids)
+    same += compare_tokens(tokens_of(text_a_, id), tokens_of(text_b_, id)).same;
+  const Palette& pal = palette(state.presenter);
+  if (ids.empty()) {
+    ImGui::TextDisabled("no request has generated a token by step %d", state.step());
+    return;
+  }
+  ImGui::TextDisabled("%d of %zu requests say the same so far (compared where both have a token)",
+                      same, ids.size());
+  const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                ImGuiTableFlags_BordersInnerH | ImGuiTableFlags_ScrollY |
+                                ImGuiTableFlags_SizingStretchProp;
+  if (!ImGui::BeginTable("##compare_text", 3, flags)) return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  ImGui::TableSetupColumn("request", ImGuiTableColumnFlags_WidthFixed,
+                          ImGui::CalcTextSize("differs at token 0000").x);
+  ImGui::TableSetupColumn("current", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+  ImGui::TableSetupColumn("variant", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+  ImGui::TableHeadersRow();
+  for (const int id : ids) {
+    const std::vector<int>& a = tokens_of(text_a_, id);
+    const std::vector<int>& b = tokens_of(text_b_, id);
+    const TokenAgreement ag = compare_tokens(a, b);
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(sequence_color(id)), "seq %d", id);
+    if (ag.same) {
+      ImGui::TextDisabled("same so far");
+    } else {
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "differs at token %zu",
+                         ag.common + 1);
+    }
+    // The token before the first generated one: the prompt's last (a tokenizer decodes a piece
+    // after the one before it).
+    const std::span<const int> prompt = src.prompt_tokens(id);
+    const int prev = prompt.empty() ? 1 : prompt.back();
+    ImGui::TableNextColumn();
+    draw_tokens(src.tokenizer(), prev, a, ag.common, pal.text, pal.text);
+    ImGui::TableNextColumn();
+    draw_tokens(variant_->tokenizer(), prev, b, ag.common, pal.text, pal.warn);
+  }
+  ImGui::EndTable();
 }
 
 }  // namespace kvscope::ui

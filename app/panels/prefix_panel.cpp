@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "app/core/attach_feed.h"
+#include "app/core/request_text.h"
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
 
@@ -97,7 +98,7 @@ void PrefixPanel::layout_tree() {
 }
 
 std::string PrefixPanel::block_text(const AppState& state, const PrefixNode& n) const {
-  const Tokenizer* tok = state.source().tokenizer();
+  const TokenText* tok = state.source().token_text();
   const int bs = state.header().block_size;
   if (tok == nullptr || n.cached_by < 0 || bs <= 0) return {};
   const std::span<const int> prompt = state.source().prompt_tokens(n.cached_by);
@@ -113,7 +114,8 @@ std::string PrefixPanel::block_text(const AppState& state, const PrefixNode& n) 
     else if (git != generated_.end() && pos < git->second.size())
       id = git->second[pos];
     if (id < 0) return text + " ...";
-    if (!(pos == 0 && id == 1)) text += tok->decode(prev < 0 ? id : prev, id);
+    if (!(pos == 0 && id == 1))
+      text += tok->decode(prev < 0 ? id : prev, id).value_or(token_id_text(id));
     prev = id;
   }
   std::replace(text.begin(), text.end(), '\n', ' ');
@@ -420,15 +422,37 @@ void PrefixPanel::draw(AppState& state) {
   if (engine_stream) {
     stat("prefix hits", "not published by the engines", true);
   } else {
-    stat("prompt tokens hit",
-         format_count(static_cast<double>(m.prefix_hit_tokens)) + " / " +
-             format_count(static_cast<double>(m.prompt_tokens)) +
-             (m.prompt_tokens > 0
-                  ? " (" +
-                        format_percent(static_cast<double>(m.prefix_hit_tokens) / m.prompt_tokens) +
-                        ")"
-                  : ""),
-         true);
+    const auto of_prompts = [&m](std::int64_t tokens) {
+      std::string out = format_count(static_cast<double>(tokens));
+      out.append(" / ").append(format_count(static_cast<double>(m.prompt_tokens)));
+      if (m.prompt_tokens > 0) {
+        out.append(" (")
+            .append(format_percent(static_cast<double>(tokens) / m.prompt_tokens))
+            .append(")");
+      }
+      return out;
+    };
+    // A block a tier gives back is a prompt block not prefilled, as a hit in the pool is: both
+    // count, apart (a pool hit maps the block, a reload copies its bytes into a fresh one).
+    std::int64_t reloaded_blocks = 0;
+    for (const TierRow& t : fold_.tiers()) reloaded_blocks += t.reloaded;
+    const std::int64_t reloaded = reloaded_blocks * state.header().block_size;
+    if (fold_.tiers().empty()) {
+      stat("prompt tokens hit", of_prompts(m.prefix_hit_tokens), true);
+    } else {
+      stat("prompt tokens cached", of_prompts(m.prefix_hit_tokens + reloaded), true);
+      if (ImGui::IsItemHovered()) {
+        ImGui::SetTooltip(
+            "Prompt tokens not prefilled because the cache had them: %lld hit in the pool (their "
+            "blocks mapped), %lld reloaded from a tier (their bytes copied into fresh blocks)",
+            static_cast<long long>(m.prefix_hit_tokens), static_cast<long long>(reloaded));
+      }
+      char split[96];
+      std::snprintf(split, sizeof split, "%s in the pool, %s from tiers",
+                    format_count(static_cast<double>(m.prefix_hit_tokens)).c_str(),
+                    format_count(static_cast<double>(reloaded)).c_str());
+      stat("of which", split, true);
+    }
   }
   for (std::size_t k = 0; k < fold_.tiers().size(); ++k) {
     const TierRow& t = fold_.tiers()[k];

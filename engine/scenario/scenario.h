@@ -48,6 +48,10 @@ struct CaptionView {
   std::optional<int> layer, head;        // the attention panel's layer and head
   std::optional<bool> sink_grid;         // the attention panel's layer x head grid
   bool pause = false;                    // playing stops when the run reaches this step
+  // The variant the run plays ("base" or a `compare` name; the UI re-runs the scenario on it) and
+  // the one the Compare panel runs beside it. Both hold for the later captions until one changes
+  // them, so a talk stepped backwards shows each caption on the run it was written for.
+  std::optional<std::string> variant, compare;
 };
 
 struct Caption {

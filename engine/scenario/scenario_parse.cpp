@@ -1,5 +1,8 @@
 // The scenario file's top level: version, texts, model, cache, scheduler, sampler, workload,
 // steps, captions and compare variants.
+#include <algorithm>
+#include <utility>
+
 #include "engine/common/error.h"
 #include "engine/common/text_lines.h"
 #include "engine/model/synthetic.h"
@@ -70,8 +73,10 @@ void parse_sampler(const JsonReader& r, const json& j, SamplerConfig& sc) {
 }
 
 CaptionView parse_caption_view(const JsonReader& r, const json& j, const std::string& at) {
-  if (!j.is_object()) r.fail(at, "an object (workspace, layer, head, sink_grid, pause)", j);
-  r.only_keys(j, at, {"workspace", "layer", "head", "sink_grid", "pause"});
+  if (!j.is_object()) {
+    r.fail(at, "an object (workspace, layer, head, sink_grid, pause, variant, compare)", j);
+  }
+  r.only_keys(j, at, {"workspace", "layer", "head", "sink_grid", "pause", "variant", "compare"});
   CaptionView v;
   if (j.contains("workspace")) {
     const std::string w = r.string(j["workspace"], at + ".workspace", true);
@@ -83,6 +88,10 @@ CaptionView parse_caption_view(const JsonReader& r, const json& j, const std::st
   if (j.contains("head")) v.head = r.int32(j["head"], at + ".head", 0, kMaxInt);
   if (j.contains("sink_grid")) v.sink_grid = r.boolean(j["sink_grid"], at + ".sink_grid");
   if (j.contains("pause")) v.pause = r.boolean(j["pause"], at + ".pause");
+  // Variant names are checked against `compare` once the whole file is read
+  // (check_caption_variants).
+  if (j.contains("variant")) v.variant = r.string(j["variant"], at + ".variant", true);
+  if (j.contains("compare")) v.compare = r.string(j["compare"], at + ".compare", true);
   return v;
 }
 
@@ -138,6 +147,27 @@ std::vector<std::string> Scenario::variant_names() const {
   return out;
 }
 
+namespace {
+
+// A caption's view names variants of this file: "base" or one of `compare`'s.
+void check_caption_variants(const JsonReader& r, const Scenario& s) {
+  const std::vector<std::string> names = s.variant_names();
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  for (std::size_t i = 0; i < s.captions.size(); ++i) {
+    const CaptionView& v = s.captions[i].view;
+    for (const auto& [key, value] : {std::pair{"variant", v.variant}, {"compare", v.compare}}) {
+      if (!value || std::find(names.begin(), names.end(), *value) != names.end()) continue;
+      const std::string near = did_you_mean(*value, names);
+      r.fail_text(json_path(json_path(json_path("captions", i), "view"), key),
+                  "a variant of this scenario (" + list + ")",
+                  "\"" + *value + "\"" + (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
+    }
+  }
+}
+
+}  // namespace
+
 Scenario parse_scenario_text(const std::string& text, const std::string& path) {
   const json doc = parse_json_document(text, path);
   const JsonReader r(path);
@@ -183,6 +213,7 @@ Scenario parse_scenario_text(const std::string& text, const std::string& path) {
       s.compare.emplace_back(name, std::move(c));
     }
   }
+  check_caption_variants(r, s);
   return s;
 }
 

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/core/generated_text.h"
 #include "app/core/headless.h"
 #include "app/core/run_session.h"
 #include "app/core/shell.h"
@@ -23,6 +24,7 @@
 #include "app/panels/registry.h"
 #include "engine/evict/token_evictor.h"
 #include "engine/model/locate.h"
+#include "engine/scenario/scenario.h"
 #include "engine/sched/simulator.h"
 #include "tests/app/ui_test_support.h"
 
@@ -159,6 +161,116 @@ TEST(UiHeadless, CaptionsDriveTheViewAndPauseTheRun) {
   run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "the attention panel takes the focus");
   EXPECT_FALSE(shell.state().attention_focus.has_value()) << "the panel consumed it";
   EXPECT_FALSE(shell.go_to_caption(4));  // no such caption
+}
+
+// A caption can choose the variant the run plays and the one Compare runs beside it: reaching a
+// caption on another variant re-runs the scenario on it and lands on the caption's step; going
+// back to a caption before the first that names a run variant plays the base again. Both hold
+// for later captions until one changes them.
+TEST(UiHeadless, CaptionsChooseTheRunAndTheCompareVariant) {
+  const std::string path = testing::TempDir() + "caption-variants.json";
+  {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(minimal_scenario()));
+    j.erase("$schema");
+    j["compare"] =
+        nlohmann::json::parse(R"({"block-8": {"block_size": 8}, "int8": {"kv_dtype": "int8"}})");
+    j["captions"] = nlohmann::json::parse(R"([
+      {"step": 0, "caption": "base, beside int8", "view": {"compare": "int8"}},
+      {"step": 8, "caption": "block 8 plays, beside the base", "view": {"variant": "block-8", "compare": "base"}},
+      {"step": 12, "caption": "still block 8", "view": {"workspace": "pool"}}])");
+    std::ofstream(path) << j.dump(2);
+  }
+  HeadlessImGui imgui(ImVec2(1600, 1000));
+  std::unique_ptr<RunSession> run = RunSession::open(path);
+  run->wait();
+  UiShell shell(std::move(run), imgui.fonts());
+  const auto frames_until_applied = [&](const char* what) {
+    for (int f = 0; f < 600 && shell.caption_pending(); ++f) {
+      run_checked_frame([&] { shell.frame(1.0 / 60.0); }, what);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_FALSE(shell.caption_pending()) << what;
+  };
+  const auto variant_playing = [&] { return shell.session()->run_info()->override.variant; };
+  // Caption 1: the base run, Compare on int8.
+  EXPECT_TRUE(shell.go_to_caption(0)) << "the base run is loaded: applied at once";
+  EXPECT_EQ(variant_playing(), "");
+  EXPECT_EQ(shell.state().compare_variant.variant, "int8");
+  // Caption 2: another variant: not at once (the scenario re-runs), then at its step.
+  EXPECT_FALSE(shell.go_to_caption(1));
+  EXPECT_TRUE(shell.caption_pending());
+  frames_until_applied("caption 2");
+  EXPECT_EQ(variant_playing(), "block-8");
+  EXPECT_EQ(shell.state().header().block_size, 8);
+  EXPECT_EQ(shell.state().step(), 8);
+  EXPECT_FALSE(shell.state().playing);
+  EXPECT_EQ(shell.state().compare_variant.variant, "") << "Compare runs the base beside it";
+  // Caption 3 names no variant: block 8 holds, no re-run.
+  EXPECT_TRUE(shell.go_to_caption(2));
+  EXPECT_EQ(variant_playing(), "block-8");
+  EXPECT_EQ(shell.state().step(), 12);
+  // Back to caption 1: the base again, Compare on int8 again.
+  EXPECT_FALSE(shell.go_to_caption(0));
+  frames_until_applied("back to caption 1");
+  EXPECT_EQ(variant_playing(), "");
+  EXPECT_EQ(shell.state().header().block_size, 16);
+  EXPECT_EQ(shell.state().step(), 0);
+  EXPECT_EQ(shell.state().compare_variant.variant, "int8");
+}
+
+// The Compare panel's Text tab: each request's generated tokens in both runs, folded from each
+// run's own events. The fold equals what the Simulator generated; the same policy says the same,
+// and a 2-bit KV cache on stories260K changes some answer.
+TEST(UiHeadless, CompareTextFoldsEachRunsGeneratedTokens) {
+  const Scenario s = parse_scenario(minimal_scenario());
+  const ScenarioModelLoad model = load_scenario_model(s, "", false);
+  std::unique_ptr<RunSession> a = RunSession::open(minimal_scenario());
+  PolicyOverride int2;
+  int2.k_format = parse_kv_format("int2-g8", "test");
+  int2.v_format = parse_kv_format("int2-g8", "test");
+  std::unique_ptr<RunSession> b = RunSession::open(minimal_scenario(), false, int2);
+  a->wait();
+  b->wait();
+  ResolvedRun resolved = resolve_scenario(s, "", model.shape, model.tokenizer.get());
+  Simulator sim(resolved.config, SimModel{model.shape, model.weights},
+                std::move(resolved.requests));
+  sim.run(100000);
+  ASSERT_TRUE(sim.done());
+  GeneratedTokens ga, gb;
+  const auto fold = [](GeneratedTokens& g, const RunSession& r, long long id) {
+    const std::shared_ptr<const Timeline> t = r.timeline();
+    g.catch_up(id, t->num_steps() - 1, [&t](int st) { return t->events_at(st); });
+  };
+  fold(ga, *a, 1);
+  fold(gb, *b, 2);
+  ASSERT_EQ(ga.tokens().size(), static_cast<std::size_t>(sim.num_requests()));
+  int differ = 0;
+  for (int i = 0; i < sim.num_requests(); ++i) {
+    const int id = sim.request(i).id;
+    ASSERT_TRUE(ga.tokens().contains(id)) << id;
+    EXPECT_EQ(ga.tokens().at(id), sim.request(i).generated_tokens()) << "request " << id;
+    EXPECT_TRUE(compare_tokens(ga.tokens().at(id), ga.tokens().at(id)).same);
+    differ += compare_tokens(ga.tokens().at(id), gb.tokens().at(id)).same ? 0 : 1;
+  }
+  EXPECT_GT(differ, 0) << "2-bit K/V changes at least one of the four stories";
+  // Folding stops at a step and starts over when the step goes back.
+  GeneratedTokens part;
+  const std::shared_ptr<const Timeline> t = a->timeline();
+  part.catch_up(1, 10, [&t](int st) { return t->events_at(st); });
+  std::size_t at_10 = 0;
+  for (const auto& [id, v] : part.tokens()) at_10 += v.size();
+  part.catch_up(1, t->num_steps() - 1, [&t](int st) { return t->events_at(st); });
+  part.catch_up(1, 10, [&t](int st) { return t->events_at(st); });
+  std::size_t again = 0;
+  for (const auto& [id, v] : part.tokens()) again += v.size();
+  EXPECT_EQ(again, at_10);
+  EXPECT_GT(at_10, 0u);
+  // compare_tokens: one run further along is still "the same".
+  const std::vector<int> x = {1, 2, 3}, y = {1, 2}, z = {1, 5, 3};
+  EXPECT_TRUE(compare_tokens(x, y).same);
+  EXPECT_EQ(compare_tokens(x, y).common, 2u);
+  EXPECT_FALSE(compare_tokens(x, z).same);
+  EXPECT_EQ(compare_tokens(x, z).common, 1u);
 }
 
 // At the default window size (1600x1000) every workspace shows its full layout (smaller windows

@@ -3,6 +3,7 @@
 // holds real softmax rows, the compare variant runs, and sweep CSVs load or fail with a clear line.
 #include <gtest/gtest.h>
 #include <imgui.h>
+#include <imgui_internal.h>
 
 #include <chrono>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "app/core/quality_job.h"
 #include "app/core/run_session.h"
 #include "app/core/shell.h"
+#include "app/core/theme.h"
 #include "app/panels/attention_panel.h"
 #include "app/panels/compare_panel.h"
 #include "app/panels/memory_panel.h"
@@ -607,6 +609,45 @@ TEST(ComparePanel, RunsTheVariantBesideTheCurrentRun) {
   EXPECT_EQ(panel.variant()->timeline()->header().block_size, 4);
   EXPECT_EQ(panel.variant()->run_info()->config.num_blocks, run->run_info()->config.num_blocks);
   EXPECT_GT(panel.variant()->timeline()->num_steps(), 10);
+}
+
+// The Text tab on the real model: both runs' texts drawn side by side, a 2-bit cache's answers
+// told apart from the run's, no ImGui error; the variant's text is coloured from the first token
+// that differs (the panel draws it in the warning colour: checked through the draw list).
+TEST(ComparePanel, TextTabSetsBothRunsTextsSideBySide) {
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  run->wait();
+  AppState state(run->make_source());
+  state.set_step(state.num_steps() - 1);
+  ComparePanel panel;
+  state.compare_variant.k_format = parse_kv_format("int2-g8", "test");
+  state.compare_variant.v_format = parse_kv_format("int2-g8", "test");
+  state.compare_variant_version = 1;
+  const auto draw = [&](const char* what) {
+    run_checked_frame(
+        [&] {
+          ImGui::Begin("cmp");
+          panel.draw(state);
+          ImGui::End();
+        },
+        what);
+  };
+  draw("compare: the variant starts");
+  ASSERT_NE(panel.variant(), nullptr);
+  panel.variant()->wait();
+  panel.select_text_tab();
+  draw("compare: text tab selected");
+  draw("compare: text tab");
+  ImGuiWindow* cmp = ImGui::FindWindowByName("cmp");
+  ASSERT_NE(cmp, nullptr);
+  const ImU32 warn = palette(false).warn;
+  int warn_vertices = 0;
+  for (ImGuiWindow* w : ImGui::GetCurrentContext()->Windows) {  // the table scrolls in a child
+    if (w->RootWindow != cmp) continue;
+    for (const ImDrawVert& v : w->DrawList->VtxBuffer) warn_vertices += v.col == warn ? 1 : 0;
+  }
+  EXPECT_GT(warn_vertices, 0) << "a 2-bit cache changes some story, and its text is marked";
 }
 
 TEST(QualitySweepCsv, LoadsWhatKvscopeEvalWritesAndNamesBadLines) {

@@ -118,6 +118,20 @@ TEST(Scenario, CaptionsStepsAndModel) {
       scenario_error(base + R"("captions": [{"step": 1, "text": "a"}]})"),
       "s.json: captions[0].text: expected one of the keys caption, step, view, got unknown key "
       "\"text\"");
+  // A caption's view names variants of the file: "base" or one under "compare".
+  const Scenario v = parse_scenario_text(base + R"("captions": [{"step": 0, "caption": "a",
+      "view": {"variant": "int8", "compare": "base"}}], "compare": {"int8": {"kv_dtype": "int8"}}})",
+                                         "s.json");
+  EXPECT_EQ(v.captions[0].view.variant, "int8");
+  EXPECT_EQ(v.captions[0].view.compare, "base");
+  EXPECT_EQ(scenario_error(base + R"("captions": [{"step": 0, "caption": "a",
+      "view": {"compare": "int9"}}], "compare": {"int8": {"kv_dtype": "int8"}}})"),
+            "s.json: captions[0].view.compare: expected a variant of this scenario (base, int8), "
+            "got \"int9\" (did you mean \"int8\"?)");
+  EXPECT_EQ(scenario_error(base + R"("captions": [{"step": 0, "caption": "a",
+      "view": {"variant": "paged"}}]})"),
+            "s.json: captions[0].view.variant: expected a variant of this scenario (base), got "
+            "\"paged\"");
   EXPECT_EQ(scenario_error(base + R"("steps": 0})"),
             "s.json: steps: expected an integer in [1, 1073741824], got 0");
   EXPECT_EQ(scenario_error(base + R"("model": {"synthetic": "llama-9"}})")
