@@ -69,6 +69,9 @@ class AppState {
   // Steps where playing stops (captions whose view pauses), ascending: playing across one stops
   // there, following a live run too.
   std::vector<int> pause_steps;
+  // Set by a presenter caption's view: the Compare panel opens this tab (0 memory, 1 text) once,
+  // then clears it.
+  std::optional<int> compare_tab;
   // The Compare panel's variant: the policy run beside the current one (Controls panel sets it).
   PolicyOverride compare_variant;
   int compare_variant_version = 0;  // +1 on every change of compare_variant

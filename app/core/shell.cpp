@@ -575,6 +575,7 @@ bool UiShell::apply_pending_caption() {
   }
   if (v.layer || v.head || v.sink_grid)
     state_.attention_focus = AppState::AttentionFocus{v.layer, v.head, v.sink_grid};
+  if (v.compare_tab) state_.compare_tab = *v.compare_tab == "text" ? 1 : 0;
   if (cv.compare) {
     PolicyOverride target;
     target.variant = override_variant(*cv.compare);

@@ -337,15 +337,19 @@ void ComparePanel::draw(AppState& state) {
   ImGui::TextDisabled("step %d; variant %s %d steps%s", state.step(),
                       b_done ? "finished in" : "computing,", static_cast<int>(mb.size()),
                       step_b < state.step() ? " (shown at its last step)" : "");
+  // A caption's compare_tab opens its tab once.
+  const std::optional<int> tab = state.compare_tab;
+  state.compare_tab.reset();
+  const auto flags_for = [&tab](int t) {
+    return tab == t ? ImGuiTabItemFlags_SetSelected : ImGuiTabItemFlags_None;
+  };
   if (!ImGui::BeginTabBar("##compare_views")) return;
-  if (ImGui::BeginTabItem("Memory")) {
+  if (ImGui::BeginTabItem("Memory", nullptr, flags_for(0))) {
     draw_table(state, state.metrics(), mb[static_cast<std::size_t>(step_b)], step_b);
     draw_plots(state);
     ImGui::EndTabItem();
   }
-  const ImGuiTabItemFlags text_flags = select_text_ ? ImGuiTabItemFlags_SetSelected : 0;
-  select_text_ = false;
-  if (ImGui::BeginTabItem("Text", nullptr, text_flags)) {
+  if (ImGui::BeginTabItem("Text", nullptr, flags_for(1))) {
     draw_text(state, step_b);
     ImGui::EndTabItem();
   }

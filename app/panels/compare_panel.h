@@ -23,7 +23,6 @@ class ComparePanel final : public Panel {
   bool busy() const override { return variant_ && variant_->is_running(); }
 
   RunSession* variant() { return variant_.get(); }  // tests
-  void select_text_tab() { select_text_ = true; }    // the Text tab on the next frame (tests)
 
  private:
   void sync(AppState& state);
@@ -32,12 +31,11 @@ class ComparePanel final : public Panel {
   void draw_text(const AppState& state, int step_b);
 
   std::unique_ptr<RunSession> variant_;
-  int generation_ = -1;  // AppState source generation the variant was opened for
-  int version_ = -1;     // AppState::compare_variant_version it was opened for
-  int single_plot_ = 0;  // a short panel shows one plot: 0 utilization, 1 blocks in use
+  int generation_ = -1;           // AppState source generation the variant was opened for
+  int version_ = -1;              // AppState::compare_variant_version it was opened for
+  int single_plot_ = 0;           // a short panel shows one plot: 0 utilization, 1 blocks in use
   long long variant_serial_ = 0;  // +1 on every variant opened (the variant's text fold restarts)
   GeneratedTokens text_a_, text_b_;  // the run's and the variant's generated tokens
-  bool select_text_ = false;
   std::string error_;
 };
 

@@ -52,6 +52,7 @@ struct CaptionView {
   // the one the Compare panel runs beside it. Both hold for the later captions until one changes
   // them, so a talk stepped backwards shows each caption on the run it was written for.
   std::optional<std::string> variant, compare;
+  std::optional<std::string> compare_tab;  // the Compare panel's tab: "memory" or "text"
 };
 
 struct Caption {

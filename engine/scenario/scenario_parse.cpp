@@ -74,9 +74,13 @@ void parse_sampler(const JsonReader& r, const json& j, SamplerConfig& sc) {
 
 CaptionView parse_caption_view(const JsonReader& r, const json& j, const std::string& at) {
   if (!j.is_object()) {
-    r.fail(at, "an object (workspace, layer, head, sink_grid, pause, variant, compare)", j);
+    r.fail(at,
+           "an object (workspace, layer, head, sink_grid, pause, variant, compare, compare_tab)",
+           j);
   }
-  r.only_keys(j, at, {"workspace", "layer", "head", "sink_grid", "pause", "variant", "compare"});
+  r.only_keys(
+      j, at,
+      {"workspace", "layer", "head", "sink_grid", "pause", "variant", "compare", "compare_tab"});
   CaptionView v;
   if (j.contains("workspace")) {
     const std::string w = r.string(j["workspace"], at + ".workspace", true);
@@ -92,6 +96,12 @@ CaptionView parse_caption_view(const JsonReader& r, const json& j, const std::st
   // (check_caption_variants).
   if (j.contains("variant")) v.variant = r.string(j["variant"], at + ".variant", true);
   if (j.contains("compare")) v.compare = r.string(j["compare"], at + ".compare", true);
+  if (j.contains("compare_tab")) {
+    const std::string t = r.string(j["compare_tab"], at + ".compare_tab", true);
+    if (t != "memory" && t != "text")
+      r.fail_text(at + ".compare_tab", "memory or text", "\"" + t + "\"");
+    v.compare_tab = t;
+  }
   return v;
 }
 

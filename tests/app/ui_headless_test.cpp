@@ -176,7 +176,7 @@ TEST(UiHeadless, CaptionsChooseTheRunAndTheCompareVariant) {
         nlohmann::json::parse(R"({"block-8": {"block_size": 8}, "int8": {"kv_dtype": "int8"}})");
     j["captions"] = nlohmann::json::parse(R"([
       {"step": 0, "caption": "base, beside int8", "view": {"compare": "int8"}},
-      {"step": 8, "caption": "block 8 plays, beside the base", "view": {"variant": "block-8", "compare": "base"}},
+      {"step": 8, "caption": "block 8 plays, beside the base", "view": {"variant": "block-8", "compare": "base", "compare_tab": "text"}},
       {"step": 12, "caption": "still block 8", "view": {"workspace": "pool"}}])");
     std::ofstream(path) << j.dump(2);
   }
@@ -205,6 +205,7 @@ TEST(UiHeadless, CaptionsChooseTheRunAndTheCompareVariant) {
   EXPECT_EQ(shell.state().step(), 8);
   EXPECT_FALSE(shell.state().playing);
   EXPECT_EQ(shell.state().compare_variant.variant, "") << "Compare runs the base beside it";
+  EXPECT_EQ(shell.state().compare_tab, 1) << "Compare opens its Text tab";
   // Caption 3 names no variant: block 8 holds, no re-run.
   EXPECT_TRUE(shell.go_to_caption(2));
   EXPECT_EQ(variant_playing(), "block-8");

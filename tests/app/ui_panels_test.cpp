@@ -636,7 +636,7 @@ TEST(ComparePanel, TextTabSetsBothRunsTextsSideBySide) {
   draw("compare: the variant starts");
   ASSERT_NE(panel.variant(), nullptr);
   panel.variant()->wait();
-  panel.select_text_tab();
+  state.compare_tab = 1;  // as a caption's "compare_tab": "text" sets it
   draw("compare: text tab selected");
   draw("compare: text tab");
   ImGuiWindow* cmp = ImGui::FindWindowByName("cmp");

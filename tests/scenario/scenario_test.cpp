@@ -129,6 +129,9 @@ TEST(Scenario, CaptionsStepsAndModel) {
             "s.json: captions[0].view.compare: expected a variant of this scenario (base, int8), "
             "got \"int9\" (did you mean \"int8\"?)");
   EXPECT_EQ(scenario_error(base + R"("captions": [{"step": 0, "caption": "a",
+      "view": {"compare_tab": "plots"}}]})"),
+            "s.json: captions[0].view.compare_tab: expected memory or text, got \"plots\"");
+  EXPECT_EQ(scenario_error(base + R"("captions": [{"step": 0, "caption": "a",
       "view": {"variant": "paged"}}]})"),
             "s.json: captions[0].view.variant: expected a variant of this scenario (base), got "
             "\"paged\"");
