@@ -37,7 +37,7 @@ EvictorOptions parse_token_eviction(const JsonReader& r, const json& j, const st
     return options;
   }
   r.require(j, at, "budget", "an integer >= 2 (live tokens kept per sequence)");
-  e.budget = r.int32(j["budget"], json_path(at, "budget"), 2, 1 << 24);
+  e.budget = r.int32(j["budget"], json_path(at, "budget"), 1, 1 << 24);  // >= 2: validate()
   if (j.contains("sinks")) e.sinks = r.int32(j["sinks"], json_path(at, "sinks"), 0, 1 << 20);
   if (j.contains("recent")) e.recent = r.int32(j["recent"], json_path(at, "recent"), 0, 1 << 24);
   if (j.contains("observation_window")) {

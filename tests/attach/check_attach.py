@@ -176,7 +176,7 @@ def topic(kvscope, work):
                                capture_output=True, text=True, timeout=60)
     finally:
         stop(pub)
-    check(wrong.returncode == 1 and 'on topic "kv-events", not --topic "other"' in wrong.stderr,
+    check(wrong.returncode == 1 and 'on topic "kv-events", not the subscribed topic "other"' in wrong.stderr,
           "topic: a wrong --topic gets nothing and names the topic seen",
           f"rc {wrong.returncode}, stderr {wrong.stderr}")
     check(right.returncode == 0 and json.loads(right.stdout or "{}").get("batches") == 5,
