@@ -160,41 +160,24 @@ void QualityJob::start(std::shared_ptr<const Model> model,
         return eviction_point(r, evictions[e], evicts[e]->stats().peak_bytes_per_context_token());
       };
       const int before = steps_done_.load();
-      const auto runs_progress = [&](double runs) {
+      const auto runs_progress = [&](long done, long total) {
         if (cancelled()) throw Cancelled{};
+        const double runs = total > 0 ? static_cast<double>(done) / static_cast<double>(total) *
+                                            static_cast<double>(all.size())
+                                      : 0.0;
         steps_done_ = before + static_cast<int>(runs);
         fraction_ = static_cast<float>(runs - std::floor(runs));
       };
-      const auto share = [](long done, long total) {
-        return total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 0.0;
-      };
-      // QualityEvaluator::evaluate_all's plan, unrolled so that each point can be shown as it
-      // finishes: the formats and MLA ranks run a window in chunks, one after another; the KIVI
-      // formats (a token per step anyway) and the eviction runs go in lockstep, one engine step
-      // per position for all of them, the weights read once per position instead of once per
-      // run. Every report is what evaluate_all gives (its contract). The bar advances a run at a
-      // time.
-      std::vector<QualityReport> reports(all.size());
-      std::vector<CacheVariant*> stepped;
-      std::vector<std::size_t> stepped_at;
-      double runs = 0.0;
-      for (std::size_t i = 0; i < all.size(); ++i) {
-        if (all[i]->has_stepper()) {
-          stepped.push_back(all[i]);
-          stepped_at.push_back(i);
-          continue;
-        }
-        reports[i] = evaluator.evaluate(
-            *all[i], [&](long done, long total) { runs_progress(runs + share(done, total)); });
-        runs += 1.0;
-        runs_progress(runs);
-        refine(point_of(i, reports[i]));
-      }
-      const double n_stepped = static_cast<double>(stepped.size());
-      const std::vector<QualityReport> lockstep = evaluator.evaluate_all(
-          stepped,
-          [&](long done, long total) { runs_progress(runs + share(done, total) * n_stepped); });
-      for (std::size_t k = 0; k < stepped.size(); ++k) reports[stepped_at[k]] = lockstep[k];
+      // Every point in one evaluate_all: the formats and MLA ranks run a window in chunks, one
+      // after another; the KIVI formats (a token per step anyway) and the eviction runs go in
+      // lockstep, one engine step per position for all of them, the weights read once per
+      // position instead of once per run. The bar advances a run at a time. Each point run
+      // alone takes its shipped one's place as soon as its report is final; the lockstep ones
+      // finish together at the end, with the whole sweep.
+      const std::vector<QualityReport> reports = evaluator.evaluate_all(
+          all, runs_progress, {}, [&](std::size_t i, const QualityReport& r) {
+            if (!all[i]->has_stepper()) refine(point_of(i, r));
+          });
       for (std::size_t i = 0; i < all.size(); ++i) sweep->points.push_back(point_of(i, reports[i]));
       sweep->reference_bytes_per_token = sweep->points.front().bytes_per_token;
       sweep->mla_note = mla_note;

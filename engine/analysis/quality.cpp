@@ -233,7 +233,8 @@ QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn
 
 std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant* const> variants,
                                                           const ProgressFn& progress,
-                                                          const EvalScope& scope) const {
+                                                          const EvalScope& scope,
+                                                          const ReportFn& on_report) const {
   const auto vocab = static_cast<std::size_t>(transformer_.config().vocab_size);
   const long total = num_positions_ * static_cast<long>(variants.size());
   long done = 0;
@@ -250,6 +251,7 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
     }
     reports[i] = evaluate(*variants[i], one, scope);
     done += num_positions_;
+    if (on_report) on_report(i, reports[i]);
   }
   if (stepped.empty()) return reports;
   std::vector<Scorer> scorers(stepped.size(), Scorer(scope, vocab));
@@ -283,8 +285,10 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
     for (auto& s : steppers) s->finish();
     row += win.size() - 1;
   }
-  for (std::size_t k = 0; k < stepped.size(); ++k)
+  for (std::size_t k = 0; k < stepped.size(); ++k) {
     reports[stepped[k]] = report_of(scorers[k], *variants[stepped[k]]);
+    if (on_report) on_report(stepped[k], reports[stepped[k]]);
+  }
   return reports;
 }
 

@@ -156,10 +156,14 @@ class QualityEvaluator {
   // each position of a window one engine step holding every one of them (the weights are read
   // once per step, not once per variant); the others run one after another. Each report equals
   // what evaluate() gives (a batched step is bit-identical to its tokens run alone). Progress
-  // counts positions of all variants.
+  // counts positions of all variants. `on_report(i, report)`, when given, hears each variant's
+  // report as soon as it is final (the ones run alone one by one, the lockstep ones at the end),
+  // so a caller can show results before the whole call returns.
+  using ReportFn = std::function<void(std::size_t index, const QualityReport& report)>;
   std::vector<QualityReport> evaluate_all(std::span<CacheVariant* const> variants,
                                           const ProgressFn& progress = {},
-                                          const EvalScope& scope = {}) const;
+                                          const EvalScope& scope = {},
+                                          const ReportFn& on_report = {}) const;
   long num_positions() const { return num_positions_; }
   const std::vector<std::vector<int>>& windows() const { return windows_; }
 

@@ -395,16 +395,8 @@ TEST(QualityPanel, DrawsEveryFamilyOfAComputedAndLoadedSweep) {
     io.MousePos = ImVec2(static_cast<float>((frame * 97) % 1400),
                          static_cast<float>(40 + (frame * 53) % 760));
     state.presenter = frame >= 20;
-    test::run_checked_frame(
-        [&] {
-          ImGui::SetNextWindowPos(ImVec2(0, 0));
-          ImGui::SetNextWindowSize(ImVec2(1400, 800));
-          ImGui::Begin("quality");
-          panel.draw(state);
-          vertices = ImGui::GetWindowDrawList()->VtxBuffer.Size;
-          ImGui::End();
-        },
-        "quality panel, frame " + std::to_string(frame));
+    vertices = test::draw_panel_alone(panel, state, "quality", ImVec2(1400, 800),
+                                      "quality panel, frame " + std::to_string(frame));
   }
   EXPECT_GT(vertices, 2000);
   EXPECT_FALSE(panel.busy()) << "a bookkeeping run has no model: no sweep starts";

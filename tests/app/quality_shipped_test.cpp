@@ -380,15 +380,8 @@ TEST(QualityShipped, ThePanelShowsTheShippedResultsWhileItComputes) {
     const auto draw = [&](int frame) {
       ImGui::GetIO().MousePos = ImVec2(static_cast<float>((frame * 97) % 1400),
                                        static_cast<float>(40 + (frame * 53) % 760));
-      test::run_checked_frame(
-          [&] {
-            ImGui::SetNextWindowPos(ImVec2(0, 0));
-            ImGui::SetNextWindowSize(ImVec2(1400, 800));
-            ImGui::Begin("quality");
-            panel.draw(state);
-            ImGui::End();
-          },
-          "quality panel with shipped results, frame " + std::to_string(frame));
+      test::draw_panel_alone(panel, state, "quality", ImVec2(1400, 800),
+                             "quality panel with shipped results, frame " + std::to_string(frame));
     };
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     int frame = 0;

@@ -426,15 +426,7 @@ TEST(AttentionJob, Fp32RunHasNoErrorUnlessAFormatIsPreviewed) {
 
 // One checked frame of the attention panel alone, in a 1000 x 900 window at the origin.
 void draw_attention_frame(AttentionPanel& panel, AppState& state, const std::string& what) {
-  run_checked_frame(
-      [&] {
-        ImGui::SetNextWindowPos(ImVec2(0, 0));
-        ImGui::SetNextWindowSize(ImVec2(1000, 900));
-        ImGui::Begin("attention");
-        panel.draw(state);
-        ImGui::End();
-      },
-      what);
+  test::draw_panel_alone(panel, state, "attention", ImVec2(1000, 900), what);
 }
 
 // Draws the attention panel with the overlay on until its capture of `request` is measured, then

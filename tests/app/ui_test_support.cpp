@@ -56,4 +56,20 @@ int panel_vertices(const std::string& title) {
   return n;
 }
 
+int draw_panel_alone(Panel& panel, AppState& state, const char* title, ImVec2 size,
+                     const std::string& activity) {
+  int vertices = 0;
+  run_checked_frame(
+      [&] {
+        ImGui::SetNextWindowPos(ImVec2(0, 0));
+        ImGui::SetNextWindowSize(size);
+        ImGui::Begin(title);
+        panel.draw(state);
+        vertices = ImGui::GetWindowDrawList()->VtxBuffer.Size;
+        ImGui::End();
+      },
+      activity);
+  return vertices;
+}
+
 }  // namespace kvscope::ui::test
