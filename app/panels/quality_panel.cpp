@@ -16,6 +16,9 @@ namespace kvscope::ui {
 
 namespace {
 
+// Panels shorter than this many text lines get the one-line setup (as in presenter mode).
+constexpr float kCompactBelowLines = 30.0f;
+
 constexpr double kKlFloor = 1e-9;  // exact variants (rounding-level KL) would squash the log axis
 
 std::string filename(const std::string& path) {
@@ -129,9 +132,14 @@ void QualityPanel::draw(AppState& state) {
   }
   if (!error_.empty())
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "%s", error_.c_str());
-  // Presenter mode keeps the room for the plots: the setup is one line (details in its tooltip)
-  // and loading CSVs is left to the normal mode.
-  if (sweep_ && state.presenter) {
+  // Presenter mode, and a short panel (1280x720), keep the room for the plots: the setup is one
+  // line (details in its tooltip) and loading CSVs is left to a taller panel. Otherwise the
+  // lines above the plots (a progress bar, a shipped-results note) would change with the job's
+  // state and squeeze the plots below legible.
+  const bool compact =
+      state.presenter ||
+      ImGui::GetContentRegionAvail().y < kCompactBelowLines * ImGui::GetTextLineHeightWithSpacing();
+  if (sweep_ && compact) {
     // The model is in the panel's title.
     std::string setup = sweep_->model.empty() ? std::string("points loaded from CSV")
                                               : std::to_string(sweep_->positions) + " tokens";
