@@ -20,7 +20,7 @@
 #include "engine/infer/step_runner.h"
 #include "engine/infer/transformer.h"
 #include "engine/model/locate.h"
-#include "engine/sched/kv_tier_store.h"
+#include "engine/tiers/kv_tier_store.h"
 
 namespace kvscope::cli {
 namespace {

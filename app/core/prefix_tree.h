@@ -8,7 +8,7 @@
 #include <map>
 #include <vector>
 
-#include "engine/kv/events.h"
+#include "engine/kv/event_payloads.h"
 #include "engine/prefix/miss_reason.h"
 #include "engine/trace/timeline.h"
 
@@ -76,6 +76,17 @@ class PrefixTreeFold {
   std::vector<std::int32_t> children(std::int32_t block) const;
 
  private:
+  bool block_ok(std::int32_t block) const;
+  // A block at `logical` in the request's table (shared: a prefix hit, else fresh bytes).
+  void map_block(std::int32_t request, std::int32_t block, std::int32_t logical, bool shared);
+  TierRow& tier_row(std::int64_t tier);
+  void on_tier_reloaded(const ev::TierReloaded& p);
+  void on_tier_written(const ev::TierWritten& p, std::int32_t step);
+  void on_tier_moved(const ev::TierMoved& p, std::int32_t step);
+  void on_tier_held(const ev::TierHeld& p);
+  void on_cached(const ev::BlockCached& p, std::int32_t step);
+  void on_evicted(std::int32_t block);
+  void on_lookup(const ev::PrefixLookup& p, std::int32_t step);
   int num_blocks_ = 0;
   int block_size_ = 0;
   std::map<std::int32_t, PrefixNode> nodes_;

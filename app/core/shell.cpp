@@ -281,14 +281,6 @@ void UiShell::draw_menu_bar() {
           ImGui::MenuItem(p->title(), nullptr, &p->visible);
       }
     }
-    if (!planned_panels().empty()) {
-      ImGui::Separator();
-      ImGui::TextDisabled("Planned");
-      for (const PlannedPanel& p : planned_panels()) {
-        ImGui::MenuItem(p.title, nullptr, false, false);
-        item_tooltip(p.what);
-      }
-    }
     ImGui::Separator();
     if (ImGui::MenuItem("Presenter mode", "P", state_.presenter)) set_presenter(!state_.presenter);
     if (ImGui::MenuItem("Full screen", "F11", fullscreen_)) requests_.toggle_fullscreen = true;

@@ -8,6 +8,7 @@
 #include "app/core/run_info.h"
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
+#include "engine/kv/event_payloads.h"
 
 namespace kvscope::ui {
 
@@ -51,18 +52,23 @@ void AttentionPanel::scan_tokens(const AppState& state) {
   const int last = state.num_steps() - 1;
   for (int s = scanned_until_ + 1; s <= last; ++s) {
     for (const Event& e : state.source().events_at(s)) {
-      if (e.type == EventType::kPrefillChunk && e.a >= 0 && e.b >= 0 && e.a + e.b < (1 << 24))
-        fed_[e.request].emplace_back(s, static_cast<int>(e.a + e.b));
-      if (e.type != EventType::kDecodeToken || e.a < 0 || e.a >= (1 << 24)) continue;
-      fed_[e.request].emplace_back(s, static_cast<int>(e.a + 1));
-      const auto pos = static_cast<std::size_t>(e.a + 1);  // where the sampled token goes
+      if (e.type == EventType::kPrefillChunk) {
+        const auto c = event_as<ev::PrefillChunk>(e);
+        if (c.first_position >= 0 && c.tokens >= 0 && c.first_position + c.tokens < (1 << 24))
+          fed_[e.request].emplace_back(s, static_cast<int>(c.first_position + c.tokens));
+      }
+      if (e.type != EventType::kDecodeToken) continue;
+      const auto d = event_as<ev::DecodeToken>(e);
+      if (d.position < 0 || d.position >= (1 << 24)) continue;
+      fed_[e.request].emplace_back(s, static_cast<int>(d.position + 1));
+      const auto pos = static_cast<std::size_t>(d.position + 1);  // where the sampled token goes
       std::vector<int>& t = generated_[e.request];
       std::vector<int>& st = sampled_step_[e.request];
       if (t.size() <= pos) {
         t.resize(pos + 1, -1);
         st.resize(pos + 1, -1);
       }
-      t[pos] = static_cast<int>(e.b);
+      t[pos] = static_cast<int>(d.token);
       st[pos] = s;
     }
   }

@@ -54,12 +54,7 @@ void PrefixPanel::catch_up(const AppState& state) {
   for (int s = built_until_ + 1; s <= state.step(); ++s) {
     for (const Event& e : state.source().events_at(s)) {
       fold_.apply(e);
-      if (e.type == EventType::kDecodeToken && e.a >= 0 && e.a < (1 << 24)) {
-        std::vector<int>& t = generated_[e.request];
-        const auto pos = static_cast<std::size_t>(e.a + 1);  // the sampled token's position
-        if (t.size() <= pos) t.resize(pos + 1, -1);
-        t[pos] = static_cast<int>(e.b);
-      }
+      add_sampled_token(e, generated_);
     }
   }
   built_until_ = state.step();

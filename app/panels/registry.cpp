@@ -31,8 +31,4 @@ std::vector<std::unique_ptr<Panel>> make_panels() {
   return panels;
 }
 
-std::span<const PlannedPanel> planned_panels() {
-  return {};  // every designed panel is built
-}
-
 }  // namespace kvscope::ui

@@ -7,6 +7,7 @@
 #include "app/core/request_text.h"
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
+#include "engine/kv/event_payloads.h"
 
 namespace kvscope::ui {
 
@@ -50,18 +51,19 @@ void TextPanel::catch_up(const AppState& state) {
           add_sampled_token(e, tokens_);
           break;
         case EventType::kPrefixLookup:
-          hit_tokens_[e.request] = e.a;
+          hit_tokens_[e.request] = event_as<ev::PrefixLookup>(e).hit_tokens;
           break;
         case EventType::kPreempted:
-          if (e.a == static_cast<std::int64_t>(PreemptReason::kRecompute))
+          if (event_as<ev::Preempted>(e).reason == PreemptReason::kRecompute)
             preempted_[e.request] = true;
           break;
         case EventType::kPrefillChunk: {
-          if (!preempted_[e.request] || e.a < 0 || e.b < 0 || e.a + e.b > (1 << 24)) break;
+          const auto c = event_as<ev::PrefillChunk>(e);
+          const std::int64_t first = c.first_position, end = c.first_position + c.tokens;
+          if (!preempted_[e.request] || first < 0 || c.tokens < 0 || end > (1 << 24)) break;
           std::vector<std::uint8_t>& r = recomputed_[e.request];
-          if (r.size() < static_cast<std::size_t>(e.a + e.b))
-            r.resize(static_cast<std::size_t>(e.a + e.b), 0);
-          for (std::int64_t p = e.a; p < e.a + e.b; ++p) r[static_cast<std::size_t>(p)] = 1;
+          if (r.size() < static_cast<std::size_t>(end)) r.resize(static_cast<std::size_t>(end), 0);
+          for (std::int64_t p = first; p < end; ++p) r[static_cast<std::size_t>(p)] = 1;
           break;
         }
         default:

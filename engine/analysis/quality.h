@@ -1,6 +1,6 @@
 // Quality of a KV cache variant measured on the real model: the same token windows are run with
-// the exact fp32 cache and with the variant (a KV format today; token eviction or an MLA latent
-// cache later), and next-token distributions are compared position by position: perplexity of
+// the exact fp32 cache and with the variant (a KV format, a token eviction policy, or an MLA latent
+// cache), and next-token distributions are compared position by position: perplexity of
 // each, KL(reference || variant) mean and max, top-1 agreement, and the variant's exact bytes.
 #pragma once
 

@@ -44,7 +44,7 @@ void KvCacheManager::add_sequence_with_prefix(SeqId id, std::vector<BlockId> blo
   const auto n = static_cast<std::int64_t>(table.blocks.size());
   tables_.emplace(id, std::move(table));
   order_.push_back(id);
-  if (n > 0) emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1, n, tokens);
+  if (n > 0) emit(ev::BlockTableUpdated{id.value, n, tokens});
 }
 
 void KvCacheManager::fork_sequence(SeqId parent, SeqId child) {
@@ -57,7 +57,7 @@ void KvCacheManager::fork_sequence(SeqId parent, SeqId child) {
   const int tokens = t.num_tokens;
   tables_.emplace(child, std::move(t));
   order_.push_back(child);
-  emit(EventType::kBlockTableUpdated, child, BlockId(-1), -1, n, tokens);
+  emit(ev::BlockTableUpdated{child.value, n, tokens});
 }
 
 bool KvCacheManager::shared_tail(const BlockTable& t) const {
@@ -81,25 +81,11 @@ void KvCacheManager::replace_block(SeqId id, int logical, BlockId block) {
   if (slot == block) return;
   const BlockId old = slot;
   slot = block;
-  emit(EventType::kBlockFreed, id, old, logical);
+  emit(ev::BlockFreed{id.value, old.value, logical});
 }
 
 int KvCacheManager::blocks_to_admit(int tokens) const {
   return kind_ == AllocatorKind::kContiguous ? blocks_for(max_seq_len_) : blocks_for(tokens);
-}
-
-void KvCacheManager::emit(EventType type, SeqId seq, BlockId block, int logical, std::int64_t a,
-                          std::int64_t b) {
-  if (sink_ == nullptr) return;
-  Event e;
-  e.type = type;
-  e.step = step_ != nullptr ? *step_ : 0;
-  e.request = seq.value;
-  e.block = block.value;
-  e.logical = logical;
-  e.a = a;
-  e.b = b;
-  sink_->emit(e);
 }
 
 bool KvCacheManager::add_sequence(SeqId id) {
@@ -113,7 +99,7 @@ bool KvCacheManager::add_sequence(SeqId id) {
     table.reserved_blocks = n;
     for (int i = 0; i < n; ++i) {
       table.blocks.emplace_back(first->value + i);
-      emit(EventType::kBlockAllocated, id, table.blocks.back(), i);
+      emit(ev::BlockAllocated{id.value, table.blocks.back().value, i});
     }
   }
   tables_.emplace(id, std::move(table));
@@ -161,12 +147,11 @@ bool KvCacheManager::append_slots(SeqId id, int n) {
     if (!got) throw Error("kv cache", "internal: the block source ran dry below num_allocatable");
     BlockId b = *got;
     t.blocks.push_back(b);
-    emit(EventType::kBlockAllocated, id, b, static_cast<int>(t.blocks.size()) - 1);
+    emit(ev::BlockAllocated{id.value, b.value, static_cast<int>(t.blocks.size()) - 1});
   }
   t.num_tokens += n;
   if (need > 0) {
-    emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1,
-         static_cast<std::int64_t>(t.blocks.size()), t.num_tokens);
+    emit(ev::BlockTableUpdated{id.value, static_cast<std::int64_t>(t.blocks.size()), t.num_tokens});
   }
   return true;
 }
@@ -180,7 +165,7 @@ void KvCacheManager::free_sequence(SeqId id) {
     if (!source_) pool_.release(blocks[i]);
     // KIVI staging (open groups) belongs to the sequence: drop it once nobody holds the block.
     if (storage_ && pool_.is_free(blocks[i])) storage_->drop_block_staging(blocks[i]);
-    emit(EventType::kBlockFreed, id, blocks[i], static_cast<int>(i));
+    emit(ev::BlockFreed{id.value, blocks[i].value, static_cast<int>(i)});
   }
   tables_.erase(it);
   order_.erase(std::find(order_.begin(), order_.end(), id));

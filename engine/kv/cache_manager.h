@@ -15,7 +15,7 @@
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_source.h"
-#include "engine/kv/events.h"
+#include "engine/kv/event_payloads.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/kv_view.h"
 
@@ -106,7 +106,7 @@ class KvCacheManager {
   void truncate(SeqId id, int num_tokens);
   // Records that `evicted` tokens of `id` were just evicted, `live` remaining (TokensEvicted).
   void record_tokens_evicted(SeqId id, int evicted, int live) {
-    emit(EventType::kTokensEvicted, id, BlockId(-1), -1, evicted, live);
+    emit(ev::TokensEvicted{id.value, evicted, live});
   }
   // Throws kvscope::Error (naming `where`) unless slots of `id` can be removed and moved.
   void check_evictable(SeqId id, const std::string& where) const;
@@ -129,8 +129,10 @@ class KvCacheManager {
  private:
   // True when the last block is partially filled and also held by another sequence.
   bool shared_tail(const BlockTable& t) const;
-  void emit(EventType type, SeqId seq, BlockId block, int logical, std::int64_t a = 0,
-            std::int64_t b = 0);
+  template <class Payload>
+  void emit(const Payload& p) {
+    if (sink_ != nullptr) sink_->emit(to_event(p, step_ != nullptr ? *step_ : 0));
+  }
   KvLayout layout_;
   AllocatorKind kind_;
   int max_seq_len_;

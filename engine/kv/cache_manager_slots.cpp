@@ -42,9 +42,8 @@ void KvCacheManager::remove_block(SeqId id, int logical) {
   if (storage_ && pool_.is_free(b)) storage_->drop_block_staging(b);
   t.blocks.erase(t.blocks.begin() + logical);
   t.num_tokens -= slots;
-  emit(EventType::kBlockFreed, id, b, logical, /*a=*/1);  // removed from inside the table
-  emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1,
-       static_cast<std::int64_t>(t.blocks.size()), t.num_tokens);
+  emit(ev::BlockFreed{id.value, b.value, logical, /*from_inside=*/true});
+  emit(ev::BlockTableUpdated{id.value, static_cast<std::int64_t>(t.blocks.size()), t.num_tokens});
 }
 
 void KvCacheManager::move_slot(SeqId id, int from, int to) {
@@ -61,7 +60,7 @@ void KvCacheManager::move_slot(SeqId id, int from, int to) {
   const BlockId src = t.blocks[static_cast<std::size_t>(from / bs)];
   const BlockId dst = t.blocks[static_cast<std::size_t>(to / bs)];
   if (storage_) storage_->copy_slot(src, from % bs, dst, to % bs);
-  emit(EventType::kSlotMoved, id, dst, to / bs, from, to);
+  emit(ev::SlotMoved{id.value, dst.value, to / bs, from, to});
 }
 
 void KvCacheManager::truncate(SeqId id, int num_tokens) {
@@ -78,11 +77,10 @@ void KvCacheManager::truncate(SeqId id, int num_tokens) {
     pool_.release(b);
     if (storage_ && pool_.is_free(b)) storage_->drop_block_staging(b);
     t.blocks.pop_back();
-    emit(EventType::kBlockFreed, id, b, i);
+    emit(ev::BlockFreed{id.value, b.value, i});
   }
   t.num_tokens = num_tokens;
-  emit(EventType::kBlockTableUpdated, id, BlockId(-1), -1,
-       static_cast<std::int64_t>(t.blocks.size()), t.num_tokens);
+  emit(ev::BlockTableUpdated{id.value, static_cast<std::int64_t>(t.blocks.size()), t.num_tokens});
 }
 
 }  // namespace kvscope

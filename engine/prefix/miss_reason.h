@@ -1,5 +1,5 @@
-// Why a prefix lookup did not serve every reusable block of a prompt, and how the reason (plus the
-// step the missing block was evicted at) is packed into a PrefixLookup event's `b` field.
+// Why a prefix lookup did not serve every reusable block of a prompt (a PrefixLookup event carries
+// it: ev::PrefixLookup in engine/kv/event_payloads.h).
 #pragma once
 
 #include <cstdint>
@@ -21,18 +21,5 @@ inline constexpr int kNumMissReasons = 6;
 std::string_view miss_reason_name(MissReason reason);
 // Parses "first-occurrence", "diverged", ...; nullopt when unknown.
 std::optional<MissReason> parse_miss_reason(std::string_view name);
-
-// Event::b of a PrefixLookup: the reason in the low 8 bits, (evicted step + 1) above them
-// (0 there means "no eviction step").
-inline std::int64_t pack_miss(MissReason reason, std::int32_t evicted_at_step) {
-  return static_cast<std::int64_t>(reason) |
-         (static_cast<std::int64_t>(evicted_at_step < 0 ? 0 : evicted_at_step + 1) << 8);
-}
-inline MissReason unpack_miss_reason(std::int64_t b) {
-  return static_cast<MissReason>(b & 0xff);
-}
-inline std::int32_t unpack_evicted_step(std::int64_t b) {
-  return static_cast<std::int32_t>(b >> 8) - 1;  // -1 when none
-}
 
 }  // namespace kvscope

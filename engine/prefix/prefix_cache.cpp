@@ -16,11 +16,6 @@ PrefixCache::PrefixCache(BlockPool& pool, const PrefixCacheConfig& config, Event
       meta_(static_cast<std::size_t>(pool.num_blocks())),
       candidates_(config.policy) {}
 
-void PrefixCache::emit(EventType type, std::int32_t request, std::int32_t block,
-                       std::int32_t logical, std::int64_t a, std::int64_t b) {
-  if (sink_) sink_->emit(Event{type, step_, request, block, logical, a, b});
-}
-
 void PrefixCache::unlist(BlockId b) {
   const BlockMeta& m = meta_[idx(b)];
   if (m.cached && !m.pinned && m.seq_refs == 0) --num_evictable_;
@@ -43,7 +38,7 @@ void PrefixCache::add_seq_ref(std::int32_t request, BlockId b, int logical, bool
   }
   ++m.seq_refs;
   relist(b);
-  if (emit_shared) emit(EventType::kBlockShared, request, b.value, logical, pool_.ref_count(b));
+  if (emit_shared) emit(ev::BlockShared{request, b.value, logical, pool_.ref_count(b)});
 }
 
 void PrefixCache::drop_seq_ref(BlockId b) {
@@ -107,8 +102,8 @@ PrefixLookupResult PrefixCache::lookup_and_acquire(std::int32_t request,
   metrics_.hit_tokens += r.hit_tokens;
   metrics_.hit_blocks += static_cast<std::int64_t>(r.blocks.size());
   ++metrics_.lookups_by_reason[static_cast<std::size_t>(r.reason)];
-  emit(EventType::kPrefixLookup, request, -1, static_cast<std::int32_t>(r.diverged_at),
-       r.hit_tokens, pack_miss(r.reason, r.evicted_at_step));
+  emit(ev::PrefixLookup{request, static_cast<std::int32_t>(r.diverged_at), r.hit_tokens, r.reason,
+                        r.evicted_at_step});
   return r;
 }
 
@@ -133,7 +128,7 @@ void PrefixCache::evict(BlockId b) {
   index_->erase(b);
   evicted_at_[m.chain_key] = step_;
   ++metrics_.evictions;
-  emit(EventType::kCachedBlockEvicted, -1, b.value, -1, m.cached_by);
+  emit(ev::CachedBlockEvicted{b.value, m.cached_by});
   m = BlockMeta{};
   pool_.release(b);  // the cache's reference: the block joins the free queue
   if (parent) {
@@ -185,8 +180,8 @@ void PrefixCache::insert(std::int32_t request, std::span<const TokenId> tokens,
       pool_.add_ref(b);  // the cache's own reference
       relist(b);
       ++metrics_.inserted_blocks;
-      emit(EventType::kBlockCached, request, b.value, static_cast<std::int32_t>(i),
-           pool_.ref_count(b), ib.parent ? ib.parent->value + 1 : 0);
+      emit(ev::BlockCached{request, b.value, static_cast<std::int32_t>(i), pool_.ref_count(b),
+                           ib.parent ? ib.parent->value : -1});
       if (ib.parent) {
         unlist(*ib.parent);
         ++meta_[idx(*ib.parent)].cached_children;
@@ -236,7 +231,7 @@ WriteAccess PrefixCache::prepare_write(std::int32_t request, std::span<BlockId> 
   w.needs_copy = true;
   w.src = src;
   w.dst = *dst;
-  emit(EventType::kBlockCopiedOnWrite, request, dst->value, logical, src.value);
+  emit(ev::BlockCopiedOnWrite{request, dst->value, logical, src.value});
   return w;
 }
 
@@ -249,7 +244,7 @@ int PrefixCache::set_pinned(std::span<const TokenId> prefix, bool pinned) {
     meta_[idx(b)].pinned = pinned;
     relist(b);
     ++changed;
-    if (pinned) emit(EventType::kBlockPinned, -1, b.value, -1);
+    if (pinned) emit(ev::BlockPinned{b.value});
   }
   return changed;
 }

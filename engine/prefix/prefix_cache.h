@@ -19,6 +19,7 @@
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_source.h"
+#include "engine/kv/event_payloads.h"
 #include "engine/kv/events.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/miss_reason.h"
@@ -140,8 +141,10 @@ class PrefixCache : public BlockSource {
   void drop_seq_ref(BlockId b);
   void evict(BlockId b);
   int set_pinned(std::span<const TokenId> prefix, bool pinned);
-  void emit(EventType type, std::int32_t request, std::int32_t block, std::int32_t logical,
-            std::int64_t a = 0, std::int64_t b = 0);
+  template <class Payload>
+  void emit(const Payload& p) {
+    if (sink_) sink_->emit(to_event(p, step_));
+  }
 
   BlockPool& pool_;
   PrefixCacheConfig config_;

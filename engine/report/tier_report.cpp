@@ -30,21 +30,22 @@ std::string count(std::int64_t n, const char* one, const char* many) {
 
 TiersReport tiers_report(const Simulator& sim) {
   TiersReport r;
-  const KvTierStore* store = sim.tiers();
-  if (store == nullptr) return r;
+  const KvTiers* tiers = sim.tiers();
+  if (tiers == nullptr) return r;
+  const KvTierStore* store = &tiers->store();
   r.with_bytes = store->with_bytes();
   r.block_bytes = static_cast<double>(store->block_bytes());
   r.prefill_tokens_timed = sim.prefill_only_tokens();
   r.prefetch = sim.config().tier_prefetch;
-  r.load_seconds = sim.tier_load_seconds();
-  r.exposed_seconds = sim.tier_exposed_seconds();
+  r.load_seconds = tiers->load_seconds();
+  r.exposed_seconds = tiers->exposed_seconds();
   if (r.with_bytes && r.prefill_tokens_timed > 0)
     r.prefill_seconds_per_token =
         sim.prefill_only_seconds() / static_cast<double>(r.prefill_tokens_timed);
   const int block_size = sim.config().block_size;
   for (int k = 0; k < store->num_tiers(); ++k) {
     const KvTierOptions& o = store->options(k);
-    const KvTierIo io = sim.tier_io(k);
+    const KvTierIo io = tiers->io(k);
     TierFigures t;
     t.name = o.name;
     t.medium = tier_medium_name(o.medium);
@@ -55,9 +56,9 @@ TiersReport tiers_report(const Simulator& sim) {
     t.blocks_read = io.blocks_read;
     t.write_seconds = io.write_seconds;
     t.read_seconds = io.read_seconds;
-    t.reloaded_blocks = sim.tier_reloads()[static_cast<std::size_t>(k)].blocks;
+    t.reloaded_blocks = tiers->reloads()[static_cast<std::size_t>(k)].blocks;
     t.reloaded_tokens = t.reloaded_blocks * block_size;
-    t.reload_seconds = sim.tier_reloads()[static_cast<std::size_t>(k)].seconds;
+    t.reload_seconds = tiers->reloads()[static_cast<std::size_t>(k)].seconds;
     t.recompute_seconds = r.prefill_seconds_per_token * static_cast<double>(t.reloaded_tokens);
     t.corrupt_reads = io.corrupt_reads;
     t.failed_writes = io.failed_writes;

@@ -17,7 +17,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/prefix_index.h"
-#include "engine/sched/kv_tier_store.h"
+#include "engine/tiers/kv_tier_store.h"
 
 namespace kvscope {
 
@@ -58,11 +58,11 @@ struct SimConfig {
   IndexKind prefix_index = IndexKind::kHashChain;
   EvictionPolicyKind cached_block_eviction = EvictionPolicyKind::kLru;
   // KV tiers behind the prefix cache (needs prefix_caching): a cached block the pool evicts is
-  // written to the first tier (host RAM, then disk, ...: engine/sched/kv_tier_store.h), and a
+  // written to the first tier (host RAM, then disk, ...: engine/tiers/kv_tier_store.h), and a
   // prompt whose next blocks are in a tier reloads them instead of recomputing them. Empty = none.
   std::vector<KvTierOptions> tiers;
   // Tiers: read a request's tier blocks on an IO thread from the step it arrives, so the load
-  // hides behind earlier requests' steps while it waits (engine/sched/tier_prefetch.h); false:
+  // hides behind earlier requests' steps while it waits (engine/tiers/tier_prefetch.h); false:
   // every reload is read at admission, in the step's critical path.
   bool tier_prefetch = true;
   // Tiers: when a cached block is written to the first tier. false (write-back): when the pool

@@ -149,16 +149,6 @@ int Simulator::run(int max_steps) {
   return n;
 }
 
-void Simulator::emit(EventType type, std::int32_t request, std::int64_t a, std::int64_t b) {
-  Event e;
-  e.type = type;
-  e.step = step_;
-  e.request = request;
-  e.a = a;
-  e.b = b;
-  timeline_->emit(e);
-}
-
 bool Simulator::step() {
   if (done()) return false;
   Work w;
@@ -213,18 +203,18 @@ void Simulator::arrive() {
     if (r.spec.arrival_step > step_) break;
     ++next_arrival_;
     r.arrived = true;
-    emit(EventType::kRequestArrived, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
-         r.spec.max_new_tokens);
+    emit(ev::RequestArrived{r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
+                            r.spec.max_new_tokens});
     int blocks = 0;
     if (auto reason = check_fits(r, &blocks)) {
       r.phase = RequestPhase::kRejected;
       ++num_rejected_;
-      emit(EventType::kRequestRejected, r.id, static_cast<std::int64_t>(*reason), blocks);
+      emit(ev::RequestRejected{r.id, *reason, blocks});
       continue;
     }
     r.phase = RequestPhase::kWaiting;
     waiting_.push_back(r.id);
-    if (prefetcher_) prefetch_from_tiers(r);
+    if (tiers_) tiers_->prefetch(r.id, r.tokens, prefix_->probe(r.tokens).hit_blocks);
   }
 }
 
@@ -301,7 +291,7 @@ void Simulator::execute(Work& w) {
     } else {
       w.prefill_tokens += n;
       prefill_total_ += n;
-      emit(EventType::kPrefillChunk, r.id, first, n);
+      emit(ev::PrefillChunk{r.id, first, n});
     }
     cache_full_blocks(r);
     if (r.num_computed < static_cast<int>(r.tokens.size())) {  // prefill not done yet
@@ -336,7 +326,7 @@ void Simulator::sample(RequestRun& r, NextToken from) {
   }
   r.tokens.push_back(next);
   ++r.generated;
-  emit(EventType::kDecodeToken, r.id, r.num_computed - 1, next);
+  emit(ev::DecodeToken{r.id, r.num_computed - 1, next});
   const bool stop =
       transformer_ && std::find(config_.stop_tokens.begin(), config_.stop_tokens.end(), next) !=
                           config_.stop_tokens.end();
@@ -350,8 +340,8 @@ void Simulator::finish(RequestRun& r) {
   r.phase = RequestPhase::kFinished;
   r.finished_step = step_;
   ++num_finished_;
-  emit(EventType::kRequestFinished, r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
-       r.generated);
+  emit(ev::RequestFinished{r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
+                           r.generated});
 }
 
 void Simulator::close_step(const Work& w) {
@@ -369,20 +359,8 @@ void Simulator::close_step(const Work& w) {
   m.decode_tokens = w.decode_tokens;
   m.prompt_tokens = prompt_tokens_;
   m.prefix_hit_tokens = prefix_hit_tokens_;
-  if (tiers_) {
-    const std::lock_guard<std::mutex> lock(tier_mutex_);
-    for (int k = 0; k < tiers_->num_tiers(); ++k) {
-      Event e;
-      e.type = EventType::kTierHeld;
-      e.step = step_;
-      e.logical = k;
-      e.a = tiers_->chain().held(k);
-      e.b = tiers_->options(k).capacity_blocks +
-            (tiers_->options(k).medium == TierMedium::kDisk ? kTierMediumUnit : 0);
-      timeline_->emit(e);
-    }
-  }
-  emit(EventType::kStepEnd, -1, m.requests_running, m.requests_waiting);
+  if (tiers_) tiers_->record_held();
+  emit(ev::StepEnd{m.requests_running, m.requests_waiting});
   timeline_->end_step(m);
 }
 

@@ -1,8 +1,9 @@
 // Simulator: continuous batching over a real KV cache and the real model. Each step() admits
 // waiting requests when blocks allow (FCFS), runs prefill (optionally chunked by a per-step token
-// budget) for new ones and one decode token for running ones through Transformer::forward with the
-// cache's KvSeqView, retires finished requests, preempts (recompute or swap) when the pool is full,
-// and appends events + metrics to a Timeline.
+// budget) for new ones and one decode token for running ones, all of the step's tokens in one
+// Transformer::forward_step over the cache's KvSeqViews, retires finished requests, preempts
+// (recompute or swap) when the pool is full, and appends events + metrics to a Timeline. The KV
+// tiers behind the prefix cache are their own layer (engine/tiers/kv_tiers.h).
 //
 // THREADING: step() and run() are the Timeline's writer; call them from one thread. Other threads
 // may read timeline() at any time (see Timeline). Everything else here is for the stepping thread.
@@ -20,10 +21,11 @@
 
 #include "engine/backend/backend.h"
 #include "engine/infer/transformer.h"
+#include "engine/kv/event_payloads.h"
 #include "engine/prefix/prefix_cache.h"
-#include "engine/sched/host_tier.h"
 #include "engine/sched/sim_config.h"
-#include "engine/sched/tier_prefetch.h"
+#include "engine/tiers/host_tier.h"
+#include "engine/tiers/kv_tiers.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope {
@@ -82,21 +84,11 @@ class Simulator {
   const HostKvTier& host_tier() const { return *host_; }
   // The prefix cache, or null when prefix caching is off.
   const PrefixCache* prefix_cache() const { return prefix_.get(); }
-  // The KV tiers behind the prefix cache, or null when there are none.
-  const KvTierStore* tiers() const { return tiers_.get(); }
-  // Reloads from the tiers, per tier: blocks loaded and the measured seconds of those loads.
-  struct TierReloads {
-    std::int64_t blocks = 0;
-    double seconds = 0.0;
-  };
-  const std::vector<TierReloads>& tier_reloads() const { return tier_reloads_; }
-  std::int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
-  // One tier's I/O counters, read under the tiers' lock (the prefetch thread may be reading).
-  KvTierIo tier_io(int tier) const;
-  // Time reading the blocks that were reloaded (the prefetch thread's and the admission's reads),
-  // and the part of it admission waited for: without prefetch, all of it.
-  double tier_load_seconds() const { return tier_load_seconds_; }
-  double tier_exposed_seconds() const { return tier_exposed_seconds_; }
+  // The KV tiers behind the prefix cache (their reloads, I/O and store), or null when there are
+  // none.
+  const KvTiers* tiers() const { return tiers_.get(); }
+  // Prompt tokens reloaded from the tiers instead of computed (0 without tiers).
+  std::int64_t tier_hit_tokens() const { return tiers_ ? tiers_->hit_tokens() : 0; }
   // The forward time of steps that ran prefill tokens only, and those tokens: what recomputing a
   // prompt token costs on this machine, measured in this run (0 tokens when no such step ran).
   double prefill_only_seconds() const { return prefill_only_seconds_; }
@@ -148,17 +140,9 @@ class Simulator {
   // simulator_prefix.cpp
   void make_prefix_cache();
   bool prefix_admission_fits(const RequestRun& r, int budget) const;
-  // The prompt's whole blocks after `from_block` that the tiers hold, in a row (never the block
-  // holding the prompt's last token).
-  int tier_run(const RequestRun& r, int from_block, std::vector<std::uint64_t>& keys) const;
-  // Reloads what it can of that run into fresh blocks appended to the sequence; tokens reloaded.
+  // Reloads what it can of the tiers' run after `hit_blocks` into fresh blocks appended to the
+  // sequence; tokens reloaded.
   int reload_from_tiers(RequestRun& r, int hit_blocks);
-  void demote_to_tiers(BlockId b, std::uint64_t chain_key);
-  void emit_tier_moved(std::uint64_t key, int from, int to);
-  void prefetch_from_tiers(const RequestRun& r);
-  // Write-through: the first tier gets blocks [first, end) of the request's table as they are
-  // cached.
-  void write_through(const RequestRun& r, int first, int end, const std::vector<BlockId>& blocks);
   void start_sequence(RequestRun& r);
   void cache_full_blocks(RequestRun& r);
   void fork_samples(RequestRun& lead, NextToken from);
@@ -178,7 +162,10 @@ class Simulator {
   void check_evictor_invariants(const RequestRun& r) const;
   // Blocks this step's later requests may still take.
   int allocatable(const Work& w) const { return cache_->num_allocatable() - w.reserved_blocks; }
-  void emit(EventType type, std::int32_t request, std::int64_t a = 0, std::int64_t b = 0);
+  template <class Payload>
+  void emit(const Payload& p) {
+    timeline_->emit(to_event(p, step_));
+  }
   // simulator_schedule.cpp
   void schedule(Work& w);
   void grow_running(Work& w);
@@ -210,22 +197,12 @@ class Simulator {
   std::int64_t prompt_tokens_ = 0;
   std::int64_t prefix_hit_tokens_ = 0;
   std::int64_t prefill_total_ = 0;
-  std::int64_t tier_hit_tokens_ = 0;
-  std::vector<TierReloads> tier_reloads_;  // [tier]
-  double tier_load_seconds_ = 0.0;
-  double tier_exposed_seconds_ = 0.0;
   double prefill_only_seconds_ = 0.0;
   std::int64_t prefill_only_tokens_ = 0;
-  std::vector<std::byte> tier_bytes_;  // a block on its way to or from the tiers
   int step_ = 0;
   std::unique_ptr<KvCacheManager> cache_;
   std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first
-  mutable std::mutex tier_mutex_;  // around every call into tiers_ (the prefetch thread's too)
-  std::unique_ptr<KvTierStore> tiers_;
-  std::unique_ptr<TierPrefetcher> prefetcher_;  // after tiers_: joined before the store goes
-  std::unordered_map<std::int32_t, std::shared_ptr<TierPrefetcher::Job>> prefetch_jobs_;
-  std::size_t prefetch_bytes_ = 0;  // staged by jobs not yet taken
-  static constexpr std::size_t kPrefetchBudgetBytes = std::size_t{256} << 20;
+  std::unique_ptr<KvTiers> tiers_;       // after prefix_: its evictions write back into the tiers
   std::unique_ptr<HostKvTier> host_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;

@@ -120,12 +120,7 @@ void Simulator::record_evicted(const RequestRun& r, const std::vector<std::int32
   std::sort(live_after.begin(), live_after.end());
   for (std::int32_t token : live_before) {
     if (std::binary_search(live_after.begin(), live_after.end(), token)) continue;
-    Event e;
-    e.type = EventType::kEvictedPosition;
-    e.step = step_;
-    e.request = r.id;
-    e.logical = token;
-    timeline_->emit(e);
+    emit(ev::EvictedPosition{r.id, token});
   }
 }
 
@@ -136,13 +131,7 @@ void Simulator::sync_table_event(const RequestRun& r) {
   if (!cache_->has_sequence(seq)) return;
   const BlockTable& t = cache_->table(seq);
   if (t.num_tokens == r.num_computed) return;
-  Event e;
-  e.type = EventType::kBlockTableUpdated;
-  e.step = step_;
-  e.request = r.id;
-  e.a = static_cast<std::int64_t>(t.blocks.size());
-  e.b = t.num_tokens;
-  timeline_->emit(e);
+  emit(ev::BlockTableUpdated{r.id, static_cast<std::int64_t>(t.blocks.size()), t.num_tokens});
 }
 
 void Simulator::check_evictor_invariants(const RequestRun& r) const {

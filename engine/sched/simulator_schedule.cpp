@@ -75,7 +75,7 @@ void Simulator::swap_in(Work& w) {
     r.phase = RequestPhase::kRunning;
     r.admit_order = ++admit_counter_;
     running_.push_back(r.id);
-    emit(EventType::kSwappedIn, r.id, blocks);
+    emit(ev::SwappedIn{r.id, blocks});
     if (cache_->blocks_needed(seq, std::min(pending(r), w.budget)) <= cache_->num_allocatable()) {
       // Room was checked just above; should planning still come up short, the request stays
       // running and is planned again next step, so the result needs no handling here.
@@ -113,7 +113,7 @@ void Simulator::admit(Work& w) {
       throw Error("simulator",
                   "internal: admitted request " + std::to_string(r.id) + " found no room");
     }
-    emit(EventType::kAdmitted, r.id, static_cast<std::int64_t>(cache_->table(seq).blocks.size()));
+    emit(ev::Admitted{r.id, static_cast<std::int64_t>(cache_->table(seq).blocks.size())});
   }
 }
 
@@ -159,28 +159,21 @@ void Simulator::preempt(std::int32_t id, Work& w) {
     const BlockTable& t = cache_->table(seq);
     // Slots appended for this step's (now cancelled) chunk hold nothing: only computed tokens move.
     if (t.num_tokens != r.num_computed) {
-      Event e;
-      e.type = EventType::kBlockTableUpdated;
-      e.step = step_;
-      e.request = id;
-      e.a = blocks;
-      e.b = r.num_computed;
-      timeline_->emit(e);
+      emit(ev::BlockTableUpdated{id, blocks, r.num_computed});
     }
-    emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kSwap), 0);
+    emit(ev::Preempted{id, PreemptReason::kSwap, 0});
     r.host_slots = host_->swap_out(cache_->storage(), std::span<const BlockId>(t.blocks).subspan(
                                                           0, static_cast<std::size_t>(blocks)));
     cache_->free_sequence(seq);
     r.phase = RequestPhase::kSwapped;
     swapped_.push_back(id);
-    emit(EventType::kSwappedOut, id, blocks);
+    emit(ev::SwappedOut{id, blocks});
     return;
   }
   // Recompute (or swap with a full host tier): drop the K/V, recompute prompt + generated later
   // (with token eviction: from scratch through a fresh evictor, reproducing the same evictions).
   if (evicts_tokens()) evictors_[static_cast<std::size_t>(id)].reset();
-  emit(EventType::kPreempted, id, static_cast<std::int64_t>(PreemptReason::kRecompute),
-       r.num_computed);
+  emit(ev::Preempted{id, PreemptReason::kRecompute, r.num_computed});
   cache_->free_sequence(seq);
   r.num_computed = 0;
   r.phase = RequestPhase::kWaiting;
@@ -190,10 +183,7 @@ void Simulator::preempt(std::int32_t id, Work& w) {
 void Simulator::check_invariants() const {
   cache_->check_invariants();
   if (prefix_) prefix_->check_invariants();
-  if (tiers_) {
-    const std::lock_guard<std::mutex> lock(tier_mutex_);
-    tiers_->check_invariants();
-  }
+  if (tiers_) tiers_->check_invariants();
   int host_used = 0;
   std::array<std::size_t, kNumRequestPhases> counted{};
   for (const RequestRun& r : requests_) {

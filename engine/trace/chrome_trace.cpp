@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/common/atomic_write.h"
+#include "engine/kv/event_payloads.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope {
@@ -104,7 +105,7 @@ void Timeline::export_chrome_trace(const std::string& path) const {
         break;
       case EventType::kPreempted:
         instant("preempt request " + std::to_string(e.request), e);
-        if (e.a == static_cast<std::int64_t>(PreemptReason::kRecompute)) {
+        if (event_as<ev::Preempted>(e).reason == PreemptReason::kRecompute) {
           begin(e.request, "queued (preempted)", e.step);
         }
         break;

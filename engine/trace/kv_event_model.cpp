@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "engine/common/error.h"
+#include "engine/kv/event_payloads.h"
 
 namespace kvscope {
 
@@ -163,7 +164,7 @@ void KvEventModel::erase(std::unordered_map<Key, Live, KeyHash>::iterator it, in
   const Key key = it->first;
   const Live& l = it->second;
   const std::int32_t slot = l.slot;
-  record(Event{EventType::kCachedBlockEvicted, 0, -1, slot, -1, -1, 0});
+  record(to_event(ev::CachedBlockEvicted{slot, /*cached_by=*/-1}, 0));
   free_slots_.push_back(slot);
   --lora_counts_[l.lora].live;
   if (l.ownership != 0) --live_by_owner_[l.ownership];
@@ -270,8 +271,8 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
         static_cast<std::int32_t>(std::clamp<std::int64_t>(ev.block_size, 0, 1 << 20));
     it->second.parent = parent_slot;
     it->second.parent_gen = parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(parent_slot)] : 0;
-    record(Event{EventType::kBlockAllocated, 0, -1, slot, d, parent_slot, ev.block_size});
-    record(Event{EventType::kBlockCached, 0, -1, slot, d, 1, parent_slot + 1});
+    record(to_event(ev::BlockAllocated{-1, slot, d, parent_slot, ev.block_size}, 0));
+    record(to_event(ev::BlockCached{-1, slot, d, /*ref_count=*/1, parent_slot}, 0));
     parent_slot = slot;
     depth = d;
     has_parent = true;
@@ -433,7 +434,11 @@ std::size_t KvEventModel::append_steps(Timeline& t, std::size_t from) const {
       }
       // A recording's block-table index must lie inside the pool (recording load checks it).
       ev.logical = std::min(ev.logical, num_blocks - 1);
-      if (ev.type == EventType::kBlockCached && ev.b > num_blocks) ev.b = 0;
+      if (ev.type == EventType::kBlockCached) {  // a parent outside the view: none
+        auto cached = event_as<ev::BlockCached>(ev);
+        if (cached.parent >= num_blocks) cached.parent = -1;
+        ev = to_event(cached, ev.step);
+      }
       t.emit(ev);
     }
     StepMetrics m;

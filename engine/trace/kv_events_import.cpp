@@ -2,6 +2,7 @@
 #include "engine/trace/kv_events_import.h"
 
 #include "engine/common/json_depth.h"
+#include "engine/kv/event_payloads.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -109,8 +110,9 @@ struct Importer {
           parent < 0 ? 0 : depth[static_cast<std::size_t>(parent)] + 1;
       if (!cached[static_cast<std::size_t>(id)]) set_cached(id, true);
       ++out.blocks_stored;
-      emit(Event{EventType::kBlockAllocated, step, -1, id, depth[static_cast<std::size_t>(id)],
-                 parent, bs.get<std::int64_t>()});
+      emit(to_event(ev::BlockAllocated{-1, id, depth[static_cast<std::size_t>(id)], parent,
+                                       bs.get<std::int64_t>()},
+                    step));
       parent = id;
     }
   }
@@ -127,7 +129,7 @@ struct Importer {
       }
       set_cached(it->second, false);
       ++out.blocks_removed;
-      emit(Event{EventType::kCachedBlockEvicted, step, -1, it->second, -1, -1, 0});
+      emit(to_event(ev::CachedBlockEvicted{it->second, /*cached_by=*/-1}, step));
     }
   }
   void cleared() {
@@ -135,8 +137,7 @@ struct Importer {
     for (std::size_t id = 0; id < cached.size(); ++id) {
       if (!cached[id]) continue;
       set_cached(static_cast<std::int32_t>(id), false);
-      emit(Event{EventType::kCachedBlockEvicted, step, -1, static_cast<std::int32_t>(id), -1, -1,
-                 0});
+      emit(to_event(ev::CachedBlockEvicted{static_cast<std::int32_t>(id), /*cached_by=*/-1}, step));
     }
   }
   void event(const json& ev, const std::string& where) {

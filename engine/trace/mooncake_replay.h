@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "engine/prefix/prefix_cache.h"
-#include "engine/prefix/tier_chain.h"
+#include "engine/tiers/tier_chain.h"
 #include "engine/trace/mooncake.h"
 
 namespace kvscope {

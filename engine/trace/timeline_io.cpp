@@ -23,6 +23,7 @@
 
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/kv/event_payloads.h"
 #include "engine/trace/timeline.h"
 
 namespace kvscope {
@@ -156,8 +157,9 @@ std::set<int> used_token_ids(const TokenText& text, std::span<const Event> event
     for (int id : prompt)
       if (id >= 0 && id <= kMaxRecordedTokenId) ids.insert(id);
   for (const Event& e : events) {
-    if (e.type == EventType::kDecodeToken && e.b >= 0 && e.b <= kMaxRecordedTokenId)
-      ids.insert(static_cast<int>(e.b));
+    if (e.type != EventType::kDecodeToken) continue;
+    const std::int64_t token = event_as<ev::DecodeToken>(e).token;
+    if (token >= 0 && token <= kMaxRecordedTokenId) ids.insert(static_cast<int>(token));
   }
   return ids;
 }
@@ -388,10 +390,14 @@ Timeline Timeline::load(const std::string& path) {
     if ((e.type == EventType::kTierHeld || e.type == EventType::kTierMoved) &&
         (e.logical < 0 || e.logical >= 64))
       r.fail(at + 13, "a tier index in [0, 64)", std::to_string(e.logical));
-    if (e.type == EventType::kTierReloaded && (e.a < 0 || e.a >= 64))
-      r.fail(at + 17, "a tier index in [0, 64)", std::to_string(e.a));
-    if (e.type == EventType::kTierMoved && (e.a < -1 || e.a >= 64))
-      r.fail(at + 17, "a tier index in [-1, 64)", std::to_string(e.a));
+    const std::int64_t tier = e.type == EventType::kTierReloaded
+                                  ? event_as<ev::TierReloaded>(e).tier
+                              : e.type == EventType::kTierMoved ? event_as<ev::TierMoved>(e).to_tier
+                                                                : 0;
+    if (e.type == EventType::kTierReloaded && (tier < 0 || tier >= 64))
+      r.fail(at + 17, "a tier index in [0, 64)", std::to_string(tier));
+    if (e.type == EventType::kTierMoved && (tier < -1 || tier >= 64))
+      r.fail(at + 17, "a tier index in [-1, 64)", std::to_string(tier));
     if (table_event && (e.logical < -1 || e.logical >= h.num_blocks)) {
       r.fail(at + 13, "a block-table index in [-1, " + std::to_string(h.num_blocks) + ")",
              std::to_string(e.logical));

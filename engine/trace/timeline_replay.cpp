@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/common/error.h"
+#include "engine/kv/event_payloads.h"
 
 namespace kvscope {
 namespace {
@@ -57,7 +58,7 @@ void set_tokens(PoolState& s, RequestState& r, std::int64_t tokens) {
 }
 
 void drop_block(PoolState& s, RequestState& r, const Event& e) {
-  const bool inside = e.a == 1;  // token eviction: the table closes the gap
+  const bool inside = event_as<ev::BlockFreed>(e).from_inside;  // the table closes the gap
   if (inside && e.logical >= 0 && static_cast<std::size_t>(e.logical) < r.blocks.size() &&
       r.blocks[static_cast<std::size_t>(e.logical)] == e.block) {
     r.blocks.erase(r.blocks.begin() + e.logical);
@@ -111,6 +112,84 @@ void put_block(RequestState& r, const Event& e) {
   const auto l = static_cast<std::size_t>(e.logical);
   if (r.blocks.size() <= l) r.blocks.resize(l + 1, -1);
   r.blocks[l] = e.block;
+}
+
+// The block events: one block's state, and the table of the request (r, null when none) that
+// holds it.
+void apply_block_event(PoolState& s, RequestState* r, const Event& e) {
+  switch (e.type) {
+    case EventType::kBlockAllocated: {
+      BlockState& b = block_at(s, e);
+      b = BlockState{e.request, e.logical, 1, 0, BlockStatus::kOwned};
+      if (r != nullptr) {
+        put_block(*r, e);
+        refresh_filled(s, *r, e.logical, e.logical + 1);
+      }
+      break;
+    }
+    case EventType::kBlockFreed: {
+      BlockState& b = block_at(s, e);
+      if (r != nullptr) drop_block(s, *r, e);
+      --b.ref_count;
+      restatus(s, b, e.block);
+      break;
+    }
+    case EventType::kBlockShared: {
+      BlockState& b = block_at(s, e);
+      if (r != nullptr) put_block(*r, e);
+      b.ref_count = static_cast<std::int16_t>(event_as<ev::BlockShared>(e).ref_count);
+      if (b.owner < 0) {
+        b.owner = e.request;
+        b.logical = e.logical;
+      }
+      restatus(s, b, e.block);
+      break;
+    }
+    case EventType::kBlockCached: {
+      BlockState& b = block_at(s, e);
+      b.ref_count = static_cast<std::int16_t>(event_as<ev::BlockCached>(e).ref_count);
+      b.cached = true;
+      b.filled = static_cast<std::int16_t>(s.block_size);
+      restatus(s, b, e.block);
+      break;
+    }
+    case EventType::kBlockCopiedOnWrite: {
+      // The writer's table swaps the shared source for its private copy (e.block).
+      const std::int64_t source = event_as<ev::BlockCopiedOnWrite>(e).source;
+      if (source < 0 || source >= static_cast<std::int64_t>(s.blocks.size())) {
+        throw Error("timeline event BlockCopiedOnWrite at step " + std::to_string(e.step),
+                    "expected a source block id in [0, " + std::to_string(s.blocks.size()) +
+                        "), got " + std::to_string(source));
+      }
+      BlockState& dst = block_at(s, e);
+      dst = BlockState{e.request, e.logical, 1, 0, BlockStatus::kOwned};
+      if (r != nullptr) {
+        put_block(*r, e);
+        refresh_filled(s, *r, e.logical, e.logical + 1);
+      }
+      BlockState& src = s.blocks[static_cast<std::size_t>(source)];
+      --src.ref_count;
+      restatus(s, src, static_cast<std::int32_t>(source));
+      break;
+    }
+    case EventType::kCachedBlockEvicted:
+      block_at(s, e) = BlockState{};
+      break;
+    case EventType::kBlockPinned:
+      block_at(s, e).status = BlockStatus::kPinned;
+      break;
+    case EventType::kTierReloaded: {
+      const auto p = event_as<ev::TierReloaded>(e);
+      if (p.tier < 0 || p.tier >= 64) {
+        throw Error("timeline event TierReloaded at step " + std::to_string(e.step),
+                    "expected a tier index in [0, 64), got " + std::to_string(p.tier));
+      }
+      block_at(s, e).reloaded_from = p.medium == TierMedium::kDisk ? 1 : 0;
+      break;
+    }
+    default:
+      break;  // events that do not change block or request state
+  }
 }
 
 }  // namespace
@@ -180,90 +259,27 @@ void apply_event(PoolState& s, const Event& e) {
       r->num_tokens = 0;
       break;
     case EventType::kPreempted:
-      if (e.a == static_cast<std::int64_t>(PreemptReason::kSwap)) {
+      if (event_as<ev::Preempted>(e).reason == PreemptReason::kSwap) {
         r->phase = RequestPhase::kSwapped;
       } else {
         r->phase = RequestPhase::kWaiting;
         set_tokens(s, *r, 0);
       }
       break;
-    case EventType::kPrefillChunk:
-      set_tokens(s, *r, token_count(e, e.a, e.b));
+    case EventType::kPrefillChunk: {
+      const auto p = event_as<ev::PrefillChunk>(e);
+      set_tokens(s, *r, token_count(e, p.first_position, p.tokens));
       break;
+    }
     case EventType::kDecodeToken:
-      set_tokens(s, *r, token_count(e, e.a, 1));
+      set_tokens(s, *r, token_count(e, event_as<ev::DecodeToken>(e).position, 1));
       break;
     case EventType::kBlockTableUpdated:
-      set_tokens(s, *r, token_count(e, e.b, 0));
-      break;
-    case EventType::kBlockAllocated: {
-      BlockState& b = block_at(s, e);
-      b = BlockState{e.request, e.logical, 1, 0, BlockStatus::kOwned};
-      if (r != nullptr) {
-        put_block(*r, e);
-        refresh_filled(s, *r, e.logical, e.logical + 1);
-      }
-      break;
-    }
-    case EventType::kBlockFreed: {
-      BlockState& b = block_at(s, e);
-      if (r != nullptr) drop_block(s, *r, e);
-      --b.ref_count;
-      restatus(s, b, e.block);
-      break;
-    }
-    case EventType::kBlockShared: {
-      BlockState& b = block_at(s, e);
-      if (r != nullptr) put_block(*r, e);
-      b.ref_count = static_cast<std::int16_t>(e.a);
-      if (b.owner < 0) {
-        b.owner = e.request;
-        b.logical = e.logical;
-      }
-      restatus(s, b, e.block);
-      break;
-    }
-    case EventType::kBlockCached: {
-      BlockState& b = block_at(s, e);
-      b.ref_count = static_cast<std::int16_t>(e.a);
-      b.cached = true;
-      b.filled = static_cast<std::int16_t>(s.block_size);
-      restatus(s, b, e.block);
-      break;
-    }
-    case EventType::kBlockCopiedOnWrite: {
-      // The writer's table swaps the shared source (e.a) for its private copy (e.block).
-      if (e.a < 0 || e.a >= static_cast<std::int64_t>(s.blocks.size())) {
-        throw Error("timeline event BlockCopiedOnWrite at step " + std::to_string(e.step),
-                    "expected a source block id in [0, " + std::to_string(s.blocks.size()) +
-                        "), got " + std::to_string(e.a));
-      }
-      BlockState& dst = block_at(s, e);
-      dst = BlockState{e.request, e.logical, 1, 0, BlockStatus::kOwned};
-      if (r != nullptr) {
-        put_block(*r, e);
-        refresh_filled(s, *r, e.logical, e.logical + 1);
-      }
-      BlockState& src = s.blocks[static_cast<std::size_t>(e.a)];
-      --src.ref_count;
-      restatus(s, src, static_cast<std::int32_t>(e.a));
-      break;
-    }
-    case EventType::kCachedBlockEvicted:
-      block_at(s, e) = BlockState{};
-      break;
-    case EventType::kBlockPinned:
-      block_at(s, e).status = BlockStatus::kPinned;
-      break;
-    case EventType::kTierReloaded:
-      if (e.a < 0 || e.a >= 64) {
-        throw Error("timeline event TierReloaded at step " + std::to_string(e.step),
-                    "expected a tier index in [0, 64), got " + std::to_string(e.a));
-      }
-      block_at(s, e).reloaded_from = e.b == 1 ? 1 : 0;
+      set_tokens(s, *r, token_count(e, event_as<ev::BlockTableUpdated>(e).tokens, 0));
       break;
     default:
-      break;  // events that do not change block or request state
+      apply_block_event(s, r, e);
+      break;
   }
 }
 

@@ -95,8 +95,8 @@ TEST_P(PrefixCacheTest, EvictedEarlierNamesTheStep) {
   for (const Event& ev : h.sink.events) {
     if (ev.type == EventType::kPrefixLookup && ev.request == 2) {
       found = true;
-      EXPECT_EQ(unpack_miss_reason(ev.b), MissReason::kEvicted);
-      EXPECT_EQ(unpack_evicted_step(ev.b), 17);
+      EXPECT_EQ(event_as<ev::PrefixLookup>(ev).reason, MissReason::kEvicted);
+      EXPECT_EQ(event_as<ev::PrefixLookup>(ev).evicted_at_step, 17);
     }
   }
   EXPECT_TRUE(found);

@@ -73,7 +73,7 @@ TEST(TierSim, TiersReloadEvictedPrefixesAndChangeNoTokenOrLogit) {
   // Write-through writes every block as it is cached, so the pool's evictions write nothing new:
   // the first tier has been written at least once per cached block, and the same prompts come
   // back from the tiers.
-  EXPECT_GE(through->sim->tier_io(0).blocks_written,
+  EXPECT_GE(through->sim->tiers()->io(0).blocks_written,
             through->sim->prefix_cache()->metrics().inserted_blocks);
   EXPECT_EQ(through->sim->tier_hit_tokens(), both->sim->tier_hit_tokens());
 
@@ -83,9 +83,9 @@ TEST(TierSim, TiersReloadEvictedPrefixesAndChangeNoTokenOrLogit) {
   EXPECT_EQ(host->sim->prefill_tokens_computed() + host->sim->tier_hit_tokens(),
             none->sim->prefill_tokens_computed());
   ASSERT_NE(both->sim->tiers(), nullptr);
-  const KvTierStore& store = *both->sim->tiers();
-  EXPECT_GT(both->sim->tier_reloads()[0].blocks, 0);
-  EXPECT_GT(both->sim->tier_reloads()[1].blocks, 0);  // the host tier passed blocks down
+  const KvTierStore& store = both->sim->tiers()->store();
+  EXPECT_GT(both->sim->tiers()->reloads()[0].blocks, 0);
+  EXPECT_GT(both->sim->tiers()->reloads()[1].blocks, 0);  // the host tier passed blocks down
   EXPECT_EQ(both->sim->tier_hit_tokens(), host->sim->tier_hit_tokens());
   EXPECT_EQ(store.io(1).corrupt_reads, 0);
   EXPECT_EQ(store.io(1).failed_writes, 0);
@@ -94,8 +94,8 @@ TEST(TierSim, TiersReloadEvictedPrefixesAndChangeNoTokenOrLogit) {
   for (int i = 0; i < both->sim->num_requests(); ++i)
     per_request += both->sim->request(i).tier_hit_tokens;
   EXPECT_EQ(per_request, both->sim->tier_hit_tokens());
-  EXPECT_EQ(both->sim->tier_hit_tokens(),
-            8 * (both->sim->tier_reloads()[0].blocks + both->sim->tier_reloads()[1].blocks));
+  EXPECT_EQ(both->sim->tier_hit_tokens(), 8 * (both->sim->tiers()->reloads()[0].blocks +
+                                               both->sim->tiers()->reloads()[1].blocks));
 }
 
 // Prefetch reads on another thread but never changes what the tiers hold: the same reloads from
@@ -115,18 +115,18 @@ TEST(TierSim, PrefetchChangesNeitherTokensNorWhichTierServesABlock) {
   const TierRun off = run(config(false), requests);
   expect_same_outputs(*on, *off);
   for (int k = 0; k < 2; ++k) {
-    EXPECT_EQ(on->sim->tier_reloads()[static_cast<std::size_t>(k)].blocks,
-              off->sim->tier_reloads()[static_cast<std::size_t>(k)].blocks)
+    EXPECT_EQ(on->sim->tiers()->reloads()[static_cast<std::size_t>(k)].blocks,
+              off->sim->tiers()->reloads()[static_cast<std::size_t>(k)].blocks)
         << "tier " << k;
-    EXPECT_EQ(on->sim->tier_io(k).blocks_written, off->sim->tier_io(k).blocks_written);
+    EXPECT_EQ(on->sim->tiers()->io(k).blocks_written, off->sim->tiers()->io(k).blocks_written);
   }
-  EXPECT_GT(on->sim->tier_reloads()[1].blocks, 0);
-  EXPECT_GT(on->sim->tier_load_seconds(), 0.0);
-  EXPECT_EQ(off->sim->tier_exposed_seconds(), off->sim->tier_load_seconds());
+  EXPECT_GT(on->sim->tiers()->reloads()[1].blocks, 0);
+  EXPECT_GT(on->sim->tiers()->load_seconds(), 0.0);
+  EXPECT_EQ(off->sim->tiers()->exposed_seconds(), off->sim->tiers()->load_seconds());
   double waited = 0.0;
   for (int i = 0; i < on->sim->num_requests(); ++i)
     waited += on->sim->request(i).tier_exposed_seconds;
-  EXPECT_DOUBLE_EQ(waited, on->sim->tier_exposed_seconds());
+  EXPECT_DOUBLE_EQ(waited, on->sim->tiers()->exposed_seconds());
 }
 
 TEST(TierSim, ACorruptDiskTierIsRecomputedNeverServed) {
@@ -137,7 +137,7 @@ TEST(TierSim, ACorruptDiskTierIsRecomputedNeverServed) {
                                      {"disk", TierMedium::kDisk, 64, test::temp_path("")}}),
                          requests);
   // Run until the disk holds blocks, then overwrite every byte of its file.
-  const KvTierStore& store = *bad->sim->tiers();
+  const KvTierStore& store = bad->sim->tiers()->store();
   while (store.io(1).blocks_written < 8 && bad->sim->step()) {
   }
   ASSERT_GE(store.io(1).blocks_written, 8);
@@ -167,7 +167,7 @@ TEST(TierSim, BookkeepingRunsFindTheSameTierHitsWithoutBytes) {
   // Bookkeeping generates token 0, so only the prompts' blocks match: the prompt hits agree.
   EXPECT_GT(sim.tier_hit_tokens(), 0);
   EXPECT_EQ(sim.tiers()->io(0).write_seconds, 0.0);
-  EXPECT_TRUE(sim.tiers()->file_path(0).empty());
+  EXPECT_TRUE(sim.tiers()->store().file_path(0).empty());
   EXPECT_EQ(sim.tier_hit_tokens(), real->sim->tier_hit_tokens());
 }
 

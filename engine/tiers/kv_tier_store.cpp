@@ -1,5 +1,5 @@
 // KvTierStore: host slots in RAM and a disk file of checksummed records, moved as TierChain says.
-#include "engine/sched/kv_tier_store.h"
+#include "engine/tiers/kv_tier_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -82,6 +82,8 @@ KvTierStore::KvTierStore(std::vector<KvTierOptions> tiers, std::size_t block_byt
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     Tier t;
     t.options = std::move(tiers[i]);
+    // Slot numbering only; open_media() gives a host tier its RAM.
+    t.slots = BlockSlots(t.options.capacity_blocks, block_bytes_, /*in_ram=*/false);
     tiers_.push_back(std::move(t));
   }
   if (!with_bytes_) return;
@@ -108,9 +110,8 @@ void KvTierStore::open_media() {
   for (std::size_t i = 0; i < tiers_.size(); ++i) {
     Tier& t = tiers_[i];
     if (t.options.medium == TierMedium::kHost) {
-      const std::size_t bytes = static_cast<std::size_t>(t.options.capacity_blocks) * block_bytes_;
       try {
-        t.host = ZeroedBuffer(bytes);
+        t.slots = BlockSlots(t.options.capacity_blocks, block_bytes_, /*in_ram=*/true);
       } catch (const std::bad_alloc&) {
         fail_expected("tiers[" + std::to_string(i) + "] (" + t.options.name + "): blocks",
                       "a host tier this machine can map",
@@ -183,14 +184,14 @@ std::optional<int> KvTierStore::load(std::uint64_t key, std::byte* out) {
 }
 
 bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
-  if (!t.has_free()) {
+  if (!t.slots.lowest_free()) {
     throw InternalError("KvTierStore", t.options.name +
                                            " has no free slot for a block its chain "
                                            "placed there");
   }
-  const int slot = t.lowest_free();
+  const int slot = *t.slots.lowest_free();
   if (!with_bytes_) {
-    t.take_lowest();
+    t.slots.take();
     t.slot_of[key] = slot;
     ++t.io.blocks_written;
     return true;
@@ -198,7 +199,7 @@ bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
   const auto start = std::chrono::steady_clock::now();
   const std::uint64_t sum = tier_checksum(key, bytes, block_bytes_);
   if (t.options.medium == TierMedium::kHost) {
-    std::memcpy(t.host.data() + static_cast<std::size_t>(slot) * block_bytes_, bytes, block_bytes_);
+    std::memcpy(t.slots.bytes(slot), bytes, block_bytes_);
     t.host_checksum[static_cast<std::size_t>(slot)] = sum;
   } else {
     std::vector<std::byte>& record = record_;
@@ -227,7 +228,7 @@ bool KvTierStore::write(Tier& t, std::uint64_t key, const std::byte* bytes) {
   }
   t.io.write_seconds += seconds_since(start);
   ++t.io.blocks_written;
-  t.take_lowest();
+  t.slots.take();
   t.slot_of[key] = slot;
   return true;
 }
@@ -248,7 +249,7 @@ bool KvTierStore::read(Tier& t, std::uint64_t key, std::byte* out, bool count_fa
   const auto start = std::chrono::steady_clock::now();
   std::string problem;
   if (t.options.medium == TierMedium::kHost) {
-    std::memcpy(out, t.host.data() + static_cast<std::size_t>(slot) * block_bytes_, block_bytes_);
+    std::memcpy(out, t.slots.bytes(slot), block_bytes_);
     if (tier_checksum(key, out, block_bytes_) != t.host_checksum[static_cast<std::size_t>(slot)])
       problem = "checksum mismatch";
   } else {
@@ -285,7 +286,7 @@ bool KvTierStore::read(Tier& t, std::uint64_t key, std::byte* out, bool count_fa
 void KvTierStore::free_slot(Tier& t, std::uint64_t key) {
   const auto it = t.slot_of.find(key);
   if (it == t.slot_of.end()) return;
-  t.freed.push(it->second);
+  t.slots.release(it->second);
   t.slot_of.erase(it);
 }
 
@@ -303,12 +304,14 @@ void KvTierStore::check_invariants() const {
   for (int k = 0; k < num_tiers(); ++k) {
     const Tier& t = tier_at(k);
     if (static_cast<std::int64_t>(t.slot_of.size()) != chain_.held(k) ||
-        t.slot_of.size() + t.num_free() != static_cast<std::size_t>(t.options.capacity_blocks)) {
-      throw InternalError("KvTierStore", t.options.name + ": " + std::to_string(t.slot_of.size()) +
-                                             " slots used and " + std::to_string(t.num_free()) +
-                                             " free, but the chain holds " +
-                                             std::to_string(chain_.held(k)) + " of " +
-                                             std::to_string(t.options.capacity_blocks));
+        t.slot_of.size() + static_cast<std::size_t>(t.slots.num_free()) !=
+            static_cast<std::size_t>(t.options.capacity_blocks)) {
+      throw InternalError("KvTierStore",
+                          t.options.name + ": " + std::to_string(t.slot_of.size()) +
+                              " slots used and " +
+                              std::to_string(static_cast<std::size_t>(t.slots.num_free())) +
+                              " free, but the chain holds " + std::to_string(chain_.held(k)) +
+                              " of " + std::to_string(t.options.capacity_blocks));
     }
     for (const auto& [key, slot] : t.slot_of) {
       if (chain_.locate(key) != k) {

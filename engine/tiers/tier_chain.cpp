@@ -1,5 +1,5 @@
 // TierChain: LRU tiers of block keys below the device's prefix cache.
-#include "engine/prefix/tier_chain.h"
+#include "engine/tiers/tier_chain.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // TierPrefetcher: a FIFO of prefix reads served by one IO thread.
-#include "engine/sched/tier_prefetch.h"
+#include "engine/tiers/tier_prefetch.h"
 
 #include <chrono>
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/sched/tier_prefetch.h"
+#include "engine/tiers/tier_prefetch.h"
 
 namespace kvscope {
 namespace {

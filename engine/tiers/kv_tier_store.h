@@ -21,12 +21,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/common/zeroed_buffer.h"
-#include "engine/prefix/tier_chain.h"
+#include "engine/kv/event_payloads.h"
+#include "engine/tiers/block_slots.h"
+#include "engine/tiers/tier_chain.h"
 
 namespace kvscope {
-
-enum class TierMedium { kHost, kDisk };
 
 struct KvTierOptions {
   std::string name;  // "host", "disk": how reports name it
@@ -100,21 +99,8 @@ class KvTierStore {
     KvTierOptions options;
     KvTierIo io;
     std::unordered_map<std::uint64_t, int> slot_of;  // key -> slot
-    // Free slots, lowest id first: every slot from next_unused on, and those given back below it.
-    int next_unused = 0;
-    std::priority_queue<int, std::vector<int>, std::greater<int>> freed;
-    bool has_free() const { return !freed.empty() || next_unused < options.capacity_blocks; }
-    int lowest_free() const { return freed.empty() ? next_unused : freed.top(); }
-    void take_lowest() {
-      if (freed.empty())
-        ++next_unused;
-      else
-        freed.pop();
-    }
-    std::size_t num_free() const {
-      return freed.size() + static_cast<std::size_t>(options.capacity_blocks - next_unused);
-    }
-    ZeroedBuffer host;                         // host: [capacity][block_bytes]
+    // Host: the blocks' bytes in RAM; disk: the numbering of the file's records (no bytes).
+    BlockSlots slots;
     std::vector<std::uint64_t> host_checksum;  // host: [capacity]
     int fd = -1;                               // disk
     std::string path;

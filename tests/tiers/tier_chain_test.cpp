@@ -1,6 +1,6 @@
 // TierChain: blocks the device evicts move down LRU tiers; a full tier passes its least recently
 // used block to the next, the last drops it; a lookup refreshes the block where it is.
-#include "engine/prefix/tier_chain.h"
+#include "engine/tiers/tier_chain.h"
 
 #include <gtest/gtest.h>
 

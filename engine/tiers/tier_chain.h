@@ -50,7 +50,7 @@ class TierChain {
   // A block the device evicted: it enters the first tier as the most recently used (leaving the
   // tier that held it, if one did), and each tier over its capacity passes its least recently used
   // block down. Returns those pass-downs in the order they happened, the first tier's first (what
-  // a store holding the blocks' bytes replays: engine/sched/kv_tier_store).
+  // a store holding the blocks' bytes replays: engine/tiers/kv_tier_store).
   std::vector<TierMove> demote(std::uint64_t key);
   // The tier that holds `key` (0 = the first), which counts a hit and makes it its most recently
   // used block; nullopt when no tier holds it.

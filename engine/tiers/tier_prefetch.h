@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/sched/kv_tier_store.h"
+#include "engine/tiers/kv_tier_store.h"
 
 namespace kvscope {
 

@@ -1,7 +1,7 @@
 // KvTierStore: blocks round-trip the host and disk tiers byte for byte in every KV format; a torn,
 // corrupt or foreign disk record is caught by its check and never served; a disk that refuses a
 // write drops that block and the store goes on; a missing directory is a one-line error.
-#include "engine/sched/kv_tier_store.h"
+#include "engine/tiers/kv_tier_store.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
