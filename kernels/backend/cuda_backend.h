@@ -1,7 +1,8 @@
 // The engine's Backend on a CUDA device: `--backend cuda` (a GPU, through the CUDA runtime and
 // cuBLAS) and `--backend cuda-sim` (the same code on the emulated device: the runtime and cuBLAS
 // stand-ins of kernels/sim/cuda_api_sim.h and the SIMT emulator). Both are one class over
-// DeviceOps (device_ops.h), whose body is compiled once by nvcc and once by g++.
+// DeviceOps (device_ops.h), whose body is compiled once by nvcc and once by g++: CudaBackend,
+// declared in cuda_backend_impl.h (internal to kvscope_cuda; it says how its code is split).
 //
 // The backend owns its device memory: the weights, converted to the GEMM type and uploaded once
 // (on first use); a device copy of each KV pool it writes (the host pool's bytes are not used);

@@ -1,9 +1,11 @@
 // DeviceBuffer: one device allocation through DeviceOps, freed with its owner (move-only). The
-// CUDA backend's pools, weights and scratch buffers are these.
+// CUDA backend's pools, weights and scratch buffers are these; CachedUpload keeps host data that
+// rarely changes (a step's block tables) in one, uploading it again only when it changed.
 #pragma once
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "kernels/backend/device_ops.h"
 
@@ -51,5 +53,25 @@ inline DeviceBuffer& grown(device::DeviceOps& ops, DeviceBuffer& b, std::size_t 
   if (b.bytes() < bytes) b = DeviceBuffer(ops, bytes > 2 * b.bytes() ? bytes : 2 * b.bytes());
   return b;
 }
+
+// Host data kept on the device in a buffer of its own, copied again only when it changed.
+template <class T>
+class CachedUpload {
+ public:
+  // The device copy of `host` (device memory, valid until the next stage()): uploaded when it
+  // differs from what the buffer holds (equal data is already there: same size, same values).
+  const T* stage(device::DeviceOps& ops, const std::vector<T>& host) {
+    if (host != held_) {
+      const std::size_t bytes = host.size() * sizeof(T);
+      ops.to_device(grown(ops, buffer_, bytes).template as<T>(), host.data(), bytes);
+      held_ = host;
+    }
+    return buffer_.as<T>();
+  }
+
+ private:
+  DeviceBuffer buffer_;
+  std::vector<T> held_;  // what buffer_ holds
+};
 
 }  // namespace kvscope
