@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_verbs.h"
 #include "cli/sdpa_baseline.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_format.h"
@@ -232,6 +233,32 @@ int bench_attention(const Args& args) {
   }
   if (json) std::printf("%s\n", rows.dump().c_str());
   return 0;
+}
+
+const Subverb& bench_attention_verb() {
+  static const Subverb verb{
+      "attention",
+      "CUDA decode attention at Llama-3-8B's shape vs a device copy (needs a GPU)",
+      {"--backend", "--batch", "--contexts", "--formats", "--block-size", "--repeat", "--sdpa"},
+      {"--json"},
+      R"(usage: kvscope bench attention [options]
+
+CUDA decode attention at Llama-3-8B's shape (32 query heads, 8 KV heads of 128): K/V bytes read
+per second beside a device-to-device copy in the same run, paged vs contiguous, per format.
+
+  --backend cuda|cuda-sim    cuda (default: needs a GPU) or cuda-sim (the emulated device, times
+                             meaningless; checks that every path executes)
+  --batch LIST               sequences (default 1,8,64; cuda-sim 1,2)
+  --contexts LIST            context lengths (default 1024,8192,32768; cuda-sim 256,1024)
+  --formats LIST             K/V formats (default fp16,int8,fp8-e4m3)
+  --block-size B             KV block size in tokens (default 16)
+  --repeat R                 repeats (default 20; cuda-sim 1)
+  --sdpa auto|off            auto: PyTorch's SDPA at fp16 beside them when torch sees the GPU
+                             (scripts/sdpa_bench.py)
+  --json                     print the figures as JSON
+)",
+      bench_attention};
+  return verb;
 }
 
 }  // namespace kvscope::cli

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/backend_flag.h"
+#include "cli/bench_verbs.h"
 #include "cli/format.h"
 #include "cli/progress.h"
 #include "engine/backend/cpu/quant_matmul.h"
@@ -217,6 +219,34 @@ int bench_batch(const Args& args) {
     }
   }
   return 0;
+}
+
+const Subverb& bench_batch_verb() {
+  static const Subverb verb{
+      "batch",
+      "decode tokens/s with N sequences per step, each step one batched forward",
+      {"--model", "--seqs", "--steps", "--repeat", "--threads", "--block-size", "--weight-format",
+       "--backend", "--device-weights"},
+      {"--json"},
+      with_backend_help(R"(usage: kvscope bench batch [options]
+
+Decode tokens/s with N sequences per step, each step one batched forward (the weights read once
+per step), the sizes interleaved within each repeat; each size's speed-up over the first. On a
+CUDA backend each size runs the whole step on the device and the same ops one by one, with the
+copies between host and device per step (cuda-sim: the emulator's times).
+
+  --model PATH|NAME          model (default synthetic:smollm2-135m, random weights)
+  --seqs LIST                sequences per step (default 1,4,16)
+  --steps N                  decode steps (default 32)
+  --repeat R                 repeats (default 3)
+  --threads T                CPU threads (default: all cores)
+  --block-size B             KV block size in tokens (default 16)
+  --weight-format native|f32 GGUF models' weights (default native)
+%BACKEND%
+  --json                     print the figures as JSON
+)"),
+      bench_batch};
+  return verb;
 }
 
 }  // namespace kvscope::cli

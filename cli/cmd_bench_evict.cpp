@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_verbs.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "engine/analysis/eviction_quality.h"
@@ -116,6 +117,30 @@ int bench_evict(const Args& args) {
   std::printf("  in lockstep    median %.2f s (%.1f positions/s)\n", b, positions / b);
   std::printf("  lockstep / one at a time: %.2fx faster, figures bit-identical\n", a / b);
   return 0;
+}
+
+const Subverb& bench_evict_verb() {
+  static const Subverb verb{
+      "evict",
+      "an eviction sweep run one at a time vs in lockstep, same figures",
+      {"--model", "--tokenizer", "--tokens", "--budgets", "--threads", "--repeat"},
+      {"--json"},
+      R"(usage: kvscope bench evict [options]
+
+An eviction sweep scored on the real model (window, h2o, h2o compacted at each budget, as the
+UI's quality panel runs it), one run at a time against all in lockstep (one engine step per
+position for every run), interleaved; the two must give the same figures, bit for bit.
+
+  --model PATH|NAME          model (default stories260K.bin)
+  --tokenizer PATH           tokenizer (default: found beside the model)
+  --tokens N                 tokens of the eval text (default 512)
+  --budgets LIST             budgets (default 16,32,64,128)
+  --threads T                CPU threads (default 1)
+  --repeat R                 interleaved repeats (default 3)
+  --json                     print the figures as JSON
+)",
+      bench_evict};
+  return verb;
 }
 
 }  // namespace kvscope::cli

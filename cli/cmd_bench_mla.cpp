@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cache.h"
+#include "cli/bench_verbs.h"
 #include "cli/format.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/cpu/mla_ops.h"
@@ -132,6 +133,29 @@ int bench_mla(const Args& args) {
       human_bytes(b_mha * tokens).c_str(), human_bytes(b_mla * tokens).c_str(), b_mha / b_mla,
       macs_mla / macs_mha);
   return 0;
+}
+
+const Subverb& bench_mla_verb() {
+  static const Subverb verb{
+      "mla",
+      "absorbed latent (MLA) attention vs MHA attention, one layer, same run",
+      {"--model", "--tokens", "--kv-dtype", "--block-size", "--threads", "--repeat"},
+      {},
+      R"(usage: kvscope bench mla [options]
+
+Decode attention over a latent (MLA) cache against the MHA cache of the same shape, one layer,
+measured in the same run (interleaved repeats, medians). Random weights and cache: the figure is
+the kernel cost, not a quality.
+
+  --model PATH|NAME          the shape (default synthetic:deepseek-v3-mla-dims)
+  --tokens N                 context length in tokens (default 1024)
+  --kv-dtype F               cache format (default fp32)
+  --block-size B             KV block size in tokens (default 16)
+  --threads T                CPU threads (default 1)
+  --repeat R                 interleaved repeats (default 7)
+)",
+      bench_mla};
+  return verb;
 }
 
 }  // namespace kvscope::cli

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_verbs.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "engine/analysis/kv_memory_probe.h"
@@ -204,6 +205,34 @@ int bench_tiers(const Args& args) {
   std::printf("break-even: %s; %s\n", verdict("host", host_even).c_str(),
               verdict("disk", disk_even).c_str());
   return 0;
+}
+
+const Subverb& bench_tiers_verb() {
+  static const Subverb verb{
+      "tiers",
+      "reload a cached prefix from host/disk tiers vs recompute it, per length",
+      {"--model", "--tokenizer", "--tokens", "--kv-dtype", "--block-size", "--threads", "--repeat",
+       "--dir"},
+      {"--json"},
+      R"(usage: kvscope bench tiers [options]
+
+When is reloading a cached prefix cheaper than recomputing it: per prefix length, its prefill in
+one step on the real model against reloading its blocks from a host tier (RAM) and a disk tier
+(a file in --dir, synced and dropped from the page cache, so reads come from the device), and
+the break-even length.
+
+  --model PATH|NAME          model (default stories260K.bin)
+  --tokenizer PATH           tokenizer (default: found beside the model)
+  --tokens LIST              prefix lengths (default doubling from the block size to 1,024)
+  --kv-dtype F               cache format (default fp16)
+  --block-size B             KV block size in tokens (default 16)
+  --threads T                CPU threads (default 1)
+  --repeat R                 repeats (default 5)
+  --dir D                    the disk tier's directory (default the temp directory)
+  --json                     print the figures as JSON
+)",
+      bench_tiers};
+  return verb;
 }
 
 }  // namespace kvscope::cli

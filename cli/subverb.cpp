@@ -2,6 +2,7 @@
 #include "cli/subverb.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "engine/common/error.h"
 
@@ -28,7 +29,40 @@ const Subverb* find_subverb(const SubverbCommand& command, const std::string& na
   return nullptr;
 }
 
+namespace {
+
+// The subverb's index in `argv` when flags come before it (`bench --threads 1 kv`, which the
+// previous release accepted): the first argument that is neither a flag nor a flag's value.
+std::optional<std::size_t> subverb_after_flags(const SubverbCommand& command, const Argv& argv) {
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a.rfind("--", 0) != 0) return find_subverb(command, a) ? std::optional(i) : std::nullopt;
+    if (a.find('=') != std::string::npos) continue;
+    for (const Subverb* v : command.verbs) {
+      if (v->value_flags.count(a) != 0) {
+        ++i;  // its value
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 int run_subverb_command(const SubverbCommand& command, const Argv& argv) {
+  if (!argv.empty() && argv[0].rfind("--", 0) == 0 && argv[0] != "--help") {
+    if (const auto at = subverb_after_flags(command, argv)) {
+      Argv moved = {argv[*at]};
+      for (std::size_t i = 0; i < argv.size(); ++i)
+        if (i != *at) moved.push_back(argv[i]);
+      std::string spelling = std::string("kvscope ") + command.name;
+      for (const std::string& a : moved) spelling.append(" ").append(a);
+      std::fprintf(stderr, "kvscope %s: note: name the subverb first; use `%s`\n", command.name,
+                   spelling.c_str());
+      return run_subverb_command(command, moved);
+    }
+  }
   if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
     std::fputs(subverb_list_help(command).c_str(), argv.empty() ? stderr : stdout);
     return argv.empty() ? kExitBadInput : 0;
