@@ -97,9 +97,9 @@ QualityPoint eviction_point(const QualityReport& r, const EvictionRunOptions& o,
 
 // ---- CSV ----
 
-// Reads a sweep CSV written by `kvscope eval format-sweep`, `mla-sweep` or `evict-sweep`, told apart
-// by the header. Throws kvscope::Error naming the file, line and column, the bad value and what
-// was expected.
+// Reads a sweep CSV written by `kvscope eval format-sweep`, `mla-sweep` or `evict-sweep`, told
+// apart by the header. Throws kvscope::Error naming the file, line and column, the bad value and
+// what was expected.
 QualitySweep load_sweep_csv(const std::string& path);
 // Merges `from` into `into`: a point with the same series and label replaces the old one, others
 // are appended; the CSV names are appended to `into.loaded`.
