@@ -27,7 +27,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }  // namespace
 
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
-           const std::set<std::string>& switches) {
+           const std::set<std::string>& switches, const std::string& command) {
   for (std::size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
     if (a.size() > 2 && a.rfind("--", 0) == 0) {
@@ -58,9 +58,12 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
             }
           }
         }
-        throw Error(flag, "unknown option" +
-                              (best.empty() ? std::string() : " (did you mean " + best + "?)") +
-                              "; see --help");
+        std::string what =
+            command.empty() ? "unknown option" : "does not apply to `kvscope " + command + "`";
+        if (!best.empty()) what.append(" (did you mean ").append(best).append("?)");
+        what.append("; see ").append(command.empty() ? "" : "kvscope ").append(command);
+        what.append(command.empty() ? "--help" : " --help");
+        throw Error(flag, what);
       }
     } else {
       positional_.push_back(a);

@@ -13,9 +13,10 @@ namespace kvscope::cli {
 
 class Args {
  public:
-  // `value_flags` take a value; `switches` do not. Throws kvscope::Error on unknown flags.
+  // `value_flags` take a value; `switches` do not. Throws kvscope::Error on unknown flags; with
+  // `command` ("bench batch") the error says the flag does not apply to `kvscope <command>`.
   Args(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
-       const std::set<std::string>& switches);
+       const std::set<std::string>& switches, const std::string& command = "");
 
   bool has(const std::string& flag) const {
     return values_.count(flag) != 0 || set_.count(flag) != 0;

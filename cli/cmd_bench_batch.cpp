@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/backend_flag.h"
+#include "cli/bench_verbs.h"
 #include "cli/format.h"
 #include "cli/progress.h"
 #include "engine/backend/cpu/quant_matmul.h"
@@ -80,6 +82,77 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t h = v.size() / 2;
   return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// One JSON row per batch size from the medians of `secs[path][size]` and the copies of
+// `traffic[path][size]`: tokens/s, ms per step, the speed-up over the first size, and on a device
+// the copies per step and the op-by-op path's figures.
+nlohmann::json batch_rows(const std::vector<std::vector<std::vector<double>>>& secs,
+                          const std::vector<std::vector<device::Traffic>>& traffic,
+                          const std::vector<int>& seqs, int steps, bool device) {
+  const std::size_t num_paths = secs.size();
+  nlohmann::json out = nlohmann::json::array();
+  const auto per_step = [&](std::uint64_t v) { return static_cast<double>(v) / steps; };
+  double base = 0.0;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    nlohmann::json row;
+    for (std::size_t p = 0; p < num_paths; ++p) {
+      const double m = median(secs[p][i]);
+      const double tps = static_cast<double>(seqs[i]) * steps / m;
+      if (p == 0 && i == 0) base = tps;
+      nlohmann::json j = {{"tokens_per_s", tps}, {"step_ms", 1000.0 * m / steps}};
+      if (device) {
+        const device::Traffic& t = traffic[p][i];
+        j["copies_to_device_per_step"] = per_step(t.to_device_copies);
+        j["bytes_to_device_per_step"] = per_step(t.to_device_bytes);
+        j["copies_to_host_per_step"] = per_step(t.to_host_copies);
+        j["bytes_to_host_per_step"] = per_step(t.to_host_bytes);
+      }
+      if (p == 0) {
+        row = j;
+        row["seqs"] = seqs[i];
+        row["speedup_vs_first"] = tps / base;
+      } else {
+        row["op_by_op"] = j;
+      }
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+// The table on stdout: per size on the CPU; per size and path, with the copies, on a device.
+void print_batch_tables(const nlohmann::json& out, const std::string& backend_name, bool device,
+                        int first_seqs) {
+  if (!device) {
+    std::printf("| sequences | tokens/s | ms per step | vs %d seq |\n|---:|---:|---:|---:|\n",
+                first_seqs);
+    for (const auto& row : out) {
+      std::printf("| %d | %.1f | %.2f | %.2fx |\n", row["seqs"].get<int>(),
+                  row["tokens_per_s"].get<double>(), row["step_ms"].get<double>(),
+                  row["speedup_vs_first"].get<double>());
+    }
+    return;
+  }
+  if (backend_name == "cuda-sim") {
+    std::printf(
+        "emulated device: times are the SIMT emulator's on this CPU, not a GPU's; the "
+        "copies are what a GPU would make\n");
+  }
+  std::printf(
+      "| sequences | path | tokens/s | ms per step | copies up / down per step | "
+      "bytes up / down per step |\n|---:|---|---:|---:|---:|---:|\n");
+  for (const auto& row : out) {
+    for (const nlohmann::json* j : {&row, row.contains("op_by_op") ? &row["op_by_op"] : nullptr}) {
+      if (j == nullptr) continue;
+      std::printf("| %d | %s | %.2f | %.1f | %.0f / %.0f | %s / %s |\n", row["seqs"].get<int>(),
+                  j == &row ? "whole step" : "op by op", (*j)["tokens_per_s"].get<double>(),
+                  (*j)["step_ms"].get<double>(), (*j)["copies_to_device_per_step"].get<double>(),
+                  (*j)["copies_to_host_per_step"].get<double>(),
+                  human_bytes((*j)["bytes_to_device_per_step"].get<double>()).c_str(),
+                  human_bytes((*j)["bytes_to_host_per_step"].get<double>()).c_str());
+    }
+  }
 }
 
 }  // namespace
@@ -152,33 +225,7 @@ int bench_batch(const Args& args) {
       }
     }
   }
-  nlohmann::json out = nlohmann::json::array();
-  const auto per_step = [&](std::uint64_t v) { return static_cast<double>(v) / steps; };
-  double base = 0.0;
-  for (std::size_t i = 0; i < seqs.size(); ++i) {
-    nlohmann::json row;
-    for (std::size_t p = 0; p < paths.size(); ++p) {
-      const double m = median(secs[p][i]);
-      const double tps = static_cast<double>(seqs[i]) * steps / m;
-      if (p == 0 && i == 0) base = tps;
-      nlohmann::json j = {{"tokens_per_s", tps}, {"step_ms", 1000.0 * m / steps}};
-      if (device) {
-        const device::Traffic& t = traffic[p][i];
-        j["copies_to_device_per_step"] = per_step(t.to_device_copies);
-        j["bytes_to_device_per_step"] = per_step(t.to_device_bytes);
-        j["copies_to_host_per_step"] = per_step(t.to_host_copies);
-        j["bytes_to_host_per_step"] = per_step(t.to_host_bytes);
-      }
-      if (p == 0) {
-        row = j;
-        row["seqs"] = seqs[i];
-        row["speedup_vs_first"] = tps / base;
-      } else {
-        row["op_by_op"] = j;
-      }
-    }
-    out.push_back(row);
-  }
+  const nlohmann::json out = batch_rows(secs, traffic, seqs, steps, device);
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -187,36 +234,36 @@ int bench_batch(const Args& args) {
               loaded.model->source().c_str(), backend->name().c_str(),
               threads > 0 ? threads : omp_get_num_procs(), block_size,
               device ? "on the device" : cpu::describe_weight_format(*loaded.model).c_str());
-  if (!device) {
-    std::printf("| sequences | tokens/s | ms per step | vs %d seq |\n|---:|---:|---:|---:|\n",
-                seqs.front());
-    for (const auto& row : out) {
-      std::printf("| %d | %.1f | %.2f | %.2fx |\n", row["seqs"].get<int>(),
-                  row["tokens_per_s"].get<double>(), row["step_ms"].get<double>(),
-                  row["speedup_vs_first"].get<double>());
-    }
-    return 0;
-  }
-  if (backend->name() == "cuda-sim") {
-    std::printf(
-        "emulated device: times are the SIMT emulator's on this CPU, not a GPU's; the "
-        "copies are what a GPU would make\n");
-  }
-  std::printf(
-      "| sequences | path | tokens/s | ms per step | copies up / down per step | "
-      "bytes up / down per step |\n|---:|---|---:|---:|---:|---:|\n");
-  for (const auto& row : out) {
-    for (const nlohmann::json* j : {&row, row.contains("op_by_op") ? &row["op_by_op"] : nullptr}) {
-      if (j == nullptr) continue;
-      std::printf("| %d | %s | %.2f | %.1f | %.0f / %.0f | %s / %s |\n", row["seqs"].get<int>(),
-                  j == &row ? "whole step" : "op by op", (*j)["tokens_per_s"].get<double>(),
-                  (*j)["step_ms"].get<double>(), (*j)["copies_to_device_per_step"].get<double>(),
-                  (*j)["copies_to_host_per_step"].get<double>(),
-                  human_bytes((*j)["bytes_to_device_per_step"].get<double>()).c_str(),
-                  human_bytes((*j)["bytes_to_host_per_step"].get<double>()).c_str());
-    }
-  }
+  print_batch_tables(out, backend->name(), device, seqs.front());
   return 0;
+}
+
+const Subverb& bench_batch_verb() {
+  static const Subverb verb{
+      "batch",
+      "decode tokens/s with N sequences per step, each step one batched forward",
+      {"--model", "--seqs", "--steps", "--repeat", "--threads", "--block-size", "--weight-format",
+       "--backend", "--device-weights"},
+      {"--json"},
+      with_backend_help(R"(usage: kvscope bench batch [options]
+
+Decode tokens/s with N sequences per step, each step one batched forward (the weights read once
+per step), the sizes interleaved within each repeat; each size's speed-up over the first. On a
+CUDA backend each size runs the whole step on the device and the same ops one by one, with the
+copies between host and device per step (cuda-sim: the emulator's times).
+
+  --model PATH|NAME          model (default synthetic:smollm2-135m, random weights)
+  --seqs LIST                sequences per step (default 1,4,16)
+  --steps N                  decode steps (default 32)
+  --repeat R                 repeats (default 3)
+  --threads T                CPU threads (default: all cores)
+  --block-size B             KV block size in tokens (default 16)
+  --weight-format native|f32 GGUF models' weights (default native)
+%BACKEND%
+  --json                     print the figures as JSON
+)"),
+      bench_batch};
+  return verb;
 }
 
 }  // namespace kvscope::cli

@@ -1,5 +1,5 @@
 // kvscope bench evict: a sweep of token-eviction runs scored on the real model (what `eval
-// --sweep-evict`, `eval --streaming` and the UI's quality panel do), run one at a time (one
+// evict-sweep`, `eval streaming` and the UI's quality panel do), run one at a time (one
 // engine step per position of each run) against in lockstep (QualityEvaluator::evaluate_all: one
 // step per position holding a token of every run, so the weights are read once per position).
 // The two are interleaved within each repeat and must give the same figures, bit for bit.
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_verbs.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "engine/analysis/eviction_quality.h"
@@ -28,6 +29,40 @@ using Clock = std::chrono::steady_clock;
 bool same_figures(const QualityReport& a, const QualityReport& b) {
   return a.positions == b.positions && a.ppl_variant == b.ppl_variant && a.kl_mean == b.kl_mean &&
          a.kl_max == b.kl_max && a.top1_agreement == b.top1_agreement;
+}
+
+// One repeat: every run alone, then all in lockstep; the seconds of each, after checking that
+// both give the same figures.
+std::pair<double, double> time_repeat(const QualityEvaluator& evaluator,
+                                      const std::vector<EvictionRunOptions>& runs,
+                                      Progress& progress, int r) {
+  std::vector<QualityReport> alone;
+  progress.step("repeat " + std::to_string(r + 1) + ", one at a time");
+  auto start = Clock::now();
+  for (const EvictionRunOptions& o : runs) {
+    EvictionVariant v(o);
+    alone.push_back(evaluator.evaluate(v));
+    progress.update(static_cast<long>(alone.size()), static_cast<long>(runs.size()));
+  }
+  const double alone_s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<std::unique_ptr<EvictionVariant>> variants;
+  std::vector<CacheVariant*> all;
+  for (const EvictionRunOptions& o : runs) {
+    variants.push_back(std::make_unique<EvictionVariant>(o));
+    all.push_back(variants.back().get());
+  }
+  progress.step("repeat " + std::to_string(r + 1) + ", in lockstep");
+  start = Clock::now();
+  const std::vector<QualityReport> together = evaluator.evaluate_all(all);
+  const double together_s = std::chrono::duration<double>(Clock::now() - start).count();
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (!same_figures(alone[i], together[i])) {
+      throw InternalError("bench evict", alone[i].variant +
+                                             ": the lockstep run's figures differ from the "
+                                             "run alone (they must be bit-identical)");
+    }
+  }
+  return {alone_s, together_s};
 }
 
 }  // namespace
@@ -69,32 +104,9 @@ int bench_evict(const Args& args) {
   {
     Progress progress("bench evict", 2 * repeat, "runs");
     for (int r = 0; r < repeat; ++r) {
-      std::vector<QualityReport> alone;
-      progress.step("repeat " + std::to_string(r + 1) + ", one at a time");
-      auto start = Clock::now();
-      for (const EvictionRunOptions& o : runs) {
-        EvictionVariant v(o);
-        alone.push_back(evaluator.evaluate(v));
-        progress.update(static_cast<long>(alone.size()), static_cast<long>(runs.size()));
-      }
-      alone_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-      std::vector<std::unique_ptr<EvictionVariant>> variants;
-      std::vector<CacheVariant*> all;
-      for (const EvictionRunOptions& o : runs) {
-        variants.push_back(std::make_unique<EvictionVariant>(o));
-        all.push_back(variants.back().get());
-      }
-      progress.step("repeat " + std::to_string(r + 1) + ", in lockstep");
-      start = Clock::now();
-      const std::vector<QualityReport> together = evaluator.evaluate_all(all);
-      together_s.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-      for (std::size_t i = 0; i < runs.size(); ++i) {
-        if (!same_figures(alone[i], together[i])) {
-          throw InternalError("bench evict", alone[i].variant +
-                                                 ": the lockstep run's figures differ from the "
-                                                 "run alone (they must be bit-identical)");
-        }
-      }
+      const auto [alone, together] = time_repeat(evaluator, runs, progress, r);
+      alone_s.push_back(alone);
+      together_s.push_back(together);
     }
   }
   std::sort(alone_s.begin(), alone_s.end());
@@ -116,6 +128,30 @@ int bench_evict(const Args& args) {
   std::printf("  in lockstep    median %.2f s (%.1f positions/s)\n", b, positions / b);
   std::printf("  lockstep / one at a time: %.2fx faster, figures bit-identical\n", a / b);
   return 0;
+}
+
+const Subverb& bench_evict_verb() {
+  static const Subverb verb{
+      "evict",
+      "an eviction sweep run one at a time vs in lockstep, same figures",
+      {"--model", "--tokenizer", "--tokens", "--budgets", "--threads", "--repeat"},
+      {"--json"},
+      R"(usage: kvscope bench evict [options]
+
+An eviction sweep scored on the real model (window, h2o, h2o compacted at each budget, as the
+UI's quality panel runs it), one run at a time against all in lockstep (one engine step per
+position for every run), interleaved; the two must give the same figures, bit for bit.
+
+  --model PATH|NAME          model (default stories260K.bin)
+  --tokenizer PATH           tokenizer (default: found beside the model)
+  --tokens N                 tokens of the eval text (default 512)
+  --budgets LIST             budgets (default 16,32,64,128)
+  --threads T                CPU threads (default 1)
+  --repeat R                 interleaved repeats (default 3)
+  --json                     print the figures as JSON
+)",
+      bench_evict};
+  return verb;
 }
 
 }  // namespace kvscope::cli

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cache.h"
+#include "cli/bench_verbs.h"
 #include "cli/format.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/cpu/mla_ops.h"
@@ -27,6 +28,73 @@ std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) 
   std::vector<float> out(n);
   for (float& x : out) x = normal(rng);
   return out;
+}
+
+// The calls per timing (doubled until `calls` of `a` take 20 ms), then `repeat` timings of a and
+// of b, interleaved so drift hits both: their median seconds per call.
+template <typename A, typename B>
+std::pair<double, double> interleaved_medians(const A& a, const B& b, int repeat, int& calls) {
+  auto time_calls = [](const auto& call, int n) {
+    auto start = Clock::now();
+    for (int i = 0; i < n; ++i) call();
+    return std::chrono::duration<double>(Clock::now() - start).count() / n;
+  };
+  while (time_calls(a, calls) * calls < 0.02 && calls < (1 << 20)) calls *= 2;
+  std::vector<double> t_a, t_b;
+  for (int r = 0; r < repeat; ++r) {
+    t_a.push_back(time_calls(a, calls));
+    t_b.push_back(time_calls(b, calls));
+  }
+  std::sort(t_a.begin(), t_a.end());
+  std::sort(t_b.begin(), t_b.end());
+  return {t_a[t_a.size() / 2], t_b[t_b.size() / 2]};
+}
+
+// One latent attention head group: H heads over rank-R latents with a D-dim RoPE key.
+cpu::LatentAttentionShape latent_shape(int H, int hd, int R, int D) {
+  cpu::LatentAttentionShape ls;
+  ls.n_heads = H;
+  ls.rank = R;
+  ls.rope_heads = 1;
+  ls.rope_dim = D;
+  ls.score_divisor = std::sqrt(static_cast<float>(hd + D));
+  return ls;
+}
+
+// What bench mla measured, for its table.
+struct MlaBenchFigures {
+  std::string source, format;
+  int tokens, block_size, threads, repeat, calls;
+  int H, hd, R, D;      // query heads, head dim, latent rank, RoPE key dims
+  double m_mha, m_mla;  // median seconds per call
+  double b_mha, b_mla;  // cache bytes per token
+};
+
+void print_mla_bench(const MlaBenchFigures& f) {
+  const int tokens = f.tokens, H = f.H, hd = f.hd, R = f.R, D = f.D;
+  const double m_mha = f.m_mha, m_mla = f.m_mla, b_mha = f.b_mha, b_mla = f.b_mla;
+  const double macs_mha = 2.0 * tokens * H * hd;
+  const double macs_mla = static_cast<double>(tokens) * H * (2.0 * R + D) + 2.0 * H * hd * R;
+  const bool labelled = f.source.find("random weights") != std::string::npos;
+  std::printf(
+      "%s%s: decode attention over %d cached tokens, one layer, %s cache, "
+      "block %d, %d thread(s); median of %d x %d calls\n",
+      labelled ? "" : "[random weights] ", f.source.c_str(), tokens, f.format.c_str(), f.block_size,
+      f.threads, f.repeat, f.calls);
+  std::printf("  %-34s %10s %14s %16s %14s\n", "kernel", "us/call", "vs MHA time",
+              "cache bytes/token", "multiply-adds");
+  std::printf("  %-34s %10.1f %13.2fx %16s %14s\n", "MHA (128 KV heads x 128, K and V)",
+              m_mha * 1e6, 1.0, with_commas(static_cast<std::int64_t>(b_mha)).c_str(),
+              with_commas(static_cast<std::int64_t>(macs_mha)).c_str());
+  char label[64];
+  std::snprintf(label, sizeof label, "MLA absorbed (latent %d + RoPE %d)", R, D);
+  std::printf("  %-34s %10.1f %13.2fx %16s %14s\n", label, m_mla * 1e6, m_mla / m_mha,
+              with_commas(static_cast<std::int64_t>(b_mla)).c_str(),
+              with_commas(static_cast<std::int64_t>(macs_mla)).c_str());
+  std::printf(
+      "  cache read per call: MHA %s, MLA %s (%.1fx less); MLA does %.1fx the multiply-adds\n",
+      human_bytes(b_mha * tokens).c_str(), human_bytes(b_mla * tokens).c_str(), b_mha / b_mla,
+      macs_mla / macs_mha);
 }
 
 }  // namespace
@@ -68,12 +136,7 @@ int bench_mla(const Args& args) {
   std::vector<float> out(static_cast<std::size_t>(H) * hd), q_lat(static_cast<std::size_t>(H) * R),
       ctx(q_lat.size()), scratch;
   const AttentionShape shape{H, c.n_kv_heads, hd};
-  cpu::LatentAttentionShape ls;
-  ls.n_heads = H;
-  ls.rank = R;
-  ls.rope_heads = 1;
-  ls.rope_dim = D;
-  ls.score_divisor = std::sqrt(static_cast<float>(hd + D));
+  const cpu::LatentAttentionShape ls = latent_shape(H, hd, R, D);
 
   auto mha_call = [&] {
     cpu::paged_attention(mha.view(), 0, shape, q.data(), out.data(), tokens - 1, nullptr, scratch);
@@ -92,46 +155,48 @@ int bench_mla(const Args& args) {
                   w_uv.data() + static_cast<std::size_t>(h) * hd * R, R, hd);
     }
   };
-  auto time_calls = [](const auto& call, int calls) {
-    auto start = Clock::now();
-    for (int i = 0; i < calls; ++i) call();
-    return std::chrono::duration<double>(Clock::now() - start).count() / calls;
-  };
   int calls = 1;
-  while (time_calls(mha_call, calls) * calls < 0.02 && calls < (1 << 20)) calls *= 2;
-  std::vector<double> t_mha, t_mla;
-  for (int r = 0; r < repeat; ++r) {  // interleaved so drift hits both
-    t_mha.push_back(time_calls(mha_call, calls));
-    t_mla.push_back(time_calls(mla_call, calls));
-  }
-  std::sort(t_mha.begin(), t_mha.end());
-  std::sort(t_mla.begin(), t_mla.end());
-  const double m_mha = t_mha[t_mha.size() / 2], m_mla = t_mla[t_mla.size() / 2];
-  const double b_mha = mha.storage->layout().bytes_per_token();
-  const double b_mla = mla.storage->layout().bytes_per_token();
-  const double macs_mha = 2.0 * tokens * H * hd;
-  const double macs_mla = static_cast<double>(tokens) * H * (2.0 * R + D) + 2.0 * H * hd * R;
-  const bool labelled = source.find("random weights") != std::string::npos;
-  std::printf(
-      "%s%s: decode attention over %d cached tokens, one layer, %s cache, "
-      "block %d, %d thread(s); median of %d x %d calls\n",
-      labelled ? "" : "[random weights] ", source.c_str(), tokens, format.name().c_str(),
-      block_size, threads, repeat, calls);
-  std::printf("  %-34s %10s %14s %16s %14s\n", "kernel", "us/call", "vs MHA time",
-              "cache bytes/token", "multiply-adds");
-  std::printf("  %-34s %10.1f %13.2fx %16s %14s\n", "MHA (128 KV heads x 128, K and V)",
-              m_mha * 1e6, 1.0, with_commas(static_cast<std::int64_t>(b_mha)).c_str(),
-              with_commas(static_cast<std::int64_t>(macs_mha)).c_str());
-  char label[64];
-  std::snprintf(label, sizeof label, "MLA absorbed (latent %d + RoPE %d)", R, D);
-  std::printf("  %-34s %10.1f %13.2fx %16s %14s\n", label, m_mla * 1e6, m_mla / m_mha,
-              with_commas(static_cast<std::int64_t>(b_mla)).c_str(),
-              with_commas(static_cast<std::int64_t>(macs_mla)).c_str());
-  std::printf(
-      "  cache read per call: MHA %s, MLA %s (%.1fx less); MLA does %.1fx the multiply-adds\n",
-      human_bytes(b_mha * tokens).c_str(), human_bytes(b_mla * tokens).c_str(), b_mha / b_mla,
-      macs_mla / macs_mha);
+  const auto [m_mha, m_mla] = interleaved_medians(mha_call, mla_call, repeat, calls);
+  MlaBenchFigures f{source,
+                    format.name(),
+                    tokens,
+                    block_size,
+                    threads,
+                    repeat,
+                    calls,
+                    H,
+                    hd,
+                    R,
+                    D,
+                    m_mha,
+                    m_mla,
+                    mha.storage->layout().bytes_per_token(),
+                    mla.storage->layout().bytes_per_token()};
+  print_mla_bench(f);
   return 0;
+}
+
+const Subverb& bench_mla_verb() {
+  static const Subverb verb{
+      "mla",
+      "absorbed latent (MLA) attention vs MHA attention, one layer, same run",
+      {"--model", "--tokens", "--kv-dtype", "--block-size", "--threads", "--repeat"},
+      {},
+      R"(usage: kvscope bench mla [options]
+
+Decode attention over a latent (MLA) cache against the MHA cache of the same shape, one layer,
+measured in the same run (interleaved repeats, medians). Random weights and cache: the figure is
+the kernel cost, not a quality.
+
+  --model PATH|NAME          the shape (default synthetic:deepseek-v3-mla-dims)
+  --tokens N                 context length in tokens (default 1024)
+  --kv-dtype F               cache format (default fp32)
+  --block-size B             KV block size in tokens (default 16)
+  --threads T                CPU threads (default 1)
+  --repeat R                 interleaved repeats (default 7)
+)",
+      bench_mla};
+  return verb;
 }
 
 }  // namespace kvscope::cli

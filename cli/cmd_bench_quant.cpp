@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cache.h"
+#include "cli/bench_verbs.h"
 #include "cli/progress.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/error.h"
@@ -88,6 +89,27 @@ int bench_quant(const Args& args) {
                 L.bytes_per_token() / caches[0].storage->layout().bytes_per_token());
   }
   return 0;
+}
+
+const Subverb& bench_quant_verb() {
+  static const Subverb verb{"quant",
+                            "decode attention cost per KV format vs fp32, same run",
+                            {"--model", "--tokens", "--block-size", "--threads", "--repeat"},
+                            {},
+                            R"(usage: kvscope bench quant [options]
+
+Decode attention cost per KV format against fp32, measured in the same run (interleaved repeats,
+medians): the CPU paged_attention op alone on a cache of the model's per-layer shape filled with
+random K/V, so the figure is the dequantize-on-read cost.
+
+  --model PATH|NAME          the shape (default stories260K.bin)
+  --tokens N                 context length in tokens (default 512)
+  --block-size B             KV block size in tokens (default 16)
+  --threads T                CPU threads (default 1)
+  --repeat R                 interleaved repeats (default 7)
+)",
+                            bench_quant};
+  return verb;
 }
 
 }  // namespace kvscope::cli

@@ -1,4 +1,4 @@
-// kvscope eval --evict and --sweep-evict: eviction variants against the fp32 reference.
+// kvscope eval evict, evict-sweep and streaming: eviction variants against the fp32 reference.
 #include "cli/eval_evict.h"
 
 #include <algorithm>
@@ -36,7 +36,7 @@ EvictResult evaluate(const QualityEvaluator& evaluator, const EvictionRunOptions
   scope.bucket_size = setup.bucket_size;
   QualityReport report;
   {
-    Progress progress("eval --evict", 1, "positions");
+    Progress progress("eval evict", 1, "positions");
     progress.step(variant.name());
     report = evaluator.evaluate(variant, progress.callback(), scope);
   }
@@ -127,10 +127,26 @@ EvictionRunOptions parse_eviction_options(const Args& args, const KvFormat& k, c
   o.k_format = k;
   o.v_format = v;
   o.block_size = block_size;
-  o.evictor = parse_eviction_flags(args, args.get("--evict", "window"));
+  o.evictor = parse_eviction_flags(args, args.get("--policy", "window"), "--policy");
   o.context = args.get_int("--context", 0);
   if (o.context < 0) fail_expected("--context", "an integer >= 0", std::to_string(o.context));
   return o;
+}
+
+EvictRun prepare_evict_run(const Args& args) {
+  check_eval_input_flags(args);
+  const int block_size = eval_block_size(args);
+  const KvFormatPair f = eval_kv_formats(args, "fp32");
+  // The eviction flags before any model loads: a bad value fails now, not after the reference.
+  EvictRun r{{}, parse_eviction_options(args, f.k, f.v, block_size), nullptr, {}};
+  r.model = load_eval_model(args);
+  validate_kv_formats(args, f, block_size, r.model.config());
+  EvalText text = read_eval_text(args, r.model);
+  const int bucket = args.get_int("--bucket", args.has("--long") ? 256 : 0);
+  if (bucket < 0) fail_expected("--bucket", "an integer >= 0", std::to_string(bucket));
+  r.setup = {text.source, text.max_window, bucket, r.model.config().seq_len, args.has("--json")};
+  r.evaluator = run_reference(r.model, text, block_size);
+  return r;
 }
 
 int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& options,
@@ -271,7 +287,7 @@ void write_streaming_positions(
   plot.x_label = "position (bucket of " + std::to_string(setup.bucket_size) + " tokens)";
   plot.y_label = "perplexity per bucket (log)";
   plot.log_y = true;
-  plot.footnote = "kvscope eval --streaming; " +
+  plot.footnote = "kvscope eval streaming; " +
                   std::filesystem::path(setup.source).filename().string() + ", " +
                   std::to_string(setup.max_window) + "-token window";
   if (setup.max_window > setup.seq_len) {
@@ -334,11 +350,11 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
       runs.push_back(o);
     }
   }
-  const auto results = evaluate_together("eval --sweep-evict", evaluator, runs, setup);
+  const auto results = evaluate_together("eval evict-sweep", evaluator, runs, setup);
   checked_out_dir(out_dir);
   const double full_bytes = full_cache_bytes(results.front().second.report, setup, base.block_size);
   write_evict_csv(out_dir + "/evict_sweep.csv", results, full_bytes);
-  std::string command = "kvscope eval --sweep-evict";
+  std::string command = "kvscope eval evict-sweep";
   if (base.context > 0) command += " --context " + std::to_string(base.context);
   command += "; windows up to " + std::to_string(setup.max_window) + " tokens";
   PlotSpec kl;
@@ -415,7 +431,7 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
       }
     }
   }
-  const auto results = evaluate_together("eval --streaming", evaluator, runs, setup);
+  const auto results = evaluate_together("eval streaming", evaluator, runs, setup);
   checked_out_dir(out_dir);
   const QualityReport& ref = results.front().second.report;
   write_evict_csv(out_dir + "/streaming.csv", results,
@@ -425,7 +441,7 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
   ppl.x_label = "sink tokens kept (0 = window attention)";
   ppl.y_label = "perplexity (log; dense attention: dashed)";
   ppl.log_y = true;
-  ppl.footnote = "kvscope eval --streaming; windows up to " + std::to_string(setup.max_window) +
+  ppl.footnote = "kvscope eval streaming; windows up to " + std::to_string(setup.max_window) +
                  " tokens; " + std::filesystem::path(setup.source).filename().string();
   char ref_label[64];
   std::snprintf(ref_label, sizeof ref_label, "dense %.2f", ref.ppl_reference);
@@ -470,118 +486,6 @@ int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOpti
   print_past_context(results, setup);
   std::printf("wrote %s/streaming.csv, streaming_ppl.png%s\n", out_dir.c_str(),
               ref.buckets.empty() ? "" : ", streaming_positions.csv, streaming_positions.png");
-  return 0;
-}
-
-// A sink must hold its share over many queries: with 16, a strongly local model flags every
-// recent position (each is seen by a few nearby queries only).
-constexpr int kSinkMinQueries = 128;
-
-int run_attention_report(Transformer& transformer, const std::vector<std::vector<int>>& windows,
-                         const std::string& source, double threshold) {
-  const ModelConfig& c = transformer.config();
-  const std::vector<int> ks = {1, 2, 4, 8, 16, 32};
-  // [layer][k] mass on the k most recent tokens, averaged over heads and windows (query-weighted
-  // per window by the recorder); position-0 strength per layer; every sink found.
-  std::vector<std::vector<double>> local(static_cast<std::size_t>(c.n_layers),
-                                         std::vector<double>(ks.size(), 0.0));
-  std::vector<SinkReport> sinks;
-  std::vector<double> pos0(static_cast<std::size_t>(c.n_layers), 0.0);
-  // [layer][head] attention mass on position 0 summed over queries 1.. (query 0 sees only itself).
-  std::vector<double> share0(static_cast<std::size_t>(c.n_layers) * c.n_heads, 0.0);
-  long queries = 0, later_queries = 0;
-  for (const auto& w : windows) {
-    const int n = static_cast<int>(w.size());
-    AttentionRecorder rec({c.n_layers, c.n_heads, n}, 0, 8);
-    SoloSequence seq(kv_layout_for(c, 16, 1, KvFormat{}, KvFormat{}), n);
-    for (int token : w) seq.step(transformer, token, &rec);
-    for (int l = 0; l < c.n_layers; ++l) {
-      for (std::size_t i = 0; i < ks.size(); ++i) {
-        double m = 0.0;
-        for (int h = 0; h < c.n_heads; ++h) m += rec.local_mass(l, h, ks[i]);
-        local[static_cast<std::size_t>(l)][i] += m / c.n_heads * n;
-      }
-    }
-    for (const SinkReport& s : rec.detect_sinks(0.0, 16)) {
-      if (s.position == 0) pos0[static_cast<std::size_t>(s.layer)] += s.strength / c.n_heads * n;
-    }
-    for (const SinkReport& s : rec.detect_sinks(threshold, kSinkMinQueries)) sinks.push_back(s);
-    for (int l = 0; l < c.n_layers; ++l) {
-      for (int h = 0; h < c.n_heads; ++h) {
-        share0[static_cast<std::size_t>(l) * c.n_heads + h] += rec.cumulative(l, h, 0) - 1.0;
-      }
-    }
-    queries += n;
-    later_queries += n - 1;
-  }
-  std::printf(
-      "attention structure: %s, %zu windows, %ld queries, full fp32 cache, %d layers x %d heads\n",
-      source.c_str(), windows.size(), queries, c.n_layers, c.n_heads);
-  std::printf("| layer |");
-  for (int k : ks) std::printf(" last %d |", k);
-  std::printf(" position 0 strength |\n|---|");
-  for (std::size_t i = 0; i <= ks.size(); ++i) std::printf("---:|");
-  std::printf("\n");
-  for (int l = 0; l < c.n_layers; ++l) {
-    std::printf("| %d |", l);
-    for (std::size_t i = 0; i < ks.size(); ++i)
-      std::printf(" %.3f |", local[static_cast<std::size_t>(l)][i] / queries);
-    std::printf(" %.2fx |\n", pos0[static_cast<std::size_t>(l)] / queries);
-  }
-  std::printf(
-      "(mass on the k most recent tokens, itself included, mean over heads and queries; "
-      "position 0 strength = its mean attention / the uniform share 1/keys, mean over heads)\n");
-  std::printf(
-      "sinks (>= %.1fx the uniform share, mean over >= %d queries, per window and head): %zu\n",
-      threshold, kSinkMinQueries, sinks.size());
-  std::vector<int> by_pos;
-  for (const SinkReport& s : sinks) by_pos.push_back(s.position);
-  std::sort(by_pos.begin(), by_pos.end());
-  int zero = static_cast<int>(std::count(by_pos.begin(), by_pos.end(), 0));
-  std::printf("  at position 0: %d; elsewhere: %zu", zero,
-              sinks.size() - static_cast<std::size_t>(zero));
-  std::sort(sinks.begin(), sinks.end(),
-            [](const SinkReport& a, const SinkReport& b) { return a.strength > b.strength; });
-  // The five strongest (layer, head, position), each named once (its strongest window).
-  std::vector<const SinkReport*> strongest;
-  for (const SinkReport& s : sinks) {
-    if (strongest.size() == 5) break;
-    const bool seen = std::any_of(strongest.begin(), strongest.end(), [&](const SinkReport* t) {
-      return t->layer == s.layer && t->head == s.head && t->position == s.position;
-    });
-    if (!seen) strongest.push_back(&s);
-  }
-  for (std::size_t i = 0; i < strongest.size(); ++i) {
-    std::printf("%s layer %d head %d position %d %.1fx", i == 0 ? "; strongest:" : ",",
-                strongest[i]->layer, strongest[i]->head, strongest[i]->position,
-                strongest[i]->strength);
-  }
-  std::printf("\n");
-  if (later_queries == 0) return 0;
-  // Which heads are sinks: the share of each head's attention that goes to position 0.
-  std::printf("\nshare of attention on position 0 per head (mean over queries after the first):\n");
-  std::printf("| layer |");
-  for (int h = 0; h < c.n_heads; ++h) std::printf(" h%d |", h);
-  std::printf(" heads >= 50%% |\n|---|");
-  for (int h = 0; h <= c.n_heads; ++h) std::printf("---:|");
-  std::printf("\n");
-  int majority = 0, majority_first_two = 0;
-  for (int l = 0; l < c.n_layers; ++l) {
-    std::printf("| %d |", l);
-    int here = 0;
-    for (int h = 0; h < c.n_heads; ++h) {
-      const double s = share0[static_cast<std::size_t>(l) * c.n_heads + h] / later_queries;
-      std::printf(" %.0f%% |", 100.0 * s);
-      here += s >= 0.5;
-    }
-    std::printf(" %d |\n", here);
-    majority += here;
-    if (l < 2) majority_first_two += here;
-  }
-  std::printf(
-      "heads putting at least half their attention on position 0: %d of %d (%d of them in "
-      "layers 0-1)\n",
-      majority, c.n_layers * c.n_heads, majority_first_two);
   return 0;
 }
 

@@ -1,17 +1,18 @@
-// kvscope eval --evict / --sweep-evict: token eviction measured on the real model against the
-// full fp32 cache (perplexity, KL, top-1 agreement, peak KV bytes), one policy or a sweep over
+// kvscope eval evict / evict-sweep / streaming: token eviction measured on the real model against
+// the full fp32 cache (perplexity, KL, top-1 agreement, peak KV bytes), one policy or a sweep over
 // policies x budgets written as CSV + PNG.
 #pragma once
 
 #include <string>
 
 #include "cli/args.h"
+#include "cli/eval_input.h"
 #include "engine/analysis/eviction_quality.h"
 
 namespace kvscope::cli {
 
-// The eviction flags (cli/eviction_flags.h, --evict defaulting to window) and --context as run
-// options over K/V formats `k`, `v` and `block_size`.
+// The eviction flags (cli/eviction_flags.h; the policy is --policy, default window) and
+// --context as run options over K/V formats `k`, `v` and `block_size`.
 EvictionRunOptions parse_eviction_options(const Args& args, const KvFormat& k, const KvFormat& v,
                                           int block_size);
 
@@ -22,6 +23,17 @@ struct EvictEvalSetup {
   int seq_len = 0;      // the model's trained context
   bool json = false;
 };
+
+// What eval evict, evict-sweep and streaming share: K/V formats (fp32 unless given, so the loss is
+// eviction's alone), the eviction flags checked before the model loads, the windows, --bucket
+// (default 256 with --long) and the fp32 reference run.
+struct EvictRun {
+  EvalModel model;
+  EvictionRunOptions options;
+  std::unique_ptr<QualityEvaluator> evaluator;
+  EvictEvalSetup setup;
+};
+EvictRun prepare_evict_run(const Args& args);
 
 // One policy: a report on stdout. Returns the exit code.
 int run_evict_eval(const QualityEvaluator& evaluator, const EvictionRunOptions& options,
@@ -39,10 +51,5 @@ int run_evict_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions&
 int run_streaming_sweep(const QualityEvaluator& evaluator, const EvictionRunOptions& base,
                         const std::string& budgets, const EvictEvalSetup& setup,
                         const std::string& out_dir);
-
-// --attention: attention structure of the model on the windows, full cache (AttentionRecorder):
-// mass on the k most recent tokens per layer, and every sink found (threshold x uniform share).
-int run_attention_report(Transformer& transformer, const std::vector<std::vector<int>>& windows,
-                         const std::string& source, double threshold);
 
 }  // namespace kvscope::cli

@@ -1,4 +1,4 @@
-// kvscope eval --mla-sweep: the model converted to MLA at many ranks (mode A, mode B with a few
+// kvscope eval mla-sweep: the model converted to MLA at many ranks (mode A, mode B with a few
 // RoPE choices), measured against the fp32 cache, with every KV format on the same plots.
 #include <algorithm>
 #include <cstdio>
@@ -129,7 +129,7 @@ std::vector<MlaRow> evaluate_mla_rows(const QualityEvaluator& evaluator, const M
   std::vector<MlaRow> rows;
   int runs = 0;
   for (const std::vector<int>& r : ranks) runs += static_cast<int>(r.size());
-  Progress progress("eval --mla-sweep", runs, "positions");
+  Progress progress("eval mla-sweep", runs, "positions");
   for (std::size_t i = 0; i < series.size(); ++i) {
     const MlaSeries& s = series[i];
     for (int rank : ranks[i]) {
@@ -271,7 +271,7 @@ int run_mla_sweep(const QualityEvaluator& evaluator, const Model& model, int blo
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
-  std::string command = "kvscope eval --mla-sweep --block-size ";
+  std::string command = "kvscope eval mla-sweep --block-size ";
   command.append(std::to_string(block_size))
       .append(" (")
       .append(std::filesystem::path(source).filename().string())

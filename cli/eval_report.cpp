@@ -1,5 +1,6 @@
-// kvscope eval --sweep: every KV format against fp32 on the same windows, as a table, a CSV and
-// two Pareto plots (quality loss against exact bytes per token).
+// kvscope eval format's report of one variant, and eval format-sweep: every KV format against
+// fp32 on the same windows, as a table, a CSV and two Pareto plots (quality loss against exact
+// bytes per token).
 #include "cli/eval_report.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "cli/format.h"
 #include "cli/progress.h"
 #include "engine/analysis/sweep_csv.h"
+#include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
 #include "engine/quant/kv_format_registry.h"
@@ -21,7 +23,7 @@ std::vector<QualityReport> evaluate_format_sweep(const QualityEvaluator& evaluat
                                                  int block_size) {
   std::vector<QualityReport> reports;
   const auto& sweep = quant::kv_format_sweep();
-  Progress progress("eval --sweep", static_cast<int>(sweep.size()), "positions");
+  Progress progress("eval format-sweep", static_cast<int>(sweep.size()), "positions");
   for (const quant::KvLadderEntry& e : sweep) {
     auto variant = make_kv_format_variant(parse_kv_format(e.k, "sweep"),
                                           parse_kv_format(e.v, "sweep"), block_size);
@@ -48,24 +50,82 @@ nlohmann::json report_json(const QualityReport& r) {
           {"mean_window_tokens", r.mean_window_tokens}};
 }
 
-int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block_size,
-              const std::string& source, const std::string& out_dir, bool json) {
-  (void)c;
-  const std::vector<QualityReport> reports = evaluate_format_sweep(evaluator, block_size);
+namespace {
 
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
-  const std::string command = "kvscope eval --sweep --block-size " + std::to_string(block_size) +
-                              " (" + std::filesystem::path(source).filename().string() + ")";
-  write_file_atomically(out_dir + "/quant_sweep.csv", [&](std::ostream& os) {
-    SweepCsvWriter csv(os, SweepCsvKind::kFormats);
-    for (const QualityReport& r : reports) {
-      write_bytes_cells(csv, r);
-      write_quality_cells(csv, r);
-      csv.end_row();
-    }
-  });
+double mean_energy_kept(const MlaCodec& codec) {
+  double e = 0.0;
+  for (double x : codec.energy_kept) e += x / static_cast<double>(codec.energy_kept.size());
+  return e;
+}
+
+void print_one_variant(const QualityReport& r, const Model& model, const std::string& source,
+                       int block_size, const MlaCodec* codec) {
+  std::printf("eval: %s, %d windows, %ld scored positions, block %d\n", source.c_str(), r.windows,
+              r.positions, block_size);
+  std::printf("  variant              %s\n", r.variant.c_str());
+  // Native quantized matmuls round their input activations to 8 bits: a cache change as small
+  // as fp16's flips some of those roundings, which puts a floor under KL (about 3e-3 nats on
+  // SmolLM2 against fp16's own 3e-7 with f32 weights; docs/concepts/mla.md, "A note on native
+  // quantized weights").
+  if (model.native() != nullptr) {
+    std::printf(
+        "  weights              %s: 8-bit activations put a floor under KL; "
+        "--weight-format f32 measures the cache alone\n",
+        cpu::describe_weight_format(model).c_str());
+  }
+  if (codec != nullptr) {
+    const bool absorbed = codec->options.mode == MlaMode::kAbsorbed;
+    std::printf(
+        "  MLA                  rank %d of %d, %.2f%% of ||[W_k%s; W_v]||^2 kept (mean over "
+        "layers)%s\n",
+        codec->rank(), codec->full_rank, 100.0 * mean_energy_kept(*codec), absorbed ? "_nope" : "",
+        absorbed ? "; non-RoPE dims lose rotation, no fine-tuning" : "");
+  }
+  std::printf("  perplexity           %.4f (fp32 %.4f, delta %+.4f)\n", r.ppl_variant,
+              r.ppl_reference, r.ppl_variant - r.ppl_reference);
+  std::printf("  KL(fp32 || variant)  mean %.3e, max %.3e nats\n", r.kl_mean, r.kl_max);
+  std::printf("  top-1 agreement      %.2f%%\n", 100.0 * r.top1_agreement);
+  std::printf(
+      "  bytes per token      %.2f in blocks + %.0f per sequence = %.2f at %.0f tokens (fp32 "
+      "%.0f)\n",
+      r.footprint.bytes_per_token, r.footprint.bytes_per_sequence, r.effective_bytes_per_token,
+      r.mean_window_tokens, r.reference_bytes_per_token);
+}
+
+}  // namespace
+
+int report_one_variant(const QualityEvaluator& evaluator, CacheVariant& variant, const Model& model,
+                       const std::string& source, int block_size, const MlaCodec* codec,
+                       bool json) {
+  QualityReport r;
+  {
+    Progress progress("eval", 1, "positions");
+    progress.step(variant.name());
+    r = evaluator.evaluate(variant, progress.callback());
+  }
+  if (!json) {
+    print_one_variant(r, model, source, block_size, codec);
+    return 0;
+  }
+  nlohmann::json j = report_json(r);
+  j["source"] = source;
+  j["block_size"] = block_size;
+  j["weights"] = cpu::describe_weight_format(model);
+  if (codec != nullptr) {
+    j["mla_rank"] = codec->rank();
+    j["mla_full_rank"] = codec->full_rank;
+    j["mla_energy_kept_mean"] = mean_energy_kept(*codec);
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+namespace {
+
+// quant_pareto_kl.png and quant_pareto_ppl.png: each format's KL and perplexity change against
+// its compression, one series per ladder family.
+void write_pareto_plots(const std::vector<QualityReport>& reports, const std::string& command,
+                        const std::string& out_dir) {
   PlotSpec kl;
   kl.title = "KV formats: KL(fp32 || format) vs compression";
   kl.x_label = "compression vs fp32 (bytes/token incl. scales and KIVI staging)";
@@ -118,6 +178,30 @@ int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block
   }
   write_png_plot(kl, out_dir + "/quant_pareto_kl.png");
   write_png_plot(ppl, out_dir + "/quant_pareto_ppl.png");
+}
+
+}  // namespace
+
+int run_sweep(const QualityEvaluator& evaluator, const ModelConfig& c, int block_size,
+              const std::string& source, const std::string& out_dir, bool json) {
+  (void)c;
+  const std::vector<QualityReport> reports = evaluate_format_sweep(evaluator, block_size);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error(out_dir, "cannot create the --out directory: " + ec.message());
+  const std::string command = "kvscope eval format-sweep --block-size " +
+                              std::to_string(block_size) + " (" +
+                              std::filesystem::path(source).filename().string() + ")";
+  write_file_atomically(out_dir + "/quant_sweep.csv", [&](std::ostream& os) {
+    SweepCsvWriter csv(os, SweepCsvKind::kFormats);
+    for (const QualityReport& r : reports) {
+      write_bytes_cells(csv, r);
+      write_quality_cells(csv, r);
+      csv.end_row();
+    }
+  });
+  write_pareto_plots(reports, command, out_dir);
 
   if (json) {
     nlohmann::json j = nlohmann::json::array();

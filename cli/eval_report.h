@@ -1,4 +1,4 @@
-// Reports for kvscope eval: the JSON form of one QualityReport and the --sweep over every format
+// Reports for kvscope eval: one variant's report (JSON or text) and the sweep over every format
 // (table on stdout, CSV and PNG Pareto plots in a directory).
 #pragma once
 
@@ -7,11 +7,18 @@
 #include <vector>
 
 #include "engine/analysis/quality.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
 
 namespace kvscope::cli {
 
 nlohmann::json report_json(const QualityReport& r);
+
+// One variant (eval format, eval mla) evaluated against the reference and reported on stdout
+// (JSON or text): windows from `source`, the model's weight format, and with `codec` the MLA
+// rank and energy kept. Returns the exit code.
+int report_one_variant(const QualityEvaluator& evaluator, CacheVariant& variant, const Model& model,
+                       const std::string& source, int block_size, const MlaCodec* codec, bool json);
 
 // Evaluates every rung of the format ladder (quant::kv_format_sweep(), fp32 first) and returns
 // the reports in ladder order.

@@ -6,10 +6,11 @@
 
 namespace kvscope::cli {
 
-EvictorOptions parse_eviction_flags(const Args& args, const std::string& policy) {
+EvictorOptions parse_eviction_flags(const Args& args, const std::string& policy,
+                                    const char* policy_flag) {
   EvictorOptions o;
   EvictionConfig& p = o.policy;
-  p.kind = parse_eviction_kind(policy, "--evict");
+  p.kind = parse_eviction_kind(policy, policy_flag);
   p.budget = args.get_int("--budget", 64);
   p.sinks = args.get_int("--sinks", 4);
   p.recent = args.get_int("--recent", -1);

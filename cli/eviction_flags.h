@@ -1,6 +1,7 @@
-// The token-eviction flags `kvscope generate` and `kvscope eval` share (--evict --budget --sinks
-// --recent --obs-window --compact --positions): read and checked in this one place, so the two
-// commands accept the same values and refuse the others with the same messages.
+// The token-eviction flags `kvscope generate` and the `kvscope eval` eviction subverbs share
+// (--evict or eval's --policy, --budget --sinks --recent --obs-window --compact --positions): read
+// and checked in this one place, so the commands accept the same values and refuse the others with
+// the same messages.
 #pragma once
 
 #include <string>
@@ -19,6 +20,8 @@ inline constexpr const char* kEvictionDetailFlags[] = {"--budget",     "--sinks"
 // --compact never, --positions keep unless given. Checks what it can before any model loads:
 // --recent is a positive integer or -1, and the engine's rules for every evictor (evict/policy.h
 // validate), each error naming the flag that carried the value.
-EvictorOptions parse_eviction_flags(const Args& args, const std::string& policy);
+// `policy_flag` is the flag errors about the policy name name (--evict; eval evict's --policy).
+EvictorOptions parse_eviction_flags(const Args& args, const std::string& policy,
+                                    const char* policy_flag = "--evict");
 
 }  // namespace kvscope::cli

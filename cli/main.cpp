@@ -23,7 +23,9 @@ commands:
   trace      replay request traces (mooncake) and import KV-cache event logs (kv-events)
   bench      benchmarks: generate (decode and prefill tokens/s), weights, kv, alloc, quant, mla,
              batch (sequences per step), attention (CUDA decode attention)
-  eval       KV format quality vs fp32: perplexity, KL, top-1 agreement, bytes/token (--sweep)
+  eval       quality of a KV cache change vs the fp32 cache (perplexity, KL, top-1, bytes/token):
+             format, format-sweep, mla, mla-sweep, evict, evict-sweep, streaming, attention,
+             key-channels
   memwall    the context or batch whose KV cache fits beside the weights on 1..8 GPUs
   tokenize   the token ids and pieces of a text under a model's tokenizer (--json)
   attach     follow a running vLLM / SGLang engine's KV-cache events live (ZeroMQ); writes a

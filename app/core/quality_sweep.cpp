@@ -80,10 +80,10 @@ std::string sweep_mla_skip_note(const ModelConfig& c, const std::string& model_p
   const int full = mla_full_rank(c, 0);
   return "no MLA points: mode A rebuilds K and V at " +
          std::to_string(mla_rebuild_macs_per_token(c)) +
-         " multiply-adds per cached token (minutes per rank here); `kvscope eval --model " +
-         model_path + " --mla-sweep --long 512 --mla-series a --mla-ranks " +
-         std::to_string(full / 4) + "," + std::to_string(full / 2) +
-         "` writes mla_sweep.csv for Load CSV";
+         " multiply-adds per cached token (minutes per rank here); `kvscope eval mla-sweep "
+         "--model " +
+         model_path + " --long 512 --mla-series a --mla-ranks " + std::to_string(full / 4) + "," +
+         std::to_string(full / 2) + "` writes mla_sweep.csv for Load CSV";
 }
 
 std::vector<EvictionRunOptions> sweep_evictions(int block_size) {

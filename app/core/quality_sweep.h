@@ -61,7 +61,7 @@ inline constexpr long kQualitySweepTokens = 2048;
 inline constexpr int kQualitySweepBlockSize = 16;
 
 // The format ladder as (K, V) names parse_kv_format takes, fp32 first: quant::kv_format_sweep(),
-// the rungs `kvscope eval --sweep` runs, in its order.
+// the rungs `kvscope eval format-sweep` runs, in its order.
 std::vector<std::pair<std::string, std::string>> sweep_formats();
 // MLA mode A rebuilds every cached K and V for every query: n_layers x 2 kv_dim x rank
 // multiply-adds per cached token, at full rank here (stories260K: 20,480; SmolLM2-135M:
@@ -69,7 +69,7 @@ std::vector<std::pair<std::string, std::string>> sweep_formats();
 long mla_rebuild_macs_per_token(const ModelConfig& c);
 // The sweep runs MLA ranks only up to this rebuild cost, so a first sweep stays minutes long.
 inline constexpr long kSweepMlaRebuildLimit = 1000000;
-// MLA mode A ranks (fp32 latents): mla_sweep_ranks(c, 0), those of `kvscope eval --mla-sweep`;
+// MLA mode A ranks (fp32 latents): mla_sweep_ranks(c, 0), those of `kvscope eval mla-sweep`;
 // none when mla_rebuild_macs_per_token(c) > kSweepMlaRebuildLimit.
 std::vector<int> sweep_mla_ranks(const ModelConfig& c);
 // Why a model's sweep has no MLA points and the command that adds them (a CSV to load), or "".
@@ -97,9 +97,9 @@ QualityPoint eviction_point(const QualityReport& r, const EvictionRunOptions& o,
 
 // ---- CSV ----
 
-// Reads a sweep CSV written by `kvscope eval --sweep`, `--mla-sweep` or `--sweep-evict`, told apart
-// by the header. Throws kvscope::Error naming the file, line and column, the bad value and what
-// was expected.
+// Reads a sweep CSV written by `kvscope eval format-sweep`, `mla-sweep` or `evict-sweep`, told
+// apart by the header. Throws kvscope::Error naming the file, line and column, the bad value and
+// what was expected.
 QualitySweep load_sweep_csv(const std::string& path);
 // Merges `from` into `into`: a point with the same series and label replaces the old one, others
 // are appended; the CSV names are appended to `into.loaded`.

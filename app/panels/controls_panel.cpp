@@ -21,7 +21,7 @@ namespace kvscope::ui {
 namespace {
 
 // The K/V format combos list every named format (quant::kv_formats(), in ladder order), the
-// ones `kvscope eval --sweep` and the Quality panel measure.
+// ones `kvscope eval format-sweep` and the Quality panel measure.
 std::span<const char* const> format_names() {
   static const std::vector<const char*> names = [] {
     std::vector<const char*> out;

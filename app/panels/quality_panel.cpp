@@ -127,7 +127,7 @@ void QualityPanel::draw(AppState& state) {
                             ? "This run uses random weights: no quality figure is meaningful. "
                               "Load a sweep CSV instead."
                             : "No trained model loaded with this run: load a sweep CSV written by "
-                              "`kvscope eval --sweep`, `--mla-sweep` or `--sweep-evict`.");
+                              "`kvscope eval format-sweep`, `mla-sweep` or `evict-sweep`.");
     ImGui::PopTextWrapPos();
   }
   if (!error_.empty())
@@ -175,8 +175,8 @@ void QualityPanel::draw(AppState& state) {
                                               ImGui::GetStyle().FramePadding.x * 4.0f));
   ImGui::InputText("##csv", csv_path_, sizeof csv_path_);
   item_tooltip(
-      "quant_sweep.csv, mla_sweep.csv or evict_sweep.csv written by `kvscope eval --sweep`, "
-      "`--mla-sweep` or `--sweep-evict` (--out DIR); merged into the points shown");
+      "quant_sweep.csv, mla_sweep.csv or evict_sweep.csv written by `kvscope eval format-sweep`, "
+      "`mla-sweep` or `evict-sweep` (--out DIR); merged into the points shown");
   ImGui::SameLine();
   if (ImGui::Button("Load CSV")) {
     try {

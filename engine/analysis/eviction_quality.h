@@ -1,4 +1,4 @@
-// Token eviction as a CacheVariant: `kvscope eval --evict` runs each window through a paged cache
+// Token eviction as a CacheVariant: `kvscope eval evict` runs each window through a paged cache
 // with a TokenEvictor and compares next-token distributions with the exact fp32 cache. Also the
 // per-sequence run used by generation past the trained context (engine/evict + AttentionRecorder).
 #pragma once

@@ -57,9 +57,9 @@ constexpr SweepCsvColumn kEvictionColumns[] = {kPolicy,
                                                kPeakBytesPerContextToken};
 
 const SweepCsvSchema kSchemas[] = {
-    {SweepCsvKind::kFormats, "--sweep", kFormatColumns},
-    {SweepCsvKind::kMla, "--mla-sweep", kMlaColumns},
-    {SweepCsvKind::kEviction, "--sweep-evict", kEvictionColumns},
+    {SweepCsvKind::kFormats, "format-sweep", kFormatColumns},
+    {SweepCsvKind::kMla, "mla-sweep", kMlaColumns},
+    {SweepCsvKind::kEviction, "evict-sweep", kEvictionColumns},
 };
 
 // Fields of one CSV line; a field may be wrapped in double quotes (no quotes inside, as the
@@ -118,7 +118,7 @@ std::size_t SweepCsvWriter::index(const SweepCsvColumn& column) const {
   for (std::size_t i = 0; i < schema_.columns.size(); ++i)
     if (schema_.columns[i].name == column.name) return i;
   std::string what = "no column ";
-  what.append(column.name).append(" in the ").append(schema_.flag).append(" CSV");
+  what.append(column.name).append(" in the ").append(schema_.subverb).append(" CSV");
   throw InternalError("sweep csv writer", what);
 }
 
@@ -151,7 +151,7 @@ void SweepCsvWriter::end_row() {
   for (std::size_t i = 0; i < cells_.size(); ++i) {
     if (!set_[i]) {
       std::string what = "a ";
-      what.append(schema_.flag).append(" row without its ").append(schema_.columns[i].name);
+      what.append(schema_.subverb).append(" row without its ").append(schema_.columns[i].name);
       throw InternalError("sweep csv writer", what.append(" cell"));
     }
     if (i > 0) line.push_back(',');
@@ -256,7 +256,7 @@ SweepCsvTable read_sweep_csv(std::istream& in, const std::string& path) {
     for (std::size_t i = 0; i < std::size(kSchemas); ++i) {
       const SweepCsvSchema& s = kSchemas[i];
       if (i > 0) expected.append(i + 1 == std::size(kSchemas) ? " or " : ", ");
-      expected.append("`kvscope eval ").append(s.flag).append("` (");
+      expected.append("`kvscope eval ").append(s.subverb).append("` (");
       expected.append(s.columns[0].name).append(",").append(s.columns[1].name).append(",...)");
     }
     fail_expected(path + ": line 1", expected, quoted(line.substr(0, 40)));
@@ -267,7 +267,7 @@ SweepCsvTable read_sweep_csv(std::istream& in, const std::string& path) {
     if (columns->count(c.name) != 0) continue;
     std::string expected =
         std::string_view("aeiou").find(c.name[0]) != std::string_view::npos ? "an " : "a ";
-    expected.append(c.name).append(" column (`kvscope eval ").append(schema->flag);
+    expected.append(c.name).append(" column (`kvscope eval ").append(schema->subverb);
     fail_expected(path + ": line 1", expected.append("` writes it; run it again)"), "none");
   }
   SweepCsvTable table;

@@ -62,7 +62,7 @@ inline constexpr SweepCsvColumn kPeakBytesPerContextToken{"peak_bytes_per_contex
 
 struct SweepCsvSchema {
   SweepCsvKind kind;
-  std::string_view flag;                    // the `kvscope eval` flag that writes it
+  std::string_view subverb;                 // the `kvscope eval` subverb that writes it
   std::span<const SweepCsvColumn> columns;  // in file order
 };
 const SweepCsvSchema& sweep_csv_schema(SweepCsvKind kind);

@@ -2,7 +2,7 @@
 // forwards every op and never hands the inner backend a whole step, so a backend that runs one
 // (the CUDA backend keeps a step's activations on the device) can be held to its own ops: the same
 // logits, and the host<->device traffic of the op-by-op path as the baseline `kvscope bench batch`
-// measures the whole step against. A subclass that watches one op (eval --key-channels' K/V
+// measures the whole step against. A subclass that watches one op (eval key-channels' K/V
 // statistics) overrides it and calls OpByOp's.
 #pragma once
 

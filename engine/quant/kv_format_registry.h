@@ -1,4 +1,4 @@
-// The KV formats kvscope offers by name, in one list: the `kvscope eval --sweep` and --mla-sweep
+// The KV formats kvscope offers by name, in one list: the `kvscope eval format-sweep` and mla-sweep
 // ladder, the Quality panel's background sweep and the Controls panel's K/V format combos all
 // read it, so a format added here shows up in each of them at once. docs/concepts/quantization.md
 // describes every format; a test checks its measured table has a row for every rung.

@@ -212,9 +212,9 @@ TEST(SweepCsv, ReaderErrorsNameFileLineColumnAndValue) {
             std::string::npos);
   EXPECT_NE(error_of(formats).find("s.csv: expected at least one data row, got none"),
             std::string::npos);
-  EXPECT_NE(error_of("").find("s.csv: line 1: expected the header of `kvscope eval --sweep` "
-                              "(variant,bytes_per_token,...), `kvscope eval --mla-sweep` "
-                              "(variant,kind,...) or `kvscope eval --sweep-evict` "
+  EXPECT_NE(error_of("").find("s.csv: line 1: expected the header of `kvscope eval format-sweep` "
+                              "(variant,bytes_per_token,...), `kvscope eval mla-sweep` "
+                              "(variant,kind,...) or `kvscope eval evict-sweep` "
                               "(policy,budget,...), got \"\""),
             std::string::npos)
       << error_of("");
@@ -222,7 +222,7 @@ TEST(SweepCsv, ReaderErrorsNameFileLineColumnAndValue) {
   EXPECT_NE(error_of("variant,bytes_per_token,bytes_per_sequence,ppl_reference,ppl_variant,"
                      "ppl_delta,kl_mean,kl_max,top1_agreement\nint8,1,0,5,5,0,0,0,1\n")
                 .find("s.csv: line 1: expected an effective_bytes_per_token column "
-                      "(`kvscope eval --sweep` writes it; run it again), got none"),
+                      "(`kvscope eval format-sweep` writes it; run it again), got none"),
             std::string::npos);
   // Columns in another order, plus one the schema does not know: read by name.
   std::istringstream shuffled(

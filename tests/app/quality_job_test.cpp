@@ -294,7 +294,7 @@ TEST(QualitySweepCsv, RefusesBadFilesNamingLineColumnAndValue) {
             std::string::npos)
       << what;
   what = error_of(write("other.csv", "a,b,c\n1,2,3\n"));
-  EXPECT_NE(what.find("other.csv: line 1: expected the header of `kvscope eval --sweep`"),
+  EXPECT_NE(what.find("other.csv: line 1: expected the header of `kvscope eval format-sweep`"),
             std::string::npos)
       << what;
   what = error_of(write("empty_rows.csv", std::string(kMlaHeader)));

@@ -60,7 +60,7 @@ TEST(QualitySweepPlan, ModelsWhereModeAIsSlowGetNoMlaRanksAndANoteThatSaysHowToA
             static_cast<int>(quant::kv_format_sweep().size() + sweep_evictions(16).size()));
   EXPECT_EQ(sweep_mla_skip_note(smollm2, "m.gguf"),
             "no MLA points: mode A rebuilds K and V at 4423680 multiply-adds per cached token "
-            "(minutes per rank here); `kvscope eval --model m.gguf --mla-sweep --long 512 "
+            "(minutes per rank here); `kvscope eval mla-sweep --model m.gguf --long 512 "
             "--mla-series a --mla-ranks 96,192` writes mla_sweep.csv for Load CSV");
 
   // Loading MLA points (an mla_sweep.csv) drops the note; loading formats keeps it.

@@ -1,4 +1,4 @@
-// The MLA rank ladder `kvscope eval --mla-sweep` and the Quality panel share: eighths of the full
+// The MLA rank ladder `kvscope eval mla-sweep` and the Quality panel share: eighths of the full
 // rank, ascending, each once, ending at the full rank.
 #include <gtest/gtest.h>
 
