@@ -12,11 +12,13 @@
 // batches wait in a bounded queue; what the replay no longer has is counted lost; a seq going
 // backwards is a restart (the engine's blocks are dropped, then catch-up). Every wait is a poll
 // with a deadline: nothing blocks on a publisher that never appears.
+// Part of kvscope_attach, the one library that links ZeroMQ (kvscope_engine does not). The state
+// comes out as plain data (status(): kv_attach_status.h); no words or JSON here: the status line
+// and the summary are present/attach_report.h's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
