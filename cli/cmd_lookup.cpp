@@ -11,8 +11,8 @@
 #include "engine/common/error.h"
 #include "engine/common/setting_source.h"
 #include "engine/model/prompt_file.h"
-#include "engine/trace/kv_event_client.h"
 #include "engine/trace/kv_journal.h"
+#include "present/attach_report.h"
 
 namespace kvscope::cli {
 namespace {

@@ -2,7 +2,7 @@
 # Style and static checks, run by scripts/test.sh after the release build configures (it needs
 # build/compile_commands.json):
 #   clang-format: every tracked C++ source is formatted as .clang-format says (fix: scripts/lint.sh --fix);
-#   clang-tidy:   the checks listed in .clang-tidy on every engine/, cli/ and app/ source.
+#   clang-tidy:   the checks listed in .clang-tidy on every engine/, present/, cli/ and app/ source.
 # Any finding fails (exit 1) and is printed as file:line: message.
 # Usage: scripts/lint.sh [--fix] [--format-only]
 set -euo pipefail
@@ -41,7 +41,7 @@ fi
 db=build/compile_commands.json
 [ -f "$db" ] || { echo "scripts/lint.sh: $db is missing: configure first (cmake --preset release -G Ninja)" >&2; exit 1; }
 # Only sources the build compiles (the database may lack optional targets, e.g. without GLFW).
-mapfile -t tidy < <(git ls-files 'engine/*.cpp' 'cli/*.cpp' 'app/*.cpp' |
+mapfile -t tidy < <(git ls-files 'engine/*.cpp' 'present/*.cpp' 'cli/*.cpp' 'app/*.cpp' |
   while read -r f; do grep -qF "\"file\": \"$PWD/$f\"" "$db" && echo "$f"; done)
 echo "== clang-tidy (${#tidy[@]} files, checks in .clang-tidy) ==" >&2
 log=$(mktemp)

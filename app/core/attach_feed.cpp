@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "engine/common/error.h"
+#include "present/attach_report.h"
 
 namespace kvscope::ui {
 
@@ -166,13 +167,14 @@ void AttachFeed::publish(double seconds) {
   s->endpoint = request_.endpoint;
   s->bind = request_.bind;
   s->seconds = seconds;
-  s->status_line = client_->status_line();
-  s->ranks = client_->ranks();
+  KvAttachStatus status = client_->status();
+  s->status_line = kv_attach_status_line(status, model);
+  s->ranks = std::move(status.ranks);
   for (const KvRankStats& r : s->ranks) {
     const auto it = model.by_rank().find(r.rank);
     s->rank_live.push_back(it == model.by_rank().end() ? 0 : it->second.live);
   }
-  s->totals = client_->totals();
+  s->totals = std::move(status.totals);
   s->last_batch_seconds = last_batch_seconds_;
   s->counters = model.totals();
   s->block_size = model.block_size();

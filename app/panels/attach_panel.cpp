@@ -10,6 +10,7 @@
 #include "app/widgets/widgets.h"
 #include "engine/common/error.h"
 #include "engine/model/prompt_file.h"
+#include "present/attach_report.h"
 
 namespace kvscope::ui {
 

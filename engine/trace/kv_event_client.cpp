@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <string_view>
@@ -89,6 +88,31 @@ std::string_view view(const zmq::message_t& m) {
   return {static_cast<const char*>(m.data()), m.size()};
 }
 
+// Adds one rank's counters into the totals: sums, except the framing, the lag and `replaying`
+// (the largest) and the last errors (the latest non-empty).
+void add_rank_stats(KvRankStats& t, const KvRankStats& r) {
+  t.batches += r.batches;
+  t.gaps += r.gaps;
+  t.replayed += r.replayed;
+  t.lost += r.lost;
+  t.lost_before_attach += r.lost_before_attach;
+  t.lost_replay_expired += r.lost_replay_expired;
+  t.lost_mid_stream += r.lost_mid_stream;
+  t.replay_frames = std::max(t.replay_frames, r.replay_frames);
+  t.decode_errors += r.decode_errors;
+  t.restarts += r.restarts;
+  t.bad_frames += r.bad_frames;
+  t.other_topics += r.other_topics;
+  t.duplicates += r.duplicates;
+  t.rank_mismatches += r.rank_mismatches;
+  t.replay_requests += r.replay_requests;
+  t.replay_timeouts += r.replay_timeouts;
+  t.replaying = t.replaying || r.replaying;
+  t.lag_s = std::max(t.lag_s, r.lag_s);
+  if (!r.last_decode_error.empty()) t.last_decode_error = r.last_decode_error;
+  if (!r.last_other_topic.empty()) t.last_other_topic = r.last_other_topic;
+}
+
 }  // namespace
 
 std::string kv_rank_endpoint(const std::string& base, int rank) {
@@ -100,24 +124,6 @@ std::string kv_rank_endpoint(const std::string& base, int rank) {
     return base;
   }
   return base + "_dp" + std::to_string(rank);
-}
-
-const char* kv_connection_name(KvConnection c) {
-  switch (c) {
-    case KvConnection::kConnected:
-      return "connected";
-    case KvConnection::kDisconnected:
-      return "not connected";
-    case KvConnection::kListening:
-      return "listening";
-    case KvConnection::kHandshaking:
-      return "handshaking";
-    case KvConnection::kNotZeroMq:
-      return "not ZeroMQ";
-    case KvConnection::kUnknown:
-      break;
-  }
-  return "unknown";
 }
 
 void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::string& flag,
@@ -641,255 +647,25 @@ KvRankStats KvEventClient::totals() const {
   t.rank = -1;
   t.endpoint = impl_->cfg.endpoint;
   t.replay_endpoint = impl_->cfg.replay_endpoint;
-  for (const Impl::Rank& rk : impl_->ranks) {
-    const KvRankStats& r = rk.stats;
-    t.batches += r.batches;
-    t.gaps += r.gaps;
-    t.replayed += r.replayed;
-    t.lost += r.lost;
-    t.lost_before_attach += r.lost_before_attach;
-    t.lost_replay_expired += r.lost_replay_expired;
-    t.lost_mid_stream += r.lost_mid_stream;
-    t.replay_frames = std::max(t.replay_frames, r.replay_frames);
-    t.decode_errors += r.decode_errors;
-    t.restarts += r.restarts;
-    t.bad_frames += r.bad_frames;
-    t.other_topics += r.other_topics;
-    t.duplicates += r.duplicates;
-    t.rank_mismatches += r.rank_mismatches;
-    t.replay_requests += r.replay_requests;
-    t.replay_timeouts += r.replay_timeouts;
-    t.replaying = t.replaying || r.replaying;
-    t.lag_s = std::max(t.lag_s, r.lag_s);
-    if (!r.last_decode_error.empty()) t.last_decode_error = r.last_decode_error;
-    if (!r.last_other_topic.empty()) t.last_other_topic = r.last_other_topic;
-  }
+  for (const Impl::Rank& r : impl_->ranks) add_rank_stats(t, r.stats);
   return t;
 }
 
-std::string KvEventClient::status_line() const {
-  const KvRankStats t = totals();
-  std::string s;
-  if (t.batches == 0) {
-    s.append("no batch yet:");
-    for (const Impl::Rank& r : impl_->ranks) {
-      s.append(" rank ").append(std::to_string(r.stats.rank)).append(" ").append(r.stats.endpoint);
-      switch (r.stats.connection) {
-        case KvConnection::kConnected:
-          s.append(" connected (engine idle?)");
-          break;
-        case KvConnection::kDisconnected:
-          s.append(" not connected (no publisher listening?)");
-          break;
-        case KvConnection::kListening:
-          s.append(" listening (no engine connected yet)");
-          break;
-        case KvConnection::kHandshaking:
-          s.append(" connected, waiting for the ZeroMQ handshake");
-          break;
-        case KvConnection::kNotZeroMq:
-          s.append(
-              " not ZeroMQ (something answers at that port, but not a ZeroMQ publisher: "
-              "the engine's --kv-events-config endpoint?)");
-          break;
-        case KvConnection::kUnknown:
-          s.append(" waiting");
-          break;
-      }
-      if (r.stats.replaying) s.append(", replay asked");
-    }
-    if (t.other_topics > 0) {
-      s.append("; ").append(std::to_string(t.other_topics)).append(" batches on topic \"");
-      s.append(t.last_other_topic)
-          .append("\", not the subscribed topic \"")
-          .append(impl_->cfg.topic);
-      s.append("\"");
-    }
-    return s;
-  }
-  const KvModelCounters& m = impl_->model.totals();
-  s.append("batches ").append(std::to_string(t.batches));
-  s.append("  stored ").append(std::to_string(m.blocks_stored));
-  s.append("  live ").append(std::to_string(m.live));
-  if (impl_->ranks.size() > 1) {
-    s.append(" [");
-    for (const Impl::Rank& r : impl_->ranks) {
-      auto it = impl_->model.by_rank().find(r.stats.rank);
-      if (r.stats.rank > 0) s.append(" ");
-      s.append("r").append(std::to_string(r.stats.rank)).append(" ");
-      s.append(std::to_string(it == impl_->model.by_rank().end() ? 0 : it->second.live));
-    }
-    s.append("]");
-  }
-  s.append("  gaps ").append(std::to_string(t.gaps));
-  s.append("  replayed ").append(std::to_string(t.replayed));
-  if (t.lost > 0) s.append("  lost ").append(kv_lost_text(t));
-  s.append("  decode errors ").append(std::to_string(t.decode_errors));
-  s.append("  restarts ").append(std::to_string(t.restarts));
-  char lag[48];
-  std::snprintf(lag, sizeof lag, "  lag %.2f s", t.lag_s);
-  s.append(lag);
-  if (t.replaying) s.append("  (replaying)");
-  return s;
-}
-
-std::string kv_lost_causes(std::int64_t before_attach, std::int64_t replay_expired,
-                           std::int64_t mid_stream) {
-  std::string causes;
-  const auto add = [&](std::int64_t n, const char* what) {
-    if (n == 0) return;
-    causes.append(causes.empty() ? "" : ", ").append(std::to_string(n)).append(" ").append(what);
-  };
-  add(before_attach, "before attach, never replayed");
-  add(replay_expired, "gone from the replay buffer");
-  add(mid_stream, "mid-stream gap");
-  return causes;
-}
-
-std::string kv_lost_text(const KvRankStats& s) {
-  std::string out = std::to_string(s.lost);
-  const std::string causes =
-      kv_lost_causes(s.lost_before_attach, s.lost_replay_expired, s.lost_mid_stream);
-  if (!causes.empty()) out.append(" (").append(causes).append(")");
-  return out;
-}
-
-nlohmann::json kv_lost_json(const KvRankStats& s) {
-  return {{"before_attach", s.lost_before_attach},
-          {"replay_expired", s.lost_replay_expired},
-          {"mid_stream", s.lost_mid_stream}};
-}
-
-nlohmann::json kv_lookup_json(const std::vector<KvLookupRow>& rows, double last_ts) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const KvLookupRow& r : rows) {
-    nlohmann::json row = {{"rank", r.rank},
-                          {"medium", r.medium},
-                          {"group", r.group},
-                          {"block_size", r.block_size},
-                          {"prompt_tokens", r.prompt_tokens},
-                          {"prompt_blocks", r.prompt_blocks},
-                          {"matched_blocks", r.matched_blocks},
-                          {"matched_tokens", r.matched_tokens},
-                          {"by_hash", r.by_hash},
-                          {"reason", kv_miss_reason_name(r.reason)},
-                          {"text", kv_lookup_text(r, last_ts)}};
-    if (r.reason == KvMissReason::kRemoved) {
-      row["removed_by"] = r.removed_by;
-      row["removed_seq"] = r.removed_seq >= 0 ? nlohmann::json(r.removed_seq) : nlohmann::json();
-      row["removed_ts"] = r.removed_ts;
-    }
-    if (r.reason == KvMissReason::kOtherNamespace) row["other_namespace"] = r.other_namespace;
-    out.push_back(std::move(row));
-  }
-  return out;
-}
-
-nlohmann::json KvEventClient::summary_json() const {
-  const KvRankStats t = totals();
-  const KvEventModel& model = impl_->model;
-  const KvModelCounters& m = model.totals();
-  auto events = [](const KvModelCounters& c) {
-    nlohmann::json e = nlohmann::json::object();
-    for (std::size_t k = 0; k < kNumKvEventKinds; ++k)
-      e[std::string(kv_event_kind_name(static_cast<KvEventKind>(k)))] = c.events[k];
-    return e;
-  };
-  nlohmann::json by_rank = nlohmann::json::object(), ranks = nlohmann::json::array();
-  for (const Impl::Rank& rk : impl_->ranks) {
-    const KvRankStats& r = rk.stats;
-    auto it = model.by_rank().find(r.rank);
-    const KvModelCounters c = it == model.by_rank().end() ? KvModelCounters{} : it->second;
-    by_rank[std::to_string(r.rank)] = c.live;
-    ranks.push_back({{"rank", r.rank},
-                     {"endpoint", r.endpoint},
-                     {"replay_endpoint", r.replay_endpoint},
-                     {"connection", kv_connection_name(r.connection)},
-                     {"peers", r.peers},
-                     {"batches", r.batches},
-                     {"last_seq", r.last_seq ? nlohmann::json(*r.last_seq) : nlohmann::json()},
-                     {"events", events(c)},
-                     {"blocks_stored", c.blocks_stored},
-                     {"blocks_removed", c.blocks_removed},
-                     {"live_blocks", c.live},
-                     {"peak_live_blocks", c.peak_live},
-                     {"live_blocks_by_medium", model.live_by_medium(r.rank)},
-                     {"gaps", r.gaps},
-                     {"replayed", r.replayed},
-                     {"lost", r.lost},
-                     {"lost_by_cause", kv_lost_json(r)},
-                     {"state_exact", r.lost == 0 && r.decode_errors == 0},
-                     {"replay_frames", r.replay_frames},
-                     {"decode_errors", r.decode_errors},
-                     {"restarts", r.restarts},
-                     {"lag_seconds", r.lag_s}});
-  }
-  nlohmann::json groups = nlohmann::json::object();
-  for (const auto& [g, info] : model.groups()) {
-    groups[std::to_string(g)] = {
-        {"kind", info.spec_kind},
-        {"sliding_window",
-         info.sliding_window ? nlohmann::json(*info.sliding_window) : nlohmann::json()},
-        {"block_size", info.block_size},
-        {"live", info.live},
-        {"stored", info.stored}};
-  }
-  nlohmann::json journal;  // null without one
+KvAttachStatus KvEventClient::status() const {
+  const KvAttachConfig& cfg = impl_->cfg;
+  KvAttachStatus s;
+  s.endpoint = cfg.endpoint;
+  s.replay_endpoint = cfg.replay_endpoint;
+  s.topic = cfg.topic;
+  s.dp_ranks = cfg.dp_ranks;
+  s.bind = cfg.bind;
+  s.ranks = ranks();
+  s.totals = totals();
   if (impl_->journal) {
-    journal = {{"path", impl_->journal->path()},
-               {"bytes", impl_->journal->bytes()},
-               {"truncated", impl_->journal->truncated()}};
+    const KvJournalWriter& j = *impl_->journal;
+    s.journal = KvJournalStatus{j.path(), j.bytes(), j.truncated()};
   }
-  return {{"endpoint", impl_->cfg.endpoint},
-          {"replay_endpoint", impl_->cfg.replay_endpoint},
-          {"topic", impl_->cfg.topic},
-          {"dp", impl_->cfg.dp_ranks},
-          {"bind", impl_->cfg.bind},
-          {"batches", t.batches},
-          {"events", events(m)},
-          {"blocks_stored", m.blocks_stored},
-          {"blocks_removed", m.blocks_removed},
-          {"blocks_cleared", m.blocks_cleared},
-          {"live_blocks", m.live},
-          {"live_blocks_by_rank", by_rank},
-          {"live_blocks_by_medium", model.live_by_medium()},
-          {"live_blocks_by_group", groups},
-          {"live_blocks_by_ownership", model.live_by_ownership()},
-          {"placeholder_blocks", m.placeholders},
-          {"clear_scope",
-           {{"setting", kv_clear_scope_name(model.clear_scope())},
-            {"engine", kv_engine_guess_name(model.engine_guess())},
-            {"clears_gpu_only", m.clears_gpu_only},
-            {"clears_all", m.clears_all}}},
-          {"journal", journal},
-          {"peak_live_blocks", m.peak_live},
-          {"gaps", t.gaps},
-          {"replayed", t.replayed},
-          {"lost", t.lost},
-          {"lost_by_cause", kv_lost_json(t)},
-          {"state_exact", t.lost == 0 && t.decode_errors == 0},
-          {"replay_frames", t.replay_frames},
-          {"decode_errors", t.decode_errors},
-          {"restarts", t.restarts},
-          {"bad_frames", t.bad_frames},
-          {"other_topics", t.other_topics},
-          {"duplicates", t.duplicates},
-          {"replay_requests", t.replay_requests},
-          {"replay_timeouts", t.replay_timeouts},
-          {"unknown_parents", m.unknown_parents},
-          {"unknown_removals", m.unknown_removals},
-          {"restored", m.restored},
-          {"short_lived", m.short_lived},
-          {"skipped_events", m.skipped_events},
-          {"skipped_fields", m.skipped_fields},
-          {"untracked_blocks", m.untracked_blocks},
-          {"rank_mismatches", t.rank_mismatches},
-          {"last_decode_error", t.last_decode_error},
-          {"recording",
-           {{"batches", model.recorded_batches()},
-            {"events", model.recorded_events()},
-            {"truncated", model.recording_truncated()}}},
-          {"ranks", ranks}};
+  return s;
 }
 
 }  // namespace kvscope

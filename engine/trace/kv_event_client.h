@@ -12,16 +12,17 @@
 // batches wait in a bounded queue; what the replay no longer has is counted lost; a seq going
 // backwards is a restart (the engine's blocks are dropped, then catch-up). Every wait is a poll
 // with a deadline: nothing blocks on a publisher that never appears.
+// Part of kvscope_attach, the one library that links ZeroMQ (kvscope_engine does not). The state
+// comes out as plain data (status(): kv_attach_status.h); no words or JSON here: the status line
+// and the summary are present/attach_report.h's.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "engine/trace/kv_attach_status.h"
 #include "engine/trace/kv_event_model.h"
 #include "engine/trace/kv_event_stream.h"
 
@@ -61,64 +62,6 @@ void check_kv_endpoint(const std::string& endpoint, int dp_ranks, const std::str
 // the replay sockets' ports overlap on one host (the engine could not bind them either).
 void check_kv_ports_apart(const KvAttachConfig& config, const std::string& flag);
 
-enum class KvConnection : std::uint8_t {
-  kUnknown,       // inproc, or not reported yet
-  kConnected,     // the SUB socket has a ZeroMQ connection to the publisher (handshake done)
-  kDisconnected,  // nothing accepted the connection (yet): no publisher at that address
-  kListening,     // bind mode: bound, no engine connected (yet)
-  kHandshaking,   // TCP / IPC connected, no ZeroMQ greeting back yet
-  kNotZeroMq,     // something accepted the connection but failed the ZeroMQ handshake: not the
-                  // engine's event port (an HTTP port, say)
-};
-// "connected", "not connected", "listening", "handshaking", "not ZeroMQ", "unknown".
-const char* kv_connection_name(KvConnection c);
-
-// Per rank (publisher). Block counters are in KvEventModel::by_rank().
-struct KvRankStats {
-  int rank = 0;
-  std::string endpoint, replay_endpoint;
-  KvConnection connection = KvConnection::kUnknown;
-  std::int64_t batches = 0;   // sequence numbers applied (live or replayed), decoded or not
-  std::int64_t gaps = 0;      // jumps forward in the sequence
-  std::int64_t replayed = 0;  // batches applied from the replay socket
-  std::int64_t lost = 0;      // sequence numbers neither received nor replayed, of which:
-  std::int64_t lost_before_attach = 0;   // published before the first batch seen; no replay
-                                         // delivered them (none configured, or it never answered)
-  std::int64_t lost_replay_expired = 0;  // asked for; the replay answered without them (its buffer
-                                         // had dropped them)
-  std::int64_t lost_mid_stream = 0;      // a gap in the live stream that no replay filled
-  int replay_frames = 0;  // the replay answers' framing seen: 3 (vLLM <= 0.25, SGLang <= 0.5.21)
-                          // or 4 (with the topic: vLLM >= 0.26, SGLang >= 0.5.22); 0 before one
-  std::int64_t decode_errors = 0;    // payloads that did not decode (counted, skipped)
-  std::int64_t restarts = 0;         // the sequence went backwards
-  std::int64_t bad_frames = 0;       // messages not of the expected frames (counted, skipped)
-  std::int64_t other_topics = 0;     // batches on a topic other than --topic (skipped)
-  std::int64_t duplicates = 0;       // a seq already applied (skipped)
-  std::int64_t rank_mismatches = 0;  // payloads whose data_parallel_rank is not this rank
-  std::int64_t replay_requests = 0;
-  std::int64_t replay_timeouts =
-      0;          // replays given up (no end marker in time, or too much waiting)
-  int peers = 0;  // bind mode: engines connected to this rank's socket now
-  bool replaying = false;
-  std::optional<std::uint64_t> last_seq;
-  double last_ts = 0.0;  // the engine's timestamp of the last live batch
-  double lag_s = 0.0;    // receive time - that timestamp (includes clock skew between hosts)
-  std::string last_decode_error;
-  std::string last_other_topic;
-};
-
-// "10 before attach, never replayed, 2 mid-stream gap": the causes that lost any batch ("" if
-// none did).
-std::string kv_lost_causes(std::int64_t before_attach, std::int64_t replay_expired,
-                           std::int64_t mid_stream);
-// "12 (10 before attach, never replayed, 2 mid-stream gap)": the lost batches and their causes.
-std::string kv_lost_text(const KvRankStats& s);
-// A lookup's rows as JSON: [{"rank", "medium", "group", "block_size", "prompt_blocks",
-// "matched_blocks", "matched_tokens", "prompt_tokens", "by_hash", "reason", "text", ...}].
-nlohmann::json kv_lookup_json(const std::vector<KvLookupRow>& rows, double last_ts);
-// {"before_attach": n, "replay_expired": n, "mid_stream": n}.
-nlohmann::json kv_lost_json(const KvRankStats& s);
-
 class KvEventClient {
  public:
   // Connects (ZeroMQ connects lazily: a missing publisher is not an error here; stats say so).
@@ -139,10 +82,9 @@ class KvEventClient {
   const KvEventModel& model() const;
   const std::vector<KvRankStats>& ranks() const;
   KvRankStats totals() const;  // counters summed over ranks (rank = -1)
-  // One line for a terminal: batches, live blocks by rank, gaps, ... or why nothing came yet.
-  std::string status_line() const;
-  // The summary `kvscope attach --json` prints (keys in docs/attach.md).
-  nlohmann::json summary_json() const;
+  // The whole state as plain data: the configuration, every rank, the totals, the journal. The
+  // status line and the summary JSON are made from it (and model()) by present/attach_report.h.
+  KvAttachStatus status() const;
   // Closes the journal and renames it into place (a no-op without one). Throws kvscope::Error
   // naming the file when it cannot be written.
   void finish_journal();

@@ -35,6 +35,20 @@ std::uint64_t salt_of(const KvStreamEvent& ev) {
 }
 }  // namespace
 
+// The events' tags on the wire; defined here, not in the decoder (kv_event_stream.cpp, built only
+// with attach), so the model and the reports built without msgpack have them too.
+std::string_view kv_event_kind_name(KvEventKind kind) {
+  switch (kind) {
+    case KvEventKind::kBlockStored:
+      return "BlockStored";
+    case KvEventKind::kBlockRemoved:
+      return "BlockRemoved";
+    case KvEventKind::kAllBlocksCleared:
+      return "AllBlocksCleared";
+  }
+  return "?";
+}
+
 const char* kv_clear_scope_name(KvClearScope s) {
   switch (s) {
     case KvClearScope::kAuto:

@@ -15,18 +15,6 @@
 
 namespace kvscope {
 
-std::string_view kv_event_kind_name(KvEventKind kind) {
-  switch (kind) {
-    case KvEventKind::kBlockStored:
-      return "BlockStored";
-    case KvEventKind::kBlockRemoved:
-      return "BlockRemoved";
-    case KvEventKind::kAllBlocksCleared:
-      return "AllBlocksCleared";
-  }
-  return "?";
-}
-
 namespace {
 
 using msgpack::type::object_type;

@@ -3,6 +3,8 @@
 // `#include "engine/<folder>/..."` line is an edge between folders. Fails on a folder-level cycle
 // (printing the cycle with one file:line per edge) and on any include that points up the order
 // (naming the file and line), so a new upward include is caught before it closes a cycle.
+// Also who may include what from outside: ZeroMQ and msgpack headers only in kvscope_attach's
+// sources (the engine links neither), and nothing from present/, cli/ or app/ (above the engine).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -208,6 +210,54 @@ std::string joined(const std::vector<std::string>& items) {
   return out;
 }
 
+// The path an `#include "..."` or `#include <...>` line names ("" for any other line).
+std::string included_path(const std::string& line) {
+  std::size_t i = line.find_first_not_of(" \t");
+  if (i == std::string::npos || line[i] != '#') return "";
+  i = line.find_first_not_of(" \t", i + 1);
+  if (i == std::string::npos || line.compare(i, 7, "include") != 0) return "";
+  i = line.find_first_not_of(" \t", i + 7);
+  if (i == std::string::npos || (line[i] != '"' && line[i] != '<')) return "";
+  const std::size_t end = line.find(line[i] == '"' ? '"' : '>', i + 1);
+  if (end == std::string::npos) return "";
+  return line.substr(i + 1, end - i - 1);
+}
+
+// kvscope_attach's sources (engine/CMakeLists.txt): the only engine files that may include
+// ZeroMQ or msgpack headers. kvscope_engine links neither library.
+const std::set<std::string> kAttachLibrary = {"engine/trace/kv_event_client.cpp",
+                                              "engine/trace/kv_event_stream.cpp",
+                                              "engine/trace/kv_journal.cpp"};
+
+// Every include under `root`/engine that the engine may not have: a ZeroMQ or msgpack header
+// outside `attach_library`, or a header of present/, cli/ or app/ (the layers above the engine:
+// the engine holds state, the words and JSON made from it live in present/).
+std::vector<std::string> foreign_includes(const fs::path& root,
+                                          const std::set<std::string>& attach_library) {
+  std::vector<std::string> out;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::recursive_directory_iterator(root / "engine"))
+    if (entry.is_regular_file() && is_source(entry.path())) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& path : files) {
+    const std::string file = fs::relative(path, root).generic_string();
+    std::ifstream in(path);
+    std::string text;
+    int line_no = 0;
+    while (std::getline(in, text)) {
+      ++line_no;
+      const std::string inc = included_path(text);
+      const std::string where = file + ":" + std::to_string(line_no) + " includes " + inc;
+      const bool wire = inc.rfind("zmq", 0) == 0 || inc.rfind("msgpack", 0) == 0;
+      if (wire && !attach_library.count(file))
+        out.push_back(where + ": only kvscope_attach's sources may (ZeroMQ / msgpack)");
+      for (const char* above : {"present/", "cli/", "app/"})
+        if (inc.rfind(above, 0) == 0) out.push_back(where + ": above the engine");
+    }
+  }
+  return out;
+}
+
 const EngineScan& source_scan() {
   static const EngineScan scan = scan_engine(KVSCOPE_SOURCE_DIR);
   return scan;
@@ -240,6 +290,14 @@ TEST(EngineLayering, OrderIsTheOneInArchitectureDoc) {
   EXPECT_EQ(documented_order(doc), kEngineOrder)
       << "docs/architecture.md (\"## Engine layers\") and kEngineOrder must list the same folders "
          "in the same order";
+}
+
+TEST(EngineLayering, OnlyTheAttachLibraryIncludesZeroMqOrMsgpack) {
+  const std::vector<std::string> found = foreign_includes(KVSCOPE_SOURCE_DIR, kAttachLibrary);
+  EXPECT_TRUE(found.empty()) << joined(found);
+  // The check sees the includes it allows: the client's ZeroMQ, the decoder's msgpack.
+  EXPECT_EQ(foreign_includes(KVSCOPE_SOURCE_DIR, {}).size(), 3u)
+      << joined(foreign_includes(KVSCOPE_SOURCE_DIR, {}));
 }
 
 // The checker itself, on hand-made inputs: it must fail when there is something to fail on.
@@ -317,6 +375,26 @@ TEST(EngineLayeringCheck, ScansATreeWithACycle) {
   const auto violations = order_violations(scan, {"low", "high"});
   ASSERT_EQ(violations.size(), 1u) << joined(violations);
   EXPECT_EQ(violations[0].rfind("engine/low/a.cpp:4 points up", 0), 0u) << violations[0];
+}
+
+TEST(EngineLayeringCheck, NamesAForeignInclude) {
+  const fs::path root = test::temp_path("layering_foreign");
+  fs::create_directories(root / "engine" / "trace");
+  std::ofstream(root / "engine" / "trace" / "client.cpp") << "#include <zmq.hpp>\n";
+  std::ofstream(root / "engine" / "trace" / "model.cpp")
+      << "// model\n#include <msgpack.hpp>\n#include \"present/attach_report.h\"\n"
+         "#include <vector>\n";
+  EXPECT_EQ(foreign_includes(root, {"engine/trace/client.cpp", "engine/trace/model.cpp"}),
+            (std::vector<std::string>{
+                "engine/trace/model.cpp:3 includes present/attach_report.h: above the engine"}));
+  EXPECT_EQ(foreign_includes(root, {"engine/trace/model.cpp"}),
+            (std::vector<std::string>{
+                "engine/trace/client.cpp:1 includes zmq.hpp: only kvscope_attach's sources may "
+                "(ZeroMQ / msgpack)",
+                "engine/trace/model.cpp:3 includes present/attach_report.h: above the engine"}));
+  EXPECT_EQ(foreign_includes(root, {}).size(), 3u);
+  EXPECT_EQ(included_path("  #  include <zmq.h>"), "zmq.h");
+  EXPECT_EQ(included_path("// #include <zmq.h>"), "");
 }
 
 }  // namespace

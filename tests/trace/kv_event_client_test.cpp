@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "present/attach_report.h"
 #include "tests/trace/kv_event_payloads.h"
 #include "tests/trace/kv_test_publisher.h"
 
@@ -51,6 +53,14 @@ bool until(KvEventClient& c, F done, double seconds = 10.0) {
     c.poll(10);
   }
   return true;
+}
+
+// What `kvscope attach` and kvscope-ui show for the client's state (present/attach_report.h).
+std::string status_line(const KvEventClient& c) {
+  return kv_attach_status_line(c.status(), c.model());
+}
+nlohmann::json summary(const KvEventClient& c) {
+  return kv_attach_summary_json(c.status(), c.model());
 }
 
 KvAttachConfig config_for(const Publisher& p, int dp = 1) {
@@ -90,7 +100,37 @@ TEST(KvEventClient, LiveBatchesAreAppliedInOrder) {
   EXPECT_EQ(r.connection, KvConnection::kConnected);
   EXPECT_EQ(c.model().totals().live, 1);
   EXPECT_EQ(c.model().totals().blocks_stored, 2);
-  EXPECT_NE(c.status_line().find("batches 3"), std::string::npos) << c.status_line();
+  EXPECT_NE(status_line(c).find("batches 3"), std::string::npos) << status_line(c);
+  // The same state as plain data: what was asked for, the rank, the totals; no journal asked.
+  const KvAttachStatus st = c.status();
+  EXPECT_EQ(st.endpoint, p.endpoint());
+  EXPECT_EQ(st.dp_ranks, 1);
+  EXPECT_FALSE(st.bind);
+  ASSERT_EQ(st.ranks.size(), 1u);
+  EXPECT_EQ(st.ranks[0].batches, 3);
+  EXPECT_EQ(st.ranks[0].connection, KvConnection::kConnected);
+  EXPECT_EQ(st.totals.rank, -1);
+  EXPECT_EQ(st.totals.batches, 3);
+  EXPECT_FALSE(st.journal.has_value());
+}
+
+// With a journal, the status says where it goes and how much it holds.
+TEST(KvEventClient, TheStatusNamesTheJournal) {
+  Publisher p("tcp://127.0.0.1:*", "");
+  KvAttachConfig cfg = config_for(p);
+  cfg.journal_path = testing::TempDir() + "kvscope-status-journal.kvj";
+  KvEventClient c(cfg);
+  ASSERT_TRUE(attached(c, p));
+  p.publish(store({1}));
+  ASSERT_TRUE(until(c, [&] { return c.totals().batches == 1; }));
+  const KvAttachStatus st = c.status();
+  ASSERT_TRUE(st.journal.has_value());
+  EXPECT_EQ(st.journal->path, cfg.journal_path);
+  EXPECT_GT(st.journal->bytes, 0u);
+  EXPECT_FALSE(st.journal->truncated);
+  EXPECT_EQ(summary(c)["journal"]["path"], cfg.journal_path);
+  c.finish_journal();
+  std::filesystem::remove(cfg.journal_path);
 }
 
 TEST(KvEventClient, WhatTheEngineBufferedBeforeAttachIsReplayed) {
@@ -152,7 +192,7 @@ TEST(KvEventClient, ReplayAnswersWithTheTopicAreUnderstood) {
   EXPECT_EQ(t.replay_timeouts, 0);
   EXPECT_EQ(c.model().totals().live, 7);
   EXPECT_EQ(c.model().totals().unknown_parents, 0);
-  EXPECT_EQ(c.summary_json()["replay_frames"], 4);
+  EXPECT_EQ(summary(c)["replay_frames"], 4);
 }
 
 TEST(KvEventClient, TheOlderThreeFrameReplayIsNamedToo) {
@@ -179,9 +219,9 @@ TEST(KvEventClient, BatchesBeforeAttachWithoutAReplayAreCountedLost) {
   EXPECT_EQ(t.lost, 3);
   EXPECT_EQ(t.lost_before_attach, 3);
   EXPECT_EQ(t.lost_replay_expired + t.lost_mid_stream, 0);
-  EXPECT_NE(c.status_line().find("lost 3 (3 before attach, never replayed)"), std::string::npos)
-      << c.status_line();
-  EXPECT_EQ(c.summary_json()["lost_by_cause"]["before_attach"], 3);
+  EXPECT_NE(status_line(c).find("lost 3 (3 before attach, never replayed)"), std::string::npos)
+      << status_line(c);
+  EXPECT_EQ(summary(c)["lost_by_cause"]["before_attach"], 3);
 }
 
 // The replay answered, but its buffer no longer held the oldest batches: counted lost as such.
@@ -394,7 +434,7 @@ TEST(KvEventClient, TwoDataParallelRanksStayApart) {
   EXPECT_EQ(t.rank_mismatches, 0);
   EXPECT_EQ(c.ranks()[0].batches, 2);
   EXPECT_EQ(c.ranks()[1].batches, 1);
-  const nlohmann::json s = c.summary_json();
+  const nlohmann::json s = summary(c);
   EXPECT_EQ(s["live_blocks_by_rank"], (nlohmann::json{{"0", 1}, {"1", 3}}));
   EXPECT_EQ(s["live_blocks"], 4);
 }
@@ -437,8 +477,8 @@ TEST(KvEventClient, NoPublisherGivesAStatusNotAHang) {
       c, [&] { return c.totals().replay_timeouts >= 1; }, 5.0));
   EXPECT_EQ(c.totals().batches, 0);
   EXPECT_EQ(c.ranks()[0].connection, KvConnection::kDisconnected);
-  EXPECT_NE(c.status_line().find("not connected (no publisher listening?)"), std::string::npos)
-      << c.status_line();
+  EXPECT_NE(status_line(c).find("not connected (no publisher listening?)"), std::string::npos)
+      << status_line(c);
 }
 
 // Something that is not a ZeroMQ publisher answers at the port (an HTTP server, say): the
@@ -476,7 +516,7 @@ TEST(KvEventClient, AServerThatIsNotZeroMqIsNamed) {
   server.join();
   close(listener);
   ASSERT_TRUE(named) << kv_connection_name(c.ranks()[0].connection);
-  EXPECT_NE(c.status_line().find("not ZeroMQ"), std::string::npos) << c.status_line();
+  EXPECT_NE(status_line(c).find("not ZeroMQ"), std::string::npos) << status_line(c);
   EXPECT_EQ(c.totals().batches, 0);
 }
 
@@ -489,9 +529,9 @@ TEST(KvEventClient, ATopicMismatchIsCountedAndNamed) {
   p.publish(store({1}));
   ASSERT_TRUE(until(c, [&] { return c.totals().other_topics == 1; }));
   EXPECT_EQ(c.totals().batches, 0);
-  EXPECT_NE(c.status_line().find("on topic \"kv-events\", not the subscribed topic \"other\""),
+  EXPECT_NE(status_line(c).find("on topic \"kv-events\", not the subscribed topic \"other\""),
             std::string::npos)
-      << c.status_line();
+      << status_line(c);
 }
 
 TEST(KvEventClient, TheBatchLimitStopsAtExactlyN) {
@@ -561,8 +601,8 @@ TEST(KvEventClient, BindModeReceivesFromAnEngineThatConnects) {
   KvEventClient c(cfg);
   c.poll(10);
   EXPECT_EQ(c.ranks()[0].connection, KvConnection::kListening);
-  EXPECT_NE(c.status_line().find("listening (no engine connected yet)"), std::string::npos)
-      << c.status_line();
+  EXPECT_NE(status_line(c).find("listening (no engine connected yet)"), std::string::npos)
+      << status_line(c);
   Publisher p(at, "", "", /*connect=*/true);
   ASSERT_TRUE(until(c, [&] { return p.subscriptions() > 0; }));
   p.publish(store({1}));
@@ -571,7 +611,7 @@ TEST(KvEventClient, BindModeReceivesFromAnEngineThatConnects) {
   EXPECT_EQ(c.model().totals().live, 2);
   ASSERT_TRUE(until(c, [&] { return c.ranks()[0].connection == KvConnection::kConnected; }));
   EXPECT_EQ(c.ranks()[0].peers, 1);
-  EXPECT_EQ(c.summary_json()["ranks"][0]["connection"], "connected");
+  EXPECT_EQ(summary(c)["ranks"][0]["connection"], "connected");
 }
 
 TEST(KvEventClient, BindingAnAddressInUseIsAClearError) {
