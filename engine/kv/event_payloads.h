@@ -19,7 +19,7 @@ namespace kvscope {
 
 enum class MissReason : std::uint8_t;  // engine/prefix/miss_reason.h
 
-// Where a KV tier keeps its blocks (engine/sched/kv_tier_store.h); recordings store the value.
+// Where a KV tier keeps its blocks (engine/tiers/kv_tier_store.h); recordings store the value.
 enum class TierMedium : std::uint8_t { kHost = 0, kDisk = 1 };
 
 namespace ev {
