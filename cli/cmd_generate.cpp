@@ -95,6 +95,115 @@ void print_position_buckets(const GenerateResult& r, int seq_len, bool random_we
   }
 }
 
+// The flags that shape one generation, read and checked in the order the errors are reported.
+struct GenerateFlags {
+  GenerateOptions options;
+  std::string alloc;
+  int threads = 0;
+  bool evicting = false;
+};
+
+GenerateFlags read_generate_flags(const Args& args, const LoadedModel& loaded) {
+  GenerateFlags f;
+  GenerateOptions& options = f.options;
+  options.prompt = args.get("--prompt");
+  if (args.has("--chat")) {
+    const std::string system =
+        args.has("--system") ? args.get("--system") : default_system_line(loaded.chat_template);
+    options.prompt = render_chatml(*loaded.tokenizer, system, options.prompt);
+    options.echo_prompt = false;
+  }
+  options.steps = args.get_int("--steps", 256);
+  options.sampler.temperature = static_cast<float>(args.get_double("--temperature", 0.0));
+  options.sampler.top_p = static_cast<float>(args.get_double("--top-p", 0.9));
+  options.sampler.seed = static_cast<std::uint64_t>(args.get_i64("--seed", 42));
+  if (options.sampler.temperature < 0.0f) {
+    fail_expected("--temperature", "a number >= 0", args.get("--temperature"));
+  }
+  if (options.sampler.top_p < 0.0f || options.sampler.top_p > 1.0f) {
+    fail_expected("--top-p", "a number in [0, 1]", args.get("--top-p"));
+  }
+  options.block_size = args.get_int("--block-size", 16);
+  if (options.block_size < 1 || options.block_size > 256 ||
+      (options.block_size & (options.block_size - 1)) != 0) {
+    fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(options.block_size));
+  }
+  f.evicting = args.has("--evict");
+  for (const char* flag : kEvictionDetailFlags) {
+    if (args.has(flag) && !f.evicting) throw Error(flag, "only applies with --evict");
+  }
+  f.alloc = args.get("--allocator", f.evicting ? "paged" : "contiguous");
+  if (f.evicting && f.alloc != "paged") {
+    fail_expected("--allocator", "paged with --evict (eviction frees blocks)", "'" + f.alloc + "'");
+  }
+  if (f.alloc == "paged")
+    options.allocator = AllocatorKind::kPaged;
+  else if (f.alloc != "contiguous")
+    fail_expected("--allocator", "paged or contiguous", "'" + f.alloc + "'");
+  options.k_format = options.v_format =
+      parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
+  f.threads = args.get_int("--threads", 0);
+  if (f.threads < 0)
+    fail_expected("--threads", "a non-negative integer", std::to_string(f.threads));
+  return f;
+}
+
+// --mla-rank: the latent codec the cache stores, checked against --kv-dtype; none without it.
+std::unique_ptr<MlaCodec> make_generate_codec(const Args& args, const LoadedModel& loaded,
+                                              GenerateOptions& options, bool evicting) {
+  if (args.has("--mla-rank") && evicting)
+    throw Error("--mla-rank", "MLA is not combined with --evict yet");
+  for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
+    if (args.has(f) && !args.has("--mla-rank")) throw Error(f, "needs --mla-rank R");
+  }
+  std::unique_ptr<MlaCodec> codec;
+  if (args.has("--mla-rank")) {
+    MlaOptions o;
+    o.mode = parse_mla_mode(args.get("--mla-mode", "a"), "--mla-mode");
+    o.rank = args.get_int("--mla-rank", 0);
+    o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
+    o.rope_select =
+        parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
+    codec = std::make_unique<MlaCodec>(
+        with_setting_sources({{kMlaRank, "--mla-rank"}, {kMlaRopeDims, "--mla-rope-dims"}},
+                             [&] { return make_mla_codec(*loaded.model, o); }));
+    const KvLayout L =
+        mla_layout_for(loaded.model->config(), *codec, options.block_size, 1, options.k_format);
+    for (KvKind kind : {KvKind::kKey, KvKind::kValue})
+      options.k_format.validate(options.block_size, L.row_heads(kind), L.row_head_dim(kind),
+                                "--kv-dtype");
+    options.mla = codec.get();
+  }
+  return codec;
+}
+
+// The one-line summary on stderr, the weights lines, and the per-bucket perplexity.
+void print_generate_summary(const GenerateResult& r, const LoadedModel& loaded,
+                            const GenerateFlags& f, const MlaCodec* codec,
+                            const EvictingCacheHook* hook) {
+  const auto rate = [](int positions, double seconds) {
+    return seconds > 0 ? positions / seconds : 0.0;
+  };
+  std::string cache = f.options.k_format.name();
+  if (codec) cache = codec->name() + " latents " + cache;
+  // Decode last: scripts/vs_llama2c.sh reads the line's last tokens/s (run.c's measure).
+  std::fprintf(stderr,
+               "%s%d tokens (%d prompt): prefill %d position%s at %.1f tokens/s, decode %.1f "
+               "tokens/s, KV %ld bytes used of %ld allocated (%s, %s, block %d)\n",
+               loaded.model->is_random_weights() ? "[random weights] " : "",
+               static_cast<int>(r.tokens.size()), r.num_prompt_tokens, r.prefill_positions,
+               r.prefill_positions == 1 ? "" : "s", rate(r.prefill_positions, r.prefill_seconds),
+               rate(r.positions_run - r.prefill_positions, r.decode_seconds), r.kv_bytes_used,
+               r.kv_bytes_allocated, f.alloc.c_str(), cache.c_str(), f.options.block_size);
+  if (loaded.model->format() == CheckpointFormat::kGguf)
+    std::fprintf(stderr, "weights %s\n", cpu::describe_weight_format(*loaded.model).c_str());
+  if (loaded.model->storage() == WeightStorage::kCopied)
+    std::fprintf(stderr, "weights copied into memory, %s\n",
+                 huge_page_text(loaded.model->huge_page_fraction()).c_str());
+  print_position_buckets(r, loaded.model->config().seq_len, loaded.model->is_random_weights(),
+                         hook);
+}
+
 }  // namespace
 
 int cmd_generate(const Argv& argv) {
@@ -122,45 +231,8 @@ int cmd_generate(const Argv& argv) {
                                             std::to_string(loaded.model->config().vocab_size) +
                                             " tokens found; pass --tokenizer PATH");
   }
-  GenerateOptions options;
-  options.prompt = args.get("--prompt");
-  if (args.has("--chat")) {
-    const std::string system =
-        args.has("--system") ? args.get("--system") : default_system_line(loaded.chat_template);
-    options.prompt = render_chatml(*loaded.tokenizer, system, options.prompt);
-    options.echo_prompt = false;
-  }
-  options.steps = args.get_int("--steps", 256);
-  options.sampler.temperature = static_cast<float>(args.get_double("--temperature", 0.0));
-  options.sampler.top_p = static_cast<float>(args.get_double("--top-p", 0.9));
-  options.sampler.seed = static_cast<std::uint64_t>(args.get_i64("--seed", 42));
-  if (options.sampler.temperature < 0.0f) {
-    fail_expected("--temperature", "a number >= 0", args.get("--temperature"));
-  }
-  if (options.sampler.top_p < 0.0f || options.sampler.top_p > 1.0f) {
-    fail_expected("--top-p", "a number in [0, 1]", args.get("--top-p"));
-  }
-  options.block_size = args.get_int("--block-size", 16);
-  if (options.block_size < 1 || options.block_size > 256 ||
-      (options.block_size & (options.block_size - 1)) != 0) {
-    fail_expected("--block-size", "a power of two in [1, 256]", std::to_string(options.block_size));
-  }
-  const bool evicting = args.has("--evict");
-  for (const char* flag : kEvictionDetailFlags) {
-    if (args.has(flag) && !evicting) throw Error(flag, "only applies with --evict");
-  }
-  const std::string alloc = args.get("--allocator", evicting ? "paged" : "contiguous");
-  if (evicting && alloc != "paged") {
-    fail_expected("--allocator", "paged with --evict (eviction frees blocks)", "'" + alloc + "'");
-  }
-  if (alloc == "paged")
-    options.allocator = AllocatorKind::kPaged;
-  else if (alloc != "contiguous")
-    fail_expected("--allocator", "paged or contiguous", "'" + alloc + "'");
-  options.k_format = options.v_format =
-      parse_kv_format(args.get("--kv-dtype", "fp32"), "--kv-dtype");
-  const int threads = args.get_int("--threads", 0);
-  if (threads < 0) fail_expected("--threads", "a non-negative integer", std::to_string(threads));
+  GenerateFlags flags = read_generate_flags(args, loaded);
+  GenerateOptions& options = flags.options;
 
   const ModelConfig& c = loaded.model->config();
   options.past_context = options.steps > c.seq_len;
@@ -173,39 +245,18 @@ int cmd_generate(const Argv& argv) {
                  options.steps, c.seq_len, c.seq_len);
   }
   std::unique_ptr<EvictingCacheHook> hook;
-  if (evicting) {
+  if (flags.evicting) {
     hook = std::make_unique<EvictingCacheHook>(parse_eviction_flags(args, args.get("--evict")), c,
                                                options.steps);
     options.cache_hook = hook.get();
   }
   with_setting_sources({{kGenerateSteps, "--steps"}, {kGenerateAllocator, "--allocator"}},
                        [&] { validate(options, c); });
-  if (args.has("--mla-rank") && evicting)
-    throw Error("--mla-rank", "MLA is not combined with --evict yet");
-  for (const char* f : {"--mla-mode", "--mla-rope-dims", "--mla-rope-select"}) {
-    if (args.has(f) && !args.has("--mla-rank")) throw Error(f, "needs --mla-rank R");
-  }
-  std::unique_ptr<MlaCodec> codec;
-  if (args.has("--mla-rank")) {
-    MlaOptions o;
-    o.mode = parse_mla_mode(args.get("--mla-mode", "a"), "--mla-mode");
-    o.rank = args.get_int("--mla-rank", 0);
-    o.rope_dims = args.get_int("--mla-rope-dims", o.mode == MlaMode::kAbsorbed ? 2 : 0);
-    o.rope_select =
-        parse_rope_select(args.get("--mla-rope-select", "high-freq"), "--mla-rope-select");
-    codec = std::make_unique<MlaCodec>(
-        with_setting_sources({{kMlaRank, "--mla-rank"}, {kMlaRopeDims, "--mla-rope-dims"}},
-                             [&] { return make_mla_codec(*loaded.model, o); }));
-    const KvLayout L =
-        mla_layout_for(loaded.model->config(), *codec, options.block_size, 1, options.k_format);
-    for (KvKind kind : {KvKind::kKey, KvKind::kValue})
-      options.k_format.validate(options.block_size, L.row_heads(kind), L.row_head_dim(kind),
-                                "--kv-dtype");
-    options.mla = codec.get();
-  }
+  const std::unique_ptr<MlaCodec> codec =
+      make_generate_codec(args, loaded, options, flags.evicting);
   RunNeeds needs;
   needs.model = loaded.model.get();
-  auto backend = make_backend(args.get("--backend", "auto"), threads,
+  auto backend = make_backend(args.get("--backend", "auto"), flags.threads,
                               args.get("--device-weights", "f16"), needs);
   Transformer transformer(loaded.model, *backend);
   GenerateResult r = with_setting_sources({{kGeneratePrompt, "--prompt"}}, [&] {
@@ -216,26 +267,7 @@ int cmd_generate(const Argv& argv) {
   });
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  const auto rate = [](int positions, double seconds) {
-    return seconds > 0 ? positions / seconds : 0.0;
-  };
-  std::string cache = options.k_format.name();
-  if (codec) cache = codec->name() + " latents " + cache;
-  // Decode last: scripts/vs_llama2c.sh reads the line's last tokens/s (run.c's measure).
-  std::fprintf(stderr,
-               "%s%d tokens (%d prompt): prefill %d position%s at %.1f tokens/s, decode %.1f "
-               "tokens/s, KV %ld bytes used of %ld allocated (%s, %s, block %d)\n",
-               loaded.model->is_random_weights() ? "[random weights] " : "",
-               static_cast<int>(r.tokens.size()), r.num_prompt_tokens, r.prefill_positions,
-               r.prefill_positions == 1 ? "" : "s", rate(r.prefill_positions, r.prefill_seconds),
-               rate(r.positions_run - r.prefill_positions, r.decode_seconds), r.kv_bytes_used,
-               r.kv_bytes_allocated, alloc.c_str(), cache.c_str(), options.block_size);
-  if (loaded.model->format() == CheckpointFormat::kGguf)
-    std::fprintf(stderr, "weights %s\n", cpu::describe_weight_format(*loaded.model).c_str());
-  if (loaded.model->storage() == WeightStorage::kCopied)
-    std::fprintf(stderr, "weights copied into memory, %s\n",
-                 huge_page_text(loaded.model->huge_page_fraction()).c_str());
-  print_position_buckets(r, c.seq_len, loaded.model->is_random_weights(), hook.get());
+  print_generate_summary(r, loaded, flags, codec.get(), hook.get());
   return 0;
 }
 
