@@ -105,6 +105,131 @@ void write_png(const std::string& path, const ModelConfig& c, const std::string&
   write_png_plot(spec, path);
 }
 
+// The tokens each context runs on (the --text file, repeated as needed, or fixed pseudo-random
+// ids without a tokenizer) and a line saying where they came from.
+struct ProbeText {
+  std::vector<int> tokens;
+  std::string source;
+};
+
+ProbeText read_probe_text(const Args& args, const LoadedModel& loaded, int longest) {
+  const Model& model = *loaded.model;
+  const ModelConfig& c = model.config();
+  if (args.has("--text") && !loaded.tokenizer)
+    throw Error("--text", "expected a model with a tokenizer, got " + model.source());
+  const std::string path = args.get("--text", default_eval_text_path());
+  int repeats = 0;
+  ProbeText text;
+  text.tokens = probe_tokens(
+      loaded.tokenizer.get(),
+      loaded.tokenizer ? read_text_file(path, "cannot open the text file (--text)") : "", longest,
+      c.vocab_size, path, &repeats);
+  text.source = !loaded.tokenizer
+                    ? "fixed pseudo-random token ids (the model has no tokenizer)"
+                    : path + (repeats > 1 ? " (repeated " + std::to_string(repeats) +
+                                                "x to reach " + std::to_string(longest) + " tokens)"
+                                          : "");
+  return text;
+}
+
+// measure_kv_memory over the sorted contexts, a progress line per context on stderr.
+std::vector<KvMemoryPoint> measure_with_progress(Transformer& t, const std::vector<int>& tokens,
+                                                 const std::vector<int>& sorted,
+                                                 const KvMemoryProbeOptions& o) {
+  // One run per context. The ETA weighs each by C x (C + 256): the attention over the
+  // context, not the weights' matmuls, dominates a long prefill on the CPU (SmolLM2 took 20.5,
+  // 80.2 and 359.4 s at 2K, 4K and 8K: docs/concepts/kv-memory.md).
+  std::vector<double> weights;
+  std::vector<long> starts;  // the engine's count (tokens over all contexts) where each begins
+  long start = 0;
+  for (int ctx : sorted) {
+    weights.push_back(ctx * (ctx + 256.0));
+    starts.push_back(start);
+    start += ctx;
+  }
+  Progress progress("info --measure", static_cast<int>(sorted.size()), "tokens", weights);
+  std::size_t at = 0;
+  progress.step("context " + with_commas(sorted[0]));
+  return measure_kv_memory(t, tokens, sorted, o, [&](long done, long) {
+    while (at + 1 < sorted.size() && done > starts[at] + sorted[at]) {
+      ++at;
+      progress.step("context " + with_commas(sorted[at]));
+    }
+    progress.update(done - starts[at], sorted[at]);
+  });
+}
+
+void print_points_json(const std::vector<KvMemoryPoint>& points, double mha_per_token) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const KvMemoryPoint& p : points) {
+    j.push_back({{"tokens", p.tokens},
+                 {"formula_bytes", p.formula_bytes},
+                 {"exact_bytes", p.exact_bytes},
+                 {"blocks", p.blocks},
+                 {"allocated_bytes", p.allocated_bytes},
+                 {"pool_bytes", p.pool_bytes},
+                 {"resident_bytes", p.resident_bytes},
+                 {"mha_formula_bytes", mha_per_token * p.tokens},
+                 {"seconds", p.seconds}});
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+// What the table's header and footer say about the run.
+struct MeasureRun {
+  const Model* model = nullptr;
+  KvMemoryProbeOptions options;
+  int threads = 0;
+  std::string source;  // where the tokens came from
+  int longest = 0;
+  double formula_per_token = 0.0;
+  double mha_per_token = 0.0;
+  std::string out_dir;
+  std::string csv, png;  // written only with --out
+};
+
+void print_points_table(const MeasureRun& run, const std::vector<KvMemoryPoint>& points) {
+  const Model& model = *run.model;
+  const ModelConfig& c = model.config();
+  const KvMemoryProbeOptions& o = run.options;
+  std::printf(
+      "\nmeasured: one sequence per context through %s%s (%d threads)\n", model.source().c_str(),
+      model.is_random_weights() ? "; its bytes do not depend on the weights" : "", run.threads);
+  std::printf("  K/V %s, block %d; text: %s\n", o.k_format.name().c_str(), o.block_size,
+              run.source.c_str());
+  if (run.longest > c.seq_len) {
+    std::printf("  note: contexts past %d tokens are beyond the model's trained context\n",
+                c.seq_len);
+  }
+  std::printf(
+      "| context | formula | allocator (blocks) | allocator - formula | OS resident | resident - "
+      "allocator | same shape as MHA (formula) | run "
+      "|\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const KvMemoryPoint& p : points) {
+    const std::string resident =
+        p.resident_bytes >= 0 ? mib(static_cast<double>(p.resident_bytes)) : std::string("unknown");
+    const std::string resident_delta =
+        p.resident_bytes >= 0
+            ? signed_bytes(static_cast<double>(p.resident_bytes) - p.allocated_bytes) + " B"
+            : std::string("-");
+    std::printf(
+        "| %s | %s | %s (%d) | %s | %s | %s | %s | %.1f s |\n", with_commas(p.tokens).c_str(),
+        mib(p.formula_bytes).c_str(), mib(p.allocated_bytes).c_str(), p.blocks,
+        (signed_bytes(p.allocated_bytes - p.formula_bytes) + " B").c_str(), resident.c_str(),
+        resident_delta.c_str(), mib(run.mha_per_token * p.tokens).c_str(), p.seconds);
+  }
+  std::printf(
+      "formula: 2 x %d layers x %d KV heads x %d head_dim x %g bytes = %s bytes/token; the "
+      "allocator adds the format's scales and the last block's empty slots; the OS backs whole "
+      "pages of the pool (a pool of 2 MiB or more is mapped in whole 2 MiB pages)\n",
+      c.n_layers, c.n_kv_heads, c.head_dim(), payload_bytes_per_element(o.k_format.dtype),
+      with_commas(static_cast<std::int64_t>(run.formula_per_token)).c_str());
+  if (run.out_dir.empty())
+    std::printf("(--out DIR writes these points as DIR/memory_measured.csv and a plot)\n");
+  else
+    std::printf("wrote %s, %s\n", run.csv.c_str(), run.png.c_str());
+}
+
 }  // namespace
 
 int run_info_measure(const Args& args, const LoadedModel& loaded) {
@@ -131,48 +256,12 @@ int run_info_measure(const Args& args, const LoadedModel& loaded) {
   const bool json = args.has("--json");
 
   const int longest = sorted.back();
-  if (args.has("--text") && !loaded.tokenizer)
-    throw Error("--text", "expected a model with a tokenizer, got " + model.source());
-  const std::string path = args.get("--text", default_eval_text_path());
-  int repeats = 0;
-  const std::vector<int> tokens = probe_tokens(
-      loaded.tokenizer.get(),
-      loaded.tokenizer ? read_text_file(path, "cannot open the text file (--text)") : "", longest,
-      c.vocab_size, path, &repeats);
-  const std::string source =
-      !loaded.tokenizer
-          ? "fixed pseudo-random token ids (the model has no tokenizer)"
-          : path + (repeats > 1 ? " (repeated " + std::to_string(repeats) + "x to reach " +
-                                      std::to_string(longest) + " tokens)"
-                                : "");
+  const ProbeText text = read_probe_text(args, loaded, longest);
   if (!out_dir.empty()) checked_out_dir(out_dir);  // a bad --out fails before the long run
 
   auto backend = make_cpu_backend(threads);
   Transformer t(loaded.model, *backend);
-  std::vector<KvMemoryPoint> points;
-  {
-    // One run per context. The ETA weighs each by C x (C + 256): the attention over the
-    // context, not the weights' matmuls, dominates a long prefill on the CPU (SmolLM2 took 20.5,
-    // 80.2 and 359.4 s at 2K, 4K and 8K: docs/concepts/kv-memory.md).
-    std::vector<double> weights;
-    std::vector<long> starts;  // the engine's count (tokens over all contexts) where each begins
-    long start = 0;
-    for (int ctx : sorted) {
-      weights.push_back(ctx * (ctx + 256.0));
-      starts.push_back(start);
-      start += ctx;
-    }
-    Progress progress("info --measure", static_cast<int>(sorted.size()), "tokens", weights);
-    std::size_t at = 0;
-    progress.step("context " + with_commas(sorted[0]));
-    points = measure_kv_memory(t, tokens, sorted, o, [&](long done, long) {
-      while (at + 1 < sorted.size() && done > starts[at] + sorted[at]) {
-        ++at;
-        progress.step("context " + with_commas(sorted[at]));
-      }
-      progress.update(done - starts[at], sorted[at]);
-    });
-  }
+  const std::vector<KvMemoryPoint> points = measure_with_progress(t, text.tokens, sorted, o);
   const double formula_per_token = points.front().formula_bytes / points.front().tokens;
   ModelConfig mha = c;
   mha.n_kv_heads = c.n_heads;
@@ -190,57 +279,20 @@ int run_info_measure(const Args& args, const LoadedModel& loaded) {
   }
 
   if (json) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const KvMemoryPoint& p : points) {
-      j.push_back({{"tokens", p.tokens},
-                   {"formula_bytes", p.formula_bytes},
-                   {"exact_bytes", p.exact_bytes},
-                   {"blocks", p.blocks},
-                   {"allocated_bytes", p.allocated_bytes},
-                   {"pool_bytes", p.pool_bytes},
-                   {"resident_bytes", p.resident_bytes},
-                   {"mha_formula_bytes", mha_per_token * p.tokens},
-                   {"seconds", p.seconds}});
-    }
-    std::printf("%s\n", j.dump(2).c_str());
+    print_points_json(points, mha_per_token);
     return 0;
   }
-  std::printf("\nmeasured: one sequence per context through %s%s (%d threads)\n",
-              model.source().c_str(), random ? "; its bytes do not depend on the weights" : "",
-              threads);
-  std::printf("  K/V %s, block %d; text: %s\n", o.k_format.name().c_str(), o.block_size,
-              source.c_str());
-  if (longest > c.seq_len) {
-    std::printf("  note: contexts past %d tokens are beyond the model's trained context\n",
-                c.seq_len);
-  }
-  std::printf(
-      "| context | formula | allocator (blocks) | allocator - formula | OS resident | resident - "
-      "allocator | same shape as MHA (formula) | run "
-      "|\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (const KvMemoryPoint& p : points) {
-    const std::string resident =
-        p.resident_bytes >= 0 ? mib(static_cast<double>(p.resident_bytes)) : std::string("unknown");
-    const std::string resident_delta =
-        p.resident_bytes >= 0
-            ? signed_bytes(static_cast<double>(p.resident_bytes) - p.allocated_bytes) + " B"
-            : std::string("-");
-    std::printf(
-        "| %s | %s | %s (%d) | %s | %s | %s | %s | %.1f s |\n", with_commas(p.tokens).c_str(),
-        mib(p.formula_bytes).c_str(), mib(p.allocated_bytes).c_str(), p.blocks,
-        (signed_bytes(p.allocated_bytes - p.formula_bytes) + " B").c_str(), resident.c_str(),
-        resident_delta.c_str(), mib(mha_per_token * p.tokens).c_str(), p.seconds);
-  }
-  std::printf(
-      "formula: 2 x %d layers x %d KV heads x %d head_dim x %g bytes = %s bytes/token; the "
-      "allocator adds the format's scales and the last block's empty slots; the OS backs whole "
-      "pages of the pool (a pool of 2 MiB or more is mapped in whole 2 MiB pages)\n",
-      c.n_layers, c.n_kv_heads, c.head_dim(), payload_bytes_per_element(o.k_format.dtype),
-      with_commas(static_cast<std::int64_t>(formula_per_token)).c_str());
-  if (out_dir.empty())
-    std::printf("(--out DIR writes these points as DIR/memory_measured.csv and a plot)\n");
-  else
-    std::printf("wrote %s, %s\n", csv.c_str(), png.c_str());
+  print_points_table({.model = &model,
+                      .options = o,
+                      .threads = threads,
+                      .source = text.source,
+                      .longest = longest,
+                      .formula_per_token = formula_per_token,
+                      .mha_per_token = mha_per_token,
+                      .out_dir = out_dir,
+                      .csv = csv,
+                      .png = png},
+                     points);
   return 0;
 }
 
