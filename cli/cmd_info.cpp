@@ -41,68 +41,30 @@ progress (context i/n, tokens done, elapsed, ETA) goes to stderr: redrawn in pla
 terminal, otherwise a line every 5 s ($KVSCOPE_PROGRESS_INTERVAL: seconds, or off)
 )";
 
-}  // namespace
-
-int cmd_info(const Argv& argv) {
-  Args args(argv,
-            {"--model", "--weight-format", "--measure", "--kv-dtype", "--block-size", "--text",
-             "--threads", "--out"},
-            {"--help", "--json"});
-  if (args.has("--help")) {
-    std::fputs(kInfoHelp, stdout);
-    return 0;
-  }
-  if (!args.positional().empty())
-    throw Error(args.positional()[0], "unexpected argument; see --help");
-  const std::string arg = args.get("--model");
-  if (args.has("--measure")) {
-    return run_info_measure(
-        args,
-        load_model(arg, "", WeightStorage::kMapped,
-                   parse_weight_format(args.get("--weight-format", "native"), "--weight-format")));
-  }
-  for (const char* flag :
-       {"--kv-dtype", "--block-size", "--text", "--threads", "--out", "--json"}) {
-    if (args.has(flag)) throw Error(flag, "expected --measure with it (see --help)");
-  }
-  const bool random = is_synthetic_model_arg(arg);
-  std::string source;
-  // Synthetic shapes are described without allocating their weights; real weights are loaded
-  // (once) to say what the file stores and what the engine holds.
-  LoadedModel loaded;
-  double seconds = 0.0;
-  if (!random) {
-    const auto started = std::chrono::steady_clock::now();
-    loaded =
-        load_model(arg, "", WeightStorage::kMapped,
-                   parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    source = loaded.model->source();
-  }
-  const ModelConfig c = random ? model_config_for(arg, &source) : loaded.model->config();
-  std::printf("model:      %s\n", source.c_str());
-  if (random) {
-    std::printf("weights:    random weights (no quality figure is meaningful)\n");
-  } else {
-    const Model& m = *loaded.model;
+// What the file stores, what the engine holds and reads per token, and the tokenizer.
+void print_loaded_weights(const LoadedModel& loaded, double seconds) {
+  const Model& m = *loaded.model;
+  std::printf(
+      "weights:    %s in the file; the engine holds %s as %s (loaded in %.2f s)\n",
+      m.weight_types().c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
+      m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)" : "fp32 (mmapped)",
+      seconds);
+  if (m.native() != nullptr) {
     std::printf(
-        "weights:    %s in the file; the engine holds %s as %s (loaded in %.2f s)\n",
-        m.weight_types().c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
-        m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)" : "fp32 (mmapped)",
-        seconds);
-    if (m.native() != nullptr) {
-      std::printf(
-          "            and %s of quantized matrices as stored; the forward pass reads those\n",
-          human_bytes(static_cast<double>(m.native_bytes())).c_str());
-    }
-    std::printf("matmuls:    %s; %s of weights read per token\n",
-                cpu::describe_weight_format(m).c_str(),
-                human_bytes(static_cast<double>(weight_bytes_per_token(m))).c_str());
-    if (loaded.tokenizer) {
-      std::printf("tokenizer:  %d tokens, BOS %d, from %s\n", loaded.tokenizer->vocab_size(),
-                  loaded.tokenizer->bos_id(), loaded.tokenizer->path().c_str());
-    }
+        "            and %s of quantized matrices as stored; the forward pass reads those\n",
+        human_bytes(static_cast<double>(m.native_bytes())).c_str());
   }
+  std::printf("matmuls:    %s; %s of weights read per token\n",
+              cpu::describe_weight_format(m).c_str(),
+              human_bytes(static_cast<double>(weight_bytes_per_token(m))).c_str());
+  if (loaded.tokenizer) {
+    std::printf("tokenizer:  %d tokens, BOS %d, from %s\n", loaded.tokenizer->vocab_size(),
+                loaded.tokenizer->bos_id(), loaded.tokenizer->path().c_str());
+  }
+}
+
+// RoPE, the shape, the parameter count and the attention kind.
+void print_shape(const ModelConfig& c) {
   std::printf("rope:       theta %g, RMSNorm eps %g\n", static_cast<double>(c.rope_theta),
               static_cast<double>(c.rms_eps));
   std::printf("shape:      %s\n", c.describe().c_str());
@@ -110,6 +72,10 @@ int cmd_info(const Argv& argv) {
               human_bytes(static_cast<double>(c.num_params()) * 4).c_str());
   std::printf("attention:  %s, %d query heads, %d KV heads (group %d)\n", attention_kind(c),
               c.n_heads, c.n_kv_heads, c.gqa_group());
+}
+
+// KV bytes per token per payload width, at seq_len and at 128K tokens.
+void print_kv_bytes_table(const ModelConfig& c) {
   std::printf(
       "\nKV bytes per token = 2 (K,V) x %d layers x %d KV heads x %d head_dim x bytes/elem\n",
       c.n_layers, c.n_kv_heads, c.head_dim());
@@ -127,6 +93,10 @@ int cmd_info(const Argv& argv) {
                 human_bytes(static_cast<double>(per_token) * 131072).c_str());
   }
   std::printf("  (payload only; quantized formats add scales: see kvscope eval for exact bytes)\n");
+}
+
+// The model's own MLA latent cache against MHA, or what kvscope's MLA conversion would store.
+void print_mla_sizes(const ModelConfig& c, bool random) {
   // Latent cache sizes through the pool's own byte accounting (KvLayout), fp16 like the MHA row.
   const KvFormat fp16 = parse_kv_format("fp16", "info");
   const double mha16 = kv_layout_for(c, 16, 1, fp16, fp16).bytes_per_token();
@@ -174,6 +144,56 @@ int cmd_info(const Argv& argv) {
                   with_commas(static_cast<std::int64_t>(mha16 * c.n_heads / c.n_kv_heads)).c_str());
     }
   }
+}
+
+}  // namespace
+
+int cmd_info(const Argv& argv) {
+  Args args(argv,
+            {"--model", "--weight-format", "--measure", "--kv-dtype", "--block-size", "--text",
+             "--threads", "--out"},
+            {"--help", "--json"});
+  if (args.has("--help")) {
+    std::fputs(kInfoHelp, stdout);
+    return 0;
+  }
+  if (!args.positional().empty())
+    throw Error(args.positional()[0], "unexpected argument; see --help");
+  const std::string arg = args.get("--model");
+  if (args.has("--measure")) {
+    return run_info_measure(
+        args,
+        load_model(arg, "", WeightStorage::kMapped,
+                   parse_weight_format(args.get("--weight-format", "native"), "--weight-format")));
+  }
+  for (const char* flag :
+       {"--kv-dtype", "--block-size", "--text", "--threads", "--out", "--json"}) {
+    if (args.has(flag)) throw Error(flag, "expected --measure with it (see --help)");
+  }
+  const bool random = is_synthetic_model_arg(arg);
+  std::string source;
+  // Synthetic shapes are described without allocating their weights; real weights are loaded
+  // (once) to say what the file stores and what the engine holds.
+  LoadedModel loaded;
+  double seconds = 0.0;
+  if (!random) {
+    const auto started = std::chrono::steady_clock::now();
+    loaded =
+        load_model(arg, "", WeightStorage::kMapped,
+                   parse_weight_format(args.get("--weight-format", "native"), "--weight-format"));
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    source = loaded.model->source();
+  }
+  const ModelConfig c = random ? model_config_for(arg, &source) : loaded.model->config();
+  std::printf("model:      %s\n", source.c_str());
+  if (random) {
+    std::printf("weights:    random weights (no quality figure is meaningful)\n");
+  } else {
+    print_loaded_weights(loaded, seconds);
+  }
+  print_shape(c);
+  print_kv_bytes_table(c);
+  print_mla_sizes(c, random);
   std::printf("\n(GiB = 2^30 bytes, GB = 10^9 bytes)\n");
   return 0;
 }
