@@ -249,10 +249,17 @@ void write_sweep_outputs(
   write_png_plot(spec, dir + "/mooncake_sweep.png");
 }
 
-int trace_mooncake(const Args& args) {
-  if (args.positional().size() != 2)
-    throw Error("trace mooncake", "expected one trace FILE; see --help");
-  MooncakeReplayConfig c;
+// The replay configuration and the policies and indexes to run, checked in the order the errors
+// are reported.
+struct MooncakeFlags {
+  MooncakeReplayConfig config;
+  std::vector<EvictionPolicyKind> policies;
+  std::vector<IndexKind> indexes;
+};
+
+MooncakeFlags read_mooncake_flags(const Args& args) {
+  MooncakeFlags f;
+  MooncakeReplayConfig& c = f.config;
   c.block_size = args.get_int("--block-size", kMooncakeBlockTokens);
   c.capacity_tokens = args.get_i64("--capacity-tokens", 0);
   c.time_scale = args.get_double("--time-scale", 1.0);
@@ -270,27 +277,126 @@ int trace_mooncake(const Args& args) {
     require_prefix_caching_for_tiers(true, c.prefix_caching, "--tiers");
     c.tiers = parse_tiers(args.get("--tiers"), c.block_size);
   }
-  const bool json = args.has("--json");
   const std::string policy_name = args.get("--policy", "lru");
-  std::vector<EvictionPolicyKind> policies;
   if (policy_name == "all" && args.has("--sweep")) {
-    policies = {EvictionPolicyKind::kLru, EvictionPolicyKind::kLfu, EvictionPolicyKind::kFifo};
+    f.policies = {EvictionPolicyKind::kLru, EvictionPolicyKind::kLfu, EvictionPolicyKind::kFifo};
   } else if (auto p = parse_eviction_policy(policy_name)) {
-    policies = {*p};
+    f.policies = {*p};
   } else {
     fail_expected("--policy", args.has("--sweep") ? "lru, lfu, fifo or all" : "lru, lfu or fifo",
                   "'" + policy_name + "'");
   }
-  c.policy = policies.front();
   const std::string index_name = args.get("--index", "hash");
-  std::vector<IndexKind> indexes;
   if (index_name == "both") {
-    indexes = {IndexKind::kHashChain, IndexKind::kRadix};
+    f.indexes = {IndexKind::kHashChain, IndexKind::kRadix};
   } else if (auto k = parse_index_kind(index_name)) {
-    indexes = {*k};
+    f.indexes = {*k};
   } else {
     fail_expected("--index", "hash, radix or both", "'" + index_name + "'");
   }
+  c.policy = f.policies.front();
+  return f;
+}
+
+void print_trace_summary(const MooncakeTrace& trace, double hash_id_reuse_ratio) {
+  std::printf("mooncake trace %s: %s requests, %s bad lines skipped\n", trace.source.c_str(),
+              with_commas(static_cast<std::int64_t>(trace.requests.size())).c_str(),
+              with_commas(trace.skipped_lines).c_str());
+  for (const auto& e : trace.skipped_errors) std::printf("  skipped: %s\n", e.c_str());
+  std::printf(
+      "trace-level reuse from hash ids alone (unlimited, last partial block counted): %.4f\n",
+      hash_id_reuse_ratio);
+}
+
+// One replay per index (--index both: two), printed or added to the JSON.
+void run_replays(const MooncakeTrace& trace, MooncakeReplayConfig c,
+                 const std::vector<IndexKind>& indexes, bool json, nlohmann::json& out) {
+  for (IndexKind k : indexes) {
+    c.index = k;
+    const MooncakeReplayResult r = replay_mooncake(trace, c);
+    if (json) {
+      nlohmann::json j = result_json(r);
+      j["index"] = std::string(index_kind_name(k));
+      out["replays"].push_back(j);
+    } else {
+      print_result(c, r);
+    }
+  }
+}
+
+using SweepRows = std::vector<
+    std::pair<EvictionPolicyKind, std::vector<std::pair<std::int64_t, MooncakeReplayResult>>>>;
+
+void print_sweep_header(const std::vector<TierSpec>& tiers) {
+  std::printf("%-6s %16s %12s %10s", "policy", "capacity tokens", "blocks", "hit ratio");
+  for (const TierSpec& t : tiers) std::printf(" %10s", ("+" + t.name).c_str());
+  if (!tiers.empty()) std::printf(" %10s", "all");
+  std::printf(" %12s %10s\n", "evictions", "seconds");
+}
+
+void print_sweep_row(EvictionPolicyKind p, std::int64_t cap, const MooncakeReplayResult& r,
+                     const std::vector<TierSpec>& tiers) {
+  std::printf("%-6s %16s %12s %10.4f", std::string(eviction_policy_name(p)).c_str(),
+              cap ? with_commas(cap).c_str() : "unlimited", with_commas(r.num_blocks).c_str(),
+              r.cache.token_hit_rate());
+  for (std::size_t t = 0; t < tiers.size(); ++t) {
+    if (r.tiers.empty()) {
+      std::printf(" %10s", "-");
+    } else {
+      std::printf(" %10.4f", share(r.tiers[t].hit_tokens, r.cache.prompt_tokens));
+    }
+  }
+  if (!tiers.empty()) std::printf(" %10.4f", share(r.all_hit_tokens(), r.cache.prompt_tokens));
+  std::printf(" %12s %10.2f\n", with_commas(r.cache.evictions).c_str(), r.wall_seconds);
+}
+
+// --sweep: every policy at every capacity, a row each, then the CSV and PNG with --out.
+void run_sweep(const Args& args, const MooncakeTrace& trace, MooncakeReplayConfig c,
+               const std::vector<EvictionPolicyKind>& policies, bool json, nlohmann::json& out) {
+  SweepRows rows;
+  // With tiers, each capacity's pool has the same tiers behind it (the unlimited pool, which
+  // never evicts, runs without).
+  const std::vector<TierSpec> tiers = c.tiers;
+  if (!json) print_sweep_header(tiers);
+  std::vector<std::int64_t> caps;
+  for (std::int64_t b = 512; b <= 262144; b *= 2) caps.push_back(b * kMooncakeBlockTokens);
+  caps.push_back(0);
+  Progress progress("trace mooncake --sweep", static_cast<int>(policies.size() * caps.size()));
+  for (EvictionPolicyKind p : policies) {
+    c.policy = p;
+    rows.push_back({p, {}});
+    for (std::int64_t cap : caps) {
+      c.capacity_tokens = cap;
+      c.tiers = cap ? tiers : std::vector<TierSpec>{};
+      progress.step(std::string(eviction_policy_name(p)) + ", " +
+                    (cap ? with_commas(cap) + " tokens" : std::string("unlimited")));
+      const MooncakeReplayResult r = replay_mooncake(trace, c);
+      if (!json) progress.clear();  // the row goes below, not over, the progress line
+      if (json) {
+        nlohmann::json j = result_json(r);
+        j["policy"] = std::string(eviction_policy_name(p));
+        j["capacity_tokens"] = cap;
+        out["sweep"].push_back(j);
+      } else {
+        print_sweep_row(p, cap, r, tiers);
+      }
+      rows.back().second.emplace_back(cap, r);
+    }
+  }
+  if (args.has("--out")) {
+    write_sweep_outputs(args.get("--out"), trace.source, c.block_size, tiers, rows);
+    if (!json)
+      std::printf("wrote %s/mooncake_sweep.csv and %s/mooncake_sweep.png\n",
+                  args.get("--out").c_str(), args.get("--out").c_str());
+  }
+}
+
+int trace_mooncake(const Args& args) {
+  if (args.positional().size() != 2)
+    throw Error("trace mooncake", "expected one trace FILE; see --help");
+  MooncakeFlags flags = read_mooncake_flags(args);
+  MooncakeReplayConfig& c = flags.config;
+  const bool json = args.has("--json");
   MooncakeLoadOptions lo;
   lo.skip_bad = args.has("--skip-bad");
   const MooncakeTrace trace = load_mooncake_trace(args.positional()[1], lo);
@@ -298,84 +404,12 @@ int trace_mooncake(const Args& args) {
                         {"requests", trace.requests.size()},
                         {"skipped_lines", trace.skipped_lines},
                         {"hash_id_reuse_ratio", mooncake_hash_id_reuse_ratio(trace.requests)}};
-  if (!json) {
-    std::printf("mooncake trace %s: %s requests, %s bad lines skipped\n", trace.source.c_str(),
-                with_commas(static_cast<std::int64_t>(trace.requests.size())).c_str(),
-                with_commas(trace.skipped_lines).c_str());
-    for (const auto& e : trace.skipped_errors) std::printf("  skipped: %s\n", e.c_str());
-    std::printf(
-        "trace-level reuse from hash ids alone (unlimited, last partial block counted): %.4f\n",
-        out["hash_id_reuse_ratio"].get<double>());
-  }
+  if (!json) print_trace_summary(trace, out["hash_id_reuse_ratio"].get<double>());
   if (!args.has("--sweep")) {
-    for (IndexKind k : indexes) {
-      c.index = k;
-      const MooncakeReplayResult r = replay_mooncake(trace, c);
-      if (json) {
-        nlohmann::json j = result_json(r);
-        j["index"] = std::string(index_kind_name(k));
-        out["replays"].push_back(j);
-      } else {
-        print_result(c, r);
-      }
-    }
+    run_replays(trace, c, flags.indexes, json, out);
   } else {
-    c.index = indexes.front();
-    std::vector<
-        std::pair<EvictionPolicyKind, std::vector<std::pair<std::int64_t, MooncakeReplayResult>>>>
-        rows;
-    // With tiers, each capacity's pool has the same tiers behind it (the unlimited pool, which
-    // never evicts, runs without).
-    const std::vector<TierSpec> tiers = c.tiers;
-    if (!json) {
-      std::printf("%-6s %16s %12s %10s", "policy", "capacity tokens", "blocks", "hit ratio");
-      for (const TierSpec& t : tiers) std::printf(" %10s", ("+" + t.name).c_str());
-      if (!tiers.empty()) std::printf(" %10s", "all");
-      std::printf(" %12s %10s\n", "evictions", "seconds");
-    }
-    std::vector<std::int64_t> caps;
-    for (std::int64_t b = 512; b <= 262144; b *= 2) caps.push_back(b * kMooncakeBlockTokens);
-    caps.push_back(0);
-    Progress progress("trace mooncake --sweep", static_cast<int>(policies.size() * caps.size()));
-    for (EvictionPolicyKind p : policies) {
-      c.policy = p;
-      rows.push_back({p, {}});
-      for (std::int64_t cap : caps) {
-        c.capacity_tokens = cap;
-        c.tiers = cap ? tiers : std::vector<TierSpec>{};
-        progress.step(std::string(eviction_policy_name(p)) + ", " +
-                      (cap ? with_commas(cap) + " tokens" : std::string("unlimited")));
-        const MooncakeReplayResult r = replay_mooncake(trace, c);
-        if (!json) progress.clear();  // the row goes below, not over, the progress line
-        if (json) {
-          nlohmann::json j = result_json(r);
-          j["policy"] = std::string(eviction_policy_name(p));
-          j["capacity_tokens"] = cap;
-          out["sweep"].push_back(j);
-        } else {
-          std::printf("%-6s %16s %12s %10.4f", std::string(eviction_policy_name(p)).c_str(),
-                      cap ? with_commas(cap).c_str() : "unlimited",
-                      with_commas(r.num_blocks).c_str(), r.cache.token_hit_rate());
-          for (std::size_t t = 0; t < tiers.size(); ++t) {
-            if (r.tiers.empty()) {
-              std::printf(" %10s", "-");
-            } else {
-              std::printf(" %10.4f", share(r.tiers[t].hit_tokens, r.cache.prompt_tokens));
-            }
-          }
-          if (!tiers.empty())
-            std::printf(" %10.4f", share(r.all_hit_tokens(), r.cache.prompt_tokens));
-          std::printf(" %12s %10.2f\n", with_commas(r.cache.evictions).c_str(), r.wall_seconds);
-        }
-        rows.back().second.emplace_back(cap, r);
-      }
-    }
-    if (args.has("--out")) {
-      write_sweep_outputs(args.get("--out"), trace.source, c.block_size, tiers, rows);
-      if (!json)
-        std::printf("wrote %s/mooncake_sweep.csv and %s/mooncake_sweep.png\n",
-                    args.get("--out").c_str(), args.get("--out").c_str());
-    }
+    c.index = flags.indexes.front();
+    run_sweep(args, trace, c, flags.policies, json, out);
   }
   if (json) std::printf("%s\n", out.dump(2).c_str());
   return 0;
