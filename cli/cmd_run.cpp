@@ -131,6 +131,46 @@ void print_summary(const Simulator& sim, const SimConfig& config, const std::str
   }
 }
 
+// --allocator, --preemption and --threads over the scenario's own settings.
+void apply_config_flags(const Args& args, SimConfig& config) {
+  if (args.has("--allocator")) {
+    config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
+    require_paged_for_prefix_caching(config.prefix_caching, config.allocator, "--allocator");
+  }
+  if (args.has("--preemption"))
+    config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
+  config.threads = args.get_int("--threads", 1);
+}
+
+// The report (report.md, report.json, PNG plots) unless --no-report or no step ran; returns
+// whether it was written.
+bool write_report_unless_empty(const Args& args, const Argv& argv, const Scenario& scenario,
+                               const std::string& path, const std::string& variant,
+                               const ScenarioModelLoad& loaded, const Simulator& sim,
+                               const std::string& out_dir) {
+  const bool quiet = args.has("--quiet");
+  const bool report = !args.has("--no-report") && sim.timeline()->num_steps() > 0;
+  const std::string label =
+      variant == "base" ? scenario.title : scenario.title + " [" + variant + "]";
+  if (report) {
+    RunReportInfo info;
+    info.title = label;
+    info.description = scenario.description;
+    info.scenario_path = path;
+    info.model_name = loaded.source;
+    info.random_weights = loaded.random_weights;
+    info.bookkeeping_only = loaded.weights == nullptr;
+    info.command = "kvscope run";
+    for (const std::string& a : argv) info.command.append(" ").append(a);
+    write_run_report(info, loaded.shape, sim, out_dir, [quiet](const std::string& file) {
+      if (!quiet) std::fprintf(stderr, "wrote %s\n", file.c_str());
+    });
+  } else if (!args.has("--no-report")) {
+    std::fprintf(stderr, "kvscope run: no step ran, so no report was written\n");
+  }
+  return report;
+}
+
 }  // namespace
 
 int cmd_run(const Argv& argv) {
@@ -165,13 +205,7 @@ int cmd_run(const Argv& argv) {
   ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
   attach_mla(resolved, loaded.weights, path);
   SimConfig config = resolved.config;
-  if (args.has("--allocator")) {
-    config.allocator = parse_allocator(args.get("--allocator"), "--allocator");
-    require_paged_for_prefix_caching(config.prefix_caching, config.allocator, "--allocator");
-  }
-  if (args.has("--preemption"))
-    config.preemption = parse_preemption(args.get("--preemption"), "--preemption");
-  config.threads = args.get_int("--threads", 1);
+  apply_config_flags(args, config);
   config.tokenizer = loaded.tokenizer;  // recording.kvr carries the text of its token ids
   SimModel model{loaded.shape, loaded.weights};
   std::unique_ptr<Backend> backend;
@@ -194,25 +228,8 @@ int cmd_run(const Argv& argv) {
   t.save(rec);
   t.export_chrome_trace(trace);
   write_metrics_csv(csv, t.all_metrics());
-  const bool report = !args.has("--no-report") && t.num_steps() > 0;
-  const std::string label =
-      variant == "base" ? scenario.title : scenario.title + " [" + variant + "]";
-  if (report) {
-    RunReportInfo info;
-    info.title = label;
-    info.description = scenario.description;
-    info.scenario_path = path;
-    info.model_name = loaded.source;
-    info.random_weights = loaded.random_weights;
-    info.bookkeeping_only = model.weights == nullptr;
-    info.command = "kvscope run";
-    for (const std::string& a : argv) info.command.append(" ").append(a);
-    write_run_report(info, loaded.shape, *sim, out_dir, [quiet](const std::string& file) {
-      if (!quiet) std::fprintf(stderr, "wrote %s\n", file.c_str());
-    });
-  } else if (!args.has("--no-report")) {
-    std::fprintf(stderr, "kvscope run: no step ran, so no report was written\n");
-  }
+  const bool report =
+      write_report_unless_empty(args, argv, scenario, path, variant, loaded, *sim, out_dir);
 
   const std::string where = variant == "base" ? path : path + " [" + variant + "]";
   print_summary(*sim, config, where, loaded.random_weights, model.weights == nullptr);
