@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,148 +60,205 @@ int fail(const std::string& message) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Everything the command line says.
+struct UiArgs {
   kvscope::ui::AppOptions options;
   std::string sweep_out;  // --write-quality-sweep
   kvscope::ui::AttachRequest attach;
   bool attaching = false;
   std::vector<std::string> attach_flags;  // attach options seen (they need --attach)
+};
+
+// One option at argv[i]: `matched` when it was this reader's, with the exit code when it ends the
+// run (help, or bad input).
+struct Read {
+  bool matched = false;
+  std::optional<int> exit;
+};
+Read mine() {
+  return {true, std::nullopt};
+}
+Read done(int code) {
+  return {true, code};
+}
+
+// The option's value (advancing i past it), or null when the line ends here.
+const char* value_of(int argc, char** argv, int& i) {
+  return i + 1 < argc ? argv[++i] : nullptr;
+}
+
+// An integer value in [lo, hi]; nullopt when it is missing or not one.
+std::optional<long> int_value(const char* v, long lo, long hi) {
+  if (v == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < lo || n > hi) return std::nullopt;
+  return n;
+}
+
+// --screenshot, --frames, --step, --size, --view, --caption, --presenter.
+Read read_view_option(const std::string& arg, int argc, char** argv, int& i,
+                      kvscope::ui::AppOptions& o) {
+  if (arg == "--screenshot") {
+    const char* v = value_of(argc, argv, i);
+    if (!v) return done(fail("--screenshot: expected an output path"));
+    o.screenshot = v;
+  } else if (arg == "--frames") {
+    const auto n = int_value(value_of(argc, argv, i), 1, 100000);
+    if (!n) return done(fail("--frames: expected 1..100000"));
+    o.frames = static_cast<int>(*n);
+  } else if (arg == "--step") {
+    const auto n = int_value(value_of(argc, argv, i), 0, 10000000);
+    if (!n) return done(fail("--step: expected a step >= 0"));
+    o.step = static_cast<int>(*n);
+  } else if (arg == "--size") {
+    const char* v = value_of(argc, argv, i);
+    if (!v || std::sscanf(v, "%dx%d", &o.width, &o.height) != 2 || o.width < 320 ||
+        o.height < 240 || o.width > 8192 || o.height > 8192) {
+      return done(fail("--size: expected WxH between 320x240 and 8192x8192"));
+    }
+  } else if (arg == "--view") {
+    const char* v = value_of(argc, argv, i);
+    const std::string name = v ? v : "";
+    const int found = kvscope::ui::UiShell::workspace_of_key(name);
+    if (found < 0) {
+      return done(
+          fail("--view: expected pool, prefix, attention, compare or live, got \"" + name + "\""));
+    }
+    o.workspace = found;
+    o.workspace_given = true;
+  } else if (arg == "--caption") {
+    const auto n = int_value(value_of(argc, argv, i), 1, 100000);
+    if (!n) return done(fail("--caption: expected a caption number >= 1"));
+    o.caption = static_cast<int>(*n);
+  } else if (arg == "--presenter") {
+    o.presenter = true;
+  } else {
+    return {};
+  }
+  return mine();
+}
+
+// --backend, --model, --write-quality-sweep.
+Read read_run_option(const std::string& arg, int argc, char** argv, int& i, UiArgs& a) {
+  if (arg == "--backend") {
+    const char* v = value_of(argc, argv, i);
+    const std::string name = v ? v : "";
+    if (name != "cpu" && name != "cuda-sim" && name != "cuda")
+      return done(fail("--backend: expected cpu, cuda-sim or cuda, got \"" + name + "\""));
+    a.options.backend = name;
+  } else if (arg == "--model") {
+    const char* v = value_of(argc, argv, i);
+    if (!v || *v == '\0')
+      return done(fail("--model: expected a model name (smollm2), file or synthetic:<spec>"));
+    a.options.model = v;
+  } else if (arg == "--write-quality-sweep") {
+    const char* v = value_of(argc, argv, i);
+    if (!v || *v == '\0')
+      return done(fail("--write-quality-sweep: expected an output path (.json)"));
+    a.sweep_out = v;
+  } else {
+    return {};
+  }
+  return mine();
+}
+
+// --attach, --replay, --topic, --dp, --slots, --bind.
+Read read_attach_option(const std::string& arg, int argc, char** argv, int& i, UiArgs& a) {
+  if (arg == "--attach") {
+    const char* v = value_of(argc, argv, i);
+    if (!v) return done(fail("--attach: expected an endpoint such as tcp://127.0.0.1:5557"));
+    a.attach.endpoint = v;
+    a.attaching = true;
+    return mine();
+  }
+  if (arg == "--replay" || arg == "--topic") {
+    const char* v = value_of(argc, argv, i);
+    if (!v) return done(fail(arg + ": expected a value"));
+    (arg == "--replay" ? a.attach.replay : a.attach.topic) = v;
+  } else if (arg == "--dp" || arg == "--slots") {
+    const char* v = value_of(argc, argv, i);
+    const bool dp = arg == "--dp";
+    const auto n = int_value(v, dp ? 1 : 16, dp ? 256 : (1 << 20));
+    if (!n) {
+      return done(fail(arg +
+                       (dp ? ": expected an integer in [1, 256], got '"
+                           : ": expected an integer in [16, 1048576], got '") +
+                       (v ? v : "") + "'"));
+    }
+    (dp ? a.attach.dp : a.attach.slots) = static_cast<int>(*n);
+  } else if (arg == "--bind") {
+    a.attach.bind = true;
+  } else {
+    return {};
+  }
+  a.attach_flags.push_back(arg);
+  return mine();
+}
+
+// Reads the whole command line into `a`; the exit code when it ends the run.
+std::optional<int> read_args(int argc, char** argv, UiArgs& a) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    const auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) return nullptr;
-      (void)name;
-      return argv[++i];
-    };
     if (arg == "-h" || arg == "--help") {
       usage(stdout);
       return 0;
-    } else if (arg == "--screenshot") {
-      const char* v = value("--screenshot");
-      if (!v) return fail("--screenshot: expected an output path");
-      options.screenshot = v;
-    } else if (arg == "--frames") {
-      const char* v = value("--frames");
-      char* end = nullptr;
-      const long n = v ? std::strtol(v, &end, 10) : 0;
-      if (!v || *end != '\0' || n < 1 || n > 100000) return fail("--frames: expected 1..100000");
-      options.frames = static_cast<int>(n);
-    } else if (arg == "--step") {
-      const char* v = value("--step");
-      char* end = nullptr;
-      const long n = v ? std::strtol(v, &end, 10) : -1;
-      if (!v || *end != '\0' || n < 0 || n > 10000000) return fail("--step: expected a step >= 0");
-      options.step = static_cast<int>(n);
-    } else if (arg == "--size") {
-      const char* v = value("--size");
-      if (!v || std::sscanf(v, "%dx%d", &options.width, &options.height) != 2 ||
-          options.width < 320 || options.height < 240 || options.width > 8192 ||
-          options.height > 8192) {
-        return fail("--size: expected WxH between 320x240 and 8192x8192");
-      }
-    } else if (arg == "--view") {
-      const char* v = value("--view");
-      const std::string name = v ? v : "";
-      const int found = kvscope::ui::UiShell::workspace_of_key(name);
-      if (found < 0) {
-        return fail("--view: expected pool, prefix, attention, compare or live, got \"" + name +
-                    "\"");
-      }
-      options.workspace = found;
-      options.workspace_given = true;
-    } else if (arg == "--caption") {
-      const char* v = value("--caption");
-      char* end = nullptr;
-      const long n = v ? std::strtol(v, &end, 10) : -1;
-      if (!v || *end != '\0' || n < 1 || n > 100000)
-        return fail("--caption: expected a caption number >= 1");
-      options.caption = static_cast<int>(n);
-    } else if (arg == "--backend") {
-      const char* v = value("--backend");
-      const std::string name = v ? v : "";
-      if (name != "cpu" && name != "cuda-sim" && name != "cuda")
-        return fail("--backend: expected cpu, cuda-sim or cuda, got \"" + name + "\"");
-      options.backend = name;
-    } else if (arg == "--model") {
-      const char* v = value("--model");
-      if (!v || *v == '\0')
-        return fail("--model: expected a model name (smollm2), file or synthetic:<spec>");
-      options.model = v;
-    } else if (arg == "--write-quality-sweep") {
-      const char* v = value("--write-quality-sweep");
-      if (!v || *v == '\0') return fail("--write-quality-sweep: expected an output path (.json)");
-      sweep_out = v;
-    } else if (arg == "--attach") {
-      const char* v = value("--attach");
-      if (!v) return fail("--attach: expected an endpoint such as tcp://127.0.0.1:5557");
-      attach.endpoint = v;
-      attaching = true;
-    } else if (arg == "--replay" || arg == "--topic") {
-      const char* v = value(arg.c_str());
-      if (!v) return fail(arg + ": expected a value");
-      (arg == "--replay" ? attach.replay : attach.topic) = v;
-      attach_flags.push_back(arg);
-    } else if (arg == "--dp" || arg == "--slots") {
-      const char* v = value(arg.c_str());
-      char* end = nullptr;
-      const long n = v ? std::strtol(v, &end, 10) : 0;
-      const bool dp = arg == "--dp";
-      if (!v || *end != '\0' || n < (dp ? 1 : 16) || n > (dp ? 256 : (1 << 20))) {
-        return fail(arg +
-                    (dp ? ": expected an integer in [1, 256], got '"
-                        : ": expected an integer in [16, 1048576], got '") +
-                    (v ? v : "") + "'");
-      }
-      (dp ? attach.dp : attach.slots) = static_cast<int>(n);
-      attach_flags.push_back(arg);
-    } else if (arg == "--bind") {
-      attach.bind = true;
-      attach_flags.push_back(arg);
-    } else if (arg == "--presenter") {
-      options.presenter = true;
-    } else if (!arg.empty() && arg[0] == '-') {
-      return fail("unknown option " + arg);
-    } else if (options.input.empty()) {
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(arg, ec)) {
-        std::fprintf(stderr, "kvscope-ui: %s: no such file\n", arg.c_str());
-        return 2;
-      }
-      options.input = arg;
-    } else {
-      return fail("expected one scenario or recording, got a second: " + arg);
     }
-  }
-  if (!sweep_out.empty()) {
-    // Only --model goes with it: the sweep has its own fixed setup (docs/ui/quality.md).
-    if (attaching || !options.input.empty() || !options.screenshot.empty() ||
-        !options.backend.empty() || options.presenter || options.workspace_given ||
-        options.caption > 0 || !attach_flags.empty())
-      return fail("--write-quality-sweep: takes only --model besides its output path");
-    kvscope::ui::ShippedSweepRequest request;
-    request.out_path = sweep_out;
-    request.model_arg = options.model;
-    request.made_by = "kvscope-ui";
-    for (int i = 1; i < argc; ++i) request.made_by.append(" ").append(argv[i]);
-    try {
-      const kvscope::ui::ShippedSweep s = kvscope::ui::write_shipped_sweep(request, stderr);
-      std::printf("kvscope-ui: wrote %s (%zu points, %s)\n", sweep_out.c_str(),
-                  s.sweep.points.size(), s.wall_time.c_str());
-      return 0;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
+    Read r = read_view_option(arg, argc, argv, i, a.options);
+    if (!r.matched) r = read_run_option(arg, argc, argv, i, a);
+    if (!r.matched) r = read_attach_option(arg, argc, argv, i, a);
+    if (r.exit) return r.exit;
+    if (r.matched) continue;
+    if (!arg.empty() && arg[0] == '-') return fail("unknown option " + arg);
+    if (!a.options.input.empty())
+      return fail("expected one scenario or recording, got a second: " + arg);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(arg, ec)) {
+      std::fprintf(stderr, "kvscope-ui: %s: no such file\n", arg.c_str());
       return 2;
     }
+    a.options.input = arg;
   }
-  if (!attaching && !attach_flags.empty())
-    return fail(attach_flags.front() + ": only with --attach ENDPOINT");
-  if (attaching && !options.input.empty())
+  return std::nullopt;
+}
+
+// --write-quality-sweep: the Quality panel's sweep, no window.
+int write_quality_sweep(const UiArgs& a, int argc, char** argv) {
+  const kvscope::ui::AppOptions& o = a.options;
+  // Only --model goes with it: the sweep has its own fixed setup (docs/ui/quality.md).
+  if (a.attaching || !o.input.empty() || !o.screenshot.empty() || !o.backend.empty() ||
+      o.presenter || o.workspace_given || o.caption > 0 || !a.attach_flags.empty())
+    return fail("--write-quality-sweep: takes only --model besides its output path");
+  kvscope::ui::ShippedSweepRequest request;
+  request.out_path = a.sweep_out;
+  request.model_arg = o.model;
+  request.made_by = "kvscope-ui";
+  for (int i = 1; i < argc; ++i) request.made_by.append(" ").append(argv[i]);
+  try {
+    const kvscope::ui::ShippedSweep s = kvscope::ui::write_shipped_sweep(request, stderr);
+    std::printf("kvscope-ui: wrote %s (%zu points, %s)\n", a.sweep_out.c_str(),
+                s.sweep.points.size(), s.wall_time.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  UiArgs a;
+  if (const std::optional<int> code = read_args(argc, argv, a)) return *code;
+  if (!a.sweep_out.empty()) return write_quality_sweep(a, argc, argv);
+  kvscope::ui::AppOptions& options = a.options;
+  if (!a.attaching && !a.attach_flags.empty())
+    return fail(a.attach_flags.front() + ": only with --attach ENDPOINT");
+  if (a.attaching && !options.input.empty())
     return fail("--attach follows a live engine: no scenario or recording with it");
-  if (attaching) options.attach = attach;
-  if (options.input.empty() && !attaching) options.input = default_scenario();
-  const bool scenario = !attaching && std::filesystem::path(options.input).extension() == ".json";
+  if (a.attaching) options.attach = a.attach;
+  if (options.input.empty() && !a.attaching) options.input = default_scenario();
+  const bool scenario = !a.attaching && std::filesystem::path(options.input).extension() == ".json";
   if (!options.model.empty() && !scenario)
     return fail("--model: runs a scenario (.json); a recording or live stream has no model");
   if (!options.backend.empty() && options.backend != "cpu" && !scenario)
