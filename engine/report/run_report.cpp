@@ -114,52 +114,36 @@ nlohmann::json opt_step(const std::optional<int>& s) {
   return s ? nlohmann::json(*s) : nlohmann::json(nullptr);
 }
 
-}  // namespace
+nlohmann::json model_json(const RunReportInfo& info, const ModelConfig& shape, const Timeline& t) {
+  return {{"name", info.model_name},
+          {"random_weights", report_random_weights(info, t)},
+          {"bookkeeping_only", info.bookkeeping_only},
+          {"layers", shape.n_layers},
+          {"heads", shape.n_heads},
+          {"kv_heads", shape.n_kv_heads},
+          {"head_dim", shape.head_dim()},
+          {"seq_len", shape.seq_len},
+          {"params", shape.num_params()}};
+}
 
-nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& shape,
-                               const Simulator& sim) {
-  const Timeline& t = *sim.timeline();
-  const SimConfig& c = sim.config();
-  const RunFigures f = run_figures(t.all_metrics(), c.block_size);
-  const double per_token = t.header().kv_bytes_per_token;
-  nlohmann::json j;
-  j["kvscope_report_version"] = 1;
-  j["title"] = info.title;
-  j["description"] = info.description;
-  j["scenario"] = info.scenario_path;
-  j["command"] = info.command;
-  j["units"] =
-      "bytes are plain bytes; where text shows sizes, GB = 10^9 bytes and GiB = 2^30 bytes";
-  j["model"] = {{"name", info.model_name},
-                {"random_weights", report_random_weights(info, t)},
-                {"bookkeeping_only", info.bookkeeping_only},
-                {"layers", shape.n_layers},
-                {"heads", shape.n_heads},
-                {"kv_heads", shape.n_kv_heads},
-                {"head_dim", shape.head_dim()},
-                {"seq_len", shape.seq_len},
-                {"params", shape.num_params()}};
-  j["config"] = {
-      {"allocator", allocator_name(c.allocator)},
-      {"block_size", c.block_size},
-      {"num_blocks", c.num_blocks},
-      {"max_seq_len", c.max_seq_len},
-      {"preemption", preemption_name(c.preemption)},
-      {"victim", victim_name(c.victim)},
-      {"host_blocks", c.host_blocks},
-      {"max_tokens_per_step", c.max_tokens_per_step},
-      {"max_running", c.max_running},
-      {"k_format", c.k_format.name()},
-      {"v_format", c.v_format.name()},
-      {"prefix_caching", c.prefix_caching},
-      {"prefix_index", std::string(index_kind_name(c.prefix_index))},
-      {"cached_block_eviction", std::string(eviction_policy_name(c.cached_block_eviction))}};
-  const double fp16 = kv_bytes_per_token(shape, 2.0);
-  j["memory"] = {{"kv_bytes_per_token", per_token},
-                 {"kv_bytes_per_token_formula_fp16", fp16},
-                 {"pool_bytes", per_token * static_cast<double>(c.num_blocks) * c.block_size},
-                 {"peak_kv_bytes_used", f.peak_kv_bytes_used},
-                 {"peak_kv_bytes_step", f.peak_kv_bytes_step}};
+nlohmann::json config_json(const SimConfig& c) {
+  return {{"allocator", allocator_name(c.allocator)},
+          {"block_size", c.block_size},
+          {"num_blocks", c.num_blocks},
+          {"max_seq_len", c.max_seq_len},
+          {"preemption", preemption_name(c.preemption)},
+          {"victim", victim_name(c.victim)},
+          {"host_blocks", c.host_blocks},
+          {"max_tokens_per_step", c.max_tokens_per_step},
+          {"max_running", c.max_running},
+          {"k_format", c.k_format.name()},
+          {"v_format", c.v_format.name()},
+          {"prefix_caching", c.prefix_caching},
+          {"prefix_index", std::string(index_kind_name(c.prefix_index))},
+          {"cached_block_eviction", std::string(eviction_policy_name(c.cached_block_eviction))}};
+}
+
+nlohmann::json summary_json(const Simulator& sim, const RunFigures& f) {
   nlohmann::json s;
   s["steps"] = f.steps;
   s["requests"] = sim.num_requests();
@@ -202,7 +186,10 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
                          {"peak_blocks_saved", pm.peak_blocks_saved}};
   }
   if (sim.tiers() != nullptr) s["kv_tiers"] = tiers_report_json(tiers_report(sim));
-  j["summary"] = s;
+  return s;
+}
+
+nlohmann::json requests_json(const Simulator& sim) {
   // A request's tier reloads against recomputing them at the run's measured prefill rate.
   const double prefill_rate = tiers_report(sim).prefill_seconds_per_token;
   nlohmann::json requests = nlohmann::json::array();
@@ -226,7 +213,35 @@ nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& sha
          {"finished_step", opt_step(r.finished_step)},
          {"reject_reason", r.reject_reason}});
   }
-  j["requests"] = std::move(requests);
+  return requests;
+}
+
+}  // namespace
+
+nlohmann::json run_report_json(const RunReportInfo& info, const ModelConfig& shape,
+                               const Simulator& sim) {
+  const Timeline& t = *sim.timeline();
+  const SimConfig& c = sim.config();
+  const RunFigures f = run_figures(t.all_metrics(), c.block_size);
+  const double per_token = t.header().kv_bytes_per_token;
+  nlohmann::json j;
+  j["kvscope_report_version"] = 1;
+  j["title"] = info.title;
+  j["description"] = info.description;
+  j["scenario"] = info.scenario_path;
+  j["command"] = info.command;
+  j["units"] =
+      "bytes are plain bytes; where text shows sizes, GB = 10^9 bytes and GiB = 2^30 bytes";
+  j["model"] = model_json(info, shape, t);
+  j["config"] = config_json(c);
+  const double fp16 = kv_bytes_per_token(shape, 2.0);
+  j["memory"] = {{"kv_bytes_per_token", per_token},
+                 {"kv_bytes_per_token_formula_fp16", fp16},
+                 {"pool_bytes", per_token * static_cast<double>(c.num_blocks) * c.block_size},
+                 {"peak_kv_bytes_used", f.peak_kv_bytes_used},
+                 {"peak_kv_bytes_step", f.peak_kv_bytes_step}};
+  j["summary"] = summary_json(sim, f);
+  j["requests"] = requests_json(sim);
   nlohmann::json steps = nlohmann::json::array();
   for (const StepMetrics& m : t.all_metrics()) steps.push_back(step_json(m));
   j["steps"] = std::move(steps);

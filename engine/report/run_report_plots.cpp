@@ -29,37 +29,11 @@ PlotSeries over_steps(const std::string& label, std::span<const StepMetrics> met
   return s;
 }
 
-}  // namespace
-
-MemoryWallSpec report_memory_wall_spec(const RunReportInfo& info, const ModelConfig& shape,
-                                       const SimConfig& config) {
-  MemoryWallSpec spec;
-  spec.model_name = info.model_name;
-  spec.shape = shape;
-  spec.params = shape.num_params();
-  spec.kv_format =
-      config.k_format == config.v_format ? config.k_format : parse_kv_format("fp16", "report");
-  spec.block_size = config.block_size;
-  spec.context = shape.seq_len;
-  return spec;
+double pct(double num, double den) {
+  return den > 0 ? 100.0 * num / den : 0.0;
 }
 
-std::vector<ReportPlot> write_report_plots(
-    const RunReportInfo& info, const ModelConfig& shape, const Simulator& sim, const RunFigures& f,
-    const std::string& out_dir, const std::function<void(const std::string&)>& progress) {
-  const Timeline& t = *sim.timeline();
-  const std::span<const StepMetrics> m = t.all_metrics();
-  const double pool_slots = static_cast<double>(f.blocks_total) * f.block_size;
-  const std::string note = footnote(info, report_random_weights(info, t));
-  std::vector<ReportPlot> plots;
-  auto write = [&](PlotSpec& spec, const std::string& file) {
-    spec.footnote = note;
-    write_png_plot(spec, out_dir + "/" + file);
-    plots.push_back({file, spec.title});
-    if (progress) progress(out_dir + "/" + file);
-  };
-  auto pct = [](double num, double den) { return den > 0 ? 100.0 * num / den : 0.0; };
-
+PlotSpec utilization_plot(std::span<const StepMetrics> m, const RunFigures& f, double pool_slots) {
   PlotSpec util;
   util.title = "KV pool occupancy and utilization";
   util.x_label = "step";
@@ -73,8 +47,10 @@ std::vector<ReportPlot> write_report_plots(
                  }),
       over_steps("tokens held / allocated slots", m,
                  [&](const StepMetrics& s) { return 100.0 * s.utilization(); })};
-  write(util, "utilization.png");
+  return util;
+}
 
+PlotSpec fragmentation_plot(std::span<const StepMetrics> m, double pool_slots) {
   PlotSpec frag;
   frag.title = "Fragmentation and waste";
   frag.x_label = "step";
@@ -90,8 +66,11 @@ std::vector<ReportPlot> write_report_plots(
                  }),
       over_steps("external: 1 - largest free run / free blocks", m,
                  [&](const StepMetrics& s) { return 100.0 * s.external_fragmentation(); })};
-  write(frag, "fragmentation.png");
+  return frag;
+}
 
+PlotSpec free_blocks_plot(std::span<const StepMetrics> m, const RunFigures& f,
+                          bool prefix_caching) {
   PlotSpec free;
   free.title = "Free blocks";
   free.x_label = "step";
@@ -99,39 +78,43 @@ std::vector<ReportPlot> write_report_plots(
   free.series = {over_steps("free blocks", m, [](const StepMetrics& s) { return s.free_blocks; }),
                  over_steps("largest run of consecutive free blocks", m,
                             [](const StepMetrics& s) { return s.largest_free_run; })};
-  if (sim.config().prefix_caching) {
+  if (prefix_caching) {
     free.series.push_back(over_steps("free but holding a cached prefix", m,
                                      [](const StepMetrics& s) { return s.blocks_cached_free; }));
   }
   free.h_lines = {
       {static_cast<double>(f.blocks_total), "pool: " + std::to_string(f.blocks_total) + " blocks"}};
-  write(free, "free_blocks.png");
+  return free;
+}
 
-  if (sim.config().prefix_caching) {
-    PlotSpec hit;
-    hit.title = "Prefix cache hit rate";
-    hit.x_label = "step";
-    hit.y_label = "% of prompt tokens from shared blocks";
-    hit.h_lines = {{100.0, "every prompt token"}};
-    hit.series = {over_steps("cumulative", m, [&](const StepMetrics& s) {
-      return pct(static_cast<double>(s.prefix_hit_tokens), static_cast<double>(s.prompt_tokens));
-    })};
-    PlotSeries per_step{"admissions at this step", {}, {}, false, true};
-    for (std::size_t i = 0; i < m.size(); ++i) {
-      const std::int64_t prev_prompt = i ? m[i - 1].prompt_tokens : 0;
-      const std::int64_t prev_hit = i ? m[i - 1].prefix_hit_tokens : 0;
-      const std::int64_t prompt = m[i].prompt_tokens - prev_prompt;
-      if (prompt <= 0) continue;
-      per_step.x.push_back(m[i].step);
-      per_step.y.push_back(
-          pct(static_cast<double>(m[i].prefix_hit_tokens - prev_hit), static_cast<double>(prompt)));
-    }
-    hit.series.push_back(per_step);
-    write(hit, "prefix_hit_rate.png");
+PlotSpec prefix_hit_plot(std::span<const StepMetrics> m) {
+  PlotSpec hit;
+  hit.title = "Prefix cache hit rate";
+  hit.x_label = "step";
+  hit.y_label = "% of prompt tokens from shared blocks";
+  hit.h_lines = {{100.0, "every prompt token"}};
+  hit.series = {over_steps("cumulative", m, [&](const StepMetrics& s) {
+    return pct(static_cast<double>(s.prefix_hit_tokens), static_cast<double>(s.prompt_tokens));
+  })};
+  PlotSeries per_step{"admissions at this step", {}, {}, false, true};
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const std::int64_t prev_prompt = i ? m[i - 1].prompt_tokens : 0;
+    const std::int64_t prev_hit = i ? m[i - 1].prefix_hit_tokens : 0;
+    const std::int64_t prompt = m[i].prompt_tokens - prev_prompt;
+    if (prompt <= 0) continue;
+    per_step.x.push_back(m[i].step);
+    per_step.y.push_back(
+        pct(static_cast<double>(m[i].prefix_hit_tokens - prev_hit), static_cast<double>(prompt)));
   }
+  hit.series.push_back(per_step);
+  return hit;
+}
 
-  // KV bytes vs context for this shape: the textbook formula per format, the run's exact
-  // format, and the run's measured point (tokens held vs bytes allocated at the peak).
+// KV bytes vs context for this shape: the textbook formula per format, the run's exact
+// format, and the run's measured point (tokens held vs bytes allocated at the peak).
+PlotSpec memory_vs_context_plot(const Timeline& t, const ModelConfig& shape, const RunFigures& f,
+                                double pool_slots) {
+  const std::span<const StepMetrics> m = t.all_metrics();
   PlotSpec mem;
   mem.title = "KV cache bytes vs tokens cached";
   mem.x_label = "tokens";
@@ -168,6 +151,51 @@ std::vector<ReportPlot> write_report_plots(
     mem.series.push_back(point);
   }
   mem.h_lines = {{pool_bytes, "this run's pool: " + format_bytes(pool_bytes)}};
+  return mem;
+}
+
+}  // namespace
+
+MemoryWallSpec report_memory_wall_spec(const RunReportInfo& info, const ModelConfig& shape,
+                                       const SimConfig& config) {
+  MemoryWallSpec spec;
+  spec.model_name = info.model_name;
+  spec.shape = shape;
+  spec.params = shape.num_params();
+  spec.kv_format =
+      config.k_format == config.v_format ? config.k_format : parse_kv_format("fp16", "report");
+  spec.block_size = config.block_size;
+  spec.context = shape.seq_len;
+  return spec;
+}
+
+std::vector<ReportPlot> write_report_plots(
+    const RunReportInfo& info, const ModelConfig& shape, const Simulator& sim, const RunFigures& f,
+    const std::string& out_dir, const std::function<void(const std::string&)>& progress) {
+  const Timeline& t = *sim.timeline();
+  const std::span<const StepMetrics> m = t.all_metrics();
+  const double pool_slots = static_cast<double>(f.blocks_total) * f.block_size;
+  const std::string note = footnote(info, report_random_weights(info, t));
+  std::vector<ReportPlot> plots;
+  auto write = [&](PlotSpec& spec, const std::string& file) {
+    spec.footnote = note;
+    write_png_plot(spec, out_dir + "/" + file);
+    plots.push_back({file, spec.title});
+    if (progress) progress(out_dir + "/" + file);
+  };
+
+  PlotSpec util = utilization_plot(m, f, pool_slots);
+  write(util, "utilization.png");
+  PlotSpec frag = fragmentation_plot(m, pool_slots);
+  write(frag, "fragmentation.png");
+  const bool prefix_caching = sim.config().prefix_caching;
+  PlotSpec free = free_blocks_plot(m, f, prefix_caching);
+  write(free, "free_blocks.png");
+  if (prefix_caching) {
+    PlotSpec hit = prefix_hit_plot(m);
+    write(hit, "prefix_hit_rate.png");
+  }
+  PlotSpec mem = memory_vs_context_plot(t, shape, f, pool_slots);
   write(mem, "memory_vs_context.png");
 
   if (report_random_weights(info, t)) {  // a published shape: the memory wall on 1..8 80 GB GPUs

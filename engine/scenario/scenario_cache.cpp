@@ -141,127 +141,174 @@ std::vector<KvTierOptions> parse_tiers(const JsonReader& r, const Json& j, const
   return tiers;
 }
 
-}  // namespace
+// One cache object being applied: its reader, JSON and location, for the steps below.
+struct CacheSection {
+  const JsonReader& r;
+  const json& j;
+  const std::string& at;
+  std::string path(const char* key) const { return json_path(at, key); }
+  std::string where(const char* key) const { return r.file() + ": " + json_path(at, key); }
+};
 
-void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool is_base,
-                 CacheSettings& c) {
-  r.only_keys(j, at, scenario_cache_keys());
-  auto path = [&](const char* key) { return json_path(at, key); };
-  auto where = [&](const char* key) { return r.file() + ": " + json_path(at, key); };
+// block_size and the pool's size: exactly one of num_blocks, pool_bytes, pool_tokens.
+void apply_pool_size(const CacheSection& s, bool is_base, CacheSettings& c) {
+  const JsonReader& r = s.r;
+  const json& j = s.j;
   SimConfig& cfg = c.sim;
   if (j.contains("block_size"))
-    cfg.block_size = r.int32(j["block_size"], path("block_size"), 1, 4096);
+    cfg.block_size = r.int32(j["block_size"], s.path("block_size"), 1, 4096);
   const int sizes = static_cast<int>(j.contains("num_blocks")) +
                     static_cast<int>(j.contains("pool_bytes")) +
                     static_cast<int>(j.contains("pool_tokens"));
   constexpr const char* kOneSize =
       "exactly one of \"num_blocks\", \"pool_bytes\" or \"pool_tokens\"";
-  if (sizes > 1) r.fail_text(at, kOneSize, std::to_string(sizes) + " of them");
-  if (is_base && sizes == 0) r.fail_text(at, kOneSize, "none");
+  if (sizes > 1) r.fail_text(s.at, kOneSize, std::to_string(sizes) + " of them");
+  if (is_base && sizes == 0) r.fail_text(s.at, kOneSize, "none");
   if (j.contains("num_blocks")) {
-    cfg.num_blocks = r.int32(j["num_blocks"], path("num_blocks"), 1, kMaxBlocks);
+    cfg.num_blocks = r.int32(j["num_blocks"], s.path("num_blocks"), 1, kMaxBlocks);
     c.pool_bytes.reset();
     c.pool_tokens.reset();
   }
   if (j.contains("pool_bytes")) {
-    c.pool_bytes = r.integer(j["pool_bytes"], path("pool_bytes"), 1, std::int64_t{1} << 50);
+    c.pool_bytes = r.integer(j["pool_bytes"], s.path("pool_bytes"), 1, std::int64_t{1} << 50);
     c.pool_tokens.reset();
     cfg.num_blocks = 0;
   }
   if (j.contains("pool_tokens")) {
     if (!is_base) {
-      r.fail_text(path("pool_tokens"),
+      r.fail_text(s.path("pool_tokens"),
                   "pool_tokens only in \"cache\" (a variant keeps the bytes they come to, or "
                   "sets num_blocks or pool_bytes)",
                   "pool_tokens in a variant");
     }
-    c.pool_tokens = r.integer(j["pool_tokens"], path("pool_tokens"), 1, std::int64_t{1} << 40);
+    c.pool_tokens = r.integer(j["pool_tokens"], s.path("pool_tokens"), 1, std::int64_t{1} << 40);
     cfg.num_blocks = 0;
   }
+}
+
+void apply_allocator_and_formats(const CacheSection& s, SimConfig& cfg) {
+  const JsonReader& r = s.r;
+  const json& j = s.j;
   if (j.contains("allocator")) {
     cfg.allocator =
-        parse_allocator(r.string(j["allocator"], path("allocator")), where("allocator"));
+        parse_allocator(r.string(j["allocator"], s.path("allocator")), s.where("allocator"));
   }
   if (j.contains("max_seq_len")) {
-    cfg.max_seq_len = r.int32(j["max_seq_len"], path("max_seq_len"), 0, 1 << 30);
+    cfg.max_seq_len = r.int32(j["max_seq_len"], s.path("max_seq_len"), 0, 1 << 30);
   }
   if (j.contains("kv_dtype") && (j.contains("k_dtype") || j.contains("v_dtype"))) {
-    r.fail_text(path("kv_dtype"), "either \"kv_dtype\" (both) or \"k_dtype\"/\"v_dtype\"",
+    r.fail_text(s.path("kv_dtype"), "either \"kv_dtype\" (both) or \"k_dtype\"/\"v_dtype\"",
                 "both kinds");
   }
   if (j.contains("kv_dtype")) {
     cfg.k_format = cfg.v_format =
-        parse_kv_format(r.string(j["kv_dtype"], path("kv_dtype")), where("kv_dtype"));
+        parse_kv_format(r.string(j["kv_dtype"], s.path("kv_dtype")), s.where("kv_dtype"));
   }
   if (j.contains("k_dtype")) {
-    cfg.k_format = parse_kv_format(r.string(j["k_dtype"], path("k_dtype")), where("k_dtype"));
+    cfg.k_format = parse_kv_format(r.string(j["k_dtype"], s.path("k_dtype")), s.where("k_dtype"));
   }
   if (j.contains("v_dtype")) {
-    cfg.v_format = parse_kv_format(r.string(j["v_dtype"], path("v_dtype")), where("v_dtype"));
+    cfg.v_format = parse_kv_format(r.string(j["v_dtype"], s.path("v_dtype")), s.where("v_dtype"));
   }
+}
+
+void apply_prefix_caching(const CacheSection& s, SimConfig& cfg) {
+  const JsonReader& r = s.r;
+  const json& j = s.j;
   if (j.contains("prefix_caching")) {
-    cfg.prefix_caching = r.boolean(j["prefix_caching"], path("prefix_caching"));
+    cfg.prefix_caching = r.boolean(j["prefix_caching"], s.path("prefix_caching"));
   }
   if (j.contains("prefix_index")) {
-    const auto kind = parse_index_kind(r.string(j["prefix_index"], path("prefix_index")));
-    if (!kind) r.fail(path("prefix_index"), "\"hash\" or \"radix\"", j["prefix_index"]);
+    const auto kind = parse_index_kind(r.string(j["prefix_index"], s.path("prefix_index")));
+    if (!kind) r.fail(s.path("prefix_index"), "\"hash\" or \"radix\"", j["prefix_index"]);
     cfg.prefix_index = *kind;
   }
   if (j.contains("cached_block_eviction")) {
-    const auto kind =
-        parse_eviction_policy(r.string(j["cached_block_eviction"], path("cached_block_eviction")));
+    const auto kind = parse_eviction_policy(
+        r.string(j["cached_block_eviction"], s.path("cached_block_eviction")));
     if (!kind) {
-      r.fail(path("cached_block_eviction"), "\"lru\", \"lfu\" or \"fifo\"",
+      r.fail(s.path("cached_block_eviction"), "\"lru\", \"lfu\" or \"fifo\"",
              j["cached_block_eviction"]);
     }
     cfg.cached_block_eviction = *kind;
   }
   for (const char* key : {"prefix_index", "cached_block_eviction"}) {
     if (j.contains(key) && !cfg.prefix_caching) {
-      r.fail_text(path(key), "\"prefix_caching\": true beside it", "prefix caching off");
+      r.fail_text(s.path(key), "\"prefix_caching\": true beside it", "prefix caching off");
     }
   }
+}
+
+void apply_token_eviction_and_mla(const CacheSection& s, CacheSettings& c) {
+  const JsonReader& r = s.r;
+  const json& j = s.j;
   if (j.contains("token_eviction")) {
-    c.token_eviction = parse_token_eviction(r, j["token_eviction"], path("token_eviction"));
-    c.token_eviction_at = path("token_eviction");
+    c.token_eviction = parse_token_eviction(r, j["token_eviction"], s.path("token_eviction"));
+    c.token_eviction_at = s.path("token_eviction");
   }
   if (j.contains("mla")) {
     if (j["mla"].is_null()) {
       c.mla.reset();
     } else {
-      c.mla = parse_mla(r, j["mla"], path("mla"));
+      c.mla = parse_mla(r, j["mla"], s.path("mla"));
     }
-    c.mla_at = path("mla");
+    c.mla_at = s.path("mla");
   }
+}
+
+void apply_preemption(const CacheSection& s, SimConfig& cfg) {
+  const JsonReader& r = s.r;
+  const json& j = s.j;
   if (j.contains("preemption")) {
     cfg.preemption =
-        parse_preemption(r.string(j["preemption"], path("preemption")), where("preemption"));
+        parse_preemption(r.string(j["preemption"], s.path("preemption")), s.where("preemption"));
   }
   if (j.contains("victim")) {
-    cfg.victim = parse_victim(r.string(j["victim"], path("victim")), where("victim"));
+    cfg.victim = parse_victim(r.string(j["victim"], s.path("victim")), s.where("victim"));
   }
   if (j.contains("host_blocks")) {
-    cfg.host_blocks = r.int32(j["host_blocks"], path("host_blocks"), 0, kMaxBlocks);
+    cfg.host_blocks = r.int32(j["host_blocks"], s.path("host_blocks"), 0, kMaxBlocks);
   }
+}
+
+void apply_tiers(const CacheSection& s, SimConfig& cfg) {
+  const JsonReader& r = s.r;
+  const json& j = s.j;
   if (j.contains("tiers")) {
-    cfg.tiers = parse_tiers(r, j["tiers"], path("tiers"));
-    require_prefix_caching_for_tiers(!cfg.tiers.empty(), cfg.prefix_caching, where("tiers"));
+    cfg.tiers = parse_tiers(r, j["tiers"], s.path("tiers"));
+    require_prefix_caching_for_tiers(!cfg.tiers.empty(), cfg.prefix_caching, s.where("tiers"));
   }
   if (j.contains("tier_write")) {
-    const std::string w = r.string(j["tier_write"], path("tier_write"));
+    const std::string w = r.string(j["tier_write"], s.path("tier_write"));
     if (w != "back" && w != "through")
-      r.fail(path("tier_write"), "\"back\" or \"through\"", j["tier_write"]);
+      r.fail(s.path("tier_write"), "\"back\" or \"through\"", j["tier_write"]);
     cfg.tier_write_through = w == "through";
-    if (cfg.tiers.empty()) r.fail_text(path("tier_write"), "\"tiers\" beside it", "no tiers");
+    if (cfg.tiers.empty()) r.fail_text(s.path("tier_write"), "\"tiers\" beside it", "no tiers");
   }
   if (j.contains("tier_prefetch")) {
-    cfg.tier_prefetch = r.boolean(j["tier_prefetch"], path("tier_prefetch"));
+    cfg.tier_prefetch = r.boolean(j["tier_prefetch"], s.path("tier_prefetch"));
     if (cfg.tiers.empty()) {
-      r.fail_text(path("tier_prefetch"), "\"tiers\" beside it", "no tiers");
+      r.fail_text(s.path("tier_prefetch"), "\"tiers\" beside it", "no tiers");
     }
   }
-  require_paged_for_prefix_caching(cfg.prefix_caching, cfg.allocator,
-                                   where(j.contains("allocator") ? "allocator" : "prefix_caching"));
+}
+
+}  // namespace
+
+void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool is_base,
+                 CacheSettings& c) {
+  r.only_keys(j, at, scenario_cache_keys());
+  const SimConfig& cfg = c.sim;
+  const CacheSection section{r, j, at};
+  apply_pool_size(section, is_base, c);
+  apply_allocator_and_formats(section, c.sim);
+  apply_prefix_caching(section, c.sim);
+  apply_token_eviction_and_mla(section, c);
+  apply_preemption(section, c.sim);
+  apply_tiers(section, c.sim);
+  require_paged_for_prefix_caching(
+      cfg.prefix_caching, cfg.allocator,
+      section.where(j.contains("allocator") ? "allocator" : "prefix_caching"));
 }
 
 }  // namespace kvscope::scenario_detail

@@ -113,98 +113,123 @@ void expand_explicit(const Workload& w, Builder& b, const std::string& file, int
   }
 }
 
+// Generator request i's arrival step: start + i x every, at most 2^30.
+int generator_arrival(const Generator& g, const Builder& b, std::int64_t i) {
+  const std::int64_t step = g.arrival.start + i * g.arrival.every;
+  if (step > (1 << 30)) {
+    fail_expected(b.file() + ": " + g.at + ".arrival", "arrival steps up to 2^30",
+                  std::to_string(step));
+  }
+  return static_cast<int>(step);
+}
+
+// Conversation c starts at its arrival; its turn t comes turn_gap x t steps later.
+int chat_turn_arrival(const Generator& g, const Builder& b, int c, int t) {
+  const std::int64_t step =
+      std::int64_t{generator_arrival(g, b, c)} + static_cast<std::int64_t>(t) * g.turn_gap;
+  if (step > (1 << 30)) {
+    fail_expected(b.file() + ": " + g.at + ".turn_gap", "arrival steps up to 2^30",
+                  std::to_string(step));
+  }
+  return static_cast<int>(step);
+}
+
+void expand_shared_prefix(const Workload& w, const Generator& g, Builder& b, std::uint64_t& state) {
+  const std::vector<int> prefix = b.encode(w.prefixes.at(g.prefix), true, g.at + ".prefix");
+  for (int i = 0; i < g.count; ++i) {
+    SimRequest q;
+    q.arrival_step = generator_arrival(g, b, i);
+    q.prompt_tokens = prefix;
+    if (!g.suffixes.empty()) {
+      const auto s = b.encode(g.suffixes[static_cast<std::size_t>(i) % g.suffixes.size()], false,
+                              g.at + ".suffixes");
+      q.prompt_tokens.insert(q.prompt_tokens.end(), s.begin(), s.end());
+    } else {
+      b.random_tokens(q.prompt_tokens, draw_length(g.suffix_tokens, state), state, g.at);
+    }
+    q.max_new_tokens = draw_length(g.max_new_tokens, state);
+    q.n_samples = g.n_samples;
+    b.add(std::move(q), g.at);
+  }
+}
+
+// Chat from a script: each turn's request holds the history so far plus the user's text; the
+// scripted reply joins the history after it.
+void expand_scripted_chat(const Generator& g, const std::vector<int>& system, Builder& b,
+                          std::uint64_t& state) {
+  for (std::size_t c = 0; c < g.script.size(); ++c) {
+    std::vector<int> history = system;
+    const std::vector<ChatTurn>& conv = g.script[c];
+    for (std::size_t t = 0; t < conv.size(); ++t) {
+      const std::string turn_at =
+          g.at + ".script[" + std::to_string(c) + "][" + std::to_string(t) + "]";
+      const std::vector<int> user = b.encode(conv[t].user, false, turn_at + ".user");
+      history.insert(history.end(), user.begin(), user.end());
+      SimRequest q;
+      q.arrival_step = chat_turn_arrival(g, b, static_cast<int>(c), static_cast<int>(t));
+      q.prompt_tokens = history;
+      q.max_new_tokens = draw_length(g.max_new_tokens, state);
+      if (!conv[t].reply.empty()) {
+        const std::vector<int> reply = b.encode(conv[t].reply, false, turn_at + ".reply");
+        history.insert(history.end(), reply.begin(), reply.end());
+      }
+      b.add(std::move(q), g.at);
+    }
+  }
+}
+
+void expand_random_chat(const Generator& g, const std::vector<int>& system, Builder& b,
+                        std::uint64_t& state) {
+  for (int c = 0; c < g.conversations; ++c) {
+    std::vector<int> history = system;
+    for (int t = 0; t < g.turns; ++t) {
+      b.random_tokens(history, draw_length(g.user_tokens, state), state, g.at);
+      SimRequest q;
+      q.arrival_step = chat_turn_arrival(g, b, c, t);
+      q.prompt_tokens = history;
+      q.max_new_tokens = draw_length(g.max_new_tokens, state);
+      // The next turn's history holds a stand-in for this reply (seeded ids of the same
+      // length): the model's reply is not known before the run.
+      b.random_tokens(history, q.max_new_tokens, state, g.at);
+      b.add(std::move(q), g.at);
+    }
+  }
+}
+
+void expand_chat(const Workload& w, const Generator& g, Builder& b, std::uint64_t& state) {
+  const std::vector<int> system = g.prefix.empty()
+                                      ? std::vector<int>{kBos}
+                                      : b.encode(w.prefixes.at(g.prefix), true, g.at + ".prefix");
+  if (!g.script.empty()) {
+    expand_scripted_chat(g, system, b, state);
+  } else {
+    expand_random_chat(g, system, b, state);
+  }
+}
+
+void expand_random(const Generator& g, Builder& b, std::uint64_t& state) {
+  for (int i = 0; i < g.count; ++i) {
+    SimRequest q;
+    q.arrival_step = generator_arrival(g, b, i);
+    q.prompt_tokens.push_back(kBos);
+    b.random_tokens(q.prompt_tokens, draw_length(g.prompt_tokens, state) - 1, state, g.at);
+    q.max_new_tokens = draw_length(g.max_new_tokens, state);
+    q.n_samples = g.n_samples;
+    b.add(std::move(q), g.at);
+  }
+}
+
 void expand_generator(const Workload& w, const Generator& g, Builder& b) {
   std::uint64_t state = g.seed;
-  auto arrival = [&](std::int64_t i) {
-    const std::int64_t step = g.arrival.start + i * g.arrival.every;
-    if (step > (1 << 30)) {
-      fail_expected(b.file() + ": " + g.at + ".arrival", "arrival steps up to 2^30",
-                    std::to_string(step));
-    }
-    return static_cast<int>(step);
-  };
   switch (g.kind) {
-    case Generator::Kind::kSharedPrefix: {
-      const std::vector<int> prefix = b.encode(w.prefixes.at(g.prefix), true, g.at + ".prefix");
-      for (int i = 0; i < g.count; ++i) {
-        SimRequest q;
-        q.arrival_step = arrival(i);
-        q.prompt_tokens = prefix;
-        if (!g.suffixes.empty()) {
-          const auto s = b.encode(g.suffixes[static_cast<std::size_t>(i) % g.suffixes.size()],
-                                  false, g.at + ".suffixes");
-          q.prompt_tokens.insert(q.prompt_tokens.end(), s.begin(), s.end());
-        } else {
-          b.random_tokens(q.prompt_tokens, draw_length(g.suffix_tokens, state), state, g.at);
-        }
-        q.max_new_tokens = draw_length(g.max_new_tokens, state);
-        q.n_samples = g.n_samples;
-        b.add(std::move(q), g.at);
-      }
+    case Generator::Kind::kSharedPrefix:
+      expand_shared_prefix(w, g, b, state);
       break;
-    }
-    case Generator::Kind::kChat: {
-      // Conversation c starts at its arrival; its turn t comes turn_gap x t steps later.
-      auto turn_arrival = [&](int c, int t) {
-        const std::int64_t step =
-            std::int64_t{arrival(c)} + static_cast<std::int64_t>(t) * g.turn_gap;
-        if (step > (1 << 30)) {
-          fail_expected(b.file() + ": " + g.at + ".turn_gap", "arrival steps up to 2^30",
-                        std::to_string(step));
-        }
-        return static_cast<int>(step);
-      };
-      const std::vector<int> system =
-          g.prefix.empty() ? std::vector<int>{kBos}
-                           : b.encode(w.prefixes.at(g.prefix), true, g.at + ".prefix");
-      if (!g.script.empty()) {
-        for (std::size_t c = 0; c < g.script.size(); ++c) {
-          std::vector<int> history = system;
-          const std::vector<ChatTurn>& conv = g.script[c];
-          for (std::size_t t = 0; t < conv.size(); ++t) {
-            const std::string turn_at =
-                g.at + ".script[" + std::to_string(c) + "][" + std::to_string(t) + "]";
-            const std::vector<int> user = b.encode(conv[t].user, false, turn_at + ".user");
-            history.insert(history.end(), user.begin(), user.end());
-            SimRequest q;
-            q.arrival_step = turn_arrival(static_cast<int>(c), static_cast<int>(t));
-            q.prompt_tokens = history;
-            q.max_new_tokens = draw_length(g.max_new_tokens, state);
-            if (!conv[t].reply.empty()) {
-              const std::vector<int> reply = b.encode(conv[t].reply, false, turn_at + ".reply");
-              history.insert(history.end(), reply.begin(), reply.end());
-            }
-            b.add(std::move(q), g.at);
-          }
-        }
-        break;
-      }
-      for (int c = 0; c < g.conversations; ++c) {
-        std::vector<int> history = system;
-        for (int t = 0; t < g.turns; ++t) {
-          b.random_tokens(history, draw_length(g.user_tokens, state), state, g.at);
-          SimRequest q;
-          q.arrival_step = turn_arrival(c, t);
-          q.prompt_tokens = history;
-          q.max_new_tokens = draw_length(g.max_new_tokens, state);
-          // The next turn's history holds a stand-in for this reply (seeded ids of the same
-          // length): the model's reply is not known before the run.
-          b.random_tokens(history, q.max_new_tokens, state, g.at);
-          b.add(std::move(q), g.at);
-        }
-      }
+    case Generator::Kind::kChat:
+      expand_chat(w, g, b, state);
       break;
-    }
     case Generator::Kind::kRandom:
-      for (int i = 0; i < g.count; ++i) {
-        SimRequest q;
-        q.arrival_step = arrival(i);
-        q.prompt_tokens.push_back(kBos);
-        b.random_tokens(q.prompt_tokens, draw_length(g.prompt_tokens, state) - 1, state, g.at);
-        q.max_new_tokens = draw_length(g.max_new_tokens, state);
-        q.n_samples = g.n_samples;
-        b.add(std::move(q), g.at);
-      }
+      expand_random(g, b, state);
       break;
   }
 }

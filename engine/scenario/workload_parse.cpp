@@ -157,6 +157,57 @@ std::vector<std::vector<ChatTurn>> parse_script(const JsonReader& r, const json&
   return script;
 }
 
+// The shared_prefix generator's keys: its prefix and exactly one of suffix texts or random ids.
+void parse_shared_prefix_keys(const JsonReader& r, const json& j, const std::string& at,
+                              const Workload& w, Generator& g) {
+  auto path = [&](const char* key) { return json_path(at, key); };
+  r.require(j, at, "prefix", "the name of a shared prefix in workload.prefixes");
+  g.prefix = prefix_name(r, j["prefix"], path("prefix"), w);
+  if (j.contains("suffixes") == j.contains("suffix_tokens")) {
+    r.fail_text(at, "exactly one of \"suffixes\" (texts) or \"suffix_tokens\" (random ids)",
+                j.contains("suffixes") ? "both" : "neither");
+  }
+  if (j.contains("suffixes")) {
+    const json& s = j["suffixes"];
+    if (!s.is_array() || s.empty()) r.fail(path("suffixes"), "a non-empty array of texts", s);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      g.suffixes.push_back(r.string(s[i], json_path(path("suffixes"), i)));
+    }
+  } else {
+    g.suffix_tokens = parse_length(r, j["suffix_tokens"], path("suffix_tokens"));
+  }
+}
+
+// The chat generator's keys: a script of texts, or conversations x turns of random ids.
+void parse_chat_keys(const JsonReader& r, const json& j, const std::string& at, const Workload& w,
+                     Generator& g) {
+  auto path = [&](const char* key) { return json_path(at, key); };
+  if (j.contains("prefix")) g.prefix = prefix_name(r, j["prefix"], path("prefix"), w);
+  if (j.contains("turn_gap")) g.turn_gap = r.int32(j["turn_gap"], path("turn_gap"), 0, 1 << 20);
+  if (j.contains("script")) {
+    for (const char* key : {"conversations", "turns", "user_tokens"}) {
+      if (j.contains(key)) {
+        r.fail_text(path(key),
+                    "no \"" + std::string(key) + "\" beside \"script\" (the script sets it)",
+                    "both");
+      }
+    }
+    g.script = parse_script(r, j["script"], path("script"));
+    g.conversations = static_cast<int>(g.script.size());
+    return;
+  }
+  r.require(j, at, "conversations", "an integer >= 1 (or a \"script\" of texts instead)");
+  r.require(j, at, "turns", "an integer >= 1");
+  r.require(j, at, "user_tokens", "a token count or {\"dist\": ...}");
+  g.conversations = r.int32(j["conversations"], path("conversations"), 1, kMaxGenerated);
+  g.turns = r.int32(j["turns"], path("turns"), 1, 1000);
+  if (static_cast<std::int64_t>(g.conversations) * g.turns > kMaxGenerated) {
+    r.fail_text(path("turns"), "conversations x turns at most " + std::to_string(kMaxGenerated),
+                std::to_string(static_cast<std::int64_t>(g.conversations) * g.turns));
+  }
+  g.user_tokens = parse_length(r, j["user_tokens"], path("user_tokens"));
+}
+
 Generator parse_generator(const JsonReader& r, const json& j, const std::string& at,
                           const Workload& w) {
   if (!j.is_object()) r.fail(at, "an object", j);
@@ -193,47 +244,10 @@ Generator parse_generator(const JsonReader& r, const json& j, const std::string&
   }
   switch (g.kind) {
     case Generator::Kind::kSharedPrefix:
-      r.require(j, at, "prefix", "the name of a shared prefix in workload.prefixes");
-      g.prefix = prefix_name(r, j["prefix"], path("prefix"), w);
-      if (j.contains("suffixes") == j.contains("suffix_tokens")) {
-        r.fail_text(at, "exactly one of \"suffixes\" (texts) or \"suffix_tokens\" (random ids)",
-                    j.contains("suffixes") ? "both" : "neither");
-      }
-      if (j.contains("suffixes")) {
-        const json& s = j["suffixes"];
-        if (!s.is_array() || s.empty()) r.fail(path("suffixes"), "a non-empty array of texts", s);
-        for (std::size_t i = 0; i < s.size(); ++i) {
-          g.suffixes.push_back(r.string(s[i], json_path(path("suffixes"), i)));
-        }
-      } else {
-        g.suffix_tokens = parse_length(r, j["suffix_tokens"], path("suffix_tokens"));
-      }
+      parse_shared_prefix_keys(r, j, at, w, g);
       break;
     case Generator::Kind::kChat:
-      if (j.contains("prefix")) g.prefix = prefix_name(r, j["prefix"], path("prefix"), w);
-      if (j.contains("turn_gap")) g.turn_gap = r.int32(j["turn_gap"], path("turn_gap"), 0, 1 << 20);
-      if (j.contains("script")) {
-        for (const char* key : {"conversations", "turns", "user_tokens"}) {
-          if (j.contains(key)) {
-            r.fail_text(path(key),
-                        "no \"" + std::string(key) + "\" beside \"script\" (the script sets it)",
-                        "both");
-          }
-        }
-        g.script = parse_script(r, j["script"], path("script"));
-        g.conversations = static_cast<int>(g.script.size());
-        break;
-      }
-      r.require(j, at, "conversations", "an integer >= 1 (or a \"script\" of texts instead)");
-      r.require(j, at, "turns", "an integer >= 1");
-      r.require(j, at, "user_tokens", "a token count or {\"dist\": ...}");
-      g.conversations = r.int32(j["conversations"], path("conversations"), 1, kMaxGenerated);
-      g.turns = r.int32(j["turns"], path("turns"), 1, 1000);
-      if (static_cast<std::int64_t>(g.conversations) * g.turns > kMaxGenerated) {
-        r.fail_text(path("turns"), "conversations x turns at most " + std::to_string(kMaxGenerated),
-                    std::to_string(static_cast<std::int64_t>(g.conversations) * g.turns));
-      }
-      g.user_tokens = parse_length(r, j["user_tokens"], path("user_tokens"));
+      parse_chat_keys(r, j, at, w, g);
       break;
     case Generator::Kind::kRandom:
       r.require(j, at, "prompt_tokens", "a token count or {\"dist\": ...}");
