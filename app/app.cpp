@@ -63,6 +63,164 @@ PolicyOverride initial_policy(const AppOptions& options) {
   return p;
 }
 
+// The window with its OpenGL 3.0 context; null (with the message printed and GLFW shut down)
+// when there is no display.
+GLFWwindow* open_window(const AppOptions& options) {
+  glfwSetErrorCallback(on_glfw_error);
+  if (!glfwInit()) {
+    std::fprintf(stderr,
+                 "kvscope-ui: no display available (GLFW: %s); use the headless CLI instead\n",
+                 g_glfw_error.c_str());
+    return nullptr;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  GLFWwindow* window = glfwCreateWindow(options.width, options.height, "kvscope", nullptr, nullptr);
+  if (window == nullptr) {
+    std::fprintf(stderr,
+                 "kvscope-ui: no display available (cannot open an OpenGL 3.0 window: %s); "
+                 "use the headless CLI instead\n",
+                 g_glfw_error.c_str());
+    glfwTerminate();
+    return nullptr;
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(options.screenshot.empty() ? 1 : 0);
+  return window;
+}
+
+// The shell as the options open it: presenter mode, workspace, a screenshot's step, a caption.
+// False (with the message printed) when --caption names a caption the run does not have.
+bool prepare_shell(UiShell& shell, const AppOptions& options, bool capture, bool live) {
+  if (options.presenter) shell.set_presenter(true);
+  shell.set_workspace(live && !options.workspace_given ? UiShell::kLiveWorkspace
+                                                       : options.workspace);
+  if (capture && !live) {
+    shell.state().playing = false;
+    shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);
+  }
+  // --caption N: the shell applies it once its step (and its variant's run) is there.
+  if (options.caption > 0 && options.caption > shell.num_captions()) {
+    std::fprintf(stderr, "kvscope-ui: --caption: expected 1 to %d (the captions of %s), got %d\n",
+                 shell.num_captions(), options.input.c_str(), options.caption);
+    return false;
+  }
+  if (options.caption > 0) shell.go_to_caption(options.caption - 1);
+  return true;
+}
+
+// The window's frames until it closes (or a --screenshot is written): keys, the shell's frame,
+// drawing, and screenshots.
+class FrameLoop {
+ public:
+  FrameLoop(GLFWwindow* window, const AppOptions& options, UiShell& shell, bool live)
+      : window_(window),
+        options_(options),
+        shell_(shell),
+        io_(ImGui::GetIO()),
+        capture_(!options.screenshot.empty()),
+        live_(live),
+        last_(glfwGetTime()) {}
+
+  // The exit code: 0, or 1 when the --screenshot could not be written.
+  int run() {
+    for (int frame = 0; !glfwWindowShouldClose(window_); ++frame) {
+      glfwPollEvents();
+      const double now = glfwGetTime();
+      const double dt = capture_ && !live_ ? 1.0 / 60.0 : now - last_;
+      if (capture_ && live_) std::this_thread::sleep_for(std::chrono::milliseconds(33));
+      last_ = now;
+      draw(dt);
+      if (capture_ && frame + 1 >= options_.frames && capture_done(frame)) break;
+      if (want_screenshot_) save_requested();
+      glfwSwapBuffers(window_);
+    }
+    return exit_code_;
+  }
+
+ private:
+  void keys() {
+    if (io_.WantTextInput) return;
+    if (ImGui::IsKeyPressed(GLFW_KEY_F1)) shell_.toggle_help();
+    if (ImGui::IsKeyPressed(GLFW_KEY_F11)) toggle_fullscreen(window_, saved_);
+    if (ImGui::IsKeyPressed(GLFW_KEY_F12)) want_screenshot_ = true;
+    if (ImGui::IsKeyPressed(GLFW_KEY_P) && !io_.KeyCtrl)
+      shell_.set_presenter(!shell_.state().presenter);
+    if (ImGui::IsKeyPressed(GLFW_KEY_Q) && io_.KeyCtrl) glfwSetWindowShouldClose(window_, 1);
+  }
+
+  void draw(double dt) {
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    if (capture_) io_.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover in screenshots
+    ImGui::NewFrame();
+    keys();
+    shell_.set_fullscreen_flag(glfwGetWindowMonitor(window_) != nullptr);
+    shell_.frame(dt);
+    const ShellRequests req = shell_.take_requests();
+    if (req.quit) glfwSetWindowShouldClose(window_, 1);
+    if (req.toggle_fullscreen) toggle_fullscreen(window_, saved_);
+    want_screenshot_ = want_screenshot_ || req.screenshot;
+    ImGui::Render();
+    glfwGetFramebufferSize(window_, &fb_w_, &fb_h_);
+    glViewport(0, 0, fb_w_, fb_h_);
+    const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette(shell_.state().presenter).window_bg);
+    glClearColor(bg.x, bg.y, bg.z, 1.0f);
+    glClear(GL_COLOR_BUFFER_BIT);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    // Background work (attention capture, quality sweep, compare variant) finishes first, and
+    // a few frames are drawn after it did (a job can finish between a panel's draw and this
+    // check, and a panel takes its result on the next frame), so the screenshot shows it.
+    // A caption on another variant re-runs the scenario: the screenshot waits for that run too.
+    const bool rerunning =
+        shell_.caption_pending() || (shell_.session() && shell_.session()->is_running());
+    idle_frames_ = shell_.panels_busy() || (!live_ && rerunning) ? 0 : idle_frames_ + 1;
+  }
+
+  // After --frames frames: waits (true = not yet) for the panels to settle, then writes the
+  // --screenshot; true once it is written or failed.
+  bool capture_done(int frame) {
+    if (idle_frames_ < 3 && glfwGetTime() < kMaxCaptureWaitSeconds) {
+      if (idle_frames_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return false;
+    }
+    try {
+      save_framebuffer_png(options_.screenshot, fb_w_, fb_h_);
+      std::printf("kvscope-ui: wrote %s (%dx%d, %d frames)\n", options_.screenshot.c_str(), fb_w_,
+                  fb_h_, frame + 1);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
+      exit_code_ = 1;
+    }
+    return true;
+  }
+
+  // F12 or the menu: a timestamped PNG beside the working directory.
+  void save_requested() {
+    want_screenshot_ = false;
+    const std::string path = timestamped_png_name();
+    try {
+      save_framebuffer_png(path, fb_w_, fb_h_);
+      shell_.set_status("saved " + path);
+    } catch (const std::exception& e) {
+      shell_.set_status(std::string("screenshot failed: ") + e.what());
+    }
+  }
+
+  GLFWwindow* window_;
+  const AppOptions& options_;
+  UiShell& shell_;
+  ImGuiIO& io_;
+  bool capture_;
+  bool live_;
+  double last_;
+  WindowedGeometry saved_;
+  bool want_screenshot_ = false;
+  int idle_frames_ = 0;  // consecutive frames drawn with no panel busy (screenshots)
+  int fb_w_ = 0, fb_h_ = 0;
+  int exit_code_ = 0;
+};
+
 }  // namespace
 
 int run_app(const AppOptions& options) {
@@ -76,27 +234,8 @@ int run_app(const AppOptions& options) {
     std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
     return 2;
   }
-  glfwSetErrorCallback(on_glfw_error);
-  if (!glfwInit()) {
-    std::fprintf(stderr,
-                 "kvscope-ui: no display available (GLFW: %s); use the headless CLI instead\n",
-                 g_glfw_error.c_str());
-    return 3;
-  }
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
-  GLFWwindow* window = glfwCreateWindow(options.width, options.height, "kvscope", nullptr, nullptr);
-  if (window == nullptr) {
-    std::fprintf(stderr,
-                 "kvscope-ui: no display available (cannot open an OpenGL 3.0 window: %s); "
-                 "use the headless CLI instead\n",
-                 g_glfw_error.c_str());
-    glfwTerminate();
-    return 3;
-  }
-  glfwMakeContextCurrent(window);
-  const bool capture = !options.screenshot.empty();
-  glfwSwapInterval(capture ? 0 : 1);
+  GLFWwindow* window = open_window(options);
+  if (window == nullptr) return 3;
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
@@ -110,94 +249,14 @@ int run_app(const AppOptions& options) {
   {
     // Screenshots show the finished run, deterministically (a live stream never finishes: its
     // screenshot is taken after `frames` frames of real time).
+    const bool capture = !options.screenshot.empty();
     const bool live = options.attach.has_value();
     if (capture && !live) session->wait();
     UiShell shell(std::move(session), fonts);
-    if (options.presenter) shell.set_presenter(true);
-    shell.set_workspace(live && !options.workspace_given ? UiShell::kLiveWorkspace
-                                                         : options.workspace);
-    if (capture && !live) {
-      shell.state().playing = false;
-      shell.state().set_step(options.step >= 0 ? options.step : shell.state().num_steps() / 2);
-    }
-    // --caption N: the shell applies it once its step (and its variant's run) is there.
-    if (options.caption > 0 && options.caption > shell.num_captions()) {
-      std::fprintf(stderr, "kvscope-ui: --caption: expected 1 to %d (the captions of %s), got %d\n",
-                   shell.num_captions(), options.input.c_str(), options.caption);
+    if (prepare_shell(shell, options, capture, live))
+      exit_code = FrameLoop(window, options, shell, live).run();
+    else
       exit_code = 2;
-      glfwSetWindowShouldClose(window, GLFW_TRUE);
-    } else if (options.caption > 0) {
-      shell.go_to_caption(options.caption - 1);
-    }
-    WindowedGeometry saved;
-    double last = glfwGetTime();
-    bool want_screenshot = false;
-    int idle_frames = 0;  // consecutive frames drawn with no panel busy (screenshots)
-    for (int frame = 0; !glfwWindowShouldClose(window); ++frame) {
-      glfwPollEvents();
-      const double now = glfwGetTime();
-      const double dt = capture && !live ? 1.0 / 60.0 : now - last;
-      if (capture && live) std::this_thread::sleep_for(std::chrono::milliseconds(33));
-      last = now;
-      ImGui_ImplOpenGL3_NewFrame();
-      ImGui_ImplGlfw_NewFrame();
-      if (capture) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover in screenshots
-      ImGui::NewFrame();
-      if (!io.WantTextInput) {
-        if (ImGui::IsKeyPressed(GLFW_KEY_F1)) shell.toggle_help();
-        if (ImGui::IsKeyPressed(GLFW_KEY_F11)) toggle_fullscreen(window, saved);
-        if (ImGui::IsKeyPressed(GLFW_KEY_F12)) want_screenshot = true;
-        if (ImGui::IsKeyPressed(GLFW_KEY_P) && !io.KeyCtrl)
-          shell.set_presenter(!shell.state().presenter);
-        if (ImGui::IsKeyPressed(GLFW_KEY_Q) && io.KeyCtrl) glfwSetWindowShouldClose(window, 1);
-      }
-      shell.set_fullscreen_flag(glfwGetWindowMonitor(window) != nullptr);
-      shell.frame(dt);
-      const ShellRequests req = shell.take_requests();
-      if (req.quit) glfwSetWindowShouldClose(window, 1);
-      if (req.toggle_fullscreen) toggle_fullscreen(window, saved);
-      want_screenshot = want_screenshot || req.screenshot;
-      ImGui::Render();
-      int fb_w = 0, fb_h = 0;
-      glfwGetFramebufferSize(window, &fb_w, &fb_h);
-      glViewport(0, 0, fb_w, fb_h);
-      const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette(shell.state().presenter).window_bg);
-      glClearColor(bg.x, bg.y, bg.z, 1.0f);
-      glClear(GL_COLOR_BUFFER_BIT);
-      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-      // Background work (attention capture, quality sweep, compare variant) finishes first, and
-      // a few frames are drawn after it did (a job can finish between a panel's draw and this
-      // check, and a panel takes its result on the next frame), so the screenshot shows it.
-      // A caption on another variant re-runs the scenario: the screenshot waits for that run too.
-      const bool rerunning =
-          shell.caption_pending() || (shell.session() && shell.session()->is_running());
-      idle_frames = shell.panels_busy() || (!live && rerunning) ? 0 : idle_frames + 1;
-      if (capture && frame + 1 >= options.frames && idle_frames < 3 &&
-          glfwGetTime() < kMaxCaptureWaitSeconds) {
-        if (idle_frames == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      } else if (capture && frame + 1 >= options.frames) {
-        try {
-          save_framebuffer_png(options.screenshot, fb_w, fb_h);
-          std::printf("kvscope-ui: wrote %s (%dx%d, %d frames)\n", options.screenshot.c_str(), fb_w,
-                      fb_h, frame + 1);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
-          exit_code = 1;
-        }
-        break;
-      }
-      if (want_screenshot) {
-        want_screenshot = false;
-        const std::string path = timestamped_png_name();
-        try {
-          save_framebuffer_png(path, fb_w, fb_h);
-          shell.set_status("saved " + path);
-        } catch (const std::exception& e) {
-          shell.set_status(std::string("screenshot failed: ") + e.what());
-        }
-      }
-      glfwSwapBuffers(window);
-    }
   }
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
