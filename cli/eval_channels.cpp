@@ -1,4 +1,4 @@
-// kvscope eval --key-channels: see eval_channels.h.
+// kvscope eval key-channels: see eval_channels.h.
 #include "cli/eval_channels.h"
 
 #include <cstdio>
@@ -26,7 +26,7 @@ long collect_channel_stats(Transformer& t, const ModelConfig& c,
   long done = 0, total = 0;
   for (const auto& w : windows) total += static_cast<long>(w.size());
   {
-    Progress bar("eval --key-channels", 1, "tokens");
+    Progress bar("eval key-channels", 1, "tokens");
     bar.step("K/V channel statistics");
     for (const auto& w : windows) {
       SoloSequence seq(kv_layout_for(c, 16, 1, KvFormat{}, KvFormat{}), static_cast<int>(w.size()));
@@ -86,7 +86,7 @@ void write_channels_png(const std::string& path, const KvChannelStats& stats, in
   }
   p.footnote = std::filesystem::path(model_source).filename().string() + ", " +
                std::filesystem::path(source).filename().string() +
-               "; keys after RoPE, as cached (kvscope eval --key-channels)";
+               "; keys after RoPE, as cached (kvscope eval key-channels)";
   write_png_plot(p, path);
 }
 

@@ -1,4 +1,4 @@
-// kvscope eval --key-channels: KIVI's observation measured on the model (arXiv 2402.02750): per
+// kvscope eval key-channels: KIVI's observation measured on the model (arXiv 2402.02750): per
 // layer, how far the largest key channel and the largest value channel stand out (mean |x| of the
 // channel over the median channel), the top key channels, key_channels.csv with every layer x
 // channel x kind, and key_channels.png for one layer.

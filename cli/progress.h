@@ -22,10 +22,10 @@ double progress_interval_from_env();
 // ETA weighs the runs by `weights` when given (e.g. the expected cost of each), else equally.
 // Not thread-safe: call it from the thread that runs the loop.
 //
-//   Progress p("eval --sweep", formats.size(), "positions");
+//   Progress p("eval format-sweep", formats.size(), "positions");
 //   for (...) { p.step(name); evaluate(..., p.callback()); }
 //
-// reads "kvscope eval --sweep: int8 (3/12) 45% (123/270 positions), 12.3 s elapsed, ETA 40 s".
+// reads "kvscope eval format-sweep: int8 (3/12) 45% (123/270 positions), 12.3 s elapsed, ETA 40 s".
 class Progress {
  public:
   explicit Progress(std::string job, int steps = 1, std::string unit = "",
