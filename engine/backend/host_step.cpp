@@ -14,6 +14,20 @@ std::size_t sz(long v) {
   return static_cast<std::size_t>(v);
 }
 
+// A projection's MatmulOut: the quantized matrix when the model keeps one, else fp32 rows.
+using PerLayer = std::vector<QuantMatrix> NativeWeights::*;
+MatmulOut proj(const NativeWeights* nw, float* out, const float* f32, int d, PerLayer which,
+               int layer) {
+  MatmulOut o{out, f32, d};
+  if (nw != nullptr) o.q = (nw->*which)[sz(layer)];
+  return o;
+}
+
+// Token t's row of a [m][width] activation buffer.
+float* row(AlignedVector<float>& buf, long width, int t) {
+  return buf.data() + t * width;
+}
+
 }  // namespace
 
 void HostStep::reserve(const Model& model, std::size_t tokens, std::size_t logit_rows) {
@@ -55,17 +69,8 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
     logits = std::span<float>(logits_.data(), wanted * vocab);
   }
   reserve(model, tokens.size(), wanted);
-  // A projection's MatmulOut: the quantized matrix when the model keeps one, else fp32 rows.
-  using PerLayer = std::vector<QuantMatrix> NativeWeights::*;
-  auto proj = [&](float* out, const float* f32, int d, PerLayer which, int layer) {
-    MatmulOut o{out, f32, d};
-    if (nw != nullptr) o.q = (nw->*which)[sz(layer)];
-    return o;
-  };
-  const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim(), hidden = c.hidden_dim;
+  const long dim = c.dim, q_dim = c.q_dim();
   const int m = static_cast<int>(tokens.size());
-  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
-  auto row = [](AlignedVector<float>& buf, long width, int t) { return buf.data() + t * width; };
 
   // Each token's attention query (the q_ and att_ rows are the same in every layer).
   queries_.clear();
@@ -78,42 +83,8 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
     std::memcpy(row(x_, dim, t), w.token_embedding + tokens[sz(t)].token * dim, sz(dim) * 4);
   }
   for (int l = 0; l < c.n_layers; ++l) {
-    // Attention block: pre-norm, then the Q, K, V projections of every token.
-    for (int t = 0; t < m; ++t)
-      ops.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_att + l * dim, c.dim, c.rms_eps);
-    const MatmulOut qkv[] = {
-        proj(q_.data(), w.wq + l * q_dim * dim, c.q_dim(), &NativeWeights::wq, l),
-        proj(k_.data(), w.wk + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wk, l),
-        proj(v_.data(), w.wv + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wv, l)};
-    ops.matmul_batch(xn_.data(), m, c.dim, qkv);
-    // RoPE at each token's position, then its K/V into its view's write slot. Every token of
-    // the step is written before any attends: a view's num_slots hides the later ones.
-    for (int t = 0; t < m; ++t) {
-      const StepToken& s = tokens[sz(t)];
-      ops.rope(row(q_, q_dim, t), row(k_, kv_dim, t), s.pos, c.q_dim(), c.kv_dim(), c.head_dim(),
-               c.rope_theta);
-      ops.kv_write(s.view, l, row(k_, kv_dim, t), row(v_, kv_dim, t));
-    }
-    // softmax(q K^T / sqrt(d)) V over each token's visible slots.
-    ops.attention_batch(l, shape, queries_);
-    // Output projection and residual.
-    const MatmulOut wo[] = {
-        proj(proj_.data(), w.wo + l * dim * q_dim, c.dim, &NativeWeights::wo, l)};
-    ops.matmul_batch(att_.data(), m, c.q_dim(), wo);
-    for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
-
-    // FFN block: pre-norm, SwiGLU, down projection, residual.
-    for (int t = 0; t < m; ++t)
-      ops.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_ffn + l * dim, c.dim, c.rms_eps);
-    const MatmulOut gate_up[] = {
-        proj(hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim, &NativeWeights::w1, l),
-        proj(hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim, &NativeWeights::w3, l)};
-    ops.matmul_batch(xn_.data(), m, c.dim, gate_up);
-    for (int t = 0; t < m; ++t) ops.swiglu(row(hb_, hidden, t), row(hb2_, hidden, t), c.hidden_dim);
-    const MatmulOut down[] = {
-        proj(proj_.data(), w.w2 + l * dim * hidden, c.dim, &NativeWeights::w2, l)};
-    ops.matmul_batch(hb_.data(), m, c.hidden_dim, down);
-    for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
+    attention_block(ops, model, tokens, l);
+    ffn_block(ops, model, m, l);
   }
 
   // Final norm and classifier, only for the tokens whose logits are wanted (and only when someone
@@ -130,6 +101,58 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
   ops.matmul_batch(last_.data(), k, c.dim, cls);
   for (std::size_t i = 0; i < greedy.size(); ++i)
     greedy[i] = argmax(logits.subspan(i * vocab, vocab));
+}
+
+void HostStep::attention_block(Backend& ops, const Model& model, std::span<const StepToken> tokens,
+                               int l) {
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  const NativeWeights* nw = model.native();
+  const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim();
+  const int m = static_cast<int>(tokens.size());
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  // Attention block: pre-norm, then the Q, K, V projections of every token.
+  for (int t = 0; t < m; ++t)
+    ops.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_att + l * dim, c.dim, c.rms_eps);
+  const MatmulOut qkv[] = {
+      proj(nw, q_.data(), w.wq + l * q_dim * dim, c.q_dim(), &NativeWeights::wq, l),
+      proj(nw, k_.data(), w.wk + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wk, l),
+      proj(nw, v_.data(), w.wv + l * kv_dim * dim, c.kv_dim(), &NativeWeights::wv, l)};
+  ops.matmul_batch(xn_.data(), m, c.dim, qkv);
+  // RoPE at each token's position, then its K/V into its view's write slot. Every token of
+  // the step is written before any attends: a view's num_slots hides the later ones.
+  for (int t = 0; t < m; ++t) {
+    const StepToken& s = tokens[sz(t)];
+    ops.rope(row(q_, q_dim, t), row(k_, kv_dim, t), s.pos, c.q_dim(), c.kv_dim(), c.head_dim(),
+             c.rope_theta);
+    ops.kv_write(s.view, l, row(k_, kv_dim, t), row(v_, kv_dim, t));
+  }
+  // softmax(q K^T / sqrt(d)) V over each token's visible slots.
+  ops.attention_batch(l, shape, queries_);
+  // Output projection and residual.
+  const MatmulOut wo[] = {
+      proj(nw, proj_.data(), w.wo + l * dim * q_dim, c.dim, &NativeWeights::wo, l)};
+  ops.matmul_batch(att_.data(), m, c.q_dim(), wo);
+  for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
+}
+
+void HostStep::ffn_block(Backend& ops, const Model& model, int m, int l) {
+  const ModelConfig& c = model.config();
+  const Weights& w = model.weights();
+  const NativeWeights* nw = model.native();
+  const long dim = c.dim, hidden = c.hidden_dim;
+  // FFN block: pre-norm, SwiGLU, down projection, residual.
+  for (int t = 0; t < m; ++t)
+    ops.rmsnorm(row(xn_, dim, t), row(x_, dim, t), w.rms_ffn + l * dim, c.dim, c.rms_eps);
+  const MatmulOut gate_up[] = {
+      proj(nw, hb_.data(), w.w1 + l * hidden * dim, c.hidden_dim, &NativeWeights::w1, l),
+      proj(nw, hb2_.data(), w.w3 + l * hidden * dim, c.hidden_dim, &NativeWeights::w3, l)};
+  ops.matmul_batch(xn_.data(), m, c.dim, gate_up);
+  for (int t = 0; t < m; ++t) ops.swiglu(row(hb_, hidden, t), row(hb2_, hidden, t), c.hidden_dim);
+  const MatmulOut down[] = {
+      proj(nw, proj_.data(), w.w2 + l * dim * hidden, c.dim, &NativeWeights::w2, l)};
+  ops.matmul_batch(hb_.data(), m, c.hidden_dim, down);
+  for (long i = 0; i < m * dim; ++i) x_[sz(i)] += proj_[sz(i)];
 }
 
 }  // namespace kvscope

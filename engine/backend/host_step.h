@@ -23,6 +23,10 @@ class HostStep {
 
  private:
   void reserve(const Model& model, std::size_t tokens, std::size_t logit_rows);
+  // One layer's two blocks, each read from and added back into the residual stream x_.
+  void attention_block(Backend& ops, const Model& model, std::span<const StepToken> tokens,
+                       int layer);
+  void ffn_block(Backend& ops, const Model& model, int m, int layer);
 
   // Activations for up to capacity_ tokens, one row per token (grown to the largest step, then
   // reused; cache-line aligned, so every row starts on a line when its width is a multiple of 16

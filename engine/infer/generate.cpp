@@ -55,6 +55,80 @@ std::span<float> forward_one(Transformer& t, KvCacheManager& cache, SeqId seq,
   return t.forward(token, rope_pos, view, hook->observer());
 }
 
+// The prompt's tokens, or BOS alone when it encodes to none.
+std::vector<int> encode_prompt(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<int> prompt = tokenizer.encode(text, tokenizer.adds_bos(), /*eos=*/false);
+  if (prompt.empty()) {
+    // Nothing to start from: BOS, when the vocabulary has one (a tokenizer.json without a BOS
+    // template has none, and -1 is no token).
+    if (tokenizer.bos_id() < 0)
+      throw Error(std::string(kGeneratePrompt),
+                  "expected a prompt: this tokenizer has no BOS token to start from");
+    prompt = {tokenizer.bos_id()};
+  }
+  return prompt;
+}
+
+// The cache's bytes once the loop is done: its allocated slots and its filled ones.
+void record_kv_bytes(const KvCacheManager& cache, GenerateResult& result) {
+  result.kv_bytes_allocated =
+      static_cast<long>(cache.allocated_slots() * cache.layout().bytes_per_token());
+  result.kv_bytes_used = static_cast<long>(cache.filled_slots() * cache.layout().bytes_per_token());
+}
+
+// What generate()'s forward passes run against: the model, the sequence's cache and its hook.
+struct SequenceRun {
+  Transformer& transformer;
+  KvCacheManager& cache;
+  SeqId seq;
+  SequenceCacheHook* hook;
+  const MlaCodec* mla;
+};
+
+// The positions [first, end) that one engine step ran, and where their logits are.
+struct Chunk {
+  std::vector<StepToken> tokens;
+  std::vector<int> row;  // per position of the chunk: its row of logits, or -1
+  std::span<float> logits;
+  int first = 0, end = 0;
+
+  // Position pos's logits, or none when the chunk did not keep them.
+  std::span<float> logits_of(int pos, std::size_t vocab) const {
+    const int r = row[static_cast<std::size_t>(pos - first)];
+    return r < 0 ? std::span<float>() : logits.subspan(static_cast<std::size_t>(r) * vocab, vocab);
+  }
+};
+
+// Runs positions [pos, pos + n) in one engine step (their slots already appended), keeping the
+// logits the loop will read. Returns the token greedy_step took, or -1 when it did not run.
+int run_chunk(const SequenceRun& run, std::span<const int> prompt, int pos, int n, int token,
+              bool greedy_only, bool score_tokens, Chunk& chunk) {
+  int greedy = -1;
+  chunk.first = pos;
+  chunk.end = pos + n;
+  chunk.row.assign(static_cast<std::size_t>(n), 0);
+  if (n == 1 && greedy_only && pos >= static_cast<int>(prompt.size()) - 1) {
+    const StepToken one{token, pos, sequence_view(run.cache, run.seq, run.hook, run.mla), true,
+                        nullptr};
+    greedy = run.transformer.greedy_step(std::span<const StepToken>(&one, 1))[0];
+    chunk.row[0] = -1;
+  } else if (n == 1) {
+    chunk.logits = forward_one(run.transformer, run.cache, run.seq, run.hook, token, pos, run.mla);
+  } else {
+    chunk.tokens.clear();
+    add_chunk(chunk.tokens, sequence_view(run.cache, run.seq, run.hook, run.mla), pos,
+              prompt.subspan(static_cast<std::size_t>(pos), static_cast<std::size_t>(n)), pos);
+    int rows = 0;
+    for (int i = 0; i < n; ++i) {
+      const bool wanted = score_tokens || pos + i == static_cast<int>(prompt.size()) - 1;
+      chunk.row[static_cast<std::size_t>(i)] = wanted ? rows++ : -1;
+      chunk.tokens[static_cast<std::size_t>(i)].want_logits = wanted;
+    }
+    chunk.logits = run.transformer.forward_step(chunk.tokens);
+  }
+  return greedy;
+}
+
 }  // namespace
 
 void validate(const GenerateOptions& options, const ModelConfig& model) {
@@ -99,15 +173,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   const ModelConfig& c = transformer.config();
   validate(options, c);
   GenerateResult result;
-  std::vector<int> prompt = tokenizer.encode(options.prompt, tokenizer.adds_bos(), /*eos=*/false);
-  if (prompt.empty()) {
-    // Nothing to start from: BOS, when the vocabulary has one (a tokenizer.json without a BOS
-    // template has none, and -1 is no token).
-    if (tokenizer.bos_id() < 0)
-      throw Error(std::string(kGeneratePrompt),
-                  "expected a prompt: this tokenizer has no BOS token to start from");
-    prompt = {tokenizer.bos_id()};
-  }
+  const std::vector<int> prompt = encode_prompt(tokenizer, options.prompt);
   result.num_prompt_tokens = static_cast<int>(prompt.size());
   KvCacheManager cache = make_cache(c, options, options.steps);
   const SeqId seq(0);
@@ -132,52 +198,23 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   // used: the last prompt position (the first sample) and, when scoring, every position.
   const int known = std::min(static_cast<int>(prompt.size()), options.steps);
   const auto vocab = static_cast<std::size_t>(c.vocab_size);
-  std::vector<StepToken> chunk;
-  std::vector<int> chunk_row;  // per position of the chunk: its row of chunk_logits, or -1
-  std::span<float> chunk_logits;
-  int chunk_first = 0, chunk_end = 0;
+  const SequenceRun run{transformer, cache, seq, hook, options.mla};
+  Chunk chunk;
   // Greedy decoding that nothing else reads the logits of takes the token from the backend
   // (Transformer::greedy_step: on the CUDA backend the argmax runs on the device).
   const bool greedy_only =
       options.sampler.temperature == 0.0f && !options.score_tokens && hook == nullptr;
   for (int pos = 0; pos < options.steps; ++pos) {
     int greedy = -1;  // the token greedy_step took, when it ran this position
-    if (pos >= chunk_end) {
+    if (pos >= chunk.end) {
       const int n = hook == nullptr ? std::clamp(known - pos, 1, kDefaultStepTokens) : 1;
       cache.require_append_slots(seq, n);
       result.peak_kv_bytes = std::max(result.peak_kv_bytes, cache.pool().num_used() * block_bytes);
-      chunk_first = pos;
-      chunk_end = pos + n;
-      chunk_row.assign(static_cast<std::size_t>(n), 0);
-      if (n == 1 && greedy_only && pos >= static_cast<int>(prompt.size()) - 1) {
-        const StepToken one{token, pos, sequence_view(cache, seq, hook, options.mla), true,
-                            nullptr};
-        greedy = transformer.greedy_step(std::span<const StepToken>(&one, 1))[0];
-        chunk_row[0] = -1;
-      } else if (n == 1) {
-        chunk_logits = forward_one(transformer, cache, seq, hook, token, pos, options.mla);
-      } else {
-        chunk.clear();
-        add_chunk(chunk, sequence_view(cache, seq, hook, options.mla), pos,
-                  std::span<const int>(prompt).subspan(static_cast<std::size_t>(pos),
-                                                       static_cast<std::size_t>(n)),
-                  pos);
-        int rows = 0;
-        for (int i = 0; i < n; ++i) {
-          const bool wanted =
-              options.score_tokens || pos + i == static_cast<int>(prompt.size()) - 1;
-          chunk_row[static_cast<std::size_t>(i)] = wanted ? rows++ : -1;
-          chunk[static_cast<std::size_t>(i)].want_logits = wanted;
-        }
-        chunk_logits = transformer.forward_step(chunk);
-      }
-      if (chunk_first < known && chunk_end >= known) prefilled = Clock::now();
+      greedy = run_chunk(run, prompt, pos, n, token, greedy_only, options.score_tokens, chunk);
+      if (chunk.first < known && chunk.end >= known) prefilled = Clock::now();
     }
     result.positions_run = pos + 1;
-    const int row = chunk_row[static_cast<std::size_t>(pos - chunk_first)];
-    const std::span<float> logits =
-        row < 0 ? std::span<float>()
-                : chunk_logits.subspan(static_cast<std::size_t>(row) * vocab, vocab);
+    const std::span<float> logits = chunk.logits_of(pos, vocab);
     if (options.score_tokens) log_softmax(std::span<const float>(logits), std::span<float>(log_p));
     int next;
     const bool forced = pos < static_cast<int>(prompt.size()) - 1;
@@ -204,9 +241,7 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer,
   result.prefill_positions = known;
   result.prefill_seconds = std::chrono::duration<double>(prefilled - start).count();
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - prefilled).count();
-  result.kv_bytes_allocated =
-      static_cast<long>(cache.allocated_slots() * cache.layout().bytes_per_token());
-  result.kv_bytes_used = static_cast<long>(cache.filled_slots() * cache.layout().bytes_per_token());
+  record_kv_bytes(cache, result);
   return result;
 }
 

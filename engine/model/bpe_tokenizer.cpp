@@ -138,10 +138,20 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
       fuse_unk_(vocab.fuse_unk),
       adds_bos_(vocab.adds_bos) {
   const int n = vocab_size();
-  const std::string n_text = std::to_string(n);
   if (n == 0) fail_expected(path_ + ": " + vocab.tokens_field, "at least one token", "none");
-
   std::vector<int>& types = vocab.token_types;
+  fill_and_check_token_types(types);
+  const std::unordered_map<std::string_view, int> ids = index_token_texts(vocab.tokens_field);
+  set_special_ids(vocab);
+  set_pre_tokenizer(vocab);
+  build_merges(vocab, ids);
+  index_bytes_and_whole_tokens(ids);
+  build_decoded_and_added(vocab, types);
+}
+
+// An empty token_types means all normal; else one known ggml type per token.
+void BpeTokenizer::fill_and_check_token_types(std::vector<int>& types) const {
+  const std::string n_text = std::to_string(vocab_size());
   if (types.empty()) types.assign(tokens_.size(), static_cast<int>(GgmlTokenType::kNormal));
   if (types.size() != tokens_.size()) {
     fail_expected(path_ + ": tokenizer.ggml.token_type", n_text + " entries (one per token)",
@@ -153,18 +163,29 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
                     "a ggml token type in [0, 6]", std::to_string(types[i]));
     }
   }
+}
 
-  std::unordered_map<std::string_view, int> ids;  // token text -> id (views into tokens_)
+// Token text -> id (views into tokens_); no text twice.
+std::unordered_map<std::string_view, int> BpeTokenizer::index_token_texts(
+    const std::string& tokens_field) const {
+  const int n = vocab_size();
+  std::unordered_map<std::string_view, int> ids;
   ids.reserve(tokens_.size());
   for (int i = 0; i < n; ++i) {
     auto [it, fresh] = ids.emplace(tokens_[static_cast<std::size_t>(i)], i);
     if (!fresh) {
-      fail_expected(path_ + ": " + vocab.tokens_field + "[" + std::to_string(i) + "]",
+      fail_expected(path_ + ": " + tokens_field + "[" + std::to_string(i) + "]",
                     "a token text not used before",
                     quoted_value(it->first) + ", the text of token " + std::to_string(it->second));
     }
   }
+  return ids;
+}
 
+// BOS, EOS and unk ids in range (or -1), and the stop ids.
+void BpeTokenizer::set_special_ids(const BpeVocab& vocab) {
+  const int n = vocab_size();
+  const std::string n_text = std::to_string(n);
   auto check_vocab_id = [&](int id, const std::string& field) {
     if (id < -1 || id >= n) {
       fail_expected(path_ + ": " + field, "-1 (none) or a token id in [0, " + n_text + ")",
@@ -184,7 +205,10 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
     }
     stop_ids_.push_back(id);
   }
+}
 
+// The pre-tokenizer's steps: given, or named by tokenizer.ggml.pre.
+void BpeTokenizer::set_pre_tokenizer(BpeVocab& vocab) {
   if (vocab.pre_splits) {
     pre_ = std::move(*vocab.pre_splits);
   } else if (vocab.pre == "smollm" || vocab.pre == "starcoder") {
@@ -195,7 +219,11 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
     fail_expected(path_ + ": tokenizer.ggml.pre",
                   "a supported pre-tokenizer (smollm, starcoder, gpt2)", quoted_value(vocab.pre));
   }
+}
 
+// The ranked merges: each "left right" of two tokens whose concatenation is a token.
+void BpeTokenizer::build_merges(const BpeVocab& vocab,
+                                const std::unordered_map<std::string_view, int>& ids) {
   merges_.reserve(vocab.merges.size());
   std::string merged;
   for (std::size_t r = 0; r < vocab.merges.size(); ++r) {
@@ -231,7 +259,11 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
       merges_.try_emplace(key, MergeResult{static_cast<int>(r), mid->second});
     }
   }
+}
 
+// byte_ids_, and whole_ids_ under ignore_merges.
+void BpeTokenizer::index_bytes_and_whole_tokens(
+    const std::unordered_map<std::string_view, int>& ids) {
   // A byte without a token (SmolLM2 has none for 21 bytes: some controls, and lead bytes that
   // valid UTF-8 never or almost never uses) is dropped by encode(), as llama.cpp does; unk_id is
   // not used for it (SmolLM2's unk is <|endoftext|>, which would end the document) unless a
@@ -248,7 +280,11 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
     whole_ids_.reserve(ids.size());
     for (const auto& [text, id] : ids) whole_ids_.emplace(text, id);
   }
+}
 
+// Each token's decoded bytes, and the added tokens (normalized or not) to cut text at.
+void BpeTokenizer::build_decoded_and_added(const BpeVocab& vocab, const std::vector<int>& types) {
+  const int n = vocab_size();
   std::vector<bool> normalized(tokens_.size(), false);  // [vocab] in vocab.normalized_added
   for (std::size_t i = 0; i < vocab.normalized_added.size(); ++i) {
     const int id = vocab.normalized_added[i];

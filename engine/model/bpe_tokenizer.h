@@ -104,6 +104,15 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   void check_id(int token) const;
+  // The constructor's steps, in the order it checks the vocabulary.
+  void fill_and_check_token_types(std::vector<int>& types) const;
+  std::unordered_map<std::string_view, int> index_token_texts(
+      const std::string& tokens_field) const;
+  void set_special_ids(const BpeVocab& vocab);
+  void set_pre_tokenizer(BpeVocab& vocab);
+  void build_merges(const BpeVocab& vocab, const std::unordered_map<std::string_view, int>& ids);
+  void index_bytes_and_whole_tokens(const std::unordered_map<std::string_view, int>& ids);
+  void build_decoded_and_added(const BpeVocab& vocab, const std::vector<int>& types);
   void index_added(AddedTokens& set, std::vector<int> ids) const;
   // Cuts text at the added tokens of `set`: longest first, or leftmost-longest (hf_rules).
   std::vector<Fragment> split_added(std::string_view text, const AddedTokens& set) const;

@@ -194,6 +194,163 @@ std::string quote(const std::string& s) {
   return out + (s.size() > 60 ? "...\"" : "\"");
 }
 
+// The fixed header: magic, version and the two counts.
+struct Header {
+  std::uint32_t version = 0;
+  std::uint64_t num_tensors = 0;
+  std::uint64_t num_kv = 0;
+};
+
+Header read_header(Cursor& c, std::span<const std::byte> bytes) {
+  Header h;
+  c.need(4, "magic");
+  if (std::memcmp(bytes.data(), kMagic, 4) != 0) {
+    c.fail("magic", "\"GGUF\" (a GGUF model file)",
+           quote(std::string(reinterpret_cast<const char*>(bytes.data()), 4)));
+  }
+  c.read<std::uint32_t>("magic");
+  h.version = c.read<std::uint32_t>("version");
+  if (h.version != 2 && h.version != 3) {
+    c.fail("version", "2 or 3 (v1 used 32-bit counts and is not supported)",
+           std::to_string(h.version), 4);
+  }
+  h.num_tensors = c.read<std::uint64_t>("tensor_count");
+  h.num_kv = c.read<std::uint64_t>("metadata_kv_count");
+  // A tensor info takes at least 8 (name) + 4 + 8 + 4 + 8 bytes; a key/value 8 + 4 + 1.
+  // More than the file can hold: a truncated copy (an interrupted download) or a corrupt one.
+  const std::string holds = " (all that the file's " + std::to_string(bytes.size()) +
+                            " bytes can hold; the file is truncated or corrupt)";
+  if (h.num_tensors > c.remaining() / 32) {
+    c.fail("tensor_count", "at most " + std::to_string(c.remaining() / 32) + holds,
+           std::to_string(h.num_tensors), 8);
+  }
+  if (h.num_kv > c.remaining() / 13) {
+    c.fail("metadata_kv_count", "at most " + std::to_string(c.remaining() / 13) + holds,
+           std::to_string(h.num_kv), 16);
+  }
+  return h;
+}
+
+// num_kv (key, type, value) entries; each key once.
+void read_metadata(Cursor& c, std::uint64_t num_kv, std::map<std::string, GgufValue>& metadata) {
+  for (std::uint64_t i = 0; i < num_kv; ++i) {
+    const std::string where = "metadata[" + std::to_string(i) + "]";
+    std::string key = c.read_string(where + " key");
+    const std::uint64_t at = c.offset();
+    const auto type = c.read<std::uint32_t>(key + " type");
+    if (!is_known_type(type)) {
+      c.fail(key + " type", "a GGUF value type in [0, 12]", std::to_string(type), at);
+    }
+    GgufValue v = read_value(c, static_cast<GgufType>(type), key, 0);
+    if (!metadata.emplace(key, std::move(v)).second) {
+      c.fail(where + " key", "a key not seen before", quote(key), at);
+    }
+  }
+}
+
+// A tensor's n_dims and ne[] (read at dims_at) into dims; returns the number of elements.
+std::int64_t read_dims(Cursor& c, const std::string& where, std::uint64_t dims_at,
+                       std::size_t file_bytes, std::vector<std::int64_t>& dims) {
+  const auto n_dims = c.read<std::uint32_t>(where + " n_dims");
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    c.fail(where + " n_dims", "1 to " + std::to_string(kMaxDims), std::to_string(n_dims), dims_at);
+  }
+  std::int64_t elements = 1;
+  for (std::uint32_t d = 0; d < n_dims; ++d) {
+    const std::uint64_t at = c.offset();
+    const auto ne = c.read<std::uint64_t>(where + " ne[" + std::to_string(d) + "]");
+    // Bound every dimension and the product by the file size: no ggml type stores an element
+    // in less than a bit (the 1-bit types take 1.5 to 1.7). Divided, not multiplied: both
+    // factors may reach 2^35 in a 4 GiB file. The exact byte range is checked below.
+    const std::uint64_t max_elements = file_bytes * 8;
+    if (ne == 0 || ne > max_elements || static_cast<std::uint64_t>(elements) > max_elements / ne) {
+      c.fail(
+          where + " ne[" + std::to_string(d) + "]",
+          "a positive size whose product fits the file (" + std::to_string(file_bytes) + " bytes)",
+          std::to_string(ne), at);
+    }
+    elements *= static_cast<std::int64_t>(ne);
+    dims.push_back(static_cast<std::int64_t>(ne));
+  }
+  return elements;
+}
+
+// num_tensors tensor infos (name, dims, ggml type, offset relative to the data section), each
+// name once; tensors and index get them in file order.
+void read_tensor_infos(Cursor& c, std::uint64_t num_tensors, std::size_t file_bytes,
+                       std::uint32_t alignment, std::vector<GgufTensorInfo>& tensors,
+                       std::map<std::string, std::size_t>& index) {
+  tensors.reserve(num_tensors);
+  for (std::uint64_t i = 0; i < num_tensors; ++i) {
+    GgufTensorInfo t;
+    t.name = c.read_string("tensor[" + std::to_string(i) + "] name");
+    const std::string where = "tensor " + quote(t.name);
+    const std::uint64_t dims_at = c.offset();
+    const std::int64_t elements = read_dims(c, where, dims_at, file_bytes, t.dims);
+    const std::uint64_t type_at = c.offset();
+    t.type = c.read<std::uint32_t>(where + " type");
+    const auto traits = ggml_type_traits(t.type);
+    if (!traits) c.fail(where + " type", "a ggml tensor type id", std::to_string(t.type), type_at);
+    if (t.dims[0] % traits->block_elems != 0) {
+      c.fail(where + " ne[0]",
+             "a multiple of " + std::to_string(traits->block_elems) + " (the " + traits->name +
+                 " block size)",
+             std::to_string(t.dims[0]), dims_at + 4);
+    }
+    t.num_bytes =
+        static_cast<std::uint64_t>(ggml_row_bytes(t.type, t.dims[0]) * (elements / t.dims[0]));
+    const std::uint64_t off_at = c.offset();
+    t.offset = c.read<std::uint64_t>(where + " offset");
+    if (t.offset % alignment != 0) {
+      c.fail(where + " offset", "a multiple of the alignment " + std::to_string(alignment),
+             std::to_string(t.offset), off_at);
+    }
+    if (!index.emplace(t.name, tensors.size()).second) {
+      c.fail(where + " name", "a tensor name not seen before", quote(t.name), dims_at);
+    }
+    tensors.push_back(std::move(t));
+  }
+}
+
+// Checks that each tensor's bytes lie inside the data section (which starts at data_offset) and
+// makes its offset absolute.
+void place_tensor_data(const std::string& path, std::uint64_t header_end, std::uint64_t data_offset,
+                       std::size_t file_bytes, std::vector<GgufTensorInfo>& tensors) {
+  if (!tensors.empty() && data_offset > file_bytes) {
+    fail_expected(path + ": byte " + std::to_string(header_end) + ": data section",
+                  "the tensor data after the header", "end of file (truncated?)");
+  }
+  const std::uint64_t data_bytes = tensors.empty() ? 0 : file_bytes - data_offset;
+  for (GgufTensorInfo& t : tensors) {
+    if (t.offset > data_bytes || t.num_bytes > data_bytes - t.offset) {
+      fail_expected(path + ": tensor " + quote(t.name) + " data",
+                    "bytes [" + std::to_string(t.offset) + ", " +
+                        std::to_string(t.offset + t.num_bytes) + ") inside the data section of " +
+                        std::to_string(data_bytes) + " bytes",
+                    "a range past the end of the file (truncated?)");
+    }
+    t.offset += data_offset;
+  }
+}
+
+// No two tensors may share bytes.
+void check_no_overlap(const std::string& path, const std::vector<GgufTensorInfo>& tensors) {
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (const GgufTensorInfo& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensorInfo& a = *by_offset[i - 1];
+    const GgufTensorInfo& b = *by_offset[i];
+    if (a.offset + a.num_bytes > b.offset) {
+      fail_expected(path + ": tensor " + quote(b.name) + " offset",
+                    "data that does not overlap tensor " + quote(a.name) + " (ends at byte " +
+                        std::to_string(a.offset + a.num_bytes) + ")",
+                    "byte " + std::to_string(b.offset));
+    }
+  }
+}
+
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {
@@ -266,45 +423,9 @@ GgufFile::GgufFile(std::span<const std::byte> bytes, std::string name)
 
 void GgufFile::parse() {
   Cursor c(bytes_, path_);
-  c.need(4, "magic");
-  if (std::memcmp(bytes_.data(), kMagic, 4) != 0) {
-    c.fail("magic", "\"GGUF\" (a GGUF model file)",
-           quote(std::string(reinterpret_cast<const char*>(bytes_.data()), 4)));
-  }
-  c.read<std::uint32_t>("magic");
-  version_ = c.read<std::uint32_t>("version");
-  if (version_ != 2 && version_ != 3) {
-    c.fail("version", "2 or 3 (v1 used 32-bit counts and is not supported)",
-           std::to_string(version_), 4);
-  }
-  const auto num_tensors = c.read<std::uint64_t>("tensor_count");
-  const auto num_kv = c.read<std::uint64_t>("metadata_kv_count");
-  // A tensor info takes at least 8 (name) + 4 + 8 + 4 + 8 bytes; a key/value 8 + 4 + 1.
-  // More than the file can hold: a truncated copy (an interrupted download) or a corrupt one.
-  const std::string holds = " (all that the file's " + std::to_string(bytes_.size()) +
-                            " bytes can hold; the file is truncated or corrupt)";
-  if (num_tensors > c.remaining() / 32) {
-    c.fail("tensor_count", "at most " + std::to_string(c.remaining() / 32) + holds,
-           std::to_string(num_tensors), 8);
-  }
-  if (num_kv > c.remaining() / 13) {
-    c.fail("metadata_kv_count", "at most " + std::to_string(c.remaining() / 13) + holds,
-           std::to_string(num_kv), 16);
-  }
-
-  for (std::uint64_t i = 0; i < num_kv; ++i) {
-    const std::string where = "metadata[" + std::to_string(i) + "]";
-    std::string key = c.read_string(where + " key");
-    const std::uint64_t at = c.offset();
-    const auto type = c.read<std::uint32_t>(key + " type");
-    if (!is_known_type(type)) {
-      c.fail(key + " type", "a GGUF value type in [0, 12]", std::to_string(type), at);
-    }
-    GgufValue v = read_value(c, static_cast<GgufType>(type), key, 0);
-    if (!metadata_.emplace(key, std::move(v)).second) {
-      c.fail(where + " key", "a key not seen before", quote(key), at);
-    }
-  }
+  const Header header = read_header(c, bytes_);
+  version_ = header.version;
+  read_metadata(c, header.num_kv, metadata_);
 
   if (const GgufValue* a = find("general.alignment")) {
     const auto* u = std::get_if<std::uint64_t>(&a->data);
@@ -315,90 +436,11 @@ void GgufFile::parse() {
     alignment_ = static_cast<std::uint32_t>(*u);
   }
 
-  tensors_.reserve(num_tensors);
-  for (std::uint64_t i = 0; i < num_tensors; ++i) {
-    GgufTensorInfo t;
-    t.name = c.read_string("tensor[" + std::to_string(i) + "] name");
-    const std::string where = "tensor " + quote(t.name);
-    const std::uint64_t dims_at = c.offset();
-    const auto n_dims = c.read<std::uint32_t>(where + " n_dims");
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      c.fail(where + " n_dims", "1 to " + std::to_string(kMaxDims), std::to_string(n_dims),
-             dims_at);
-    }
-    std::int64_t elements = 1;
-    for (std::uint32_t d = 0; d < n_dims; ++d) {
-      const std::uint64_t at = c.offset();
-      const auto ne = c.read<std::uint64_t>(where + " ne[" + std::to_string(d) + "]");
-      // Bound every dimension and the product by the file size: no ggml type stores an element
-      // in less than a bit (the 1-bit types take 1.5 to 1.7). Divided, not multiplied: both
-      // factors may reach 2^35 in a 4 GiB file. The exact byte range is checked below.
-      const std::uint64_t max_elements = bytes_.size() * 8;
-      if (ne == 0 || ne > max_elements ||
-          static_cast<std::uint64_t>(elements) > max_elements / ne) {
-        c.fail(where + " ne[" + std::to_string(d) + "]",
-               "a positive size whose product fits the file (" + std::to_string(bytes_.size()) +
-                   " bytes)",
-               std::to_string(ne), at);
-      }
-      elements *= static_cast<std::int64_t>(ne);
-      t.dims.push_back(static_cast<std::int64_t>(ne));
-    }
-    const std::uint64_t type_at = c.offset();
-    t.type = c.read<std::uint32_t>(where + " type");
-    const auto traits = ggml_type_traits(t.type);
-    if (!traits) c.fail(where + " type", "a ggml tensor type id", std::to_string(t.type), type_at);
-    if (t.dims[0] % traits->block_elems != 0) {
-      c.fail(where + " ne[0]",
-             "a multiple of " + std::to_string(traits->block_elems) + " (the " + traits->name +
-                 " block size)",
-             std::to_string(t.dims[0]), dims_at + 4);
-    }
-    t.num_bytes =
-        static_cast<std::uint64_t>(ggml_row_bytes(t.type, t.dims[0]) * (elements / t.dims[0]));
-    const std::uint64_t off_at = c.offset();
-    t.offset = c.read<std::uint64_t>(where + " offset");
-    if (t.offset % alignment_ != 0) {
-      c.fail(where + " offset", "a multiple of the alignment " + std::to_string(alignment_),
-             std::to_string(t.offset), off_at);
-    }
-    if (!tensor_index_.emplace(t.name, tensors_.size()).second) {
-      c.fail(where + " name", "a tensor name not seen before", quote(t.name), dims_at);
-    }
-    tensors_.push_back(std::move(t));
-  }
+  read_tensor_infos(c, header.num_tensors, bytes_.size(), alignment_, tensors_, tensor_index_);
 
   data_offset_ = (c.offset() + alignment_ - 1) / alignment_ * alignment_;
-  if (!tensors_.empty() && data_offset_ > bytes_.size()) {
-    fail_expected(path_ + ": byte " + std::to_string(c.offset()) + ": data section",
-                  "the tensor data after the header", "end of file (truncated?)");
-  }
-  const std::uint64_t data_bytes = tensors_.empty() ? 0 : bytes_.size() - data_offset_;
-  for (GgufTensorInfo& t : tensors_) {
-    if (t.offset > data_bytes || t.num_bytes > data_bytes - t.offset) {
-      fail_expected(path_ + ": tensor " + quote(t.name) + " data",
-                    "bytes [" + std::to_string(t.offset) + ", " +
-                        std::to_string(t.offset + t.num_bytes) + ") inside the data section of " +
-                        std::to_string(data_bytes) + " bytes",
-                    "a range past the end of the file (truncated?)");
-    }
-    t.offset += data_offset_;
-  }
-  // No two tensors may share bytes.
-  std::vector<const GgufTensorInfo*> by_offset;
-  for (const GgufTensorInfo& t : tensors_) by_offset.push_back(&t);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const auto* a, const auto* b) { return a->offset < b->offset; });
-  for (std::size_t i = 1; i < by_offset.size(); ++i) {
-    const GgufTensorInfo& a = *by_offset[i - 1];
-    const GgufTensorInfo& b = *by_offset[i];
-    if (a.offset + a.num_bytes > b.offset) {
-      fail_expected(path_ + ": tensor " + quote(b.name) + " offset",
-                    "data that does not overlap tensor " + quote(a.name) + " (ends at byte " +
-                        std::to_string(a.offset + a.num_bytes) + ")",
-                    "byte " + std::to_string(b.offset));
-    }
-  }
+  place_tensor_data(path_, c.offset(), data_offset_, bytes_.size(), tensors_);
+  check_no_overlap(path_, tensors_);
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {

@@ -80,6 +80,69 @@ bool is_synthetic_model_arg(const std::string& model_arg) {
   return model_arg.rfind("synthetic:", 0) == 0;
 }
 
+namespace {
+
+// Applies one "key=value" part of the spec to spec.config (or spec.seed); has_dim notes dim=.
+void apply_key_value(const std::string& where, const std::string& part, SyntheticSpec& spec,
+                     bool& has_dim) {
+  auto eq = part.find('=');
+  if (eq == std::string::npos) fail_expected(where, "key=value", "'" + part + "'");
+  std::string key = part.substr(0, eq);
+  std::string value = part.substr(eq + 1);
+  std::string key_where = where + ": " + key;
+  ModelConfig& c = spec.config;
+  if (key == "seed") {
+    spec.seed = static_cast<std::uint64_t>(parse_int(key_where, value));
+    return;
+  }
+  int v = parse_int(key_where, value);
+  if (key == "dim") {
+    c.dim = v;
+    has_dim = true;
+  } else if (key == "hidden")
+    c.hidden_dim = v;
+  else if (key == "layers")
+    c.n_layers = v;
+  else if (key == "heads")
+    c.n_heads = v;
+  else if (key == "kv_heads")
+    c.n_kv_heads = v;
+  else if (key == "head_dim")
+    c.head_dim_override = v;
+  else if (key == "vocab")
+    c.vocab_size = v;
+  else if (key == "seq_len")
+    c.seq_len = v;
+  else {
+    fail_expected(where,
+                  "keys dim, hidden, layers, heads, kv_heads, head_dim, vocab, seq_len, seed",
+                  "'" + key + "'");
+  }
+}
+
+// Fills the sizes the spec left out, then checks that heads, KV heads and head size fit together.
+void fill_defaults_and_check(const std::string& where, ModelConfig& c) {
+  if (c.n_heads == 0) c.n_heads = std::max(1, c.dim / 64);
+  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  if (c.hidden_dim == 0) c.hidden_dim = 4 * c.dim;
+  if (c.n_layers == 0) c.n_layers = 1;
+  if (c.vocab_size == 0) c.vocab_size = 512;
+  if (c.seq_len == 0) c.seq_len = 2048;
+  if (c.head_dim_override == 0 && c.dim % c.n_heads != 0) {
+    fail_expected(where + ": dim", "a multiple of heads (" + std::to_string(c.n_heads) + ")",
+                  std::to_string(c.dim));
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    fail_expected(where + ": kv_heads", "a divisor of heads (" + std::to_string(c.n_heads) + ")",
+                  std::to_string(c.n_kv_heads));
+  }
+  if (c.head_dim() % 2 != 0) {
+    fail_expected(where, "an even head size for RoPE", std::to_string(c.head_dim()));
+  }
+}
+
+}  // namespace
+
 SyntheticSpec parse_synthetic_spec(const std::string& spec_text) {
   const std::string where = "synthetic:" + spec_text;
   SyntheticSpec spec;
@@ -103,60 +166,10 @@ SyntheticSpec parse_synthetic_spec(const std::string& spec_text) {
     first_kv = 1;
   }
   bool has_dim = spec.name != "custom";
-  for (std::size_t i = first_kv; i < parts.size(); ++i) {
-    auto eq = parts[i].find('=');
-    if (eq == std::string::npos) fail_expected(where, "key=value", "'" + parts[i] + "'");
-    std::string key = parts[i].substr(0, eq);
-    std::string value = parts[i].substr(eq + 1);
-    std::string key_where = where + ": " + key;
-    ModelConfig& c = spec.config;
-    if (key == "seed") {
-      spec.seed = static_cast<std::uint64_t>(parse_int(key_where, value));
-      continue;
-    }
-    int v = parse_int(key_where, value);
-    if (key == "dim") {
-      c.dim = v;
-      has_dim = true;
-    } else if (key == "hidden")
-      c.hidden_dim = v;
-    else if (key == "layers")
-      c.n_layers = v;
-    else if (key == "heads")
-      c.n_heads = v;
-    else if (key == "kv_heads")
-      c.n_kv_heads = v;
-    else if (key == "head_dim")
-      c.head_dim_override = v;
-    else if (key == "vocab")
-      c.vocab_size = v;
-    else if (key == "seq_len")
-      c.seq_len = v;
-    else {
-      fail_expected(where,
-                    "keys dim, hidden, layers, heads, kv_heads, head_dim, vocab, seq_len, seed",
-                    "'" + key + "'");
-    }
-  }
-  ModelConfig& c = spec.config;
+  for (std::size_t i = first_kv; i < parts.size(); ++i)
+    apply_key_value(where, parts[i], spec, has_dim);
   if (!has_dim) fail_expected(where, "dim=N (or a preset name)", "no dim");
-  if (c.n_heads == 0) c.n_heads = std::max(1, c.dim / 64);
-  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
-  if (c.hidden_dim == 0) c.hidden_dim = 4 * c.dim;
-  if (c.n_layers == 0) c.n_layers = 1;
-  if (c.vocab_size == 0) c.vocab_size = 512;
-  if (c.seq_len == 0) c.seq_len = 2048;
-  if (c.head_dim_override == 0 && c.dim % c.n_heads != 0) {
-    fail_expected(where + ": dim", "a multiple of heads (" + std::to_string(c.n_heads) + ")",
-                  std::to_string(c.dim));
-  }
-  if (c.n_heads % c.n_kv_heads != 0) {
-    fail_expected(where + ": kv_heads", "a divisor of heads (" + std::to_string(c.n_heads) + ")",
-                  std::to_string(c.n_kv_heads));
-  }
-  if (c.head_dim() % 2 != 0) {
-    fail_expected(where, "an even head size for RoPE", std::to_string(c.head_dim()));
-  }
+  fill_defaults_and_check(where, spec.config);
   // A preset with overrides is not the preset: its name says what was changed.
   if (spec.name != "custom" && parts.size() > first_kv) spec.name = spec_text;
   return spec;
