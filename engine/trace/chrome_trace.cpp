@@ -33,15 +33,8 @@ struct OpenPhase {
   std::int64_t since = 0;
 };
 
-}  // namespace
-
-void Timeline::export_chrome_trace(const std::string& path) const {
-  const int steps = num_steps();
-  std::span<const StepMetrics> ms = all_metrics().subspan(0, static_cast<std::size_t>(steps));
-  json out = json::array();
-  out.push_back(meta("process_name", 1, 0, "scheduler (" + header_.allocator + ")"));
-  out.push_back(meta("thread_name", 1, 0, "steps"));
-  out.push_back(meta("process_name", 2, 0, "requests"));
+// pid 1's per-step records: one slice with the step's token counts, two counters.
+void append_step_records(std::span<const StepMetrics> ms, json& out) {
   for (const StepMetrics& m : ms) {
     const std::int64_t ts = m.step * kStepMicros;
     json s = slice("step " + std::to_string(m.step), 1, 0, ts, kStepMicros);
@@ -61,36 +54,18 @@ void Timeline::export_chrome_trace(const std::string& path) const {
                        {"ts", ts},
                        {"args", {{"filled/allocated", 100.0 * m.utilization()}}}});
   }
-  std::map<std::int32_t, OpenPhase> open;  // request -> current phase
-  auto close = [&](std::int32_t req, std::int64_t step) {
-    auto it = open.find(req);
-    if (it == open.end()) return;
-    const std::int64_t dur = std::max<std::int64_t>(1, (step - it->second.since) * kStepMicros);
-    out.push_back(slice(it->second.name, 2, req + 1, it->second.since * kStepMicros, dur));
-    open.erase(it);
-  };
-  auto begin = [&](std::int32_t req, const std::string& name, std::int64_t step) {
-    close(req, step);
-    open[req] = {name, step};
-  };
-  auto instant = [&](const std::string& name, const Event& e) {
-    out.push_back(json{{"name", name},
-                       {"ph", "i"},
-                       {"s", "g"},
-                       {"pid", 1},
-                       {"tid", 0},
-                       {"ts", e.step * kStepMicros},
-                       {"args", {{"request", e.request}}}});
-  };
-  std::span<const Event> evs;
-  {
-    std::shared_lock lock(mutex_);
-    evs = events_.span(0, steps == 0 ? 0 : step_end_[static_cast<std::size_t>(steps) - 1]);
-  }
-  for (const Event& e : evs) {
+}
+
+// pid 2's request tracks (one slice per phase) and pid 1's instant events, from the events of
+// `steps` steps; a phase still open at the end closes at step `steps`.
+class RequestTracks {
+ public:
+  explicit RequestTracks(json& out) : out_(out) {}
+
+  void add(const Event& e) {
     switch (e.type) {
       case EventType::kRequestArrived:
-        out.push_back(
+        out_.push_back(
             meta("thread_name", 2, e.request + 1, "request " + std::to_string(e.request)));
         begin(e.request, "queued", e.step);
         break;
@@ -120,7 +95,55 @@ void Timeline::export_chrome_trace(const std::string& path) const {
         break;
     }
   }
-  while (!open.empty()) close(open.begin()->first, steps);
+
+  void close_all(std::int64_t step) {
+    while (!open_.empty()) close(open_.begin()->first, step);
+  }
+
+ private:
+  void close(std::int32_t req, std::int64_t step) {
+    auto it = open_.find(req);
+    if (it == open_.end()) return;
+    const std::int64_t dur = std::max<std::int64_t>(1, (step - it->second.since) * kStepMicros);
+    out_.push_back(slice(it->second.name, 2, req + 1, it->second.since * kStepMicros, dur));
+    open_.erase(it);
+  }
+  void begin(std::int32_t req, const std::string& name, std::int64_t step) {
+    close(req, step);
+    open_[req] = {name, step};
+  }
+  void instant(const std::string& name, const Event& e) {
+    out_.push_back(json{{"name", name},
+                        {"ph", "i"},
+                        {"s", "g"},
+                        {"pid", 1},
+                        {"tid", 0},
+                        {"ts", e.step * kStepMicros},
+                        {"args", {{"request", e.request}}}});
+  }
+
+  json& out_;
+  std::map<std::int32_t, OpenPhase> open_;  // request -> current phase
+};
+
+}  // namespace
+
+void Timeline::export_chrome_trace(const std::string& path) const {
+  const int steps = num_steps();
+  std::span<const StepMetrics> ms = all_metrics().subspan(0, static_cast<std::size_t>(steps));
+  json out = json::array();
+  out.push_back(meta("process_name", 1, 0, "scheduler (" + header_.allocator + ")"));
+  out.push_back(meta("thread_name", 1, 0, "steps"));
+  out.push_back(meta("process_name", 2, 0, "requests"));
+  append_step_records(ms, out);
+  std::span<const Event> evs;
+  {
+    std::shared_lock lock(mutex_);
+    evs = events_.span(0, steps == 0 ? 0 : step_end_[static_cast<std::size_t>(steps) - 1]);
+  }
+  RequestTracks tracks(out);
+  for (const Event& e : evs) tracks.add(e);
+  tracks.close_all(steps);
   json doc = {{"displayTimeUnit", "ms"},
               {"traceEvents", std::move(out)},
               {"otherData",

@@ -194,12 +194,8 @@ void KvEventModel::erase(std::unordered_map<Key, Live, KeyHash>::iterator it, in
   count(rank, [](KvModelCounters& c) { --c.live; });
 }
 
-void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
-  const int medium = medium_of(ev);
-  const std::uint64_t sc = scope(rank, medium, ev.group_idx);
-  if (block_size_ == 0) block_size_ = ev.block_size;
-  const std::uint16_t lora = lora_id(ev);
-  const std::uint16_t owner = ev.ownership.empty() ? 0 : name_id(owners_, ev.ownership);
+// The event's group (nullptr past the group cap), updated with what the event says of it.
+KvGroupInfo* KvEventModel::group_info(const KvStreamEvent& ev) {
   KvGroupInfo* group = nullptr;
   if (groups_.size() < limits_.max_groups || groups_.count(ev.group_idx) != 0) {
     group = &groups_[ev.group_idx];
@@ -207,22 +203,60 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     if (ev.sliding_window) group->sliding_window = ev.sliding_window;
     if (ev.block_size > 0) group->block_size = ev.block_size;
   }
-  const bool placeholder = ev.block_tokens.empty();
-  const std::uint64_t salt = salt_of(ev);
-  std::optional<std::uint64_t> parent_hash = ev.parent_hash;
-  std::int32_t parent_slot = -1, depth = 0;
-  bool rooted = !ev.parent_hash;  // a first block; else as rooted as the parent
+  return group;
+}
+
+// Where the event's chain starts: its parent block, when one is named and live in scope `sc`.
+KvEventModel::ChainLink KvEventModel::chain_start(int rank, const KvStreamEvent& ev,
+                                                  std::uint64_t sc) {
+  ChainLink link;
+  link.parent_hash = ev.parent_hash;
+  link.rooted = !ev.parent_hash;  // a first block; else as rooted as the parent
   if (ev.parent_hash) {
     auto it = live_.find(Key{*ev.parent_hash, sc});
     if (it == live_.end()) {
       count(rank, [](KvModelCounters& c) { ++c.unknown_parents; });
     } else {
-      parent_slot = it->second.slot;
-      depth = it->second.depth;
-      rooted = it->second.rooted;
+      link.parent_slot = it->second.slot;
+      link.depth = it->second.depth;
+      link.rooted = it->second.rooted;
     }
   }
-  bool has_parent = parent_slot >= 0;
+  return link;
+}
+
+// A block new to the model: gives it a slot (a freed one first) and counts it live.
+void KvEventModel::place_new(Live& l, int rank, int medium, std::int64_t group_idx,
+                             std::uint16_t lora, KvGroupInfo* group) {
+  if (!free_slots_.empty()) {
+    l.slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    l.slot = next_slot_++;
+    slot_gen_.push_back(0);
+  }
+  ++slot_gen_[static_cast<std::size_t>(l.slot)];
+  l.lora = lora;
+  ++lora_counts_[lora].live;
+  ++live_rmg_[{rank, medium, group_idx}];
+  if (group != nullptr) ++group->live;
+  count(rank, [](KvModelCounters& c) {
+    ++c.live;
+    c.peak_live = std::max(c.peak_live, c.live);
+  });
+}
+
+void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
+  const int medium = medium_of(ev);
+  const std::uint64_t sc = scope(rank, medium, ev.group_idx);
+  if (block_size_ == 0) block_size_ = ev.block_size;
+  const std::uint16_t lora = lora_id(ev);
+  const std::uint16_t owner = ev.ownership.empty() ? 0 : name_id(owners_, ev.ownership);
+  KvGroupInfo* group = group_info(ev);
+  const bool placeholder = ev.block_tokens.empty();
+  const std::uint64_t salt = salt_of(ev);
+  ChainLink link = chain_start(rank, ev, sc);
+  bool has_parent = link.parent_slot >= 0;
   for (std::size_t b = 0; b < ev.block_hashes.size(); ++b) {
     const std::uint64_t h = ev.block_hashes[b];
     count(rank, [placeholder](KvModelCounters& c) {
@@ -234,7 +268,9 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     // Depth of a chain: each block one below its parent (saturating: a hostile stream can make
     // a chain as long as it likes; the recording clamps it to the pool when it is built).
     const std::int32_t d =
-        has_parent ? (depth < std::numeric_limits<std::int32_t>::max() ? depth + 1 : depth) : 0;
+        has_parent
+            ? (link.depth < std::numeric_limits<std::int32_t>::max() ? link.depth + 1 : link.depth)
+            : 0;
     auto [it, fresh] = live_.try_emplace(Key{h, sc}, Live{-1, d, ts});
     if (!fresh) {
       count(rank, [](KvModelCounters& c) { ++c.restored; });
@@ -247,48 +283,34 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
       live_.erase(it);
       count(rank, [](KvModelCounters& c) { ++c.untracked_blocks; });
       has_parent = false;  // the chain continues from a block we do not hold
-      depth = 0;
-      parent_slot = -1;
-      rooted = false;
-      parent_hash = h;
+      link.depth = 0;
+      link.parent_slot = -1;
+      link.rooted = false;
+      link.parent_hash = h;
       continue;
     } else {
-      if (!free_slots_.empty()) {
-        it->second.slot = free_slots_.back();
-        free_slots_.pop_back();
-      } else {
-        it->second.slot = next_slot_++;
-        slot_gen_.push_back(0);
-      }
-      ++slot_gen_[static_cast<std::size_t>(it->second.slot)];
-      it->second.lora = lora;
-      ++lora_counts_[lora].live;
-      ++live_rmg_[{rank, medium, ev.group_idx}];
-      if (group != nullptr) ++group->live;
-      count(rank, [](KvModelCounters& c) {
-        ++c.live;
-        c.peak_live = std::max(c.peak_live, c.live);
-      });
+      place_new(it->second, rank, medium, ev.group_idx, lora, group);
     }
     const std::int32_t slot = it->second.slot;
     Live& l = it->second;
-    l.has_parent_hash = parent_hash.has_value();
-    l.parent_hash = parent_hash.value_or(0);
+    l.has_parent_hash = link.parent_hash.has_value();
+    l.parent_hash = link.parent_hash.value_or(0);
     l.tokens = placeholder ? 0 : ev.block_tokens[b];
     // Its namespace besides its LoRA: its extra keys and the event's cache salt.
     l.extra = (b < ev.block_extra.size() ? ev.block_extra[b] : 0) ^ salt;
     l.ownership = owner;
     if (owner != 0) ++live_by_owner_[owner];
-    parent_hash = h;
-    it->second.rooted = rooted;
+    link.parent_hash = h;
+    it->second.rooted = link.rooted;
     it->second.block_tokens =
         static_cast<std::int32_t>(std::clamp<std::int64_t>(ev.block_size, 0, 1 << 20));
-    it->second.parent = parent_slot;
-    it->second.parent_gen = parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(parent_slot)] : 0;
-    record(to_event(ev::BlockAllocated{-1, slot, d, parent_slot, ev.block_size}, 0));
-    record(to_event(ev::BlockCached{-1, slot, d, /*ref_count=*/1, parent_slot}, 0));
-    parent_slot = slot;
-    depth = d;
+    it->second.parent = link.parent_slot;
+    it->second.parent_gen =
+        link.parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(link.parent_slot)] : 0;
+    record(to_event(ev::BlockAllocated{-1, slot, d, link.parent_slot, ev.block_size}, 0));
+    record(to_event(ev::BlockCached{-1, slot, d, /*ref_count=*/1, link.parent_slot}, 0));
+    link.parent_slot = slot;
+    link.depth = d;
     has_parent = true;
   }
 }

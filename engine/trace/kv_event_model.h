@@ -267,6 +267,8 @@ class KvEventModel {
     double ts;
   };
 
+  class Lookup;  // one lookup()'s index of the stream's blocks (kv_lookup.cpp)
+
   int medium_id(const std::string& name);
   std::uint16_t lora_id(const KvStreamEvent& ev);
   static std::uint64_t scope(int rank, int medium, std::int64_t group) {
@@ -281,6 +283,17 @@ class KvEventModel {
   int medium_of(const KvStreamEvent& ev);  // the medium's id with " (remote)" for REMOTE
   std::uint16_t name_id(std::vector<std::string>& names, const std::string& name);
   void guess_engine(const KvStreamEvent& ev);
+  // Where a BlockStored event's chain stands: what its next block hangs under.
+  struct ChainLink {
+    std::optional<std::uint64_t> parent_hash;
+    std::int32_t parent_slot = -1;  // -1: no live parent
+    std::int32_t depth = 0;
+    bool rooted = false;
+  };
+  KvGroupInfo* group_info(const KvStreamEvent& ev);
+  ChainLink chain_start(int rank, const KvStreamEvent& ev, std::uint64_t sc);
+  void place_new(Live& l, int rank, int medium, std::int64_t group_idx, std::uint16_t lora,
+                 KvGroupInfo* group);
   void stored(int rank, const KvStreamEvent& ev, double ts);
   void removed(int rank, const KvStreamEvent& ev, double ts);
   void drop_rank(int rank, bool gpu_only, std::uint8_t how);

@@ -129,60 +129,98 @@ std::string kv_lookup_text(const KvLookupRow& row, double last_ts) {
   return s;
 }
 
-std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
-  std::int64_t want_lora = -1;  // -1: an adapter the stream never named, nothing is in it
-  for (std::size_t i = 0; i < loras_.size(); ++i)
-    if (loras_[i] == q.lora) want_lora = static_cast<std::int64_t>(i);
-  auto in_namespace = [want_lora](const Candidate& c) {
-    return c.lora == want_lora && c.extra == 0;
-  };
+// One lookup's view of the stream: children by (scope, parent, tokens), from live blocks and
+// from the history; "any medium" entries (medium bits cleared) serve the placeholder media's
+// chain of hashes.
+class KvEventModel::Lookup {
+ public:
+  Lookup(const KvEventModel& m, const KvLookupQuery& q) : m_(m), q_(q) {
+    for (std::size_t i = 0; i < m.loras_.size(); ++i)
+      if (m.loras_[i] == q.lora) want_lora_ = static_cast<std::int64_t>(i);
+    for (const auto& [key, l] : m.live_) {
+      add(key.scope, l.has_parent_hash, l.parent_hash, l.tokens,
+          {key.hash, l.extra, l.lora, -1, l.slot}, l.block_tokens);
+      if (l.tokens != 0 && !l.rooted)
+        unrooted_.insert(key.scope ^ (l.tokens * 0x9E3779B97F4A7C15ull));
+    }
+    for (std::size_t i = 0; i < m.history_.size(); ++i) {
+      const Gone& g = m.history_[i];
+      add(g.scope, g.has_parent_hash, g.parent_hash, g.tokens,
+          {g.hash, g.extra, g.lora, static_cast<std::int64_t>(i)}, g.block_tokens);
+      gone_by_hash_[g.hash ^ (g.scope * 0x9E3779B97F4A7C15ull)] = static_cast<std::int64_t>(i);
+    }
+  }
 
-  // Children by (scope, parent, tokens), from live blocks and from the history; "any medium"
-  // entries (medium bits cleared) serve the placeholder media's chain of hashes.
-  std::unordered_map<ChildKey, std::vector<Candidate>, ChildKeyHash> children;
-  std::unordered_map<std::uint64_t, std::int32_t> block_size;  // scope -> tokens per block
-  std::unordered_set<std::uint64_t> unrooted;  // scope ^ mixed tokens of unrooted live blocks
-  auto add = [&](std::uint64_t sc, bool has_parent, std::uint64_t parent, std::uint64_t tokens,
-                 const Candidate& c, std::int32_t bs) {
+  // The prompt's row for one (rank, medium, group).
+  KvLookupRow row(const std::tuple<int, int, std::int64_t>& rmg) {
+    KvLookupRow row;
+    row.rank = std::get<0>(rmg);
+    row.medium = m_.media_[static_cast<std::size_t>(std::get<1>(rmg))];
+    row.group = std::get<2>(rmg);
+    row.prompt_tokens = static_cast<std::int64_t>(q_.tokens.size());
+    const std::uint64_t sc = scope(row.rank, std::get<1>(rmg), row.group);
+    const auto bs_it = block_tokens_.find(sc);
+    row.by_hash = bs_it == block_tokens_.end();
+    std::int32_t bs = 0;
+    if (!row.by_hash) {
+      bs = bs_it->second;
+    } else if (auto any = block_tokens_.find(any_medium(sc)); any != block_tokens_.end()) {
+      bs = any->second;
+    }
+    row.block_size = row.by_hash ? 0 : bs;
+    if (bs <= 0) {  // placeholders only, and no medium with tokens in this group
+      row.reason = KvMissReason::kNoTokens;
+      return row;
+    }
+    const std::vector<std::uint64_t>& fps = prompt_chunks(bs);
+    row.prompt_blocks = static_cast<std::int64_t>(fps.size());
+    if (fps.empty()) {
+      row.block_size = bs;
+      row.reason = KvMissReason::kShorterThanBlock;
+      return row;
+    }
+    if (row.by_hash) {
+      match_by_hash(row, sc, bs, fps);
+    } else {
+      match_by_tokens(row, sc, fps);
+    }
+    row.matched_tokens = row.matched_blocks * bs;
+    return row;
+  }
+
+ private:
+  bool in_namespace(const Candidate& c) const { return c.lora == want_lora_ && c.extra == 0; }
+
+  void add(std::uint64_t sc, bool has_parent, std::uint64_t parent, std::uint64_t tokens,
+           const Candidate& c, std::int32_t bs) {
     if (tokens == 0) return;
-    children[ChildKey{sc, has_parent ? parent : 0, tokens, !has_parent}].push_back(c);
-    children[ChildKey{any_medium(sc), has_parent ? parent : 0, tokens, !has_parent}].push_back(c);
-    block_size.try_emplace(sc, bs);
-    block_size.try_emplace(any_medium(sc), bs);
-  };
-  for (const auto& [key, l] : live_) {
-    add(key.scope, l.has_parent_hash, l.parent_hash, l.tokens,
-        {key.hash, l.extra, l.lora, -1, l.slot}, l.block_tokens);
-    if (l.tokens != 0 && !l.rooted) unrooted.insert(key.scope ^ (l.tokens * 0x9E3779B97F4A7C15ull));
-  }
-  std::unordered_map<std::uint64_t, std::int64_t> gone_by_hash;  // hash ^ scope mix -> index
-  for (std::size_t i = 0; i < history_.size(); ++i) {
-    const Gone& g = history_[i];
-    add(g.scope, g.has_parent_hash, g.parent_hash, g.tokens,
-        {g.hash, g.extra, g.lora, static_cast<std::int64_t>(i)}, g.block_tokens);
-    gone_by_hash[g.hash ^ (g.scope * 0x9E3779B97F4A7C15ull)] = static_cast<std::int64_t>(i);
+    children_[ChildKey{sc, has_parent ? parent : 0, tokens, !has_parent}].push_back(c);
+    children_[ChildKey{any_medium(sc), has_parent ? parent : 0, tokens, !has_parent}].push_back(c);
+    block_tokens_.try_emplace(sc, bs);
+    block_tokens_.try_emplace(any_medium(sc), bs);
   }
 
-  std::unordered_map<std::int32_t, std::vector<std::uint64_t>> chunks;  // block size -> prints
-  auto prompt_chunks = [&](std::int32_t bs) -> const std::vector<std::uint64_t>& {
-    auto [it, fresh] = chunks.try_emplace(bs);
+  // The fingerprints of the prompt's full blocks of `bs` tokens.
+  const std::vector<std::uint64_t>& prompt_chunks(std::int32_t bs) {
+    auto [it, fresh] = chunks_.try_emplace(bs);
     if (fresh && bs > 0) {
-      for (std::size_t at = 0; at + static_cast<std::size_t>(bs) <= q.tokens.size();
+      for (std::size_t at = 0; at + static_cast<std::size_t>(bs) <= q_.tokens.size();
            at += static_cast<std::size_t>(bs))
         it->second.push_back(
-            kv_token_fingerprint(q.tokens.data() + at, static_cast<std::size_t>(bs)));
+            kv_token_fingerprint(q_.tokens.data() + at, static_cast<std::size_t>(bs)));
     }
     return it->second;
-  };
-  auto find = [&](std::uint64_t sc, std::optional<std::uint64_t> parent,
-                  std::uint64_t tokens) -> const std::vector<Candidate>* {
-    auto it = children.find(ChildKey{sc, parent.value_or(0), tokens, !parent});
-    return it == children.end() ? nullptr : &it->second;
-  };
+  }
+
+  const std::vector<Candidate>* find(std::uint64_t sc, std::optional<std::uint64_t> parent,
+                                     std::uint64_t tokens) const {
+    auto it = children_.find(ChildKey{sc, parent.value_or(0), tokens, !parent});
+    return it == children_.end() ? nullptr : &it->second;
+  }
 
   // The prompt's chain of hashes per (rank, group) scope, as far as any medium with tokens
   // showed it (live first, else the latest that left).
-  auto known_chain = [&](std::uint64_t any_scope, std::int32_t bs) {
+  std::vector<std::uint64_t> known_chain(std::uint64_t any_scope, std::int32_t bs) {
     std::vector<std::uint64_t> chain;
     std::optional<std::uint64_t> prev;
     for (std::uint64_t fp : prompt_chunks(bs)) {
@@ -200,113 +238,110 @@ std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
       prev = pick->hash;
     }
     return chain;
-  };
+  }
 
+  // The miss is the history's block `i`, which left.
+  void set_removed(KvLookupRow& row, std::int64_t i) const {
+    const Gone& g = m_.history_[static_cast<std::size_t>(i)];
+    row.reason = KvMissReason::kRemoved;
+    row.removed_seq = g.seq;
+    row.removed_ts = g.ts;
+    row.removed_by = g.how == 0 ? "BlockRemoved" : g.how == 1 ? "AllBlocksCleared" : "a restart";
+  }
+
+  // A placeholder medium: the known chain of hashes, as far as the medium holds it.
+  void match_by_hash(KvLookupRow& row, std::uint64_t sc, std::int32_t bs,
+                     const std::vector<std::uint64_t>& fps) {
+    const std::vector<std::uint64_t> chain = known_chain(any_medium(sc), bs);
+    std::size_t d = 0;
+    for (; d < chain.size(); ++d) {
+      const auto it = m_.live_.find(Key{chain[d], sc});
+      if (it == m_.live_.end()) break;
+      row.slots.push_back(it->second.slot);
+    }
+    row.matched_blocks = static_cast<std::int64_t>(d);
+    if (d == fps.size()) {
+      row.reason = KvMissReason::kAllHeld;
+    } else if (d == chain.size()) {
+      row.reason = KvMissReason::kNoTokens;
+    } else if (auto g = gone_by_hash_.find(chain[d] ^ (sc * 0x9E3779B97F4A7C15ull));
+               g != gone_by_hash_.end()) {
+      set_removed(row, g->second);
+    } else {
+      row.reason = KvMissReason::kNeverStored;
+    }
+  }
+
+  // A medium with token ids: the prompt's blocks down the live chains of the request's namespace.
+  void match_by_tokens(KvLookupRow& row, std::uint64_t sc, const std::vector<std::uint64_t>& fps) {
+    std::optional<std::uint64_t> prev;
+    std::size_t d = 0;
+    for (; d < fps.size(); ++d) {
+      const std::vector<Candidate>* cs = find(sc, prev, fps[d]);
+      const Candidate* hit = nullptr;
+      if (cs != nullptr) {
+        for (const Candidate& c : *cs)
+          if (c.gone < 0 && in_namespace(c)) hit = &c;
+      }
+      if (hit == nullptr) break;
+      prev = hit->hash;
+      row.slots.push_back(hit->slot);
+    }
+    row.matched_blocks = static_cast<std::int64_t>(d);
+    if (d == fps.size()) {
+      row.reason = KvMissReason::kAllHeld;
+    } else {
+      explain_token_miss(row, sc, fps, d, prev);
+    }
+  }
+
+  // Why the prompt's block d (under `prev`) is not held, in the order the file's comment gives.
+  void explain_token_miss(KvLookupRow& row, std::uint64_t sc, const std::vector<std::uint64_t>& fps,
+                          std::size_t d, std::optional<std::uint64_t> prev) const {
+    const std::vector<Candidate>* cs = find(sc, prev, fps[d]);
+    const Candidate* other = nullptr;
+    std::int64_t gone = -1;
+    if (cs != nullptr) {
+      for (const Candidate& c : *cs) {
+        if (c.gone < 0 && !in_namespace(c)) other = &c;
+        if (c.gone >= 0 && in_namespace(c)) gone = std::max(gone, c.gone);
+      }
+    }
+    if (other != nullptr) {
+      row.reason = KvMissReason::kOtherNamespace;
+      row.other_namespace = static_cast<std::int64_t>(other->lora) != want_lora_
+                                ? "LoRA '" + m_.loras_[other->lora] + "'"
+                                : std::string(
+                                      "other extra keys (multimodal inputs or a "
+                                      "cache salt)");
+    } else if (gone >= 0) {
+      set_removed(row, gone);
+    } else if (std::any_of(fps.begin() + static_cast<std::ptrdiff_t>(d), fps.end(),
+                           [&](std::uint64_t fp) {
+                             return unrooted_.count(sc ^ (fp * 0x9E3779B97F4A7C15ull)) != 0;
+                           })) {
+      row.reason = KvMissReason::kChainBeforeAttach;  // a later block is held, unrooted
+    } else {
+      row.reason = KvMissReason::kNeverStored;
+    }
+  }
+
+  const KvEventModel& m_;
+  const KvLookupQuery& q_;
+  std::int64_t want_lora_ = -1;  // -1: an adapter the stream never named, nothing is in it
+  std::unordered_map<ChildKey, std::vector<Candidate>, ChildKeyHash> children_;
+  std::unordered_map<std::uint64_t, std::int32_t> block_tokens_;  // scope -> tokens per block
+  std::unordered_set<std::uint64_t> unrooted_;  // scope ^ mixed tokens of unrooted live blocks
+  std::unordered_map<std::uint64_t, std::int64_t> gone_by_hash_;  // hash ^ scope mix -> index
+  std::unordered_map<std::int32_t, std::vector<std::uint64_t>> chunks_;  // block size -> prints
+};
+
+std::vector<KvLookupRow> KvEventModel::lookup(const KvLookupQuery& q) const {
+  Lookup look(*this, q);
   std::vector<KvLookupRow> rows;
   for (const auto& [rmg, n] : live_rmg_) {
     (void)n;
-    KvLookupRow row;
-    row.rank = std::get<0>(rmg);
-    row.medium = media_[static_cast<std::size_t>(std::get<1>(rmg))];
-    row.group = std::get<2>(rmg);
-    row.prompt_tokens = static_cast<std::int64_t>(q.tokens.size());
-    const std::uint64_t sc = scope(row.rank, std::get<1>(rmg), row.group);
-    const auto bs_it = block_size.find(sc);
-    row.by_hash = bs_it == block_size.end();
-    std::int32_t bs = 0;
-    if (!row.by_hash) {
-      bs = bs_it->second;
-    } else if (auto any = block_size.find(any_medium(sc)); any != block_size.end()) {
-      bs = any->second;
-    }
-    row.block_size = row.by_hash ? 0 : bs;
-    if (bs <= 0) {  // placeholders only, and no medium with tokens in this group
-      row.reason = KvMissReason::kNoTokens;
-      rows.push_back(std::move(row));
-      continue;
-    }
-    const std::vector<std::uint64_t>& fps = prompt_chunks(bs);
-    row.prompt_blocks = static_cast<std::int64_t>(fps.size());
-    if (fps.empty()) {
-      row.block_size = bs;
-      row.reason = KvMissReason::kShorterThanBlock;
-      rows.push_back(std::move(row));
-      continue;
-    }
-    auto removed_by = [&](std::int64_t i) {
-      const Gone& g = history_[static_cast<std::size_t>(i)];
-      row.reason = KvMissReason::kRemoved;
-      row.removed_seq = g.seq;
-      row.removed_ts = g.ts;
-      row.removed_by = g.how == 0 ? "BlockRemoved" : g.how == 1 ? "AllBlocksCleared" : "a restart";
-    };
-    if (row.by_hash) {
-      const std::vector<std::uint64_t> chain = known_chain(any_medium(sc), bs);
-      std::size_t d = 0;
-      for (; d < chain.size(); ++d) {
-        const auto it = live_.find(Key{chain[d], sc});
-        if (it == live_.end()) break;
-        row.slots.push_back(it->second.slot);
-      }
-      row.matched_blocks = static_cast<std::int64_t>(d);
-      if (d == fps.size()) {
-        row.reason = KvMissReason::kAllHeld;
-      } else if (d == chain.size()) {
-        row.reason = KvMissReason::kNoTokens;
-      } else if (auto g = gone_by_hash.find(chain[d] ^ (sc * 0x9E3779B97F4A7C15ull));
-                 g != gone_by_hash.end()) {
-        removed_by(g->second);
-      } else {
-        row.reason = KvMissReason::kNeverStored;
-      }
-    } else {
-      std::optional<std::uint64_t> prev;
-      std::size_t d = 0;
-      for (; d < fps.size(); ++d) {
-        const std::vector<Candidate>* cs = find(sc, prev, fps[d]);
-        const Candidate* hit = nullptr;
-        if (cs != nullptr) {
-          for (const Candidate& c : *cs)
-            if (c.gone < 0 && in_namespace(c)) hit = &c;
-        }
-        if (hit == nullptr) break;
-        prev = hit->hash;
-        row.slots.push_back(hit->slot);
-      }
-      row.matched_blocks = static_cast<std::int64_t>(d);
-      if (d == fps.size()) {
-        row.reason = KvMissReason::kAllHeld;
-      } else {
-        const std::vector<Candidate>* cs = find(sc, prev, fps[d]);
-        const Candidate* other = nullptr;
-        std::int64_t gone = -1;
-        if (cs != nullptr) {
-          for (const Candidate& c : *cs) {
-            if (c.gone < 0 && !in_namespace(c)) other = &c;
-            if (c.gone >= 0 && in_namespace(c)) gone = std::max(gone, c.gone);
-          }
-        }
-        if (other != nullptr) {
-          row.reason = KvMissReason::kOtherNamespace;
-          row.other_namespace = static_cast<std::int64_t>(other->lora) != want_lora
-                                    ? "LoRA '" + loras_[other->lora] + "'"
-                                    : std::string(
-                                          "other extra keys (multimodal inputs or a "
-                                          "cache salt)");
-        } else if (gone >= 0) {
-          removed_by(gone);
-        } else if (std::any_of(fps.begin() + static_cast<std::ptrdiff_t>(d), fps.end(),
-                               [&](std::uint64_t fp) {
-                                 return unrooted.count(sc ^ (fp * 0x9E3779B97F4A7C15ull)) != 0;
-                               })) {
-          row.reason = KvMissReason::kChainBeforeAttach;  // a later block is held, unrooted
-        } else {
-          row.reason = KvMissReason::kNeverStored;
-        }
-      }
-    }
-    row.matched_tokens = row.matched_blocks * bs;
-    rows.push_back(std::move(row));
+    rows.push_back(look.row(rmg));
   }
   std::sort(rows.begin(), rows.end(), [](const KvLookupRow& a, const KvLookupRow& b) {
     return std::tie(a.rank, a.medium, a.group) < std::tie(b.rank, b.medium, b.group);

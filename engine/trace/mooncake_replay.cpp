@@ -61,17 +61,8 @@ class TierWatch final : public EventSink {
   std::unordered_set<std::uint64_t> on_device_;
 };
 
-}  // namespace
-
-std::int64_t MooncakeReplayResult::all_hit_tokens() const {
-  std::int64_t n = cache.hit_tokens + device_behind_reload_tokens;
-  for (const MooncakeTierResult& t : tiers) n += t.hit_tokens;
-  return n;
-}
-
-MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeReplayConfig& config,
-                                     EventSink* sink) {
-  const auto start = std::chrono::steady_clock::now();
+// The pool's size in blocks, after checking the config's numbers.
+std::int64_t checked_pool_blocks(const MooncakeTrace& trace, const MooncakeReplayConfig& config) {
   const int bs = config.block_size;
   if (bs <= 0)
     fail_expected("mooncake replay: block_size", "a positive integer", std::to_string(bs));
@@ -83,17 +74,155 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
     fail_expected("mooncake replay: time_scale and step_ms", "positive numbers",
                   std::to_string(config.time_scale) + " and " + std::to_string(config.step_ms));
   }
-  const auto& reqs = trace.requests;
   std::int64_t blocks = config.capacity_tokens / bs;
   if (config.capacity_tokens == 0) {  // unlimited: every block of every request at once fits
     blocks = 1;
-    for (const auto& r : reqs) blocks += lifetime_blocks(r, bs);
+    for (const auto& r : trace.requests) blocks += lifetime_blocks(r, bs);
   }
   if (blocks <= 0 || blocks > INT32_MAX) {
     fail_expected("mooncake replay: capacity", "between 1 block and 2^31 blocks",
                   std::to_string(blocks) + " blocks");
   }
-  BlockPool pool(static_cast<int>(blocks));
+  return blocks;
+}
+
+// The FCFS scheduler: requests wait in arrival order; one is admitted when every block of its
+// lifetime is allocatable, and runs for 1 + output_length steps holding them.
+class FcfsReplay {
+ public:
+  FcfsReplay(const MooncakeTrace& trace, const MooncakeReplayConfig& config, BlockPool& pool,
+             PrefixCache& cache, TierChain* chain, TierWatch* watch, MooncakeReplayResult& res)
+      : reqs_(trace.requests),
+        config_(config),
+        bs_(config.block_size),
+        pool_(pool),
+        cache_(cache),
+        chain_(chain),
+        watch_(watch),
+        res_(res),
+        tier_hit_tokens_(config.tiers.size(), 0),
+        tables_(trace.requests.size()) {}
+
+  // [tier] prompt tokens read from it
+  const std::vector<std::int64_t>& tier_hit_tokens() const { return tier_hit_tokens_; }
+
+  // Request i arrives: what ended before it completes first.
+  void arrive(std::size_t i) {
+    const double now = reqs_[i].timestamp_ms / config_.time_scale;
+    finish_until(now);
+    waiting_.push_back(i);
+    res_.peak_waiting = std::max(res_.peak_waiting, static_cast<std::int32_t>(waiting_.size()));
+    admit_waiting(now);
+  }
+
+  void finish_until(double t) {
+    while (!running_.empty() && running_.top().end_ms <= t) {
+      const Running done = running_.top();
+      running_.pop();
+      cache_.set_step(step_of(done.end_ms));
+      cache_.release(tables_[done.request]);
+      held_unshared_ -= static_cast<std::int64_t>(tables_[done.request].size());
+      tables_[done.request].clear();
+      tables_[done.request].shrink_to_fit();
+      res_.end_ms = std::max(res_.end_ms, done.end_ms);
+      admit_waiting(done.end_ms);
+    }
+  }
+
+ private:
+  std::int32_t step_of(double t) const {
+    return static_cast<std::int32_t>(std::min(t / config_.step_ms, 2.0e9));
+  }
+
+  void admit_waiting(double now) {
+    while (!waiting_.empty()) {
+      const std::size_t i = waiting_.front();
+      const std::int64_t need = lifetime_blocks(reqs_[i], bs_);
+      if (need > pool_.num_blocks()) {
+        ++res_.rejected;
+        waiting_.pop_front();
+        continue;
+      }
+      if (cache_.num_allocatable() < need) return;  // wait for completions
+      waiting_.pop_front();
+      admit(i, need, now);
+    }
+  }
+
+  void admit(std::size_t i, std::int64_t need, double now) {
+    const MooncakeRequest& r = reqs_[i];
+    cache_.set_step(step_of(now));
+    const auto id = static_cast<std::int32_t>(i);
+    mooncake_prompt_tokens(r, tokens_);
+    PrefixLookupResult hit = cache_.lookup_and_acquire(id, tokens_);
+    if (watch_ != nullptr) count_tier_hits(hit.blocks.size());
+    std::vector<BlockId>& table = tables_[i];
+    table = std::move(hit.blocks);
+    while (static_cast<std::int64_t>(table.size()) < need) {
+      const std::optional<BlockId> b = cache_.allocate();
+      if (!b)
+        throw Error("mooncake replay", "allocation failed although " + std::to_string(need) +
+                                           " blocks were allocatable");
+      table.push_back(*b);
+    }
+    cache_.insert(id, tokens_, table);
+    held_unshared_ += need;
+    ++res_.admitted;
+    running_.push({now + static_cast<double>(1 + r.output_length) * config_.step_ms, i});
+    res_.peak_running = std::max(res_.peak_running, static_cast<std::int32_t>(running_.size()));
+    res_.peak_blocks_held =
+        std::max(res_.peak_blocks_held, pool_.num_used() - cache_.num_evictable());
+    res_.peak_blocks_no_sharing = std::max(res_.peak_blocks_no_sharing, held_unshared_);
+    res_.peak_blocks_cached = std::max(res_.peak_blocks_cached, cache_.num_cached());
+  }
+
+  // Past the device's hit of `device_blocks` blocks, the prompt goes on in the tiers (never its
+  // last token, as on the device) until a block is nowhere. A block still on the device there
+  // (the device's lookup stopped before it) counts apart, and is not read from a tier.
+  void count_tier_hits(std::size_t device_blocks) {
+    chain_keys(tokens_, bs_, watch_->keys);
+    const std::size_t usable =
+        tokens_.empty() ? 0 : (tokens_.size() - 1) / static_cast<std::size_t>(bs_);
+    for (std::size_t k = device_blocks; k < usable; ++k) {
+      if (watch_->on_device(watch_->keys[k])) {
+        res_.device_behind_reload_tokens += bs_;
+      } else if (const std::optional<int> t = chain_->find(watch_->keys[k])) {
+        tier_hit_tokens_[static_cast<std::size_t>(*t)] += bs_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  const std::vector<MooncakeRequest>& reqs_;
+  const MooncakeReplayConfig& config_;
+  const int bs_;
+  BlockPool& pool_;
+  PrefixCache& cache_;
+  TierChain* chain_;  // nullptr without tiers
+  TierWatch* watch_;  // nullptr without tiers
+  MooncakeReplayResult& res_;
+  std::vector<std::int64_t> tier_hit_tokens_;  // [tier]
+  std::vector<std::vector<BlockId>> tables_;   // [request] its blocks while it runs
+  std::priority_queue<Running, std::vector<Running>, std::greater<>> running_;
+  std::deque<std::size_t> waiting_;
+  std::vector<TokenId> tokens_;  // the admission in progress: its prompt
+  std::int64_t held_unshared_ = 0;
+};
+
+}  // namespace
+
+std::int64_t MooncakeReplayResult::all_hit_tokens() const {
+  std::int64_t n = cache.hit_tokens + device_behind_reload_tokens;
+  for (const MooncakeTierResult& t : tiers) n += t.hit_tokens;
+  return n;
+}
+
+MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeReplayConfig& config,
+                                     EventSink* sink) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& reqs = trace.requests;
+  BlockPool pool(static_cast<int>(checked_pool_blocks(trace, config)));
   std::optional<TierChain> chain;
   std::optional<TierWatch> watch;
   if (!config.tiers.empty()) {
@@ -106,10 +235,10 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
     chain.emplace(config.tiers);
     watch.emplace(*chain, sink, pool.num_blocks());
   }
-  PrefixCache cache(
-      pool, PrefixCacheConfig{bs, config.index, config.policy, config.prefix_caching, nullptr},
-      watch ? &*watch : sink);
-  std::vector<std::int64_t> tier_hit_tokens(config.tiers.size(), 0);
+  PrefixCache cache(pool,
+                    PrefixCacheConfig{config.block_size, config.index, config.policy,
+                                      config.prefix_caching, nullptr},
+                    watch ? &*watch : sink);
 
   MooncakeReplayResult res;
   res.requests = static_cast<std::int64_t>(reqs.size());
@@ -121,95 +250,16 @@ MooncakeReplayResult replay_mooncake(const MooncakeTrace& trace, const MooncakeR
     return reqs[a].timestamp_ms < reqs[b].timestamp_ms;
   });
 
-  std::vector<std::vector<BlockId>> tables(reqs.size());
-  std::priority_queue<Running, std::vector<Running>, std::greater<>> running;
-  std::deque<std::size_t> waiting;
-  std::vector<TokenId> tokens;
-  std::int64_t held_unshared = 0;
-  auto step_of = [&](double t) {
-    return static_cast<std::int32_t>(std::min(t / config.step_ms, 2.0e9));
-  };
-
-  auto admit_waiting = [&](double now) {
-    while (!waiting.empty()) {
-      const std::size_t i = waiting.front();
-      const MooncakeRequest& r = reqs[i];
-      const std::int64_t need = lifetime_blocks(r, bs);
-      if (need > pool.num_blocks()) {
-        ++res.rejected;
-        waiting.pop_front();
-        continue;
-      }
-      if (cache.num_allocatable() < need) return;  // wait for completions
-      waiting.pop_front();
-      cache.set_step(step_of(now));
-      const auto id = static_cast<std::int32_t>(i);
-      mooncake_prompt_tokens(r, tokens);
-      PrefixLookupResult hit = cache.lookup_and_acquire(id, tokens);
-      if (watch) {
-        // Past the device's hit, the prompt goes on in the tiers (never its last token, as on
-        // the device) until a block is nowhere. A block still on the device there (the device's
-        // lookup stopped before it) counts apart, and is not read from a tier.
-        chain_keys(tokens, bs, watch->keys);
-        const std::size_t usable =
-            tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<std::size_t>(bs);
-        for (std::size_t k = hit.blocks.size(); k < usable; ++k) {
-          if (watch->on_device(watch->keys[k])) {
-            res.device_behind_reload_tokens += bs;
-          } else if (const std::optional<int> t = chain->find(watch->keys[k])) {
-            tier_hit_tokens[static_cast<std::size_t>(*t)] += bs;
-          } else {
-            break;
-          }
-        }
-      }
-      std::vector<BlockId>& table = tables[i];
-      table = std::move(hit.blocks);
-      while (static_cast<std::int64_t>(table.size()) < need) {
-        const std::optional<BlockId> b = cache.allocate();
-        if (!b)
-          throw Error("mooncake replay", "allocation failed although " + std::to_string(need) +
-                                             " blocks were allocatable");
-        table.push_back(*b);
-      }
-      cache.insert(id, tokens, table);
-      held_unshared += need;
-      ++res.admitted;
-      running.push({now + static_cast<double>(1 + r.output_length) * config.step_ms, i});
-      res.peak_running = std::max(res.peak_running, static_cast<std::int32_t>(running.size()));
-      res.peak_blocks_held =
-          std::max(res.peak_blocks_held, pool.num_used() - cache.num_evictable());
-      res.peak_blocks_no_sharing = std::max(res.peak_blocks_no_sharing, held_unshared);
-      res.peak_blocks_cached = std::max(res.peak_blocks_cached, cache.num_cached());
-    }
-  };
-  auto finish_until = [&](double t) {
-    while (!running.empty() && running.top().end_ms <= t) {
-      const Running done = running.top();
-      running.pop();
-      cache.set_step(step_of(done.end_ms));
-      cache.release(tables[done.request]);
-      held_unshared -= static_cast<std::int64_t>(tables[done.request].size());
-      tables[done.request].clear();
-      tables[done.request].shrink_to_fit();
-      res.end_ms = std::max(res.end_ms, done.end_ms);
-      admit_waiting(done.end_ms);
-    }
-  };
-
-  for (std::size_t i : order) {
-    const double now = reqs[i].timestamp_ms / config.time_scale;
-    finish_until(now);
-    waiting.push_back(i);
-    res.peak_waiting = std::max(res.peak_waiting, static_cast<std::int32_t>(waiting.size()));
-    admit_waiting(now);
-  }
-  finish_until(std::numeric_limits<double>::infinity());
+  FcfsReplay replay(trace, config, pool, cache, chain ? &*chain : nullptr,
+                    watch ? &*watch : nullptr, res);
+  for (std::size_t i : order) replay.arrive(i);
+  replay.finish_until(std::numeric_limits<double>::infinity());
   res.cache = cache.metrics();
   if (chain) chain->check_invariants();
   for (std::size_t t = 0; t < config.tiers.size(); ++t) {
     res.tiers.push_back(MooncakeTierResult{chain->spec(static_cast<int>(t)),
-                                           chain->stats(static_cast<int>(t)), tier_hit_tokens[t]});
+                                           chain->stats(static_cast<int>(t)),
+                                           replay.tier_hit_tokens()[t]});
   }
   res.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

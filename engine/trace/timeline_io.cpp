@@ -310,10 +310,10 @@ void Timeline::save(const std::string& path) const {
   });
 }
 
-Timeline Timeline::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open recording: " + std::string(std::strerror(errno)));
-  Reader r(path, {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+namespace {
+
+// The magic and the version; returns the version.
+std::uint32_t read_magic_and_version(Reader& r) {
   r.need(8, "magic \"KVSCOPER\"");
   if (std::memcmp(r.bytes().data(), kMagic, 8) != 0) {
     r.fail(0, "the magic \"KVSCOPER\" (a kvscope recording)", "other bytes");
@@ -327,6 +327,11 @@ Timeline Timeline::load(const std::string& path) {
                " (this build reads up to " + std::to_string(kVersion) + ")",
            std::to_string(version));
   }
+  return version;
+}
+
+// The header's fields from num_blocks to random_weights (no token text: that is a section).
+TimelineHeader read_header_fields(Reader& r) {
   TimelineHeader h;
   const std::size_t at_blocks = r.offset();
   h.num_blocks = r.get<std::int32_t>("num_blocks");
@@ -342,23 +347,53 @@ Timeline Timeline::load(const std::string& path) {
   h.kv_format = r.get_str("kv_format");
   h.kv_bytes_per_token = r.get_f64("kv_bytes_per_token");
   h.random_weights = r.get<std::uint8_t>("random_weights") != 0;
-  const auto steps = r.get<std::uint64_t>("num_steps");
-  const std::size_t at_events = r.offset();
-  const auto num_events = r.get<std::uint64_t>("num_events");
-  constexpr std::size_t kEventBytes = 33;
-  const std::size_t metric_bytes = [] {
-    StepMetrics m;
-    std::size_t n = 0;
-    visit_metrics(m, [&](auto v) { n += sizeof(v); });
-    return n;
-  }();
+  return h;
+}
+
+constexpr std::size_t kEventBytes = 33;
+
+// The range checks of one event read at byte `at` (field offsets: type 0, step 1, request 5,
+// block 9, logical 13, a 17, b 25).
+void check_event(Reader& r, const Event& e, std::size_t at, std::int32_t num_blocks) {
+  if (e.block < -1 || e.block >= num_blocks) {
+    r.fail(at + 9, "a block id in [-1, " + std::to_string(num_blocks) + ")",
+           std::to_string(e.block));
+  }
+  if (e.request < -1) r.fail(at + 5, "a request id >= -1", std::to_string(e.request));
+  // A block event's logical index is a slot in one request's block table, which never holds
+  // more blocks than the pool (replay sizes the table by it: INT32_MAX would allocate 8 GB).
+  const bool table_event = e.type == EventType::kBlockAllocated ||
+                           e.type == EventType::kBlockFreed || e.type == EventType::kBlockShared ||
+                           e.type == EventType::kBlockCopiedOnWrite ||
+                           e.type == EventType::kBlockCached || e.type == EventType::kTierReloaded;
+  // A token index (the UI sizes per-token arrays by it).
+  if (e.type == EventType::kEvictedPosition && (e.logical < 0 || e.logical >= (1 << 24)))
+    r.fail(at + 13, "a token index in [0, 16777216)", std::to_string(e.logical));
+  if ((e.type == EventType::kTierHeld || e.type == EventType::kTierMoved) &&
+      (e.logical < 0 || e.logical >= 64))
+    r.fail(at + 13, "a tier index in [0, 64)", std::to_string(e.logical));
+  const std::int64_t tier = e.type == EventType::kTierReloaded ? event_as<ev::TierReloaded>(e).tier
+                            : e.type == EventType::kTierMoved  ? event_as<ev::TierMoved>(e).to_tier
+                                                               : 0;
+  if (e.type == EventType::kTierReloaded && (tier < 0 || tier >= 64))
+    r.fail(at + 17, "a tier index in [0, 64)", std::to_string(tier));
+  if (e.type == EventType::kTierMoved && (tier < -1 || tier >= 64))
+    r.fail(at + 17, "a tier index in [-1, 64)", std::to_string(tier));
+  if (table_event && (e.logical < -1 || e.logical >= num_blocks)) {
+    r.fail(at + 13, "a block-table index in [-1, " + std::to_string(num_blocks) + ")",
+           std::to_string(e.logical));
+  }
+}
+
+// `num_events` events (their count was read at byte `at_events`), each range-checked.
+std::vector<Event> read_events(Reader& r, std::size_t at_events, std::uint64_t num_events,
+                               std::int32_t num_blocks) {
   if (num_events > (r.size() - r.offset()) / kEventBytes) {
     r.fail(at_events,
            "at most " + std::to_string((r.size() - r.offset()) / kEventBytes) +
                " events in the bytes left (truncated recording?)",
            std::to_string(num_events));
   }
-  const std::size_t events_start = r.offset();
   std::vector<Event> events(num_events);
   for (Event& e : events) {
     const std::size_t at = r.offset();
@@ -373,38 +408,23 @@ Timeline Timeline::load(const std::string& path) {
     e.logical = r.get<std::int32_t>("event logical");
     e.a = r.get<std::int64_t>("event a");
     e.b = r.get<std::int64_t>("event b");
-    if (e.block < -1 || e.block >= h.num_blocks) {
-      r.fail(at + 9, "a block id in [-1, " + std::to_string(h.num_blocks) + ")",
-             std::to_string(e.block));
-    }
-    if (e.request < -1) r.fail(at + 5, "a request id >= -1", std::to_string(e.request));
-    // A block event's logical index is a slot in one request's block table, which never holds
-    // more blocks than the pool (replay sizes the table by it: INT32_MAX would allocate 8 GB).
-    const bool table_event =
-        e.type == EventType::kBlockAllocated || e.type == EventType::kBlockFreed ||
-        e.type == EventType::kBlockShared || e.type == EventType::kBlockCopiedOnWrite ||
-        e.type == EventType::kBlockCached || e.type == EventType::kTierReloaded;
-    // A token index (the UI sizes per-token arrays by it).
-    if (e.type == EventType::kEvictedPosition && (e.logical < 0 || e.logical >= (1 << 24)))
-      r.fail(at + 13, "a token index in [0, 16777216)", std::to_string(e.logical));
-    if ((e.type == EventType::kTierHeld || e.type == EventType::kTierMoved) &&
-        (e.logical < 0 || e.logical >= 64))
-      r.fail(at + 13, "a tier index in [0, 64)", std::to_string(e.logical));
-    const std::int64_t tier = e.type == EventType::kTierReloaded
-                                  ? event_as<ev::TierReloaded>(e).tier
-                              : e.type == EventType::kTierMoved ? event_as<ev::TierMoved>(e).to_tier
-                                                                : 0;
-    if (e.type == EventType::kTierReloaded && (tier < 0 || tier >= 64))
-      r.fail(at + 17, "a tier index in [0, 64)", std::to_string(tier));
-    if (e.type == EventType::kTierMoved && (tier < -1 || tier >= 64))
-      r.fail(at + 17, "a tier index in [-1, 64)", std::to_string(tier));
-    if (table_event && (e.logical < -1 || e.logical >= h.num_blocks)) {
-      r.fail(at + 13, "a block-table index in [-1, " + std::to_string(h.num_blocks) + ")",
-             std::to_string(e.logical));
-    }
+    check_event(r, e, at, num_blocks);
   }
+  return events;
+}
+
+// `steps` step ends (their count was read at byte `at_steps`), ascending, the last at
+// `num_events`.
+std::vector<std::uint64_t> read_step_ends(Reader& r, std::size_t at_steps, std::uint64_t steps,
+                                          std::uint64_t num_events) {
+  const std::size_t metric_bytes = [] {
+    StepMetrics m;
+    std::size_t n = 0;
+    visit_metrics(m, [&](auto v) { n += sizeof(v); });
+    return n;
+  }();
   if (steps > (r.size() - r.offset()) / (8 + metric_bytes)) {
-    r.fail(at_events - 8,
+    r.fail(at_steps,
            "at most " + std::to_string((r.size() - r.offset()) / (8 + metric_bytes)) +
                " steps in the bytes left (truncated recording?)",
            std::to_string(steps));
@@ -423,49 +443,79 @@ Timeline Timeline::load(const std::string& path) {
   if (prev != num_events)
     r.fail(r.offset() - 8, "the last step to end at event " + std::to_string(num_events),
            std::to_string(prev));
+  return ends;
+}
+
+std::vector<StepMetrics> read_metrics(Reader& r, std::uint64_t steps) {
   std::vector<StepMetrics> metrics(steps);
   for (StepMetrics& m : metrics) {
     visit_metrics(
         m, [&](auto& v) { v = r.get<std::remove_reference_t<decltype(v)>>("step metrics"); });
   }
-  if (version >= 2) {
-    const std::size_t at_count = r.offset();
-    const auto num_sections = r.get<std::uint32_t>("num_sections");
-    if (num_sections > r.left() / kSectionHeaderBytes) {
-      r.fail(at_count,
-             "num_sections of at most " + std::to_string(r.left() / kSectionHeaderBytes) +
-                 " (12 bytes or more each in the bytes left)",
-             std::to_string(num_sections));
-    }
-    for (std::uint32_t k = 0; k < num_sections; ++k) {
-      const std::string field = "sections[" + std::to_string(k) + "]";
-      const std::size_t at = r.offset();
-      const auto tag = r.get<std::uint32_t>(field + ".tag");
-      const auto length = r.get<std::uint64_t>(field + ".length");
-      // Every section ends before the 8-byte checksum.
-      const std::size_t room = r.left() >= 8 ? r.left() - 8 : 0;
-      if (length > room) {
-        r.fail(at + 4,
-               field + ".length within the " + std::to_string(room) +
-                   " bytes before the checksum (truncated recording?)",
-               std::to_string(length));
-      }
-      if (tag != kTextSectionTag) {
-        r.skip(static_cast<std::size_t>(length));  // a later version's optional section
-        continue;
-      }
-      if (h.text) r.fail(at, "at most one token-text section (tag 1)", "a second one");
-      r.enter_section(static_cast<std::size_t>(length), "token-text (" + field + ")");
-      h.text = read_text_section(r);
-      r.leave_section();
-    }
+  return metrics;
+}
+
+// Version 2's sections: the token text goes into `h`, sections of unknown tags are skipped.
+void read_sections(Reader& r, TimelineHeader& h) {
+  const std::size_t at_count = r.offset();
+  const auto num_sections = r.get<std::uint32_t>("num_sections");
+  if (num_sections > r.left() / kSectionHeaderBytes) {
+    r.fail(at_count,
+           "num_sections of at most " + std::to_string(r.left() / kSectionHeaderBytes) +
+               " (12 bytes or more each in the bytes left)",
+           std::to_string(num_sections));
   }
+  for (std::uint32_t k = 0; k < num_sections; ++k) {
+    const std::string field = "sections[" + std::to_string(k) + "]";
+    const std::size_t at = r.offset();
+    const auto tag = r.get<std::uint32_t>(field + ".tag");
+    const auto length = r.get<std::uint64_t>(field + ".length");
+    // Every section ends before the 8-byte checksum.
+    const std::size_t room = r.left() >= 8 ? r.left() - 8 : 0;
+    if (length > room) {
+      r.fail(at + 4,
+             field + ".length within the " + std::to_string(room) +
+                 " bytes before the checksum (truncated recording?)",
+             std::to_string(length));
+    }
+    if (tag != kTextSectionTag) {
+      r.skip(static_cast<std::size_t>(length));  // a later version's optional section
+      continue;
+    }
+    if (h.text) r.fail(at, "at most one token-text section (tag 1)", "a second one");
+    r.enter_section(static_cast<std::size_t>(length), "token-text (" + field + ")");
+    h.text = read_text_section(r);
+    r.leave_section();
+  }
+}
+
+// The checksum of every byte before it, then the end of the file.
+void read_checksum_and_end(Reader& r) {
   const std::size_t at_sum = r.offset();
   const auto sum = r.get<std::uint64_t>("checksum");
   if (sum != fnv1a(r.bytes().data(), at_sum))
     r.fail(at_sum, "the FNV-1a checksum of the bytes before it", "a mismatch (corrupt recording)");
   if (r.offset() != r.size())
     r.fail(r.offset(), "end of file", std::to_string(r.size() - r.offset()) + " trailing bytes");
+}
+
+}  // namespace
+
+Timeline Timeline::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, "cannot open recording: " + std::string(std::strerror(errno)));
+  Reader r(path, {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+  const std::uint32_t version = read_magic_and_version(r);
+  TimelineHeader h = read_header_fields(r);
+  const auto steps = r.get<std::uint64_t>("num_steps");
+  const std::size_t at_events = r.offset();
+  const auto num_events = r.get<std::uint64_t>("num_events");
+  const std::size_t events_start = r.offset();
+  const std::vector<Event> events = read_events(r, at_events, num_events, h.num_blocks);
+  const std::vector<std::uint64_t> ends = read_step_ends(r, at_events - 8, steps, num_events);
+  const std::vector<StepMetrics> metrics = read_metrics(r, steps);
+  if (version >= 2) read_sections(r, h);
+  read_checksum_and_end(r);
 
   Timeline t(std::move(h));
   std::size_t next = 0;
