@@ -32,6 +32,71 @@ void apply_override(Scenario& s, const PolicyOverride& o) {
     s.cache.token_eviction_at = "cache.token_eviction (Controls panel)";
 }
 
+// The run's description for the panels as the scenario states it (its base, before overrides).
+std::shared_ptr<RunInfo> scenario_info(const std::string& path, const Scenario& scenario,
+                                       const PolicyOverride& policy,
+                                       const ScenarioModelLoad& loaded) {
+  auto info = std::make_shared<RunInfo>();
+  info->scenario_path = path;
+  info->title = scenario.title;
+  info->description = scenario.description;
+  info->captions = scenario.captions;
+  info->variants = scenario.variant_names();
+  info->scenario_config =
+      resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get()).config;
+  info->override = policy;
+  info->pool_bytes_field = scenario_pool_bytes(scenario, "base", loaded.shape);
+  return info;
+}
+
+void use_variant(Scenario& scenario, const std::string& variant, const ModelConfig& shape) {
+  // The variant becomes the base; its budget stays the bytes the scenario's base pool_tokens
+  // come to (counted again in the variant's own format they would be another size).
+  const auto budget = scenario_pool_bytes(scenario, variant, shape);
+  scenario.cache = scenario.variant(variant);
+  if (scenario.cache.pool_tokens) {
+    scenario.cache.pool_bytes = budget;
+    scenario.cache.pool_tokens.reset();
+  }
+}
+
+// The run as configured and its model as loaded, in the run's description.
+void describe_model(RunInfo& info, const Scenario& scenario, const ScenarioModelLoad& loaded,
+                    const SimConfig& config, const std::string& model) {
+  info.config = config;
+  info.shape = loaded.shape;
+  info.pool_bytes = static_cast<std::int64_t>(config.num_blocks) * block_bytes(info.shape, config);
+  info.scenario_pool_bytes = static_cast<std::int64_t>(info.scenario_config.num_blocks) *
+                             block_bytes(info.shape, info.scenario_config);
+  info.model_source = loaded.source;
+  info.model_name = model_display_name(loaded.source.empty() ? model : loaded.source);
+  if (loaded.weights) info.weights_text = cpu::describe_weight_format(*loaded.weights);
+  info.scenario_model = scenario.model.arg;
+  info.model_override = model;
+  info.random_weights = loaded.random_weights;
+  if (loaded.weights) info.model = loaded.weights;
+  info.tokenizer = loaded.tokenizer;
+}
+
+// The backend the run's steps go through: the CPU, or the one the policy names (made here, so
+// that a backend which cannot start is an error opening the run).
+void choose_backend(const std::string& path, const PolicyOverride& policy,
+                    const ScenarioModelLoad& loaded, SimConfig& config, RunInfo& info) {
+  info.backend_name = "CPU";
+  if (policy.backend) {
+    const RunNeeds needs{loaded.weights.get()};
+    std::shared_ptr<std::unique_ptr<Backend>> chosen;
+    try {
+      chosen = std::make_shared<std::unique_ptr<Backend>>(make_backend(
+          *policy.backend, config.threads, "f16", needs, "choose CPU in Controls > backend"));
+    } catch (const Error& e) {
+      throw Error(path + ": backend", e.detail());
+    }
+    info.backend_name = (*chosen)->name();
+    config.make_backend = [chosen] { return std::move(*chosen); };
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping,
@@ -55,30 +120,12 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   const bool on_cuda = policy.backend.has_value();
   const ScenarioModelLoad loaded = load_scenario_model(
       scenario, model, bookkeeping, on_cuda ? WeightFormat::kF32 : WeightFormat::kNative);
-  auto info = std::make_shared<RunInfo>();
-  info->scenario_path = path;
-  info->title = scenario.title;
-  info->description = scenario.description;
-  info->captions = scenario.captions;
-  info->variants = scenario.variant_names();
-  info->scenario_config =
-      resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get()).config;
-  info->override = policy;
-  info->pool_bytes_field = scenario_pool_bytes(scenario, "base", loaded.shape);
+  std::shared_ptr<RunInfo> info = scenario_info(path, scenario, policy, loaded);
   // A swap override on a scenario without a host tier gets one as large as the device pool, so
   // swapping happens (documented in docs/ui/compare.md and in the control's tooltip).
   const bool host_from_pool =
       policy.preemption == PreemptionMode::kSwap && scenario.cache.sim.host_blocks == 0;
-  if (!policy.variant.empty()) {
-    // The variant becomes the base; its budget stays the bytes the scenario's base pool_tokens
-    // come to (counted again in the variant's own format they would be another size).
-    const auto budget = scenario_pool_bytes(scenario, policy.variant, loaded.shape);
-    scenario.cache = scenario.variant(policy.variant);
-    if (scenario.cache.pool_tokens) {
-      scenario.cache.pool_bytes = budget;
-      scenario.cache.pool_tokens.reset();
-    }
-  }
+  if (!policy.variant.empty()) use_variant(scenario, policy.variant, loaded.shape);
   apply_override(scenario, policy);
   ResolvedRun resolved = resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get());
   attach_mla(resolved, loaded.weights, path);
@@ -91,38 +138,11 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   s->prompts_ = sequence_prompts(requests);
   // The Timeline's header carries the token text, so File > Save recording keeps it.
   config.tokenizer = loaded.tokenizer;
-  info->config = config;
-  info->shape = loaded.shape;
-  info->pool_bytes =
-      static_cast<std::int64_t>(config.num_blocks) * block_bytes(info->shape, config);
-  info->scenario_pool_bytes = static_cast<std::int64_t>(info->scenario_config.num_blocks) *
-                              block_bytes(info->shape, info->scenario_config);
-  info->model_source = loaded.source;
-  info->model_name = model_display_name(loaded.source.empty() ? model : loaded.source);
-  if (loaded.weights) info->weights_text = cpu::describe_weight_format(*loaded.weights);
-  info->scenario_model = scenario.model.arg;
-  info->model_override = model;
-  info->random_weights = loaded.random_weights;
-  if (loaded.weights) info->model = loaded.weights;
-  info->tokenizer = loaded.tokenizer;
+  describe_model(*info, scenario, loaded, config, model);
   info->prompts = s->prompts_;
   if (policy.backend && !loaded.weights)
     throw Error(path, "a backend choice needs the model's weights (a bookkeeping run has none)");
-  if (loaded.weights) {
-    info->backend_name = "CPU";
-    if (policy.backend) {
-      const RunNeeds needs{loaded.weights.get()};
-      std::shared_ptr<std::unique_ptr<Backend>> chosen;
-      try {
-        chosen = std::make_shared<std::unique_ptr<Backend>>(make_backend(
-            *policy.backend, config.threads, "f16", needs, "choose CPU in Controls > backend"));
-      } catch (const Error& e) {
-        throw Error(path + ": backend", e.detail());
-      }
-      info->backend_name = (*chosen)->name();
-      config.make_backend = [chosen] { return std::move(*chosen); };
-    }
-  }
+  if (loaded.weights) choose_backend(path, policy, loaded, config, *info);
   SimModel sim_model{loaded.shape, loaded.weights};
   try {
     s->sim_ = std::make_unique<Simulator>(config, sim_model, std::move(requests));

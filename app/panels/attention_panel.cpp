@@ -224,6 +224,27 @@ void AttentionPanel::draw_sink_grid(AppState& state,
   const AttentionRecorder& rec = *cap.recorder;
   const int L = cap.n_layers, H = cap.n_heads;
   if (L <= 0 || H <= 0) return;
+  update_sink_grid(held);
+  draw_sink_summary(rec, L * H);
+  // The colour scale: what a cell's colour means, 0 to 100% of the head's attention.
+  draw_heat_scale(pal, "share on the first token(s)", false);
+  // The grid: one row per layer, one column per head, labels on the left and on top; as large
+  // as the panel allows (it is the lesson: a presenter's audience reads it from the back).
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float fs = ImGui::GetFontSize();
+  const float label_w = ImGui::CalcTextSize("L00").x + fs * 0.5f;
+  const float cell = std::max(
+      4.0f, std::min((avail.x - label_w) / static_cast<float>(H), (avail.y - fs * 1.4f) / L));
+  ImGui::InvisibleButton("##sink_grid", ImVec2(label_w + cell * H, fs * 1.2f + cell * L));
+  const ImVec2 o(ImGui::GetItemRectMin().x + label_w, ImGui::GetItemRectMin().y + fs * 1.2f);
+  draw_sink_cells(pal, o, cell, label_w, L, H);
+  sink_grid_hover(rec, o, cell, L, H);
+}
+
+void AttentionPanel::update_sink_grid(const std::shared_ptr<const AttentionCapture>& held) {
+  const AttentionCapture& cap = *held;
+  const AttentionRecorder& rec = *cap.recorder;
+  const int L = cap.n_layers, H = cap.n_heads;
   if (grid_of_ != held || grid_of_k_ != grid_k_ || grid_of_queries_ != rec.queries_seen()) {
     grid_of_ = held;
     grid_of_k_ = grid_k_;
@@ -234,6 +255,9 @@ void AttentionPanel::draw_sink_grid(AppState& state,
         grid_values_[static_cast<std::size_t>(l) * H + h] =
             static_cast<float>(rec.first_tokens_share(l, h, grid_k_));
   }
+}
+
+void AttentionPanel::draw_sink_summary(const AttentionRecorder& rec, int num_heads) {
   // Summary: the mean share and how many heads put most of their attention there.
   double mean = 0.0;
   int majority = 0;
@@ -252,19 +276,13 @@ void AttentionPanel::draw_sink_grid(AppState& state,
       "share of attention on the %s, mean over %d queries: %s over all heads; %d of %d heads put "
       "more than half there (sinks). Click a cell to open that head.",
       grid_k_ == 4 ? "first 4 tokens" : "first token", rec.queries_seen(),
-      format_percent(mean).c_str(), majority, L * H);
+      format_percent(mean).c_str(), majority, num_heads);
   ImGui::PopTextWrapPos();
-  // The colour scale: what a cell's colour means, 0 to 100% of the head's attention.
-  draw_heat_scale(pal, "share on the first token(s)", false);
-  // The grid: one row per layer, one column per head, labels on the left and on top; as large
-  // as the panel allows (it is the lesson: a presenter's audience reads it from the back).
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
+}
+
+void AttentionPanel::draw_sink_cells(const Palette& pal, ImVec2 o, float cell, float label_w, int L,
+                                     int H) const {
   const float fs = ImGui::GetFontSize();
-  const float label_w = ImGui::CalcTextSize("L00").x + fs * 0.5f;
-  const float cell = std::max(
-      4.0f, std::min((avail.x - label_w) / static_cast<float>(H), (avail.y - fs * 1.4f) / L));
-  ImGui::InvisibleButton("##sink_grid", ImVec2(label_w + cell * H, fs * 1.2f + cell * L));
-  const ImVec2 o(ImGui::GetItemRectMin().x + label_w, ImGui::GetItemRectMin().y + fs * 1.2f);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const bool labels = cell >= ImGui::CalcTextSize("100").x + 5.0f && cell >= fs * 1.1f;
   // Every k-th head and layer labelled, k such that labels never overlap.
@@ -297,6 +315,10 @@ void AttentionPanel::draw_sink_grid(AppState& state,
       }
     }
   }
+}
+
+void AttentionPanel::sink_grid_hover(const AttentionRecorder& rec, ImVec2 o, float cell, int L,
+                                     int H) {
   if (ImGui::IsItemHovered()) {
     const ImVec2 m = ImGui::GetIO().MousePos;
     const int h = static_cast<int>((m.x - o.x) / cell), l = static_cast<int>((m.y - o.y) / cell);
@@ -382,6 +404,14 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
       pal.text_dim, "key position");
   dl->AddText(ImVec2(o.x - left - fs * 0.3f, o.y + side * 0.5f - fs * 0.5f), pal.text_dim, "q");
   dl->AddText(ImVec2(o.x - left - fs * 0.3f, o.y - fs * 0.1f), pal.text_dim, "0");
+  matrix_tooltip(state, cap, n, o, cell);
+  draw_error_strip(state, cap, n, o.x, cell);
+}
+
+void AttentionPanel::matrix_tooltip(const AppState& state, const AttentionCapture& cap, int n,
+                                    ImVec2 o, float cell) const {
+  const Palette& pal = palette(state.presenter);
+  const auto un = static_cast<std::size_t>(n);
   if (ImGui::IsItemHovered()) {
     const ImVec2 m = ImGui::GetIO().MousePos;
     const int k = static_cast<int>((m.x - o.x) / cell), q = static_cast<int>((m.y - o.y) / cell);
@@ -400,7 +430,6 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
       ImGui::EndTooltip();
     }
   }
-  draw_error_strip(state, cap, n, o.x, cell);
 }
 
 // Diagonal hatching over the matrix's upper triangle (key > query).
@@ -488,6 +517,47 @@ void AttentionPanel::draw_cumulative(AppState& state, const AttentionCapture& ca
 
 void AttentionPanel::draw(AppState& state) {
   scan_tokens(state);
+  apply_focus(state);
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info || !info->model) {
+    ImGui::TextDisabled("attention needs the model: open a scenario (recordings hold no weights)");
+    return;
+  }
+  take_capture();
+  const int request = pick_request(state);
+  if (request < 0) {
+    ImGui::TextDisabled("no sequence yet");
+    return;
+  }
+  const std::vector<int> tokens = sequence_tokens(state, request);
+  const int n = std::min(shown_positions(state, request), info->shape.seq_len);
+  const auto cit = captures_.find(request);
+  const AttentionCapture* cap = cit != captures_.end() ? cit->second.get() : nullptr;
+  const std::optional<KvFormat> preview = wanted_preview(*info);
+  const bool preview_stale = show_errors_ && cap != nullptr && cap->preview != preview;
+  if ((cap == nullptr || static_cast<int>(cap->tokens.size()) < n || preview_stale) &&
+      !job_.busy() && last_error_.empty())
+    job_.start(info->model, info->config, generation_, request, tokens, preview);
+
+  draw_header(*info, request);
+
+  draw_status_lines(state, request, n, cap, static_cast<int>(tokens.size()));
+  if (!last_error_.empty() || n <= 0 || cap == nullptr || static_cast<int>(cap->tokens.size()) < n)
+    return;
+  focus_hottest_head(*cap);
+  if (grid_) {
+    draw_sink_grid(state, cit->second);
+    return;
+  }
+  build_view(*cap, n);
+  draw_view_caption(state, *cap, request, n);
+  if (n <= kMatrixLimit && cap->recorder->has_full_matrices())
+    draw_matrix(state, *cap, n);
+  else
+    draw_cumulative(state, *cap, n);
+}
+
+void AttentionPanel::apply_focus(AppState& state) {
   // A presenter caption's view: its layer and head (or the sink grid) win over the auto focus.
   if (state.attention_focus) {
     const AppState::AttentionFocus& f = *state.attention_focus;
@@ -498,11 +568,9 @@ void AttentionPanel::draw(AppState& state) {
     user_chose_ = true;
     state.attention_focus.reset();
   }
-  const std::shared_ptr<const RunInfo> info = state.source().run_info();
-  if (!info || !info->model) {
-    ImGui::TextDisabled("attention needs the model: open a scenario (recordings hold no weights)");
-    return;
-  }
+}
+
+void AttentionPanel::take_capture() {
   if (std::shared_ptr<AttentionCapture> c = job_.take()) {
     if (c->generation == generation_) {
       if (c->error.empty())
@@ -511,11 +579,9 @@ void AttentionPanel::draw(AppState& state) {
         last_error_ = c->error;
     }
   }
-  const int request = pick_request(state);
-  if (request < 0) {
-    ImGui::TextDisabled("no sequence yet");
-    return;
-  }
+}
+
+std::vector<int> AttentionPanel::sequence_tokens(const AppState& state, int request) const {
   // The sequence's tokens as far as the run has computed them (prompt, then sampled tokens).
   std::vector<int> tokens(state.source().prompt_tokens(request).begin(),
                           state.source().prompt_tokens(request).end());
@@ -523,15 +589,10 @@ void AttentionPanel::draw(AppState& state) {
     for (std::size_t p = tokens.size(); p < it->second.size() && it->second[p] >= 0; ++p)
       tokens.push_back(it->second[p]);
   }
-  const int n = std::min(shown_positions(state, request), info->shape.seq_len);
-  const auto cit = captures_.find(request);
-  const AttentionCapture* cap = cit != captures_.end() ? cit->second.get() : nullptr;
-  const std::optional<KvFormat> preview = wanted_preview(*info);
-  const bool preview_stale = show_errors_ && cap != nullptr && cap->preview != preview;
-  if ((cap == nullptr || static_cast<int>(cap->tokens.size()) < n || preview_stale) &&
-      !job_.busy() && last_error_.empty())
-    job_.start(info->model, info->config, generation_, request, tokens, preview);
+  return tokens;
+}
 
+void AttentionPanel::draw_header(const RunInfo& info, int request) {
   // Header: sequence, layer, head.
   ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(sequence_color(request)), "seq %d", request);
   item_tooltip("The selected sequence (click one in the block map or block tables)");
@@ -540,13 +601,13 @@ void AttentionPanel::draw(AppState& state) {
   const float w = ImGui::GetFontSize() * 5.5f;
   flow_same_line(labeled_width(w, "layer"), gap);
   ImGui::SetNextItemWidth(w);
-  user_chose_ |= ImGui::SliderInt("layer", &layer_, 0, std::max(0, info->shape.n_layers - 1));
-  layer_ = std::clamp(layer_, 0, std::max(0, info->shape.n_layers - 1));
+  user_chose_ |= ImGui::SliderInt("layer", &layer_, 0, std::max(0, info.shape.n_layers - 1));
+  layer_ = std::clamp(layer_, 0, std::max(0, info.shape.n_layers - 1));
   flow_same_line(labeled_width(w, "head"), gap);
   ImGui::BeginDisabled(mean_heads_);
   ImGui::SetNextItemWidth(w);
-  user_chose_ |= ImGui::SliderInt("head", &head_, 0, std::max(0, info->shape.n_heads - 1));
-  head_ = std::clamp(head_, 0, std::max(0, info->shape.n_heads - 1));
+  user_chose_ |= ImGui::SliderInt("head", &head_, 0, std::max(0, info.shape.n_heads - 1));
+  head_ = std::clamp(head_, 0, std::max(0, info.shape.n_heads - 1));
   ImGui::EndDisabled();
   flow_same_line(check_width("mean of heads"), gap);
   user_chose_ |= ImGui::Checkbox("mean of heads", &mean_heads_);
@@ -563,8 +624,11 @@ void AttentionPanel::draw(AppState& state) {
       ImGui::IsWindowFocused(ImGuiFocusedFlags_RootAndChildWindows) &&
       ImGui::IsKeyPressed('G'))  // GLFW key codes are ASCII
     grid_ = !grid_;
-  draw_error_controls(*info);
+  draw_error_controls(info);
+}
 
+void AttentionPanel::draw_status_lines(const AppState& state, int request, int n,
+                                       const AttentionCapture* cap, int num_tokens) const {
   // Status lines wrap at the panel's edge.
   ImGui::PushTextWrapPos(0.0f);
   if (!last_error_.empty()) {
@@ -574,17 +638,13 @@ void AttentionPanel::draw(AppState& state) {
     ImGui::TextDisabled("seq %d has no token in its cache at step %d", request, state.step());
   } else if (cap == nullptr || static_cast<int>(cap->tokens.size()) < n) {
     ImGui::TextDisabled("capturing attention of seq %d (%d tokens) on a background thread...",
-                        request, static_cast<int>(tokens.size()));
+                        request, num_tokens);
   }
   ImGui::PopTextWrapPos();
-  if (!last_error_.empty() || n <= 0 || cap == nullptr || static_cast<int>(cap->tokens.size()) < n)
-    return;
-  focus_hottest_head(*cap);
-  if (grid_) {
-    draw_sink_grid(state, cit->second);
-    return;
-  }
-  build_view(*cap, n);
+}
+
+void AttentionPanel::draw_view_caption(const AppState& state, const AttentionCapture& cap,
+                                       int request, int n) const {
   const std::vector<std::uint8_t> live = state.source().slot_live(request, state.step());
   std::string sinks = sinks_.empty() ? "none" : "";
   for (std::size_t i = 0; i < sinks_.size() && i < 6; ++i)
@@ -595,14 +655,10 @@ void AttentionPanel::draw(AppState& state) {
       "%d tokens at step %d, %s. Sinks (red, >= 4x the uniform share): %s%s", n, state.step(),
       n <= kMatrixLimit ? "query (row) x key (column)" : "cumulative attention per key",
       sinks.c_str(),
-      live.empty()          ? ""
-      : cap->under_eviction ? "; grey: evicted (the weights are the evicted cache's own)"
-                            : "; grey: evicted");
+      live.empty()         ? ""
+      : cap.under_eviction ? "; grey: evicted (the weights are the evicted cache's own)"
+                           : "; grey: evicted");
   ImGui::PopTextWrapPos();
-  if (n <= kMatrixLimit && cap->recorder->has_full_matrices())
-    draw_matrix(state, *cap, n);
-  else
-    draw_cumulative(state, *cap, n);
 }
 
 }  // namespace kvscope::ui

@@ -60,12 +60,36 @@ class AttentionPanel final : public Panel {
 
  private:
   void scan_tokens(const AppState& state);
+  // A presenter caption's layer, head or sink grid, taken once.
+  void apply_focus(AppState& state);
+  // Keeps the finished capture (of this run) or its error.
+  void take_capture();
+  // The sequence's tokens as far as the run has computed them (prompt, then sampled tokens).
+  std::vector<int> sequence_tokens(const AppState& state, int request) const;
+  // The header line: sequence, layer, head, mean, log, sink grid (G) and the error overlay.
+  void draw_header(const RunInfo& info, int request);
+  // Why nothing is drawn yet: a failed capture, an empty cache, a capture running.
+  void draw_status_lines(const AppState& state, int request, int n, const AttentionCapture* cap,
+                         int num_tokens) const;
+  // The line above the matrix: tokens, step, what is drawn, the sinks, evicted keys.
+  void draw_view_caption(const AppState& state, const AttentionCapture& cap, int request,
+                         int n) const;
   int pick_request(const AppState& state) const;
   int shown_positions(const AppState& state, int request) const;
   void build_view(const AttentionCapture& cap, int n);
   void draw_matrix(AppState& state, const AttentionCapture& cap, int n);
+  // The hovered cell of the matrix at `o` (`cell` pixels per position): query, key, weight.
+  void matrix_tooltip(const AppState& state, const AttentionCapture& cap, int n, ImVec2 o,
+                      float cell) const;
   void draw_cumulative(AppState& state, const AttentionCapture& cap, int n);
   void draw_sink_grid(AppState& state, const std::shared_ptr<const AttentionCapture>& cap);
+  // The sink grid's steps: its values (recomputed when the capture, k or queries change), the
+  // summary line with the first-k choice, the cells with their labels, and the hovered cell
+  // (a click opens that head).
+  void update_sink_grid(const std::shared_ptr<const AttentionCapture>& held);
+  void draw_sink_summary(const AttentionRecorder& rec, int num_heads);
+  void draw_sink_cells(const Palette& pal, ImVec2 o, float cell, float label_w, int L, int H) const;
+  void sink_grid_hover(const AttentionRecorder& rec, ImVec2 o, float cell, int L, int H);
   // Opens the head with the largest share on the first token, once per sequence, until the
   // user picks a layer, head or the mean.
   void focus_hottest_head(const AttentionCapture& cap);

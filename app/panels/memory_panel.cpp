@@ -79,69 +79,13 @@ std::string MemoryPanel::help() const {
 void MemoryPanel::draw(AppState& state) {
   const auto& formats = kv_format_bytes();
   const int num_formats = static_cast<int>(formats.size());
-  static constexpr const char* kFormula =
-      "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem;  "
-      "MLA: layers x (512 + 64) x tokens x bytes/elem;  window: tokens <= window;  SSM: a "
-      "constant state";
-  // A short panel (presenter fonts, a small window) keeps its room for the plot: the formats in
-  // a combo and the formula in a tooltip.
-  const bool compact =
-      ImGui::GetContentRegionAvail().y < ImGui::GetTextLineHeightWithSpacing() * 24.0f;
-  if (compact) {
-    ImGui::SetNextItemWidth(ImGui::CalcTextSize("fp8 / int8").x + ImGui::GetFrameHeight() * 2.0f);
-    const char* shown = format_ < num_formats ? formats[format_].name : "all formats";
-    if (ImGui::BeginCombo("##format", shown)) {
-      for (int i = 0; i <= num_formats; ++i) {
-        const char* name = i < num_formats ? formats[i].name : "all formats";
-        if (ImGui::Selectable(name, format_ == i)) format_ = i;
-      }
-      ImGui::EndCombo();
-    }
-    item_tooltip("Bytes per KV element of the published shapes");
-    flow_same_line(check_width("loaded run"), 12.0f);
-    ImGui::Checkbox("loaded run", &show_loaded_);
-    flow_same_line(ImGui::CalcTextSize("formula").x, 12.0f);
-    ImGui::TextDisabled("formula");
-    item_tooltip(kFormula);
-  } else {
-    for (int i = 0; i <= num_formats; ++i) {
-      const char* name = i < num_formats ? formats[i].name : "all formats";
-      if (i > 0) flow_same_line(check_width(name), ImGui::GetStyle().ItemSpacing.x);
-      ImGui::RadioButton(name, &format_, i);
-    }
-    flow_same_line(check_width("loaded run"), 16.0f);
-    ImGui::Checkbox("loaded run", &show_loaded_);
-    ImGui::PushTextWrapPos(0.0f);
-    ImGui::TextDisabled("%s", kFormula);
-    ImGui::PopTextWrapPos();
-  }
+  draw_format_picker();
   draw_measure_row(state);
 
   const std::vector<PlotSeries> measured = measured_series(state);
   // Formula lines step back (thinner, dimmer, no markers) when measured points are shown.
   const bool has_measured = !measured.empty();
-  std::vector<PlotSeries> series;
-  for (int f = 0; f < num_formats; ++f) {
-    if (format_ != num_formats && format_ != f) continue;
-    const bool all = format_ == num_formats;
-    for (std::size_t m = 0; m < shapes_.size(); ++m) {
-      ImU32 col = series_color(static_cast<int>(m));
-      if (all) col = mix_color(col, palette(state.presenter).panel_bg, 0.28f * f);
-      if (has_measured) col = mix_color(col, palette(state.presenter).panel_bg, 0.35f);
-      const std::string label = shapes_[m].name + (all ? std::string(" ") + formats[f].name : "");
-      const KvShape& shape = shapes_[m];
-      const double bpe = formats[f].bytes;
-      series.push_back(curve(label, col, [&](double t) { return shape.bytes_at(t, bpe); }));
-      series.back().markers = !all && !has_measured;
-      series.back().in_legend = f == 0 || !all;  // all formats: one entry per shape (shades)
-      if (has_measured) series.back().thickness = 1.5f;
-    }
-  }
-  if (show_loaded_ && state.header().kv_bytes_per_token > 0) {
-    const double bpt = state.header().kv_bytes_per_token;
-    series.push_back(curve(loaded_label(state), palette(state.presenter).text,
-                           [bpt](double t) { return t * bpt; }));
-  }
+  std::vector<PlotSeries> series = formula_series(state, has_measured);
   series.insert(series.end(), measured.begin(), measured.end());  // drawn last: on top
   const Palette& pal = palette(state.presenter);
   const std::vector<PlotRefLine> gpus = {
@@ -181,6 +125,76 @@ void MemoryPanel::draw(AppState& state) {
     ImGui::TextDisabled("%s", footer.c_str());
     ImGui::PopTextWrapPos();
   }
+}
+
+void MemoryPanel::draw_format_picker() {
+  const auto& formats = kv_format_bytes();
+  const int num_formats = static_cast<int>(formats.size());
+  static constexpr const char* kFormula =
+      "KV bytes = 2 x layers x kv_heads x head_dim x tokens x bytes/elem;  "
+      "MLA: layers x (512 + 64) x tokens x bytes/elem;  window: tokens <= window;  SSM: a "
+      "constant state";
+  // A short panel (presenter fonts, a small window) keeps its room for the plot: the formats in
+  // a combo and the formula in a tooltip.
+  const bool compact =
+      ImGui::GetContentRegionAvail().y < ImGui::GetTextLineHeightWithSpacing() * 24.0f;
+  if (compact) {
+    ImGui::SetNextItemWidth(ImGui::CalcTextSize("fp8 / int8").x + ImGui::GetFrameHeight() * 2.0f);
+    const char* shown = format_ < num_formats ? formats[format_].name : "all formats";
+    if (ImGui::BeginCombo("##format", shown)) {
+      for (int i = 0; i <= num_formats; ++i) {
+        const char* name = i < num_formats ? formats[i].name : "all formats";
+        if (ImGui::Selectable(name, format_ == i)) format_ = i;
+      }
+      ImGui::EndCombo();
+    }
+    item_tooltip("Bytes per KV element of the published shapes");
+    flow_same_line(check_width("loaded run"), 12.0f);
+    ImGui::Checkbox("loaded run", &show_loaded_);
+    flow_same_line(ImGui::CalcTextSize("formula").x, 12.0f);
+    ImGui::TextDisabled("formula");
+    item_tooltip(kFormula);
+  } else {
+    for (int i = 0; i <= num_formats; ++i) {
+      const char* name = i < num_formats ? formats[i].name : "all formats";
+      if (i > 0) flow_same_line(check_width(name), ImGui::GetStyle().ItemSpacing.x);
+      ImGui::RadioButton(name, &format_, i);
+    }
+    flow_same_line(check_width("loaded run"), 16.0f);
+    ImGui::Checkbox("loaded run", &show_loaded_);
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextDisabled("%s", kFormula);
+    ImGui::PopTextWrapPos();
+  }
+}
+
+std::vector<PlotSeries> MemoryPanel::formula_series(const AppState& state,
+                                                    bool has_measured) const {
+  const auto& formats = kv_format_bytes();
+  const int num_formats = static_cast<int>(formats.size());
+  std::vector<PlotSeries> series;
+  for (int f = 0; f < num_formats; ++f) {
+    if (format_ != num_formats && format_ != f) continue;
+    const bool all = format_ == num_formats;
+    for (std::size_t m = 0; m < shapes_.size(); ++m) {
+      ImU32 col = series_color(static_cast<int>(m));
+      if (all) col = mix_color(col, palette(state.presenter).panel_bg, 0.28f * f);
+      if (has_measured) col = mix_color(col, palette(state.presenter).panel_bg, 0.35f);
+      const std::string label = shapes_[m].name + (all ? std::string(" ") + formats[f].name : "");
+      const KvShape& shape = shapes_[m];
+      const double bpe = formats[f].bytes;
+      series.push_back(curve(label, col, [&](double t) { return shape.bytes_at(t, bpe); }));
+      series.back().markers = !all && !has_measured;
+      series.back().in_legend = f == 0 || !all;  // all formats: one entry per shape (shades)
+      if (has_measured) series.back().thickness = 1.5f;
+    }
+  }
+  if (show_loaded_ && state.header().kv_bytes_per_token > 0) {
+    const double bpt = state.header().kv_bytes_per_token;
+    series.push_back(curve(loaded_label(state), palette(state.presenter).text,
+                           [bpt](double t) { return t * bpt; }));
+  }
+  return series;
 }
 
 std::string MemoryPanel::shown_text(const AppState& state, std::size_t num_formats,

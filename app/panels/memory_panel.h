@@ -32,6 +32,11 @@ class MemoryPanel final : public Panel {
   std::string shown_text(const AppState& state, std::size_t num_formats, int format) const;
 
  private:
+  // The formats to draw (radio buttons, or a combo in a short panel), "loaded run" and the formula.
+  void draw_format_picker();
+  // The formula lines: each published shape at the chosen format(s), then the loaded run's line;
+  // dimmed and thinner when measured points are shown.
+  std::vector<PlotSeries> formula_series(const AppState& state, bool has_measured) const;
   void draw_table(const AppState& state, double bytes_per_element);
   // The "Measure" row: the button, the job's progress and Cancel, or what was measured.
   void draw_measure_row(const AppState& state);

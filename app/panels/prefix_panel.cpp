@@ -33,6 +33,27 @@ const char* reason_text(MissReason r) {
   return "?";
 }
 
+// Block b's status and owner in the pool; a block past the pool's end counts as cached-free.
+BlockStatus block_status(const PoolState& pool, std::int32_t b, std::int32_t* owner) {
+  if (static_cast<std::size_t>(b) >= pool.blocks.size()) return BlockStatus::kCachedFree;
+  *owner = pool.blocks[static_cast<std::size_t>(b)].owner;
+  return pool.blocks[static_cast<std::size_t>(b)].status;
+}
+
+// A tree stripe's fill for its block's status.
+ImU32 block_fill(const Palette& pal, BlockStatus st, std::int32_t owner) {
+  switch (st) {
+    case BlockStatus::kShared:
+      return pal.block_shared;
+    case BlockStatus::kPinned:
+      return pal.block_pinned;
+    case BlockStatus::kOwned:
+      return sequence_color(owner);
+    default:
+      return pal.block_cached;
+  }
+}
+
 }  // namespace
 
 std::string PrefixPanel::help() const {
@@ -149,121 +170,120 @@ void PrefixPanel::node_tooltip(const AppState& state, const PrefixNode& n) const
 
 void PrefixPanel::draw_tree(AppState& state, ImVec2 size) {
   const Palette& pal = palette(state.presenter);
-  const PoolState& pool = state.pool();
-  const float fs = ImGui::GetFontSize();
-  const float node_w = fs * 7.0f, node_h = fs * 1.45f, gap_x = fs * 1.6f, gap_y = fs * 0.4f;
+  TreeGeometry g;
+  g.fs = ImGui::GetFontSize();
+  const float fs = g.fs;
+  g.node_w = fs * 7.0f, g.node_h = fs * 1.45f, g.gap_x = fs * 1.6f, g.gap_y = fs * 0.4f;
+  const float node_w = g.node_w, node_h = g.node_h, gap_x = g.gap_x, gap_y = g.gap_y;
   const float pad = fs * 0.5f;
   ImGui::SetNextWindowContentSize(ImVec2(pad * 2 + (max_depth_ + 1) * (node_w + gap_x),
                                          pad * 2 + static_cast<float>(rows_) * (node_h + gap_y)));
   ImGui::BeginChild("##tree", size, true, ImGuiWindowFlags_HorizontalScrollbar);
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImVec2 origin(ImGui::GetCursorScreenPos().x + pad, ImGui::GetCursorScreenPos().y + pad);
+  g.origin = ImVec2(ImGui::GetCursorScreenPos().x + pad, ImGui::GetCursorScreenPos().y + pad);
   const ImVec2 clip_min = ImGui::GetWindowPos();
   const ImVec2 clip_max(clip_min.x + ImGui::GetWindowWidth(),
                         clip_min.y + ImGui::GetWindowHeight());
   std::map<std::int32_t, std::size_t> node_of;  // block -> index in placed_
   for (std::size_t i = 0; i < placed_.size(); ++i)
     for (std::int32_t b : placed_[i].chain) node_of[b] = i;
-  const auto top_left = [&](const Placed& p) {
-    return ImVec2(origin.x + p.depth * (node_w + gap_x), origin.y + p.row * (node_h + gap_y));
-  };
-  // An attach's prefix lookup: the blocks it matched (slots of the newest step) are outlined.
-  std::vector<std::int32_t> lookup_blocks;
-  if (const std::shared_ptr<AttachFeed> feed = state.source().attach_feed()) {
-    for (const KvLookupRow& r : feed->snapshot()->lookup_rows)
-      lookup_blocks.insert(lookup_blocks.end(), r.slots.begin(), r.slots.end());
-    std::sort(lookup_blocks.begin(), lookup_blocks.end());
-  }
-  std::vector<std::int32_t> selected_blocks;
-  if (state.selected_request) {
-    if (const RequestState* r = find_request(pool, *state.selected_request))
-      selected_blocks.assign(r->blocks.begin(), r->blocks.end());
-  }
-  const auto status_of = [&](std::int32_t b, std::int32_t* owner) {
-    if (static_cast<std::size_t>(b) >= pool.blocks.size()) return BlockStatus::kCachedFree;
-    *owner = pool.blocks[static_cast<std::size_t>(b)].owner;
-    return pool.blocks[static_cast<std::size_t>(b)].status;
-  };
-  const auto fill_of = [&](BlockStatus st, std::int32_t owner) {
-    switch (st) {
-      case BlockStatus::kShared:
-        return pal.block_shared;
-      case BlockStatus::kPinned:
-        return pal.block_pinned;
-      case BlockStatus::kOwned:
-        return sequence_color(owner);
-      default:
-        return pal.block_cached;
-    }
-  };
-  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const TreeMarks marks = tree_marks(state);
   const PrefixNode* hovered = nullptr;
   for (const Placed& p : placed_) {
     const PrefixNode& head = fold_.nodes().at(p.chain.front());
-    const ImVec2 a = top_left(p);
+    const ImVec2 a = g.top_left(p);
     const ImVec2 b(a.x + node_w, a.y + node_h);
     if (head.parent >= 0 && node_of.count(head.parent)) {  // edge from the parent's right side
-      const ImVec2 pa = top_left(placed_[node_of[head.parent]]);
+      const ImVec2 pa = g.top_left(placed_[node_of[head.parent]]);
       const ImVec2 from(pa.x + node_w, pa.y + node_h * 0.5f), to(a.x, a.y + node_h * 0.5f);
       if (std::max(from.y, to.y) >= clip_min.y && std::min(from.y, to.y) <= clip_max.y)
         dl->AddBezierCubic(from, ImVec2(from.x + gap_x * 0.5f, from.y),
                            ImVec2(to.x - gap_x * 0.5f, to.y), to, pal.axis, 1.5f);
     }
     if (b.y < clip_min.y || a.y > clip_max.y || b.x < clip_min.x || a.x > clip_max.x) continue;
-    // One stripe per block of the run, coloured by its status.
-    const float cw = node_w / static_cast<float>(p.chain.size());
-    bool any_in_use = false;
-    for (std::size_t k = 0; k < p.chain.size(); ++k) {
-      std::int32_t owner = -1;
-      const BlockStatus st = status_of(p.chain[k], &owner);
-      any_in_use = any_in_use || (st != BlockStatus::kCachedFree && st != BlockStatus::kFree);
-      const ImVec2 ca(a.x + cw * static_cast<float>(k), a.y);
-      const ImVec2 cb(k + 1 == p.chain.size() ? b.x : ca.x + cw, b.y);
-      const ImDrawFlags corners = (k == 0 ? ImDrawFlags_RoundCornersLeft : 0) |
-                                  (k + 1 == p.chain.size() ? ImDrawFlags_RoundCornersRight : 0);
-      dl->AddRectFilled(ca, cb, fill_of(st, owner), corners ? fs * 0.25f : 0.0f,
-                        corners ? corners : ImDrawFlags_RoundCornersNone);
-      if (k > 0 && cw >= 3.0f) dl->AddLine(ca, ImVec2(ca.x, cb.y), IM_COL32(16, 18, 24, 120));
-      const int from = fold_.nodes().at(p.chain[k]).reloaded_from;
-      if (from >= 0)  // a bar along the bottom: its bytes came back from a tier
-        dl->AddRectFilled(ImVec2(ca.x, cb.y - fs * 0.24f), cb, tier_color(pal, from));
-      if (ImGui::IsWindowHovered() && mouse.x >= ca.x && mouse.x < cb.x && mouse.y >= a.y &&
-          mouse.y < b.y) {
-        hovered = &fold_.nodes().at(p.chain[k]);
-        if (ImGui::IsMouseClicked(0) && owner >= 0) state.selected_request = owner;
-      }
-    }
-    bool sel = false;
-    for (std::int32_t blk : p.chain)
-      sel = sel ||
-            std::find(selected_blocks.begin(), selected_blocks.end(), blk) != selected_blocks.end();
-    if (sel) dl->AddRect(a, b, pal.outline_selected, fs * 0.25f, 0, 2.0f);
-    const bool matched = std::any_of(p.chain.begin(), p.chain.end(), [&](std::int32_t blk) {
-      return std::binary_search(lookup_blocks.begin(), lookup_blocks.end(), blk);
-    });
-    if (matched) {
-      const float o = 2.5f;  // outside the selection outline
-      dl->AddRect(ImVec2(a.x - o, a.y - o), ImVec2(b.x + o, b.y + o), pal.accent, fs * 0.3f, 0,
-                  2.5f);
-    }
-    char label[64];
-    if (p.chain.size() == 1)
-      std::snprintf(label, sizeof label, "#%d", p.chain.front());
-    else
-      std::snprintf(label, sizeof label, "%zu blocks", p.chain.size());
-    const ImU32 ink = any_in_use ? IM_COL32(16, 18, 24, 240) : pal.text;
-    dl->AddText(ImVec2(a.x + fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
-    if (head.hits > 0) {
-      std::snprintf(label, sizeof label, "x%lld", static_cast<long long>(head.hits));
-      const float tw = ImGui::CalcTextSize(label).x;
-      dl->AddText(ImVec2(b.x - tw - fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
-    }
+    if (const PrefixNode* h = draw_tree_node(state, g, marks, p)) hovered = h;
   }
   if (placed_.empty()) {
     ImGui::TextDisabled(state.step() == 0 ? "nothing cached yet" : "no cached block at this step");
   }
   if (hovered) node_tooltip(state, *hovered);
   ImGui::EndChild();
+}
+
+PrefixPanel::TreeMarks PrefixPanel::tree_marks(const AppState& state) {
+  TreeMarks marks;
+  // An attach's prefix lookup: the blocks it matched (slots of the newest step) are outlined.
+  if (const std::shared_ptr<AttachFeed> feed = state.source().attach_feed()) {
+    for (const KvLookupRow& r : feed->snapshot()->lookup_rows)
+      marks.lookup.insert(marks.lookup.end(), r.slots.begin(), r.slots.end());
+    std::sort(marks.lookup.begin(), marks.lookup.end());
+  }
+  if (state.selected_request) {
+    if (const RequestState* r = find_request(state.pool(), *state.selected_request))
+      marks.selected.assign(r->blocks.begin(), r->blocks.end());
+  }
+  return marks;
+}
+
+const PrefixNode* PrefixPanel::draw_tree_node(AppState& state, const TreeGeometry& g,
+                                              const TreeMarks& marks, const Placed& p) const {
+  const Palette& pal = palette(state.presenter);
+  const PoolState& pool = state.pool();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float fs = g.fs, node_w = g.node_w, node_h = g.node_h;
+  const PrefixNode& head = fold_.nodes().at(p.chain.front());
+  const ImVec2 a = g.top_left(p);
+  const ImVec2 b(a.x + node_w, a.y + node_h);
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const PrefixNode* hovered = nullptr;
+  // One stripe per block of the run, coloured by its status.
+  const float cw = node_w / static_cast<float>(p.chain.size());
+  bool any_in_use = false;
+  for (std::size_t k = 0; k < p.chain.size(); ++k) {
+    std::int32_t owner = -1;
+    const BlockStatus st = block_status(pool, p.chain[k], &owner);
+    any_in_use = any_in_use || (st != BlockStatus::kCachedFree && st != BlockStatus::kFree);
+    const ImVec2 ca(a.x + cw * static_cast<float>(k), a.y);
+    const ImVec2 cb(k + 1 == p.chain.size() ? b.x : ca.x + cw, b.y);
+    const ImDrawFlags corners = (k == 0 ? ImDrawFlags_RoundCornersLeft : 0) |
+                                (k + 1 == p.chain.size() ? ImDrawFlags_RoundCornersRight : 0);
+    dl->AddRectFilled(ca, cb, block_fill(pal, st, owner), corners ? fs * 0.25f : 0.0f,
+                      corners ? corners : ImDrawFlags_RoundCornersNone);
+    if (k > 0 && cw >= 3.0f) dl->AddLine(ca, ImVec2(ca.x, cb.y), IM_COL32(16, 18, 24, 120));
+    const int from = fold_.nodes().at(p.chain[k]).reloaded_from;
+    if (from >= 0)  // a bar along the bottom: its bytes came back from a tier
+      dl->AddRectFilled(ImVec2(ca.x, cb.y - fs * 0.24f), cb, tier_color(pal, from));
+    if (ImGui::IsWindowHovered() && mouse.x >= ca.x && mouse.x < cb.x && mouse.y >= a.y &&
+        mouse.y < b.y) {
+      hovered = &fold_.nodes().at(p.chain[k]);
+      if (ImGui::IsMouseClicked(0) && owner >= 0) state.selected_request = owner;
+    }
+  }
+  bool sel = false;
+  for (std::int32_t blk : p.chain)
+    sel =
+        sel || std::find(marks.selected.begin(), marks.selected.end(), blk) != marks.selected.end();
+  if (sel) dl->AddRect(a, b, pal.outline_selected, fs * 0.25f, 0, 2.0f);
+  const bool matched = std::any_of(p.chain.begin(), p.chain.end(), [&](std::int32_t blk) {
+    return std::binary_search(marks.lookup.begin(), marks.lookup.end(), blk);
+  });
+  if (matched) {
+    const float o = 2.5f;  // outside the selection outline
+    dl->AddRect(ImVec2(a.x - o, a.y - o), ImVec2(b.x + o, b.y + o), pal.accent, fs * 0.3f, 0, 2.5f);
+  }
+  char label[64];
+  if (p.chain.size() == 1)
+    std::snprintf(label, sizeof label, "#%d", p.chain.front());
+  else
+    std::snprintf(label, sizeof label, "%zu blocks", p.chain.size());
+  const ImU32 ink = any_in_use ? IM_COL32(16, 18, 24, 240) : pal.text;
+  dl->AddText(ImVec2(a.x + fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
+  if (head.hits > 0) {
+    std::snprintf(label, sizeof label, "x%lld", static_cast<long long>(head.hits));
+    const float tw = ImGui::CalcTextSize(label).x;
+    dl->AddText(ImVec2(b.x - tw - fs * 0.3f, a.y + (node_h - fs) * 0.5f), ink, label);
+  }
+  return hovered;
 }
 
 void PrefixPanel::draw_lookups(AppState& state, ImVec2 size) {
@@ -389,16 +409,6 @@ void PrefixPanel::draw_tier_strips(const AppState& state) {
 
 void PrefixPanel::draw(AppState& state) {
   catch_up(state);
-  const Palette& pal = palette(state.presenter);
-  const StepMetrics& m = state.metrics();
-  int in_use = 0, cached_free = 0;
-  for (const auto& [id, n] : fold_.nodes()) {
-    const auto i = static_cast<std::size_t>(id);
-    if (i < state.pool().blocks.size() && state.pool().blocks[i].status == BlockStatus::kCachedFree)
-      ++cached_free;
-    else
-      ++in_use;
-  }
   if (fold_.lookups_total() == 0 && fold_.nodes().empty()) {
     ImGui::TextDisabled("no prefix lookup up to step %d", state.step());
     ImGui::PushTextWrapPos(0.0f);
@@ -408,12 +418,47 @@ void PrefixPanel::draw(AppState& state) {
     ImGui::PopTextWrapPos();
     return;
   }
+  draw_block_stats(state);
+  // A live engine's stream carries stores and removals, not lookups (docs/attach.md).
+  const bool engine_stream = state.source().attach_feed() != nullptr;
+  draw_hit_stats(state, engine_stream);
+  draw_tier_stats();
+  draw_legend(palette(state.presenter));
+  draw_tier_strips(state);
+  layout_tree();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  if (engine_stream) {
+    draw_tree(state, avail);  // no lookups to list
+  } else if (avail.x > 720.0f) {
+    const float tree_w = std::floor(avail.x * 0.62f);
+    draw_tree(state, ImVec2(tree_w, avail.y));
+    ImGui::SameLine();
+    draw_lookups(state, ImVec2(0, avail.y));
+  } else {
+    const float tree_h = std::max(60.0f, std::floor(avail.y * 0.6f));
+    draw_tree(state, ImVec2(0, tree_h));
+    draw_lookups(state,
+                 ImVec2(0, std::max(40.0f, avail.y - tree_h - ImGui::GetStyle().ItemSpacing.y)));
+  }
+}
+
+void PrefixPanel::draw_block_stats(const AppState& state) const {
+  int in_use = 0, cached_free = 0;
+  for (const auto& [id, n] : fold_.nodes()) {
+    const auto i = static_cast<std::size_t>(id);
+    if (i < state.pool().blocks.size() && state.pool().blocks[i].status == BlockStatus::kCachedFree)
+      ++cached_free;
+    else
+      ++in_use;
+  }
   stat("cached blocks", std::to_string(fold_.nodes().size()));
   stat("in use", std::to_string(in_use), true);
   stat("cached-free", std::to_string(cached_free), true);
   stat("evicted", std::to_string(fold_.evictions()), true);
-  // A live engine's stream carries stores and removals, not lookups (docs/attach.md).
-  const bool engine_stream = state.source().attach_feed() != nullptr;
+}
+
+void PrefixPanel::draw_hit_stats(const AppState& state, bool engine_stream) const {
+  const StepMetrics& m = state.metrics();
   if (engine_stream) {
     stat("prefix hits", "not published by the engines", true);
   } else {
@@ -449,6 +494,9 @@ void PrefixPanel::draw(AppState& state) {
       stat("of which", split, true);
     }
   }
+}
+
+void PrefixPanel::draw_tier_stats() const {
   for (std::size_t k = 0; k < fold_.tiers().size(); ++k) {
     const TierRow& t = fold_.tiers()[k];
     char label[32], value[96];
@@ -468,6 +516,9 @@ void PrefixPanel::draw(AppState& state) {
   }
   if (fold_.tier_writes_refused() > 0)
     stat("tier writes refused", std::to_string(fold_.tier_writes_refused()), true);
+}
+
+void PrefixPanel::draw_legend(const Palette& pal) const {
   // Legend.
   bool first = true;
   const auto legend = [&](ImU32 c, const char* text) {
@@ -487,22 +538,6 @@ void PrefixPanel::draw(AppState& state) {
   }
   flow_same_line(ImGui::CalcTextSize("xN = reuses").x);
   ImGui::TextDisabled("xN = reuses");
-  draw_tier_strips(state);
-  layout_tree();
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
-  if (engine_stream) {
-    draw_tree(state, avail);  // no lookups to list
-  } else if (avail.x > 720.0f) {
-    const float tree_w = std::floor(avail.x * 0.62f);
-    draw_tree(state, ImVec2(tree_w, avail.y));
-    ImGui::SameLine();
-    draw_lookups(state, ImVec2(0, avail.y));
-  } else {
-    const float tree_h = std::max(60.0f, std::floor(avail.y * 0.6f));
-    draw_tree(state, ImVec2(0, tree_h));
-    draw_lookups(state,
-                 ImVec2(0, std::max(40.0f, avail.y - tree_h - ImGui::GetStyle().ItemSpacing.y)));
-  }
 }
 
 }  // namespace kvscope::ui

@@ -12,6 +12,8 @@
 
 namespace kvscope::ui {
 
+struct Palette;
+
 class PrefixPanel final : public Panel {
  public:
   const char* title() const override { return "Prefix cache"; }
@@ -24,6 +26,12 @@ class PrefixPanel final : public Panel {
  private:
   void catch_up(const AppState& state);
   void layout_tree();
+  // Stats above the tree: blocks cached, in use, cached-free and evicted; prompt tokens the cache
+  // gave (hits, tier reloads); each tier's blocks held and reloaded.
+  void draw_block_stats(const AppState& state) const;
+  void draw_hit_stats(const AppState& state, bool engine_stream) const;
+  void draw_tier_stats() const;
+  void draw_legend(const Palette& pal) const;
   void draw_tree(AppState& state, ImVec2 size);
   void draw_lookups(AppState& state, ImVec2 size);
   // One row of cells per KV tier: every block it holds, most recently written first.
@@ -42,6 +50,24 @@ class PrefixPanel final : public Panel {
     int depth;                        // column
     float row;                        // leaves get whole rows; parents sit at their children's mean
   };
+  // Where the tree's nodes go: sizes in pixels and the first node's top left on screen.
+  struct TreeGeometry {
+    float fs, node_w, node_h, gap_x, gap_y;
+    ImVec2 origin;
+    ImVec2 top_left(const Placed& p) const {
+      return ImVec2(origin.x + p.depth * (node_w + gap_x), origin.y + p.row * (node_h + gap_y));
+    }
+  };
+  // The blocks outlined on the tree: the selected request's, and those an attach's lookup matched
+  // (sorted).
+  struct TreeMarks {
+    std::vector<std::int32_t> selected, lookup;
+  };
+  static TreeMarks tree_marks(const AppState& state);
+  // One node: a stripe per block coloured by its status, outlines, label and hits; selects the
+  // owner of a clicked block. Returns the block under the mouse, if any.
+  const PrefixNode* draw_tree_node(AppState& state, const TreeGeometry& g, const TreeMarks& marks,
+                                   const Placed& p) const;
   std::vector<Placed> placed_;  // this step's layout, depth-first
   int rows_ = 0;
   int max_depth_ = 0;

@@ -25,6 +25,87 @@ std::string filename(const std::string& path) {
   return std::filesystem::path(path).filename().string();
 }
 
+// The two plots' series from the sweep's points: KL and perplexity ratio over bytes per token.
+void quality_series(const QualitySweep& sweep, std::vector<PlotSeries>& kl,
+                    std::vector<PlotSeries>& ppl) {
+  // One series per family member (KV formats, MLA-A, window, h2o, ...) in order of appearance;
+  // formats are separate points, MLA ranks and eviction budgets are joined by lines.
+  for (const QualityPoint& p : sweep.points) {
+    if (p.family == QualityFamily::kFormat && p.label == "fp32") continue;  // the reference line
+    auto it = std::find_if(kl.begin(), kl.end(),
+                           [&](const PlotSeries& s) { return s.label == p.series; });
+    if (it == kl.end()) {
+      PlotSeries s;
+      s.label = p.series;
+      s.line = p.family != QualityFamily::kFormat;
+      s.markers = true;
+      s.color = series_color(static_cast<int>(kl.size()));
+      kl.push_back(s);
+      ppl.push_back(s);
+      it = kl.end() - 1;
+    }
+    PlotSeries& y_ppl = ppl[static_cast<std::size_t>(it - kl.begin())];
+    if (p.report.kl_mean >= kKlFloor) {
+      it->x.push_back(p.bytes_per_token);
+      it->y.push_back(p.report.kl_mean);
+      it->point_labels.push_back(p.label);
+    }
+    // Perplexity as a ratio to the variant's own fp32 reference: always positive (a log axis
+    // spreads int2's 20x and int8's 1.001x), and comparable across loaded CSVs whose eval texts
+    // and references differ.
+    if (p.report.ppl_reference > 0) {
+      y_ppl.x.push_back(p.bytes_per_token);
+      y_ppl.y.push_back(p.report.ppl_variant / p.report.ppl_reference);
+      y_ppl.point_labels.push_back(p.label);
+    }
+  }
+}
+
+// Sorts each series' points by x, their labels with them.
+void sort_series_by_x(std::vector<PlotSeries>& kl, std::vector<PlotSeries>& ppl) {
+  // x ascending within each series (hover and lines expect it).
+  for (std::vector<PlotSeries>* all : {&kl, &ppl}) {
+    for (PlotSeries& s : *all) {
+      std::vector<std::size_t> order(s.x.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return s.x[a] < s.x[b]; });
+      PlotSeries sorted = s;
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        sorted.x[i] = s.x[order[i]];
+        sorted.y[i] = s.y[order[i]];
+        sorted.point_labels[i] = s.point_labels[order[i]];
+      }
+      s = std::move(sorted);
+    }
+  }
+}
+
+// Fixed ranges with room for the labels: x over the points and the reference, y over the data.
+struct QualityRanges {
+  double xlo, xhi;  // bytes per token
+  double klo, khi;  // KL
+  double rlo, rhi;  // perplexity ratio
+};
+
+QualityRanges quality_ranges(const std::vector<PlotSeries>& kl, const std::vector<PlotSeries>& ppl,
+                             double ref_bytes) {
+  double xlo = ref_bytes > 0 ? ref_bytes : 1e300, xhi = ref_bytes > 0 ? ref_bytes : 0.0;
+  double klo = 1e300, khi = 0.0, rlo = 1.0, rhi = 1.0;
+  for (const PlotSeries& s : ppl) {
+    for (double x : s.x) {
+      if (x > 0) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
+    }
+    for (double y : s.y) rlo = std::min(rlo, y), rhi = std::max(rhi, y);
+  }
+  for (const PlotSeries& s : kl) {
+    for (double y : s.y) klo = std::min(klo, y), khi = std::max(khi, y);
+  }
+  if (xhi <= 0) xlo = 1.0, xhi = 1.0;
+  if (khi <= 0) klo = 1e-3, khi = 1.0;
+  return {xlo, xhi, klo, khi, rlo, rhi};
+}
+
 }  // namespace
 
 std::string QualityPanel::help() const {
@@ -57,6 +138,35 @@ std::string QualityPanel::shown_title(const AppState& state) const {
 }
 
 void QualityPanel::draw(AppState& state) {
+  take_job_result();
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  const bool can_run = can_evaluate(info.get());
+  start_for_model(info.get(), can_run);
+  const Palette& pal = palette(state.presenter);
+  draw_job_status(info.get(), can_run);
+  if (!error_.empty())
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "%s", error_.c_str());
+  // Presenter mode, and a short panel (1280x720), keep the room for the plots: the setup is one
+  // line (details in its tooltip) and loading CSVs is left to a taller panel. Otherwise the
+  // lines above the plots (a progress bar, a shipped-results note) would change with the job's
+  // state and squeeze the plots below legible.
+  const bool compact =
+      state.presenter ||
+      ImGui::GetContentRegionAvail().y < kCompactBelowLines * ImGui::GetTextLineHeightWithSpacing();
+  if (sweep_ && compact) {
+    draw_compact_setup();
+    draw_plots(state);
+    return;
+  }
+  if (sweep_) {
+    draw_setup_lines(/*wrap=*/true);
+    if (draw_recompute_button(can_run)) return;
+  }
+  draw_csv_loader();
+  if (sweep_) draw_plots(state);
+}
+
+void QualityPanel::take_job_result() {
   if (std::shared_ptr<QualitySweep> s = job_.take()) {
     if (s->error.empty())
       sweep_ = std::move(s);
@@ -66,8 +176,9 @@ void QualityPanel::draw(AppState& state) {
     // Shipped results for these inputs, refined point by point as the live sweep finishes them.
     if (std::shared_ptr<const QualitySweep> p = job_.preview(); p && p != sweep_) sweep_ = p;
   }
-  const std::shared_ptr<const RunInfo> info = state.source().run_info();
-  const bool can_run = can_evaluate(info.get());
+}
+
+void QualityPanel::start_for_model(const RunInfo* info, bool can_run) {
   // The run moved to another model (Controls panel): the figures shown, computed or loaded
   // beside them, are the old model's; drop them and start over on the new one.
   if (can_run && !started_for_.empty() && started_for_ != info->model_source) {
@@ -87,7 +198,9 @@ void QualityPanel::draw(AppState& state) {
                info->config.block_size, sweep_cache_dir(), !recompute_, shipped_sweeps_dir());
     recompute_ = false;
   }
-  const Palette& pal = palette(state.presenter);
+}
+
+void QualityPanel::draw_job_status(const RunInfo* info, bool can_run) {
   if (job_.busy()) {
     const int total = job_.total_steps();
     const float f = (static_cast<float>(job_.steps_done()) + job_.fraction_in_step()) /
@@ -130,46 +243,40 @@ void QualityPanel::draw(AppState& state) {
                               "`kvscope eval format-sweep`, `mla-sweep` or `evict-sweep`.");
     ImGui::PopTextWrapPos();
   }
-  if (!error_.empty())
-    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "%s", error_.c_str());
-  // Presenter mode, and a short panel (1280x720), keep the room for the plots: the setup is one
-  // line (details in its tooltip) and loading CSVs is left to a taller panel. Otherwise the
-  // lines above the plots (a progress bar, a shipped-results note) would change with the job's
-  // state and squeeze the plots below legible.
-  const bool compact =
-      state.presenter ||
-      ImGui::GetContentRegionAvail().y < kCompactBelowLines * ImGui::GetTextLineHeightWithSpacing();
-  if (sweep_ && compact) {
-    // The model is in the panel's title.
-    std::string setup = sweep_->model.empty() ? std::string("points loaded from CSV")
-                                              : std::to_string(sweep_->positions) + " tokens";
-    if (!sweep_->shipped_note.empty()) setup += " (shipped results)";
-    ImGui::PushTextWrapPos(0.0f);
-    ImGui::TextDisabled("%s vs fp32", setup.c_str());  // the setup in its tooltip
-    ImGui::PopTextWrapPos();
-    if (ImGui::IsItemHovered()) {
-      ImGui::BeginTooltip();
-      draw_setup_lines(/*wrap=*/false);
-      ImGui::EndTooltip();
-    }
-    draw_plots(state);
-    return;
+}
+
+void QualityPanel::draw_compact_setup() const {
+  // The model is in the panel's title.
+  std::string setup = sweep_->model.empty() ? std::string("points loaded from CSV")
+                                            : std::to_string(sweep_->positions) + " tokens";
+  if (!sweep_->shipped_note.empty()) setup += " (shipped results)";
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextDisabled("%s vs fp32", setup.c_str());  // the setup in its tooltip
+  ImGui::PopTextWrapPos();
+  if (ImGui::IsItemHovered()) {
+    ImGui::BeginTooltip();
+    draw_setup_lines(/*wrap=*/false);
+    ImGui::EndTooltip();
   }
-  if (sweep_) {
-    draw_setup_lines(/*wrap=*/true);
-    if ((sweep_->from_cache || !sweep_->shipped_note.empty()) && can_run && !job_.busy()) {
-      if (ImGui::Button("Recompute")) {
-        recompute_ = true;
-        sweep_.reset();
-        started_for_.clear();  // starts next frame, ignoring the cache
-        return;
-      }
-      item_tooltip(sweep_->from_cache
-                       ? "Run the sweep again instead of reading it from the disk cache (the new "
-                         "result replaces the cached one)"
-                       : "Run the live sweep again (the shipped results are shown meanwhile)");
+}
+
+bool QualityPanel::draw_recompute_button(bool can_run) {
+  if ((sweep_->from_cache || !sweep_->shipped_note.empty()) && can_run && !job_.busy()) {
+    if (ImGui::Button("Recompute")) {
+      recompute_ = true;
+      sweep_.reset();
+      started_for_.clear();  // starts next frame, ignoring the cache
+      return true;
     }
+    item_tooltip(sweep_->from_cache
+                     ? "Run the sweep again instead of reading it from the disk cache (the new "
+                       "result replaces the cached one)"
+                     : "Run the live sweep again (the shipped results are shown meanwhile)");
   }
+  return false;
+}
+
+void QualityPanel::draw_csv_loader() {
   ImGui::SetNextItemWidth(std::max(80.0f, ImGui::GetContentRegionAvail().x -
                                               ImGui::CalcTextSize("Load CSV").x -
                                               ImGui::GetStyle().FramePadding.x * 4.0f));
@@ -191,7 +298,6 @@ void QualityPanel::draw(AppState& state) {
       error_ = e.what();
     }
   }
-  if (sweep_) draw_plots(state);
 }
 
 void QualityPanel::draw_setup_lines(bool wrap) const {
@@ -225,71 +331,13 @@ void QualityPanel::draw_setup_lines(bool wrap) const {
 
 void QualityPanel::draw_plots(AppState& state) {
   const Palette& pal = palette(state.presenter);
-  // One series per family member (KV formats, MLA-A, window, h2o, ...) in order of appearance;
-  // formats are separate points, MLA ranks and eviction budgets are joined by lines.
   std::vector<PlotSeries> kl, ppl;
-  for (const QualityPoint& p : sweep_->points) {
-    if (p.family == QualityFamily::kFormat && p.label == "fp32") continue;  // the reference line
-    auto it = std::find_if(kl.begin(), kl.end(),
-                           [&](const PlotSeries& s) { return s.label == p.series; });
-    if (it == kl.end()) {
-      PlotSeries s;
-      s.label = p.series;
-      s.line = p.family != QualityFamily::kFormat;
-      s.markers = true;
-      s.color = series_color(static_cast<int>(kl.size()));
-      kl.push_back(s);
-      ppl.push_back(s);
-      it = kl.end() - 1;
-    }
-    PlotSeries& y_ppl = ppl[static_cast<std::size_t>(it - kl.begin())];
-    if (p.report.kl_mean >= kKlFloor) {
-      it->x.push_back(p.bytes_per_token);
-      it->y.push_back(p.report.kl_mean);
-      it->point_labels.push_back(p.label);
-    }
-    // Perplexity as a ratio to the variant's own fp32 reference: always positive (a log axis
-    // spreads int2's 20x and int8's 1.001x), and comparable across loaded CSVs whose eval texts
-    // and references differ.
-    if (p.report.ppl_reference > 0) {
-      y_ppl.x.push_back(p.bytes_per_token);
-      y_ppl.y.push_back(p.report.ppl_variant / p.report.ppl_reference);
-      y_ppl.point_labels.push_back(p.label);
-    }
-  }
-  // x ascending within each series (hover and lines expect it).
-  for (std::vector<PlotSeries>* all : {&kl, &ppl}) {
-    for (PlotSeries& s : *all) {
-      std::vector<std::size_t> order(s.x.size());
-      std::iota(order.begin(), order.end(), std::size_t{0});
-      std::stable_sort(order.begin(), order.end(),
-                       [&](std::size_t a, std::size_t b) { return s.x[a] < s.x[b]; });
-      PlotSeries sorted = s;
-      for (std::size_t i = 0; i < order.size(); ++i) {
-        sorted.x[i] = s.x[order[i]];
-        sorted.y[i] = s.y[order[i]];
-        sorted.point_labels[i] = s.point_labels[order[i]];
-      }
-      s = std::move(sorted);
-    }
-  }
+  quality_series(*sweep_, kl, ppl);
+  sort_series_by_x(kl, ppl);
   const double ref_bytes = sweep_->reference_bytes_per_token;
   std::vector<PlotRefLine> refs;
   if (ref_bytes > 0) refs.push_back({ref_bytes, "fp32 (exact)", pal.text_dim, true, false});
-  // Fixed ranges with room for the labels: x over the points and the reference, y over the data.
-  double xlo = ref_bytes > 0 ? ref_bytes : 1e300, xhi = ref_bytes > 0 ? ref_bytes : 0.0;
-  double klo = 1e300, khi = 0.0, rlo = 1.0, rhi = 1.0;
-  for (const PlotSeries& s : ppl) {
-    for (double x : s.x) {
-      if (x > 0) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
-    }
-    for (double y : s.y) rlo = std::min(rlo, y), rhi = std::max(rhi, y);
-  }
-  for (const PlotSeries& s : kl) {
-    for (double y : s.y) klo = std::min(klo, y), khi = std::max(khi, y);
-  }
-  if (xhi <= 0) xlo = 1.0, xhi = 1.0;
-  if (khi <= 0) klo = 1e-3, khi = 1.0;
+  const auto [xlo, xhi, klo, khi, rlo, rhi] = quality_ranges(kl, ppl, ref_bytes);
   // A short panel in presenter mode shows one plot, picked here, at full size.
   const bool one = state.presenter &&
                    ImGui::GetContentRegionAvail().y < ImGui::GetTextLineHeightWithSpacing() * 16.0f;

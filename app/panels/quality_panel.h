@@ -13,6 +13,8 @@
 
 namespace kvscope::ui {
 
+struct RunInfo;
+
 class QualityPanel final : public Panel {
  public:
   static constexpr long kEvalTokens = kQualitySweepTokens;  // eval tokens scored per variant
@@ -36,6 +38,18 @@ class QualityPanel final : public Panel {
   const std::string& sweep_model() const { return started_for_; }
 
  private:
+  // Takes the finished sweep (or its error) from the job; while it runs, its latest preview.
+  void take_job_result();
+  // Drops the figures of an earlier model and starts the sweep once per model (not over CSVs).
+  void start_for_model(const RunInfo* info, bool can_run);
+  // The job's line: a progress bar with Cancel, "sweep cancelled", or why nothing can run.
+  void draw_job_status(const RunInfo* info, bool can_run);
+  // The one-line setup of a compact panel, the full setup in its tooltip.
+  void draw_compact_setup() const;
+  // Recompute for a cached or shipped sweep; true when pressed (the sweep is dropped).
+  bool draw_recompute_button(bool can_run);
+  // The CSV path box and Load CSV (merged into the points shown).
+  void draw_csv_loader();
   void draw_plots(AppState& state);
   // The sweep's setup: model, tokens, windows, text and block; loaded CSVs; the memory axis; the
   // disk cache. Wrapped at the panel's edge when `wrap` (not in a tooltip).
