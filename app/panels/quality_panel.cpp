@@ -360,6 +360,7 @@ void QualityPanel::draw_plots(AppState& state) {
   c.x = {"KV bytes per token of context (all layers, K+V)", AxisUnits::kBytes, true, xlo / 1.25,
          xhi * 1.7};
   c.y = {"KL (nats; < 1e-9 not drawn)", AxisUnits::kNumber, true, klo / 2.0, khi * 8.0};
+  c.y_short_label = "KL (nats)";
   c.size = size;
   c.legend = true;
   c.line_scale = state.presenter ? 1.6f : 1.0f;
@@ -370,6 +371,7 @@ void QualityPanel::draw_plots(AppState& state) {
   c.title = one ? "" : "perplexity vs fp32 (ratio)";
   c.y = {"perplexity / fp32 perplexity", AxisUnits::kNumber, true, rlo / 1.02,
          std::max(rhi * 1.6, 1.1)};
+  c.y_short_label = "ppl / fp32";
   refs.push_back({1.0, "1 = exact", pal.text_dim, false, true});
   plot(c, ppl, refs);
 }

@@ -207,9 +207,12 @@ void draw_frame(const PlotConfig& cfg, std::span<const PlotSeries> series, const
                 cfg.x.label.c_str());
   }
   if (!cfg.y.label.empty()) {
-    // Shortened with "..." to the plot's height (a short plot, presenter fonts).
+    // A short plot (presenter fonts, a 720p window) shows the short title; shortened with "..."
+    // to the plot's height when even that does not fit.
     std::string label = cfg.y.label;
     const float room = f.bottom - f.top + f.fh;
+    if (ImGui::CalcTextSize(label.c_str()).x > room && !cfg.y_short_label.empty())
+      label = cfg.y_short_label;
     if (ImGui::CalcTextSize(label.c_str()).x > room) {
       probe_record(ProbeKind::kTextCut, std::string(cfg.id) + ": y axis title \"" + label + "\"",
                    ImVec2(f.left, f.top), ImVec2(f.right, f.bottom));

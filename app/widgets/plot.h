@@ -48,6 +48,7 @@ struct PlotConfig {
   const char* id = "plot";
   std::string title;
   PlotAxis x, y;
+  std::string y_short_label;   // shown instead of y.label where that does not fit the plot
   ImVec2 size{-1.0f, 220.0f};  // <= 0: fill the available width/height
   double cursor_x = NAN;       // vertical marker (e.g. the selected step), NaN for none
   bool legend = true;
