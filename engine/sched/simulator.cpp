@@ -214,7 +214,8 @@ void Simulator::arrive() {
     }
     r.phase = RequestPhase::kWaiting;
     waiting_.push_back(r.id);
-    if (tiers_) tiers_->prefetch(r.id, r.tokens, prefix_->probe(r.tokens).hit_blocks);
+    if (tiers_ && tiers_->prefetches())
+      tiers_->prefetch(r.id, r.tokens, prefix_->probe(r.tokens).hit_blocks);
   }
 }
 

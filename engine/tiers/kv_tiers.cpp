@@ -24,10 +24,6 @@ KvTiers::KvTiers(KvTiersOptions options, KvStorage* storage, std::size_t block_b
 
 KvTiers::~KvTiers() = default;
 
-void KvTiers::emit(const Event& e) const {
-  if (sink_ != nullptr) sink_->emit(e);
-}
-
 KvTierIo KvTiers::io(int tier) const {
   const std::lock_guard<std::mutex> lock(mutex_);
   return store_.io(tier);
@@ -112,7 +108,7 @@ KvTiers::Reload KvTiers::read_run(std::int32_t request, std::span<const TokenId>
       tier = store_.load(key, out);
       took = store_.io(where).read_seconds - before;
       run.exposed_seconds += took;
-      if (!tier) emit(to_event(ev::TierMoved{where, -1, key}, *step_));  // failed its check
+      if (!tier) emit(ev::TierMoved{where, -1, key});  // failed its check
     }
     run.load_seconds += took;
     if (!tier) break;  // failed its check: recomputed from here on
@@ -135,9 +131,7 @@ void KvTiers::place(std::int32_t request, const Reload& run, std::span<const Blo
     if (!run.bytes.empty())
       storage_->write_block(b, run.bytes.data() + static_cast<std::size_t>(i) * bytes);
     const int tier = run.from_tier[static_cast<std::size_t>(i)];
-    emit(to_event(
-        ev::TierReloaded{request, b.value, first_logical + i, tier, store_.options(tier).medium},
-        *step_));
+    emit(ev::TierReloaded{request, b.value, first_logical + i, tier, store_.options(tier).medium});
   }
   hit_tokens_ += static_cast<std::int64_t>(run.blocks()) * options_.block_size;
 }
@@ -160,8 +154,8 @@ void KvTiers::on_evicted(BlockId b, std::uint64_t key) {
     moves = store_.demote(key, block_.empty() ? nullptr : block_.data());
     written.tier = store_.locate(key) ? 0 : -1;  // a refused write loses the block
   }
-  emit(to_event(written, *step_));
-  for (const TierMove& m : moves) emit(to_event(ev::TierMoved{m.from, m.to, m.key}, *step_));
+  emit(written);
+  for (const TierMove& m : moves) emit(ev::TierMoved{m.from, m.to, m.key});
 }
 
 void KvTiers::on_cached(std::span<const TokenId> tokens, int first, int end,
@@ -188,7 +182,7 @@ void KvTiers::record_held() {
     held.blocks_held = store_.chain().held(k);
     held.capacity_blocks = store_.options(k).capacity_blocks;
     held.medium = store_.options(k).medium;
-    emit(to_event(held, *step_));
+    emit(held);
   }
 }
 

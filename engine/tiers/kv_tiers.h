@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/kv/block_pool.h"
-#include "engine/kv/events.h"
+#include "engine/kv/event_payloads.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/prefix/block_hash.h"
 #include "engine/tiers/kv_tier_store.h"
@@ -75,6 +75,7 @@ class KvTiers {
   void on_cached(std::span<const TokenId> tokens, int first, int end,
                  std::span<const BlockId> blocks);
   bool writes_through() const { return options_.write_through; }
+  bool prefetches() const { return prefetcher_ != nullptr; }
   // At step end: one TierHeld per tier.
   void record_held();
 
@@ -98,7 +99,10 @@ class KvTiers {
   void check_invariants() const;
 
  private:
-  void emit(const Event& e) const;
+  template <class Payload>
+  void emit(const Payload& p) const {
+    if (sink_ != nullptr) sink_->emit(to_event(p, *step_));
+  }
   std::shared_ptr<TierPrefetcher::Job> take_prefetch(std::int32_t request);
   // Call with mutex_ held.
   int run_locked(std::span<const TokenId> tokens, int from_block,

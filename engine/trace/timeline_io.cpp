@@ -372,13 +372,14 @@ void check_event(Reader& r, const Event& e, std::size_t at, std::int32_t num_blo
   if ((e.type == EventType::kTierHeld || e.type == EventType::kTierMoved) &&
       (e.logical < 0 || e.logical >= 64))
     r.fail(at + 13, "a tier index in [0, 64)", std::to_string(e.logical));
-  const std::int64_t tier = e.type == EventType::kTierReloaded ? event_as<ev::TierReloaded>(e).tier
-                            : e.type == EventType::kTierMoved  ? event_as<ev::TierMoved>(e).to_tier
-                                                               : 0;
-  if (e.type == EventType::kTierReloaded && (tier < 0 || tier >= 64))
-    r.fail(at + 17, "a tier index in [0, 64)", std::to_string(tier));
-  if (e.type == EventType::kTierMoved && (tier < -1 || tier >= 64))
-    r.fail(at + 17, "a tier index in [-1, 64)", std::to_string(tier));
+  if (e.type == EventType::kTierReloaded) {
+    const std::int64_t tier = event_as<ev::TierReloaded>(e).tier;
+    if (tier < 0 || tier >= 64) r.fail(at + 17, "a tier index in [0, 64)", std::to_string(tier));
+  }
+  if (e.type == EventType::kTierMoved) {
+    const std::int64_t to = event_as<ev::TierMoved>(e).to_tier;
+    if (to < -1 || to >= 64) r.fail(at + 17, "a tier index in [-1, 64)", std::to_string(to));
+  }
   if (table_event && (e.logical < -1 || e.logical >= num_blocks)) {
     r.fail(at + 13, "a block-table index in [-1, " + std::to_string(num_blocks) + ")",
            std::to_string(e.logical));
