@@ -1,14 +1,12 @@
-// Simulator: construction, the step loop, execution through the model, retirement and metrics.
+// Simulator: validation, wiring the parts, the step loop and the step's metrics.
 #include "engine/sched/simulator.h"
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <string>
 
 #include "engine/analysis/pool_metrics.h"
 #include "engine/common/error.h"
-#include "engine/evict/eviction_hook.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/tokenizer_text.h"
 
@@ -71,26 +69,19 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
     : config_(std::move(config)), model_(std::move(model)) {
   const ModelConfig& m = model_.config;
   validate(config_, requests, m);
-  context_ = m.seq_len;
-  reservation_ = config_.max_seq_len > 0 ? config_.max_seq_len : context_;
+  const int reservation = config_.max_seq_len > 0 ? config_.max_seq_len : m.seq_len;
   const bool compute = model_.weights != nullptr;
   const KvLayout layout = layout_for(config_, m);
-  cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator, reservation_, compute);
+  cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator, reservation, compute);
   if (config_.allocator == AllocatorKind::kContiguous &&
-      cache_->blocks_for(reservation_) > config_.num_blocks) {
-    throw Error("cache", "the contiguous allocator reserves " + std::to_string(reservation_) +
-                             " tokens (" + std::to_string(cache_->blocks_for(reservation_)) +
+      cache_->blocks_for(reservation) > config_.num_blocks) {
+    throw Error("cache", "the contiguous allocator reserves " + std::to_string(reservation) +
+                             " tokens (" + std::to_string(cache_->blocks_for(reservation)) +
                              " blocks) per request but the pool has " +
                              std::to_string(config_.num_blocks) +
                              " blocks; lower cache.max_seq_len or add blocks");
   }
   host_ = std::make_unique<HostKvTier>(layout, config_.host_blocks, compute);
-  if (compute) {
-    backend_ = config_.make_backend ? config_.make_backend() : make_cpu_backend(config_.threads);
-    if (backend_ == nullptr)
-      throw InternalError("simulator", "SimConfig::make_backend gave no backend");
-    transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
-  }
   TimelineHeader h;
   h.num_blocks = config_.num_blocks;
   h.block_size = config_.block_size;
@@ -105,42 +96,53 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   if (config_.tokenizer && model_.weights)
     h.text = std::make_shared<TokenizerText>(config_.tokenizer, sequence_prompts(requests));
   timeline_ = std::make_shared<Timeline>(std::move(h));
+  int num_runs = 0;
+  for (const SimRequest& r : requests) num_runs += r.n_samples;
+  executor_ =
+      std::make_unique<StepExecutor>(config_, model_, *cache_, timeline_.get(), &step_, num_runs);
   cache_->set_event_sink(timeline_.get(), &step_);
   make_prefix_cache();
-  check_token_eviction();
-
-  // Parallel samples become consecutive ids; with prefix caching all but the first fork off it.
-  for (SimRequest& spec : requests) {
-    const auto lead = static_cast<std::int32_t>(requests_.size());
-    for (int k = 0; k < spec.n_samples; ++k) {
-      RequestRun r;
-      r.id = static_cast<std::int32_t>(requests_.size());
-      r.spec = spec;
-      r.tokens = r.spec.prompt_tokens;
-      if (k > 0 && prefix_) {
-        r.fork_of = lead;
-        requests_[static_cast<std::size_t>(lead)].fork_children.push_back(r.id);
-      } else {
-        arrival_order_.push_back(r.id);
-      }
-      requests_.push_back(std::move(r));
-    }
-  }
-  if (evicts_tokens()) evictors_.resize(requests_.size());
-  std::stable_sort(arrival_order_.begin(), arrival_order_.end(),
-                   [&](std::int32_t a, std::int32_t b) {
-                     return requests_[static_cast<std::size_t>(a)].spec.arrival_step <
-                            requests_[static_cast<std::size_t>(b)].spec.arrival_step;
-                   });
+  executor_->check_token_eviction(prefix_.get());
+  Scheduler::Parts parts;
+  parts.cache = cache_.get();
+  parts.prefix = prefix_.get();
+  parts.tiers = tiers_.get();
+  parts.swap = host_.get();
+  parts.events = timeline_.get();
+  parts.step = &step_;
+  scheduler_ = std::make_unique<Scheduler>(config_, m.seq_len, parts, std::move(requests));
+  scheduler_->set_listener(executor_.get());
 }
 
 Simulator::~Simulator() {
   if (cache_) cache_->set_event_sink(nullptr, nullptr);
 }
 
-bool Simulator::done() const {
-  return next_arrival_ == arrival_order_.size() && waiting_.empty() && running_.empty() &&
-         swapped_.empty();
+void Simulator::make_prefix_cache() {
+  if (!config_.prefix_caching) return;  // the paged allocator it needs: checked in validate()
+  if (cache_->layout().staging_bytes_per_sequence() > 0) {
+    throw Error("cache.prefix_caching",
+                "is not supported with KV format " + timeline_->header().kv_format +
+                    " (its open group stays in per-sequence full-precision staging); use another "
+                    "kv_dtype or turn prefix caching off");
+  }
+  PrefixCacheConfig pc;
+  pc.block_size = config_.block_size;
+  pc.index = config_.prefix_index;
+  pc.policy = config_.cached_block_eviction;
+  prefix_ = std::make_unique<PrefixCache>(cache_->pool(), pc, timeline_.get());
+  cache_->set_block_source(prefix_.get());
+  if (config_.tiers.empty()) return;
+  KvTiersOptions to;
+  to.tiers = config_.tiers;
+  to.block_size = config_.block_size;
+  to.prefetch = config_.tier_prefetch;
+  to.write_through = config_.tier_write_through;
+  KvStorage* bytes = model_.weights != nullptr ? cache_->storage() : nullptr;
+  tiers_ = std::make_unique<KvTiers>(std::move(to), bytes, cache_->layout().block_bytes(),
+                                     timeline_.get(), &step_);
+  prefix_->set_evict_observer(
+      [this](BlockId b, std::uint64_t chain_key) { tiers_->on_evicted(b, chain_key); });
 }
 
 int Simulator::run(int max_steps) {
@@ -151,218 +153,75 @@ int Simulator::run(int max_steps) {
 
 bool Simulator::step() {
   if (done()) return false;
-  Work w;
-  w.budget = config_.max_tokens_per_step > 0 ? config_.max_tokens_per_step
-                                             : std::numeric_limits<int>::max();
   if (prefix_) prefix_->set_step(step_);
-  arrive();
-  schedule(w);
-  execute(w);
-  close_step(w);
+  scheduler_->arrive();
+  StepPlan plan = scheduler_->schedule();
+  execute(plan);
+  close_step(plan);
   ++step_;
   return true;
 }
 
-std::optional<RejectReason> Simulator::check_fits(RequestRun& r, int* blocks_needed) const {
-  const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
-  const int kv_tokens = prompt + r.spec.max_new_tokens - 1;  // the last sampled token is never fed
-  const bool contiguous = config_.allocator == AllocatorKind::kContiguous;
-  *blocks_needed = contiguous        ? cache_->blocks_for(reservation_)
-                   : evicts_tokens() ? blocks_bound_evicting(kv_tokens)
-                                     : cache_->blocks_for(kv_tokens);
-  // With token eviction a sequence may run past the model's trained context (the cache holds at
-  // most the budget; positions beyond seq_len are out of distribution, see eviction.md).
-  constexpr int kEvictingTokenCap = 1'000'000;
-  const int limit = contiguous ? reservation_ : evicts_tokens() ? kEvictingTokenCap : context_;
-  if (kv_tokens > limit) {
-    r.reject_reason = "prompt " + std::to_string(prompt) + " + max_new_tokens " +
-                      std::to_string(r.spec.max_new_tokens) + " needs " +
-                      std::to_string(kv_tokens) + " KV slots, more than the " +
-                      (contiguous        ? "per-request reservation of "
-                       : evicts_tokens() ? "evicting-sequence cap of "
-                                         : "model context of ") +
-                      std::to_string(limit) + " tokens";
-    return RejectReason::kLargerThanContext;
-  }
-  if (*blocks_needed > config_.num_blocks) {
-    r.reject_reason = "needs " + std::to_string(*blocks_needed) + " blocks (" +
-                      std::to_string(kv_tokens) + " tokens at block size " +
-                      std::to_string(config_.block_size) +
-                      (evicts_tokens() ? ", with token eviction at budget " +
-                                             std::to_string(config_.token_eviction.policy.budget)
-                                       : std::string()) +
-                      ") but the whole pool has " + std::to_string(config_.num_blocks);
-    return RejectReason::kLargerThanPool;
-  }
-  return std::nullopt;
-}
-
-void Simulator::arrive() {
-  while (next_arrival_ < arrival_order_.size()) {
-    RequestRun& r = requests_[static_cast<std::size_t>(arrival_order_[next_arrival_])];
-    if (r.spec.arrival_step > step_) break;
-    ++next_arrival_;
-    r.arrived = true;
-    emit(ev::RequestArrived{r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
-                            r.spec.max_new_tokens});
-    int blocks = 0;
-    if (auto reason = check_fits(r, &blocks)) {
-      r.phase = RequestPhase::kRejected;
-      ++num_rejected_;
-      emit(ev::RequestRejected{r.id, *reason, blocks});
-      continue;
-    }
-    r.phase = RequestPhase::kWaiting;
-    waiting_.push_back(r.id);
-    if (tiers_ && tiers_->prefetches())
-      tiers_->prefetch(r.id, r.tokens, prefix_->probe(r.tokens).hit_blocks);
-  }
-}
-
-std::vector<Simulator::NextToken> Simulator::forward_plan(const Work& w) {
-  std::vector<StepToken> step;
-  for (const Work::Entry& entry : w.plan) {
-    const RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
-    KvSeqView view = cache_->view(SeqId(r.id));
-    view.mla = config_.mla.get();
-    // Token pos writes slot pos and attends to everything up to it.
-    add_chunk(step, view, r.num_computed,
-              std::span<const int>(r.tokens).subspan(static_cast<std::size_t>(r.num_computed),
-                                                     static_cast<std::size_t>(entry.tokens)),
-              r.num_computed);
-    // Logits only where they are used: the last token of a sequence's known tokens (a prefill
-    // chunk that does not finish the prompt samples nothing).
-    if (entry.tokens > 0)
-      step.back().want_logits = r.num_computed + entry.tokens == static_cast<int>(r.tokens.size());
-  }
-  const bool greedy = config_.sampler.temperature == 0.0f && !logits_observer_;
-  std::span<const float> all;
-  std::span<const int> tokens;
-  if (greedy) {
-    tokens = transformer_->greedy_step(step);
-  } else {
-    all = transformer_->forward_step(step);
-  }
-  std::vector<NextToken> next;
-  const auto vocab = static_cast<std::size_t>(transformer_->config().vocab_size);
-  std::size_t row = 0;
-  for (const Work::Entry& entry : w.plan) {
-    const RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
-    const bool wanted =
-        entry.tokens > 0 && r.num_computed + entry.tokens == static_cast<int>(r.tokens.size());
-    NextToken n;
-    if (wanted && greedy) n.greedy = tokens[row++];
-    if (wanted && !greedy) n.logits = all.subspan(row++ * vocab, vocab);
-    next.push_back(n);
-  }
-  return next;
-}
-
-void Simulator::execute(Work& w) {
+void Simulator::execute(StepPlan& plan) {
   // One batched forward for the whole step (token eviction runs per sequence: its evictor acts
-  // between tokens). The bookkeeping below runs after it, entry by entry, as before.
-  std::vector<NextToken> step_next;
+  // between tokens). The bookkeeping below runs after it, entry by entry.
+  std::vector<StepExecutor::NextToken> batched;
   double forward_seconds = 0.0;
-  if (transformer_ && !evicts_tokens()) {
+  if (executor_->computes() && !evicts_tokens()) {
     const auto start = std::chrono::steady_clock::now();
-    step_next = forward_plan(w);
+    batched = executor_->forward(plan, scheduler_->requests());
     forward_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  for (std::size_t e = 0; e < w.plan.size(); ++e) {
-    const Work::Entry& entry = w.plan[e];
-    RequestRun& r = requests_[static_cast<std::size_t>(entry.id)];
-    const int first = r.num_computed;
-    const int n = entry.tokens;
-    const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
-    NextToken next;
+  for (std::size_t e = 0; e < plan.entries.size(); ++e) {
+    const StepPlan::Entry& entry = plan.entries[e];
+    RequestRun& r = scheduler_->request(entry.id);
+    StepExecutor::NextToken next;
     if (evicts_tokens()) {
-      next.logits = forward_evicting(r, first, n);
-    } else if (transformer_) {
-      next = step_next[e];
+      next = executor_->forward_evicting(r, r.num_computed, entry.tokens);
+    } else if (executor_->computes()) {
+      next = batched[e];
     }
-    // A decode step feeds just the newest sampled token; anything else is (re)prefill.
-    const bool decode = n == 1 && first >= prompt &&
-                        first + 1 == static_cast<int>(r.tokens.size()) && first >= r.high_water;
-    tokens_recomputed_ += std::max(0, std::min(first + n, r.high_water) - first);
-    r.num_computed += n;
-    r.high_water = std::max(r.high_water, r.num_computed);
-    if (decode) {
-      w.decode_tokens += 1;
-    } else {
-      w.prefill_tokens += n;
-      prefill_total_ += n;
-      emit(ev::PrefillChunk{r.id, first, n});
+    const bool samples = scheduler_->record_computed(plan, entry);
+    if (samples) {
+      for (std::int32_t child : scheduler_->forks_due(r)) {
+        scheduler_->fork(r, child);
+        sample(scheduler_->request(child), next);
+      }
+      sample(r, next);
     }
-    cache_full_blocks(r);
-    if (r.num_computed < static_cast<int>(r.tokens.size())) {  // prefill not done yet
-      if (evicts_tokens()) sync_table_event(r);
-      continue;
-    }
-    if (!r.forked && !r.fork_children.empty() && r.generated == 0) fork_samples(r, next);
-    sample(r, next);
-    if (evicts_tokens()) sync_table_event(r);
+    executor_->sync_table_event(r);
   }
-  if (forward_seconds > 0.0 && w.decode_tokens == 0) {
+  if (forward_seconds > 0.0 && plan.decode_tokens == 0) {
     prefill_only_seconds_ += forward_seconds;
-    prefill_only_tokens_ += w.prefill_tokens;
+    prefill_only_tokens_ += plan.prefill_tokens;
   }
 }
 
-void Simulator::sample(RequestRun& r, NextToken from) {
-  int next = 0;
-  if (transformer_ && from.greedy >= 0) {
-    next = from.greedy;
-  } else if (transformer_) {
-    const std::span<const float> logits = from.logits;
-    if (logits_observer_) logits_observer_(r.id, r.generated, logits);
-    // One sampler per (request, token index): seeded choices do not depend on batching or
-    // preemption, so a request samples the same tokens alone or in any batch. Forked samples
-    // share the logits, so each samples from its own copy.
-    std::vector<float> scratch(logits.begin(), logits.end());
-    Sampler sampler(SamplerConfig{config_.sampler.temperature, config_.sampler.top_p,
-                                  config_.sampler.seed + static_cast<std::uint64_t>(r.id) * 7919u +
-                                      static_cast<std::uint64_t>(r.generated)});
-    next = sampler.sample(scratch);
-  }
-  r.tokens.push_back(next);
-  ++r.generated;
-  emit(ev::DecodeToken{r.id, r.num_computed - 1, next});
-  const bool stop =
-      transformer_ && std::find(config_.stop_tokens.begin(), config_.stop_tokens.end(), next) !=
-                          config_.stop_tokens.end();
-  if (stop || r.generated >= r.spec.max_new_tokens) finish(r);
+void Simulator::sample(RequestRun& r, StepExecutor::NextToken from) {
+  const int token = executor_->choose(r, from);
+  scheduler_->append_token(r, token, executor_->is_stop(token));
 }
 
-void Simulator::finish(RequestRun& r) {
-  if (evicts_tokens()) evictors_[static_cast<std::size_t>(r.id)].reset();
-  cache_->free_sequence(SeqId(r.id));
-  running_.erase(std::find(running_.begin(), running_.end(), r.id));
-  r.phase = RequestPhase::kFinished;
-  r.finished_step = step_;
-  ++num_finished_;
-  emit(ev::RequestFinished{r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
-                           r.generated});
-}
-
-void Simulator::close_step(const Work& w) {
+void Simulator::close_step(const StepPlan& plan) {
   StepMetrics m;
   fill_pool_metrics(*cache_, m);
   m.step = step_;
-  m.requests_waiting = static_cast<std::int32_t>(waiting_.size());
-  m.requests_running = static_cast<std::int32_t>(running_.size());
-  m.requests_swapped = static_cast<std::int32_t>(swapped_.size());
-  m.requests_finished = num_finished_;
-  m.requests_rejected = num_rejected_;
-  m.preemptions = preemptions_;
-  m.tokens_recomputed = tokens_recomputed_;
-  m.prefill_tokens = w.prefill_tokens;
-  m.decode_tokens = w.decode_tokens;
-  m.prompt_tokens = prompt_tokens_;
-  m.prefix_hit_tokens = prefix_hit_tokens_;
+  scheduler_->fill_metrics(m);
+  m.prefill_tokens = plan.prefill_tokens;
+  m.decode_tokens = plan.decode_tokens;
   if (tiers_) tiers_->record_held();
-  emit(ev::StepEnd{m.requests_running, m.requests_waiting});
+  timeline_->emit(to_event(ev::StepEnd{m.requests_running, m.requests_waiting}, step_));
   timeline_->end_step(m);
+}
+
+void Simulator::check_invariants() const {
+  cache_->check_invariants();
+  if (prefix_) prefix_->check_invariants();
+  if (tiers_) tiers_->check_invariants();
+  scheduler_->check_invariants();
+  for (const RequestRun& r : scheduler_->requests())
+    if (r.arrived) executor_->check_invariants(r);
 }
 
 }  // namespace kvscope

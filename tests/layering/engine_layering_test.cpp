@@ -300,6 +300,30 @@ TEST(EngineLayering, OnlyTheAttachLibraryIncludesZeroMqOrMsgpack) {
       << joined(foreign_includes(KVSCOPE_SOURCE_DIR, {}));
 }
 
+// The Scheduler is bookkeeping only: its own files include nothing that runs a model (the
+// backend, the transformer, the token evictors); the StepExecutor does that.
+TEST(EngineLayering, TheSchedulerIncludesNothingThatRunsAModel) {
+  std::vector<std::string> found;
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(KVSCOPE_SOURCE_DIR) / "engine/sched")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("scheduler", 0) != 0 || !is_source(entry.path())) continue;
+    ++files;
+    std::ifstream in(entry.path());
+    std::string text;
+    int line_no = 0;
+    while (std::getline(in, text)) {
+      ++line_no;
+      const std::string inc = included_path(text);
+      for (const char* runs : {"engine/backend/", "engine/infer/", "engine/evict/"})
+        if (inc.rfind(runs, 0) == 0)
+          found.push_back(name + ":" + std::to_string(line_no) + " " + inc);
+    }
+  }
+  EXPECT_GE(files, 3);  // scheduler.h, scheduler.cpp, scheduler_prefix.cpp
+  EXPECT_TRUE(found.empty()) << joined(found);
+}
+
 // The checker itself, on hand-made inputs: it must fail when there is something to fail on.
 
 FolderGraph graph_of(const std::vector<std::pair<std::string, std::string>>& edges) {

@@ -1,8 +1,8 @@
-// Simulator token eviction: one TokenEvictor (inside an EvictingCacheHook, with its attention
+// StepExecutor token eviction: one TokenEvictor (inside an EvictingCacheHook, with its attention
 // recorder) per running sequence. Evicting requests run their tokens one at a time, exactly as
 // `kvscope generate --evict` does: append a slot, forward through the evictor's view, trim to the
 // budget. So the scheduler reserves blocks for a planned chunk instead of appending them, and the
-// appends happen in execute (never more than reserved: eviction only gives blocks back).
+// appends happen here (never more than reserved: eviction only gives blocks back).
 //
 // Preemption by recompute drops the evictor with the blocks; on readmission the request's tokens
 // are replayed from scratch through a fresh evictor with the same policy, which reproduces the
@@ -13,11 +13,11 @@
 
 #include "engine/common/error.h"
 #include "engine/evict/eviction_hook.h"
-#include "engine/sched/simulator.h"
+#include "engine/sched/step_executor.h"
 
 namespace kvscope {
 
-void Simulator::check_token_eviction() {
+void StepExecutor::check_token_eviction(PrefixCache* prefix) const {
   if (!evicts_tokens()) return;
   const std::string where = "cache.token_eviction";
   if (!model_.weights) {
@@ -32,8 +32,9 @@ void Simulator::check_token_eviction() {
   }
   // The evictor's own checks (budget, sinks, allocator, prefix caching, KV format), on a probe
   // sequence in a throwaway cache of the same kind (no storage, no events).
-  KvCacheManager probe(cache_->layout(), config_.allocator, reservation_, false);
-  if (prefix_) probe.set_block_source(prefix_.get());
+  const int reservation = config_.max_seq_len > 0 ? config_.max_seq_len : model_.config.seq_len;
+  KvCacheManager probe(cache_.layout(), config_.allocator, reservation, false);
+  if (prefix != nullptr) probe.set_block_source(prefix);
   if (!probe.add_sequence(SeqId(0))) {
     throw Error(where, "internal: the probe sequence found no room");
   }
@@ -41,65 +42,42 @@ void Simulator::check_token_eviction() {
   (void)check;
 }
 
-const TokenEvictor* Simulator::token_evictor(int id) const {
+const TokenEvictor* StepExecutor::token_evictor(int id) const {
   if (id < 0 || static_cast<std::size_t>(id) >= evictors_.size()) return nullptr;
   const auto& hook = evictors_[static_cast<std::size_t>(id)];
   return hook ? &hook->evictor() : nullptr;
 }
 
-int Simulator::blocks_bound_evicting(int kv_tokens) const {
-  // Every block holds a live token (fully evicted blocks go back at once) and at most `budget`
-  // tokens are live, so a sequence never holds more than `budget` blocks; with compaction always
-  // the live tokens are packed, so blocks_for(budget).
-  // The sliding windows evict the oldest tokens, so their live tokens are one run (window) or
-  // the sinks plus one run (sinks + window), each touching at most one partial block more.
-  const EvictorOptions& o = config_.token_eviction;
-  const int budget = o.policy.budget;
-  int bound = o.compaction == CompactionPolicy::kAlways ? cache_->blocks_for(budget) : budget;
-  if (o.policy.kind == EvictionKind::kWindow)
-    bound = std::min(bound, cache_->blocks_for(budget) + 1);
-  if (o.policy.kind == EvictionKind::kSinksWindow) {
-    bound = std::min(bound, cache_->blocks_for(o.policy.sinks) +
-                                cache_->blocks_for(budget - o.policy.sinks) + 1);
-  }
-  return std::min(cache_->blocks_for(kv_tokens), bound);
-}
-
-void Simulator::start_evictor(RequestRun& r) {
+void StepExecutor::on_sequence_started(const RequestRun& r) {
   if (!evicts_tokens()) return;
   const int max_tokens = static_cast<int>(r.spec.prompt_tokens.size()) + r.spec.max_new_tokens;
   auto hook =
       std::make_unique<EvictingCacheHook>(config_.token_eviction, model_.config, max_tokens);
-  hook->begin(*cache_, SeqId(r.id), *backend_);
+  hook->begin(cache_, SeqId(r.id), *backend_);
   evictors_[static_cast<std::size_t>(r.id)] = std::move(hook);
 }
 
-bool Simulator::reserve_for_evicting(Work& w, RequestRun& r, int n) {
-  const int need = cache_->blocks_needed(SeqId(r.id), n);  // no eviction: an upper bound
-  if (need > allocatable(w)) return false;
-  w.plan.push_back({r.id, n, need});
-  w.budget -= n;
-  w.reserved_blocks += need;
-  return true;
+void StepExecutor::on_sequence_dropped(std::int32_t id) {
+  if (evicts_tokens()) evictors_[static_cast<std::size_t>(id)].reset();
 }
 
-std::span<float> Simulator::forward_evicting(RequestRun& r, int first, int n) {
+StepExecutor::NextToken StepExecutor::forward_evicting(const RequestRun& r, int first, int n) {
   EvictingCacheHook& hook = *evictors_[static_cast<std::size_t>(r.id)];
   const TokenEvictor& evictor = hook.evictor();
   const SeqId seq(r.id);
   const int keep = config_.token_eviction.policy.budget - 1;  // after_token's live target
-  std::span<float> logits;
+  NextToken next;
   std::vector<std::int32_t> live_before;  // token indices live before a trim
   for (int pos = first; pos < first + n; ++pos) {
-    if (!cache_->append_slots(seq, 1)) {
+    if (!cache_.append_slots(seq, 1)) {
       throw Error("simulator", "internal: request " + std::to_string(r.id) +
                                    " found no block for token " + std::to_string(pos) +
                                    " (reserved at scheduling)");
     }
     const KvSeqView view = hook.view();  // first: registers the new slot
     const int rope_pos = hook.position();
-    logits = transformer_->forward(r.tokens[static_cast<std::size_t>(pos)], rope_pos, view,
-                                   hook.observer());
+    next.logits = transformer_->forward(r.tokens[static_cast<std::size_t>(pos)], rope_pos, view,
+                                        hook.observer());
     live_before.clear();
     if (evictor.num_live() > keep) {
       for (std::size_t s = 0; s < evictor.slot_live().size(); ++s)
@@ -109,10 +87,11 @@ std::span<float> Simulator::forward_evicting(RequestRun& r, int first, int n) {
     hook.after_token();  // the logits stay as they are: eviction touches only the cache
     if (evictor.counters().tokens_evicted != evicted) record_evicted(r, live_before);
   }
-  return logits;
+  return next;
 }
 
-void Simulator::record_evicted(const RequestRun& r, const std::vector<std::int32_t>& live_before) {
+void StepExecutor::record_evicted(const RequestRun& r,
+                                  const std::vector<std::int32_t>& live_before) {
   const TokenEvictor& evictor = *token_evictor(r.id);
   std::vector<std::int32_t> live_after;
   for (std::size_t s = 0; s < evictor.slot_live().size(); ++s)
@@ -124,17 +103,16 @@ void Simulator::record_evicted(const RequestRun& r, const std::vector<std::int32
   }
 }
 
-void Simulator::sync_table_event(const RequestRun& r) {
-  // PrefillChunk and DecodeToken tell the replay the request's token count; with eviction the
-  // table holds fewer slots, so state it (replay takes token counts from BlockTableUpdated).
+void StepExecutor::sync_table_event(const RequestRun& r) {
+  if (!evicts_tokens()) return;
   const SeqId seq(r.id);
-  if (!cache_->has_sequence(seq)) return;
-  const BlockTable& t = cache_->table(seq);
+  if (!cache_.has_sequence(seq)) return;
+  const BlockTable& t = cache_.table(seq);
   if (t.num_tokens == r.num_computed) return;
   emit(ev::BlockTableUpdated{r.id, static_cast<std::int64_t>(t.blocks.size()), t.num_tokens});
 }
 
-void Simulator::check_evictor_invariants(const RequestRun& r) const {
+void StepExecutor::check_invariants(const RequestRun& r) const {
   const std::string who = "request " + std::to_string(r.id);
   const TokenEvictor* evictor = token_evictor(r.id);
   if (!evictors_.empty() && (r.phase == RequestPhase::kRunning) != (evictor != nullptr)) {
@@ -142,7 +120,7 @@ void Simulator::check_evictor_invariants(const RequestRun& r) const {
                                                               : " runs without evictor"));
   }
   if (evictor == nullptr) return;
-  const int slots = cache_->table(SeqId(r.id)).num_tokens;
+  const int slots = cache_.table(SeqId(r.id)).num_tokens;
   if (static_cast<int>(evictor->slot_live().size()) != slots) {
     throw InternalError("simulator invariant",
                         who + " evictor tracks " + std::to_string(evictor->slot_live().size()) +

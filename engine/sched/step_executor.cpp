@@ -1,0 +1,86 @@
+// StepExecutor: the batched forward of a step's plan and sampling.
+#include "engine/sched/step_executor.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/common/error.h"
+#include "engine/evict/eviction_hook.h"
+
+namespace kvscope {
+
+StepExecutor::StepExecutor(const SimConfig& config, const SimModel& model, KvCacheManager& cache,
+                           EventSink* events, const int* step, int num_requests)
+    : config_(config), model_(model), cache_(cache), events_(events), step_(step) {
+  if (model_.weights != nullptr) {
+    backend_ = config_.make_backend ? config_.make_backend() : make_cpu_backend(config_.threads);
+    if (backend_ == nullptr)
+      throw InternalError("simulator", "SimConfig::make_backend gave no backend");
+    transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
+  }
+  if (evicts_tokens()) evictors_.resize(static_cast<std::size_t>(num_requests));
+}
+
+StepExecutor::~StepExecutor() = default;
+
+std::vector<StepExecutor::NextToken> StepExecutor::forward(
+    const StepPlan& plan, const std::vector<RequestRun>& requests) {
+  std::vector<StepToken> step;
+  for (const StepPlan::Entry& entry : plan.entries) {
+    const RequestRun& r = requests[static_cast<std::size_t>(entry.id)];
+    KvSeqView view = cache_.view(SeqId(r.id));
+    view.mla = config_.mla.get();
+    // Token pos writes slot pos and attends to everything up to it.
+    add_chunk(step, view, r.num_computed,
+              std::span<const int>(r.tokens).subspan(static_cast<std::size_t>(r.num_computed),
+                                                     static_cast<std::size_t>(entry.tokens)),
+              r.num_computed);
+    // Logits only where they are used: the last token of a sequence's known tokens (a prefill
+    // chunk that does not finish the prompt samples nothing).
+    if (entry.tokens > 0)
+      step.back().want_logits = r.num_computed + entry.tokens == static_cast<int>(r.tokens.size());
+  }
+  const bool greedy = config_.sampler.temperature == 0.0f && !logits_observer_;
+  std::span<const float> all;
+  std::span<const int> tokens;
+  if (greedy) {
+    tokens = transformer_->greedy_step(step);
+  } else {
+    all = transformer_->forward_step(step);
+  }
+  std::vector<NextToken> next;
+  const auto vocab = static_cast<std::size_t>(transformer_->config().vocab_size);
+  std::size_t row = 0;
+  for (const StepPlan::Entry& entry : plan.entries) {
+    const RequestRun& r = requests[static_cast<std::size_t>(entry.id)];
+    const bool wanted =
+        entry.tokens > 0 && r.num_computed + entry.tokens == static_cast<int>(r.tokens.size());
+    NextToken n;
+    if (wanted && greedy) n.greedy = tokens[row++];
+    if (wanted && !greedy) n.logits = all.subspan(row++ * vocab, vocab);
+    next.push_back(n);
+  }
+  return next;
+}
+
+int StepExecutor::choose(const RequestRun& r, NextToken from) {
+  if (!transformer_) return 0;
+  if (from.greedy >= 0) return from.greedy;
+  const std::span<const float> logits = from.logits;
+  if (logits_observer_) logits_observer_(r.id, r.generated, logits);
+  // One sampler per (request, token index): seeded choices do not depend on batching or
+  // preemption, so a request samples the same tokens alone or in any batch. Forked samples
+  // share the logits, so each samples from its own copy.
+  std::vector<float> scratch(logits.begin(), logits.end());
+  Sampler sampler(SamplerConfig{config_.sampler.temperature, config_.sampler.top_p,
+                                config_.sampler.seed + static_cast<std::uint64_t>(r.id) * 7919u +
+                                    static_cast<std::uint64_t>(r.generated)});
+  return sampler.sample(scratch);
+}
+
+bool StepExecutor::is_stop(int token) const {
+  return transformer_ && std::find(config_.stop_tokens.begin(), config_.stop_tokens.end(), token) !=
+                             config_.stop_tokens.end();
+}
+
+}  // namespace kvscope
