@@ -56,6 +56,20 @@ if [ ! -x "$llama_bench" ]; then
     { echo "bench_vs_llama.sh: build failed, see $cache/build.log" >&2; exit 1; }
 fi
 
+# ggml's AMX kernels are built where the CPU reports AMX, but a virtual machine may not run them
+# (this project's did not: SIGILL in tinygemm_kernel_amx). Then llama-bench runs with --repack 0,
+# which keeps weights in their file layout and leaves AMX out; the table says so.
+llama_extra=()
+if ! "$llama_bench" -m "$model" -t 1 -p 8 -n 0 -r 1 -o json >/dev/null 2>&1; then
+  if "$llama_bench" -m "$model" -t 1 -p 8 -n 0 -r 1 -o json --repack 0 >/dev/null 2>&1; then
+    llama_extra=(--repack 0)
+    echo "bench_vs_llama.sh: llama-bench fails with its repacked/AMX weights on this machine; running it with --repack 0" >&2
+  else
+    echo "bench_vs_llama.sh: $llama_bench fails on $model even with --repack 0" >&2
+    exit 1
+  fi
+fi
+
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 IFS=, read -r -a thread_list <<<"$threads"
@@ -64,15 +78,16 @@ for t in "${thread_list[@]}"; do
     printf '\rbench_vs_llama.sh: %s threads, round %d/%d   ' "$t" "$r" "$rounds" >&2
     "$kvscope" bench generate --model "$model" --threads "$t" --repeat 1 --steps "$tokens" \
       --prompt-tokens "$tokens" --json >"$runs/kvscope-$t-$r.json"
-    "$llama_bench" -m "$model" -t "$t" -p "$tokens" -n "$tokens" -r 1 -o json \
+    "$llama_bench" -m "$model" -t "$t" -p "$tokens" -n "$tokens" -r 1 -o json "${llama_extra[@]}" \
       >"$runs/llama-$t-$r.json" 2>/dev/null
   done
 done
 echo >&2
 
-python3 - "$runs" "$model" "$tokens" "$json_out" "${thread_list[@]}" <<'PY'
+python3 - "$runs" "$model" "$tokens" "$json_out" "${llama_extra[*]:-}" "${thread_list[@]}" <<'PY'
 import glob, json, os, statistics, sys
-runs, model, tokens, json_out, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+runs, model, tokens, json_out, llama_extra, threads = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
+                                                       sys.argv[4], sys.argv[5], sys.argv[6:])
 rows, first_k, first_l = [], None, None
 for t in threads:
     k = [json.load(open(f)) for f in sorted(glob.glob(f"{runs}/kvscope-{t}-*.json"))]
@@ -93,7 +108,9 @@ for t in threads:
 print(f"{os.path.basename(model)}, {tokens} tokens decoded from an empty context and {tokens} "
       f"prefilled, medians of alternating runs")
 print(f"kvscope: {first_k['weights']}; llama.cpp: llama-bench {first_l[0]['build_commit']} "
-      f"({first_l[0]['cpu_info']}, KV {first_l[0]['type_k']})\n")
+      f"({first_l[0]['cpu_info']}, KV {first_l[0]['type_k']}"
+      f"{', ' + llama_extra + ' (its AMX kernels fail on this machine)' if llama_extra else ''})")
+print("Prefill: logits of the last prompt token only, in both.\n")
 print("| threads | kvscope decode | llama.cpp decode | ratio | kvscope prefill | llama.cpp prefill | ratio |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:

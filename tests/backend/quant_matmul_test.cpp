@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cpu/quant_matmul.h"
@@ -73,8 +74,18 @@ TEST(QuantMatmul, EveryInstructionSetMatchesTheScalarCodeBitForBit) {
     if (!quant_isa_supported(isa)) continue;
     ++checked_isas;
     for (GgmlType type : kTypes) {
-      for (int nb : {1, 2, 3, 5, 7, 18, 48}) {  // odd counts take the AVX-512 masked tail
-        const int rows = 13, m = 7, n = nb * kQuantBlock;
+      // Odd block counts take the AVX-512 masked tail; up to 4 activation rows take the
+      // single-pass path, more the unpacked pairs in L1-sized chunks (several at 37 x 48 blocks).
+      for (const auto& [nb, m] : {std::pair{1, 7},
+                                  {2, 1},
+                                  {3, 7},
+                                  {5, 3},
+                                  {7, 7},
+                                  {18, 4},
+                                  {18, 37},
+                                  {48, 7},
+                                  {48, 37}}) {
+        const int rows = 13, n = nb * kQuantBlock;
         const auto w = random_weights(type, rows, nb, 11u * nb + static_cast<unsigned>(type));
         QuantizedActs a;
         quantize_acts(random_acts(m, n, 5u + nb).data(), m, n, a);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/common/error.h"
 
@@ -251,53 +252,124 @@ KVSCOPE_AVX512 inline __m512i start512(const std::int32_t* lane, __mmask16 keep)
   }
 }
 
-// One weight row against activation rows t0 .. t0 + R - 1. Pair p (blocks 2p, 2p + 1) goes to
-// accumulator p % 2: block b lands in group b % 4, as in the scalar code. An odd last block is a
-// pair with its upper half masked off.
-template <GgmlType T, int R>
-KVSCOPE_AVX512 void row_avx512(const std::byte* row, const QuantizedActs& a, int t0, float* out,
-                               long ldo, long r) {
-  const int nb = a.n / kQuantBlock, bb = block_bytes(T);
-  constexpr bool kMins = T == GgmlType::kQ4_1;
-  __m512 acc[R][2], mins[R][2];
+// A pair of weight blocks as the VNNI loop multiplies them: pair_u8's 64 bytes and the two
+// blocks' scales (and Q4_1's mins) each repeated over their 8 lanes.
+struct alignas(64) PairW {
+  std::uint8_t wq[64];
+  float dw[16];
+  float mw[16];
+};
+
+// A weight row's pairs, unpacked once and then read from L1 by every pass over the activation
+// rows (unpacking them in each pass cost as much as a third of the loop's vector work).
+template <GgmlType T>
+KVSCOPE_AVX512 void unpack_row512(const std::byte* row, int nb, PairW* out) {
+  const int bb = block_bytes(T);
+  for (int b = 0; b < nb; b += 2) {
+    const std::byte* blk0 = row + static_cast<std::ptrdiff_t>(b) * bb;
+    const std::byte* blk1 = b + 1 == nb ? blk0 : blk0 + bb;  // an odd last block: masked later
+    PairW& p = out[b / 2];
+    _mm512_store_si512(p.wq, pair_u8<T>(blk0, blk1));
+    _mm512_store_ps(p.dw, pair_half(blk0, blk1, 0));
+    if constexpr (T == GgmlType::kQ4_1) _mm512_store_ps(p.mw, pair_half(blk0, blk1, 2));
+  }
+}
+
+// What one pass of row_avx512 reads: the weight row (its blocks, or its unpacked pairs) and the
+// activation rows t0 .. t0 + R - 1.
+template <int R>
+struct Pass512 {
+  const std::byte* row;  // kUnpacked false
+  const PairW* pw;       // kUnpacked true
   const std::int8_t* xq[R];
   const float* d8[R];
   const float* lf[R];
   const std::int32_t* ln[R];
+};
+
+// Blocks b and b + 1 (only b when kOdd: the row's last block alone, its pair's upper half masked
+// off) into accumulator P of each activation row. A function rather than a lambda, forced inline,
+// so that the accumulators stay registers: captured by reference they were also stored to the
+// stack after every multiply-add.
+template <GgmlType T, int R, bool kUnpacked, bool kOdd, int P>
+KVSCOPE_AVX512 __attribute__((always_inline)) inline void pair512(const Pass512<R>& c, int b,
+                                                                  __m512 (&acc)[R][2],
+                                                                  __m512 (&mins)[R][2]) {
+  constexpr bool kMins = T == GgmlType::kQ4_1;
+  constexpr __mmask16 keep = kOdd ? 0x00FF : 0xFFFF;
+  constexpr __mmask64 keep_bytes = kOdd ? 0x00000000FFFFFFFFull : ~0ull;
+  __m512i wq;
+  __m512 dw, mw = _mm512_setzero_ps();
+  if constexpr (kUnpacked) {
+    const PairW& p = c.pw[b / 2];
+    wq = _mm512_load_si512(p.wq);
+    dw = _mm512_load_ps(p.dw);
+    if constexpr (kMins) mw = _mm512_load_ps(p.mw);
+  } else {
+    const std::byte* blk0 = c.row + static_cast<std::ptrdiff_t>(b) * block_bytes(T);
+    const std::byte* blk1 = kOdd ? blk0 : blk0 + block_bytes(T);  // read twice, masked off below
+    wq = pair_u8<T>(blk0, blk1);
+    dw = pair_half(blk0, blk1, 0);
+    if constexpr (kMins) mw = pair_half(blk0, blk1, 2);
+  }
+  for (int k = 0; k < R; ++k) {
+    const std::int8_t* x = c.xq[k] + b * kQuantBlock;
+    const float* d8 = c.d8[k] + b * kLanes;
+    const __m512i xv = kOdd ? _mm512_maskz_loadu_epi8(keep_bytes, x) : _mm512_loadu_si512(x);
+    const __m512i l = _mm512_dpbusd_epi32(start512<T>(c.ln[k] + b * kLanes, keep), wq, xv);
+    const __m512 dx = kOdd ? _mm512_maskz_loadu_ps(keep, d8) : _mm512_loadu_ps(d8);
+    const __m512 dd = _mm512_mul_ps(dw, dx);
+    if constexpr (kOdd) {
+      acc[k][P] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P], keep);
+    } else {
+      acc[k][P] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P]);
+    }
+    if constexpr (kMins) {
+      const float* lf = c.lf[k] + b * kLanes;
+      if constexpr (kOdd) {
+        mins[k][P] = _mm512_mask3_fmadd_ps(mw, _mm512_maskz_loadu_ps(keep, lf), mins[k][P], keep);
+      } else {
+        mins[k][P] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(lf), mins[k][P]);
+      }
+    }
+  }
+}
+
+// One weight row against activation rows t0 .. t0 + R - 1. Pair p (blocks 2p, 2p + 1) goes to
+// accumulator p % 2: block b lands in group b % 4, as in the scalar code. An odd last block is a
+// pair with its upper half masked off.
+// kUnpacked: the row's pairs come from unpack_row512 (`pw`), else from the row's blocks (`row`),
+// unpacked here: worth it for a single pass over the row (decode), not for many.
+template <GgmlType T, int R, bool kUnpacked>
+KVSCOPE_AVX512 void row_avx512(const std::byte* row, const PairW* pw, const QuantizedActs& a,
+                               int t0, float* out, long ldo, long r) {
+  const int nb = a.n / kQuantBlock;
+  __m512 acc[R][2], mins[R][2];
+  Pass512<R> c{row, pw, {}, {}, {}, {}};
   for (int k = 0; k < R; ++k) {
     acc[k][0] = acc[k][1] = mins[k][0] = mins[k][1] = _mm512_setzero_ps();
     const std::size_t t = static_cast<std::size_t>(t0 + k);
-    xq[k] = a.q.data() + t * a.n;
-    d8[k] = a.d8.data() + t * nb * kLanes;
-    lf[k] = a.lane_f.data() + t * nb * kLanes;
-    ln[k] = a.lane.data() + t * nb * kLanes;
+    c.xq[k] = a.q.data() + t * a.n;
+    c.d8[k] = a.d8.data() + t * nb * kLanes;
+    c.lf[k] = a.lane_f.data() + t * nb * kLanes;
+    c.ln[k] = a.lane.data() + t * nb * kLanes;
   }
-  // Blocks b and b + 1 into accumulator P, a constant so the accumulators stay in registers (the
-  // lambda carries the target attribute itself, as above).
-  auto pair = [&]<int P>(int b) KVSCOPE_AVX512 {
-    const bool odd = b + 1 == nb;  // the last block alone
-    const __mmask16 keep = odd ? 0x00FF : 0xFFFF;
-    const __mmask64 keep_bytes = odd ? 0x00000000FFFFFFFFull : ~0ull;
-    const std::byte* blk0 = row + static_cast<std::ptrdiff_t>(b) * bb;
-    const std::byte* blk1 = odd ? blk0 : blk0 + bb;  // read twice, masked off below
-    const __m512i wq = pair_u8<T>(blk0, blk1);
-    const __m512 dw = pair_half(blk0, blk1, 0);
-    __m512 mw = _mm512_setzero_ps();
-    if constexpr (kMins) mw = pair_half(blk0, blk1, 2);
-    for (int k = 0; k < R; ++k) {
-      const __m512i xv = _mm512_maskz_loadu_epi8(keep_bytes, xq[k] + b * kQuantBlock);
-      const __m512i l = _mm512_dpbusd_epi32(start512<T>(ln[k] + b * kLanes, keep), wq, xv);
-      const __m512 dd = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(keep, d8[k] + b * kLanes));
-      acc[k][P] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P], keep);
-      if constexpr (kMins) {
-        mins[k][P] = _mm512_mask3_fmadd_ps(mw, _mm512_maskz_loadu_ps(keep, lf[k] + b * kLanes),
-                                           mins[k][P], keep);
-      }
+  const int full = nb & ~1;  // blocks in whole pairs
+  int b = 0;
+  for (; b + 4 <= full; b += 4) {
+    pair512<T, R, kUnpacked, false, 0>(c, b, acc, mins);
+    pair512<T, R, kUnpacked, false, 1>(c, b + 2, acc, mins);
+  }
+  if (b < full) {  // one whole pair left: accumulator 0
+    pair512<T, R, kUnpacked, false, 0>(c, b, acc, mins);
+    b += 2;
+  }
+  if (b < nb) {  // the odd last block, into its pair's accumulator
+    if ((b / 2) % 2 == 0) {
+      pair512<T, R, kUnpacked, true, 0>(c, b, acc, mins);
+    } else {
+      pair512<T, R, kUnpacked, true, 1>(c, b, acc, mins);
     }
-  };
-  for (int b = 0; b < nb; b += 4) {
-    pair.template operator()<0>(b);
-    if (b + 2 < nb) pair.template operator()<1>(b + 2);
   }
   for (int k = 0; k < R; ++k) {
     // acc[0] holds groups 0 and 1 (a[0..15]), acc[1] groups 2 and 3 (a[16..31]).
@@ -312,22 +384,67 @@ KVSCOPE_AVX512 void row_avx512(const std::byte* row, const QuantizedActs& a, int
 
 // ---- Dispatch --------------------------------------------------------------------------------
 
-using RowFn = void (*)(const std::byte*, const QuantizedActs&, int, float*, long, long);
+// Activation rows in chunks that stay in L1 (their int8 values and per-lane scales and sums,
+// 4 bytes per element) while every weight row passes over them: without chunks each weight row
+// streamed every token's activations from L2 (a 128-token prefill of a 1,536-wide matrix reads
+// 768 KiB per row). Weight rows are re-read once per chunk, from L2. A multiple of `per_pass`.
+int chunk_rows(const QuantizedActs& a, int per_pass) {
+  constexpr std::size_t kL1Budget = 32 * 1024;
+  const std::size_t per_token = static_cast<std::size_t>(a.n) * 4;
+  const int fit = static_cast<int>(std::max<std::size_t>(1, kL1Budget / per_token));
+  return std::max(per_pass, fit / per_pass * per_pass);
+}
+
+template <GgmlType T>
+void rows_avx2(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
+               const QuantizedActs& a, float* out, long ldo) {
+  // One activation row per pass over a weight row (which stays in L1 meanwhile): 16 registers,
+  // 8 accumulators per row.
+  const int chunk = chunk_rows(a, 1);
+  for (int c0 = 0; c0 < a.m; c0 += chunk) {
+    const int c1 = std::min(a.m, c0 + chunk);
+    for (long r = r0; r < r1; ++r)
+      for (int t = c0; t < c1; ++t) row_avx2<T, 1>(w + r * row_bytes, a, t, out, ldo, r);
+  }
+}
+
+template <GgmlType T>
+void rows_avx512(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
+                 const QuantizedActs& a, float* out, long ldo) {
+  // Up to 4 activation rows per pass over a weight row's unpacked pairs, as many as keep the
+  // accumulators in registers (32 registers, 4 per row).
+  constexpr int kPerPass = 4;
+  using RowFn = void (*)(const std::byte*, const PairW*, const QuantizedActs&, int, float*, long,
+                         long);
+  const int nb = a.n / kQuantBlock;
+  if (a.m <= kPerPass) {  // one pass per weight row: unpacked as it is read
+    const RowFn by_count[5] = {nullptr, &row_avx512<T, 1, false>,
+                                          &row_avx512<T, 2, false>, &row_avx512<T, 3, false>,
+                                          &row_avx512<T, 4, false>};
+    for (long r = r0; r < r1; ++r) by_count[a.m](w + r * row_bytes, nullptr, a, 0, out, ldo, r);
+    return;
+  }
+  const RowFn by_count[5] = {nullptr, &row_avx512<T, 1, true>, &row_avx512<T, 2, true>,
+                                        &row_avx512<T, 3, true>, &row_avx512<T, 4, true>};
+  std::vector<PairW> pairs(static_cast<std::size_t>((nb + 1) / 2));
+  const int chunk = chunk_rows(a, kPerPass);
+  for (int c0 = 0; c0 < a.m; c0 += chunk) {
+    const int c1 = std::min(a.m, c0 + chunk);
+    for (long r = r0; r < r1; ++r) {
+      unpack_row512<T>(w + r * row_bytes, nb, pairs.data());
+      for (int t = c0; t < c1; t += kPerPass)
+        by_count[std::min(kPerPass, c1 - t)](nullptr, pairs.data(), a, t, out, ldo, r);
+    }
+  }
+}
 
 template <GgmlType T>
 void rows_simd(QuantIsa isa, const std::byte* w, std::int64_t row_bytes, long r0, long r1,
                const QuantizedActs& a, float* out, long ldo) {
-  // Activation rows per pass over a weight row (which stays in L1 meanwhile): as many as keep
-  // the accumulators in registers (AVX-512: 32 registers, 4 per row; AVX2: 16, 8 per row).
-  const bool wide = isa == QuantIsa::kAvx512Vnni;
-  const int per_pass = wide ? 4 : 1;
-  const RowFn by_count[5] = {nullptr, wide ? &row_avx512<T, 1> : &row_avx2<T, 1>, &row_avx512<T, 2>,
-                             &row_avx512<T, 3>, &row_avx512<T, 4>};
-  for (long r = r0; r < r1; ++r) {
-    const std::byte* row = w + r * row_bytes;
-    for (int t = 0; t < a.m; t += per_pass) {
-      by_count[std::min(per_pass, a.m - t)](row, a, t, out, ldo, r);
-    }
+  if (isa == QuantIsa::kAvx512Vnni) {
+    rows_avx512<T>(w, row_bytes, r0, r1, a, out, ldo);
+  } else {
+    rows_avx2<T>(w, row_bytes, r0, r1, a, out, ldo);
   }
 }
 
