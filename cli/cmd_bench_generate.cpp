@@ -46,20 +46,33 @@ double read_bytes_per_second(int threads, int repeat) {
 }
 
 // Multiply-adds per second of the forward pass's matmul on one cache-resident matrix (layer 0's
-// query projection, in the form the forward pass reads it: quantized blocks or fp32), one input
-// row per call as in decode: the arithmetic ceiling of the kernel, with memory out of the way.
-double cached_matmul_macs_per_second(const Model& model, Backend& backend, int repeat) {
+// query projection, in the form the forward pass reads it: quantized blocks or fp32), `rows` input
+// rows per call (1 as in decode, more as in a prefill step): the arithmetic ceiling of the kernel,
+// with memory out of the way.
+double cached_matmul_macs_per_second(const Model& model, Backend& backend, int repeat, int rows) {
   const ModelConfig& c = model.config();
   MatmulOut o{nullptr, model.weights().wq, c.q_dim()};
   if (model.native() != nullptr) o.q = model.native()->wq[0];
-  std::vector<float> x(static_cast<std::size_t>(c.dim), 0.5f),
-      out(static_cast<std::size_t>(c.q_dim()));
+  std::vector<float> x(static_cast<std::size_t>(c.dim) * rows, 0.5f),
+      out(static_cast<std::size_t>(c.q_dim()) * rows);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += 0.001f * static_cast<float>(i % 97);
   o.out = out.data();
-  constexpr int kCalls = 2000;
+  const int calls = std::max(20, 2000 / rows);
   const double secs = median_seconds(repeat, [&] {
-    for (int i = 0; i < kCalls; ++i) backend.matmul_batch(x.data(), 1, c.dim, std::span(&o, 1));
+    for (int i = 0; i < calls; ++i) backend.matmul_batch(x.data(), rows, c.dim, std::span(&o, 1));
   });
-  return static_cast<double>(kCalls) * c.dim * c.q_dim() / secs;
+  return static_cast<double>(calls) * rows * c.dim * c.q_dim() / secs;
+}
+
+// Matmul multiply-adds of a `prompt`-token prefill that wants the last token's logits only.
+double prefill_macs(const ModelConfig& c, int prompt) {
+  const double classifier = static_cast<double>(c.dim) * c.vocab_size;
+  return prompt * (static_cast<double>(matmul_macs_per_token(c)) - classifier) + classifier;
+}
+
+// Input rows of the cache-resident kernel measured for prefill: a prefill's rows, up to 64.
+int prefill_peak_rows(int prompt) {
+  return std::min(prompt, 64);
 }
 
 // What bench generate measured, for its report.
@@ -68,7 +81,7 @@ struct GenerateFigures {
   WeightStorage storage;
   int threads, repeat, prompt;
   Timing decode;
-  double prefill_tps, read_bps, peak_macs;
+  double prefill_tps, read_bps, peak_macs, prefill_peak_macs;
 };
 
 // Decode speed and the roofline figures derived from it.
@@ -103,6 +116,10 @@ void print_generate_json(const GenerateFigures& f) {
                       {"memory_read_bytes_per_s", f.read_bps},
                       {"matmul_macs_per_s", r.macs},
                       {"cached_matmul_macs_per_s", f.peak_macs},
+                      {"prefill_matmul_macs_per_s",
+                       prefill_macs(model.config(), f.prompt) * f.prefill_tps / f.prompt},
+                      {"cached_matmul_rows", prefill_peak_rows(f.prompt)},
+                      {"cached_matmul_rows_macs_per_s", f.prefill_peak_macs},
                       {"runs", f.repeat}};
   std::printf("%s\n", j.dump().c_str());
 }
@@ -126,6 +143,12 @@ void print_generate_text(const GenerateFigures& f) {
       "  compute   %.1f G multiply-adds/s in the matmuls, %.0f%% of the same kernel on a "
       "cache-resident matrix (%.1f G/s)\n",
       r.macs / 1e9, 100.0 * r.macs / f.peak_macs, f.peak_macs / 1e9);
+  const double prefill = prefill_macs(model.config(), f.prompt) * f.prefill_tps / f.prompt;
+  std::printf(
+      "  prefill compute %.1f G multiply-adds/s in the matmuls, %.0f%% of the same kernel on a "
+      "cache-resident matrix at %d input rows (%.1f G/s)\n",
+      prefill / 1e9, 100.0 * prefill / f.prefill_peak_macs, prefill_peak_rows(f.prompt),
+      f.prefill_peak_macs / 1e9);
 }
 
 int bench_generate(const Args& args) {
@@ -177,9 +200,11 @@ int bench_generate(const Args& args) {
     t.forward_step(step);
   });
   const double read_bps = read_bytes_per_second(threads, repeat);
-  const double peak_macs = cached_matmul_macs_per_second(model, *backend, repeat);
-  GenerateFigures f{model,    storage,  threads, repeat, prompt, decode, prompt / prefill_secs,
-                    read_bps, peak_macs};
+  const double peak_macs = cached_matmul_macs_per_second(model, *backend, repeat, 1);
+  const double prefill_peak =
+      cached_matmul_macs_per_second(model, *backend, repeat, prefill_peak_rows(prompt));
+  GenerateFigures f{model,    storage,   threads,     repeat, prompt, decode, prompt / prefill_secs,
+                    read_bps, peak_macs, prefill_peak};
   if (json)
     print_generate_json(f);
   else
