@@ -26,8 +26,9 @@ void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<cons
     step.clear();
     add_chunk(step, view, view.num_slots - count,
               tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
-              first_pos + begin, /*want_logits=*/true);
+              first_pos + begin, /*want_logits=*/static_cast<bool>(on_logits));
     const std::span<const float> logits = t.forward_step(step);
+    if (!on_logits) continue;
     for (int i = 0; i < count; ++i) {
       on_logits(first_pos + begin + i, logits.subspan(static_cast<std::size_t>(i) * vocab, vocab));
     }

@@ -19,8 +19,10 @@ inline constexpr int kDefaultStepTokens = 32;
 
 // Runs tokens[i] at position first_pos + i through `seq` (a sequence of `cache` whose next slot is
 // position first_pos), appending the slots itself, `step_tokens` tokens per forward_step. Calls
-// on_logits(position, logits) for every token, in order. `mla`: the codec when the pool is an MLA
-// latent cache. The cache must have room (running out is a bug in the caller's sizing).
+// on_logits(position, logits) for every token, in order; an empty on_logits computes no logits
+// (the classifier is a fifth of SmolLM2's per-token work), for runs that only fill the cache.
+// `mla`: the codec when the pool is an MLA latent cache. The cache must have room (running out is
+// a bug in the caller's sizing).
 void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<const int> tokens,
                 int first_pos, const MlaCodec* mla,
                 const std::function<void(int, std::span<const float>)>& on_logits,

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace kvscope::cpu {
@@ -95,6 +96,77 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head
     }
   }
   if constexpr (kFixed) std::memcpy(oh, acc, sizeof(acc));
+}
+
+// scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
+void size_scratch(const AttentionShape& shape, int n, std::vector<float>& scratch) {
+  const std::size_t need = static_cast<std::size_t>(shape.n_heads) * n +
+                           static_cast<std::size_t>(shape.kv_heads) * shape.head_dim +
+                           static_cast<std::size_t>(shape.n_heads);
+  if (scratch.size() < need) scratch.resize(need);
+}
+
+// Attention of every query head of one token over a non-fp32 pool, one KV head at a time: its
+// keys and values are read once and serve the whole GQA group. key_head / value_head(t, kvh,
+// tmp) give the head's head_dim floats for slot t (dequantized into tmp [head_dim], or a pointer
+// to floats kept elsewhere); the arithmetic is the same whichever gives them. scratch holds
+// [n_heads][n] weights, [kv_heads][head_dim] work space and [n_heads] maxima.
+template <class KeyHead, class ValueHead>
+void attend_heads(const KvSeqView& view, const AttentionShape& shape, const float* q, float* out,
+                  std::vector<float>& scratch, const KeyHead& key_head,
+                  const ValueHead& value_head) {
+  const int n = view.num_slots;
+  const int hd = shape.head_dim;
+  const int group = shape.n_heads / shape.kv_heads;
+  const float sqrt_hd = std::sqrt(static_cast<float>(hd));
+  const std::size_t weights_size = static_cast<std::size_t>(shape.n_heads) * n;
+  size_scratch(shape, n, scratch);
+  // One KV head at a time: its keys and values are decoded once and serve the whole GQA group.
+#pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
+  for (int kvh = 0; kvh < shape.kv_heads; ++kvh) {
+    const int h0 = kvh * group;
+    float* tmp = scratch.data() + weights_size + static_cast<std::size_t>(kvh) * hd;  // [head_dim]
+    float* max_score =
+        scratch.data() + weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + h0;
+    float* att0 = scratch.data() + static_cast<std::size_t>(h0) * n;  // [group][n]
+    // 1. Scores q . k / sqrt(head_dim) over live slots.
+    for (int j = 0; j < group; ++j) max_score[j] = -INFINITY;
+    auto score = [&](int t, const float* kh) {
+      for (int j = 0; j < group; ++j) {
+        const float s = dot(q + static_cast<std::size_t>(h0 + j) * hd, kh, hd) / sqrt_hd;
+        att0[static_cast<std::size_t>(j) * n + t] = s;
+        max_score[j] = std::max(max_score[j], s);
+      }
+    };
+    for (int t = 0; t < n; ++t) {  // evicted slots score -inf
+      if (view.slot_live != nullptr && view.slot_live[t] == 0) {
+        for (int j = 0; j < group; ++j) att0[static_cast<std::size_t>(j) * n + t] = -INFINITY;
+      }
+    }
+    for (int t = 0; t < n; ++t) {
+      if (view.slot_live == nullptr || view.slot_live[t] != 0) score(t, key_head(t, kvh, tmp));
+    }
+    // 2. Softmax per query head.
+    for (int j = 0; j < group; ++j) {
+      softmax_in_place(att0 + static_cast<std::size_t>(j) * n, n, max_score[j]);
+      std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0,
+                  static_cast<std::size_t>(hd) * sizeof(float));
+    }
+    // 3. Weighted sum of values.
+    auto accumulate = [&](int t, const float* vh) {
+      for (int j = 0; j < group; ++j) {
+        const float a = att0[static_cast<std::size_t>(j) * n + t];
+        if (a == 0.0f) continue;
+        float* oh = out + static_cast<std::size_t>(h0 + j) * hd;
+#pragma omp simd
+        for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
+      }
+    };
+    for (int t = 0; t < n; ++t) {
+      if (view.slot_live == nullptr || view.slot_live[t] != 0)
+        accumulate(t, value_head(t, kvh, tmp));
+    }
+  }
 }
 
 void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape& shape,
@@ -344,14 +416,7 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
     return;
   }
   const int n = view.num_slots;
-  const int hd = shape.head_dim;
-  const int group = shape.n_heads / shape.kv_heads;
-  const float sqrt_hd = std::sqrt(static_cast<float>(hd));
-  // scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
-  const std::size_t weights_size = static_cast<std::size_t>(shape.n_heads) * n;
-  const std::size_t need =
-      weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + shape.n_heads;
-  if (scratch.size() < need) scratch.resize(need);
+  size_scratch(shape, n, scratch);
   if (view.storage->layout().k_format.dtype == KvDtype::kF32 &&
       view.storage->layout().v_format.dtype == KvDtype::kF32) {
     paged_attention_fp32(view, layer, shape, q, out, scratch.data());
@@ -361,54 +426,64 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
   // Readers dequantize one head of one token at a time (fp32 tiles are read in place).
   const quant::TileReader keys(view, layer, KvKind::kKey);
   const quant::TileReader values(view, layer, KvKind::kValue);
+  attend_heads(
+      view, shape, q, out, scratch,
+      [&](int t, int kvh, float* tmp) { return keys.head(t, kvh, tmp); },
+      [&](int t, int kvh, float* tmp) { return values.head(t, kvh, tmp); });
+  notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
+}
 
-  // One KV head at a time: its keys and values are decoded once and serve the whole GQA group.
-#pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
-  for (int kvh = 0; kvh < shape.kv_heads; ++kvh) {
-    const int h0 = kvh * group;
-    float* tmp = scratch.data() + weights_size + static_cast<std::size_t>(kvh) * hd;  // [head_dim]
-    float* max_score =
-        scratch.data() + weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + h0;
-    float* att0 = scratch.data() + static_cast<std::size_t>(h0) * n;  // [group][n]
-    // 1. Scores q . k / sqrt(head_dim) over live slots.
-    for (int j = 0; j < group; ++j) max_score[j] = -INFINITY;
-    auto score = [&](int t, const float* kh) {
-      for (int j = 0; j < group; ++j) {
-        const float s = dot(q + static_cast<std::size_t>(h0 + j) * hd, kh, hd) / sqrt_hd;
-        att0[static_cast<std::size_t>(j) * n + t] = s;
-        max_score[j] = std::max(max_score[j], s);
-      }
-    };
-    for (int t = 0; t < n; ++t) {  // evicted slots score -inf
-      if (view.slot_live != nullptr && view.slot_live[t] == 0) {
-        for (int j = 0; j < group; ++j) att0[static_cast<std::size_t>(j) * n + t] = -INFINITY;
-      }
-    }
-    for (int t = 0; t < n; ++t) {
-      if (view.slot_live == nullptr || view.slot_live[t] != 0) score(t, keys.head(t, kvh, tmp));
-    }
-    // 2. Softmax per query head.
-    for (int j = 0; j < group; ++j) {
-      softmax_in_place(att0 + static_cast<std::size_t>(j) * n, n, max_score[j]);
-      std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0,
-                  static_cast<std::size_t>(hd) * sizeof(float));
-    }
-    // 3. Weighted sum of values.
-    auto accumulate = [&](int t, const float* vh) {
-      for (int j = 0; j < group; ++j) {
-        const float a = att0[static_cast<std::size_t>(j) * n + t];
-        if (a == 0.0f) continue;
-        float* oh = out + static_cast<std::size_t>(h0 + j) * hd;
-#pragma omp simd
-        for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
-      }
-    };
-    for (int t = 0; t < n; ++t) {
-      if (view.slot_live == nullptr || view.slot_live[t] != 0)
-        accumulate(t, values.head(t, kvh, tmp));
+bool shares_decoded_kv(const KvSeqView& view) {
+  const KvLayout& L = view.storage->layout();
+  return view.mla == nullptr && !L.is_latent() && view.slot_live == nullptr &&
+         L.staging_bytes_per_sequence() == 0 &&
+         (L.k_format.dtype != KvDtype::kF32 || L.v_format.dtype != KvDtype::kF32);
+}
+
+void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out) {
+  const KvLayout& L = view.storage->layout();
+  out.n = n;
+  out.kv_heads = L.kv_heads;
+  out.head_dim = L.head_dim;
+  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
+  out.k.resize(static_cast<std::size_t>(n) * row);
+  out.v.resize(static_cast<std::size_t>(n) * row);
+  KvSeqView all = view;  // the readers look at slots < num_slots only
+  all.num_slots = n;
+  const quant::TileReader keys(all, layer, KvKind::kKey);
+  const quant::TileReader values(all, layer, KvKind::kValue);
+  const auto bytes = static_cast<std::size_t>(L.head_dim) * sizeof(float);
+#pragma omp parallel for schedule(static) if (static_cast <long>(n) * static_cast <long>(row) >= \
+                                              kParallelThreshold)
+  for (int t = 0; t < n; ++t) {
+    for (int kvh = 0; kvh < L.kv_heads; ++kvh) {
+      const std::size_t at =
+          (static_cast<std::size_t>(kvh) * n + static_cast<std::size_t>(t)) * L.head_dim;
+      // Dequantized into place, or (an fp32 side) a pointer into the pool, copied.
+      const float* k = keys.head(t, kvh, out.k.data() + at);
+      if (k != out.k.data() + at) std::memcpy(out.k.data() + at, k, bytes);
+      const float* v = values.head(t, kvh, out.v.data() + at);
+      if (v != out.v.data() + at) std::memcpy(out.v.data() + at, v, bytes);
     }
   }
-  notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
+}
+
+void paged_attention_decoded(const KvSeqView& view, int layer, const AttentionShape& shape,
+                             const float* q, float* out, int query_pos, AttentionObserver* observer,
+                             std::vector<float>& scratch, const DecodedKv& kv) {
+  if (view.num_slots > kv.n) {
+    throw InternalError("paged_attention_decoded", "the view has " +
+                                                       std::to_string(view.num_slots) + " slots, " +
+                                                       std::to_string(kv.n) + " were decoded");
+  }
+  auto at = [&](const std::vector<float>& heads, int t, int kvh) {
+    return heads.data() +
+           (static_cast<std::size_t>(kvh) * kv.n + static_cast<std::size_t>(t)) * kv.head_dim;
+  };
+  attend_heads(
+      view, shape, q, out, scratch, [&](int t, int kvh, float*) { return at(kv.k, t, kvh); },
+      [&](int t, int kvh, float*) { return at(kv.v, t, kvh); });
+  notify_observer(observer, layer, shape.n_heads, query_pos, view.num_slots, scratch.data());
 }
 
 }  // namespace kvscope::cpu

@@ -31,4 +31,25 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
                      float* out, int query_pos, AttentionObserver* observer,
                      std::vector<float>& scratch);
 
+// The K and V heads of a view's first n slots as floats, [kv_heads][n][head_dim] each (a head's
+// slots in a row, as attention walks them): what
+// paged_attention dequantizes for every query, done once for the queries of a step that read the
+// same slots (a prefill chunk's causal queries).
+struct DecodedKv {
+  int n = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  std::vector<float> k, v;
+};
+// Whether queries on `view` may share a DecodedKv: a pool of another format than fp32 (read in
+// place), not latent, without a per-sequence staging group (KIVI's open group is read by slot
+// ranges of the view), every slot live.
+bool shares_decoded_kv(const KvSeqView& view);
+void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out);
+// paged_attention on the decoded heads of the same pool and layer (view.num_slots <= kv.n): the
+// same result and observer calls, bit for bit.
+void paged_attention_decoded(const KvSeqView& view, int layer, const AttentionShape& shape,
+                             const float* q, float* out, int query_pos, AttentionObserver* observer,
+                             std::vector<float>& scratch, const DecodedKv& kv);
+
 }  // namespace kvscope::cpu

@@ -1,0 +1,122 @@
+// The CPU backend's attention_batch: a prefill chunk's causal queries over a quantized pool share
+// one dequantization of the keys and values. Each query's output and weights must be exactly what
+// paged_attention gives it alone, for every per-token format and block size tried here (GQA: 3
+// query heads per KV head); KIVI pools (whose open group the view's length decides) and evicting
+// views keep the per-query path.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
+#include "tests/quant/kv_test_support.h"
+
+namespace kvscope {
+namespace {
+
+constexpr int kHeads = 6, kKvHeads = 2, kHeadDim = 16, kTokens = 37;
+
+// Every head's weights of every query, in the order they were reported.
+class Rows final : public AttentionObserver {
+ public:
+  void on_attention(int, int head, int pos, std::span<const float> w) override {
+    calls.push_back(std::to_string(pos) + "/" + std::to_string(head));
+    for (float x : w) weights.push_back(std::bit_cast<std::uint32_t>(x));
+  }
+  std::vector<std::string> calls;
+  std::vector<std::uint32_t> weights;
+};
+
+std::vector<std::uint32_t> bits(const std::vector<float>& v) {
+  std::vector<std::uint32_t> out;
+  for (float x : v) out.push_back(std::bit_cast<std::uint32_t>(x));
+  return out;
+}
+
+// Runs queries 0..kTokens-1 (query t sees slots 0..t, as in a causal chunk) through `run`.
+template <class Run>
+std::vector<float> causal_queries(test::QuantCache& cache, const std::vector<float>& q, Rows& rows,
+                                  const Run& run) {
+  std::vector<float> out(static_cast<std::size_t>(kTokens) * kHeads * kHeadDim, 0.0f);
+  std::vector<AttentionQuery> queries;
+  const KvSeqView all = cache.view();
+  for (int t = 0; t < kTokens; ++t) {
+    AttentionQuery a;
+    a.view = all;
+    a.view.num_slots = t + 1;
+    a.q = q.data() + static_cast<std::size_t>(t) * kHeads * kHeadDim;
+    a.out = out.data() + static_cast<std::size_t>(t) * kHeads * kHeadDim;
+    a.query_pos = t;
+    a.observer = &rows;
+    queries.push_back(a);
+  }
+  run(queries);
+  return out;
+}
+
+TEST(AttentionBatch, SharedDequantizationGivesEachQueryItsOwnResultBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.5f);
+  std::vector<float> k, v, q;
+  for (int i = 0; i < kTokens * kKvHeads * kHeadDim; ++i) k.push_back(d(rng));
+  for (int i = 0; i < kTokens * kKvHeads * kHeadDim; ++i) v.push_back(d(rng));
+  for (int i = 0; i < kTokens * kHeads * kHeadDim; ++i) q.push_back(d(rng));
+  const AttentionShape shape{kHeads, kKvHeads, kHeadDim};
+  const auto backend = make_cpu_backend(1);
+  int shared = 0;
+  // (K, V) formats: each per-token format beside an int4 and an fp32 V, and KIVI on both sides.
+  std::vector<std::pair<std::string, std::string>> formats;
+  for (const char* kf : {"fp16", "int8", "int4", "int2-g8", "fp8-e4m3", "fp32"})
+    for (const char* vf : {"int4", "fp32"}) formats.emplace_back(kf, vf);
+  for (const auto& [kf, vf] : formats) {
+    {
+      const KvFormat K = parse_kv_format(kf, "test"), V = parse_kv_format(vf, "test");
+      for (int block_size : {1, 4, 16}) {
+        test::QuantCache cache(K, V, block_size, kTokens, kKvHeads, kHeadDim);
+        for (int t = 0; t < kTokens; ++t) {
+          cache.append(&k[static_cast<std::size_t>(t) * kKvHeads * kHeadDim],
+                       &v[static_cast<std::size_t>(t) * kKvHeads * kHeadDim]);
+        }
+        std::string what = kf;
+        what.append("/").append(vf).append(" block ").append(std::to_string(block_size));
+        if (cpu::shares_decoded_kv(cache.view())) ++shared;
+        Rows one_rows, batch_rows;
+        std::vector<float> scratch;
+        const std::vector<float> one =
+            causal_queries(cache, q, one_rows, [&](const std::vector<AttentionQuery>& qs) {
+              for (const AttentionQuery& a : qs)
+                cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer,
+                                     scratch);
+            });
+        const std::vector<float> batch = causal_queries(
+            cache, q, batch_rows,
+            [&](const std::vector<AttentionQuery>& qs) { backend->attention_batch(0, shape, qs); });
+        EXPECT_EQ(bits(one), bits(batch)) << what;
+        EXPECT_EQ(one_rows.calls, batch_rows.calls) << what;
+        EXPECT_EQ(one_rows.weights, batch_rows.weights) << what;
+      }
+    }
+  }
+  // The shared path ran for the 11 pairs with a per-token format (3 block sizes each), not for
+  // fp32/fp32 (read in place).
+  EXPECT_EQ(shared, 11 * 3);
+  // Nor for KIVI, whose open group is read from staging by the view's length, nor for a view
+  // with evicted slots.
+  const KvFormat kivi = parse_kv_format("kivi4", "test"), int4 = parse_kv_format("int4", "test");
+  test::QuantCache kivi_cache(kivi, kivi, 4, kTokens, kKvHeads, kHeadDim);
+  EXPECT_FALSE(cpu::shares_decoded_kv(kivi_cache.view()));
+  test::QuantCache int4_cache(int4, int4, 4, kTokens, kKvHeads, kHeadDim);
+  KvSeqView evicting = int4_cache.view();
+  const std::vector<std::uint8_t> live(kTokens, 1);
+  evicting.slot_live = live.data();
+  EXPECT_TRUE(cpu::shares_decoded_kv(int4_cache.view()));
+  EXPECT_FALSE(cpu::shares_decoded_kv(evicting));
+}
+
+}  // namespace
+}  // namespace kvscope
