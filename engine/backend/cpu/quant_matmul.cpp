@@ -156,46 +156,95 @@ KVSCOPE_AVX2 inline float reduce8_avx(__m256 s) {
   return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehl_ps(pairs, pairs)));
 }
 
-// One weight row against activation rows t0 .. t0 + R - 1.
-template <GgmlType T, int R>
-KVSCOPE_AVX2 void row_avx2(const std::byte* row, const QuantizedActs& a, int t0, float* out,
-                           long ldo, long r) {
-  const int nb = a.n / kQuantBlock, bb = block_bytes(T);
-  constexpr bool kMins = T == GgmlType::kQ4_1;
-  __m256 acc[R][kGroups], mins[R][kGroups];
+// A block of weights as the AVX2 loop multiplies it: weights_avx2's 32 bytes and the block's
+// scale (and Q4_1's min) as floats.
+struct alignas(32) BlockW {
+  std::uint8_t wq[32];
+  float dw;
+  float mw;
+};
+
+// A weight row's blocks, unpacked once and then read from L1 by every activation row of a chunk
+// (AVX2 makes one pass per activation row, so unpacked as it is read, a row's blocks were
+// unpacked once per token).
+template <GgmlType T>
+KVSCOPE_AVX2 void unpack_row_avx2(const std::byte* row, int nb, BlockW* out) {
+  const int bb = block_bytes(T);
+  for (int b = 0; b < nb; ++b) {
+    const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].wq), weights_avx2<T>(blk));
+    out[b].dw = half_avx(blk);
+    out[b].mw = T == GgmlType::kQ4_1 ? half_avx(blk + 2) : 0.0f;
+  }
+}
+
+// What one pass of row_avx2 reads: the weight row (its blocks, or its unpacked blocks) and the
+// activation rows t0 .. t0 + R - 1.
+template <int R>
+struct Pass256 {
+  const std::byte* row;  // kUnpacked false
+  const BlockW* bw;      // kUnpacked true
   const std::int8_t* xq[R];
   const float* dx[R];
   const float* lf[R];
   const std::int32_t* ln[R];
+};
+
+// Block b into group G = b % 4 of each activation row. Forced inline, not a lambda, so that the
+// accumulators stay registers (as pair512).
+template <GgmlType T, int R, bool kUnpacked, int G>
+KVSCOPE_AVX2 __attribute__((always_inline)) inline void block256(const Pass256<R>& c, int b,
+                                                                 __m256 (&acc)[R][kGroups],
+                                                                 __m256 (&mins)[R][kGroups]) {
+  constexpr bool kMins = T == GgmlType::kQ4_1;
+  __m256i wq;
+  float dw, mwf = 0.0f;
+  if constexpr (kUnpacked) {
+    const BlockW& w = c.bw[b];
+    wq = _mm256_load_si256(reinterpret_cast<const __m256i*>(w.wq));
+    dw = w.dw;
+    if constexpr (kMins) mwf = w.mw;
+  } else {
+    const std::byte* blk = c.row + static_cast<std::ptrdiff_t>(b) * block_bytes(T);
+    wq = weights_avx2<T>(blk);
+    dw = half_avx(blk);
+    if constexpr (kMins) mwf = half_avx(blk + 2);
+  }
+  const __m256 mw = _mm256_set1_ps(mwf);
+  for (int k = 0; k < R; ++k) {
+    const __m256i l = lanes_avx2<T>(wq, c.xq[k] + b * kQuantBlock, c.ln[k] + b * kLanes);
+    const __m256 dd = _mm256_set1_ps(dw * c.dx[k][b]);
+    acc[k][G] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), dd, acc[k][G]);
+    if constexpr (kMins)
+      mins[k][G] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(c.lf[k] + b * kLanes), mins[k][G]);
+  }
+}
+
+// One weight row against activation rows t0 .. t0 + R - 1; block b goes to group b % 4.
+template <GgmlType T, int R, bool kUnpacked>
+KVSCOPE_AVX2 void row_avx2(const std::byte* row, const BlockW* bw, const QuantizedActs& a, int t0,
+                           float* out, long ldo, long r) {
+  const int nb = a.n / kQuantBlock;
+  __m256 acc[R][kGroups], mins[R][kGroups];
+  Pass256<R> c{row, bw, {}, {}, {}, {}};
   for (int k = 0; k < R; ++k) {
     for (int g = 0; g < kGroups; ++g) acc[k][g] = mins[k][g] = _mm256_setzero_ps();
     const std::size_t t = static_cast<std::size_t>(t0 + k);
-    xq[k] = a.q.data() + t * a.n;
-    dx[k] = a.d.data() + t * nb;
-    lf[k] = a.lane_f.data() + t * nb * kLanes;
-    ln[k] = a.lane.data() + t * nb * kLanes;
+    c.xq[k] = a.q.data() + t * a.n;
+    c.dx[k] = a.d.data() + t * nb;
+    c.lf[k] = a.lane_f.data() + t * nb * kLanes;
+    c.ln[k] = a.lane.data() + t * nb * kLanes;
   }
-  // Block b into group G = b % 4, with G a constant so the accumulators stay in registers. The
-  // lambda carries the target attribute itself: clang does not give it the enclosing function's.
-  auto block = [&]<int G>(int b) KVSCOPE_AVX2 {
-    const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
-    const __m256i wq = weights_avx2<T>(blk);
-    const float dw = half_avx(blk);
-    const __m256 mw = _mm256_set1_ps(kMins ? half_avx(blk + 2) : 0.0f);
-    for (int k = 0; k < R; ++k) {
-      const __m256i l = lanes_avx2<T>(wq, xq[k] + b * kQuantBlock, ln[k] + b * kLanes);
-      const __m256 dd = _mm256_set1_ps(dw * dx[k][b]);
-      acc[k][G] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), dd, acc[k][G]);
-      if constexpr (kMins)
-        mins[k][G] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(lf[k] + b * kLanes), mins[k][G]);
-    }
-  };
-  for (int b = 0; b < nb; b += kGroups) {
-    block.template operator()<0>(b);
-    if (b + 1 < nb) block.template operator()<1>(b + 1);
-    if (b + 2 < nb) block.template operator()<2>(b + 2);
-    if (b + 3 < nb) block.template operator()<3>(b + 3);
+  int b = 0;
+  for (; b + kGroups <= nb; b += kGroups) {
+    block256<T, R, kUnpacked, 0>(c, b, acc, mins);
+    block256<T, R, kUnpacked, 1>(c, b + 1, acc, mins);
+    block256<T, R, kUnpacked, 2>(c, b + 2, acc, mins);
+    block256<T, R, kUnpacked, 3>(c, b + 3, acc, mins);
   }
+  if (b < nb) block256<T, R, kUnpacked, 0>(c, b, acc, mins);
+  if (b + 1 < nb) block256<T, R, kUnpacked, 1>(c, b + 1, acc, mins);
+  if (b + 2 < nb) block256<T, R, kUnpacked, 2>(c, b + 2, acc, mins);
   for (int k = 0; k < R; ++k) {
     // Groups 0..3 are a[0..31]: h = a[0:16] + a[16:32] is (g0 + g2, g1 + g3).
     const __m256 h0 =
@@ -410,13 +459,21 @@ int chunk_rows(const QuantizedActs& a, int per_pass) {
 template <GgmlType T>
 void rows_avx2(const std::byte* w, std::int64_t row_bytes, long r0, long r1, const QuantizedActs& a,
                float* out, long ldo) {
-  // One activation row per pass over a weight row (which stays in L1 meanwhile): 16 registers,
-  // 8 accumulators per row.
+  // One activation row per pass over a weight row: 16 registers, 8 accumulators per row.
+  const int nb = a.n / kQuantBlock;
+  if (a.m == 1) {  // one pass per weight row: unpacked as it is read
+    for (long r = r0; r < r1; ++r)
+      row_avx2<T, 1, false>(w + r * row_bytes, nullptr, a, 0, out, ldo, r);
+    return;
+  }
+  std::vector<BlockW> blocks(static_cast<std::size_t>(nb));
   const int chunk = chunk_rows(a, 1);
   for (int c0 = 0; c0 < a.m; c0 += chunk) {
     const int c1 = std::min(a.m, c0 + chunk);
-    for (long r = r0; r < r1; ++r)
-      for (int t = c0; t < c1; ++t) row_avx2<T, 1>(w + r * row_bytes, a, t, out, ldo, r);
+    for (long r = r0; r < r1; ++r) {
+      unpack_row_avx2<T>(w + r * row_bytes, nb, blocks.data());
+      for (int t = c0; t < c1; ++t) row_avx2<T, 1, true>(nullptr, blocks.data(), a, t, out, ldo, r);
+    }
   }
 }
 
