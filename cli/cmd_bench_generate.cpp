@@ -51,7 +51,7 @@ double read_bytes_per_second(int threads, int repeat) {
 // with memory out of the way.
 double cached_matmul_macs_per_second(const Model& model, Backend& backend, int repeat, int rows) {
   const ModelConfig& c = model.config();
-  MatmulOut o{nullptr, model.weights().wq, c.q_dim()};
+  MatmulOut o{nullptr, model.forward_weights().wq, c.q_dim()};
   if (model.native() != nullptr) o.q = model.native()->wq[0];
   std::vector<float> x(static_cast<std::size_t>(c.dim) * rows, 0.5f),
       out(static_cast<std::size_t>(c.q_dim()) * rows);

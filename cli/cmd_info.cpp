@@ -53,6 +53,10 @@ void print_loaded_weights(const LoadedModel& loaded, double seconds) {
     std::printf(
         "            and %s of quantized matrices as stored; the forward pass reads those\n",
         human_bytes(static_cast<double>(m.native_bytes())).c_str());
+    if (m.lazy_f32_bytes() > 0) {
+      std::printf("            (their fp32 copy, %s, is made on first use: the MLA conversion)\n",
+                  human_bytes(static_cast<double>(m.lazy_f32_bytes())).c_str());
+    }
   }
   std::printf("matmuls:    %s; %s of weights read per token\n",
               cpu::describe_weight_format(m).c_str(),

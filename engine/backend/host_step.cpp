@@ -1,6 +1,5 @@
 #include "engine/backend/host_step.h"
 
-#include <cstring>
 #include <string>
 
 #include "engine/common/error.h"
@@ -53,7 +52,7 @@ void HostStep::reserve(const Model& model, std::size_t tokens, std::size_t logit
 void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> tokens,
                    std::span<float> logits, std::span<int> greedy) {
   const ModelConfig& c = model.config();
-  const Weights& w = model.weights();
+  const Weights& w = model.forward_weights();
   const NativeWeights* nw = model.native();
   std::size_t wanted = 0;
   for (const StepToken& t : tokens) wanted += t.want_logits ? 1 : 0;
@@ -79,9 +78,7 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
     queries_.push_back({s.view, row(q_, q_dim, t), row(att_, q_dim, t), s.pos, s.observer});
   }
   // Token embeddings.
-  for (int t = 0; t < m; ++t) {
-    std::memcpy(row(x_, dim, t), w.token_embedding + tokens[sz(t)].token * dim, sz(dim) * 4);
-  }
+  for (int t = 0; t < m; ++t) model.embedding_row(tokens[sz(t)].token, row(x_, dim, t));
   for (int l = 0; l < c.n_layers; ++l) {
     attention_block(ops, model, tokens, l);
     ffn_block(ops, model, m, l);
@@ -106,7 +103,7 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
 void HostStep::attention_block(Backend& ops, const Model& model, std::span<const StepToken> tokens,
                                int l) {
   const ModelConfig& c = model.config();
-  const Weights& w = model.weights();
+  const Weights& w = model.forward_weights();
   const NativeWeights* nw = model.native();
   const long dim = c.dim, kv_dim = c.kv_dim(), q_dim = c.q_dim();
   const int m = static_cast<int>(tokens.size());
@@ -138,7 +135,7 @@ void HostStep::attention_block(Backend& ops, const Model& model, std::span<const
 
 void HostStep::ffn_block(Backend& ops, const Model& model, int m, int l) {
   const ModelConfig& c = model.config();
-  const Weights& w = model.weights();
+  const Weights& w = model.forward_weights();
   const NativeWeights* nw = model.native();
   const long dim = c.dim, hidden = c.hidden_dim;
   // FFN block: pre-norm, SwiGLU, down projection, residual.

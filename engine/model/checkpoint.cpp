@@ -253,6 +253,29 @@ Weights map_v1(const ModelConfig& c, const float* p) {
   return w;
 }
 
+// Calls f(blocks, fp32 place, rows, cols) for each matrix `nw` keeps blocks of, its fp32 place
+// being where `w` (the legacy layout) holds it.
+template <class F>
+void for_each_native(const ModelConfig& c, const NativeWeights& nw, const Weights& w, F&& f) {
+  const std::int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+  struct Kind {
+    const std::vector<QuantMatrix>* layers;
+    const float* base;
+    std::int64_t rows, cols;
+  };
+  const Kind kinds[] = {{&nw.wq, w.wq, q, d}, {&nw.wk, w.wk, kv, d}, {&nw.wv, w.wv, kv, d},
+                        {&nw.wo, w.wo, d, q}, {&nw.w1, w.w1, h, d},  {&nw.w2, w.w2, d, h},
+                        {&nw.w3, w.w3, h, d}};
+  for (const Kind& k : kinds) {
+    for (std::size_t l = 0; l < k.layers->size(); ++l) {
+      const QuantMatrix& m = (*k.layers)[l];
+      const auto at = static_cast<std::int64_t>(l) * k.rows * k.cols;
+      if (m.data != nullptr) f(m, k.base + at, k.rows, k.cols);
+    }
+  }
+  if (nw.wcls.data != nullptr) f(nw.wcls, w.wcls, std::int64_t{c.vocab_size}, d);
+}
+
 }  // namespace
 
 ModelConfig read_checkpoint_config(const std::string& path) {
@@ -289,7 +312,36 @@ double Model::huge_page_fraction() const {
   return huge < 0 ? -1.0 : static_cast<double>(huge) / static_cast<double>(copy_.size());
 }
 
+const Weights& Model::weights() const {
+  if (lazy_f32_bytes_ > 0) std::call_once(lazy_once_, [this] { fill_native_f32(); });
+  return weights_;
+}
+
+void Model::fill_native_f32() const {
+  float* base = gguf_f32_.get();
+  for_each_native(config_, *native_, weights_,
+                  [&](const QuantMatrix& m, const float* at, std::int64_t rows, std::int64_t cols) {
+                    float* out = base + (at - base);
+#pragma omp parallel for schedule(static) if (rows >= 256)
+                    for (std::int64_t r = 0; r < rows; ++r) {
+                      dequantize_row(m.type, m.data + r * m.row_bytes, out + r * cols, cols);
+                    }
+                  });
+  lazy_done_.store(true);
+}
+
+void Model::embedding_row(int token, float* out) const {
+  const std::int64_t dim = config_.dim;
+  if (native_ && config_.shared_classifier && native_->wcls.data != nullptr) {
+    const QuantMatrix& m = native_->wcls;
+    dequantize_row(m.type, m.data + token * m.row_bytes, out, dim);
+    return;
+  }
+  std::memcpy(out, weights_.token_embedding + token * dim, static_cast<std::size_t>(dim) * 4);
+}
+
 std::int64_t Model::weight_bytes() const {
+  if (gguf_f32_) return f32_bytes_ + (lazy_done_.load() ? lazy_f32_bytes_ : 0);
   if (!owned_.empty()) return static_cast<std::int64_t>(owned_.size() * sizeof(float));
   if (copy_.size() > 0) return static_cast<std::int64_t>(copy_.size());
   return static_cast<std::int64_t>(file_.size());
@@ -351,15 +403,27 @@ std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<f
                     /*rope_tables=*/true);
 }
 
-std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::vector<float> data,
+std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::unique_ptr<float[]> data,
                                               std::string source, std::string weight_types,
                                               std::optional<NativeWeights> native,
                                               ZeroedBuffer native_buf) {
-  auto model = wrap_owned(config, std::move(data), std::move(source), CheckpointFormat::kGguf,
-                          /*rope_tables=*/false);
+  validate_config(source, config);
+  auto model = std::shared_ptr<Model>(new Model());
+  model->config_ = config;
+  model->format_ = CheckpointFormat::kGguf;
+  model->source_ = std::move(source);
   model->weight_types_ = std::move(weight_types);
+  model->gguf_f32_ = std::move(data);
+  model->weights_ = map_legacy(config, model->gguf_f32_.get(), /*rope_tables=*/false);
   model->native_ = std::move(native);
   model->native_buf_ = std::move(native_buf);
+  if (model->native_) {
+    for_each_native(config, *model->native_, model->weights_,
+                    [&](const QuantMatrix&, const float*, std::int64_t rows, std::int64_t cols) {
+                      model->lazy_f32_bytes_ += rows * cols * 4;
+                    });
+  }
+  model->f32_bytes_ = config.num_params() * 4 - model->lazy_f32_bytes_;
   return model;
 }
 

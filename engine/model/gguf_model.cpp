@@ -1,5 +1,7 @@
 // GGUF Llama models: metadata to ModelConfig, tensors (checked by name, type and shape) to the
-// fp32 layout of llama2.c's legacy checkpoints, which the forward pass reads.
+// fp32 layout of llama2.c's legacy checkpoints, and with --weight-format native the matrices that
+// have quantized kernels kept as stored instead (their fp32 places are filled only when
+// Model::weights() is asked for).
 //
 // RoPE: llama.cpp's converter permutes the Q and K projections of Llama models so that RoPE
 // rotates consecutive pairs (llama.cpp's "NORM" rope type), which is the rotation llama2.c and
@@ -9,6 +11,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "engine/common/error.h"
@@ -102,10 +106,16 @@ const GgufTensorInfo& checked_tensor(const GgufFile& f, const TensorSlot& slot) 
 }
 
 // The quantized matrices of `slots`, copied into one buffer (each 64-byte aligned, on huge pages
-// where the kernel gives them) and pointed at from a NativeWeights.
-std::pair<NativeWeights, ZeroedBuffer> native_weights(
-    const GgufFile& f, const ModelConfig& c, const std::vector<TensorSlot>& slots,
-    const std::vector<const GgufTensorInfo*>& infos) {
+// where the kernel gives them) and pointed at from a NativeWeights; `kept[i]`: whether slot i is
+// one of them.
+struct NativeSet {
+  NativeWeights weights;
+  ZeroedBuffer buf;
+  std::vector<bool> kept;
+};
+NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
+                         const std::vector<TensorSlot>& slots,
+                         const std::vector<const GgufTensorInfo*>& infos) {
   NativeWeights nw;
   for (auto* v : {&nw.wq, &nw.wk, &nw.wv, &nw.wo, &nw.w1, &nw.w2, &nw.w3})
     v->resize(static_cast<std::size_t>(c.n_layers));
@@ -130,6 +140,7 @@ std::pair<NativeWeights, ZeroedBuffer> native_weights(
       total += aligned(f.tensor_bytes(*infos[i]).size());
   }
   ZeroedBuffer buf(std::max<std::size_t>(total, 1));
+  std::vector<bool> kept(slots.size(), false);
   std::size_t off = 0;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     QuantMatrix* m = target(slots[i].name);
@@ -139,8 +150,9 @@ std::pair<NativeWeights, ZeroedBuffer> native_weights(
     std::memcpy(buf.data() + off, bytes.data(), bytes.size());
     *m = QuantMatrix{type, buf.data() + off, ggml_row_bytes(infos[i]->type, slots[i].cols)};
     off += aligned(bytes.size());
+    kept[i] = true;
   }
-  return {std::move(nw), std::move(buf)};
+  return {std::move(nw), std::move(buf), std::move(kept)};
 }
 
 }  // namespace
@@ -234,9 +246,14 @@ std::shared_ptr<const Model> load_gguf_model(const GgufFile& f, WeightFormat for
                             "blk.N.attn_*/ffn_*, output_norm, output), got this one too");
     }
   }
-  std::vector<float> data(static_cast<std::size_t>(c.num_params()));
+  std::optional<NativeSet> native;
+  if (format == WeightFormat::kNative) native = native_weights(f, c, slots, infos);
+  // Uninitialized: the pages of the matrices kept native are not touched until weights() fills
+  // them.
+  auto data = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(c.num_params()));
   // Dequantize row by row, rows spread over the threads.
   for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (native && native->kept[i]) continue;
     const TensorSlot& s = slots[i];
     const GgufTensorInfo& t = *infos[i];
     const std::byte* src = f.tensor_bytes(t).data();
@@ -244,16 +261,16 @@ std::shared_ptr<const Model> load_gguf_model(const GgufFile& f, WeightFormat for
     const auto type = static_cast<GgmlType>(t.type);
 #pragma omp parallel for schedule(static) if (s.rows >= 256)
     for (std::int64_t r = 0; r < s.rows; ++r) {
-      dequantize_row(type, src + r * row_bytes, data.data() + s.offset + r * s.cols, s.cols);
+      dequantize_row(type, src + r * row_bytes, data.get() + s.offset + r * s.cols, s.cols);
     }
   }
   std::string types;
   for (const auto& [name, n] : type_counts) {
     types += (types.empty() ? "" : ", ") + name + " x" + std::to_string(n);
   }
-  if (format == WeightFormat::kF32) return Model::from_gguf(c, std::move(data), path, types);
-  auto [native, buf] = native_weights(f, c, slots, infos);
-  return Model::from_gguf(c, std::move(data), path, types, std::move(native), std::move(buf));
+  if (!native) return Model::from_gguf(c, std::move(data), path, types);
+  return Model::from_gguf(c, std::move(data), path, types, std::move(native->weights),
+                          std::move(native->buf));
 }
 
 std::string gguf_chat_template(const GgufFile& file) {

@@ -1,5 +1,6 @@
-// Llama-architecture models from GGUF files: the shape from `llama.*` metadata, the weights
-// dequantized to fp32 in the engine's layout, and the tokenizer from `tokenizer.ggml.*` metadata.
+// Llama-architecture models from GGUF files: the shape from `llama.*` metadata, the weights in the
+// engine's fp32 layout (or kept as stored, --weight-format native), and the tokenizer from
+// `tokenizer.ggml.*` metadata.
 #pragma once
 
 #include <memory>
@@ -15,9 +16,9 @@ namespace kvscope {
 // out-of-range key, or a RoPE variant the engine does not run (partial rotary, scaled RoPE).
 ModelConfig gguf_model_config(const GgufFile& file);
 
-// Loads and dequantizes every weight, and with kNative also keeps the matrices whose type has a
-// quantized matmul (has_native_matmul) as stored; tensors are checked by name, type and shape
-// first.
+// Loads the weights, tensors checked by name, type and shape first. kF32 dequantizes every one;
+// kNative keeps the matrices whose type has a quantized matmul (has_native_matmul) as stored and
+// dequantizes the rest (their fp32 copy comes only when Model::weights() asks for it).
 std::shared_ptr<const Model> load_gguf_model(const GgufFile& file,
                                              WeightFormat format = WeightFormat::kNative);
 

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "engine/common/error.h"
@@ -1252,6 +1253,59 @@ TEST(GgufSmolLM2, ConfigAndWeights) {
   EXPECT_EQ(w.token_embedding[576 + 2], -0.0396728515625f);
   EXPECT_EQ(w.rms_final[0], 1.7578125f);
   EXPECT_EQ(w.rms_final[575], 1.984375f);
+}
+
+// Native weights hold no fp32 copy of the quantized matrices until something asks: only the 61
+// F32 norms are fp32 at load; the forward pass reads embedding rows from the Q8_0 blocks, the same
+// bits as dequantize_row; weights() (asked from four threads at once) dequantizes the matrices
+// once, to exactly what --weight-format f32 holds.
+TEST(GgufSmolLM2, NativeHoldsNoFp32CopyUntilAsked) {
+  const std::string path = smollm2_path();
+  ASSERT_FALSE(path.empty());
+  const GgufFile f(path);
+  const auto model = load_gguf_model(f, WeightFormat::kNative);
+  const ModelConfig& c = model->config();
+  ASSERT_NE(model->native(), nullptr);
+  const std::int64_t norms = (2 * std::int64_t{c.n_layers} + 1) * c.dim * 4;
+  const std::int64_t all = c.num_params() * 4;
+  EXPECT_FALSE(model->f32_complete());
+  EXPECT_EQ(model->weight_bytes(), norms);
+  EXPECT_EQ(model->lazy_f32_bytes(), all - norms);
+
+  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  ASSERT_NE(emb, nullptr);
+  const std::int64_t row_bytes = ggml_row_bytes(emb->type, c.dim);
+  std::vector<float> ours(static_cast<std::size_t>(c.dim)), ref(ours.size());
+  for (int token : {0, 1, 2, 1000, c.vocab_size - 1}) {
+    model->embedding_row(token, ours.data());
+    dequantize_row(static_cast<GgmlType>(emb->type),
+                   f.tensor_bytes(*emb).data() + token * row_bytes, ref.data(), c.dim);
+    EXPECT_EQ(std::memcmp(ours.data(), ref.data(), ours.size() * 4), 0) << "token " << token;
+  }
+  EXPECT_FALSE(model->f32_complete());
+
+  std::vector<const Weights*> seen(4);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    threads.emplace_back([&, i] { seen[i] = &model->weights(); });
+  for (std::thread& t : threads) t.join();
+  for (const Weights* w : seen) EXPECT_EQ(w, &model->forward_weights());
+  EXPECT_TRUE(model->f32_complete());
+  EXPECT_EQ(model->weight_bytes(), all);
+  EXPECT_EQ(model->lazy_f32_bytes(), 0);
+
+  const auto f32 = load_gguf_model(f, WeightFormat::kF32);
+  EXPECT_TRUE(f32->f32_complete());
+  EXPECT_EQ(f32->weight_bytes(), all);
+  // The legacy layout is one run of num_params() floats from the embedding on.
+  EXPECT_EQ(std::memcmp(model->weights().token_embedding, f32->weights().token_embedding,
+                        static_cast<std::size_t>(all)),
+            0);
+  model->embedding_row(c.vocab_size - 1, ours.data());
+  EXPECT_EQ(std::memcmp(ours.data(),
+                        f32->weights().token_embedding + std::int64_t{c.vocab_size - 1} * c.dim,
+                        ours.size() * 4),
+            0);
 }
 
 }  // namespace
