@@ -95,7 +95,7 @@ for t in "${thread_list[@]}"; do
         --steps "$tokens" --json >"$runs/kbatch-$t-$r.json"
       "$llama_batched" -m "$model" -t "$t" -c $((batch * (tokens + 1) + 64)) -npp 1 \
         -ntg "$tokens" -npl "$batch" --output-format jsonl "${batched_extra[@]}" 2>/dev/null |
-        tail -n 1 >"$runs/lbatch-$t-$r.json"
+        grep "^{" | tail -n 1 >"$runs/lbatch-$t-$r.json"
     fi
   done
 done
