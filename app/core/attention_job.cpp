@@ -48,7 +48,7 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
       auto recorder = std::make_unique<AttentionRecorder>(
           AttentionShapeInfo{c.n_layers, c.n_heads, n}, /*full_matrix_limit=*/512);
       bool captured = false;
-      if (config.token_eviction.policy.kind != EvictionKind::kNone) {
+      if (config.evicts_tokens()) {
         // The run evicts: capture what its cache computed, with the same policy.
         struct Cancelled {};
         EvictionRunOptions o;

@@ -321,11 +321,7 @@ void Model::fill_native_f32() const {
   float* base = gguf_f32_.get();
   for_each_native(config_, *native_, weights_,
                   [&](const QuantMatrix& m, const float* at, std::int64_t rows, std::int64_t cols) {
-                    float* out = base + (at - base);
-#pragma omp parallel for schedule(static) if (rows >= 256)
-                    for (std::int64_t r = 0; r < rows; ++r) {
-                      dequantize_row(m.type, m.data + r * m.row_bytes, out + r * cols, cols);
-                    }
+                    dequantize_rows(m.type, m.data, m.row_bytes, rows, cols, base + (at - base));
                   });
   lazy_done_.store(true);
 }

@@ -288,6 +288,13 @@ void dequantize_row(GgmlType type, const std::byte* src, float* dst, std::int64_
   }
 }
 
+void dequantize_rows(GgmlType type, const std::byte* src, std::int64_t row_bytes, std::int64_t rows,
+                     std::int64_t cols, float* dst) {
+#pragma omp parallel for schedule(static) if (rows >= 256)
+  for (std::int64_t r = 0; r < rows; ++r)
+    dequantize_row(type, src + r * row_bytes, dst + r * cols, cols);
+}
+
 bool has_native_matmul(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ8_0;
 }

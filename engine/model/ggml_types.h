@@ -53,6 +53,10 @@ std::int64_t ggml_row_bytes(std::uint32_t type_id, std::int64_t n);
 // n) bytes, any alignment) to `dst` [n]. Throws kvscope::Error for a type it cannot decode or a bad
 // n.
 void dequantize_row(GgmlType type, const std::byte* src, float* dst, std::int64_t n);
+// dequantize_row for `rows` rows of `cols` elements, `row_bytes` apart in `src`, into `dst`
+// [rows][cols]; the rows spread over OpenMP's threads (from 256 rows).
+void dequantize_rows(GgmlType type, const std::byte* src, std::int64_t row_bytes, std::int64_t rows,
+                     std::int64_t cols, float* dst);
 
 // IEEE binary16 and bfloat16 to float: exact, including subnormals, infinities and NaN payloads.
 float fp16_to_fp32(std::uint16_t h);

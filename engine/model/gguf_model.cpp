@@ -256,13 +256,8 @@ std::shared_ptr<const Model> load_gguf_model(const GgufFile& f, WeightFormat for
     if (native && native->kept[i]) continue;
     const TensorSlot& s = slots[i];
     const GgufTensorInfo& t = *infos[i];
-    const std::byte* src = f.tensor_bytes(t).data();
-    const std::int64_t row_bytes = ggml_row_bytes(t.type, s.cols);
-    const auto type = static_cast<GgmlType>(t.type);
-#pragma omp parallel for schedule(static) if (s.rows >= 256)
-    for (std::int64_t r = 0; r < s.rows; ++r) {
-      dequantize_row(type, src + r * row_bytes, data.get() + s.offset + r * s.cols, s.cols);
-    }
+    dequantize_rows(static_cast<GgmlType>(t.type), f.tensor_bytes(t).data(),
+                    ggml_row_bytes(t.type, s.cols), s.rows, s.cols, data.get() + s.offset);
   }
   std::string types;
   for (const auto& [name, n] : type_counts) {

@@ -17,7 +17,7 @@ Scheduler::Scheduler(const SimConfig& config, int context, Parts parts,
                      std::vector<SimRequest> requests)
     : config_(config),
       context_(context),
-      reservation_(config.max_seq_len > 0 ? config.max_seq_len : context),
+      reservation_(config.reservation(context)),
       cache_(*parts.cache),
       prefix_(parts.prefix),
       tiers_(parts.tiers),
@@ -57,31 +57,33 @@ std::optional<RejectReason> Scheduler::check_fits(RequestRun& r, int* blocks_nee
   const int prompt = static_cast<int>(r.spec.prompt_tokens.size());
   const int kv_tokens = prompt + r.spec.max_new_tokens - 1;  // the last sampled token is never fed
   const bool contiguous = config_.allocator == AllocatorKind::kContiguous;
-  *blocks_needed = contiguous        ? cache_.blocks_for(reservation_)
-                   : evicts_tokens() ? blocks_bound_evicting(kv_tokens)
-                                     : cache_.blocks_for(kv_tokens);
+  *blocks_needed = contiguous                ? cache_.blocks_for(reservation_)
+                   : config_.evicts_tokens() ? blocks_bound_evicting(kv_tokens)
+                                             : cache_.blocks_for(kv_tokens);
   // With token eviction a sequence may run past the model's trained context (the cache holds at
   // most the budget; positions beyond seq_len are out of distribution, see eviction.md).
   constexpr int kEvictingTokenCap = 1'000'000;
-  const int limit = contiguous ? reservation_ : evicts_tokens() ? kEvictingTokenCap : context_;
+  const int limit = contiguous                ? reservation_
+                    : config_.evicts_tokens() ? kEvictingTokenCap
+                                              : context_;
   if (kv_tokens > limit) {
     r.reject_reason = "prompt " + std::to_string(prompt) + " + max_new_tokens " +
                       std::to_string(r.spec.max_new_tokens) + " needs " +
                       std::to_string(kv_tokens) + " KV slots, more than the " +
-                      (contiguous        ? "per-request reservation of "
-                       : evicts_tokens() ? "evicting-sequence cap of "
-                                         : "model context of ") +
+                      (contiguous                ? "per-request reservation of "
+                       : config_.evicts_tokens() ? "evicting-sequence cap of "
+                                                 : "model context of ") +
                       std::to_string(limit) + " tokens";
     return RejectReason::kLargerThanContext;
   }
   if (*blocks_needed > config_.num_blocks) {
-    r.reject_reason = "needs " + std::to_string(*blocks_needed) + " blocks (" +
-                      std::to_string(kv_tokens) + " tokens at block size " +
-                      std::to_string(config_.block_size) +
-                      (evicts_tokens() ? ", with token eviction at budget " +
-                                             std::to_string(config_.token_eviction.policy.budget)
-                                       : std::string()) +
-                      ") but the whole pool has " + std::to_string(config_.num_blocks);
+    r.reject_reason =
+        "needs " + std::to_string(*blocks_needed) + " blocks (" + std::to_string(kv_tokens) +
+        " tokens at block size " + std::to_string(config_.block_size) +
+        (config_.evicts_tokens() ? ", with token eviction at budget " +
+                                       std::to_string(config_.token_eviction.policy.budget)
+                                 : std::string()) +
+        ") but the whole pool has " + std::to_string(config_.num_blocks);
     return RejectReason::kLargerThanPool;
   }
   return std::nullopt;
@@ -143,7 +145,7 @@ StepPlan Scheduler::schedule() {
 bool Scheduler::plan_tokens(StepPlan& w, RequestRun& r) {
   const int n = std::min(r.pending(), w.budget);
   if (n <= 0) return true;  // nothing to do (or budget spent): keeps its blocks, waits a step
-  if (evicts_tokens()) {
+  if (config_.evicts_tokens()) {
     // The executor appends them one token at a time (eviction only gives blocks back), so they
     // are held back for it: without eviction, an upper bound.
     const int need = cache_.blocks_needed(SeqId(r.id), n);
@@ -381,7 +383,8 @@ void Scheduler::check_invariants() const {
       throw InternalError("simulator invariant", who + (has_seq ? " holds blocks but is not running"
                                                                 : " runs without blocks"));
     }
-    if (has_seq && !evicts_tokens() && cache_.table(SeqId(r.id)).num_tokens != r.num_computed) {
+    if (has_seq && !config_.evicts_tokens() &&
+        cache_.table(SeqId(r.id)).num_tokens != r.num_computed) {
       throw InternalError("simulator invariant",
                           who + " cache holds " +
                               std::to_string(cache_.table(SeqId(r.id)).num_tokens) +

@@ -127,7 +127,6 @@ class Scheduler {
   const std::vector<RequestRun>& requests() const { return requests_; }
   // Prompt tokens actually run through the model (prefill and recompute), over the whole run.
   std::int64_t prefill_tokens_computed() const { return prefill_total_; }
-  bool evicts_tokens() const { return config_.token_eviction.policy.kind != EvictionKind::kNone; }
 
   // Throws InternalError on the first inconsistency between the queues, the request phases, the
   // cache's sequences and the swap space.

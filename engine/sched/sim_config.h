@@ -83,6 +83,11 @@ struct SimConfig {
   // recording keeps, with every sequence's prompt); null: none (token ids shown). Bookkeeping
   // runs (no weights) carry none: they sample no real tokens.
   std::shared_ptr<const Tokenizer> tokenizer;
+
+  bool evicts_tokens() const { return token_eviction.policy.kind != EvictionKind::kNone; }
+  // Tokens the contiguous allocator reserves per request: max_seq_len, or the model's context
+  // `seq_len` when that is 0.
+  int reservation(int seq_len) const { return max_seq_len > 0 ? max_seq_len : seq_len; }
 };
 
 struct SimRequest {

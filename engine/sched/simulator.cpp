@@ -27,7 +27,7 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
   require_prefix_caching_for_tiers(!c.tiers.empty(), c.prefix_caching, "cache.tiers");
   if (c.host_blocks < 0)
     fail_expected("cache.host_blocks", "a non-negative integer", std::to_string(c.host_blocks));
-  if (c.mla && c.token_eviction.policy.kind != EvictionKind::kNone) {
+  if (c.mla && c.evicts_tokens()) {
     fail_expected("cache.mla", "no token eviction beside the MLA latent cache (not supported)",
                   "rank " + std::to_string(c.mla->rank()) + " with token eviction " +
                       eviction_kind_name(c.token_eviction.policy.kind));
@@ -69,7 +69,7 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
     : config_(std::move(config)), model_(std::move(model)) {
   const ModelConfig& m = model_.config;
   validate(config_, requests, m);
-  const int reservation = config_.max_seq_len > 0 ? config_.max_seq_len : m.seq_len;
+  const int reservation = config_.reservation(m.seq_len);
   const bool compute = model_.weights != nullptr;
   const KvLayout layout = layout_for(config_, m);
   cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator, reservation, compute);

@@ -71,7 +71,7 @@ class Simulator {
   // Token eviction: the request's evictor while it runs (null when eviction is off or the request
   // holds no cache).
   const TokenEvictor* token_evictor(int id) const { return executor_->token_evictor(id); }
-  bool evicts_tokens() const { return config_.token_eviction.policy.kind != EvictionKind::kNone; }
+  bool evicts_tokens() const { return config_.evicts_tokens(); }
 
   // Throws kvscope::Error on the first inconsistency between the scheduler, the cache manager,
   // the host tier and the token evictors (plus the cache manager's own invariants).

@@ -18,7 +18,7 @@ StepExecutor::StepExecutor(const SimConfig& config, const SimModel& model, KvCac
       throw InternalError("simulator", "SimConfig::make_backend gave no backend");
     transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
   }
-  if (evicts_tokens()) evictors_.resize(static_cast<std::size_t>(num_requests));
+  if (config_.evicts_tokens()) evictors_.resize(static_cast<std::size_t>(num_requests));
 }
 
 StepExecutor::~StepExecutor() = default;

@@ -65,7 +65,6 @@ class StepExecutor final : public SequenceListener {
   void on_sequence_dropped(std::int32_t id) override;
 
   bool computes() const { return transformer_ != nullptr; }
-  bool evicts_tokens() const { return config_.token_eviction.policy.kind != EvictionKind::kNone; }
   // The request's evictor while it runs (null when eviction is off or it holds no cache).
   const TokenEvictor* token_evictor(int id) const;
   // Throws InternalError when an evictor disagrees with its request or the cache.

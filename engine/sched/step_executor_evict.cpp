@@ -18,7 +18,7 @@
 namespace kvscope {
 
 void StepExecutor::check_token_eviction(PrefixCache* prefix) const {
-  if (!evicts_tokens()) return;
+  if (!config_.evicts_tokens()) return;
   const std::string where = "cache.token_eviction";
   if (!model_.weights) {
     throw Error(where,
@@ -32,8 +32,8 @@ void StepExecutor::check_token_eviction(PrefixCache* prefix) const {
   }
   // The evictor's own checks (budget, sinks, allocator, prefix caching, KV format), on a probe
   // sequence in a throwaway cache of the same kind (no storage, no events).
-  const int reservation = config_.max_seq_len > 0 ? config_.max_seq_len : model_.config.seq_len;
-  KvCacheManager probe(cache_.layout(), config_.allocator, reservation, false);
+  KvCacheManager probe(cache_.layout(), config_.allocator,
+                       config_.reservation(model_.config.seq_len), false);
   if (prefix != nullptr) probe.set_block_source(prefix);
   if (!probe.add_sequence(SeqId(0))) {
     throw Error(where, "internal: the probe sequence found no room");
@@ -49,7 +49,7 @@ const TokenEvictor* StepExecutor::token_evictor(int id) const {
 }
 
 void StepExecutor::on_sequence_started(const RequestRun& r) {
-  if (!evicts_tokens()) return;
+  if (!config_.evicts_tokens()) return;
   const int max_tokens = static_cast<int>(r.spec.prompt_tokens.size()) + r.spec.max_new_tokens;
   auto hook =
       std::make_unique<EvictingCacheHook>(config_.token_eviction, model_.config, max_tokens);
@@ -58,7 +58,7 @@ void StepExecutor::on_sequence_started(const RequestRun& r) {
 }
 
 void StepExecutor::on_sequence_dropped(std::int32_t id) {
-  if (evicts_tokens()) evictors_[static_cast<std::size_t>(id)].reset();
+  if (config_.evicts_tokens()) evictors_[static_cast<std::size_t>(id)].reset();
 }
 
 StepExecutor::NextToken StepExecutor::forward_evicting(const RequestRun& r, int first, int n) {
@@ -104,7 +104,7 @@ void StepExecutor::record_evicted(const RequestRun& r,
 }
 
 void StepExecutor::sync_table_event(const RequestRun& r) {
-  if (!evicts_tokens()) return;
+  if (!config_.evicts_tokens()) return;
   const SeqId seq(r.id);
   if (!cache_.has_sequence(seq)) return;
   const BlockTable& t = cache_.table(seq);

@@ -71,8 +71,8 @@ class Bench {
     const ModelConfig m = tiny_shape();
     const KvLayout layout = kv_layout_for(m, config_.block_size, config_.num_blocks,
                                           config_.k_format, config_.v_format);
-    const int reservation = config_.max_seq_len > 0 ? config_.max_seq_len : m.seq_len;
-    cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator, reservation, false);
+    cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator,
+                                              config_.reservation(m.seq_len), false);
     swap_ = std::make_unique<HostKvTier>(layout, config_.host_blocks, false);
     if (sink != nullptr) cache_->set_event_sink(sink, &step_);
     if (config_.prefix_caching) {
