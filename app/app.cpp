@@ -11,8 +11,16 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <thread>
+
+#if defined(__EMSCRIPTEN__)
+#include <emscripten/emscripten.h>
+#include <emscripten/html5.h>
+
+#include "app/web/web_page.h"
+#endif
 
 #include "app/core/run_session.h"
 #include "app/core/shell.h"
@@ -24,6 +32,13 @@ namespace kvscope::ui {
 namespace {
 
 constexpr double kMaxCaptureWaitSeconds = 300.0;  // then the screenshot is taken regardless
+
+// The shaders' GLSL: desktop OpenGL 3.0, or WebGL 2 (OpenGL ES 3.0) in the browser build.
+#if defined(__EMSCRIPTEN__)
+constexpr const char* kGlslVersion = "#version 300 es";
+#else
+constexpr const char* kGlslVersion = "#version 130";
+#endif
 
 std::string g_glfw_error = "unknown error";  // the GLFW error callback has no user pointer
 
@@ -125,18 +140,44 @@ class FrameLoop {
   // The exit code: 0, or 1 when the --screenshot could not be written.
   int run() {
     for (int frame = 0; !glfwWindowShouldClose(window_); ++frame) {
-      glfwPollEvents();
-      const double now = glfwGetTime();
-      const double dt = capture_ && !live_ ? 1.0 / 60.0 : now - last_;
-      if (capture_ && live_) std::this_thread::sleep_for(std::chrono::milliseconds(33));
-      last_ = now;
-      draw(dt);
-      if (capture_ && frame + 1 >= options_.frames && capture_done(frame)) break;
-      if (want_screenshot_) save_requested();
-      glfwSwapBuffers(window_);
+      if (!frame_once(frame)) break;
     }
     return exit_code_;
   }
+
+  // One frame; false when the loop ends after it (a --screenshot written).
+  bool frame_once(int frame) {
+    glfwPollEvents();
+    const double now = glfwGetTime();
+    const double dt = capture_ && !live_ ? 1.0 / 60.0 : now - last_;
+    if (capture_ && live_) std::this_thread::sleep_for(std::chrono::milliseconds(33));
+    last_ = now;
+    draw(dt);
+    if (capture_ && frame + 1 >= options_.frames && capture_done(frame)) return false;
+    if (want_screenshot_) save_requested();
+    glfwSwapBuffers(window_);
+    return true;
+  }
+
+#if defined(__EMSCRIPTEN__)
+  // The browser's event loop calls this once per animation frame. The canvas follows the page's
+  // size (the page styles it to fill the tab).
+  static void browser_frame(void* self) {
+    auto* loop = static_cast<FrameLoop*>(self);
+    double css_w = 0.0, css_h = 0.0;
+    if (emscripten_get_element_css_size("#canvas", &css_w, &css_h) == EMSCRIPTEN_RESULT_SUCCESS) {
+      int w = 0, h = 0;
+      glfwGetWindowSize(loop->window_, &w, &h);
+      if (static_cast<int>(css_w) != w || static_cast<int>(css_h) != h)
+        glfwSetWindowSize(loop->window_, static_cast<int>(css_w), static_cast<int>(css_h));
+    }
+    try {
+      loop->frame_once(loop->frames_++);
+    } catch (const std::exception& e) {
+      web_report_failure(e.what());
+    }
+  }
+#endif
 
  private:
   void keys() {
@@ -149,6 +190,21 @@ class FrameLoop {
     if (ImGui::IsKeyPressed(GLFW_KEY_Q) && io_.KeyCtrl) glfwSetWindowShouldClose(window_, 1);
   }
 
+  // "kvscope: minimal.json step 12/40": the window's title, and the browser tab's (where the
+  // browser build's test reads it, tests/web/web_test.py).
+  void update_title() {
+    const AppState& state = shell_.state();
+    const RunSession* session = shell_.session();
+    const std::string name =
+        session != nullptr ? std::filesystem::path(session->path()).filename().string() : "demo";
+    // The transport's numbers: the step shown and the last one.
+    const std::string title = "kvscope: " + name + " step " + std::to_string(state.step()) + "/" +
+                              std::to_string(state.num_steps() - 1);
+    if (title == title_) return;
+    title_ = title;
+    glfwSetWindowTitle(window_, title_.c_str());
+  }
+
   void draw(double dt) {
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
@@ -157,6 +213,7 @@ class FrameLoop {
     keys();
     shell_.set_fullscreen_flag(glfwGetWindowMonitor(window_) != nullptr);
     shell_.frame(dt);
+    update_title();
     const ShellRequests req = shell_.take_requests();
     if (req.quit) glfwSetWindowShouldClose(window_, 1);
     if (req.toggle_fullscreen) toggle_fullscreen(window_, saved_);
@@ -201,7 +258,12 @@ class FrameLoop {
     const std::string path = timestamped_png_name();
     try {
       save_framebuffer_png(path, fb_w_, fb_h_);
+#if defined(__EMSCRIPTEN__)
+      web_offer_download(path);  // the page's file system is gone with the tab
+      shell_.set_status("downloaded " + path);
+#else
       shell_.set_status("saved " + path);
+#endif
     } catch (const std::exception& e) {
       shell_.set_status(std::string("screenshot failed: ") + e.what());
     }
@@ -219,6 +281,8 @@ class FrameLoop {
   int idle_frames_ = 0;  // consecutive frames drawn with no panel busy (screenshots)
   int fb_w_ = 0, fb_h_ = 0;
   int exit_code_ = 0;
+  int frames_ = 0;     // the browser's frames so far
+  std::string title_;  // the window title last set
 };
 
 }  // namespace
@@ -243,8 +307,19 @@ int run_app(const AppOptions& options) {
   io.IniFilename = nullptr;  // every start gets the same tidy layout
   const Fonts fonts = load_fonts(io);
   ImGui_ImplGlfw_InitForOpenGL(window, true);
-  ImGui_ImplOpenGL3_Init("#version 130");
+  ImGui_ImplOpenGL3_Init(kGlslVersion);
 
+#if defined(__EMSCRIPTEN__)
+  // In the browser the page's event loop calls each frame, and main() returns at once: the shell
+  // and the loop live on the heap for as long as the tab does (the runtime stays up after main).
+  auto* shell = new UiShell(std::move(session), fonts);
+  if (!prepare_shell(*shell, options, false, false)) return 2;
+  web_set_shell(shell);
+  static const AppOptions kept = options;
+  auto* loop = new FrameLoop(window, kept, *shell, false);
+  emscripten_set_main_loop_arg(&FrameLoop::browser_frame, loop, 0, false);
+  return 0;
+#else
   int exit_code = 0;
   {
     // Screenshots show the finished run, deterministically (a live stream never finishes: its
@@ -264,6 +339,7 @@ int run_app(const AppOptions& options) {
   glfwDestroyWindow(window);
   glfwTerminate();
   return exit_code;
+#endif
 }
 
 }  // namespace kvscope::ui

@@ -10,6 +10,7 @@
 #include "app/core/quality_shipped.h"
 #include "app/core/scenario_catalog.h"
 #include "app/core/shell.h"
+#include "engine/common/error.h"
 
 namespace {
 
@@ -245,9 +246,7 @@ int write_quality_sweep(const UiArgs& a, int argc, char** argv) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   UiArgs a;
   if (const std::optional<int> code = read_args(argc, argv, a)) return *code;
   if (!a.sweep_out.empty()) return write_quality_sweep(a, argc, argv);
@@ -264,4 +263,16 @@ int main(int argc, char** argv) {
   if (!options.backend.empty() && options.backend != "cpu" && !scenario)
     return fail("--backend: runs a scenario (.json); a recording or live stream has no model");
   return kvscope::ui::run_app(options);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {  // bad input is caught (exit 2) before: this is a bug
+    std::fprintf(stderr, "kvscope-ui: internal error (a bug in kvscope; please report it): %s\n",
+                 e.what());
+    return kvscope::kExitInternalError;
+  }
 }

@@ -1,7 +1,11 @@
 // glReadPixels + stb_image_write, flipped to top-down rows.
 #include "app/screenshot.h"
 
+#if defined(__EMSCRIPTEN__)
+#include <GLES3/gl3.h>
+#else
 #include <GL/gl.h>
+#endif
 #include <stb_image_write.h>
 
 #include <cstring>
@@ -14,10 +18,14 @@ namespace kvscope::ui {
 
 void save_framebuffer_png(const std::string& path, int width, int height) {
   if (width <= 0 || height <= 0) throw Error(path, "the window has no pixels to save");
-  std::vector<unsigned char> pixels(static_cast<std::size_t>(width) * height * 3);  // [h][w][rgb]
+  // RGBA is the one format every OpenGL and WebGL 2 context reads back; the PNG keeps RGB.
+  const std::size_t count = static_cast<std::size_t>(width) * height;
+  std::vector<unsigned char> rgba(count * 4);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
   glReadBuffer(GL_BACK);
-  glReadPixels(0, 0, width, height, GL_RGB, GL_UNSIGNED_BYTE, pixels.data());
+  glReadPixels(0, 0, width, height, GL_RGBA, GL_UNSIGNED_BYTE, rgba.data());
+  std::vector<unsigned char> pixels(count * 3);  // [h][w][rgb]
+  for (std::size_t i = 0; i < count; ++i) std::memcpy(&pixels[i * 3], &rgba[i * 4], 3);
   const std::size_t row = static_cast<std::size_t>(width) * 3;
   std::vector<unsigned char> line(row);
   for (int y = 0; y < height / 2; ++y) {  // OpenGL rows are bottom-up

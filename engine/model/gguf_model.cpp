@@ -249,8 +249,8 @@ std::shared_ptr<const Model> load_gguf_model(const GgufFile& f, WeightFormat for
   std::optional<NativeSet> native;
   if (format == WeightFormat::kNative) native = native_weights(f, c, slots, infos);
   // Uninitialized: the pages of the matrices kept native are not touched until weights() fills
-  // them.
-  auto data = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(c.num_params()));
+  // them. (What std::make_unique_for_overwrite does; the browser build's libc++ 14 lacks it.)
+  std::unique_ptr<float[]> data(new float[static_cast<std::size_t>(c.num_params())]);
   // Dequantize row by row, rows spread over the threads.
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (native && native->kept[i]) continue;

@@ -7,9 +7,10 @@
 #endif
 
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstring>
+
+#include "engine/common/bit_cast.h"
 
 namespace kvscope::quant {
 namespace {
@@ -92,14 +93,14 @@ std::uint8_t encode_fp8(const Fp8Table& t, float x) {
 }  // namespace
 
 std::uint16_t f32_to_f16(float x) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t bits = kvscope::bit_cast<std::uint32_t>(x);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t ax = bits & 0x7FFFFFFFu;
   if (ax > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);   // NaN
   if (ax >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7BFFu);  // >= 65520: saturate
   if (ax < 0x38800000u) {
     // Below the smallest normal (2^-14): subnormal steps of 2^-24; 1024 steps carry into 0x0400.
-    const float steps = std::nearbyint(std::bit_cast<float>(ax) * 16777216.0f);
+    const float steps = std::nearbyint(kvscope::bit_cast<float>(ax) * 16777216.0f);
     return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(steps));
   }
   const std::uint32_t mant = ax & 0x7FFFFFu;
@@ -118,12 +119,12 @@ float f16_to_f32(std::uint16_t h) {
     const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // exact
     return sign ? -v : v;
   }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+  if (exp == 31) return kvscope::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
+  return kvscope::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
 std::uint16_t f32_to_bf16(float x) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t bits = kvscope::bit_cast<std::uint32_t>(x);
   const std::uint32_t ax = bits & 0x7FFFFFFFu;
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   if (ax > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7FC0u);  // NaN
@@ -133,7 +134,7 @@ std::uint16_t f32_to_bf16(float x) {
 }
 
 float bf16_to_f32(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+  return kvscope::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 
 void f16_row_to_f32(const std::byte* src, float* dst, int n) {
@@ -156,7 +157,7 @@ void bf16_row_to_f32(const std::byte* src, float* dst, int n) {
   for (int i = 0; i < n; ++i) {
     std::uint16_t b;
     std::memcpy(&b, src + 2 * i, sizeof b);
-    dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+    dst[i] = kvscope::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
   }
 }
 

@@ -12,7 +12,6 @@
 //   str after_bos when 1). A reader skips sections whose tag it does not know, so a later optional
 //   section needs no new version (saving again drops them).
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "engine/common/atomic_write.h"
+#include "engine/common/bit_cast.h"
 #include "engine/common/error.h"
 #include "engine/kv/event_payloads.h"
 #include "engine/trace/timeline.h"
@@ -66,7 +66,7 @@ class Writer {
     for (std::size_t i = 0; i < sizeof(T); ++i)
       bytes.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
   }
-  void put_f64(double v) { put(std::bit_cast<std::uint64_t>(v)); }
+  void put_f64(double v) { put(kvscope::bit_cast<std::uint64_t>(v)); }
   void put_str(const std::string& s) {
     put(static_cast<std::uint32_t>(s.size()));
     bytes.append(s);
@@ -124,7 +124,7 @@ class Reader {
     pos_ += sizeof(T);
     return static_cast<T>(u);
   }
-  double get_f64(std::string_view what) { return std::bit_cast<double>(get<std::uint64_t>(what)); }
+  double get_f64(std::string_view what) { return kvscope::bit_cast<double>(get<std::uint64_t>(what)); }
   std::string get_str(std::string_view what) {
     const std::size_t at = pos_;
     const auto n = get<std::uint32_t>(what);

@@ -1,5 +1,5 @@
 // CpuBackend: the Backend interface over the free functions in cpu_ops.
-#include <omp.h>
+#include "engine/common/openmp.h"
 
 #include <algorithm>
 

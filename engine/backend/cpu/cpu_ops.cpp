@@ -9,7 +9,7 @@
 #include "engine/common/error.h"
 #include "engine/quant/kv_codec.h"
 
-#include <omp.h>
+#include "engine/common/openmp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,8 +23,9 @@ namespace {
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr long kParallelThreshold = 1L << 16;
 
-// Whether attention over `n` slots splits its heads across threads.
-bool attention_in_parallel(int n, const AttentionShape& shape) {
+// Whether attention over `n` slots splits its heads across threads (only OpenMP's `if` clauses
+// call it: unused in a build without OpenMP).
+[[maybe_unused]] bool attention_in_parallel(int n, const AttentionShape& shape) {
   return static_cast<long>(n) * shape.n_heads * shape.head_dim >= kParallelThreshold;
 }
 

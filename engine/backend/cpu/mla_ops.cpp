@@ -2,7 +2,7 @@
 // from latents) and mode B absorbed attention (scores and context on latents).
 #include "engine/backend/cpu/mla_ops.h"
 
-#include <omp.h>
+#include "engine/common/openmp.h"
 
 #include <algorithm>
 #include <cmath>

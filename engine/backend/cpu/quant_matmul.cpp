@@ -1,12 +1,16 @@
 // See quant_matmul.h for the arithmetic every implementation follows. This file is compiled with
 // -ffp-contract=off and without -fassociative-math (engine/CMakeLists.txt), so the compiler keeps
 // each float operation as written; the SIMD paths are compiled for their instruction sets with
-// target attributes and only ever called after a CPU check.
+// target attributes and only ever called after a CPU check. They exist on x86 only: elsewhere
+// (the browser build's WebAssembly) the portable path is the one there is.
 #include "engine/backend/cpu/quant_matmul.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#define KVSCOPE_QUANT_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -106,6 +110,7 @@ void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long
   }
 }
 
+#if defined(KVSCOPE_QUANT_X86)
 // ---- AVX2 ------------------------------------------------------------------------------------
 
 #define KVSCOPE_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -515,6 +520,7 @@ void rows_simd(QuantIsa isa, const std::byte* w, std::int64_t row_bytes, long r0
     rows_avx2<T>(w, row_bytes, r0, r1, a, out, ldo);
   }
 }
+#endif  // KVSCOPE_QUANT_X86
 
 }  // namespace
 
@@ -554,6 +560,7 @@ void quantize_acts(const float* x, int m, int n, QuantizedActs& out) {
   }
 }
 
+#if defined(KVSCOPE_QUANT_X86)
 namespace {
 
 // CPUID leaf 7, sub-leaf 0, ECX bit 11. Not every compiler's __builtin_cpu_supports knows this
@@ -571,6 +578,7 @@ bool cpuid_f16c() {
 }
 
 }  // namespace
+#endif  // KVSCOPE_QUANT_X86
 
 const char* quant_isa_name(QuantIsa isa) {
   switch (isa) {
@@ -587,11 +595,15 @@ const char* quant_isa_name(QuantIsa isa) {
 bool quant_isa_supported(QuantIsa isa) {
   // Read once: CPUID is slow, and in a virtual machine it traps to the hypervisor (asking on every
   // matmul call cost a fifth of SmolLM2's decode speed here).
+#if defined(KVSCOPE_QUANT_X86)
   static const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_f16c();
   static const bool avx512_vnni = avx2 && __builtin_cpu_supports("avx512f") &&
                                   __builtin_cpu_supports("avx512bw") &&
                                   __builtin_cpu_supports("avx512vl") && cpuid_avx512_vnni();
+#else
+  constexpr bool avx2 = false, avx512_vnni = false;
+#endif
   switch (isa) {
     case QuantIsa::kScalar:
       return true;
@@ -647,6 +659,7 @@ void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int
     rows_scalar(type, w, row_bytes, r0, r1, a, out, ldo);
     return;
   }
+#if defined(KVSCOPE_QUANT_X86)
   switch (type) {
     case GgmlType::kQ4_0:
       return rows_simd<GgmlType::kQ4_0>(isa, w, row_bytes, r0, r1, a, out, ldo);
@@ -655,6 +668,7 @@ void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int
     default:
       return rows_simd<GgmlType::kQ8_0>(isa, w, row_bytes, r0, r1, a, out, ldo);
   }
+#endif
 }
 
 }  // namespace kvscope::cpu

@@ -8,9 +8,10 @@
 // -fassociative-math. Relative error within a few ulp of std::exp (tests/backend/vec_math_test).
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "engine/common/bit_cast.h"
 
 namespace kvscope::cpu {
 
@@ -34,7 +35,7 @@ inline float vexp(float x) {
   p = std::fma(p, r, 0.5f);
   p = std::fma(p, r, 1.0f);
   p = std::fma(p, r, 1.0f);
-  const float scale = std::bit_cast<float>(static_cast<std::int32_t>(n + 127.0f) << 23);
+  const float scale = kvscope::bit_cast<float>(static_cast<std::int32_t>(n + 127.0f) << 23);
   return underflow ? 0.0f : p * scale;
 }
 

@@ -1,0 +1,49 @@
+// See web_page.h. Built into the browser build only (app/web/web.cmake).
+#include "app/web/web_page.h"
+
+#include <emscripten/emscripten.h>
+
+#include "app/core/shell.h"
+
+namespace kvscope::ui {
+namespace {
+
+UiShell* g_shell = nullptr;
+
+}  // namespace
+
+void web_set_shell(UiShell* shell) {
+  g_shell = shell;
+}
+
+void web_report_failure(const std::string& what) {
+  emscripten_cancel_main_loop();
+  EM_ASM({ kvscopeFail('internal error (a bug in kvscope; please report it): ' + UTF8ToString($0)); },
+         what.c_str());
+}
+
+void web_offer_download(const std::string& path) {
+  EM_ASM(
+      {
+        const path = UTF8ToString($0);
+        const bytes = FS.readFile(path);
+        const url = URL.createObjectURL(new Blob([bytes], {type : 'image/png'}));
+        const a = document.createElement('a');
+        a.href = url;
+        a.download = path.split('/').pop();
+        document.body.appendChild(a);
+        a.click();
+        a.remove();
+        setTimeout(() => URL.revokeObjectURL(url), 10000);
+      },
+      path.c_str());
+}
+
+}  // namespace kvscope::ui
+
+// The page's "Open file" (and its test): `path` is a file the page wrote into the module's file
+// system. 1 when the shell opened it; 0 when it showed why not (an error modal, as File > Open).
+extern "C" EMSCRIPTEN_KEEPALIVE int kvscope_web_open(const char* path) {
+  if (kvscope::ui::g_shell == nullptr) return 0;
+  return kvscope::ui::g_shell->open(path) ? 1 : 0;
+}

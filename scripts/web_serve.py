@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Serves the browser build (build-web/) on 127.0.0.1 with the two headers that make a page
+cross-origin isolated (Cross-Origin-Opener-Policy and Cross-Origin-Embedder-Policy): without
+them a browser gives the page no SharedArrayBuffer, and kvscope's engine threads (Web Workers
+sharing the module's memory) cannot start. Used by scripts/web.sh --serve and the browser test.
+"""
+import argparse
+import functools
+import http.server
+import os
+import sys
+
+
+class IsolatedHandler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".wasm": "application/wasm",
+        ".js": "text/javascript",
+        ".data": "application/octet-stream",
+    }
+
+    def end_headers(self):
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+    def log_message(self, fmt, *args):
+        if self.server.verbose:
+            super().log_message(fmt, *args)
+
+
+def make_server(root, port, verbose=False):
+    """A server for `root` on 127.0.0.1:`port` (0: any free port); not yet serving."""
+    handler = functools.partial(IsolatedHandler, directory=root)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server.verbose = verbose
+    return server
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("root", help="the folder to serve (build-web)")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args()
+    if not os.path.isfile(os.path.join(args.root, "index.html")):
+        print(f"web_serve.py: {args.root}/index.html: not found (run scripts/web.sh first)",
+              file=sys.stderr)
+        return 2
+    try:
+        server = make_server(args.root, args.port, verbose=True)
+    except OSError as e:
+        print(f"web_serve.py: 127.0.0.1:{args.port}: {e.strerror}", file=sys.stderr)
+        return 2
+    print(f"kvscope: open http://127.0.0.1:{server.server_address[1]}/ (Ctrl+C stops)",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

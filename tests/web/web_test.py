@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""The browser build in a real browser: headless Chromium (Debian's) loads build-web/ from a
+local server with the cross-origin isolation headers (scripts/web_serve.py), and the test drives
+it through the DevTools protocol:
+
+- the default scenario runs: the page's title ("kvscope: minimal.json step S/N", set by the app
+  every frame) reaches the last step, and a screenshot of the page is not blank;
+- a scenario opened through the page's file-picker code path (kvscopeOpenFile, which the
+  "Open file" button calls) replaces it, and a malformed one is refused with the run kept;
+- no uncaught exception or console error on the way.
+
+It prints the first frame's time and the frame rate it measured, and "N passed, N failed".
+Run by scripts/web.sh --test (and scripts/test.sh): /usr/bin/python3 tests/web/web_test.py DIR.
+"""
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import websocket  # Debian's python3-websocket
+from PIL import Image  # Debian's python3-pil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import web_serve  # noqa: E402
+
+# The app's title: the input's name, the step shown and the last step (the transport's numbers).
+TITLE = re.compile(r"^kvscope: (?P<name>\S+) step (?P<step>\d+)/(?P<steps>\d+)$")
+
+
+class Browser:
+    """Headless Chromium with one page, spoken to over the DevTools protocol."""
+
+    def __init__(self, width=1280, height=720):
+        self.profile = tempfile.mkdtemp(prefix="kvscope-chromium-")
+        exe = shutil.which("chromium") or "/usr/bin/chromium"
+        self.proc = subprocess.Popen(
+            [exe, "--headless=new", "--no-sandbox", "--disable-gpu-sandbox",
+             "--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--no-first-run",
+             "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+             f"--window-size={width},{height}", f"--user-data-dir={self.profile}",
+             "--remote-debugging-port=0", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = os.path.join(self.profile, "DevToolsActivePort")
+        deadline = time.time() + 30
+        while not os.path.exists(port_file):
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("chromium did not start (no DevToolsActivePort)")
+            time.sleep(0.1)
+        time.sleep(0.2)
+        port = open(port_file).read().split()[0]
+        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list"))
+        page = next(t for t in targets if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60)
+        self.next_id = 0
+        self.errors = []  # console errors and uncaught exceptions
+        self.console = []  # every console line, printed when a check fails
+        self.send("Runtime.enable")
+        self.send("Page.enable")
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
+    def send(self, method, **params):
+        self.next_id += 1
+        my_id = self.next_id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self.note_event(msg)
+
+    def note_event(self, msg):
+        method = msg.get("method")
+        if method == "Runtime.consoleAPICalled":
+            self.console.append(" ".join(str(a.get("value", a.get("description")))
+                                         for a in msg["params"]["args"]))
+        if method == "Runtime.exceptionThrown":
+            d = msg["params"]["exceptionDetails"]
+            self.errors.append("exception: " + d.get("exception", {}).get("description", d["text"]))
+        elif method == "Runtime.consoleAPICalled" and msg["params"]["type"] == "error":
+            args = msg["params"]["args"]
+            self.errors.append("console.error: " + " ".join(str(a.get("value", a.get("description")))
+                                                            for a in args))
+
+    def eval(self, expression, await_promise=False):
+        r = self.send("Runtime.evaluate", expression=expression, awaitPromise=await_promise,
+                      returnByValue=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expression[:60]}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def title(self):
+        return self.eval("document.title")
+
+    def wait_title(self, predicate, timeout):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            last = self.title()
+            m = TITLE.match(last or "")
+            if m and predicate(m):
+                return m
+            if last and last.startswith("kvscope: error"):
+                raise AssertionError(f"the page says: {last}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout} s; the title was {last!r}")
+
+    def press(self, key, code, key_code):
+        """One key press, as the page's keyboard handlers (GLFW's) receive it."""
+        for kind in ("rawKeyDown", "keyUp"):
+            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=code,
+                      windowsVirtualKeyCode=key_code, nativeVirtualKeyCode=key_code)
+
+    def screenshot(self):
+        data = self.send("Page.captureScreenshot", format="png")["data"]
+        return Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def distinct_colours(image):
+    small = image.resize((320, 180))
+    return len(set(small.getdata()))
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build-web")
+    if not os.path.isfile(os.path.join(root, "index.html")):
+        print(f"web_test.py: {root}/index.html: not found (run scripts/web.sh first)",
+              file=sys.stderr)
+        return 2
+    server = web_serve.make_server(root, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    results = []
+
+    def check(name, fn):
+        try:
+            fn()
+            results.append((name, None))
+            print(f"[ PASS ] {name}")
+        except Exception as e:  # noqa: BLE001: every failure is reported, then counted
+            results.append((name, e))
+            print(f"[ FAIL ] {name}: {e}")
+            for line in browser.console[-15:]:
+                print(f"  console: {line}")
+
+    browser = Browser()
+    try:
+        def default_scenario_runs():
+            t0 = time.time()
+            browser.send("Page.navigate", url=url)
+            first = browser.wait_title(lambda m: True, timeout=60)
+            first_frame = time.time() - t0
+            assert first["name"] == "minimal.json", f"opened {first['name']}, not minimal.json"
+            assert first["step"] == "0", f"opened at step {first['step']}, not the first"
+            browser.press(" ", "Space", 32)  # play
+            playing = browser.wait_title(lambda m: int(m["step"]) >= 5, timeout=30)
+            browser.press("End", "End", 35)  # the last step
+            last = browser.wait_title(lambda m: m["step"] == m["steps"], timeout=30)
+            print(f"  first frame {first_frame:.2f} s after navigation; played to step "
+                  f"{playing['step']}, then End reached {last['step']}/{last['steps']}")
+            fps = browser.eval(
+                "new Promise(r => { let n = 0; const t0 = performance.now();"
+                " function f() { n++; if (performance.now() - t0 < 2000)"
+                " requestAnimationFrame(f); else r(n * 1000 / (performance.now() - t0)); }"
+                " requestAnimationFrame(f); })", await_promise=True)
+            print(f"  {fps:.0f} frames/s in headless Chromium (software WebGL)")
+            image = browser.screenshot()
+            colours = distinct_colours(image)
+            assert image.size == (1280, 720), f"screenshot is {image.size}"
+            assert colours > 50, f"the page looks blank: {colours} distinct colours"
+            print(f"  screenshot {image.size[0]}x{image.size[1]}, {colours} distinct colours")
+
+        def picked_scenario_opens():
+            text = open(os.path.join(ROOT, "scenarios", "block-size.json")).read()
+            opened = browser.eval(
+                f"kvscopeOpenFile(new File([{json.dumps(text)}], 'my-block-size.json'))",
+                await_promise=True)
+            assert opened == 1, f"kvscopeOpenFile returned {opened}"
+            m = browser.wait_title(lambda m: m["name"] == "my-block-size.json", timeout=60)
+            assert int(m["steps"]) > 0, f"the picked scenario has {int(m['steps']) + 1} steps"
+
+        def malformed_file_is_refused():
+            before = browser.wait_title(lambda m: True, timeout=10)
+            opened = browser.eval(
+                "kvscopeOpenFile(new File(['{\"name\": 3'], 'broken.json'))", await_promise=True)
+            assert opened == 0, f"a malformed scenario was opened ({opened})"
+            after = browser.wait_title(lambda m: True, timeout=10)
+            assert after["name"] == before["name"], f"the run changed to {after['name']}"
+
+        check("the default scenario runs to its last step", default_scenario_runs)
+        check("a scenario opened through the file picker runs", picked_scenario_opens)
+        check("a malformed scenario is refused and the run kept", malformed_file_is_refused)
+        check("no uncaught exception or console error",
+              lambda: (_ for _ in ()).throw(AssertionError("; ".join(browser.errors)))
+              if browser.errors else None)
+    finally:
+        browser.close()
+        server.shutdown()
+    failed = sum(1 for _, e in results if e is not None)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
