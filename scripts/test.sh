@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds kvscope with warnings as errors, and runs every test: the
 # release build and its suite, the GPU check on the emulated device (scripts/gpu-check.sh
-# --emulated), clang-format + clang-tidy (scripts/lint.sh), the whole suite again under
+# --emulated), clang-format + clang-tidy (scripts/lint.sh), the browser build and its test in
+# headless Chromium (scripts/web.sh --test; KVSCOPE_SKIP_WEB=1 skips it), the whole suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer (the SIMT emulator's fiber mode), the
 # emulator's thread mode and the real kernels under ThreadSanitizer (kvscope_simt_tests and the
 # missing-barrier demo TSan must flag), then the libFuzzer targets for 30 s each
@@ -26,6 +27,10 @@ ctest --preset release -j "$jobs"
 # between the sessions that are lent a GPU (docs/gpu-results.md).
 bash scripts/gpu-check.sh --emulated --out build/gpu-check-emulated
 bash scripts/lint.sh
+# The browser build, and the page in headless Chromium (docs/web.md).
+if [ "${KVSCOPE_SKIP_WEB:-0}" != "1" ]; then
+  bash scripts/web.sh --test
+fi
 
 if [ "${KVSCOPE_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan + UBSan build ==" >&2

@@ -50,9 +50,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   echo "web.sh: installing ${missing[*]}" >&2
+  apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
     >/dev/null
 fi
+
+# Debian's Emscripten runs its JavaScript tools with `node`, and finds their modules (acorn) in
+# Debian's folder for them; a Node.js from elsewhere does not look there by itself.
+export NODE_PATH="/usr/share/nodejs${NODE_PATH:+:$NODE_PATH}"
 
 # Dear ImGui 1.86 from Debian's source package (bookworm's imgui 1.86+ds-1), with a private
 # apt list of source packages (the system's sources are left as they are).
@@ -109,7 +114,7 @@ echo "web.sh: build-web/ holds $(du -sh build-web | cut -f1):" >&2
 (cd build-web && ls -l | awk 'NR > 1 {printf "  %-18s %8.1f KiB\n", $9, $5 / 1024}') >&2
 
 if [ "$test" = 1 ]; then
-  python3 tests/web/web_test.py build-web
+  /usr/bin/python3 tests/web/web_test.py build-web  # Debian's Python, with Debian's modules
 fi
 if [ "$serve" = 1 ]; then
   exec python3 scripts/web_serve.py build-web --port "$port"

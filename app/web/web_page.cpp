@@ -18,25 +18,13 @@ void web_set_shell(UiShell* shell) {
 
 void web_report_failure(const std::string& what) {
   emscripten_cancel_main_loop();
-  EM_ASM({ kvscopeFail('internal error (a bug in kvscope; please report it): ' + UTF8ToString($0)); },
-         what.c_str());
+  EM_ASM(
+      { kvscopeFail('internal error (a bug in kvscope; please report it): ' + UTF8ToString($0)); },
+      what.c_str());
 }
 
 void web_offer_download(const std::string& path) {
-  EM_ASM(
-      {
-        const path = UTF8ToString($0);
-        const bytes = FS.readFile(path);
-        const url = URL.createObjectURL(new Blob([bytes], {type : 'image/png'}));
-        const a = document.createElement('a');
-        a.href = url;
-        a.download = path.split('/').pop();
-        document.body.appendChild(a);
-        a.click();
-        a.remove();
-        setTimeout(() => URL.revokeObjectURL(url), 10000);
-      },
-      path.c_str());
+  EM_ASM({ kvscopeDownload(UTF8ToString($0)); }, path.c_str());  // app/web/shell.html
 }
 
 }  // namespace kvscope::ui

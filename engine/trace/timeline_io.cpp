@@ -124,7 +124,9 @@ class Reader {
     pos_ += sizeof(T);
     return static_cast<T>(u);
   }
-  double get_f64(std::string_view what) { return kvscope::bit_cast<double>(get<std::uint64_t>(what)); }
+  double get_f64(std::string_view what) {
+    return kvscope::bit_cast<double>(get<std::uint64_t>(what));
+  }
   std::string get_str(std::string_view what) {
     const std::size_t at = pos_;
     const auto n = get<std::uint32_t>(what);

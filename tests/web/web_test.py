@@ -7,6 +7,7 @@ it through the DevTools protocol:
   every frame) reaches the last step, and a screenshot of the page is not blank;
 - a scenario opened through the page's file-picker code path (kvscopeOpenFile, which the
   "Open file" button calls) replaces it, and a malformed one is refused with the run kept;
+- F12 downloads a PNG of the canvas (the page has no disk to save it on);
 - no uncaught exception or console error on the way.
 
 It prints the first frame's time and the frame rate it measured, and "N passed, N failed".
@@ -213,6 +214,27 @@ def main():
         check("the default scenario runs to its last step", default_scenario_runs)
         check("a scenario opened through the file picker runs", picked_scenario_opens)
         check("a malformed scenario is refused and the run kept", malformed_file_is_refused)
+        def screenshot_downloads():
+            downloads = tempfile.mkdtemp(prefix="kvscope-downloads-")
+            try:
+                browser.send("Page.setDownloadBehavior", behavior="allow",
+                             downloadPath=downloads)
+                browser.press("F12", "F12", 123)
+                deadline = time.time() + 30
+                done = []
+                while time.time() < deadline and not done:
+                    done = [f for f in os.listdir(downloads) if f.endswith(".png")]
+                    time.sleep(0.2)
+                assert done, "F12 downloaded no PNG within 30 s"
+                time.sleep(0.5)  # the download is written, then renamed into place
+                image = Image.open(os.path.join(downloads, done[0])).convert("RGB")
+                assert image.size[0] == 1280, f"the screenshot is {image.size}, not 1280 wide"
+                assert distinct_colours(image) > 50, "the downloaded screenshot is blank"
+                print(f"  F12 downloaded {done[0]} ({image.size[0]}x{image.size[1]})")
+            finally:
+                shutil.rmtree(downloads, ignore_errors=True)
+
+        check("F12 downloads a screenshot of the canvas", screenshot_downloads)
         check("no uncaught exception or console error",
               lambda: (_ for _ in ()).throw(AssertionError("; ".join(browser.errors)))
               if browser.errors else None)
