@@ -5,7 +5,6 @@
 // On a CUDA backend each size runs twice, interleaved: the whole step on the device
 // (Backend::run_step) and the same backend driven op by op (OpByOp, activations back on the host
 // after every op), with what each copies between host and device per step.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +21,7 @@
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/backend/op_by_op.h"
 #include "engine/common/error.h"
+#include "engine/common/openmp.h"
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
 #include "engine/model/locate.h"

@@ -1,7 +1,6 @@
 // kvscope bench generate: decode and prefill tokens/s on a model, with the weight bytes read per
 // decoded token against a memory read and the matmul kernel's cache-resident speed, measured in
 // the same run.
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +16,7 @@
 #include "engine/analysis/kv_memory_probe.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/common/error.h"
+#include "engine/common/openmp.h"
 #include "engine/common/zeroed_buffer.h"
 #include "engine/infer/step_runner.h"
 #include "engine/kv/kv_format.h"

@@ -2,8 +2,6 @@
 // engine (engine/analysis/kv_memory_probe.h) beside the formula, with a CSV and a PNG.
 #include "cli/info_measure.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +16,7 @@
 #include "engine/analysis/quality.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/common/openmp.h"
 #include "engine/common/text_lines.h"
 #include "engine/report/png_plot.h"
 

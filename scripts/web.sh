@@ -39,7 +39,7 @@ if ! [[ "$port" =~ ^[0-9]+$ ]] || [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; th
 fi
 
 packages=(emscripten cmake ninja-build nlohmann-json3-dev libstb-dev fonts-dejavu-core)
-if [ "$test" = 1 ]; then packages+=(chromium python3-websocket); fi
+if [ "$test" = 1 ]; then packages+=(googletest chromium python3-websocket python3-pil); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -101,6 +101,9 @@ mkdir -p "$obj/include"
 ln -sfn /usr/include/nlohmann "$obj/include/nlohmann"
 ln -sfn /usr/include/stb "$obj/include/stb"
 
+# --test also builds part of the suite for WebAssembly, with Debian's GoogleTest sources.
+gtest=""
+[ "$test" = 1 ] && gtest=/usr/src/googletest
 shared="${KVSCOPE_SHARED:-$(cd .. && pwd)/shared}"
 traces=""
 [ -f "$shared/traces/mooncake/conversation_trace.jsonl" ] && traces="$shared/traces"
@@ -108,12 +111,17 @@ echo "== browser build (Emscripten $(emcc --version | head -1 | grep -o '[0-9]*\
 emcmake cmake -S . -B "$obj" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_WERROR=ON \
   -DKVSCOPE_WEB_INCLUDE="$PWD/$obj/include" -DKVSCOPE_IMGUI_SOURCE="$imgui_dir" \
   -DKVSCOPE_WEB_MODELS="$shared/models" -DKVSCOPE_WEB_TRACES="$traces" \
-  -DKVSCOPE_WEB_OUT="$PWD/build-web" >/dev/null
-cmake --build "$obj" -j "$(nproc)"
+  -DKVSCOPE_WEB_OUT="$PWD/build-web" -DKVSCOPE_GTEST_SOURCE="$gtest" >/dev/null
+cmake --build "$obj" -j "$(nproc)" --target kvscope-ui ${gtest:+kvscope_wasm_tests}
 echo "web.sh: build-web/ holds $(du -sh build-web | cut -f1):" >&2
 (cd build-web && ls -l | awk 'NR > 1 {printf "  %-18s %8.1f KiB\n", $9, $5 / 1024}') >&2
 
 if [ "$test" = 1 ]; then
+  echo "== the engine's tests compiled for WebAssembly, under Node.js ==" >&2
+  # This Emscripten fetches its .wasm with fetch() where there is one, which Node.js 18+ has but
+  # cannot use on a file path: without it, the loader reads the file.
+  node --no-experimental-fetch "$obj/tests/web/kvscope_wasm_tests.js"
+  echo "== the page in headless Chromium ==" >&2
   /usr/bin/python3 tests/web/web_test.py build-web  # Debian's Python, with Debian's modules
 fi
 if [ "$serve" = 1 ]; then

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +84,21 @@ std::string error_of(const std::function<void()>& fn) {
   }
   ADD_FAILURE() << "expected a kvscope::Error";
   return "";
+}
+
+float PortableNormal::operator()() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return static_cast<float>(spare_);
+  }
+  // u1 in (0, 1], u2 in [0, 1): mt19937's 32-bit outputs are the same everywhere.
+  const double u1 = (static_cast<double>(rng_()) + 1.0) / 4294967296.0;
+  const double u2 = static_cast<double>(rng_()) / 4294967296.0;
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  const double a = 2.0 * 3.14159265358979323846 * u2;
+  spare_ = r * std::sin(a);
+  has_spare_ = true;
+  return static_cast<float>(r * std::cos(a));
 }
 
 }  // namespace kvscope::test

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,19 @@ std::string read_text(const std::string& path);
 std::string shared_models_dir();
 // The what() of the kvscope::Error that `fn` throws ("" and a test failure when it throws none).
 std::string error_of(const std::function<void()>& fn);
+
+// Standard normal floats drawn from std::mt19937 by Box-Muller: the same numbers with every
+// standard library. std::normal_distribution's algorithm is each library's own, so libc++ (the
+// browser build's, tests/web/) draws other values than libstdc++ from the same seed.
+class PortableNormal {
+ public:
+  explicit PortableNormal(unsigned seed) : rng_(seed) {}
+  float operator()();
+
+ private:
+  std::mt19937 rng_;
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
 
 }  // namespace kvscope::test

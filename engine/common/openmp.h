@@ -2,7 +2,7 @@
 // defines _OPENMP and gets <omp.h>. The browser build has no OpenMP runtime for WebAssembly: its
 // `#pragma omp` lines are ignored, every loop runs on the calling thread, and these functions
 // answer as OpenMP does outside a parallel region with one thread (docs/web.md). Include this,
-// never <omp.h>, in the engine. tests/common/openmp_none_test.cpp compiles the fallback in the
+// never <omp.h>, in the engine. tests/backend/openmp_none_test.cpp compiles the fallback in the
 // desktop build.
 #pragma once
 

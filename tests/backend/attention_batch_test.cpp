@@ -5,7 +5,6 @@
 // views keep the per-query path.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_ops.h"
+#include "engine/common/bit_cast.h"
 #include "tests/quant/kv_test_support.h"
 
 namespace kvscope {
@@ -26,7 +26,7 @@ class Rows final : public AttentionObserver {
  public:
   void on_attention(int, int head, int pos, std::span<const float> w) override {
     calls.push_back(std::to_string(pos) + "/" + std::to_string(head));
-    for (float x : w) weights.push_back(std::bit_cast<std::uint32_t>(x));
+    for (float x : w) weights.push_back(kvscope::bit_cast<std::uint32_t>(x));
   }
   std::vector<std::string> calls;
   std::vector<std::uint32_t> weights;
@@ -34,7 +34,7 @@ class Rows final : public AttentionObserver {
 
 std::vector<std::uint32_t> bits(const std::vector<float>& v) {
   std::vector<std::uint32_t> out;
-  for (float x : v) out.push_back(std::bit_cast<std::uint32_t>(x));
+  for (float x : v) out.push_back(kvscope::bit_cast<std::uint32_t>(x));
   return out;
 }
 

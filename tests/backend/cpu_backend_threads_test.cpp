@@ -1,12 +1,12 @@
 // CpuBackend's thread count holds on whichever thread runs it: OpenMP keeps the count per calling
 // thread, and the UI builds the backend on one thread and steps the Simulator on another.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <thread>
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/common/openmp.h"
 
 namespace kvscope {
 namespace {

@@ -2,11 +2,11 @@
 // gguf's numpy dequantizers (tests/data/ggml_dequant_golden.json), type sizes, fp16/bf16, and
 // errors.
 #include "engine/model/ggml_types.h"
+#include "engine/common/bit_cast.h"
 #include "tests/test_support.h"
 
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -25,7 +25,7 @@ namespace {
 using Bytes = std::vector<std::byte>;
 
 std::uint32_t bits_of(float f) {
-  return std::bit_cast<std::uint32_t>(f);
+  return kvscope::bit_cast<std::uint32_t>(f);
 }
 
 // Same float bit for bit (so -0 != +0), except that any NaN equals any NaN.

@@ -2,6 +2,7 @@
 // one test per malformation the reader must reject, Llama configs and weights, and the real
 // SmolLM2.
 #include "engine/model/gguf.h"
+#include "engine/common/bit_cast.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -199,7 +200,7 @@ std::vector<std::byte> f32_bytes(const std::vector<float>& v) {
 
 // The binary16 bits of `f`, which must be zero or a normal fp16 number held exactly.
 std::uint16_t fp16_bits(float f) {
-  const auto bits = std::bit_cast<std::uint32_t>(f);
+  const auto bits = kvscope::bit_cast<std::uint32_t>(f);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000);
   if ((bits & 0x7fffffff) == 0) return sign;
   const int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;

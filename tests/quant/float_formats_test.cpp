@@ -1,9 +1,9 @@
 // Narrow float conversions: exhaustive round trips, rounding ties, saturation, NaN handling.
 #include "engine/quant/float_formats.h"
+#include "engine/common/bit_cast.h"
 
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -123,12 +123,12 @@ TEST(NarrowFloats, RowDecodersEqualTheScalarOnesForEveryCode) {
         if (std::isnan(want16)) {
           EXPECT_TRUE(std::isnan(f16[static_cast<std::size_t>(c)])) << "fp16 code " << c;
         } else {
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(f16[static_cast<std::size_t>(c)]),
-                    std::bit_cast<std::uint32_t>(want16))
+          ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(f16[static_cast<std::size_t>(c)]),
+                    kvscope::bit_cast<std::uint32_t>(want16))
               << "fp16 code " << c << " offset " << offset;
         }
-        ASSERT_EQ(std::bit_cast<std::uint32_t>(bf16[static_cast<std::size_t>(c)]),
-                  std::bit_cast<std::uint32_t>(wantb))
+        ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(bf16[static_cast<std::size_t>(c)]),
+                  kvscope::bit_cast<std::uint32_t>(wantb))
             << "bf16 code " << c << " offset " << offset;
       }
     }

@@ -19,20 +19,19 @@ using test::QuantCache;
 // Normalized error |out - ref|_1 / |ref|_1 of decode attention over T random tokens.
 double attention_error(const KvFormat& k, const KvFormat& v, int block_size) {
   const int T = 150, kv_heads = 4, hd = 8, n_heads = 8;
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  test::PortableNormal normal(5);  // the same draws in the browser build's tests (tests/web/)
   QuantCache ref(KvFormat{}, KvFormat{}, block_size, T, kv_heads, hd);
   QuantCache quant(k, v, block_size, T, kv_heads, hd);
   std::vector<float> krow(32), vrow(32), q(64), out_ref(64), out_q(64);  // [kv_dim], [q_dim]
   for (int t = 0; t < T; ++t) {
     for (int c = 0; c < 32; ++c) {
-      krow[c] = normal(rng) * (c % 8 == 3 ? 8.0f : 1.0f);  // an outlier channel per head
-      vrow[c] = normal(rng);
+      krow[c] = normal() * (c % 8 == 3 ? 8.0f : 1.0f);  // an outlier channel per head
+      vrow[c] = normal();
     }
     ref.append(krow.data(), vrow.data());
     quant.append(krow.data(), vrow.data());
   }
-  for (float& x : q) x = normal(rng);
+  for (float& x : q) x = normal();
   std::vector<float> scratch;
   const AttentionShape shape{n_heads, kv_heads, hd};
   cpu::paged_attention(ref.view(), 0, shape, q.data(), out_ref.data(), T - 1, nullptr, scratch);
@@ -78,12 +77,11 @@ TEST(Kivi, ResidualStaysExactUntilTheGroupFillsThenHandsOver) {
   for (int bs : {8, 32, 64}) {  // group spans 4 blocks / is one block / half a block
     const KvFormat f = parse_kv_format("kivi2", "t");
     QuantCache cache(f, f, bs, 64, 4, 8);
-    std::mt19937 rng(9);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    test::PortableNormal normal(9);
     std::vector<std::vector<float>> rows(33, std::vector<float>(32));
     float tmp[8];
     for (int t = 0; t < 33; ++t) {
-      for (float& x : rows[t]) x = normal(rng);
+      for (float& x : rows[t]) x = normal();
       cache.append(rows[t].data(), rows[t].data());
       if (t < 31) {
         // Open group: every token so far reads back bit-exact from the fp32 staging.
