@@ -281,8 +281,10 @@ class FrameLoop {
   int idle_frames_ = 0;  // consecutive frames drawn with no panel busy (screenshots)
   int fb_w_ = 0, fb_h_ = 0;
   int exit_code_ = 0;
-  int frames_ = 0;     // the browser's frames so far
   std::string title_;  // the window title last set
+#if defined(__EMSCRIPTEN__)
+  int frames_ = 0;  // the browser's frames so far
+#endif
 };
 
 }  // namespace

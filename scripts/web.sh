@@ -4,7 +4,8 @@
 # scenarios, stories260K and its tokenizer), and serves or tests it.
 #
 #   bash scripts/web.sh            build build-web/
-#   bash scripts/web.sh --serve    build, then serve it on http://127.0.0.1:8765/ (--port N)
+#   bash scripts/web.sh --serve    build, then serve it on http://127.0.0.1:8765/ (--port N), with
+#                                  SmolLM2 beside it where scripts/models.sh fetched it
 #   bash scripts/web.sh --test     build, then run the page in headless Chromium (tests/web/)
 #
 # Dear ImGui's sources come from Debian's imgui source package (1.86, the version the desktop
@@ -12,8 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() {
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+usage() {  # the comment above, up to `set`
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
 }
 
 serve=0
@@ -112,7 +113,7 @@ emcmake cmake -S . -B "$obj" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_WERRO
   -DKVSCOPE_WEB_INCLUDE="$PWD/$obj/include" -DKVSCOPE_IMGUI_SOURCE="$imgui_dir" \
   -DKVSCOPE_WEB_MODELS="$shared/models" -DKVSCOPE_WEB_TRACES="$traces" \
   -DKVSCOPE_WEB_OUT="$PWD/build-web" -DKVSCOPE_GTEST_SOURCE="$gtest" >/dev/null
-cmake --build "$obj" -j "$(nproc)" --target kvscope-ui ${gtest:+kvscope_wasm_tests}
+cmake --build "$obj" -j "$(nproc)" --target kvscope-ui ${gtest:+kvscope_wasm_tests kvscope_wasm_bench}
 echo "web.sh: build-web/ holds $(du -sh build-web | cut -f1):" >&2
 (cd build-web && ls -l | awk 'NR > 1 {printf "  %-18s %8.1f KiB\n", $9, $5 / 1024}') >&2
 
@@ -125,5 +126,9 @@ if [ "$test" = 1 ]; then
   /usr/bin/python3 tests/web/web_test.py build-web  # Debian's Python, with Debian's modules
 fi
 if [ "$serve" = 1 ]; then
-  exec python3 scripts/web_serve.py build-web --port "$port"
+  # SmolLM2, where scripts/models.sh fetched it, is served beside the page (not packaged in it).
+  smollm2=assets/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  extra=()
+  if [ -f "$smollm2" ]; then extra=(--model "$smollm2"); fi
+  exec python3 scripts/web_serve.py build-web --port "$port" "${extra[@]}"
 fi

@@ -64,8 +64,8 @@ target_link_options(kvscope-ui PRIVATE
   -sUSE_GLFW=3 -sMIN_WEBGL_VERSION=2 -sMAX_WEBGL_VERSION=2
   -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=128MB -sMAXIMUM_MEMORY=4GB
   -sPTHREAD_POOL_SIZE=8 -sTOTAL_STACK=4MB -sDEFAULT_PTHREAD_STACK_SIZE=4MB
-  -sFORCE_FILESYSTEM=1 -sMINIFY_HTML=0 "-sEXPORTED_RUNTIME_METHODS=['FS','ccall']"
-  "-sEXPORTED_FUNCTIONS=['_main','_kvscope_web_open']"
+  -sFORCE_FILESYSTEM=1 -sMINIFY_HTML=0 "-sEXPORTED_RUNTIME_METHODS=['FS','ccall','addRunDependency','removeRunDependency']"
+  "-sEXPORTED_FUNCTIONS=['_main','_kvscope_web_open','_kvscope_web_model_added']"
   "SHELL:--shell-file ${CMAKE_CURRENT_SOURCE_DIR}/web/shell.html" ${preload})
 set_property(TARGET kvscope-ui APPEND PROPERTY LINK_DEPENDS
              ${CMAKE_CURRENT_SOURCE_DIR}/web/shell.html)

@@ -3,6 +3,7 @@
 
 #include <emscripten/emscripten.h>
 
+#include "app/core/scenario_catalog.h"
 #include "app/core/shell.h"
 
 namespace kvscope::ui {
@@ -34,4 +35,21 @@ void web_offer_download(const std::string& path) {
 extern "C" EMSCRIPTEN_KEEPALIVE int kvscope_web_open(const char* path) {
   if (kvscope::ui::g_shell == nullptr) return 0;
   return kvscope::ui::g_shell->open(path) ? 1 : 0;
+}
+
+// The page's "Open file" with a model: `name` is now in /shared/models, where the engine looks.
+// When it makes another scenario the first one (SmolLM2's file: the SmolLM2 chat, as the desktop
+// build opens with it on disk), that scenario opens (1); otherwise the status line says where the
+// model is offered (0).
+extern "C" EMSCRIPTEN_KEEPALIVE int kvscope_web_model_added(const char* name) {
+  kvscope::ui::UiShell* shell = kvscope::ui::g_shell;
+  if (shell == nullptr) return 0;
+  const std::string first =
+      kvscope::ui::default_scenario(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios");
+  if (shell->session() == nullptr || shell->session()->path() != first) {
+    if (first.find("smollm2") != std::string::npos) return shell->open(first) ? 1 : 0;
+  }
+  shell->set_status(std::string("added ") + name +
+                    ": choose it in the Controls panel's model picker");
+  return 0;
 }

@@ -2,6 +2,7 @@
 // work is large enough to pay for the fork/join.
 #include "engine/backend/cpu/cpu_ops.h"
 
+#include "engine/backend/cpu/fma.h"
 #include "engine/backend/cpu/mla_ops.h"
 #include "engine/backend/cpu/quant_matmul.h"
 #include "engine/backend/cpu/row_dot.h"
@@ -93,7 +94,7 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head
       // fma, not +=: the sum over t keeps its order (no reassociation across tokens), so it does
       // not depend on where block boundaries fall.
 #pragma omp simd
-      for (int i = 0; i < d; ++i) sum[i] = std::fma(a, vh[i], sum[i]);
+      for (int i = 0; i < d; ++i) sum[i] = cpu::fma(a, vh[i], sum[i]);
     }
   }
   if constexpr (kFixed) std::memcpy(oh, acc, sizeof(acc));

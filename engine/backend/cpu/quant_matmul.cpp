@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/fma.h"
 #include "engine/common/error.h"
 
 // GCC 12's AVX-512 intrinsics start some results from a deliberately undefined register
@@ -101,8 +102,8 @@ void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long
           std::int32_t l = 0;
           for (int e = 4 * i; e < 4 * i + 4; ++e) l += wi[e] * xq[b * kQuantBlock + e];
           const int slot = (b % kGroups) * kLanes + i;
-          acc[slot] = std::fma(static_cast<float>(l), dd, acc[slot]);
-          if (type == GgmlType::kQ4_1) mins[slot] = std::fma(mw, lf[b * kLanes + i], mins[slot]);
+          acc[slot] = cpu::fma(static_cast<float>(l), dd, acc[slot]);
+          if (type == GgmlType::kQ4_1) mins[slot] = cpu::fma(mw, lf[b * kLanes + i], mins[slot]);
         }
       }
       out[t * ldo + r] = reduce32(acc, mins);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/backend/cpu/fma.h"
 #include "engine/common/bit_cast.h"
 
 namespace kvscope::cpu {
@@ -25,16 +26,16 @@ inline float vexp(float x) {
   float xc = x < kExpMin ? kExpMin : x;    // selects, not fmin/fmax calls: they vectorize
   xc = xc > kExpMax ? kExpMax : xc;
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  float r = std::fma(n, -0.693359375f, xc);  // ln 2, high part (exact in few bits)
-  r = std::fma(n, 2.12194440e-4f, r);        // ln 2 - high part
+  float r = cpu::fma(n, -0.693359375f, xc);  // ln 2, high part (exact in few bits)
+  r = cpu::fma(n, 2.12194440e-4f, r);        // ln 2 - high part
   float p = 1.0f / 5040.0f;
-  p = std::fma(p, r, 1.0f / 720.0f);
-  p = std::fma(p, r, 1.0f / 120.0f);
-  p = std::fma(p, r, 1.0f / 24.0f);
-  p = std::fma(p, r, 1.0f / 6.0f);
-  p = std::fma(p, r, 0.5f);
-  p = std::fma(p, r, 1.0f);
-  p = std::fma(p, r, 1.0f);
+  p = cpu::fma(p, r, 1.0f / 720.0f);
+  p = cpu::fma(p, r, 1.0f / 120.0f);
+  p = cpu::fma(p, r, 1.0f / 24.0f);
+  p = cpu::fma(p, r, 1.0f / 6.0f);
+  p = cpu::fma(p, r, 0.5f);
+  p = cpu::fma(p, r, 1.0f);
+  p = cpu::fma(p, r, 1.0f);
   const float scale = kvscope::bit_cast<float>(static_cast<std::int32_t>(n + 127.0f) << 23);
   return underflow ? 0.0f : p * scale;
 }

@@ -1,0 +1,29 @@
+// cpu::fma(a, b, c): a * b + c rounded once, as std::fma, for the kernels that promise the same
+// bits on every machine (quant_matmul.cpp, vec_math.h, the attention's value sum).
+//
+// Where the CPU has a fused multiply-add, std::fma is that instruction. WebAssembly has none (the
+// browser build, docs/web.md), and std::fma there is a call into the C library (musl's fmaf),
+// which took over a third of SmolLM2's time in the page. Its common case is inlined here: a * b
+// is exact in double (24 + 24 bits), so a * b + c is rounded once in double, and rounding that to
+// float gives the correctly rounded result unless it lies exactly halfway between two floats (the
+// 29 bits double keeps beyond float's are 1000...0); then the library call decides. The same bits
+// as std::fma either way (tests/web/ runs the parity tests on it).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/common/bit_cast.h"
+
+namespace kvscope::cpu {
+
+inline float fma(float a, float b, float c) {
+#if defined(__wasm__)
+  const double r = static_cast<double>(a) * static_cast<double>(b) + static_cast<double>(c);
+  if ((kvscope::bit_cast<std::uint64_t>(r) & 0x1fffffffu) != 0x10000000u)
+    return static_cast<float>(r);
+#endif
+  return std::fma(a, b, c);
+}
+
+}  // namespace kvscope::cpu
