@@ -14,12 +14,15 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kvscope_wasm_bench MODEL.gguf [DECODE_TOKENS]\n");
+    std::fprintf(stderr, "usage: kvscope_wasm_bench MODEL [STEPS [native|f32]]\n");
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 64;
   try {
-    const kvscope::LoadedModel m = kvscope::load_model(argv[1], "");
+    const bool f32 = argc > 3 && std::string(argv[3]) == "f32";
+    const kvscope::LoadedModel m =
+        kvscope::load_model(argv[1], "", kvscope::WeightStorage::kMapped,
+                            f32 ? kvscope::WeightFormat::kF32 : kvscope::WeightFormat::kNative);
     auto backend = kvscope::make_cpu_backend(1);
     kvscope::Transformer t(m.model, *backend);
     kvscope::GenerateOptions o;

@@ -69,23 +69,29 @@ float reduce32(const float* acc, const float* mins) {
 
 // The block's 32 weights as the integers the dot product multiplies (Q4_0's zero point 8 taken
 // off, Q4_1's min handled separately).
-void block_ints(GgmlType type, const std::byte* blk, int w[kQuantBlock]) {
-  const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + quants_offset(type));
-  if (type == GgmlType::kQ8_0) {
+template <GgmlType T>
+void block_ints(const std::byte* blk, std::int32_t w[kQuantBlock]) {
+  const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + quants_offset(T));
+  if constexpr (T == GgmlType::kQ8_0) {
     for (int e = 0; e < kQuantBlock; ++e) w[e] = static_cast<std::int8_t>(qs[e]);
-    return;
-  }
-  const int zero = type == GgmlType::kQ4_0 ? 8 : 0;
-  for (int j = 0; j < 16; ++j) {
-    w[j] = (qs[j] & 0x0F) - zero;
-    w[j + 16] = (qs[j] >> 4) - zero;
+  } else {
+    constexpr int zero = T == GgmlType::kQ4_0 ? 8 : 0;
+    for (int j = 0; j < 16; ++j) {
+      w[j] = (qs[j] & 0x0F) - zero;
+      w[j + 16] = (qs[j] >> 4) - zero;
+    }
   }
 }
 
-void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long r0, long r1,
-                 const QuantizedActs& a, float* out, long ldo) {
-  const int nb = a.n / kQuantBlock, bb = block_bytes(type);
-  int wi[kQuantBlock];
+// One type per instantiation and the eight lanes' integer sums before their float steps: loops the
+// compiler can vectorize (the browser build has only this path). The arithmetic is the
+// reference's: exact integer sums, then per lane one fused multiply-add into its slot, in order.
+template <GgmlType T>
+void rows_portable(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
+                   const QuantizedActs& a, float* out, long ldo) {
+  const int nb = a.n / kQuantBlock;
+  constexpr int bb = block_bytes(T);
+  std::int32_t wi[kQuantBlock], prod[kQuantBlock], lane[kLanes];
   for (long r = r0; r < r1; ++r) {
     const std::byte* row = w + r * row_bytes;
     for (int t = 0; t < a.m; ++t) {
@@ -95,19 +101,35 @@ void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long
       float acc[kAcc] = {}, mins[kAcc] = {};
       for (int b = 0; b < nb; ++b) {
         const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
-        block_ints(type, blk, wi);
+        block_ints<T>(blk, wi);
+        const std::int8_t* xb = xq + static_cast<std::ptrdiff_t>(b) * kQuantBlock;
+        for (int e = 0; e < kQuantBlock; ++e) prod[e] = wi[e] * xb[e];
+        for (int i = 0; i < kLanes; ++i)
+          lane[i] = (prod[4 * i] + prod[4 * i + 1]) + (prod[4 * i + 2] + prod[4 * i + 3]);
         const float dd = fp16_to_fp32(load_u16(blk)) * dx[b];
-        const float mw = type == GgmlType::kQ4_1 ? fp16_to_fp32(load_u16(blk + 2)) : 0.0f;
-        for (int i = 0; i < kLanes; ++i) {
-          std::int32_t l = 0;
-          for (int e = 4 * i; e < 4 * i + 4; ++e) l += wi[e] * xq[b * kQuantBlock + e];
-          const int slot = (b % kGroups) * kLanes + i;
-          acc[slot] = cpu::fma(static_cast<float>(l), dd, acc[slot]);
-          if (type == GgmlType::kQ4_1) mins[slot] = cpu::fma(mw, lf[b * kLanes + i], mins[slot]);
+        float* acc_g = acc + (b % kGroups) * kLanes;
+        for (int i = 0; i < kLanes; ++i)
+          acc_g[i] = cpu::fma(static_cast<float>(lane[i]), dd, acc_g[i]);
+        if constexpr (T == GgmlType::kQ4_1) {
+          const float mw = fp16_to_fp32(load_u16(blk + 2));
+          float* mins_g = mins + (b % kGroups) * kLanes;
+          for (int i = 0; i < kLanes; ++i) mins_g[i] = cpu::fma(mw, lf[b * kLanes + i], mins_g[i]);
         }
       }
       out[t * ldo + r] = reduce32(acc, mins);
     }
+  }
+}
+
+void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long r0, long r1,
+                 const QuantizedActs& a, float* out, long ldo) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return rows_portable<GgmlType::kQ4_0>(w, row_bytes, r0, r1, a, out, ldo);
+    case GgmlType::kQ4_1:
+      return rows_portable<GgmlType::kQ4_1>(w, row_bytes, r0, r1, a, out, ldo);
+    default:
+      return rows_portable<GgmlType::kQ8_0>(w, row_bytes, r0, r1, a, out, ldo);
   }
 }
 
