@@ -11,6 +11,9 @@
 #include <immintrin.h>
 #include <unistd.h>
 #endif
+#if defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -132,6 +135,106 @@ void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long
       return rows_portable<GgmlType::kQ8_0>(w, row_bytes, r0, r1, a, out, ldo);
   }
 }
+
+#if defined(__wasm_simd128__)
+// ---- WebAssembly SIMD128 ---------------------------------------------------------------------
+
+// The browser build's path (-msimd128). The integer sums are the reference's, exactly; each
+// lane's fused multiply-add is cpu::fma's (fma.h) four lanes at a time: the product and sum in
+// double (the product exact, one rounding), then to float, and a vector with any lane exactly
+// halfway between two floats redone lane by lane with cpu::fma. (fma.h's reasoning covers normal
+// results; a result below float's normal range, 1e-38, does not occur in these sums.)
+
+// The four lane sums (4 products each) of 16 consecutive elements.
+inline v128_t lane_sums16(v128_t w8, v128_t x8) {
+  const v128_t d0 =
+      wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w8), wasm_i16x8_extend_low_i8x16(x8));
+  const v128_t d1 =
+      wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w8), wasm_i16x8_extend_high_i8x16(x8));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(d0, d1, 0, 2, 4, 6),
+                        wasm_i32x4_shuffle(d0, d1, 1, 3, 5, 7));
+}
+
+// fma(a, b, c) in each of four float lanes, as cpu::fma.
+inline v128_t fma4(v128_t a, v128_t b, v128_t c) {
+  const v128_t a_hi = wasm_i32x4_shuffle(a, a, 2, 3, 2, 3);
+  const v128_t b_hi = wasm_i32x4_shuffle(b, b, 2, 3, 2, 3);
+  const v128_t c_hi = wasm_i32x4_shuffle(c, c, 2, 3, 2, 3);
+  const v128_t lo = wasm_f64x2_add(
+      wasm_f64x2_mul(wasm_f64x2_promote_low_f32x4(a), wasm_f64x2_promote_low_f32x4(b)),
+      wasm_f64x2_promote_low_f32x4(c));
+  const v128_t hi = wasm_f64x2_add(
+      wasm_f64x2_mul(wasm_f64x2_promote_low_f32x4(a_hi), wasm_f64x2_promote_low_f32x4(b_hi)),
+      wasm_f64x2_promote_low_f32x4(c_hi));
+  const v128_t low_bits = wasm_i64x2_splat(0x1fffffff), halfway = wasm_i64x2_splat(0x10000000);
+  if (wasm_v128_any_true(wasm_v128_or(wasm_i64x2_eq(wasm_v128_and(lo, low_bits), halfway),
+                                      wasm_i64x2_eq(wasm_v128_and(hi, low_bits), halfway)))) {
+    float av[4], bv[4], cv[4];
+    wasm_v128_store(av, a);
+    wasm_v128_store(bv, b);
+    wasm_v128_store(cv, c);
+    for (int i = 0; i < 4; ++i) cv[i] = cpu::fma(av[i], bv[i], cv[i]);
+    return wasm_v128_load(cv);
+  }
+  return wasm_i32x4_shuffle(wasm_f32x4_demote_f64x2_zero(lo), wasm_f32x4_demote_f64x2_zero(hi), 0,
+                            1, 4, 5);
+}
+
+template <GgmlType T>
+void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, const QuantizedActs& a,
+               float* out, long ldo) {
+  const int nb = a.n / kQuantBlock;
+  constexpr int bb = block_bytes(T);
+  for (long r = r0; r < r1; ++r) {
+    const std::byte* row = w + r * row_bytes;
+    for (int t = 0; t < a.m; ++t) {
+      const std::int8_t* xq = a.q.data() + static_cast<std::size_t>(t) * a.n;
+      const float* dx = a.d.data() + static_cast<std::size_t>(t) * nb;
+      const float* lf = a.lane_f.data() + static_cast<std::size_t>(t) * nb * kLanes;
+      v128_t acc[kGroups][2], mins[kGroups][2];
+      for (int g = 0; g < kGroups; ++g)
+        acc[g][0] = acc[g][1] = mins[g][0] = mins[g][1] = wasm_f32x4_splat(0.0f);
+      for (int b = 0; b < nb; ++b) {
+        const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
+        const std::byte* qs = blk + quants_offset(T);
+        v128_t w_lo, w_hi;  // elements 0-15 and 16-31 as int8
+        if constexpr (T == GgmlType::kQ8_0) {
+          w_lo = wasm_v128_load(qs);
+          w_hi = wasm_v128_load(qs + 16);
+        } else {
+          const v128_t v = wasm_v128_load(qs);
+          w_lo = wasm_v128_and(v, wasm_i8x16_splat(0x0F));
+          w_hi = wasm_u8x16_shr(v, 4);
+          if constexpr (T == GgmlType::kQ4_0) {
+            w_lo = wasm_i8x16_sub(w_lo, wasm_i8x16_splat(8));
+            w_hi = wasm_i8x16_sub(w_hi, wasm_i8x16_splat(8));
+          }
+        }
+        const std::int8_t* xb = xq + static_cast<std::ptrdiff_t>(b) * kQuantBlock;
+        const v128_t l0 = lane_sums16(w_lo, wasm_v128_load(xb));
+        const v128_t l1 = lane_sums16(w_hi, wasm_v128_load(xb + 16));
+        const v128_t dd = wasm_f32x4_splat(fp16_to_fp32(load_u16(blk)) * dx[b]);
+        const int g = b % kGroups;
+        acc[g][0] = fma4(wasm_f32x4_convert_i32x4(l0), dd, acc[g][0]);
+        acc[g][1] = fma4(wasm_f32x4_convert_i32x4(l1), dd, acc[g][1]);
+        if constexpr (T == GgmlType::kQ4_1) {
+          const v128_t mw = wasm_f32x4_splat(fp16_to_fp32(load_u16(blk + 2)));
+          mins[g][0] = fma4(mw, wasm_v128_load(lf + b * kLanes), mins[g][0]);
+          mins[g][1] = fma4(mw, wasm_v128_load(lf + b * kLanes + 4), mins[g][1]);
+        }
+      }
+      float accf[kAcc], minsf[kAcc];
+      for (int g = 0; g < kGroups; ++g) {
+        for (int h = 0; h < 2; ++h) {
+          wasm_v128_store(accf + g * kLanes + 4 * h, acc[g][h]);
+          wasm_v128_store(minsf + g * kLanes + 4 * h, mins[g][h]);
+        }
+      }
+      out[t * ldo + r] = reduce32(accf, minsf);
+    }
+  }
+}
+#endif  // __wasm_simd128__
 
 #if defined(KVSCOPE_QUANT_X86)
 // ---- AVX2 ------------------------------------------------------------------------------------
@@ -611,6 +714,8 @@ const char* quant_isa_name(QuantIsa isa) {
       return "avx2";
     case QuantIsa::kAvx512Vnni:
       return "avx512vnni";
+    case QuantIsa::kWasmSimd128:
+      return "wasm-simd128";
   }
   return "?";
 }
@@ -627,6 +732,12 @@ bool quant_isa_supported(QuantIsa isa) {
 #else
   constexpr bool avx2 = false, avx512_vnni = false;
 #endif
+#if defined(__wasm_simd128__)
+  constexpr bool wasm_simd128 =
+      true;  // compiled for it: a browser without SIMD128 rejects the module
+#else
+  constexpr bool wasm_simd128 = false;
+#endif
   switch (isa) {
     case QuantIsa::kScalar:
       return true;
@@ -634,6 +745,8 @@ bool quant_isa_supported(QuantIsa isa) {
       return avx2;
     case QuantIsa::kAvx512Vnni:
       return avx512_vnni;
+    case QuantIsa::kWasmSimd128:
+      return wasm_simd128;
   }
   return false;
 }
@@ -641,10 +754,11 @@ bool quant_isa_supported(QuantIsa isa) {
 QuantIsa best_quant_isa() {
   static const QuantIsa chosen = [] {
     QuantIsa best = QuantIsa::kScalar;
-    for (QuantIsa isa : {QuantIsa::kAvx2, QuantIsa::kAvx512Vnni})
+    for (QuantIsa isa : {QuantIsa::kAvx2, QuantIsa::kAvx512Vnni, QuantIsa::kWasmSimd128})
       if (quant_isa_supported(isa)) best = isa;
     if (const char* want = std::getenv("KVSCOPE_QUANT_ISA"); want != nullptr && *want != '\0') {
-      for (QuantIsa isa : {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni}) {
+      for (QuantIsa isa :
+           {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni, QuantIsa::kWasmSimd128}) {
         if (std::string(want) != quant_isa_name(isa)) continue;
         if (quant_isa_supported(isa)) return isa;
         std::fprintf(stderr, "kvscope: KVSCOPE_QUANT_ISA=%s: this CPU does not run it; using %s\n",
@@ -652,7 +766,8 @@ QuantIsa best_quant_isa() {
         return best;
       }
       std::fprintf(stderr,
-                   "kvscope: KVSCOPE_QUANT_ISA=%s: expected scalar, avx2 or avx512vnni; using %s\n",
+                   "kvscope: KVSCOPE_QUANT_ISA=%s: expected scalar, avx2, avx512vnni or "
+                   "wasm-simd128; using %s\n",
                    want, quant_isa_name(best));
     }
     return best;
@@ -682,6 +797,16 @@ void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int
     rows_scalar(type, w, row_bytes, r0, r1, a, out, ldo);
     return;
   }
+#if defined(__wasm_simd128__)
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return rows_wasm<GgmlType::kQ4_0>(w, row_bytes, r0, r1, a, out, ldo);
+    case GgmlType::kQ4_1:
+      return rows_wasm<GgmlType::kQ4_1>(w, row_bytes, r0, r1, a, out, ldo);
+    default:
+      return rows_wasm<GgmlType::kQ8_0>(w, row_bytes, r0, r1, a, out, ldo);
+  }
+#endif
 #if defined(KVSCOPE_QUANT_X86)
   switch (type) {
     case GgmlType::kQ4_0:

@@ -48,12 +48,13 @@ struct QuantizedActs {
 void quantize_acts(const float* x, int m, int n, QuantizedActs& out);
 
 // The instruction sets a quantized matmul can run on.
-enum class QuantIsa { kScalar, kAvx2, kAvx512Vnni };
+enum class QuantIsa { kScalar, kAvx2, kAvx512Vnni, kWasmSimd128 };
 const char* quant_isa_name(QuantIsa isa);
 // Whether this CPU runs `isa` (kScalar always).
 bool quant_isa_supported(QuantIsa isa);
-// The fastest supported one; KVSCOPE_QUANT_ISA=scalar|avx2|avx512vnni asks for a slower one (for
-// comparing them), and an unsupported or unknown value is ignored with one line on stderr.
+// The fastest supported one; KVSCOPE_QUANT_ISA=scalar|avx2|avx512vnni|wasm-simd128 asks for a
+// slower one (for comparing them), and an unsupported or unknown value is ignored with one line
+// on stderr.
 QuantIsa best_quant_isa();
 
 // out[t * ldo + r] = (row r of W) . (row t of the activations), for rows r0 <= r < r1 of W and
