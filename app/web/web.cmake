@@ -30,14 +30,7 @@ add_library(kvscope_imgui STATIC ${imgui}/imgui.cpp ${imgui}/imgui_draw.cpp
 target_include_directories(kvscope_imgui SYSTEM PUBLIC ${imgui} ${KVSCOPE_WEB_INCLUDE}/stb)
 target_compile_definitions(kvscope_imgui PUBLIC IMGUI_IMPL_OPENGL_ES3)
 
-file(GLOB KVSCOPE_UI_CORE_SOURCES CONFIGURE_DEPENDS
-     ${CMAKE_CURRENT_SOURCE_DIR}/core/*.cpp ${CMAKE_CURRENT_SOURCE_DIR}/demo/*.cpp
-     ${CMAKE_CURRENT_SOURCE_DIR}/panels/*.cpp ${CMAKE_CURRENT_SOURCE_DIR}/widgets/*.cpp)
-add_library(kvscope_ui_core STATIC ${KVSCOPE_UI_CORE_SOURCES})
-target_include_directories(kvscope_ui_core PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(kvscope_ui_core PUBLIC kvscope_engine kvscope_cuda kvscope_imgui
-                                             kvscope_attach kvscope_present)
-kvscope_warnings(kvscope_ui_core)
+kvscope_add_ui_core()
 
 set(KVSCOPE_WEB_OUT ${PROJECT_BINARY_DIR}/page CACHE PATH "Where the page is written")
 add_executable(kvscope-ui main.cpp app.cpp screenshot.cpp web/web_page.cpp)

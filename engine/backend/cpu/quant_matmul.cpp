@@ -48,6 +48,20 @@ constexpr int quants_offset(GgmlType t) {
   return t == GgmlType::kQ4_1 ? 4 : 2;
 }
 
+// Calls fn.template operator()<T>() with T the native block type `type` names (one of the three
+// has_native_matmul() accepts): each kernel is instantiated per type.
+template <class Fn>
+void with_block_type(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return fn.template operator()<GgmlType::kQ4_0>();
+    case GgmlType::kQ4_1:
+      return fn.template operator()<GgmlType::kQ4_1>();
+    default:
+      return fn.template operator()<GgmlType::kQ8_0>();
+  }
+}
+
 inline std::uint16_t load_u16(const std::byte* p) {
   std::uint16_t v;
   std::memcpy(&v, p, 2);
@@ -66,6 +80,18 @@ float reduce32(const float* acc, const float* mins) {
   for (int i = 0; i < 8; ++i) s[i] = h[i] + h[i + 8];
   for (int i = 0; i < 4; ++i) u[i] = s[i] + s[i + 4];
   return (u[0] + u[1]) + (u[2] + u[3]);
+}
+
+// Activation row t: its int8 values, its blocks' scales and its lanes' d * sum (QuantizedActs).
+struct ActRow {
+  const std::int8_t* q;
+  const float* d;
+  const float* lane_f;
+};
+inline ActRow act_row(const QuantizedActs& a, int t) {
+  const std::size_t nb = static_cast<std::size_t>(a.n / kQuantBlock);
+  return {a.q.data() + static_cast<std::size_t>(t) * a.n, a.d.data() + t * nb,
+          a.lane_f.data() + t * nb * kLanes};
 }
 
 // ---- Portable reference ----------------------------------------------------------------------
@@ -98,9 +124,7 @@ void rows_portable(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
   for (long r = r0; r < r1; ++r) {
     const std::byte* row = w + r * row_bytes;
     for (int t = 0; t < a.m; ++t) {
-      const std::int8_t* xq = a.q.data() + static_cast<std::size_t>(t) * a.n;
-      const float* dx = a.d.data() + static_cast<std::size_t>(t) * nb;
-      const float* lf = a.lane_f.data() + static_cast<std::size_t>(t) * nb * kLanes;
+      const auto [xq, dx, lf] = act_row(a, t);
       float acc[kAcc] = {}, mins[kAcc] = {};
       for (int b = 0; b < nb; ++b) {
         const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
@@ -126,14 +150,7 @@ void rows_portable(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
 
 void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long r0, long r1,
                  const QuantizedActs& a, float* out, long ldo) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-      return rows_portable<GgmlType::kQ4_0>(w, row_bytes, r0, r1, a, out, ldo);
-    case GgmlType::kQ4_1:
-      return rows_portable<GgmlType::kQ4_1>(w, row_bytes, r0, r1, a, out, ldo);
-    default:
-      return rows_portable<GgmlType::kQ8_0>(w, row_bytes, r0, r1, a, out, ldo);
-  }
+  with_block_type(type, [&]<GgmlType T>() { rows_portable<T>(w, row_bytes, r0, r1, a, out, ldo); });
 }
 
 #if defined(__wasm_simd128__)
@@ -188,9 +205,7 @@ void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, con
   for (long r = r0; r < r1; ++r) {
     const std::byte* row = w + r * row_bytes;
     for (int t = 0; t < a.m; ++t) {
-      const std::int8_t* xq = a.q.data() + static_cast<std::size_t>(t) * a.n;
-      const float* dx = a.d.data() + static_cast<std::size_t>(t) * nb;
-      const float* lf = a.lane_f.data() + static_cast<std::size_t>(t) * nb * kLanes;
+      const auto [xq, dx, lf] = act_row(a, t);
       v128_t acc[kGroups][2], mins[kGroups][2];
       for (int g = 0; g < kGroups; ++g)
         acc[g][0] = acc[g][1] = mins[g][0] = mins[g][1] = wasm_f32x4_splat(0.0f);
@@ -798,24 +813,11 @@ void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int
     return;
   }
 #if defined(__wasm_simd128__)
-  switch (type) {
-    case GgmlType::kQ4_0:
-      return rows_wasm<GgmlType::kQ4_0>(w, row_bytes, r0, r1, a, out, ldo);
-    case GgmlType::kQ4_1:
-      return rows_wasm<GgmlType::kQ4_1>(w, row_bytes, r0, r1, a, out, ldo);
-    default:
-      return rows_wasm<GgmlType::kQ8_0>(w, row_bytes, r0, r1, a, out, ldo);
-  }
+  with_block_type(type, [&]<GgmlType T>() { rows_wasm<T>(w, row_bytes, r0, r1, a, out, ldo); });
 #endif
 #if defined(KVSCOPE_QUANT_X86)
-  switch (type) {
-    case GgmlType::kQ4_0:
-      return rows_simd<GgmlType::kQ4_0>(isa, w, row_bytes, r0, r1, a, out, ldo);
-    case GgmlType::kQ4_1:
-      return rows_simd<GgmlType::kQ4_1>(isa, w, row_bytes, r0, r1, a, out, ldo);
-    default:
-      return rows_simd<GgmlType::kQ8_0>(isa, w, row_bytes, r0, r1, a, out, ldo);
-  }
+  with_block_type(type,
+                  [&]<GgmlType T>() { rows_simd<T>(isa, w, row_bytes, r0, r1, a, out, ldo); });
 #endif
 }
 
