@@ -2,7 +2,8 @@
 # Style and static checks, run by scripts/test.sh after the release build configures (it needs
 # build/compile_commands.json):
 #   clang-format: every tracked C++ source is formatted as .clang-format says (fix: scripts/lint.sh --fix);
-#   clang-tidy:   the checks listed in .clang-tidy on every engine/, present/, cli/ and app/ source.
+#   clang-tidy:   the checks listed in .clang-tidy on every engine/, present/, cli/ and app/ source
+#                 (a file found clean before with the same preprocessed input is skipped).
 # Any finding fails (exit 1) and is printed as file:line: message.
 # Usage: scripts/lint.sh [--fix] [--format-only]
 set -euo pipefail
@@ -44,12 +45,9 @@ db=build/compile_commands.json
 mapfile -t tidy < <(git ls-files 'engine/*.cpp' 'present/*.cpp' 'cli/*.cpp' 'app/*.cpp' |
   while read -r f; do grep -qF "\"file\": \"$PWD/$f\"" "$db" && echo "$f"; done)
 echo "== clang-tidy (${#tidy[@]} files, checks in .clang-tidy) ==" >&2
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-status=0
-printf '%s\n' "${tidy[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p build --quiet >"$log" 2>&1 || status=$?
-if [ "$status" != 0 ] || grep -qE "(warning|error):" "$log"; then
-  grep -E "(warning|error):" "$log" | sort -u >&2 || cat "$log" >&2
+# A file clang-tidy found clean before, with the same preprocessed input, is not run again
+# (scripts/tidy_cached.py says what the input covers).
+if ! python3 scripts/tidy_cached.py build "${tidy[@]}"; then
   echo "clang-tidy: findings above (checks in .clang-tidy)" >&2
   exit 1
 fi

@@ -10,6 +10,9 @@
 #include <fstream>
 
 #include "app/widgets/widgets.h"
+#if defined(__EMSCRIPTEN__)
+#include "app/web/web_page.h"
+#endif
 
 namespace kvscope::ui {
 
@@ -37,6 +40,25 @@ std::string stem_of(const std::string& path) {
 }
 
 }  // namespace
+
+void FileMenu::ask_or_pick(FileAction::Kind kind, const std::string& loaded) {
+#if defined(__EMSCRIPTEN__)
+  // In the browser the page's file system is the tab's: a file comes from the browser's picker
+  // and a written one leaves as a download (app/web/web_page.h).
+  if (kind == FileAction::Kind::kOpen)
+    web_pick_file();
+  else
+    direct_ = FileAction{kind, web_download_path(default_name(kind, loaded)), {}};
+#else
+  ask(kind, kind == FileAction::Kind::kOpen ? loaded : default_name(kind, loaded));
+#endif
+}
+
+std::string FileMenu::default_name(FileAction::Kind kind, const std::string& loaded) {
+  if (kind == FileAction::Kind::kSaveRecording) return stem_of(loaded) + ".kvr";
+  if (kind == FileAction::Kind::kExportCsv) return stem_of(loaded) + "-metrics.csv";
+  return loaded;
+}
 
 void FileMenu::ask(FileAction::Kind kind, const std::string& initial) {
   asking_ = kind;
@@ -122,21 +144,35 @@ void FileMenu::draw_items(const std::string& loaded, bool can_restart) {
     ImGui::EndMenu();
   }
   if (ImGui::MenuItem("Open scenario or recording...", "Ctrl+O"))
-    ask(FileAction::Kind::kOpen, loaded);
+    ask_or_pick(FileAction::Kind::kOpen, loaded);
+#if defined(__EMSCRIPTEN__)
+  ImGui::MenuItem("Attach to a live engine...", "Ctrl+Shift+A", false, false);
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip(
+        "Not in the browser: a page cannot open the ZeroMQ sockets a live engine publishes on.\n"
+        "The desktop build attaches (docs/attach.md).");
+#else
   if (ImGui::MenuItem("Attach to a live engine...", "Ctrl+Shift+A")) ask_attach();
   item_tooltip("Follow the KV-cache event stream of a running vLLM or SGLang server (ZeroMQ)");
+#endif
   if (ImGui::MenuItem("Restart scenario", "Ctrl+R", false, can_restart))
     direct_ = FileAction{FileAction::Kind::kRestart, {}, {}};
   item_tooltip("Runs the scenario again from step 0 (same seed: the same timeline)");
   ImGui::Separator();
-  if (ImGui::MenuItem("Save recording..."))
-    ask(FileAction::Kind::kSaveRecording, stem_of(loaded) + ".kvr");
-  if (ImGui::MenuItem("Export metrics CSV..."))
-    ask(FileAction::Kind::kExportCsv, stem_of(loaded) + "-metrics.csv");
+  if (ImGui::MenuItem("Save recording...", "Ctrl+S"))
+    ask_or_pick(FileAction::Kind::kSaveRecording, loaded);
+#if defined(__EMSCRIPTEN__)
+  item_tooltip(
+      "Downloads the run's recording (.kvr): File > Open takes it back, here or in the "
+      "desktop build");
+#endif
+  if (ImGui::MenuItem("Export metrics CSV...")) ask_or_pick(FileAction::Kind::kExportCsv, loaded);
   if (ImGui::MenuItem("Export screenshot", "F12"))
     direct_ = FileAction{FileAction::Kind::kScreenshot, {}, {}};
+#if !defined(__EMSCRIPTEN__)  // a tab is closed by the browser
   ImGui::Separator();
   if (ImGui::MenuItem("Quit", "Ctrl+Q")) direct_ = FileAction{FileAction::Kind::kQuit, {}, {}};
+#endif
 }
 
 std::optional<FileAction> FileMenu::take_direct() {
@@ -220,11 +256,15 @@ std::optional<FileAction> FileMenu::draw_attach_dialog() {
   return result;
 }
 
-std::optional<FileAction> FileMenu::draw_popup() {
+std::optional<FileAction> FileMenu::draw_popup(const std::string& loaded) {
   const ImGuiIO& io = ImGui::GetIO();
+#if !defined(__EMSCRIPTEN__)
   if (!io.WantTextInput && io.KeyCtrl && io.KeyShift && ImGui::IsKeyPressed('A')) ask_attach();
+#endif
   if (!io.WantTextInput && io.KeyCtrl && ImGui::IsKeyPressed('O'))  // GLFW key codes are ASCII
-    ask(FileAction::Kind::kOpen, path_);
+    ask_or_pick(FileAction::Kind::kOpen, path_);
+  if (!io.WantTextInput && io.KeyCtrl && !io.KeyShift && ImGui::IsKeyPressed('S'))
+    ask_or_pick(FileAction::Kind::kSaveRecording, loaded);
   if (std::optional<FileAction> a = draw_attach_dialog()) return a;
   if (popup_pending_) {
     ImGui::OpenPopup(kPopup);

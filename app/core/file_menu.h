@@ -1,5 +1,6 @@
 // FileMenu: the File menu's items and the small path-input popup they open (ImGui has no file
-// dialog). It only collects what the user asked for; the shell carries it out.
+// dialog). It only collects what the user asked for; the shell carries it out. In the browser
+// build, Open asks the browser's file picker instead and Save / Export name a download.
 #pragma once
 
 #include <optional>
@@ -23,9 +24,9 @@ class FileMenu {
   // Items inside an open "File" menu. `loaded` is the current run's path; `can_restart` is true
   // for scenarios.
   void draw_items(const std::string& loaded, bool can_restart);
-  // The path popup and the attach dialog (call once per frame, outside any menu); returns a
-  // confirmed action.
-  std::optional<FileAction> draw_popup();
+  // The path popup and the attach dialog, and the shortcuts Ctrl+O, Ctrl+S, Ctrl+Shift+A (call
+  // once per frame, outside any menu; `loaded` as for draw_items); returns a confirmed action.
+  std::optional<FileAction> draw_popup(const std::string& loaded);
   // Opens the attach dialog (File > Attach, Ctrl+Shift+A).
   void ask_attach();
   // A direct action chosen from the menu this frame (open a shipped or recent file, restart,
@@ -39,6 +40,9 @@ class FileMenu {
 
  private:
   void ask(FileAction::Kind kind, const std::string& initial);
+  // The path popup on the desktop; the browser's file picker or a download in the page.
+  void ask_or_pick(FileAction::Kind kind, const std::string& loaded);
+  static std::string default_name(FileAction::Kind kind, const std::string& loaded);
 
   void load_recent();
   void save_recent() const;

@@ -14,10 +14,21 @@
 #include "app/widgets/widgets.h"
 #include "engine/analysis/metrics_csv.h"
 #include "engine/common/error.h"
+#if defined(__EMSCRIPTEN__)
+#include "app/web/web_page.h"
+#endif
 
 namespace kvscope::ui {
 
 namespace {
+
+// A file the user saved: in the browser build it is handed to the browser as a download (the
+// page's file system goes with the tab); on the desktop it is where the user said.
+void offer_download([[maybe_unused]] const std::string& path) {
+#if defined(__EMSCRIPTEN__)
+  web_offer_download(path);
+#endif
+}
 
 // The loaded scenario's presenter captions (null when it has none, or for a recording).
 const std::vector<Caption>* captions_of(const AppState& state) {
@@ -148,10 +159,12 @@ void UiShell::perform(const FileAction& action) {
         if (!session_) throw Error(action.path, "no run is loaded");
         session_->timeline()->save(action.path);
         set_status("saved " + action.path + (state_.is_live() ? " (run still computing)" : ""));
+        offer_download(action.path);
         break;
       case Kind::kExportCsv:
         write_metrics_csv(action.path, state_.metrics_history());
         set_status("wrote " + action.path);
+        offer_download(action.path);
         break;
       case Kind::kScreenshot:
         requests_.screenshot = true;
@@ -251,7 +264,9 @@ void UiShell::frame(double dt_seconds) {
   }
   draw_help_window();
   draw_error_modal();
-  if (std::optional<FileAction> a = file_menu_.draw_popup()) perform(*a);
+  if (std::optional<FileAction> a =
+          file_menu_.draw_popup(session_ ? session_->path() : std::string()))
+    perform(*a);
   if (std::optional<FileAction> a = file_menu_.take_direct()) perform(*a);
   layout_dirty_ = false;
 }
@@ -644,6 +659,7 @@ void UiShell::draw_help_window() {
         {"F12", "save a screenshot (PNG)"},
         {"P", "presenter mode"},
         {"Ctrl+O", "open a scenario or recording"},
+        {"Ctrl+S", "save the recording (.kvr)"},
         {"Ctrl+Shift+A", "attach to a live vLLM / SGLang engine"},
         {"Ctrl+R", "restart the scenario"},
         {"Ctrl+1..5", "workspace: pool, prefix, attention & quality, compare, live"},
@@ -651,6 +667,10 @@ void UiShell::draw_help_window() {
         {"Ctrl+Q", "quit"}};
     if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {
       for (const auto& k : kKeys) {
+#if defined(__EMSCRIPTEN__)  // neither is the page's (the tab is the browser's to close)
+        if (std::string_view(k[0]) == "Ctrl+Shift+A" || std::string_view(k[0]) == "Ctrl+Q")
+          continue;
+#endif
         ImGui::TableNextColumn();
         ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(palette(state_.presenter).accent), "%s",
                            k[0]);

@@ -3,6 +3,8 @@
 
 #include <emscripten/emscripten.h>
 
+#include <filesystem>
+
 #include "app/core/scenario_catalog.h"
 #include "app/core/shell.h"
 
@@ -26,6 +28,16 @@ void web_report_failure(const std::string& what) {
 
 void web_offer_download(const std::string& path) {
   EM_ASM({ kvscopeDownload(UTF8ToString($0)); }, path.c_str());  // app/web/shell.html
+}
+
+std::string web_download_path(const std::string& name) {
+  const std::filesystem::path dir = "/downloads";
+  std::filesystem::create_directories(dir);
+  return (dir / std::filesystem::path(name).filename()).string();
+}
+
+void web_pick_file() {
+  EM_ASM({ kvscopePickFile(); });  // app/web/shell.html
 }
 
 }  // namespace kvscope::ui

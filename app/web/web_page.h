@@ -1,6 +1,7 @@
 // What the browser build's page and the app say to each other (app/web/shell.html): the page's
-// "Open file" button writes the picked file into the module's file system and asks the shell to
-// open it; a screenshot the app wrote is handed to the browser as a download.
+// file picker (its "Open file" button, File > Open, Ctrl+O) writes the picked file into the
+// module's file system and asks the shell to open it; a file the app wrote (a screenshot, a
+// recording, a metrics CSV) is handed to the browser as a download.
 #pragma once
 
 #include <string>
@@ -16,5 +17,12 @@ void web_set_shell(UiShell* shell);
 void web_report_failure(const std::string& what);
 // Offers the file at `path` (in the module's file system) to the user as a download.
 void web_offer_download(const std::string& path);
+// Where a file to be downloaded as `name` is written first (a folder of the module's file
+// system, created when missing).
+std::string web_download_path(const std::string& name);
+// Opens the browser's file picker (File > Open, Ctrl+O): the picked file reaches the shell as
+// the page's "Open file…" button's does. A browser shows the picker only shortly after a click
+// or a key press, which is when the menu and the shortcut call this.
+void web_pick_file();
 
 }  // namespace kvscope::ui

@@ -714,6 +714,45 @@ TEST(PresenterCaptions, PageDownJumpsToEachCaptionStep) {
   }
 }
 
+// Ctrl+S: the path popup opens on "<scenario stem>.kvr", and Enter saves the run's recording
+// there (the browser build downloads it instead: tests/web/web_test.py).
+TEST(FileShortcuts, CtrlSAsksWhereAndSavesTheRecording) {
+  const std::string path = std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json";
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) /
+                                    ("kvscope-ctrl-s-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path old_cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);  // the popup's default is relative to it
+  {
+    HeadlessImGui imgui(ImVec2(1200, 800));
+    UiShell shell(RunSession::open(path, true), imgui.fonts());
+    while (shell.session()->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const auto frame = [&](const char* what) {
+      run_checked_frame([&] { shell.frame(1.0 / 60.0); }, what);
+    };
+    frame("first frame");
+    ImGuiIO& io = ImGui::GetIO();
+    constexpr int kEnter = 301;  // a free slot of io.KeysDown: the headless context has no keymap
+    io.KeyMap[ImGuiKey_Enter] = kEnter;
+    io.KeyCtrl = true;
+    io.KeysDown['S'] = true;  // GLFW key codes are ASCII
+    frame("Ctrl+S");
+    io.KeysDown['S'] = false;
+    io.KeyCtrl = false;
+    for (int i = 0; i < 3; ++i) frame("the popup, its input focused");
+    EXPECT_FALSE(std::filesystem::exists(dir / "minimal.kvr")) << "saved before Enter";
+    io.KeysDown[kEnter] = true;
+    frame("Enter");
+    io.KeysDown[kEnter] = false;
+    frame("key up");
+    ASSERT_TRUE(std::filesystem::exists(dir / "minimal.kvr"));
+    const Timeline saved = Timeline::load((dir / "minimal.kvr").string());
+    EXPECT_EQ(saved.num_steps(), shell.session()->timeline()->num_steps());
+  }
+  std::filesystem::current_path(old_cwd);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvscope::ui
 

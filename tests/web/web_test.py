@@ -8,6 +8,8 @@ it through the DevTools protocol:
 - a scenario opened through the page's file-picker code path (kvscopeOpenFile, which the
   "Open file" button calls) replaces it, and a malformed one is refused with the run kept;
 - F12 downloads a PNG of the canvas (the page has no disk to save it on);
+- Ctrl+S (File > Save recording) downloads the run's .kvr, and Ctrl+O (File > Open) opens the
+  browser's own file picker, which the test answers with that file: the recording opens;
 - ?model=URL fetches SmolLM2's GGUF (served beside the page) before the app starts, and the page
   then opens the SmolLM2 chat, the scenario the desktop build opens with SmolLM2 on disk;
 - no uncaught exception or console error on the way.
@@ -16,6 +18,7 @@ It prints the first frame's time and the frame rate it measured, and "N passed, 
 Run by scripts/web.sh --test (and scripts/test.sh): /usr/bin/python3 tests/web/web_test.py DIR.
 """
 import base64
+import collections
 import io
 import json
 import os
@@ -36,8 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import web_serve  # noqa: E402
 
-# The app's title: the input's name, the step shown and the last step (the transport's numbers).
-TITLE = re.compile(r"^kvscope: (?P<name>\S+) step (?P<step>\d+)/(?P<steps>\d+)$")
+# The app's title: the input's name, the step shown and the last step (the transport's numbers;
+# -1 before the run's first step has arrived).
+TITLE = re.compile(r"^kvscope: (?P<name>\S+) step (?P<step>\d+)/(?P<steps>-?\d+)$")
 
 
 class Browser:
@@ -67,6 +71,7 @@ class Browser:
         self.next_id = 0
         self.errors = []  # console errors and uncaught exceptions
         self.console = []  # every console line, printed when a check fails
+        self.events = collections.deque(maxlen=500)  # (method, params), for wait_event
         self.send("Runtime.enable")
         self.send("Page.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=width, height=height,
@@ -86,6 +91,8 @@ class Browser:
 
     def note_event(self, msg):
         method = msg.get("method")
+        if method:
+            self.events.append((method, msg.get("params", {})))
         if method == "Runtime.consoleAPICalled":
             self.console.append(" ".join(str(a.get("value", a.get("description")))
                                          for a in msg["params"]["args"]))
@@ -125,6 +132,50 @@ class Browser:
         for kind in ("rawKeyDown", "keyUp"):
             self.send("Input.dispatchKeyEvent", type=kind, key=key, code=code,
                       windowsVirtualKeyCode=key_code, nativeVirtualKeyCode=key_code)
+
+    def press_ctrl(self, letter):
+        """Ctrl+letter as typed: Control down, the letter down and up, Control up (held over a
+        frame, as a hand holds it: the app reads the keys' state once a frame)."""
+        code = ord(letter.upper())
+        ctrl = dict(key="Control", code="ControlLeft", windowsVirtualKeyCode=17,
+                    nativeVirtualKeyCode=17)
+        key = dict(key=letter, code="Key" + letter.upper(), windowsVirtualKeyCode=code,
+                   nativeVirtualKeyCode=code)
+        self.send("Input.dispatchKeyEvent", type="rawKeyDown", modifiers=2, **ctrl)
+        self.send("Input.dispatchKeyEvent", type="rawKeyDown", modifiers=2, **key)
+        time.sleep(0.2)
+        self.send("Input.dispatchKeyEvent", type="keyUp", modifiers=2, **key)
+        self.send("Input.dispatchKeyEvent", type="keyUp", modifiers=0, **ctrl)
+
+    def wait_event(self, method, timeout):
+        """The parameters of the next `method` event (one that came during a command too)."""
+        deadline = time.time() + timeout
+        while True:
+            for i, (m, params) in enumerate(self.events):
+                if m == method:
+                    del self.events[i]
+                    return params
+            left = deadline - time.time()
+            if left <= 0:
+                raise AssertionError(f"no {method} within {timeout} s")
+            self.ws.settimeout(left)
+            try:
+                self.note_event(json.loads(self.ws.recv()))
+            except websocket.WebSocketTimeoutException:
+                pass
+            finally:
+                self.ws.settimeout(60)
+
+    def downloaded(self, folder, suffix, timeout):
+        """The path of the first file ending in `suffix` downloaded into `folder`."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            done = [f for f in os.listdir(folder) if f.endswith(suffix)]
+            if done:
+                time.sleep(0.5)  # the download is written, then renamed into place
+                return os.path.join(folder, done[0])
+            time.sleep(0.2)
+        raise AssertionError(f"nothing ending in {suffix} was downloaded within {timeout} s")
 
     def screenshot(self):
         data = self.send("Page.captureScreenshot", format="png")["data"]
@@ -242,16 +293,48 @@ def main():
             finally:
                 shutil.rmtree(downloads, ignore_errors=True)
 
+        def recording_saved_and_reopened():
+            downloads = tempfile.mkdtemp(prefix="kvscope-downloads-")
+            try:
+                browser.send("Page.setDownloadBehavior", behavior="allow",
+                             downloadPath=downloads)
+                shown = browser.wait_title(lambda m: int(m["steps"]) > 0, timeout=30)
+                browser.press_ctrl("s")  # File > Save recording: a download in the browser
+                kvr = browser.downloaded(downloads, ".kvr", timeout=30)
+                with open(kvr, "rb") as f:
+                    assert f.read(8) == b"KVSCOPER", f"{kvr} is not a kvscope recording"
+                name = os.path.basename(kvr)
+                assert name == shown["name"].replace(".json", ".kvr"), f"downloaded as {name}"
+                # File > Open (Ctrl+O): the browser's own file picker, answered with that file.
+                browser.send("Page.setInterceptFileChooserDialog", enabled=True)
+                try:
+                    browser.press_ctrl("o")
+                    chooser = browser.wait_event("Page.fileChooserOpened", timeout=10)
+                    browser.send("DOM.setFileInputFiles", files=[kvr],
+                                 backendNodeId=chooser["backendNodeId"])
+                finally:
+                    browser.send("Page.setInterceptFileChooserDialog", enabled=False)
+                m = browser.wait_title(lambda m: m["name"] == name and int(m["steps"]) > 0,
+                                       timeout=30)
+                print(f"  Ctrl+S downloaded {name} ({os.path.getsize(kvr)} bytes); Ctrl+O's "
+                      f"picker opened it: {m['steps']} steps")
+            finally:
+                shutil.rmtree(downloads, ignore_errors=True)
+
         def smollm2_from_a_url():
             t0 = time.time()
             browser.send("Page.navigate",
                          url=url + "?model=models/SmolLM2-135M-Instruct.Q4_1.gguf")
             m = browser.wait_title(lambda m: m["name"] != "minimal.json", timeout=120)
             assert m["name"] == "smollm2-chat.json", f"opened {m['name']}, not smollm2-chat.json"
-            print(f"  SmolLM2 (98 MB) fetched, loaded and its chat opened in "
-                  f"{time.time() - t0:.1f} s")
+            opened = time.time() - t0
+            browser.wait_title(lambda m: int(m["steps"]) >= 0, timeout=120)
+            print(f"  SmolLM2 (98 MB) fetched, loaded and its chat opened in {opened:.1f} s; "
+                  f"the chat's first step (its prompt's prefill) {time.time() - t0:.1f} s")
 
         check("F12 downloads a screenshot of the canvas", screenshot_downloads)
+        check("Ctrl+S downloads the recording and Ctrl+O's file picker opens it again",
+              recording_saved_and_reopened)
         check("?model= loads SmolLM2 and opens its chat, as the desktop build does",
               smollm2_from_a_url)
         check("no uncaught exception or console error",
