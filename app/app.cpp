@@ -13,6 +13,8 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 
 #if defined(__EMSCRIPTEN__)
@@ -287,15 +289,68 @@ class FrameLoop {
 #endif
 };
 
+#if defined(__EMSCRIPTEN__)
+// The page's frames: while the first run computes its first step, the page's status line says
+// so (counting the seconds); then the shell and its frame loop are made and run every frame.
+struct WebStart {
+  GLFWwindow* window;
+  AppOptions options;  // FrameLoop keeps a reference
+  Fonts fonts;
+  std::unique_ptr<RunSession> session;
+  UiShell* shell = nullptr;
+  FrameLoop* loop = nullptr;
+  double opened = glfwGetTime();
+
+  static void frame(void* self) {
+    auto* w = static_cast<WebStart*>(self);
+    if (w->loop == nullptr && !w->start()) return;
+    FrameLoop::browser_frame(w->loop);
+  }
+
+  // False while the first step computes (or when it failed: the page says why).
+  bool start() {
+    if (!session->has_step()) {
+      if (!session->is_running()) {
+        const std::optional<std::string> e = session->take_error();
+        web_fail(e ? *e : session->path() + ": the scenario ran no step");
+        return false;
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "opening %s: computing its first step... %.0f s",
+                    std::filesystem::path(session->path()).filename().string().c_str(),
+                    glfwGetTime() - opened);
+      web_status(line);
+      return false;
+    }
+    web_status("");
+    shell = new UiShell(std::move(session), fonts);
+    if (!prepare_shell(*shell, options, false, false)) {
+      web_fail("the page's options do not fit this run (see the console)");
+      return false;
+    }
+    web_set_shell(shell);
+    loop = new FrameLoop(window, options, *shell, false);
+    return true;
+  }
+};
+#endif
+
 }  // namespace
 
 int run_app(const AppOptions& options) {
   // The run opens before the window: a bad scenario is a one-line error and exit code 2.
   std::unique_ptr<RunSession> session;
+  // In the browser the first step runs on the worker: a SmolLM2 chat's prefill takes seconds
+  // there, and the page would stop for them (WebStart).
+#if defined(__EMSCRIPTEN__)
+  constexpr RunSession::FirstStep kFirst = RunSession::FirstStep::kOnWorker;
+#else
+  constexpr RunSession::FirstStep kFirst = RunSession::FirstStep::kHere;
+#endif
   try {
-    session = options.attach
-                  ? RunSession::attach(*options.attach)
-                  : RunSession::open(options.input, false, initial_policy(options), options.model);
+    session = options.attach ? RunSession::attach(*options.attach)
+                             : RunSession::open(options.input, false, initial_policy(options),
+                                                options.model, kFirst);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvscope-ui: %s\n", e.what());
     return 2;
@@ -314,12 +369,9 @@ int run_app(const AppOptions& options) {
 #if defined(__EMSCRIPTEN__)
   // In the browser the page's event loop calls each frame, and main() returns at once: the shell
   // and the loop live on the heap for as long as the tab does (the runtime stays up after main).
-  auto* shell = new UiShell(std::move(session), fonts);
-  if (!prepare_shell(*shell, options, false, false)) return 2;
-  web_set_shell(shell);
-  static const AppOptions kept = options;
-  auto* loop = new FrameLoop(window, kept, *shell, false);
-  emscripten_set_main_loop_arg(&FrameLoop::browser_frame, loop, 0, false);
+  // They are made once the first run has its first step (WebStart::frame).
+  auto* start = new WebStart{window, options, fonts, std::move(session)};
+  emscripten_set_main_loop_arg(&WebStart::frame, start, 0, false);
   return 0;
 #else
   int exit_code = 0;

@@ -100,8 +100,8 @@ void choose_backend(const std::string& path, const PolicyOverride& policy,
 }  // namespace
 
 std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping,
-                                             const PolicyOverride& policy,
-                                             const std::string& model) {
+                                             const PolicyOverride& policy, const std::string& model,
+                                             FirstStep first) {
   std::unique_ptr<RunSession> s(new RunSession());
   s->path_ = path;
   if (!is_scenario_path(path)) {
@@ -152,9 +152,12 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   if (loaded.weights) s->tokenizer_ = loaded.tokenizer;  // bookkeeping tokens are all 0
   s->info_ = std::move(info);
   s->timeline_ = s->sim_->timeline();
-  // The first step runs here so the UI always has a step to show; the rest on the worker.
-  s->sim_->step();
-  if (s->timeline_->num_steps() < 1) throw Error(path, "the scenario ran no step");
+  // The first step runs here so the UI always has a step to show (unless the caller waits for
+  // it: kOnWorker); the rest on the worker.
+  if (first == FirstStep::kHere) {
+    s->sim_->step();
+    if (s->timeline_->num_steps() < 1) throw Error(path, "the scenario ran no step");
+  }
   *s->running_ = true;
   s->worker_ = std::thread([raw = s.get()] { raw->work(); });
   return s;
@@ -172,6 +175,10 @@ void RunSession::work() {
   try {
     while (!stop_.load(std::memory_order_relaxed) && sim_->current_step() < max_steps_ &&
            sim_->step()) {
+    }
+    if (timeline_->num_steps() < 1 && !stop_.load()) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      error_ = path_ + ": the scenario ran no step";
     }
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(error_mutex_);

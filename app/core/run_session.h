@@ -31,9 +31,15 @@ class RunSession {
   // the scenario's cache settings and `model` its model (a short name such as "smollm2", a file
   // or "synthetic:<spec>"; "" = the scenario's own), both from the Controls panel; both must be
   // empty for recordings. The model loads on the calling thread (about 2 s for SmolLM2-135M).
+  // `first`: where a scenario's first step runs. kHere (the default) returns with it done, so the
+  // run always has a step to show; kOnWorker returns at once and has_step() says when it is
+  // there (a SmolLM2 chat's first step is its prompts' prefill: seconds in the browser build),
+  // or the worker stopped with an error (take_error) instead.
+  enum class FirstStep { kHere, kOnWorker };
   static std::unique_ptr<RunSession> open(const std::string& path, bool bookkeeping = false,
                                           const PolicyOverride& policy = {},
-                                          const std::string& model = {});
+                                          const std::string& model = {},
+                                          FirstStep first = FirstStep::kHere);
   // Attaches to a live vLLM / SGLang KV-event stream (File > Attach). Throws kvscope::Error for a
   // bad endpoint or a port in use; a publisher that is not there yet is not an error (the Live
   // attach panel and the status bar say so).
@@ -49,6 +55,9 @@ class RunSession {
   bool is_scenario() const { return is_scenario_; }
   const std::shared_ptr<AttachFeed>& attach_feed() const { return feed_; }
   bool is_running() const { return running_->load(); }
+  // Whether the run has a step to show (always, but for a scenario opened with kOnWorker whose
+  // first step is still computing or failed).
+  bool has_step() const { return timeline_ && timeline_->num_steps() >= 1; }
   // The tokenizer of the scenario's model (null for recordings and synthetic models).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   // How the scenario was started (null for recordings).
@@ -56,6 +65,8 @@ class RunSession {
 
   // Asks the worker to stop after its current step (attached: detaches) and waits. Idempotent.
   void stop();
+  // Asks the worker to stop after its current step, without waiting (is_running says when).
+  void request_stop() { stop_ = true; }
   // Blocks until the worker finished (tests).
   void wait();
   // An exception the worker caught (once), to show in a modal.

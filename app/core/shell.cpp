@@ -2,8 +2,12 @@
 #include "app/core/shell.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "app/core/shell_layout.h"
@@ -110,14 +114,48 @@ void UiShell::attach(std::unique_ptr<RunSession> session) {
 
 bool UiShell::open(const std::string& path, const PolicyOverride& policy,
                    const std::string& model) {
+  std::unique_ptr<RunSession> opened;
   try {
-    attach(RunSession::open(path, false, policy, model));
-    set_status(policy.empty() ? "opened " + path : "restarted with " + policy.describe());
-    return true;
+    opened = RunSession::open(path, false, policy, model, RunSession::FirstStep::kOnWorker);
   } catch (const std::exception& e) {
     show_error(e.what());
     return false;
   }
+  if (pending_) {  // replaced before its first step
+    pending_->request_stop();
+    retiring_.push_back(std::move(pending_));
+  }
+  pending_ = std::move(opened);
+  pending_done_ = policy.empty() ? "opened " + path : "restarted with " + policy.describe();
+  pending_seconds_ = 0.0;
+  promote_pending();  // a recording, or a first step already done
+  return true;
+}
+
+void UiShell::promote_pending() {
+  std::erase_if(retiring_, [](const std::unique_ptr<RunSession>& r) { return !r->is_running(); });
+  if (!pending_) return;
+  if (pending_->has_step()) {
+    attach(std::move(pending_));
+    set_status(pending_done_);
+    return;
+  }
+  if (!pending_->is_running()) {  // the worker stopped before a first step
+    const std::optional<std::string> e = pending_->take_error();
+    show_error(e ? *e : pending_->path() + ": the scenario ran no step");
+    pending_.reset();
+    return;
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, " %.0f s", pending_seconds_);
+  set_status("opening " + std::filesystem::path(pending_->path()).filename().string() +
+             ": computing its first step..." + (pending_seconds_ >= 1.0 ? seconds : ""));
+}
+
+void UiShell::finish_opening() {
+  while (pending_ && !pending_->has_step() && pending_->is_running())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  promote_pending();
 }
 
 bool UiShell::attach_live(const AttachRequest& request) {
@@ -203,6 +241,8 @@ void UiShell::show_error(std::string text) {
 }
 
 void UiShell::frame(double dt_seconds) {
+  pending_seconds_ += dt_seconds;
+  promote_pending();  // a run opened since: shown once it has its first step
   if (session_) {
     if (std::optional<std::string> e = session_->take_error()) show_error(*e);
   }
@@ -257,8 +297,14 @@ void UiShell::frame(double dt_seconds) {
       if (session_ && session_->is_scenario()) {
         const std::string path = session_->path();  // a copy: open() frees session_
         const std::shared_ptr<const RunInfo> info = session_->run_info();
-        if (open(path, info ? info->override : PolicyOverride{}, model))  // same policy
-          set_status("restarted on " + session_->run_info()->model_name);
+        if (open(path, info ? info->override : PolicyOverride{}, model)) {  // same policy
+          RunSession& now = pending_ ? *pending_ : *session_;
+          const std::string done = "restarted on " + now.run_info()->model_name;
+          if (pending_)
+            pending_done_ = done;  // the status line once the run is shown
+          else
+            set_status(done);
+        }
       }
     }
   }
@@ -560,7 +606,7 @@ bool UiShell::apply_pending_caption() {
     if (caption_restarted_) {
       // Requested: the restart happens at the end of a frame. Once it was handled, a run still
       // on another variant means it failed to open (its error is shown): the caption is dropped.
-      if (!state_.restart_request) pending_caption_ = -1;
+      if (!state_.restart_request && !opening()) pending_caption_ = -1;
       return false;
     }
     PolicyOverride policy;

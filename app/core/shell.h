@@ -31,10 +31,17 @@ class UiShell {
   ~UiShell();  // stops the worker
 
   // Opens a scenario or recording (on `model` instead of the scenario's own when given); on
-  // failure shows the error in a modal, keeps the current run loaded and returns false. The
-  // previous worker is stopped only once the new run is open.
+  // failure shows the error in a modal, keeps the current run loaded and returns false. A
+  // scenario's first step runs on its worker, not in this call: the current run stays shown,
+  // the status line counting the seconds, until that step is there (a later frame, or
+  // finish_opening, shows the new run) or failed (its error in a modal, the current run kept).
+  // The previous worker is stopped only once the new run is shown.
   bool open(const std::string& path, const PolicyOverride& policy = {},
             const std::string& model = {});
+  // Whether a run open() accepted still computes its first step.
+  bool opening() const { return pending_ != nullptr; }
+  // Waits for that first step (or its failure) and shows the run (tests; screenshots).
+  void finish_opening();
   // Attaches to a live KV-event stream (File > Attach) and shows the Live workspace; on failure
   // (a bad endpoint, a port in use) shows the error in a modal and keeps the current run.
   bool attach_live(const AttachRequest& request);
@@ -63,6 +70,7 @@ class UiShell {
   void set_presenter(bool on);
   void toggle_help() { show_help_ = !show_help_; }
   void set_fullscreen_flag(bool on) { fullscreen_ = on; }
+  const std::string& status() const { return status_; }  // the status line's text (tests)
   void set_status(std::string text) {
     status_ = std::move(text);
     status_age_ = 0.0;
@@ -99,6 +107,8 @@ class UiShell {
   // While attached, a status bar instead: connection per rank, batches, live blocks, lag, gaps.
   void draw_attach_bar(const AttachFeed& feed);
   void attach(std::unique_ptr<RunSession> session);
+  // Shows the run open() accepted once it has its first step; shows its error if it failed.
+  void promote_pending();
   void perform(const FileAction& action);
   void place(ImVec2 pos, ImVec2 size);
   // The area the panels share (under the transport bar, over the caption bar), in pixels.
@@ -112,6 +122,14 @@ class UiShell {
 
   AppState state_;
   std::unique_ptr<RunSession> session_;  // null when a bare DataSource is shown (tests)
+  // A run open() accepted, computing its first step (shown once it has it), what the status line
+  // says then, and since when it waits.
+  std::unique_ptr<RunSession> pending_;
+  std::string pending_done_;
+  double pending_seconds_ = 0.0;
+  // Runs replaced before their first step: asked to stop, freed once their worker ended (a
+  // SmolLM2 prefill is not interrupted mid-step, and joining it would stop the window).
+  std::vector<std::unique_ptr<RunSession>> retiring_;
   FileMenu file_menu_;
   Fonts fonts_;
   std::vector<std::unique_ptr<Panel>> panels_;

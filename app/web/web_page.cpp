@@ -20,10 +20,16 @@ void web_set_shell(UiShell* shell) {
 }
 
 void web_report_failure(const std::string& what) {
+  web_fail("internal error (a bug in kvscope; please report it): " + what);
+}
+
+void web_fail(const std::string& why) {
   emscripten_cancel_main_loop();
-  EM_ASM(
-      { kvscopeFail('internal error (a bug in kvscope; please report it): ' + UTF8ToString($0)); },
-      what.c_str());
+  EM_ASM({ kvscopeFail(UTF8ToString($0)); }, why.c_str());  // app/web/shell.html
+}
+
+void web_status(const std::string& text) {
+  EM_ASM({ Module.setStatus(UTF8ToString($0)); }, text.c_str());  // app/web/shell.html
 }
 
 void web_offer_download(const std::string& path) {

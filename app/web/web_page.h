@@ -15,6 +15,10 @@ void web_set_shell(UiShell* shell);
 // Stops the page's frames and shows `what` over the canvas and in the tab's title (an exception
 // escaped a frame: a bug, said rather than a frozen page).
 void web_report_failure(const std::string& what);
+// Stops the page's frames and shows `why` the app cannot start (the first run failed).
+void web_fail(const std::string& why);
+// The line over the page before the app's first frame ("" hides it).
+void web_status(const std::string& text);
 // Offers the file at `path` (in the module's file system) to the user as a download.
 void web_offer_download(const std::string& path);
 // Where a file to be downloaded as `name` is written first (a folder of the module's file

@@ -48,6 +48,7 @@ int frames_until_loaded(UiShell& shell, const std::string& what) {
     ++frames;
   }
   EXPECT_FALSE(shell.state().model_request.has_value()) << what << ": the request was never taken";
+  shell.finish_opening();  // the new run is shown once its first step is there
   return frames;
 }
 
@@ -130,9 +131,11 @@ TEST(ModelPicker, SwitchesTheRunToSmolLM2AndNamesItInTheQualityTitle) {
   o.block_size = 8;
   shell.state().restart_request = o;
   run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "policy restart on smollm2");
+  shell.finish_opening();
   EXPECT_EQ(shell.session()->run_info()->model_override, "smollm2");
   EXPECT_EQ(shell.session()->run_info()->config.block_size, 8);
   shell.restart();  // Ctrl+R
+  shell.finish_opening();
   EXPECT_EQ(shell.session()->run_info()->model_override, "smollm2");
   EXPECT_EQ(shell.session()->run_info()->shape.vocab_size, kSmolVocab);
   EXPECT_EQ(shell.session()->run_info()->config.block_size, 8);
@@ -181,6 +184,7 @@ TEST(ModelPicker, AMissingModelFileIsAnErrorAndKeepsThePreviousModel) {
              "workload": {"requests": [{"prompt_tokens": [1, 30000, 4000], "max_new_tokens": 4}]}})";
   }
   ASSERT_TRUE(shell.open(path)) << shell.error_text();
+  shell.finish_opening();
   shell.session()->wait();
   EXPECT_EQ(shell.session()->run_info()->shape.vocab_size, kSmolVocab);
   before = shell.session();

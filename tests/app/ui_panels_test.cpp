@@ -203,16 +203,20 @@ TEST(PolicyOverride, TheShellRestartsOnARequestAndKeepsTheRunOnErrors) {
   o.block_size = 4;
   shell.state().restart_request = o;
   run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "restart request");
+  shell.finish_opening();  // the new run is shown once its first step is there
   ASSERT_NE(shell.session()->run_info(), nullptr);
   EXPECT_EQ(shell.session()->run_info()->override, o);
   EXPECT_EQ(shell.state().header().block_size, 4);
   shell.restart();  // Ctrl+R keeps the override
+  shell.finish_opening();
   EXPECT_EQ(shell.session()->run_info()->override, o);
   PolicyOverride bad;
   bad.prefix_caching = true;
   bad.allocator = AllocatorKind::kContiguous;
   shell.state().restart_request = bad;
   run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "bad restart request");
+  shell.finish_opening();
+  EXPECT_FALSE(shell.error_text().empty()) << "the bad policy is refused in a modal";
   EXPECT_EQ(shell.session()->run_info()->override, o) << "the previous run stays loaded";
 }
 
@@ -714,12 +718,50 @@ TEST(PresenterCaptions, PageDownJumpsToEachCaptionStep) {
   }
 }
 
+// open() returns before the new run's first step: the current run stays shown, the status line
+// says what is computing, and a later frame shows the new run. A run replaced before its first
+// step is let go without waiting for it (a SmolLM2 prefill would stop the window).
+TEST(UiShellOpen, ShowsTheNewRunOnceItsFirstStepIsThere) {
+  HeadlessImGui imgui(ImVec2(1200, 800));
+  UiShell shell(RunSession::open(scenario("minimal.json"), true), imgui.fonts());
+  shell.set_workspace(1);  // Prefix: no background model jobs
+  const auto frame = [&](const char* what) {
+    run_checked_frame([&] { shell.frame(1.0 / 60.0); }, what);
+  };
+  frame("first frame");
+  const RunSession* before = shell.session();
+  // SmolLM2's chat: its first step is six ChatML prompts' prefill (tenths of a second here).
+  ASSERT_TRUE(shell.open(scenario("smollm2-chat.json"))) << shell.error_text();
+  EXPECT_TRUE(shell.opening());
+  EXPECT_EQ(shell.session(), before) << "the current run stays shown";
+  frame("opening");
+  if (shell.opening()) {
+    EXPECT_NE(shell.status().find("opening smollm2-chat.json: computing its first step"),
+              std::string::npos)
+        << shell.status();
+  }
+  // Replaced before its first step: the next run is the one shown.
+  ASSERT_TRUE(shell.open(scenario("shared-system-prompt.json"))) << shell.error_text();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (shell.opening() && std::chrono::steady_clock::now() < until) {
+    frame("waiting for the first step");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_FALSE(shell.opening());
+  ASSERT_NE(shell.session(), before);
+  EXPECT_EQ(std::filesystem::path(shell.session()->path()).filename(), "shared-system-prompt.json");
+  EXPECT_TRUE(shell.session()->has_step());
+  EXPECT_EQ(shell.status(), "opened " + scenario("shared-system-prompt.json"));
+  EXPECT_TRUE(shell.error_text().empty()) << shell.error_text();
+  frame("the new run");
+}
+
 // Ctrl+S: the path popup opens on "<scenario stem>.kvr", and Enter saves the run's recording
 // there (the browser build downloads it instead: tests/web/web_test.py).
 TEST(FileShortcuts, CtrlSAsksWhereAndSavesTheRecording) {
   const std::string path = std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json";
-  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) /
-                                    ("kvscope-ctrl-s-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / ("kvscope-ctrl-s-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::filesystem::path old_cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir);  // the popup's default is relative to it
