@@ -24,7 +24,7 @@ constexpr const char* kAttachPopup = "Attach to a live engine##attach";
 const char* prompt_for(FileAction::Kind kind) {
   switch (kind) {
     case FileAction::Kind::kOpen:
-      return "Open a scenario (.json) or a recording (.kvr):";
+      return "Open a scenario (.json), a recording (.kvr) or an eval sweep (.csv):";
     case FileAction::Kind::kSaveRecording:
       return "Save the recording (.kvr) to:";
     case FileAction::Kind::kExportCsv:

@@ -13,6 +13,7 @@
 #include "app/core/shell_layout.h"
 #include "app/core/transport.h"
 #include "app/panels/attach_panel.h"
+#include "app/panels/quality_panel.h"
 #include "app/panels/registry.h"
 #include "app/widgets/layout_probe.h"
 #include "app/widgets/widgets.h"
@@ -114,6 +115,8 @@ void UiShell::attach(std::unique_ptr<RunSession> session) {
 
 bool UiShell::open(const std::string& path, const PolicyOverride& policy,
                    const std::string& model) {
+  if (std::filesystem::path(path).extension() == ".csv" && policy.empty() && model.empty())
+    return load_sweep_csv_file(path);
   std::unique_ptr<RunSession> opened;
   try {
     opened = RunSession::open(path, false, policy, model, RunSession::FirstStep::kOnWorker);
@@ -129,6 +132,19 @@ bool UiShell::open(const std::string& path, const PolicyOverride& policy,
   pending_done_ = policy.empty() ? "opened " + path : "restarted with " + policy.describe();
   pending_seconds_ = 0.0;
   promote_pending();  // a recording, or a first step already done
+  return true;
+}
+
+bool UiShell::load_sweep_csv_file(const std::string& path) {
+  QualityPanel* quality = nullptr;
+  for (const auto& p : panels_)
+    if (auto* q = dynamic_cast<QualityPanel*>(p.get())) quality = q;
+  if (quality == nullptr || !quality->load_csv(path)) {
+    show_error(quality != nullptr ? quality->error() : path + ": no Quality panel to show it in");
+    return false;
+  }
+  set_workspace(workspace_of_key("attention"));  // where the Quality panel is
+  set_status("loaded " + path + " into Quality vs memory");
   return true;
 }
 

@@ -35,7 +35,8 @@ class UiShell {
   // scenario's first step runs on its worker, not in this call: the current run stays shown,
   // the status line counting the seconds, until that step is there (a later frame, or
   // finish_opening, shows the new run) or failed (its error in a modal, the current run kept).
-  // The previous worker is stopped only once the new run is shown.
+  // The previous worker is stopped only once the new run is shown. An eval sweep CSV (.csv) is
+  // merged into the Quality vs memory panel instead, and its workspace shown.
   bool open(const std::string& path, const PolicyOverride& policy = {},
             const std::string& model = {});
   // Whether a run open() accepted still computes its first step.
@@ -109,6 +110,8 @@ class UiShell {
   void attach(std::unique_ptr<RunSession> session);
   // Shows the run open() accepted once it has its first step; shows its error if it failed.
   void promote_pending();
+  // open() of a sweep CSV: into the Quality panel (false, with the error in a modal, if bad).
+  bool load_sweep_csv_file(const std::string& path);
   void perform(const FileAction& action);
   void place(ImVec2 pos, ImVec2 size);
   // The area the panels share (under the transport bar, over the caption bar), in pixels.

@@ -11,6 +11,9 @@
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
 #include "app/widgets/widgets.h"
+#if defined(__EMSCRIPTEN__)
+#include "app/web/web_page.h"
+#endif
 
 namespace kvscope::ui {
 
@@ -276,28 +279,39 @@ bool QualityPanel::draw_recompute_button(bool can_run) {
   return false;
 }
 
+bool QualityPanel::load_csv(const std::string& path) {
+  try {
+    QualitySweep loaded = load_sweep_csv(path);
+    job_.cancel();
+    auto merged =
+        sweep_ ? std::make_shared<QualitySweep>(*sweep_) : std::make_shared<QualitySweep>();
+    merge_sweep(*merged, loaded);
+    sweep_ = std::move(merged);
+    error_.clear();
+    return true;
+  } catch (const std::exception& e) {
+    error_ = e.what();
+    return false;
+  }
+}
+
 void QualityPanel::draw_csv_loader() {
+  constexpr const char* kWhat =
+      "quant_sweep.csv, mla_sweep.csv or evict_sweep.csv written by `kvscope eval format-sweep`, "
+      "`mla-sweep` or `evict-sweep` (--out DIR); merged into the points shown";
+#if defined(__EMSCRIPTEN__)
+  // The page reads no paths: the file comes from the browser's picker (UiShell::open loads it).
+  if (ImGui::Button("Load CSV...")) web_pick_file();
+  item_tooltip((std::string("Pick ") + kWhat + " (File > Open takes one too)").c_str());
+#else
   ImGui::SetNextItemWidth(std::max(80.0f, ImGui::GetContentRegionAvail().x -
                                               ImGui::CalcTextSize("Load CSV").x -
                                               ImGui::GetStyle().FramePadding.x * 4.0f));
   ImGui::InputText("##csv", csv_path_, sizeof csv_path_);
-  item_tooltip(
-      "quant_sweep.csv, mla_sweep.csv or evict_sweep.csv written by `kvscope eval format-sweep`, "
-      "`mla-sweep` or `evict-sweep` (--out DIR); merged into the points shown");
+  item_tooltip(kWhat);
   ImGui::SameLine();
-  if (ImGui::Button("Load CSV")) {
-    try {
-      QualitySweep loaded = load_sweep_csv(csv_path_);
-      job_.cancel();
-      auto merged =
-          sweep_ ? std::make_shared<QualitySweep>(*sweep_) : std::make_shared<QualitySweep>();
-      merge_sweep(*merged, loaded);
-      sweep_ = std::move(merged);
-      error_.clear();
-    } catch (const std::exception& e) {
-      error_ = e.what();
-    }
-  }
+  if (ImGui::Button("Load CSV")) load_csv(csv_path_);
+#endif
 }
 
 void QualityPanel::draw_setup_lines(bool wrap) const {

@@ -34,6 +34,11 @@ class QualityPanel final : public Panel {
     sweep_ = std::move(sweep);
   }
   const QualitySweep* sweep() const { return sweep_.get(); }
+  // Merges the sweep CSV at `path` (quant_sweep.csv, mla_sweep.csv or evict_sweep.csv from
+  // `kvscope eval ... --out`) into the points shown, as Load CSV does (File > Open of a .csv,
+  // the browser's picker). False when it cannot be read: error() says why (also in the panel).
+  bool load_csv(const std::string& path);
+  const std::string& error() const { return error_; }
   // The model source the running or finished sweep is for ("" before one started; tests).
   const std::string& sweep_model() const { return started_for_; }
 
@@ -48,7 +53,8 @@ class QualityPanel final : public Panel {
   void draw_compact_setup() const;
   // Recompute for a cached or shipped sweep; true when pressed (the sweep is dropped).
   bool draw_recompute_button(bool can_run);
-  // The CSV path box and Load CSV (merged into the points shown).
+  // The CSV path box and Load CSV (merged into the points shown); in the browser, Load CSV
+  // opens the browser's file picker instead.
   void draw_csv_loader();
   void draw_plots(AppState& state);
   // The sweep's setup: model, tokens, windows, text and block; loaded CSVs; the memory axis; the
@@ -60,7 +66,9 @@ class QualityPanel final : public Panel {
   std::string started_for_;  // model source the running/finished sweep is for
   std::chrono::steady_clock::time_point started_at_;  // when the running sweep started
   std::string error_;
+#if !defined(__EMSCRIPTEN__)  // the page's Load CSV takes a picked file, not a path
   char csv_path_[512] = "reports/quant/quant_sweep.csv";
+#endif
   bool cancelled_ = false;  // the user cancelled the sweep (Run the sweep starts it again)
   bool recompute_ = false;  // the next start ignores the disk cache (Recompute)
   bool show_kl_ = false;    // a short presenter panel shows one plot: perplexity, or KL

@@ -21,6 +21,7 @@
 #include "app/panels/attention_panel.h"
 #include "app/panels/compare_panel.h"
 #include "app/panels/memory_panel.h"
+#include "app/panels/quality_panel.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_format.h"
 #include "engine/scenario/scenario.h"
@@ -754,6 +755,45 @@ TEST(UiShellOpen, ShowsTheNewRunOnceItsFirstStepIsThere) {
   EXPECT_EQ(shell.status(), "opened " + scenario("shared-system-prompt.json"));
   EXPECT_TRUE(shell.error_text().empty()) << shell.error_text();
   frame("the new run");
+}
+
+// File > Open of an eval sweep CSV: merged into the Quality panel, whose workspace is shown; a
+// bad one is a modal naming the line and column, with the run kept.
+TEST(UiShellOpen, ASweepCsvGoesIntoTheQualityPanel) {
+  const auto dir = std::filesystem::path(testing::TempDir()) /
+                   ("kvscope-open-csv-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string header =
+      "variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,ppl_reference,"
+      "ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n";
+  const std::string good = (dir / "quant_sweep.csv").string();
+  const std::string bad = (dir / "bad_sweep.csv").string();
+  std::ofstream(good) << header << "fp32,1280,0,1280,5.5,5.5,0,0,0,1\n"
+                      << "int8,340,0,340,5.5,5.52,0.02,0.001,0.01,0.99\n";
+  std::ofstream(bad) << header << "int8,340,0,340,5.5,5.52,0.02,lots,0.01,0.99\n";
+  HeadlessImGui imgui(ImVec2(1280, 720));
+  UiShell shell(RunSession::open(scenario("minimal.json"), true), imgui.fonts());
+  shell.set_workspace(0);
+  run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "first frame");
+  const RunSession* run = shell.session();
+  QualityPanel* quality = nullptr;
+  for (auto& p : shell.panels())
+    if (auto* q = dynamic_cast<QualityPanel*>(p.get())) quality = q;
+  ASSERT_NE(quality, nullptr);
+  ASSERT_TRUE(shell.open(good)) << shell.error_text();
+  EXPECT_FALSE(shell.opening()) << "a CSV is not a run";
+  EXPECT_EQ(shell.session(), run) << "the run stays";
+  EXPECT_EQ(shell.workspace(), UiShell::workspace_of_key("attention"));
+  ASSERT_NE(quality->sweep(), nullptr);
+  std::vector<std::string> labels;
+  for (const QualityPoint& p : quality->sweep()->points) labels.push_back(p.label);
+  EXPECT_NE(std::find(labels.begin(), labels.end(), "int8"), labels.end());
+  for (int f = 0; f < 3; ++f) run_checked_frame([&] { shell.frame(1.0 / 60.0); }, "the sweep");
+  EXPECT_FALSE(shell.open(bad));
+  EXPECT_NE(shell.error_text().find("bad_sweep.csv: line 2: kl_mean"), std::string::npos)
+      << shell.error_text();
+  EXPECT_EQ(shell.session(), run);
+  std::filesystem::remove_all(dir);
 }
 
 // Ctrl+S: the path popup opens on "<scenario stem>.kvr", and Enter saves the run's recording

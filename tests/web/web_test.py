@@ -6,7 +6,8 @@ it through the DevTools protocol:
 - the default scenario runs: the page's title ("kvscope: minimal.json step S/N", set by the app
   every frame) reaches the last step, and a screenshot of the page is not blank;
 - a scenario opened through the page's file-picker code path (kvscopeOpenFile, which the
-  "Open file" button calls) replaces it, and a malformed one is refused with the run kept;
+  "Open file" button calls) replaces it, and a malformed one is refused with the run kept; an
+  eval sweep CSV through the same path goes into the Quality panel (a bad one is refused);
 - F12 downloads a PNG of the canvas (the page has no disk to save it on);
 - Ctrl+S (File > Save recording) downloads the run's .kvr, and Ctrl+O (File > Open) opens the
   browser's own file picker, which the test answers with that file: the recording opens;
@@ -274,9 +275,25 @@ def main():
             after = browser.wait_title(lambda m: True, timeout=10)
             assert after["name"] == before["name"], f"the run changed to {after['name']}"
 
+        def sweep_csv_goes_into_the_quality_panel():
+            header = ("variant,bytes_per_token,bytes_per_sequence,effective_bytes_per_token,"
+                      "ppl_reference,ppl_variant,ppl_delta,kl_mean,kl_max,top1_agreement\n")
+            good = (header + "fp32,1280,0,1280,5.5,5.5,0,0,0,1\n"
+                    "int8,340,0,340,5.5,5.52,0.02,0.001,0.01,0.99\n")
+            bad = header + "int8,340,0,340,5.5,5.52,0.02,lots,0.01,0.99\n"
+            before = browser.wait_title(lambda m: True, timeout=10)
+            for text, name, want in ((good, "quant_sweep.csv", 1), (bad, "bad_sweep.csv", 0)):
+                got = browser.eval(
+                    f"kvscopeOpenFile(new File([{json.dumps(text)}], '{name}'))", await_promise=True)
+                assert got == want, f"{name}: kvscopeOpenFile returned {got}, expected {want}"
+            after = browser.wait_title(lambda m: True, timeout=10)
+            assert after["name"] == before["name"], f"a CSV replaced the run with {after['name']}"
+
         check("the default scenario runs to its last step", default_scenario_runs)
         check("a scenario opened through the file picker runs", picked_scenario_opens)
         check("a malformed scenario is refused and the run kept", malformed_file_is_refused)
+        check("an eval sweep CSV from the picker goes into the Quality panel; a bad one is refused",
+              sweep_csv_goes_into_the_quality_panel)
         def screenshot_downloads():
             downloads = tempfile.mkdtemp(prefix="kvscope-downloads-")
             try:
