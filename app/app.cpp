@@ -13,7 +13,6 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 
@@ -310,16 +309,10 @@ struct WebStart {
   // False while the first step computes (or when it failed: the page says why).
   bool start() {
     if (!session->has_step()) {
-      if (!session->is_running()) {
-        const std::optional<std::string> e = session->take_error();
-        web_fail(e ? *e : session->path() + ": the scenario ran no step");
-        return false;
-      }
-      char line[256];
-      std::snprintf(line, sizeof line, "opening %s: computing its first step... %.0f s",
-                    std::filesystem::path(session->path()).filename().string().c_str(),
-                    glfwGetTime() - opened);
-      web_status(line);
+      if (session->is_running())
+        web_status(session->first_step_line(glfwGetTime() - opened));
+      else
+        web_fail(session->first_step_error());
       return false;
     }
     web_status("");

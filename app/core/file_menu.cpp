@@ -50,7 +50,7 @@ void FileMenu::ask_or_pick(FileAction::Kind kind, const std::string& loaded) {
   else
     direct_ = FileAction{kind, web_download_path(default_name(kind, loaded)), {}};
 #else
-  ask(kind, kind == FileAction::Kind::kOpen ? loaded : default_name(kind, loaded));
+  ask(kind, default_name(kind, loaded));
 #endif
 }
 

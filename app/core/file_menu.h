@@ -42,6 +42,7 @@ class FileMenu {
   void ask(FileAction::Kind kind, const std::string& initial);
   // The path popup on the desktop; the browser's file picker or a download in the page.
   void ask_or_pick(FileAction::Kind kind, const std::string& loaded);
+  // What the popup offers: `loaded` to open, a name derived from it to save or export.
   static std::string default_name(FileAction::Kind kind, const std::string& loaded);
 
   void load_recent();

@@ -1,6 +1,7 @@
 // RunSession: scenario/recording loading and the Simulator worker thread.
 #include "app/core/run_session.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "app/core/timeline_source.h"
@@ -189,6 +190,17 @@ void RunSession::work() {
     error_ = path_ + ": the simulation stopped with an unknown error";
   }
   *running_ = false;
+}
+
+std::string RunSession::first_step_line(double seconds) const {
+  char count[32] = "";
+  if (seconds >= 1.0) std::snprintf(count, sizeof count, " %.0f s", seconds);
+  return "opening " + std::filesystem::path(path_).filename().string() +
+         ": computing its first step..." + count;
+}
+
+std::string RunSession::first_step_error() {
+  return take_error().value_or(path_ + ": the scenario ran no step");
 }
 
 RunSession::~RunSession() {

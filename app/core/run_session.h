@@ -58,6 +58,11 @@ class RunSession {
   // Whether the run has a step to show (always, but for a scenario opened with kOnWorker whose
   // first step is still computing or failed).
   bool has_step() const { return timeline_ && timeline_->num_steps() >= 1; }
+  // While that first step computes: "opening NAME: computing its first step... N s" (the count
+  // from the first second on), for the status line the UI shows meanwhile.
+  std::string first_step_line(double seconds) const;
+  // Why the worker stopped without a first step (its error, taken).
+  std::string first_step_error();
   // The tokenizer of the scenario's model (null for recordings and synthetic models).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   // How the scenario was started (null for recordings).

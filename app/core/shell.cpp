@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <string_view>
 #include <thread>
@@ -157,15 +156,11 @@ void UiShell::promote_pending() {
     return;
   }
   if (!pending_->is_running()) {  // the worker stopped before a first step
-    const std::optional<std::string> e = pending_->take_error();
-    show_error(e ? *e : pending_->path() + ": the scenario ran no step");
+    show_error(pending_->first_step_error());
     pending_.reset();
     return;
   }
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, " %.0f s", pending_seconds_);
-  set_status("opening " + std::filesystem::path(pending_->path()).filename().string() +
-             ": computing its first step..." + (pending_seconds_ >= 1.0 ? seconds : ""));
+  set_status(pending_->first_step_line(pending_seconds_));
 }
 
 void UiShell::finish_opening() {
