@@ -23,6 +23,7 @@
 #include "app/web/web_page.h"
 #endif
 
+#include "app/core/key_queue.h"
 #include "app/core/run_session.h"
 #include "app/core/shell.h"
 #include "app/screenshot.h"
@@ -46,6 +47,14 @@ std::string g_glfw_error = "unknown error";  // the GLFW error callback has no u
 void on_glfw_error(int code, const char* description) {
   g_glfw_error =
       std::string(description ? description : "?") + " (code " + std::to_string(code) + ")";
+}
+
+// The window's key events, handed to ImGui's backend a frame at a time (key_queue.h: a tap
+// between two frames is not lost). One window; GLFW's callback has no user pointer.
+KeyQueue g_keys;
+
+void on_key(GLFWwindow* /*window*/, int key, int scancode, int action, int mods) {
+  g_keys.push(KeyEvent{key, scancode, action, mods});
 }
 
 std::string timestamped_png_name() {
@@ -208,6 +217,9 @@ class FrameLoop {
 
   void draw(double dt) {
     ImGui_ImplOpenGL3_NewFrame();
+    g_keys.deliver([this](const KeyEvent& e) {
+      ImGui_ImplGlfw_KeyCallback(window_, e.key, e.scancode, e.action, e.mods);
+    });
     ImGui_ImplGlfw_NewFrame();
     if (capture_) io_.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover in screenshots
     ImGui::NewFrame();
@@ -357,6 +369,7 @@ int run_app(const AppOptions& options) {
   io.IniFilename = nullptr;  // every start gets the same tidy layout
   const Fonts fonts = load_fonts(io);
   ImGui_ImplGlfw_InitForOpenGL(window, true);
+  glfwSetKeyCallback(window, on_key);  // instead of the backend's: it gets them from g_keys
   ImGui_ImplOpenGL3_Init(kGlslVersion);
 
 #if defined(__EMSCRIPTEN__)

@@ -129,18 +129,15 @@ class Browser:
         raise AssertionError(f"timed out after {timeout} s; the title was {last!r}")
 
     def press(self, key, code, key_code):
-        """One key press, as the page's keyboard handlers (GLFW's) receive it, held over a frame
-        (the app reads the keys' state once a frame: a press and release between two frames, as
-        on a loaded machine, would go unseen)."""
+        """One key tapped as fast as the protocol delivers it: down and up may both land between
+        two frames, and the app must still see it (app/core/key_queue.h)."""
         for kind in ("rawKeyDown", "keyUp"):
             self.send("Input.dispatchKeyEvent", type=kind, key=key, code=code,
                       windowsVirtualKeyCode=key_code, nativeVirtualKeyCode=key_code)
-            if kind == "rawKeyDown":
-                time.sleep(0.2)
 
     def press_ctrl(self, letter):
-        """Ctrl+letter as typed: Control down, the letter down and up, Control up (held over a
-        frame, as a hand holds it: the app reads the keys' state once a frame)."""
+        """Ctrl+letter tapped as fast as the protocol delivers it: Control down, the letter down
+        and up, Control up, perhaps all between two frames (see press)."""
         code = ord(letter.upper())
         ctrl = dict(key="Control", code="ControlLeft", windowsVirtualKeyCode=17,
                     nativeVirtualKeyCode=17)
@@ -148,7 +145,6 @@ class Browser:
                    nativeVirtualKeyCode=code)
         self.send("Input.dispatchKeyEvent", type="rawKeyDown", modifiers=2, **ctrl)
         self.send("Input.dispatchKeyEvent", type="rawKeyDown", modifiers=2, **key)
-        time.sleep(0.2)
         self.send("Input.dispatchKeyEvent", type="keyUp", modifiers=2, **key)
         self.send("Input.dispatchKeyEvent", type="keyUp", modifiers=0, **ctrl)
 
