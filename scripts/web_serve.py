@@ -23,14 +23,16 @@ class IsolatedHandler(http.server.SimpleHTTPRequestHandler):
     }
 
     files = {}  # URL path -> a file outside the root (make_server's `files`)
+    isolated = True  # send the two headers (make_server's `isolated`)
 
     def translate_path(self, path):
         mapped = self.files.get(path.split("?", 1)[0])
         return mapped if mapped else super().translate_path(path)
 
     def end_headers(self):
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        if self.isolated:
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
         self.send_header("Cache-Control", "no-cache")
         super().end_headers()
 
@@ -39,10 +41,12 @@ class IsolatedHandler(http.server.SimpleHTTPRequestHandler):
             super().log_message(fmt, *args)
 
 
-def make_server(root, port, verbose=False, files=None):
+def make_server(root, port, verbose=False, files=None, isolated=True):
     """A server for `root` on 127.0.0.1:`port` (0: any free port), with `files` (URL path ->
-    file) served beside it; not yet serving."""
-    handler_class = type("Handler", (IsolatedHandler,), {"files": dict(files or {})})
+    file) served beside it; not yet serving. isolated=False leaves the two headers out, as a
+    plain static host does (the page's service worker, app/web/isolate.js, then adds them)."""
+    handler_class = type("Handler", (IsolatedHandler,),
+                         {"files": dict(files or {}), "isolated": isolated})
     handler = functools.partial(handler_class, directory=root)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.verbose = verbose

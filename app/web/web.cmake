@@ -62,3 +62,5 @@ target_link_options(kvscope-ui PRIVATE
   "SHELL:--shell-file ${CMAKE_CURRENT_SOURCE_DIR}/web/shell.html" ${preload})
 set_property(TARGET kvscope-ui APPEND PROPERTY LINK_DEPENDS
              ${CMAKE_CURRENT_SOURCE_DIR}/web/shell.html)
+# The service worker that isolates the page where the server does not (web/isolate.js).
+configure_file(${CMAKE_CURRENT_SOURCE_DIR}/web/isolate.js ${KVSCOPE_WEB_OUT}/isolate.js COPYONLY)

@@ -13,6 +13,8 @@ it through the DevTools protocol:
   browser's own file picker, which the test answers with that file: the recording opens;
 - ?model=URL fetches SmolLM2's GGUF (served beside the page) before the app starts, and the page
   then opens the SmolLM2 chat, the scenario the desktop build opens with SmolLM2 on disk;
+- served by a plain static server (no isolation headers, as GitHub Pages), the page installs its
+  service worker (app/web/isolate.js), reloads once, and runs isolated;
 - no uncaught exception or console error on the way.
 
 It prints the first frame's time and the frame rate it measured, and "N passed, N failed".
@@ -378,6 +380,26 @@ def main():
               recording_saved_and_reopened)
         check("?model= loads SmolLM2 and opens its chat, as the desktop build does",
               smollm2_from_a_url)
+        def isolated_by_its_service_worker():
+            plain = web_serve.make_server(root, 0, isolated=False)
+            threading.Thread(target=plain.serve_forever, daemon=True).start()
+            try:
+                t0 = time.time()
+                browser.send("Page.navigate",
+                             url=f"http://127.0.0.1:{plain.server_address[1]}/index.html")
+                first = browser.wait_title(lambda m: True, timeout=60)
+                assert first["name"] == "minimal.json", f"opened {first['name']}"
+                state = browser.eval("[self.crossOriginIsolated, !!(navigator.serviceWorker "
+                                     "&& navigator.serviceWorker.controller)]")
+                assert state == [True, True], (
+                    f"crossOriginIsolated, controlled by isolate.js: {state}")
+                print(f"  from a server without the headers: isolated by isolate.js, first frame "
+                      f"{time.time() - t0:.2f} s after navigation (a reload included)")
+            finally:
+                plain.shutdown()
+
+        check("served without the isolation headers, the page isolates itself and runs",
+              isolated_by_its_service_worker)
         check("no uncaught exception or console error",
               lambda: (_ for _ in ()).throw(AssertionError("; ".join(browser.errors)))
               if browser.errors else None)
