@@ -4,10 +4,12 @@
 // Where the CPU has a fused multiply-add, std::fma is that instruction. WebAssembly has none (the
 // browser build, docs/web.md), and std::fma there is a call into the C library (musl's fmaf),
 // which took over a third of SmolLM2's time in the page. Its common case is inlined here: a * b
-// is exact in double (24 + 24 bits), so a * b + c is rounded once in double, and rounding that to
-// float gives the correctly rounded result unless it lies exactly halfway between two floats (the
-// 29 bits double keeps beyond float's are 1000...0); then the library call decides. The same bits
-// as std::fma either way (tests/web/ runs the parity tests on it).
+// is exact in double (24 + 24 bits), so a * b + c is rounded once in double (to s), and rounding
+// s to float gives the correctly rounded result unless s lies exactly halfway between two floats
+// (the 29 bits double keeps beyond float's are 1000...0) after a rounding. A halfway s that is
+// the exact sum (checked with Knuth's two-sum: the error of the double addition is zero) is
+// rounded once, correctly; only a rounded one needs the library call. The same bits as std::fma
+// in every case (tests/web/ runs the parity tests on it).
 #pragma once
 
 #include <cmath>
@@ -19,9 +21,13 @@ namespace kvscope::cpu {
 
 inline float fma(float a, float b, float c) {
 #if defined(__wasm__)
-  const double r = static_cast<double>(a) * static_cast<double>(b) + static_cast<double>(c);
-  if ((kvscope::bit_cast<std::uint64_t>(r) & 0x1fffffffu) != 0x10000000u)
-    return static_cast<float>(r);
+  const double p = static_cast<double>(a) * static_cast<double>(b);
+  const double s = p + static_cast<double>(c);
+  if ((kvscope::bit_cast<std::uint64_t>(s) & 0x1fffffffu) != 0x10000000u)
+    return static_cast<float>(s);
+  const double c_part = s - p;  // two-sum: s + err == p + c exactly
+  const double err = (p - (s - c_part)) + (static_cast<double>(c) - c_part);
+  if (err == 0.0) return static_cast<float>(s);
 #endif
   return std::fma(a, b, c);
 }

@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend/cpu/fma.h"
 #include "engine/common/error.h"
 
 // GCC 12's AVX-512 intrinsics start some results from a deliberately undefined register
@@ -112,40 +111,40 @@ void block_ints(const std::byte* blk, std::int32_t w[kQuantBlock]) {
   }
 }
 
-// One type per instantiation and the eight lanes' integer sums before their float steps: loops the
-// compiler can vectorize (the browser build has only this path). The arithmetic is the
-// reference's: exact integer sums, then per lane one fused multiply-add into its slot, in order.
+// One weight row against one activation row, one type per instantiation, the eight lanes' integer
+// sums before their float steps (loops the compiler can vectorize). The arithmetic is the
+// reference's: exact integer sums, then per lane a product and a sum into its slot, in order.
+template <GgmlType T>
+float dot_portable(const std::byte* row, int nb, const QuantizedActs& a, int t) {
+  constexpr int bb = block_bytes(T);
+  std::int32_t wi[kQuantBlock], prod[kQuantBlock], lane[kLanes];
+  const auto [xq, dx, lf] = act_row(a, t);
+  float acc[kAcc] = {}, mins[kAcc] = {};
+  for (int b = 0; b < nb; ++b) {
+    const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
+    block_ints<T>(blk, wi);
+    const std::int8_t* xb = xq + static_cast<std::ptrdiff_t>(b) * kQuantBlock;
+    for (int e = 0; e < kQuantBlock; ++e) prod[e] = wi[e] * xb[e];
+    for (int i = 0; i < kLanes; ++i)
+      lane[i] = (prod[4 * i] + prod[4 * i + 1]) + (prod[4 * i + 2] + prod[4 * i + 3]);
+    const float dd = fp16_to_fp32(load_u16(blk)) * dx[b];
+    float* acc_g = acc + (b % kGroups) * kLanes;
+    for (int i = 0; i < kLanes; ++i) acc_g[i] = acc_g[i] + static_cast<float>(lane[i]) * dd;
+    if constexpr (T == GgmlType::kQ4_1) {
+      const float mw = fp16_to_fp32(load_u16(blk + 2));
+      float* mins_g = mins + (b % kGroups) * kLanes;
+      for (int i = 0; i < kLanes; ++i) mins_g[i] = mins_g[i] + mw * lf[b * kLanes + i];
+    }
+  }
+  return reduce32(acc, mins);
+}
+
 template <GgmlType T>
 void rows_portable(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
                    const QuantizedActs& a, float* out, long ldo) {
   const int nb = a.n / kQuantBlock;
-  constexpr int bb = block_bytes(T);
-  std::int32_t wi[kQuantBlock], prod[kQuantBlock], lane[kLanes];
-  for (long r = r0; r < r1; ++r) {
-    const std::byte* row = w + r * row_bytes;
-    for (int t = 0; t < a.m; ++t) {
-      const auto [xq, dx, lf] = act_row(a, t);
-      float acc[kAcc] = {}, mins[kAcc] = {};
-      for (int b = 0; b < nb; ++b) {
-        const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
-        block_ints<T>(blk, wi);
-        const std::int8_t* xb = xq + static_cast<std::ptrdiff_t>(b) * kQuantBlock;
-        for (int e = 0; e < kQuantBlock; ++e) prod[e] = wi[e] * xb[e];
-        for (int i = 0; i < kLanes; ++i)
-          lane[i] = (prod[4 * i] + prod[4 * i + 1]) + (prod[4 * i + 2] + prod[4 * i + 3]);
-        const float dd = fp16_to_fp32(load_u16(blk)) * dx[b];
-        float* acc_g = acc + (b % kGroups) * kLanes;
-        for (int i = 0; i < kLanes; ++i)
-          acc_g[i] = cpu::fma(static_cast<float>(lane[i]), dd, acc_g[i]);
-        if constexpr (T == GgmlType::kQ4_1) {
-          const float mw = fp16_to_fp32(load_u16(blk + 2));
-          float* mins_g = mins + (b % kGroups) * kLanes;
-          for (int i = 0; i < kLanes; ++i) mins_g[i] = cpu::fma(mw, lf[b * kLanes + i], mins_g[i]);
-        }
-      }
-      out[t * ldo + r] = reduce32(acc, mins);
-    }
-  }
+  for (long r = r0; r < r1; ++r)
+    for (int t = 0; t < a.m; ++t) out[t * ldo + r] = dot_portable<T>(w + r * row_bytes, nb, a, t);
 }
 
 void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long r0, long r1,
@@ -156,11 +155,10 @@ void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long
 #if defined(__wasm_simd128__)
 // ---- WebAssembly SIMD128 ---------------------------------------------------------------------
 
-// The browser build's path (-msimd128). The integer sums are the reference's, exactly; each
-// lane's fused multiply-add is cpu::fma's (fma.h) four lanes at a time: the product and sum in
-// double (the product exact, one rounding), then to float, and a vector with any lane exactly
-// halfway between two floats redone lane by lane with cpu::fma. (fma.h's reasoning covers normal
-// results; a result below float's normal range, 1e-38, does not occur in these sums.)
+// The browser build's path (-msimd128): the reference's exact integer sums and its float
+// products and sums, four lanes at a time. fp16 scales are read through a table (WebAssembly has
+// no half-precision conversion): fp16_to_fp32's floats. A block's weights are unpacked once for
+// up to kTile activation rows (prefill), not once per row.
 
 // The four lane sums (4 products each) of 16 consecutive elements.
 inline v128_t lane_sums16(v128_t w8, v128_t x8) {
@@ -172,43 +170,31 @@ inline v128_t lane_sums16(v128_t w8, v128_t x8) {
                         wasm_i32x4_shuffle(d0, d1, 1, 3, 5, 7));
 }
 
-// fma(a, b, c) in each of four float lanes, as cpu::fma.
-inline v128_t fma4(v128_t a, v128_t b, v128_t c) {
-  const v128_t a_hi = wasm_i32x4_shuffle(a, a, 2, 3, 2, 3);
-  const v128_t b_hi = wasm_i32x4_shuffle(b, b, 2, 3, 2, 3);
-  const v128_t c_hi = wasm_i32x4_shuffle(c, c, 2, 3, 2, 3);
-  const v128_t lo = wasm_f64x2_add(
-      wasm_f64x2_mul(wasm_f64x2_promote_low_f32x4(a), wasm_f64x2_promote_low_f32x4(b)),
-      wasm_f64x2_promote_low_f32x4(c));
-  const v128_t hi = wasm_f64x2_add(
-      wasm_f64x2_mul(wasm_f64x2_promote_low_f32x4(a_hi), wasm_f64x2_promote_low_f32x4(b_hi)),
-      wasm_f64x2_promote_low_f32x4(c_hi));
-  const v128_t low_bits = wasm_i64x2_splat(0x1fffffff), halfway = wasm_i64x2_splat(0x10000000);
-  if (wasm_v128_any_true(wasm_v128_or(wasm_i64x2_eq(wasm_v128_and(lo, low_bits), halfway),
-                                      wasm_i64x2_eq(wasm_v128_and(hi, low_bits), halfway)))) {
-    float av[4], bv[4], cv[4];
-    wasm_v128_store(av, a);
-    wasm_v128_store(bv, b);
-    wasm_v128_store(cv, c);
-    for (int i = 0; i < 4; ++i) cv[i] = cpu::fma(av[i], bv[i], cv[i]);
-    return wasm_v128_load(cv);
-  }
-  return wasm_i32x4_shuffle(wasm_f32x4_demote_f64x2_zero(lo), wasm_f32x4_demote_f64x2_zero(hi), 0,
-                            1, 4, 5);
+// Every fp16 value as a float: fp16_to_fp32's bits, one load.
+const float* half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (std::uint32_t h = 0; h < 65536; ++h) t[h] = fp16_to_fp32(static_cast<std::uint16_t>(h));
+    return t;
+  }();
+  return table.data();
 }
 
 template <GgmlType T>
 void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, const QuantizedActs& a,
                float* out, long ldo) {
+  constexpr int kTile = 4;
   const int nb = a.n / kQuantBlock;
   constexpr int bb = block_bytes(T);
+  const float* half = half_table();
   for (long r = r0; r < r1; ++r) {
     const std::byte* row = w + r * row_bytes;
-    for (int t = 0; t < a.m; ++t) {
-      const auto [xq, dx, lf] = act_row(a, t);
-      v128_t acc[kGroups][2], mins[kGroups][2];
-      for (int g = 0; g < kGroups; ++g)
-        acc[g][0] = acc[g][1] = mins[g][0] = mins[g][1] = wasm_f32x4_splat(0.0f);
+    for (int t0 = 0; t0 < a.m; t0 += kTile) {
+      const int tn = std::min(kTile, a.m - t0);
+      v128_t acc[kTile][kGroups][2], mins[kTile][kGroups][2];
+      for (int i = 0; i < tn; ++i)
+        for (int g = 0; g < kGroups; ++g)
+          acc[i][g][0] = acc[i][g][1] = mins[i][g][0] = mins[i][g][1] = wasm_f32x4_splat(0.0f);
       for (int b = 0; b < nb; ++b) {
         const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
         const std::byte* qs = blk + quants_offset(T);
@@ -225,27 +211,37 @@ void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, con
             w_hi = wasm_i8x16_sub(w_hi, wasm_i8x16_splat(8));
           }
         }
-        const std::int8_t* xb = xq + static_cast<std::ptrdiff_t>(b) * kQuantBlock;
-        const v128_t l0 = lane_sums16(w_lo, wasm_v128_load(xb));
-        const v128_t l1 = lane_sums16(w_hi, wasm_v128_load(xb + 16));
-        const v128_t dd = wasm_f32x4_splat(fp16_to_fp32(load_u16(blk)) * dx[b]);
+        const float dw = half[load_u16(blk)];
         const int g = b % kGroups;
-        acc[g][0] = fma4(wasm_f32x4_convert_i32x4(l0), dd, acc[g][0]);
-        acc[g][1] = fma4(wasm_f32x4_convert_i32x4(l1), dd, acc[g][1]);
-        if constexpr (T == GgmlType::kQ4_1) {
-          const v128_t mw = wasm_f32x4_splat(fp16_to_fp32(load_u16(blk + 2)));
-          mins[g][0] = fma4(mw, wasm_v128_load(lf + b * kLanes), mins[g][0]);
-          mins[g][1] = fma4(mw, wasm_v128_load(lf + b * kLanes + 4), mins[g][1]);
+        for (int i = 0; i < tn; ++i) {
+          const auto [xq, dx, lf] = act_row(a, t0 + i);
+          const std::int8_t* xb = xq + static_cast<std::ptrdiff_t>(b) * kQuantBlock;
+          const v128_t l0 = lane_sums16(w_lo, wasm_v128_load(xb));
+          const v128_t l1 = lane_sums16(w_hi, wasm_v128_load(xb + 16));
+          const v128_t dd = wasm_f32x4_splat(dw * dx[b]);
+          acc[i][g][0] =
+              wasm_f32x4_add(acc[i][g][0], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(l0), dd));
+          acc[i][g][1] =
+              wasm_f32x4_add(acc[i][g][1], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(l1), dd));
+          if constexpr (T == GgmlType::kQ4_1) {
+            const v128_t mw = wasm_f32x4_splat(half[load_u16(blk + 2)]);
+            mins[i][g][0] =
+                wasm_f32x4_add(mins[i][g][0], wasm_f32x4_mul(mw, wasm_v128_load(lf + b * kLanes)));
+            mins[i][g][1] = wasm_f32x4_add(mins[i][g][1],
+                                           wasm_f32x4_mul(mw, wasm_v128_load(lf + b * kLanes + 4)));
+          }
         }
       }
-      float accf[kAcc], minsf[kAcc];
-      for (int g = 0; g < kGroups; ++g) {
-        for (int h = 0; h < 2; ++h) {
-          wasm_v128_store(accf + g * kLanes + 4 * h, acc[g][h]);
-          wasm_v128_store(minsf + g * kLanes + 4 * h, mins[g][h]);
+      for (int i = 0; i < tn; ++i) {
+        float accf[kAcc], minsf[kAcc];
+        for (int g = 0; g < kGroups; ++g) {
+          for (int h = 0; h < 2; ++h) {
+            wasm_v128_store(accf + g * kLanes + 4 * h, acc[i][g][h]);
+            wasm_v128_store(minsf + g * kLanes + 4 * h, mins[i][g][h]);
+          }
         }
+        out[(t0 + i) * ldo + r] = reduce32(accf, minsf);
       }
-      out[t * ldo + r] = reduce32(accf, minsf);
     }
   }
 }
@@ -360,9 +356,10 @@ KVSCOPE_AVX2 __attribute__((always_inline)) inline void block256(const Pass256<R
   for (int k = 0; k < R; ++k) {
     const __m256i l = lanes_avx2<T>(wq, c.xq[k] + b * kQuantBlock, c.ln[k] + b * kLanes);
     const __m256 dd = _mm256_set1_ps(dw * c.dx[k][b]);
-    acc[k][G] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), dd, acc[k][G]);
+    acc[k][G] = _mm256_add_ps(acc[k][G], _mm256_mul_ps(_mm256_cvtepi32_ps(l), dd));
     if constexpr (kMins)
-      mins[k][G] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(c.lf[k] + b * kLanes), mins[k][G]);
+      mins[k][G] =
+          _mm256_add_ps(mins[k][G], _mm256_mul_ps(mw, _mm256_loadu_ps(c.lf[k] + b * kLanes)));
   }
 }
 
@@ -516,16 +513,18 @@ KVSCOPE_AVX512 __attribute__((always_inline)) inline void pair512(const Pass512<
     const __m512 dx = kOdd ? _mm512_maskz_loadu_ps(keep, d8) : _mm512_loadu_ps(d8);
     const __m512 dd = _mm512_mul_ps(dw, dx);
     if constexpr (kOdd) {
-      acc[k][P] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P], keep);
+      acc[k][P] =
+          _mm512_mask_add_ps(acc[k][P], keep, acc[k][P], _mm512_mul_ps(_mm512_cvtepi32_ps(l), dd));
     } else {
-      acc[k][P] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), dd, acc[k][P]);
+      acc[k][P] = _mm512_add_ps(acc[k][P], _mm512_mul_ps(_mm512_cvtepi32_ps(l), dd));
     }
     if constexpr (kMins) {
       const float* lf = c.lf[k] + b * kLanes;
       if constexpr (kOdd) {
-        mins[k][P] = _mm512_mask3_fmadd_ps(mw, _mm512_maskz_loadu_ps(keep, lf), mins[k][P], keep);
+        mins[k][P] = _mm512_mask_add_ps(mins[k][P], keep, mins[k][P],
+                                        _mm512_mul_ps(mw, _mm512_maskz_loadu_ps(keep, lf)));
       } else {
-        mins[k][P] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(lf), mins[k][P]);
+        mins[k][P] = _mm512_add_ps(mins[k][P], _mm512_mul_ps(mw, _mm512_loadu_ps(lf)));
       }
     }
   }

@@ -1,20 +1,23 @@
 // Matmuls on weights kept in ggml's quantized blocks (Q4_0, Q4_1, Q8_0), as GGUF files store
 // them: the activations are quantized per 32-element block to int8 and each block's dot product
-// is an exact integer sum, scaled in float. Three implementations (portable scalar, AVX2,
-// AVX-512 VNNI), picked at run time, give bit-identical results, because they all compute the
-// same exact integers and then the same float operations in the same order:
+// is an exact integer sum, scaled in float. Four implementations (portable scalar, AVX2,
+// AVX-512 VNNI, WebAssembly SIMD128), picked at run time, give bit-identical results, because they
+// all compute the same exact integers and then the same float operations in the same order:
 //
 //   for each block b of the row, group g = b % 4, for each lane i < 8 (elements 4i..4i+3):
 //     L[b][i] = sum of w * xq over the lane's four elements           (an exact int32)
-//     acc[g][i]  = fma(float(L[b][i]), dw[b] * dx[b], acc[g][i])
-//     mins[g][i] = fma(m[b], dx[b] * float(lane sum of xq), mins[g][i])    (Q4_1's min only)
+//     acc[g][i]  = acc[g][i] + float(L[b][i]) * (dw[b] * dx[b])
+//     mins[g][i] = mins[g][i] + m[b] * (dx[b] * float(lane sum of xq))    (Q4_1's min only)
 //   result = reduce32(acc) + reduce32(mins), reduce32 a fixed pairwise tree
 //
-// which is the register layout of an AVX-512 VNNI loop (two blocks per zmm register, two
-// registers in flight) and of an AVX2 loop (one block per ymm register, four in flight): four
-// independent accumulator chains hide the fma latency. The result does not depend on how many
-// activation rows are processed together, so a batched step stays bit-identical to its tokens
-// run one by one (tests/backend/quant_matmul_test.cpp).
+// Each product and each sum is rounded to float on its own (no fused multiply-add): WebAssembly
+// has no fused multiply-add, and emulating one lane by lane in double made the browser build's
+// kernel five times slower than this arithmetic (docs/web.md). This is the register layout of an
+// AVX-512 VNNI loop (two blocks per zmm register, two registers in flight) and of an AVX2 loop
+// (one block per ymm register, four in flight): four independent accumulator chains hide the
+// add latency. The result does not depend on how many activation rows are processed together,
+// so a batched step stays bit-identical to its tokens run one by one
+// (tests/backend/quant_matmul_test.cpp).
 #pragma once
 
 #include <cstddef>
