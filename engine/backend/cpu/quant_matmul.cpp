@@ -212,6 +212,8 @@ void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, con
           }
         }
         const float dw = half[load_u16(blk)];
+        const v128_t mw = T == GgmlType::kQ4_1 ? wasm_f32x4_splat(half[load_u16(blk + 2)])
+                                               : wasm_f32x4_splat(0.0f);  // Q4_1's min
         const int g = b % kGroups;
         for (int i = 0; i < tn; ++i) {
           const auto [xq, dx, lf] = act_row(a, t0 + i);
@@ -224,7 +226,6 @@ void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, con
           acc[i][g][1] =
               wasm_f32x4_add(acc[i][g][1], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(l1), dd));
           if constexpr (T == GgmlType::kQ4_1) {
-            const v128_t mw = wasm_f32x4_splat(half[load_u16(blk + 2)]);
             mins[i][g][0] =
                 wasm_f32x4_add(mins[i][g][0], wasm_f32x4_mul(mw, wasm_v128_load(lf + b * kLanes)));
             mins[i][g][1] = wasm_f32x4_add(mins[i][g][1],
