@@ -100,6 +100,13 @@ GLFWwindow* open_window(const AppOptions& options) {
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+#ifdef __EMSCRIPTEN__
+  // Dear ImGui draws with neither a depth nor a stencil buffer, and the page shows the canvas
+  // opaque: without them the browser keeps, clears and composites less each frame.
+  glfwWindowHint(GLFW_ALPHA_BITS, 0);
+  glfwWindowHint(GLFW_DEPTH_BITS, 0);
+  glfwWindowHint(GLFW_STENCIL_BITS, 0);
+#endif
   GLFWwindow* window = glfwCreateWindow(options.width, options.height, "kvscope", nullptr, nullptr);
   if (window == nullptr) {
     std::fprintf(stderr,

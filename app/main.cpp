@@ -50,8 +50,8 @@ void usage(std::FILE* out) {
       "                        (assets/quality/, docs/ui/quality.md); minutes on SmolLM2\n"
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
       "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,\n"
-      "      Ctrl+S save the recording, Ctrl+Shift+A attach, Ctrl+R restart,\n"
-      "      Ctrl+1..5 workspace.\n"
+      "      Ctrl+S save the recording, Ctrl+E export metrics CSV, Ctrl+Shift+A attach,\n"
+      "      Ctrl+R restart, Ctrl+1..5 workspace.\n"
       "Exit codes: 2 bad input, 3 no display (use the headless CLI: kvscope run).\n",
       default_scenario().c_str());
 }

@@ -166,7 +166,17 @@ void FileMenu::draw_items(const std::string& loaded, bool can_restart) {
       "Downloads the run's recording (.kvr): File > Open takes it back, here or in the "
       "desktop build");
 #endif
-  if (ImGui::MenuItem("Export metrics CSV...")) ask_or_pick(FileAction::Kind::kExportCsv, loaded);
+  if (ImGui::MenuItem("Export metrics CSV...", "Ctrl+E"))
+    ask_or_pick(FileAction::Kind::kExportCsv, loaded);
+  item_tooltip(
+#if defined(__EMSCRIPTEN__)
+      "Downloads the run's per-step metrics (occupancy, fragmentation, requests, prefix hits) "
+      "as CSV"
+#else
+      "Writes the run's per-step metrics (occupancy, fragmentation, requests, prefix hits) as "
+      "CSV"
+#endif
+  );
   if (ImGui::MenuItem("Export screenshot", "F12"))
     direct_ = FileAction{FileAction::Kind::kScreenshot, {}, {}};
 #if !defined(__EMSCRIPTEN__)  // a tab is closed by the browser
@@ -265,6 +275,8 @@ std::optional<FileAction> FileMenu::draw_popup(const std::string& loaded) {
     ask_or_pick(FileAction::Kind::kOpen, path_);
   if (!io.WantTextInput && io.KeyCtrl && !io.KeyShift && ImGui::IsKeyPressed('S'))
     ask_or_pick(FileAction::Kind::kSaveRecording, loaded);
+  if (!io.WantTextInput && io.KeyCtrl && !io.KeyShift && ImGui::IsKeyPressed('E'))
+    ask_or_pick(FileAction::Kind::kExportCsv, loaded);
   if (std::optional<FileAction> a = draw_attach_dialog()) return a;
   if (popup_pending_) {
     ImGui::OpenPopup(kPopup);

@@ -717,6 +717,7 @@ void UiShell::draw_help_window() {
         {"P", "presenter mode"},
         {"Ctrl+O", "open a scenario or recording"},
         {"Ctrl+S", "save the recording (.kvr)"},
+        {"Ctrl+E", "export the per-step metrics (CSV)"},
         {"Ctrl+Shift+A", "attach to a live vLLM / SGLang engine"},
         {"Ctrl+R", "restart the scenario"},
         {"Ctrl+1..5", "workspace: pool, prefix, attention & quality, compare, live"},

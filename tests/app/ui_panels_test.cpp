@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -796,12 +797,16 @@ TEST(UiShellOpen, ASweepCsvGoesIntoTheQualityPanel) {
   std::filesystem::remove_all(dir);
 }
 
-// Ctrl+S: the path popup opens on "<scenario stem>.kvr", and Enter saves the run's recording
-// there (the browser build downloads it instead: tests/web/web_test.py).
-TEST(FileShortcuts, CtrlSAsksWhereAndSavesTheRecording) {
+// Ctrl+<key> on minimal.json: the path popup opens on `file` (relative to the working
+// directory), nothing is written before Enter, and Enter writes it there; `check` reads it back
+// (the browser build downloads the file instead: tests/web/web_test.py).
+void write_through_shortcut(
+    char key, const char* file,
+    const std::function<void(const std::filesystem::path&, const RunSession&)>& check) {
   const std::string path = std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json";
   const std::filesystem::path dir =
-      std::filesystem::path(testing::TempDir()) / ("kvscope-ctrl-s-" + std::to_string(::getpid()));
+      std::filesystem::path(testing::TempDir()) /
+      ("kvscope-ctrl-" + std::string(1, key) + "-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::filesystem::path old_cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir);  // the popup's default is relative to it
@@ -817,22 +822,47 @@ TEST(FileShortcuts, CtrlSAsksWhereAndSavesTheRecording) {
     constexpr int kEnter = 301;  // a free slot of io.KeysDown: the headless context has no keymap
     io.KeyMap[ImGuiKey_Enter] = kEnter;
     io.KeyCtrl = true;
-    io.KeysDown['S'] = true;  // GLFW key codes are ASCII
-    frame("Ctrl+S");
-    io.KeysDown['S'] = false;
+    io.KeysDown[static_cast<unsigned char>(key)] = true;  // GLFW key codes are ASCII
+    frame("the shortcut");
+    io.KeysDown[static_cast<unsigned char>(key)] = false;
     io.KeyCtrl = false;
     for (int i = 0; i < 3; ++i) frame("the popup, its input focused");
-    EXPECT_FALSE(std::filesystem::exists(dir / "minimal.kvr")) << "saved before Enter";
+    EXPECT_FALSE(std::filesystem::exists(dir / file)) << "written before Enter";
     io.KeysDown[kEnter] = true;
     frame("Enter");
     io.KeysDown[kEnter] = false;
     frame("key up");
-    ASSERT_TRUE(std::filesystem::exists(dir / "minimal.kvr"));
-    const Timeline saved = Timeline::load((dir / "minimal.kvr").string());
-    EXPECT_EQ(saved.num_steps(), shell.session()->timeline()->num_steps());
+    ASSERT_TRUE(std::filesystem::exists(dir / file)) << file;
+    check(dir / file, *shell.session());
   }
   std::filesystem::current_path(old_cwd);
   std::filesystem::remove_all(dir);
+}
+
+// Ctrl+S: the path popup opens on "<scenario stem>.kvr", and Enter saves the run's recording.
+TEST(FileShortcuts, CtrlSAsksWhereAndSavesTheRecording) {
+  write_through_shortcut(
+      'S', "minimal.kvr", [](const std::filesystem::path& f, const RunSession& run) {
+        EXPECT_EQ(Timeline::load(f.string()).num_steps(), run.timeline()->num_steps());
+      });
+}
+
+// Ctrl+E: the popup opens on "<scenario stem>-metrics.csv", and Enter writes one row per step.
+TEST(FileShortcuts, CtrlEAsksWhereAndExportsTheMetrics) {
+  write_through_shortcut('E', "minimal-metrics.csv",
+                         [](const std::filesystem::path& f, const RunSession& run) {
+                           std::ifstream in(f);
+                           std::string line;
+                           ASSERT_TRUE(std::getline(in, line));
+                           EXPECT_EQ(line.rfind("step,blocks_total,", 0), 0u) << line;
+                           int rows = 0;
+                           while (std::getline(in, line)) {
+                             EXPECT_EQ(line.rfind(std::to_string(rows) + ",", 0), 0u)
+                                 << "row " << rows << ": " << line;
+                             ++rows;
+                           }
+                           EXPECT_EQ(rows, run.timeline()->num_steps());
+                         });
 }
 
 }  // namespace

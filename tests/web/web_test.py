@@ -11,6 +11,8 @@ it through the DevTools protocol:
 - F12 downloads a PNG of the canvas (the page has no disk to save it on);
 - Ctrl+S (File > Save recording) downloads the run's .kvr, and Ctrl+O (File > Open) opens the
   browser's own file picker, which the test answers with that file: the recording opens;
+- Ctrl+E (File > Export metrics CSV) downloads the run's per-step metrics: every step shown, each
+  step's pool adding up;
 - ?model=URL fetches SmolLM2's GGUF (served beside the page) before the app starts, and the page
   then opens the SmolLM2 chat, the scenario the desktop build opens with SmolLM2 on disk;
 - served by a plain static server (no isolation headers, as GitHub Pages), the page installs its
@@ -130,6 +132,21 @@ class Browser:
             time.sleep(0.05)
         raise AssertionError(f"timed out after {timeout} s; the title was {last!r}")
 
+    def wait_rest(self, timeout, still=0.6):
+        """The title once the run is computed (its last step known) and the title has not
+        changed for `still` seconds."""
+        deadline = time.time() + timeout
+        last, since = None, time.time()
+        while time.time() < deadline:
+            title = self.title()
+            if title != last:
+                last, since = title, time.time()
+            m = TITLE.match(title or "")
+            if m and int(m["steps"]) > 0 and time.time() - since >= still:
+                return m
+            time.sleep(0.05)
+        raise AssertionError(f"the view did not come to rest within {timeout} s: {last!r}")
+
     def press(self, key, code, key_code):
         """One key tapped as fast as the protocol delivers it: down and up may both land between
         two frames, and the app must still see it (app/core/key_queue.h)."""
@@ -236,7 +253,13 @@ def main():
             first = browser.wait_title(lambda m: True, timeout=60)
             first_frame = time.time() - t0
             assert first["name"] == "minimal.json", f"opened {first['name']}, not minimal.json"
-            assert first["step"] == "0", f"opened at step {first['step']}, not the first"
+            # While the run's worker computes it the view follows it to the first caption that
+            # pauses (minimal's step 10); a run already done when the view opens stays at step 0.
+            assert int(first["step"]) <= 10, f"opened at step {first['step']}, not 0..10"
+            rest = browser.wait_rest(timeout=30)
+            assert rest["step"] in ("0", "10"), f"the view came to rest at step {rest['step']}"
+            browser.press("Home", "Home", 36)  # the first step
+            browser.wait_title(lambda m: m["step"] == "0", timeout=30)
             browser.press(" ", "Space", 32)  # play
             playing = browser.wait_title(lambda m: int(m["step"]) >= 5, timeout=30)
             browser.press("End", "End", 35)  # the last step
@@ -340,6 +363,39 @@ def main():
             finally:
                 shutil.rmtree(downloads, ignore_errors=True)
 
+        def metrics_csv_downloads():
+            downloads = tempfile.mkdtemp(prefix="kvscope-downloads-")
+            try:
+                browser.send("Page.setDownloadBehavior", behavior="allow",
+                             downloadPath=downloads)
+                shown = browser.wait_title(lambda m: int(m["steps"]) > 0, timeout=30)
+                browser.press_ctrl("e")  # File > Export metrics CSV: a download in the browser
+                path = browser.downloaded(downloads, ".csv", timeout=30)
+                name = os.path.basename(path)
+                stem = os.path.splitext(shown["name"])[0]
+                assert name == stem + "-metrics.csv", f"downloaded as {name}"
+                with open(path) as f:
+                    rows = [line.rstrip("\n").split(",") for line in f]
+                header, rows = rows[0], rows[1:]
+                assert header[:3] == ["step", "blocks_total", "blocks_used"], (
+                    f"{name}: header {header[:3]}")
+                assert all(len(r) == len(header) for r in rows), f"{name}: ragged rows"
+                steps = [int(r[0]) for r in rows]
+                assert steps == list(range(int(shown["steps"]) + 1)), (
+                    f"{name}: steps {steps[:3]}..{steps[-1:]}, not 0..{shown['steps']}")
+                # Every step's pool adds up, and finished requests only accumulate.
+                for r in rows:
+                    m = {k: int(v) for k, v in zip(header[:5], r)}
+                    pool = m["blocks_used"] + m["blocks_cached_free"] + m["free_blocks"]
+                    assert pool == m["blocks_total"], (
+                        f"{name}: step {m['step']}'s blocks do not add up: {r[:5]}")
+                finished = [int(r[header.index("requests_finished")]) for r in rows]
+                assert finished == sorted(finished), f"{name}: requests_finished went down"
+                print(f"  Ctrl+E downloaded {name}: steps 0..{steps[-1]}, {len(header)} columns, "
+                      f"{finished[-1]} requests finished")
+            finally:
+                shutil.rmtree(downloads, ignore_errors=True)
+
         def smollm2_from_a_url():
             t0 = time.time()
             browser.send("Page.navigate",
@@ -378,6 +434,7 @@ def main():
         check("F12 downloads a screenshot of the canvas", screenshot_downloads)
         check("Ctrl+S downloads the recording and Ctrl+O's file picker opens it again",
               recording_saved_and_reopened)
+        check("Ctrl+E downloads the run's per-step metrics as CSV", metrics_csv_downloads)
         check("?model= loads SmolLM2 and opens its chat, as the desktop build does",
               smollm2_from_a_url)
         def isolated_by_its_service_worker():
