@@ -1,5 +1,6 @@
 // kvscope memwall: the context or batch whose KV cache fits beside the weights on 1..8 GPUs, for a
-// model shape and KV format; a table on stdout and, with --out, memwall.png.
+// model shape and KV format; a table on stdout and, with --out, memwall.png; with --ring, one
+// sequence split over a ring of devices (ring attention).
 #include <cstdio>
 #include <filesystem>
 
@@ -26,6 +27,9 @@ constexpr const char* kHelp = R"(usage: kvscope memwall [options]
   --params N                     parameter count to use instead of the shape's own
   --context N                    tokens per sequence for the batch column (default the model's
                                  trained context)
+  --ring P                       ring attention: split one --context-token sequence over P
+                                 devices; prints each device's share, the bytes each ring step
+                                 passes, and whether a share fits on the table's P-GPU row
   --out DIR                      also write DIR/memwall.png
 )";
 
@@ -62,7 +66,7 @@ void parse_gpus(const std::string& text, int* lo, int* hi) {
 int cmd_memwall(const Argv& argv) {
   Args args(argv,
             {"--model", "--gpus", "--gpu-mem", "--kv-dtype", "--block-size", "--weight-dtype",
-             "--params", "--context", "--out"},
+             "--params", "--context", "--ring", "--out"},
             {"--help"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -87,6 +91,14 @@ int cmd_memwall(const Argv& argv) {
   spec.context = args.get_i64("--context", spec.shape.seq_len);
   if (spec.context < 1)
     fail_expected("--context", "a positive token count", std::to_string(spec.context));
+  if (args.has("--ring")) {
+    spec.ring_devices = args.get_int("--ring", 0);
+    if (spec.ring_devices < 1 || spec.ring_devices > 4096 || spec.ring_devices > spec.context)
+      fail_expected("--ring",
+                    "a device count in [1, 4096], at most one device per token of the " +
+                        format_count(spec.context) + "-token --context",
+                    std::to_string(spec.ring_devices));
+  }
 
   const MemoryWall wall = compute_memory_wall(spec);
   std::printf("memory wall: %s\nshape: %s\n", spec.model_name.c_str(),

@@ -73,7 +73,8 @@ std::string MemoryPanel::help() const {
          "latent compression and narrower formats are the levers that move these lines down. "
          "Other architectures bend them: a sliding window stops the cache at the window, an SSM "
          "keeps a constant state per layer and no KV cache, and a hybrid caches K/V only in its "
-         "few attention layers.";
+         "few attention layers. The ring combo splits one sequence over several devices (ring "
+         "attention): each keeps 1/P of the cache.";
 }
 
 void MemoryPanel::draw(AppState& state) {
@@ -82,7 +83,9 @@ void MemoryPanel::draw(AppState& state) {
   draw_format_picker();
   draw_measure_row(state);
 
-  const std::vector<PlotSeries> measured = measured_series(state);
+  // Measured points are one sequence on one device: a ring's lines are not theirs.
+  const std::vector<PlotSeries> measured =
+      ring_ == 1 ? measured_series(state) : std::vector<PlotSeries>{};
   // Formula lines step back (thinner, dimmer, no markers) when measured points are shown.
   const bool has_measured = !measured.empty();
   std::vector<PlotSeries> series = formula_series(state, has_measured);
@@ -100,8 +103,10 @@ void MemoryPanel::draw(AppState& state) {
     for (double y : m.y) y_lo = std::min(y_lo, std::exp2(std::floor(std::log2(y))));
   }
   cfg.x = PlotAxis{"context length (tokens)", AxisUnits::kTokens, true, x_lo, 1048576.0};
-  cfg.y =
-      PlotAxis{"KV cache per sequence", AxisUnits::kBytes, true, y_lo, 1024.0 * 1024 * 1024 * 1024};
+  const std::string y_label =
+      ring_ == 1 ? std::string("KV cache per sequence")
+                 : "KV cache per device (one sequence over " + std::to_string(ring_) + ")";
+  cfg.y = PlotAxis{y_label, AxisUnits::kBytes, true, y_lo, 1024.0 * 1024 * 1024 * 1024};
   // The footer (what is shown) wraps: measure it at the panel's width.
   const std::string footer = shown_text(state, formats.size(), format_);
   const float wrap_w = ImGui::GetContentRegionAvail().x;
@@ -151,6 +156,7 @@ void MemoryPanel::draw_format_picker() {
     item_tooltip("Bytes per KV element of the published shapes");
     flow_same_line(check_width("loaded run"), 12.0f);
     ImGui::Checkbox("loaded run", &show_loaded_);
+    draw_ring_combo();
     flow_same_line(ImGui::CalcTextSize("formula").x, 12.0f);
     ImGui::TextDisabled("formula");
     item_tooltip(kFormula);
@@ -162,10 +168,36 @@ void MemoryPanel::draw_format_picker() {
     }
     flow_same_line(check_width("loaded run"), 16.0f);
     ImGui::Checkbox("loaded run", &show_loaded_);
+    draw_ring_combo();
     ImGui::PushTextWrapPos(0.0f);
     ImGui::TextDisabled("%s", kFormula);
     ImGui::PopTextWrapPos();
   }
+}
+
+void MemoryPanel::draw_ring_combo() {
+  static constexpr int kDevices[] = {1, 2, 4, 8, 16, 32, 64};
+  const auto label = [](int devices) {
+    return devices == 1 ? std::string("1 device") : "ring of " + std::to_string(devices);
+  };
+  const float w = ImGui::CalcTextSize("ring of 64").x + ImGui::GetFrameHeight() * 2.0f;
+  flow_same_line(w, 12.0f);
+  ImGui::SetNextItemWidth(w);
+  if (ImGui::BeginCombo("##ring", label(ring_).c_str())) {
+    for (int d : kDevices)
+      if (ImGui::Selectable(label(d).c_str(), ring_ == d)) ring_ = d;
+    ImGui::EndCombo();
+  }
+  item_tooltip(
+      "Ring attention (sequence parallelism, Liu et al. 2023): one sequence cut into P chunks, "
+      "one per device; at each layer the chunks' K and V pass round the ring, P - 1 steps. The "
+      "lines become one device's share (the cache / P) and the table's contexts grow P times. "
+      "Shown for the shapes whose whole cache grows with context (not the window, SSM or "
+      "hybrid ones). kvscope memwall --ring P prints the bytes each step passes.");
+}
+
+bool MemoryPanel::drawn(const KvShape& shape) const {
+  return ring_ == 1 || (shape.window == 0 && shape.state_values == 0.0);
 }
 
 std::vector<PlotSeries> MemoryPanel::formula_series(const AppState& state,
@@ -177,13 +209,17 @@ std::vector<PlotSeries> MemoryPanel::formula_series(const AppState& state,
     if (format_ != num_formats && format_ != f) continue;
     const bool all = format_ == num_formats;
     for (std::size_t m = 0; m < shapes_.size(); ++m) {
+      if (!drawn(shapes_[m])) continue;
       ImU32 col = series_color(static_cast<int>(m));
       if (all) col = mix_color(col, palette(state.presenter).panel_bg, 0.28f * f);
       if (has_measured) col = mix_color(col, palette(state.presenter).panel_bg, 0.35f);
       const std::string label = shapes_[m].name + (all ? std::string(" ") + formats[f].name : "");
       const KvShape& shape = shapes_[m];
       const double bpe = formats[f].bytes;
-      series.push_back(curve(label, col, [&](double t) { return shape.bytes_at(t, bpe); }));
+      const double p = ring_;
+      series.push_back(curve(label, col, [&](double t) {
+        return shape.bytes_at(std::ceil(t / p), bpe);  // the largest chunk
+      }));
       series.back().markers = !all && !has_measured;
       series.back().in_legend = f == 0 || !all;  // all formats: one entry per shape (shades)
       if (has_measured) series.back().thickness = 1.5f;
@@ -191,8 +227,9 @@ std::vector<PlotSeries> MemoryPanel::formula_series(const AppState& state,
   }
   if (show_loaded_ && state.header().kv_bytes_per_token > 0) {
     const double bpt = state.header().kv_bytes_per_token;
+    const double p = ring_;
     series.push_back(curve(loaded_label(state), palette(state.presenter).text,
-                           [bpt](double t) { return t * bpt; }));
+                           [bpt, p](double t) { return std::ceil(t / p) * bpt; }));
   }
   return series;
 }
@@ -204,14 +241,19 @@ std::string MemoryPanel::shown_text(const AppState& state, std::size_t num_forma
   if (show_loaded_ && state.header().kv_bytes_per_token > 0)
     text += state.is_demo() ? "; white: the loaded run's bytes per token (demo data)"
                             : "; white: the loaded run's bytes per token";
-  if (measured_ && !measured_->points.empty()) {
+  if (ring_ > 1)
+    text += "; a ring of " + std::to_string(ring_) +
+            " devices: each line is one device's share of one sequence (window, SSM and hybrid "
+            "shapes left out), and measured points are hidden (one device's)";
+  if (measured_ && !measured_->points.empty() && ring_ == 1) {
     text += "; ringed dots: measured " + model_display_name(measured_->model) + " " +
             measured_->format + " at " + std::to_string(measured_->points.size()) +
             " contexts (allocator bytes, OS-backed pages)";
     if (measured_->random_weights) text += ", random weights: bytes only";
     text += ".";
   } else {
-    text += ", not measurements (Measure runs the model to check them).";
+    text += ", not measurements" +
+            std::string(ring_ == 1 ? " (Measure runs the model to check them)." : ".");
   }
   return text;
 }
@@ -321,11 +363,15 @@ void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
   if (ImGui::BeginTable("##shapes", 4, flags)) {
     ImGui::TableSetupColumn("published shape (formula)", ImGuiTableColumnFlags_WidthStretch, 1.6f);
     ImGui::TableSetupColumn("KV / token (+ state)", ImGuiTableColumnFlags_WidthStretch, 1.0f);
-    ImGui::TableSetupColumn("max ctx, 80 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
-    ImGui::TableSetupColumn("max ctx, 141 GB", ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    const std::string ring = ring_ == 1 ? "" : " x " + std::to_string(ring_);
+    ImGui::TableSetupColumn(("max ctx, 80 GB" + ring).c_str(), ImGuiTableColumnFlags_WidthStretch,
+                            1.0f);
+    ImGui::TableSetupColumn(("max ctx, 141 GB" + ring).c_str(), ImGuiTableColumnFlags_WidthStretch,
+                            1.0f);
     ImGui::TableHeadersRow();
     for (std::size_t m = 0; m < shapes_.size(); ++m) {
       const KvShape& shape = shapes_[m];
+      if (!drawn(shape)) continue;
       const double bpt = shape.bytes_per_token(bytes_per_element);
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
@@ -345,11 +391,12 @@ void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
       if (shape.state_values > 0) per_token += " + " + format_bytes(shape.state_bytes());
       ImGui::TextUnformatted(per_token.c_str());
       ImGui::TableNextColumn();
+      // On a ring each device holds 1/P of the sequence: P devices' memory for one sequence.
       ImGui::TextUnformatted(
-          context_text(max_context_tokens(kH100Bytes, shape, bytes_per_element)).c_str());
+          context_text(max_context_tokens(kH100Bytes * ring_, shape, bytes_per_element)).c_str());
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(
-          context_text(max_context_tokens(kH200Bytes, shape, bytes_per_element)).c_str());
+          context_text(max_context_tokens(kH200Bytes * ring_, shape, bytes_per_element)).c_str());
     }
     ImGui::EndTable();
   }
@@ -357,8 +404,8 @@ void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
   ImGui::TextDisabled(
       "%s Table: formulas at %.1f bytes/element (scales excluded; SSM states in 16 bits); "
       "synthetic models with the first four shapes run on random weights, the window, SSM and "
-      "hybrid ones are formulas only. Max context assumes the whole GPU holds one sequence's "
-      "cache (weights not subtracted).%s",
+      "hybrid ones are formulas only. Max context assumes the whole GPU (on a ring, each of the "
+      "ring's GPUs) holds one sequence's cache (weights not subtracted).%s",
       shown_text(state, kv_format_bytes().size(), format_).c_str(), bytes_per_element,
       export_message_.empty() ? "" : ("  " + export_message_).c_str());
   ImGui::PopTextWrapPos();

@@ -24,6 +24,11 @@ class MemoryPanel final : public Panel {
   const MemoryMeasurement* measured() const { return measured_.get(); }
   // Starts the measurement as the button does (tests; headless runs).
   void start_measurement(const AppState& state);
+  // The formula lines: each published shape at the chosen format(s), then the loaded run's line;
+  // dimmed and thinner when measured points are shown.
+  std::vector<PlotSeries> formula_series(const AppState& state, bool has_measured) const;
+  // Ring attention over `devices` (the "ring" combo): 1 is one device.
+  void set_ring(int devices) { ring_ = devices; }
   void wait_for_measurement() { job_.wait(); }
   // The measured points as plot series (allocator, OS pages), empty when nothing was measured.
   std::vector<PlotSeries> measured_series(const AppState& state) const;
@@ -32,11 +37,12 @@ class MemoryPanel final : public Panel {
   std::string shown_text(const AppState& state, std::size_t num_formats, int format) const;
 
  private:
-  // The formats to draw (radio buttons, or a combo in a short panel), "loaded run" and the formula.
+  // The formats to draw (radio buttons, or a combo in a short panel), "loaded run", the ring and
+  // the formula.
   void draw_format_picker();
-  // The formula lines: each published shape at the chosen format(s), then the loaded run's line;
-  // dimmed and thinner when measured points are shown.
-  std::vector<PlotSeries> formula_series(const AppState& state, bool has_measured) const;
+  void draw_ring_combo();
+  // Whether `shape` is drawn: every shape on one device, the full-attention ones on a ring.
+  bool drawn(const KvShape& shape) const;
   void draw_table(const AppState& state, double bytes_per_element);
   // The "Measure" row: the button, the job's progress and Cancel, or what was measured.
   void draw_measure_row(const AppState& state);
@@ -48,6 +54,9 @@ class MemoryPanel final : public Panel {
   std::vector<KvShape> shapes_;
   int format_ = 0;  // index into kv_format_bytes(), or the count for "all"
   bool show_loaded_ = true;
+  // Ring attention: one sequence split over this many devices; the lines then show one device's
+  // share, for the shapes whose whole cache grows with context (no window, no SSM state).
+  int ring_ = 1;
   std::string export_message_;
 };
 

@@ -86,6 +86,29 @@ std::vector<MemoryWallRow> memory_wall(double weights, double bytes_per_token, d
   return rows;
 }
 
+RingSplit ring_split(double bytes_per_token, int layers, std::int64_t tokens, int devices) {
+  if (!std::isfinite(bytes_per_token) || bytes_per_token <= 0)
+    fail_expected("KV bytes per token", "a positive number", std::to_string(bytes_per_token));
+  if (layers < 1) fail_expected("layers", "a positive count", std::to_string(layers));
+  if (tokens < 1) fail_expected("context", "a positive token count", std::to_string(tokens));
+  if (devices < 1 || devices > 4096 || devices > tokens)
+    fail_expected("ring devices",
+                  "1 to 4096, and no more than the context's " + format_count(tokens) +
+                      " tokens (every device holds at least one)",
+                  std::to_string(devices));
+  RingSplit r;
+  r.devices = devices;
+  r.tokens = tokens;
+  r.chunk_tokens = (tokens + devices - 1) / devices;
+  r.total_bytes = kv_bytes_at(bytes_per_token, tokens);
+  r.device_bytes = kv_bytes_at(bytes_per_token, r.chunk_tokens);
+  r.step_bytes = r.device_bytes / layers;
+  r.steps_per_layer = devices - 1;
+  r.sent_per_device = static_cast<double>(r.steps_per_layer) * layers * r.step_bytes;
+  r.buffer_bytes = devices > 1 ? 2.0 * r.step_bytes : 0.0;
+  return r;
+}
+
 std::string format_bytes(double bytes) {
   const char* binary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   const char* decimal[] = {"B", "KB", "MB", "GB", "TB", "PB"};

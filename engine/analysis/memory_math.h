@@ -64,6 +64,28 @@ std::vector<MemoryWallRow> memory_wall(double weight_bytes, double kv_bytes_per_
                                        double gpu_bytes, int min_gpus, int max_gpus,
                                        std::int64_t context);
 
+// Ring attention (sequence parallelism; Liu, Zaharia and Abbeel, "Ring Attention with Blockwise
+// Transformers", 2023): one sequence cut into `devices` contiguous chunks, one per device, each
+// keeping its chunk's K and V. At every layer each device attends its own queries to every chunk
+// in turn while the chunks travel round the ring: devices - 1 steps, each passing one chunk's K
+// and V of that layer on to the next device.
+struct RingSplit {
+  int devices = 1;
+  std::int64_t tokens = 0;
+  std::int64_t chunk_tokens = 0;  // ceil(tokens / devices): the largest device's share
+  double total_bytes = 0;         // tokens x bytes per token: the sequence's whole cache
+  double device_bytes = 0;        // chunk_tokens x bytes per token: what one device keeps
+  double step_bytes = 0;          // chunk_tokens x bytes per token / layers: one chunk, one layer
+  int steps_per_layer = 0;        // devices - 1 hops before every chunk has visited every device
+  double sent_per_device = 0;     // per pass over all layers: steps x layers x step bytes
+  // While a device computes on the chunk visiting it the next one arrives: two chunks of one
+  // layer in flight when the transfer overlaps the compute, as the paper's schedule does.
+  double buffer_bytes = 0;  // 2 x step bytes (0 on one device: nothing travels)
+};
+// Throws kvscope::Error unless bytes_per_token > 0, layers >= 1, tokens >= 1 and
+// 1 <= devices <= min(tokens, 4096) (every device holds at least one token).
+RingSplit ring_split(double bytes_per_token, int layers, std::int64_t tokens, int devices);
+
 // "40.00 GiB = 42.95 GB", "320.00 KiB = 327.68 KB", "512 B": binary units with the decimal figure
 // beside them (below 1 KiB: plain bytes).
 std::string format_bytes(double bytes);

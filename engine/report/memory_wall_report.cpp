@@ -1,6 +1,7 @@
 // The memory wall table and plot: context and batch beside the weights on 1..G GPUs.
 #include "engine/report/memory_wall_report.h"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -44,6 +45,67 @@ std::string gpu_line(const MemoryWallSpec& spec) {
          "allocator slack come on top in a real server)";
 }
 
+// "327,680 B" (a whole number of bytes) or "81,920.50 B".
+std::string plain_bytes(double bytes) {
+  if (bytes == std::floor(bytes)) return format_count(static_cast<std::int64_t>(bytes)) + " B";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f B", bytes);
+  return buf;
+}
+
+// "64.00 MiB": format_bytes' binary figure alone, for the middle of a product.
+std::string binary_bytes(double bytes) {
+  const std::string both = format_bytes(bytes);
+  return both.substr(0, both.find(" = "));
+}
+
+// The ring's split of one sequence, and whether each device's chunk fits in what the table's row
+// for as many GPUs leaves it (the weights split over the same GPUs).
+std::string ring_text(const MemoryWallSpec& spec, const MemoryWall& wall) {
+  const RingSplit& r = *wall.ring;
+  const int layers = spec.shape.n_layers;
+  const bool even = r.tokens % r.devices == 0;
+  std::ostringstream o;
+  o << "ring attention: one sequence of " << format_count(r.tokens) << " tokens (--context) over "
+    << r.devices << " devices (--ring), in chunks of " << format_count(r.chunk_tokens) << " tokens"
+    << (even ? "" : " or one fewer (the largest counted)") << "\n";
+  o << "  the sequence's KV cache: " << format_count(r.tokens) << " tokens x "
+    << plain_bytes(wall.kv_bytes_per_token) << " = " << format_bytes(r.total_bytes) << "\n";
+  o << "  each device keeps its chunk: " << format_count(r.chunk_tokens)
+    << " tokens = " << format_bytes(r.device_bytes)
+    << (even ? " (the cache / " : " (about the cache / ") << r.devices << ")\n";
+  if (r.devices == 1) {
+    o << "  one device: nothing travels\n";
+  } else {
+    o << "  each step, at each layer, every device passes the chunk it holds to the next: "
+      << format_count(r.chunk_tokens) << " tokens x "
+      << plain_bytes(wall.kv_bytes_per_token / layers)
+      << " (one layer) = " << format_bytes(r.step_bytes) << "; " << r.steps_per_layer
+      << " steps per layer\n";
+    o << "  per pass over the " << layers << " layers each device sends " << r.steps_per_layer
+      << " steps x " << layers << " layers x " << binary_bytes(r.step_bytes) << " = "
+      << format_bytes(r.sent_per_device) << ", and holds " << format_bytes(r.buffer_bytes)
+      << " of buffers (the visiting chunk and the arriving one)\n";
+  }
+  bool row_found = false;
+  for (const MemoryWallRow& row : wall.rows) {
+    if (row.gpus != r.devices) continue;
+    row_found = true;
+    const double needed = r.device_bytes + r.buffer_bytes;
+    if (!row.weights_fit) {
+      o << "  on the table's " << row.gpus << "-GPU row the weights alone do not fit\n";
+      continue;
+    }
+    const double per_device = row.kv_budget_bytes / row.gpus;
+    o << "  on the table's " << row.gpus << "-GPU row each GPU has " << format_bytes(per_device)
+      << " beside its share of the weights: the chunk and buffers (" << format_bytes(needed) << ") "
+      << (needed <= per_device ? "fit" : "do not fit") << "\n";
+  }
+  if (!row_found)
+    o << "  (the table has no " << r.devices << "-GPU row to check the chunk against: --gpus)\n";
+  return o.str();
+}
+
 }  // namespace
 
 MemoryWall compute_memory_wall(const MemoryWallSpec& spec) {
@@ -56,6 +118,8 @@ MemoryWall compute_memory_wall(const MemoryWallSpec& spec) {
   w.weight_bytes = static_cast<double>(spec.params) * spec.weight_bytes_per_param;
   w.rows = memory_wall(w.weight_bytes, w.kv_bytes_per_token, spec.gpu_bytes, spec.min_gpus,
                        spec.max_gpus, spec.context);
+  if (spec.ring_devices > 0)
+    w.ring = ring_split(w.kv_bytes_per_token, spec.shape.n_layers, spec.context, spec.ring_devices);
   return w;
 }
 
@@ -84,6 +148,7 @@ std::string memory_wall_text(const MemoryWallSpec& spec, const MemoryWall& wall)
   }
   o << "(max tokens: one sequence's context, or the total over a batch; GiB = 2^30 bytes, GB = "
        "10^9 bytes)\n";
+  if (wall.ring) o << "\n" << ring_text(spec, wall);
   return o.str();
 }
 

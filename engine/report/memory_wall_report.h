@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct MemoryWallSpec {
   int min_gpus = 1;
   int max_gpus = 8;
   std::int64_t context = 0;  // tokens per sequence for the batch column
+  int ring_devices = 0;      // > 0: one `context`-token sequence split over a ring of this many
 };
 
 struct MemoryWall {
@@ -32,11 +34,13 @@ struct MemoryWall {
   double kv_payload_bytes_per_token = 0;  // the formula, scales excluded
   double weight_bytes = 0;
   std::vector<MemoryWallRow> rows;
+  std::optional<RingSplit> ring;  // with spec.ring_devices
 };
 // Throws kvscope::Error on bad inputs (see memory_wall and KvFormat::validate).
 MemoryWall compute_memory_wall(const MemoryWallSpec& spec);
 
-// Plain-text lines for the terminal (formula, weights, the table), each ending in '\n'.
+// Plain-text lines for the terminal (formula, weights, the table, and the ring's split when the
+// spec asks for one), each ending in '\n'.
 std::string memory_wall_text(const MemoryWallSpec& spec, const MemoryWall& wall);
 // The same as a markdown section body (no heading).
 std::string memory_wall_markdown(const MemoryWallSpec& spec, const MemoryWall& wall);

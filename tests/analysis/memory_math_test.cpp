@@ -92,6 +92,51 @@ TEST(MemoryMath, MemoryWallOnOneToEightGpus) {
   EXPECT_THROW(memory_wall(weights, per_token, 80e9, 1, 8, 0), Error);
 }
 
+// Ring attention on Llama-3-70B's shape (80 layers, 8 KV heads of 128, fp16: 327,680 B a token),
+// figures by hand: 131,072 tokens = 40 GiB; over 8 devices 16,384 tokens = 5 GiB each; one
+// layer's chunk 16,384 x 4,096 B = 64 MiB; 7 steps x 80 layers x 64 MiB = 35 GiB sent each.
+TEST(MemoryMath, RingSplitsOneSequenceEvenly) {
+  const RingSplit r = ring_split(327680.0, 80, 131072, 8);
+  EXPECT_EQ(r.chunk_tokens, 16384);
+  EXPECT_EQ(r.total_bytes, 40.0 * kBytesPerGiB);
+  EXPECT_EQ(r.device_bytes, 5.0 * kBytesPerGiB);
+  EXPECT_EQ(r.device_bytes, r.total_bytes / 8);
+  EXPECT_EQ(r.step_bytes, 64.0 * 1024 * 1024);
+  EXPECT_EQ(r.steps_per_layer, 7);
+  EXPECT_EQ(r.sent_per_device, 35.0 * kBytesPerGiB);
+  EXPECT_EQ(r.sent_per_device, r.total_bytes * 7 / 8);  // every chunk but its own passes through
+  EXPECT_EQ(r.buffer_bytes, 128.0 * 1024 * 1024);
+  for (int p : {1, 2, 4, 16, 64}) {  // per device = total / P whenever P divides the context
+    const RingSplit q = ring_split(327680.0, 80, 131072, p);
+    EXPECT_EQ(q.device_bytes * p, q.total_bytes) << p;
+    EXPECT_EQ(q.sent_per_device, q.total_bytes * (p - 1) / p) << p;
+  }
+  const RingSplit one = ring_split(327680.0, 80, 131072, 1);
+  EXPECT_EQ(one.steps_per_layer, 0);
+  EXPECT_EQ(one.sent_per_device, 0.0);
+  EXPECT_EQ(one.buffer_bytes, 0.0);
+}
+
+TEST(MemoryMath, RingCountsTheLargestChunkAndRefusesEmptyDevices) {
+  const RingSplit r = ring_split(1000.0, 10, 1000, 3);  // chunks of 334, 333 and 333 tokens
+  EXPECT_EQ(r.chunk_tokens, 334);
+  EXPECT_EQ(r.device_bytes, 334000.0);
+  EXPECT_EQ(r.step_bytes, 33400.0);
+  EXPECT_EQ(ring_split(1000.0, 10, 3, 3).chunk_tokens, 1);
+  for (int bad : {0, -1, 4, 5000}) {
+    try {
+      ring_split(1000.0, 10, 3, bad);
+      ADD_FAILURE() << "accepted " << bad << " devices for 3 tokens";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.where(), "ring devices");
+      EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(ring_split(0.0, 10, 1000, 2), Error);
+  EXPECT_THROW(ring_split(1000.0, 0, 1000, 2), Error);
+  EXPECT_THROW(ring_split(1000.0, 10, 0, 1), Error);
+}
+
 TEST(MemoryMath, FormatsBothGiBAndGB) {
   EXPECT_EQ(format_bytes(40.0 * kBytesPerGiB), "40.00 GiB = 42.95 GB");
   EXPECT_EQ(format_bytes(327680), "320.00 KiB = 327.68 KB");

@@ -901,6 +901,48 @@ TEST(PolicyOverride, ScenarioVariantsAreRunnable) {
 namespace kvscope::ui {
 namespace {
 
+// The ring combo (ring attention): each line becomes one device's share (Llama-3-70B fp16 at 1M
+// tokens: 320 GiB on one device, 40 GiB on each of 8), only the full-attention shapes are drawn
+// (a window, an SSM state or a hybrid's does not split by position this way), and the loaded
+// run's line is split the same way.
+TEST(MemoryPanel, ARingShowsOneDevicesShareOfTheSequence) {
+  HeadlessImGui imgui(ImVec2(1280, 800));
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
+  run->wait();
+  AppState state(run->make_source());
+  MemoryPanel panel;
+  const auto frame = [&](const std::string& what) {
+    run_checked_frame(
+        [&] {
+          ImGui::SetNextWindowPos(ImVec2(0, 0));
+          ImGui::SetNextWindowSize(ImVec2(1280, 800));
+          ImGui::Begin("memory");
+          panel.draw(state);
+          ImGui::End();
+        },
+        what);
+  };
+  const auto at_1m = [](const std::vector<PlotSeries>& lines, const std::string& label) {
+    for (const PlotSeries& l : lines)
+      if (l.label == label) return l.y.back();
+    return -1.0;
+  };
+  const std::vector<PlotSeries> one = panel.formula_series(state, false);
+  panel.set_ring(8);
+  const std::vector<PlotSeries> ring = panel.formula_series(state, false);
+  EXPECT_EQ(at_1m(one, "Llama-3-70B"), 320.0 * 1024 * 1024 * 1024);
+  EXPECT_EQ(at_1m(ring, "Llama-3-70B"), 40.0 * 1024 * 1024 * 1024);
+  EXPECT_EQ(at_1m(ring, one.back().label), at_1m(one, one.back().label) / 8);  // the loaded run
+  for (const PlotSeries& l : ring) {
+    EXPECT_EQ(l.label.find("Mamba"), std::string::npos) << l.label;
+    EXPECT_EQ(l.label.find("Jamba"), std::string::npos) << l.label;
+    EXPECT_EQ(l.label.find("window"), std::string::npos) << l.label;
+  }
+  EXPECT_LT(ring.size(), one.size());
+  frame("a ring of 8");
+  EXPECT_NE(panel.shown_text(state, 1, 0).find("a ring of 8 devices"), std::string::npos);
+}
+
 // The Memory panel's Measure button on a real run (stories260K, fp32 K/V in minimal.json): the
 // job measures 128, 256 and 512 tokens, the allocator's bytes equal the formula at those block
 // multiples, the OS backs at least them, and the panel plots the points (its axes widened down to

@@ -53,5 +53,32 @@ TEST(MemoryWallReport, QuantizedFormatsCountTheirScales) {
   EXPECT_THROW(compute_memory_wall(spec), Error);
 }
 
+// --ring 8 at 131,072 tokens: the split's lines, and the check against the table's 8-GPU row
+// (640 GB less the weights, over 8 GPUs: 62.36 GB each, room for the 5 GiB chunk).
+TEST(MemoryWallReport, RingSectionSplitsTheSequenceAndChecksTheRow) {
+  MemoryWallSpec spec = llama3_70b_spec();
+  spec.ring_devices = 8;
+  const MemoryWall wall = compute_memory_wall(spec);
+  ASSERT_TRUE(wall.ring.has_value());
+  EXPECT_EQ(wall.ring->device_bytes, 5.0 * kBytesPerGiB);
+  const std::string text = memory_wall_text(spec, wall);
+  EXPECT_NE(text.find("131,072 tokens x 327,680 B = 40.00 GiB = 42.95 GB"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("16,384 tokens = 5.00 GiB = 5.37 GB (the cache / 8)"), std::string::npos);
+  EXPECT_NE(text.find("16,384 tokens x 4,096 B (one layer) = 64.00 MiB = 67.11 MB; 7 steps"),
+            std::string::npos);
+  EXPECT_NE(text.find("7 steps x 80 layers x 64.00 MiB = 35.00 GiB = 37.58 GB"), std::string::npos);
+  EXPECT_NE(text.find("8-GPU row each GPU has 58.08 GiB = 62.36 GB"), std::string::npos);
+  EXPECT_NE(text.find(") fit\n"), std::string::npos);
+  // On 2 GPUs the weights leave 18.89 GB, 9.44 GB each: a 20 GiB half of the cache does not fit.
+  spec.ring_devices = 2;
+  spec.max_gpus = 2;
+  const std::string two = memory_wall_text(spec, compute_memory_wall(spec));
+  EXPECT_NE(two.find("65,536 tokens = 20.00 GiB"), std::string::npos) << two;
+  EXPECT_NE(two.find(") do not fit\n"), std::string::npos) << two;
+  spec.ring_devices = 0;
+  EXPECT_EQ(memory_wall_text(spec, compute_memory_wall(spec)).find("ring"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvscope
