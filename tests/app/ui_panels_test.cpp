@@ -901,6 +901,22 @@ TEST(PolicyOverride, ScenarioVariantsAreRunnable) {
 namespace kvscope::ui {
 namespace {
 
+// One frame of `panel` alone in a 1280x800 window; the vertices it drew.
+int draw_memory_frame(MemoryPanel& panel, AppState& state, const std::string& what) {
+  int vertices = 0;
+  run_checked_frame(
+      [&] {
+        ImGui::SetNextWindowPos(ImVec2(0, 0));
+        ImGui::SetNextWindowSize(ImVec2(1280, 800));
+        ImGui::Begin("memory");
+        panel.draw(state);
+        vertices = ImGui::GetWindowDrawList()->VtxBuffer.Size;
+        ImGui::End();
+      },
+      what);
+  return vertices;
+}
+
 // The ring combo (ring attention): each line becomes one device's share (Llama-3-70B fp16 at 1M
 // tokens: 320 GiB on one device, 40 GiB on each of 8), only the full-attention shapes are drawn
 // (a window, an SSM state or a hybrid's does not split by position this way), and the loaded
@@ -911,17 +927,7 @@ TEST(MemoryPanel, ARingShowsOneDevicesShareOfTheSequence) {
   run->wait();
   AppState state(run->make_source());
   MemoryPanel panel;
-  const auto frame = [&](const std::string& what) {
-    run_checked_frame(
-        [&] {
-          ImGui::SetNextWindowPos(ImVec2(0, 0));
-          ImGui::SetNextWindowSize(ImVec2(1280, 800));
-          ImGui::Begin("memory");
-          panel.draw(state);
-          ImGui::End();
-        },
-        what);
-  };
+  const auto frame = [&](const std::string& what) { draw_memory_frame(panel, state, what); };
   const auto at_1m = [](const std::vector<PlotSeries>& lines, const std::string& label) {
     for (const PlotSeries& l : lines)
       if (l.label == label) return l.y.back();
@@ -956,19 +962,8 @@ TEST(MemoryPanel, MeasuresTheRunsModelAndPlotsTheAllocatorAndOsPoints) {
   run->wait();
   AppState state(run->make_source());
   MemoryPanel panel;
-  auto frame = [&](const std::string& what) {
-    int vertices = 0;
-    run_checked_frame(
-        [&] {
-          ImGui::SetNextWindowPos(ImVec2(0, 0));
-          ImGui::SetNextWindowSize(ImVec2(1280, 800));
-          ImGui::Begin("memory");
-          panel.draw(state);
-          vertices = ImGui::GetWindowDrawList()->VtxBuffer.Size;
-          ImGui::End();
-        },
-        what);
-    return vertices;
+  const auto frame = [&](const std::string& what) {
+    return draw_memory_frame(panel, state, what);
   };
   const int before = frame("before measuring");
   panel.start_measurement(state);

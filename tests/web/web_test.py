@@ -24,6 +24,7 @@ Run by scripts/web.sh --test (and scripts/test.sh): /usr/bin/python3 tests/web/w
 """
 import base64
 import collections
+import contextlib
 import io
 import json
 import os
@@ -186,6 +187,16 @@ class Browser:
             finally:
                 self.ws.settimeout(60)
 
+    @contextlib.contextmanager
+    def downloads(self):
+        """A new folder the page's downloads go to, removed afterwards."""
+        folder = tempfile.mkdtemp(prefix="kvscope-downloads-")
+        try:
+            self.send("Page.setDownloadBehavior", behavior="allow", downloadPath=folder)
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def downloaded(self, folder, suffix, timeout):
         """The path of the first file ending in `suffix` downloaded into `folder`."""
         deadline = time.time() + timeout
@@ -316,10 +327,7 @@ def main():
         check("an eval sweep CSV from the picker goes into the Quality panel; a bad one is refused",
               sweep_csv_goes_into_the_quality_panel)
         def screenshot_downloads():
-            downloads = tempfile.mkdtemp(prefix="kvscope-downloads-")
-            try:
-                browser.send("Page.setDownloadBehavior", behavior="allow",
-                             downloadPath=downloads)
+            with browser.downloads() as downloads:
                 browser.press("F12", "F12", 123)
                 deadline = time.time() + 30
                 done = []
@@ -332,14 +340,9 @@ def main():
                 assert image.size[0] == 1280, f"the screenshot is {image.size}, not 1280 wide"
                 assert distinct_colours(image) > 50, "the downloaded screenshot is blank"
                 print(f"  F12 downloaded {done[0]} ({image.size[0]}x{image.size[1]})")
-            finally:
-                shutil.rmtree(downloads, ignore_errors=True)
 
         def recording_saved_and_reopened():
-            downloads = tempfile.mkdtemp(prefix="kvscope-downloads-")
-            try:
-                browser.send("Page.setDownloadBehavior", behavior="allow",
-                             downloadPath=downloads)
+            with browser.downloads() as downloads:
                 shown = browser.wait_title(lambda m: int(m["steps"]) > 0, timeout=30)
                 browser.press_ctrl("s")  # File > Save recording: a download in the browser
                 kvr = browser.downloaded(downloads, ".kvr", timeout=30)
@@ -360,14 +363,9 @@ def main():
                                        timeout=30)
                 print(f"  Ctrl+S downloaded {name} ({os.path.getsize(kvr)} bytes); Ctrl+O's "
                       f"picker opened it: {m['steps']} steps")
-            finally:
-                shutil.rmtree(downloads, ignore_errors=True)
 
         def metrics_csv_downloads():
-            downloads = tempfile.mkdtemp(prefix="kvscope-downloads-")
-            try:
-                browser.send("Page.setDownloadBehavior", behavior="allow",
-                             downloadPath=downloads)
+            with browser.downloads() as downloads:
                 shown = browser.wait_title(lambda m: int(m["steps"]) > 0, timeout=30)
                 browser.press_ctrl("e")  # File > Export metrics CSV: a download in the browser
                 path = browser.downloaded(downloads, ".csv", timeout=30)
@@ -393,8 +391,6 @@ def main():
                 assert finished == sorted(finished), f"{name}: requests_finished went down"
                 print(f"  Ctrl+E downloaded {name}: steps 0..{steps[-1]}, {len(header)} columns, "
                       f"{finished[-1]} requests finished")
-            finally:
-                shutil.rmtree(downloads, ignore_errors=True)
 
         def smollm2_from_a_url():
             t0 = time.time()
