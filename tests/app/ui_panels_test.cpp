@@ -962,9 +962,7 @@ TEST(MemoryPanel, MeasuresTheRunsModelAndPlotsTheAllocatorAndOsPoints) {
   run->wait();
   AppState state(run->make_source());
   MemoryPanel panel;
-  const auto frame = [&](const std::string& what) {
-    return draw_memory_frame(panel, state, what);
-  };
+  const auto frame = [&](const std::string& what) { return draw_memory_frame(panel, state, what); };
   const int before = frame("before measuring");
   panel.start_measurement(state);
   EXPECT_TRUE(panel.busy() || panel.measured() != nullptr);
