@@ -1,6 +1,7 @@
 // The memory wall table and plot: context and batch beside the weights on 1..G GPUs.
 #include "engine/report/memory_wall_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -87,22 +88,19 @@ std::string ring_text(const MemoryWallSpec& spec, const MemoryWall& wall) {
       << format_bytes(r.sent_per_device) << ", and holds " << format_bytes(r.buffer_bytes)
       << " of buffers (the visiting chunk and the arriving one)\n";
   }
-  bool row_found = false;
-  for (const MemoryWallRow& row : wall.rows) {
-    if (row.gpus != r.devices) continue;
-    row_found = true;
-    const double needed = r.device_bytes + r.buffer_bytes;
-    if (!row.weights_fit) {
-      o << "  on the table's " << row.gpus << "-GPU row the weights alone do not fit\n";
-      continue;
-    }
-    const double per_device = row.kv_budget_bytes / row.gpus;
-    o << "  on the table's " << row.gpus << "-GPU row each GPU has " << format_bytes(per_device)
+  const auto row = std::find_if(wall.rows.begin(), wall.rows.end(),
+                                [&](const MemoryWallRow& w) { return w.gpus == r.devices; });
+  const double needed = r.device_bytes + r.buffer_bytes;
+  if (row == wall.rows.end()) {
+    o << "  (the table has no " << r.devices << "-GPU row to check the chunk against: --gpus)\n";
+  } else if (!row->weights_fit) {
+    o << "  on the table's " << row->gpus << "-GPU row the weights alone do not fit\n";
+  } else {
+    const double per_device = row->kv_budget_bytes / row->gpus;
+    o << "  on the table's " << row->gpus << "-GPU row each GPU has " << format_bytes(per_device)
       << " beside its share of the weights: the chunk and buffers (" << format_bytes(needed) << ") "
       << (needed <= per_device ? "fit" : "do not fit") << "\n";
   }
-  if (!row_found)
-    o << "  (the table has no " << r.devices << "-GPU row to check the chunk against: --gpus)\n";
   return o.str();
 }
 

@@ -329,17 +329,12 @@ def main():
         def screenshot_downloads():
             with browser.downloads() as downloads:
                 browser.press("F12", "F12", 123)
-                deadline = time.time() + 30
-                done = []
-                while time.time() < deadline and not done:
-                    done = [f for f in os.listdir(downloads) if f.endswith(".png")]
-                    time.sleep(0.2)
-                assert done, "F12 downloaded no PNG within 30 s"
-                time.sleep(0.5)  # the download is written, then renamed into place
-                image = Image.open(os.path.join(downloads, done[0])).convert("RGB")
+                png = browser.downloaded(downloads, ".png", timeout=30)
+                image = Image.open(png).convert("RGB")
                 assert image.size[0] == 1280, f"the screenshot is {image.size}, not 1280 wide"
                 assert distinct_colours(image) > 50, "the downloaded screenshot is blank"
-                print(f"  F12 downloaded {done[0]} ({image.size[0]}x{image.size[1]})")
+                print(f"  F12 downloaded {os.path.basename(png)} "
+                      f"({image.size[0]}x{image.size[1]})")
 
         def recording_saved_and_reopened():
             with browser.downloads() as downloads:
