@@ -11,7 +11,8 @@
 
 namespace kvscope {
 
-struct MlaCodec;  // engine/mla/mla_codec.h
+struct MlaCodec;    // engine/mla/mla_codec.h
+class KeySelector;  // engine/sparse/key_selector.h
 
 struct KvSeqView {
   KvStorage* storage = nullptr;
@@ -27,6 +28,9 @@ struct KvSeqView {
   // Optional: the storage is an MLA latent cache (KvLayout::is_latent) and this codec turns K/V
   // into latents on write and attends over latents (engine/backend/cpu/mla_ops).
   const MlaCodec* mla = nullptr;
+  // Optional: sparse attention. Each query head attends only to the live slots this selector
+  // keeps (the cache itself is whole); the CPU backend runs it, the others refuse a view with one.
+  KeySelector* selector = nullptr;
 
   int block_size() const { return storage->layout().block_size; }
   int write_slot() const { return num_slots - 1; }

@@ -98,6 +98,9 @@ void CudaBackend::check_pool_kind(const KvSeqView& view) const {
   const KvLayout& L = view.storage->layout();
   if ((view.mla != nullptr) != L.is_latent())
     throw InternalError(flag_, "an MLA view over a K/V pool, or a latent pool without its codec");
+  if (view.selector != nullptr) {
+    throw Error(flag_, "sparse key selection runs on the CPU backend only (use --backend cpu)");
+  }
   if (L.is_latent() && (L.k_format.is_kivi() || L.v_format.is_kivi())) {
     throw Error(flag_, "expected a per-token format for MLA latents, got " + L.k_format.name() +
                            " (KIVI latents are not written for the device)");

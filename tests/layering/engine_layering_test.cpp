@@ -28,8 +28,8 @@ namespace fs = std::filesystem;
 // Bottom-up: each folder may include itself and the folders before it. The same list, in the same
 // order, is the numbered list under "Engine layers" in docs/architecture.md (checked below).
 const std::vector<std::string> kEngineOrder = {
-    "common",  "kv",    "quant", "prefix",   "tiers", "trace",  "model",    "mla",
-    "backend", "infer", "evict", "analysis", "sched", "report", "scenario",
+    "common", "kv",      "quant", "prefix", "tiers",    "trace", "model",  "mla",
+    "sparse", "backend", "infer", "evict",  "analysis", "sched", "report", "scenario",
 };
 
 // Where a folder-level edge comes from: the first include line found for it.

@@ -9,6 +9,7 @@
 #include "engine/backend/cpu/vec_math.h"
 #include "engine/common/error.h"
 #include "engine/quant/kv_codec.h"
+#include "engine/sparse/key_selector.h"
 
 #include "engine/common/openmp.h"
 
@@ -53,10 +54,11 @@ inline void softmax_in_place(float* att, int n, float max_score) {
 // the head dimension when known at compile time (the value accumulator then lives in registers
 // instead of round-tripping through memory for every token), 0 when only `hd` knows it.
 template <int HD>
-void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head_off,
+void attend_head_fp32(const KvSeqView& view, int layer, int hd, int head, int kv_head,
                       const float* qh, float* att, float* oh) {
   constexpr bool kFixed = HD > 0;
   const int d = kFixed ? HD : hd;
+  const std::size_t head_off = static_cast<std::size_t>(kv_head) * hd;
   const KvLayout& L = view.storage->layout();
   const int n = view.num_slots, bs = L.block_size;
   const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
@@ -76,6 +78,10 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, std::size_t head
     for (int t = 0; t < n; ++t) {
       if (view.slot_live[t] == 0) att[t] = -INFINITY;  // evicted: weight 0
     }
+  }
+  if (view.selector != nullptr) {  // sparse attention: the slots it skips get weight 0
+    view.selector->select(SelectionQuery{&view, layer, head, kv_head, qh, hd},
+                          std::span<float>(att, static_cast<std::size_t>(n)));
   }
   float max_score = -INFINITY;
   for (int t = 0; t < n; ++t) max_score = att[t] > max_score ? att[t] : max_score;
@@ -114,8 +120,8 @@ void size_scratch(const AttentionShape& shape, int n, std::vector<float>& scratc
 // to floats kept elsewhere); the arithmetic is the same whichever gives them. scratch holds
 // [n_heads][n] weights, [kv_heads][head_dim] work space and [n_heads] maxima.
 template <class KeyHead, class ValueHead>
-void attend_heads(const KvSeqView& view, const AttentionShape& shape, const float* q, float* out,
-                  std::vector<float>& scratch, const KeyHead& key_head,
+void attend_heads(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
+                  float* out, std::vector<float>& scratch, const KeyHead& key_head,
                   const ValueHead& value_head) {
   const int n = view.num_slots;
   const int hd = shape.head_dim;
@@ -147,6 +153,16 @@ void attend_heads(const KvSeqView& view, const AttentionShape& shape, const floa
     }
     for (int t = 0; t < n; ++t) {
       if (view.slot_live == nullptr || view.slot_live[t] != 0) score(t, key_head(t, kvh, tmp));
+    }
+    if (view.selector != nullptr) {  // sparse attention: the slots it skips get weight 0
+      for (int j = 0; j < group; ++j) {
+        float* row = att0 + static_cast<std::size_t>(j) * n;
+        view.selector->select(SelectionQuery{&view, layer, h0 + j, kvh,
+                                             q + static_cast<std::size_t>(h0 + j) * hd, hd},
+                              std::span<float>(row, static_cast<std::size_t>(n)));
+        max_score[j] = -INFINITY;
+        for (int t = 0; t < n; ++t) max_score[j] = std::max(max_score[j], row[t]);
+      }
     }
     // 2. Softmax per query head.
     for (int j = 0; j < group; ++j) {
@@ -197,9 +213,8 @@ void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape
   }
 #pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
   for (int h = 0; h < shape.n_heads; ++h) {
-    attend(view, layer, hd, static_cast<std::size_t>(h / group) * hd,
-           q + static_cast<std::size_t>(h) * hd, weights + static_cast<std::size_t>(h) * n,
-           out + static_cast<std::size_t>(h) * hd);
+    attend(view, layer, hd, h, h / group, q + static_cast<std::size_t>(h) * hd,
+           weights + static_cast<std::size_t>(h) * n, out + static_cast<std::size_t>(h) * hd);
   }
 }
 
@@ -414,6 +429,8 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
   if (view.mla != nullptr || view.storage->layout().is_latent()) {
     if (view.mla == nullptr)
       throw Error("kv cache", "a latent (MLA) pool needs a view with its MlaCodec");
+    if (view.selector != nullptr)
+      throw Error("kv cache", "sparse key selection over an MLA latent cache is not supported");
     mla_attention(view, layer, shape, q, out, query_pos, observer, scratch);
     return;
   }
@@ -429,7 +446,7 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
   const quant::TileReader keys(view, layer, KvKind::kKey);
   const quant::TileReader values(view, layer, KvKind::kValue);
   attend_heads(
-      view, shape, q, out, scratch,
+      view, layer, shape, q, out, scratch,
       [&](int t, int kvh, float* tmp) { return keys.head(t, kvh, tmp); },
       [&](int t, int kvh, float* tmp) { return values.head(t, kvh, tmp); });
   notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
@@ -483,7 +500,7 @@ void paged_attention_decoded(const KvSeqView& view, int layer, const AttentionSh
            (static_cast<std::size_t>(kvh) * kv.n + static_cast<std::size_t>(t)) * kv.head_dim;
   };
   attend_heads(
-      view, shape, q, out, scratch, [&](int t, int kvh, float*) { return at(kv.k, t, kvh); },
+      view, layer, shape, q, out, scratch, [&](int t, int kvh, float*) { return at(kv.k, t, kvh); },
       [&](int t, int kvh, float*) { return at(kv.v, t, kvh); });
   notify_observer(observer, layer, shape.n_heads, query_pos, view.num_slots, scratch.data());
 }

@@ -1,0 +1,108 @@
+// SparseVariant: teacher-forced runs through a whole fp32 cache with a key selector on its views.
+#include "engine/analysis/sparse_quality.h"
+
+#include "engine/infer/step_runner.h"
+#include "engine/kv/cache_manager.h"
+
+namespace kvscope {
+
+SparseCost sparse_cost(const SparseStats& s, const ModelConfig& c, double k_head_bytes,
+                       double v_head_bytes, double k_elem_bytes) {
+  SparseCost out;
+  if (s.queries == 0) return out;
+  const auto q = static_cast<double>(s.queries);
+  const double heads = static_cast<double>(c.n_layers) * c.n_heads, hd = c.head_dim();
+  out.keys_per_query = s.keys_attended / (q * heads);
+  out.dense_keys_per_query = s.keys_dense / (q * heads);
+  out.attention_macs = 2.0 * hd * s.keys_attended / q;
+  out.indexer_macs = s.indexer_macs / q;
+  out.dense_macs = 2.0 * hd * s.keys_dense / q;
+  out.kv_bytes = s.keys_read * (k_head_bytes + v_head_bytes) / q;
+  out.indexer_bytes = s.indexer_elems * k_elem_bytes / q;
+  out.dense_kv_bytes = s.keys_dense_read * (k_head_bytes + v_head_bytes) / q;
+  return out;
+}
+
+namespace {
+
+constexpr double kF32 = sizeof(float);
+
+KvLayout fp32_layout(const ModelConfig& c, int block_size) {
+  const KvFormat f32;  // fp32 by default
+  return kv_layout_for(c, block_size, 1, f32, f32);
+}
+
+}  // namespace
+
+SparseVariant::SparseVariant(const SparseOptions& options, int block_size,
+                             std::vector<std::vector<int>> channels)
+    : options_(options), block_size_(block_size), channels_(std::move(channels)) {}
+
+CacheFootprint SparseVariant::footprint(const ModelConfig& c) const {
+  double bytes = fp32_layout(c, block_size_).bytes_per_token();
+  const double heads = static_cast<double>(c.n_layers) * c.n_kv_heads;
+  if (options_.selector == SelectorKind::kQuest)
+    bytes += heads * 2.0 * c.head_dim() * kF32 / block_size_;
+  if (options_.selector == SelectorKind::kProxy) bytes += heads * options_.proxy_dims * kF32;
+  return {bytes, 0.0};
+}
+
+SparseCost SparseVariant::cost(const ModelConfig& c) const {
+  const double head = c.head_dim() * kF32;
+  return sparse_cost(stats_, c, head, head, kF32);
+}
+
+// One window through the whole fp32 cache, a position per engine step, each query's view carrying
+// the selector.
+class SparseStepper final : public VariantStepper {
+ public:
+  SparseStepper(SparseVariant& v, const ModelConfig& c, const std::vector<int>& window)
+      : v_(v),
+        window_(window),
+        seq_(fp32_layout(c, v.block_size_), static_cast<int>(window.size())),
+        selector_(c, v.options_, v.channels_) {}
+
+  StepToken prepare(int pos) override {
+    KvSeqView view = seq_.append();
+    selector_.begin_query(view.num_slots);
+    view.selector = &selector_;
+    return StepToken{window_[static_cast<std::size_t>(pos)], pos, view, true, nullptr};
+  }
+  void after(int /*pos*/) override { selector_.end_query(); }
+  void finish() override {
+    seq_.cache().check_invariants();
+    const SparseStats& s = selector_.stats();
+    SparseStats& total = v_.stats_;
+    total.queries += s.queries;
+    total.keys_attended += s.keys_attended;
+    total.keys_dense += s.keys_dense;
+    total.keys_read += s.keys_read;
+    total.keys_dense_read += s.keys_dense_read;
+    total.indexer_macs += s.indexer_macs;
+    total.indexer_elems += s.indexer_elems;
+  }
+
+ private:
+  SparseVariant& v_;
+  const std::vector<int>& window_;
+  SoloSequence seq_;
+  SparseSelector selector_;
+};
+
+std::unique_ptr<VariantStepper> SparseVariant::stepper(Transformer& t,
+                                                       const std::vector<int>& window) {
+  return std::make_unique<SparseStepper>(*this, t.config(), window);
+}
+
+void SparseVariant::run(Transformer& t, const std::vector<int>& window,
+                        const std::function<void(int, std::span<const float>)>& on_logits) {
+  SparseStepper s(*this, t.config(), window);
+  for (int pos = 0; pos < static_cast<int>(window.size()); ++pos) {
+    const StepToken token = s.prepare(pos);
+    on_logits(pos, t.forward_step(std::span<const StepToken>(&token, 1)));
+    s.after(pos);
+  }
+  s.finish();
+}
+
+}  // namespace kvscope
