@@ -35,6 +35,7 @@ std::string sparse_variant_name(const SparseOptions& o) {
   if (o.selector == SelectorKind::kProxy) name.append(" r=").append(std::to_string(o.proxy_dims));
   if (o.sinks > 0) name.append(" sinks=").append(std::to_string(o.sinks));
   if (o.recent > 0) name.append(" recent=").append(std::to_string(o.recent));
+  if (o.dense_layers > 0) name.append(" dense=").append(std::to_string(o.dense_layers));
   return name;
 }
 
@@ -48,6 +49,11 @@ void validate(const SparseOptions& o, const ModelConfig& c, int block_size) {
   }
   if (o.sinks < 0) fail_expected("--sinks", "an integer >= 0", std::to_string(o.sinks));
   if (o.recent < 0) fail_expected("--recent", "an integer >= 0", std::to_string(o.recent));
+  if (o.dense_layers < 0 || o.dense_layers > c.n_layers) {
+    fail_expected("--dense-layers",
+                  "an integer in [0, " + std::to_string(c.n_layers) + "] (the model's layers)",
+                  std::to_string(o.dense_layers));
+  }
   const int hd = c.head_dim();
   if (o.selector == SelectorKind::kProxy &&
       (o.proxy_dims < 2 || o.proxy_dims > hd || o.proxy_dims % 2 != 0)) {
@@ -121,7 +127,8 @@ std::vector<std::vector<int>> proxy_channels(const ModelConfig& c, const Weights
       for (int p = 0; p < pairs; ++p) {
         const double k = pair_norm(wk, static_cast<long>(g) * hd + 2 * p);
         for (int h = g * group; h < (g + 1) * group; ++h)
-          score[static_cast<std::size_t>(p)] += k * pair_norm(wq, static_cast<long>(h) * hd + 2 * p);
+          score[static_cast<std::size_t>(p)] +=
+              k * pair_norm(wq, static_cast<long>(h) * hd + 2 * p);
       }
       std::vector<int> order(static_cast<std::size_t>(pairs));
       std::iota(order.begin(), order.end(), 0);
@@ -179,7 +186,8 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
     throw InternalError("SparseSelector", "layer " + std::to_string(query.layer) + " head " +
                                               std::to_string(query.head) + " selected over " +
                                               std::to_string(n) + " slots, query of " +
-                                              std::to_string(n_) + (selected_[at] ? ", twice" : ""));
+                                              std::to_string(n_) +
+                                              (selected_[at] ? ", twice" : ""));
   }
   selected_[at] = 1;
   std::uint8_t* pick = row(query.layer, query.head);
@@ -188,7 +196,8 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
     if (v.slot_live == nullptr || v.slot_live[t] != 0) live.push_back(t);
   live_[at] = static_cast<int>(live.size());
   indexer_macs_[at] = indexer_elems_[at] = 0.0;
-  if (static_cast<int>(live.size()) <= o_.topk) {  // every key fits: dense, nothing to choose
+  // Every key fits, or a layer left dense: nothing to choose.
+  if (static_cast<int>(live.size()) <= o_.topk || query.layer < o_.dense_layers) {
     for (int t : live) pick[t] = 1;
     return;
   }
@@ -252,7 +261,8 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
           }
           // A block of forced or dead keys only has nothing left to pick: it ranks last.
           if (any && sizes[static_cast<std::size_t>(b)] > 0)
-            bounds[static_cast<std::size_t>(b)] = quest_bound(query.q, mins.data(), maxs.data(), hd);
+            bounds[static_cast<std::size_t>(b)] =
+                quest_bound(query.q, mins.data(), maxs.data(), hd);
         }
         for (int b : quest_blocks(bounds, sizes, budget)) {
           for (int t = b * bs; t < std::min(n, (b + 1) * bs); ++t)

@@ -21,7 +21,7 @@
 //   rotates each pair as a unit, so this is exactly those channels' share of the true score).
 //   The top-k keys by proxy score are attended.
 // Sinks (the first S slots) and a recent window (the last R, the query's own slot among them) can
-// be forced in; they count against the budget k.
+// be forced in; they count against the budget k. The first L layers can be left dense.
 #pragma once
 
 #include <cstdint>
@@ -62,16 +62,18 @@ SelectorKind parse_selector_kind(const std::string& text, const std::string& fla
 
 struct SparseOptions {
   SelectorKind selector = SelectorKind::kOracle;
-  int topk = 64;        // keys each query head attends to (forced ones included)
-  int sinks = 0;        // first slots always attended
-  int recent = 0;       // last slots always attended (the query's own slot is the last)
-  int proxy_dims = 16;  // proxy: indexer channels per KV head (even, <= head_dim)
+  int topk = 64;         // keys each query head attends to (forced ones included)
+  int sinks = 0;         // first slots always attended
+  int recent = 0;        // last slots always attended (the query's own slot is the last)
+  int proxy_dims = 16;   // proxy: indexer channels per KV head (even, <= head_dim)
+  int dense_layers = 0;  // the first layers attend every key (Quest leaves its first two dense)
 };
 
 // "oracle k=64", "quest k=64 sinks=4", ...
 std::string sparse_variant_name(const SparseOptions& o);
 // Throws Error(flag, ...) for k < 1, quest's k below the block size (it takes whole blocks: a
-// smaller budget fits none), negative sinks/recent, or proxy dims odd / out of range.
+// smaller budget fits none), negative sinks/recent, dense layers outside [0, layers], or proxy
+// dims odd / out of range.
 void validate(const SparseOptions& o, const ModelConfig& c, int block_size);
 
 // ---- the selection rules (pure functions, unit-tested on hand-built patterns) ----

@@ -48,6 +48,11 @@ TEST(SparseQuality, EveryKeyKeptIsDenseAttentionBitForBit) {
     EXPECT_EQ(cost.kv_bytes, cost.dense_kv_bytes);
     EXPECT_EQ(cost.indexer_macs, 0.0);
   }
+  // Every layer left dense: the same, whatever k.
+  SparseOptions all_dense = options(SelectorKind::kOracle, 4);
+  all_dense.dense_layers = c.n_layers;
+  SparseVariant dense(all_dense, 16);
+  EXPECT_EQ(eval.evaluate(dense).kl_mean, 0.0);
 }
 
 TEST(SparseQuality, ASmallBudgetAttendsKKeysAndTheOracleLosesLeast) {
@@ -87,6 +92,11 @@ TEST(SparseQuality, ASmallBudgetAttendsKKeysAndTheOracleLosesLeast) {
     EXPECT_GT(q.kl_mean, 0.0) << q.variant;
     EXPECT_LT(q.top1_agreement, 1.0) << q.variant;
   }
+  // Leaving the first layers dense loses less.
+  SparseOptions first_dense = options(SelectorKind::kQuest, kK);
+  first_dense.dense_layers = 2;
+  SparseVariant quest_dense(first_dense, 16);
+  EXPECT_LT(eval.evaluate(quest_dense).kl_mean, r[1].kl_mean);
   EXPECT_LT(r[0].kl_mean, r[1].kl_mean);  // the true top-k beats Quest's blocks ...
   EXPECT_LT(r[0].kl_mean, r[2].kl_mean);  // ... and the 4-channel proxy
   // The oracle reads every key to choose: it saves multiply-adds on values only.

@@ -65,7 +65,7 @@ TEST(SparseRules, QuestBoundIsAtLeastEveryScoreInTheBlockAndTightForOneKey) {
 TEST(SparseRules, QuestTakesBlocksByBoundWhileTheyFitTheBudget) {
   const std::vector<float> bounds = {1.0f, 5.0f, 3.0f, 5.0f, -2.0f};
   const std::vector<int> sizes = {4, 4, 4, 4, 2};
-  EXPECT_EQ(quest_blocks(bounds, sizes, 8), (std::vector<int>{1, 3}));  // tie: block 1 first
+  EXPECT_EQ(quest_blocks(bounds, sizes, 8), (std::vector<int>{1, 3}));   // tie: block 1 first
   EXPECT_EQ(quest_blocks(bounds, sizes, 11), (std::vector<int>{1, 3}));  // block 2 does not fit
   EXPECT_EQ(quest_blocks(bounds, sizes, 12), (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(quest_blocks(bounds, sizes, 3), std::vector<int>{});
@@ -107,16 +107,18 @@ TEST(SparseRules, OptionsAreCheckedWithTheFlagsNames) {
   EXPECT_NE(test::error_of([&] { validate(o, c, 16); }).find("--topk"), std::string::npos);
   o.topk = 8;
   o.selector = SelectorKind::kQuest;
-  EXPECT_NE(test::error_of([&] { validate(o, c, 16); })
-                .find("expected at least the block size 16 for quest (it attends whole blocks)"),
+  EXPECT_NE(test::error_of([&] {
+              validate(o, c, 16);
+            }).find("expected at least the block size 16 for quest (it attends whole blocks)"),
             std::string::npos);
   EXPECT_NO_THROW(validate(o, c, 8));
   o.selector = SelectorKind::kProxy;
   o.proxy_dims = 3;
   EXPECT_NE(test::error_of([&] { validate(o, c, 16); }).find("an even number in [2, 16]"),
             std::string::npos);
-  EXPECT_NE(test::error_of([] { parse_selector_kind("h2o", "--selector"); })
-                .find("expected oracle, quest or proxy"),
+  EXPECT_NE(test::error_of([] {
+              parse_selector_kind("h2o", "--selector");
+            }).find("expected oracle, quest or proxy"),
             std::string::npos);
   EXPECT_EQ(parse_selector_kind("quest", "--selector"), SelectorKind::kQuest);
 }
@@ -214,8 +216,8 @@ class SelectorOnCache : public ::testing::TestWithParam<const char*> {
       view.selector = selector;
     }
     std::vector<float> out(static_cast<std::size_t>(kHeads * kHeadDim)), scratch;
-    cpu::paged_attention(view, 0, {kHeads, kKvHeads, kHeadDim}, c.q.data(), out.data(),
-                         kTokens - 1, nullptr, scratch);
+    cpu::paged_attention(view, 0, {kHeads, kKvHeads, kHeadDim}, c.q.data(), out.data(), kTokens - 1,
+                         nullptr, scratch);
     if (selector != nullptr) selector->end_query();
     return out;
   }
@@ -256,7 +258,8 @@ TEST_P(SelectorOnCache, TheOraclePicksEachHeadsTrueTopKAndForcedSlots) {
     std::iota(rest.begin(), rest.end(), 2);
     std::stable_sort(rest.begin(), rest.end(),
                      [&](int x, int y) { return score(c, h, x) > score(c, h, y); });
-    for (int i = 0; i < 4; ++i) a[static_cast<std::size_t>(rest[static_cast<std::size_t>(i)])] = true;
+    for (int i = 0; i < 4; ++i)
+      a[static_cast<std::size_t>(rest[static_cast<std::size_t>(i)])] = true;
     const auto picked = s.picked(0, h);
     for (int t = 0; t < kTokens; ++t) {
       EXPECT_EQ(picked[static_cast<std::size_t>(t)] != 0, a[static_cast<std::size_t>(t)])
