@@ -1,6 +1,7 @@
 // kvscope eval sparse: sparse attention by token selection (oracle top-k, Quest's blocks, a proxy
-// indexer from the model's weights) on the real model against dense attention over the same whole
-// fp32 cache, each budget beside token eviction at the same budget. All runs in lockstep.
+// indexer from the model's weights, SparQ's query channels) on the real model against dense
+// attention over the same whole fp32 cache, each budget beside token eviction at the same budget.
+// All runs in lockstep.
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -31,7 +32,7 @@ SparsePlan parse_plan(const Args& args) {
   SparsePlan p;
   p.topk = parse_int_list(args.get("--topk", "64,128,256"), "--topk", 1,
                           std::numeric_limits<int>::max(), "comma-separated integers >= 1");
-  for (const std::string& s : split_list(args.get("--selector", "oracle,quest,proxy")))
+  for (const std::string& s : split_list(args.get("--selector", "oracle,quest,proxy,sparq")))
     p.selectors.push_back(parse_selector_kind(s, "--selector"));
   p.base.sinks = args.get_int("--sinks", 0);
   p.base.recent = args.get_int("--recent", 0);
@@ -88,7 +89,8 @@ nlohmann::json row_json(const Row& r, const QualityReport& q, const SparseCost& 
     j["sinks"] = o.sinks;
     j["recent"] = o.recent;
     j["dense_layers"] = o.dense_layers;
-    if (o.selector == SelectorKind::kProxy) j["proxy_dims"] = o.proxy_dims;
+    if (o.selector == SelectorKind::kProxy || o.selector == SelectorKind::kSparq)
+      j["proxy_dims"] = o.proxy_dims;
   } else {
     const EvictionConfig& e = r.evict->options().evictor.policy;
     j["policy"] = eviction_kind_name(e.kind);
@@ -124,8 +126,7 @@ int run(const Args& args) {
   SparsePlan plan = parse_plan(args);
   EvalModel m = load_eval_model(args);
   if (m.backend->name() != "cpu") {
-    fail_expected("--backend", "cpu (sparse selection runs on the CPU backend)",
-                  m.backend->name());
+    fail_expected("--backend", "cpu (sparse selection runs on the CPU backend)", m.backend->name());
   }
   const ModelConfig& c = m.config();
   plan.base.proxy_dims = args.get_int("--proxy-dims", std::max(2, c.head_dim() / 4 / 2 * 2));
@@ -187,7 +188,8 @@ int run(const Args& args) {
   if (dense_keys == 0.0) {
     long queries = 0;
     for (const auto& w : evaluator->windows()) {
-      for (std::size_t p = 0; p < w.size(); ++p, ++queries) dense_keys += static_cast<double>(p + 1);
+      for (std::size_t p = 0; p < w.size(); ++p, ++queries)
+        dense_keys += static_cast<double>(p + 1);
     }
     dense_keys /= static_cast<double>(std::max(1L, queries));
   }
@@ -239,9 +241,9 @@ int run(const Args& args) {
 const Subverb& eval_sparse_verb() {
   static const Subverb verb{
       "sparse",
-      "sparse attention by token selection (oracle, quest, proxy) beside eviction",
-      eval_value_flags({"--topk", "--selector", "--sinks", "--recent", "--dense-layers", "--proxy-dims",
-                        "--evict-beside", "--bucket", "--block-size"}),
+      "sparse attention by token selection (oracle, quest, proxy, sparq) beside eviction",
+      eval_value_flags({"--topk", "--selector", "--sinks", "--recent", "--dense-layers",
+                        "--proxy-dims", "--evict-beside", "--bucket", "--block-size"}),
       {"--json"},
       eval_help(R"(usage: kvscope eval sparse [options]
 
@@ -254,11 +256,12 @@ and K/V bytes read per token against dense, indexer included. All runs in lockst
   --topk LIST                keys per query head (default 64,128,256)
   --selector LIST            oracle (the true top-k scores: the bound any indexer can reach),
                              quest (whole blocks by Quest's min/max bound), proxy (top-k by q.k
-                             over a few RoPE pairs chosen by weight norm); default all three
+                             over a few RoPE pairs chosen by weight norm), sparq (top-k by q.k
+                             over the query's largest |q| channels); default all four
   --sinks S                  first tokens always attended, counted in k (default 0)
   --recent R                 last tokens always attended, counted in k (default 0)
   --dense-layers L           the first L layers attend every key (Quest's setup: 2; default 0)
-  --proxy-dims R             proxy: indexer channels per head, even (default head_dim / 4)
+  --proxy-dims R             proxy, sparq: channels per head (proxy: even; default head_dim / 4)
   --evict-beside POLICY      eviction at each k: window, sinks (StreamingLLM, 4 sinks; the
                              default), h2o, snapkv, tova, random, or none
   --bucket B                 per-position figures in buckets of B in the JSON (default 256

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "engine/analysis/eviction_quality.h"
+#include "engine/analysis/sparse_quality.h"
 #include "engine/backend/backend.h"
 #include "engine/common/error.h"
 #include "engine/infer/step_runner.h"
@@ -21,13 +22,13 @@ bool kv_is_fp32(const SimConfig& config) {
 
 bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& config,
                          int generation, int request, std::vector<int> tokens,
-                         std::optional<KvFormat> preview) {
+                         std::optional<KvFormat> preview, std::optional<SparseOptions> selection) {
   if (busy() || !model || tokens.empty()) return false;
   busy_request_ = request;
   // The work returns null when cancelled (nothing is handed over).
   return launch([this, model = std::move(model), config, generation, request,
-                 tokens = std::move(tokens),
-                 preview]() mutable -> std::shared_ptr<AttentionCapture> {
+                 tokens = std::move(tokens), preview,
+                 selection]() mutable -> std::shared_ptr<AttentionCapture> {
     auto cap = std::make_shared<AttentionCapture>();
     cap->generation = generation;
     cap->request = request;
@@ -38,8 +39,9 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
       tokens.resize(static_cast<std::size_t>(c.seq_len));
     cap->tokens = tokens;
     const bool run_fp32 = kv_is_fp32(config);
-    if (!run_fp32) preview.reset();
+    if (!run_fp32 || selection) preview.reset();
     cap->preview = preview;
+    cap->selection = selection;
     try {
       const int n = static_cast<int>(tokens.size());
       auto backend = make_cpu_backend(1);
@@ -48,7 +50,31 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
       auto recorder = std::make_unique<AttentionRecorder>(
           AttentionShapeInfo{c.n_layers, c.n_heads, n}, /*full_matrix_limit=*/512);
       bool captured = false;
-      if (config.evicts_tokens()) {
+      if (selection) {
+        // Sparse attention over the run's whole cache, in its formats and block size.
+        if (config.evicts_tokens() || config.mla) {
+          throw Error("attention", std::string("key selection keeps the whole cache: a run ") +
+                                       (config.mla ? "with an MLA latent cache" : "that evicts") +
+                                       " has none to select from");
+        }
+        validate(*selection, c, bs);
+        struct Cancelled {};
+        SparseVariant variant(*selection, bs,
+                              selection->selector == SelectorKind::kProxy
+                                  ? proxy_channels(c, model->weights(), selection->proxy_dims)
+                                  : std::vector<std::vector<int>>{},
+                              config.k_format, config.v_format);
+        variant.set_capture(recorder.get());
+        try {
+          variant.run(transformer, tokens, [this](int, std::span<const float>) {
+            if (cancelled()) throw Cancelled{};
+          });
+        } catch (const Cancelled&) {
+          return nullptr;
+        }
+        if (!run_fp32) cap->errors_note = "not measured while a key selection is shown";
+        captured = true;
+      } else if (config.evicts_tokens()) {
         // The run evicts: capture what its cache computed, with the same policy.
         struct Cancelled {};
         EvictionRunOptions o;
@@ -68,7 +94,9 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         cap->under_eviction = true;
         captured = true;
       }
-      if (config.mla && (!run_fp32 || preview)) {
+      if (selection) {
+        // The capture above is the selection's; the error strip is for the dense run.
+      } else if (config.mla && (!run_fp32 || preview)) {
         cap->errors_note = "not measured for an MLA latent cache (the capture stores plain K/V)";
       } else if (!run_fp32 || preview) {
         // The recorder watches the run in the run's own formats: the quantized-cache run for a

@@ -17,6 +17,7 @@
 #include "engine/evict/attention_stats.h"
 #include "engine/model/checkpoint.h"
 #include "engine/sched/sim_config.h"
+#include "engine/sparse/key_selector.h"
 
 namespace kvscope::ui {
 
@@ -38,6 +39,9 @@ struct AttentionCapture {
   // it cannot be measured (errors_note says why).
   std::unique_ptr<KvErrorProfile> errors;
   std::string errors_note;
+  // Sparse attention by token selection (engine/sparse): each query head attended only to the
+  // keys this selector picked from the whole cache; a key it skipped has weight 0.
+  std::optional<SparseOptions> selection;
 };
 
 // Whether the run keeps K and V in exact fp32 (no quantization error to measure unless a format
@@ -51,8 +55,12 @@ class AttentionJob : public BackgroundJob<AttentionCapture> {
 
   // Starts capturing; ignored (returns false) while a capture is running. `preview` (fp32 runs
   // only; ignored otherwise) is stored for K and V to measure what that format would do.
+  // `selection`: capture sparse attention instead, each query attending only to the keys the
+  // selector picks from the run's whole cache (not for runs that evict tokens or cache latents:
+  // the capture fails saying so); no quantization error is measured then.
   bool start(std::shared_ptr<const Model> model, const SimConfig& config, int generation,
-             int request, std::vector<int> tokens, std::optional<KvFormat> preview = {});
+             int request, std::vector<int> tokens, std::optional<KvFormat> preview = {},
+             std::optional<SparseOptions> selection = {});
   int busy_request() const { return busy_request_; }
   void cancel_after_finish() { wait(); }  // tests: lets a running capture finish, then joins
 

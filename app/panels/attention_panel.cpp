@@ -22,7 +22,56 @@ namespace {
 
 constexpr float kLogFloor = 1e-4f;  // log scale: weights below this draw as background
 
+// A key the selection skipped: a faint blue-grey, unlike an evicted key's grey.
+ImU32 not_picked_color(const Palette& pal) {
+  return mix_color(pal.block_free, IM_COL32(90, 110, 150, 255), 0.3f);
+}
+
+// Whether a run has a whole cache to select keys from (no token eviction, no latent cache).
+bool selectable(const SimConfig& config) {
+  return !config.evicts_tokens() && !config.mla;
+}
+
+// The "keys" combo's label of a selection.
+std::string selection_label(const std::optional<SparseOptions>& s) {
+  if (!s) return "all (dense)";
+  return std::string(selector_kind_name(s->selector)) + " top-" + std::to_string(s->topk);
+}
+
 }  // namespace
+
+void AttentionPanel::draw_selection_combo(const RunInfo& info) {
+  const float w = ImGui::GetFontSize() * 7.5f;
+  flow_same_line(labeled_width(w, "keys"), ImGui::GetStyle().ItemSpacing.x);
+  const bool can = selectable(info.config);
+  ImGui::BeginDisabled(!can);
+  ImGui::SetNextItemWidth(w);
+  if (ImGui::BeginCombo("keys", selection_label(can ? selection_ : std::nullopt).c_str())) {
+    std::vector<std::optional<SparseOptions>> choices = {std::nullopt};
+    const int bs = info.config.block_size, hd = info.shape.head_dim();
+    for (SelectorKind kind : {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kSparq}) {
+      for (int k : {16, 32, 64}) {
+        if (kind == SelectorKind::kQuest && k < bs) continue;  // whole blocks: k >= block size
+        SparseOptions o;
+        o.selector = kind;
+        o.topk = k;
+        o.proxy_dims = std::max(1, hd / 4);
+        choices.push_back(o);
+      }
+    }
+    for (const std::optional<SparseOptions>& c : choices) {
+      if (ImGui::Selectable(selection_label(c).c_str(), c == selection_)) selection_ = c;
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::EndDisabled();
+  item_tooltip(can ? "Sparse attention: each query head attends only to k keys a selector picks "
+                     "from the whole cache (oracle: the true top-k; quest: whole blocks by "
+                     "their min/max bound; sparq: q.k over the query's largest channels). "
+                     "Keys not picked stay cached (kvscope eval sparse measures the quality)"
+                   : "This run evicts tokens or caches MLA latents: there is no whole cache to "
+                     "select keys from");
+}
 
 std::string AttentionPanel::help() const {
   return "Attention weights say how much each new token (a query, one row) reads from every "
@@ -354,7 +403,7 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
                               avail.y - fs * 0.8f - legend_h - axis_h - error_strip_height()));
   const float cell = side / static_cast<float>(n);
   const int bin = std::max(1, static_cast<int>(std::ceil(1.0f / cell)));  // keys per drawn cell
-  draw_matrix_legend(pal, !live.empty());
+  draw_matrix_legend(pal, !live.empty(), cap.selection.has_value());
   ImGui::InvisibleButton("##matrix", ImVec2(side + fs + left, side + fs * 0.8f + axis_h));
   const ImVec2 o(ImGui::GetItemRectMin().x + fs * 0.5f + left,
                  ImGui::GetItemRectMin().y + fs * 0.7f);
@@ -374,7 +423,14 @@ void AttentionPanel::draw_matrix(AppState& state, const AttentionCapture& cap, i
       const float t = log_scale_ ? (std::log10(std::max(v, kLogFloor)) - std::log10(kLogFloor)) /
                                        -std::log10(kLogFloor)
                                  : (vmax > 0 ? v / vmax : 0.0f);
-      if (t <= 0.0f) continue;
+      if (t <= 0.0f) {
+        // Under a selection a weight of exactly 0 is a key the query did not pick (still cached).
+        if (cap.selection && v == 0.0f) {
+          const ImVec2 a(o.x + k * cell, o.y + q * cell);
+          dl->AddRectFilled(a, ImVec2(a.x + cell * bin, a.y + cell * bin), not_picked_color(pal));
+        }
+        continue;
+      }
       ImU32 c = attention_heat_color(t, pal.block_free);
       if (!live.empty() && static_cast<std::size_t>(k) < live.size() &&
           live[static_cast<std::size_t>(k)] == 0)
@@ -422,8 +478,12 @@ void AttentionPanel::matrix_tooltip(const AppState& state, const AttentionCaptur
       } else {
         ImGui::Text("query %d \"%s\" -> key %d \"%s\"", q, token_text(state, cap, q).c_str(), k,
                     token_text(state, cap, k).c_str());
-        ImGui::Text("weight %.4f",
-                    view_[static_cast<std::size_t>(q) * un + static_cast<std::size_t>(k)]);
+        const float w = view_[static_cast<std::size_t>(q) * un + static_cast<std::size_t>(k)];
+        ImGui::Text("weight %.4f", w);
+        if (cap.selection && w == 0.0f && !mean_heads_) {
+          ImGui::TextDisabled("not picked by %s: still in the cache, a later query may pick it",
+                              selector_kind_name(cap.selection->selector));
+        }
         if (std::find(sinks_.begin(), sinks_.end(), k) != sinks_.end())
           ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "detected sink");
       }
@@ -447,7 +507,7 @@ void AttentionPanel::draw_causal_mask(ImDrawList* dl, const Palette& pal, ImVec2
 }
 
 // What the heatmap's colours mean: weights, evicted keys, the causal mask, sinks.
-void AttentionPanel::draw_matrix_legend(const Palette& pal, bool evictions) const {
+void AttentionPanel::draw_matrix_legend(const Palette& pal, bool evictions, bool selection) const {
   const float fs = ImGui::GetFontSize();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const auto swatch = [&](ImU32 fill, const char* text, bool hatch) {
@@ -465,6 +525,7 @@ void AttentionPanel::draw_matrix_legend(const Palette& pal, bool evictions) cons
   swatch(attention_heat_color(0.9f, pal.block_free),
          log_scale_ ? "weight (log, 1e-4 to 1)" : "weight (linear)", false);
   if (evictions) swatch(mix_color(pal.block_free, pal.text_dim, 0.35f), "evicted key", false);
+  if (selection) swatch(not_picked_color(pal), "not picked (weight 0, still cached)", false);
   swatch(mix_color(pal.panel_bg, pal.block_free, 0.5f), "masked (key after query)", true);
   ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(pal.warn), "v");
   ImGui::SameLine(0.0f, 4.0f);
@@ -534,10 +595,14 @@ void AttentionPanel::draw(AppState& state) {
   const auto cit = captures_.find(request);
   const AttentionCapture* cap = cit != captures_.end() ? cit->second.get() : nullptr;
   const std::optional<KvFormat> preview = wanted_preview(*info);
-  const bool preview_stale = show_errors_ && cap != nullptr && cap->preview != preview;
+  const std::optional<SparseOptions> selection =
+      selectable(info->config) ? selection_ : std::nullopt;
+  const bool preview_stale =
+      cap != nullptr &&
+      ((show_errors_ && !selection && cap->preview != preview) || cap->selection != selection);
   if ((cap == nullptr || static_cast<int>(cap->tokens.size()) < n || preview_stale) &&
       !job_.busy() && last_error_.empty())
-    job_.start(info->model, info->config, generation_, request, tokens, preview);
+    job_.start(info->model, info->config, generation_, request, tokens, preview, selection);
 
   draw_header(*info, request);
 
@@ -611,6 +676,7 @@ void AttentionPanel::draw_header(const RunInfo& info, int request) {
   ImGui::EndDisabled();
   flow_same_line(check_width("mean of heads"), gap);
   user_chose_ |= ImGui::Checkbox("mean of heads", &mean_heads_);
+  draw_selection_combo(info);
   flow_same_line(check_width("log"), gap);
   ImGui::Checkbox("log", &log_scale_);
   item_tooltip("Colour by log10(weight) from 1e-4 to 1 (off: linear, scaled to the largest)");
@@ -651,6 +717,16 @@ void AttentionPanel::draw_view_caption(const AppState& state, const AttentionCap
     sinks += (i ? ", " : "") + std::to_string(sinks_[i]);
   if (sinks_.size() > 6) sinks += " (+" + std::to_string(sinks_.size() - 6) + ")";
   ImGui::PushTextWrapPos(0.0f);
+  if (cap.selection) {
+    const SparseOptions& o = *cap.selection;
+    ImGui::TextDisabled(
+        "Sparse attention: each query head attends %d keys %s; the cache keeps every key, so "
+        "one skipped now can be picked later (eviction would have lost it).",
+        o.topk,
+        o.selector == SelectorKind::kOracle  ? "with the highest true scores (the oracle)"
+        : o.selector == SelectorKind::kQuest ? "in whole blocks by Quest's min/max bound"
+                                             : "by q.k over its largest |q| channels (SparQ)");
+  }
   ImGui::TextDisabled(
       "%d tokens at step %d, %s. Sinks (red, >= 4x the uniform share): %s%s", n, state.step(),
       n <= kMatrixLimit ? "query (row) x key (column)" : "cumulative attention per key",

@@ -53,6 +53,10 @@ class AttentionPanel final : public Panel {
     grid_k_ = first_k;
   }
   bool sink_grid() const { return grid_; }
+  // Sparse attention by token selection instead of dense: each query head attends only to the
+  // keys `selection` picks from the whole cache (engine/sparse); none: dense (the default).
+  void set_selection(std::optional<SparseOptions> selection) { selection_ = selection; }
+  const std::optional<SparseOptions>& selection() const { return selection_; }
   int layer() const { return layer_; }
   int head() const { return head_; }
   // [layer * heads + head] shares of the last grid drawn (tests).
@@ -95,7 +99,9 @@ class AttentionPanel final : public Panel {
   void focus_hottest_head(const AttentionCapture& cap);
   void draw_heat_scale(const Palette& pal, const char* what, bool log) const;
   static void draw_causal_mask(ImDrawList* dl, const Palette& pal, ImVec2 o, float side);
-  void draw_matrix_legend(const Palette& pal, bool evictions) const;
+  void draw_matrix_legend(const Palette& pal, bool evictions, bool selection) const;
+  // The "keys" combo: all (dense) or a selector and k; disabled for runs that evict or use MLA.
+  void draw_selection_combo(const RunInfo& info);
   std::string token_text(const AppState& state, const AttentionCapture& cap, int pos) const;
   // Quantization-error overlay (attention_qerr.cpp).
   std::optional<KvFormat> wanted_preview(const RunInfo& info) const;  // fp32 runs with overlay
@@ -121,7 +127,8 @@ class AttentionPanel final : public Panel {
   bool mean_heads_ = false;
   bool log_scale_ = true;
   bool show_errors_ = false;
-  std::string preview_ = "int4";  // format previewed on fp32 runs (K and V)
+  std::string preview_ = "int4";            // format previewed on fp32 runs (K and V)
+  std::optional<SparseOptions> selection_;  // sparse attention shown instead of dense
   // The weights shown, cached by what they depend on.
   const AttentionCapture* view_of_ = nullptr;
   int view_layer_ = -1, view_head_ = -1, view_n_ = -1;

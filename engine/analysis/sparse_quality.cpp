@@ -1,4 +1,4 @@
-// SparseVariant: teacher-forced runs through a whole fp32 cache with a key selector on its views.
+// SparseVariant: teacher-forced runs through a whole cache with a key selector on its views.
 #include "engine/analysis/sparse_quality.h"
 
 #include "engine/infer/step_runner.h"
@@ -23,33 +23,44 @@ SparseCost sparse_cost(const SparseStats& s, const ModelConfig& c, double k_head
   return out;
 }
 
+SparseVariant::SparseVariant(const SparseOptions& options, int block_size,
+                             std::vector<std::vector<int>> channels, const KvFormat& k_format,
+                             const KvFormat& v_format)
+    : options_(options),
+      block_size_(block_size),
+      channels_(std::move(channels)),
+      k_format_(k_format),
+      v_format_(v_format) {}
+
+KvLayout SparseVariant::layout(const ModelConfig& c) const {
+  return kv_layout_for(c, block_size_, 1, k_format_, v_format_);
+}
+
 namespace {
 
-constexpr double kF32 = sizeof(float);
-
-KvLayout fp32_layout(const ModelConfig& c, int block_size) {
-  const KvFormat f32;  // fp32 by default
-  return kv_layout_for(c, block_size, 1, f32, f32);
+// One head of one token's K or V in `f`, in bytes (scales included).
+double head_bytes(const KvFormat& f, const ModelConfig& c, int block_size, KvKind kind) {
+  return f.bytes_per_token(block_size, c.n_kv_heads, c.head_dim(), kind) / c.n_kv_heads;
 }
 
 }  // namespace
 
-SparseVariant::SparseVariant(const SparseOptions& options, int block_size,
-                             std::vector<std::vector<int>> channels)
-    : options_(options), block_size_(block_size), channels_(std::move(channels)) {}
-
 CacheFootprint SparseVariant::footprint(const ModelConfig& c) const {
-  double bytes = fp32_layout(c, block_size_).bytes_per_token();
+  const KvLayout L = layout(c);
+  double bytes = L.bytes_per_token();
+  // The index is kept in the keys' format: its elements cost what a key's do.
+  const double elem = head_bytes(k_format_, c, block_size_, KvKind::kKey) / c.head_dim();
   const double heads = static_cast<double>(c.n_layers) * c.n_kv_heads;
   if (options_.selector == SelectorKind::kQuest)
-    bytes += heads * 2.0 * c.head_dim() * kF32 / block_size_;
-  if (options_.selector == SelectorKind::kProxy) bytes += heads * options_.proxy_dims * kF32;
-  return {bytes, 0.0};
+    bytes += heads * 2.0 * c.head_dim() * elem / block_size_;
+  if (options_.selector == SelectorKind::kProxy) bytes += heads * options_.proxy_dims * elem;
+  return {bytes, static_cast<double>(L.staging_bytes_per_sequence())};
 }
 
 SparseCost SparseVariant::cost(const ModelConfig& c) const {
-  const double head = c.head_dim() * kF32;
-  return sparse_cost(stats_, c, head, head, kF32);
+  const double k = head_bytes(k_format_, c, block_size_, KvKind::kKey);
+  const double v = head_bytes(v_format_, c, block_size_, KvKind::kValue);
+  return sparse_cost(stats_, c, k, v, k / c.head_dim());
 }
 
 // One window through the whole fp32 cache, a position per engine step, each query's view carrying
@@ -59,14 +70,14 @@ class SparseStepper final : public VariantStepper {
   SparseStepper(SparseVariant& v, const ModelConfig& c, const std::vector<int>& window)
       : v_(v),
         window_(window),
-        seq_(fp32_layout(c, v.block_size_), static_cast<int>(window.size())),
+        seq_(v.layout(c), static_cast<int>(window.size())),
         selector_(c, v.options_, v.channels_) {}
 
   StepToken prepare(int pos) override {
     KvSeqView view = seq_.append();
     selector_.begin_query(view.num_slots);
     view.selector = &selector_;
-    return StepToken{window_[static_cast<std::size_t>(pos)], pos, view, true, nullptr};
+    return StepToken{window_[static_cast<std::size_t>(pos)], pos, view, true, v_.capture_};
   }
   void after(int /*pos*/) override { selector_.end_query(); }
   void finish() override {

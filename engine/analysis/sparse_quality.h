@@ -44,11 +44,15 @@ SparseCost sparse_cost(const SparseStats& s, const ModelConfig& c, double k_head
 class SparseVariant final : public CacheVariant {
  public:
   // `channels`: proxy_channels() of the model for the proxy selector (empty otherwise). The cache
-  // is fp32 in blocks of `block_size`: the loss measured is selection's alone.
+  // holds blocks of `block_size` in fp32 by default: the loss measured is selection's alone.
   SparseVariant(const SparseOptions& options, int block_size,
-                std::vector<std::vector<int>> channels = {});
+                std::vector<std::vector<int>> channels = {}, const KvFormat& k_format = {},
+                const KvFormat& v_format = {});
+  // Optional: every query's attention rows as the selection left them (a key not picked gets 0),
+  // keys by slot = token index; e.g. for the UI's heatmap.
+  void set_capture(AttentionObserver* capture) { capture_ = capture; }
   std::string name() const override { return sparse_variant_name(options_); }
-  // The whole fp32 cache, plus the index the selector keeps beside it: Quest's per-block minima
+  // The whole cache, plus the index the selector keeps beside it: Quest's per-block minima
   // and maxima (2 x head_dim per block and KV head), the proxy's r channels of every key.
   CacheFootprint footprint(const ModelConfig& c) const override;
   void run(Transformer& t, const std::vector<int>& window,
@@ -62,9 +66,12 @@ class SparseVariant final : public CacheVariant {
 
  private:
   friend class SparseStepper;
+  KvLayout layout(const ModelConfig& c) const;
   SparseOptions options_;
   int block_size_;
   std::vector<std::vector<int>> channels_;
+  KvFormat k_format_, v_format_;
+  AttentionObserver* capture_ = nullptr;
   SparseStats stats_;
 };
 

@@ -19,20 +19,24 @@ const char* selector_kind_name(SelectorKind kind) {
       return "quest";
     case SelectorKind::kProxy:
       return "proxy";
+    case SelectorKind::kSparq:
+      return "sparq";
   }
   return "?";
 }
 
 SelectorKind parse_selector_kind(const std::string& text, const std::string& flag) {
-  for (SelectorKind k : {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kProxy})
+  for (SelectorKind k :
+       {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kProxy, SelectorKind::kSparq})
     if (text == selector_kind_name(k)) return k;
-  fail_expected(flag, "oracle, quest or proxy", text);
+  fail_expected(flag, "oracle, quest, proxy or sparq", text);
 }
 
 std::string sparse_variant_name(const SparseOptions& o) {
   std::string name = selector_kind_name(o.selector);
   name.append(" k=").append(std::to_string(o.topk));
-  if (o.selector == SelectorKind::kProxy) name.append(" r=").append(std::to_string(o.proxy_dims));
+  if (o.selector == SelectorKind::kProxy || o.selector == SelectorKind::kSparq)
+    name.append(" r=").append(std::to_string(o.proxy_dims));
   if (o.sinks > 0) name.append(" sinks=").append(std::to_string(o.sinks));
   if (o.recent > 0) name.append(" recent=").append(std::to_string(o.recent));
   if (o.dense_layers > 0) name.append(" dense=").append(std::to_string(o.dense_layers));
@@ -59,6 +63,11 @@ void validate(const SparseOptions& o, const ModelConfig& c, int block_size) {
       (o.proxy_dims < 2 || o.proxy_dims > hd || o.proxy_dims % 2 != 0)) {
     fail_expected("--proxy-dims",
                   "an even number in [2, " + std::to_string(hd) + "] (indexer channels per head)",
+                  std::to_string(o.proxy_dims));
+  }
+  if (o.selector == SelectorKind::kSparq && (o.proxy_dims < 1 || o.proxy_dims > hd)) {
+    fail_expected("--proxy-dims",
+                  "an integer in [1, " + std::to_string(hd) + "] (channels each query reads)",
                   std::to_string(o.proxy_dims));
   }
 }
@@ -240,6 +249,27 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
         indexer_elems_[at] = nlive * static_cast<double>(ch.size());
         break;
       }
+      case SelectorKind::kSparq: {
+        // The query's r largest |q_i| (equal: the lower channel), then q . k over them.
+        std::vector<float> magnitude(static_cast<std::size_t>(hd));
+        std::vector<int> dims(static_cast<std::size_t>(hd));
+        for (int i = 0; i < hd; ++i) {
+          magnitude[static_cast<std::size_t>(i)] = std::fabs(query.q[i]);
+          dims[static_cast<std::size_t>(i)] = i;
+        }
+        const std::vector<int> ch = top_slots(magnitude, dims, o_.proxy_dims);
+        std::vector<float> rank(static_cast<std::size_t>(n), -INFINITY);
+        for (int t : candidates) {
+          const float* k = keys.head(t, query.kv_head, tmp.data());
+          float s = 0.0f;
+          for (int i : ch) s += query.q[i] * k[i];
+          rank[static_cast<std::size_t>(t)] = s;
+        }
+        for (int t : top_slots(rank, candidates, budget)) pick[t] = 1;
+        indexer_macs_[at] = nlive * static_cast<double>(ch.size());
+        indexer_elems_[at] = nlive * static_cast<double>(ch.size());
+        break;
+      }
       case SelectorKind::kQuest: {
         const int bs = v.block_size(), nb = (n + bs - 1) / bs;
         std::vector<float> bounds(static_cast<std::size_t>(nb), -INFINITY);
@@ -297,9 +327,11 @@ void SparseSelector::end_query() {
       const std::size_t first = static_cast<std::size_t>(l) * c_.n_heads + g * group;
       stats_.keys_dense_read += live_[first];
       // The indexer reads its keys (or bounds) once for the group; each head computes its own.
-      stats_.indexer_elems += indexer_elems_[first];
+      // SparQ's heads each read their own channels.
+      if (o_.selector != SelectorKind::kSparq) stats_.indexer_elems += indexer_elems_[first];
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const std::size_t at = static_cast<std::size_t>(l) * c_.n_heads + h;
+        if (o_.selector == SelectorKind::kSparq) stats_.indexer_elems += indexer_elems_[at];
         if (selected_[at] == 0) {
           throw InternalError("SparseSelector", "layer " + std::to_string(l) + " head " +
                                                     std::to_string(h) + " was never selected");

@@ -20,6 +20,9 @@
 //   the indexer's channels; the proxy score of a key is q . k over those r channels only (RoPE
 //   rotates each pair as a unit, so this is exactly those channels' share of the true score).
 //   The top-k keys by proxy score are attended.
+// - sparq: SparQ Attention's first step (Ribar et al., 2023), query-aware and training-free: the r
+//   channels where this query head's |q_i| is largest, then the top-k keys by q . k over those
+//   channels. Each query head reads its own channels of every key.
 // Sinks (the first S slots) and a recent window (the last R, the query's own slot among them) can
 // be forced in; they count against the budget k. The first L layers can be left dense.
 #pragma once
@@ -55,9 +58,9 @@ class KeySelector {
   virtual void select(const SelectionQuery& query, std::span<float> scores) = 0;
 };
 
-enum class SelectorKind { kOracle, kQuest, kProxy };
+enum class SelectorKind { kOracle, kQuest, kProxy, kSparq };
 const char* selector_kind_name(SelectorKind kind);
-// "oracle" | "quest" | "proxy"; throws Error(flag, ...) naming the choices otherwise.
+// "oracle" | "quest" | "proxy" | "sparq"; throws Error(flag, ...) naming the choices otherwise.
 SelectorKind parse_selector_kind(const std::string& text, const std::string& flag);
 
 struct SparseOptions {
@@ -67,6 +70,7 @@ struct SparseOptions {
   int recent = 0;        // last slots always attended (the query's own slot is the last)
   int proxy_dims = 16;   // proxy: indexer channels per KV head (even, <= head_dim)
   int dense_layers = 0;  // the first layers attend every key (Quest leaves its first two dense)
+  bool operator==(const SparseOptions&) const = default;
 };
 
 // "oracle k=64", "quest k=64 sinks=4", ...

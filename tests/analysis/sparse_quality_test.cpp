@@ -37,7 +37,8 @@ TEST(SparseQuality, EveryKeyKeptIsDenseAttentionBitForBit) {
   const ModelConfig& c = t.config();
   QualityEvaluator eval(t, windows_of(m), 16);
   const auto channels = proxy_channels(c, m.model->weights(), 4);
-  for (SelectorKind kind : {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kProxy}) {
+  for (SelectorKind kind :
+       {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kProxy, SelectorKind::kSparq}) {
     SparseVariant v(options(kind, 512), 16, channels);
     const QualityReport r = eval.evaluate(v);
     EXPECT_EQ(r.kl_mean, 0.0) << v.name();

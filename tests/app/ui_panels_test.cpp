@@ -518,6 +518,90 @@ void capture_attention(AttentionPanel& panel, AppState& state) {
   }
 }
 
+// Sparse attention in the heatmap: with a selection each query row of each head has at most k
+// nonzero weights, every row still sums to 1, the dense capture comes back when the selection is
+// cleared, and the panel draws (legend, caption, tooltip) with the mouse over the matrix.
+TEST(AttentionPanel, ASelectionShowsEachQueryAttendingKKeysOfTheWholeCache) {
+  HeadlessImGui imgui(ImVec2(1000, 900));
+  MinimalAtStep60 m;
+  AppState& state = m.state;
+  AttentionPanel panel;
+  capture_attention(panel, state);
+  const AttentionCapture* dense = panel.capture(0);
+  ASSERT_NE(dense, nullptr);
+  ASSERT_FALSE(dense->selection.has_value());
+  const int n = static_cast<int>(dense->tokens.size());
+  ASSERT_GT(n, 16) << "the sequence must be longer than k for the selection to drop keys";
+  // The dense weights, kept: the panel replaces its capture when the selection changes.
+  const int layers = dense->n_layers, heads = dense->n_heads;
+  std::vector<float> dense_w;
+  for (int l = 0; l < layers; ++l)
+    for (int h = 0; h < heads; ++h)
+      for (int q = 0; q < n; ++q)
+        for (int k = 0; k < n; ++k) dense_w.push_back(dense->recorder->weight(l, h, q, k));
+  const auto dense_at = [&](int l, int h, int q, int k) {
+    return dense_w[((static_cast<std::size_t>(l) * heads + h) * n + q) * n + k];
+  };
+  SparseOptions o;
+  o.selector = SelectorKind::kOracle;
+  o.topk = 8;
+  panel.set_selection(o);
+  capture_attention(panel, state);
+  const AttentionCapture* sparse = panel.capture(0);
+  ASSERT_NE(sparse, nullptr);
+  ASSERT_EQ(sparse->selection, o);
+  const AttentionRecorder& rec = *sparse->recorder;
+  ASSERT_TRUE(rec.has_full_matrices());
+  long dropped = 0;
+  for (int l = 0; l < sparse->n_layers; ++l) {
+    for (int h = 0; h < sparse->n_heads; ++h) {
+      for (int q = 0; q < n; ++q) {
+        int nonzero = 0;
+        double sum = 0.0;
+        for (int k = 0; k <= q; ++k) {
+          const float w = rec.weight(l, h, q, k);
+          nonzero += w > 0.0f ? 1 : 0;
+          sum += w;
+          dropped += w == 0.0f && dense_at(l, h, q, k) > 0.0f ? 1 : 0;
+        }
+        ASSERT_LE(nonzero, 8) << "layer " << l << " head " << h << " query " << q;
+        ASSERT_NEAR(sum, 1.0, 1e-5);
+      }
+    }
+  }
+  EXPECT_GT(dropped, 0);
+  ImGuiIO& io = ImGui::GetIO();
+  for (int f = 0; f < 30; ++f) {  // the mouse over the matrix: tooltips of picked and skipped keys
+    io.MousePos =
+        ImVec2(static_cast<float>(60 + (f * 53) % 900), static_cast<float>(120 + (f * 97) % 760));
+    draw_attention_frame(panel, state, "selection, frame " + std::to_string(f));
+  }
+  panel.set_selection(std::nullopt);
+  capture_attention(panel, state);
+  ASSERT_NE(panel.capture(0), nullptr);
+  EXPECT_FALSE(panel.capture(0)->selection.has_value());
+  for (int k = 0; k < n; ++k)
+    EXPECT_EQ(panel.capture(0)->recorder->weight(1, 0, n - 1, k), dense_at(1, 0, n - 1, k));
+}
+
+// A run that evicts tokens has no whole cache to select from: the job says so in one line.
+TEST(AttentionPanel, SelectionOnAnEvictingRunIsRefusedWithAReason) {
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("eviction-budget.json"));
+  run->wait();
+  AppState state(run->make_source());
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  ASSERT_TRUE(info->config.evicts_tokens());
+  AttentionJob job;
+  SparseOptions o;
+  ASSERT_TRUE(job.start(info->model, info->config, 1, 0, {1, 2, 3}, std::nullopt, o));
+  job.cancel_after_finish();
+  const auto cap = job.take();
+  ASSERT_NE(cap, nullptr);
+  EXPECT_NE(cap->error.find("key selection keeps the whole cache: a run that evicts has none"),
+            std::string::npos)
+      << cap->error;
+}
+
 // The sink grid: every layer x head, each cell the capture's share on the first token(s), equal to
 // the recorder's own figure; a click on a cell opens that head's heatmap.
 TEST(AttentionPanel, SinkGridShowsEveryHeadAndAClickOpensIt) {

@@ -118,7 +118,7 @@ TEST(SparseRules, OptionsAreCheckedWithTheFlagsNames) {
             std::string::npos);
   EXPECT_NE(test::error_of([] {
               parse_selector_kind("h2o", "--selector");
-            }).find("expected oracle, quest or proxy"),
+            }).find("expected oracle, quest, proxy or sparq"),
             std::string::npos);
   EXPECT_EQ(parse_selector_kind("quest", "--selector"), SelectorKind::kQuest);
 }
@@ -228,7 +228,8 @@ TEST_P(SelectorOnCache, EveryKeyKeptIsDenseAttentionBitForBit) {
   const Case c = random_case(7);
   (void)fill(c);
   const std::vector<float> dense = attend(c, nullptr);
-  for (SelectorKind kind : {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kProxy}) {
+  for (SelectorKind kind :
+       {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kProxy, SelectorKind::kSparq}) {
     SparseOptions o;
     o.selector = kind;
     o.topk = kTokens;
@@ -362,6 +363,35 @@ TEST_P(SelectorOnCache, TheProxyRanksByItsChannelsOnly) {
   attend(c, &oracle);
   EXPECT_EQ(oracle.picked(0, 0)[9], 1);  // the true best
   EXPECT_EQ(proxy.stats().indexer_macs, double(kHeads * kTokens * 2));
+}
+
+TEST_P(SelectorOnCache, SparqReadsTheQuerysLargestChannels) {
+  Case c = random_case(12);
+  // Head 0's query is large on channel 3 only; slot 9 is the one key large there, slot 5 is
+  // larger on the small channels taken together.
+  for (int t = 0; t < kTokens; ++t) {
+    for (int i = 0; i < kHeadDim; ++i)
+      c.k[static_cast<std::size_t>((t * kKvHeads) * kHeadDim + i)] = 0.0f;
+  }
+  for (int i = 0; i < kHeadDim; ++i) c.q[static_cast<std::size_t>(i)] = i == 3 ? 5.0f : 1.0f;
+  c.k[static_cast<std::size_t>((9 * kKvHeads) * kHeadDim + 3)] = 1.0f;
+  for (int i = 0; i < kHeadDim; ++i)
+    if (i != 3) c.k[static_cast<std::size_t>((5 * kKvHeads) * kHeadDim + i)] = 1.0f;
+  (void)fill(c);
+  SparseOptions o;
+  o.selector = SelectorKind::kSparq;
+  o.topk = 1;
+  o.proxy_dims = 1;
+  SparseSelector sparq(tiny_config(), o);
+  attend(c, &sparq);
+  EXPECT_EQ(sparq.picked(0, 0)[9], 1);
+  EXPECT_EQ(sparq.picked(0, 0)[5], 0);
+  o.selector = SelectorKind::kOracle;
+  SparseSelector oracle(tiny_config(), o);
+  attend(c, &oracle);
+  EXPECT_EQ(oracle.picked(0, 0)[5], 1);  // 7 channels of 1 beat one of 5
+  // Each query head reads its own channel of every key: 4 heads x 24 keys x 1.
+  EXPECT_EQ(sparq.stats().indexer_elems, double(kHeads * kTokens));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, SelectorOnCache, ::testing::Values("fp32", "int8"));
