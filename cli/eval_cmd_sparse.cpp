@@ -14,6 +14,7 @@
 #include "engine/analysis/eviction_quality.h"
 #include "engine/analysis/sparse_quality.h"
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 
 namespace kvscope::cli {
 namespace {
@@ -135,7 +136,12 @@ int run(const Args& args) {
       SparseOptions o = plan.base;
       o.selector = kind;
       o.topk = k;
-      validate(o, c, block_size);
+      with_setting_sources({{kSparseTopk, "--topk"},
+                            {kSparseSinks, "--sinks"},
+                            {kSparseRecent, "--recent"},
+                            {kSparseDenseLayers, "--dense-layers"},
+                            {kSparseProxyDims, "--proxy-dims"}},
+                           [&] { validate(o, c, block_size); });
     }
   }
   bool any_proxy = false;

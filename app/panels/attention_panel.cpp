@@ -43,10 +43,14 @@ std::string selection_label(const std::optional<SparseOptions>& s) {
 void AttentionPanel::draw_selection_combo(const RunInfo& info) {
   const float w = ImGui::GetFontSize() * 7.5f;
   flow_same_line(labeled_width(w, "keys"), ImGui::GetStyle().ItemSpacing.x);
-  const bool can = selectable(info.config);
+  const bool own = info.config.sparse_attention.has_value();  // the run's own selection
+  const bool can = selectable(info.config) && !own;
   ImGui::BeginDisabled(!can);
   ImGui::SetNextItemWidth(w);
-  if (ImGui::BeginCombo("keys", selection_label(can ? selection_ : std::nullopt).c_str())) {
+  const std::optional<SparseOptions> shown = own   ? info.config.sparse_attention
+                                             : can ? selection_
+                                                   : std::nullopt;
+  if (ImGui::BeginCombo("keys", selection_label(shown).c_str())) {
     std::vector<std::optional<SparseOptions>> choices = {std::nullopt};
     const int bs = info.config.block_size, hd = info.shape.head_dim();
     for (SelectorKind kind : {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kSparq}) {
@@ -65,12 +69,14 @@ void AttentionPanel::draw_selection_combo(const RunInfo& info) {
     ImGui::EndCombo();
   }
   ImGui::EndDisabled();
-  item_tooltip(can ? "Sparse attention: each query head attends only to k keys a selector picks "
-                     "from the whole cache (oracle: the true top-k; quest: whole blocks by "
-                     "their min/max bound; sparq: q.k over the query's largest channels). "
-                     "Keys not picked stay cached (kvscope eval sparse measures the quality)"
-                   : "This run evicts tokens or caches MLA latents: there is no whole cache to "
-                     "select keys from");
+  item_tooltip(own   ? "This run attends sparsely itself (its scenario's cache.sparse_attention): "
+                       "the heatmap shows the keys each of its queries picked"
+               : can ? "Sparse attention: each query head attends only to k keys a selector picks "
+                       "from the whole cache (oracle: the true top-k; quest: whole blocks by "
+                       "their min/max bound; sparq: q.k over the query's largest channels). "
+                       "Keys not picked stay cached (kvscope eval sparse measures the quality)"
+                     : "This run evicts tokens or caches MLA latents: there is no whole cache to "
+                       "select keys from");
 }
 
 std::string AttentionPanel::help() const {

@@ -72,6 +72,28 @@ EvictorOptions parse_token_eviction(const JsonReader& r, const json& j, const st
   return options;
 }
 
+// Sparse attention (engine/sparse). Its rules that need the model's shape (quest's k against the
+// block size, the dense layers, the indexer's channels) are checked by the Simulator.
+SparseOptions parse_sparse_attention(const JsonReader& r, const json& j, const std::string& at) {
+  r.only_keys(j, at, {"selector", "topk", "sinks", "recent", "dense_layers", "proxy_dims"});
+  r.require(j, at, "selector", "\"oracle\", \"quest\", \"proxy\" or \"sparq\"");
+  r.require(j, at, "topk", "an integer >= 1 (keys each query head attends to)");
+  SparseOptions o;
+  o.selector = parse_selector_kind(r.string(j["selector"], json_path(at, "selector")),
+                                   r.file() + ": " + json_path(at, "selector"));
+  o.topk = r.int32(j["topk"], json_path(at, "topk"), 1, 1 << 24);
+  if (j.contains("sinks")) o.sinks = r.int32(j["sinks"], json_path(at, "sinks"), 0, 1 << 24);
+  if (j.contains("recent")) o.recent = r.int32(j["recent"], json_path(at, "recent"), 0, 1 << 24);
+  if (j.contains("dense_layers")) {
+    o.dense_layers = r.int32(j["dense_layers"], json_path(at, "dense_layers"), 0, 1 << 16);
+  }
+  // 0: head_dim / 4, set when the model is known (resolve_scenario).
+  o.proxy_dims = j.contains("proxy_dims")
+                     ? r.int32(j["proxy_dims"], json_path(at, "proxy_dims"), 1, 1 << 16)
+                     : 0;
+  return o;
+}
+
 MlaOptions parse_mla(const JsonReader& r, const json& j, const std::string& at) {
   r.only_keys(j, at, {"rank", "mode", "rope_dims", "rope_select"});
   r.require(j, at, "rank", "an integer >= 1 (latent values per token and layer)");
@@ -245,6 +267,15 @@ void apply_token_eviction_and_mla(const CacheSection& s, CacheSettings& c) {
   if (j.contains("token_eviction")) {
     c.token_eviction = parse_token_eviction(r, j["token_eviction"], s.path("token_eviction"));
     c.token_eviction_at = s.path("token_eviction");
+  }
+  if (j.contains("sparse_attention")) {
+    if (j["sparse_attention"].is_null()) {
+      c.sim.sparse_attention.reset();
+    } else {
+      c.sim.sparse_attention =
+          parse_sparse_attention(r, j["sparse_attention"], s.path("sparse_attention"));
+    }
+    c.sparse_at = s.path("sparse_attention");
   }
   if (j.contains("mla")) {
     if (j["mla"].is_null()) {

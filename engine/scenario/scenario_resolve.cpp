@@ -58,6 +58,25 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
                     std::to_string(*v.head));
     }
   }
+  if (cfg.sparse_attention) {
+    SparseOptions& o = *cfg.sparse_attention;
+    const std::string sparse_at = s.path + ": " + c.sparse_at;
+    if (o.proxy_dims == 0) {  // the default: a quarter of a head (even, for the proxy's pairs)
+      o.proxy_dims = std::max(1, shape.head_dim() / 4);
+      if (o.selector == SelectorKind::kProxy) o.proxy_dims = std::max(2, o.proxy_dims / 2 * 2);
+    }
+    if (c.mla || cfg.evicts_tokens()) {
+      fail_expected(sparse_at,
+                    "no token eviction or MLA beside it (selection keeps the whole K/V cache)",
+                    c.mla ? "cache.mla" : "cache.token_eviction");
+    }
+    with_setting_sources({{kSparseTopk, sparse_at + ".topk"},
+                          {kSparseSinks, sparse_at + ".sinks"},
+                          {kSparseRecent, sparse_at + ".recent"},
+                          {kSparseDenseLayers, sparse_at + ".dense_layers"},
+                          {kSparseProxyDims, sparse_at + ".proxy_dims"}},
+                         [&] { validate(o, shape, cfg.block_size); });
+  }
   run.mla = c.mla;
   if (c.mla) {
     // The latent rows live in the K format's encoding (see mla_layout_for).

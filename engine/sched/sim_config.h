@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/prefix/eviction_policy.h"
 #include "engine/prefix/prefix_index.h"
+#include "engine/sparse/key_selector.h"
 #include "engine/tiers/kv_tier_store.h"
 
 namespace kvscope {
@@ -76,6 +78,10 @@ struct SimConfig {
   // (paged allocator, no prefix caching, no KIVI, recompute preemption, real weights) that trims
   // it to the budget after each token, prefill included. See docs/concepts/eviction.md.
   EvictorOptions token_eviction;
+  // Sparse attention by token selection (engine/sparse): every sequence keeps its whole cache and
+  // each query head attends only to the keys this selector picks (real weights, CPU backend; not
+  // with token eviction or MLA). Absent: dense. docs/concepts/sparse-attention.md.
+  std::optional<SparseOptions> sparse_attention;
   // A request finishes early when it samples one of these (real weights only): llama2.c's BOS and
   // EOS by default; resolve_scenario sets the tokenizer's stop tokens.
   std::vector<int> stop_tokens = {1, 2};

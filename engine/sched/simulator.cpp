@@ -7,6 +7,7 @@
 
 #include "engine/analysis/pool_metrics.h"
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/tokenizer_text.h"
 
@@ -31,6 +32,21 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
     fail_expected("cache.mla", "no token eviction beside the MLA latent cache (not supported)",
                   "rank " + std::to_string(c.mla->rank()) + " with token eviction " +
                       eviction_kind_name(c.token_eviction.policy.kind));
+  }
+  if (c.sparse_attention && (c.mla || c.evicts_tokens())) {
+    fail_expected(
+        "cache.sparse_attention",
+        "no token eviction or MLA beside it (selection keeps the whole K/V cache)",
+        c.mla ? std::string("an MLA latent cache")
+              : "token eviction " + std::string(eviction_kind_name(c.token_eviction.policy.kind)));
+  }
+  if (c.sparse_attention) {
+    with_setting_sources({{kSparseTopk, "cache.sparse_attention.topk"},
+                          {kSparseSinks, "cache.sparse_attention.sinks"},
+                          {kSparseRecent, "cache.sparse_attention.recent"},
+                          {kSparseDenseLayers, "cache.sparse_attention.dense_layers"},
+                          {kSparseProxyDims, "cache.sparse_attention.proxy_dims"}},
+                         [&] { validate(*c.sparse_attention, m, c.block_size); });
   }
   if (c.max_tokens_per_step < 0)
     fail_expected("max_tokens_per_step", "a non-negative integer",
@@ -69,6 +85,11 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
     : config_(std::move(config)), model_(std::move(model)) {
   const ModelConfig& m = model_.config;
   validate(config_, requests, m);
+  if (config_.sparse_attention && model_.weights == nullptr) {
+    fail_expected("cache.sparse_attention",
+                  "a model with weights (a bookkeeping run computes no attention to select in)",
+                  "no weights");
+  }
   const int reservation = config_.reservation(m.seq_len);
   const bool compute = model_.weights != nullptr;
   const KvLayout layout = layout_for(config_, m);

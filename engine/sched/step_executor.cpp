@@ -17,6 +17,15 @@ StepExecutor::StepExecutor(const SimConfig& config, const SimModel& model, KvCac
     if (backend_ == nullptr)
       throw InternalError("simulator", "SimConfig::make_backend gave no backend");
     transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
+    if (config_.sparse_attention) {
+      const SparseOptions& o = *config_.sparse_attention;
+      selector_ = std::make_unique<SparseSelector>(
+          model_.config, o,
+          o.selector == SelectorKind::kProxy
+              ? proxy_channels(model_.config, model_.weights->weights(), o.proxy_dims)
+              : std::vector<std::vector<int>>{},
+          /*record=*/false);
+    }
   }
   if (config_.evicts_tokens()) evictors_.resize(static_cast<std::size_t>(num_requests));
 }
@@ -30,6 +39,7 @@ std::vector<StepExecutor::NextToken> StepExecutor::forward(
     const RequestRun& r = requests[static_cast<std::size_t>(entry.id)];
     KvSeqView view = cache_.view(SeqId(r.id));
     view.mla = config_.mla.get();
+    view.selector = selector_.get();
     // Token pos writes slot pos and attends to everything up to it.
     add_chunk(step, view, r.num_computed,
               std::span<const int>(r.tokens).subspan(static_cast<std::size_t>(r.num_computed),

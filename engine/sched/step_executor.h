@@ -84,6 +84,8 @@ class StepExecutor final : public SequenceListener {
   const int* step_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
+  // Sparse attention: one selector for every sequence's views (it keeps no per-query state).
+  std::unique_ptr<SparseSelector> selector_;
   // [request id] the running request's evictor (+ attention recorder), else null.
   std::vector<std::unique_ptr<EvictingCacheHook>> evictors_;
   LogitsObserver logits_observer_;

@@ -44,29 +44,32 @@ std::string sparse_variant_name(const SparseOptions& o) {
 }
 
 void validate(const SparseOptions& o, const ModelConfig& c, int block_size) {
-  if (o.topk < 1) fail_expected("--topk", "integers >= 1 (keys per query)", std::to_string(o.topk));
+  const std::string topk(kSparseTopk);
+  if (o.topk < 1) fail_expected(topk, "integers >= 1 (keys per query)", std::to_string(o.topk));
   if (o.selector == SelectorKind::kQuest && o.topk < block_size) {
-    fail_expected("--topk",
+    fail_expected(topk,
                   "at least the block size " + std::to_string(block_size) +
                       " for quest (it attends whole blocks)",
                   std::to_string(o.topk));
   }
-  if (o.sinks < 0) fail_expected("--sinks", "an integer >= 0", std::to_string(o.sinks));
-  if (o.recent < 0) fail_expected("--recent", "an integer >= 0", std::to_string(o.recent));
+  if (o.sinks < 0)
+    fail_expected(std::string(kSparseSinks), "an integer >= 0", std::to_string(o.sinks));
+  if (o.recent < 0)
+    fail_expected(std::string(kSparseRecent), "an integer >= 0", std::to_string(o.recent));
   if (o.dense_layers < 0 || o.dense_layers > c.n_layers) {
-    fail_expected("--dense-layers",
+    fail_expected(std::string(kSparseDenseLayers),
                   "an integer in [0, " + std::to_string(c.n_layers) + "] (the model's layers)",
                   std::to_string(o.dense_layers));
   }
   const int hd = c.head_dim();
   if (o.selector == SelectorKind::kProxy &&
       (o.proxy_dims < 2 || o.proxy_dims > hd || o.proxy_dims % 2 != 0)) {
-    fail_expected("--proxy-dims",
+    fail_expected(std::string(kSparseProxyDims),
                   "an even number in [2, " + std::to_string(hd) + "] (indexer channels per head)",
                   std::to_string(o.proxy_dims));
   }
   if (o.selector == SelectorKind::kSparq && (o.proxy_dims < 1 || o.proxy_dims > hd)) {
-    fail_expected("--proxy-dims",
+    fail_expected(std::string(kSparseProxyDims),
                   "an integer in [1, " + std::to_string(hd) + "] (channels each query reads)",
                   std::to_string(o.proxy_dims));
   }
@@ -158,8 +161,8 @@ std::vector<std::vector<int>> proxy_channels(const ModelConfig& c, const Weights
 }
 
 SparseSelector::SparseSelector(const ModelConfig& c, const SparseOptions& o,
-                               std::vector<std::vector<int>> channels)
-    : c_(c), o_(o), channels_(std::move(channels)) {
+                               std::vector<std::vector<int>> channels, bool record)
+    : c_(c), o_(o), record_(record), channels_(std::move(channels)) {
   const auto heads = static_cast<std::size_t>(c_.n_layers) * c_.n_heads;
   if (o_.selector == SelectorKind::kProxy &&
       channels_.size() != static_cast<std::size_t>(c_.n_layers) * c_.n_kv_heads) {
@@ -191,20 +194,32 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
   const KvSeqView& v = *query.view;
   const int n = static_cast<int>(scores.size()), hd = query.head_dim;
   const std::size_t at = static_cast<std::size_t>(query.layer) * c_.n_heads + query.head;
-  if (n != n_ || selected_[at] != 0) {
-    throw InternalError("SparseSelector", "layer " + std::to_string(query.layer) + " head " +
-                                              std::to_string(query.head) + " selected over " +
-                                              std::to_string(n) + " slots, query of " +
-                                              std::to_string(n_) +
-                                              (selected_[at] ? ", twice" : ""));
+  // Not recording: this call's own picks (threads select distinct heads concurrently).
+  thread_local std::vector<std::uint8_t> own;
+  std::uint8_t* pick = nullptr;
+  if (record_) {
+    if (n != n_ || selected_[at] != 0) {
+      throw InternalError("SparseSelector", "layer " + std::to_string(query.layer) + " head " +
+                                                std::to_string(query.head) + " selected over " +
+                                                std::to_string(n) + " slots, query of " +
+                                                std::to_string(n_) +
+                                                (selected_[at] ? ", twice" : ""));
+    }
+    selected_[at] = 1;
+    pick = row(query.layer, query.head);
+  } else {
+    own.assign(static_cast<std::size_t>(n), 0);
+    pick = own.data();
   }
-  selected_[at] = 1;
-  std::uint8_t* pick = row(query.layer, query.head);
   std::vector<int> live;
   for (int t = 0; t < n; ++t)
     if (v.slot_live == nullptr || v.slot_live[t] != 0) live.push_back(t);
-  live_[at] = static_cast<int>(live.size());
-  indexer_macs_[at] = indexer_elems_[at] = 0.0;
+  // Not recording: the counts go to a scratch slot nobody reads.
+  thread_local double unused_macs, unused_elems;
+  double& macs = record_ ? indexer_macs_[at] : unused_macs;
+  double& elems = record_ ? indexer_elems_[at] : unused_elems;
+  if (record_) live_[at] = static_cast<int>(live.size());
+  macs = elems = 0.0;
   // Every key fits, or a layer left dense: nothing to choose.
   if (static_cast<int>(live.size()) <= o_.topk || query.layer < o_.dense_layers) {
     for (int t : live) pick[t] = 1;
@@ -230,8 +245,8 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
     switch (o_.selector) {
       case SelectorKind::kOracle: {
         for (int t : top_slots(scores, candidates, budget)) pick[t] = 1;
-        indexer_macs_[at] = nlive * hd;  // every score
-        indexer_elems_[at] = nlive * hd;
+        macs = nlive * hd;  // every score
+        elems = nlive * hd;
         break;
       }
       case SelectorKind::kProxy: {
@@ -245,8 +260,8 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
           rank[static_cast<std::size_t>(t)] = s;
         }
         for (int t : top_slots(rank, candidates, budget)) pick[t] = 1;
-        indexer_macs_[at] = nlive * static_cast<double>(ch.size());
-        indexer_elems_[at] = nlive * static_cast<double>(ch.size());
+        macs = nlive * static_cast<double>(ch.size());
+        elems = nlive * static_cast<double>(ch.size());
         break;
       }
       case SelectorKind::kSparq: {
@@ -266,8 +281,8 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
           rank[static_cast<std::size_t>(t)] = s;
         }
         for (int t : top_slots(rank, candidates, budget)) pick[t] = 1;
-        indexer_macs_[at] = nlive * static_cast<double>(ch.size());
-        indexer_elems_[at] = nlive * static_cast<double>(ch.size());
+        macs = nlive * static_cast<double>(ch.size());
+        elems = nlive * static_cast<double>(ch.size());
         break;
       }
       case SelectorKind::kQuest: {
@@ -298,8 +313,8 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
           for (int t = b * bs; t < std::min(n, (b + 1) * bs); ++t)
             if (v.slot_live == nullptr || v.slot_live[t] != 0) pick[t] = 1;
         }
-        indexer_macs_[at] = 2.0 * nb * hd;  // q_i * min_i and q_i * max_i per channel
-        indexer_elems_[at] = 2.0 * nb * hd;
+        macs = 2.0 * nb * hd;  // q_i * min_i and q_i * max_i per channel
+        elems = 2.0 * nb * hd;
         break;
       }
     }

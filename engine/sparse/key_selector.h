@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/common/config.h"
@@ -75,7 +76,14 @@ struct SparseOptions {
 
 // "oracle k=64", "quest k=64 sinks=4", ...
 std::string sparse_variant_name(const SparseOptions& o);
-// Throws Error(flag, ...) for k < 1, quest's k below the block size (it takes whole blocks: a
+// The settings validate() names in its errors (their where()), in the engine's words; a caller
+// that knows which flag or JSON key carried one puts that in its place (setting_source.h).
+inline constexpr std::string_view kSparseTopk = "sparse attention's k";
+inline constexpr std::string_view kSparseSinks = "sparse attention's sinks";
+inline constexpr std::string_view kSparseRecent = "sparse attention's recent keys";
+inline constexpr std::string_view kSparseDenseLayers = "sparse attention's dense layers";
+inline constexpr std::string_view kSparseProxyDims = "sparse attention's indexer channels";
+// Throws Error(setting, ...) for k < 1, quest's k below the block size (it takes whole blocks: a
 // smaller budget fits none), negative sinks/recent, dense layers outside [0, layers], or proxy
 // dims odd / out of range.
 void validate(const SparseOptions& o, const ModelConfig& c, int block_size);
@@ -116,9 +124,11 @@ struct SparseStats {
 class SparseSelector final : public KeySelector {
  public:
   // `channels`: proxy_channels() of the model, for the proxy selector (ignored otherwise). The
-  // options must pass validate() for the views' block size.
+  // options must pass validate() for the views' block size. `record` false: a selector for any
+  // number of queries and sequences at once (the Simulator's steps: a prefill chunk's queries, many
+  // sequences), which keeps no picks and no counts (begin_query/end_query are not called).
   SparseSelector(const ModelConfig& c, const SparseOptions& o,
-                 std::vector<std::vector<int>> channels = {});
+                 std::vector<std::vector<int>> channels = {}, bool record = true);
   void begin_query(int num_slots);
   void select(const SelectionQuery& query, std::span<float> scores) override;
   // Adds the query's counts to stats(). Throws InternalError if a (layer, head) went unselected.
@@ -132,6 +142,7 @@ class SparseSelector final : public KeySelector {
   std::uint8_t* row(int layer, int head);
   ModelConfig c_;
   SparseOptions o_;
+  bool record_ = true;
   std::vector<std::vector<int>> channels_;  // [layer * kv_heads + kv_head]
   int n_ = 0;
   // Per query: [layers][heads][n_] picks; per (layer, head): selected yet, its live keys and what

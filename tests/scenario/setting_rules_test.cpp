@@ -138,6 +138,53 @@ TEST(SettingRules, MlaRulesNameTheSettingOrTheKeyThatCarriedIt) {
   EXPECT_NE(e.find("got 4096"), std::string::npos) << e;
 }
 
+// Sparse attention's rules: the engine's words from validate(), the flag from the CLI (tests/cli),
+// the JSON key from a scenario (the shape's checks at resolve time), and the Simulator's own
+// refusals (beside eviction, without weights).
+TEST(SettingRules, SparseAttentionRulesNameTheSettingOrTheKeyThatCarriedIt) {
+  const ModelConfig& c = test::real_model().model->config();
+  SparseOptions o;
+  o.selector = SelectorKind::kQuest;
+  o.topk = 8;
+  EXPECT_EQ(test::error_of([&] { validate(o, c, 16); }),
+            "sparse attention's k: expected at least the block size 16 for quest (it attends "
+            "whole blocks), got 8");
+  const auto resolve_error = [&](const std::string& cache) {
+    const Scenario s = parse_scenario_text(
+        scenario_json(cache, R"([{"prompt_tokens": [1], "max_new_tokens": 1}])"), "s.json");
+    return test::error_of([&] { (void)resolve_scenario(s, "", c, nullptr); });
+  };
+  EXPECT_EQ(
+      resolve_error(R"("num_blocks": 8, "sparse_attention": {"selector": "quest", "topk": 8})"),
+      "s.json: cache.sparse_attention.topk: expected at least the block size 16 for quest "
+      "(it attends whole blocks), got 8");
+  EXPECT_EQ(
+      resolve_error(R"("num_blocks": 8, "sparse_attention": {"selector": "oracle", "topk": 8,)"
+                    R"( "dense_layers": 6})"),
+      "s.json: cache.sparse_attention.dense_layers: expected an integer in [0, 5] (the "
+      "model's layers), got 6");
+  EXPECT_EQ(
+      resolve_error(R"("num_blocks": 8, "sparse_attention": {"selector": "oracle", "topk": 8},)"
+                    R"( "token_eviction": {"policy": "window", "budget": 8})"),
+      "s.json: cache.sparse_attention: expected no token eviction or MLA beside it (selection "
+      "keeps the whole K/V cache), got cache.token_eviction");
+  EXPECT_EQ(
+      scenario_error(
+          scenario_json(R"("num_blocks": 8, "sparse_attention": {"selector": "h2o", "topk": 8})")),
+      "s.json: cache.sparse_attention.selector: expected oracle, quest, proxy or sparq, got h2o");
+  EXPECT_NE(scenario_error(
+                scenario_json(R"("num_blocks": 8, "sparse_attention": {"selector": "oracle"})"))
+                .find("cache.sparse_attention.topk"),
+            std::string::npos);
+  // The Simulator: a bookkeeping run has no attention to select in.
+  SimConfig sc;
+  sc.num_blocks = 64;
+  sc.sparse_attention = SparseOptions{};
+  EXPECT_EQ(test::error_of([&] { Simulator sim(sc, shape_only(), one_request()); }),
+            "cache.sparse_attention: expected a model with weights (a bookkeeping run computes no "
+            "attention to select in), got no weights");
+}
+
 TEST(SettingRules, SettingSourcesRelocateOnlyTheirOwnSettings) {
   auto budget_error = [] { throw Error(std::string(kEvictionBudget), "expected 2, got 1"); };
   EXPECT_EQ(test::error_of([&] {
