@@ -601,8 +601,11 @@ void AttentionPanel::draw(AppState& state) {
   const auto cit = captures_.find(request);
   const AttentionCapture* cap = cit != captures_.end() ? cit->second.get() : nullptr;
   const std::optional<KvFormat> preview = wanted_preview(*info);
-  const std::optional<SparseOptions> selection =
-      selectable(info->config) ? selection_ : std::nullopt;
+  // A run that attends sparsely itself shows its own selection; another run, the one picked here.
+  const std::optional<SparseOptions> selection = info->config.sparse_attention
+                                                     ? info->config.sparse_attention
+                                                 : selectable(info->config) ? selection_
+                                                                            : std::nullopt;
   const bool preview_stale =
       cap != nullptr &&
       ((show_errors_ && !selection && cap->preview != preview) || cap->selection != selection);

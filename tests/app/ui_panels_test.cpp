@@ -12,6 +12,8 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include "app/core/attention_job.h"
 #include "app/core/headless.h"
 #include "app/core/prefix_tree.h"
@@ -582,6 +584,42 @@ TEST(AttentionPanel, ASelectionShowsEachQueryAttendingKKeysOfTheWholeCache) {
   EXPECT_FALSE(panel.capture(0)->selection.has_value());
   for (int k = 0; k < n; ++k)
     EXPECT_EQ(panel.capture(0)->recorder->weight(1, 0, n - 1, k), dense_at(1, 0, n - 1, k));
+}
+
+// A run that attends sparsely itself (cache.sparse_attention): the heatmap shows its own selection,
+// the weights its queries computed, with the "keys" combo showing it and no other choice.
+TEST(AttentionPanel, ASparseRunShowsItsOwnSelection) {
+  HeadlessImGui imgui(ImVec2(1000, 900));
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kvscope-sparse-run-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  {
+    std::ofstream out(path);
+    out << R"({"format_version": 1, "cache": {"block_size": 8, "num_blocks": 64,
+      "sparse_attention": {"selector": "oracle", "topk": 8}},
+      "workload": {"requests": [{"prompt": "Once upon a time, there was a little dog", "max_new_tokens": 40}]},
+      "steps": 60})";
+  }
+  std::unique_ptr<RunSession> run = RunSession::open(path);
+  run->wait();
+  AppState state(run->make_source());
+  state.set_step(state.num_steps() - 1);
+  state.selected_request = 0;
+  AttentionPanel panel;
+  capture_attention(panel, state);
+  const AttentionCapture* cap = panel.capture(0);
+  ASSERT_NE(cap, nullptr);
+  ASSERT_TRUE(cap->error.empty()) << cap->error;
+  ASSERT_TRUE(cap->selection.has_value());
+  EXPECT_EQ(cap->selection->topk, 8);
+  const int n = static_cast<int>(cap->tokens.size());
+  ASSERT_GT(n, 8);
+  int nonzero = 0;
+  for (int k = 0; k < n; ++k) nonzero += cap->recorder->weight(2, 1, n - 1, k) > 0.0f ? 1 : 0;
+  EXPECT_GT(nonzero, 0);
+  EXPECT_LE(nonzero, 8);
+  draw_attention_frame(panel, state, "sparse run");
+  std::filesystem::remove(path);
 }
 
 // A run that evicts tokens has no whole cache to select from: the job says so in one line.
