@@ -108,16 +108,7 @@ nlohmann::json row_json(const Row& r, const QualityReport& q, const SparseCost& 
   j["indexer_bytes_read_per_token"] = cost.indexer_bytes;
   j["dense_kv_bytes_read_per_token"] = cost.dense_kv_bytes;
   j["bytes_read_fraction_of_dense"] = cost.bytes_fraction();
-  nlohmann::json buckets = nlohmann::json::array();
-  for (const BucketQuality& b : q.buckets) {
-    buckets.push_back({{"first", b.first},
-                       {"positions", b.positions},
-                       {"ppl_reference", b.ppl_reference},
-                       {"ppl_variant", b.ppl_variant},
-                       {"kl_mean", b.kl_mean},
-                       {"top1_agreement", b.top1_agreement}});
-  }
-  j["buckets"] = buckets;
+  j["buckets"] = buckets_json(q);
   return j;
 }
 

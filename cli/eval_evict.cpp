@@ -101,16 +101,7 @@ nlohmann::json result_json(const EvictResult& e, const EvictionRunOptions& o) {
   j["blocks_freed"] = e.stats.blocks_freed;
   j["slots_moved"] = e.stats.slots_moved;
   j["keys_rotated"] = e.stats.keys_rotated;
-  nlohmann::json buckets = nlohmann::json::array();
-  for (const BucketQuality& b : e.report.buckets) {
-    buckets.push_back({{"first", b.first},
-                       {"positions", b.positions},
-                       {"ppl_reference", b.ppl_reference},
-                       {"ppl_variant", b.ppl_variant},
-                       {"kl_mean", b.kl_mean},
-                       {"top1_agreement", b.top1_agreement}});
-  }
-  j["buckets"] = buckets;
+  j["buckets"] = buckets_json(e.report);
   return j;
 }
 

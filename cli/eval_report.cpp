@@ -50,6 +50,19 @@ nlohmann::json report_json(const QualityReport& r) {
           {"mean_window_tokens", r.mean_window_tokens}};
 }
 
+nlohmann::json buckets_json(const QualityReport& r) {
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const BucketQuality& b : r.buckets) {
+    buckets.push_back({{"first", b.first},
+                       {"positions", b.positions},
+                       {"ppl_reference", b.ppl_reference},
+                       {"ppl_variant", b.ppl_variant},
+                       {"kl_mean", b.kl_mean},
+                       {"top1_agreement", b.top1_agreement}});
+  }
+  return buckets;
+}
+
 namespace {
 
 double mean_energy_kept(const MlaCodec& codec) {

@@ -13,6 +13,8 @@
 namespace kvscope::cli {
 
 nlohmann::json report_json(const QualityReport& r);
+// The report's per-position buckets (EvalScope::bucket_size), one object each.
+nlohmann::json buckets_json(const QualityReport& r);
 
 // One variant (eval format, eval mla) evaluated against the reference and reported on stdout
 // (JSON or text): windows from `source`, the model's weight format, and with `codec` the MLA

@@ -43,6 +43,16 @@ void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const 
   ++positions_;
 }
 
+void run_stepper(VariantStepper& stepper, Transformer& t, const std::vector<int>& window,
+                 const std::function<void(int, std::span<const float>)>& on_logits) {
+  for (int pos = 0; pos < static_cast<int>(window.size()); ++pos) {
+    const StepToken token = stepper.prepare(pos);
+    on_logits(pos, t.forward_step(std::span<const StepToken>(&token, 1)));
+    stepper.after(pos);
+  }
+  stepper.finish();
+}
+
 namespace {
 
 // One window through a paged cache in the given formats, a position per engine step, for

@@ -77,6 +77,11 @@ class VariantStepper {
   virtual void finish() = 0;
 };
 
+// Runs `window` through `stepper` alone, one position per engine step: what a stepper variant's
+// run() does (the lockstep of evaluate_all runs the same calls with other variants beside it).
+void run_stepper(VariantStepper& stepper, Transformer& t, const std::vector<int>& window,
+                 const std::function<void(int, std::span<const float>)>& on_logits);
+
 class CacheVariant {
  public:
   virtual ~CacheVariant() = default;

@@ -108,12 +108,7 @@ std::unique_ptr<VariantStepper> SparseVariant::stepper(Transformer& t,
 void SparseVariant::run(Transformer& t, const std::vector<int>& window,
                         const std::function<void(int, std::span<const float>)>& on_logits) {
   SparseStepper s(*this, t.config(), window);
-  for (int pos = 0; pos < static_cast<int>(window.size()); ++pos) {
-    const StepToken token = s.prepare(pos);
-    on_logits(pos, t.forward_step(std::span<const StepToken>(&token, 1)));
-    s.after(pos);
-  }
-  s.finish();
+  run_stepper(s, t, window, on_logits);
 }
 
 }  // namespace kvscope

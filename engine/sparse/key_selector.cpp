@@ -249,30 +249,22 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
         elems = nlive * hd;
         break;
       }
-      case SelectorKind::kProxy: {
-        const std::vector<int>& ch =
-            channels_[static_cast<std::size_t>(query.layer) * c_.n_kv_heads + query.kv_head];
-        std::vector<float> rank(static_cast<std::size_t>(n), -INFINITY);
-        for (int t : candidates) {
-          const float* k = keys.head(t, query.kv_head, tmp.data());
-          float s = 0.0f;
-          for (int i : ch) s += query.q[i] * k[i];
-          rank[static_cast<std::size_t>(t)] = s;
-        }
-        for (int t : top_slots(rank, candidates, budget)) pick[t] = 1;
-        macs = nlive * static_cast<double>(ch.size());
-        elems = nlive * static_cast<double>(ch.size());
-        break;
-      }
+      case SelectorKind::kProxy:
       case SelectorKind::kSparq: {
-        // The query's r largest |q_i| (equal: the lower channel), then q . k over them.
-        std::vector<float> magnitude(static_cast<std::size_t>(hd));
-        std::vector<int> dims(static_cast<std::size_t>(hd));
-        for (int i = 0; i < hd; ++i) {
-          magnitude[static_cast<std::size_t>(i)] = std::fabs(query.q[i]);
-          dims[static_cast<std::size_t>(i)] = i;
+        // proxy: the layer's and KV head's fixed channels; sparq: the query's r largest |q_i|
+        // (equal: the lower channel). Then the top keys by q . k over those channels only.
+        std::vector<int> ch;
+        if (o_.selector == SelectorKind::kProxy) {
+          ch = channels_[static_cast<std::size_t>(query.layer) * c_.n_kv_heads + query.kv_head];
+        } else {
+          std::vector<float> magnitude(static_cast<std::size_t>(hd));
+          std::vector<int> dims(static_cast<std::size_t>(hd));
+          for (int i = 0; i < hd; ++i) {
+            magnitude[static_cast<std::size_t>(i)] = std::fabs(query.q[i]);
+            dims[static_cast<std::size_t>(i)] = i;
+          }
+          ch = top_slots(magnitude, dims, o_.proxy_dims);
         }
-        const std::vector<int> ch = top_slots(magnitude, dims, o_.proxy_dims);
         std::vector<float> rank(static_cast<std::size_t>(n), -INFINITY);
         for (int t : candidates) {
           const float* k = keys.head(t, query.kv_head, tmp.data());
