@@ -7,7 +7,7 @@
 // softmax and the value sum then run as for dense attention. A selector that keeps every slot
 // leaves the row untouched, so the result is dense attention's, bit for bit.
 //
-// Three selectors (docs/concepts/sparse-attention.md):
+// Four selectors (docs/concepts/sparse-attention.md):
 // - oracle: the query's true top-k scores. The upper bound on what any indexer can pick; it reads
 //   every key to find them, so it saves no reads: it measures what selection itself costs.
 // - quest: whole KV blocks by Quest's bound. Each block keeps the per-channel minimum and maximum
