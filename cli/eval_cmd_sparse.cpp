@@ -61,22 +61,23 @@ struct Row {
   }
 };
 
-// What a row's queries attended and read, per token, beside dense attention. An eviction row
-// attends its live tokens and reads them; it has no indexer.
+// What a row's queries attended and read, per token, beside dense attention: a selection row's
+// own counts; an eviction row attends and reads its live tokens (every head the same ones, no
+// indexer), priced the same way in the fp32 cache it ran with.
 SparseCost row_cost(const Row& r, const ModelConfig& c, double dense_keys) {
   if (r.sparse) return r.sparse->cost(c);
-  SparseCost cost;
-  const EvictionRunStats& s = r.evict->stats();
+  const EvictionRunStats& e = r.evict->stats();
+  const double q = static_cast<double>(e.queries);
   const double heads = static_cast<double>(c.n_layers) * c.n_heads;
   const double kv_heads = static_cast<double>(c.n_layers) * c.n_kv_heads;
+  SparseStats s;
+  s.queries = e.queries;
+  s.keys_attended = e.mean_attended * q * heads;
+  s.keys_dense = dense_keys * q * heads;
+  s.keys_read = e.mean_attended * q * kv_heads;
+  s.keys_dense_read = dense_keys * q * kv_heads;
   const double head_bytes = c.head_dim() * 4.0;  // fp32 K or V of one head
-  cost.keys_per_query = s.mean_attended;
-  cost.dense_keys_per_query = dense_keys;
-  cost.attention_macs = 2.0 * c.head_dim() * heads * s.mean_attended;
-  cost.dense_macs = 2.0 * c.head_dim() * heads * dense_keys;
-  cost.kv_bytes = kv_heads * 2.0 * head_bytes * s.mean_attended;
-  cost.dense_kv_bytes = kv_heads * 2.0 * head_bytes * dense_keys;
-  return cost;
+  return sparse_cost(s, c, head_bytes, head_bytes, 4.0);
 }
 
 nlohmann::json row_json(const Row& r, const QualityReport& q, const SparseCost& cost) {
@@ -178,18 +179,13 @@ int run(const Args& args) {
     progress.step(std::to_string(all.size()) + " runs in lockstep");
     reports = evaluator->evaluate_all(all, progress.callback(), scope);
   }
-  // Dense attention's keys per query: what every selection row saw (the same windows).
+  // Dense attention's keys per query: query p of a window holds p + 1 keys.
   double dense_keys = 0.0;
-  for (const Row& r : rows)
-    if (r.sparse) dense_keys = r.sparse->cost(c).dense_keys_per_query;
-  if (dense_keys == 0.0) {
-    long queries = 0;
-    for (const auto& w : evaluator->windows()) {
-      for (std::size_t p = 0; p < w.size(); ++p, ++queries)
-        dense_keys += static_cast<double>(p + 1);
-    }
-    dense_keys /= static_cast<double>(std::max(1L, queries));
+  long queries = 0;
+  for (const auto& w : evaluator->windows()) {
+    for (std::size_t p = 0; p < w.size(); ++p, ++queries) dense_keys += static_cast<double>(p + 1);
   }
+  dense_keys /= static_cast<double>(std::max(1L, queries));
 
   if (args.has("--json")) {
     nlohmann::json out = nlohmann::json::array();

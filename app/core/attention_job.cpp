@@ -59,10 +59,7 @@ bool AttentionJob::start(std::shared_ptr<const Model> model, const SimConfig& co
         }
         validate(*selection, c, bs);
         struct Cancelled {};
-        SparseVariant variant(*selection, bs,
-                              selection->selector == SelectorKind::kProxy
-                                  ? proxy_channels(c, model->weights(), selection->proxy_dims)
-                                  : std::vector<std::vector<int>>{},
+        SparseVariant variant(*selection, bs, selector_channels(c, model->weights(), *selection),
                               config.k_format, config.v_format);
         variant.set_capture(recorder.get());
         try {

@@ -40,6 +40,11 @@ std::string selection_label(const std::optional<SparseOptions>& s) {
 
 }  // namespace
 
+std::optional<SparseOptions> AttentionPanel::shown_selection(const SimConfig& config) const {
+  if (config.sparse_attention) return config.sparse_attention;
+  return selectable(config) ? selection_ : std::nullopt;
+}
+
 void AttentionPanel::draw_selection_combo(const RunInfo& info) {
   const float w = ImGui::GetFontSize() * 7.5f;
   flow_same_line(labeled_width(w, "keys"), ImGui::GetStyle().ItemSpacing.x);
@@ -47,10 +52,7 @@ void AttentionPanel::draw_selection_combo(const RunInfo& info) {
   const bool can = selectable(info.config) && !own;
   ImGui::BeginDisabled(!can);
   ImGui::SetNextItemWidth(w);
-  const std::optional<SparseOptions> shown = own   ? info.config.sparse_attention
-                                             : can ? selection_
-                                                   : std::nullopt;
-  if (ImGui::BeginCombo("keys", selection_label(shown).c_str())) {
+  if (ImGui::BeginCombo("keys", selection_label(shown_selection(info.config)).c_str())) {
     std::vector<std::optional<SparseOptions>> choices = {std::nullopt};
     const int bs = info.config.block_size, hd = info.shape.head_dim();
     for (SelectorKind kind : {SelectorKind::kOracle, SelectorKind::kQuest, SelectorKind::kSparq}) {
@@ -601,11 +603,7 @@ void AttentionPanel::draw(AppState& state) {
   const auto cit = captures_.find(request);
   const AttentionCapture* cap = cit != captures_.end() ? cit->second.get() : nullptr;
   const std::optional<KvFormat> preview = wanted_preview(*info);
-  // A run that attends sparsely itself shows its own selection; another run, the one picked here.
-  const std::optional<SparseOptions> selection = info->config.sparse_attention
-                                                     ? info->config.sparse_attention
-                                                 : selectable(info->config) ? selection_
-                                                                            : std::nullopt;
+  const std::optional<SparseOptions> selection = shown_selection(info->config);
   const bool preview_stale =
       cap != nullptr &&
       ((show_errors_ && !selection && cap->preview != preview) || cap->selection != selection);

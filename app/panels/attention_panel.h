@@ -102,6 +102,9 @@ class AttentionPanel final : public Panel {
   void draw_matrix_legend(const Palette& pal, bool evictions, bool selection) const;
   // The "keys" combo: all (dense) or a selector and k; disabled for runs that evict or use MLA.
   void draw_selection_combo(const RunInfo& info);
+  // The selection the heatmap shows for a run of `config`: a sparse run's own, else the one picked
+  // in the combo when the run has a whole cache to pick from, else none (dense).
+  std::optional<SparseOptions> shown_selection(const SimConfig& config) const;
   std::string token_text(const AppState& state, const AttentionCapture& cap, int pos) const;
   // Quantization-error overlay (attention_qerr.cpp).
   std::optional<KvFormat> wanted_preview(const RunInfo& info) const;  // fp32 runs with overlay

@@ -63,7 +63,7 @@ SparseCost SparseVariant::cost(const ModelConfig& c) const {
   return sparse_cost(stats_, c, k, v, k / c.head_dim());
 }
 
-// One window through the whole fp32 cache, a position per engine step, each query's view carrying
+// One window through the whole cache, a position per engine step, each query's view carrying
 // the selector.
 class SparseStepper final : public VariantStepper {
  public:
@@ -82,15 +82,7 @@ class SparseStepper final : public VariantStepper {
   void after(int /*pos*/) override { selector_.end_query(); }
   void finish() override {
     seq_.cache().check_invariants();
-    const SparseStats& s = selector_.stats();
-    SparseStats& total = v_.stats_;
-    total.queries += s.queries;
-    total.keys_attended += s.keys_attended;
-    total.keys_dense += s.keys_dense;
-    total.keys_read += s.keys_read;
-    total.keys_dense_read += s.keys_dense_read;
-    total.indexer_macs += s.indexer_macs;
-    total.indexer_elems += s.indexer_elems;
+    v_.stats_ += selector_.stats();
   }
 
  private:

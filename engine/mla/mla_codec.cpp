@@ -13,18 +13,6 @@
 namespace kvscope {
 namespace {
 
-// Frobenius norm of rows [row, row + 2) of a [rows][dim] matrix.
-double pair_norm(const float* w, long row, int dim) {
-  double s = 0.0;
-  for (long r = row; r < row + 2; ++r) {
-    for (int j = 0; j < dim; ++j) {
-      const double x = w[r * dim + j];
-      s += x * x;
-    }
-  }
-  return std::sqrt(s);
-}
-
 // The pairs (by first dim) each KV head keeps rotary: [kv_heads][rope_dims / 2].
 std::vector<std::vector<int>> pick_rope_pairs(const Model& model, const MlaOptions& o) {
   const ModelConfig& c = model.config();
@@ -36,16 +24,7 @@ std::vector<std::vector<int>> pick_rope_pairs(const Model& model, const MlaOptio
     if (o.rope_select == RopeSelect::kWeightNorm) {
       std::vector<double> score(static_cast<std::size_t>(pairs), 0.0);
       const Weights& w = model.weights();
-      for (int l = 0; l < c.n_layers; ++l) {
-        const float* wq = w.wq + static_cast<long>(l) * c.q_dim() * c.dim;
-        const float* wk = w.wk + static_cast<long>(l) * c.kv_dim() * c.dim;
-        for (int p = 0; p < pairs; ++p) {
-          const double k = pair_norm(wk, static_cast<long>(g) * hd + 2 * p, c.dim);
-          for (int h = g * c.gqa_group(); h < (g + 1) * c.gqa_group(); ++h)
-            score[static_cast<std::size_t>(p)] +=
-                k * pair_norm(wq, static_cast<long>(h) * hd + 2 * p, c.dim);
-        }
-      }
+      for (int l = 0; l < c.n_layers; ++l) add_rope_pair_norms(c, w, l, g, score);
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
         return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
       });
@@ -58,6 +37,29 @@ std::vector<std::vector<int>> pick_rope_pairs(const Model& model, const MlaOptio
 }
 
 }  // namespace
+
+void add_rope_pair_norms(const ModelConfig& c, const Weights& w, int layer, int kv_head,
+                         std::vector<double>& score) {
+  const int hd = c.head_dim();
+  // Frobenius norm of rows [row, row + 2) of a [rows][dim] matrix.
+  auto pair_norm = [&](const float* m, long row) {
+    double s = 0.0;
+    for (long r = row; r < row + 2; ++r) {
+      for (int j = 0; j < c.dim; ++j) {
+        const double x = m[r * c.dim + j];
+        s += x * x;
+      }
+    }
+    return std::sqrt(s);
+  };
+  const float* wq = w.wq + static_cast<long>(layer) * c.q_dim() * c.dim;
+  const float* wk = w.wk + static_cast<long>(layer) * c.kv_dim() * c.dim;
+  for (int p = 0; p < hd / 2; ++p) {
+    const double k = pair_norm(wk, static_cast<long>(kv_head) * hd + 2 * p);
+    for (int h = kv_head * c.gqa_group(); h < (kv_head + 1) * c.gqa_group(); ++h)
+      score[static_cast<std::size_t>(p)] += k * pair_norm(wq, static_cast<long>(h) * hd + 2 * p);
+  }
+}
 
 int mla_full_rank(const ModelConfig& model, int rope_dims) {
   return std::min(model.n_kv_heads * (model.head_dim() - rope_dims) + model.kv_dim(), model.dim);

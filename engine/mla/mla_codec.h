@@ -93,6 +93,13 @@ KvLayout mla_layout_for(const ModelConfig& model, const MlaCodec& codec, int blo
 KvLayout mla_layout_for(const ModelConfig& model, const MlaOptions& options, int block_size,
                         int num_blocks, const KvFormat& format);
 
+// RopeSelect::kWeightNorm's score of each RoPE pair p (dims 2p, 2p + 1) of KV head `kv_head` in
+// `layer`: ||W_k pair|| x ||W_q pair|| (Frobenius norms of the pair's two rows) for each query
+// head of the GQA group, added to score[p] ([head_dim / 2]) one head at a time. MLA adds every
+// layer's into one score; sparse attention's proxy indexer (engine/sparse) ranks each layer's.
+void add_rope_pair_norms(const ModelConfig& c, const Weights& w, int layer, int kv_head,
+                         std::vector<double>& score);
+
 // Parses "a" / "b" (--mla-mode) and "high-freq" / "norm" (--mla-rope-select).
 MlaMode parse_mla_mode(const std::string& text, const std::string& where);
 RopeSelect parse_rope_select(const std::string& text, const std::string& where);

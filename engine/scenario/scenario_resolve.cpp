@@ -65,17 +65,8 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
       o.proxy_dims = std::max(1, shape.head_dim() / 4);
       if (o.selector == SelectorKind::kProxy) o.proxy_dims = std::max(2, o.proxy_dims / 2 * 2);
     }
-    if (c.mla || cfg.evicts_tokens()) {
-      fail_expected(sparse_at,
-                    "no token eviction or MLA beside it (selection keeps the whole K/V cache)",
-                    c.mla ? "cache.mla" : "cache.token_eviction");
-    }
-    with_setting_sources({{kSparseTopk, sparse_at + ".topk"},
-                          {kSparseSinks, sparse_at + ".sinks"},
-                          {kSparseRecent, sparse_at + ".recent"},
-                          {kSparseDenseLayers, sparse_at + ".dense_layers"},
-                          {kSparseProxyDims, sparse_at + ".proxy_dims"}},
-                         [&] { validate(o, shape, cfg.block_size); });
+    check_sparse_attention(o, c.mla.has_value(), cfg.evicts_tokens(), shape, cfg.block_size,
+                           sparse_at);
   }
   run.mla = c.mla;
   if (c.mla) {

@@ -2,8 +2,23 @@
 #include "engine/sched/sim_config.h"
 
 #include "engine/common/error.h"
+#include "engine/common/setting_source.h"
 
 namespace kvscope {
+
+void check_sparse_attention(const SparseOptions& o, bool mla, bool evicts_tokens,
+                            const ModelConfig& m, int block_size, const std::string& where) {
+  if (mla || evicts_tokens) {
+    fail_expected(where, "no token eviction or MLA beside it (selection keeps the whole K/V cache)",
+                  mla ? "cache.mla" : "cache.token_eviction");
+  }
+  with_setting_sources({{kSparseTopk, where + ".topk"},
+                        {kSparseSinks, where + ".sinks"},
+                        {kSparseRecent, where + ".recent"},
+                        {kSparseDenseLayers, where + ".dense_layers"},
+                        {kSparseProxyDims, where + ".proxy_dims"}},
+                       [&] { validate(o, m, block_size); });
+}
 
 AllocatorKind parse_allocator(const std::string& name, const std::string& where) {
   if (name == "paged") return AllocatorKind::kPaged;

@@ -111,6 +111,14 @@ struct SimRequest {
 // Simulator numbers sequences.
 std::vector<std::vector<int>> sequence_prompts(const std::vector<SimRequest>& requests);
 
+// Sparse attention's rules, one check for the Simulator and for the scenario loader (which runs it
+// on the model's shape before any weights load): no token eviction or MLA beside it (refused at
+// `where`), and the selector's own rules (validate in engine/sparse) located at `where`'s keys
+// (".topk", ".sinks", ...). `where` is the setting's location: "cache.sparse_attention", or a
+// scenario file and JSON path.
+void check_sparse_attention(const SparseOptions& o, bool mla, bool evicts_tokens,
+                            const ModelConfig& m, int block_size, const std::string& where);
+
 // The model the simulator runs: its shape, and its weights unless bookkeeping only (weights null:
 // no K/V bytes, no forward pass, every generated token is 0 and only max_new_tokens stops).
 struct SimModel {

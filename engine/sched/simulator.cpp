@@ -7,7 +7,6 @@
 
 #include "engine/analysis/pool_metrics.h"
 #include "engine/common/error.h"
-#include "engine/common/setting_source.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/tokenizer_text.h"
 
@@ -33,20 +32,9 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
                   "rank " + std::to_string(c.mla->rank()) + " with token eviction " +
                       eviction_kind_name(c.token_eviction.policy.kind));
   }
-  if (c.sparse_attention && (c.mla || c.evicts_tokens())) {
-    fail_expected(
-        "cache.sparse_attention",
-        "no token eviction or MLA beside it (selection keeps the whole K/V cache)",
-        c.mla ? std::string("an MLA latent cache")
-              : "token eviction " + std::string(eviction_kind_name(c.token_eviction.policy.kind)));
-  }
   if (c.sparse_attention) {
-    with_setting_sources({{kSparseTopk, "cache.sparse_attention.topk"},
-                          {kSparseSinks, "cache.sparse_attention.sinks"},
-                          {kSparseRecent, "cache.sparse_attention.recent"},
-                          {kSparseDenseLayers, "cache.sparse_attention.dense_layers"},
-                          {kSparseProxyDims, "cache.sparse_attention.proxy_dims"}},
-                         [&] { validate(*c.sparse_attention, m, c.block_size); });
+    check_sparse_attention(*c.sparse_attention, c.mla != nullptr, c.evicts_tokens(), m,
+                           c.block_size, "cache.sparse_attention");
   }
   if (c.max_tokens_per_step < 0)
     fail_expected("max_tokens_per_step", "a non-negative integer",

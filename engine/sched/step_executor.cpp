@@ -20,10 +20,7 @@ StepExecutor::StepExecutor(const SimConfig& config, const SimModel& model, KvCac
     if (config_.sparse_attention) {
       const SparseOptions& o = *config_.sparse_attention;
       selector_ = std::make_unique<SparseSelector>(
-          model_.config, o,
-          o.selector == SelectorKind::kProxy
-              ? proxy_channels(model_.config, model_.weights->weights(), o.proxy_dims)
-              : std::vector<std::vector<int>>{},
+          model_.config, o, selector_channels(model_.config, model_.weights->weights(), o),
           /*record=*/false);
     }
   }

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "engine/common/error.h"
+#include "engine/mla/mla_codec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/quant/kv_codec.h"
 
@@ -119,30 +120,12 @@ std::vector<int> quest_blocks(std::span<const float> bounds, std::span<const int
 }
 
 std::vector<std::vector<int>> proxy_channels(const ModelConfig& c, const Weights& w, int dims) {
-  const int hd = c.head_dim(), pairs = hd / 2, group = c.gqa_group();
-  auto pair_norm = [&](const float* m, long row) {
-    double s = 0.0;
-    for (long r = row; r < row + 2; ++r) {
-      for (int j = 0; j < c.dim; ++j) {
-        const double x = m[r * c.dim + j];
-        s += x * x;
-      }
-    }
-    return std::sqrt(s);
-  };
   std::vector<std::vector<int>> out;
   for (int l = 0; l < c.n_layers; ++l) {
-    const float* wq = w.wq + static_cast<long>(l) * c.q_dim() * c.dim;
-    const float* wk = w.wk + static_cast<long>(l) * c.kv_dim() * c.dim;
     for (int g = 0; g < c.n_kv_heads; ++g) {
-      std::vector<double> score(static_cast<std::size_t>(pairs), 0.0);
-      for (int p = 0; p < pairs; ++p) {
-        const double k = pair_norm(wk, static_cast<long>(g) * hd + 2 * p);
-        for (int h = g * group; h < (g + 1) * group; ++h)
-          score[static_cast<std::size_t>(p)] +=
-              k * pair_norm(wq, static_cast<long>(h) * hd + 2 * p);
-      }
-      std::vector<int> order(static_cast<std::size_t>(pairs));
+      std::vector<double> score(static_cast<std::size_t>(c.head_dim() / 2), 0.0);
+      add_rope_pair_norms(c, w, l, g, score);
+      std::vector<int> order(score.size());
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
         return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
@@ -158,6 +141,23 @@ std::vector<std::vector<int>> proxy_channels(const ModelConfig& c, const Weights
     }
   }
   return out;
+}
+
+std::vector<std::vector<int>> selector_channels(const ModelConfig& c, const Weights& w,
+                                                const SparseOptions& o) {
+  if (o.selector != SelectorKind::kProxy) return {};
+  return proxy_channels(c, w, o.proxy_dims);
+}
+
+SparseStats& SparseStats::operator+=(const SparseStats& o) {
+  queries += o.queries;
+  keys_attended += o.keys_attended;
+  keys_dense += o.keys_dense;
+  keys_read += o.keys_read;
+  keys_dense_read += o.keys_dense_read;
+  indexer_macs += o.indexer_macs;
+  indexer_elems += o.indexer_elems;
+  return *this;
 }
 
 SparseSelector::SparseSelector(const ModelConfig& c, const SparseOptions& o,
@@ -214,12 +214,12 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
   std::vector<int> live;
   for (int t = 0; t < n; ++t)
     if (v.slot_live == nullptr || v.slot_live[t] != 0) live.push_back(t);
-  // Not recording: the counts go to a scratch slot nobody reads.
-  thread_local double unused_macs, unused_elems;
-  double& macs = record_ ? indexer_macs_[at] : unused_macs;
-  double& elems = record_ ? indexer_elems_[at] : unused_elems;
-  if (record_) live_[at] = static_cast<int>(live.size());
-  macs = elems = 0.0;
+  // What the indexer spends (stored for end_query when recording; 0 when nothing is chosen).
+  double macs = 0.0, elems = 0.0;
+  if (record_) {
+    live_[at] = static_cast<int>(live.size());
+    indexer_macs_[at] = indexer_elems_[at] = 0.0;
+  }
   // Every key fits, or a layer left dense: nothing to choose.
   if (static_cast<int>(live.size()) <= o_.topk || query.layer < o_.dense_layers) {
     for (int t : live) pick[t] = 1;
@@ -310,6 +310,10 @@ void SparseSelector::select(const SelectionQuery& query, std::span<float> scores
         break;
       }
     }
+  }
+  if (record_) {
+    indexer_macs_[at] = macs;
+    indexer_elems_[at] = elems;
   }
   if (std::find(pick, pick + n, 1) == pick + n) {
     throw InternalError("SparseSelector", std::string(selector_kind_name(o_.selector)) +

@@ -102,8 +102,12 @@ std::vector<int> quest_blocks(std::span<const float> bounds, std::span<const int
                               int budget);
 // The proxy indexer's channels: for each [layer][kv head] the dims of the r/2 RoPE pairs (2p,
 // 2p + 1) with the largest ||W_q pair|| * ||W_k pair|| summed over the group's query heads (equal:
-// the lower pair), in dim order. Reads the model's fp32 weights.
+// the lower pair; the score is MLA's rope_pair_norms), in dim order. Reads the fp32 weights.
 std::vector<std::vector<int>> proxy_channels(const ModelConfig& c, const Weights& w, int dims);
+// What a SparseSelector for `o` needs from the weights: proxy_channels() for the proxy selector,
+// nothing for the others.
+std::vector<std::vector<int>> selector_channels(const ModelConfig& c, const Weights& w,
+                                                const SparseOptions& o);
 
 // What a selector did, summed over the queries it served (each a token: every layer, every head).
 // Counts, not bytes: the caller prices them in its cache's format.
@@ -115,6 +119,7 @@ struct SparseStats {
   double keys_dense_read = 0.0;  // ... of the live keys (what dense attention reads)
   double indexer_macs = 0.0;     // multiply-adds the selector spent choosing
   double indexer_elems = 0.0;    // key-format elements it read to choose (bounds, channels, keys)
+  SparseStats& operator+=(const SparseStats& o);
 };
 
 // A KeySelector for one sequence of a model: one query (a token, all layers) at a time.
