@@ -1,7 +1,8 @@
 // kvscope eval <subverb>: the quality of a KV cache change on the real model against the exact
-// fp32 cache (formats, MLA, token eviction, sparse selection) and what the model's attention and
-// keys look like. Each subverb is its own file (cli/eval_verbs.h); this file lists them and keeps
-// the switch spellings of the previous release working (`eval --evict h2o` runs `eval evict
+// fp32 cache (formats, MLA, token eviction, sparse selection, CacheBlend's reuse) and what the
+// model's attention and keys look like. Each subverb is its own file (cli/eval_verbs.h); this file
+// lists them and keeps the switch spellings of the previous release working (`eval --evict h2o`
+// runs `eval evict
 // --policy h2o` with a one-line notice).
 #include <cstdio>
 #include <string>
@@ -14,11 +15,11 @@
 namespace kvscope::cli {
 namespace {
 
-const Subverb* const kEvalVerbs[] = {&eval_format_verb(),       &eval_format_sweep_verb(),
-                                     &eval_mla_verb(),          &eval_mla_sweep_verb(),
-                                     &eval_evict_verb(),        &eval_evict_sweep_verb(),
-                                     &eval_streaming_verb(),    &eval_attention_verb(),
-                                     &eval_key_channels_verb(), &eval_sparse_verb()};
+const Subverb* const kEvalVerbs[] = {
+    &eval_format_verb(),    &eval_format_sweep_verb(), &eval_mla_verb(),
+    &eval_mla_sweep_verb(), &eval_evict_verb(),        &eval_evict_sweep_verb(),
+    &eval_streaming_verb(), &eval_attention_verb(),    &eval_key_channels_verb(),
+    &eval_sparse_verb(),    &eval_blend_verb()};
 
 const SubverbCommand kEval{
     "eval",

@@ -16,5 +16,6 @@ const Subverb& eval_streaming_verb();     // eval_cmd_streaming.cpp
 const Subverb& eval_attention_verb();     // eval_cmd_attention.cpp
 const Subverb& eval_key_channels_verb();  // eval_cmd_key_channels.cpp
 const Subverb& eval_sparse_verb();        // eval_cmd_sparse.cpp
+const Subverb& eval_blend_verb();         // eval_cmd_blend.cpp
 
 }  // namespace kvscope::cli

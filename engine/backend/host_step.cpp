@@ -1,5 +1,6 @@
 #include "engine/backend/host_step.h"
 
+#include <algorithm>
 #include <string>
 
 #include "engine/common/error.h"
@@ -68,17 +69,9 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
     logits = std::span<float>(logits_.data(), wanted * vocab);
   }
   reserve(model, tokens.size(), wanted);
-  const long dim = c.dim, q_dim = c.q_dim();
+  const long dim = c.dim;
   const int m = static_cast<int>(tokens.size());
-
-  // Each token's attention query (the q_ and att_ rows are the same in every layer).
-  queries_.clear();
-  for (int t = 0; t < m; ++t) {
-    const StepToken& s = tokens[sz(t)];
-    queries_.push_back({s.view, row(q_, q_dim, t), row(att_, q_dim, t), s.pos, s.observer});
-  }
-  // Token embeddings.
-  for (int t = 0; t < m; ++t) model.embedding_row(tokens[sz(t)].token, row(x_, dim, t));
+  begin(model, tokens);
   for (int l = 0; l < c.n_layers; ++l) {
     attention_block(ops, model, tokens, l);
     ffn_block(ops, model, m, l);
@@ -98,6 +91,62 @@ void HostStep::run(Backend& ops, const Model& model, std::span<const StepToken> 
   ops.matmul_batch(last_.data(), k, c.dim, cls);
   for (std::size_t i = 0; i < greedy.size(); ++i)
     greedy[i] = argmax(logits.subspan(i * vocab, vocab));
+}
+
+void HostStep::set_queries(const Model& model, std::span<const StepToken> tokens) {
+  const long q_dim = model.config().q_dim();
+  queries_.clear();
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    const StepToken& s = tokens[t];
+    const int r = static_cast<int>(t);
+    queries_.push_back({s.view, row(q_, q_dim, r), row(att_, q_dim, r), s.pos, s.observer});
+  }
+}
+
+void HostStep::begin(const Model& model, std::span<const StepToken> tokens) {
+  // Each token's attention query (the q_ and att_ rows are the same in every layer).
+  set_queries(model, tokens);
+  // Token embeddings.
+  const long dim = model.config().dim;
+  for (std::size_t t = 0; t < tokens.size(); ++t)
+    model.embedding_row(tokens[t].token, row(x_, dim, static_cast<int>(t)));
+}
+
+void HostStep::run_narrowing(Backend& ops, const Model& model, std::span<const StepToken> tokens,
+                             const StepNarrowing& narrow) {
+  const ModelConfig& c = model.config();
+  for (const StepToken& t : tokens) {
+    if (t.want_logits) throw InternalError("host step", "a narrowing step gives no logits");
+  }
+  reserve(model, tokens.size(), 0);
+  const long dim = c.dim;
+  std::vector<StepToken> live(tokens.begin(), tokens.end());
+  begin(model, live);
+  for (int l = 0; l < c.n_layers && !live.empty(); ++l) {
+    attention_block(ops, model, live, l);
+    ffn_block(ops, model, static_cast<int>(live.size()), l);
+    if (l + 1 == c.n_layers) break;
+    const std::optional<std::vector<int>> keep = narrow(l, live);
+    if (!keep) continue;
+    // The kept tokens' residual rows move to the front (keep is ascending, so each row moves
+    // down or stays), then their queries are pointed at their new rows.
+    std::vector<StepToken> next;
+    next.reserve(keep->size());
+    for (const int i : *keep) {
+      if (i < 0 || static_cast<std::size_t>(i) >= live.size() ||
+          (!next.empty() && i <= keep->at(next.size() - 1))) {
+        throw InternalError("host step", "narrowing after layer " + std::to_string(l) +
+                                             " kept index " + std::to_string(i) +
+                                             ": not ascending within " +
+                                             std::to_string(live.size()) + " tokens");
+      }
+      const auto j = static_cast<int>(next.size());
+      if (j != i) std::copy_n(row(x_, dim, i), dim, row(x_, dim, j));
+      next.push_back(live[sz(i)]);
+    }
+    live = std::move(next);
+    set_queries(model, live);
+  }
 }
 
 void HostStep::attention_block(Backend& ops, const Model& model, std::span<const StepToken> tokens,

@@ -6,6 +6,8 @@
 // the final norm and the classifier, over all the tokens of the step at once.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -14,12 +16,24 @@
 
 namespace kvscope {
 
+// A step whose later layers run for fewer tokens (CacheBlend's selective recompute,
+// engine/analysis/cache_blend.h): called after each layer but the last with the tokens that ran
+// it; a value narrows the step to those tokens (indices into `tokens`, ascending), which alone run
+// the later layers. The others stop there: their K/V of the later layers stay as their views
+// hold them. nullopt keeps every token.
+using StepNarrowing =
+    std::function<std::optional<std::vector<int>>(int layer, std::span<const StepToken> tokens)>;
+
 class HostStep {
  public:
   // Backend::run_step's contract, each op run by `ops`: the logits of the tokens with want_logits
   // into `logits` when it is not empty, their argmax into `greedy` when that is not empty.
   void run(Backend& ops, const Model& model, std::span<const StepToken> tokens,
            std::span<float> logits, std::span<int> greedy);
+  // The forward pass of `tokens` (none wanting logits) through every layer, narrowed after a layer
+  // where `narrow` says so. With no narrowing it writes what run() writes, bit for bit.
+  void run_narrowing(Backend& ops, const Model& model, std::span<const StepToken> tokens,
+                     const StepNarrowing& narrow);
 
  private:
   void reserve(const Model& model, std::size_t tokens, std::size_t logit_rows);
@@ -27,6 +41,10 @@ class HostStep {
   void attention_block(Backend& ops, const Model& model, std::span<const StepToken> tokens,
                        int layer);
   void ffn_block(Backend& ops, const Model& model, int m, int layer);
+  // Points token t's attention query at row t of q_ and att_.
+  void set_queries(const Model& model, std::span<const StepToken> tokens);
+  // set_queries, and the tokens' embeddings into x_.
+  void begin(const Model& model, std::span<const StepToken> tokens);
 
   // Activations for up to capacity_ tokens, one row per token (grown to the largest step, then
   // reused; cache-line aligned, so every row starts on a line when its width is a multiple of 16
