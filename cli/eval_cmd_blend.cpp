@@ -41,12 +41,12 @@ Samples split_windows(const EvalText& text, int continuation, int chunks) {
     out.samples.push_back(std::move(s));
   }
   if (out.samples.empty()) {
-    fail_expected("--continuation",
-                  "windows longer than the continuation plus one token per chunk (" +
-                      std::to_string(continuation) + " + " + std::to_string(chunks) +
-                      "); use a longer --text or --long, or a shorter --continuation",
-                  "windows of at most " + std::to_string(text.max_window) + " tokens in " +
-                      text.source);
+    fail_expected(
+        "--continuation",
+        "windows longer than the continuation plus one token per chunk (" +
+            std::to_string(continuation) + " + " + std::to_string(chunks) +
+            "); use a longer --text or --long, or a shorter --continuation",
+        "windows of at most " + std::to_string(text.max_window) + " tokens in " + text.source);
   }
   return out;
 }
@@ -178,9 +178,10 @@ int run(const Args& args) {
                                  : "blend " + std::to_string(r.recompute_percent) + "%";
     // Plain reuse only re-rotates keys: a ratio against that says nothing.
     char ratio[32] = "re-rotation only";
-    if (r.method != BlendRow::Method::kReuse) std::snprintf(ratio, sizeof ratio, "%.2fx", speedup(r));
-    std::printf("  | %s | %ld | %s | %.4f | %.3e | %.2f%% | %.1f%% | %.3f s | %s |\n",
-                name.c_str(), r.tokens_recomputed, per_chunk(r.recomputed_per_chunk).c_str(),
+    if (r.method != BlendRow::Method::kReuse)
+      std::snprintf(ratio, sizeof ratio, "%.2fx", speedup(r));
+    std::printf("  | %s | %ld | %s | %.4f | %.3e | %.2f%% | %.1f%% | %.3f s | %s |\n", name.c_str(),
+                r.tokens_recomputed, per_chunk(r.recomputed_per_chunk).c_str(),
                 r.quality.ppl_variant(), r.quality.kl_mean(), 100.0 * r.quality.top1_agreement(),
                 100.0 * layers_share(r), r.prefill_seconds, ratio);
   }

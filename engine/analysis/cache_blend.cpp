@@ -65,7 +65,8 @@ void copy_cache(SoloSequence& from, SoloSequence& to, int tokens) {
   KvStorage& dst = *to.cache().storage();
   const KvLayout& L = src.layout();
   if (src.on_device() || dst.on_device()) {
-    throw Error("cache blend", "the pool lives in a device backend's memory; run on the CPU backend");
+    throw Error("cache blend",
+                "the pool lives in a device backend's memory; run on the CPU backend");
   }
   const KvSeqView a = from.view(), b = to.view();
   const int blocks = (tokens + L.block_size - 1) / L.block_size;
@@ -132,15 +133,15 @@ std::vector<double> continuation_log_probs(Transformer& t, SoloSequence& seq,
 
 void validate(const BlendOptions& o, const ModelConfig& c, int context_tokens) {
   if (o.chunks < 1 || o.chunks > context_tokens) {
-    fail_expected("blend chunks", "1 to the context's " + std::to_string(context_tokens) +
-                                      " tokens (each chunk holds at least one)",
+    fail_expected("blend chunks",
+                  "1 to the context's " + std::to_string(context_tokens) +
+                      " tokens (each chunk holds at least one)",
                   std::to_string(o.chunks));
   }
   if (o.check_layer < 0 || o.check_layer >= c.n_layers - 1) {
     fail_expected("blend check layer",
-                  "a layer from 0 to " + std::to_string(c.n_layers - 2) +
-                      " (the model has " + std::to_string(c.n_layers) +
-                      " layers; some must run after the check)",
+                  "a layer from 0 to " + std::to_string(c.n_layers - 2) + " (the model has " +
+                      std::to_string(c.n_layers) + " layers; some must run after the check)",
                   std::to_string(o.check_layer));
   }
 }
@@ -208,8 +209,8 @@ BlendPass blend_recompute(Transformer& t, HostStep& step, SoloSequence& seq,
   std::vector<StepToken> tokens;
   for (int s = 0; s < n; ++s) tokens.push_back(token_at(base, s, context[sz(s)], s));
   BlendPass pass;
-  const StepNarrowing narrow = [&](int layer, std::span<const StepToken> live)
-      -> std::optional<std::vector<int>> {
+  const StepNarrowing narrow =
+      [&](int layer, std::span<const StepToken> live) -> std::optional<std::vector<int>> {
     if (layer != check_layer) return std::nullopt;
     if (live.size() != sz(n))
       throw InternalError("cache blend", "a step narrowed before its check layer");
@@ -250,8 +251,7 @@ BlendReport evaluate_blend(Transformer& t, std::span<const BlendSample> samples,
   BlendReport report;
   report.options = options;
   for (const int p : percents) {
-    if (p < 0 || p > 100)
-      fail_expected("blend recompute percent", "0 to 100", std::to_string(p));
+    if (p < 0 || p > 100) fail_expected("blend recompute percent", "0 to 100", std::to_string(p));
     BlendRow row;
     row.method = p == 0 ? BlendRow::Method::kReuse : BlendRow::Method::kBlend;
     row.recompute_percent = p;

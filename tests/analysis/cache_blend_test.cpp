@@ -141,9 +141,9 @@ TEST(CacheBlend, ReusedChunksAreRotatedIntoPlaceButMissTheirContext) {
       worst_key = std::max(worst_key, std::abs(static_cast<double>(fk[i]) - rk[i]));
     const auto fv = slot_row(full0, 1, s, n, c), rv = slot_row(reused0, 1, s, n, c);
     EXPECT_TRUE(std::equal(fv.begin(), fv.end(), rv.begin())) << "layer-0 V of slot " << s;
-    const bool same1 = std::equal(slot_row(full1, 0, s, n, c).begin(),
-                                  slot_row(full1, 0, s, n, c).end(),
-                                  slot_row(reused1, 0, s, n, c).begin());
+    const bool same1 =
+        std::equal(slot_row(full1, 0, s, n, c).begin(), slot_row(full1, 0, s, n, c).end(),
+                   slot_row(reused1, 0, s, n, c).begin());
     if (s < starts[1]) {
       EXPECT_TRUE(same1) << "the first chunk is the full prefill's: slot " << s;
     } else if (s == starts[1] || s == starts[2]) {
@@ -255,9 +255,9 @@ TEST(CacheBlend, EvaluationRowsFromReuseToFullPrefill) {
   EXPECT_EQ(blend.tokens_recomputed, recompute_count(n, 30));
   EXPECT_EQ(blend.token_layers,
             2L * n + static_cast<long>(recompute_count(n, 30)) * (c.n_layers - 2));
-  EXPECT_EQ(std::accumulate(blend.recomputed_per_chunk.begin(), blend.recomputed_per_chunk.end(),
-                            0L),
-            blend.tokens_recomputed);
+  EXPECT_EQ(
+      std::accumulate(blend.recomputed_per_chunk.begin(), blend.recomputed_per_chunk.end(), 0L),
+      blend.tokens_recomputed);
   EXPECT_EQ(blend.recomputed_per_chunk[0], 0) << "the first chunk needs nothing";
   EXPECT_EQ(full.method, BlendRow::Method::kFull);
   EXPECT_EQ(full.token_layers, r.full_token_layers);
@@ -312,8 +312,7 @@ TEST(CacheBlend, ANarrowingThatIsNotAscendingIsABug) {
   const StepNarrowing backwards = [](int, std::span<const StepToken>) {
     return std::optional<std::vector<int>>(std::vector<int>{3, 1});
   };
-  EXPECT_THROW(f.step.run_narrowing(f.t.backend(), f.t.model(), tokens, backwards),
-               InternalError);
+  EXPECT_THROW(f.step.run_narrowing(f.t.backend(), f.t.model(), tokens, backwards), InternalError);
 }
 
 }  // namespace
