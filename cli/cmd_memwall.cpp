@@ -1,7 +1,9 @@
 // kvscope memwall: the context or batch whose KV cache fits beside the weights on 1..8 GPUs, for a
 // model shape and KV format; a table on stdout and, with --out, memwall.png; with --ring, one
 // sequence split over a ring of devices (ring attention).
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli/args.h"
@@ -29,7 +31,13 @@ constexpr const char* kHelp = R"(usage: kvscope memwall [options]
                                  trained context)
   --ring P                       ring attention: split one --context-token sequence over P
                                  devices; prints each device's share, the bytes each ring step
-                                 passes, and whether a share fits on the table's P-GPU row
+                                 passes, whether a share fits on the table's P-GPU row, and
+                                 whether each step's attention hides its transfer
+  --tflops F                     with --ring: attention FLOPS per device, in TFLOPS (default 989,
+                                 an H100 SXM's dense bf16)
+  --link NAME|BANDWIDTH          with --ring: the link between neighbours, one way: nvlink3
+                                 (300 GB/s), nvlink4 (450, the default), pcie5 (63), rdma400
+                                 (50), ib100 (12.5), or a bandwidth such as 100GB/s or 400Gb/s
   --out DIR                      also write DIR/memwall.png
 )";
 
@@ -66,7 +74,7 @@ void parse_gpus(const std::string& text, int* lo, int* hi) {
 int cmd_memwall(const Argv& argv) {
   Args args(argv,
             {"--model", "--gpus", "--gpu-mem", "--kv-dtype", "--block-size", "--weight-dtype",
-             "--params", "--context", "--ring", "--out"},
+             "--params", "--context", "--ring", "--tflops", "--link", "--out"},
             {"--help"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -98,6 +106,19 @@ int cmd_memwall(const Argv& argv) {
                     "a device count in [1, 4096], at most one device per token of the " +
                         format_count(spec.context) + "-token --context",
                     std::to_string(spec.ring_devices));
+    if (args.has("--tflops")) {
+      const std::string text = args.get("--tflops");
+      char* end = nullptr;
+      const double tf = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() || *end != '\0' || !std::isfinite(tf) || tf <= 0)
+        fail_expected("--tflops", "a positive number of TFLOPS per device", "'" + text + "'");
+      spec.ring_flops = tf * 1e12;
+    }
+    if (args.has("--link")) spec.ring_link = parse_link(args.get("--link"), "--link");
+  } else {
+    for (const char* flag : {"--tflops", "--link"}) {
+      if (args.has(flag)) throw Error(flag, "only applies with --ring");
+    }
   }
 
   const MemoryWall wall = compute_memory_wall(spec);

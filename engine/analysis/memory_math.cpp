@@ -109,6 +109,33 @@ RingSplit ring_split(double bytes_per_token, int layers, std::int64_t tokens, in
   return r;
 }
 
+RingTiming ring_timing(const RingSplit& ring, int heads, int head_dim, double flops_per_second,
+                       double link_bytes_per_second) {
+  if (heads < 1) fail_expected("attention heads", "a positive count", std::to_string(heads));
+  if (head_dim < 1) fail_expected("head dim", "a positive size", std::to_string(head_dim));
+  if (!std::isfinite(flops_per_second) || flops_per_second <= 0)
+    fail_expected("device FLOPS", "a positive number", std::to_string(flops_per_second));
+  if (!std::isfinite(link_bytes_per_second) || link_bytes_per_second <= 0)
+    fail_expected("link bandwidth", "a positive number", std::to_string(link_bytes_per_second));
+  RingTiming t;
+  t.flops_per_second = flops_per_second;
+  t.link_bytes_per_second = link_bytes_per_second;
+  const auto c = static_cast<double>(ring.chunk_tokens);
+  const double per_query_key = 4.0 * heads * head_dim;
+  t.step_flops = per_query_key * c * c;
+  t.compute_seconds = t.step_flops / flops_per_second;
+  const int hops = ring.steps_per_layer;
+  t.transfer_seconds = hops > 0 ? ring.step_bytes / link_bytes_per_second : 0.0;
+  const double exposed_per_step = std::max(0.0, t.transfer_seconds - t.compute_seconds);
+  t.exposed_seconds = hops * exposed_per_step;
+  t.layer_seconds = ring.devices * t.compute_seconds + t.exposed_seconds;
+  t.layer_seconds_serial = ring.devices * t.compute_seconds + hops * t.transfer_seconds;
+  const double bytes_per_token_layer = ring.step_bytes / c;
+  t.min_chunk_tokens =
+      flops_per_second * bytes_per_token_layer / (per_query_key * link_bytes_per_second);
+  return t;
+}
+
 std::string format_bytes(double bytes) {
   const char* binary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   const char* decimal[] = {"B", "KB", "MB", "GB", "TB", "PB"};

@@ -86,6 +86,32 @@ struct RingSplit {
 // 1 <= devices <= min(tokens, 4096) (every device holds at least one token).
 RingSplit ring_split(double bytes_per_token, int layers, std::int64_t tokens, int devices);
 
+// The ring's time at one layer, as the paper prices it: at each step a device attends the `c`
+// queries of its chunk to the `c` keys of the chunk visiting it (4 x c^2 x heads x head_dim
+// FLOPs: the scores and the value sum; the causal mask's savings are not counted) while the
+// next chunk crosses the link (the step's bytes / its one-way bandwidth). The transfer hides
+// behind the compute when the compute takes at least as long, which holds for chunks of at
+// least min_chunk_tokens = F x (K/V bytes of one token at one layer) / (4 x heads x head_dim x B):
+// the paper's c >= F / B for multi-head attention in bf16 (4 x heads x head_dim bytes a token);
+// grouped-query attention and a narrower KV format pass fewer bytes, so smaller chunks hide it.
+struct RingTiming {
+  double flops_per_second = 0.0;
+  double link_bytes_per_second = 0.0;
+  double step_flops = 0.0;        // one device, one step, one layer
+  double compute_seconds = 0.0;   // step_flops / F
+  double transfer_seconds = 0.0;  // the step's bytes / B (0 on one device)
+  // Per layer: every device attends its own chunk, then devices - 1 visiting ones, each while
+  // the next arrives; what a transfer takes beyond its step's compute is exposed.
+  double exposed_seconds = 0.0;       // per layer: (devices - 1) x max(0, transfer - compute)
+  double layer_seconds = 0.0;         // devices x compute + exposed
+  double layer_seconds_serial = 0.0;  // devices x compute + (devices - 1) x transfer
+  double min_chunk_tokens = 0.0;      // the smallest chunk whose compute hides its transfer
+  bool hidden() const { return exposed_seconds == 0.0; }
+};
+// Throws kvscope::Error unless heads, head_dim, flops and bandwidth are positive.
+RingTiming ring_timing(const RingSplit& ring, int heads, int head_dim, double flops_per_second,
+                       double link_bytes_per_second);
+
 // "40.00 GiB = 42.95 GB", "320.00 KiB = 327.68 KB", "512 B": binary units with the decimal figure
 // beside them (below 1 KiB: plain bytes).
 std::string format_bytes(double bytes);

@@ -60,6 +60,57 @@ std::string binary_bytes(double bytes) {
   return both.substr(0, both.find(" = "));
 }
 
+// "12.3 us", "4.56 ms", "7.89 s": a duration with a unit that keeps it readable.
+std::string duration(double seconds) {
+  char buf[32];
+  if (seconds < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
+  } else if (seconds < 1.0) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  }
+  return buf;
+}
+
+// The ring's time at one layer: each step's attention against its transfer, and the smallest
+// chunk whose compute hides the transfer.
+std::string ring_timing_text(const MemoryWallSpec& spec, const MemoryWall& wall) {
+  const RingSplit& r = *wall.ring;
+  const RingTiming& t = *wall.ring_timing;
+  const ModelConfig& c = spec.shape;
+  std::ostringstream o;
+  char tf[32], gbs[32];
+  std::snprintf(tf, sizeof tf, "%.0f", t.flops_per_second / 1e12);
+  std::snprintf(gbs, sizeof gbs, "%.1f", t.link_bytes_per_second / 1e9);
+  o << "  timing at " << tf << " TFLOPS a device (--tflops) over " << spec.ring_link.name << " at "
+    << gbs << " GB/s one way (--link; " << spec.ring_link.what << "):\n";
+  char flops[32];
+  std::snprintf(flops, sizeof flops, "%.3g", t.step_flops);
+  o << "    a step's attention: 4 x " << format_count(r.chunk_tokens) << "^2 x " << c.n_heads
+    << " heads x " << c.head_dim() << " = " << flops << " FLOPs: " << duration(t.compute_seconds)
+    << "\n";
+  if (r.devices == 1) {
+    o << "    one device: nothing to hide; a layer's attention takes " << duration(t.layer_seconds)
+      << "\n";
+    return o.str();
+  }
+  o << "    a step's transfer: " << binary_bytes(r.step_bytes) << " / " << gbs
+    << " GB/s = " << duration(t.transfer_seconds) << ": "
+    << (t.hidden() ? "hidden behind the attention"
+                   : "longer than the attention, " +
+                         duration(t.transfer_seconds - t.compute_seconds) + " exposed a step")
+    << "\n";
+  o << "    per layer: " << r.devices << " steps = " << duration(t.layer_seconds) << " overlapped, "
+    << duration(t.layer_seconds_serial) << " if each transfer waited for its step\n";
+  o << "    chunks of " << format_count(static_cast<std::int64_t>(std::ceil(t.min_chunk_tokens)))
+    << " tokens or more hide the transfer (FLOPS x "
+    << plain_bytes(r.step_bytes / static_cast<double>(r.chunk_tokens))
+    << " a token at one layer / (4 x heads x head_dim x bandwidth); Ring Attention's c >= F/B "
+       "for multi-head attention in bf16)\n";
+  return o.str();
+}
+
 // The ring's split of one sequence, and whether each device's chunk fits in what the table's row
 // for as many GPUs leaves it (the weights split over the same GPUs).
 std::string ring_text(const MemoryWallSpec& spec, const MemoryWall& wall) {
@@ -88,6 +139,7 @@ std::string ring_text(const MemoryWallSpec& spec, const MemoryWall& wall) {
       << format_bytes(r.sent_per_device) << ", and holds " << format_bytes(r.buffer_bytes)
       << " of buffers (the visiting chunk and the arriving one)\n";
   }
+  o << ring_timing_text(spec, wall);
   const auto row = std::find_if(wall.rows.begin(), wall.rows.end(),
                                 [&](const MemoryWallRow& w) { return w.gpus == r.devices; });
   const double needed = r.device_bytes + r.buffer_bytes;
@@ -116,8 +168,11 @@ MemoryWall compute_memory_wall(const MemoryWallSpec& spec) {
   w.weight_bytes = static_cast<double>(spec.params) * spec.weight_bytes_per_param;
   w.rows = memory_wall(w.weight_bytes, w.kv_bytes_per_token, spec.gpu_bytes, spec.min_gpus,
                        spec.max_gpus, spec.context);
-  if (spec.ring_devices > 0)
+  if (spec.ring_devices > 0) {
     w.ring = ring_split(w.kv_bytes_per_token, spec.shape.n_layers, spec.context, spec.ring_devices);
+    w.ring_timing = ring_timing(*w.ring, spec.shape.n_heads, spec.shape.head_dim(), spec.ring_flops,
+                                spec.ring_link.bytes_per_second);
+  }
   return w;
 }
 

@@ -10,6 +10,7 @@
 
 #include "engine/analysis/memory_math.h"
 #include "engine/common/config.h"
+#include "engine/common/interconnect.h"
 #include "engine/kv/kv_format.h"
 
 namespace kvscope {
@@ -27,6 +28,10 @@ struct MemoryWallSpec {
   int max_gpus = 8;
   std::int64_t context = 0;  // tokens per sequence for the batch column
   int ring_devices = 0;      // > 0: one `context`-token sequence split over a ring of this many
+  // The ring's timing: each device's attention FLOPS (default an H100 SXM's dense bf16) and the
+  // link between neighbours (default NVLink 4).
+  double ring_flops = 989e12;
+  Link ring_link = link_presets()[1];
 };
 
 struct MemoryWall {
@@ -34,7 +39,8 @@ struct MemoryWall {
   double kv_payload_bytes_per_token = 0;  // the formula, scales excluded
   double weight_bytes = 0;
   std::vector<MemoryWallRow> rows;
-  std::optional<RingSplit> ring;  // with spec.ring_devices
+  std::optional<RingSplit> ring;          // with spec.ring_devices
+  std::optional<RingTiming> ring_timing;  // with spec.ring_devices
 };
 // Throws kvscope::Error on bad inputs (see memory_wall and KvFormat::validate).
 MemoryWall compute_memory_wall(const MemoryWallSpec& spec);

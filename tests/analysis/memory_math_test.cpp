@@ -3,6 +3,7 @@
 
 #include "engine/analysis/memory_math.h"
 #include "engine/common/error.h"
+#include "engine/common/interconnect.h"
 #include "engine/model/synthetic.h"
 
 namespace kvscope {
@@ -135,6 +136,78 @@ TEST(MemoryMath, RingCountsTheLargestChunkAndRefusesEmptyDevices) {
   EXPECT_THROW(ring_split(0.0, 10, 1000, 2), Error);
   EXPECT_THROW(ring_split(1000.0, 0, 1000, 2), Error);
   EXPECT_THROW(ring_split(1000.0, 10, 0, 1), Error);
+}
+
+// Ring attention's timing against the paper's Table 2 (Liu et al., 2023): multi-head attention in
+// bf16 passes 4 x heads x head_dim bytes a token at a layer, so the smallest chunk whose attention
+// hides its transfer is F / B: 1,040 tokens for an A100 over NVLink (312 TFLOPS, 300 GB/s; the
+// table prints 1.0K), 24,960 over 100 Gb/s InfiniBand (12.5 GB/s; printed 24.5K), 1,026 for a
+// TPU v4 (275 TFLOPS, 268 GB/s; printed 1.0K).
+TEST(MemoryMath, RingTimingMatchesTheRingAttentionPapersBlockSizes) {
+  const int heads = 32, head_dim = 128, layers = 32;
+  const double mha_bf16 = 4.0 * heads * head_dim * layers;  // K and V, 2 bytes each
+  const auto min_chunk = [&](double flops, double bandwidth) {
+    return ring_timing(ring_split(mha_bf16, layers, 8192, 4), heads, head_dim, flops, bandwidth)
+        .min_chunk_tokens;
+  };
+  EXPECT_NEAR(min_chunk(312e12, 300e9), 1040.0, 1e-9);
+  EXPECT_NEAR(min_chunk(312e12, 12.5e9), 24960.0, 1e-9);
+  EXPECT_NEAR(min_chunk(275e12, 268e9), 275e12 / 268e9, 1e-9);
+  // Grouped-query attention passes heads / kv_heads times fewer bytes: Llama-3-70B's 64 query
+  // heads over 8 KV heads need an eighth of the chunk (989 TFLOPS over 450 GB/s: 274.7 tokens).
+  const RingSplit llama = ring_split(327680.0, 80, 131072, 8);
+  const RingTiming g = ring_timing(llama, 64, 128, 989e12, 450e9);
+  EXPECT_NEAR(g.min_chunk_tokens, 989e12 / 450e9 / 8, 1e-9);
+  EXPECT_DOUBLE_EQ(g.step_flops, 4.0 * 16384.0 * 16384.0 * 64 * 128);
+  EXPECT_DOUBLE_EQ(g.transfer_seconds, 64.0 * 1024 * 1024 / 450e9);
+  EXPECT_TRUE(g.hidden());
+  EXPECT_DOUBLE_EQ(g.layer_seconds, 8 * g.compute_seconds);
+  EXPECT_DOUBLE_EQ(g.layer_seconds_serial, 8 * g.compute_seconds + 7 * g.transfer_seconds);
+}
+
+// At the threshold the step's attention and transfer take the same time; below it each of the
+// devices - 1 transfers shows what it takes beyond its step's attention; one device sends nothing.
+TEST(MemoryMath, RingTimingExposesWhatTheComputeCannotHide) {
+  const int heads = 32, head_dim = 128, layers = 32;
+  const double mha_bf16 = 4.0 * heads * head_dim * layers;
+  const RingTiming at =
+      ring_timing(ring_split(mha_bf16, layers, 4 * 1040, 4), heads, head_dim, 312e12, 300e9);
+  EXPECT_NEAR(at.transfer_seconds / at.compute_seconds, 1.0, 1e-12);
+  const RingTiming below =
+      ring_timing(ring_split(mha_bf16, layers, 4 * 520, 4), heads, head_dim, 312e12, 300e9);
+  EXPECT_NEAR(below.transfer_seconds / below.compute_seconds, 2.0, 1e-12);
+  EXPECT_FALSE(below.hidden());
+  EXPECT_DOUBLE_EQ(below.exposed_seconds, 3 * (below.transfer_seconds - below.compute_seconds));
+  EXPECT_DOUBLE_EQ(below.layer_seconds, 4 * below.compute_seconds + below.exposed_seconds);
+  const RingTiming one =
+      ring_timing(ring_split(mha_bf16, layers, 4096, 1), heads, head_dim, 312e12, 300e9);
+  EXPECT_EQ(one.transfer_seconds, 0.0);
+  EXPECT_TRUE(one.hidden());
+  EXPECT_THROW(ring_timing(ring_split(mha_bf16, layers, 4096, 2), heads, head_dim, 0.0, 1e9),
+               Error);
+  EXPECT_THROW(ring_timing(ring_split(mha_bf16, layers, 4096, 2), 0, head_dim, 1e12, 1e9), Error);
+}
+
+// Links: the presets by name, or a bandwidth with its unit (bytes or bits); anything else is one
+// error naming the flag and the accepted forms.
+TEST(Interconnect, PresetsAndBandwidths) {
+  EXPECT_EQ(parse_link("nvlink4", "--link").bytes_per_second, 450e9);
+  EXPECT_EQ(parse_link("ib100", "--link").bytes_per_second, 12.5e9);
+  EXPECT_EQ(parse_link("400Gb/s", "--link").bytes_per_second, 50e9);
+  EXPECT_EQ(parse_link("12.5 GB/s", "--link").bytes_per_second, 12.5e9);
+  EXPECT_EQ(parse_link("rdma400", "--link").bytes_per_second,
+            parse_link("400Gb/s", "--link").bytes_per_second);
+  for (const char* bad : {"", "fast", "100", "-5GB/s", "0GB/s", "5GB/x"}) {
+    try {
+      parse_link(bad, "--link");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("--link: expected a link (nvlink3, nvlink4, pcie5, rdma400, ib100) or "
+                            "a bandwidth such as 100GB/s or 400Gb/s, got ") +
+                    bad);
+    }
+  }
 }
 
 TEST(MemoryMath, FormatsBothGiBAndGB) {
