@@ -38,6 +38,7 @@ shots=(
   "smollm2-multi-turn 3 -"
   "smollm2-quantization-ladder 3 -"
   "smollm2-sinks 3 -"
+  "smollm2-sparse-recall 2 -"
 )
 shoot() {  # shoot NAME OUT.png SIZE [UI FLAGS...]
   local name=$1 out=$2 size=$3
