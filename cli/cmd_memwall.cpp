@@ -110,7 +110,7 @@ int cmd_memwall(const Argv& argv) {
       const std::string text = args.get("--tflops");
       char* end = nullptr;
       const double tf = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !std::isfinite(tf) || tf <= 0)
+      if (end == text.c_str() || *end != '\0' || !std::isfinite(tf * 1e12) || tf <= 0)
         fail_expected("--tflops", "a positive number of TFLOPS per device", "'" + text + "'");
       spec.ring_flops = tf * 1e12;
     }

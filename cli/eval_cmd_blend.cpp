@@ -43,9 +43,10 @@ Samples split_windows(const EvalText& text, int continuation, int chunks) {
   if (out.samples.empty()) {
     fail_expected(
         "--continuation",
-        "windows longer than the continuation plus one token per chunk (" +
-            std::to_string(continuation) + " + " + std::to_string(chunks) +
-            "); use a longer --text or --long, or a shorter --continuation",
+        "windows of at least --continuation + --chunks tokens (" + std::to_string(continuation) +
+            " + " + std::to_string(chunks) +
+            ": the continuation and a token per chunk); use a longer --text or --long, "
+            "or a shorter --continuation or fewer --chunks",
         "windows of at most " + std::to_string(text.max_window) + " tokens in " + text.source);
   }
   return out;
@@ -156,9 +157,10 @@ int run(const Args& args) {
     return 0;
   }
   std::printf(
-      "eval blend: %s, %d contexts of %d-%d tokens in %d chunks, %d tokens scored after each%s\n",
+      "eval blend: %s, %d contexts of %d-%d tokens in %d chunks, a %d-token continuation after "
+      "each (%d predictions scored)%s\n",
       text.source.c_str(), report.samples, samples.shortest_context, samples.longest_context,
-      o.chunks, continuation,
+      o.chunks, continuation, continuation - 1,
       samples.skipped > 0 ? (" (" + std::to_string(samples.skipped) + " windows too short)").c_str()
                           : "");
   std::printf(
@@ -223,11 +225,13 @@ agreement, with the prefill work and time each saves (measured). 100% equals the
   --chunks N                 chunks per context (default 4)
   --recompute LIST           percentages of the context's tokens to recompute (default
                              0,5,15,30; 0 is plain reuse)
-  --continuation T           tokens after the context, scored (default 64)
-  --check-layer L            the layer whose K/V deviation picks the tokens (default 1)
+  --continuation T           tokens after the context, each but the last predicting the next,
+                             scored (default 64)
+  --check-layer L            the layer whose K/V deviation picks the tokens (default 1; at 0
+                             the K/V differ only by the re-rotation's rounding)
   --block-size B             KV block size in tokens (default 16)
   --show                     draw which tokens of the first context each run recomputed
-  --json                     print one JSON object per run
+  --json                     print a JSON array, one object per run
 )"),
       run};
   return verb;

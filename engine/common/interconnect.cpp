@@ -40,7 +40,7 @@ Link parse_link(const std::string& text, const std::string& where) {
   if (unit == "Gb/s") scale = 1e9 / 8;
   if (unit == "TB/s") scale = 1e12;
   if (unit == "MB/s") scale = 1e6;
-  if (scale == 0) fail_expected(where, expected, text);
+  if (scale == 0 || !std::isfinite(value * scale)) fail_expected(where, expected, text);
   return Link{text, value * scale, "given"};
 }
 

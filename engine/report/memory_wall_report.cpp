@@ -81,8 +81,8 @@ std::string ring_timing_text(const MemoryWallSpec& spec, const MemoryWall& wall)
   const ModelConfig& c = spec.shape;
   std::ostringstream o;
   char tf[32], gbs[32];
-  std::snprintf(tf, sizeof tf, "%.0f", t.flops_per_second / 1e12);
-  std::snprintf(gbs, sizeof gbs, "%.1f", t.link_bytes_per_second / 1e9);
+  std::snprintf(tf, sizeof tf, "%.4g", t.flops_per_second / 1e12);
+  std::snprintf(gbs, sizeof gbs, "%.4g", t.link_bytes_per_second / 1e9);
   o << "  timing at " << tf << " TFLOPS a device (--tflops) over " << spec.ring_link.name << " at "
     << gbs << " GB/s one way (--link; " << spec.ring_link.what << "):\n";
   char flops[32];
