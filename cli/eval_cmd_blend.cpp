@@ -3,6 +3,7 @@
 // a share of its tokens recomputed; the continuation after it is scored against a full prefill.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,7 +13,9 @@
 #include "cli/format.h"
 #include "cli/progress.h"
 #include "engine/analysis/cache_blend.h"
+#include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/report/png_plot.h"
 
 namespace kvscope::cli {
 namespace {
@@ -79,6 +82,59 @@ std::string per_chunk(const std::vector<long>& counts) {
   return out;
 }
 
+std::string row_name(const BlendRow& r) {
+  if (r.method == BlendRow::Method::kReuse) return "plain reuse (0%)";
+  if (r.method == BlendRow::Method::kFull) return "full prefill";
+  return "blend " + std::to_string(r.recompute_percent) + "%";
+}
+
+// DIR/blend.csv (a row per run) and DIR/blend.png: the continuation's KL against the prefill
+// work each run did, as layer work and as measured time (shares of the full prefill's), from
+// plain reuse at 0 to the full prefill at 100%.
+void write_outputs(const std::string& dir, const BlendReport& report, const std::string& model,
+                   const std::string& command) {
+  checked_out_dir(dir);
+  const BlendRow& full = report.rows.back();
+  const auto layers = [&](const BlendRow& r) {
+    return 100.0 * static_cast<double>(r.token_layers) /
+           static_cast<double>(std::max(1L, report.full_token_layers));
+  };
+  const auto time = [&](const BlendRow& r) {
+    return full.prefill_seconds > 0 ? 100.0 * r.prefill_seconds / full.prefill_seconds : 0.0;
+  };
+  write_file_atomically(dir + "/blend.csv", [&](std::ostream& out) {
+    out << "method,recompute_percent,tokens_recomputed,context_tokens,ppl_reference,ppl_variant,"
+           "kl_mean,kl_max,top1_agreement,layer_work_percent,prefill_seconds,"
+           "prefill_time_percent\n";
+    for (const BlendRow& r : report.rows) {
+      char line[512];
+      std::snprintf(line, sizeof line, "%s,%d,%ld,%ld,%.6f,%.6f,%.6e,%.6e,%.6f,%.3f,%.6f,%.3f\n",
+                    blend_method_name(r.method).c_str(), r.recompute_percent, r.tokens_recomputed,
+                    r.context_tokens, r.quality.ppl_reference(), r.quality.ppl_variant(),
+                    r.quality.kl_mean(), r.quality.kl_max(), r.quality.top1_agreement(), layers(r),
+                    r.prefill_seconds, time(r));
+      out << line;
+    }
+  });
+  PlotSpec plot;
+  plot.title = "CacheBlend, " + model + ": KL vs prefill work";
+  plot.x_label = "share of the full prefill (%): 0 = plain reuse, 100 = full prefill";
+  plot.y_label = "mean KL (nats)";
+  plot.footnote = command;
+  PlotSeries work{"layer work (token-layers run)", {}, {}, true, true};
+  // Measured times can come out of order (a noisy machine): points, not a line.
+  PlotSeries measured{"measured prefill time", {}, {}, false, true};
+  for (const BlendRow& r : report.rows) {
+    work.x.push_back(layers(r));
+    work.y.push_back(r.quality.kl_mean());
+    measured.x.push_back(time(r));
+    measured.y.push_back(r.quality.kl_mean());
+  }
+  plot.series = {work, measured};
+  write_png_plot(plot, dir + "/blend.png");
+  std::printf("wrote %s/blend.csv and blend.png\n", dir.c_str());
+}
+
 int run(const Args& args) {
   check_eval_input_flags(args);
   const int block_size = eval_block_size(args);
@@ -127,6 +183,13 @@ int run(const Args& args) {
                : 0.0;
   };
 
+  if (args.has("--out")) {
+    std::string command = "kvscope eval blend --chunks " + std::to_string(o.chunks) +
+                          " --continuation " + std::to_string(continuation) + "; " +
+                          std::filesystem::path(text.source).filename().string();
+    write_outputs(args.get("--out"), report,
+                  std::filesystem::path(m.loaded.model->source()).filename().string(), command);
+  }
   if (args.has("--json")) {
     nlohmann::json out = nlohmann::json::array();
     for (const BlendRow& r : report.rows) {
@@ -174,10 +237,7 @@ int run(const Args& args) {
       "| speedup |\n");
   std::printf("  |---|---:|---|---:|---:|---:|---:|---:|---:|\n");
   for (const BlendRow& r : report.rows) {
-    const std::string name = r.method == BlendRow::Method::kReuse ? "plain reuse (0%)"
-                             : r.method == BlendRow::Method::kFull
-                                 ? "full prefill"
-                                 : "blend " + std::to_string(r.recompute_percent) + "%";
+    const std::string name = row_name(r);
     // Plain reuse only re-rotates keys: a ratio against that says nothing.
     char ratio[32] = "re-rotation only";
     if (r.method != BlendRow::Method::kReuse)
@@ -210,7 +270,7 @@ const Subverb& eval_blend_verb() {
       "blend",
       "CacheBlend: chunks prefilled alone, reused with a share of tokens recomputed",
       eval_value_flags(
-          {"--chunks", "--recompute", "--continuation", "--check-layer", "--block-size"}),
+          {"--chunks", "--recompute", "--continuation", "--check-layer", "--block-size", "--out"}),
       {"--json", "--show"},
       eval_help(R"(usage: kvscope eval blend [options]
 
@@ -230,6 +290,8 @@ agreement, with the prefill work and time each saves (measured). 100% equals the
   --check-layer L            the layer whose K/V deviation picks the tokens (default 1; at 0
                              the K/V differ only by the re-rotation's rounding)
   --block-size B             KV block size in tokens (default 16)
+  --out DIR                  also write DIR/blend.csv and DIR/blend.png (KL against the
+                             prefill's layer work and measured time)
   --show                     draw which tokens of the first context each run recomputed
   --json                     print a JSON array, one object per run
 )"),

@@ -39,6 +39,7 @@ shots=(
   "smollm2-quantization-ladder 3 -"
   "smollm2-sinks 3 -"
   "smollm2-sparse-recall 2 -"
+  "smollm2-cache-blend 2 -"
 )
 shoot() {  # shoot NAME OUT.png SIZE [UI FLAGS...]
   local name=$1 out=$2 size=$3

@@ -83,36 +83,13 @@ void copy_cache(SoloSequence& from, SoloSequence& to, int tokens) {
 // The keys of every chunk after the first re-rotated from positions 0.. to their place.
 void rotate_into_place(Transformer& t, SoloSequence& seq, std::span<const int> starts,
                        int context_tokens) {
-  const KvSeqView view = seq.view();
-  const int bs = view.block_size();
-  std::vector<KvKeyRotation> rotations;
-  for (std::size_t i = 1; i < starts.size(); ++i) {
-    const int end = i + 1 < starts.size() ? starts[i + 1] : context_tokens;
-    for (int s = starts[i]; s < end; ++s)
-      rotations.push_back({view.blocks[sz(s / bs)], s % bs, starts[i]});
-  }
-  if (!rotations.empty())
-    t.backend().rotate_keys(*seq.cache().storage(), rotations, t.config().rope_theta);
+  rotate_chunks_into_place(t, *seq.cache().storage(), seq.view(), starts, context_tokens);
 }
 
 // The chunks alone, without the re-rotation (prefill_chunks_alone's first half).
 void prefill_chunks_unrotated(Transformer& t, SoloSequence& seq, std::span<const int> context,
                               std::span<const int> starts) {
-  const int n = static_cast<int>(context.size());
-  const KvSeqView base = context_slots(seq, n);
-  std::vector<std::uint8_t> live(sz(n), 0);
-  KvSeqView masked = base;
-  masked.slot_live = live.data();
-  std::vector<StepToken> step;
-  for (std::size_t i = 0; i < starts.size(); ++i) {
-    const int begin = starts[i], end = i + 1 < starts.size() ? starts[i + 1] : n;
-    std::fill(live.begin(), live.end(), 0);
-    std::fill(live.begin() + begin, live.begin() + end, 1);
-    step.clear();
-    for (int s = begin; s < end; ++s)
-      step.push_back(token_at(masked, s, context[sz(s)], s - begin));
-    t.forward_step(step);
-  }
+  prefill_chunks_in_place(t, context_slots(seq, static_cast<int>(context.size())), context, starts);
 }
 
 // log softmax of each continuation prediction: rows [continuation - 1][vocab].
@@ -179,6 +156,40 @@ std::vector<int> pick_largest(std::span<const double> deviation, int count) {
   return order;
 }
 
+void prefill_chunks_in_place(Transformer& t, const KvSeqView& base, std::span<const int> context,
+                             std::span<const int> starts) {
+  const int n = static_cast<int>(context.size());
+  if (base.num_slots < n || starts.empty() || starts.front() != 0) {
+    throw InternalError("cache blend", "chunks of " + std::to_string(n) + " tokens in a view of " +
+                                           std::to_string(base.num_slots) + " slots");
+  }
+  std::vector<std::uint8_t> live(sz(n), 0);
+  KvSeqView masked = base;
+  masked.slot_live = live.data();
+  std::vector<StepToken> step;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const int begin = starts[i], end = i + 1 < starts.size() ? starts[i + 1] : n;
+    std::fill(live.begin(), live.end(), 0);
+    std::fill(live.begin() + begin, live.begin() + end, 1);
+    step.clear();
+    for (int s = begin; s < end; ++s)
+      step.push_back(token_at(masked, s, context[sz(s)], s - begin));
+    t.forward_step(step);
+  }
+}
+
+void rotate_chunks_into_place(Transformer& t, KvStorage& storage, const KvSeqView& view,
+                              std::span<const int> starts, int context_tokens) {
+  const int bs = view.block_size();
+  std::vector<KvKeyRotation> rotations;
+  for (std::size_t i = 1; i < starts.size(); ++i) {
+    const int end = i + 1 < starts.size() ? starts[i + 1] : context_tokens;
+    for (int s = starts[i]; s < end; ++s)
+      rotations.push_back({view.blocks[sz(s / bs)], s % bs, starts[i]});
+  }
+  if (!rotations.empty()) t.backend().rotate_keys(storage, rotations, t.config().rope_theta);
+}
+
 void prefill_chunks_alone(Transformer& t, SoloSequence& seq, std::span<const int> context,
                           std::span<const int> starts) {
   prefill_chunks_unrotated(t, seq, context, starts);
@@ -195,16 +206,20 @@ void prefill_full(Transformer& t, SoloSequence& seq, std::span<const int> contex
 
 BlendPass blend_recompute(Transformer& t, HostStep& step, SoloSequence& seq,
                           std::span<const int> context, int check_layer, int count) {
+  return blend_recompute_in(t, step, seq.view(), context, check_layer, count);
+}
+
+BlendPass blend_recompute_in(Transformer& t, HostStep& step, const KvSeqView& base,
+                             std::span<const int> context, int check_layer, int count) {
   const ModelConfig& c = t.config();
   const int n = static_cast<int>(context.size());
-  if (seq.size() < n || check_layer < 0 || check_layer >= c.n_layers - 1 || count < 0 ||
+  if (base.num_slots < n || check_layer < 0 || check_layer >= c.n_layers - 1 || count < 0 ||
       count > n) {
     throw InternalError("cache blend", "recompute " + std::to_string(count) + " of " +
                                            std::to_string(n) + " tokens checked at layer " +
-                                           std::to_string(check_layer) + " in a sequence of " +
-                                           std::to_string(seq.size()));
+                                           std::to_string(check_layer) + " in a view of " +
+                                           std::to_string(base.num_slots) + " slots");
   }
-  const KvSeqView base = seq.view();
   const std::vector<float> reused = read_kv_rows(base, check_layer, n, c);
   std::vector<StepToken> tokens;
   for (int s = 0; s < n; ++s) tokens.push_back(token_at(base, s, context[sz(s)], s));

@@ -70,6 +70,16 @@ struct BlendPass {
 BlendPass blend_recompute(Transformer& t, HostStep& step, SoloSequence& seq,
                           std::span<const int> context, int check_layer, int count);
 
+// The same on a sequence's view (the Simulator's requests, engine/sched), the view holding the
+// context's slots [0, context) in `storage`: the chunks prefilled alone into their slots (not yet
+// re-rotated); their keys re-rotated into place; CacheBlend's pass.
+void prefill_chunks_in_place(Transformer& t, const KvSeqView& view, std::span<const int> context,
+                             std::span<const int> starts);
+void rotate_chunks_into_place(Transformer& t, KvStorage& storage, const KvSeqView& view,
+                              std::span<const int> starts, int context_tokens);
+BlendPass blend_recompute_in(Transformer& t, HostStep& step, const KvSeqView& view,
+                             std::span<const int> context, int check_layer, int count);
+
 // One window: the context whose cache is reused and the continuation scored after it.
 struct BlendSample {
   std::vector<int> context;

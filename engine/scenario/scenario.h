@@ -33,7 +33,7 @@ struct CacheSettings {
   EvictorOptions token_eviction;          // policy.kind kNone = dense (every token kept)
   std::optional<MlaOptions> mla;          // absent = ordinary K/V
   std::string token_eviction_at, mla_at;  // JSON paths they were set at (for errors)
-  std::string sparse_at;                  // ... and sim.sparse_attention's
+  std::string sparse_at, blend_at;        // ... and sim.sparse_attention's and sim.blend's
 };
 
 struct ScenarioModel {

@@ -94,6 +94,20 @@ SparseOptions parse_sparse_attention(const JsonReader& r, const json& j, const s
   return o;
 }
 
+// CacheBlend (engine/analysis/cache_blend.h). The check layer against the model's depth is
+// checked with the model (check_blend).
+SimConfig::Blend parse_blend(const JsonReader& r, const json& j, const std::string& at) {
+  r.only_keys(j, at, {"recompute_percent", "check_layer"});
+  SimConfig::Blend b;
+  if (j.contains("recompute_percent")) {
+    b.recompute_percent =
+        r.int32(j["recompute_percent"], json_path(at, "recompute_percent"), 0, 100);
+  }
+  if (j.contains("check_layer"))
+    b.check_layer = r.int32(j["check_layer"], json_path(at, "check_layer"), 0, 1 << 16);
+  return b;
+}
+
 MlaOptions parse_mla(const JsonReader& r, const json& j, const std::string& at) {
   r.only_keys(j, at, {"rank", "mode", "rope_dims", "rope_select"});
   r.require(j, at, "rank", "an integer >= 1 (latent values per token and layer)");
@@ -276,6 +290,14 @@ void apply_token_eviction_and_mla(const CacheSection& s, CacheSettings& c) {
           parse_sparse_attention(r, j["sparse_attention"], s.path("sparse_attention"));
     }
     c.sparse_at = s.path("sparse_attention");
+  }
+  if (j.contains("blend")) {
+    if (j["blend"].is_null()) {
+      c.sim.blend.reset();
+    } else {
+      c.sim.blend = parse_blend(r, j["blend"], s.path("blend"));
+    }
+    c.blend_at = s.path("blend");
   }
   if (j.contains("mla")) {
     if (j["mla"].is_null()) {

@@ -25,7 +25,8 @@ std::vector<std::string> scenario_cache_keys() {
           "prefix_caching", "prefix_index", "cached_block_eviction",
           "token_eviction", "mla",          "preemption",
           "victim",         "host_blocks",  "tiers",
-          "tier_prefetch",  "tier_write",   "sparse_attention"};
+          "tier_prefetch",  "tier_write",   "sparse_attention",
+          "blend"};
 }
 
 namespace {

@@ -68,6 +68,16 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
     check_sparse_attention(o, c.mla.has_value(), cfg.evicts_tokens(), shape, cfg.block_size,
                            sparse_at);
   }
+  if (cfg.blend) {
+    const std::string blend_at = s.path + ": " + c.blend_at;
+    if (c.mla) {
+      fail_expected(blend_at,
+                    "none of prefix caching, token eviction, MLA, sparse attention, tiers, KIVI or "
+                    "swap preemption beside it",
+                    "cache.mla");
+    }
+    check_blend(cfg, shape, blend_at);
+  }
   run.mla = c.mla;
   if (c.mla) {
     // The latent rows live in the K format's encoding (see mla_layout_for).

@@ -91,7 +91,23 @@ void expand_explicit(const Workload& w, Builder& b, const std::string& file, int
     q.max_new_tokens = r.max_new_tokens;
     q.priority = r.priority;
     q.n_samples = r.n_samples;
-    if (r.prompt.text) {
+    if (!r.chunks.empty()) {
+      // Each document tokenized alone, as a chunk cache keeps it; the first opens the prompt.
+      for (std::size_t i = 0; i < r.chunks.size(); ++i) {
+        const std::string at = r.at + ".chunks[" + std::to_string(i) + "]";
+        const auto ids = b.encode(r.chunks[i], i == 0, at);
+        if (ids.empty())
+          fail_expected(file + ": " + at, "a text that makes at least one token", "\"\"");
+        q.prompt_tokens.insert(q.prompt_tokens.end(), ids.begin(), ids.end());
+        q.blend_chunks.push_back(static_cast<int>(ids.size()));
+      }
+      const auto question = b.encode(*r.prompt.text, false, r.at + ".prompt");
+      if (question.empty()) {
+        fail_expected(file + ": " + r.at + ".prompt", "a question that makes at least one token",
+                      "\"\"");
+      }
+      q.prompt_tokens.insert(q.prompt_tokens.end(), question.begin(), question.end());
+    } else if (r.prompt.text) {
       q.prompt_tokens = b.encode(*r.prompt.text, true, r.at + ".prompt");
     } else if (r.prompt.prefix) {
       q.prompt_tokens = b.encode(w.prefixes.at(*r.prompt.prefix), true, r.at + ".prompt.prefix");

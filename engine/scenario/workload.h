@@ -40,6 +40,9 @@ struct ExplicitRequest {
   int max_new_tokens = 1;
   int priority = 0;
   int n_samples = 1;
+  // CacheBlend: documents before the prompt, each tokenized alone (as a chunk cache keeps them);
+  // only with a text prompt. Empty: none.
+  std::vector<std::string> chunks;
 };
 
 struct Arrivals {

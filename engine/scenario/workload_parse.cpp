@@ -76,8 +76,9 @@ std::string prefix_name(const JsonReader& r, const json& v, const std::string& a
 
 ExplicitRequest parse_request(const JsonReader& r, const json& j, const std::string& at,
                               const Workload& w) {
-  r.only_keys(j, at,
-              {"arrival_step", "prompt", "prompt_tokens", "max_new_tokens", "priority", "n"});
+  r.only_keys(
+      j, at,
+      {"arrival_step", "prompt", "prompt_tokens", "max_new_tokens", "priority", "n", "chunks"});
   ExplicitRequest q;
   q.at = at;
   if (j.contains("arrival_step")) {
@@ -115,6 +116,17 @@ ExplicitRequest parse_request(const JsonReader& r, const json& j, const std::str
     q.priority = r.int32(j["priority"], json_path(at, "priority"), -kMaxInt, kMaxInt);
   }
   if (j.contains("n")) q.n_samples = r.int32(j["n"], json_path(at, "n"), 1, 256);
+  if (j.contains("chunks")) {
+    const json& c = j["chunks"];
+    const std::string cat = json_path(at, "chunks");
+    if (!c.is_array() || c.empty()) r.fail(cat, "a non-empty array of texts (documents)", c);
+    if (!q.prompt.text) {
+      r.fail_text(cat, "a text \"prompt\" after the chunks (the question)",
+                  j.contains("prompt_tokens") ? "prompt_tokens" : "a shared-prefix prompt");
+    }
+    for (std::size_t i = 0; i < c.size(); ++i)
+      q.chunks.push_back(r.string(c[i], json_path(cat, i)));
+  }
   return q;
 }
 

@@ -226,11 +226,30 @@ void Scheduler::admit(StepPlan& w) {
       if (!prefix_admission_fits(r, w.budget)) return;
       start_sequence(r);  // maps the cached prefix: its prefill is skipped
     } else {
+      // CacheBlend: the chunks come in whole at admission, outside the token budget (as a prefix
+      // hit does), before the rest of the prompt is planned.
+      int blended = 0;
+      if (config_.blend && r.num_computed == 0) {
+        for (const int c : r.spec.blend_chunks) blended += c;
+      }
+      const int fresh = std::min(r.pending() - blended, w.budget);
       if (config_.allocator == AllocatorKind::kPaged &&
-          cache_.blocks_for(n) > cache_.pool().num_free() - w.reserved_blocks)
+          cache_.blocks_for(blended + fresh) > cache_.pool().num_free() - w.reserved_blocks)
         return;
       if (!cache_.add_sequence(seq)) return;  // contiguous: no free run (external fragmentation)
       if (listener_ != nullptr) listener_->on_sequence_started(r);
+      if (blended > 0) {
+        if (!cache_.append_slots(seq, blended)) {
+          throw InternalError("simulator", "request " + std::to_string(r.id) +
+                                               " has no room for the " + std::to_string(blended) +
+                                               " chunk tokens its admission counted");
+        }
+        if (listener_ != nullptr) listener_->on_blend(r, blended);
+        r.num_computed = blended;
+        r.high_water = std::max(r.high_water, blended);
+        emit(ev::BlockTableUpdated{r.id, static_cast<std::int64_t>(cache_.table(seq).blocks.size()),
+                                   blended});
+      }
     }
     waiting_.pop_front();
     r.phase = RequestPhase::kRunning;

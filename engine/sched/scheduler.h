@@ -83,6 +83,12 @@ class SequenceListener {
   virtual void on_sequence_started(const RequestRun& r) = 0;
   // The request's sequence is about to be freed: it finished or was preempted by recompute.
   virtual void on_sequence_dropped(std::int32_t id) = 0;
+  // CacheBlend: the request's first `tokens` slots (its chunks) were appended at admission; the
+  // listener fills them (SimConfig::blend). Bookkeeping listeners have nothing to fill.
+  virtual void on_blend(const RequestRun& r, int tokens) {
+    static_cast<void>(r);
+    static_cast<void>(tokens);
+  }
 };
 
 class Scheduler {

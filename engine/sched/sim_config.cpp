@@ -20,6 +20,34 @@ void check_sparse_attention(const SparseOptions& o, bool mla, bool evicts_tokens
                        [&] { validate(o, m, block_size); });
 }
 
+void check_blend(const SimConfig& c, const ModelConfig& m, const std::string& where) {
+  const SimConfig::Blend& b = *c.blend;
+  if (b.recompute_percent < 0 || b.recompute_percent > 100) {
+    fail_expected(where + ".recompute_percent", "a percentage from 0 to 100",
+                  std::to_string(b.recompute_percent));
+  }
+  if (b.check_layer < 0 || b.check_layer >= m.n_layers - 1) {
+    fail_expected(where + ".check_layer",
+                  "a layer from 0 to " + std::to_string(m.n_layers - 2) + " (the model has " +
+                      std::to_string(m.n_layers) + " layers; some must run after the check)",
+                  std::to_string(b.check_layer));
+  }
+  const char* beside = c.prefix_caching                               ? "cache.prefix_caching"
+                       : c.evicts_tokens()                            ? "cache.token_eviction"
+                       : c.mla                                        ? "cache.mla"
+                       : c.sparse_attention                           ? "cache.sparse_attention"
+                       : !c.tiers.empty()                             ? "cache.tiers"
+                       : c.k_format.is_kivi() || c.v_format.is_kivi() ? "a KIVI format"
+                       : c.preemption == PreemptionMode::kSwap        ? "cache.preemption swap"
+                                                                      : nullptr;
+  if (beside != nullptr) {
+    fail_expected(where,
+                  "none of prefix caching, token eviction, MLA, sparse attention, tiers, KIVI or "
+                  "swap preemption beside it",
+                  beside);
+  }
+}
+
 AllocatorKind parse_allocator(const std::string& name, const std::string& where) {
   if (name == "paged") return AllocatorKind::kPaged;
   if (name == "contiguous") return AllocatorKind::kContiguous;

@@ -82,6 +82,18 @@ struct SimConfig {
   // each query head attends only to the keys this selector picks (real weights, CPU backend; not
   // with token eviction or MLA). Absent: dense. docs/concepts/sparse-attention.md.
   std::optional<SparseOptions> sparse_attention;
+  // CacheBlend (engine/analysis/cache_blend.h; docs/concepts/cache-blend.md): a request with
+  // blend_chunks has its leading chunks' K/V computed alone, as a chunk store would hold them,
+  // reused with their keys re-rotated into place, and `recompute_percent` of those tokens
+  // recomputed (picked by K/V deviation at `check_layer`), all at admission, outside the step's
+  // token budget (as a prefix hit is); the rest of its prompt is prefilled as usual. Real
+  // weights, CPU backend, one sample, no prefix caching, token eviction, MLA, sparse attention,
+  // KIVI or swap preemption beside it. Absent: requests' chunks are prefilled as plain prompt.
+  struct Blend {
+    int recompute_percent = 15;
+    int check_layer = 1;
+  };
+  std::optional<Blend> blend;
   // A request finishes early when it samples one of these (real weights only): llama2.c's BOS and
   // EOS by default; resolve_scenario sets the tokenizer's stop tokens.
   std::vector<int> stop_tokens = {1, 2};
@@ -105,6 +117,9 @@ struct SimRequest {
   // caching the extra ones fork from the first after its prompt prefill (sharing every prompt
   // block, copy-on-write); without it they are independent copies that prefill the prompt too.
   int n_samples = 1;
+  // CacheBlend: the token counts of the prompt's leading chunks (retrieved documents, each cached
+  // alone); their sum is less than the prompt (a question follows). Empty: none.
+  std::vector<int> blend_chunks;
 };
 
 // [sequence id] prompt token ids: each request's prompt once per sample, in the order the
@@ -118,6 +133,11 @@ std::vector<std::vector<int>> sequence_prompts(const std::vector<SimRequest>& re
 // scenario file and JSON path.
 void check_sparse_attention(const SparseOptions& o, bool mla, bool evicts_tokens,
                             const ModelConfig& m, int block_size, const std::string& where);
+
+// CacheBlend's rules, one check for the Simulator and the scenario loader: the settings in range
+// for the model (located at `where` + ".recompute_percent" / ".check_layer"), nothing beside it
+// that it does not run with (refused at `where`, naming the other setting).
+void check_blend(const SimConfig& c, const ModelConfig& m, const std::string& where);
 
 // The model the simulator runs: its shape, and its weights unless bookkeeping only (weights null:
 // no K/V bytes, no forward pass, every generated token is 0 and only max_new_tokens stops).

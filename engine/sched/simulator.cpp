@@ -36,6 +36,7 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
     check_sparse_attention(*c.sparse_attention, c.mla != nullptr, c.evicts_tokens(), m,
                            c.block_size, "cache.sparse_attention");
   }
+  if (c.blend) check_blend(c, m, "cache.blend");
   if (c.max_tokens_per_step < 0)
     fail_expected("max_tokens_per_step", "a non-negative integer",
                   std::to_string(c.max_tokens_per_step));
@@ -57,6 +58,20 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
       fail_expected(where + ".max_new_tokens", "an integer >= 1", std::to_string(r.max_new_tokens));
     if (r.prompt_tokens.empty())
       fail_expected(where + ".prompt_tokens", "at least one token", "an empty prompt");
+    if (!r.blend_chunks.empty()) {
+      long total = 0;
+      for (const int n : r.blend_chunks) {
+        if (n < 1) fail_expected(where + ".chunks", "chunks of at least one token", "an empty one");
+        total += n;
+      }
+      if (total >= static_cast<long>(r.prompt_tokens.size())) {
+        fail_expected(where + ".chunks", "chunks shorter than the prompt (a question follows them)",
+                      std::to_string(total) + " of its " + std::to_string(r.prompt_tokens.size()) +
+                          " tokens");
+      }
+      if (c.blend && r.n_samples != 1)
+        fail_expected(where + ".n", "1 with chunks (CacheBlend)", std::to_string(r.n_samples));
+    }
     for (std::size_t j = 0; j < r.prompt_tokens.size(); ++j) {
       const int t = r.prompt_tokens[j];
       if (t < 0 || t >= m.vocab_size) {
@@ -73,6 +88,11 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
     : config_(std::move(config)), model_(std::move(model)) {
   const ModelConfig& m = model_.config;
   validate(config_, requests, m);
+  if (config_.blend && model_.weights == nullptr) {
+    fail_expected("cache.blend",
+                  "a model with weights (a bookkeeping run computes no K/V to reuse)",
+                  "no weights");
+  }
   if (config_.sparse_attention && model_.weights == nullptr) {
     fail_expected("cache.sparse_attention",
                   "a model with weights (a bookkeeping run computes no attention to select in)",

@@ -71,6 +71,8 @@ class Simulator {
   // Token eviction: the request's evictor while it runs (null when eviction is off or the request
   // holds no cache).
   const TokenEvictor* token_evictor(int id) const { return executor_->token_evictor(id); }
+  // CacheBlend: the chunk positions request `id`'s last admission recomputed, ascending.
+  const std::vector<int>& blend_recomputed(int id) const { return executor_->blend_recomputed(id); }
   bool evicts_tokens() const { return config_.evicts_tokens(); }
 
   // Throws kvscope::Error on the first inconsistency between the scheduler, the cache manager,

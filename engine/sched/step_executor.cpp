@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/analysis/cache_blend.h"
 #include "engine/common/error.h"
 #include "engine/evict/eviction_hook.h"
 
@@ -17,6 +18,10 @@ StepExecutor::StepExecutor(const SimConfig& config, const SimModel& model, KvCac
     if (backend_ == nullptr)
       throw InternalError("simulator", "SimConfig::make_backend gave no backend");
     transformer_ = std::make_unique<Transformer>(model_.weights, *backend_);
+    if (config_.blend && backend_->name() != "cpu") {
+      fail_expected("cache.blend", "the CPU backend (its recompute runs on host activations)",
+                    backend_->name());
+    }
     if (config_.sparse_attention) {
       const SparseOptions& o = *config_.sparse_attention;
       selector_ = std::make_unique<SparseSelector>(
@@ -25,6 +30,40 @@ StepExecutor::StepExecutor(const SimConfig& config, const SimModel& model, KvCac
     }
   }
   if (config_.evicts_tokens()) evictors_.resize(static_cast<std::size_t>(num_requests));
+  if (config_.blend) blend_picks_.resize(static_cast<std::size_t>(num_requests));
+}
+
+void StepExecutor::on_blend(const RequestRun& r, int tokens) {
+  if (!transformer_ || !config_.blend) return;
+  const std::span<const int> context(r.tokens.data(), static_cast<std::size_t>(tokens));
+  std::vector<int> starts;
+  int at = 0;
+  for (const int n : r.spec.blend_chunks) {
+    starts.push_back(at);
+    at += n;
+  }
+  if (at != tokens) {
+    throw InternalError("simulator", "request " + std::to_string(r.id) + " blends " +
+                                         std::to_string(tokens) + " tokens, its chunks hold " +
+                                         std::to_string(at));
+  }
+  const KvSeqView view = cache_.view(SeqId(r.id));
+  prefill_chunks_in_place(*transformer_, view, context, starts);
+  rotate_chunks_into_place(*transformer_, *cache_.storage(), view, starts, tokens);
+  std::vector<int>& picks = blend_picks_[static_cast<std::size_t>(r.id)];
+  picks.clear();
+  const int count = recompute_count(tokens, config_.blend->recompute_percent);
+  if (count == 0) return;  // plain reuse
+  if (!blend_step_) blend_step_ = std::make_unique<HostStep>();
+  picks = blend_recompute_in(*transformer_, *blend_step_, view, context, config_.blend->check_layer,
+                             count)
+              .recomputed;
+}
+
+const std::vector<int>& StepExecutor::blend_recomputed(int id) const {
+  static const std::vector<int> none;
+  if (id < 0 || static_cast<std::size_t>(id) >= blend_picks_.size()) return none;
+  return blend_picks_[static_cast<std::size_t>(id)];
 }
 
 StepExecutor::~StepExecutor() = default;

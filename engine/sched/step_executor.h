@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/host_step.h"
 #include "engine/infer/transformer.h"
 #include "engine/sched/scheduler.h"
 
@@ -63,6 +64,11 @@ class StepExecutor final : public SequenceListener {
   // SequenceListener: a token evictor per running request, when eviction is on.
   void on_sequence_started(const RequestRun& r) override;
   void on_sequence_dropped(std::int32_t id) override;
+  // CacheBlend (SimConfig::blend): fills the request's chunk slots [0, tokens): each chunk
+  // prefilled alone, its keys re-rotated into place, then the recompute pass.
+  void on_blend(const RequestRun& r, int tokens) override;
+  // The context positions the request's last blend recomputed, ascending (empty before one).
+  const std::vector<int>& blend_recomputed(int id) const;
 
   bool computes() const { return transformer_ != nullptr; }
   // The request's evictor while it runs (null when eviction is off or it holds no cache).
@@ -89,6 +95,9 @@ class StepExecutor final : public SequenceListener {
   // [request id] the running request's evictor (+ attention recorder), else null.
   std::vector<std::unique_ptr<EvictingCacheHook>> evictors_;
   LogitsObserver logits_observer_;
+  // CacheBlend: host activations for its recompute pass, and each request's picks.
+  std::unique_ptr<HostStep> blend_step_;
+  std::vector<std::vector<int>> blend_picks_;
 };
 
 }  // namespace kvscope
