@@ -10,7 +10,8 @@
 //
 // Recomputing 0% is plain reuse (nothing runs); 100% runs every token through every layer over
 // the same cache, which is the full prefill, bit for bit (tests/analysis/cache_blend_test.cpp).
-// Runs on the host through the transformer backend's ops (HostStep); the pool stays in fp32.
+// Runs on the host through the transformer backend's ops (HostStep). evaluate_blend's pool is
+// fp32; the view-based functions below serve any pool without KIVI's staging (the Simulator's).
 #pragma once
 
 #include <functional>
