@@ -3,7 +3,6 @@
 // sequence split over a ring of devices (ring attention).
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 
 #include "cli/args.h"
@@ -107,11 +106,10 @@ int cmd_memwall(const Argv& argv) {
                         format_count(spec.context) + "-token --context",
                     std::to_string(spec.ring_devices));
     if (args.has("--tflops")) {
-      const std::string text = args.get("--tflops");
-      char* end = nullptr;
-      const double tf = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !std::isfinite(tf * 1e12) || tf <= 0)
-        fail_expected("--tflops", "a positive number of TFLOPS per device", "'" + text + "'");
+      const double tf = args.get_double("--tflops", 0.0);
+      if (tf <= 0 || !std::isfinite(tf * 1e12))
+        fail_expected("--tflops", "a positive number of TFLOPS per device",
+                      "'" + args.get("--tflops") + "'");
       spec.ring_flops = tf * 1e12;
     }
     if (args.has("--link")) spec.ring_link = parse_link(args.get("--link"), "--link");

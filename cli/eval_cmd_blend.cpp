@@ -157,12 +157,7 @@ int run(const Args& args) {
   }
   const ModelConfig& c = m.config();
   o.check_layer = args.get_int("--check-layer", 1);
-  if (o.check_layer < 0 || o.check_layer >= c.n_layers - 1) {
-    fail_expected("--check-layer",
-                  "a layer from 0 to " + std::to_string(c.n_layers - 2) + " (the model has " +
-                      std::to_string(c.n_layers) + " layers; some must run after the check)",
-                  std::to_string(o.check_layer));
-  }
+  check_blend_layer(o.check_layer, c, "--check-layer");
   EvalText text = read_eval_text(args, m);
   const Samples samples = split_windows(text, continuation, o.chunks);
 

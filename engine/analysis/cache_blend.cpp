@@ -33,13 +33,6 @@ KvSeqView context_slots(SoloSequence& seq, int context_tokens) {
   return seq.view();
 }
 
-// Token s of a step over `base`: it writes slot s and attends to the slots before it.
-StepToken token_at(const KvSeqView& base, int slot, int token, int pos) {
-  KvSeqView v = base;
-  v.num_slots = slot + 1;
-  return StepToken{token, pos, v, false, nullptr};
-}
-
 // K then V of `layer` for slots [0, n), each row kv_dim floats: [n][2][kv_dim].
 std::vector<float> read_kv_rows(const KvSeqView& view, int layer, int n, const ModelConfig& c) {
   const int hd = c.head_dim(), kv_dim = c.kv_dim();
@@ -115,12 +108,21 @@ void validate(const BlendOptions& o, const ModelConfig& c, int context_tokens) {
                       " tokens (each chunk holds at least one)",
                   std::to_string(o.chunks));
   }
-  if (o.check_layer < 0 || o.check_layer >= c.n_layers - 1) {
-    fail_expected("blend check layer",
+  check_blend_layer(o.check_layer, c, "blend check layer");
+}
+
+void check_blend_layer(int check_layer, const ModelConfig& c, const std::string& where) {
+  if (check_layer < 0 || check_layer >= c.n_layers - 1) {
+    fail_expected(where,
                   "a layer from 0 to " + std::to_string(c.n_layers - 2) + " (the model has " +
                       std::to_string(c.n_layers) + " layers; some must run after the check)",
-                  std::to_string(o.check_layer));
+                  std::to_string(check_layer));
   }
+}
+
+void check_blend_percent(int percent, const std::string& where) {
+  if (percent < 0 || percent > 100)
+    fail_expected(where, "a percentage from 0 to 100", std::to_string(percent));
 }
 
 std::vector<int> chunk_starts(int context_tokens, int chunks) {
@@ -172,8 +174,7 @@ void prefill_chunks_in_place(Transformer& t, const KvSeqView& base, std::span<co
     std::fill(live.begin(), live.end(), 0);
     std::fill(live.begin() + begin, live.begin() + end, 1);
     step.clear();
-    for (int s = begin; s < end; ++s)
-      step.push_back(token_at(masked, s, context[sz(s)], s - begin));
+    add_chunk(step, masked, begin, context.subspan(sz(begin), sz(end - begin)), 0);
     t.forward_step(step);
   }
 }
@@ -198,9 +199,8 @@ void prefill_chunks_alone(Transformer& t, SoloSequence& seq, std::span<const int
 
 void prefill_full(Transformer& t, SoloSequence& seq, std::span<const int> context) {
   const int n = static_cast<int>(context.size());
-  const KvSeqView base = context_slots(seq, n);
   std::vector<StepToken> tokens;
-  for (int s = 0; s < n; ++s) tokens.push_back(token_at(base, s, context[sz(s)], s));
+  add_chunk(tokens, context_slots(seq, n), 0, context, 0);
   t.forward_step(tokens);
 }
 
@@ -222,7 +222,7 @@ BlendPass blend_recompute_in(Transformer& t, HostStep& step, const KvSeqView& ba
   }
   const std::vector<float> reused = read_kv_rows(base, check_layer, n, c);
   std::vector<StepToken> tokens;
-  for (int s = 0; s < n; ++s) tokens.push_back(token_at(base, s, context[sz(s)], s));
+  add_chunk(tokens, base, 0, context, 0);
   BlendPass pass;
   const StepNarrowing narrow =
       [&](int layer, std::span<const StepToken> live) -> std::optional<std::vector<int>> {
@@ -266,7 +266,7 @@ BlendReport evaluate_blend(Transformer& t, std::span<const BlendSample> samples,
   BlendReport report;
   report.options = options;
   for (const int p : percents) {
-    if (p < 0 || p > 100) fail_expected("blend recompute percent", "0 to 100", std::to_string(p));
+    check_blend_percent(p, "blend recompute percent");
     BlendRow row;
     row.method = p == 0 ? BlendRow::Method::kReuse : BlendRow::Method::kBlend;
     row.recompute_percent = p;

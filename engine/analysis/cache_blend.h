@@ -39,6 +39,12 @@ struct BlendOptions {
 // tokens of context (chunks of at least one token; a check layer with a layer after it).
 void validate(const BlendOptions& o, const ModelConfig& c, int context_tokens);
 
+// The settings' rules, for every caller that takes them (validate, the Simulator's check_blend,
+// `eval blend`'s flags): a check layer with a layer after it, and a percentage in [0, 100]. Each
+// throws kvscope::Error at `where`.
+void check_blend_layer(int check_layer, const ModelConfig& c, const std::string& where);
+void check_blend_percent(int percent, const std::string& where);
+
 // Where each chunk starts in a context of `context_tokens`: `chunks` near-equal chunks, the
 // first ones a token longer; [chunks] ascending, the first 0.
 std::vector<int> chunk_starts(int context_tokens, int chunks);

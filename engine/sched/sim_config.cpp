@@ -1,6 +1,7 @@
 // Policy names, and the prompts by sequence id.
 #include "engine/sched/sim_config.h"
 
+#include "engine/analysis/cache_blend.h"
 #include "engine/common/error.h"
 #include "engine/common/setting_source.h"
 
@@ -21,17 +22,8 @@ void check_sparse_attention(const SparseOptions& o, bool mla, bool evicts_tokens
 }
 
 void check_blend(const SimConfig& c, const ModelConfig& m, const std::string& where) {
-  const SimConfig::Blend& b = *c.blend;
-  if (b.recompute_percent < 0 || b.recompute_percent > 100) {
-    fail_expected(where + ".recompute_percent", "a percentage from 0 to 100",
-                  std::to_string(b.recompute_percent));
-  }
-  if (b.check_layer < 0 || b.check_layer >= m.n_layers - 1) {
-    fail_expected(where + ".check_layer",
-                  "a layer from 0 to " + std::to_string(m.n_layers - 2) + " (the model has " +
-                      std::to_string(m.n_layers) + " layers; some must run after the check)",
-                  std::to_string(b.check_layer));
-  }
+  check_blend_percent(c.blend->recompute_percent, where + ".recompute_percent");
+  check_blend_layer(c.blend->check_layer, m, where + ".check_layer");
   const char* beside = c.prefix_caching                               ? "cache.prefix_caching"
                        : c.evicts_tokens()                            ? "cache.token_eviction"
                        : c.mla                                        ? "cache.mla"
