@@ -2,6 +2,7 @@
 //   mooncake FILE   Mooncake JSONL trace: hit ratio, prefill saved, peak blocks, evictions;
 //                   --sweep: hit ratio against cache capacity (CSV + PNG with --out DIR)
 //   kv-events FILE  vLLM/SGLang KV-cache event log (JSON lines) -> kvscope events, summarized
+//   kernel SCENARIO one step's attention launch on the SIMT emulator (cmd_trace_kernel.cpp)
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -23,6 +24,7 @@ namespace kvscope::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: kvscope trace <mooncake|kv-events> FILE [options]
+       kvscope trace kernel SCENARIO --step N [options]
 
   mooncake FILE   replay a Mooncake JSONL trace (no model compute, block ids only)
     --block-size B        tokens per block (default 512, the trace's own block)
@@ -43,6 +45,8 @@ constexpr const char* kHelp = R"(usage: kvscope trace <mooncake|kv-events> FILE 
     --json                machine-readable output
   kv-events FILE  import a vLLM/SGLang KV-cache event log (see docs/concepts/prefix-caching.md)
     --json                machine-readable output
+  kernel SCENARIO one step's paged-attention launch on the SIMT emulator: thread blocks, the KV
+                  blocks each reads, memory transactions per warp load (kvscope trace kernel --help)
 )";
 
 // --tiers NAME=TOKENS[,NAME=TOKENS...]: tier names and capacities, converted to whole blocks.
@@ -452,6 +456,7 @@ int cmd_trace(const Argv& argv) {
     std::fputs(kHelp, argv.empty() ? stderr : stdout);
     return argv.empty() ? 2 : 0;
   }
+  if (argv[0] == "kernel") return cmd_trace_kernel(argv);
   const Args args(argv,
                   {"--block-size", "--capacity-tokens", "--policy", "--index", "--time-scale",
                    "--step-ms", "--out", "--tiers"},
@@ -460,11 +465,12 @@ int cmd_trace(const Argv& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (args.positional().empty()) throw Error("trace", "expected mooncake or kv-events; see --help");
+  if (args.positional().empty())
+    throw Error("trace", "expected mooncake, kv-events or kernel; see --help");
   const std::string what = args.positional()[0];
   if (what == "mooncake") return trace_mooncake(args);
   if (what == "kv-events") return trace_kv_events(args);
-  fail_expected("trace", "mooncake or kv-events", "'" + what + "'");
+  fail_expected("trace", "mooncake, kv-events or kernel", "'" + what + "'");
 }
 
 }  // namespace kvscope::cli

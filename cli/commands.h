@@ -15,6 +15,7 @@ int cmd_synth(const Argv& args);
 int cmd_bench(const Argv& args);
 int cmd_run(const Argv& args);
 int cmd_trace(const Argv& args);
+int cmd_trace_kernel(const Argv& args);  // kvscope trace kernel (argv[0] is "kernel")
 int cmd_eval(const Argv& args);
 int cmd_memwall(const Argv& args);
 int cmd_tokenize(const Argv& args);

@@ -20,7 +20,8 @@ commands:
   synth      write a random-weight model of a published shape as a llama2.c checkpoint
   run        run a scenario (continuous batching on the real model); writes a recording,
              a Chrome trace, per-step metrics and a report (report.md, report.json, PNGs)
-  trace      replay request traces (mooncake) and import KV-cache event logs (kv-events)
+  trace      replay request traces (mooncake), import KV-cache event logs (kv-events), and
+             trace one step's attention kernel on the SIMT emulator (kernel)
   bench      benchmarks: generate (decode and prefill tokens/s), weights, kv, alloc, quant, mla,
              batch (sequences per step), attention (CUDA decode attention)
   eval       quality of a KV cache change vs the fp32 cache (perplexity, KL, top-1, bytes/token):

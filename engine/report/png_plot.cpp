@@ -128,6 +128,22 @@ Axis fit_axis(const PlotSpec& spec, bool x, bool log) {
   return ax;
 }
 
+// Pixels [height][width][3] as a PNG file, written atomically.
+void write_rgb_png(const std::vector<unsigned char>& pixels, int width, int height,
+                   const std::string& path) {
+  int len = 0;
+  unsigned char* png = stbi_write_png_to_mem(pixels.data(), width * 3, width, height, 3, &len);
+  if (png == nullptr) throw Error(path, "PNG encoding failed");
+  try {
+    write_file_atomically(
+        path, [&](std::ostream& out) { out.write(reinterpret_cast<const char*>(png), len); });
+  } catch (...) {
+    STBIW_FREE(png);
+    throw;
+  }
+  STBIW_FREE(png);
+}
+
 }  // namespace
 
 double PlotLayout::px(double x) const {
@@ -246,19 +262,11 @@ void write_png_plot(const PlotSpec& spec, const std::string& path) {
     fail_expected(path + ": plot size", "between 200x150 and 8192x8192",
                   std::to_string(spec.width) + "x" + std::to_string(spec.height));
   }
-  const std::vector<unsigned char> pixels = render_plot(spec);
-  int len = 0;
-  unsigned char* png =
-      stbi_write_png_to_mem(pixels.data(), spec.width * 3, spec.width, spec.height, 3, &len);
-  if (png == nullptr) throw Error(path, "PNG encoding failed");
-  try {
-    write_file_atomically(
-        path, [&](std::ostream& out) { out.write(reinterpret_cast<const char*>(png), len); });
-  } catch (...) {
-    STBIW_FREE(png);
-    throw;
-  }
-  STBIW_FREE(png);
+  write_rgb_png(render_plot(spec), spec.width, spec.height, path);
+}
+
+void write_canvas_png(const Canvas& canvas, const std::string& path) {
+  write_rgb_png(canvas.pixels(), canvas.width(), canvas.height(), path);
 }
 
 }  // namespace kvscope

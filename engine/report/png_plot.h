@@ -51,4 +51,8 @@ std::vector<unsigned char> render_plot(const PlotSpec& spec);
 // Renders and writes a PNG; throws kvscope::Error naming the path on failure.
 void write_png_plot(const PlotSpec& spec, const std::string& path);
 
+class Canvas;
+// A canvas (engine/report/raster.h) as a PNG file, written atomically.
+void write_canvas_png(const Canvas& canvas, const std::string& path);
+
 }  // namespace kvscope

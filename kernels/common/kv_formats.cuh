@@ -190,17 +190,26 @@ KVS_DEVICE unsigned packed_code(const unsigned char* tile, int offset, int e, in
   return (byte >> ((e % (8 / bits)) * bits)) & ((1u << bits) - 1u);
 }
 
-// Value e of the row at `offset` of physical block `block` (row: kv_heads x head_dim).
+// Value e of the row at `offset` of physical block `block` (row: kv_heads x head_dim). With a
+// non-zero trace key, its loads are recorded for the memory trace as `what` (the codes) and
+// what + 1 (the scales), simt::trace_load.
 KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int head, int kv_dim,
-                         int kv_heads, int block_size) {
+                         int kv_heads, int block_size, unsigned what = simt::kTraceKCodes,
+                         std::uint64_t key = 0) {
   const unsigned char* tile = t.base + static_cast<long>(block) * t.tile_bytes;
   const long i = static_cast<long>(offset) * kv_dim + e;
+  const auto traced = [&](const void* p, unsigned bytes, unsigned w) {
+    if (key != 0) simt::trace_load(p, bytes, w, block, key);
+  };
   switch (t.code) {
     case kKvF32:
+      traced(tile + i * 4, 4, what);
       return reinterpret_cast<const float*>(tile)[i];
     case kKvF16:
+      traced(tile + i * 2, 2, what);
       return f16_value(reinterpret_cast<const std::uint16_t*>(tile)[i]);
     case kKvBF16:
+      traced(tile + i * 2, 2, what);
       return bf16_value(reinterpret_cast<const std::uint16_t*>(tile)[i]);
     case kKvKiviKey4:
     case kKvKiviKey2: {  // per channel: the (scale, zero) of channel e in the token's group set
@@ -211,6 +220,8 @@ KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int hea
       const auto* meta =
           reinterpret_cast<const std::uint16_t*>(tile + static_cast<long>(block_size) * row_bytes +
                                                  (static_cast<long>(set) * kv_dim + e) * 4);
+      traced(tile + static_cast<long>(offset) * row_bytes + e * bits / 8, 1, what);
+      traced(meta, 4, what + 1);
       return static_cast<float>(c) * f16_value(meta[0]) + f16_value(meta[1]);
     }
     case kKvInt4:
@@ -221,12 +232,16 @@ KVS_DEVICE float kv_load(const KvTiles& t, int block, int offset, int e, int hea
       const long groups = kv_dim / t.group;
       const auto* meta = reinterpret_cast<const std::uint16_t*>(
           tile + static_cast<long>(block_size) * row_bytes + (offset * groups + e / t.group) * 4);
+      traced(tile + static_cast<long>(offset) * row_bytes + e * bits / 8, 1, what);
+      traced(meta, 4, what + 1);
       return static_cast<float>(c) * f16_value(meta[0]) + f16_value(meta[1]);
     }
     default: {
       const auto* scales = reinterpret_cast<const std::uint16_t*>(
           tile + static_cast<long>(block_size) * kv_dim);  // 1-byte codes
       const std::uint16_t s = scales[static_cast<long>(offset) * kv_heads + head];
+      traced(tile + i, 1, what);
+      traced(scales + static_cast<long>(offset) * kv_heads + head, 2, what + 1);
       if (t.code == kKvInt8)
         return static_cast<float>(reinterpret_cast<const signed char*>(tile)[i]) * f16_value(s);
       return fp8_decode(tile[i], t.code == kKvE4M3) * bf16_value(s);

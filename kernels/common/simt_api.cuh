@@ -110,12 +110,16 @@ KVS_DEVICE std::uint16_t f16_bits(float x) {
 KVS_DEVICE std::uint16_t bf16_bits(float x) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
+// The memory trace (kernels/sim/memory_trace.h) records nothing on a GPU.
+KVS_DEVICE void trace_load(const void*, unsigned, unsigned, int, std::uint64_t) {}
+KVS_DEVICE void trace_role(int, int, int, int, int, int, int, const int*, int, int) {}
 }  // namespace kvscope::simt
 
 #else  // g++: the SIMT emulator
 
 #include <cmath>
 
+#include "kernels/sim/memory_trace.h"
 #include "kernels/sim/simt.h"
 
 #define KVS_GLOBAL inline
@@ -207,6 +211,37 @@ inline std::uint16_t bf16_bits(float x) {
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
   return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
+// The memory trace (kernels/sim/memory_trace.h): a load of `bytes` bytes at p, what it is
+// (sim::TraceWhat), the physical KV block it belongs to (-1: none) and its instruction's key
+// (trace_key); and what this thread block works on. Both do nothing unless a recorder records.
+inline void trace_load(const void* p, unsigned bytes, unsigned what, int tile, std::uint64_t key) {
+  if (sim::recording()) sim::trace_access(p, bytes, what, tile, key);
+}
+inline void trace_role(int query, int kv_head, int split, int head_first, int heads, int slot_begin,
+                       int slot_end, const int* table, int num_slots, int block_size) {
+  if (sim::recording())
+    sim::trace_role(query, kv_head, split, head_first, heads, slot_begin, slot_end, table,
+                    num_slots, block_size);
+}
 }  // namespace kvscope::simt
 
+#endif
+
+namespace kvscope::simt {
+// The key of one dynamic load instruction within a thread block (memory_trace.h): the load site,
+// and the loop counters that tell its executions apart (a < 2^40, b < 2^16). Lanes of a warp
+// whose loads have the same key and TraceWhat issued them together.
+KVS_HOST_DEVICE std::uint64_t trace_key(unsigned site, long a, long b) {
+  return (static_cast<std::uint64_t>(site) << 56) |
+         ((static_cast<std::uint64_t>(a) & 0xFFFFFFFFFFull) << 16) |
+         (static_cast<std::uint64_t>(b) & 0xFFFFull);
+}
+// TraceWhat's values the kernels name (the same as kernels/sim/memory_trace.h's).
+constexpr unsigned kTraceKCodes = 0, kTraceKScales = 1, kTraceVCodes = 2, kTraceVScales = 3,
+                   kTraceTable = 4, kTraceStaging = 5;
+}  // namespace kvscope::simt
+#ifndef __CUDACC__
+static_assert(kvscope::simt::kTraceKCodes == kvscope::sim::kTraceKCodes &&
+              kvscope::simt::kTraceVScales == kvscope::sim::kTraceVScales &&
+              kvscope::simt::kTraceStaging == kvscope::sim::kTraceStaging);
 #endif

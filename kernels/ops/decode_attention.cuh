@@ -94,28 +94,39 @@ struct RawEight {
 
 // The row's bytes: one or two vector loads where the row is aligned for them, else value by
 // value. tbl: the block table's entries from logical block `first` on (shared memory); bs_shift:
-// log2 of the block size when it is a power of two, else -1.
+// log2 of the block size when it is a power of two, else -1. what and key: the memory trace's
+// (the codes as `what`, a scale as what + 1; key + j for the j-th load of the row).
 KVS_DEVICE void fetch_eight(const PagedKv& kv, const KvTiles& tiles, const int* tbl, int first,
-                            int bs_shift, int t, int g, int d0, RawEight& r) {
+                            int bs_shift, int t, int g, int d0, RawEight& r, unsigned what,
+                            std::uint64_t key) {
   const int kv_dim = kv.kv_heads * kv.head_dim;
   const int logical = bs_shift >= 0 ? t >> bs_shift : t / kv.block_size;
   const int block = tbl[logical - first], offset = t - logical * kv.block_size;
   const unsigned char* tile = tiles.base + static_cast<long>(block) * tiles.tile_bytes;
   const long i = static_cast<long>(offset) * kv_dim + g * kv.head_dim + d0;
+  // The row's loads for the memory trace: n loads of `bytes` bytes each from p on.
+  const auto traced = [&](const unsigned char* p, int n, unsigned bytes) {
+    for (int j = 0; j < n; ++j)
+      simt::trace_load(p + j * bytes, bytes, what, block, key + static_cast<unsigned>(j));
+  };
   if (tiles.code == kKvF32) {
     const unsigned char* p = tile + i * 4;
     if (aligned_to(p, 16)) {
+      traced(p, 2, 16);
       load_words4(p, r.w);
       load_words4(p + 16, r.w + 4);
     } else {
+      traced(p, 8, 4);
       KVS_UNROLL
       for (int j = 0; j < 8; ++j) r.w[j] = reinterpret_cast<const std::uint32_t*>(p)[j];
     }
   } else if (tiles.code == kKvF16 || tiles.code == kKvBF16) {
     const unsigned char* p = tile + i * 2;
     if (aligned_to(p, 16)) {
+      traced(p, 1, 16);
       load_words4(p, r.w);
     } else {
+      traced(p, 8, 2);
       const auto* u = reinterpret_cast<const std::uint16_t*>(p);
       KVS_UNROLL
       for (int j = 0; j < 4; ++j)
@@ -125,8 +136,10 @@ KVS_DEVICE void fetch_eight(const PagedKv& kv, const KvTiles& tiles, const int* 
   } else {  // int8, FP8: 1-byte codes and a 16-bit scale per token per KV head
     const unsigned char* p = tile + i;
     if (aligned_to(p, 8)) {
+      traced(p, 1, 8);
       load_words2(p, r.w);
     } else {
+      traced(p, 8, 1);
       KVS_UNROLL
       for (int j = 0; j < 2; ++j)
         r.w[j] = static_cast<std::uint32_t>(p[4 * j]) |
@@ -136,6 +149,8 @@ KVS_DEVICE void fetch_eight(const PagedKv& kv, const KvTiles& tiles, const int* 
     }
     const auto* scales =
         reinterpret_cast<const std::uint16_t*>(tile + static_cast<long>(kv.block_size) * kv_dim);
+    simt::trace_load(scales + static_cast<long>(offset) * kv.kv_heads + g, 2, what + 1, block,
+                     key + 8u);
     r.w[2] = scales[static_cast<long>(offset) * kv.kv_heads + g];
   }
 }
@@ -196,6 +211,7 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
   const int warps = kDecodeThreads / 32;
   const int t0 = s * chunk, t1 = t0 + chunk < kv.num_slots ? t0 + chunk : kv.num_slots;
   const int n = t1 > t0 ? t1 - t0 : 0;
+  trace_block_role(kv, static_cast<int>(row0 / n_heads), g, s, h0, group, t0, t1 > t0 ? t1 : t0);
   const float inv_sqrt = 1.0f / sqrtf(static_cast<float>(hd));
   int bs_shift = -1;
   for (int b = 0; b < 30; ++b)
@@ -205,7 +221,11 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
   int* tbl = reinterpret_cast<int*>(red + kDecodeThreads * 8 * kDecodeHeadBlock);
   const int first = bs_shift >= 0 ? t0 >> bs_shift : t0 / kv.block_size;
   const int entries = n == 0 ? 0 : (t1 - 1) / kv.block_size - first + 1;
-  for (int i = tid; i < entries; i += kDecodeThreads) tbl[i] = kv.block_table[first + i];
+  for (int i = tid; i < entries; i += kDecodeThreads) {
+    simt::trace_load(kv.block_table + first + i, 4, simt::kTraceTable, -1,
+                     simt::trace_key(3, i / kDecodeThreads, 0));
+    tbl[i] = kv.block_table[first + i];
+  }
   for (int i = tid; i < group * hd; i += kDecodeThreads)
     q_s[i] = q[static_cast<long>(h0) * hd + i] * inv_sqrt;
   simt::sync_block();
@@ -245,8 +265,13 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
     RawEight ra, rb;
     zero_eight(ra);
     zero_eight(rb);
-    if (la) fetch_eight(kv, kv.k, tbl, first, bs_shift, t0 + ia, g, d0, ra);
-    if (lb) fetch_eight(kv, kv.k, tbl, first, bs_shift, t0 + ib, g, d0, rb);
+    const long iter = (base - warp * per_warp) / (2 * step);  // the same for the warp's lanes
+    if (la)
+      fetch_eight(kv, kv.k, tbl, first, bs_shift, t0 + ia, g, d0, ra, simt::kTraceKCodes,
+                  simt::trace_key(4, 2 * iter, 0));
+    if (lb)
+      fetch_eight(kv, kv.k, tbl, first, bs_shift, t0 + ib, g, d0, rb, simt::kTraceKCodes,
+                  simt::trace_key(4, 2 * iter + 1, 0));
     score(ra, ia, la);
     score(rb, ib, lb);
   }
@@ -289,7 +314,9 @@ KVS_DEVICE void decode_split(const PagedKv& kv, const float* q, int n_heads, int
       const int i = base + sub;
       if (i >= n || !slot_is_live(kv, t0 + i)) continue;  // no collective in this loop
       RawEight r;
-      fetch_eight(kv, kv.v, tbl, first, bs_shift, t0 + i, g, d0, r);
+      const long iter = (base - warp * per_warp) / (warps * per_warp);
+      fetch_eight(kv, kv.v, tbl, first, bs_shift, t0 + i, g, d0, r, simt::kTraceVCodes,
+                  simt::trace_key(5, hb * 65536L + iter, 0));
       float x[8];
       decode_eight(kv.v.code, r, x);
       KVS_UNROLL

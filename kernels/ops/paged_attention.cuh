@@ -45,19 +45,42 @@ KVS_DEVICE bool slot_is_live(const PagedKv& kv, int t) {
   return kv.live == nullptr || kv.live[t] != 0;
 }
 
+// For the memory trace: what this thread block works on (query `query` of the launch, KV head g,
+// split s over slots [t0, t1), query heads [h0, h0 + heads)), declared by its thread 0.
+KVS_DEVICE void trace_block_role(const PagedKv& kv, int query, int g, int s, int h0, int heads,
+                                 int t0, int t1) {
+  if (simt::tid_x() == 0)
+    simt::trace_role(query, g, s, h0, heads, t0, t1, kv.block_table, kv.num_slots, kv.block_size);
+}
+
 // Slot t's K (or V) value d of KV head g: from the open group's staging rows `open` (nullptr:
-// none) when t >= open_start, else through the block table.
+// none) when t >= open_start, else through the block table. what and key: the memory trace's
+// (kv_load); the block table entry is traced by the callers, once per slot.
 KVS_DEVICE float kv_at(const PagedKv& kv, const KvTiles& tiles, const float* open, int open_start,
-                       int t, int g, int d) {
+                       int t, int g, int d, unsigned what, std::uint64_t key) {
   const int kv_dim = kv.kv_heads * kv.head_dim, e = g * kv.head_dim + d;
-  if (open != nullptr && t >= open_start)
-    return open[static_cast<long>(t - open_start) * kv_dim + e];
+  if (open != nullptr && t >= open_start) {
+    const float* row = open + static_cast<long>(t - open_start) * kv_dim + e;
+    simt::trace_load(row, 4, simt::kTraceStaging, -1, key);
+    return *row;
+  }
   const int block = kv.block_table[t / kv.block_size], offset = t % kv.block_size;
   if (tiles.code == kKvF32) {  // no decoding: the fp32 pool's rows as they are
-    return reinterpret_cast<const float*>(
-        tiles.base + block * tiles.tile_bytes)[static_cast<long>(offset) * kv_dim + e];
+    const float* p = reinterpret_cast<const float*>(tiles.base + block * tiles.tile_bytes) +
+                     static_cast<long>(offset) * kv_dim + e;
+    simt::trace_load(p, 4, what, block, key);
+    return *p;
   }
-  return kv_load(tiles, block, offset, e, g, kv_dim, kv.kv_heads, kv.block_size);
+  return kv_load(tiles, block, offset, e, g, kv_dim, kv.kv_heads, kv.block_size, what, key);
+}
+
+// The memory trace's record of slot t's block table entry (slots in the open group have none).
+KVS_DEVICE void trace_table_entry(const PagedKv& kv, const float* open, int open_start, int t,
+                                  std::uint64_t key) {
+  if (open == nullptr || t < open_start) {
+    const int* entry = kv.block_table + t / kv.block_size;
+    simt::trace_load(entry, 4, simt::kTraceTable, -1, key);
+  }
 }
 
 // The part of one query head's attention over slots [t0, t1) that one block computes:
@@ -74,9 +97,12 @@ KVS_DEVICE float attend_range(const float* qh, const PagedKv& kv, int g, int t0,
       scores[t - t0] = -INFINITY;
       continue;
     }
+    const long iter = (t - t0) / nt;  // the loop's iteration, the same for every lane
+    trace_table_entry(kv, kv.open_k, kv.open_k_start, t, simt::trace_key(1, iter, 0));
     float s = 0.0f;
     for (int d = 0; d < kv.head_dim; ++d)
-      s += qh[d] * kv_at(kv, kv.k, kv.open_k, kv.open_k_start, t, g, d);
+      s += qh[d] * kv_at(kv, kv.k, kv.open_k, kv.open_k_start, t, g, d, simt::kTraceKCodes,
+                         simt::trace_key(1, iter, 1 + d));
     s *= inv_sqrt;
     scores[t - t0] = s;
     local_max = fmaxf(local_max, s);
@@ -96,9 +122,14 @@ KVS_DEVICE float attend_range(const float* qh, const PagedKv& kv, int g, int t0,
 KVS_DEVICE float weigh_values(const PagedKv& kv, int g, int t0, int t1, const float* scores,
                               int d) {
   float acc = 0.0f;
-  for (int t = t0; t < t1; ++t)
-    if (slot_is_live(kv, t))
-      acc += scores[t - t0] * kv_at(kv, kv.v, kv.open_v, kv.open_v_start, t, g, d);
+  const long pass = d / static_cast<long>(simt::bdim_x());  // the caller's loop over d
+  for (int t = t0; t < t1; ++t) {
+    if (!slot_is_live(kv, t)) continue;
+    const long iter = pass * kv.num_slots + t;
+    trace_table_entry(kv, kv.open_v, kv.open_v_start, t, simt::trace_key(2, iter, 0));
+    acc += scores[t - t0] * kv_at(kv, kv.v, kv.open_v, kv.open_v_start, t, g, d, simt::kTraceVCodes,
+                                  simt::trace_key(2, iter, 1));
+  }
   return acc;
 }
 
@@ -122,6 +153,7 @@ KVS_GLOBAL void paged_attention_kernel(float* out, const float* q, PagedKv kv, i
   KVS_SHARED_ARRAY(float, slots, 32);
   KVS_DYNAMIC_SHARED(float, scores);
   const int h = static_cast<int>(simt::bid_x());
+  trace_block_role(kv, 0, h / (n_heads / kv.kv_heads), 0, h, 1, 0, kv.num_slots);
   attend_all(out + static_cast<long>(h) * kv.head_dim, q + static_cast<long>(h) * kv.head_dim, kv,
              h / (n_heads / kv.kv_heads),
              weights != nullptr ? weights + static_cast<long>(h) * kv.num_slots : nullptr, scores,
@@ -173,6 +205,7 @@ KVS_GLOBAL void paged_attention_batch_kernel(float* out, const float* q, PagedBa
   const int h = static_cast<int>(simt::bid_x()), i = static_cast<int>(simt::bid_y());
   const int* m = b.meta + kBatchMeta * i;
   const PagedKv kv = batch_query(b, i);
+  trace_block_role(kv, i, h / (n_heads / b.kv_heads), 0, h, 1, 0, kv.num_slots);
   const long row = (static_cast<long>(i) * n_heads + h) * b.head_dim;
   float* w_row = m[3] >= 0 ? weights + m[3] + static_cast<long>(h) * kv.num_slots : nullptr;
   attend_all(out + row, q + row, kv, h / (n_heads / b.kv_heads), w_row, scores, slots);
@@ -190,6 +223,7 @@ KVS_GLOBAL void paged_attention_split_kernel(float* part, float* m, float* l, co
   const int splits = static_cast<int>(simt::gdim_y());
   const int g = h / (n_heads / kv.kv_heads);
   const int t0 = s * chunk, t1 = t0 + chunk < kv.num_slots ? t0 + chunk : kv.num_slots;
+  trace_block_role(kv, 0, g, s, h, 1, t0, t1);
   const float* qh = q + static_cast<long>(h) * kv.head_dim;
   const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
   float sum = 0.0f;

@@ -7,6 +7,8 @@
 #undef _FORTIFY_SOURCE
 #include "kernels/sim/simt.h"
 
+#include "kernels/sim/memory_trace.h"
+
 #include <pthread.h>
 #include <setjmp.h>
 #include <ucontext.h>
@@ -678,6 +680,7 @@ void launch(const LaunchConfig& config, const std::function<void()>& body) {
   check_launch(config);
   if (g_block != nullptr || g_thread != nullptr)
     throw SimError(std::string(config.kernel) + ": nested launch");
+  trace_launch(config);  // memory_trace.h: a no-op unless a recorder is installed
   if (mode() == Mode::kThreads) {
     g_t_grid = config.grid;
     g_t_block = config.block;

@@ -1,0 +1,259 @@
+// kvscope trace kernel: one engine step's paged-attention launch, run on the SIMT emulator with
+// its memory loads recorded (issue #45): the grid, each thread block's sequence, KV head and
+// split, the KV blocks it read through its block table, and the memory transactions its warps
+// issued against the fewest their bytes allow. Writes kernel_trace.json and kernel_grid.png.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/progress.h"
+#include "engine/common/atomic_write.h"
+#include "engine/common/error.h"
+#include "engine/report/png_plot.h"
+#include "engine/report/raster.h"
+#include "engine/scenario/scenario.h"
+#include "kernels/backend/backend_select.h"
+#include "kernels/backend/kernel_trace_run.h"
+
+namespace kvscope::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: kvscope trace kernel SCENARIO --step N [options]
+
+Runs SCENARIO on the CUDA backend's kernels under the SIMT emulator (--backend cuda-sim) and
+records step N's paged-attention launch for one layer: the grid of thread blocks, which
+sequence, KV head and split each works on, the KV blocks it reads through its block table, and
+each warp load's memory transactions (32-byte sectors) against the fewest its bytes allow.
+
+  --step N          the engine step to trace (default 1; steps before it run untraced)
+  --layer L         whose attention launch (default 0)
+  --variant V       the scenario's variant (default base)
+  --model PATH      the model instead of the scenario's (weights are dequantized to f32: the
+                    emulated device runs f32 weights)
+  --kv-format F     K and V format instead of the scenario's (fp32, fp16, bf16, int8, fp8-e4m3,
+                    fp8-e5m2, int4, int2, ...): the decode kernel reads the byte formats, the
+                    paged kernel the packed ones
+  --block-size B    tokens per KV block instead of the scenario's (the pool keeps its tokens)
+  --out DIR         write DIR/kernel_trace.json and DIR/kernel_grid.png
+  --json            print kernel_trace.json to stdout instead of the summary
+  --warp-sample N   warp loads of thread block 0 listed in the JSON (default 32)
+
+Not traced: MLA's latent kernels, contexts past 4,096 slots (one launch per query), the KV write.
+See docs/concepts/paged-attention-kernel.md.
+)";
+
+std::string percent(long part, long whole) {
+  if (whole <= 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f%%", 100.0 * static_cast<double>(part) / whole);
+  return b;
+}
+
+// What a thread block's position in the grid means, per kernel.
+std::string grid_meaning(const std::string& kernel) {
+  if (kernel == "decode_split_batch_kernel") return "KV heads x splits, queries";
+  if (kernel == "paged_attention_batch_kernel") return "query heads, queries";
+  if (kernel == "decode_split_kernel") return "KV heads x splits";
+  if (kernel == "paged_attention_split_kernel") return "query heads, splits";
+  return "query heads";
+}
+
+// Green where a block's loads are as few transactions as their bytes allow, through yellow to
+// red at a quarter of that or worse.
+Rgb efficiency_colour(long ideal, long actual) {
+  const double e = actual > 0 ? static_cast<double>(ideal) / actual : 1.0;
+  const double t = std::clamp((e - 0.25) / 0.75, 0.0, 1.0);
+  const auto mix = [](double a, double b, double f) {
+    return static_cast<std::uint8_t>(a + (b - a) * f);
+  };
+  if (t > 0.5)
+    return {mix(230, 46, (t - 0.5) * 2), mix(190, 160, (t - 0.5) * 2), mix(60, 90, (t - 0.5) * 2)};
+  return {mix(200, 230, t * 2), mix(60, 190, t * 2), mix(50, 60, t * 2)};
+}
+
+void write_grid_png(const StepKernelTrace& t, const std::string& label, const std::string& path) {
+  const sim::KernelTrace& k = t.summary;
+  const int cols = static_cast<int>(k.grid.x), rows = static_cast<int>(k.grid.y);
+  const int width = 1280, left = 150, top = 110, right = 40;
+  const int cell_w = std::max(6, std::min(160, (width - left - right) / std::max(1, cols)));
+  const int cell_h = std::max(6, std::min(48, 560 / std::max(1, rows)));
+  const int height = std::max(360, top + rows * cell_h + 120);
+  Canvas c(width, height, Rgb{255, 255, 255});
+  const Rgb ink{34, 38, 46}, muted{110, 116, 128};
+  c.text(20, 16,
+         k.kernel + ": grid " + std::to_string(k.grid.x) + " x " + std::to_string(k.grid.y) + " (" +
+             grid_meaning(k.kernel) + "), " + std::to_string(k.block.x) + " threads per block",
+         ink, 2);
+  c.text(20, 42, label, muted, 2);
+  c.text(20, 66,
+         "KV read " + human_bytes(static_cast<double>(k.kv.distinct_bytes)) + " in " +
+             with_commas(k.kv.sectors) + " transactions of 32 B; ideal " +
+             with_commas(k.kv.ideal_sectors) + " (" + percent(k.kv.ideal_sectors, k.kv.sectors) +
+             " efficient)",
+         ink, 2);
+  for (const sim::ThreadBlockTrace& tb : k.blocks) {
+    const int x = left + static_cast<int>(tb.block % k.grid.x) * cell_w;
+    const int y = top + static_cast<int>((tb.block / k.grid.x) % k.grid.y) * cell_h;
+    const bool empty = tb.kv.loads == 0;
+    c.fill_rect(x + 1, y + 1, x + cell_w - 1, y + cell_h - 1,
+                empty ? Rgb{236, 238, 242} : efficiency_colour(tb.kv.ideal_sectors, tb.kv.sectors));
+    if (tb.role && cell_w >= 60 && cell_h >= 18) {
+      std::string s = "g";
+      s.append(std::to_string(tb.role->kv_head));
+      if (k.kernel.find("split") != std::string::npos)
+        s.append(" s").append(std::to_string(tb.role->split));
+      s.append(" ").append(std::to_string(tb.kv_blocks.size())).append(" blk");
+      c.text(x + 4, y + (cell_h - Canvas::text_height(1)) / 2, s, ink, 1);
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int req = r < static_cast<int>(t.query_request.size())
+                        ? t.query_request[static_cast<std::size_t>(r)]
+                        : -1;
+    std::string name = "query ";
+    name.append(std::to_string(r));
+    if (req >= 0) name.append(" (req ").append(std::to_string(req)).append(")");
+    if (cell_h >= 10)
+      c.text(20, top + r * cell_h + (cell_h - Canvas::text_height(1)) / 2, name, muted, 1);
+  }
+  const int ly = top + rows * cell_h + 24;
+  c.text(left, ly,
+         "colour: ideal / actual transactions (green 100%, red 25% or less); grey: no slots", muted,
+         2);
+  c.text(left, ly + 28,
+         "kvscope trace kernel (SIMT emulator: sectors counted, caches not modelled)", muted, 2);
+  write_canvas_png(c, path);
+}
+
+void print_summary(const StepKernelTrace& t, const std::string& label) {
+  const sim::KernelTrace& k = t.summary;
+  std::printf("kvscope trace kernel: %s\n", label.c_str());
+  std::printf("  launch: %s, grid %u x %u (%s), %u threads per block\n", k.kernel.c_str(), k.grid.x,
+              k.grid.y, grid_meaning(k.kernel).c_str(), k.block.x);
+  std::printf("  KV: K %s, V %s, block size %d, %d query heads over %d KV heads of %d\n",
+              t.k_format.c_str(), t.v_format.c_str(), t.block_size, t.n_heads, t.kv_heads,
+              t.head_dim);
+  std::string queries;
+  for (std::size_t i = 0; i < t.query_request.size(); ++i) {
+    if (!queries.empty()) queries += ", ";
+    queries += t.query_request[i] >= 0 ? std::to_string(t.query_request[i]) : "?";
+  }
+  std::printf("  queries: %zu (requests %s)\n", t.query_request.size(), queries.c_str());
+  std::printf(
+      "  KV read: %s (%s distinct) in %s warp loads: %s transactions of 32 B, ideal %s (%s)\n",
+      human_bytes(static_cast<double>(k.kv.distinct_bytes)).c_str(),
+      human_bytes(static_cast<double>(k.kv_unique_bytes)).c_str(), with_commas(k.kv.loads).c_str(),
+      with_commas(k.kv.sectors).c_str(), with_commas(k.kv.ideal_sectors).c_str(),
+      percent(k.kv.ideal_sectors, k.kv.sectors).c_str());
+  for (unsigned w = 0; w < sim::kTraceWhatCount; ++w) {
+    const sim::Traffic& x = k.by_what[w];
+    if (x.loads == 0) continue;
+    std::printf("    %-12s %10s  %8s loads  %9s transactions, ideal %9s\n", sim::trace_what_name(w),
+                human_bytes(static_cast<double>(x.distinct_bytes)).c_str(),
+                with_commas(x.loads).c_str(), with_commas(x.sectors).c_str(),
+                with_commas(x.ideal_sectors).c_str());
+  }
+  for (std::size_t i = 0; i < t.reduce.size(); ++i)
+    std::printf("  then %s, grid %u x %u: the splits combined\n", t.reduce_kernels[i].c_str(),
+                t.reduce[i].x, t.reduce[i].y);
+}
+
+}  // namespace
+
+int cmd_trace_kernel(const Argv& argv) {
+  const Args args(argv,
+                  {"--step", "--layer", "--variant", "--model", "--kv-format", "--block-size",
+                   "--out", "--warp-sample"},
+                  {"--json", "--help"});
+  if (args.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  // positional()[0] is "kernel"
+  if (args.positional().size() != 2)
+    fail_expected("trace kernel", "one scenario file (see --help)",
+                  std::to_string(args.positional().size() - 1) + " arguments");
+  const std::string path = args.positional()[1];
+  const int step = args.get_int("--step", 1);
+  if (step < 1) fail_expected("--step", "an engine step >= 1", std::to_string(step));
+  const int layer = args.get_int("--layer", 0);
+  const int warp_sample = args.get_int("--warp-sample", 32);
+  if (warp_sample < 0) fail_expected("--warp-sample", "a count >= 0", std::to_string(warp_sample));
+  const std::string out_dir = args.get("--out", "");
+  if (!out_dir.empty()) checked_out_dir(out_dir);
+
+  const Scenario scenario = parse_scenario(path);
+  const std::string variant = args.get("--variant", "base");
+  scenario.variant(variant);
+  const ScenarioModelLoad loaded =
+      load_scenario_model(scenario, args.get("--model", ""), false, WeightFormat::kF32);
+  if (loaded.weights == nullptr)
+    throw Error(path, "trace kernel needs model weights (the scenario runs bookkeeping only)");
+  ResolvedRun resolved = resolve_scenario(scenario, variant, loaded.shape, loaded.tokenizer.get());
+  attach_mla(resolved, loaded.weights, path);
+  SimConfig config = resolved.config;
+  if (args.has("--kv-format")) {
+    config.k_format = config.v_format = parse_kv_format(args.get("--kv-format"), "--kv-format");
+  }
+  if (args.has("--block-size")) {
+    const int b = args.get_int("--block-size", 16);
+    if (b < 1 || b > 4096) fail_expected("--block-size", "1..4096 tokens", std::to_string(b));
+    const long tokens = static_cast<long>(config.num_blocks) * config.block_size;
+    config.num_blocks = static_cast<int>((tokens + b - 1) / b);
+    config.block_size = b;
+  }
+  config.tokenizer = loaded.tokenizer;
+  std::unique_ptr<Backend> backend =
+      make_backend("cuda-sim", 1, "f32", RunNeeds{loaded.weights.get()});
+  config.make_backend = [&backend] { return std::move(backend); };
+  std::unique_ptr<Simulator> sim;
+  try {
+    sim = std::make_unique<Simulator>(config, SimModel{loaded.shape, loaded.weights},
+                                      std::move(resolved.requests));
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.where(), e.detail());
+  }
+  {
+    Progress p("trace kernel", 1, "steps");
+    while (sim->current_step() < step - 1) {
+      if (!sim->step())
+        fail_expected("--step",
+                      "a step the run reaches (it finished after " +
+                          std::to_string(sim->current_step()) + ")",
+                      std::to_string(step));
+      p.update(sim->current_step(), step);
+    }
+  }
+  const StepKernelTrace t = trace_next_step(*sim, layer, path);
+  const std::string where = variant == "base" ? path : path + " [" + variant + "]";
+  const std::string label = where + ", step " + std::to_string(t.step) + ", layer " +
+                            std::to_string(t.layer) + " of " + std::to_string(t.layers) + " (" +
+                            loaded.source + (loaded.random_weights ? ", random weights" : "") +
+                            ", cuda-sim)";
+  nlohmann::json j = kernel_trace_json(t, static_cast<std::size_t>(warp_sample));
+  j["scenario"] = path;
+  j["variant"] = variant;
+  j["model"] = loaded.source;
+  j["random_weights"] = loaded.random_weights;
+  if (!out_dir.empty()) {
+    const std::string json_path = out_dir + "/kernel_trace.json",
+                      png = out_dir + "/kernel_grid.png";
+    write_file_atomically(json_path, [&](std::ostream& o) { o << j.dump(1) << "\n"; });
+    write_grid_png(t, label, png);
+    std::fprintf(stderr, "wrote %s and %s\n", json_path.c_str(), png.c_str());
+  }
+  if (args.has("--json")) {
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    print_summary(t, label);
+  }
+  return 0;
+}
+
+}  // namespace kvscope::cli

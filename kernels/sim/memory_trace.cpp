@@ -1,0 +1,114 @@
+// See memory_trace.h.
+#include "kernels/sim/memory_trace.h"
+
+#include <atomic>
+#include <utility>
+
+namespace kvscope::sim {
+namespace {
+
+std::atomic<TraceRecorder*> g_recorder{nullptr};
+// Whether the launch now running is recorded (set by trace_launch, before any of its threads run).
+std::atomic<bool> g_selected{false};
+
+std::uint32_t linear_block() {
+  const dim3& b = block_idx();
+  const dim3& g = grid_dim();
+  return b.x + g.x * (b.y + g.y * b.z);
+}
+std::uint32_t linear_thread() {
+  const dim3& t = thread_idx();
+  const dim3& d = block_dim();
+  return t.x + d.x * (t.y + d.y * t.z);
+}
+
+}  // namespace
+
+const char* trace_what_name(unsigned what) {
+  switch (what) {
+    case kTraceKCodes:
+      return "k";
+    case kTraceKScales:
+      return "k_scales";
+    case kTraceVCodes:
+      return "v";
+    case kTraceVScales:
+      return "v_scales";
+    case kTraceTable:
+      return "block_table";
+    case kTraceStaging:
+      return "staging";
+    default:
+      return "?";
+  }
+}
+
+void TraceRecorder::begin_launch(const LaunchConfig& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TraceLaunch l;
+  l.kernel = config.kernel;
+  l.grid = config.grid;
+  l.block = config.block;
+  l.recorded = !select || select(l.kernel, static_cast<int>(launches.size()));
+  g_selected.store(l.recorded, std::memory_order_relaxed);
+  launches.push_back(std::move(l));
+}
+
+void TraceRecorder::access(const TraceAccess& a) {
+  std::lock_guard<std::mutex> lock(mu_);
+  launches.back().accesses.push_back(a);
+}
+
+void TraceRecorder::role(TraceRole r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  launches.back().roles.push_back(std::move(r));
+}
+
+void install_recorder(TraceRecorder* r) {
+  g_selected.store(false, std::memory_order_relaxed);
+  g_recorder.store(r, std::memory_order_release);
+}
+
+bool recording() {
+  return g_recorder.load(std::memory_order_relaxed) != nullptr &&
+         g_selected.load(std::memory_order_relaxed);
+}
+
+void trace_launch(const LaunchConfig& config) {
+  TraceRecorder* r = g_recorder.load(std::memory_order_acquire);
+  if (r != nullptr) r->begin_launch(config);
+}
+
+void trace_access(const void* p, unsigned bytes, unsigned what, int tile, std::uint64_t key) {
+  if (!recording()) return;
+  TraceAccess a;
+  a.block = linear_block();
+  a.thread = linear_thread();
+  a.what = what;
+  a.tile = tile;
+  a.key = key;
+  a.addr = reinterpret_cast<std::uintptr_t>(p);
+  a.bytes = bytes;
+  g_recorder.load(std::memory_order_acquire)->access(a);
+}
+
+void trace_role(int query, int kv_head, int split, int head_first, int heads, int slot_begin,
+                int slot_end, const int* table, int num_slots, int block_size) {
+  if (!recording()) return;
+  TraceRole r;
+  r.block = linear_block();
+  r.query = query;
+  r.kv_head = kv_head;
+  r.split = split;
+  r.head_first = head_first;
+  r.heads = heads;
+  r.slot_begin = slot_begin;
+  r.slot_end = slot_end;
+  r.num_slots = num_slots;
+  r.block_size = block_size;
+  const int entries = block_size > 0 ? (num_slots + block_size - 1) / block_size : 0;
+  r.table.assign(table, table + entries);
+  g_recorder.load(std::memory_order_acquire)->role(std::move(r));
+}
+
+}  // namespace kvscope::sim

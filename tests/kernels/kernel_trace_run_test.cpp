@@ -1,0 +1,122 @@
+// One engine step's attention launch traced through the Simulator on the emulated device
+// (kernels/backend/kernel_trace_run.h), on stories260K: each query is named by the request whose
+// block table it read, the bytes read are the queries' context rows, and tracing a step changes
+// no token of the run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "engine/scenario/scenario.h"
+#include "kernels/backend/cuda_backend.h"
+#include "kernels/backend/kernel_trace_run.h"
+#include "tests/test_support.h"
+
+namespace kvscope {
+namespace {
+
+std::unique_ptr<Simulator> cuda_sim_run(const std::string& name, const std::string& kv_format) {
+  const Scenario s = parse_scenario(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name);
+  const auto& m = test::real_model();
+  ResolvedRun run = resolve_scenario(s, "base", m.model->config(), m.tokenizer.get());
+  if (!kv_format.empty())
+    run.config.k_format = run.config.v_format = parse_kv_format(kv_format, "test");
+  run.config.make_backend = [] { return make_cuda_sim_backend(GemmType::kF32); };
+  return std::make_unique<Simulator>(run.config, SimModel{m.model->config(), m.model},
+                                     std::move(run.requests));
+}
+
+std::vector<std::vector<int>> all_tokens(const Simulator& sim) {
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < sim.num_requests(); ++r) out.push_back(sim.request(r).tokens);
+  return out;
+}
+
+TEST(KernelTraceRun, QueriesAreNamedByTheirRequestsAndReadTheirContexts) {
+  for (const char* format : {"fp32", "int4"}) {
+    auto sim = cuda_sim_run("minimal.json", format);
+    sim->run(11);
+    const StepKernelTrace t = trace_next_step(*sim, 2, "test");
+    const std::string what = format;
+    EXPECT_EQ(t.step, 12) << what;
+    EXPECT_EQ(t.layer, 2) << what;
+    EXPECT_EQ(t.attention_launches, t.layers) << what;
+    EXPECT_EQ(t.summary.kernel, std::string(format) == "fp32" ? "decode_split_batch_kernel"
+                                                              : "paged_attention_batch_kernel")
+        << what;
+    ASSERT_FALSE(t.query_request.empty()) << what;
+    // Each query's table, as the kernel was given it, is the start of its request's table.
+    long context_rows = 0;
+    std::vector<int> slots(t.query_request.size(), 0);
+    for (const sim::ThreadBlockTrace& tb : t.summary.blocks) {
+      ASSERT_TRUE(tb.role) << what;
+      const int req = t.query_request[static_cast<std::size_t>(tb.role->query)];
+      ASSERT_GE(req, 0) << what << " query " << tb.role->query;
+      const auto table = std::find_if(t.block_tables.begin(), t.block_tables.end(),
+                                      [&](const auto& x) { return x.request == req; });
+      ASSERT_NE(table, t.block_tables.end()) << what;
+      ASSERT_LE(tb.role->table.size(), table->blocks.size()) << what;
+      EXPECT_TRUE(std::equal(tb.role->table.begin(), tb.role->table.end(), table->blocks.begin()))
+          << what << " query " << tb.role->query;
+      EXPECT_TRUE(tb.stray_blocks.empty()) << what;
+      slots[static_cast<std::size_t>(tb.role->query)] = tb.role->num_slots;
+    }
+    for (int s : slots) context_rows += s;
+    if (std::string(format) == "fp32") {
+      // The decode kernels read each row once per KV head: K and V, 4 bytes a value.
+      EXPECT_EQ(t.summary.kv.distinct_bytes, context_rows * t.kv_heads * t.head_dim * 4 * 2)
+          << what;
+    }
+    // Every query is a different request (decode steps of the scenario's four).
+    std::vector<int> reqs = t.query_request;
+    std::sort(reqs.begin(), reqs.end());
+    EXPECT_EQ(std::unique(reqs.begin(), reqs.end()), reqs.end()) << what;
+  }
+}
+
+TEST(KernelTraceRun, TracingAStepChangesNoToken) {
+  auto plain = cuda_sim_run("minimal.json", "int8");
+  plain->run(40);  // steps 1..40
+  auto traced = cuda_sim_run("minimal.json", "int8");
+  traced->run(5);
+  trace_next_step(*traced, 0, "test");
+  traced->run(40);  // up to step 40, as the plain run
+  EXPECT_EQ(all_tokens(*traced), all_tokens(*plain));
+}
+
+TEST(KernelTraceRun, RefusesALayerOutsideTheModel) {
+  auto sim = cuda_sim_run("minimal.json", "");
+  try {
+    trace_next_step(*sim, 5, "minimal.json");
+    ADD_FAILURE() << "traced layer 5 of 5";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--layer: expected a layer in 0..4, got 5");
+  }
+}
+
+TEST(KernelTraceRun, TheCpuBackendRunsNoKernelToTraceNorDoesAFinishedRun) {
+  const Scenario s = parse_scenario(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/minimal.json");
+  const auto& m = test::real_model();
+  ResolvedRun run = resolve_scenario(s, "base", m.model->config(), m.tokenizer.get());
+  Simulator sim(run.config, SimModel{m.model->config(), m.model}, std::move(run.requests));
+  try {
+    trace_next_step(sim, 0, "minimal.json");
+    ADD_FAILURE() << "traced the CPU backend";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 1 ran no attention kernel on the emulated device"),
+              std::string::npos)
+        << e.what();
+  }
+  sim.run(100000);  // (on the CPU: quicker to the end)
+  try {
+    trace_next_step(sim, 0, "minimal.json");
+    ADD_FAILURE() << "traced a finished run";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "minimal.json: the run has finished: there is no step to trace");
+  }
+}
+
+}  // namespace
+}  // namespace kvscope
