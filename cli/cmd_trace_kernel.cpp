@@ -80,7 +80,7 @@ Rgb efficiency_colour(long ideal, long actual) {
 void write_grid_png(const StepKernelTrace& t, const std::string& label, const std::string& path) {
   const sim::KernelTrace& k = t.summary;
   const int cols = static_cast<int>(k.grid.x), rows = static_cast<int>(k.grid.y);
-  const int width = 1280, left = 150, top = 110, right = 40;
+  const int width = 1280, left = 200, top = 110, right = 40;
   const int cell_w = std::max(6, std::min(160, (width - left - right) / std::max(1, cols)));
   const int cell_h = std::max(6, std::min(48, 560 / std::max(1, rows)));
   const int height = std::max(360, top + rows * cell_h + 120);
@@ -103,13 +103,27 @@ void write_grid_png(const StepKernelTrace& t, const std::string& label, const st
     const bool empty = tb.kv.loads == 0;
     c.fill_rect(x + 1, y + 1, x + cell_w - 1, y + cell_h - 1,
                 empty ? Rgb{236, 238, 242} : efficiency_colour(tb.kv.ideal_sectors, tb.kv.sectors));
-    if (tb.role && cell_w >= 60 && cell_h >= 18) {
-      std::string s = "g";
-      s.append(std::to_string(tb.role->kv_head));
+    if (tb.role) {
+      const sim::TraceRole& role = *tb.role;
+      std::string head = "g";
+      head.append(std::to_string(role.kv_head));
       if (k.kernel.find("split") != std::string::npos)
-        s.append(" s").append(std::to_string(tb.role->split));
-      s.append(" ").append(std::to_string(tb.kv_blocks.size())).append(" blk");
-      c.text(x + 4, y + (cell_h - Canvas::text_height(1)) / 2, s, ink, 1);
+        head.append(" s").append(std::to_string(role.split));
+      else
+        head.append(" h").append(std::to_string(role.head_first));
+      std::string slots = std::to_string(role.slot_begin);
+      slots.append("-").append(std::to_string(role.slot_end)).append(", ");
+      slots.append(std::to_string(tb.kv_blocks.size())).append(" blk");
+      // Two lines at the larger size where they fit, else the first line small, else nothing.
+      const int big = 2, th = Canvas::text_height(big);
+      if (cell_h >= 2 * th + 14 && Canvas::text_width(slots, big) + 10 <= cell_w) {
+        const int y0 = y + (cell_h - 2 * th - 6) / 2;
+        c.text(x + 6, y0, head, ink, big);
+        c.text(x + 6, y0 + th + 6, slots, ink, big);
+      } else if (cell_h >= Canvas::text_height(1) + 4 &&
+                 Canvas::text_width(head, 1) + 6 <= cell_w) {
+        c.text(x + 3, y + (cell_h - Canvas::text_height(1)) / 2, head, ink, 1);
+      }
     }
   }
   for (int r = 0; r < rows; ++r) {
@@ -119,8 +133,9 @@ void write_grid_png(const StepKernelTrace& t, const std::string& label, const st
     std::string name = "query ";
     name.append(std::to_string(r));
     if (req >= 0) name.append(" (req ").append(std::to_string(req)).append(")");
-    if (cell_h >= 10)
-      c.text(20, top + r * cell_h + (cell_h - Canvas::text_height(1)) / 2, name, muted, 1);
+    const int scale = cell_h >= Canvas::text_height(2) + 4 ? 2 : 1;
+    if (cell_h >= Canvas::text_height(1) + 2)
+      c.text(14, top + r * cell_h + (cell_h - Canvas::text_height(scale)) / 2, name, muted, scale);
   }
   const int ly = top + rows * cell_h + 24;
   c.text(left, ly,
@@ -232,9 +247,10 @@ int cmd_trace_kernel(const Argv& argv) {
   }
   const StepKernelTrace t = trace_next_step(*sim, layer, path);
   const std::string where = variant == "base" ? path : path + " [" + variant + "]";
+  const std::string model_name = std::filesystem::path(loaded.source).filename().string();
   const std::string label = where + ", step " + std::to_string(t.step) + ", layer " +
                             std::to_string(t.layer) + " of " + std::to_string(t.layers) + " (" +
-                            loaded.source + (loaded.random_weights ? ", random weights" : "") +
+                            model_name + (loaded.random_weights ? ", random weights" : "") +
                             ", cuda-sim)";
   nlohmann::json j = kernel_trace_json(t, static_cast<std::size_t>(warp_sample));
   j["scenario"] = path;
