@@ -36,7 +36,8 @@ void usage(std::FILE* out) {
       "                        (default: the middle), write a PNG and exit\n"
       "  --presenter           large fonts and high contrast (toggle with P)\n"
       "  --size WxH            window size (default 1600x1000)\n"
-      "  --view NAME           first workspace: pool (default), prefix, attention, compare, live\n"
+      "  --view NAME           first workspace: pool (default), prefix, attention, compare, live,\n"
+      "                        kernel\n"
       "  --caption N           open at presenter caption N with its view (workspace, layer and\n"
       "                        head, sink grid), as PageDown reaches it\n"
       "  --backend B           what runs the forward pass: cpu (default), cuda-sim (the CUDA\n"
@@ -51,7 +52,7 @@ void usage(std::FILE* out) {
       "Keys: Space play/pause, Left/Right step, Home/End, F1 help, F11 full screen,\n"
       "      PageDown/PageUp presenter captions, F12 screenshot, Ctrl+O open,\n"
       "      Ctrl+S save the recording, Ctrl+E export metrics CSV, Ctrl+Shift+A attach,\n"
-      "      Ctrl+R restart, Ctrl+1..5 workspace.\n"
+      "      Ctrl+R restart, Ctrl+1..6 workspace.\n"
       "Exit codes: 2 bad input, 3 no display (use the headless CLI: kvscope run).\n",
       default_scenario().c_str());
 }
@@ -124,8 +125,8 @@ Read read_view_option(const std::string& arg, int argc, char** argv, int& i,
     const std::string name = v ? v : "";
     const int found = kvscope::ui::UiShell::workspace_of_key(name);
     if (found < 0) {
-      return done(
-          fail("--view: expected pool, prefix, attention, compare or live, got \"" + name + "\""));
+      return done(fail("--view: expected pool, prefix, attention, compare, live or kernel, got \"" +
+                       name + "\""));
     }
     o.workspace = found;
     o.workspace_given = true;

@@ -31,7 +31,8 @@ records step N's paged-attention launch for one layer: the grid of thread blocks
 sequence, KV head and split each works on, the KV blocks it reads through its block table, and
 each warp load's memory transactions (32-byte sectors) against the fewest its bytes allow.
 
-  --step N          the engine step to trace (default 1; steps before it run untraced)
+  --step N          the step to trace, numbered as kvscope-ui and the recording number them
+                    (default 0, the first; the steps before it run untraced)
   --layer L         whose attention launch (default 0)
   --variant V       the scenario's variant (default base)
   --model PATH      the model instead of the scenario's (weights are dequantized to f32: the
@@ -195,8 +196,8 @@ int cmd_trace_kernel(const Argv& argv) {
     fail_expected("trace kernel", "one scenario file (see --help)",
                   std::to_string(args.positional().size() - 1) + " arguments");
   const std::string path = args.positional()[1];
-  const int step = args.get_int("--step", 1);
-  if (step < 1) fail_expected("--step", "an engine step >= 1", std::to_string(step));
+  const int step = args.get_int("--step", 0);
+  if (step < 0) fail_expected("--step", "a step >= 0 (0: the first)", std::to_string(step));
   const int layer = args.get_int("--layer", 0);
   const int warp_sample = args.get_int("--warp-sample", 32);
   if (warp_sample < 0) fail_expected("--warp-sample", "a count >= 0", std::to_string(warp_sample));
@@ -236,13 +237,13 @@ int cmd_trace_kernel(const Argv& argv) {
   }
   {
     Progress p("trace kernel", 1, "steps");
-    while (sim->current_step() < step - 1) {
+    while (sim->current_step() < step) {
       if (!sim->step())
-        fail_expected("--step",
-                      "a step the run reaches (it finished after " +
-                          std::to_string(sim->current_step()) + ")",
-                      std::to_string(step));
-      p.update(sim->current_step(), step);
+        fail_expected(
+            "--step",
+            "a step the run reaches (its last is " + std::to_string(sim->current_step() - 1) + ")",
+            std::to_string(step));
+      p.update(sim->current_step(), step + 1);
     }
   }
   const StepKernelTrace t = trace_next_step(*sim, layer, path);

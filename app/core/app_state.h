@@ -47,6 +47,9 @@ class AppState {
 
   // The sequence the user picked (click in the block map or block tables); panels highlight it.
   std::optional<int> selected_request;
+  // Physical blocks the Kernel panel's hovered thread block reads (set each frame while hovered);
+  // the Block pool panel outlines them.
+  std::vector<int> kernel_blocks;
   // Presenter mode: larger fonts, high contrast, thicker lines.
   bool presenter = false;
   // Set by the Controls panel: the shell restarts the scenario with this override at the end of

@@ -100,21 +100,9 @@ void choose_backend(const std::string& path, const PolicyOverride& policy,
 
 }  // namespace
 
-std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping,
-                                             const PolicyOverride& policy, const std::string& model,
-                                             FirstStep first) {
-  std::unique_ptr<RunSession> s(new RunSession());
-  s->path_ = path;
-  if (!is_scenario_path(path)) {
-    if (!policy.empty())
-      throw Error(path, "policy controls need a scenario (.json), got a recording");
-    if (!model.empty())
-      throw Error(path, "a model choice needs a scenario (.json), got a recording");
-    s->timeline_ = std::make_shared<const Timeline>(Timeline::load(path));
-    if (s->timeline_->num_steps() < 1) throw Error(path, "the recording holds no steps");
-    return s;
-  }
-  s->is_scenario_ = true;
+ScenarioRun build_scenario_run(const std::string& path, bool bookkeeping,
+                               const PolicyOverride& policy, const std::string& model) {
+  ScenarioRun run;
   Scenario scenario = parse_scenario(path);
   // The CUDA backends multiply fp32 weights (converted to 16 bits on the device): a quantized
   // GGUF is read dequantized for them, as `--weight-format f32` does in the CLI.
@@ -131,27 +119,50 @@ std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookk
   ResolvedRun resolved = resolve_scenario(scenario, "base", loaded.shape, loaded.tokenizer.get());
   attach_mla(resolved, loaded.weights, path);
   SimConfig config = resolved.config;
-  s->max_steps_ = scenario.steps.value_or(kMaxSteps);
+  run.max_steps = scenario.steps.value_or(kMaxSteps);
   if (host_from_pool) config.host_blocks = config.num_blocks;
   config.threads = 1;  // the UI thread and the worker share the machine
   std::vector<SimRequest> requests = std::move(resolved.requests);
   if (requests.empty()) throw Error(path + ": requests", "expected at least one request, got none");
-  s->prompts_ = sequence_prompts(requests);
+  run.prompts = sequence_prompts(requests);
   // The Timeline's header carries the token text, so File > Save recording keeps it.
   config.tokenizer = loaded.tokenizer;
   describe_model(*info, scenario, loaded, config, model);
-  info->prompts = s->prompts_;
+  info->prompts = run.prompts;
   if (policy.backend && !loaded.weights)
     throw Error(path, "a backend choice needs the model's weights (a bookkeeping run has none)");
   if (loaded.weights) choose_backend(path, policy, loaded, config, *info);
   SimModel sim_model{loaded.shape, loaded.weights};
   try {
-    s->sim_ = std::make_unique<Simulator>(config, sim_model, std::move(requests));
+    run.sim = std::make_unique<Simulator>(config, sim_model, std::move(requests));
   } catch (const Error& e) {
     throw Error(path + ": " + e.where(), e.detail());
   }
-  if (loaded.weights) s->tokenizer_ = loaded.tokenizer;  // bookkeeping tokens are all 0
-  s->info_ = std::move(info);
+  run.info = std::move(info);
+  return run;
+}
+
+std::unique_ptr<RunSession> RunSession::open(const std::string& path, bool bookkeeping,
+                                             const PolicyOverride& policy, const std::string& model,
+                                             FirstStep first) {
+  std::unique_ptr<RunSession> s(new RunSession());
+  s->path_ = path;
+  if (!is_scenario_path(path)) {
+    if (!policy.empty())
+      throw Error(path, "policy controls need a scenario (.json), got a recording");
+    if (!model.empty())
+      throw Error(path, "a model choice needs a scenario (.json), got a recording");
+    s->timeline_ = std::make_shared<const Timeline>(Timeline::load(path));
+    if (s->timeline_->num_steps() < 1) throw Error(path, "the recording holds no steps");
+    return s;
+  }
+  s->is_scenario_ = true;
+  ScenarioRun built = build_scenario_run(path, bookkeeping, policy, model);
+  s->sim_ = std::move(built.sim);
+  s->info_ = std::move(built.info);
+  s->prompts_ = std::move(built.prompts);
+  s->max_steps_ = built.max_steps;
+  if (s->info_->model) s->tokenizer_ = s->info_->tokenizer;  // bookkeeping tokens are all 0
   s->timeline_ = s->sim_->timeline();
   // The first step runs here so the UI always has a step to show (unless the caller waits for
   // it: kOnWorker); the rest on the worker.

@@ -23,6 +23,19 @@ class Simulator;
 
 namespace kvscope::ui {
 
+// A scenario's Simulator as RunSession::open builds it (the policy, model and backend applied),
+// not stepped yet, with the run's description: for panels that re-run the scenario their own way
+// (the Kernel panel on the emulated device). Throws as RunSession::open does. Whoever destroys it
+// includes engine/sched/simulator.h.
+struct ScenarioRun {
+  std::unique_ptr<Simulator> sim;
+  std::shared_ptr<RunInfo> info;
+  std::vector<std::vector<int>> prompts;  // [sequence id] prompt token ids
+  int max_steps = 0;                      // the scenario's `steps`, or the default cap
+};
+ScenarioRun build_scenario_run(const std::string& path, bool bookkeeping,
+                               const PolicyOverride& policy, const std::string& model);
+
 class RunSession {
  public:
   // Opens a scenario (.json) or a recording (anything else). Throws kvscope::Error naming the

@@ -81,13 +81,14 @@ class UiShell {
   const std::string& error_text() const { return error_; }
   void reset_layout() { layout_dirty_ = true; }
 
-  // Workspaces: named panel arrangements (pool, prefix, attention & quality, compare, live),
+  // Workspaces: named panel arrangements (pool, prefix, attention & quality, compare, live,
+  // kernel),
   // each with layouts for several window sizes (shell_layout.h). Switching shows the panels of
   // the layout that fits and hides the others (the View menu brings any back, floating).
   static int num_workspaces();
   static const char* workspace_name(int index);
   // The workspace a short key names, as --view and a caption's view spell it: "pool", "prefix",
-  // "attention", "compare", "live" (-1 for anything else).
+  // "attention", "compare", "live", "kernel" (-1 for anything else).
   static int workspace_of_key(std::string_view key);
   int workspace() const { return workspace_; }
   void set_workspace(int index);  // clamped

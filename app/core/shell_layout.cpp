@@ -61,6 +61,13 @@ const std::vector<Workspace>& workspaces() {
           {"Block pool", 0.56f, 0.58f, 0.44f, 0.42f}}},
         {{{"Live attach", 0.0f, 0.0f, 0.5f, 1.0f}, {"Prefix cache", 0.5f, 0.0f, 0.5f, 1.0f}}},
         {{{"Live attach", 0.0f, 0.0f, 1.0f, 1.0f}}}}},
+      {"Kernel",
+       "Ctrl+6",
+       {{{{"Kernel", 0.0f, 0.0f, 0.6f, 1.0f},
+          {"Block pool", 0.6f, 0.0f, 0.4f, 0.56f},
+          {"Block tables", 0.6f, 0.56f, 0.4f, 0.44f}}},
+        {{{"Kernel", 0.0f, 0.0f, 0.6f, 1.0f}, {"Block pool", 0.6f, 0.0f, 0.4f, 1.0f}}},
+        {{{"Kernel", 0.0f, 0.0f, 1.0f, 1.0f}}}}},
   };
   return kAll;
 }
@@ -84,6 +91,7 @@ LegibleMinimum legible_minimum(std::string_view panel) {
       {"Quality vs memory", {14.0f, 32.0f, true}},
       {"Compare", {14.0f, 40.0f, true}},
       {"Live attach", {10.0f, 34.0f, true}},
+      {"Kernel", {14.0f, 34.0f, true}},
   };
   for (const Entry& e : kMinimums)
     if (e.panel == panel) return e.min;

@@ -236,6 +236,14 @@ void BlockMapPanel::draw_map(AppState& state) {
     }
   }
   clipper.End();
+  // The blocks the Kernel panel's hovered thread block reads: outlined in the accent colour.
+  for (int id : state.kernel_blocks) {
+    if (id < 0 || id >= n) continue;
+    const int cell = id / l.per_cell, row = cell / l.cols, c = cell % l.cols;
+    const ImVec2 a(std::floor(origin.x + c * l.cell), std::floor(origin.y + row * l.cell));
+    dl->AddRect(ImVec2(a.x - 1.0f, a.y - 1.0f), ImVec2(a.x + l.cell, a.y + l.cell),
+                palette(presenter).accent, 0.0f, 0, 2.5f);
+  }
   ImGui::SetCursorScreenPos(origin);
   ImGui::InvisibleButton("##cells",
                          ImVec2(std::max(1.0f, l.cols * l.cell), std::max(1.0f, l.rows * l.cell)));

@@ -8,6 +8,7 @@
 #include "app/panels/compare_panel.h"
 #include "app/panels/controls_panel.h"
 #include "app/panels/fragmentation_panel.h"
+#include "app/panels/kernel_panel.h"
 #include "app/panels/memory_panel.h"
 #include "app/panels/prefix_panel.h"
 #include "app/panels/quality_panel.h"
@@ -28,6 +29,7 @@ std::vector<std::unique_ptr<Panel>> make_panels() {
   panels.push_back(std::make_unique<QualityPanel>());
   panels.push_back(std::make_unique<ComparePanel>());
   panels.push_back(std::make_unique<AttachPanel>());
+  panels.push_back(std::make_unique<KernelPanel>());
   return panels;
 }
 

@@ -45,10 +45,11 @@ struct ScenarioModel {
 // workspace, the attention panel's layer and head or its sink grid, and whether the run pauses
 // there. Unset fields leave the view as it is.
 struct CaptionView {
-  std::optional<std::string> workspace;  // "pool", "prefix", "attention", "compare", "live"
-  std::optional<int> layer, head;        // the attention panel's layer and head
-  std::optional<bool> sink_grid;         // the attention panel's layer x head grid
-  bool pause = false;                    // playing stops when the run reaches this step
+  std::optional<std::string>
+      workspace;                   // "pool", "prefix", "attention", "compare", "live", "kernel"
+  std::optional<int> layer, head;  // the attention panel's layer and head
+  std::optional<bool> sink_grid;   // the attention panel's layer x head grid
+  bool pause = false;              // playing stops when the run reaches this step
   // The variant the run plays ("base" or a `compare` name; the UI re-runs the scenario on it) and
   // the one the Compare panel runs beside it. Both hold for the later captions until one changes
   // them, so a talk stepped backwards shows each caption on the run it was written for.

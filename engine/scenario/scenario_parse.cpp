@@ -85,8 +85,10 @@ CaptionView parse_caption_view(const JsonReader& r, const json& j, const std::st
   CaptionView v;
   if (j.contains("workspace")) {
     const std::string w = r.string(j["workspace"], at + ".workspace", true);
-    if (w != "pool" && w != "prefix" && w != "attention" && w != "compare" && w != "live")
-      r.fail_text(at + ".workspace", "pool, prefix, attention, compare or live", "\"" + w + "\"");
+    if (w != "pool" && w != "prefix" && w != "attention" && w != "compare" && w != "live" &&
+        w != "kernel")
+      r.fail_text(at + ".workspace", "pool, prefix, attention, compare, live or kernel",
+                  "\"" + w + "\"");
     v.workspace = w;
   }
   if (j.contains("layer")) v.layer = r.int32(j["layer"], at + ".layer", 0, kMaxInt);

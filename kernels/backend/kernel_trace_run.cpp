@@ -109,7 +109,7 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
     stepped = sim.step();
   }
   if (!stepped) throw Error(where, "the run has finished: there is no step to trace");
-  out.step = sim.current_step();
+  out.step = sim.current_step() - 1;  // the recording's index of the step just run
   out.attention_launches = attention_seen;
   if (attention_seen == 0) {
     throw Error(where, "step " + std::to_string(out.step) +

@@ -16,7 +16,7 @@
 namespace kvscope {
 
 struct StepKernelTrace {
-  int step = 0;   // the engine step traced (1-based: the Simulator's step-th)
+  int step = 0;   // the step traced, as the UI, captions and recordings number it (0: the first)
   int layer = 0;  // whose attention launch
   int layers = 0;
   int attention_launches = 0;     // the step's, every layer (one per layer on the batch path)

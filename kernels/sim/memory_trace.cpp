@@ -2,14 +2,17 @@
 #include "kernels/sim/memory_trace.h"
 
 #include <atomic>
+#include <thread>
 #include <utility>
 
 namespace kvscope::sim {
 namespace {
 
 std::atomic<TraceRecorder*> g_recorder{nullptr};
-// Whether the launch now running is recorded (set by trace_launch, before any of its threads run).
-std::atomic<bool> g_selected{false};
+std::thread::id g_owner;  // the thread that installed it (written before g_recorder)
+// Whether the launch this thread runs is recorded: set by trace_launch on the launching thread,
+// whose fibers run the launch's CUDA threads.
+thread_local bool t_selected = false;
 
 std::uint32_t linear_block() {
   const dim3& b = block_idx();
@@ -44,39 +47,37 @@ const char* trace_what_name(unsigned what) {
 }
 
 void TraceRecorder::begin_launch(const LaunchConfig& config) {
-  std::lock_guard<std::mutex> lock(mu_);
   TraceLaunch l;
   l.kernel = config.kernel;
   l.grid = config.grid;
   l.block = config.block;
   l.recorded = !select || select(l.kernel, static_cast<int>(launches.size()));
-  g_selected.store(l.recorded, std::memory_order_relaxed);
+  t_selected = l.recorded;
   launches.push_back(std::move(l));
 }
 
 void TraceRecorder::access(const TraceAccess& a) {
-  std::lock_guard<std::mutex> lock(mu_);
   launches.back().accesses.push_back(a);
 }
 
 void TraceRecorder::role(TraceRole r) {
-  std::lock_guard<std::mutex> lock(mu_);
   launches.back().roles.push_back(std::move(r));
 }
 
 void install_recorder(TraceRecorder* r) {
-  g_selected.store(false, std::memory_order_relaxed);
+  t_selected = false;
+  if (r != nullptr) g_owner = std::this_thread::get_id();
   g_recorder.store(r, std::memory_order_release);
 }
 
 bool recording() {
-  return g_recorder.load(std::memory_order_relaxed) != nullptr &&
-         g_selected.load(std::memory_order_relaxed);
+  return t_selected;
 }
 
 void trace_launch(const LaunchConfig& config) {
+  t_selected = false;
   TraceRecorder* r = g_recorder.load(std::memory_order_acquire);
-  if (r != nullptr) r->begin_launch(config);
+  if (r != nullptr && std::this_thread::get_id() == g_owner) r->begin_launch(config);
 }
 
 void trace_access(const void* p, unsigned bytes, unsigned what, int tile, std::uint64_t key) {

@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -67,9 +66,9 @@ struct TraceLaunch {
   std::vector<TraceRole> roles;
 };
 
-// Collects the launches made while it is installed. `select` (empty: every launch) decides from
-// the kernel's name and the launch's index among those seen so far whether a launch's loads and
-// roles are recorded; every launch is listed.
+// Collects the launches its thread makes while it is installed. `select` (empty: every launch)
+// decides from the kernel's name and the launch's index among those seen so far whether a launch's
+// loads and roles are recorded; every launch is listed.
 class TraceRecorder {
  public:
   std::function<bool(const std::string& kernel, int index)> select;
@@ -79,12 +78,12 @@ class TraceRecorder {
   void begin_launch(const LaunchConfig& config);
   void access(const TraceAccess& a);
   void role(TraceRole r);
-
- private:
-  std::mutex mu_;
 };
 
-// Installs `r` for every launch from now on, in any thread (nullptr: none). One at a time.
+// Installs `r` for the launches the calling thread makes from now on (nullptr: none). One
+// recorder at a time, process-wide; launches made by other threads (another run's worker) are
+// neither listed nor recorded. Recording needs the emulator's fiber mode (the default): in thread
+// mode the CUDA threads are other OS threads, and their loads are not recorded.
 void install_recorder(TraceRecorder* r);
 // Installs a recorder for its lifetime.
 class ScopedRecorder {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -125,7 +126,7 @@ TEST(KernelTrace, RecordingChangesNothingTheKernelsCompute) {
   }
 }
 
-TEST(KernelTrace, NothingIsRecordedWithoutARecorderOrOutsideTheSelection) {
+TEST(KernelTrace, NothingIsRecordedWithoutARecorderOutsideTheSelectionOrFromAnotherThread) {
   Batch batch("fp16", kKvF16, 16, 40, 4, 2, 32);
   sim::TraceRecorder r;
   r.select = [](const std::string& kernel, int) { return kernel != "decode_split_batch_kernel"; };
@@ -142,6 +143,14 @@ TEST(KernelTrace, NothingIsRecordedWithoutARecorderOrOutsideTheSelection) {
   EXPECT_TRUE(r.launches[1].recorded);
   batch.run(true);  // no recorder installed: nothing anywhere to record into
   EXPECT_EQ(r.launches.size(), 2u);
+  // Another thread's launches (another run's worker) are not this recorder's.
+  sim::TraceRecorder mine;
+  {
+    sim::ScopedRecorder on(mine);
+    std::thread other([&] { batch.run(false); });
+    other.join();
+  }
+  EXPECT_TRUE(mine.launches.empty());
 }
 
 // Each thread block declares its query, KV head and split, and reads exactly the KV blocks of

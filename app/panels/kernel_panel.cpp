@@ -1,0 +1,414 @@
+// Kernel panel: the attention launch's grid, a warp's loads, split-K (see kernel_panel.h).
+#include "app/panels/kernel_panel.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "app/core/theme.h"
+#include "app/widgets/widgets.h"
+
+namespace kvscope::ui {
+namespace {
+
+// The formats offered: the ones each kernel reads (the decode kernel the byte formats, the paged
+// kernel the packed ones), not KIVI's (a run's own KIVI is traced as it is).
+constexpr const char* kFormats[] = {"fp32", "fp16", "bf16", "int8", "fp8-e4m3", "int4", "int2"};
+constexpr int kBlockSizes[] = {1, 4, 8, 16, 32, 64};
+
+// Concatenation by appending (GCC 12's -Wrestrict misfires on "literal" + std::string chains).
+std::string cat(std::initializer_list<std::string_view> parts) {
+  std::string s;
+  for (std::string_view p : parts) s.append(p);
+  return s;
+}
+std::string num(long v) {
+  return std::to_string(v);
+}
+
+// ideal / actual transactions: green at 100%, through yellow, red at a quarter or less.
+ImU32 efficiency_color(long ideal, long actual) {
+  const float e = actual > 0 ? static_cast<float>(ideal) / static_cast<float>(actual) : 1.0f;
+  const float t = std::clamp((e - 0.25f) / 0.75f, 0.0f, 1.0f);
+  const ImU32 red = IM_COL32(200, 70, 60, 255), yellow = IM_COL32(225, 185, 70, 255),
+              green = IM_COL32(60, 160, 95, 255);
+  return t > 0.5f ? mix_color(yellow, green, (t - 0.5f) * 2.0f) : mix_color(red, yellow, t * 2.0f);
+}
+
+std::string percent_of(long part, long whole) {
+  return whole > 0 ? format_percent(static_cast<double>(part) / static_cast<double>(whole), 0)
+                   : std::string("-");
+}
+
+bool splits_columns(const std::string& kernel) {
+  return kernel.find("split") != std::string::npos;
+}
+
+// "KV head 1, split 0" or "query head 4 (KV head 1)".
+std::string role_text(const sim::TraceRole& r, const std::string& kernel) {
+  if (splits_columns(kernel)) {
+    std::string s = cat({"KV head ", num(r.kv_head), ", split ", num(r.split)});
+    if (r.heads > 1)
+      s.append(
+          cat({" (query heads ", num(r.head_first), "-", num(r.head_first + r.heads - 1), ")"}));
+    return s;
+  }
+  return cat({"query head ", num(r.head_first), " (KV head ", num(r.kv_head), ")"});
+}
+
+}  // namespace
+
+std::string KernelPanel::help() const {
+  return "The attention launch of the step shown, run by kvscope's CUDA kernels on its SIMT "
+         "emulator: each cell is a thread block (rows: the step's queries), coloured by how close "
+         "its loads come to the fewest 32-byte transactions their bytes allow. Hover one to mark "
+         "the KV blocks it reads in the Block pool; below, one warp's load over the sectors it "
+         "touches.";
+}
+
+bool KernelPanel::auto_trace(const RunInfo& info) {
+  // About the layers' parameters: stories260K's 0.25 M re-run in well under a second a step on
+  // the emulator; SmolLM2-135M's 119 M take seconds.
+  const ModelConfig& c = info.shape;
+  return static_cast<double>(c.dim) * c.dim * c.n_layers * 12.0 < 20e6;
+}
+
+ImVec2 KernelPanel::cell_center(int b) const {
+  const auto c = static_cast<float>(static_cast<unsigned>(b) % grid_cols_);
+  const auto r = static_cast<float>(static_cast<unsigned>(b) / grid_cols_);
+  return ImVec2(grid_origin_.x + (c + 0.5f) * cell_size_.x,
+                grid_origin_.y + (r + 0.5f) * cell_size_.y);
+}
+
+KernelPanel::Wanted KernelPanel::wanted(const AppState& state) const {
+  Wanted w;
+  w.generation = state.source_generation();
+  w.ui_step = state.step();
+  w.layer = layer_;
+  w.format = format_ ? format_->name() : "";
+  w.block = block_.value_or(0);
+  return w;
+}
+
+void KernelPanel::draw_controls(const AppState& state, const RunInfo& info) {
+  // Each combo as wide as its longest choice, plus its arrow.
+  const auto width_of = [](std::initializer_list<std::string_view> texts) {
+    float w = 0.0f;
+    for (std::string_view t : texts)
+      w = std::max(w, ImGui::CalcTextSize(t.data(), t.data() + t.size()).x);
+    return w + ImGui::GetStyle().FramePadding.x * 2.0f + ImGui::GetFrameHeight();
+  };
+  float combo_w = width_of({"layer 00"});
+  ImGui::SetNextItemWidth(combo_w);
+  const std::string layer_text = cat({"layer ", num(layer_)});
+  if (ImGui::BeginCombo("##layer", layer_text.c_str())) {
+    for (int l = 0; l < info.shape.n_layers; ++l)
+      if (ImGui::Selectable(cat({"layer ", num(l)}).c_str(), l == layer_)) layer_ = l;
+    ImGui::EndCombo();
+  }
+  item_tooltip("Whose attention launch is traced (every layer's has the same grid)");
+  const std::string run_format = cat({"run's (", info.config.k_format.name(), ")"});
+  combo_w = width_of({run_format, "fp8-e4m3"});
+  flow_same_line(combo_w);
+  ImGui::SetNextItemWidth(combo_w);
+  if (ImGui::BeginCombo("##format", format_ ? format_->name().c_str() : run_format.c_str())) {
+    if (ImGui::Selectable(run_format.c_str(), !format_)) format_.reset();
+    for (const char* f : kFormats) {
+      if (ImGui::Selectable(f, format_ && format_->name() == f))
+        format_ = parse_kv_format(f, "Kernel panel");
+    }
+    ImGui::EndCombo();
+  }
+  item_tooltip(
+      "K and V format of the re-run: fp32, fp16, bf16, int8 and FP8 take the decode kernel, "
+      "int4 and int2 the paged kernel");
+  const std::string run_block = cat({"run's (", num(info.config.block_size), ")"});
+  combo_w = width_of({run_block, "block 64"});
+  flow_same_line(combo_w);
+  ImGui::SetNextItemWidth(combo_w);
+  const std::string block_text = block_ ? cat({"block ", num(*block_)}) : run_block;
+  if (ImGui::BeginCombo("##block", block_text.c_str())) {
+    if (ImGui::Selectable(run_block.c_str(), !block_)) block_.reset();
+    for (int b : kBlockSizes)
+      if (ImGui::Selectable(cat({"block ", num(b)}).c_str(), block_ == b)) block_ = b;
+    ImGui::EndCombo();
+  }
+  item_tooltip("Tokens per KV block of the re-run (the pool keeps its bytes)");
+  const std::string button = cat({"Trace step ", num(state.step())});
+  flow_same_line(ImGui::CalcTextSize(button.c_str()).x + ImGui::GetStyle().FramePadding.x * 2);
+  if (ImGui::Button(button.c_str())) {
+    requested_ = wanted(state);
+    failed_.reset();  // asks again after a failure
+  }
+  item_tooltip(auto_trace(info)
+                   ? "Re-run the scenario on the emulated device to this step and trace it (a "
+                     "model this small is also traced by itself when the step or a choice "
+                     "changes, while not playing)"
+                   : "Re-run the scenario on the emulated device to this step and trace it (this "
+                     "model takes seconds a step there, so only on request)");
+}
+
+void KernelPanel::poll(AppState& state, const std::shared_ptr<const RunInfo>& info) {
+  if (std::shared_ptr<KernelTraceView> done = job_.take()) {
+    view_ = std::move(done);
+    if (!view_->error.empty() && running_) failed_ = running_;
+    running_.reset();
+  }
+  const Wanted w = wanted(state);
+  const bool have = view_ && view_->generation == w.generation && view_->ui_step == w.ui_step &&
+                    view_->layer == w.layer && view_->format_choice == w.format &&
+                    view_->block_choice == w.block;
+  if (have || state.playing || failed_ == w) return;
+  if (!auto_trace(*info) && requested_ != w) return;
+  if (job_.busy()) {
+    if (running_ != w) job_.cancel();  // a stale request: the new one starts next frame
+    if (job_.busy()) return;
+    running_.reset();
+  }
+  KernelJob::Request r;
+  r.info = info;
+  r.generation = w.generation;
+  r.ui_step = w.ui_step;
+  r.layer = std::min(layer_, std::max(0, info->shape.n_layers - 1));
+  r.format = format_;
+  r.block_size = block_;
+  if (job_.start(r)) running_ = w;
+}
+
+void KernelPanel::draw_summary(const AppState& state) {
+  const StepKernelTrace& t = *view_->trace;
+  const sim::KernelTrace& k = t.summary;
+  ImGui::Text("%s: grid %u x %u, %u threads a block", k.kernel.c_str(), k.grid.x, k.grid.y,
+              k.block.x);
+  item_tooltip(splits_columns(k.kernel)
+                   ? "Columns: KV head x split (one block serves every query head of its KV "
+                     "head); rows: the step's queries"
+                   : "Columns: query heads (each reads its KV head's rows again); rows: the "
+                     "step's queries");
+  stat("KV read", format_bytes(static_cast<double>(k.kv.distinct_bytes)));
+  stat("transactions", format_count(static_cast<double>(k.kv.sectors)), true);
+  stat("ideal", format_count(static_cast<double>(k.kv.ideal_sectors)), true);
+  stat("efficiency", percent_of(k.kv.ideal_sectors, k.kv.sectors), true);
+  std::string what = cat({"K ", t.k_format, ", V ", t.v_format, ", block ", num(t.block_size),
+                          ", step ", num(t.step), ", layer ", num(t.layer)});
+  if (!view_->same_pool) what.append(" (re-run: not the pool shown)");
+  ImGui::TextDisabled("%s", what.c_str());
+  (void)state;
+}
+
+void KernelPanel::draw_grid(AppState& state) {
+  const StepKernelTrace& t = *view_->trace;
+  const sim::KernelTrace& k = t.summary;
+  const int cols = static_cast<int>(k.grid.x), rows = static_cast<int>(k.grid.y);
+  const Palette& pal = palette(state.presenter);
+  const float line = ImGui::GetTextLineHeightWithSpacing();
+  const float label_w = ImGui::CalcTextSize("q00 req 000").x + 8.0f;
+  const float avail_w = ImGui::GetContentRegionAvail().x - label_w;
+  const float cell_w = std::max(
+      6.0f, std::min(avail_w / static_cast<float>(std::max(1, cols)), ImGui::GetFontSize() * 7.0f));
+  // Taller cells where the panel has room (up to 2.5 lines), at most ~8 rows before the grid
+  // scrolls; the warp view below keeps its room.
+  const float room = (ImGui::GetContentRegionAvail().y - line * 6.0f) * 0.6f;
+  const float cell_h = std::clamp(room / static_cast<float>(std::max(1, std::min(rows, 8))),
+                                  std::max(line * 1.1f, 10.0f), line * 2.5f);
+  const float grid_h = std::min(static_cast<float>(rows), 8.0f) * cell_h + 4.0f;
+  ImGui::BeginChild("##grid", ImVec2(0, grid_h), false);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("##cells", ImVec2(label_w + cell_w * static_cast<float>(cols),
+                                           cell_h * static_cast<float>(rows)));
+  const bool over = ImGui::IsItemHovered();
+  const bool clicked = ImGui::IsItemClicked();
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  hovered_ = -1;
+  grid_origin_ = ImVec2(origin.x + label_w, origin.y);
+  cell_size_ = ImVec2(cell_w, cell_h);
+  grid_cols_ = k.grid.x;
+  for (const sim::ThreadBlockTrace& tb : k.blocks) {
+    const int c = static_cast<int>(tb.block % k.grid.x), r = static_cast<int>(tb.block / k.grid.x);
+    const ImVec2 a(origin.x + label_w + static_cast<float>(c) * cell_w,
+                   origin.y + static_cast<float>(r) * cell_h);
+    const ImVec2 b(a.x + cell_w - 1.0f, a.y + cell_h - 1.0f);
+    const bool empty = tb.kv.loads == 0;
+    dl->AddRectFilled(
+        a, b, empty ? pal.block_free : efficiency_color(tb.kv.ideal_sectors, tb.kv.sectors));
+    if (over && mouse.x >= a.x && mouse.x < b.x + 1.0f && mouse.y >= a.y && mouse.y < b.y + 1.0f)
+      hovered_ = static_cast<int>(tb.block);
+    if (static_cast<int>(tb.block) == focus_) dl->AddRect(a, b, pal.outline_selected, 0, 0, 2.0f);
+    if (tb.role && cell_w >= ImGui::GetFontSize() * 3.0f) {
+      const std::string s = splits_columns(k.kernel)
+                                ? cat({"g", num(tb.role->kv_head), " s", num(tb.role->split)})
+                                : cat({"h", num(tb.role->head_first)});
+      if (ImGui::CalcTextSize(s.c_str()).x + 6.0f <= cell_w)
+        dl->AddText(ImVec2(a.x + 4.0f, a.y + (cell_h - ImGui::GetFontSize()) * 0.5f),
+                    IM_COL32(20, 24, 30, 255), s.c_str());
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int req = r < static_cast<int>(t.query_request.size())
+                        ? t.query_request[static_cast<std::size_t>(r)]
+                        : -1;
+    std::string s = cat({"q", num(r)});
+    if (req >= 0) s.append(cat({" req ", num(req)}));
+    dl->AddText(ImVec2(origin.x, origin.y + static_cast<float>(r) * cell_h +
+                                     (cell_h - ImGui::GetFontSize()) * 0.5f),
+                pal.text_dim, s.c_str());
+  }
+  ImGui::EndChild();
+  if (hovered_ < 0) return;
+  focus_ = hovered_;
+  const sim::ThreadBlockTrace& tb = k.blocks[static_cast<std::size_t>(hovered_)];
+  if (view_->same_pool) state.kernel_blocks = tb.kv_blocks;
+  int req = -1;
+  if (tb.role) req = t.query_request[static_cast<std::size_t>(tb.role->query)];
+  if (clicked && req >= 0) state.selected_request = req;
+  ImGui::BeginTooltip();
+  if (tb.role) {
+    const std::string of = req >= 0 ? cat({" (request ", num(req), ")"}) : std::string();
+    ImGui::Text("query %d%s: %s", tb.role->query, of.c_str(),
+                role_text(*tb.role, k.kernel).c_str());
+    ImGui::Text("slots %d-%d of %d", tb.role->slot_begin, tb.role->slot_end, tb.role->num_slots);
+  }
+  std::string blocks;
+  for (int id : tb.kv_blocks) {
+    if (!blocks.empty()) blocks.append(", ");
+    blocks.append(num(id));
+  }
+  ImGui::Text("KV blocks read: %s", blocks.empty() ? "none" : blocks.c_str());
+  ImGui::Text("%s read in %s warp loads: %s transactions of 32 B, ideal %s (%s)",
+              format_bytes(static_cast<double>(tb.kv.distinct_bytes)).c_str(),
+              format_count(static_cast<double>(tb.kv.loads)).c_str(),
+              format_count(static_cast<double>(tb.kv.sectors)).c_str(),
+              format_count(static_cast<double>(tb.kv.ideal_sectors)).c_str(),
+              percent_of(tb.kv.ideal_sectors, tb.kv.sectors).c_str());
+  if (!view_->same_pool)
+    ImGui::TextDisabled("re-run with another format or block size: the Block pool shows the run's");
+  else if (req >= 0)
+    ImGui::TextDisabled("click: select request %d", req);
+  ImGui::EndTooltip();
+}
+
+void KernelPanel::draw_warp(const AppState& state) {
+  const StepKernelTrace& t = *view_->trace;
+  if (focus_ < 0 || focus_ >= static_cast<int>(view_->first_k_load.size())) focus_ = 0;
+  const std::optional<sim::WarpLoad>& w = view_->first_k_load[static_cast<std::size_t>(focus_)];
+  if (!w) {
+    ImGui::TextDisabled("thread block %d reads no K (no slots in its split)", focus_);
+    return;
+  }
+  const sim::Traffic& tr = w->traffic;
+  ImGui::Text("Warp %u's first K load (thread block %d): %d lanes x %u B", w->warp, focus_,
+              w->lanes, w->bytes_per_lane);
+  // The sectors it touches, in address order, each drawn with the bytes its lanes asked for.
+  std::vector<std::uintptr_t> sectors;
+  for (std::uintptr_t a : w->addrs)
+    for (std::uintptr_t s = a / 32; s <= (a + w->bytes_per_lane - 1) / 32; ++s)
+      sectors.push_back(s);
+  std::sort(sectors.begin(), sectors.end());
+  sectors.erase(std::unique(sectors.begin(), sectors.end()), sectors.end());
+  const float avail = ImGui::GetContentRegionAvail().x;
+  const int shown = std::min<int>(static_cast<int>(sectors.size()), 64);
+  const float gap = 3.0f;
+  const float sw = std::max(
+      4.0f, std::min(ImGui::GetFontSize() * 2.5f, (avail - gap * static_cast<float>(shown)) /
+                                                      static_cast<float>(std::max(1, shown))));
+  const float sh = ImGui::GetFontSize() * 1.6f;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 o = ImGui::GetCursorScreenPos();
+  const Palette& pal = palette(state.presenter);
+  const ImU32 used = IM_COL32(60, 160, 95, 255), wasted = pal.block_free;
+  for (int i = 0; i < shown; ++i) {
+    const float x = o.x + static_cast<float>(i) * (sw + gap);
+    dl->AddRectFilled(ImVec2(x, o.y), ImVec2(x + sw, o.y + sh), wasted);
+    const std::uintptr_t lo = sectors[static_cast<std::size_t>(i)] * 32, hi = lo + 32;
+    for (std::uintptr_t a : w->addrs) {
+      const std::uintptr_t b0 = std::max(a, lo), b1 = std::min(a + w->bytes_per_lane, hi);
+      if (b0 >= b1) continue;
+      const float x0 = x + sw * static_cast<float>(b0 - lo) / 32.0f;
+      const float x1 = x + sw * static_cast<float>(b1 - lo) / 32.0f;
+      dl->AddRectFilled(ImVec2(x0, o.y), ImVec2(std::max(x1, x0 + 1.0f), o.y + sh), used);
+    }
+  }
+  ImGui::Dummy(ImVec2(avail, sh + 2.0f));
+  if (ImGui::IsItemHovered())
+    item_tooltip(
+        "Each box is a 32-byte sector the load touches (shown in address order, gaps "
+        "between them left out); green: bytes a lane asked for; grey: bytes moved and "
+        "not used");
+  ImGui::TextWrapped(
+      "%s asked for, %s sectors moved (%s B); ideal %s sectors: %s of the moved bytes used%s",
+      format_bytes(static_cast<double>(tr.distinct_bytes)).c_str(),
+      format_count(static_cast<double>(tr.sectors)).c_str(),
+      format_count(static_cast<double>(tr.sectors * 32)).c_str(),
+      format_count(static_cast<double>(tr.ideal_sectors)).c_str(),
+      percent_of(tr.distinct_bytes, tr.sectors * 32).c_str(),
+      static_cast<int>(sectors.size()) > shown ? " (first 64 sectors drawn)" : "");
+  for (std::size_t i = 0; i < t.reduce.size(); ++i) {
+    const unsigned splits = t.summary.grid.x / static_cast<unsigned>(std::max(1, t.kv_heads));
+    if (splits > 1)
+      ImGui::TextWrapped(
+          "Split-K: each query's slots are cut into up to %u splits (the columns' "
+          "s); %s rescales each head's partial sums by their maxima and adds them "
+          "(grid %u x %u)",
+          splits, t.reduce_kernels[i].c_str(), t.reduce[i].x, t.reduce[i].y);
+    else
+      ImGui::TextWrapped(
+          "Split-K: these contexts fit one split; %s still divides each head's "
+          "sum by its softmax total (grid %u x %u)",
+          t.reduce_kernels[i].c_str(), t.reduce[i].x, t.reduce[i].y);
+  }
+  ImGui::TextDisabled("Emulated: sectors counted, caches not modelled; no GPU timing of it yet");
+}
+
+void KernelPanel::draw(AppState& state) {
+  state.kernel_blocks.clear();  // set again while a thread block is hovered
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (!info || !info->model) {
+    ImGui::TextWrapped(
+        "The kernel trace re-runs a scenario with its model's weights on the emulated device: "
+        "open a scenario (a recording, a live stream or a bookkeeping run has none to re-run).");
+    return;
+  }
+  if (info->config.mla) {
+    ImGui::TextWrapped(
+        "This run caches MLA latents: their kernels are not traced (paged "
+        "attention only). Choose a scenario without MLA.");
+    return;
+  }
+  draw_controls(state, *info);
+  poll(state, info);
+  if (job_.busy()) {
+    ImGui::Text("re-running on the emulated device: step %d of %d...", job_.steps_done(),
+                job_.steps_needed());
+    ImGui::SameLine();
+    if (ImGui::SmallButton("Cancel")) {
+      job_.cancel();
+      failed_ = running_;
+      running_.reset();
+    }
+  } else if (!auto_trace(*info) && (!view_ || view_->ui_step != state.step())) {
+    ImGui::TextDisabled("%s", cat({"Trace step ", num(state.step()),
+                                   " re-runs the scenario on the emulated device (seconds a step "
+                                   "for this model)"})
+                                  .c_str());
+  } else if (state.playing && (!view_ || view_->ui_step != state.step())) {
+    ImGui::TextDisabled("the panel traces the step shown once playing stops");
+  }
+  if (!view_) return;
+  if (!view_->error.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, palette(state.presenter).warn);
+    ImGui::TextWrapped("%s", view_->error.c_str());
+    ImGui::PopStyleColor();
+    return;
+  }
+  if (!view_->trace) return;
+  if (view_->ui_step != state.step())
+    ImGui::TextDisabled("showing step %d's trace", view_->ui_step);
+  draw_summary(state);
+  draw_grid(state);
+  draw_warp(state);
+}
+
+}  // namespace kvscope::ui
