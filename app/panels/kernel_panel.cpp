@@ -76,8 +76,10 @@ bool KernelPanel::auto_trace(const RunInfo& info) {
 }
 
 ImVec2 KernelPanel::cell_center(int b) const {
-  const auto c = static_cast<float>(static_cast<unsigned>(b) % grid_cols_);
-  const auto r = static_cast<float>(static_cast<unsigned>(b) / grid_cols_);
+  const unsigned col = static_cast<unsigned>(b) % grid_cols_;
+  const unsigned row = static_cast<unsigned>(b) / grid_cols_;  // whole rows
+  const auto c = static_cast<float>(col);
+  const auto r = static_cast<float>(row);
   return ImVec2(grid_origin_.x + (c + 0.5f) * cell_size_.x,
                 grid_origin_.y + (r + 0.5f) * cell_size_.y);
 }

@@ -28,7 +28,7 @@ class KernelPanel final : public Panel {
   const KernelTraceView* shown() const { return view_.get(); }
   void wait_for_trace() { job_.wait(); }
   void set_layer(int layer) { layer_ = layer; }
-  void set_format(std::optional<KvFormat> f) { format_ = std::move(f); }
+  void set_format(const std::optional<KvFormat>& f) { format_ = f; }
   void set_block_size(std::optional<int> b) { block_ = b; }
   // The thread block the grid's mouse is over (-1: none), and where block `b`'s cell was drawn
   // (screen coordinates of its centre), as of the last frame.
