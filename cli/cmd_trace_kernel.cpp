@@ -65,11 +65,13 @@ std::string grid_meaning(const std::string& kernel) {
   return "query heads";
 }
 
-// Green where a block's loads are as few transactions as their bytes allow, through yellow to
-// red at a quarter of that or worse.
-Rgb efficiency_colour(long ideal, long actual) {
-  const double e = actual > 0 ? static_cast<double>(ideal) / actual : 1.0;
-  const double t = std::clamp((e - 0.25) / 0.75, 0.0, 1.0);
+// Green where every byte a block's loads move is a byte they asked for, through yellow to red at
+// an eighth of them or fewer.
+Rgb efficiency_colour(const sim::Traffic& traffic) {
+  const double e = traffic.sectors > 0 ? static_cast<double>(traffic.distinct_bytes) /
+                                             (32.0 * static_cast<double>(traffic.sectors))
+                                       : 1.0;
+  const double t = std::clamp((e - 0.125) / 0.875, 0.0, 1.0);
   const auto mix = [](double a, double b, double f) {
     return static_cast<std::uint8_t>(a + (b - a) * f);
   };
@@ -94,16 +96,16 @@ void write_grid_png(const StepKernelTrace& t, const std::string& label, const st
   c.text(20, 42, label, muted, 2);
   c.text(20, 66,
          "KV read " + human_bytes(static_cast<double>(k.kv.distinct_bytes)) + " in " +
-             with_commas(k.kv.sectors) + " transactions of 32 B; ideal " +
-             with_commas(k.kv.ideal_sectors) + " (" + percent(k.kv.ideal_sectors, k.kv.sectors) +
-             " efficient)",
+             with_commas(k.kv.sectors) + " transactions of 32 B (" +
+             percent(k.kv.distinct_bytes, 32 * k.kv.sectors) + " of the bytes moved used); ideal " +
+             with_commas(k.kv.ideal_sectors),
          ink, 2);
   for (const sim::ThreadBlockTrace& tb : k.blocks) {
     const int x = left + static_cast<int>(tb.block % k.grid.x) * cell_w;
     const int y = top + static_cast<int>((tb.block / k.grid.x) % k.grid.y) * cell_h;
     const bool empty = tb.kv.loads == 0;
     c.fill_rect(x + 1, y + 1, x + cell_w - 1, y + cell_h - 1,
-                empty ? Rgb{236, 238, 242} : efficiency_colour(tb.kv.ideal_sectors, tb.kv.sectors));
+                empty ? Rgb{236, 238, 242} : efficiency_colour(tb.kv));
     if (tb.role) {
       const sim::TraceRole& role = *tb.role;
       std::string head = "g";
@@ -140,8 +142,8 @@ void write_grid_png(const StepKernelTrace& t, const std::string& label, const st
   }
   const int ly = top + rows * cell_h + 24;
   c.text(left, ly,
-         "colour: ideal / actual transactions (green 100%, red 25% or less); grey: no slots", muted,
-         2);
+         "colour: bytes asked for / bytes moved (green 100%, red 12.5% or less); grey: no slots",
+         muted, 2);
   c.text(left, ly + 28,
          "kvscope trace kernel (SIMT emulator: sectors counted, caches not modelled)", muted, 2);
   write_canvas_png(c, path);
@@ -162,11 +164,14 @@ void print_summary(const StepKernelTrace& t, const std::string& label) {
   }
   std::printf("  queries: %zu (requests %s)\n", t.query_request.size(), queries.c_str());
   std::printf(
-      "  KV read: %s (%s distinct) in %s warp loads: %s transactions of 32 B, ideal %s (%s)\n",
+      "  KV read: %s (%s distinct) in %s warp loads: %s transactions of 32 B moving %s, %s of it "
+      "used; ideal %s transactions\n",
       human_bytes(static_cast<double>(k.kv.distinct_bytes)).c_str(),
       human_bytes(static_cast<double>(k.kv_unique_bytes)).c_str(), with_commas(k.kv.loads).c_str(),
-      with_commas(k.kv.sectors).c_str(), with_commas(k.kv.ideal_sectors).c_str(),
-      percent(k.kv.ideal_sectors, k.kv.sectors).c_str());
+      with_commas(k.kv.sectors).c_str(),
+      human_bytes(32.0 * static_cast<double>(k.kv.sectors)).c_str(),
+      percent(k.kv.distinct_bytes, 32 * k.kv.sectors).c_str(),
+      with_commas(k.kv.ideal_sectors).c_str());
   for (unsigned w = 0; w < sim::kTraceWhatCount; ++w) {
     const sim::Traffic& x = k.by_what[w];
     if (x.loads == 0) continue;

@@ -9,26 +9,39 @@
 
 namespace kvscope::ui {
 
+namespace {
+
+// The view's fields that say what was asked for.
+std::shared_ptr<KernelTraceView> new_view(const KernelJob::Request& r) {
+  auto view = std::make_shared<KernelTraceView>();
+  view->generation = r.generation;
+  view->ui_step = r.ui_step;
+  view->layer = r.layer;
+  view->format_choice = r.format ? r.format->name() : "";
+  view->block_choice = r.block_size.value_or(0);
+  const SimConfig& run = r.info->config;
+  view->same_pool = (!r.format || (*r.format == run.k_format && *r.format == run.v_format)) &&
+                    (!r.block_size || *r.block_size == run.block_size);
+  return view;
+}
+
+}  // namespace
+
 bool KernelJob::start(Request r) {
   if (busy() || !r.info || r.info->scenario_path.empty()) return false;
   steps_done_ = 0;
   steps_needed_ = r.ui_step + 1;
-  return launch([this, r = std::move(r)]() -> std::shared_ptr<KernelTraceView> {
-    auto view = std::make_shared<KernelTraceView>();
-    view->generation = r.generation;
-    view->ui_step = r.ui_step;
-    view->layer = r.layer;
-    view->format_choice = r.format ? r.format->name() : "";
-    view->block_choice = r.block_size.value_or(0);
-    const SimConfig& run = r.info->config;
-    view->same_pool = (!r.format || (*r.format == run.k_format && *r.format == run.v_format)) &&
-                      (!r.block_size || *r.block_size == run.block_size);
 #ifdef __EMSCRIPTEN__
+  return launch([r = std::move(r)]() -> std::shared_ptr<KernelTraceView> {
+    auto view = new_view(r);
     view->error =
         "the kernel trace runs the CUDA kernels on the SIMT emulator, which the browser build "
         "does not have: use the desktop build (kvscope-ui, or kvscope trace kernel)";
     return view;
+  });
 #else
+  return launch([this, r = std::move(r)]() -> std::shared_ptr<KernelTraceView> {
+    auto view = new_view(r);
     try {
       PolicyOverride policy = r.info->override;
       policy.backend = "cuda-sim";
@@ -69,8 +82,8 @@ bool KernelJob::start(Request r) {
       view->error = e.what();
     }
     return view;
-#endif
   });
+#endif
 }
 
 }  // namespace kvscope::ui

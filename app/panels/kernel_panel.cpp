@@ -28,10 +28,17 @@ std::string num(long v) {
   return std::to_string(v);
 }
 
-// ideal / actual transactions: green at 100%, through yellow, red at a quarter or less.
-ImU32 efficiency_color(long ideal, long actual) {
-  const float e = actual > 0 ? static_cast<float>(ideal) / static_cast<float>(actual) : 1.0f;
-  const float t = std::clamp((e - 0.25f) / 0.75f, 0.0f, 1.0f);
+// The share of the bytes moved (32 per sector) that the lanes asked for.
+double used_share(const sim::Traffic& t) {
+  return t.sectors > 0
+             ? static_cast<double>(t.distinct_bytes) / (32.0 * static_cast<double>(t.sectors))
+             : 1.0;
+}
+
+// Bytes asked for / bytes moved: green at 100%, through yellow, red at an eighth or less.
+ImU32 efficiency_color(const sim::Traffic& traffic) {
+  const auto e = static_cast<float>(used_share(traffic));
+  const float t = std::clamp((e - 0.125f) / 0.875f, 0.0f, 1.0f);
   const ImU32 red = IM_COL32(200, 70, 60, 255), yellow = IM_COL32(225, 185, 70, 255),
               green = IM_COL32(60, 160, 95, 255);
   return t > 0.5f ? mix_color(yellow, green, (t - 0.5f) * 2.0f) : mix_color(red, yellow, t * 2.0f);
@@ -192,7 +199,8 @@ void KernelPanel::draw_summary(const AppState& state) {
   stat("KV read", format_bytes(static_cast<double>(k.kv.distinct_bytes)));
   stat("transactions", format_count(static_cast<double>(k.kv.sectors)), true);
   stat("ideal", format_count(static_cast<double>(k.kv.ideal_sectors)), true);
-  stat("efficiency", percent_of(k.kv.ideal_sectors, k.kv.sectors), true);
+  stat("bytes used", format_percent(used_share(k.kv), 0), true);
+  item_tooltip("Of the bytes the transactions moved (32 a sector), the share the lanes asked for");
   std::string what = cat({"K ", t.k_format, ", V ", t.v_format, ", block ", num(t.block_size),
                           ", step ", num(t.step), ", layer ", num(t.layer)});
   if (!view_->same_pool) what.append(" (re-run: not the pool shown)");
@@ -234,8 +242,7 @@ void KernelPanel::draw_grid(AppState& state) {
                    origin.y + static_cast<float>(r) * cell_h);
     const ImVec2 b(a.x + cell_w - 1.0f, a.y + cell_h - 1.0f);
     const bool empty = tb.kv.loads == 0;
-    dl->AddRectFilled(
-        a, b, empty ? pal.block_free : efficiency_color(tb.kv.ideal_sectors, tb.kv.sectors));
+    dl->AddRectFilled(a, b, empty ? pal.block_free : efficiency_color(tb.kv));
     if (over && mouse.x >= a.x && mouse.x < b.x + 1.0f && mouse.y >= a.y && mouse.y < b.y + 1.0f)
       hovered_ = static_cast<int>(tb.block);
     if (static_cast<int>(tb.block) == focus_) dl->AddRect(a, b, pal.outline_selected, 0, 0, 2.0f);
@@ -279,12 +286,14 @@ void KernelPanel::draw_grid(AppState& state) {
     blocks.append(num(id));
   }
   ImGui::Text("KV blocks read: %s", blocks.empty() ? "none" : blocks.c_str());
-  ImGui::Text("%s read in %s warp loads: %s transactions of 32 B, ideal %s (%s)",
-              format_bytes(static_cast<double>(tb.kv.distinct_bytes)).c_str(),
-              format_count(static_cast<double>(tb.kv.loads)).c_str(),
-              format_count(static_cast<double>(tb.kv.sectors)).c_str(),
-              format_count(static_cast<double>(tb.kv.ideal_sectors)).c_str(),
-              percent_of(tb.kv.ideal_sectors, tb.kv.sectors).c_str());
+  ImGui::Text(
+      "%s read in %s warp loads: %s transactions of 32 B (%s of the bytes moved used), "
+      "ideal %s",
+      format_bytes(static_cast<double>(tb.kv.distinct_bytes)).c_str(),
+      format_count(static_cast<double>(tb.kv.loads)).c_str(),
+      format_count(static_cast<double>(tb.kv.sectors)).c_str(),
+      format_percent(used_share(tb.kv), 0).c_str(),
+      format_count(static_cast<double>(tb.kv.ideal_sectors)).c_str());
   if (!view_->same_pool)
     ImGui::TextDisabled("re-run with another format or block size: the Block pool shows the run's");
   else if (req >= 0)

@@ -17,10 +17,11 @@
 namespace kvscope {
 namespace {
 
-std::unique_ptr<Simulator> cuda_sim_run(const std::string& name, const std::string& kv_format) {
+std::unique_ptr<Simulator> cuda_sim_run(const std::string& name, const std::string& kv_format,
+                                        const std::string& variant = "base") {
   const Scenario s = parse_scenario(std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/" + name);
   const auto& m = test::real_model();
-  ResolvedRun run = resolve_scenario(s, "base", m.model->config(), m.tokenizer.get());
+  ResolvedRun run = resolve_scenario(s, variant, m.model->config(), m.tokenizer.get());
   if (!kv_format.empty())
     run.config.k_format = run.config.v_format = parse_kv_format(kv_format, "test");
   run.config.make_backend = [] { return make_cuda_sim_backend(GemmType::kF32); };
@@ -116,6 +117,34 @@ TEST(KernelTraceRun, TheCpuBackendRunsNoKernelToTraceNorDoesAFinishedRun) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "minimal.json: the run has finished: there is no step to trace");
   }
+}
+
+// scenarios/kernel-coalescing.json's captions, each number as the Kernel workspace shows it.
+TEST(KernelCoalescingScenario, TheCaptionsNumbersHold) {
+  auto fp16 = cuda_sim_run("kernel-coalescing.json", "");
+  fp16->run(40);
+  const StepKernelTrace a = trace_next_step(*fp16, 0, "kernel-coalescing.json");
+  EXPECT_EQ(a.step, 40);
+  EXPECT_EQ(a.k_format, "fp16");
+  EXPECT_EQ(a.summary.kernel, "decode_split_batch_kernel");
+  EXPECT_EQ(a.summary.grid.x, 4u);  // a column per KV head, one split
+  // "28.6 KiB read in 1,832 transactions of 32 B that move 57 KiB, half of it used"
+  EXPECT_EQ(a.summary.kv.distinct_bytes, 29312);  // 28.62 KiB
+  EXPECT_EQ(a.summary.kv.sectors, 1832);
+  EXPECT_EQ(a.summary.kv.sectors * 32, 2 * a.summary.kv.distinct_bytes);
+
+  auto int4 = cuda_sim_run("kernel-coalescing.json", "", "int4");
+  int4->run(41);
+  const StepKernelTrace b = trace_next_step(*int4, 0, "kernel-coalescing.json");
+  EXPECT_EQ(b.k_format, "int4");
+  EXPECT_EQ(b.summary.kernel, "paged_attention_batch_kernel");
+  EXPECT_EQ(b.summary.grid.x, 8u);  // "a thread block per query head (8 columns)"
+  // "7,488 transactions where 512 would do" (its key codes)
+  EXPECT_EQ(b.summary.by_what[sim::kTraceKCodes].sectors, 7488);
+  EXPECT_EQ(b.summary.by_what[sim::kTraceKCodes].ideal_sectors, 512);
+  // "87 KiB read for 9 KiB of cache"
+  EXPECT_EQ(b.summary.kv.distinct_bytes, 89472);
+  EXPECT_EQ(b.summary.kv_unique_bytes, 9320);
 }
 
 }  // namespace
