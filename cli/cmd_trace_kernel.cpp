@@ -114,8 +114,9 @@ void write_grid_png(const StepKernelTrace& t, const std::string& label, const st
         head.append(" s").append(std::to_string(role.split));
       else
         head.append(" h").append(std::to_string(role.head_first));
-      std::string slots = std::to_string(role.slot_begin);
-      slots.append("-").append(std::to_string(role.slot_end)).append(", ");
+      std::string slots = std::to_string(role.slot_begin);  // first and last slot
+      slots.append("-").append(std::to_string(std::max(role.slot_begin, role.slot_end - 1)));
+      slots.append(", ");
       slots.append(std::to_string(tb.kv_blocks.size())).append(" blk");
       // Two lines at the larger size where they fit, else the first line small, else nothing.
       const int big = 2, th = Canvas::text_height(big);

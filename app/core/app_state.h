@@ -47,9 +47,11 @@ class AppState {
 
   // The sequence the user picked (click in the block map or block tables); panels highlight it.
   std::optional<int> selected_request;
-  // Physical blocks the Kernel panel's hovered thread block reads (set each frame while hovered);
-  // the Block pool panel outlines them.
+  // Physical blocks the Kernel panel's hovered thread block reads, and the ImGui frame that set
+  // them: the Block pool panel outlines them while they are from this frame or the one before
+  // (the Kernel panel may draw after it), so they go when the hover or the panel does.
   std::vector<int> kernel_blocks;
+  int kernel_blocks_frame = -1;
   // Presenter mode: larger fonts, high contrast, thicker lines.
   bool presenter = false;
   // Set by the Controls panel: the shell restarts the scenario with this override at the end of

@@ -33,6 +33,10 @@ class BackgroundJob {
     cancel_ = false;
     busy_ = false;
   }
+  // Asks the work to stop without waiting for it (the UI thread never blocks on a long step);
+  // its result is dropped, busy() turns false once it has stopped, and launch() may then start
+  // the next.
+  void request_cancel() { cancel_ = true; }
   void wait() {  // tests
     if (worker_.joinable()) worker_.join();
   }
@@ -43,6 +47,7 @@ class BackgroundJob {
   bool launch(std::function<std::shared_ptr<Result>()> work) {
     if (busy_.load()) return false;
     if (worker_.joinable()) worker_.join();
+    cancel_ = false;  // a request_cancel() meant the work before
     busy_ = true;
     worker_ = std::thread([this, work = std::move(work)] {
       std::shared_ptr<Result> result = work();

@@ -237,7 +237,8 @@ void BlockMapPanel::draw_map(AppState& state) {
   }
   clipper.End();
   // The blocks the Kernel panel's hovered thread block reads: outlined in the accent colour.
-  for (int id : state.kernel_blocks) {
+  const bool kernel_fresh = state.kernel_blocks_frame >= ImGui::GetFrameCount() - 1;
+  for (int id : kernel_fresh ? state.kernel_blocks : std::vector<int>{}) {
     if (id < 0 || id >= n) continue;
     const int cell = id / l.per_cell, row = cell / l.cols, c = cell % l.cols;
     const ImVec2 a(std::floor(origin.x + c * l.cell), std::floor(origin.y + row * l.cell));

@@ -172,15 +172,16 @@ void KernelPanel::poll(AppState& state, const std::shared_ptr<const RunInfo>& in
   if (have || state.playing || failed_ == w) return;
   if (!auto_trace(*info) && requested_ != w) return;
   if (job_.busy()) {
-    if (running_ != w) job_.cancel();  // a stale request: the new one starts next frame
-    if (job_.busy()) return;
-    running_.reset();
+    // A stale request: asked to stop (the UI never waits on it); the new one starts once it has.
+    if (running_ != w) job_.request_cancel();
+    return;
   }
+  running_.reset();
   KernelJob::Request r;
   r.info = info;
   r.generation = w.generation;
   r.ui_step = w.ui_step;
-  r.layer = std::min(layer_, std::max(0, info->shape.n_layers - 1));
+  r.layer = layer_;
   r.format = format_;
   r.block_size = block_;
   if (job_.start(r)) running_ = w;
@@ -269,7 +270,10 @@ void KernelPanel::draw_grid(AppState& state) {
   if (hovered_ < 0) return;
   focus_ = hovered_;
   const sim::ThreadBlockTrace& tb = k.blocks[static_cast<std::size_t>(hovered_)];
-  if (view_->same_pool) state.kernel_blocks = tb.kv_blocks;
+  if (view_->same_pool) {
+    state.kernel_blocks = tb.kv_blocks;
+    state.kernel_blocks_frame = ImGui::GetFrameCount();
+  }
   int req = -1;
   if (tb.role) req = t.query_request[static_cast<std::size_t>(tb.role->query)];
   if (clicked && req >= 0) state.selected_request = req;
@@ -278,7 +282,11 @@ void KernelPanel::draw_grid(AppState& state) {
     const std::string of = req >= 0 ? cat({" (request ", num(req), ")"}) : std::string();
     ImGui::Text("query %d%s: %s", tb.role->query, of.c_str(),
                 role_text(*tb.role, k.kernel).c_str());
-    ImGui::Text("slots %d-%d of %d", tb.role->slot_begin, tb.role->slot_end, tb.role->num_slots);
+    if (tb.role->slot_end > tb.role->slot_begin)
+      ImGui::Text("slots %d to %d of the query's %d", tb.role->slot_begin, tb.role->slot_end - 1,
+                  tb.role->num_slots);
+    else
+      ImGui::Text("no slots: the query's %d end before this split", tb.role->num_slots);
   }
   std::string blocks;
   for (int id : tb.kv_blocks) {
@@ -374,8 +382,12 @@ void KernelPanel::draw_warp(const AppState& state) {
 }
 
 void KernelPanel::draw(AppState& state) {
-  state.kernel_blocks.clear();  // set again while a thread block is hovered
   const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (view_ && view_->generation != state.source_generation()) {
+    view_.reset();  // another run: its blocks and requests are not this one's
+    failed_.reset();
+    requested_.reset();
+  }
   if (!info || !info->model) {
     ImGui::TextWrapped(
         "The kernel trace re-runs a scenario with its model's weights on the emulated device: "
@@ -388,6 +400,7 @@ void KernelPanel::draw(AppState& state) {
         "attention only). Choose a scenario without MLA.");
     return;
   }
+  layer_ = std::clamp(layer_, 0, std::max(0, info->shape.n_layers - 1));  // another model
   draw_controls(state, *info);
   poll(state, info);
   if (job_.busy()) {
@@ -395,9 +408,8 @@ void KernelPanel::draw(AppState& state) {
                 job_.steps_needed());
     ImGui::SameLine();
     if (ImGui::SmallButton("Cancel")) {
-      job_.cancel();
-      failed_ = running_;
-      running_.reset();
+      job_.request_cancel();  // it stops after the step it is running
+      failed_ = running_;     // and is not asked again until Trace is pressed
     }
   } else if (!auto_trace(*info) && (!view_ || view_->ui_step != state.step())) {
     ImGui::TextDisabled("%s", cat({"Trace step ", num(state.step()),

@@ -41,10 +41,13 @@ bool prefix_related(const std::vector<int>& a, const std::vector<int>& b) {
   return n > 0 && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin());
 }
 
-// The request whose table (after the step, else before it) the query's table belongs to: the
-// longest agreement wins; -1 when none agrees.
-int match_request(const std::vector<int>& table, const Tables& after, const Tables& before) {
-  for (const Tables* ts : {&after, &before}) {
+// The request whose table (as the kernels saw it, else before the step) the query's table
+// belongs to: a query reads the first entries of its request's table (a prefill chunk's queries
+// fewer than its last one). The longest agreement wins, then an exact length, then the lowest
+// request (identical tables: parallel samples just forked, which read the same blocks); -1 when
+// none agrees.
+int match_request(const std::vector<int>& table, const Tables& during, const Tables& before) {
+  for (const Tables* ts : {&during, &before}) {
     int best = -1;
     std::size_t best_len = 0;
     for (const auto& t : *ts) {
@@ -96,8 +99,12 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
 
   sim::TraceRecorder r;
   int attention_seen = 0, last_attention = -1;
+  // The tables as the step's kernels see them: taken at its first attention launch, after the
+  // step allocated its slots and before the prefix cache swaps full blocks for cached twins.
+  Tables during;
   r.select = [&](const std::string& kernel, int index) {
     if (is_attention(kernel)) {
+      if (attention_seen == 0) during = running_tables(sim);
       const bool mine = attention_seen++ == layer;
       if (mine) last_attention = index;
       return mine;
@@ -124,6 +131,11 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
                            " layers: contexts past 4,096 slots launch once per query, which is "
                            "not traced yet");
   }
+  if (r.overflowed) {
+    throw Error(where, "step " + std::to_string(out.step) + "'s attention launch loads more than " +
+                           std::to_string(r.max_accesses) +
+                           " values, too many to trace: trace a decode step, or a shorter prompt");
+  }
   for (sim::TraceLaunch& l : r.launches) {
     if (!l.recorded) continue;
     if (is_attention(l.kernel)) {
@@ -132,6 +144,11 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
       out.reduce.push_back(l.grid);
       out.reduce_kernels.push_back(l.kernel);
     }
+  }
+  if (out.launch.roles.empty()) {
+    throw Error(where, "step " + std::to_string(out.step) +
+                           "'s attention launch recorded nothing: the emulator's thread mode "
+                           "(KVSCOPE_SIM_MODE=threads) records no loads; unset it");
   }
   out.summary = sim::summarize_launch(out.launch);
   for (const sim::ThreadBlockTrace& tb : out.summary.blocks)
@@ -143,14 +160,15 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
   out.query_request.assign(static_cast<std::size_t>(queries), -1);
   for (const sim::TraceRole& role : out.launch.roles)
     out.query_request[static_cast<std::size_t>(role.query)] =
-        match_request(role.table, after, before);
+        match_request(role.table, during, before);
   std::set<int> listed;
-  for (const auto& t : after) {
+  for (const auto& t : during) {
     out.block_tables.push_back(t);
     listed.insert(t.request);
   }
-  for (const auto& t : before)
-    if (listed.count(t.request) == 0) out.block_tables.push_back(t);
+  for (const Tables* ts : {&after, &before})
+    for (const auto& t : *ts)
+      if (listed.insert(t.request).second) out.block_tables.push_back(t);
   std::sort(out.block_tables.begin(), out.block_tables.end(),
             [](const auto& a, const auto& b) { return a.request < b.request; });
   return out;

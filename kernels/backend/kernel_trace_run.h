@@ -30,8 +30,9 @@ struct StepKernelTrace {
     int num_tokens = 0;
     std::vector<int> blocks;
   };
-  std::vector<Table> block_tables;  // each running request's table after the step (or before it,
-                                    // for one that finished in it)
+  // Each running request's table as the step's kernels read it (taken at its first attention
+  // launch; after the step, or before it, for a request that had none then).
+  std::vector<Table> block_tables;
   std::string k_format, v_format;
   int block_size = 0, n_heads = 0, kv_heads = 0, head_dim = 0;
 };

@@ -104,10 +104,13 @@ KVS_DEVICE void fetch_eight(const PagedKv& kv, const KvTiles& tiles, const int* 
   const int block = tbl[logical - first], offset = t - logical * kv.block_size;
   const unsigned char* tile = tiles.base + static_cast<long>(block) * tiles.tile_bytes;
   const long i = static_cast<long>(offset) * kv_dim + g * kv.head_dim + d0;
-  // The row's loads for the memory trace: n loads of `bytes` bytes each from p on.
+  // The row's loads for the memory trace: n loads of `bytes` bytes each from p on. The vector
+  // loads (keys key + 0, 1) and the value-by-value ones (key + 16 ...) are different
+  // instructions: lanes of one warp may take either path when rows are unaligned.
   const auto traced = [&](const unsigned char* p, int n, unsigned bytes) {
+    const unsigned path = n > 2 ? 16u : 0u;
     for (int j = 0; j < n; ++j)
-      simt::trace_load(p + j * bytes, bytes, what, block, key + static_cast<unsigned>(j));
+      simt::trace_load(p + j * bytes, bytes, what, block, key + path + static_cast<unsigned>(j));
   };
   if (tiles.code == kKvF32) {
     const unsigned char* p = tile + i * 4;

@@ -1,17 +1,15 @@
 // See memory_trace.h.
 #include "kernels/sim/memory_trace.h"
 
-#include <atomic>
-#include <thread>
 #include <utility>
 
 namespace kvscope::sim {
 namespace {
 
-std::atomic<TraceRecorder*> g_recorder{nullptr};
-std::thread::id g_owner;  // the thread that installed it (written before g_recorder)
-// Whether the launch this thread runs is recorded: set by trace_launch on the launching thread,
-// whose fibers run the launch's CUDA threads.
+// The recorder the calling thread installed (nullptr: none), and whether the launch this thread
+// runs is recorded: set by trace_launch on the launching thread, whose fibers run the launch's
+// CUDA threads. Thread-local: another thread's launches never reach this recorder.
+thread_local TraceRecorder* t_recorder = nullptr;
 thread_local bool t_selected = false;
 
 std::uint32_t linear_block() {
@@ -57,6 +55,11 @@ void TraceRecorder::begin_launch(const LaunchConfig& config) {
 }
 
 void TraceRecorder::access(const TraceAccess& a) {
+  if (total_accesses_ >= max_accesses) {
+    overflowed = true;
+    return;
+  }
+  ++total_accesses_;
   launches.back().accesses.push_back(a);
 }
 
@@ -66,8 +69,7 @@ void TraceRecorder::role(TraceRole r) {
 
 void install_recorder(TraceRecorder* r) {
   t_selected = false;
-  if (r != nullptr) g_owner = std::this_thread::get_id();
-  g_recorder.store(r, std::memory_order_release);
+  t_recorder = r;
 }
 
 bool recording() {
@@ -76,8 +78,7 @@ bool recording() {
 
 void trace_launch(const LaunchConfig& config) {
   t_selected = false;
-  TraceRecorder* r = g_recorder.load(std::memory_order_acquire);
-  if (r != nullptr && std::this_thread::get_id() == g_owner) r->begin_launch(config);
+  if (t_recorder != nullptr) t_recorder->begin_launch(config);
 }
 
 void trace_access(const void* p, unsigned bytes, unsigned what, int tile, std::uint64_t key) {
@@ -90,7 +91,7 @@ void trace_access(const void* p, unsigned bytes, unsigned what, int tile, std::u
   a.key = key;
   a.addr = reinterpret_cast<std::uintptr_t>(p);
   a.bytes = bytes;
-  g_recorder.load(std::memory_order_acquire)->access(a);
+  t_recorder->access(a);
 }
 
 void trace_role(int query, int kv_head, int split, int head_first, int heads, int slot_begin,
@@ -109,7 +110,7 @@ void trace_role(int query, int kv_head, int split, int head_first, int heads, in
   r.block_size = block_size;
   const int entries = block_size > 0 ? (num_slots + block_size - 1) / block_size : 0;
   r.table.assign(table, table + entries);
-  g_recorder.load(std::memory_order_acquire)->role(std::move(r));
+  t_recorder->role(std::move(r));
 }
 
 }  // namespace kvscope::sim

@@ -14,6 +14,7 @@
 // same results with and without a recorder (tests/kernels/kernel_trace_test.cpp checks it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -73,16 +74,23 @@ class TraceRecorder {
  public:
   std::function<bool(const std::string& kernel, int index)> select;
   std::vector<TraceLaunch> launches;
+  // At most this many loads are kept over all launches (48 bytes each: 8 M is 384 MB); past it
+  // the rest are dropped and `overflowed` says so.
+  std::size_t max_accesses = std::size_t{8} << 20;
+  bool overflowed = false;
 
   // Internal: the emulator's calls.
   void begin_launch(const LaunchConfig& config);
   void access(const TraceAccess& a);
   void role(TraceRole r);
+
+ private:
+  std::size_t total_accesses_ = 0;
 };
 
-// Installs `r` for the launches the calling thread makes from now on (nullptr: none). One
-// recorder at a time, process-wide; launches made by other threads (another run's worker) are
-// neither listed nor recorded. Recording needs the emulator's fiber mode (the default): in thread
+// Installs `r` for the launches the calling thread makes from now on (nullptr: none); launches
+// made by other threads (another run's worker, with a recorder of its own or none) are neither
+// listed nor recorded. Recording needs the emulator's fiber mode (the default): in thread
 // mode the CUDA threads are other OS threads, and their loads are not recorded.
 void install_recorder(TraceRecorder* r);
 // Installs a recorder for its lifetime.

@@ -63,6 +63,9 @@ TEST(KernelTraceRun, QueriesAreNamedByTheirRequestsAndReadTheirContexts) {
           << what << " query " << tb.role->query;
       EXPECT_TRUE(tb.stray_blocks.empty()) << what;
       slots[static_cast<std::size_t>(tb.role->query)] = tb.role->num_slots;
+      // Independently of the tables: a decode query attends over every token its request has
+      // computed, this step's included (every query of step 11 decodes).
+      EXPECT_EQ(tb.role->num_slots, sim->request(req).num_computed) << what;
     }
     for (int s : slots) context_rows += s;
     if (std::string(format) == "fp32") {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -36,7 +37,7 @@ KvTiles tiles_of(KvStorage& st, KvKind kind, int code, int group) {
 // first 37 slots) and A again at one slot.
 struct Batch {
   Batch(const char* format, int code_, int block_size_, int tokens_, int heads_, int kv_heads_,
-        int head_dim_)
+        int head_dim_, bool evict_b = false)
       : fmt(parse_kv_format(format, "test")),
         code(code_),
         block_size(block_size_),
@@ -59,8 +60,14 @@ struct Batch {
     tables.insert(tables.end(), table_b.begin(), table_b.end());
     slots = {tokens, std::min(37, tokens), 1};
     const int offsets[] = {0, used, 0};
-    for (int i = 0; i < 3; ++i)
-      meta.insert(meta.end(), {offsets[i], slots[i], -1, -1, slots[i], -1, slots[i], -1});
+    // With evict_b, sequence B has every third slot evicted (its live map): lanes skip those
+    // slots' loads.
+    live.assign(static_cast<std::size_t>(slots[1]), 1);
+    for (std::size_t t = 0; evict_b && t < live.size(); t += 3) live[t] = 0;
+    for (int i = 0; i < 3; ++i) {
+      const int live_at = i == 1 && evict_b ? 0 : -1;
+      meta.insert(meta.end(), {offsets[i], slots[i], live_at, -1, slots[i], -1, slots[i], -1});
+    }
     b.k = tiles_of(cache.storage(), KvKind::kKey, code, fmt.effective_group(kv_dim));
     b.v = tiles_of(cache.storage(), KvKind::kValue, code, fmt.effective_group(kv_dim));
     b.block_size = block_size;
@@ -68,6 +75,7 @@ struct Batch {
     b.head_dim = head_dim;
     b.tables = tables.data();
     b.meta = meta.data();
+    b.live = live.data();
     q = randn(static_cast<std::size_t>(3) * heads * head_dim, 7u, 2.0f);
   }
   // The table of query i, as the kernel reads it.
@@ -93,6 +101,7 @@ struct Batch {
   int code, block_size, tokens, heads, kv_heads, head_dim;
   test::QuantCache cache;
   std::vector<int> table_a, table_b, tables, meta, slots;
+  std::vector<unsigned char> live;
   PagedBatch b;
   std::vector<float> q;
 };
@@ -246,6 +255,53 @@ TEST(KernelTrace, BytesReadAreTheContextsRows) {
           << what;
     }
   }
+}
+
+// Each (warp, what, key) is one load instruction: its lanes are different threads loading the
+// same number of bytes. Over block sizes whose int8 tiles are not 8-byte aligned (68 bytes at
+// block size 1: some rows take the vector load, others value by value, in one warp), a live map
+// whose evicted slots some lanes skip, the value loop's head blocks, and both kernels.
+TEST(KernelTrace, EveryKeyIsOneLoadInstruction) {
+  struct Case {
+    const char* format;
+    int code, block_size, heads, kv_heads, head_dim;
+  };
+  const Case cases[] = {{"int8", kKvInt8, 1, 8, 2, 32},  {"int8", kKvInt8, 3, 8, 2, 32},
+                        {"fp16", kKvF16, 16, 16, 4, 64}, {"fp32", kKvF32, 5, 8, 2, 16},
+                        {"int4", kKvInt4, 16, 8, 2, 32}, {"int2", kKvInt2, 1, 4, 4, 16}};
+  bool both_paths = false;
+  for (const Case& c : cases) {
+    for (bool decode : {false, true}) {
+      if (decode && (c.code == kKvInt4 || c.code == kKvInt2)) continue;
+      Batch batch(c.format, c.code, c.block_size, 150, c.heads, c.kv_heads, c.head_dim, true);
+      sim::TraceRecorder r;
+      {
+        sim::ScopedRecorder on(r);
+        batch.run(decode);
+      }
+      const std::string what = std::string(c.format) + " block " + std::to_string(c.block_size) +
+                               (decode ? " decode" : " paged");
+      const sim::TraceLaunch& l = r.launches.front();
+      ASSERT_TRUE(l.recorded) << what;
+      std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::uint64_t>,
+               std::pair<std::set<std::uint32_t>, std::set<std::uint32_t>>>
+          instructions;  // -> (threads, byte sizes)
+      long vector_k = 0, scalar_k = 0;
+      for (const sim::TraceAccess& a : l.accesses) {
+        auto& [threads, sizes] = instructions[{a.block, a.thread / 32, a.what, a.key}];
+        EXPECT_TRUE(threads.insert(a.thread).second)
+            << what << ": thread " << a.thread << " twice in one instruction";
+        sizes.insert(a.bytes);
+        if (a.what == sim::kTraceKCodes) (a.bytes == 8 ? vector_k : scalar_k) += 1;
+      }
+      for (const auto& [key, v] : instructions)
+        EXPECT_EQ(v.second.size(), 1u) << what << ": one instruction, lanes of different sizes";
+      if (decode && c.code == kKvInt8 && c.block_size == 1)
+        both_paths = vector_k > 0 && scalar_k > 0;
+    }
+  }
+  EXPECT_TRUE(both_paths) << "int8 at block size 1 should take both the vector and the "
+                             "value-by-value path in the decode kernel";
 }
 
 // The warp loads' transactions, counted by hand from the layout.
