@@ -1,7 +1,7 @@
 // The Kernel panel on a real run (stories260K's minimal.json): it traces the step shown by itself
-// (a model this small), its trace is the one `kvscope trace kernel` computes through the same
-// Simulator on the emulated device, hovering a thread block marks exactly the KV blocks it read
-// for the Block pool, a click selects its request, and the format choice re-runs the step on
+// (a model this small), its trace is the one a direct trace of the same step computes through the
+// same Simulator on the emulated device, hovering a thread block marks exactly the KV blocks it
+// read for the Block pool, a click selects its request, and the format choice re-runs the step on
 // the paged kernel. A recording has nothing to re-run, and says so.
 #include <gtest/gtest.h>
 #include <imgui.h>
@@ -44,7 +44,7 @@ const KernelTraceView* traced(KernelPanel& panel, AppState& state, const std::st
   return panel.shown();
 }
 
-TEST(KernelPanel, TracesTheStepShownAsTheCliDoesAndLinksTheBlockPool) {
+TEST(KernelPanel, TracesTheStepShownAsADirectTraceDoesAndLinksTheBlockPool) {
   HeadlessImGui imgui(ImVec2(1000, 800));
   std::unique_ptr<RunSession> run = RunSession::open(scenario("minimal.json"));
   run->wait();
@@ -61,7 +61,7 @@ TEST(KernelPanel, TracesTheStepShownAsTheCliDoesAndLinksTheBlockPool) {
   EXPECT_EQ(t.step, 11);
   EXPECT_EQ(t.summary.kernel, "decode_split_batch_kernel");
 
-  // The same step traced directly, as the CLI does it.
+  // The same step traced directly (build_scenario_run and trace_next_step).
   PolicyOverride policy;
   policy.backend = "cuda-sim";
   ScenarioRun direct = build_scenario_run(scenario("minimal.json"), false, policy, "");
@@ -94,9 +94,12 @@ TEST(KernelPanel, TracesTheStepShownAsTheCliDoesAndLinksTheBlockPool) {
   ImGui::GetIO().MouseDown[0] = false;
   frame(panel, state, "release");
   EXPECT_EQ(state.selected_request, t.query_request[static_cast<std::size_t>(tb.role->query)]);
+  // The outline is fresh while hovered (this frame or the last), and goes once the mouse does.
+  EXPECT_GE(state.kernel_blocks_frame, ImGui::GetFrameCount() - 1);
   ImGui::GetIO().MousePos = ImVec2(-1, -1);
   frame(panel, state, "away");
-  EXPECT_TRUE(state.kernel_blocks.empty());
+  frame(panel, state, "away again");
+  EXPECT_LT(state.kernel_blocks_frame, ImGui::GetFrameCount() - 1);
 
   // int4 K/V: the paged kernel, one block per query head, on a re-run that is not the pool shown.
   panel.set_format(parse_kv_format("int4", "test"));
