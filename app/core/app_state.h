@@ -52,6 +52,9 @@ class AppState {
   // (the Kernel panel may draw after it), so they go when the hover or the panel does.
   std::vector<int> kernel_blocks;
   int kernel_blocks_frame = -1;
+  // The request of that thread block (-1: none), for the Block tables panel's row, on the same
+  // frame stamp.
+  int kernel_request = -1;
   // Presenter mode: larger fonts, high contrast, thicker lines.
   bool presenter = false;
   // Set by the Controls panel: the shell restarts the scenario with this override at the end of

@@ -67,6 +67,9 @@ void BlockTablesPanel::draw_row(AppState& state, const RequestState& r) {
   const Palette& pal = palette(state.presenter);
   const bool selected = state.selected_request == r.id;
   ImGui::TableNextRow();
+  // The Kernel panel's hovered thread block reads this request's table: its row lights up.
+  if (state.kernel_request == r.id && state.kernel_blocks_frame >= ImGui::GetFrameCount() - 1)
+    ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg1, mix_color(pal.panel_bg, pal.accent, 0.35f));
   ImGui::TableNextColumn();
   ImGui::PushID(r.id);
   swatch(sequence_color(r.id));

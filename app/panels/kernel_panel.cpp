@@ -270,12 +270,13 @@ void KernelPanel::draw_grid(AppState& state) {
   if (hovered_ < 0) return;
   focus_ = hovered_;
   const sim::ThreadBlockTrace& tb = k.blocks[static_cast<std::size_t>(hovered_)];
-  if (view_->same_pool) {
-    state.kernel_blocks = tb.kv_blocks;
-    state.kernel_blocks_frame = ImGui::GetFrameCount();
-  }
   int req = -1;
   if (tb.role) req = t.query_request[static_cast<std::size_t>(tb.role->query)];
+  if (view_->same_pool) {
+    state.kernel_blocks = tb.kv_blocks;
+    state.kernel_request = req;
+    state.kernel_blocks_frame = ImGui::GetFrameCount();
+  }
   if (clicked && req >= 0) state.selected_request = req;
   ImGui::BeginTooltip();
   if (tb.role) {
@@ -378,7 +379,41 @@ void KernelPanel::draw_warp(const AppState& state) {
           "sum by its softmax total (grid %u x %u)",
           t.reduce_kernels[i].c_str(), t.reduce[i].x, t.reduce[i].y);
   }
+  draw_splits(state);
   ImGui::TextDisabled("Emulated: sectors counted, caches not modelled; no GPU timing of it yet");
+}
+
+void KernelPanel::draw_splits(const AppState& state) {
+  // The focused thread block's query, its context cut into the splits of its KV head: each
+  // segment one thread block (coloured as in the grid), the focused one outlined.
+  const sim::KernelTrace& k = view_->trace->summary;
+  if (focus_ < 0 || focus_ >= static_cast<int>(k.blocks.size())) return;
+  const std::optional<sim::TraceRole>& me = k.blocks[static_cast<std::size_t>(focus_)].role;
+  if (!me || me->num_slots <= 0 || !splits_columns(k.kernel)) return;
+  std::vector<const sim::ThreadBlockTrace*> parts;
+  for (const sim::ThreadBlockTrace& tb : k.blocks)
+    if (tb.role && tb.role->query == me->query && tb.role->kv_head == me->kv_head &&
+        tb.role->slot_end > tb.role->slot_begin)
+      parts.push_back(&tb);
+  if (parts.size() < 2) return;
+  const Palette& pal = palette(state.presenter);
+  const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetFontSize() * 1.2f;
+  const ImVec2 o = ImGui::GetCursorScreenPos();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float per_slot = w / static_cast<float>(me->num_slots);
+  for (const sim::ThreadBlockTrace* tb : parts) {
+    const ImVec2 a(o.x + per_slot * static_cast<float>(tb->role->slot_begin), o.y);
+    const ImVec2 b(o.x + per_slot * static_cast<float>(tb->role->slot_end) - 2.0f, o.y + h);
+    dl->AddRectFilled(a, b, efficiency_color(tb->kv));
+    if (static_cast<int>(tb->block) == focus_) dl->AddRect(a, b, pal.outline_selected, 0, 0, 2.0f);
+    const std::string label = cat({"s", num(tb->role->split)});
+    if (ImGui::CalcTextSize(label.c_str()).x + 6.0f < b.x - a.x)
+      dl->AddText(ImVec2(a.x + 3.0f, a.y + (h - ImGui::GetFontSize()) * 0.5f),
+                  IM_COL32(20, 24, 30, 255), label.c_str());
+  }
+  ImGui::Dummy(ImVec2(w, h + 2.0f));
+  ImGui::TextDisabled("query %d's %d slots, KV head %d, in %zu splits, one thread block each",
+                      me->query, me->num_slots, me->kv_head, parts.size());
 }
 
 void KernelPanel::draw(AppState& state) {

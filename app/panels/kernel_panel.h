@@ -50,6 +50,7 @@ class KernelPanel final : public Panel {
   void draw_summary(const AppState& state);
   void draw_grid(AppState& state);
   void draw_warp(const AppState& state);
+  void draw_splits(const AppState& state);
 
   KernelJob job_;
   std::shared_ptr<KernelTraceView> view_;

@@ -88,6 +88,7 @@ TEST(KernelPanel, TracesTheStepShownAsADirectTraceDoesAndLinksTheBlockPool) {
   frame(panel, state, "hover again");
   EXPECT_EQ(panel.hovered_block(), block);
   EXPECT_EQ(state.kernel_blocks, tb.kv_blocks);
+  EXPECT_EQ(state.kernel_request, t.query_request[static_cast<std::size_t>(tb.role->query)]);
   EXPECT_FALSE(state.kernel_blocks.empty());
   ImGui::GetIO().MouseDown[0] = true;
   frame(panel, state, "press");
