@@ -68,9 +68,7 @@ std::string grid_meaning(const std::string& kernel) {
 // Green where every byte a block's loads move is a byte they asked for, through yellow to red at
 // an eighth of them or fewer.
 Rgb efficiency_colour(const sim::Traffic& traffic) {
-  const double e = traffic.sectors > 0 ? static_cast<double>(traffic.distinct_bytes) /
-                                             (32.0 * static_cast<double>(traffic.sectors))
-                                       : 1.0;
+  const double e = traffic.used_share();
   const double t = std::clamp((e - 0.125) / 0.875, 0.0, 1.0);
   const auto mix = [](double a, double b, double f) {
     return static_cast<std::uint8_t>(a + (b - a) * f);
@@ -97,8 +95,8 @@ void write_grid_png(const StepKernelTrace& t, const std::string& label, const st
   c.text(20, 66,
          "KV read " + human_bytes(static_cast<double>(k.kv.distinct_bytes)) + " in " +
              with_commas(k.kv.sectors) + " transactions of 32 B (" +
-             percent(k.kv.distinct_bytes, 32 * k.kv.sectors) + " of the bytes moved used); ideal " +
-             with_commas(k.kv.ideal_sectors),
+             percent(k.kv.distinct_bytes, k.kv.bytes_moved()) +
+             " of the bytes moved used); ideal " + with_commas(k.kv.ideal_sectors),
          ink, 2);
   for (const sim::ThreadBlockTrace& tb : k.blocks) {
     const int x = left + static_cast<int>(tb.block % k.grid.x) * cell_w;
@@ -170,8 +168,8 @@ void print_summary(const StepKernelTrace& t, const std::string& label) {
       human_bytes(static_cast<double>(k.kv.distinct_bytes)).c_str(),
       human_bytes(static_cast<double>(k.kv_unique_bytes)).c_str(), with_commas(k.kv.loads).c_str(),
       with_commas(k.kv.sectors).c_str(),
-      human_bytes(32.0 * static_cast<double>(k.kv.sectors)).c_str(),
-      percent(k.kv.distinct_bytes, 32 * k.kv.sectors).c_str(),
+      human_bytes(static_cast<double>(k.kv.bytes_moved())).c_str(),
+      percent(k.kv.distinct_bytes, k.kv.bytes_moved()).c_str(),
       with_commas(k.kv.ideal_sectors).c_str());
   for (unsigned w = 0; w < sim::kTraceWhatCount; ++w) {
     const sim::Traffic& x = k.by_what[w];

@@ -28,25 +28,13 @@ std::string num(long v) {
   return std::to_string(v);
 }
 
-// The share of the bytes moved (32 per sector) that the lanes asked for.
-double used_share(const sim::Traffic& t) {
-  return t.sectors > 0
-             ? static_cast<double>(t.distinct_bytes) / (32.0 * static_cast<double>(t.sectors))
-             : 1.0;
-}
-
 // Bytes asked for / bytes moved: green at 100%, through yellow, red at an eighth or less.
 ImU32 efficiency_color(const sim::Traffic& traffic) {
-  const auto e = static_cast<float>(used_share(traffic));
+  const auto e = static_cast<float>(traffic.used_share());
   const float t = std::clamp((e - 0.125f) / 0.875f, 0.0f, 1.0f);
   const ImU32 red = IM_COL32(200, 70, 60, 255), yellow = IM_COL32(225, 185, 70, 255),
               green = IM_COL32(60, 160, 95, 255);
   return t > 0.5f ? mix_color(yellow, green, (t - 0.5f) * 2.0f) : mix_color(red, yellow, t * 2.0f);
-}
-
-std::string percent_of(long part, long whole) {
-  return whole > 0 ? format_percent(static_cast<double>(part) / static_cast<double>(whole), 0)
-                   : std::string("-");
 }
 
 bool splits_columns(const std::string& kernel) {
@@ -200,7 +188,7 @@ void KernelPanel::draw_summary(const AppState& state) {
   stat("KV read", format_bytes(static_cast<double>(k.kv.distinct_bytes)));
   stat("transactions", format_count(static_cast<double>(k.kv.sectors)), true);
   stat("ideal", format_count(static_cast<double>(k.kv.ideal_sectors)), true);
-  stat("bytes used", format_percent(used_share(k.kv), 0), true);
+  stat("bytes used", format_percent(k.kv.used_share(), 0), true);
   item_tooltip("Of the bytes the transactions moved (32 a sector), the share the lanes asked for");
   std::string what = cat({"K ", t.k_format, ", V ", t.v_format, ", block ", num(t.block_size),
                           ", step ", num(t.step), ", layer ", num(t.layer)});
@@ -301,7 +289,7 @@ void KernelPanel::draw_grid(AppState& state) {
       format_bytes(static_cast<double>(tb.kv.distinct_bytes)).c_str(),
       format_count(static_cast<double>(tb.kv.loads)).c_str(),
       format_count(static_cast<double>(tb.kv.sectors)).c_str(),
-      format_percent(used_share(tb.kv), 0).c_str(),
+      format_percent(tb.kv.used_share(), 0).c_str(),
       format_count(static_cast<double>(tb.kv.ideal_sectors)).c_str());
   if (!view_->same_pool)
     ImGui::TextDisabled("re-run with another format or block size: the Block pool shows the run's");
@@ -361,9 +349,9 @@ void KernelPanel::draw_warp(const AppState& state) {
       "%s asked for, %s sectors moved (%s B); ideal %s sectors: %s of the moved bytes used%s",
       format_bytes(static_cast<double>(tr.distinct_bytes)).c_str(),
       format_count(static_cast<double>(tr.sectors)).c_str(),
-      format_count(static_cast<double>(tr.sectors * 32)).c_str(),
+      format_count(static_cast<double>(tr.bytes_moved())).c_str(),
       format_count(static_cast<double>(tr.ideal_sectors)).c_str(),
-      percent_of(tr.distinct_bytes, tr.sectors * 32).c_str(),
+      format_percent(tr.used_share(), 0).c_str(),
       static_cast<int>(sectors.size()) > shown ? " (first 64 sectors drawn)" : "");
   for (std::size_t i = 0; i < t.reduce.size(); ++i) {
     const unsigned splits = t.summary.grid.x / static_cast<unsigned>(std::max(1, t.kv_heads));

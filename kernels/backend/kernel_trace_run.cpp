@@ -66,7 +66,7 @@ int match_request(const std::vector<int>& table, const Tables& during, const Tab
 nlohmann::json traffic_json(const sim::Traffic& t) {
   return {{"bytes_read", t.distinct_bytes},
           {"bytes_requested", t.bytes},
-          {"bytes_moved", 32 * t.sectors},
+          {"bytes_moved", t.bytes_moved()},
           {"warp_loads", t.loads},
           {"transactions", t.sectors},
           {"ideal_transactions", t.ideal_sectors},
@@ -195,7 +195,7 @@ nlohmann::json kernel_trace_json(const StepKernelTrace& t, std::size_t warp_samp
     if (!tb.stray_blocks.empty()) b["stray_blocks"] = tb.stray_blocks;
     b["bytes_read"] = tb.kv.distinct_bytes;
     b["bytes_requested"] = tb.kv.bytes;
-    b["bytes_moved"] = 32 * tb.kv.sectors;
+    b["bytes_moved"] = tb.kv.bytes_moved();
     b["transactions"] = tb.kv.sectors;
     b["ideal_transactions"] = tb.kv.ideal_sectors;
     b["warp_loads"] = tb.kv.loads;

@@ -34,6 +34,13 @@ struct Traffic {
   long sectors = 0, ideal_sectors = 0;
   long lines = 0, ideal_lines = 0;
   Traffic& operator+=(const Traffic& o);
+  // The bytes the transactions move (32 a sector), and the share of them the lanes asked for
+  // (Nsight Compute's load efficiency; 1 when nothing moved).
+  long bytes_moved() const { return 32 * sectors; }
+  double used_share() const {
+    return sectors > 0 ? static_cast<double>(distinct_bytes) / static_cast<double>(bytes_moved())
+                       : 1.0;
+  }
 };
 
 // One warp load instruction.
