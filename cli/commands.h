@@ -18,6 +18,7 @@ int cmd_trace(const Argv& args);
 int cmd_trace_kernel(const Argv& args);  // kvscope trace kernel (argv[0] is "kernel")
 int cmd_eval(const Argv& args);
 int cmd_memwall(const Argv& args);
+int cmd_disagg(const Argv& args);
 int cmd_tokenize(const Argv& args);
 int cmd_attach(const Argv& args);
 int cmd_lookup(const Argv& args);

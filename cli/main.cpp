@@ -28,6 +28,8 @@ commands:
              format, format-sweep, mla, mla-sweep, evict, evict-sweep, streaming, attention,
              key-channels
   memwall    the context or batch whose KV cache fits beside the weights on 1..8 GPUs
+  disagg     a scenario colocated and disaggregated (prefill and decode instances joined by a
+             link) on a modelled clock: TTFT split, time per token, K/V sent, each pool
   tokenize   the token ids and pieces of a text under a model's tokenizer (--json)
   attach     follow a running vLLM / SGLang engine's KV-cache events live (ZeroMQ); writes a
              recording, a Chrome trace and a report per data-parallel rank
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
     if (command == "trace") return cmd_trace(args);
     if (command == "eval") return cmd_eval(args);
     if (command == "memwall") return cmd_memwall(args);
+    if (command == "disagg") return cmd_disagg(args);
     if (command == "tokenize") return cmd_tokenize(args);
     if (command == "attach") return cmd_attach(args);
     if (command == "lookup") return cmd_lookup(args);

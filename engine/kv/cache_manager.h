@@ -48,6 +48,7 @@ class KvCacheManager {
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   KvStorage* storage() { return storage_.get(); }
+  const KvStorage* storage() const { return storage_.get(); }
   void set_event_sink(EventSink* sink, const int* step) {
     sink_ = sink;
     step_ = step;

@@ -17,6 +17,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/model/tokenizer.h"
 #include "engine/scenario/workload.h"
+#include "engine/sched/disagg_options.h"
 #include "engine/sched/sim_config.h"
 
 namespace kvscope {
@@ -34,6 +35,8 @@ struct CacheSettings {
   std::optional<MlaOptions> mla;          // absent = ordinary K/V
   std::string token_eviction_at, mla_at;  // JSON paths they were set at (for errors)
   std::string sparse_at, blend_at;        // ... and sim.sparse_attention's and sim.blend's
+  // Disaggregated prefill/decode (kvscope disagg; engine/sched/disagg.h); absent: colocated.
+  std::optional<DisaggOptions> disaggregation;
 };
 
 struct ScenarioModel {
@@ -92,7 +95,8 @@ Scenario parse_scenario_text(const std::string& text, const std::string& path);
 struct ResolvedRun {
   SimConfig config;  // config.mla is still null: attach_mla builds it from the weights
   std::vector<SimRequest> requests;
-  std::optional<MlaOptions> mla;  // the variant's latent cache, if any
+  std::optional<MlaOptions> mla;                // the variant's latent cache, if any
+  std::optional<DisaggOptions> disaggregation;  // the variant's prefill/decode split, if any
 };
 
 // Builds the MLA codec (SVD of the loaded weights) into run.config when the variant has one;

@@ -108,6 +108,34 @@ SimConfig::Blend parse_blend(const JsonReader& r, const json& j, const std::stri
   return b;
 }
 
+// `o`: the base's section in a compare variant (its keys override those), else the defaults.
+DisaggOptions parse_disaggregation(const JsonReader& r, const json& j, const std::string& at,
+                                   DisaggOptions o) {
+  r.only_keys(j, at,
+              {"link", "latency_us", "transfer", "gpu", "prefill_blocks", "decode_blocks",
+               "arrival_interval_ms"});
+  auto key = [&](const char* k) { return r.file() + ": " + json_path(at, k); };
+  if (j.contains("link"))
+    o.link = parse_link(r.string(j["link"], json_path(at, "link"), true), key("link"));
+  if (j.contains("latency_us"))
+    o.latency_seconds = r.number(j["latency_us"], json_path(at, "latency_us"), 0, 1e9) * 1e-6;
+  if (j.contains("transfer")) {
+    o.transfer =
+        parse_transfer_mode(r.string(j["transfer"], json_path(at, "transfer")), key("transfer"));
+  }
+  if (j.contains("gpu")) o.gpu = parse_gpu(r.string(j["gpu"], json_path(at, "gpu")), key("gpu"));
+  if (j.contains("prefill_blocks")) {
+    o.prefill_blocks = r.int32(j["prefill_blocks"], json_path(at, "prefill_blocks"), 1, kMaxBlocks);
+  }
+  if (j.contains("decode_blocks"))
+    o.decode_blocks = r.int32(j["decode_blocks"], json_path(at, "decode_blocks"), 1, kMaxBlocks);
+  if (j.contains("arrival_interval_ms")) {
+    o.arrival_interval_seconds =
+        r.number(j["arrival_interval_ms"], json_path(at, "arrival_interval_ms"), 0, 1e9) * 1e-3;
+  }
+  return o;
+}
+
 MlaOptions parse_mla(const JsonReader& r, const json& j, const std::string& at) {
   r.only_keys(j, at, {"rank", "mode", "rope_dims", "rope_select"});
   r.require(j, at, "rank", "an integer >= 1 (latent values per token and layer)");
@@ -298,6 +326,14 @@ void apply_token_eviction_and_mla(const CacheSection& s, CacheSettings& c) {
       c.sim.blend = parse_blend(r, j["blend"], s.path("blend"));
     }
     c.blend_at = s.path("blend");
+  }
+  if (j.contains("disaggregation")) {
+    if (j["disaggregation"].is_null()) {
+      c.disaggregation.reset();
+    } else {
+      c.disaggregation = parse_disaggregation(r, j["disaggregation"], s.path("disaggregation"),
+                                              c.disaggregation.value_or(DisaggOptions{}));
+    }
   }
   if (j.contains("mla")) {
     if (j["mla"].is_null()) {

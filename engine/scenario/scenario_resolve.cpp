@@ -79,6 +79,7 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
     check_blend(cfg, shape, blend_at);
   }
   run.mla = c.mla;
+  run.disaggregation = c.disaggregation;
   if (c.mla) {
     // The latent rows live in the K format's encoding (see mla_layout_for).
     if (!(cfg.k_format == cfg.v_format)) {

@@ -35,6 +35,8 @@ Scheduler::Scheduler(const SimConfig& config, int context, Parts parts,
       if (k > 0 && prefix_ != nullptr) {
         r.fork_of = lead;
         requests_[static_cast<std::size_t>(lead)].fork_children.push_back(r.id);
+      } else if (r.spec.external_arrival) {
+        ++num_undelivered_;
       } else {
         arrival_order_.push_back(r.id);
       }
@@ -49,8 +51,7 @@ Scheduler::Scheduler(const SimConfig& config, int context, Parts parts,
 }
 
 bool Scheduler::done() const {
-  return next_arrival_ == arrival_order_.size() && waiting_.empty() && running_.empty() &&
-         swapped_.empty();
+  return next_arrival_ == arrival_order_.size() && num_undelivered_ == 0 && !has_work();
 }
 
 std::optional<RejectReason> Scheduler::check_fits(RequestRun& r, int* blocks_needed) const {
@@ -112,21 +113,50 @@ void Scheduler::arrive() {
     RequestRun& r = requests_[static_cast<std::size_t>(arrival_order_[next_arrival_])];
     if (r.spec.arrival_step > now()) break;
     ++next_arrival_;
-    r.arrived = true;
-    emit(ev::RequestArrived{r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
-                            r.spec.max_new_tokens});
-    int blocks = 0;
-    if (auto reason = check_fits(r, &blocks)) {
-      r.phase = RequestPhase::kRejected;
-      ++num_rejected_;
-      emit(ev::RequestRejected{r.id, *reason, blocks});
-      continue;
-    }
-    r.phase = RequestPhase::kWaiting;
-    waiting_.push_back(r.id);
-    if (tiers_ != nullptr && tiers_->prefetches())
-      tiers_->prefetch(r.id, r.tokens, prefix_->probe(r.tokens).hit_blocks);
+    queue_arrival(r);
   }
+}
+
+void Scheduler::deliver(std::int32_t id) {
+  if (id < 0 || id >= num_requests()) {
+    throw InternalError("simulator", "delivered request " + std::to_string(id) + " of " +
+                                         std::to_string(num_requests()));
+  }
+  RequestRun& r = requests_[static_cast<std::size_t>(id)];
+  if (!r.spec.external_arrival || r.arrived || r.fork_of >= 0) {
+    throw InternalError("simulator",
+                        "request " + std::to_string(id) + " is not waiting to be delivered");
+  }
+  --num_undelivered_;
+  queue_arrival(r);
+}
+
+void Scheduler::queue_arrival(RequestRun& r) {
+  r.arrived = true;
+  emit(ev::RequestArrived{r.id, static_cast<std::int64_t>(r.spec.prompt_tokens.size()),
+                          r.spec.max_new_tokens});
+  int blocks = 0;
+  if (auto reason = check_fits(r, &blocks)) {
+    r.phase = RequestPhase::kRejected;
+    ++num_rejected_;
+    emit(ev::RequestRejected{r.id, *reason, blocks});
+    return;
+  }
+  r.phase = RequestPhase::kWaiting;
+  waiting_.push_back(r.id);
+  if (tiers_ != nullptr && tiers_->prefetches())
+    tiers_->prefetch(r.id, r.tokens, prefix_->probe(r.tokens).hit_blocks);
+}
+
+void Scheduler::release(std::int32_t id) {
+  RequestRun& r = request(id);
+  if (!r.held) {
+    throw InternalError("simulator",
+                        "request " + std::to_string(id) + " holds no blocks to release");
+  }
+  cache_.free_sequence(SeqId(r.id));
+  r.held = false;
+  --num_held_;
 }
 
 StepPlan Scheduler::schedule() {
@@ -226,12 +256,14 @@ void Scheduler::admit(StepPlan& w) {
       if (!prefix_admission_fits(r, w.budget)) return;
       start_sequence(r);  // maps the cached prefix: its prefill is skipped
     } else {
-      // CacheBlend: the chunks come in whole at admission, outside the token budget (as a prefix
-      // hit does), before the rest of the prompt is planned.
+      // CacheBlend's chunks, or K/V from a prefill instance, come in whole at the first
+      // admission, outside the token budget (as a prefix hit does), before the rest of the prompt
+      // is planned.
       int blended = 0;
       if (config_.blend && r.num_computed == 0) {
         for (const int c : r.spec.blend_chunks) blended += c;
       }
+      if (r.high_water == 0) blended += r.spec.kv_in_tokens;
       const int fresh = std::min(r.pending() - blended, w.budget);
       if (config_.allocator == AllocatorKind::kPaged &&
           cache_.blocks_for(blended + fresh) > cache_.pool().num_free() - w.reserved_blocks)
@@ -244,7 +276,13 @@ void Scheduler::admit(StepPlan& w) {
                                                " has no room for the " + std::to_string(blended) +
                                                " chunk tokens its admission counted");
         }
-        if (listener_ != nullptr) listener_->on_blend(r, blended);
+        if (listener_ != nullptr) {
+          if (r.spec.kv_in_tokens > 0) {
+            listener_->on_kv_in(r, blended);
+          } else {
+            listener_->on_blend(r, blended);
+          }
+        }
         r.num_computed = blended;
         r.high_water = std::max(r.high_water, blended);
         emit(ev::BlockTableUpdated{r.id, static_cast<std::int64_t>(cache_.table(seq).blocks.size()),
@@ -361,7 +399,12 @@ void Scheduler::append_token(RequestRun& r, int token, bool stop) {
 
 void Scheduler::finish(RequestRun& r) {
   if (listener_ != nullptr) listener_->on_sequence_dropped(r.id);
-  cache_.free_sequence(SeqId(r.id));
+  if (r.spec.hold_blocks) {
+    r.held = true;
+    ++num_held_;
+  } else {
+    cache_.free_sequence(SeqId(r.id));
+  }
   running_.erase(std::find(running_.begin(), running_.end(), r.id));
   r.phase = RequestPhase::kFinished;
   r.finished_step = now();
@@ -398,7 +441,9 @@ void Scheduler::check_invariants() const {
         r.generated > r.spec.max_new_tokens) {
       throw InternalError("simulator invariant", who + " token count does not add up");
     }
-    if ((r.phase == RequestPhase::kRunning) != has_seq) {
+    if (r.held && r.phase != RequestPhase::kFinished)
+      throw InternalError("simulator invariant", who + " holds its blocks but has not finished");
+    if ((r.phase == RequestPhase::kRunning || r.held) != has_seq) {
       throw InternalError("simulator invariant", who + (has_seq ? " holds blocks but is not running"
                                                                 : " runs without blocks"));
     }
@@ -432,8 +477,8 @@ void Scheduler::check_invariants() const {
           static_cast<std::size_t>(num_rejected_)) {
     throw InternalError("simulator invariant", "request queues do not match request phases");
   }
-  if (cache_.sequences().size() != running_.size())
-    throw InternalError("simulator invariant", "cache sequences != running requests");
+  if (cache_.sequences().size() != running_.size() + static_cast<std::size_t>(num_held_))
+    throw InternalError("simulator invariant", "cache sequences != running + held requests");
 }
 
 }  // namespace kvscope

@@ -47,7 +47,8 @@ struct RequestRun {
   std::int32_t fork_of = -1;  // parallel sample forked from this request after its prefill
   std::vector<std::int32_t> fork_children;  // samples to fork off this one (prefix caching)
   bool forked = false;                      // fork_children were forked
-  int cached_blocks = 0;                    // full blocks already offered to the prefix cache
+  bool held = false;      // finished, its blocks still allocated (SimRequest::hold_blocks)
+  int cached_blocks = 0;  // full blocks already offered to the prefix cache
   std::int64_t prefix_hit_tokens =
       0;                              // prompt tokens mapped from the prefix cache (all admissions)
   std::int64_t tier_hit_tokens = 0;   // prompt tokens reloaded from the KV tiers (all admissions)
@@ -89,6 +90,12 @@ class SequenceListener {
     static_cast<void>(r);
     static_cast<void>(tokens);
   }
+  // The request's first `tokens` slots were appended at admission for K/V that comes from
+  // elsewhere (SimRequest::kv_in_tokens); the listener fills them.
+  virtual void on_kv_in(const RequestRun& r, int tokens) {
+    static_cast<void>(r);
+    static_cast<void>(tokens);
+  }
 };
 
 class Scheduler {
@@ -111,6 +118,14 @@ class Scheduler {
 
   // Queues the requests whose arrival step has come; rejects those that can never fit.
   void arrive();
+  // Queues request `id`, which waits for this (SimRequest::external_arrival), as arrive() does.
+  // Throws InternalError for any other request, or one delivered already.
+  void deliver(std::int32_t id);
+  // Frees the blocks a finished request holds (SimRequest::hold_blocks). Throws InternalError when
+  // it holds none.
+  void release(std::int32_t id);
+  // Something to run now: a request waiting, running or swapped out.
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
   // This step's plan. The cache holds slots for every planned token (with token eviction they
   // are reserved instead: the executor appends them one at a time).
   StepPlan schedule();
@@ -126,6 +141,7 @@ class Scheduler {
   // The scheduler's part of a step's metrics (queues and counters).
   void fill_metrics(StepMetrics& m) const;
 
+  // Every request arrived (or was delivered) and finished or was rejected; held blocks aside.
   bool done() const;
   int num_requests() const { return static_cast<int>(requests_.size()); }
   const RequestRun& request(int id) const { return requests_.at(static_cast<std::size_t>(id)); }
@@ -149,6 +165,7 @@ class Scheduler {
   std::int32_t pick_victim() const;
   void preempt(std::int32_t id, StepPlan& w);
   void finish(RequestRun& r);
+  void queue_arrival(RequestRun& r);
   // Blocks this step's later requests may still take.
   int allocatable(const StepPlan& w) const { return cache_.num_allocatable() - w.reserved_blocks; }
   bool has_room_to_run() const {
@@ -184,6 +201,8 @@ class Scheduler {
   std::vector<std::int32_t> running_;  // in admission order
   std::vector<std::int32_t> swapped_;  // in swap-out order
   int num_finished_ = 0;
+  int num_undelivered_ = 0;  // external arrivals not delivered yet
+  int num_held_ = 0;         // finished requests holding their blocks
   int num_rejected_ = 0;
   std::int64_t admit_counter_ = 0;
   std::int64_t preemptions_ = 0;

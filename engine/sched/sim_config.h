@@ -120,6 +120,16 @@ struct SimRequest {
   // CacheBlend: the token counts of the prompt's leading chunks (retrieved documents, each cached
   // alone); their sum is less than the prompt (a question follows). Empty: none.
   std::vector<int> blend_chunks;
+  // Disaggregated serving (engine/sched/disagg.h) sets these; scenarios do not.
+  // The request arrives when Simulator::deliver(id) says so, not at arrival_step.
+  bool external_arrival = false;
+  // The K/V of the prompt's first kv_in_tokens tokens comes from elsewhere (a prefill instance):
+  // at the first admission they are appended whole, outside the token budget, and filled by the
+  // Simulator's KV source (Simulator::set_kv_source); only the rest of the prompt is computed.
+  int kv_in_tokens = 0;
+  // When it finishes its blocks stay allocated (their K/V still to be sent) until
+  // Simulator::release(id).
+  bool hold_blocks = false;
 };
 
 // [sequence id] prompt token ids: each request's prompt once per sample, in the order the

@@ -72,6 +72,20 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
       if (c.blend && r.n_samples != 1)
         fail_expected(where + ".n", "1 with chunks (CacheBlend)", std::to_string(r.n_samples));
     }
+    if (r.kv_in_tokens < 0 || r.kv_in_tokens >= static_cast<int>(r.prompt_tokens.size())) {
+      throw InternalError("simulator", where + " takes " + std::to_string(r.kv_in_tokens) +
+                                           " tokens of K/V from elsewhere; its prompt has " +
+                                           std::to_string(r.prompt_tokens.size()));
+    }
+    if ((r.kv_in_tokens > 0 && c.prefix_caching) ||
+        ((r.kv_in_tokens > 0 || r.hold_blocks || r.external_arrival) &&
+         (r.n_samples != 1 || !r.blend_chunks.empty() || c.evicts_tokens()))) {
+      throw InternalError("simulator", where +
+                                           " is delivered, held or takes K/V from elsewhere beside "
+                                           "parallel samples, chunks or token eviction (or K/V "
+                                           "beside prefix caching): the disaggregated run "
+                                           "refuses these");
+    }
     for (std::size_t j = 0; j < r.prompt_tokens.size(); ++j) {
       const int t = r.prompt_tokens[j];
       if (t < 0 || t >= m.vocab_size) {
@@ -187,8 +201,14 @@ bool Simulator::step() {
   StepPlan plan = scheduler_->schedule();
   execute(plan);
   close_step(plan);
+  last_plan_ = std::move(plan);
   ++step_;
   return true;
+}
+
+void Simulator::release(std::int32_t id) {
+  scheduler_->release(id);
+  if (tiers_) tiers_->record_held();
 }
 
 void Simulator::execute(StepPlan& plan) {

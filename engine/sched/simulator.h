@@ -38,6 +38,17 @@ class Simulator {
   // Steps until done() or `max_steps` steps have run in total; returns the steps run now.
   int run(int max_steps);
   bool done() const { return scheduler_->done(); }
+  // Something to run now (a request waiting, running or swapped out): step() would plan tokens.
+  bool has_work() const { return scheduler_->has_work(); }
+  // Disaggregated serving (engine/sched/disagg.h): queues request `id`, which waits for this
+  // (SimRequest::external_arrival), at the next step; frees the blocks a finished request holds
+  // (SimRequest::hold_blocks); and where K/V that comes from elsewhere is read from
+  // (SimRequest::kv_in_tokens). deliver and release throw InternalError on any other request.
+  void deliver(std::int32_t id) { scheduler_->deliver(id); }
+  void release(std::int32_t id);
+  void set_kv_source(StepExecutor::KvSource source) { executor_->set_kv_source(std::move(source)); }
+  // The last step's plan: which requests ran how many tokens (empty before the first step).
+  const StepPlan& last_plan() const { return last_plan_; }
   int current_step() const { return step_; }  // steps completed so far
 
   // The recording; shared so a UI can keep reading it on another thread (and after the simulator
@@ -98,6 +109,7 @@ class Simulator {
   std::unique_ptr<StepExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   int step_ = 0;
+  StepPlan last_plan_;
   double prefill_only_seconds_ = 0.0;
   std::int64_t prefill_only_tokens_ = 0;
 };

@@ -67,6 +67,15 @@ class StepExecutor final : public SequenceListener {
   // CacheBlend (SimConfig::blend): fills the request's chunk slots [0, tokens): each chunk
   // prefilled alone, its keys re-rotated into place, then the recompute pass.
   void on_blend(const RequestRun& r, int tokens) override;
+  // Where K/V that comes from elsewhere (SimRequest::kv_in_tokens) is read from: called with the
+  // request, the token count and the blocks that hold them (the table's first blocks), to write
+  // into `storage` (KvStorage::write_block).
+  using KvSource = std::function<void(const RequestRun& r, int tokens, KvStorage& storage,
+                                      std::span<const BlockId> blocks)>;
+  void set_kv_source(KvSource source) { kv_source_ = std::move(source); }
+  // Fills the request's first `tokens` slots from the KV source (nothing in a run without
+  // weights: there are no bytes). InternalError when a run with weights has no source.
+  void on_kv_in(const RequestRun& r, int tokens) override;
   // The context positions the request's last blend recomputed, ascending (empty before one).
   const std::vector<int>& blend_recomputed(int id) const;
 
@@ -98,6 +107,7 @@ class StepExecutor final : public SequenceListener {
   // CacheBlend: host activations for its recompute pass, and each request's picks.
   std::unique_ptr<HostStep> blend_step_;
   std::vector<std::vector<int>> blend_picks_;
+  KvSource kv_source_;
 };
 
 }  // namespace kvscope

@@ -1,0 +1,415 @@
+// The disaggregated run's two instances on one modelled clock: whichever instance's next step
+// starts first runs it; arrivals, releases of the prefill instance's held blocks and deliveries
+// to the decode instance are taken in time order between steps.
+#include "engine/sched/disagg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/common/error.h"
+
+namespace kvscope {
+namespace {
+
+void insert_by_time(std::vector<DisaggRun::Pending>& list, DisaggRun::Pending p) {
+  const auto at =
+      std::upper_bound(list.begin(), list.end(), p.time,
+                       [](double t, const DisaggRun::Pending& q) { return t < q.time; });
+  list.insert(at, p);
+}
+
+int blocks_for(int tokens, int block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(std::max<std::size_t>(rank, 1), v.size()) - 1];
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (const double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+DisaggSummary summarize(const DisaggReport& r) {
+  DisaggSummary s;
+  std::vector<double> ttft, tpot, queue, prefill, transfer, first;
+  for (const RequestTiming& t : r.requests) {
+    if (t.generated == 0) continue;  // refused
+    ++s.finished;
+    ttft.push_back(t.ttft());
+    queue.push_back(t.queue());
+    prefill.push_back(t.prefill());
+    transfer.push_back(t.transfer());
+    first.push_back(t.first_decode());
+    if (t.generated > 1) tpot.push_back(t.tpot());
+  }
+  s.ttft_mean = mean(ttft);
+  s.ttft_p90 = percentile(ttft, 0.9);
+  s.queue = mean(queue);
+  s.prefill = mean(prefill);
+  s.transfer = mean(transfer);
+  s.first_decode = mean(first);
+  s.tpot_mean = mean(tpot);
+  s.tpot_p90 = percentile(tpot, 0.9);
+  return s;
+}
+
+TransferMode parse_transfer_mode(const std::string& name, const std::string& where) {
+  if (name == "layer") return TransferMode::kLayerWise;
+  if (name == "request") return TransferMode::kWholeRequest;
+  fail_expected(where, "\"layer\" (layer by layer as the prefill computes it) or \"request\"",
+                name);
+}
+
+std::string transfer_mode_name(TransferMode mode) {
+  return mode == TransferMode::kLayerWise ? "layer" : "request";
+}
+
+DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, SimModel model,
+                     std::vector<SimRequest> requests)
+    : model_(std::move(model)) {
+  report_.disaggregated = serving == Serving::kDisaggregated;
+  report_.options = std::move(options);
+  const DisaggOptions& o = report_.options;
+  const std::string where = "disaggregation";
+  if (base.allocator != AllocatorKind::kPaged)
+    fail_expected(where, "the paged allocator", allocator_name(base.allocator));
+  if (base.evicts_tokens() || base.blend) {
+    fail_expected(where, "no token eviction or CacheBlend beside it (not supported)",
+                  base.evicts_tokens() ? "token eviction" : "cache.blend");
+  }
+  if (o.arrival_interval_seconds < 0) {
+    fail_expected(where + ".arrival_interval_ms", "a non-negative time",
+                  std::to_string(o.arrival_interval_seconds * 1e3));
+  }
+  const int n = static_cast<int>(requests.size());
+  for (int i = 0; i < n; ++i) {
+    const SimRequest& r = requests[static_cast<std::size_t>(i)];
+    if (r.n_samples != 1) {
+      fail_expected("requests[" + std::to_string(i) + "].n",
+                    "1 in a disaggregated or colocated timing run (parallel samples are not "
+                    "supported)",
+                    std::to_string(r.n_samples));
+    }
+    arrivals_.push_back({r.arrival_step * o.arrival_interval_seconds, i});
+    RequestTiming t;
+    t.id = i;
+    t.prompt_tokens = static_cast<int>(r.prompt_tokens.size());
+    t.arrival = arrivals_.back().time;
+    report_.requests.push_back(t);
+  }
+  std::stable_sort(arrivals_.begin(), arrivals_.end(),
+                   [](const Pending& a, const Pending& b) { return a.time < b.time; });
+  blocks_sent_.assign(static_cast<std::size_t>(n), 0);
+  prefill_started_.assign(static_cast<std::size_t>(n), false);
+
+  if (!report_.disaggregated) {
+    if (o.decode_blocks > 0) base.num_blocks = o.decode_blocks;
+    for (SimRequest& r : requests) r.external_arrival = true;
+    InstanceStats s;
+    s.name = "colocated";
+    s.num_blocks = base.num_blocks;
+    report_.instances.push_back(s);
+    instances_.push_back({std::make_unique<Simulator>(base, model_, std::move(requests))});
+    report_.block_bytes = static_cast<double>(prefill().cache().layout().block_bytes());
+    return;
+  }
+
+  SimConfig p = base;
+  SimConfig d = base;
+  if (o.prefill_blocks > 0) p.num_blocks = o.prefill_blocks;
+  if (o.decode_blocks > 0) d.num_blocks = o.decode_blocks;
+  p.title = base.title + " (prefill instance)";
+  d.title = base.title + " (decode instance)";
+  d.prefix_caching = false;  // what it receives is every prompt's own copy
+  d.tiers.clear();
+  std::vector<SimRequest> pr = requests;
+  std::vector<SimRequest> dr = std::move(requests);
+  for (int i = 0; i < n; ++i) {
+    SimRequest& a = pr[static_cast<std::size_t>(i)];
+    SimRequest& b = dr[static_cast<std::size_t>(i)];
+    const int prompt = static_cast<int>(a.prompt_tokens.size());
+    const std::string at = "requests[" + std::to_string(i) + "]";
+    if (blocks_for(prompt + 1, p.block_size) > p.num_blocks) {
+      fail_expected(where + ".prefill_blocks",
+                    "a pool that holds " + at + "'s prompt (" + std::to_string(prompt) +
+                        " tokens and the token it samples: " +
+                        std::to_string(blocks_for(prompt + 1, p.block_size)) + " blocks)",
+                    std::to_string(p.num_blocks));
+    }
+    const int total = prompt + b.max_new_tokens;
+    if (blocks_for(total, d.block_size) > d.num_blocks) {
+      fail_expected(where + ".decode_blocks",
+                    "a pool that holds " + at + " whole (" + std::to_string(total) +
+                        " tokens: " + std::to_string(blocks_for(total, d.block_size)) + " blocks)",
+                    std::to_string(d.num_blocks));
+    }
+    a.max_new_tokens = 1;  // the prefill instance's token is dropped, as vLLM's proxy does
+    a.external_arrival = true;
+    a.hold_blocks = true;
+    b.external_arrival = true;
+    b.kv_in_tokens = prompt - 1;
+  }
+  InstanceStats ps;
+  ps.name = "prefill";
+  ps.num_blocks = p.num_blocks;
+  InstanceStats ds;
+  ds.name = "decode";
+  ds.num_blocks = d.num_blocks;
+  report_.instances = {ps, ds};
+  instances_.push_back({std::make_unique<Simulator>(p, model_, std::move(pr))});
+  instances_.push_back({std::make_unique<Simulator>(d, model_, std::move(dr))});
+  const KvLayout& layout = prefill().cache().layout();
+  if (layout.staging_bytes_per_sequence() > 0) {
+    fail_expected(where, "a KV format without per-sequence staging (KIVI's open group is not sent)",
+                  prefill().timeline()->header().kv_format);
+  }
+  report_.block_bytes = static_cast<double>(layout.block_bytes());
+  instances_[1].sim->set_kv_source([this](const RequestRun& r, int tokens, KvStorage& storage,
+                                          std::span<const BlockId> blocks) {
+    const auto it =
+        std::find_if(wire_.begin(), wire_.end(), [&](const Transfer& t) { return t.id == r.id; });
+    const std::size_t bytes = storage.layout().block_bytes();
+    if (it == wire_.end() || it->bytes.size() != blocks.size() * bytes) {
+      throw InternalError("disaggregation", "request " + std::to_string(r.id) + " takes " +
+                                                std::to_string(tokens) +
+                                                " tokens of K/V that did not cross the link");
+    }
+    for (std::size_t b = 0; b < blocks.size(); ++b)
+      storage.write_block(blocks[b], it->bytes.data() + b * bytes);
+    wire_.erase(it);
+  });
+}
+
+DisaggRun::~DisaggRun() = default;
+
+bool DisaggRun::done() const {
+  for (const Instance& in : instances_)
+    if (!in.sim->done()) return false;
+  return arrivals_.empty() && releases_.empty() && deliveries_.empty();
+}
+
+void DisaggRun::run() {
+  while (step()) {
+  }
+}
+
+bool DisaggRun::step() {
+  for (;;) {
+    // The earliest step start among instances with work, and the earliest event.
+    double best = std::numeric_limits<double>::infinity();
+    std::size_t who = instances_.size();
+    for (std::size_t i = 0; i < instances_.size(); ++i) {
+      const Instance& in = instances_[i];
+      if (in.sim->has_work() && !in.blocked && in.clock < best) {
+        best = in.clock;
+        who = i;
+      }
+    }
+    double event = std::numeric_limits<double>::infinity();
+    for (const auto* list : {&arrivals_, &releases_, &deliveries_})
+      if (!list->empty()) event = std::min(event, list->front().time);
+    if (who == instances_.size() && event == std::numeric_limits<double>::infinity()) {
+      if (!done()) {
+        throw InternalError("disaggregation",
+                            "no instance can run and not every request has finished");
+      }
+      return false;
+    }
+    if (event <= best) {
+      take_events(event);
+      continue;
+    }
+    Instance& in = instances_[who];
+    InstanceStats& stats = report_.instances[who];
+    std::vector<int> before;
+    for (int id = 0; id < in.sim->num_requests(); ++id)
+      before.push_back(in.sim->request(id).generated);
+    const double start = in.clock;
+    in.sim->step();
+    const StepPlan& plan = in.sim->last_plan();
+    std::vector<StepRun> runs;
+    for (const StepPlan::Entry& e : plan.entries) {
+      const RequestRun& r = in.sim->request(e.id);
+      runs.push_back({r.num_computed - e.tokens, e.tokens});
+      if (who == 0 && !prefill_started_[static_cast<std::size_t>(e.id)]) {
+        prefill_started_[static_cast<std::size_t>(e.id)] = true;
+        report_.requests[static_cast<std::size_t>(e.id)].prefill_start = start;
+      }
+    }
+    const double cost = price_step(model_.config, in.sim->cache().layout().bytes_per_token(),
+                                   report_.options.gpu, runs)
+                            .seconds;
+    in.clock = start + cost;
+    in.blocked = plan.entries.empty();
+    stats.steps += 1;
+    stats.busy_seconds += cost;
+    stats.prefill_tokens += plan.prefill_tokens;
+    stats.decode_tokens += plan.decode_tokens;
+    stats.peak_blocks_used = std::max(stats.peak_blocks_used, in.sim->cache().pool().num_used());
+    if (who == 0 && is_disaggregated()) {
+      after_prefill_step(start, cost);
+    } else {
+      after_token_step(who, before);
+    }
+    return true;
+  }
+}
+
+void DisaggRun::take_events(double time) {
+  auto due = [&](std::vector<Pending>& list) {
+    std::vector<std::int32_t> ids;
+    while (!list.empty() && list.front().time <= time) {
+      ids.push_back(list.front().id);
+      list.erase(list.begin());
+    }
+    return ids;
+  };
+  Instance& first = instances_[0];
+  for (const std::int32_t id : due(releases_)) {
+    first.sim->release(id);
+    first.blocked = false;
+    first.clock = std::max(first.clock, time);
+  }
+  for (const std::int32_t id : due(arrivals_)) {
+    first.clock = std::max(first.clock, time);
+    first.blocked = false;
+    first.sim->deliver(id);
+    // Refused by the prefill instance (longer than the model's context): the decode instance
+    // refuses it too, at once, so both account for it.
+    if (is_disaggregated() && first.sim->request(id).phase == RequestPhase::kRejected)
+      insert_by_time(deliveries_, {time, id});
+  }
+  if (!is_disaggregated()) return;
+  Instance& second = instances_[1];
+  for (const std::int32_t id : due(deliveries_)) {
+    second.clock = std::max(second.clock, time);
+    second.blocked = false;
+    second.sim->deliver(id);
+  }
+}
+
+double DisaggRun::send(double ready, double bytes, double* begin) {
+  *begin = std::max(ready, link_free_);
+  link_free_ = *begin + bytes / report_.options.link.bytes_per_second;
+  return link_free_;
+}
+
+void DisaggRun::after_prefill_step(double start, double cost) {
+  const Simulator& p = prefill();
+  const int bs = p.config().block_size;
+  const int layers = std::max(1, p.cache().layout().n_layers);
+  const double block_bytes = report_.block_bytes;
+  const DisaggOptions& o = report_.options;
+  for (const StepPlan::Entry& e : p.last_plan().entries) {
+    const RequestRun& r = p.request(e.id);
+    RequestTiming& t = report_.requests[static_cast<std::size_t>(e.id)];
+    const int sent_tokens = t.prompt_tokens - 1;  // the decode instance computes the last one
+    const int needed = blocks_for(sent_tokens, bs);
+    const bool finished = r.phase == RequestPhase::kFinished;
+    const int have = std::min(r.num_computed, sent_tokens);
+    const int complete = finished || have == sent_tokens ? needed : have / bs;
+    int& sent = blocks_sent_[static_cast<std::size_t>(e.id)];
+    auto note_start = [&](double begin) {
+      if (sent == 0 && t.transfer_blocks == 0) {
+        t.transfer_start = begin;
+        report_.transfers.push_back(
+            {begin, false, e.id, needed, static_cast<std::int64_t>(needed * block_bytes)});
+      }
+    };
+    double end = 0;
+    if (o.transfer == TransferMode::kLayerWise && complete > sent) {
+      const double bytes = (complete - sent) * block_bytes / layers;
+      for (int l = 0; l < layers; ++l) {
+        double begin = 0;
+        end = send(start + cost * (l + 1) / layers, bytes, &begin);
+        if (l == 0) note_start(begin);
+      }
+      t.transfer_blocks = complete;
+      sent = complete;
+    }
+    if (!finished) continue;
+    const double prefill_end = start + cost;
+    t.prefill_end = prefill_end;
+    if (o.transfer == TransferMode::kWholeRequest && needed > 0) {
+      double begin = 0;
+      end = send(prefill_end, needed * block_bytes, &begin);
+      note_start(begin);
+      sent = needed;
+    }
+    if (needed == 0) {
+      t.transfer_start = prefill_end;
+      end = prefill_end;
+    }
+    t.transfer_blocks = needed;
+    t.transfer_bytes = static_cast<std::int64_t>(needed * block_bytes);
+    t.transfer_end = std::max(end, prefill_end) + o.latency_seconds;
+    report_.transfer_blocks += needed;
+    report_.transfer_bytes += t.transfer_bytes;
+    report_.transfers.push_back({t.transfer_end, true, e.id, needed, t.transfer_bytes});
+    // The bytes cross now (the clock says when they land); the prefill instance keeps the blocks
+    // until then.
+    if (model_.weights != nullptr) {
+      Transfer w;
+      w.id = e.id;
+      const std::vector<BlockId>& table = p.cache().table(SeqId(e.id)).blocks;
+      const auto bytes = static_cast<std::size_t>(block_bytes);
+      w.bytes.resize(static_cast<std::size_t>(needed) * bytes);
+      for (int b = 0; b < needed; ++b) {
+        p.cache().storage()->read_block(table[static_cast<std::size_t>(b)],
+                                        w.bytes.data() + static_cast<std::size_t>(b) * bytes);
+      }
+      wire_.push_back(std::move(w));
+    }
+    insert_by_time(releases_, {t.transfer_end, e.id});
+    insert_by_time(deliveries_, {t.transfer_end, e.id});
+  }
+  std::stable_sort(report_.transfers.begin(), report_.transfers.end(),
+                   [](const TransferEvent& a, const TransferEvent& b) { return a.time < b.time; });
+}
+
+void DisaggRun::after_token_step(std::size_t i, const std::vector<int>& before) {
+  const Instance& in = instances_[i];
+  for (int id = 0; id < in.sim->num_requests(); ++id) {
+    const RequestRun& r = in.sim->request(id);
+    if (r.generated <= before[static_cast<std::size_t>(id)]) continue;
+    RequestTiming& t = report_.requests[static_cast<std::size_t>(id)];
+    if (before[static_cast<std::size_t>(id)] == 0) {
+      t.first_token = in.clock;
+      if (!is_disaggregated()) {
+        t.prefill_end = in.clock;
+        t.transfer_start = in.clock;
+        t.transfer_end = in.clock;
+      }
+    }
+    t.last_token = in.clock;
+    t.generated = r.generated;
+    report_.makespan = std::max(report_.makespan, in.clock);
+  }
+}
+
+void DisaggRun::check_invariants() const {
+  for (const Instance& in : instances_) in.sim->check_invariants();
+  if (!is_disaggregated()) return;
+  const Simulator& p = prefill();
+  for (int id = 0; id < p.num_requests(); ++id) {
+    const bool pending = std::any_of(releases_.begin(), releases_.end(),
+                                     [&](const Pending& q) { return q.id == id; });
+    if (p.request(id).held != pending) {
+      throw InternalError("disaggregation invariant",
+                          "request " + std::to_string(id) +
+                              (pending ? " has a release due but holds no blocks"
+                                       : " holds prefill blocks with no transfer in flight"));
+    }
+  }
+}
+
+}  // namespace kvscope

@@ -1,0 +1,271 @@
+// Disaggregated prefill/decode (engine/sched/disagg.h): the decode instance's tokens equal what
+// each request generates alone, the K/V sent is exactly the prompt blocks' bytes, the decode
+// instance computes one prompt token per request, the clock by hand in both transfer modes, the
+// colocated baseline's interference, and the settings it refuses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/common/error.h"
+#include "engine/model/synthetic.h"
+#include "engine/sched/disagg.h"
+#include "tests/sched/sim_test_support.h"
+
+namespace kvscope {
+namespace {
+
+SimConfig config(int blocks) {
+  SimConfig c;
+  c.block_size = 8;
+  c.num_blocks = blocks;
+  return c;
+}
+
+DisaggOptions options(TransferMode mode, int prefill_blocks, int decode_blocks) {
+  DisaggOptions o;
+  o.transfer = mode;
+  o.prefill_blocks = prefill_blocks;
+  o.decode_blocks = decode_blocks;
+  o.arrival_interval_seconds = 20e-6;
+  return o;
+}
+
+void run_checked(DisaggRun& run) {
+  run.check_invariants();
+  int steps = 0;
+  while (run.step()) {
+    ASSERT_NO_THROW(run.check_invariants()) << "after step " << steps;
+    ASSERT_LT(++steps, 20000) << "stuck";
+  }
+  EXPECT_TRUE(run.done());
+}
+
+int blocks_for(int tokens, int block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+class DisaggTokens : public ::testing::TestWithParam<TransferMode> {};
+
+// The decode instance writes the prefill instance's bytes into its own blocks and computes only
+// the last prompt token: every request decodes what it generates alone. A prefill pool of 3
+// blocks makes later prompts wait for earlier ones' blocks to cross the link.
+TEST_P(DisaggTokens, EveryRequestDecodesWhatItGeneratesAlone) {
+  const std::vector<SimRequest> requests = test::mixed_requests(8);
+  for (const int prefill_blocks : {3, 24}) {
+    DisaggRun run(config(64), options(GetParam(), prefill_blocks, 40), Serving::kDisaggregated,
+                  test::real_sim_model(), requests);
+    run_checked(run);
+    ASSERT_NE(run.decode(), nullptr);
+    for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
+      const RequestRun& r = run.decode()->request(i);
+      ASSERT_EQ(r.phase, RequestPhase::kFinished) << "request " << i;
+      EXPECT_EQ(r.generated_tokens(), test::generate_alone(requests[static_cast<std::size_t>(i)]))
+          << "request " << i << ", prefill pool " << prefill_blocks;
+      EXPECT_EQ(run.prefill().request(i).generated, 1);
+      EXPECT_FALSE(run.prefill().request(i).held);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DisaggTokens,
+                         ::testing::Values(TransferMode::kLayerWise, TransferMode::kWholeRequest),
+                         [](const auto& p) { return transfer_mode_name(p.param); });
+
+// fp16 K/V: one block is 2 (K, V) x layers x KV heads x head_dim x 8 tokens x 2 bytes; every
+// prompt token but the last crosses, in whole blocks, once; and the decode instance computes one
+// prompt token per request, the prefill instance decodes none.
+TEST(Disagg, SendsThePromptBlocksOnceAndTheDecodeInstanceNeverPrefills) {
+  const std::vector<SimRequest> requests = test::mixed_requests(6);
+  SimConfig c = config(64);
+  c.k_format = c.v_format = parse_kv_format("fp16", "test");
+  DisaggRun run(c, options(TransferMode::kLayerWise, 24, 64), Serving::kDisaggregated,
+                test::real_sim_model(), requests);
+  run_checked(run);
+  const ModelConfig& m = test::real_model().model->config();
+  const std::int64_t block = 2LL * m.n_layers * m.n_kv_heads * m.head_dim() * 8 * 2;
+  EXPECT_EQ(run.report().block_bytes, static_cast<double>(block));
+  std::int64_t want = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const int prompt = static_cast<int>(requests[i].prompt_tokens.size());
+    const std::int64_t bytes = blocks_for(prompt - 1, 8) * block;
+    EXPECT_EQ(run.report().requests[i].transfer_bytes, bytes) << "request " << i;
+    want += bytes;
+  }
+  EXPECT_EQ(run.report().transfer_bytes, want);
+  // One start and one done event per request, the done at the request's transfer end.
+  int starts = 0, dones = 0;
+  for (const TransferEvent& e : run.report().transfers) {
+    const RequestTiming& t = run.report().requests[static_cast<std::size_t>(e.request)];
+    if (e.done) {
+      ++dones;
+      EXPECT_EQ(e.time, t.transfer_end);
+      EXPECT_EQ(e.bytes, t.transfer_bytes);
+    } else {
+      ++starts;
+      EXPECT_EQ(e.time, t.transfer_start);
+      EXPECT_LE(t.transfer_start, t.transfer_end);
+    }
+  }
+  EXPECT_EQ(starts, 6);
+  EXPECT_EQ(dones, 6);
+  ASSERT_NE(run.decode(), nullptr);
+  EXPECT_EQ(run.decode()->prefill_tokens_computed(), 6);  // the last prompt token each
+  EXPECT_EQ(run.report().instances[1].prefill_tokens, 6);
+  EXPECT_EQ(run.report().instances[0].decode_tokens, 0);
+}
+
+// One request of 33 tokens, 3 new, blocks of 8: 4 blocks (32 tokens) cross. Whole-request
+// transfer: the prefill step, then bytes / bandwidth + latency, then one decode step per token.
+// Layer-wise on a link far faster than the step: only the last layer's share is exposed; on a
+// far slower one the transfer starts after the first layer and runs link-bound.
+TEST(Disagg, TheClockByHand) {
+  SimRequest r;
+  r.prompt_tokens.assign(33, 5);
+  r.prompt_tokens[0] = 1;
+  r.max_new_tokens = 3;
+  r.arrival_step = 0;
+  const ModelConfig& m = test::real_model().model->config();
+  const GpuRoofline gpu = parse_gpu("h100", "test");
+  const double bpt = 2.0 * m.n_layers * m.n_kv_heads * m.head_dim() * 4;  // fp32
+  auto cost = [&](int first, int tokens) {
+    const StepRun run{first, tokens};
+    return price_step(m, bpt, gpu, std::span<const StepRun>(&run, 1)).seconds;
+  };
+  const double c0 = cost(0, 33);
+  const double bytes = 4 * 8 * bpt;
+  const double latency = 7e-6;
+  const int layers = m.n_layers;
+  struct Case {
+    TransferMode mode;
+    const char* link;
+    double transfer_end;
+  };
+  const Case cases[] = {
+      {TransferMode::kWholeRequest, "1GB/s", c0 + bytes / 1e9 + latency},
+      {TransferMode::kLayerWise, "1GB/s", c0 / layers + bytes / 1e9 + latency},
+      {TransferMode::kLayerWise, "100000GB/s", c0 + bytes / layers / 1e14 + latency},
+  };
+  for (const Case& k : cases) {
+    DisaggOptions o = options(k.mode, 8, 8);
+    o.link = parse_link(k.link, "test");
+    o.latency_seconds = latency;
+    DisaggRun run(config(8), o, Serving::kDisaggregated, test::real_sim_model(), {r});
+    run_checked(run);
+    const RequestTiming& t = run.report().requests[0];
+    const std::string what = transfer_mode_name(k.mode) + " over " + k.link;
+    EXPECT_EQ(t.prefill_start, 0.0) << what;
+    EXPECT_DOUBLE_EQ(t.prefill_end, c0) << what;
+    EXPECT_NEAR(t.transfer_end, k.transfer_end, 1e-15) << what;
+    ASSERT_EQ(t.generated, 3) << what;
+    EXPECT_NEAR(t.first_token, t.transfer_end + cost(32, 1), 1e-15) << what;
+    EXPECT_NEAR(t.last_token, t.first_token + cost(33, 1) + cost(34, 1), 1e-15) << what;
+    EXPECT_EQ(t.transfer_bytes, static_cast<std::int64_t>(bytes)) << what;
+  }
+  // Colocated: no transfer; the first token ends the prefill step.
+  DisaggRun co(config(8), options(TransferMode::kLayerWise, 8, 8), Serving::kColocated,
+               test::real_sim_model(), {r});
+  run_checked(co);
+  const RequestTiming& t = co.report().requests[0];
+  EXPECT_DOUBLE_EQ(t.first_token, c0);
+  EXPECT_EQ(t.transfer(), 0.0);
+  EXPECT_EQ(t.first_decode(), 0.0);
+  EXPECT_EQ(co.decode(), nullptr);
+}
+
+// The lesson at a published shape (Llama-3-8B, bookkeeping: no weights): colocated, every long
+// prompt that arrives stalls the decoding requests for its whole prefill step; disaggregated,
+// decode steps stay short, and the price is the transfer in the first token's time.
+TEST(Disagg, ColocatedPrefillsStallDecodes) {
+  const ModelConfig m = parse_synthetic_spec("llama-3-8b").config;
+  std::vector<SimRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    SimRequest r;
+    r.arrival_step = i;
+    r.prompt_tokens.assign(1000, 7);
+    r.max_new_tokens = 64;
+    requests.push_back(r);
+  }
+  DisaggOptions o = options(TransferMode::kLayerWise, 2000, 2000);
+  o.arrival_interval_seconds = 25e-3;
+  SimConfig c = config(2000);
+  c.k_format = c.v_format = parse_kv_format("fp16", "test");
+  DisaggRun co(c, o, Serving::kColocated, SimModel{m, nullptr}, requests);
+  DisaggRun di(c, o, Serving::kDisaggregated, SimModel{m, nullptr}, requests);
+  run_checked(co);
+  run_checked(di);
+  double co_worst = 0, di_worst = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    co_worst = std::max(co_worst, co.report().requests[i].tpot());
+    di_worst = std::max(di_worst, di.report().requests[i].tpot());
+    EXPECT_GT(di.report().requests[i].transfer(), 0.0);
+  }
+  // A 1,000-token prefill is ~16 GFLOP x 1,000 / 989 TFLOPS = 16 ms; a decode step reads 16 GB
+  // of weights in ~5 ms.
+  EXPECT_GT(co_worst, 1.3 * di_worst);
+  EXPECT_EQ(di.report().transfer_bytes, 12LL * blocks_for(999, 8) * 8 * m.kv_bytes_per_token(2));
+}
+
+TEST(Disagg, RefusesWhatItCannotRun) {
+  const std::vector<SimRequest> requests = test::mixed_requests(2);
+  const SimModel model = test::real_sim_model();
+  SimConfig kivi = config(32);
+  kivi.k_format = kivi.v_format = parse_kv_format("kivi2", "test");
+  EXPECT_NE(test::error_of([&] {
+              DisaggRun run(kivi, options(TransferMode::kLayerWise, 32, 32),
+                            Serving::kDisaggregated, model, requests);
+            }).find("disaggregation: expected a KV format without per-sequence staging"),
+            std::string::npos);
+  const std::string small = test::error_of([&] {
+    DisaggRun run(config(32), options(TransferMode::kLayerWise, 1, 32), Serving::kDisaggregated,
+                  model, requests);
+  });
+  // Request 1's 8 prompt tokens and its sampled token need 2 blocks of 8.
+  EXPECT_EQ(small,
+            "disaggregation.prefill_blocks: expected a pool that holds requests[1]'s prompt (8 "
+            "tokens and the token it samples: 2 blocks), got 1");
+  std::vector<SimRequest> samples = requests;
+  samples[1].n_samples = 2;
+  EXPECT_NE(test::error_of([&] {
+              DisaggRun run(config(32), options(TransferMode::kLayerWise, 32, 32),
+                            Serving::kDisaggregated, model, samples);
+            }).find("requests[1].n: expected 1"),
+            std::string::npos);
+}
+
+// The Simulator's part, without weights: a delivered request with K/V from elsewhere computes
+// only the rest of its prompt, and a held request keeps its blocks until released.
+TEST(Disagg, DeliverKvInAndHold) {
+  const ModelConfig& m = test::real_model().model->config();
+  SimRequest r;
+  r.prompt_tokens.assign(12, 3);
+  r.max_new_tokens = 2;
+  r.external_arrival = true;
+  r.kv_in_tokens = 10;
+  SimRequest h;
+  h.prompt_tokens.assign(5, 3);
+  h.max_new_tokens = 1;
+  h.hold_blocks = true;
+  Simulator sim(config(8), SimModel{m, nullptr}, {r, h});
+  ASSERT_TRUE(sim.step());
+  EXPECT_FALSE(sim.request(0).arrived);
+  ASSERT_EQ(sim.last_plan().entries.size(), 1U);  // h alone: its prompt
+  EXPECT_TRUE(sim.request(1).held);
+  EXPECT_EQ(sim.cache().pool().num_used(), 1);
+  sim.check_invariants();
+  sim.deliver(0);
+  ASSERT_TRUE(sim.step());
+  ASSERT_EQ(sim.last_plan().entries.size(), 1U);
+  EXPECT_EQ(sim.last_plan().entries[0].tokens, 2);  // 12 - 10
+  EXPECT_EQ(sim.request(0).num_computed, 12);
+  sim.check_invariants();
+  sim.release(1);
+  EXPECT_FALSE(sim.request(1).held);
+  EXPECT_THROW(sim.release(1), InternalError);
+  EXPECT_THROW(sim.deliver(0), InternalError);
+  while (sim.step()) sim.check_invariants();
+  EXPECT_EQ(sim.request(0).generated, 2);
+  EXPECT_EQ(sim.cache().pool().num_used(), 0);
+}
+
+}  // namespace
+}  // namespace kvscope
