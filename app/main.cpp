@@ -37,7 +37,7 @@ void usage(std::FILE* out) {
       "  --presenter           large fonts and high contrast (toggle with P)\n"
       "  --size WxH            window size (default 1600x1000)\n"
       "  --view NAME           first workspace: pool (default), prefix, attention, compare, live,\n"
-      "                        kernel\n"
+      "                        kernel, serving\n"
       "  --caption N           open at presenter caption N with its view (workspace, layer and\n"
       "                        head, sink grid), as PageDown reaches it\n"
       "  --backend B           what runs the forward pass: cpu (default), cuda-sim (the CUDA\n"
@@ -125,8 +125,9 @@ Read read_view_option(const std::string& arg, int argc, char** argv, int& i,
     const std::string name = v ? v : "";
     const int found = kvscope::ui::UiShell::workspace_of_key(name);
     if (found < 0) {
-      return done(fail("--view: expected pool, prefix, attention, compare, live or kernel, got \"" +
-                       name + "\""));
+      return done(fail(
+          "--view: expected pool, prefix, attention, compare, live, kernel or serving, got \"" +
+          name + "\""));
     }
     o.workspace = found;
     o.workspace_given = true;

@@ -549,8 +549,8 @@ void UiShell::draw_attach_bar(const AttachFeed& feed) {
 }
 
 int UiShell::workspace_of_key(std::string_view key) {
-  static constexpr std::string_view kKeys[] = {"pool",    "prefix", "attention",
-                                               "compare", "live",   "kernel"};
+  static constexpr std::string_view kKeys[] = {"pool", "prefix", "attention", "compare",
+                                               "live", "kernel", "serving"};
   for (int w = 0; w < static_cast<int>(std::size(kKeys)) && w < num_workspaces(); ++w)
     if (key == kKeys[w]) return w;
   return -1;
@@ -721,7 +721,8 @@ void UiShell::draw_help_window() {
         {"Ctrl+E", "export the per-step metrics (CSV)"},
         {"Ctrl+Shift+A", "attach to a live vLLM / SGLang engine"},
         {"Ctrl+R", "restart the scenario"},
-        {"Ctrl+1..6", "workspace: pool, prefix, attention & quality, compare, live, kernel"},
+        {"Ctrl+1..7",
+         "workspace: pool, prefix, attention & quality, compare, live, kernel, serving"},
         {"View > panel", "a panel this window size leaves out (it floats over the layout)"},
         {"Ctrl+Q", "quit"}};
     if (ImGui::BeginTable("##keys", 2, ImGuiTableFlags_SizingFixedFit)) {

@@ -88,7 +88,7 @@ class UiShell {
   static int num_workspaces();
   static const char* workspace_name(int index);
   // The workspace a short key names, as --view and a caption's view spell it: "pool", "prefix",
-  // "attention", "compare", "live", "kernel" (-1 for anything else).
+  // "attention", "compare", "live", "kernel", "serving" (-1 for anything else).
   static int workspace_of_key(std::string_view key);
   int workspace() const { return workspace_; }
   void set_workspace(int index);  // clamped

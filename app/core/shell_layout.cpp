@@ -68,6 +68,10 @@ const std::vector<Workspace>& workspaces() {
           {"Block tables", 0.6f, 0.56f, 0.4f, 0.44f}}},
         {{{"Kernel", 0.0f, 0.0f, 0.6f, 1.0f}, {"Block pool", 0.6f, 0.0f, 0.4f, 1.0f}}},
         {{{"Kernel", 0.0f, 0.0f, 1.0f, 1.0f}}}}},
+      {"Serving",
+       "Ctrl+7",
+       {{{{"Prefill/decode", 0.0f, 0.0f, 0.62f, 1.0f}, {"Block pool", 0.62f, 0.0f, 0.38f, 1.0f}}},
+        {{{"Prefill/decode", 0.0f, 0.0f, 1.0f, 1.0f}}}}},
   };
   return kAll;
 }
@@ -92,6 +96,7 @@ LegibleMinimum legible_minimum(std::string_view panel) {
       {"Compare", {14.0f, 40.0f, true}},
       {"Live attach", {10.0f, 34.0f, true}},
       {"Kernel", {14.0f, 34.0f, true}},
+      {"Prefill/decode", {16.0f, 40.0f, true}},
   };
   for (const Entry& e : kMinimums)
     if (e.panel == panel) return e.min;

@@ -7,6 +7,7 @@
 #include "app/panels/block_tables_panel.h"
 #include "app/panels/compare_panel.h"
 #include "app/panels/controls_panel.h"
+#include "app/panels/disagg_panel.h"
 #include "app/panels/fragmentation_panel.h"
 #include "app/panels/kernel_panel.h"
 #include "app/panels/memory_panel.h"
@@ -30,6 +31,7 @@ std::vector<std::unique_ptr<Panel>> make_panels() {
   panels.push_back(std::make_unique<ComparePanel>());
   panels.push_back(std::make_unique<AttachPanel>());
   panels.push_back(std::make_unique<KernelPanel>());
+  panels.push_back(std::make_unique<DisaggPanel>());
   return panels;
 }
 

@@ -49,7 +49,7 @@ struct ScenarioModel {
 // there. Unset fields leave the view as it is.
 struct CaptionView {
   std::optional<std::string>
-      workspace;                   // "pool", "prefix", "attention", "compare", "live", "kernel"
+      workspace;  // "pool", "prefix", "attention", "compare", "live", "kernel", "serving"
   std::optional<int> layer, head;  // the attention panel's layer and head
   std::optional<bool> sink_grid;   // the attention panel's layer x head grid
   bool pause = false;              // playing stops when the run reaches this step

@@ -86,8 +86,8 @@ CaptionView parse_caption_view(const JsonReader& r, const json& j, const std::st
   if (j.contains("workspace")) {
     const std::string w = r.string(j["workspace"], at + ".workspace", true);
     if (w != "pool" && w != "prefix" && w != "attention" && w != "compare" && w != "live" &&
-        w != "kernel")
-      r.fail_text(at + ".workspace", "pool, prefix, attention, compare, live or kernel",
+        w != "kernel" && w != "serving")
+      r.fail_text(at + ".workspace", "pool, prefix, attention, compare, live, kernel or serving",
                   "\"" + w + "\"");
     v.workspace = w;
   }

@@ -38,6 +38,27 @@ double mean(const std::vector<double>& v) {
 
 }  // namespace
 
+PoolsAt pools_at(const DisaggReport& r, double t) {
+  PoolsAt p;
+  p.blocks_used.assign(r.instances.size(), 0);
+  p.blocks_held.assign(r.instances.size(), 0);
+  for (const StepRecord& s : r.steps) {
+    if (s.end > t) continue;
+    const auto i = static_cast<std::size_t>(s.instance);
+    p.blocks_used[i] = s.blocks_used;  // records of one instance come in time order
+    p.blocks_held[i] = s.blocks_held;
+  }
+  for (const TransferEvent& e : r.transfers) {
+    if (e.done || e.time > t) continue;
+    const RequestTiming& q = r.requests[static_cast<std::size_t>(e.request)];
+    if (q.transfer_end <= t) continue;
+    ++p.transfers;
+    p.blocks_in_flight += e.blocks;
+    p.bytes_in_flight += e.bytes;
+  }
+  return p;
+}
+
 DisaggSummary summarize(const DisaggReport& r) {
   DisaggSummary s;
   std::vector<double> ttft, tpot, queue, prefill, transfer, first;
@@ -255,11 +276,18 @@ bool DisaggRun::step() {
     stats.prefill_tokens += plan.prefill_tokens;
     stats.decode_tokens += plan.decode_tokens;
     stats.peak_blocks_used = std::max(stats.peak_blocks_used, in.sim->cache().pool().num_used());
+    StepRecord rec;
+    rec.instance = static_cast<int>(who);
+    rec.start = start;
+    rec.end = in.clock;
+    rec.prefill_tokens = plan.prefill_tokens;
+    rec.decode_tokens = plan.decode_tokens;
     if (who == 0 && is_disaggregated()) {
       after_prefill_step(start, cost);
     } else {
       after_token_step(who, before);
     }
+    record_pool(rec);
     return true;
   }
 }
@@ -278,6 +306,11 @@ void DisaggRun::take_events(double time) {
     first.sim->release(id);
     first.blocked = false;
     first.clock = std::max(first.clock, time);
+    // Recorded at the instance's clock (its last step's end when that is later): its scheduler
+    // sees the freed blocks from its next step, and each instance's records stay in time order.
+    StepRecord rec;
+    rec.start = rec.end = first.clock;
+    record_pool(rec);
   }
   for (const std::int32_t id : due(arrivals_)) {
     first.clock = std::max(first.clock, time);
@@ -394,6 +427,16 @@ void DisaggRun::after_token_step(std::size_t i, const std::vector<int>& before) 
     t.generated = r.generated;
     report_.makespan = std::max(report_.makespan, in.clock);
   }
+}
+
+void DisaggRun::record_pool(StepRecord rec) {
+  const Simulator& sim = *instances_[static_cast<std::size_t>(rec.instance)].sim;
+  rec.blocks_used = sim.cache().pool().num_used();
+  for (int id = 0; id < sim.num_requests(); ++id) {
+    if (sim.request(id).held)
+      rec.blocks_held += static_cast<int>(sim.cache().table(SeqId(id)).blocks.size());
+  }
+  report_.steps.push_back(rec);
 }
 
 void DisaggRun::check_invariants() const {

@@ -64,12 +64,24 @@ struct InstanceStats {
   std::int64_t decode_tokens = 0;
 };
 
+// One step of an instance on the clock, or (start == end, no tokens) the prefill instance freeing
+// the blocks of a request whose K/V has crossed (at its transfer's end, or at the end of the
+// prefill step under way then: its scheduler sees them from its next step).
+struct StepRecord {
+  int instance = 0;  // index into DisaggReport::instances
+  double start = 0, end = 0;
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
+  int blocks_used = 0;  // after it
+  int blocks_held = 0;  // of those, held for transfers (the prefill instance's finished prompts)
+};
+
 struct DisaggReport {
   bool disaggregated = true;
   DisaggOptions options;
   std::vector<InstanceStats> instances;  // prefill, decode; or colocated
   std::vector<RequestTiming> requests;   // by id
   std::vector<TransferEvent> transfers;  // in time order
+  std::vector<StepRecord> steps;         // in the order they ran (each instance's in time order)
   std::int64_t transfer_bytes = 0;
   int transfer_blocks = 0;
   double block_bytes = 0;  // one block, every layer, K and V, in the run's format
@@ -85,6 +97,17 @@ struct DisaggSummary {
 };
 // p90: the value at rank ceil(0.9 n) of the sorted values.
 DisaggSummary summarize(const DisaggReport& report);
+
+// The run at time t: each instance's blocks after its last step (or release) that ended by t, and
+// the transfers under way (started by t, not done).
+struct PoolsAt {
+  std::vector<int> blocks_used;  // [instance]
+  std::vector<int> blocks_held;  // [instance]
+  int transfers = 0;             // requests whose K/V is on the link
+  int blocks_in_flight = 0;
+  std::int64_t bytes_in_flight = 0;
+};
+PoolsAt pools_at(const DisaggReport& report, double t);
 
 enum class Serving {
   kColocated,      // one instance runs prefill and decode (its pool: the decode instance's)
@@ -136,6 +159,8 @@ class DisaggRun {
   void take_events(double time);
   void after_prefill_step(double start, double cost);
   void after_token_step(std::size_t i, const std::vector<int>& generated_before);
+  // Appends `rec` with its instance's blocks used and held now.
+  void record_pool(StepRecord rec);
   // One unit over the link, first in first out: when it ends (and, in *begin, starts).
   double send(double ready, double bytes, double* begin);
 

@@ -193,8 +193,8 @@ TEST(Scenario, CaptionViewsAreParsedAndCheckedAgainstTheModel) {
   std::string bad = kCaptionViews;
   bad.replace(bad.find("\"attention\""), 11, "\"sinks\"");
   EXPECT_EQ(test::scenario_error(bad),
-            "s.json: captions[1].view.workspace: expected pool, prefix, attention, compare, live "
-            "or kernel, got \"sinks\"");
+            "s.json: captions[1].view.workspace: expected pool, prefix, attention, compare, live, "
+            "kernel or serving, got \"sinks\"");
   bad = kCaptionViews;
   bad.replace(bad.find("\"pause\": true"), 13, "\"zoom\": 2");
   EXPECT_NE(test::scenario_error(bad).find("captions[1].view.zoom: expected one of the keys"),

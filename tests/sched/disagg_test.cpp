@@ -205,6 +205,39 @@ TEST(Disagg, ColocatedPrefillsStallDecodes) {
   EXPECT_EQ(di.report().transfer_bytes, 12LL * blocks_for(999, 8) * 8 * m.kv_bytes_per_token(2));
 }
 
+// pools_at reads the records: each instance's peak over them is its peak, a transfer is on the
+// link just before it is done, and everything is free at the end.
+TEST(Disagg, PoolsAtTimeFollowTheRecords) {
+  const std::vector<SimRequest> requests = test::mixed_requests(8);
+  DisaggRun run(config(64), options(TransferMode::kWholeRequest, 3, 40), Serving::kDisaggregated,
+                test::real_sim_model(), requests);
+  run_checked(run);
+  const DisaggReport& r = run.report();
+  std::vector<int> peak(r.instances.size(), 0);
+  double last = 0;
+  for (const StepRecord& s : r.steps) {
+    const PoolsAt p = pools_at(r, s.end);
+    const auto i = static_cast<std::size_t>(s.instance);
+    peak[i] = std::max(peak[i], p.blocks_used[i]);
+    EXPECT_LE(p.blocks_held[i], p.blocks_used[i]);
+    last = std::max(last, s.end);
+  }
+  for (std::size_t i = 0; i < peak.size(); ++i) EXPECT_EQ(peak[i], r.instances[i].peak_blocks_used);
+  EXPECT_GT(peak[0], 0);
+  int held_seen = 0;
+  for (const TransferEvent& e : r.transfers) {
+    if (!e.done) continue;
+    const PoolsAt p = pools_at(r, std::nextafter(e.time, 0.0));
+    EXPECT_GE(p.transfers, 1);
+    EXPECT_GE(p.blocks_in_flight, e.blocks);
+    held_seen += p.blocks_held[0] > 0 ? 1 : 0;
+  }
+  EXPECT_GT(held_seen, 0) << "the prefill pool holds blocks while they cross";
+  const PoolsAt end = pools_at(r, last);
+  EXPECT_EQ(end.blocks_used, std::vector<int>(r.instances.size(), 0));
+  EXPECT_EQ(end.transfers, 0);
+}
+
 TEST(Disagg, RefusesWhatItCannotRun) {
   const std::vector<SimRequest> requests = test::mixed_requests(2);
   const SimModel model = test::real_sim_model();

@@ -1,0 +1,357 @@
+// Prefill/decode panel: the TTFT split, the GPUs' steps and the link's transfers on one time axis,
+// and both pools at the time chosen.
+#include "app/panels/disagg_panel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "app/core/theme.h"
+#include "app/widgets/widgets.h"
+#include "engine/analysis/memory_math.h"
+
+namespace kvscope::ui {
+namespace {
+
+// "12.3 us", "4.56 ms", "1.234 s".
+std::string time_text(double seconds) {
+  char buf[32];
+  if (seconds < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
+  } else if (seconds < 1.0) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3f s", seconds);
+  }
+  return buf;
+}
+
+// The TTFT parts' colours: queue, prefill, transfer, first decode.
+ImU32 part_color(int part) {
+  static const ImU32 kColors[] = {IM_COL32(120, 128, 140, 255), IM_COL32(230, 150, 60, 255),
+                                  IM_COL32(200, 90, 200, 255), IM_COL32(80, 150, 230, 255)};
+  return kColors[part];
+}
+
+const char* const kParts[] = {"queue", "prefill", "transfer", "first decode"};
+
+}  // namespace
+
+std::string DisaggPanel::help() const {
+  return "Prefill is bound by arithmetic, decode by memory bandwidth; on one GPU every arriving "
+         "prompt lengthens the step of every request decoding beside it. Disaggregated serving "
+         "gives each phase its own GPU and sends the prompt's K/V over a link, paid before the "
+         "first token; the times here are modelled (a GPU's roofline, the link's bandwidth).";
+}
+
+bool DisaggPanel::auto_run(const RunInfo& info) {
+  // Bookkeeping runs and stories260K-sized models run both serving modes in under a second; a
+  // model with weights the size of SmolLM2 takes minutes (two full runs on the CPU).
+  if (!info.model) return true;
+  const ModelConfig& c = info.shape;
+  return static_cast<double>(c.dim) * c.dim * c.n_layers * 12.0 < 20e6;
+}
+
+void DisaggPanel::poll(const AppState& state, const std::shared_ptr<const RunInfo>& info) {
+  if (auto done = job_.take()) {
+    view_ = std::move(done);
+    if (!view_->error.empty()) failed_ = running_;
+    if (view_->error.empty() && (time_ < 0 || time_ > view_->end)) {
+      // Mid-run, while a prompt's K/V crosses: its prefill done, its blocks held, others decoding.
+      time_ = view_->end * 0.5;
+      double best = view_->end;
+      for (const RequestTiming& t : view_->disaggregated.requests) {
+        const double at = (t.prefill_end + t.transfer_end) / 2;
+        if (t.transfer_end > t.prefill_end && std::abs(at - view_->end * 0.5) < best) {
+          best = std::abs(at - view_->end * 0.5);
+          time_ = at;
+        }
+      }
+      span_ = 0;
+    }
+    running_.reset();
+  }
+  Wanted w;
+  w.generation = state.source_generation();
+  w.variant = info->override.variant;
+  w.link = link_;
+  w.transfer = transfer_;
+  const bool have = view_ && view_->generation == w.generation && view_->link_choice == link_ &&
+                    view_->transfer_choice == transfer_;
+  if (have || job_.busy() || failed_ == w) return;
+  if (!auto_run(*info) && requested_ != w) return;
+  DisaggJob::Request r;
+  r.info = info;
+  r.generation = w.generation;
+  r.link = link_;
+  r.transfer = transfer_;
+  if (job_.start(r)) running_ = w;
+}
+
+void DisaggPanel::draw_controls(const AppState& state) {
+  const DisaggOptions* o = view_ && view_->error.empty() ? &view_->options : nullptr;
+  const std::string link_label = link_.empty() ? (o ? o->link.name : "scenario's") : link_;
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 7.0f);
+  if (ImGui::BeginCombo("link", link_label.c_str())) {
+    std::vector<Link> links = link_presets();
+    for (const char* ethernet : {"25Gb/s", "10Gb/s"}) {
+      links.push_back(parse_link(ethernet, "link"));
+      links.back().what = std::string("Ethernet, ") + ethernet;
+    }
+    for (const Link& l : links) {
+      char label[96];
+      std::snprintf(label, sizeof label, "%s (%.2f GB/s)", l.name.c_str(),
+                    l.bytes_per_second / 1e9);
+      if (ImGui::Selectable(label, l.name == link_label)) link_ = l.name;
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", l.what.c_str());
+    }
+    ImGui::EndCombo();
+  }
+  item_tooltip("The link the K/V crosses (one direction's bandwidth)");
+  ImGui::SameLine();
+  const bool layer =
+      transfer_.empty() ? (!o || o->transfer == TransferMode::kLayerWise) : transfer_ == "layer";
+  if (ImGui::RadioButton("layer by layer", layer)) transfer_ = "layer";
+  item_tooltip("Each block's layers leave as the prefill step computes them (Mooncake)");
+  ImGui::SameLine();
+  if (ImGui::RadioButton("whole request", !layer)) transfer_ = "request";
+  item_tooltip("A request's blocks leave together after its prefill");
+  if (o != nullptr) {
+    const std::string note = o->gpu.name + " roofline, " + time_text(o->latency_seconds) +
+                             " latency" + (view_->from_scenario ? "" : ", defaults");
+    flow_same_line(ImGui::CalcTextSize(note.c_str()).x);
+    ImGui::TextDisabled("%s", note.c_str());
+    if (!view_->from_scenario) {
+      item_tooltip(
+          "The scenario has no cache.disaggregation section: the defaults run (RDMA "
+          "400 Gb/s, layer by layer, the H100's roofline, the scenario's pool twice)");
+    }
+  }
+  static_cast<void>(state);
+}
+
+void DisaggPanel::draw_ttft(const AppState& state) {
+  const DisaggView& v = *view_;
+  const DisaggSummary* runs[] = {&v.co, &v.di};
+  const char* names[] = {"colocated", "disaggregated"};
+  const double longest = std::max({v.co.ttft_mean, v.di.ttft_mean, 1e-12});
+  const float label_w = ImGui::CalcTextSize("disaggregated ").x;
+  const float text_w = ImGui::CalcTextSize("TTFT 999.99 ms, TPOT p90 99.99 ms").x;
+  const float bar_w = std::max(40.0f, ImGui::GetContentRegionAvail().x - label_w - text_w - 16.0f);
+  const float h = ImGui::GetTextLineHeight();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  for (int k = 0; k < 2; ++k) {
+    const DisaggSummary& s = *runs[k];
+    const float x0 = ImGui::GetCursorPosX();
+    ImGui::TextUnformatted(names[k]);
+    ImGui::SameLine(x0 + label_w);
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    const double parts[] = {s.queue, s.prefill, s.transfer, s.first_decode};
+    float x = p.x;
+    for (int i = 0; i < 4; ++i) {
+      const float w = static_cast<float>(parts[i] / longest) * bar_w;
+      if (w > 0.0f) dl->AddRectFilled(ImVec2(x, p.y), ImVec2(x + w, p.y + h), part_color(i));
+      if (w > 0.0f && ImGui::IsMouseHoveringRect(ImVec2(x, p.y), ImVec2(x + w, p.y + h)))
+        ImGui::SetTooltip("%s: %s (mean)", kParts[i], time_text(parts[i]).c_str());
+      x += w;
+    }
+    ImGui::Dummy(ImVec2(bar_w, h));
+    ImGui::SameLine();
+    ImGui::Text("TTFT %s, TPOT p90 %s", time_text(s.ttft_mean).c_str(),
+                time_text(s.tpot_p90).c_str());
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (i > 0) flow_same_line(ImGui::CalcTextSize(kParts[i]).x + h * 1.5f);
+    swatch(part_color(i));
+    ImGui::SameLine();
+    ImGui::TextUnformatted(kParts[i]);
+  }
+  static_cast<void>(state);
+}
+
+void DisaggPanel::draw_lanes(const AppState& state) {
+  const DisaggView& v = *view_;
+  const Palette& pal = palette(state.presenter);
+  if (span_ <= 0) span_ = std::max(v.end / 6.0, 1e-9);
+  // The time slider and play.
+  if (icon_button("##play", playing_ ? Icon::kPause : Icon::kPlay, ImGui::GetFrameHeight()))
+    playing_ = !playing_;
+  item_tooltip("Play the run's time (the whole run in 20 s)");
+  if (playing_) {
+    time_ += ImGui::GetIO().DeltaTime * v.end / 20.0;
+    if (time_ >= v.end) {
+      time_ = v.end;
+      playing_ = false;
+    }
+  }
+  ImGui::SameLine();
+  float ms = static_cast<float>(time_ * 1e3);
+  ImGui::SetNextItemWidth(std::max(80.0f, ImGui::GetContentRegionAvail().x * 0.6f));
+  if (ImGui::SliderFloat("time (ms)", &ms, 0.0f, static_cast<float>(v.end * 1e3), "%.2f"))
+    time_ = ms * 1e-3;
+  double t0 = std::clamp(time_ - span_ / 2, 0.0, std::max(0.0, v.end - span_));
+  // Lanes: colocated GPU, prefill GPU, link, decode GPU.
+  const char* lanes[] = {"colocated GPU", "prefill GPU", "link", "decode GPU"};
+  // The lanes take the height the pools' two rows leave, from 1.1 to 3.5 lines each.
+  const float line = ImGui::GetTextLineHeight();
+  const float room = ImGui::GetContentRegionAvail().y - 2.0f * ImGui::GetFrameHeightWithSpacing();
+  const float h = std::clamp(room / 4.0f, line * 1.1f, line * 3.5f);
+  const float label_w = ImGui::CalcTextSize("colocated GPU ").x;
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float w = std::max(60.0f, ImGui::GetContentRegionAvail().x - label_w);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  auto x_of = [&](double t) { return p.x + label_w + static_cast<float>((t - t0) / span_) * w; };
+  for (int i = 0; i < 4; ++i) {
+    const float y = p.y + static_cast<float>(i) * h;
+    dl->AddText(ImVec2(p.x, y), pal.text_dim, lanes[i]);
+    dl->AddRect(ImVec2(p.x + label_w, y), ImVec2(p.x + label_w + w, y + h - 2.0f), pal.grid);
+  }
+  dl->PushClipRect(ImVec2(p.x + label_w, p.y), ImVec2(p.x + label_w + w, p.y + 4 * h), true);
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  auto step_lane = [](const DisaggReport& r, const StepRecord& s) {
+    return r.disaggregated ? (s.instance == 0 ? 1 : 3) : 0;
+  };
+  for (const DisaggReport* r : {&v.colocated, &v.disaggregated}) {
+    for (const StepRecord& s : r->steps) {
+      if (s.end < t0 || s.start > t0 + span_ || s.end == s.start) continue;
+      const float y = p.y + static_cast<float>(step_lane(*r, s)) * h;
+      const ImVec2 a(x_of(s.start) + 0.5f, y + 2.0f),
+          b(std::max(x_of(s.end) - 0.5f, a.x + 1.0f), y + h - 4.0f);
+      dl->AddRectFilled(a, b, s.prefill_tokens > 0 ? part_color(1) : part_color(3));
+      if (ImGui::IsWindowHovered() && mouse.x >= a.x && mouse.x <= b.x && mouse.y >= a.y &&
+          mouse.y <= b.y) {
+        ImGui::SetTooltip("%s: %s to %s\n%lld prompt tokens, %lld decoded", lanes[step_lane(*r, s)],
+                          time_text(s.start).c_str(), time_text(s.end).c_str(),
+                          static_cast<long long>(s.prefill_tokens),
+                          static_cast<long long>(s.decode_tokens));
+      }
+    }
+  }
+  for (const TransferEvent& e : v.disaggregated.transfers) {
+    if (e.done) continue;
+    const RequestTiming& q = v.disaggregated.requests[static_cast<std::size_t>(e.request)];
+    if (q.transfer_end < t0 || e.time > t0 + span_) continue;
+    const float y = p.y + 2.0f * h + (e.request % 2 == 0 ? 2.0f : h * 0.5f);
+    const ImVec2 a(x_of(e.time), y),
+        b(std::max(x_of(q.transfer_end), x_of(e.time) + 1.0f), y + h * 0.5f - 3.0f);
+    dl->AddRectFilled(a, b, part_color(2));
+    if (ImGui::IsWindowHovered() && mouse.x >= a.x && mouse.x <= b.x && mouse.y >= a.y &&
+        mouse.y <= b.y) {
+      ImGui::SetTooltip("request %d: %d blocks, %s, %s to %s", e.request, e.blocks,
+                        format_bytes(static_cast<double>(e.bytes)).c_str(),
+                        time_text(e.time).c_str(), time_text(q.transfer_end).c_str());
+    }
+  }
+  const float cx = x_of(time_);
+  dl->AddLine(ImVec2(cx, p.y), ImVec2(cx, p.y + 4 * h), pal.accent, 2.0f);
+  dl->PopClipRect();
+  ImGui::Dummy(ImVec2(label_w + w, 4 * h));
+  if (ImGui::IsItemHovered()) {
+    if (ImGui::GetIO().MouseWheel != 0.0f) {
+      span_ = std::clamp(span_ * (ImGui::GetIO().MouseWheel > 0 ? 0.8 : 1.25), v.end / 2000.0,
+                         std::max(v.end, 1e-9));
+    }
+    if (!ImGui::IsAnyItemActive() && ImGui::GetIO().MousePos.x < p.x + label_w) {
+      ImGui::SetTooltip(
+          "%s to %s shown (the wheel zooms). Orange: steps that ran prompt tokens; "
+          "blue: decode-only steps; magenta: a request's K/V on the link",
+          time_text(t0).c_str(), time_text(t0 + span_).c_str());
+    }
+  }
+}
+
+void DisaggPanel::draw_pools(const AppState& state) {
+  const DisaggView& v = *view_;
+  const Palette& pal = palette(state.presenter);
+  const PoolsAt co = pools_at(v.colocated, time_);
+  const PoolsAt di = pools_at(v.disaggregated, time_);
+  drawn_ = di;
+  const float h = ImGui::GetTextLineHeight();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  // A pool as a bar `w` wide: used blocks, of them held (magenta), with "used/total" on it.
+  auto bar = [&](float w, const char* name, int used, int held, int total, const char* tip) {
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    const float u = total > 0 ? static_cast<float>(used) / static_cast<float>(total) : 0.0f;
+    const float k = total > 0 ? static_cast<float>(held) / static_cast<float>(total) : 0.0f;
+    dl->AddRectFilled(p, ImVec2(p.x + w, p.y + h), pal.block_free);
+    dl->AddRectFilled(p, ImVec2(p.x + w * u, p.y + h), part_color(3));
+    if (held > 0) dl->AddRectFilled(p, ImVec2(p.x + w * k, p.y + h), part_color(2));
+    char text[64];
+    std::snprintf(text, sizeof text, "%s %d/%d", name, used, total);
+    dl->AddText(ImVec2(p.x + 4.0f, p.y), pal.text, text);
+    ImGui::Dummy(ImVec2(w, h));
+    if (ImGui::IsItemHovered()) {
+      ImGui::SetTooltip(
+          "%s: %d of %d blocks used%s", tip, used, total,
+          held > 0 ? (", " + std::to_string(held) + " held for the link").c_str() : "");
+    }
+  };
+  char link[96];
+  if (di.transfers > 0) {
+    std::snprintf(link, sizeof link, " -> %d blocks, %s on the link -> ", di.blocks_in_flight,
+                  format_bytes(static_cast<double>(di.bytes_in_flight)).c_str());
+  } else {
+    std::snprintf(link, sizeof link, " -> nothing on the link -> ");
+  }
+  const float label_w = ImGui::CalcTextSize("colocated ").x;
+  const float link_w = ImGui::CalcTextSize(link).x;
+  const float w = std::max(30.0f, (ImGui::GetContentRegionAvail().x - label_w - link_w) / 2.0f);
+  const float x0 = ImGui::GetCursorPosX();
+  ImGui::TextUnformatted("split");
+  ImGui::SameLine(x0 + label_w);
+  bar(w, "prefill GPU", di.blocks_used[0], di.blocks_held[0],
+      v.disaggregated.instances[0].num_blocks,
+      "the prefill GPU's pool (magenta: finished prompts held until they have crossed)");
+  ImGui::SameLine(0.0f, 0.0f);
+  ImGui::TextUnformatted(link);
+  ImGui::SameLine(0.0f, 0.0f);
+  bar(w, "decode GPU", di.blocks_used[1], 0, v.disaggregated.instances[1].num_blocks,
+      "the decode GPU's pool");
+  ImGui::TextUnformatted("colocated");
+  ImGui::SameLine(x0 + label_w);
+  bar(w, "one GPU", co.blocks_used[0], 0, v.colocated.instances[0].num_blocks,
+      "the one GPU's pool");
+  ImGui::SameLine();
+  ImGui::TextDisabled("pools at %s", time_text(time_).c_str());
+}
+
+void DisaggPanel::draw(AppState& state) {
+  const std::shared_ptr<const RunInfo> info = state.source().run_info();
+  if (view_ && view_->generation != state.source_generation()) {
+    view_.reset();  // another run
+    failed_.reset();
+    requested_.reset();
+    time_ = -1;
+  }
+  if (!info || info->scenario_path.empty()) {
+    ImGui::TextWrapped(
+        "Runs a scenario's requests colocated and on a prefill GPU and a decode GPU joined by a "
+        "link: open a scenario (a recording or a live stream has no requests to re-run).");
+    return;
+  }
+  draw_controls(state);
+  poll(state, info);
+  if (job_.busy()) {
+    ImGui::Text("running colocated and disaggregated: %ld steps...", job_.steps_done());
+  } else if (!auto_run(*info) && !view_) {
+    if (ImGui::Button("Run")) {
+      Wanted w{state.source_generation(), info->override.variant, link_, transfer_};
+      requested_ = w;
+      failed_.reset();
+    }
+    item_tooltip("Runs the model twice on the CPU (minutes for this model)");
+  }
+  if (!view_) return;
+  if (!view_->error.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, palette(state.presenter).warn);
+    ImGui::TextWrapped("%s", view_->error.c_str());
+    ImGui::PopStyleColor();
+    return;
+  }
+  draw_ttft(state);
+  draw_lanes(state);
+  draw_pools(state);
+}
+
+}  // namespace kvscope::ui
