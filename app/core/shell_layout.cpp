@@ -96,7 +96,7 @@ LegibleMinimum legible_minimum(std::string_view panel) {
       {"Compare", {14.0f, 40.0f, true}},
       {"Live attach", {10.0f, 34.0f, true}},
       {"Kernel", {14.0f, 34.0f, true}},
-      {"Prefill/decode", {16.0f, 40.0f, true}},
+      {"Prefill/decode", {13.0f, 40.0f, true}},
   };
   for (const Entry& e : kMinimums)
     if (e.panel == panel) return e.min;

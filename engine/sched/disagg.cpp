@@ -271,7 +271,7 @@ bool DisaggRun::step() {
                             .seconds;
     in.clock = start + cost;
     in.blocked = plan.entries.empty();
-    stats.steps += 1;
+    if (!plan.entries.empty()) stats.steps += 1;  // not the waits for held blocks
     stats.busy_seconds += cost;
     stats.prefill_tokens += plan.prefill_tokens;
     stats.decode_tokens += plan.decode_tokens;
@@ -378,8 +378,8 @@ void DisaggRun::after_prefill_step(double start, double cost) {
       note_start(begin);
       sent = needed;
     }
-    if (needed == 0) {
-      t.transfer_start = prefill_end;
+    if (needed == 0) {  // a one-token prompt: nothing to send, the hand-over alone
+      note_start(prefill_end);
       end = prefill_end;
     }
     t.transfer_blocks = needed;

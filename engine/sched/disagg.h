@@ -57,7 +57,7 @@ struct TransferEvent {
 struct InstanceStats {
   std::string name;  // "prefill", "decode", "colocated"
   int num_blocks = 0;
-  int steps = 0;
+  int steps = 0;            // that ran tokens
   double busy_seconds = 0;  // modelled time spent in steps
   int peak_blocks_used = 0;
   std::int64_t prefill_tokens = 0;  // prompt tokens computed (and recomputed)
