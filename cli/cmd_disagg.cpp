@@ -45,17 +45,6 @@ latency. The scenario's cache.disaggregation section gives the defaults
   --quiet                        no progress on stderr
 )";
 
-// "12.3 us", "4.567 ms".
-std::string format_time(double seconds) {
-  char buf[32];
-  if (seconds < 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
-  }
-  return buf;
-}
-
 nlohmann::json to_json(const DisaggReport& r) {
   nlohmann::json j;
   j["disaggregated"] = r.disaggregated;
@@ -124,7 +113,7 @@ DisaggReport run_one(const SimConfig& config, const DisaggOptions& options, Serv
 }
 
 void print_row(const char* name, double a, double b) {
-  std::printf("  %-22s %14s %14s\n", name, format_time(a).c_str(), format_time(b).c_str());
+  std::printf("  %-22s %14s %14s\n", name, format_ms(a).c_str(), format_ms(b).c_str());
 }
 
 }  // namespace
@@ -211,7 +200,7 @@ int cmd_disagg(const Argv& argv) {
       "clock: each step at the %s roofline (%s); link %s, %.1f GB/s one way, %s latency, "
       "%s\n",
       o.gpu.name.c_str(), o.gpu.what.c_str(), o.link.name.c_str(), o.link.bytes_per_second / 1e9,
-      format_time(o.latency_seconds).c_str(),
+      kvscope::format_time(o.latency_seconds).c_str(),
       o.transfer == TransferMode::kLayerWise ? "layer by layer" : "whole requests");
   std::printf("  %-22s %14s %14s\n", "", "colocated", "disaggregated");
   print_row("TTFT mean", a.ttft_mean, b.ttft_mean);
@@ -234,7 +223,7 @@ int cmd_disagg(const Argv& argv) {
           "  %-9s %d blocks, peak %d used; %d steps, busy %s; %lld prompt tokens computed, "
           "%lld decoded\n",
           s.name.c_str(), s.num_blocks, s.peak_blocks_used, s.steps,
-          format_time(s.busy_seconds).c_str(), static_cast<long long>(s.prefill_tokens),
+          format_ms(s.busy_seconds).c_str(), static_cast<long long>(s.prefill_tokens),
           static_cast<long long>(s.decode_tokens));
     }
   }

@@ -14,19 +14,6 @@
 namespace kvscope::ui {
 namespace {
 
-// "12.3 us", "4.56 ms", "1.234 s".
-std::string time_text(double seconds) {
-  char buf[32];
-  if (seconds < 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
-  } else if (seconds < 1.0) {
-    std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.3f s", seconds);
-  }
-  return buf;
-}
-
 // The TTFT parts' colours: queue, prefill, transfer, first decode.
 ImU32 part_color(int part) {
   static const ImU32 kColors[] = {IM_COL32(120, 128, 140, 255), IM_COL32(230, 150, 60, 255),
@@ -118,7 +105,7 @@ void DisaggPanel::draw_controls(const AppState& state) {
   if (ImGui::RadioButton("whole request", !layer)) transfer_ = "request";
   item_tooltip("A request's blocks leave together after its prefill");
   if (o != nullptr) {
-    const std::string note = o->gpu.name + " roofline, " + time_text(o->latency_seconds) +
+    const std::string note = o->gpu.name + " roofline, " + format_time(o->latency_seconds) +
                              " latency" + (view_->from_scenario ? "" : ", defaults");
     flow_same_line(ImGui::CalcTextSize(note.c_str()).x);
     ImGui::TextDisabled("%s", note.c_str());
@@ -153,13 +140,13 @@ void DisaggPanel::draw_ttft(const AppState& state) {
       const float w = static_cast<float>(parts[i] / longest) * bar_w;
       if (w > 0.0f) dl->AddRectFilled(ImVec2(x, p.y), ImVec2(x + w, p.y + h), part_color(i));
       if (w > 0.0f && ImGui::IsMouseHoveringRect(ImVec2(x, p.y), ImVec2(x + w, p.y + h)))
-        ImGui::SetTooltip("%s: %s (mean)", kParts[i], time_text(parts[i]).c_str());
+        ImGui::SetTooltip("%s: %s (mean)", kParts[i], format_time(parts[i]).c_str());
       x += w;
     }
     ImGui::Dummy(ImVec2(bar_w, h));
     ImGui::SameLine();
-    ImGui::Text("TTFT %s, TPOT p90 %s", time_text(s.ttft_mean).c_str(),
-                time_text(s.tpot_p90).c_str());
+    ImGui::Text("TTFT %s, TPOT p90 %s", format_time(s.ttft_mean).c_str(),
+                format_time(s.tpot_p90).c_str());
   }
   for (int i = 0; i < 4; ++i) {
     if (i > 0) flow_same_line(ImGui::CalcTextSize(kParts[i]).x + h * 1.5f);
@@ -222,7 +209,7 @@ void DisaggPanel::draw_lanes(const AppState& state) {
       if (ImGui::IsWindowHovered() && mouse.x >= a.x && mouse.x <= b.x && mouse.y >= a.y &&
           mouse.y <= b.y) {
         ImGui::SetTooltip("%s: %s to %s\n%lld prompt tokens, %lld decoded", lanes[step_lane(*r, s)],
-                          time_text(s.start).c_str(), time_text(s.end).c_str(),
+                          format_time(s.start).c_str(), format_time(s.end).c_str(),
                           static_cast<long long>(s.prefill_tokens),
                           static_cast<long long>(s.decode_tokens));
       }
@@ -240,7 +227,7 @@ void DisaggPanel::draw_lanes(const AppState& state) {
         mouse.y <= b.y) {
       ImGui::SetTooltip("request %d: %d blocks, %s, %s to %s", e.request, e.blocks,
                         format_bytes(static_cast<double>(e.bytes)).c_str(),
-                        time_text(e.time).c_str(), time_text(q.transfer_end).c_str());
+                        format_time(e.time).c_str(), format_time(q.transfer_end).c_str());
     }
   }
   const float cx = x_of(time_);
@@ -256,7 +243,7 @@ void DisaggPanel::draw_lanes(const AppState& state) {
       ImGui::SetTooltip(
           "%s to %s shown (the wheel zooms). Orange: steps that ran prompt tokens; "
           "blue: decode-only steps; magenta: a request's K/V on the link",
-          time_text(t0).c_str(), time_text(t0 + span_).c_str());
+          format_time(t0).c_str(), format_time(t0 + span_).c_str());
     }
   }
 }
@@ -313,7 +300,7 @@ void DisaggPanel::draw_pools(const AppState& state) {
   bar(w, "one GPU", co.blocks_used[0], 0, v.colocated.instances[0].num_blocks,
       "the one GPU's pool");
   ImGui::SameLine();
-  ImGui::TextDisabled("pools at %s", time_text(time_).c_str());
+  ImGui::TextDisabled("pools at %s", format_time(time_).c_str());
 }
 
 void DisaggPanel::draw(AppState& state) {

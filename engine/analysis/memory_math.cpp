@@ -154,6 +154,18 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+std::string format_time(double seconds) {
+  char buf[32];
+  if (seconds < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
+  } else if (seconds < 1.0) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  }
+  return buf;
+}
+
 std::string format_ms(double seconds) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);

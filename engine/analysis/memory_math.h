@@ -119,6 +119,8 @@ std::string format_bytes(double bytes);
 std::string format_count(std::int64_t value);
 // "1.234 ms": a duration in seconds as milliseconds with three decimals.
 std::string format_ms(double seconds);
+// "12.3 us", "4.56 ms", "7.89 s": a duration with the unit that keeps it readable.
+std::string format_time(double seconds);
 // Parses a byte size with an explicit unit: "80GB" / "80 GB" (x10^9), "80GiB" (x2^30), also KB,
 // MB, TB, KiB, MiB, TiB and plain "B"; a bare number is refused (the unit must be said). Throws
 // kvscope::Error naming `where`.

@@ -60,19 +60,6 @@ std::string binary_bytes(double bytes) {
   return both.substr(0, both.find(" = "));
 }
 
-// "12.3 us", "4.56 ms", "7.89 s": a duration with a unit that keeps it readable.
-std::string duration(double seconds) {
-  char buf[32];
-  if (seconds < 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
-  } else if (seconds < 1.0) {
-    std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f s", seconds);
-  }
-  return buf;
-}
-
 // The ring's time at one layer: each step's attention against its transfer, and the smallest
 // chunk whose compute hides the transfer.
 std::string ring_timing_text(const MemoryWallSpec& spec, const MemoryWall& wall) {
@@ -88,21 +75,22 @@ std::string ring_timing_text(const MemoryWallSpec& spec, const MemoryWall& wall)
   char flops[32];
   std::snprintf(flops, sizeof flops, "%.3g", t.step_flops);
   o << "    a step's attention: 4 x " << format_count(r.chunk_tokens) << "^2 x " << c.n_heads
-    << " heads x " << c.head_dim() << " = " << flops << " FLOPs: " << duration(t.compute_seconds)
+    << " heads x " << c.head_dim() << " = " << flops << " FLOPs: " << format_time(t.compute_seconds)
     << "\n";
   if (r.devices == 1) {
-    o << "    one device: nothing to hide; a layer's attention takes " << duration(t.layer_seconds)
-      << "\n";
+    o << "    one device: nothing to hide; a layer's attention takes "
+      << format_time(t.layer_seconds) << "\n";
     return o.str();
   }
   o << "    a step's transfer: " << binary_bytes(r.step_bytes) << " / " << gbs
-    << " GB/s = " << duration(t.transfer_seconds) << ": "
+    << " GB/s = " << format_time(t.transfer_seconds) << ": "
     << (t.hidden() ? "hidden behind the attention"
                    : "longer than the attention, " +
-                         duration(t.transfer_seconds - t.compute_seconds) + " exposed a step")
+                         format_time(t.transfer_seconds - t.compute_seconds) + " exposed a step")
     << "\n";
-  o << "    per layer: " << r.devices << " steps = " << duration(t.layer_seconds) << " overlapped, "
-    << duration(t.layer_seconds_serial) << " if each transfer waited for its step\n";
+  o << "    per layer: " << r.devices << " steps = " << format_time(t.layer_seconds)
+    << " overlapped, " << format_time(t.layer_seconds_serial)
+    << " if each transfer waited for its step\n";
   o << "    chunks of " << format_count(static_cast<std::int64_t>(std::ceil(t.min_chunk_tokens)))
     << " tokens or more hide the transfer (FLOPS x "
     << plain_bytes(r.step_bytes / static_cast<double>(r.chunk_tokens))
