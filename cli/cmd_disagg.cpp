@@ -3,6 +3,7 @@
 // time-to-first-token split into queue, prefill, transfer and first decode, time per output
 // token, the K/V that crossed the link and each pool's use; --json writes both runs' reports with
 // every transfer's start and done events.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <ostream>
@@ -149,7 +150,8 @@ int cmd_disagg(const Argv& argv) {
   if (args.has("--link")) o.link = parse_link(args.get("--link"), "--link");
   if (args.has("--latency-us")) {
     const double us = args.get_double("--latency-us", 0);
-    if (!(us >= 0)) fail_expected("--latency-us", "a time >= 0", args.get("--latency-us"));
+    if (!(us >= 0) || !std::isfinite(us))
+      fail_expected("--latency-us", "a finite time >= 0", args.get("--latency-us"));
     o.latency_seconds = us * 1e-6;
   }
   if (args.has("--transfer"))
@@ -167,7 +169,8 @@ int cmd_disagg(const Argv& argv) {
   }
   if (args.has("--interval-ms")) {
     const double ms = args.get_double("--interval-ms", 0);
-    if (!(ms >= 0)) fail_expected("--interval-ms", "a time >= 0", args.get("--interval-ms"));
+    if (!(ms >= 0) || !std::isfinite(ms))
+      fail_expected("--interval-ms", "a finite time >= 0", args.get("--interval-ms"));
     o.arrival_interval_seconds = ms * 1e-3;
   }
   SimConfig config = resolved.config;

@@ -40,6 +40,11 @@ bool DisaggPanel::auto_run(const RunInfo& info) {
   return static_cast<double>(c.dim) * c.dim * c.n_layers * 12.0 < 20e6;
 }
 
+bool DisaggPanel::shows(const AppState& state) const {
+  return view_ && view_->generation == state.source_generation() && view_->link_choice == link_ &&
+         view_->transfer_choice == transfer_;
+}
+
 void DisaggPanel::poll(const AppState& state, const std::shared_ptr<const RunInfo>& info) {
   if (auto done = job_.take()) {
     view_ = std::move(done);
@@ -64,9 +69,7 @@ void DisaggPanel::poll(const AppState& state, const std::shared_ptr<const RunInf
   w.variant = info->override.variant;
   w.link = link_;
   w.transfer = transfer_;
-  const bool have = view_ && view_->generation == w.generation && view_->link_choice == link_ &&
-                    view_->transfer_choice == transfer_;
-  if (have || job_.busy() || failed_ == w) return;
+  if (shows(state) || job_.busy() || failed_ == w) return;
   if (!auto_run(*info) && requested_ != w) return;
   DisaggJob::Request r;
   r.info = info;
@@ -321,7 +324,7 @@ void DisaggPanel::draw(AppState& state) {
   poll(state, info);
   if (job_.busy()) {
     ImGui::Text("running colocated and disaggregated: %ld steps...", job_.steps_done());
-  } else if (!auto_run(*info) && !view_) {
+  } else if (!auto_run(*info) && !shows(state)) {
     if (ImGui::Button("Run")) {
       Wanted w{state.source_generation(), info->override.variant, link_, transfer_};
       requested_ = w;

@@ -39,6 +39,8 @@ class DisaggPanel final : public Panel {
     bool operator==(const Wanted&) const = default;
   };
   static bool auto_run(const RunInfo& info);
+  // Whether the runs shown are of the run and the link and transfer chosen now.
+  bool shows(const AppState& state) const;
   void poll(const AppState& state, const std::shared_ptr<const RunInfo>& info);
   void draw_controls(const AppState& state);
   void draw_ttft(const AppState& state);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/common/error.h"
+#include "engine/evict/policy.h"
 
 namespace kvscope {
 namespace {
@@ -100,17 +101,26 @@ DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, Sim
   report_.disaggregated = serving == Serving::kDisaggregated;
   report_.options = std::move(options);
   const DisaggOptions& o = report_.options;
-  const std::string where = "disaggregation";
-  if (base.allocator != AllocatorKind::kPaged)
-    fail_expected(where, "the paged allocator", allocator_name(base.allocator));
-  if (base.evicts_tokens() || base.blend) {
-    fail_expected(where, "no token eviction or CacheBlend beside it (not supported)",
-                  base.evicts_tokens() ? "token eviction" : "cache.blend");
+  const std::string where = "cache.disaggregation";
+  if (base.allocator != AllocatorKind::kPaged) {
+    fail_expected("cache.allocator", "paged in a disaggregated or colocated timing run",
+                  allocator_name(base.allocator));
   }
-  if (o.arrival_interval_seconds < 0) {
-    fail_expected(where + ".arrival_interval_ms", "a non-negative time",
+  if (base.evicts_tokens()) {
+    fail_expected("cache.token_eviction",
+                  "none in a disaggregated or colocated timing run (not supported)",
+                  eviction_kind_name(base.token_eviction.policy.kind));
+  }
+  if (base.blend) {
+    fail_expected("cache.blend", "none in a disaggregated or colocated timing run (not supported)",
+                  "a blend section");
+  }
+  if (!(o.arrival_interval_seconds >= 0) || !std::isfinite(o.arrival_interval_seconds)) {
+    fail_expected(where + ".arrival_interval_ms", "a finite time >= 0",
                   std::to_string(o.arrival_interval_seconds * 1e3));
   }
+  if (!(o.latency_seconds >= 0) || !std::isfinite(o.latency_seconds))
+    fail_expected(where + ".latency_us", "a finite time >= 0", std::to_string(o.latency_seconds));
   const int n = static_cast<int>(requests.size());
   for (int i = 0; i < n; ++i) {
     const SimRequest& r = requests[static_cast<std::size_t>(i)];
@@ -130,6 +140,7 @@ DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, Sim
   std::stable_sort(arrivals_.begin(), arrivals_.end(),
                    [](const Pending& a, const Pending& b) { return a.time < b.time; });
   blocks_sent_.assign(static_cast<std::size_t>(n), 0);
+  last_send_end_.assign(static_cast<std::size_t>(n), -1.0);
   prefill_started_.assign(static_cast<std::size_t>(n), false);
 
   if (!report_.disaggregated) {
@@ -154,22 +165,33 @@ DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, Sim
   d.tiers.clear();
   std::vector<SimRequest> pr = requests;
   std::vector<SimRequest> dr = std::move(requests);
+  const std::string prefill_at =
+      o.prefill_blocks > 0 ? where + ".prefill_blocks (or --prefill-blocks)" : "cache.num_blocks";
+  const std::string decode_at =
+      o.decode_blocks > 0 ? where + ".decode_blocks (or --decode-blocks)" : "cache.num_blocks";
   for (int i = 0; i < n; ++i) {
     SimRequest& a = pr[static_cast<std::size_t>(i)];
     SimRequest& b = dr[static_cast<std::size_t>(i)];
     const int prompt = static_cast<int>(a.prompt_tokens.size());
     const std::string at = "requests[" + std::to_string(i) + "]";
-    if (blocks_for(prompt + 1, p.block_size) > p.num_blocks) {
-      fail_expected(where + ".prefill_blocks",
-                    "a pool that holds " + at + "'s prompt (" + std::to_string(prompt) +
-                        " tokens and the token it samples: " +
-                        std::to_string(blocks_for(prompt + 1, p.block_size)) + " blocks)",
+    // K/V slots as the Scheduler counts them: the last sampled token is never fed.
+    const int total = prompt + b.max_new_tokens - 1;
+    if (total > model_.config.seq_len) {
+      // Longer than the model's context: the colocated run refuses it at arrival, and so do both
+      // instances here (the prefill instance checks the whole request, not its one token).
+      a.external_arrival = true;
+      b.external_arrival = true;
+      continue;
+    }
+    if (blocks_for(prompt, p.block_size) > p.num_blocks) {
+      fail_expected(prefill_at,
+                    "a prefill pool that holds " + at + "'s prompt (" + std::to_string(prompt) +
+                        " tokens: " + std::to_string(blocks_for(prompt, p.block_size)) + " blocks)",
                     std::to_string(p.num_blocks));
     }
-    const int total = prompt + b.max_new_tokens;
     if (blocks_for(total, d.block_size) > d.num_blocks) {
-      fail_expected(where + ".decode_blocks",
-                    "a pool that holds " + at + " whole (" + std::to_string(total) +
+      fail_expected(decode_at,
+                    "a decode pool that holds " + at + " whole (" + std::to_string(total) +
                         " tokens: " + std::to_string(blocks_for(total, d.block_size)) + " blocks)",
                     std::to_string(d.num_blocks));
     }
@@ -190,7 +212,9 @@ DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, Sim
   instances_.push_back({std::make_unique<Simulator>(d, model_, std::move(dr))});
   const KvLayout& layout = prefill().cache().layout();
   if (layout.staging_bytes_per_sequence() > 0) {
-    fail_expected(where, "a KV format without per-sequence staging (KIVI's open group is not sent)",
+    fail_expected("cache.kv_dtype",
+                  "a KV format without per-sequence staging in a disaggregated run (KIVI's open "
+                  "group is not sent)",
                   prefill().timeline()->header().kv_format);
   }
   report_.block_bytes = static_cast<double>(layout.block_bytes());
@@ -342,58 +366,76 @@ void DisaggRun::after_prefill_step(double start, double cost) {
   const int layers = std::max(1, p.cache().layout().n_layers);
   const double block_bytes = report_.block_bytes;
   const DisaggOptions& o = report_.options;
+  const double prefill_end = start + cost;
+  // What each request of the step sends: the blocks it completed (layer-wise), or all of them
+  // once its prefill ended (whole request). Every prompt token but the last crosses.
+  struct Send {
+    std::int32_t id;
+    int blocks;
+  };
+  std::vector<Send> sends;
+  std::vector<std::int32_t> finished;
   for (const StepPlan::Entry& e : p.last_plan().entries) {
     const RequestRun& r = p.request(e.id);
-    RequestTiming& t = report_.requests[static_cast<std::size_t>(e.id)];
-    const int sent_tokens = t.prompt_tokens - 1;  // the decode instance computes the last one
+    const RequestTiming& t = report_.requests[static_cast<std::size_t>(e.id)];
+    const int sent_tokens = t.prompt_tokens - 1;
     const int needed = blocks_for(sent_tokens, bs);
-    const bool finished = r.phase == RequestPhase::kFinished;
+    const bool done = r.phase == RequestPhase::kFinished;
     const int have = std::min(r.num_computed, sent_tokens);
-    const int complete = finished || have == sent_tokens ? needed : have / bs;
+    const int complete = done || have == sent_tokens ? needed : have / bs;
     int& sent = blocks_sent_[static_cast<std::size_t>(e.id)];
-    auto note_start = [&](double begin) {
-      if (sent == 0 && t.transfer_blocks == 0) {
-        t.transfer_start = begin;
-        report_.transfers.push_back(
-            {begin, false, e.id, needed, static_cast<std::int64_t>(needed * block_bytes)});
-      }
-    };
-    double end = 0;
-    if (o.transfer == TransferMode::kLayerWise && complete > sent) {
-      const double bytes = (complete - sent) * block_bytes / layers;
-      for (int l = 0; l < layers; ++l) {
-        double begin = 0;
-        end = send(start + cost * (l + 1) / layers, bytes, &begin);
-        if (l == 0) note_start(begin);
-      }
-      t.transfer_blocks = complete;
+    if ((o.transfer == TransferMode::kLayerWise || done) && complete > sent) {
+      sends.push_back({e.id, complete - sent});
       sent = complete;
     }
-    if (!finished) continue;
-    const double prefill_end = start + cost;
+    if (done) finished.push_back(e.id);
+  }
+  auto queue = [&](const Send& s, double ready, double bytes) {
+    double begin = 0;
+    const double end = send(ready, bytes, &begin);
+    RequestTiming& t = report_.requests[static_cast<std::size_t>(s.id)];
+    double& last = last_send_end_[static_cast<std::size_t>(s.id)];
+    if (last < 0) {  // its first byte leaves
+      t.transfer_start = begin;
+      const int needed = blocks_for(t.prompt_tokens - 1, bs);
+      report_.transfers.push_back(
+          {begin, false, s.id, needed, static_cast<std::int64_t>(needed * block_bytes)});
+    }
+    last = std::max(last, end);
+  };
+  // Layer-wise, the link takes the step's layers in the order they are computed: layer l of
+  // every request before layer l + 1 of any.
+  if (o.transfer == TransferMode::kLayerWise) {
+    for (int l = 0; l < layers; ++l) {
+      for (const Send& s : sends)
+        queue(s, start + cost * (l + 1) / layers, s.blocks * block_bytes / layers);
+    }
+  } else {
+    for (const Send& s : sends) queue(s, prefill_end, s.blocks * block_bytes);
+  }
+  for (const std::int32_t id : finished) {
+    RequestTiming& t = report_.requests[static_cast<std::size_t>(id)];
+    const int needed = blocks_for(t.prompt_tokens - 1, bs);
+    double& last = last_send_end_[static_cast<std::size_t>(id)];
+    if (last < 0) {  // a one-token prompt: nothing to send, the hand-over alone
+      t.transfer_start = prefill_end;
+      report_.transfers.push_back({prefill_end, false, id, 0, 0});
+      last = prefill_end;
+    }
     t.prefill_end = prefill_end;
-    if (o.transfer == TransferMode::kWholeRequest && needed > 0) {
-      double begin = 0;
-      end = send(prefill_end, needed * block_bytes, &begin);
-      note_start(begin);
-      sent = needed;
-    }
-    if (needed == 0) {  // a one-token prompt: nothing to send, the hand-over alone
-      note_start(prefill_end);
-      end = prefill_end;
-    }
     t.transfer_blocks = needed;
     t.transfer_bytes = static_cast<std::int64_t>(needed * block_bytes);
-    t.transfer_end = std::max(end, prefill_end) + o.latency_seconds;
+    // The last byte of the request, whichever step sent it, then the latency.
+    t.transfer_end = std::max(last, prefill_end) + o.latency_seconds;
     report_.transfer_blocks += needed;
     report_.transfer_bytes += t.transfer_bytes;
-    report_.transfers.push_back({t.transfer_end, true, e.id, needed, t.transfer_bytes});
+    report_.transfers.push_back({t.transfer_end, true, id, needed, t.transfer_bytes});
     // The bytes cross now (the clock says when they land); the prefill instance keeps the blocks
     // until then.
     if (model_.weights != nullptr) {
       Transfer w;
-      w.id = e.id;
-      const std::vector<BlockId>& table = p.cache().table(SeqId(e.id)).blocks;
+      w.id = id;
+      const std::vector<BlockId>& table = p.cache().table(SeqId(id)).blocks;
       const auto bytes = static_cast<std::size_t>(block_bytes);
       w.bytes.resize(static_cast<std::size_t>(needed) * bytes);
       for (int b = 0; b < needed; ++b) {
@@ -402,8 +444,8 @@ void DisaggRun::after_prefill_step(double start, double cost) {
       }
       wire_.push_back(std::move(w));
     }
-    insert_by_time(releases_, {t.transfer_end, e.id});
-    insert_by_time(deliveries_, {t.transfer_end, e.id});
+    insert_by_time(releases_, {t.transfer_end, id});
+    insert_by_time(deliveries_, {t.transfer_end, id});
   }
   std::stable_sort(report_.transfers.begin(), report_.transfers.end(),
                    [](const TransferEvent& a, const TransferEvent& b) { return a.time < b.time; });

@@ -172,6 +172,8 @@ class DisaggRun {
   std::vector<Pending> deliveries_;  // by time: requests handed to the decode instance
   std::vector<Transfer> wire_;       // K/V read out of the prefill pool, not consumed yet
   std::vector<int> blocks_sent_;     // [id] blocks of the request queued on the link
+  std::vector<double>
+      last_send_end_;  // [id] when its last byte queued so far is across (< 0: none)
   std::vector<bool> prefill_started_;
   double link_free_ = 0;  // when the link's queue empties
 };

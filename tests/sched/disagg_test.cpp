@@ -238,6 +238,55 @@ TEST(Disagg, PoolsAtTimeFollowTheRecords) {
   EXPECT_EQ(end.transfers, 0);
 }
 
+// Two prompts in one prefill step, layer by layer: the link takes layer l of both before layer
+// l + 1 of either, so on a link faster than the step each transfer ends with the step's last
+// layer, not the second one after the whole of the first.
+TEST(Disagg, OneStepsPromptsShareTheLinkLayerByLayer) {
+  SimRequest r;
+  r.prompt_tokens.assign(33, 5);
+  r.prompt_tokens[0] = 1;
+  r.max_new_tokens = 2;
+  const ModelConfig& m = test::real_model().model->config();
+  const double bpt = 2.0 * m.n_layers * m.n_kv_heads * m.head_dim() * 4;  // fp32
+  const double bytes = 4 * 8 * bpt;                                       // 32 tokens each
+  const StepRun runs[] = {{0, 33}, {0, 33}};
+  const double c0 = price_step(m, bpt, parse_gpu("h100", "test"), runs).seconds;
+  // A link that moves one layer's share of both requests in a tenth of a layer's compute.
+  const double bw = 2 * bytes / m.n_layers / (c0 / m.n_layers / 10);
+  DisaggOptions o = options(TransferMode::kLayerWise, 16, 16);
+  o.link = parse_link(std::to_string(bw / 1e9) + "GB/s", "test");
+  o.latency_seconds = 0;
+  DisaggRun run(config(16), o, Serving::kDisaggregated, test::real_sim_model(), {r, r});
+  run_checked(run);
+  const double share = bytes / m.n_layers / o.link.bytes_per_second;  // one layer, one request
+  for (const RequestTiming& t : run.report().requests) {
+    EXPECT_DOUBLE_EQ(t.prefill_end, c0);
+    // Its last layer's share leaves at c0, after the other request's at most: across within two
+    // shares. Request by request, the second's layers would all wait for the first's last one.
+    EXPECT_LE(t.transfer_end, c0 + 2 * share * (1 + 1e-9)) << t.id;
+  }
+}
+
+// A request longer than the model's context is refused by the colocated run at arrival, and by
+// both instances here: it is never prefilled or sent.
+TEST(Disagg, ARequestPastTheContextIsRefusedByBothInstances) {
+  const ModelConfig& m = test::real_model().model->config();
+  std::vector<SimRequest> requests = test::mixed_requests(2);
+  requests[1].max_new_tokens = m.seq_len;  // prompt + max_new - 1 > seq_len
+  DisaggRun di(config(128), options(TransferMode::kLayerWise, 64, 128), Serving::kDisaggregated,
+               test::real_sim_model(), requests);
+  run_checked(di);
+  EXPECT_EQ(di.prefill().request(1).phase, RequestPhase::kRejected);
+  ASSERT_NE(di.decode(), nullptr);
+  EXPECT_EQ(di.decode()->request(1).phase, RequestPhase::kRejected);
+  EXPECT_EQ(di.report().requests[1].generated, 0);
+  EXPECT_EQ(di.report().requests[1].transfer_bytes, 0);
+  const int prompt0 = static_cast<int>(requests[0].prompt_tokens.size());
+  EXPECT_EQ(di.report().transfer_bytes,
+            static_cast<std::int64_t>(blocks_for(prompt0 - 1, 8) * di.report().block_bytes));
+  EXPECT_EQ(summarize(di.report()).finished, 1);
+}
+
 TEST(Disagg, RefusesWhatItCannotRun) {
   const std::vector<SimRequest> requests = test::mixed_requests(2);
   const SimModel model = test::real_sim_model();
@@ -246,16 +295,18 @@ TEST(Disagg, RefusesWhatItCannotRun) {
   EXPECT_NE(test::error_of([&] {
               DisaggRun run(kivi, options(TransferMode::kLayerWise, 32, 32),
                             Serving::kDisaggregated, model, requests);
-            }).find("disaggregation: expected a KV format without per-sequence staging"),
+            }).find("cache.kv_dtype: expected a KV format without per-sequence staging"),
             std::string::npos);
+  std::vector<SimRequest> long_prompt = requests;
+  long_prompt[1].prompt_tokens.assign(20, 5);
   const std::string small = test::error_of([&] {
-    DisaggRun run(config(32), options(TransferMode::kLayerWise, 1, 32), Serving::kDisaggregated,
-                  model, requests);
+    DisaggRun run(config(32), options(TransferMode::kLayerWise, 2, 32), Serving::kDisaggregated,
+                  model, long_prompt);
   });
-  // Request 1's 8 prompt tokens and its sampled token need 2 blocks of 8.
+  // 20 prompt tokens need 3 blocks of 8.
   EXPECT_EQ(small,
-            "disaggregation.prefill_blocks: expected a pool that holds requests[1]'s prompt (8 "
-            "tokens and the token it samples: 2 blocks), got 1");
+            "cache.disaggregation.prefill_blocks (or --prefill-blocks): expected a prefill pool "
+            "that holds requests[1]'s prompt (20 tokens: 3 blocks), got 2");
   std::vector<SimRequest> samples = requests;
   samples[1].n_samples = 2;
   EXPECT_NE(test::error_of([&] {
