@@ -176,10 +176,14 @@ void DisaggPanel::draw_lanes(const AppState& state) {
     }
   }
   ImGui::SameLine();
-  float ms = static_cast<float>(time_ * 1e3);
+  // The slider in microseconds for a run shorter than a millisecond (stories260K's), else in ms.
+  const bool micro = v.end < 1e-3;
+  const double unit = micro ? 1e6 : 1e3;
+  float shown = static_cast<float>(time_ * unit);
   ImGui::SetNextItemWidth(std::max(80.0f, ImGui::GetContentRegionAvail().x * 0.6f));
-  if (ImGui::SliderFloat("time (ms)", &ms, 0.0f, static_cast<float>(v.end * 1e3), "%.2f"))
-    time_ = ms * 1e-3;
+  if (ImGui::SliderFloat(micro ? "time (us)" : "time (ms)", &shown, 0.0f,
+                         static_cast<float>(v.end * unit), "%.2f"))
+    time_ = shown / unit;
   double t0 = std::clamp(time_ - span_ / 2, 0.0, std::max(0.0, v.end - span_));
   // Lanes: colocated GPU, prefill GPU, link, decode GPU.
   const char* lanes[] = {"colocated GPU", "prefill GPU", "link", "decode GPU"};
