@@ -25,15 +25,9 @@ GpuRoofline parse_gpu(const std::string& name, const std::string& where) {
   fail_expected(where, "a GPU (" + names + ")", name);
 }
 
-bool StepCost::memory_bound() const {
-  return gpu != nullptr &&
-         (weight_bytes + kv_bytes) / gpu->hbm_bytes_per_second >= flops / gpu->flops_per_second;
-}
-
 StepCost price_step(const ModelConfig& model, double kv_bytes_per_token, const GpuRoofline& gpu,
                     std::span<const StepRun> runs) {
   StepCost c;
-  c.gpu = &gpu;
   double tokens = 0;
   double pairs = 0;  // (query, key) pairs: a query at position p attends keys 0..p
   for (const StepRun& r : runs) {

@@ -37,8 +37,6 @@ struct StepCost {
   double flops = 0;         // 2 x parameters per token, plus attention: 4 x heads x head_dim per
                             // (query, key) pair at every layer, causally
   double seconds = 0;       // max(bytes / HBM bandwidth, flops / peak)
-  bool memory_bound() const;
-  const GpuRoofline* gpu = nullptr;
 };
 
 // Prices a step of `runs` of `model` whose cache holds `kv_bytes_per_token` bytes a token (all
