@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <ostream>
 
 #include "cli/args.h"
@@ -96,23 +97,6 @@ nlohmann::json to_json(const DisaggReport& r) {
   return j;
 }
 
-DisaggReport run_one(const SimConfig& config, const DisaggOptions& options, Serving serving,
-                     const SimModel& model, const std::vector<SimRequest>& requests,
-                     const std::string& where, Progress* progress) {
-  std::unique_ptr<DisaggRun> run;
-  try {
-    run = std::make_unique<DisaggRun>(config, options, serving, model, requests);
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.where(), e.detail());
-  }
-  long steps = 0;
-  while (run->step()) {
-    ++steps;
-    if (progress != nullptr) progress->update(steps, 0);
-  }
-  return run->report();
-}
-
 void print_row(const char* name, double a, double b) {
   std::printf("  %-22s %14s %14s\n", name, format_ms(a).c_str(), format_ms(b).c_str());
 }
@@ -181,13 +165,25 @@ int cmd_disagg(const Argv& argv) {
 
   std::unique_ptr<Progress> progress;
   if (!args.has("--quiet")) progress = std::make_unique<Progress>("kvscope disagg", 2, "steps");
-  if (progress) progress->step("colocated");
-  const DisaggReport co =
-      run_one(config, o, Serving::kColocated, model, resolved.requests, where, progress.get());
-  if (progress) progress->step("disaggregated");
-  const DisaggReport di =
-      run_one(config, o, Serving::kDisaggregated, model, resolved.requests, where, progress.get());
+  std::optional<Serving> shown;  // the run the progress line names
+  long steps = 0;
+  std::optional<DisaggComparison> both;
+  try {
+    both = run_both(config, o, model, resolved.requests, [&](Serving serving) {
+      if (progress && shown != serving) {
+        progress->step(serving == Serving::kColocated ? "colocated" : "disaggregated");
+        shown = serving;
+        steps = 0;
+      }
+      if (progress) progress->update(++steps, 0);
+      return true;
+    });
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.where(), e.detail());
+  }
   if (progress) progress->clear();
+  const DisaggReport& co = both->colocated;
+  const DisaggReport& di = both->disaggregated;
 
   const DisaggSummary a = summarize(co), b = summarize(di);
   if (model.weights == nullptr) {

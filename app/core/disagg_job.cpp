@@ -30,14 +30,14 @@ bool DisaggJob::start(Request r) {
       SimConfig config = info.config;  // the run's, with the Controls panel's changes
       config.make_backend = nullptr;   // the CPU: it writes the decode pool's bytes itself
       const SimModel model{info.shape, info.model};
-      for (const Serving serving : {Serving::kColocated, Serving::kDisaggregated}) {
-        DisaggRun run(config, o, serving, model, resolved.requests);
-        while (run.step()) {
-          if (cancelled()) return nullptr;
-          ++steps_done_;
-        }
-        (serving == Serving::kColocated ? view->colocated : view->disaggregated) = run.report();
-      }
+      std::optional<DisaggComparison> both =
+          run_both(config, o, model, resolved.requests, [this](Serving) {
+            ++steps_done_;
+            return !cancelled();
+          });
+      if (!both) return nullptr;  // cancelled
+      view->colocated = std::move(both->colocated);
+      view->disaggregated = std::move(both->disaggregated);
       view->co = summarize(view->colocated);
       view->di = summarize(view->disaggregated);
       for (const DisaggReport* rep : {&view->colocated, &view->disaggregated})

@@ -481,6 +481,20 @@ void DisaggRun::record_pool(StepRecord rec) {
   report_.steps.push_back(rec);
 }
 
+std::optional<DisaggComparison> run_both(const SimConfig& config, const DisaggOptions& options,
+                                         const SimModel& model,
+                                         const std::vector<SimRequest>& requests,
+                                         const std::function<bool(Serving)>& on_step) {
+  DisaggComparison out;
+  for (const Serving serving : {Serving::kColocated, Serving::kDisaggregated}) {
+    DisaggRun run(config, options, serving, model, requests);
+    while (run.step())
+      if (on_step && !on_step(serving)) return std::nullopt;
+    (serving == Serving::kColocated ? out.colocated : out.disaggregated) = run.report();
+  }
+  return out;
+}
+
 void DisaggRun::check_invariants() const {
   for (const Instance& in : instances_) in.sim->check_invariants();
   if (!is_disaggregated()) return;

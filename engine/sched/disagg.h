@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -177,5 +178,16 @@ class DisaggRun {
   std::vector<bool> prefill_started_;
   double link_free_ = 0;  // when the link's queue empties
 };
+
+// The same requests run colocated, then disaggregated: what kvscope disagg and the Serving
+// workspace show. `on_step` (may be empty) is called after every engine step of either run with
+// that run's mode; when it returns false the runs stop and run_both returns nullopt.
+struct DisaggComparison {
+  DisaggReport colocated, disaggregated;
+};
+std::optional<DisaggComparison> run_both(const SimConfig& config, const DisaggOptions& options,
+                                         const SimModel& model,
+                                         const std::vector<SimRequest>& requests,
+                                         const std::function<bool(Serving)>& on_step = {});
 
 }  // namespace kvscope

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "engine/scenario/scenario.h"
 #include "engine/sched/disagg.h"
@@ -12,25 +13,17 @@
 namespace kvscope {
 namespace {
 
-struct Pair {
-  DisaggReport colocated, disaggregated;
-};
-
-Pair run_variant(const std::string& variant) {
+DisaggComparison run_variant(const std::string& variant) {
   const Scenario s = parse_scenario(
       (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "scenarios" / "disaggregated.json").string());
   const ScenarioModelLoad loaded = load_scenario_model(s, "", false, WeightFormat::kNative);
   EXPECT_EQ(loaded.weights, nullptr) << "the scenario is bookkeeping only";
   const ResolvedRun run = resolve_scenario(s, variant, loaded.shape, nullptr);
   EXPECT_TRUE(run.disaggregation.has_value());
-  const SimModel model{loaded.shape, loaded.weights};
-  Pair out;
-  for (const Serving serving : {Serving::kColocated, Serving::kDisaggregated}) {
-    DisaggRun r(run.config, *run.disaggregation, serving, model, run.requests);
-    r.run();
-    (serving == Serving::kColocated ? out.colocated : out.disaggregated) = r.report();
-  }
-  return out;
+  std::optional<DisaggComparison> both = run_both(
+      run.config, *run.disaggregation, SimModel{loaded.shape, loaded.weights}, run.requests);
+  EXPECT_TRUE(both.has_value());
+  return *both;
 }
 
 // Milliseconds, rounded as the captions print them.
@@ -39,7 +32,7 @@ double ms(double seconds, double places = 100) {
 }
 
 TEST(DisaggregatedScenario, TheCaptionsNumbersHold) {
-  const Pair base = run_variant("base");
+  const DisaggComparison base = run_variant("base");
   const DisaggSummary co = summarize(base.colocated), di = summarize(base.disaggregated);
   EXPECT_EQ(co.finished, 24);
   EXPECT_EQ(di.finished, 24);
@@ -56,10 +49,10 @@ TEST(DisaggregatedScenario, TheCaptionsNumbersHold) {
   EXPECT_EQ(std::round(co.prefill * 1e4) / 10, 16.7);
   EXPECT_EQ(std::round(di.tpot_mean * 1e4) / 10, 5.5);
 
-  const Pair slow = run_variant("ethernet-25g");
+  const DisaggComparison slow = run_variant("ethernet-25g");
   EXPECT_EQ(std::round(63.0 * 16 * 131072 / (25e9 / 8) * 1e3), 42);  // 42 ms a request
   EXPECT_EQ(ms(summarize(slow.disaggregated).ttft_mean), 265.75);
-  const Pair int8 = run_variant("int8");
+  const DisaggComparison int8 = run_variant("int8");
   const DisaggSummary i8 = summarize(int8.disaggregated);
   EXPECT_EQ(ms(i8.ttft_mean), 44.76);
   EXPECT_EQ(std::round(i8.transfer * 1e3), 21);
