@@ -164,7 +164,7 @@ int cmd_disagg(const Argv& argv) {
   const SimModel model{loaded.shape, loaded.weights};
 
   std::unique_ptr<Progress> progress;
-  if (!args.has("--quiet")) progress = std::make_unique<Progress>("kvscope disagg", 2, "steps");
+  if (!args.has("--quiet")) progress = std::make_unique<Progress>("disagg", 2, "steps");
   std::optional<Serving> shown;  // the run the progress line names
   long steps = 0;
   std::optional<DisaggComparison> both;
