@@ -338,9 +338,7 @@ void DisaggPanel::draw(AppState& state) {
   }
   if (!view_) return;
   if (!view_->error.empty()) {
-    ImGui::PushStyleColor(ImGuiCol_Text, palette(state.presenter).warn);
-    ImGui::TextWrapped("%s", view_->error.c_str());
-    ImGui::PopStyleColor();
+    warning_text(view_->error, state.presenter);
     return;
   }
   draw_ttft(state);

@@ -444,9 +444,7 @@ void KernelPanel::draw(AppState& state) {
   }
   if (!view_) return;
   if (!view_->error.empty()) {
-    ImGui::PushStyleColor(ImGuiCol_Text, palette(state.presenter).warn);
-    ImGui::TextWrapped("%s", view_->error.c_str());
-    ImGui::PopStyleColor();
+    warning_text(view_->error, state.presenter);
     return;
   }
   if (!view_->trace) return;

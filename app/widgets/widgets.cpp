@@ -171,4 +171,10 @@ std::string format_percent(double fraction, int decimals) {
   return buf;
 }
 
+void warning_text(const std::string& text, bool presenter) {
+  ImGui::PushStyleColor(ImGuiCol_Text, palette(presenter).warn);
+  ImGui::TextWrapped("%s", text.c_str());
+  ImGui::PopStyleColor();
+}
+
 }  // namespace kvscope::ui

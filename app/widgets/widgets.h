@@ -26,6 +26,9 @@ bool icon_button(const char* id, Icon icon, float size);
 // A rounded label with a coloured background (e.g. "DEMO DATA").
 void badge(const char* text, ImU32 color);
 
+// `text` wrapped to the window in the palette's warning colour (a background job's error).
+void warning_text(const std::string& text, bool presenter);
+
 // A small filled square in `color`, aligned with text.
 void swatch(ImU32 color, float size = 0.0f);
 
