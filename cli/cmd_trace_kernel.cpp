@@ -4,6 +4,7 @@
 // issued against the fewest their bytes allow. Writes kernel_trace.json and kernel_grid.png.
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <string>
 
@@ -15,10 +16,13 @@
 #include "cli/progress.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
+#include "engine/analysis/memory_math.h"
 #include "engine/report/png_plot.h"
 #include "engine/report/raster.h"
 #include "engine/scenario/scenario.h"
+#include "kernels/backend/attention_timing.h"
 #include "kernels/backend/backend_select.h"
+#include "kernels/backend/device_ops.h"
 #include "kernels/backend/kernel_trace_run.h"
 
 namespace kvscope::cli {
@@ -44,6 +48,21 @@ each warp load's memory transactions (32-byte sectors) against the fewest its by
   --out DIR         write DIR/kernel_trace.json and DIR/kernel_grid.png
   --json            print kernel_trace.json to stdout instead of the summary
   --warp-sample N   warp loads of thread block 0 listed in the JSON (default 32)
+
+Measuring on a GPU instead (the figure the Kernel panel states beside the emulator's bytes):
+  --measure         run SCENARIO on the GPU (--backend cuda) and time step N's launch for the
+                    layer: issued again --repeats times back to back per round, --rounds rounds;
+                    prints the median round's time per launch, the K/V bytes it reads and their
+                    rate beside a device-to-device copy's; --out DIR writes DIR/kernel_timing.json
+  --all-steps       time every step from N to the end of the run
+  --timings FILE    also add the launches to FILE (created, or extended: a launch of the same
+                    shape replaces the one there); assets/gpu/kernel-timings.json is the Kernel
+                    panel's
+  --repeats N       launches per round (default 20)
+  --rounds N        rounds (default 7)
+  --backend B       cuda (default) or cuda-sim (the emulator: its times are not a GPU's, and the
+                    file says so; for tests)
+  --commit C        the commit measured, recorded in the file (default "unknown")
 
 Not traced: MLA's latent kernels, contexts past 4,096 slots (one launch per query), the KV write.
 See docs/concepts/paged-attention-kernel.md.
@@ -184,13 +203,148 @@ void print_summary(const StepKernelTrace& t, const std::string& label) {
                 t.reduce[i].x, t.reduce[i].y);
 }
 
+std::string contexts_text(const std::vector<int>& contexts) {
+  std::string s;
+  for (std::size_t i = 0; i < contexts.size(); ++i) {
+    if (i == 6 && contexts.size() > 8) {
+      s.append(", ... (").append(std::to_string(contexts.size())).append(" queries)");
+      break;
+    }
+    if (i > 0) s.append(", ");
+    s.append(std::to_string(contexts[i]));
+  }
+  return s;
+}
+
+std::string utc_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// --measure: steps from `step` (all of them with --all-steps) timed on the device.
+int measure(const Args& args, Simulator& sim, int step, int layer, const std::string& path,
+            const std::string& backend_name, const std::string& out_dir) {
+  const int repeats = args.get_int("--repeats", 20), rounds = args.get_int("--rounds", 7);
+  if (repeats < 1 || repeats > 10000)
+    fail_expected("--repeats", "1..10000 launches a round", std::to_string(repeats));
+  if (rounds < 1 || rounds > 1000) fail_expected("--rounds", "1..1000", std::to_string(rounds));
+  if (layer < 0 || layer >= sim.cache().layout().n_layers)
+    fail_expected("--layer", "a layer in 0.." + std::to_string(sim.cache().layout().n_layers - 1),
+                  std::to_string(layer));
+  const bool emulated = backend_name != "cuda";
+  KernelTimings file;
+  const std::string timings_path = args.get("--timings", "");
+  if (!timings_path.empty() && std::filesystem::exists(timings_path)) {
+    file = load_kernel_timings(timings_path);
+    const std::string device = emulated ? "SIMT emulator" : device::cuda_device_name();
+    if (file.device != device || file.emulated != emulated)
+      fail_expected("--timings", "a file measured on this device (" + device + ")",
+                    timings_path + ", measured on " + file.device);
+  }
+  KernelTimings run;
+  run.device = emulated ? "SIMT emulator" : device::cuda_device_name();
+  run.emulated = emulated;
+  run.date = utc_date();
+  run.commit = args.get("--commit", "unknown");
+  run.scenario = std::filesystem::path(path).filename().string();
+  const bool all = args.has("--all-steps");
+  long copy_bytes = emulated ? 1L << 20 : 256L << 20;
+  int untimed = 0;
+  {
+  Progress p("trace kernel --measure", 1, "steps");
+  for (;;) {
+    AttentionTiming t;
+    t.layer = layer;
+    t.repeats = repeats;
+    t.rounds = rounds;
+    t.copy_bytes = copy_bytes;
+    bool stepped = false;
+    {
+      ScopedAttentionTiming on(t);
+      stepped = sim.step();
+    }
+    if (!stepped) break;
+    const int done = sim.current_step() - 1;
+    if (t.copy_gb_per_s > 0.0) {
+      run.copy_gb_per_s = t.copy_gb_per_s;
+      copy_bytes = 0;  // once a run
+    }
+    p.update(done - step + 1, all ? 0 : 1);
+    if (!t.timed) {
+      ++untimed;
+      p.message("step " + std::to_string(done) + ": " +
+                (t.per_query ? "one launch per query (contexts past 4,096 slots): not timed"
+                             : "no attention launch on the device: not timed"));
+    } else {
+      run.launches.push_back(measured_launch(t, done));
+    }
+    if (!all) break;
+  }
+  }
+  if (run.launches.empty())
+    throw Error(path, "no step from " + std::to_string(step) + " ran a timed attention launch");
+  for (const MeasuredLaunch& m : run.launches) file.add(m);
+  file.device = run.device;
+  file.emulated = run.emulated;
+  file.date = run.date;
+  file.commit = run.commit;
+  if (file.scenario.empty() || file.scenario == run.scenario)
+    file.scenario = run.scenario;
+  else if (file.scenario.find(run.scenario) == std::string::npos)
+    file.scenario += ", " + run.scenario;
+  if (run.copy_gb_per_s > 0.0) file.copy_gb_per_s = run.copy_gb_per_s;
+  if (!out_dir.empty()) {
+    const std::string json_path = out_dir + "/kernel_timing.json";
+    write_file_atomically(json_path,
+                          [&](std::ostream& o) { o << kernel_timings_json(run).dump(1) << "\n"; });
+    std::fprintf(stderr, "wrote %s\n", json_path.c_str());
+  }
+  if (!timings_path.empty()) {
+    write_file_atomically(timings_path,
+                          [&](std::ostream& o) { o << kernel_timings_json(file).dump(1) << "\n"; });
+    std::fprintf(stderr, "wrote %s (%zu launches)\n", timings_path.c_str(), file.launches.size());
+  }
+  std::printf("kvscope trace kernel --measure: %s on %s%s, layer %d, %d rounds of %d launches\n",
+              path.c_str(), run.device.c_str(),
+              emulated ? " (the emulator's times, not a GPU's)" : "", layer, rounds, repeats);
+  if (run.copy_gb_per_s > 0.0)
+    std::printf("  device-to-device copy: %.1f GB/s\n", run.copy_gb_per_s);
+  const std::size_t shown = all ? std::min<std::size_t>(run.launches.size(), 12) : 1;
+  for (std::size_t i = 0; i < run.launches.size(); ++i) {
+    const MeasuredLaunch& m = run.launches[i];
+    if (i == shown) {
+      std::printf("  ... %zu more steps (the file has every one)\n", run.launches.size() - shown);
+      break;
+    }
+    std::string share;
+    if (run.copy_gb_per_s > 0.0) {
+      char b[64];
+      std::snprintf(b, sizeof b, ", %.2f%% of the copy", 100.0 * m.kv_gb_per_s() / run.copy_gb_per_s);
+      share = b;
+    }
+    std::printf("  step %d: %s, block %d, contexts %s: %s of K/V in %s (fastest %s): %.2f GB/s%s\n",
+                m.step, m.shape.k_format.c_str(), m.shape.block_size,
+                contexts_text(m.shape.contexts).c_str(),
+                human_bytes(static_cast<double>(m.kv_bytes)).c_str(),
+                format_time(m.ms / 1e3).c_str(), format_time(m.ms_min / 1e3).c_str(),
+                m.kv_gb_per_s(), share.c_str());
+  }
+  if (untimed > 0) std::printf("  %d steps not timed (see above)\n", untimed);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_trace_kernel(const Argv& argv) {
   const Args args(argv,
                   {"--step", "--layer", "--variant", "--model", "--kv-format", "--block-size",
-                   "--out", "--warp-sample"},
-                  {"--json", "--help"});
+                   "--out", "--warp-sample", "--timings", "--repeats", "--rounds", "--backend",
+                   "--commit"},
+                  {"--json", "--help", "--measure", "--all-steps"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -229,8 +383,20 @@ int cmd_trace_kernel(const Argv& argv) {
     config.block_size = b;
   }
   config.tokenizer = loaded.tokenizer;
+  const bool measuring = args.has("--measure");
+  for (const char* flag : {"--all-steps", "--timings", "--repeats", "--rounds", "--backend",
+                           "--commit"}) {
+    if (args.has(flag) && !measuring)
+      fail_expected(flag, "--measure with it (it sets how the launch is timed)", "no --measure");
+  }
+  if (measuring && args.has("--json"))
+    fail_expected("--json", "no --json with --measure (--out DIR writes kernel_timing.json)",
+                  "--json");
+  const std::string backend_name = measuring ? args.get("--backend", "cuda") : "cuda-sim";
+  if (backend_name != "cuda" && backend_name != "cuda-sim")
+    fail_expected("--backend", "cuda or cuda-sim", backend_name);
   std::unique_ptr<Backend> backend =
-      make_backend("cuda-sim", 1, "f32", RunNeeds{loaded.weights.get()});
+      make_backend(backend_name, 1, "f32", RunNeeds{loaded.weights.get()});
   config.make_backend = [&backend] { return std::move(backend); };
   std::unique_ptr<Simulator> sim;
   try {
@@ -250,6 +416,7 @@ int cmd_trace_kernel(const Argv& argv) {
       p.update(sim->current_step(), step + 1);
     }
   }
+  if (measuring) return measure(args, *sim, step, layer, path, backend_name, out_dir);
   const StepKernelTrace t = trace_next_step(*sim, layer, path);
   const std::string where = variant == "base" ? path : path + " [" + variant + "]";
   const std::string model_name = std::filesystem::path(loaded.source).filename().string();

@@ -16,6 +16,10 @@
 #                   beside the device-copy ceiling and PyTorch SDPA
 #   bench-batch     bench batch --backend cuda: the whole step vs op by op
 #   bench-generate  bench generate, GPU and CPU in the same run
+#   kernel-timing   trace kernel --measure: every step's attention launch of
+#                   scenarios/kernel-coalescing.json timed in every format and block size the
+#                   Kernel panel offers, on stories260K (and SmolLM2 at block 16)
+#                   (kernel-timings.json: the panel's assets/gpu/ file)
 #   memcheck        compute-sanitizer memcheck over DeviceOps.*
 #   racecheck       compute-sanitizer racecheck over DeviceOps.*
 #   ui              the UI's engine on --backend cuda (needs Dear ImGui, which the device lacks)
@@ -44,12 +48,12 @@ while [ $# -gt 0 ]; do
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --deadline) deadline=${2:?--deadline needs seconds}; shift 2 ;;
     --only) only=${2:?--only needs step names}; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$deadline" in ''|*[!0-9]*) echo "gpu-check.sh: --deadline: expected whole seconds, got '$deadline'" >&2; exit 2 ;; esac
-steps_known=",build,device-tests,golden,smollm2,formats,run,memcheck,racecheck,bench-attention,bench-batch,bench-generate,ui,"
+steps_known=",build,device-tests,golden,smollm2,formats,run,memcheck,racecheck,bench-attention,bench-batch,bench-generate,kernel-timing,ui,"
 for s in ${only//,/ }; do
   [[ "$steps_known" == *",$s,"* ]] || {
     echo "gpu-check.sh: --only: expected steps among ${steps_known:1:${#steps_known}-2}, got '$s'" >&2
@@ -270,6 +274,30 @@ s_bench_generate() {
   python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$out/bench-generate.json"
 }
 
+s_kernel_timing() {
+  set -e
+  local commit="" f b file="$out/kernel-timings.json" scenario=scenarios/kernel-coalescing.json
+  [ -n "${pack:-}" ] && [ -f "$pack/MANIFEST" ] && commit=$(head -n 1 "$pack/MANIFEST" | awk '{print $NF}')
+  [ -n "$commit" ] || commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  rm -f "$file"
+  if [ "$emulated" = 1 ]; then
+    "$kv" trace kernel $scenario --step 8 --measure --backend cuda-sim --repeats 1 --rounds 1 \
+      --timings "$file" --commit "$commit"
+  else
+    for f in fp32 fp16 bf16 int8 fp8-e4m3 int4 int2; do
+      for b in 1 4 8 16 32 64; do
+        "$kv" trace kernel $scenario --all-steps --measure --kv-format $f --block-size $b \
+          --timings "$file" --commit "$commit"
+      done
+    done
+    for f in fp32 fp16 bf16 int8 fp8-e4m3 int4 int2; do  # SmolLM2's heads: 9 over 3, of 64
+      "$kv" trace kernel $scenario --all-steps --measure --model smollm2 --kv-format $f \
+        --timings "$file" --commit "$commit"
+    done
+  fi
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['launches']" "$file"
+}
+
 s_memcheck() {
   KVSCOPE_DEVICE_TESTS_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check full "$dt" \
     --gtest_filter='DeviceOps.*'
@@ -282,7 +310,7 @@ s_racecheck() {
 # --- run them ------------------------------------------------------------------------------
 export root build kv dt backend mode pack golden jobs work out emulated
 export -f log same_text s_build s_device_tests s_golden s_smollm2 s_formats s_run \
-  s_bench_attention s_bench_batch s_bench_generate s_memcheck s_racecheck
+  s_bench_attention s_bench_batch s_bench_generate s_kernel_timing s_memcheck s_racecheck
 log "mode $mode, backend $backend, build $build, out $out, deadline ${deadline}s"
 if [ "$emulated" = 1 ]; then
   step build 900 s_build
@@ -292,7 +320,7 @@ fi
 if [ ! -x "$kv" ] || [ ! -x "$dt" ]; then
   log "no binaries in $build: every later step is not run"
   for s in device-tests golden smollm2 formats run memcheck racecheck bench-attention bench-batch \
-    bench-generate; do
+    bench-generate kernel-timing; do
     skip "$s" "the build failed"
   done
 else
@@ -314,6 +342,7 @@ else
   step bench-attention 180 s_bench_attention
   step bench-batch 120 s_bench_batch
   step bench-generate 120 s_bench_generate
+  step kernel-timing 240 s_kernel_timing
 fi
 skip ui "the UI's engine (kvscope_ui_core) needs Dear ImGui, which the device machine lacks"
 

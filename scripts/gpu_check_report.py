@@ -39,6 +39,23 @@ def commit_of(pack):
     return sh("git", "rev-parse", "--short", "HEAD") or "unknown"
 
 
+def kernel_timing_figures(t):
+    """kernel-timings.json summed up per format and block size: medians over the steps."""
+    med = lambda v: sorted(v)[len(v) // 2]
+    groups = {}
+    for l in t["launches"]:
+        groups.setdefault((l["k_format"], l["block_size"]), []).append(l)
+    by_config = []
+    for (fmt, block), ls in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        by_config.append({
+            "format": fmt, "block_size": block, "launches": len(ls),
+            "median_us": med([l["ms"] * 1e3 for l in ls]),
+            "median_kv_bytes": med([l["kv_bytes"] for l in ls]),
+            "median_gb_per_s": med([l["kv_bytes"] / l["ms"] / 1e6 for l in ls if l["ms"] > 0] or [0])})
+    return {"scenario": t["scenario"], "device": t["device"], "launches": len(t["launches"]),
+            "copy_gb_per_s": t["copy_gb_per_s"], "by_config": by_config}
+
+
 def attention_figures(rows):
     """The issue's targets from bench attention's rows: bandwidth as a share of the copy,
     paged / contiguous, int8 and fp8 speed over fp16, kvscope fp16 / SDPA."""
@@ -130,6 +147,10 @@ def main():
             "cpu_prefill_tokens_per_s": gen[1]["prefill_tokens_per_s"],
             "cpu_threads": gen[1]["threads"]}
 
+    timings = load(os.path.join(a.out, "kernel-timings.json"))
+    if timings and timings.get("launches"):
+        record["kernel_timing"] = kernel_timing_figures(timings)
+
     ran = [s for s in steps if s["status"] != "not run"]
     passed = [s for s in ran if s["status"] == "pass"]
     record["passed"], record["ran"] = len(passed), len(ran)
@@ -176,6 +197,14 @@ def main():
                f"{g['device_prefill_tokens_per_s']:.1f} tokens/s",
                f"- CPU ({g['cpu_threads']} threads), same run: decode {g['cpu_decode_tokens_per_s']:.1f} "
                f"tokens/s, prefill {g['cpu_prefill_tokens_per_s']:.1f} tokens/s"]
+    if "kernel_timing" in record:
+        k = record["kernel_timing"]
+        md += ["", f"## kernel timing ({k['scenario']}: {k['launches']} launches timed; "
+               f"device copy {k['copy_gb_per_s']:.0f} GB/s)", "",
+               "| format | block | launches | median us | K/V read (median) | GB/s (median) |",
+               "|---|---:|---:|---:|---:|---:|"]
+        md += [f"| {r['format']} | {r['block_size']} | {r['launches']} | {r['median_us']:.1f} | "
+               f"{r['median_kv_bytes']:,} B | {r['median_gb_per_s']:.2f} |" for r in k["by_config"]]
     with open(os.path.join(a.out, "gpu-check.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 

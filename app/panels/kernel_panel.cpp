@@ -3,11 +3,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <initializer_list>
 #include <string>
 #include <string_view>
 
 #include "app/core/theme.h"
+#include "engine/analysis/memory_math.h"
 #include "app/widgets/widgets.h"
 
 namespace kvscope::ui {
@@ -194,7 +197,77 @@ void KernelPanel::draw_summary(const AppState& state) {
                           ", step ", num(t.step), ", layer ", num(t.layer)});
   if (!view_->same_pool) what.append(" (re-run: not the pool shown)");
   ImGui::TextDisabled("%s", what.c_str());
-  (void)state;
+  draw_measured(state, t);
+}
+
+const KernelTimings* KernelPanel::timings() {
+  if (!timings_loaded_) {
+    timings_loaded_ = true;
+    const char* env = std::getenv("KVSCOPE_GPU_TIMINGS");
+    const std::string path = env != nullptr && *env != '\0'
+                                 ? std::string(env)
+                                 : std::string(KVSCOPE_SOURCE_DIR) + "/assets/gpu/kernel-timings.json";
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {
+      try {
+        KernelTimings t = load_kernel_timings(path);
+        if (t.emulated)
+          timings_error_ = path + ": the emulator's times, not a GPU's: not shown";
+        else
+          timings_ = std::move(t);
+      } catch (const std::exception& e) {
+        timings_error_ = e.what();
+      }
+    }
+  }
+  return timings_ ? &*timings_ : nullptr;
+}
+
+// The same launch shape timed on a GPU by the GPU check (attention_timing.h), when it was.
+void KernelPanel::draw_measured(const AppState& state, const StepKernelTrace& t) {
+  const KernelTimings* file = timings();
+  if (file == nullptr) {
+    if (!timings_error_.empty()) warning_text(timings_error_, state.presenter);
+    return;
+  }
+  const MeasuredLaunch* m = file->find(launch_shape(t));
+  if (m == nullptr) {
+    ImGui::TextDisabled("GPU: this launch shape was not measured");
+    item_tooltip(cat({"The GPU check times ", file->scenario,
+                      "'s launches in every format and block size offered here, on stories260K "
+                      "and SmolLM2 (", file->device, ", ", file->date.substr(0, 10),
+                      "); this step's queries, formats or heads differ from all of them. "
+                      "kvscope trace kernel --measure times any launch on a GPU."})
+                     .c_str());
+    return;
+  }
+  const double bytes = static_cast<double>(t.summary.kv_unique_bytes);
+  const double gb_per_s = m->ms > 0.0 ? bytes / m->ms / 1e6 : 0.0;
+  char rate[48];
+  std::snprintf(rate, sizeof rate, "%.1f GB/s", gb_per_s);
+  std::string line = cat({"On an ", file->device, ": ", format_time(m->ms / 1e3),
+                          " for this launch, ", rate});
+  if (file->copy_gb_per_s > 0.0) {
+    line.append(cat({" (", format_percent(gb_per_s / file->copy_gb_per_s, 1),
+                     " of a device copy)"}));
+  }
+  ImGui::TextWrapped("%s", line.c_str());
+  char copy[64] = "";
+  if (file->copy_gb_per_s > 0.0)
+    std::snprintf(copy, sizeof copy, "%.0f GB/s", file->copy_gb_per_s);
+  const bool small = file->copy_gb_per_s > 0.0 && gb_per_s < 0.05 * file->copy_gb_per_s;
+  item_tooltip(cat(
+      {"Measured by the GPU check (", file->date.substr(0, 10), ", commit ", file->commit,
+       "): the same launch shape (formats, block size, heads and every query's context) issued ",
+       num(m->repeats), " times back to back, the median of ", num(m->rounds),
+       " rounds; fastest ", format_time(m->ms_min / 1e3), ". The rate is the ",
+       format_bytes(bytes), " the emulator counts over that time; a device-to-device copy ran at ",
+       copy[0] != '\0' ? copy : "-",
+       " in the same run.",
+       small ? " A launch this small is bound by its latency (starting the grid, the reduction), "
+               "not by memory: the transactions above are what would count at scale."
+             : ""})
+                   .c_str());
 }
 
 void KernelPanel::draw_grid(AppState& state) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "app/core/kernel_job.h"
+#include "kernels/backend/attention_timing.h"
 #include "app/panels/panel.h"
 
 namespace kvscope::ui {
@@ -30,6 +31,11 @@ class KernelPanel final : public Panel {
   void set_layer(int layer) { layer_ = layer; }
   void set_format(const std::optional<KvFormat>& f) { format_ = f; }
   void set_block_size(std::optional<int> b) { block_ = b; }
+  // The GPU timings shown beside the emulator's bytes instead of the shipped file's.
+  void set_timings(std::optional<KernelTimings> t) {
+    timings_ = std::move(t);
+    timings_loaded_ = true;
+  }
   // The thread block the grid's mouse is over (-1: none), and where block `b`'s cell was drawn
   // (screen coordinates of its centre), as of the last frame.
   int hovered_block() const { return hovered_; }
@@ -48,6 +54,10 @@ class KernelPanel final : public Panel {
   void draw_controls(const AppState& state, const RunInfo& info);
   void poll(AppState& state, const std::shared_ptr<const RunInfo>& info);
   void draw_summary(const AppState& state);
+  void draw_measured(const AppState& state, const StepKernelTrace& t);
+  // The GPU check's timings (KVSCOPE_GPU_TIMINGS, else assets/gpu/kernel-timings.json), loaded
+  // on first use; nullptr when there are none.
+  const KernelTimings* timings();
   void draw_grid(AppState& state);
   void draw_warp(const AppState& state);
   void draw_splits(const AppState& state);
@@ -65,6 +75,9 @@ class KernelPanel final : public Panel {
   ImVec2 grid_origin_{0, 0};  // the last frame's first cell and cell size
   ImVec2 cell_size_{0, 0};
   unsigned grid_cols_ = 1;
+  std::optional<KernelTimings> timings_;
+  bool timings_loaded_ = false;
+  std::string timings_error_;
 };
 
 }  // namespace kvscope::ui

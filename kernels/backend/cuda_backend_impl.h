@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <span>
@@ -18,6 +19,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/model/checkpoint.h"
+#include "kernels/backend/attention_timing.h"
 #include "kernels/backend/cuda_backend.h"
 #include "kernels/backend/cuda_mla.h"
 #include "kernels/backend/device_buffer.h"
@@ -129,6 +131,9 @@ class CudaBackend final : public Backend {
                             long weight_floats);
   void attend_on_device(const AttentionQuery& a, int layer, const AttentionShape& shape,
                         const float* dq, float* dout);
+  void time_batch_attention(AttentionTiming& t, const AttentionShape& shape,
+                            std::span<const AttentionQuery> queries,
+                            const std::function<void()>& launch);
   void paged_attention_on_device(DeviceKvMirror& p, const KvSeqView& view, int layer,
                                  const AttentionShape& shape, const float* dq, float* dout,
                                  float* dw);

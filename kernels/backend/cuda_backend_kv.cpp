@@ -102,7 +102,11 @@ void CudaBackend::attention_on_device(int layer, const AttentionShape& shape,
            a.view.num_slots <= device::DeviceOps::batch_max_slots();
   });
   const std::size_t qn = static_cast<std::size_t>(shape.n_heads) * shape.head_dim;
+  AttentionTiming* timing = attention_timing();
+  if (timing != nullptr && (timing->layer != layer || timing->timed || timing->per_query))
+    timing = nullptr;
   if (!one_pool) {
+    if (timing != nullptr) timing->per_query = true;
     for (std::size_t i = 0; i < queries.size(); ++i)
       attend_on_device(queries[i], layer, shape, dq + i * qn, dout + i * qn);
     return;
@@ -127,6 +131,56 @@ void CudaBackend::attention_on_device(int layer, const AttentionShape& shape,
           : nullptr;
   ops_->paged_attention_batch(dout, dq, b, n, shape.n_heads, extent.max_slots, dw);
   if (dw != nullptr) report_batch_capture(layer, shape, queries, dw, extent.weight_floats);
+  if (timing != nullptr) {
+    time_batch_attention(*timing, shape, queries, [&] {
+      ops_->paged_attention_batch(dout, dq, b, n, shape.n_heads, extent.max_slots, dw);
+    });
+  }
+}
+
+// The launch `launch` issues again, timed (attention_timing.h), with its shape and the distinct
+// pool slots and bytes it reads; a device copy timed once beside it.
+void CudaBackend::time_batch_attention(AttentionTiming& t, const AttentionShape& shape,
+                                       std::span<const AttentionQuery> queries,
+                                       const std::function<void()>& launch) {
+  const KvLayout& L = queries.front().view.storage->layout();
+  const int B = L.block_size;
+  t.shape = LaunchShape{L.k_format.name(), L.v_format.name(), B, shape.n_heads, shape.kv_heads,
+                        shape.head_dim, {}};
+  std::vector<std::pair<std::uint32_t, int>> slots;  // (physical block, offset) read
+  for (const AttentionQuery& a : queries) {
+    t.shape.contexts.push_back(a.view.num_slots);
+    for (int s = 0; s < a.view.num_slots; ++s)
+      slots.emplace_back(a.view.blocks[static_cast<std::size_t>(s / B)].value, s % B);
+  }
+  std::sort(slots.begin(), slots.end());
+  t.kv_slots = std::unique(slots.begin(), slots.end()) - slots.begin();
+  const auto tiles = static_cast<long>(L.tile_bytes(KvKind::kKey) + L.tile_bytes(KvKind::kValue));
+  t.kv_bytes = t.kv_slots * tiles / B;
+
+  const int repeats = std::max(1, t.repeats);
+  const auto round = [&] {
+    return ops_->time_ms([&] {
+             for (int r = 0; r < repeats; ++r) launch();
+           }) /
+           repeats;
+  };
+  round();  // warm: the first launches of a shape pay for caches and clocks
+  t.round_ms.clear();
+  for (int r = 0; r < std::max(1, t.rounds); ++r) t.round_ms.push_back(round());
+  if (t.copy_bytes > 0 && t.copy_gb_per_s == 0.0) {
+    const auto bytes = static_cast<std::size_t>(t.copy_bytes);
+    DeviceBuffer from(*ops_, bytes), to(*ops_, bytes);
+    ops_->copy_on_device(to.as<void>(), from.as<void>(), bytes);  // warm
+    double best = 0.0;
+    for (int r = 0; r < 5; ++r) {
+      const double ms =
+          ops_->time_ms([&] { ops_->copy_on_device(to.as<void>(), from.as<void>(), bytes); });
+      if (ms > 0.0 && (best == 0.0 || ms < best)) best = ms;
+    }
+    if (best > 0.0) t.copy_gb_per_s = static_cast<double>(bytes) / best / 1e6;
+  }
+  t.timed = true;
 }
 
 // The batch kernel's host metadata: live maps (live_host_), and per query (meta_host_) {table

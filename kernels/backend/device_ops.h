@@ -192,5 +192,7 @@ std::unique_ptr<DeviceOps> make_emulated_device_ops();
 // The real device through the CUDA runtime and cuBLAS: nullptr when there is none, with *why
 // set to the reason (the runtime's own words, or that this build has no CUDA backend).
 std::unique_ptr<DeviceOps> make_cuda_device_ops(std::string* why);
+// The first GPU's name as its driver reports it ("NVIDIA H200"), or "" when there is none.
+std::string cuda_device_name();
 
 }  // namespace kvscope::device

@@ -80,4 +80,14 @@ std::unique_ptr<DeviceOps> make_cuda_device_ops(std::string* why) {
   }
 }
 
+std::string cuda_device_name() {
+  int device = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    return "";
+  }
+  return p.name;
+}
+
 }  // namespace kvscope::device

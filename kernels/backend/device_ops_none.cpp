@@ -10,4 +10,8 @@ std::unique_ptr<DeviceOps> make_cuda_device_ops(std::string* why) {
   return nullptr;
 }
 
+std::string cuda_device_name() {
+  return "";
+}
+
 }  // namespace kvscope::device

@@ -174,6 +174,15 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
   return out;
 }
 
+LaunchShape launch_shape(const StepKernelTrace& t) {
+  LaunchShape s{t.k_format, t.v_format, t.block_size, t.n_heads, t.kv_heads, t.head_dim, {}};
+  s.contexts.assign(t.query_request.size(), 0);
+  for (const sim::TraceRole& r : t.launch.roles)
+    if (r.query >= 0 && static_cast<std::size_t>(r.query) < s.contexts.size())
+      s.contexts[static_cast<std::size_t>(r.query)] = r.num_slots;
+  return s;
+}
+
 nlohmann::json kernel_trace_json(const StepKernelTrace& t, std::size_t warp_sample) {
   const sim::KernelTrace& k = t.summary;
   nlohmann::json blocks = nlohmann::json::array();

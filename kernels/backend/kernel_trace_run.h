@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/sched/simulator.h"
+#include "kernels/backend/attention_timing.h"
 #include "kernels/sim/kernel_trace.h"
 
 namespace kvscope {
@@ -43,6 +44,10 @@ struct StepKernelTrace {
 // is MLA's (latent kernels), or contexts past 4,096 slots took the per-query path (not traced
 // yet).
 StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& where);
+
+// The traced launch's shape as a device timing is matched on (attention_timing.h): its formats,
+// block size, heads, and each query's context.
+LaunchShape launch_shape(const StepKernelTrace& t);
 
 // kernel_trace.json: the launch's shape, each thread block's role, KV blocks read, bytes and
 // transactions, the block tables, totals, and the first `warp_sample` warp loads of block 0.
