@@ -14,9 +14,9 @@
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "cli/progress.h"
+#include "engine/analysis/memory_math.h"
 #include "engine/common/atomic_write.h"
 #include "engine/common/error.h"
-#include "engine/analysis/memory_math.h"
 #include "engine/report/png_plot.h"
 #include "engine/report/raster.h"
 #include "engine/scenario/scenario.h"
@@ -255,35 +255,35 @@ int measure(const Args& args, Simulator& sim, int step, int layer, const std::st
   long copy_bytes = emulated ? 1L << 20 : 256L << 20;
   int untimed = 0;
   {
-  Progress p("trace kernel --measure", 1, "steps");
-  for (;;) {
-    AttentionTiming t;
-    t.layer = layer;
-    t.repeats = repeats;
-    t.rounds = rounds;
-    t.copy_bytes = copy_bytes;
-    bool stepped = false;
-    {
-      ScopedAttentionTiming on(t);
-      stepped = sim.step();
+    Progress p("trace kernel --measure", 1, "steps");
+    for (;;) {
+      AttentionTiming t;
+      t.layer = layer;
+      t.repeats = repeats;
+      t.rounds = rounds;
+      t.copy_bytes = copy_bytes;
+      bool stepped = false;
+      {
+        ScopedAttentionTiming on(t);
+        stepped = sim.step();
+      }
+      if (!stepped) break;
+      const int done = sim.current_step() - 1;
+      if (t.copy_gb_per_s > 0.0) {
+        run.copy_gb_per_s = t.copy_gb_per_s;
+        copy_bytes = 0;  // once a run
+      }
+      p.update(done - step + 1, all ? 0 : 1);
+      if (!t.timed) {
+        ++untimed;
+        p.message("step " + std::to_string(done) + ": " +
+                  (t.per_query ? "one launch per query (contexts past 4,096 slots): not timed"
+                               : "no attention launch on the device: not timed"));
+      } else {
+        run.launches.push_back(measured_launch(t, done));
+      }
+      if (!all) break;
     }
-    if (!stepped) break;
-    const int done = sim.current_step() - 1;
-    if (t.copy_gb_per_s > 0.0) {
-      run.copy_gb_per_s = t.copy_gb_per_s;
-      copy_bytes = 0;  // once a run
-    }
-    p.update(done - step + 1, all ? 0 : 1);
-    if (!t.timed) {
-      ++untimed;
-      p.message("step " + std::to_string(done) + ": " +
-                (t.per_query ? "one launch per query (contexts past 4,096 slots): not timed"
-                             : "no attention launch on the device: not timed"));
-    } else {
-      run.launches.push_back(measured_launch(t, done));
-    }
-    if (!all) break;
-  }
   }
   if (run.launches.empty())
     throw Error(path, "no step from " + std::to_string(step) + " ran a timed attention launch");
@@ -299,13 +299,11 @@ int measure(const Args& args, Simulator& sim, int step, int layer, const std::st
   if (run.copy_gb_per_s > 0.0) file.copy_gb_per_s = run.copy_gb_per_s;
   if (!out_dir.empty()) {
     const std::string json_path = out_dir + "/kernel_timing.json";
-    write_file_atomically(json_path,
-                          [&](std::ostream& o) { o << kernel_timings_json(run).dump(1) << "\n"; });
+    write_file_atomically(json_path, [&](std::ostream& o) { write_kernel_timings(o, run); });
     std::fprintf(stderr, "wrote %s\n", json_path.c_str());
   }
   if (!timings_path.empty()) {
-    write_file_atomically(timings_path,
-                          [&](std::ostream& o) { o << kernel_timings_json(file).dump(1) << "\n"; });
+    write_file_atomically(timings_path, [&](std::ostream& o) { write_kernel_timings(o, file); });
     std::fprintf(stderr, "wrote %s (%zu launches)\n", timings_path.c_str(), file.launches.size());
   }
   std::printf("kvscope trace kernel --measure: %s on %s%s, layer %d, %d rounds of %d launches\n",
@@ -323,15 +321,15 @@ int measure(const Args& args, Simulator& sim, int step, int layer, const std::st
     std::string share;
     if (run.copy_gb_per_s > 0.0) {
       char b[64];
-      std::snprintf(b, sizeof b, ", %.2f%% of the copy", 100.0 * m.kv_gb_per_s() / run.copy_gb_per_s);
+      std::snprintf(b, sizeof b, ", %.2f%% of the copy",
+                    100.0 * m.kv_gb_per_s() / run.copy_gb_per_s);
       share = b;
     }
-    std::printf("  step %d: %s, block %d, contexts %s: %s of K/V in %s (fastest %s): %.2f GB/s%s\n",
-                m.step, m.shape.k_format.c_str(), m.shape.block_size,
-                contexts_text(m.shape.contexts).c_str(),
-                human_bytes(static_cast<double>(m.kv_bytes)).c_str(),
-                format_time(m.ms / 1e3).c_str(), format_time(m.ms_min / 1e3).c_str(),
-                m.kv_gb_per_s(), share.c_str());
+    std::printf(
+        "  step %d: %s, block %d, contexts %s: %s of K/V in %s (fastest %s): %.2f GB/s%s\n", m.step,
+        m.shape.k_format.c_str(), m.shape.block_size, contexts_text(m.shape.contexts).c_str(),
+        human_bytes(static_cast<double>(m.kv_bytes)).c_str(), format_time(m.ms / 1e3).c_str(),
+        format_time(m.ms_min / 1e3).c_str(), m.kv_gb_per_s(), share.c_str());
   }
   if (untimed > 0) std::printf("  %d steps not timed (see above)\n", untimed);
   return 0;
@@ -340,11 +338,11 @@ int measure(const Args& args, Simulator& sim, int step, int layer, const std::st
 }  // namespace
 
 int cmd_trace_kernel(const Argv& argv) {
-  const Args args(argv,
-                  {"--step", "--layer", "--variant", "--model", "--kv-format", "--block-size",
-                   "--out", "--warp-sample", "--timings", "--repeats", "--rounds", "--backend",
-                   "--commit"},
-                  {"--json", "--help", "--measure", "--all-steps"});
+  const Args args(
+      argv,
+      {"--step", "--layer", "--variant", "--model", "--kv-format", "--block-size", "--out",
+       "--warp-sample", "--timings", "--repeats", "--rounds", "--backend", "--commit"},
+      {"--json", "--help", "--measure", "--all-steps"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -384,8 +382,8 @@ int cmd_trace_kernel(const Argv& argv) {
   }
   config.tokenizer = loaded.tokenizer;
   const bool measuring = args.has("--measure");
-  for (const char* flag : {"--all-steps", "--timings", "--repeats", "--rounds", "--backend",
-                           "--commit"}) {
+  for (const char* flag :
+       {"--all-steps", "--timings", "--repeats", "--rounds", "--backend", "--commit"}) {
     if (args.has(flag) && !measuring)
       fail_expected(flag, "--measure with it (it sets how the launch is timed)", "no --measure");
   }

@@ -44,11 +44,12 @@ def kernel_timing_figures(t):
     med = lambda v: sorted(v)[len(v) // 2]
     groups = {}
     for l in t["launches"]:
-        groups.setdefault((l["k_format"], l["block_size"]), []).append(l)
+        heads = f"{l['n_heads']}/{l['kv_heads']} heads of {l['head_dim']}"
+        groups.setdefault((heads, l["k_format"], l["block_size"]), []).append(l)
     by_config = []
-    for (fmt, block), ls in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (heads, fmt, block), ls in sorted(groups.items()):
         by_config.append({
-            "format": fmt, "block_size": block, "launches": len(ls),
+            "heads": heads, "format": fmt, "block_size": block, "launches": len(ls),
             "median_us": med([l["ms"] * 1e3 for l in ls]),
             "median_kv_bytes": med([l["kv_bytes"] for l in ls]),
             "median_gb_per_s": med([l["kv_bytes"] / l["ms"] / 1e6 for l in ls if l["ms"] > 0] or [0])})
@@ -201,9 +202,9 @@ def main():
         k = record["kernel_timing"]
         md += ["", f"## kernel timing ({k['scenario']}: {k['launches']} launches timed; "
                f"device copy {k['copy_gb_per_s']:.0f} GB/s)", "",
-               "| format | block | launches | median us | K/V read (median) | GB/s (median) |",
-               "|---|---:|---:|---:|---:|---:|"]
-        md += [f"| {r['format']} | {r['block_size']} | {r['launches']} | {r['median_us']:.1f} | "
+               "| heads | format | block | launches | median us | K/V read (median) | GB/s (median) |",
+               "|---|---|---:|---:|---:|---:|---:|"]
+        md += [f"| {r['heads']} | {r['format']} | {r['block_size']} | {r['launches']} | {r['median_us']:.1f} | "
                f"{r['median_kv_bytes']:,} B | {r['median_gb_per_s']:.2f} |" for r in k["by_config"]]
     with open(os.path.join(a.out, "gpu-check.md"), "w") as f:
         f.write("\n".join(md) + "\n")

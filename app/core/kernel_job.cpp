@@ -63,6 +63,7 @@ bool KernelJob::start(Request r) {
       view->trace =
           std::make_unique<StepKernelTrace>(trace_next_step(sim, r.layer, r.info->scenario_path));
       steps_done_ = sim.current_step();
+      view->shape = launch_shape(*view->trace);
       const auto n = static_cast<std::uint32_t>(view->trace->summary.blocks.size());
       view->first_k_load.resize(n);
       for (std::uint32_t b = 0; b < n; ++b) {

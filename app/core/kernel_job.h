@@ -29,6 +29,7 @@ struct KernelTraceView {
   // map can then mark them.
   bool same_pool = true;
   std::unique_ptr<StepKernelTrace> trace;
+  LaunchShape shape;  // the trace's launch, as a GPU timing is matched on (launch_shape)
   // Per thread block of the launch: its first K load instruction (none when it read nothing).
   std::vector<std::optional<sim::WarpLoad>> first_k_load;
   std::string error;  // set instead of trace on failure

@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "app/core/theme.h"
-#include "engine/analysis/memory_math.h"
 #include "app/widgets/widgets.h"
+#include "engine/analysis/memory_math.h"
 
 namespace kvscope::ui {
 namespace {
@@ -204,9 +204,9 @@ const KernelTimings* KernelPanel::timings() {
   if (!timings_loaded_) {
     timings_loaded_ = true;
     const char* env = std::getenv("KVSCOPE_GPU_TIMINGS");
-    const std::string path = env != nullptr && *env != '\0'
-                                 ? std::string(env)
-                                 : std::string(KVSCOPE_SOURCE_DIR) + "/assets/gpu/kernel-timings.json";
+    const std::string path = env != nullptr && *env != '\0' ? std::string(env)
+                                                            : std::string(KVSCOPE_SOURCE_DIR) +
+                                                                  "/assets/gpu/kernel-timings.json";
     std::error_code ec;
     if (std::filesystem::exists(path, ec)) {
       try {
@@ -225,17 +225,20 @@ const KernelTimings* KernelPanel::timings() {
 
 // The same launch shape timed on a GPU by the GPU check (attention_timing.h), when it was.
 void KernelPanel::draw_measured(const AppState& state, const StepKernelTrace& t) {
+  measured_text_.clear();
   const KernelTimings* file = timings();
   if (file == nullptr) {
     if (!timings_error_.empty()) warning_text(timings_error_, state.presenter);
     return;
   }
-  const MeasuredLaunch* m = file->find(launch_shape(t));
+  const MeasuredLaunch* m = file->find(view_->shape);
   if (m == nullptr) {
-    ImGui::TextDisabled("GPU: this launch shape was not measured");
+    measured_text_ = "GPU: this launch shape was not measured";
+    ImGui::TextDisabled("%s", measured_text_.c_str());
     item_tooltip(cat({"The GPU check times ", file->scenario,
                       "'s launches in every format and block size offered here, on stories260K "
-                      "and SmolLM2 (", file->device, ", ", file->date.substr(0, 10),
+                      "and SmolLM2 (",
+                      file->device, ", ", file->date.substr(0, 10),
                       "); this step's queries, formats or heads differ from all of them. "
                       "kvscope trace kernel --measure times any launch on a GPU."})
                      .c_str());
@@ -245,29 +248,31 @@ void KernelPanel::draw_measured(const AppState& state, const StepKernelTrace& t)
   const double gb_per_s = m->ms > 0.0 ? bytes / m->ms / 1e6 : 0.0;
   char rate[48];
   std::snprintf(rate, sizeof rate, "%.1f GB/s", gb_per_s);
-  std::string line = cat({"On an ", file->device, ": ", format_time(m->ms / 1e3),
-                          " for this launch, ", rate});
+  std::string line =
+      cat({"GPU (", file->device, "): ", format_time(m->ms / 1e3), " for this launch, ", rate});
   if (file->copy_gb_per_s > 0.0) {
-    line.append(cat({" (", format_percent(gb_per_s / file->copy_gb_per_s, 1),
-                     " of a device copy)"}));
+    line.append(
+        cat({" (", format_percent(gb_per_s / file->copy_gb_per_s, 1), " of a device copy)"}));
   }
   ImGui::TextWrapped("%s", line.c_str());
+  measured_text_ = line;
   char copy[64] = "";
-  if (file->copy_gb_per_s > 0.0)
-    std::snprintf(copy, sizeof copy, "%.0f GB/s", file->copy_gb_per_s);
+  if (file->copy_gb_per_s > 0.0) std::snprintf(copy, sizeof copy, "%.0f GB/s", file->copy_gb_per_s);
   const bool small = file->copy_gb_per_s > 0.0 && gb_per_s < 0.05 * file->copy_gb_per_s;
-  item_tooltip(cat(
-      {"Measured by the GPU check (", file->date.substr(0, 10), ", commit ", file->commit,
-       "): the same launch shape (formats, block size, heads and every query's context) issued ",
-       num(m->repeats), " times back to back, the median of ", num(m->rounds),
-       " rounds; fastest ", format_time(m->ms_min / 1e3), ". The rate is the ",
-       format_bytes(bytes), " the emulator counts over that time; a device-to-device copy ran at ",
-       copy[0] != '\0' ? copy : "-",
-       " in the same run.",
-       small ? " A launch this small is bound by its latency (starting the grid, the reduction), "
-               "not by memory: the transactions above are what would count at scale."
-             : ""})
-                   .c_str());
+  item_tooltip(
+      cat({"Measured by the GPU check (", file->date.substr(0, 10), ", commit ", file->commit,
+           "): the same launch shape (formats, block size, heads and every query's context) "
+           "issued ",
+           num(m->repeats), " times back to back, the median of ", num(m->rounds),
+           " rounds; fastest ", format_time(m->ms_min / 1e3), ". The rate is the ",
+           format_bytes(bytes),
+           " the emulator counts over that time; a device-to-device copy ran at ",
+           copy[0] != '\0' ? copy : "-", " in the same run.",
+           small
+               ? " A launch this small is bound by its latency (starting the grid, the reduction), "
+                 "not by memory: the transactions above are what would count at scale."
+               : ""})
+          .c_str());
 }
 
 void KernelPanel::draw_grid(AppState& state) {

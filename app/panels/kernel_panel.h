@@ -12,8 +12,8 @@
 #include <string>
 
 #include "app/core/kernel_job.h"
-#include "kernels/backend/attention_timing.h"
 #include "app/panels/panel.h"
+#include "kernels/backend/attention_timing.h"
 
 namespace kvscope::ui {
 
@@ -31,6 +31,8 @@ class KernelPanel final : public Panel {
   void set_layer(int layer) { layer_ = layer; }
   void set_format(const std::optional<KvFormat>& f) { format_ = f; }
   void set_block_size(std::optional<int> b) { block_ = b; }
+  // The line drawn about the GPU's time for the launch shown ("" when none was drawn).
+  const std::string& measured_text() const { return measured_text_; }
   // The GPU timings shown beside the emulator's bytes instead of the shipped file's.
   void set_timings(std::optional<KernelTimings> t) {
     timings_ = std::move(t);
@@ -78,6 +80,7 @@ class KernelPanel final : public Panel {
   std::optional<KernelTimings> timings_;
   bool timings_loaded_ = false;
   std::string timings_error_;
+  std::string measured_text_;
 };
 
 }  // namespace kvscope::ui

@@ -31,9 +31,9 @@ double number(const nlohmann::json& o, const std::string& key, const std::string
   return v;
 }
 long integer(const nlohmann::json& o, const std::string& key, const std::string& at) {
-  return field(o, key, at, "an integer >= 0", [](const nlohmann::json& x) {
-           return x.is_number_integer() && x.get<long>() >= 0;
-         }).get<long>();
+  return field(o, key, at, "an integer >= 0",
+               [](const nlohmann::json& x) { return x.is_number_integer() && x.get<long>() >= 0; })
+      .get<long>();
 }
 int small_int(const nlohmann::json& o, const std::string& key, const std::string& at) {
   const long v = integer(o, key, at);
@@ -110,12 +110,25 @@ nlohmann::json kernel_timings_json(const KernelTimings& t) {
           {"launches", std::move(launches)}};
 }
 
+void write_kernel_timings(std::ostream& o, const KernelTimings& t) {
+  nlohmann::json j = kernel_timings_json(t);
+  nlohmann::json launches = std::move(j["launches"]);
+  j.erase("launches");
+  o << "{\n";
+  for (const auto& [key, value] : j.items())
+    o << " " << nlohmann::json(key).dump() << ": " << value.dump() << ",\n";
+  o << " \"launches\": [";
+  for (std::size_t i = 0; i < launches.size(); ++i)
+    o << (i > 0 ? ",\n  " : "\n  ") << launches[i].dump();
+  o << (launches.empty() ? "]\n}\n" : "\n ]\n}\n");
+}
+
 KernelTimings parse_kernel_timings(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) fail_expected(where, "a JSON object (kernel timings)", j.type_name());
   const auto version = j.find("kvscope_kernel_timings");
   if (version == j.end() || *version != kFormatVersion) {
-    fail_expected(where + ": kvscope_kernel_timings", "format version " +
-                                                          std::to_string(kFormatVersion),
+    fail_expected(where + ": kvscope_kernel_timings",
+                  "format version " + std::to_string(kFormatVersion),
                   version == j.end() ? "no such field" : version->dump());
   }
   KernelTimings t;
@@ -127,8 +140,8 @@ KernelTimings parse_kernel_timings(const nlohmann::json& j, const std::string& w
   t.commit = text(j, "commit", where);
   t.scenario = text(j, "scenario", where);
   t.copy_gb_per_s = number(j, "copy_gb_per_s", where);
-  const nlohmann::json& ls = field(j, "launches", where, "an array",
-                                   [](const nlohmann::json& x) { return x.is_array(); });
+  const nlohmann::json& ls =
+      field(j, "launches", where, "an array", [](const nlohmann::json& x) { return x.is_array(); });
   for (std::size_t i = 0; i < ls.size(); ++i) {
     const std::string at = where + ": launches[" + std::to_string(i) + "]";
     const nlohmann::json& o = ls[i];

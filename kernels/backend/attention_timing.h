@@ -17,6 +17,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,8 @@ struct AttentionTiming {
   bool timed = false;
   bool per_query = false;  // the step took one launch per query: not timed
   LaunchShape shape;
-  long kv_slots = 0;  // distinct (block, offset) slots the launch reads
-  long kv_bytes = 0;  // their K and V bytes in the pool's formats, scales included
+  long kv_slots = 0;             // distinct (block, offset) slots the launch reads
+  long kv_bytes = 0;             // their K and V bytes in the pool's formats, scales included
   std::vector<double> round_ms;  // per launch, each round (the round's time / repeats)
   double copy_gb_per_s = 0.0;    // the copy's bytes read per second (filled once)
 };
@@ -91,6 +92,8 @@ struct KernelTimings {
 MeasuredLaunch measured_launch(const AttentionTiming& t, int step);
 
 nlohmann::json kernel_timings_json(const KernelTimings& t);
+// kernel_timings_json laid out one launch a line (a GPU check's file holds thousands).
+void write_kernel_timings(std::ostream& o, const KernelTimings& t);
 // Throws kvscope::Error naming `where` and the field for a file not in this format.
 KernelTimings parse_kernel_timings(const nlohmann::json& j, const std::string& where);
 KernelTimings load_kernel_timings(const std::string& path);

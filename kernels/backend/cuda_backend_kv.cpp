@@ -145,8 +145,8 @@ void CudaBackend::time_batch_attention(AttentionTiming& t, const AttentionShape&
                                        const std::function<void()>& launch) {
   const KvLayout& L = queries.front().view.storage->layout();
   const int B = L.block_size;
-  t.shape = LaunchShape{L.k_format.name(), L.v_format.name(), B, shape.n_heads, shape.kv_heads,
-                        shape.head_dim, {}};
+  t.shape = LaunchShape{L.k_format.name(), L.v_format.name(), B, shape.n_heads,
+                        shape.kv_heads,    shape.head_dim,    {}};
   std::vector<std::pair<std::uint32_t, int>> slots;  // (physical block, offset) read
   for (const AttentionQuery& a : queries) {
     t.shape.contexts.push_back(a.view.num_slots);
@@ -161,9 +161,8 @@ void CudaBackend::time_batch_attention(AttentionTiming& t, const AttentionShape&
   const int repeats = std::max(1, t.repeats);
   const auto round = [&] {
     return ops_->time_ms([&] {
-             for (int r = 0; r < repeats; ++r) launch();
-           }) /
-           repeats;
+      for (int r = 0; r < repeats; ++r) launch();
+    }) / repeats;
   };
   round();  // warm: the first launches of a shape pay for caches and clocks
   t.round_ms.clear();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <imgui.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -113,6 +114,51 @@ TEST(KernelPanel, TracesTheStepShownAsADirectTraceDoesAndLinksTheBlockPool) {
   // Its thread-per-slot K loads: each lane in another row, far from coalesced.
   const sim::Traffic& k4 = v4->trace->summary.by_what[sim::kTraceKCodes];
   EXPECT_LT(k4.ideal_sectors * 4, k4.sectors);
+}
+
+// The GPU's time for the launch shown: the GPU check's shipped file holds kernel-coalescing.json's
+// launches as `kvscope trace kernel --measure` ran them, and the panel's own re-run of that
+// scenario meets the same shapes (its queries and contexts); a file without the shape says so.
+TEST(KernelPanel, StatesTheGpusTimeForTheSameLaunchShape) {
+  HeadlessImGui imgui(ImVec2(1000, 800));
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("kernel-coalescing.json"));
+  run->wait();
+  AppState state(run->make_source());
+  state.set_step(40);
+  KernelPanel panel;
+  ImGui::GetIO().MousePos = ImVec2(-1, -1);
+  const KernelTraceView* v = traced(panel, state, "step 40");
+  ASSERT_NE(v, nullptr);
+  ASSERT_NE(v->trace, nullptr) << v->error;
+  EXPECT_EQ(v->shape, launch_shape(*v->trace));
+  const std::string& shipped = panel.measured_text();
+  EXPECT_EQ(shipped.rfind("GPU (NVIDIA ", 0), 0u) << shipped;
+  EXPECT_NE(shipped.find(" for this launch, "), std::string::npos) << shipped;
+
+  KernelTimings mine;
+  mine.device = "Test GPU";
+  mine.copy_gb_per_s = 1000.0;
+  MeasuredLaunch m;
+  m.shape = v->shape;
+  m.kv_bytes = v->trace->summary.kv_unique_bytes;
+  m.ms = 0.01;
+  m.ms_min = 0.009;
+  mine.add(m);
+  panel.set_timings(mine);
+  frame(panel, state, "own timings");
+  // The rate is the emulator's distinct bytes over the GPU's time.
+  char rate[48];
+  std::snprintf(rate, sizeof rate, "%.1f GB/s",
+                static_cast<double>(v->trace->summary.kv_unique_bytes) / 0.01 / 1e6);
+  EXPECT_EQ(panel.measured_text().rfind(
+                std::string("GPU (Test GPU): 10.0 us for this launch, ") + rate, 0),
+            0u)
+      << panel.measured_text();
+
+  mine.launches.front().shape.contexts.push_back(1);  // another launch
+  panel.set_timings(mine);
+  frame(panel, state, "shape not measured");
+  EXPECT_EQ(panel.measured_text(), "GPU: this launch shape was not measured");
 }
 
 TEST(KernelPanel, ARecordingHasNothingToReRun) {
