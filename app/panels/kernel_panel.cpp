@@ -282,7 +282,9 @@ void KernelPanel::draw_grid(AppState& state) {
   const Palette& pal = palette(state.presenter);
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const float label_w = ImGui::CalcTextSize("q00 req 000").x + 8.0f;
-  const float avail_w = ImGui::GetContentRegionAvail().x - label_w;
+  // Past 8 rows the grid scrolls, and its scrollbar takes its width from the cells'.
+  const float scrollbar = rows > 8 ? ImGui::GetStyle().ScrollbarSize : 0.0f;
+  const float avail_w = ImGui::GetContentRegionAvail().x - label_w - scrollbar;
   const float cell_w = std::max(
       6.0f, std::min(avail_w / static_cast<float>(std::max(1, cols)), ImGui::GetFontSize() * 7.0f));
   // Taller cells where the panel has room (up to 2.5 lines), at most ~8 rows before the grid

@@ -5,6 +5,7 @@
 // the paged kernel. A recording has nothing to re-run, and says so.
 #include <gtest/gtest.h>
 #include <imgui.h>
+#include <imgui_internal.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -159,6 +160,32 @@ TEST(KernelPanel, StatesTheGpusTimeForTheSameLaunchShape) {
   panel.set_timings(mine);
   frame(panel, state, "shape not measured");
   EXPECT_EQ(panel.measured_text(), "GPU: this launch shape was not measured");
+}
+
+// A prefill step's many queries make the grid taller than it is shown, and it scrolls: its
+// scrollbar comes out of the cells' width, not past the window's edge.
+TEST(KernelPanel, AScrollingGridFitsItsWidth) {
+  HeadlessImGui imgui(ImVec2(1000, 800));
+  std::unique_ptr<RunSession> run = RunSession::open(scenario("kernel-coalescing.json"));
+  run->wait();
+  AppState state(run->make_source());
+  state.set_step(0);  // two prompts' prefill: 22 queries, one row each
+  KernelPanel panel;
+  const KernelTraceView* v = traced(panel, state, "step 0");
+  ASSERT_NE(v, nullptr);
+  ASSERT_NE(v->trace, nullptr) << v->error;
+  ASSERT_GT(v->trace->summary.grid.y, 8u);
+  // Narrow, so that the cells take the whole width (ImGui sizes a window's content a frame late).
+  for (int f = 0; f < 2; ++f)
+    test::draw_panel_alone(panel, state, "kernel", ImVec2(420, 800), "step 0, narrow");
+  int grids = 0;
+  for (ImGuiWindow* w : ImGui::GetCurrentContext()->Windows) {
+    if (!w->WasActive || std::string(w->Name).find("/##grid_") == std::string::npos) continue;
+    ++grids;
+    EXPECT_TRUE(w->ScrollbarY);
+    EXPECT_LE(w->ContentSize.x, w->WorkRect.GetWidth() + 1.0f) << w->Name;
+  }
+  EXPECT_EQ(grids, 1);
 }
 
 TEST(KernelPanel, ARecordingHasNothingToReRun) {
