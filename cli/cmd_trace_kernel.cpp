@@ -64,7 +64,10 @@ Measuring on a GPU instead (the figure the Kernel panel states beside the emulat
                     file says so; for tests)
   --commit C        the commit measured, recorded in the file (default "unknown")
 
-Not traced: MLA's latent kernels, contexts past 4,096 slots (one launch per query), the KV write.
+The KV write launches of the layer (each new token's K and V rows stored into its slot) are
+traced too: the block each writes and its stores' transactions.
+
+Not traced: MLA's latent kernels, contexts past 4,096 slots (one launch per query).
 See docs/concepts/paged-attention-kernel.md.
 )";
 
@@ -201,6 +204,28 @@ void print_summary(const StepKernelTrace& t, const std::string& label) {
   for (std::size_t i = 0; i < t.reduce.size(); ++i)
     std::printf("  then %s, grid %u x %u: the splits combined\n", t.reduce_kernels[i].c_str(),
                 t.reduce[i].x, t.reduce[i].y);
+  if (!t.writes.empty()) {
+    const auto& w0 = t.writes.front();
+    const sim::Traffic& s = t.write_total;
+    std::printf(
+        "  before it, KV write: %zu launches of %s (grid %u x %u, %u threads), one per new %s: "
+        "%s written in %s transactions of 32 B (%s of the bytes moved used); ideal %s\n",
+        t.writes.size(), w0.kernel.c_str(), w0.grid.x, w0.grid.y, w0.block.x,
+        w0.kernel == "kv_write_groups_kernel" ? "token and row" : "token",
+        human_bytes(static_cast<double>(s.distinct_bytes)).c_str(), with_commas(s.sectors).c_str(),
+        percent(s.distinct_bytes, s.bytes_moved()).c_str(), with_commas(s.ideal_sectors).c_str());
+    const std::size_t shown = std::min<std::size_t>(t.writes.size(), 8);
+    for (std::size_t i = 0; i < shown; ++i) {
+      const auto& w = t.writes[i];
+      std::printf(
+          "    request %s, slot %d -> block %d row %d (%s): %s in %s transactions, ideal %s\n",
+          w.request >= 0 ? std::to_string(w.request).c_str() : "?", w.slot, w.kv_block,
+          t.block_size > 0 ? w.slot % t.block_size : 0, w.rows.c_str(),
+          human_bytes(static_cast<double>(w.stores.distinct_bytes)).c_str(),
+          with_commas(w.stores.sectors).c_str(), with_commas(w.stores.ideal_sectors).c_str());
+    }
+    if (t.writes.size() > shown) std::printf("    ... %zu more\n", t.writes.size() - shown);
+  }
 }
 
 std::string contexts_text(const std::vector<int>& contexts) {

@@ -200,6 +200,61 @@ void KernelPanel::draw_summary(const AppState& state) {
   draw_measured(state, t);
 }
 
+// The layer's KV write launches before the attention: one per new token (a row each for int4 and
+// int2), each hoverable to mark the block it wrote.
+void KernelPanel::draw_writes(AppState& state) {
+  const StepKernelTrace& t = *view_->trace;
+  if (t.writes.empty()) return;
+  const StepKernelTrace::KvWrite& w0 = t.writes.front();
+  const bool rows = w0.kernel == "kv_write_groups_kernel";
+  const sim::Traffic& s = t.write_total;
+  ImGui::TextWrapped(
+      "Before it, the KV write: %zu launches of %s (grid %u x %u), %s stored in %s "
+      "transactions (ideal %s, %s of the bytes moved used)",
+      t.writes.size(), w0.kernel.c_str(), w0.grid.x, w0.grid.y,
+      format_bytes(static_cast<double>(s.distinct_bytes)).c_str(),
+      format_count(static_cast<double>(s.sectors)).c_str(),
+      format_count(static_cast<double>(s.ideal_sectors)).c_str(),
+      format_percent(s.used_share(), 0).c_str());
+  item_tooltip(rows ? "A launch per new token and row (K, then V): one warp packs the row's 4- or "
+                      "2-bit codes and its groups' scales and zeros into the token's slot. Below: "
+                      "each launch's request, block and row in it; hover one to mark its block"
+                    : "A launch per new token: a warp per KV head (columns) and K or V (rows) "
+                      "quantizes the head's values into the token's slot of its block; a head's "
+                      "few bytes still take a whole 32-byte sector. Below: each launch's request, "
+                      "block and row in it; hover one to mark its block");
+  const std::size_t shown = std::min<std::size_t>(t.writes.size(), 16);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const StepKernelTrace::KvWrite& w = t.writes[i];
+    std::string chip = w.request >= 0 ? cat({"req ", num(w.request)}) : std::string("req ?");
+    chip.append(cat({" -> block ", num(w.kv_block), ":", num(w.slot % std::max(1, t.block_size))}));
+    if (rows) chip.append(cat({" ", w.rows}));
+    if (i > 0) flow_same_line(ImGui::CalcTextSize(chip.c_str()).x);
+    ImGui::TextDisabled("%s", chip.c_str());
+    if (!ImGui::IsItemHovered()) continue;
+    if (view_->same_pool) {
+      state.kernel_blocks = {w.kv_block};
+      state.kernel_request = w.request;
+      state.kernel_blocks_frame = ImGui::GetFrameCount();
+    }
+    ImGui::BeginTooltip();
+    ImGui::Text("request %d's token at slot %d: %s into block %d, row %d", w.request, w.slot,
+                w.rows.c_str(), w.kv_block, w.slot % std::max(1, t.block_size));
+    ImGui::Text("%s stored in %s warp stores: %s transactions of 32 B, ideal %s",
+                format_bytes(static_cast<double>(w.stores.distinct_bytes)).c_str(),
+                format_count(static_cast<double>(w.stores.loads)).c_str(),
+                format_count(static_cast<double>(w.stores.sectors)).c_str(),
+                format_count(static_cast<double>(w.stores.ideal_sectors)).c_str());
+    ImGui::EndTooltip();
+  }
+  if (t.writes.size() > shown) {
+    const std::string more =
+        cat({"and ", num(static_cast<long>(t.writes.size() - shown)), " more"});
+    flow_same_line(ImGui::CalcTextSize(more.c_str()).x);
+    ImGui::TextDisabled("%s", more.c_str());
+  }
+}
+
 const KernelTimings* KernelPanel::timings() {
   if (!timings_loaded_) {
     timings_loaded_ = true;
@@ -532,6 +587,7 @@ void KernelPanel::draw(AppState& state) {
     ImGui::TextDisabled("showing step %d's trace", view_->ui_step);
   draw_summary(state);
   draw_grid(state);
+  draw_writes(state);
   draw_warp(state);
 }
 

@@ -57,6 +57,7 @@ class KernelPanel final : public Panel {
   void poll(AppState& state, const std::shared_ptr<const RunInfo>& info);
   void draw_summary(const AppState& state);
   void draw_measured(const AppState& state, const StepKernelTrace& t);
+  void draw_writes(AppState& state);
   // The GPU check's timings (KVSCOPE_GPU_TIMINGS, else assets/gpu/kernel-timings.json), loaded
   // on first use; nullptr when there are none.
   const KernelTimings* timings();

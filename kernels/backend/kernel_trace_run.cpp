@@ -18,6 +18,9 @@ bool is_attention(const std::string& k) {
 bool is_reduce(const std::string& k) {
   return k == "paged_attention_reduce_kernel" || k == "decode_reduce_kernel";
 }
+bool is_write(const std::string& k) {
+  return k == "kv_write_kernel" || k == "kv_write_groups_kernel";
+}
 
 using Tables = std::vector<StepKernelTrace::Table>;
 
@@ -109,6 +112,7 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
       if (mine) last_attention = index;
       return mine;
     }
+    if (is_write(kernel)) return attention_seen == layer;  // the layer's, before its attention
     return is_reduce(kernel) && last_attention >= 0 && index == last_attention + 1;
   };
   bool stepped = false;
@@ -136,10 +140,13 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
                            std::to_string(r.max_accesses) +
                            " values, too many to trace: trace a decode step, or a shorter prompt");
   }
+  std::vector<sim::TraceLaunch> writes;
   for (sim::TraceLaunch& l : r.launches) {
     if (!l.recorded) continue;
     if (is_attention(l.kernel)) {
       out.launch = std::move(l);
+    } else if (is_write(l.kernel)) {
+      writes.push_back(std::move(l));
     } else {
       out.reduce.push_back(l.grid);
       out.reduce_kernels.push_back(l.kernel);
@@ -161,6 +168,32 @@ StepKernelTrace trace_next_step(Simulator& sim, int layer, const std::string& wh
   for (const sim::TraceRole& role : out.launch.roles)
     out.query_request[static_cast<std::size_t>(role.query)] =
         match_request(role.table, during, before);
+  for (const sim::TraceLaunch& l : writes) {
+    const sim::KernelTrace k = sim::summarize_launch(l);
+    StepKernelTrace::KvWrite w;
+    w.kernel = l.kernel;
+    w.grid = l.grid;
+    w.block = l.block;
+    bool k_row = false, v_row = false;
+    for (const sim::ThreadBlockTrace& tb : k.blocks) {
+      w.stores += tb.kv;
+      w.table += tb.table;
+      if (!tb.role) continue;
+      (tb.role->row == 1 ? v_row : k_row) = true;
+      w.slot = tb.role->slot_begin;
+      if (!tb.kv_blocks.empty()) w.kv_block = tb.kv_blocks.front();
+      if (w.request < 0) w.request = match_request(tb.role->table, during, before);
+      if (!tb.stray_blocks.empty()) {
+        throw InternalError("trace kernel", l.kernel + " stored into block " +
+                                                std::to_string(tb.stray_blocks.front()) +
+                                                ", not the one its table gives slot " +
+                                                std::to_string(w.slot));
+      }
+    }
+    w.rows = k_row && v_row ? "K and V" : v_row ? "V" : "K";
+    out.write_total += w.stores;
+    out.writes.push_back(std::move(w));
+  }
   std::set<int> listed;
   for (const auto& t : during) {
     out.block_tables.push_back(t);
@@ -238,6 +271,31 @@ nlohmann::json kernel_trace_json(const StepKernelTrace& t, std::size_t warp_samp
   nlohmann::json reduce = nlohmann::json::array();
   for (std::size_t i = 0; i < t.reduce.size(); ++i)
     reduce.push_back({{"kernel", t.reduce_kernels[i]}, {"grid", dim_json(t.reduce[i])}});
+  nlohmann::json writes = nlohmann::json::array();
+  for (const StepKernelTrace::KvWrite& w : t.writes) {
+    nlohmann::json j = traffic_json(w.stores);
+    j.erase("bytes_read");
+    j["bytes_written"] = w.stores.distinct_bytes;
+    j["warp_stores"] = j["warp_loads"];
+    j.erase("warp_loads");
+    writes.push_back({{"kernel", w.kernel},
+                      {"grid", dim_json(w.grid)},
+                      {"block", dim_json(w.block)},
+                      {"seq", w.request >= 0 ? nlohmann::json(w.request) : nlohmann::json(nullptr)},
+                      {"slot", w.slot},
+                      {"kv_block", w.kv_block},
+                      {"offset", t.block_size > 0 ? w.slot % t.block_size : 0},
+                      {"rows", w.rows},
+                      {"stores", j},
+                      {"table", traffic_json(w.table)}});
+  }
+  nlohmann::json write_total = traffic_json(t.write_total);
+  write_total.erase("bytes_read");
+  write_total["bytes_written"] = t.write_total.distinct_bytes;
+  write_total["warp_stores"] = write_total["warp_loads"];
+  write_total.erase("warp_loads");
+  write_total["launches"] = t.writes.size();
+  totals["kv_write"] = write_total;
   return {{"step", t.step},
           {"layer", t.layer},
           {"layers", t.layers},
@@ -255,6 +313,7 @@ nlohmann::json kernel_trace_json(const StepKernelTrace& t, std::size_t warp_samp
           {"totals", totals},
           {"by_what", by_what},
           {"reduce", reduce},
+          {"kv_writes", writes},
           {"warp_sample", sample},
           {"transaction_bytes", 32},
           {"line_bytes", 128}};

@@ -1,8 +1,9 @@
 // One engine step's attention launch traced on the emulated device (issue #45): the Simulator,
 // built with the CUDA backend on the SIMT emulator (--backend cuda-sim), runs its next step with
-// a memory recorder installed (kernels/sim/memory_trace.h) for one layer's attention launch, and
-// the launch is summarized (kernels/sim/kernel_trace.h) with each of its queries named by the
-// request it belongs to. kvscope trace kernel writes it as kernel_trace.json (kernel_trace_json).
+// a memory recorder installed (kernels/sim/memory_trace.h) for one layer's attention launch and
+// the KV write launches before it, and the launches are summarized (kernels/sim/kernel_trace.h)
+// with each of its queries, and each token written, named by the request it belongs to. kvscope
+// trace kernel writes it as kernel_trace.json (kernel_trace_json).
 #pragma once
 
 #include <cstddef>
@@ -36,6 +37,21 @@ struct StepKernelTrace {
   std::vector<Table> block_tables;
   std::string k_format, v_format;
   int block_size = 0, n_heads = 0, kv_heads = 0, head_dim = 0;
+
+  // The layer's KV write launches before its attention: one per new token of the step (two for
+  // int4 / int2, a row each), each storing the token's K and V rows into its slot.
+  struct KvWrite {
+    std::string kernel;
+    sim::dim3 grid, block;
+    int request = -1;     // whose token (-1: none matched)
+    int slot = 0;         // the token's slot in its sequence
+    int kv_block = -1;    // the physical block written
+    std::string rows;     // "K and V", "K" or "V"
+    sim::Traffic stores;  // codes and scales written (warp stores, sectors, ideal)
+    sim::Traffic table;   // the block-table entry read
+  };
+  std::vector<KvWrite> writes;
+  sim::Traffic write_total;  // the stores of every write launch
 };
 
 // Runs `sim`'s next step, recording layer `layer`'s attention launch. Throws kvscope::Error

@@ -113,6 +113,8 @@ KVS_DEVICE std::uint16_t bf16_bits(float x) {
 // The memory trace (kernels/sim/memory_trace.h) records nothing on a GPU.
 KVS_DEVICE void trace_load(const void*, unsigned, unsigned, int, std::uint64_t) {}
 KVS_DEVICE void trace_role(int, int, int, int, int, int, int, const int*, int, int) {}
+KVS_DEVICE void trace_write_role(int, int, int, const int*, int) {}
+KVS_DEVICE void trace_store(const void*, unsigned, unsigned, int, std::uint64_t) {}
 }  // namespace kvscope::simt
 
 #else  // g++: the SIMT emulator
@@ -222,6 +224,14 @@ inline void trace_role(int query, int kv_head, int split, int head_first, int he
   if (sim::recording())
     sim::trace_role(query, kv_head, split, head_first, heads, slot_begin, slot_end, table,
                     num_slots, block_size);
+}
+// A store, recorded as a load is (a write kernel's traffic is its stores).
+inline void trace_store(const void* p, unsigned bytes, unsigned what, int tile, std::uint64_t key) {
+  if (sim::recording()) sim::trace_access(p, bytes, what, tile, key);
+}
+// A KV write's thread block: row (0 K, 1 V) of `slot`, KV head kv_head (-1: the whole row).
+inline void trace_write_role(int row, int kv_head, int slot, const int* table, int block_size) {
+  if (sim::recording()) sim::trace_write_role(row, kv_head, slot, table, block_size);
 }
 }  // namespace kvscope::simt
 

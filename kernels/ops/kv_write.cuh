@@ -15,19 +15,29 @@ KVS_KERNELS_BEGIN
 
 // Head `head` of a token's row x (kv_heads x head_dim values; x points at the whole row) into
 // row `offset` of `tile`, for the per-head formats (not int4 / int2). Called by a whole warp.
+// The memory trace (kernels/sim/memory_trace.h) records its stores as `trace_what` (K or V codes;
+// the scales the next value) of physical block `trace_tile` (-1: not traced).
 KVS_DEVICE void store_head(const KvTiles& t, unsigned char* tile, int offset, int block_size,
-                           int head, const float* row, int kv_heads, int head_dim) {
+                           int head, const float* row, int kv_heads, int head_dim,
+                           int trace_tile = -1, unsigned trace_what = simt::kTraceKCodes) {
   const float* x = row + static_cast<long>(head) * head_dim;
   const int kv_dim = kv_heads * head_dim;
   const long first = static_cast<long>(offset) * kv_dim + static_cast<long>(head) * head_dim;
   const int lane = static_cast<int>(simt::lane());
   if (!kv_has_scale(t.code)) {
     for (int i = lane; i < head_dim; i += 32) {
-      if (t.code == kKvF32)
+      if (t.code == kKvF32) {
         reinterpret_cast<float*>(tile)[first + i] = x[i];
-      else
+        if (trace_tile >= 0)
+          simt::trace_store(reinterpret_cast<float*>(tile) + first + i, 4, trace_what, trace_tile,
+                            simt::trace_key(40, i / 32, 0));
+      } else {
         reinterpret_cast<std::uint16_t*>(tile)[first + i] =
             t.code == kKvF16 ? f16_saturating(x[i]) : bf16_saturating(x[i]);
+        if (trace_tile >= 0)
+          simt::trace_store(reinterpret_cast<std::uint16_t*>(tile) + first + i, 2, trace_what,
+                            trace_tile, simt::trace_key(40, i / 32, 0));
+      }
     }
     return;
   }
@@ -44,6 +54,9 @@ KVS_DEVICE void store_head(const KvTiles& t, unsigned char* tile, int offset, in
   if (lane == 0) {
     auto* scales = reinterpret_cast<std::uint16_t*>(tile + static_cast<long>(block_size) * kv_dim);
     scales[static_cast<long>(offset) * kv_heads + head] = stored;
+    if (trace_tile >= 0)
+      simt::trace_store(scales + static_cast<long>(offset) * kv_heads + head, 2, trace_what + 1,
+                        trace_tile, simt::trace_key(41, 0, 0));
   }
   for (int i = lane; i < head_dim; i += 32) {
     if (int8) {
@@ -54,13 +67,17 @@ KVS_DEVICE void store_head(const KvTiles& t, unsigned char* tile, int offset, in
     } else {
       tile[first + i] = fp8_encode(scale > 0.0f ? x[i] / scale : 0.0f, e4m3);
     }
+    if (trace_tile >= 0)
+      simt::trace_store(tile + first + i, 1, trace_what, trace_tile,
+                        simt::trace_key(40, i / 32, 0));
   }
 }
 
 // A token's whole row x [kv_dim] into row `offset` of `tile`, for int4 / int2. Called by the whole
 // block (it has a block barrier).
 KVS_DEVICE void store_groups(const KvTiles& t, unsigned char* tile, int offset, int block_size,
-                             const float* x, int kv_dim) {
+                             const float* x, int kv_dim, int trace_tile = -1,
+                             unsigned trace_what = simt::kTraceKCodes) {
   const int bits = kv_code_bits(t.code), per_byte = 8 / bits, g = t.group;
   const int groups = kv_dim / g;
   const float levels = static_cast<float>((1 << bits) - 1);
@@ -68,8 +85,12 @@ KVS_DEVICE void store_groups(const KvTiles& t, unsigned char* tile, int offset, 
   auto* meta = reinterpret_cast<std::uint16_t*>(tile + static_cast<long>(block_size) * row_bytes +
                                                 static_cast<long>(offset) * groups * 4);
   const int tid = static_cast<int>(simt::tid_x()), nt = static_cast<int>(simt::bdim_x());
-  for (int k = tid; k < groups; k += nt)  // each group's scale and zero
+  for (int k = tid; k < groups; k += nt) {  // each group's scale and zero
     asym_fit(x + static_cast<long>(k) * g, g, 1, levels, &meta[2 * k], &meta[2 * k + 1]);
+    if (trace_tile >= 0)
+      simt::trace_store(&meta[2 * k], 4, trace_what + 1, trace_tile,
+                        simt::trace_key(42, (k - tid) / nt, 0));
+  }
   simt::sync_block();  // every group's scale and zero are in place
   unsigned char* codes = tile + static_cast<long>(offset) * row_bytes;
   for (long b = tid; b < row_bytes; b += nt) {
@@ -80,24 +101,44 @@ KVS_DEVICE void store_groups(const KvTiles& t, unsigned char* tile, int offset, 
       byte |= asym_code(x[i], scale, zero, levels) << (j * bits);
     }
     codes[b] = static_cast<unsigned char>(byte);
+    if (trace_tile >= 0)
+      simt::trace_store(codes + b, 1, trace_what, trace_tile,
+                        simt::trace_key(43, (b - tid) / nt, 0));
   }
 }
 
-KVS_GLOBAL void kv_write_kernel(KvTiles k_tiles, KvTiles v_tiles, const int* block_table, int slot,
-                                int block_size, const float* k, const float* v, int kv_heads,
-                                int head_dim) {
-  const bool is_v = simt::bid_y() == 1u;
-  const KvTiles t = is_v ? v_tiles : k_tiles;
-  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
-  store_head(t, tile, slot % block_size, block_size, static_cast<int>(simt::bid_x()), is_v ? v : k,
-             kv_heads, head_dim);
+// The block-table entry a write kernel reads, and what its thread block writes, for the memory
+// trace: row `row` (0 K, 1 V) of `slot`, KV head `head` (-1: the whole row).
+KVS_DEVICE void trace_write(const int* block_table, int slot, int block_size, int row, int head) {
+  simt::trace_load(block_table + slot / block_size, 4, simt::kTraceTable, -1,
+                   simt::trace_key(44, 0, 0));
+  if (simt::tid_x() == 0) simt::trace_write_role(row, head, slot, block_table, block_size);
 }
 
-// int4 / int2: one row (K or V) of the token at `slot`; one warp.
+// Grid (kv_heads, 2): K in y = 0, V in y = 1. Grid (kv_heads, 1): one row, `row` (0 K, 1 V; for
+// the trace: the kernel writes whichever tiles it is given).
+KVS_GLOBAL void kv_write_kernel(KvTiles k_tiles, KvTiles v_tiles, const int* block_table, int slot,
+                                int block_size, const float* k, const float* v, int kv_heads,
+                                int head_dim, int row) {
+  const bool is_v = simt::bid_y() == 1u;
+  const KvTiles t = is_v ? v_tiles : k_tiles;
+  const int block = block_table[slot / block_size];
+  unsigned char* tile = t.base + static_cast<long>(block) * t.tile_bytes;
+  const int head = static_cast<int>(simt::bid_x());
+  const int traced_row = is_v ? 1 : row;
+  trace_write(block_table, slot, block_size, traced_row, head);
+  store_head(t, tile, slot % block_size, block_size, head, is_v ? v : k, kv_heads, head_dim, block,
+             traced_row == 1 ? simt::kTraceVCodes : simt::kTraceKCodes);
+}
+
+// int4 / int2: one row (`row`: 0 K, 1 V) of the token at `slot`; one warp.
 KVS_GLOBAL void kv_write_groups_kernel(KvTiles t, const int* block_table, int slot, int block_size,
-                                       const float* x, int kv_dim) {
-  unsigned char* tile = t.base + static_cast<long>(block_table[slot / block_size]) * t.tile_bytes;
-  store_groups(t, tile, slot % block_size, block_size, x, kv_dim);
+                                       const float* x, int kv_dim, int row) {
+  const int block = block_table[slot / block_size];
+  unsigned char* tile = t.base + static_cast<long>(block) * t.tile_bytes;
+  trace_write(block_table, slot, block_size, row, -1);
+  store_groups(t, tile, slot % block_size, block_size, x, kv_dim, block,
+               row == 1 ? simt::kTraceVCodes : simt::kTraceKCodes);
 }
 
 // Tiles with base == nullptr are skipped (a KIVI kind: its token goes to the group's staging).
@@ -108,7 +149,7 @@ inline void launch_kv_write(const KvTiles& k_tiles, const KvTiles& v_tiles, cons
   const bool both = k_tiles.base != nullptr && v_tiles.base != nullptr;
   if (both && !k_groups && !v_groups) {
     KVS_LAUNCH(kv_write_kernel, simt::Dim3(static_cast<unsigned>(kv_heads), 2), simt::Dim3(32), 0,
-               k_tiles, v_tiles, block_table, slot, block_size, k, v, kv_heads, head_dim);
+               k_tiles, v_tiles, block_table, slot, block_size, k, v, kv_heads, head_dim, 0);
     return;
   }
   // Each row alone, by the kernel of its format (the per-head kernel with grid y = 1 writes K).
@@ -119,10 +160,10 @@ inline void launch_kv_write(const KvTiles& k_tiles, const KvTiles& v_tiles, cons
     if (t.base == nullptr) continue;
     if (kv_grouped(t.code)) {
       KVS_LAUNCH(kv_write_groups_kernel, simt::Dim3(1), simt::Dim3(32), 0, t, block_table, slot,
-                 block_size, x, kv_dim);
+                 block_size, x, kv_dim, kind);
     } else {
       KVS_LAUNCH(kv_write_kernel, simt::Dim3(static_cast<unsigned>(kv_heads), 1), simt::Dim3(32), 0,
-                 t, t, block_table, slot, block_size, x, x, kv_heads, head_dim);
+                 t, t, block_table, slot, block_size, x, x, kv_heads, head_dim, kind);
     }
   }
 }

@@ -113,4 +113,19 @@ void trace_role(int query, int kv_head, int split, int head_first, int heads, in
   t_recorder->role(std::move(r));
 }
 
+void trace_write_role(int row, int kv_head, int slot, const int* table, int block_size) {
+  if (!recording()) return;
+  TraceRole r;
+  r.block = linear_block();
+  r.kv_head = kv_head;
+  r.slot_begin = slot;
+  r.slot_end = slot + 1;
+  r.num_slots = slot + 1;
+  r.block_size = block_size;
+  r.row = row;
+  const int entries = block_size > 0 ? slot / block_size + 1 : 0;
+  r.table.assign(table, table + entries);
+  t_recorder->role(std::move(r));
+}
+
 }  // namespace kvscope::sim

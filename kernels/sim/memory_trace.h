@@ -57,6 +57,9 @@ struct TraceRole {
   int query = 0, kv_head = 0, split = 0, head_first = 0, heads = 0;
   int slot_begin = 0, slot_end = 0, num_slots = 0, block_size = 0;
   std::vector<int> table;
+  // A KV write's thread block (simt::trace_write_role): the row it writes, 0 K or 1 V, of slot
+  // slot_begin (its KV head kv_head; -1 for the whole row); -1 for an attention block.
+  int row = -1;
 };
 
 struct TraceLaunch {
@@ -109,5 +112,6 @@ void trace_launch(const LaunchConfig& config);
 void trace_access(const void* p, unsigned bytes, unsigned what, int tile, std::uint64_t key);
 void trace_role(int query, int kv_head, int split, int head_first, int heads, int slot_begin,
                 int slot_end, const int* table, int num_slots, int block_size);
+void trace_write_role(int row, int kv_head, int slot, const int* table, int block_size);
 
 }  // namespace kvscope::sim

@@ -74,6 +74,13 @@ TEST(KernelPanel, TracesTheStepShownAsADirectTraceDoesAndLinksTheBlockPool) {
   EXPECT_EQ(t.summary.kv.distinct_bytes, want.summary.kv.distinct_bytes);
   EXPECT_EQ(t.query_request, want.query_request);
   ASSERT_EQ(t.summary.blocks.size(), want.summary.blocks.size());
+  // The KV writes before the launch: a token each, into the same blocks.
+  ASSERT_EQ(t.writes.size(), want.writes.size());
+  ASSERT_EQ(t.writes.size(), t.query_request.size());
+  for (std::size_t i = 0; i < t.writes.size(); ++i) {
+    EXPECT_EQ(t.writes[i].kv_block, want.writes[i].kv_block) << "write " << i;
+    EXPECT_EQ(t.writes[i].request, want.writes[i].request) << "write " << i;
+  }
   // The Block pool shows the run's pool: its tables are the trace's.
   for (const StepKernelTrace::Table& table : t.block_tables) {
     const RequestState* r = find_request(state.pool(), table.request);

@@ -80,6 +80,61 @@ TEST(KernelTraceRun, QueriesAreNamedByTheirRequestsAndReadTheirContexts) {
   }
 }
 
+// The layer's KV write launches: each stores its request's new token into the block its table
+// gives that slot, exactly the token's K and V bytes in the format, and (per KV head, one warp
+// each) in the transactions counted here by hand.
+TEST(KernelTraceRun, KvWritesStoreEachNewTokenIntoItsTablesBlock) {
+  for (const char* format : {"fp16", "int8", "int4"}) {
+    const std::string what = format;
+    auto sim = cuda_sim_run("minimal.json", format);
+    sim->run(11);
+    const StepKernelTrace t = trace_next_step(*sim, 1, "test");
+    const bool grouped = what == "int4";
+    // Step 11: four decode queries, so four new tokens (int4: a launch per row, K then V).
+    ASSERT_EQ(t.writes.size(), t.query_request.size() * (grouped ? 2 : 1)) << what;
+    const int kv_dim = t.kv_heads * t.head_dim;
+    long expected_total = 0;
+    for (const StepKernelTrace::KvWrite& w : t.writes) {
+      ASSERT_GE(w.request, 0) << what;
+      // The token written is the one this step computes: its request's last slot.
+      EXPECT_EQ(w.slot, sim->request(w.request).num_computed - 1) << what;
+      const auto table = std::find_if(t.block_tables.begin(), t.block_tables.end(),
+                                      [&](const auto& x) { return x.request == w.request; });
+      ASSERT_NE(table, t.block_tables.end()) << what;
+      ASSERT_LT(static_cast<std::size_t>(w.slot / t.block_size), table->blocks.size()) << what;
+      EXPECT_EQ(w.kv_block, table->blocks[static_cast<std::size_t>(w.slot / t.block_size)])
+          << what << " request " << w.request;
+      long bytes = 0, sectors = 0;
+      if (what == "fp16") {
+        // K and V, 2 bytes a value; each KV head's 8 values are 16 bytes in one sector.
+        EXPECT_EQ(w.rows, "K and V");
+        bytes = 2L * kv_dim * 2;
+        sectors = 2L * t.kv_heads;
+      } else if (what == "int8") {
+        // A byte a value and an fp16 scale per head: each head's codes one store (a sector),
+        // its scale another.
+        EXPECT_EQ(w.rows, "K and V");
+        bytes = 2L * (kv_dim + 2L * t.kv_heads);
+        sectors = 2L * 2 * t.kv_heads;
+      } else {
+        // One row: 4 bits a value and a group's fp16 scale and zero (groups of 32 here).
+        bytes = kv_dim / 2 + 4L * (kv_dim / 32);
+        sectors = 2;  // the codes' 16 bytes, the group's 4
+      }
+      EXPECT_EQ(w.stores.distinct_bytes, bytes) << what;
+      EXPECT_EQ(w.stores.sectors, sectors) << what;
+      EXPECT_EQ(w.stores.ideal_sectors, sectors) << what;
+      expected_total += bytes;
+    }
+    if (grouped) {
+      int k_rows = 0;
+      for (const auto& w : t.writes) k_rows += w.rows == "K" ? 1 : 0;
+      EXPECT_EQ(k_rows * 2, static_cast<int>(t.writes.size()));
+    }
+    EXPECT_EQ(t.write_total.distinct_bytes, expected_total) << what;
+  }
+}
+
 TEST(KernelTraceRun, TracingAStepChangesNoToken) {
   auto plain = cuda_sim_run("minimal.json", "int8");
   plain->run(40);  // steps 1..40
