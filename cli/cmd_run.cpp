@@ -123,6 +123,14 @@ void print_summary(const Simulator& sim, const SimConfig& config, const std::str
       "KV utilization (filled / allocated slots, mean over steps): %.1f%%; blocks used mean %.1f, "
       "peak %d (%.0f%%)\n",
       100.0 * s.mean_utilization, s.mean_blocks_used, s.peak_blocks_used, peak_pct);
+  if (const auto& plan = sim.layer_groups()) {
+    for (const std::string& note : plan->notes) std::printf("layer groups: %s\n", note.c_str());
+    std::printf("peak K/V: %s (%d blocks of %s)\n",
+                format_bytes(static_cast<double>(s.peak_blocks_used) *
+                             static_cast<double>(plan->block_bytes()))
+                    .c_str(),
+                s.peak_blocks_used, format_bytes(static_cast<double>(plan->block_bytes())).c_str());
+  }
   print_prefix_summary(sim, config);
   for (int i = 0; i < sim.num_requests(); ++i) {
     if (sim.request(i).phase == RequestPhase::kRejected) {

@@ -50,6 +50,32 @@ BlockMapPanel::Layout BlockMapPanel::fit_layout(int num_blocks, float width, flo
   return l;
 }
 
+namespace {
+
+// A hybrid run's layer groups by kind (engine/kv/layer_groups.h): full attention, sliding
+// window, state.
+ImU32 group_kind_color(int kind) {
+  switch (kind) {
+    case 1:
+      return IM_COL32(72, 172, 112, 255);
+    case 2:
+      return IM_COL32(168, 110, 204, 255);
+    default:
+      return IM_COL32(78, 138, 220, 255);
+  }
+}
+
+std::string group_text(const PoolState& pool, int g) {
+  const LayerGroupSeen k =
+      static_cast<std::size_t>(g) < pool.groups.size() ? pool.groups[g] : LayerGroupSeen{};
+  std::string s = "group " + std::to_string(g) + ": ";
+  if (k.kind == 1) return s + "sliding window of " + std::to_string(k.window) + " tokens";
+  if (k.kind == 2) return s + "state (one block per sequence)";
+  return s + "full attention";
+}
+
+}  // namespace
+
 ImU32 BlockMapPanel::block_color(const BlockState& b, bool presenter) {
   const Palette& p = palette(presenter);
   switch (b.status) {
@@ -65,6 +91,10 @@ ImU32 BlockMapPanel::block_color(const BlockState& b, bool presenter) {
       break;
   }
   if (b.owner < 0) return p.block_free;
+  if (!group_kinds_.empty()) {  // a hybrid run: owned blocks by their group's kind
+    const auto g = static_cast<std::size_t>(std::max<int>(0, b.group));
+    return group_kind_color(g < group_kinds_.size() ? group_kinds_[g] : 0);
+  }
   if (static_cast<std::size_t>(b.owner) >= owner_colors_.size()) {
     const std::size_t old = owner_colors_.size();
     owner_colors_.resize(static_cast<std::size_t>(b.owner) + 256);
@@ -108,6 +138,11 @@ void BlockMapPanel::refresh_marks(const AppState& state) {
     for (int b : r->blocks) {
       if (b >= 0 && static_cast<std::size_t>(b) < marked_.size()) marked_[b] = 1;
     }
+    // A hybrid run's later layer groups' blocks are not in the request's (first group's) table.
+    const auto& blocks = state.pool().blocks;
+    if (!state.pool().groups.empty())
+      for (std::size_t b = 0; b < blocks.size(); ++b)
+        if (blocks[b].owner == sel && blocks[b].group > 0) marked_[b] = 1;
   }
 }
 
@@ -120,13 +155,39 @@ void BlockMapPanel::draw_legend(const AppState& state) {
     ImGui::SameLine(0, 4);
     ImGui::TextUnformatted(label);
   };
-  // "Owned" shows three sequence colours side by side.
-  for (int i = 0; i < 3; ++i) {
-    swatch(sequence_color(i * 5 + 1));
-    ImGui::SameLine(0, 1);
+  // A hybrid run colours owned blocks by their layer group's kind; others by sequence.
+  group_kinds_.clear();
+  for (const LayerGroupSeen& g : state.pool().groups) group_kinds_.push_back(g.kind);
+  if (!group_kinds_.empty()) {
+    bool seen[3] = {false, false, false};
+    bool first = true;
+    for (std::size_t g = 0; g < state.pool().groups.size(); ++g) {
+      const int kind = group_kinds_[g];
+      if (seen[kind]) continue;
+      seen[kind] = true;
+      const LayerGroupSeen& k = state.pool().groups[g];
+      const std::string label = kind == 1   ? "sliding window " + std::to_string(k.window)
+                                : kind == 2 ? std::string("state")
+                                            : std::string("full attention");
+      if (!first) flow_same_line(swatch_label_width(label.c_str()));
+      first = false;
+      swatch(group_kind_color(kind));
+      ImGui::SameLine(0, 4);
+      ImGui::TextUnformatted(label.c_str());
+      item_tooltip(
+          "A hybrid model's layer groups share this pool (docs/concepts/hybrid-models.md): each "
+          "block is one page in each layer of one group; a sliding-window group's blocks go back "
+          "once its window has passed them, a state group holds one block per sequence");
+    }
+  } else {
+    // "Owned" shows three sequence colours side by side.
+    for (int i = 0; i < 3; ++i) {
+      swatch(sequence_color(i * 5 + 1));
+      ImGui::SameLine(0, 1);
+    }
+    ImGui::SameLine(0, 4);
+    ImGui::TextUnformatted("owned (per sequence)");
   }
-  ImGui::SameLine(0, 4);
-  ImGui::TextUnformatted("owned (per sequence)");
   item(p.block_shared, "shared");
   item(p.block_pinned, "pinned");
   item(p.block_cached, "cached free");
@@ -339,8 +400,13 @@ void BlockMapPanel::tooltip(const AppState& state, int first, int count) const {
   if (b.owner >= 0) {
     swatch(sequence_color(b.owner));
     ImGui::SameLine();
-    ImGui::Text("owner seq %d, logical block %d", b.owner, b.logical);
+    if (b.logical >= 0)
+      ImGui::Text("owner seq %d, logical block %d", b.owner, b.logical);
+    else
+      ImGui::Text("owner seq %d", b.owner);
   }
+  if (!state.pool().groups.empty() && b.owner >= 0)
+    ImGui::TextUnformatted(group_text(state.pool(), b.group).c_str());
   ImGui::Text("ref count %d, %d / %d slots filled", b.ref_count, b.filled, state.pool().block_size);
   if (b.reloaded_from >= 0) {
     ImGui::TextColored(

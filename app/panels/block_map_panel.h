@@ -45,6 +45,7 @@ class BlockMapPanel final : public Panel {
   int blocks_per_cell_ = 1;
   int cells_drawn_ = 0;
   std::vector<ImU32> owner_colors_;   // sequence colour cache, by request id
+  std::vector<int> group_kinds_;      // a hybrid run's layer groups' kinds, by group (else empty)
   std::vector<std::uint8_t> marked_;  // [num_blocks] 1 = in the selected request's table
   int marked_step_ = -1;
   int marked_request_ = -2;

@@ -173,6 +173,10 @@ void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const
   row("blocks in use", a.blocks_used, b.blocks_used, 0, false, "Blocks referenced by a sequence");
   row("pool size (blocks)", a.blocks_total, b.blocks_total, 0, false,
       "The pool in blocks (a smaller KV format fits more blocks in the same bytes)");
+  row("KV MiB in use", static_cast<double>(a.kv_bytes_used) / (1024.0 * 1024.0),
+      static_cast<double>(b.kv_bytes_used) / (1024.0 * 1024.0), -1, false,
+      "Allocated token slots x exact bytes per token (blocks of the two runs may differ in "
+      "size: a block size, a K/V format or a hybrid model's layer groups)");
   row("utilization", a.utilization(), b.utilization(), +1, true,
       "Token slots holding a token / token slots allocated");
   row("internal fragmentation (slots)", static_cast<double>(a.internal_frag_slots),
@@ -213,9 +217,6 @@ void ComparePanel::draw_table(const AppState& state, const StepMetrics& a, const
       mean_decode(variant_->timeline()->all_metrics(), step_b), +1, false,
       "Tokens generated per scheduler step, averaged up to this step (the timeline records "
       "steps, not wall time)");
-  row("KV MiB in use", static_cast<double>(a.kv_bytes_used) / (1024.0 * 1024.0),
-      static_cast<double>(b.kv_bytes_used) / (1024.0 * 1024.0), -1, false,
-      "Allocated token slots x exact bytes per token");
   if (!state.is_live() && !variant_->is_running()) {
     row("steps to finish the run", state.num_steps(),
         static_cast<double>(variant_->timeline()->num_steps()), -1, false,

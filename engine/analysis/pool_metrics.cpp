@@ -43,6 +43,22 @@ void fill_pool_metrics(const KvCacheManager& cache, StepMetrics& m) {
       m.internal_frag_slots += holding * bs - t.num_tokens;
     }
     m.reservation_waste_slots += (static_cast<std::int64_t>(t.blocks.size()) - holding) * bs;
+    // A hybrid run's later layer groups (engine/kv/layer_groups.h): a window's live blocks hold
+    // the tokens from its first live block on; a state fills its block.
+    for (int g = 1; g < cache.num_groups(); ++g) {
+      const std::vector<int> blocks = cache.group_table(g, id);
+      std::int64_t live = 0, first = -1;
+      for (std::size_t l = 0; l < blocks.size(); ++l) {
+        if (blocks[l] < 0) continue;
+        ++live;
+        if (first < 0) first = static_cast<std::int64_t>(l);
+      }
+      if (live == 0) continue;
+      const std::int64_t filled =
+          cache.group(g).kind == LayerKind::kState ? bs : t.num_tokens - first * bs;
+      m.slots_filled += filled;
+      m.internal_frag_slots += live * bs - filled;
+    }
   }
   m.kv_bytes_used = static_cast<std::int64_t>(static_cast<double>(m.slots_allocated) *
                                               cache.layout().bytes_per_token());

@@ -107,11 +107,91 @@ bool KvCacheManager::add_sequence(SeqId id) {
   return true;
 }
 
+int KvCacheManager::own_blocks_needed(const BlockTable& t, int n) const {
+  return std::max(0, blocks_for(t.num_tokens + n) - static_cast<int>(t.blocks.size())) +
+         (n > 0 && shared_tail(t) ? 1 : 0);  // copy-on-write of the shared partial block
+}
+
+// vLLM's sliding window keeps the tokens from num_computed - window + 1 on: the blocks wholly
+// before that go back to the pool.
+static int skipped_blocks(const KvGroup& g, int num_tokens, int block_size) {
+  if (g.kind != LayerKind::kSliding) return 0;
+  return std::max(0, num_tokens - g.window + 1) / block_size;
+}
+
+int KvCacheManager::extra_blocks_needed(SeqId id, const BlockTable& t, int n, int* frees) const {
+  int need = 0;
+  *frees = 0;
+  for (const ExtraGroup& g : extra_) {
+    const auto it = g.tables.find(id);
+    const std::vector<BlockId> none;
+    const std::vector<BlockId>& blocks = it != g.tables.end() ? it->second : none;
+    const int have = static_cast<int>(blocks.size());
+    if (g.spec.kind == LayerKind::kState) {
+      need += have == 0 && t.num_tokens + n > 0 ? 1 : 0;
+      continue;
+    }
+    need += std::max(0, blocks_for(t.num_tokens + n) - have);
+    const int skip = std::min(have, skipped_blocks(g.spec, t.num_tokens, layout_.block_size));
+    for (int i = 0; i < skip; ++i) *frees += blocks[static_cast<std::size_t>(i)].value >= 0 ? 1 : 0;
+  }
+  return need;
+}
+
 int KvCacheManager::blocks_needed(SeqId id, int n) const {
   const BlockTable& t = table(id);
   if (kind_ == AllocatorKind::kContiguous) return 0;
-  return std::max(0, blocks_for(t.num_tokens + n) - static_cast<int>(t.blocks.size())) +
-         (n > 0 && shared_tail(t) ? 1 : 0);  // copy-on-write of the shared partial block
+  int frees = 0;
+  const int extra = extra_.empty() ? 0 : extra_blocks_needed(id, t, n, &frees);
+  return std::max(0, own_blocks_needed(t, n) + extra - frees);
+}
+
+int KvCacheManager::blocks_to_hold(int tokens) const {
+  int blocks = blocks_for(tokens);
+  for (const ExtraGroup& g : extra_) {
+    if (g.spec.kind == LayerKind::kState)
+      blocks += tokens > 0 ? 1 : 0;
+    else if (g.spec.kind == LayerKind::kSliding)
+      blocks += std::min(blocks_for(tokens), blocks_for(g.spec.window) + 1);
+    else
+      blocks += blocks_for(tokens);
+  }
+  return blocks;
+}
+
+void KvCacheManager::set_layer_groups(const std::vector<KvGroup>& groups) {
+  if (groups.empty() || groups.front().kind != LayerKind::kFull)
+    throw InternalError("kv cache", "layer groups must start with a full-attention group");
+  if (!tables_.empty())
+    throw InternalError("kv cache", "layer groups are set before the first sequence");
+  if (kind_ != AllocatorKind::kPaged || source_ != nullptr || storage_ != nullptr) {
+    throw Error("cache.layer_groups",
+                "hybrid layer groups run on the paged allocator without prefix caching, "
+                "bookkeeping only (no K/V bytes)");
+  }
+  first_group_ = groups.front();
+  extra_.clear();
+  for (std::size_t g = 1; g < groups.size(); ++g) extra_.push_back(ExtraGroup{groups[g], {}});
+}
+
+long KvCacheManager::group_blocks(int g) const {
+  long n = 0;
+  if (g == 0) {
+    for (const auto& [id, t] : tables_) n += static_cast<long>(t.blocks.size());
+    return n;
+  }
+  for (const auto& [id, blocks] : extra_.at(static_cast<std::size_t>(g - 1)).tables)
+    for (BlockId b : blocks) n += b.value >= 0 ? 1 : 0;
+  return n;
+}
+
+std::vector<int> KvCacheManager::group_table(int g, SeqId id) const {
+  std::vector<int> out;
+  const ExtraGroup& e = extra_.at(static_cast<std::size_t>(g - 1));
+  const auto it = e.tables.find(id);
+  if (it != e.tables.end())
+    for (BlockId b : it->second) out.push_back(b.value);
+  return out;
 }
 
 void KvCacheManager::require_add_sequence(SeqId id) {
@@ -136,8 +216,37 @@ bool KvCacheManager::append_slots(SeqId id, int n) {
     t.num_tokens += n;
     return true;
   }
-  int need = blocks_needed(id, n);
-  if (need > num_allocatable()) return false;
+  int need = own_blocks_needed(t, n);
+  if (!extra_.empty()) {
+    int frees = 0;
+    const int extra = extra_blocks_needed(id, t, n, &frees);
+    if (need + extra - frees > num_allocatable()) return false;
+    // First the windows' blocks that fell out of them, then every group's new ones (vLLM's
+    // order: remove_skipped_blocks before allocating).
+    for (ExtraGroup& g : extra_) {
+      std::vector<BlockId>& blocks = g.tables[id];
+      const int skip = std::min(static_cast<int>(blocks.size()),
+                                skipped_blocks(g.spec, t.num_tokens, layout_.block_size));
+      for (int i = 0; i < skip; ++i) {
+        if (blocks[static_cast<std::size_t>(i)].value < 0) continue;
+        pool_.release(blocks[static_cast<std::size_t>(i)]);
+        emit(ev::BlockFreed{id.value, blocks[static_cast<std::size_t>(i)].value, -1});
+        blocks[static_cast<std::size_t>(i)] = BlockId(-1);
+      }
+      const int want = g.spec.kind == LayerKind::kState ? (t.num_tokens + n > 0 ? 1 : 0)
+                                                        : blocks_for(t.num_tokens + n);
+      while (static_cast<int>(blocks.size()) < want) {
+        std::optional<BlockId> got = pool_.allocate();
+        if (!got) throw InternalError("kv cache", "the pool ran dry below its free count");
+        blocks.push_back(*got);
+        emit(ev::BlockAllocated{id.value, got->value, -1});
+        emit(ev::BlockGrouped{id.value, got->value, static_cast<int>(&g - extra_.data()) + 1,
+                              static_cast<int>(g.spec.kind), g.spec.window});
+      }
+    }
+  } else if (need > num_allocatable()) {
+    return false;
+  }
   if (n > 0 && shared_tail(t)) {  // the next slot is in a partial block others share: copy it
     if (!prepare_write(id, t.num_tokens)) return false;
     --need;
@@ -169,6 +278,16 @@ void KvCacheManager::free_sequence(SeqId id) {
   }
   tables_.erase(it);
   order_.erase(std::find(order_.begin(), order_.end(), id));
+  for (ExtraGroup& g : extra_) {
+    const auto e = g.tables.find(id);
+    if (e == g.tables.end()) continue;
+    for (BlockId b : e->second) {
+      if (b.value < 0) continue;
+      pool_.release(b);
+      emit(ev::BlockFreed{id.value, b.value, -1});
+    }
+    g.tables.erase(e);
+  }
 }
 
 const BlockTable& KvCacheManager::table(SeqId id) const {
@@ -196,7 +315,7 @@ long KvCacheManager::allocated_slots() const {
   long slots = 0;
   for (const auto& [id, t] : tables_)
     slots += static_cast<long>(t.blocks.size()) * layout_.block_size;
-  return slots;
+  return slots;  // the first group's (a hybrid's other groups: group_blocks)
 }
 
 long KvCacheManager::filled_slots() const {
@@ -234,6 +353,35 @@ void KvCacheManager::check_invariants() const {
                             who + " maps to bad block " + std::to_string(b.value));
       }
       ++owners[static_cast<std::size_t>(b.value)];
+    }
+    for (std::size_t g = 0; g < extra_.size(); ++g) {
+      const KvGroup& spec = extra_[g].spec;
+      const auto e = extra_[g].tables.find(id);
+      const int have = e == extra_[g].tables.end() ? 0 : static_cast<int>(e->second.size());
+      const int want =
+          spec.kind == LayerKind::kState ? (t.num_tokens > 0 ? 1 : 0) : blocks_for(t.num_tokens);
+      const std::string in =
+          who + "'s group " + std::to_string(g + 1) + " (" + layer_kind_name(spec.kind) + ")";
+      if (have != want) {
+        throw InternalError("kv cache invariant", in + " holds " + std::to_string(have) +
+                                                      " table entries for " +
+                                                      std::to_string(t.num_tokens) + " tokens");
+      }
+      for (int i = 0; i < have; ++i) {
+        const int b = e->second[static_cast<std::size_t>(i)].value;
+        // A window's released entries are its first ones, and only those wholly behind it.
+        const int released_at_most =
+            spec.kind == LayerKind::kSliding
+                ? std::max(0, t.num_tokens - spec.window + 1) / layout_.block_size
+                : 0;
+        if (b < 0 && i >= released_at_most)
+          throw InternalError("kv cache invariant", in + " released block " + std::to_string(i) +
+                                                        ", which its window still covers");
+        if (b < 0) continue;
+        if (b >= pool_.num_blocks())
+          throw InternalError("kv cache invariant", in + " maps to bad block " + std::to_string(b));
+        ++owners[static_cast<std::size_t>(b)];
+      }
     }
   }
   for (int b = 0; b < pool_.num_blocks(); ++b) {

@@ -18,6 +18,7 @@
 #include "engine/kv/event_payloads.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/kv_view.h"
+#include "engine/kv/layer_groups.h"
 
 namespace kvscope {
 
@@ -67,6 +68,25 @@ class KvCacheManager {
   }
   // Blocks the allocator must take to admit a new sequence whose first chunk is `tokens` long.
   int blocks_to_admit(int tokens) const;
+  // Blocks a sequence of `tokens` tokens holds at its end, every layer group's (blocks_for when
+  // there is one group).
+  int blocks_to_hold(int tokens) const;
+
+  // Hybrid layer groups (engine/kv/layer_groups.h): the layout's block spans one group's layers,
+  // the tables above are the first group's (full attention), and each later group holds blocks of
+  // its own per sequence from the same pool: full attention one per block_size tokens, a sliding
+  // window only those holding one of the last window - 1 tokens computed (the older go back to
+  // the pool before the next append), a state group one per sequence. Paged, no block source, no
+  // K/V storage (bookkeeping); call before adding sequences. Throws kvscope::Error otherwise.
+  void set_layer_groups(const std::vector<KvGroup>& groups);
+  int num_groups() const { return 1 + static_cast<int>(extra_.size()); }
+  const KvGroup& group(int g) const {
+    return g == 0 ? first_group_ : extra_.at(static_cast<std::size_t>(g - 1)).spec;
+  }
+  // Blocks group g holds now, over all sequences.
+  long group_blocks(int g) const;
+  // Group g's (>= 1) table of `id`: -1 where a sliding window's block went back to the pool.
+  std::vector<int> group_table(int g, SeqId id) const;
 
   bool has_sequence(SeqId id) const { return tables_.count(id) != 0; }
   // Registers a sequence; the contiguous allocator reserves its whole region now. False (and no
@@ -130,6 +150,15 @@ class KvCacheManager {
  private:
   // True when the last block is partially filled and also held by another sequence.
   bool shared_tail(const BlockTable& t) const;
+  // The first group's blocks to append `n` tokens to `t`.
+  int own_blocks_needed(const BlockTable& t, int n) const;
+  // The later groups' blocks to append `n` tokens to a sequence at `t`, and (*frees) the sliding
+  // windows' blocks that go back to the pool first.
+  int extra_blocks_needed(SeqId id, const BlockTable& t, int n, int* frees) const;
+  struct ExtraGroup {
+    KvGroup spec;
+    std::unordered_map<SeqId, std::vector<BlockId>> tables;  // BlockId(-1): released
+  };
   template <class Payload>
   void emit(const Payload& p) {
     if (sink_ != nullptr) sink_->emit(to_event(p, step_ != nullptr ? *step_ : 0));
@@ -144,6 +173,8 @@ class KvCacheManager {
   EventSink* sink_ = nullptr;
   const int* step_ = nullptr;
   BlockSource* source_ = nullptr;
+  KvGroup first_group_;
+  std::vector<ExtraGroup> extra_;
 };
 
 }  // namespace kvscope

@@ -345,6 +345,25 @@ struct TierMoved {
   }
 };
 
+// A block just allocated (BlockAllocated before it) belongs to hybrid layer group `group` (a
+// block without this event is group 0's, full attention unless an event said otherwise): its
+// kind (0 full attention, 1 sliding window, 2 state) and the sliding window in tokens. The
+// Simulator sends it for groups from 1 on; attach for a vLLM block of a group other than 0 or of
+// another kind. Stored as logical = group, a = kind, b = window.
+struct BlockGrouped {
+  static constexpr EventType kType = EventType::kBlockGrouped;
+  std::int32_t request = -1;
+  std::int32_t block = -1;
+  std::int32_t group = 0;
+  std::int64_t kind = 0;
+  std::int64_t window = 0;
+  static constexpr auto fields() {
+    return std::tuple{at(&BlockGrouped::request, kRequest), at(&BlockGrouped::block, kBlock),
+                      at(&BlockGrouped::group, kLogical), at(&BlockGrouped::kind, kA),
+                      at(&BlockGrouped::window, kB)};
+  }
+};
+
 // ---- the codec ----
 
 namespace detail {

@@ -57,6 +57,8 @@ std::string_view event_type_name(EventType type) {
       return "TierHeld";
     case EventType::kTierMoved:
       return "TierMoved";
+    case EventType::kBlockGrouped:
+      return "BlockGrouped";
   }
   return "?";
 }

@@ -41,6 +41,8 @@ enum class EventType : std::uint8_t {
   kTierReloaded,
   kTierHeld,
   kTierMoved,
+  // Hybrid layer groups (engine/kv/layer_groups.h).
+  kBlockGrouped,
 };
 
 enum class PreemptReason : std::int8_t { kRecompute = 0, kSwap = 1 };

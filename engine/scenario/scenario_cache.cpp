@@ -205,6 +205,50 @@ std::vector<KvTierOptions> parse_tiers(const JsonReader& r, const Json& j, const
   return tiers;
 }
 
+// "layer_groups": [{"type": "sliding", "layers": 12, "window": 128}, {"type": "full", "layers":
+// 12}, {"type": "state", "layers": 28, "state_bytes": 311296}] (engine/kv/layer_groups.h).
+std::vector<LayerGroupSpec> parse_layer_groups(const JsonReader& r, const Json& j,
+                                               const std::string& at) {
+  if (!j.is_array() || j.empty())
+    r.fail(at, "an array of layer groups like {\"type\": \"full\", \"layers\": 12}", j);
+  std::vector<LayerGroupSpec> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const std::string gi = json_path(at, i);
+    const Json& g = j[i];
+    if (!g.is_object()) r.fail(gi, "an object like {\"type\": \"full\", \"layers\": 12}", g);
+    r.only_keys(g, gi, {"type", "layers", "window", "state_bytes"});
+    r.require(g, gi, "type", "\"full\", \"sliding\" or \"state\"");
+    r.require(g, gi, "layers", "the group's layer count");
+    LayerGroupSpec spec;
+    const std::string type = r.string(g["type"], json_path(gi, "type"));
+    if (type == "full") {
+      spec.kind = LayerKind::kFull;
+    } else if (type == "sliding") {
+      spec.kind = LayerKind::kSliding;
+      r.require(g, gi, "window", "the sliding window in tokens");
+    } else if (type == "state") {
+      spec.kind = LayerKind::kState;
+      r.require(g, gi, "state_bytes", "one sequence's state in one layer, in bytes");
+    } else {
+      r.fail(json_path(gi, "type"), "\"full\", \"sliding\" or \"state\"", g["type"]);
+    }
+    spec.layers = r.int32(g["layers"], json_path(gi, "layers"), 1, 4096);
+    if (g.contains("window")) {
+      if (spec.kind != LayerKind::kSliding)
+        r.fail_text(json_path(gi, "window"), "\"window\" only on a sliding group", type);
+      spec.window = r.int32(g["window"], json_path(gi, "window"), 1, 1 << 24);
+    }
+    if (g.contains("state_bytes")) {
+      if (spec.kind != LayerKind::kState)
+        r.fail_text(json_path(gi, "state_bytes"), "\"state_bytes\" only on a state group", type);
+      spec.state_bytes = static_cast<long>(
+          r.integer(g["state_bytes"], json_path(gi, "state_bytes"), 1, std::int64_t{1} << 32));
+    }
+    out.push_back(spec);
+  }
+  return out;
+}
+
 // One cache object being applied: its reader, JSON and location, for the steps below.
 struct CacheSection {
   const JsonReader& r;
@@ -395,6 +439,12 @@ void apply_cache(const JsonReader& r, const json& j, const std::string& at, bool
   apply_token_eviction_and_mla(section, c);
   apply_preemption(section, c.sim);
   apply_tiers(section, c.sim);
+  if (j.contains("layer_groups")) {
+    if (j["layer_groups"].is_null())
+      c.sim.layer_groups.clear();
+    else
+      c.sim.layer_groups = parse_layer_groups(r, j["layer_groups"], section.path("layer_groups"));
+  }
   require_paged_for_prefix_caching(
       cfg.prefix_caching, cfg.allocator,
       section.where(j.contains("allocator") ? "allocator" : "prefix_caching"));

@@ -19,14 +19,18 @@ std::vector<std::string> scenario_top_level_keys() {
 }
 
 std::vector<std::string> scenario_cache_keys() {
-  return {"block_size",     "num_blocks",    "pool_bytes",
-          "pool_tokens",    "allocator",     "max_seq_len",
-          "kv_dtype",       "k_dtype",       "v_dtype",
-          "prefix_caching", "prefix_index",  "cached_block_eviction",
-          "token_eviction", "mla",           "preemption",
-          "victim",         "host_blocks",   "tiers",
-          "tier_prefetch",  "tier_write",    "sparse_attention",
-          "blend",          "disaggregation"};
+  return {"block_size",       "num_blocks",
+          "pool_bytes",       "pool_tokens",
+          "allocator",        "max_seq_len",
+          "kv_dtype",         "k_dtype",
+          "v_dtype",          "prefix_caching",
+          "prefix_index",     "cached_block_eviction",
+          "token_eviction",   "mla",
+          "preemption",       "victim",
+          "host_blocks",      "tiers",
+          "tier_prefetch",    "tier_write",
+          "sparse_attention", "blend",
+          "disaggregation",   "layer_groups"};
 }
 
 namespace {

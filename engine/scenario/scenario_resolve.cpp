@@ -5,15 +5,27 @@
 #include "engine/common/error.h"
 #include "engine/common/setting_source.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/kv/layer_groups.h"
 #include "engine/scenario/scenario.h"
 
 namespace kvscope {
 
 namespace {
 
+// The layer-group plan of `c` on `shape` (its layer_groups must be set).
+LayerGroupPlan groups_plan(const CacheSettings& c, const ModelConfig& shape,
+                           const std::string& where) {
+  const SimConfig& cfg = c.sim;
+  const long per_token_layer =
+      static_cast<long>(kv_layout_for(shape, 1, 1, cfg.k_format, cfg.v_format).block_bytes()) /
+      shape.n_layers;
+  return plan_layer_groups(cfg.layer_groups, per_token_layer, cfg.block_size, where);
+}
+
 // Bytes of one block of `c` (its block size, K/V formats or MLA latent) on `shape`.
 std::int64_t block_bytes_of(const CacheSettings& c, const ModelConfig& shape) {
   const SimConfig& cfg = c.sim;
+  if (!cfg.layer_groups.empty()) return groups_plan(c, shape, "cache.layer_groups").block_bytes();
   const KvLayout layout = c.mla
                               ? mla_layout_for(shape, *c.mla, cfg.block_size, 1, cfg.k_format)
                               : kv_layout_for(shape, cfg.block_size, 1, cfg.k_format, cfg.v_format);
@@ -91,6 +103,11 @@ ResolvedRun resolve_scenario(const Scenario& s, const std::string& variant,
     const std::string mla_at = s.path + ": " + c.mla_at;
     with_setting_sources({{kMlaRank, mla_at + ".rank"}, {kMlaRopeDims, mla_at + ".rope_dims"}},
                          [&] { validate(*c.mla, shape); });
+  }
+  if (!cfg.layer_groups.empty()) {
+    // The attention block grows when a state page would not fit it (vLLM's rule).
+    const LayerGroupPlan plan = groups_plan(c, shape, s.path + ": " + at + ".layer_groups");
+    cfg.block_size = plan.block_size;
   }
   if (const auto budget = scenario_pool_bytes(s, variant, shape)) {
     const std::int64_t block_bytes = block_bytes_of(c, shape);

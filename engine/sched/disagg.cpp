@@ -115,6 +115,12 @@ DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, Sim
     fail_expected("cache.blend", "none in a disaggregated or colocated timing run (not supported)",
                   "a blend section");
   }
+  if (!base.layer_groups.empty()) {
+    fail_expected("cache.layer_groups",
+                  "none in a disaggregated or colocated timing run (hybrid layer groups are not "
+                  "modelled there yet)",
+                  std::to_string(base.layer_groups.size()) + " groups");
+  }
   if (!(o.arrival_interval_seconds >= 0) || !std::isfinite(o.arrival_interval_seconds)) {
     fail_expected(where + ".arrival_interval_ms", "a finite time >= 0",
                   std::to_string(o.arrival_interval_seconds * 1e3));

@@ -60,7 +60,7 @@ std::optional<RejectReason> Scheduler::check_fits(RequestRun& r, int* blocks_nee
   const bool contiguous = config_.allocator == AllocatorKind::kContiguous;
   *blocks_needed = contiguous                ? cache_.blocks_for(reservation_)
                    : config_.evicts_tokens() ? blocks_bound_evicting(kv_tokens)
-                                             : cache_.blocks_for(kv_tokens);
+                                             : cache_.blocks_to_hold(kv_tokens);
   // With token eviction a sequence may run past the model's trained context (the cache holds at
   // most the budget; positions beyond seq_len are out of distribution, see eviction.md).
   constexpr int kEvictingTokenCap = 1'000'000;

@@ -58,6 +58,10 @@ struct SimConfig {
   // tables, skipping their prefill; freed cached blocks stay reusable until evicted.
   bool prefix_caching = false;
   IndexKind prefix_index = IndexKind::kHashChain;
+  // Hybrid layer groups (engine/kv/layer_groups.h): the model's layers by kind (full attention,
+  // sliding window, state), laid out in one pool as vLLM's hybrid manager does. Empty: every layer
+  // full attention, one group. Bookkeeping runs only (the engine's models are full attention).
+  std::vector<LayerGroupSpec> layer_groups;
   EvictionPolicyKind cached_block_eviction = EvictionPolicyKind::kLru;
   // KV tiers behind the prefix cache (needs prefix_caching): a cached block the pool evicts is
   // written to the first tier (host RAM, then disk, ...: engine/tiers/kv_tier_store.h), and a

@@ -18,6 +18,38 @@ KvLayout layout_for(const SimConfig& c, const ModelConfig& m) {
   return kv_layout_for(m, c.block_size, c.num_blocks, c.k_format, c.v_format);
 }
 
+// A hybrid run's rules, each refusal naming what it is beside.
+void check_layer_groups(const SimConfig& c, const ModelConfig& m, bool weights) {
+  const std::string at = "cache.layer_groups";
+  int layers = 0;
+  for (const LayerGroupSpec& g : c.layer_groups) layers += g.layers;
+  if (layers != m.n_layers) {
+    fail_expected(at, "groups whose layers add up to the model's " + std::to_string(m.n_layers),
+                  std::to_string(layers) + " layers");
+  }
+  const auto refuse = [&](bool bad, const std::string& what) {
+    if (bad)
+      fail_expected(at,
+                    "the paged allocator, recompute preemption and none of " + what +
+                        " beside hybrid layer groups (not modelled)",
+                    what);
+  };
+  if (weights) {
+    fail_expected(at,
+                  "a bookkeeping run (model.bookkeeping: the engine's models are all full "
+                  "attention, so hybrid groups are block accounting only)",
+                  "a model with weights");
+  }
+  refuse(c.allocator != AllocatorKind::kPaged, "the contiguous allocator");
+  refuse(c.prefix_caching, "prefix caching");
+  refuse(c.preemption != PreemptionMode::kRecompute, "swap preemption");
+  refuse(c.evicts_tokens(), "token eviction");
+  refuse(c.mla != nullptr, "MLA");
+  refuse(c.blend.has_value(), "CacheBlend");
+  refuse(c.sparse_attention.has_value(), "sparse attention");
+  refuse(c.host_blocks > 0, "host blocks");
+}
+
 void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const ModelConfig& m) {
   if (c.block_size < 1 || c.block_size > 4096)
     fail_expected("cache.block_size", "an integer in [1, 4096]", std::to_string(c.block_size));
@@ -114,8 +146,27 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   }
   const int reservation = config_.reservation(m.seq_len);
   const bool compute = model_.weights != nullptr;
-  const KvLayout layout = layout_for(config_, m);
+  KvLayout layout = layout_for(config_, m);
+  std::optional<LayerGroupPlan>& groups = layer_groups_;
+  if (!config_.layer_groups.empty()) {
+    check_layer_groups(config_, m, compute);
+    const long per_token_layer =
+        static_cast<long>(
+            kv_layout_for(m, 1, 1, config_.k_format, config_.v_format).block_bytes()) /
+        m.n_layers;
+    groups = plan_layer_groups(config_.layer_groups, per_token_layer, config_.block_size,
+                               "cache.layer_groups");
+    if (groups->block_size != config_.block_size) {
+      fail_expected("cache.block_size",
+                    "at least " + std::to_string(groups->block_size) +
+                        " tokens: a state page must fit one attention page (resolve_scenario "
+                        "raises it)",
+                    std::to_string(config_.block_size));
+    }
+    layout.n_layers = groups->group_size;  // a block is one page in each of a group's layers
+  }
   cache_ = std::make_unique<KvCacheManager>(layout, config_.allocator, reservation, compute);
+  if (groups) cache_->set_layer_groups(groups->groups);
   if (config_.allocator == AllocatorKind::kContiguous &&
       cache_->blocks_for(reservation) > config_.num_blocks) {
     throw Error("cache", "the contiguous allocator reserves " + std::to_string(reservation) +

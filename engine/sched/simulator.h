@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/prefix/prefix_cache.h"
@@ -56,6 +57,8 @@ class Simulator {
   std::shared_ptr<const Timeline> timeline() const { return timeline_; }
   const SimConfig& config() const { return config_; }
   const KvCacheManager& cache() const { return *cache_; }
+  // The hybrid layer-group plan (config.layer_groups; engine/kv/layer_groups.h), when there is one.
+  const std::optional<LayerGroupPlan>& layer_groups() const { return layer_groups_; }
   const HostKvTier& host_tier() const { return *host_; }
   const Scheduler& scheduler() const { return *scheduler_; }
   // The prefix cache, or null when prefix caching is off.
@@ -100,6 +103,7 @@ class Simulator {
 
   SimConfig config_;
   SimModel model_;
+  std::optional<LayerGroupPlan> layer_groups_;
   std::unique_ptr<KvCacheManager> cache_;
   std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first
   std::unique_ptr<KvTiers> tiers_;       // after prefix_: its evictions write back into the tiers

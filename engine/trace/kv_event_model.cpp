@@ -308,6 +308,20 @@ void KvEventModel::stored(int rank, const KvStreamEvent& ev, double ts) {
     it->second.parent_gen =
         link.parent_slot >= 0 ? slot_gen_[static_cast<std::size_t>(link.parent_slot)] : 0;
     record(to_event(ev::BlockAllocated{-1, slot, d, link.parent_slot, ev.block_size}, 0));
+    // A hybrid model's KV cache group (vLLM's group_idx and kv_cache_spec_kind): the Block pool
+    // colours its blocks by kind, as a hybrid scenario's.
+    const int kind = ev.spec_kind.find("sliding") != std::string::npos ||
+                             ev.spec_kind.find("chunked") != std::string::npos
+                         ? 1
+                     : ev.spec_kind.find("mamba") != std::string::npos ? 2
+                                                                       : 0;
+    if ((ev.group_idx > 0 || kind != 0) && ev.group_idx >= 0 && ev.group_idx <= 127) {
+      record(to_event(
+          ev::BlockGrouped{
+              -1, slot, static_cast<std::int32_t>(ev.group_idx), kind,
+              kind == 1 ? std::clamp<std::int64_t>(ev.sliding_window.value_or(0), 0, 1 << 24) : 0},
+          0));
+    }
     record(to_event(ev::BlockCached{-1, slot, d, /*ref_count=*/1, link.parent_slot}, 0));
     link.parent_slot = slot;
     link.depth = d;

@@ -64,6 +64,8 @@ struct BlockState {
   // Its bytes were reloaded from a KV tier instead of computed: the tier's medium (0 = host RAM,
   // 1 = disk), -1 otherwise.
   std::int8_t reloaded_from = -1;
+  // The hybrid layer group it belongs to (BlockGrouped; 0: the first, full attention).
+  std::int8_t group = 0;
 };
 
 // Per request, at a given step.
@@ -79,11 +81,21 @@ struct RequestState {
   std::vector<std::int32_t> blocks;  // its block table (physical ids)
 };
 
+// A hybrid layer group as its BlockGrouped events describe it (engine/kv/layer_groups.h).
+struct LayerGroupSeen {
+  std::int8_t kind = 0;  // 0 full attention, 1 sliding window, 2 state
+  std::int32_t window = 0;
+  bool operator==(const LayerGroupSeen&) const = default;
+};
+
 struct PoolState {
   std::int32_t step = 0;
   std::int32_t block_size = 0;
   std::vector<BlockState> blocks;      // [num_blocks]
   std::vector<RequestState> requests;  // every request seen so far, by id order
+  // Hybrid runs: the layer groups seen so far (empty: one group; [0] full attention unless a
+  // BlockGrouped event said otherwise).
+  std::vector<LayerGroupSeen> groups;
 };
 
 struct TimelineHeader {

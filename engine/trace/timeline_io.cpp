@@ -35,7 +35,7 @@ constexpr std::uint32_t kFirstVersion = 1;       // the oldest read
 constexpr std::uint32_t kTextSectionTag = 1;     // the token text
 constexpr std::size_t kSectionHeaderBytes = 12;  // u32 tag + u64 length
 constexpr std::uint8_t kMaxEventType =
-    static_cast<std::uint8_t>(EventType::kTierMoved);  // the last
+    static_cast<std::uint8_t>(EventType::kBlockGrouped);  // the last
 
 // Every StepMetrics field, in file order (the same list writes and reads).
 template <typename M, typename F>
@@ -377,6 +377,14 @@ void check_event(Reader& r, const Event& e, std::size_t at, std::int32_t num_blo
   if (e.type == EventType::kTierReloaded) {
     const std::int64_t tier = event_as<ev::TierReloaded>(e).tier;
     if (tier < 0 || tier >= 64) r.fail(at + 17, "a tier index in [0, 64)", std::to_string(tier));
+  }
+  if (e.type == EventType::kBlockGrouped) {
+    const auto g = event_as<ev::BlockGrouped>(e);
+    if (g.group < 0 || g.group > 127)
+      r.fail(at + 13, "a layer group in [0, 127]", std::to_string(g.group));
+    if (g.kind < 0 || g.kind > 2) r.fail(at + 17, "a group kind 0, 1 or 2", std::to_string(g.kind));
+    if (g.window < 0 || g.window > (1 << 24))
+      r.fail(at + 25, "a window in [0, 16777216]", std::to_string(g.window));
   }
   if (e.type == EventType::kTierMoved) {
     const std::int64_t to = event_as<ev::TierMoved>(e).to_tier;

@@ -178,6 +178,19 @@ void apply_block_event(PoolState& s, RequestState* r, const Event& e) {
     case EventType::kBlockPinned:
       block_at(s, e).status = BlockStatus::kPinned;
       break;
+    case EventType::kBlockGrouped: {
+      const auto p = event_as<ev::BlockGrouped>(e);
+      if (p.group < 0 || p.group > 127 || p.kind < 0 || p.kind > 2) {
+        throw Error("timeline event BlockGrouped at step " + std::to_string(e.step),
+                    "expected a group in [0, 127] of kind 0-2, got group " +
+                        std::to_string(p.group) + " kind " + std::to_string(p.kind));
+      }
+      block_at(s, e).group = static_cast<std::int8_t>(p.group);
+      if (s.groups.size() <= static_cast<std::size_t>(p.group)) s.groups.resize(p.group + 1);
+      s.groups[static_cast<std::size_t>(p.group)] =
+          LayerGroupSeen{static_cast<std::int8_t>(p.kind), static_cast<std::int32_t>(p.window)};
+      break;
+    }
     case EventType::kTierReloaded: {
       const auto p = event_as<ev::TierReloaded>(e);
       if (p.tier < 0 || p.tier >= 64) {

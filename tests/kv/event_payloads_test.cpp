@@ -19,7 +19,8 @@ using AllPayloads =
                ev::SwappedOut, ev::SwappedIn, ev::RequestFinished, ev::RequestRejected, ev::StepEnd,
                ev::PrefixLookup, ev::BlockShared, ev::BlockCopiedOnWrite, ev::CachedBlockEvicted,
                ev::BlockPinned, ev::TokensEvicted, ev::SlotMoved, ev::BlockCached,
-               ev::EvictedPosition, ev::TierWritten, ev::TierReloaded, ev::TierHeld, ev::TierMoved>;
+               ev::EvictedPosition, ev::TierWritten, ev::TierReloaded, ev::TierHeld, ev::TierMoved,
+               ev::BlockGrouped>;
 
 TEST(EventPayloads, EveryEventTypeHasExactlyOnePayload) {
   std::set<int> types;
@@ -27,7 +28,7 @@ TEST(EventPayloads, EveryEventTypeHasExactlyOnePayload) {
              AllPayloads{});
   EXPECT_EQ(types.size(), std::tuple_size_v<AllPayloads>);
   EXPECT_EQ(*types.begin(), 0);
-  EXPECT_EQ(*types.rbegin(), static_cast<int>(EventType::kTierMoved));
+  EXPECT_EQ(*types.rbegin(), static_cast<int>(EventType::kBlockGrouped));
 }
 
 TEST(EventPayloads, TheRecordLayoutIsTheOneRecordingsStore) {
@@ -49,6 +50,8 @@ TEST(EventPayloads, TheRecordLayoutIsTheOneRecordingsStore) {
                       static_cast<std::int64_t>(0xfedcba9876543210ull)}));
   e = to_event(ev::TierReloaded{1, 2, 3, 1, TierMedium::kDisk}, 4);
   EXPECT_EQ(e, (Event{EventType::kTierReloaded, 4, 1, 2, 3, 1, 1}));
+  e = to_event(ev::BlockGrouped{3, 40, 1, 1, 128}, 6);
+  EXPECT_EQ(e, (Event{EventType::kBlockGrouped, 6, 3, 40, 1, 1, 128}));
 }
 
 TEST(EventPayloads, PackedKindsKeepTheirStoredForm) {

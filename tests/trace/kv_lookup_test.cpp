@@ -291,6 +291,15 @@ TEST(KvEventModelViews, GroupsKeepTheirKindWindowAndBlockSize) {
   EXPECT_EQ(m.groups().at(0).live, 2);
   EXPECT_EQ(m.groups().at(1).sliding_window, 4096);
   EXPECT_EQ(m.groups().at(1).block_size, 528);
+  // The recording the Block pool draws: group 1's block is in group 1, a sliding window of 4,096.
+  const PoolState pool = m.build_timeline("t").state_at(0);
+  ASSERT_EQ(pool.groups.size(), 2u);
+  EXPECT_EQ(pool.groups[1], (LayerGroupSeen{1, 4096}));
+  int in_group[2] = {0, 0};
+  for (const BlockState& b : pool.blocks)
+    if (b.status != BlockStatus::kFree) ++in_group[b.group];
+  EXPECT_EQ(in_group[0], 2);
+  EXPECT_EQ(in_group[1], 1);
   m.apply(0, batch(2, {removed({1})}), 1);
   EXPECT_EQ(m.groups().at(0).live, 1);
   EXPECT_EQ(m.groups().at(1).live, 1);  // group 1's block 1 is another block
