@@ -3,8 +3,11 @@
 #include "app/core/memory_shapes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
+#include "engine/kv/cache_manager.h"
+#include "engine/kv/layer_groups.h"
 #include "engine/model/synthetic.h"
 
 namespace kvscope::ui {
@@ -79,6 +82,36 @@ std::vector<KvShape> published_kv_shapes() {
   hybrid.state_values = 28.0 * 8192.0 * (16.0 + 4.0);
   shapes.push_back(hybrid);
   return shapes;
+}
+
+std::vector<AllocatorPoint> hybrid_allocator_points(const std::vector<double>& contexts) {
+  // Jamba v0.1: 4 attention layers of 8 KV heads of 128, 28 Mamba layers (d_inner 8,192,
+  // d_state 16, d_conv 4); fp16 K/V: 2 x 8 x 128 x 2 = 4,096 bytes a token a layer.
+  constexpr long kAttentionBytes = 2L * 8 * 128 * 2;
+  constexpr long kStateBytes = (3L * 8192 + 8192L * 16) * 2;
+  const LayerGroupPlan plan =
+      plan_layer_groups({{LayerKind::kFull, 4, 0, 0}, {LayerKind::kState, 28, 0, kStateBytes}},
+                        kAttentionBytes, 16, "hybrid_allocator_points");
+  double most = 0.0;
+  for (double t : contexts) most = std::max(most, t);
+  KvLayout layout;
+  layout.n_layers = plan.group_size;
+  layout.kv_heads = 8;
+  layout.head_dim = 128;
+  layout.block_size = plan.block_size;
+  layout.num_blocks = static_cast<int>(std::ceil(most / plan.block_size)) +
+                      static_cast<int>(plan.groups.size()) + 1;
+  layout.k_format = layout.v_format = parse_kv_format("fp16", "hybrid_allocator_points");
+  std::vector<AllocatorPoint> out;
+  for (double t : contexts) {
+    KvCacheManager cache(layout, AllocatorKind::kPaged, 0, /*with_storage=*/false);
+    cache.set_layer_groups(plan.groups);
+    cache.require_add_sequence(SeqId(0));
+    cache.require_append_slots(SeqId(0), static_cast<int>(t));
+    out.push_back({t, static_cast<double>(cache.pool().num_used()) *
+                          static_cast<double>(plan.block_bytes())});
+  }
+  return out;
 }
 
 const std::vector<KvFormatBytes>& kv_format_bytes() {

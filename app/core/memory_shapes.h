@@ -33,6 +33,17 @@ struct KvShape {
   std::string dims() const;  // "2 x 80 x 8 x 128", "61 x 576 (latent)", "64 x 5120 x (16 + 4)"
 };
 
+// The hybrid shape (Jamba) laid out as vLLM's hybrid KV cache manager does, by kvscope's own
+// allocator (engine/kv/layer_groups.h, KvCacheManager with layer groups, bookkeeping): one
+// sequence of each `contexts` tokens, its blocks x the block's bytes, in fp16. The attention block
+// grows to 80 tokens for the 311,296-byte Mamba state (vLLM's sizing: conv (d_conv - 1) x d_inner
+// + scan d_inner x d_state, bf16), whose page is padded to 327,680 bytes.
+struct AllocatorPoint {
+  double tokens = 0.0;
+  double bytes = 0.0;
+};
+std::vector<AllocatorPoint> hybrid_allocator_points(const std::vector<double>& contexts);
+
 struct KvFormatBytes {
   const char* name;  // "fp16"
   double bytes;      // per element, scales excluded

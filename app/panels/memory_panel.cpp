@@ -223,6 +223,24 @@ std::vector<PlotSeries> MemoryPanel::formula_series(const AppState& state,
       series.back().markers = !all && !has_measured;
       series.back().in_legend = f == 0 || !all;  // all formats: one entry per shape (shades)
       if (has_measured) series.back().thickness = 1.5f;
+      // The hybrid shape in fp16: its blocks as vLLM's hybrid manager lays them out, counted by
+      // kvscope's own allocator (memory_shapes.h), on the formula's line.
+      if (f == 0 && ring_ == 1 && shape.layers > 0 && shape.state_values > 0.0) {
+        if (hybrid_points_.empty())
+          hybrid_points_ = hybrid_allocator_points({1024, 4096, 16384, 65536, 262144, 1048576});
+        PlotSeries dots;
+        dots.label = shape.name + ": allocator";
+        dots.color = series_color(static_cast<int>(m));
+        dots.line = false;
+        dots.markers = true;
+        dots.marker_radius = 5.0f;
+        dots.marker_outline = palette(state.presenter).text;
+        for (const AllocatorPoint& point : hybrid_points_) {
+          dots.x.push_back(point.tokens);
+          dots.y.push_back(point.bytes);
+        }
+        series.push_back(std::move(dots));
+      }
     }
   }
   if (show_loaded_ && state.header().kv_bytes_per_token > 0) {
@@ -241,6 +259,11 @@ std::string MemoryPanel::shown_text(const AppState& state, std::size_t num_forma
   if (show_loaded_ && state.header().kv_bytes_per_token > 0)
     text += state.is_demo() ? "; white: the loaded run's bytes per token (demo data)"
                             : "; white: the loaded run's bytes per token";
+  if (ring_ == 1 && (format_ == 0 || static_cast<std::size_t>(format_) == num_formats))
+    text +=
+        "; ringed dots on the Jamba line: its blocks in fp16 as vLLM's hybrid manager lays "
+        "them out, counted by kvscope's allocator (80-token attention pages, the 311,296-byte "
+        "Mamba states padded to 327,680)";
   if (ring_ > 1)
     text += "; a ring of " + std::to_string(ring_) +
             " devices: each line is one device's share of one sequence (window, SSM and hybrid "

@@ -52,6 +52,7 @@ class MemoryPanel final : public Panel {
   std::string measured_for_;  // model source of the run the measurement belongs to
   bool cancelled_ = false;
   std::vector<KvShape> shapes_;
+  mutable std::vector<AllocatorPoint> hybrid_points_;  // the hybrid shape by the allocator
   int format_ = 0;  // index into kv_format_bytes(), or the count for "all"
   bool show_loaded_ = true;
   // Ring attention: one sequence split over this many devices; the lines then show one device's

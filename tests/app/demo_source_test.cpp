@@ -106,6 +106,18 @@ TEST(MemoryShapes, WindowSsmAndHybridBendTheCurve) {
   EXPECT_EQ(max_context_tokens(80e9, hybrid, 2.0), (80e9 - hybrid.state_bytes()) / 16384.0);
   // A dense shape is what it was: the whole memory over its bytes per token.
   EXPECT_EQ(max_context_tokens(80e9, find("Llama-3-70B"), 2.0), 80e9 / 327680.0);
+
+  // The allocator's Jamba (vLLM's hybrid layout): 80-token attention pages and padded state
+  // pages of 327,680 bytes, which is also the formula's 8,192 x (16 + 4) values in 16 bits, so
+  // the points sit on the formula's line wherever a context fills whole 80-token blocks, and at
+  // most one block's attention bytes above it elsewhere.
+  const std::vector<AllocatorPoint> pts = hybrid_allocator_points({1024, 1040, 262144});
+  ASSERT_EQ(pts.size(), 3u);
+  EXPECT_EQ(pts[0].bytes, (13 + 7) * 4 * 327680.0);     // ceil(1,024 / 80) = 13 blocks + 7 states
+  EXPECT_EQ(pts[1].bytes, hybrid.bytes_at(1040, 2.0));  // 13 whole blocks
+  EXPECT_GT(pts[0].bytes, hybrid.bytes_at(1024, 2.0));
+  EXPECT_LE(pts[0].bytes - hybrid.bytes_at(1024, 2.0), 80 * 16384.0);
+  EXPECT_LE(pts[2].bytes - hybrid.bytes_at(262144, 2.0), 80 * 16384.0);
 }
 
 }  // namespace

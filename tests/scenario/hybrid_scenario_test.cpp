@@ -34,7 +34,7 @@ TEST(HybridScenario, TheCaptionsNumbersHold) {
   EXPECT_EQ(plan.group_size, 12);
   EXPECT_EQ(plan.block_bytes(), 384 * 1024);     // "a 16-token page in each of 12 layers, 384 KiB"
   EXPECT_EQ(hybrid->config().num_blocks, 5461);  // 2 GiB of them
-  // "Step 120: sixteen requests hold 3,240 blocks: 3,096 full-attention blocks and 144
+  // "(Step 120:) sixteen requests hold 3,240 blocks: 3,096 full-attention blocks and 144
   // sliding-window ones, 9 a request."
   for (int s = 0; s <= 120; ++s) ASSERT_TRUE(hybrid->step());
   EXPECT_EQ(hybrid->timeline()->metrics(120).blocks_used, 3240);
