@@ -5,7 +5,7 @@
 # target, as a presenter reaching it with PageDown sees it): docs/images/tour/NAME.png at
 # 1920x1080 and docs/images/tour/NAME-720p.png at 1280x720 in presenter mode (a projector).
 # Usage: scripts/tour.sh [BUILD_DIR] [NAME...]   (default: build, every scenario)
-# Every stop but 8, 10, 11, 12, 19 and 20 runs on SmolLM2-135M-Instruct (scripts/models.sh fetches it).
+# Every stop but 8, 10, 11, 12, 19, 20 and 21 runs on SmolLM2-135M-Instruct (scripts/models.sh fetches it).
 # With pngquant installed the screenshots are stored with a 256-colour palette (a third the size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +42,7 @@ shots=(
   "smollm2-cache-blend 2 -"
   "kernel-coalescing 3 -"
   "disaggregated 2 -"
+  "hybrid-swa 2 -"
 )
 shoot() {  # shoot NAME OUT.png SIZE [UI FLAGS...]
   local name=$1 out=$2 size=$3
