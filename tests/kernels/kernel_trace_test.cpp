@@ -15,6 +15,7 @@
 
 #include "engine/quant/kv_codec.h"
 #include "kernels/ops/decode_attention.cuh"
+#include "kernels/ops/kv_write.cuh"
 #include "kernels/ops/paged_attention.cuh"
 #include "kernels/sim/kernel_trace.h"
 #include "tests/kernels/kernel_test_support.h"
@@ -131,6 +132,51 @@ TEST(KernelTrace, RecordingChangesNothingTheKernelsCompute) {
           << name << (decode ? " decode" : " paged");
       ASSERT_FALSE(r.launches.empty());
       EXPECT_FALSE(r.launches.front().accesses.empty()) << name;
+    }
+  }
+}
+
+// The KV write kernels store the same bytes with a recorder as without, and the recorder sees
+// their stores into the block the table gives the slot, with the write's row and slot as role.
+TEST(KernelTrace, RecordingAKvWriteChangesNoByteItStores) {
+  for (const auto& [name, code] :
+       {std::pair{"fp16", kKvF16}, std::pair{"int8", kKvInt8}, std::pair{"int4", kKvInt4}}) {
+    Batch plain(name, code, 16, 40, 8, 2, 32), traced(name, code, 16, 40, 8, 2, 32);
+    const int kv_dim = 2 * 32;
+    const auto k = randn(kv_dim, 11u), v = randn(kv_dim, 12u);
+    const int slot = 21;  // block table_a[1], row 5
+    const int block = plain.table_a[1];
+    const std::size_t k_bytes = plain.cache.storage().layout().tile_bytes(KvKind::kKey);
+    const auto* k_tile = reinterpret_cast<const unsigned char*>(
+        plain.cache.storage().tile(0, KvKind::kKey, BlockId(block)));
+    const std::vector<unsigned char> before(k_tile, k_tile + k_bytes);
+    launch_kv_write(plain.b.k, plain.b.v, plain.table_a.data(), slot, 16, k.data(), v.data(), 2,
+                    32);
+    sim::TraceRecorder r;
+    {
+      sim::ScopedRecorder on(r);
+      launch_kv_write(traced.b.k, traced.b.v, traced.table_a.data(), slot, 16, k.data(), v.data(),
+                      2, 32);
+    }
+    EXPECT_NE(std::memcmp(before.data(), k_tile, k_bytes), 0) << name << ": nothing was written";
+    for (KvKind kind : {KvKind::kKey, KvKind::kValue}) {
+      const auto* a = plain.cache.storage().tile(0, kind, BlockId(block));
+      const auto* b = traced.cache.storage().tile(0, kind, BlockId(block));
+      EXPECT_EQ(std::memcmp(a, b, plain.cache.storage().layout().tile_bytes(kind)), 0) << name;
+    }
+    ASSERT_EQ(r.launches.size(), code == kKvInt4 ? 2u : 1u) << name;
+    for (const sim::TraceLaunch& l : r.launches) {
+      EXPECT_FALSE(l.accesses.empty()) << name;
+      ASSERT_FALSE(l.roles.empty()) << name;
+      for (const sim::TraceRole& role : l.roles) {
+        EXPECT_EQ(role.slot_begin, slot);
+        EXPECT_EQ(role.table.back(), block);
+      }
+      const sim::KernelTrace t = sim::summarize_launch(l);
+      for (const sim::ThreadBlockTrace& tb : t.blocks) {
+        EXPECT_EQ(tb.kv_blocks, std::vector<int>{block}) << name;
+        EXPECT_TRUE(tb.stray_blocks.empty()) << name;
+      }
     }
   }
 }
