@@ -49,6 +49,7 @@ std::vector<KvShape> published_kv_shapes() {
     k.name = s.name;
     k.preset = s.preset;
     k.layers = c.n_layers;
+    k.heads = c.n_heads;
     k.kv_heads = c.n_kv_heads;
     k.head_dim = c.head_dim();
     if (c.mla_kv_lora_rank > 0) k.mla_latent = c.mla_kv_lora_rank + c.mla_rope_dim;

@@ -19,6 +19,7 @@ struct KvShape {
   std::string preset;  // synthetic preset with this shape ("llama-3-70b"); "" when none runs it
   std::string source;  // where the shape's figures come from, when not from a preset
   int layers = 0;      // layers that cache K/V (a hybrid's attention layers only)
+  int heads = 0;       // query heads (a ring's attention FLOPs), from the preset; 0 when none
   int kv_heads = 0;
   int head_dim = 0;
   int mla_latent = 0;  // MLA: cached values per layer per token (latent + RoPE key), 0 = none

@@ -8,13 +8,19 @@
 #include "app/core/theme.h"
 #include "app/widgets/plot.h"
 #include "app/widgets/widgets.h"
+#include "engine/analysis/memory_math.h"
 #include "engine/analysis/quality.h"
+#include "engine/common/interconnect.h"
 
 namespace kvscope::ui {
 
 namespace {
 
 constexpr double kH100Bytes = 80e9;
+// A ring device's attention FLOPS: an H100 SXM's dense bf16 (kvscope memwall --ring's default).
+constexpr double kRingFlops = 989e12;
+// The context of the table's ring column.
+constexpr std::int64_t kRingTokens = 131072;
 constexpr double kH200Bytes = 141e9;
 
 // One sequence's cache from 1K to 1M tokens, one point per power of two.
@@ -380,17 +386,60 @@ std::vector<PlotSeries> MemoryPanel::measured_series(const AppState& state) cons
   return out;
 }
 
+// One ring step of a 128K-token sequence over the ring (engine/analysis/memory_math.h, the same
+// arithmetic as kvscope memwall --ring): the chunk of one layer that passes to the next device,
+// and whether an H100's attention on the visiting chunk hides it over NVLink 4.
+std::string MemoryPanel::ring_step_text(const KvShape& shape, double bytes_per_token) const {
+  if (ring_ < 2 || shape.heads <= 0 || shape.layers <= 0 || bytes_per_token <= 0.0) return "-";
+  const RingSplit split = ring_split(bytes_per_token, shape.layers, kRingTokens, ring_);
+  const RingTiming t = ring_timing(split, shape.heads, shape.head_dim, kRingFlops,
+                                   link_presets()[1].bytes_per_second);
+  return format_bytes(split.step_bytes) +
+         (t.hidden() ? ", hidden" : ", " + format_time(t.exposed_seconds) + " exposed");
+}
+
+void MemoryPanel::draw_ring_step(const KvShape& shape, double bytes_per_token) const {
+  ImGui::TableNextColumn();
+  const std::string text = ring_step_text(shape, bytes_per_token);
+  if (text == "-") {
+    ImGui::TextDisabled("-");
+    return;
+  }
+  const Link& nvlink = link_presets()[1];
+  const RingSplit split = ring_split(bytes_per_token, shape.layers, kRingTokens, ring_);
+  const RingTiming t =
+      ring_timing(split, shape.heads, shape.head_dim, kRingFlops, nvlink.bytes_per_second);
+  ImGui::TextUnformatted(text.c_str());
+  if (ImGui::IsItemHovered()) {
+    ImGui::SetTooltip(
+        "128K tokens over %d devices: %lld a device. At each of the %d steps of a layer a device "
+        "passes one layer of its chunk's K/V (%s) to the next, over %s (%.0f GB/s: %s), while it "
+        "attends its queries to the chunk visiting it (%s at %.0f TFLOPS, an H100's dense bf16). "
+        "%s Chunks of %.0f tokens or more hide the transfer. kvscope memwall --ring %d prints the "
+        "same arithmetic.",
+        ring_, static_cast<long long>(split.chunk_tokens), split.steps_per_layer,
+        format_bytes(split.step_bytes).c_str(), nvlink.name.c_str(), nvlink.bytes_per_second / 1e9,
+        format_time(t.transfer_seconds).c_str(), format_time(t.compute_seconds).c_str(),
+        kRingFlops / 1e12,
+        t.hidden() ? "The transfer hides behind the compute."
+                   : "The transfer outlasts the compute.",
+        t.min_chunk_tokens, ring_);
+  }
+}
+
 void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
   const ImGuiTableFlags flags =
       ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_BordersInnerV;
-  if (ImGui::BeginTable("##shapes", 4, flags)) {
+  const bool ring = ring_ > 1;
+  if (ImGui::BeginTable("##shapes", ring ? 5 : 4, flags)) {
     ImGui::TableSetupColumn("published shape (formula)", ImGuiTableColumnFlags_WidthStretch, 1.6f);
     ImGui::TableSetupColumn("KV / token (+ state)", ImGuiTableColumnFlags_WidthStretch, 1.0f);
-    const std::string ring = ring_ == 1 ? "" : " x " + std::to_string(ring_);
-    ImGui::TableSetupColumn(("max ctx, 80 GB" + ring).c_str(), ImGuiTableColumnFlags_WidthStretch,
+    const std::string gpus = ring ? " x " + std::to_string(ring_) : "";
+    ImGui::TableSetupColumn(("max ctx, 80 GB" + gpus).c_str(), ImGuiTableColumnFlags_WidthStretch,
                             1.0f);
-    ImGui::TableSetupColumn(("max ctx, 141 GB" + ring).c_str(), ImGuiTableColumnFlags_WidthStretch,
+    ImGui::TableSetupColumn(("max ctx, 141 GB" + gpus).c_str(), ImGuiTableColumnFlags_WidthStretch,
                             1.0f);
+    if (ring) ImGui::TableSetupColumn("ring step, 128K", ImGuiTableColumnFlags_WidthStretch, 1.2f);
     ImGui::TableHeadersRow();
     for (std::size_t m = 0; m < shapes_.size(); ++m) {
       const KvShape& shape = shapes_[m];
@@ -420,6 +469,7 @@ void MemoryPanel::draw_table(const AppState& state, double bytes_per_element) {
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(
           context_text(max_context_tokens(kH200Bytes * ring_, shape, bytes_per_element)).c_str());
+      if (ring) draw_ring_step(shape, bpt);
     }
     ImGui::EndTable();
   }

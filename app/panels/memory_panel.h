@@ -36,6 +36,11 @@ class MemoryPanel final : public Panel {
   // some). `format` indexes kv_format_bytes(), `num_formats` meaning all of them.
   std::string shown_text(const AppState& state, std::size_t num_formats, int format) const;
 
+  // The table's ring column for `shape`: one ring step's bytes (one layer of a device's chunk
+  // of a 128K-token sequence) and whether an H100's attention hides it over NVLink 4 ("-" on one
+  // device or without the shape's heads).
+  std::string ring_step_text(const KvShape& shape, double bytes_per_token) const;
+
  private:
   // The formats to draw (radio buttons, or a combo in a short panel), "loaded run", the ring and
   // the formula.
@@ -43,6 +48,7 @@ class MemoryPanel final : public Panel {
   void draw_ring_combo();
   // Whether `shape` is drawn: every shape on one device, the full-attention ones on a ring.
   bool drawn(const KvShape& shape) const;
+  void draw_ring_step(const KvShape& shape, double bytes_per_token) const;
   void draw_table(const AppState& state, double bytes_per_element);
   // The "Measure" row: the button, the job's progress and Cancel, or what was measured.
   void draw_measure_row(const AppState& state);
