@@ -85,7 +85,11 @@ void KvCacheManager::replace_block(SeqId id, int logical, BlockId block) {
 }
 
 int KvCacheManager::blocks_to_admit(int tokens) const {
-  return kind_ == AllocatorKind::kContiguous ? blocks_for(max_seq_len_) : blocks_for(tokens);
+  if (kind_ == AllocatorKind::kContiguous) return blocks_for(max_seq_len_);
+  int blocks = blocks_for(tokens);
+  for (const ExtraGroup& g : extra_)  // a new sequence's first chunk: nothing to free yet
+    blocks += g.spec.kind == LayerKind::kState ? (tokens > 0 ? 1 : 0) : blocks_for(tokens);
+  return blocks;
 }
 
 bool KvCacheManager::add_sequence(SeqId id) {

@@ -66,7 +66,8 @@ class KvCacheManager {
   int blocks_for(int tokens) const {
     return (tokens + layout_.block_size - 1) / layout_.block_size;
   }
-  // Blocks the allocator must take to admit a new sequence whose first chunk is `tokens` long.
+  // Blocks the allocator must take to admit a new sequence whose first chunk is `tokens` long
+  // (every layer group's).
   int blocks_to_admit(int tokens) const;
   // Blocks a sequence of `tokens` tokens holds at its end, every layer group's (blocks_for when
   // there is one group).

@@ -266,7 +266,7 @@ void Scheduler::admit(StepPlan& w) {
       if (r.high_water == 0) blended += r.spec.kv_in_tokens;
       const int fresh = std::min(r.pending() - blended, w.budget);
       if (config_.allocator == AllocatorKind::kPaged &&
-          cache_.blocks_for(blended + fresh) > cache_.pool().num_free() - w.reserved_blocks)
+          cache_.blocks_to_admit(blended + fresh) > cache_.pool().num_free() - w.reserved_blocks)
         return;
       if (!cache_.add_sequence(seq)) return;  // contiguous: no free run (external fragmentation)
       if (listener_ != nullptr) listener_->on_sequence_started(r);
