@@ -240,7 +240,9 @@ int cmd_run(const Argv& argv) {
       write_report_unless_empty(args, argv, scenario, path, variant, loaded, *sim, out_dir);
 
   const std::string where = variant == "base" ? path : path + " [" + variant + "]";
-  print_summary(*sim, config, where, loaded.random_weights, model.weights == nullptr);
+  // A bookkeeping run has no weights at all: "(bookkeeping only)" says so, not "random weights".
+  print_summary(*sim, config, where, loaded.random_weights && model.weights != nullptr,
+                model.weights == nullptr);
   std::printf("wrote %s, %s, %s%s\n", rec.c_str(), trace.c_str(), csv.c_str(),
               report ? " and the report (report.md)" : "");
   if (!sim->done()) {
