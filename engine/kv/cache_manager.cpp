@@ -88,7 +88,7 @@ int KvCacheManager::blocks_to_admit(int tokens) const {
   if (kind_ == AllocatorKind::kContiguous) return blocks_for(max_seq_len_);
   int blocks = blocks_for(tokens);
   for (const ExtraGroup& g : extra_)  // a new sequence's first chunk: nothing to free yet
-    blocks += g.spec.kind == LayerKind::kState ? (tokens > 0 ? 1 : 0) : blocks_for(tokens);
+    blocks += group_entries(g.spec, tokens);
   return blocks;
 }
 
@@ -123,6 +123,10 @@ static int skipped_blocks(const KvGroup& g, int num_tokens, int block_size) {
   return std::max(0, num_tokens - g.window + 1) / block_size;
 }
 
+int KvCacheManager::group_entries(const KvGroup& g, int tokens) const {
+  return g.kind == LayerKind::kState ? (tokens > 0 ? 1 : 0) : blocks_for(tokens);
+}
+
 int KvCacheManager::extra_blocks_needed(SeqId id, const BlockTable& t, int n, int* frees) const {
   int need = 0;
   *frees = 0;
@@ -131,11 +135,7 @@ int KvCacheManager::extra_blocks_needed(SeqId id, const BlockTable& t, int n, in
     const std::vector<BlockId> none;
     const std::vector<BlockId>& blocks = it != g.tables.end() ? it->second : none;
     const int have = static_cast<int>(blocks.size());
-    if (g.spec.kind == LayerKind::kState) {
-      need += have == 0 && t.num_tokens + n > 0 ? 1 : 0;
-      continue;
-    }
-    need += std::max(0, blocks_for(t.num_tokens + n) - have);
+    need += std::max(0, group_entries(g.spec, t.num_tokens + n) - have);
     const int skip = std::min(have, skipped_blocks(g.spec, t.num_tokens, layout_.block_size));
     for (int i = 0; i < skip; ++i) *frees += blocks[static_cast<std::size_t>(i)].value >= 0 ? 1 : 0;
   }
@@ -153,12 +153,10 @@ int KvCacheManager::blocks_needed(SeqId id, int n) const {
 int KvCacheManager::blocks_to_hold(int tokens) const {
   int blocks = blocks_for(tokens);
   for (const ExtraGroup& g : extra_) {
-    if (g.spec.kind == LayerKind::kState)
-      blocks += tokens > 0 ? 1 : 0;
-    else if (g.spec.kind == LayerKind::kSliding)
-      blocks += std::min(blocks_for(tokens), blocks_for(g.spec.window) + 1);
-    else
-      blocks += blocks_for(tokens);
+    const int entries = group_entries(g.spec, tokens);
+    // A window holds at most the blocks of its window and the one it straddles into.
+    blocks += g.spec.kind == LayerKind::kSliding ? std::min(entries, blocks_for(g.spec.window) + 1)
+                                                 : entries;
   }
   return blocks;
 }
@@ -237,8 +235,7 @@ bool KvCacheManager::append_slots(SeqId id, int n) {
         emit(ev::BlockFreed{id.value, blocks[static_cast<std::size_t>(i)].value, -1});
         blocks[static_cast<std::size_t>(i)] = BlockId(-1);
       }
-      const int want = g.spec.kind == LayerKind::kState ? (t.num_tokens + n > 0 ? 1 : 0)
-                                                        : blocks_for(t.num_tokens + n);
+      const int want = group_entries(g.spec, t.num_tokens + n);
       while (static_cast<int>(blocks.size()) < want) {
         std::optional<BlockId> got = pool_.allocate();
         if (!got) throw InternalError("kv cache", "the pool ran dry below its free count");
@@ -362,8 +359,7 @@ void KvCacheManager::check_invariants() const {
       const KvGroup& spec = extra_[g].spec;
       const auto e = extra_[g].tables.find(id);
       const int have = e == extra_[g].tables.end() ? 0 : static_cast<int>(e->second.size());
-      const int want =
-          spec.kind == LayerKind::kState ? (t.num_tokens > 0 ? 1 : 0) : blocks_for(t.num_tokens);
+      const int want = group_entries(spec, t.num_tokens);
       const std::string in =
           who + "'s group " + std::to_string(g + 1) + " (" + layer_kind_name(spec.kind) + ")";
       if (have != want) {
@@ -374,11 +370,7 @@ void KvCacheManager::check_invariants() const {
       for (int i = 0; i < have; ++i) {
         const int b = e->second[static_cast<std::size_t>(i)].value;
         // A window's released entries are its first ones, and only those wholly behind it.
-        const int released_at_most =
-            spec.kind == LayerKind::kSliding
-                ? std::max(0, t.num_tokens - spec.window + 1) / layout_.block_size
-                : 0;
-        if (b < 0 && i >= released_at_most)
+        if (b < 0 && i >= skipped_blocks(spec, t.num_tokens, layout_.block_size))
           throw InternalError("kv cache invariant", in + " released block " + std::to_string(i) +
                                                         ", which its window still covers");
         if (b < 0) continue;

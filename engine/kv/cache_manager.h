@@ -151,6 +151,9 @@ class KvCacheManager {
  private:
   // True when the last block is partially filled and also held by another sequence.
   bool shared_tail(const BlockTable& t) const;
+  // The table entries group `g` holds for a sequence of `tokens` tokens: one for a state (once it
+  // has a token), else one per block_size tokens (a window's released ones included).
+  int group_entries(const KvGroup& g, int tokens) const;
   // The first group's blocks to append `n` tokens to `t`.
   int own_blocks_needed(const BlockTable& t, int n) const;
   // The later groups' blocks to append `n` tokens to a sequence at `t`, and (*frees) the sliding
