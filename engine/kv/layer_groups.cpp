@@ -7,7 +7,9 @@
 #include <string_view>
 #include <tuple>
 
+#include "engine/common/config.h"
 #include "engine/common/error.h"
+#include "engine/kv/kv_storage.h"
 
 namespace kvscope {
 
@@ -143,6 +145,17 @@ LayerGroupPlan plan_layer_groups(const std::vector<LayerGroupSpec>& specs,
        padding, "; a block is one ", with_commas(p.page_bytes), "-byte page in each of ",
        std::to_string(p.group_size), " layers: ", with_commas(p.block_bytes()), " bytes"}));
   return p;
+}
+
+LayerGroupPlan plan_layer_groups_for(const std::vector<LayerGroupSpec>& specs,
+                                     const ModelConfig& model, const KvFormat& k_format,
+                                     const KvFormat& v_format, int block_size,
+                                     const std::string& where) {
+  // One token's K and V in one layer: a one-token block over all the layers, per layer.
+  const long per_token_layer =
+      static_cast<long>(kv_layout_for(model, 1, 1, k_format, v_format).block_bytes()) /
+      model.n_layers;
+  return plan_layer_groups(specs, per_token_layer, block_size, where);
 }
 
 }  // namespace kvscope

@@ -64,6 +64,15 @@ LayerGroupPlan plan_layer_groups(const std::vector<LayerGroupSpec>& specs,
                                  long attention_bytes_per_token, int block_size,
                                  const std::string& where);
 
+struct ModelConfig;
+struct KvFormat;
+// plan_layer_groups for `model`'s attention layers, whose K and V are in `k_format` and
+// `v_format`: the resolver and the Simulator both lay a scenario out with it.
+LayerGroupPlan plan_layer_groups_for(const std::vector<LayerGroupSpec>& specs,
+                                     const ModelConfig& model, const KvFormat& k_format,
+                                     const KvFormat& v_format, int block_size,
+                                     const std::string& where);
+
 // vLLM's kernel block alignment for attention pages (FlashAttention: multiples of 16 tokens).
 inline constexpr int kAttentionBlockAlignment = 16;
 

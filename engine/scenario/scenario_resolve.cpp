@@ -16,10 +16,8 @@ namespace {
 LayerGroupPlan groups_plan(const CacheSettings& c, const ModelConfig& shape,
                            const std::string& where) {
   const SimConfig& cfg = c.sim;
-  const long per_token_layer =
-      static_cast<long>(kv_layout_for(shape, 1, 1, cfg.k_format, cfg.v_format).block_bytes()) /
-      shape.n_layers;
-  return plan_layer_groups(cfg.layer_groups, per_token_layer, cfg.block_size, where);
+  return plan_layer_groups_for(cfg.layer_groups, shape, cfg.k_format, cfg.v_format, cfg.block_size,
+                               where);
 }
 
 // Bytes of one block of `c` (its block size, K/V formats or MLA latent) on `shape`.

@@ -150,12 +150,8 @@ Simulator::Simulator(SimConfig config, SimModel model, std::vector<SimRequest> r
   std::optional<LayerGroupPlan>& groups = layer_groups_;
   if (!config_.layer_groups.empty()) {
     check_layer_groups(config_, m, compute);
-    const long per_token_layer =
-        static_cast<long>(
-            kv_layout_for(m, 1, 1, config_.k_format, config_.v_format).block_bytes()) /
-        m.n_layers;
-    groups = plan_layer_groups(config_.layer_groups, per_token_layer, config_.block_size,
-                               "cache.layer_groups");
+    groups = plan_layer_groups_for(config_.layer_groups, m, config_.k_format, config_.v_format,
+                                   config_.block_size, "cache.layer_groups");
     if (groups->block_size != config_.block_size) {
       fail_expected("cache.block_size",
                     "at least " + std::to_string(groups->block_size) +
