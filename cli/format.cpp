@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "engine/analysis/memory_math.h"
 #include "engine/common/error.h"
 
 namespace kvscope::cli {
@@ -23,13 +24,7 @@ std::filesystem::path checked_out_dir(const std::string& out_dir) {
 }
 
 std::string with_commas(std::int64_t value) {
-  std::string digits = std::to_string(value < 0 ? -value : value);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return value < 0 ? "-" + out : out;
+  return format_count(value);  // engine/analysis/memory_math.h
 }
 
 std::string human_bytes(double bytes) {

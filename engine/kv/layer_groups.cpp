@@ -7,6 +7,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "engine/analysis/memory_math.h"
 #include "engine/common/config.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_storage.h"
@@ -35,16 +36,6 @@ long ceil_div(long a, long b) {
 std::string cat(std::initializer_list<std::string_view> parts) {
   std::string s;
   for (std::string_view p : parts) s.append(p);
-  return s;
-}
-
-std::string with_commas(long v) {
-  const std::string digits = std::to_string(v < 0 ? -v : v);
-  std::string s = v < 0 ? "-" : "";
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) s.push_back(',');
-    s.push_back(digits[i]);
-  }
   return s;
 }
 
@@ -90,18 +81,18 @@ LayerGroupPlan plan_layer_groups(const std::vector<LayerGroupSpec>& specs,
     p.attention_page_bytes = attention_bytes_per_token * p.block_size;
     p.block_size_raised = true;
     p.notes.push_back(cat(
-        {"a state layer's ", with_commas(state_bytes), "-byte state is larger than ",
+        {"a state layer's ", format_count(state_bytes), "-byte state is larger than ",
          std::to_string(block_size), " tokens of one attention layer's K and V (",
-         with_commas(attention_bytes_per_token * block_size), " bytes): the block grows to ",
+         format_count(attention_bytes_per_token * block_size), " bytes): the block grows to ",
          std::to_string(p.block_size), " tokens, the smallest multiple of ", std::to_string(align),
-         " whose ", with_commas(p.attention_page_bytes), "-byte page holds it"}));
+         " whose ", format_count(p.attention_page_bytes), "-byte page holds it"}));
   }
   p.page_bytes = p.attention_page_bytes;
   if (state_bytes > 0 && state_bytes < p.page_bytes) {
     const long permille = (p.page_bytes - state_bytes) * 1000 / p.page_bytes;
     p.notes.push_back(
-        cat({"each state page is padded from ", with_commas(state_bytes), " to ",
-             with_commas(p.page_bytes), " bytes (", std::to_string(permille / 10), ".",
+        cat({"each state page is padded from ", format_count(state_bytes), " to ",
+             format_count(p.page_bytes), " bytes (", std::to_string(permille / 10), ".",
              std::to_string(permille % 10), "% padding), so that every page has one size"}));
   }
   int smallest = 1 << 30, largest = 0;
@@ -142,8 +133,8 @@ LayerGroupPlan plan_layer_groups(const std::vector<LayerGroupSpec>& specs,
   p.notes.push_back(cat(
       {counts, " layers make ", std::to_string(p.groups.size()),
        p.groups.size() == 1 ? " group of " : " groups of ", std::to_string(p.group_size), " layers",
-       padding, "; a block is one ", with_commas(p.page_bytes), "-byte page in each of ",
-       std::to_string(p.group_size), " layers: ", with_commas(p.block_bytes()), " bytes"}));
+       padding, "; a block is one ", format_count(p.page_bytes), "-byte page in each of ",
+       std::to_string(p.group_size), " layers: ", format_count(p.block_bytes()), " bytes"}));
   return p;
 }
 
