@@ -12,6 +12,7 @@
 #include "app/core/theme.h"
 #include "app/widgets/widgets.h"
 #include "engine/analysis/memory_math.h"
+#include "engine/common/concat.h"
 
 namespace kvscope::ui {
 namespace {
@@ -21,12 +22,6 @@ namespace {
 constexpr const char* kFormats[] = {"fp32", "fp16", "bf16", "int8", "fp8-e4m3", "int4", "int2"};
 constexpr int kBlockSizes[] = {1, 4, 8, 16, 32, 64};
 
-// Concatenation by appending (GCC 12's -Wrestrict misfires on "literal" + std::string chains).
-std::string cat(std::initializer_list<std::string_view> parts) {
-  std::string s;
-  for (std::string_view p : parts) s.append(p);
-  return s;
-}
 std::string num(long v) {
   return std::to_string(v);
 }
@@ -47,13 +42,13 @@ bool splits_columns(const std::string& kernel) {
 // "KV head 1, split 0" or "query head 4 (KV head 1)".
 std::string role_text(const sim::TraceRole& r, const std::string& kernel) {
   if (splits_columns(kernel)) {
-    std::string s = cat({"KV head ", num(r.kv_head), ", split ", num(r.split)});
+    std::string s = concat({"KV head ", num(r.kv_head), ", split ", num(r.split)});
     if (r.heads > 1)
       s.append(
-          cat({" (query heads ", num(r.head_first), "-", num(r.head_first + r.heads - 1), ")"}));
+          concat({" (query heads ", num(r.head_first), "-", num(r.head_first + r.heads - 1), ")"}));
     return s;
   }
-  return cat({"query head ", num(r.head_first), " (KV head ", num(r.kv_head), ")"});
+  return concat({"query head ", num(r.head_first), " (KV head ", num(r.kv_head), ")"});
 }
 
 }  // namespace
@@ -102,14 +97,14 @@ void KernelPanel::draw_controls(const AppState& state, const RunInfo& info) {
   };
   float combo_w = width_of({"layer 00"});
   ImGui::SetNextItemWidth(combo_w);
-  const std::string layer_text = cat({"layer ", num(layer_)});
+  const std::string layer_text = concat({"layer ", num(layer_)});
   if (ImGui::BeginCombo("##layer", layer_text.c_str())) {
     for (int l = 0; l < info.shape.n_layers; ++l)
-      if (ImGui::Selectable(cat({"layer ", num(l)}).c_str(), l == layer_)) layer_ = l;
+      if (ImGui::Selectable(concat({"layer ", num(l)}).c_str(), l == layer_)) layer_ = l;
     ImGui::EndCombo();
   }
   item_tooltip("Whose attention launch is traced (every layer's has the same grid)");
-  const std::string run_format = cat({"run's (", info.config.k_format.name(), ")"});
+  const std::string run_format = concat({"run's (", info.config.k_format.name(), ")"});
   combo_w = width_of({run_format, "fp8-e4m3"});
   flow_same_line(combo_w);
   ImGui::SetNextItemWidth(combo_w);
@@ -124,19 +119,19 @@ void KernelPanel::draw_controls(const AppState& state, const RunInfo& info) {
   item_tooltip(
       "K and V format of the re-run: fp32, fp16, bf16, int8 and FP8 take the decode kernel, "
       "int4 and int2 the paged kernel");
-  const std::string run_block = cat({"run's (", num(info.config.block_size), ")"});
+  const std::string run_block = concat({"run's (", num(info.config.block_size), ")"});
   combo_w = width_of({run_block, "block 64"});
   flow_same_line(combo_w);
   ImGui::SetNextItemWidth(combo_w);
-  const std::string block_text = block_ ? cat({"block ", num(*block_)}) : run_block;
+  const std::string block_text = block_ ? concat({"block ", num(*block_)}) : run_block;
   if (ImGui::BeginCombo("##block", block_text.c_str())) {
     if (ImGui::Selectable(run_block.c_str(), !block_)) block_.reset();
     for (int b : kBlockSizes)
-      if (ImGui::Selectable(cat({"block ", num(b)}).c_str(), block_ == b)) block_ = b;
+      if (ImGui::Selectable(concat({"block ", num(b)}).c_str(), block_ == b)) block_ = b;
     ImGui::EndCombo();
   }
   item_tooltip("Tokens per KV block of the re-run (the pool keeps its bytes)");
-  const std::string button = cat({"Trace step ", num(state.step())});
+  const std::string button = concat({"Trace step ", num(state.step())});
   flow_same_line(ImGui::CalcTextSize(button.c_str()).x + ImGui::GetStyle().FramePadding.x * 2);
   if (ImGui::Button(button.c_str())) {
     requested_ = wanted(state);
@@ -193,8 +188,8 @@ void KernelPanel::draw_summary(const AppState& state) {
   stat("ideal", format_count(static_cast<double>(k.kv.ideal_sectors)), true);
   stat("bytes used", format_percent(k.kv.used_share(), 0), true);
   item_tooltip("Of the bytes the transactions moved (32 a sector), the share the lanes asked for");
-  std::string what = cat({"K ", t.k_format, ", V ", t.v_format, ", block ", num(t.block_size),
-                          ", step ", num(t.step), ", layer ", num(t.layer)});
+  std::string what = concat({"K ", t.k_format, ", V ", t.v_format, ", block ", num(t.block_size),
+                             ", step ", num(t.step), ", layer ", num(t.layer)});
   if (!view_->same_pool) what.append(" (re-run: not the pool shown)");
   ImGui::TextDisabled("%s", what.c_str());
   draw_measured(state, t);
@@ -226,9 +221,10 @@ void KernelPanel::draw_writes(AppState& state) {
   const std::size_t shown = std::min<std::size_t>(t.writes.size(), 16);
   for (std::size_t i = 0; i < shown; ++i) {
     const StepKernelTrace::KvWrite& w = t.writes[i];
-    std::string chip = w.request >= 0 ? cat({"req ", num(w.request)}) : std::string("req ?");
-    chip.append(cat({" -> block ", num(w.kv_block), ":", num(w.slot % std::max(1, t.block_size))}));
-    if (rows) chip.append(cat({" ", w.rows}));
+    std::string chip = w.request >= 0 ? concat({"req ", num(w.request)}) : std::string("req ?");
+    chip.append(
+        concat({" -> block ", num(w.kv_block), ":", num(w.slot % std::max(1, t.block_size))}));
+    if (rows) chip.append(concat({" ", w.rows}));
     if (i > 0) flow_same_line(ImGui::CalcTextSize(chip.c_str()).x);
     ImGui::TextDisabled("%s", chip.c_str());
     if (!ImGui::IsItemHovered()) continue;
@@ -249,7 +245,7 @@ void KernelPanel::draw_writes(AppState& state) {
   }
   if (t.writes.size() > shown) {
     const std::string more =
-        cat({"and ", num(static_cast<long>(t.writes.size() - shown)), " more"});
+        concat({"and ", num(static_cast<long>(t.writes.size() - shown)), " more"});
     flow_same_line(ImGui::CalcTextSize(more.c_str()).x);
     ImGui::TextDisabled("%s", more.c_str());
   }
@@ -290,12 +286,12 @@ void KernelPanel::draw_measured(const AppState& state, const StepKernelTrace& t)
   if (m == nullptr) {
     measured_text_ = "GPU: this launch shape was not measured";
     ImGui::TextDisabled("%s", measured_text_.c_str());
-    item_tooltip(cat({"The GPU check times ", file->scenario,
-                      "'s launches in every format and block size offered here, on stories260K "
-                      "and SmolLM2 (",
-                      file->device, ", ", file->date.substr(0, 10),
-                      "); this step's queries, formats or heads differ from all of them. "
-                      "kvscope trace kernel --measure times any launch on a GPU."})
+    item_tooltip(concat({"The GPU check times ", file->scenario,
+                         "'s launches in every format and block size offered here, on stories260K "
+                         "and SmolLM2 (",
+                         file->device, ", ", file->date.substr(0, 10),
+                         "); this step's queries, formats or heads differ from all of them. "
+                         "kvscope trace kernel --measure times any launch on a GPU."})
                      .c_str());
     return;
   }
@@ -304,10 +300,10 @@ void KernelPanel::draw_measured(const AppState& state, const StepKernelTrace& t)
   char rate[48];
   std::snprintf(rate, sizeof rate, "%.1f GB/s", gb_per_s);
   std::string line =
-      cat({"GPU (", file->device, "): ", format_time(m->ms / 1e3), " for this launch, ", rate});
+      concat({"GPU (", file->device, "): ", format_time(m->ms / 1e3), " for this launch, ", rate});
   if (file->copy_gb_per_s > 0.0) {
     line.append(
-        cat({" (", format_percent(gb_per_s / file->copy_gb_per_s, 1), " of a device copy)"}));
+        concat({" (", format_percent(gb_per_s / file->copy_gb_per_s, 1), " of a device copy)"}));
   }
   ImGui::TextWrapped("%s", line.c_str());
   measured_text_ = line;
@@ -315,7 +311,8 @@ void KernelPanel::draw_measured(const AppState& state, const StepKernelTrace& t)
   if (file->copy_gb_per_s > 0.0) std::snprintf(copy, sizeof copy, "%.0f GB/s", file->copy_gb_per_s);
   const bool small = file->copy_gb_per_s > 0.0 && gb_per_s < 0.05 * file->copy_gb_per_s;
   item_tooltip(
-      cat({"Measured by the GPU check (", file->date.substr(0, 10), ", commit ", file->commit,
+      concat(
+          {"Measured by the GPU check (", file->date.substr(0, 10), ", commit ", file->commit,
            "): the same launch shape (formats, block size, heads and every query's context) "
            "issued ",
            num(m->repeats), " times back to back, the median of ", num(m->rounds),
@@ -372,8 +369,8 @@ void KernelPanel::draw_grid(AppState& state) {
     if (static_cast<int>(tb.block) == focus_) dl->AddRect(a, b, pal.outline_selected, 0, 0, 2.0f);
     if (tb.role && cell_w >= ImGui::GetFontSize() * 3.0f) {
       const std::string s = splits_columns(k.kernel)
-                                ? cat({"g", num(tb.role->kv_head), " s", num(tb.role->split)})
-                                : cat({"h", num(tb.role->head_first)});
+                                ? concat({"g", num(tb.role->kv_head), " s", num(tb.role->split)})
+                                : concat({"h", num(tb.role->head_first)});
       if (ImGui::CalcTextSize(s.c_str()).x + 6.0f <= cell_w)
         dl->AddText(ImVec2(a.x + 4.0f, a.y + (cell_h - ImGui::GetFontSize()) * 0.5f),
                     IM_COL32(20, 24, 30, 255), s.c_str());
@@ -383,8 +380,8 @@ void KernelPanel::draw_grid(AppState& state) {
     const int req = r < static_cast<int>(t.query_request.size())
                         ? t.query_request[static_cast<std::size_t>(r)]
                         : -1;
-    std::string s = cat({"q", num(r)});
-    if (req >= 0) s.append(cat({" req ", num(req)}));
+    std::string s = concat({"q", num(r)});
+    if (req >= 0) s.append(concat({" req ", num(req)}));
     dl->AddText(ImVec2(origin.x, origin.y + static_cast<float>(r) * cell_h +
                                      (cell_h - ImGui::GetFontSize()) * 0.5f),
                 pal.text_dim, s.c_str());
@@ -403,7 +400,7 @@ void KernelPanel::draw_grid(AppState& state) {
   if (clicked && req >= 0) state.selected_request = req;
   ImGui::BeginTooltip();
   if (tb.role) {
-    const std::string of = req >= 0 ? cat({" (request ", num(req), ")"}) : std::string();
+    const std::string of = req >= 0 ? concat({" (request ", num(req), ")"}) : std::string();
     ImGui::Text("query %d%s: %s", tb.role->query, of.c_str(),
                 role_text(*tb.role, k.kernel).c_str());
     if (tb.role->slot_end > tb.role->slot_begin)
@@ -529,7 +526,7 @@ void KernelPanel::draw_splits(const AppState& state) {
     const ImVec2 b(o.x + per_slot * static_cast<float>(tb->role->slot_end) - 2.0f, o.y + h);
     dl->AddRectFilled(a, b, efficiency_color(tb->kv));
     if (static_cast<int>(tb->block) == focus_) dl->AddRect(a, b, pal.outline_selected, 0, 0, 2.0f);
-    const std::string label = cat({"s", num(tb->role->split)});
+    const std::string label = concat({"s", num(tb->role->split)});
     if (ImGui::CalcTextSize(label.c_str()).x + 6.0f < b.x - a.x)
       dl->AddText(ImVec2(a.x + 3.0f, a.y + (h - ImGui::GetFontSize()) * 0.5f),
                   IM_COL32(20, 24, 30, 255), label.c_str());
@@ -570,10 +567,11 @@ void KernelPanel::draw(AppState& state) {
       failed_ = running_;     // and is not asked again until Trace is pressed
     }
   } else if (!auto_trace(*info) && (!view_ || view_->ui_step != state.step())) {
-    ImGui::TextDisabled("%s", cat({"Trace step ", num(state.step()),
-                                   " re-runs the scenario on the emulated device (seconds a step "
-                                   "for this model)"})
-                                  .c_str());
+    ImGui::TextDisabled("%s",
+                        concat({"Trace step ", num(state.step()),
+                                " re-runs the scenario on the emulated device (seconds a step "
+                                "for this model)"})
+                            .c_str());
   } else if (state.playing && (!view_ || view_->ui_step != state.step())) {
     ImGui::TextDisabled("the panel traces the step shown once playing stops");
   }

@@ -2,12 +2,11 @@
 #include "engine/kv/layer_groups.h"
 
 #include <algorithm>
-#include <initializer_list>
 #include <map>
-#include <string_view>
 #include <tuple>
 
 #include "engine/analysis/memory_math.h"
+#include "engine/common/concat.h"
 #include "engine/common/config.h"
 #include "engine/common/error.h"
 #include "engine/kv/kv_storage.h"
@@ -30,13 +29,6 @@ namespace {
 
 long ceil_div(long a, long b) {
   return (a + b - 1) / b;
-}
-
-// Concatenation by appending (GCC 12's -Wrestrict misfires on "literal" + std::string chains).
-std::string cat(std::initializer_list<std::string_view> parts) {
-  std::string s;
-  for (std::string_view p : parts) s.append(p);
-  return s;
 }
 
 }  // namespace
@@ -80,7 +72,7 @@ LayerGroupPlan plan_layer_groups(const std::vector<LayerGroupSpec>& specs,
         static_cast<int>(align * ceil_div(state_bytes, align * attention_bytes_per_token));
     p.attention_page_bytes = attention_bytes_per_token * p.block_size;
     p.block_size_raised = true;
-    p.notes.push_back(cat(
+    p.notes.push_back(concat(
         {"a state layer's ", format_count(state_bytes), "-byte state is larger than ",
          std::to_string(block_size), " tokens of one attention layer's K and V (",
          format_count(attention_bytes_per_token * block_size), " bytes): the block grows to ",
@@ -91,9 +83,9 @@ LayerGroupPlan plan_layer_groups(const std::vector<LayerGroupSpec>& specs,
   if (state_bytes > 0 && state_bytes < p.page_bytes) {
     const long permille = (p.page_bytes - state_bytes) * 1000 / p.page_bytes;
     p.notes.push_back(
-        cat({"each state page is padded from ", format_count(state_bytes), " to ",
-             format_count(p.page_bytes), " bytes (", std::to_string(permille / 10), ".",
-             std::to_string(permille % 10), "% padding), so that every page has one size"}));
+        concat({"each state page is padded from ", format_count(state_bytes), " to ",
+                format_count(p.page_bytes), " bytes (", std::to_string(permille / 10), ".",
+                std::to_string(permille % 10), "% padding), so that every page has one size"}));
   }
   int smallest = 1 << 30, largest = 0;
   for (const auto& [key, n] : kinds) {
@@ -122,15 +114,15 @@ LayerGroupPlan plan_layer_groups(const std::vector<LayerGroupSpec>& specs,
   std::string counts;
   for (const auto& [key, n] : ordered) {
     if (!counts.empty()) counts.append(" and ");
-    counts.append(
-        cat({std::to_string(n), " ", layer_kind_name(static_cast<LayerKind>(std::get<0>(key)))}));
+    counts.append(concat(
+        {std::to_string(n), " ", layer_kind_name(static_cast<LayerKind>(std::get<0>(key)))}));
     if (std::get<0>(key) == static_cast<int>(LayerKind::kSliding))
-      counts.append(cat({" (window ", std::to_string(std::get<1>(key)), ")"}));
+      counts.append(concat({" (window ", std::to_string(std::get<1>(key)), ")"}));
   }
   const std::string padding =
-      p.padded_layers > 0 ? cat({" (", std::to_string(p.padded_layers), " layers of padding)"})
+      p.padded_layers > 0 ? concat({" (", std::to_string(p.padded_layers), " layers of padding)"})
                           : std::string();
-  p.notes.push_back(cat(
+  p.notes.push_back(concat(
       {counts, " layers make ", std::to_string(p.groups.size()),
        p.groups.size() == 1 ? " group of " : " groups of ", std::to_string(p.group_size), " layers",
        padding, "; a block is one ", format_count(p.page_bytes), "-byte page in each of ",
