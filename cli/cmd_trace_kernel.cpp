@@ -261,17 +261,17 @@ int measure(const Args& args, Simulator& sim, int step, int layer, const std::st
     fail_expected("--layer", "a layer in 0.." + std::to_string(sim.cache().layout().n_layers - 1),
                   std::to_string(layer));
   const bool emulated = backend_name != "cuda";
+  const std::string device_name = emulated ? "SIMT emulator" : device::cuda_device_name();
   KernelTimings file;
   const std::string timings_path = args.get("--timings", "");
   if (!timings_path.empty() && std::filesystem::exists(timings_path)) {
     file = load_kernel_timings(timings_path);
-    const std::string device = emulated ? "SIMT emulator" : device::cuda_device_name();
-    if (file.device != device || file.emulated != emulated)
-      fail_expected("--timings", "a file measured on this device (" + device + ")",
+    if (file.device != device_name || file.emulated != emulated)
+      fail_expected("--timings", "a file measured on this device (" + device_name + ")",
                     timings_path + ", measured on " + file.device);
   }
   KernelTimings run;
-  run.device = emulated ? "SIMT emulator" : device::cuda_device_name();
+  run.device = device_name;
   run.emulated = emulated;
   run.date = utc_date();
   run.commit = args.get("--commit", "unknown");

@@ -77,6 +77,16 @@ nlohmann::json traffic_json(const sim::Traffic& t) {
           {"ideal_lines", t.ideal_lines}};
 }
 
+// A write kernel's traffic: its recorded accesses are stores.
+nlohmann::json stores_json(const sim::Traffic& t) {
+  nlohmann::json j = traffic_json(t);
+  j.erase("bytes_read");
+  j["bytes_written"] = t.distinct_bytes;
+  j["warp_stores"] = t.loads;
+  j.erase("warp_loads");
+  return j;
+}
+
 nlohmann::json dim_json(const sim::dim3& d) {
   return {d.x, d.y, d.z};
 }
@@ -273,11 +283,6 @@ nlohmann::json kernel_trace_json(const StepKernelTrace& t, std::size_t warp_samp
     reduce.push_back({{"kernel", t.reduce_kernels[i]}, {"grid", dim_json(t.reduce[i])}});
   nlohmann::json writes = nlohmann::json::array();
   for (const StepKernelTrace::KvWrite& w : t.writes) {
-    nlohmann::json j = traffic_json(w.stores);
-    j.erase("bytes_read");
-    j["bytes_written"] = w.stores.distinct_bytes;
-    j["warp_stores"] = j["warp_loads"];
-    j.erase("warp_loads");
     writes.push_back({{"kernel", w.kernel},
                       {"grid", dim_json(w.grid)},
                       {"block", dim_json(w.block)},
@@ -286,14 +291,10 @@ nlohmann::json kernel_trace_json(const StepKernelTrace& t, std::size_t warp_samp
                       {"kv_block", w.kv_block},
                       {"offset", t.block_size > 0 ? w.slot % t.block_size : 0},
                       {"rows", w.rows},
-                      {"stores", j},
+                      {"stores", stores_json(w.stores)},
                       {"table", traffic_json(w.table)}});
   }
-  nlohmann::json write_total = traffic_json(t.write_total);
-  write_total.erase("bytes_read");
-  write_total["bytes_written"] = t.write_total.distinct_bytes;
-  write_total["warp_stores"] = write_total["warp_loads"];
-  write_total.erase("warp_loads");
+  nlohmann::json write_total = stores_json(t.write_total);
   write_total["launches"] = t.writes.size();
   totals["kv_write"] = write_total;
   return {{"step", t.step},
