@@ -389,26 +389,39 @@ std::vector<PlotSeries> MemoryPanel::measured_series(const AppState& state) cons
 // One ring step of a 128K-token sequence over the ring (engine/analysis/memory_math.h, the same
 // arithmetic as kvscope memwall --ring): the chunk of one layer that passes to the next device,
 // and whether an H100's attention on the visiting chunk hides it over NVLink 4.
+std::optional<MemoryPanel::RingStep> MemoryPanel::ring_step(const KvShape& shape,
+                                                            double bytes_per_token) const {
+  if (ring_ < 2 || shape.heads <= 0 || shape.layers <= 0 || bytes_per_token <= 0.0)
+    return std::nullopt;
+  RingStep r;
+  r.split = ring_split(bytes_per_token, shape.layers, kRingTokens, ring_);
+  r.timing = ring_timing(r.split, shape.heads, shape.head_dim, kRingFlops,
+                         link_presets()[1].bytes_per_second);
+  return r;
+}
+
+std::string MemoryPanel::ring_step_text(const RingStep& r) {
+  return format_bytes(r.split.step_bytes) +
+         (r.timing.hidden() ? ", hidden"
+                            : ", " + format_time(r.timing.exposed_seconds) + " exposed");
+}
+
 std::string MemoryPanel::ring_step_text(const KvShape& shape, double bytes_per_token) const {
-  if (ring_ < 2 || shape.heads <= 0 || shape.layers <= 0 || bytes_per_token <= 0.0) return "-";
-  const RingSplit split = ring_split(bytes_per_token, shape.layers, kRingTokens, ring_);
-  const RingTiming t = ring_timing(split, shape.heads, shape.head_dim, kRingFlops,
-                                   link_presets()[1].bytes_per_second);
-  return format_bytes(split.step_bytes) +
-         (t.hidden() ? ", hidden" : ", " + format_time(t.exposed_seconds) + " exposed");
+  const std::optional<RingStep> r = ring_step(shape, bytes_per_token);
+  return r ? ring_step_text(*r) : "-";
 }
 
 void MemoryPanel::draw_ring_step(const KvShape& shape, double bytes_per_token) const {
   ImGui::TableNextColumn();
-  const std::string text = ring_step_text(shape, bytes_per_token);
-  if (text == "-") {
+  const std::optional<RingStep> r = ring_step(shape, bytes_per_token);
+  if (!r) {
     ImGui::TextDisabled("-");
     return;
   }
   const Link& nvlink = link_presets()[1];
-  const RingSplit split = ring_split(bytes_per_token, shape.layers, kRingTokens, ring_);
-  const RingTiming t =
-      ring_timing(split, shape.heads, shape.head_dim, kRingFlops, nvlink.bytes_per_second);
+  const RingSplit& split = r->split;
+  const RingTiming& t = r->timing;
+  const std::string text = ring_step_text(*r);
   ImGui::TextUnformatted(text.c_str());
   if (ImGui::IsItemHovered()) {
     ImGui::SetTooltip(

@@ -2,6 +2,7 @@
 // run, per KV format, on log axes with GPU memory lines to read off the longest context.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "app/core/memory_shapes.h"
 #include "app/panels/panel.h"
 #include "app/widgets/plot.h"
+#include "engine/analysis/memory_math.h"
 
 namespace kvscope::ui {
 
@@ -48,6 +50,13 @@ class MemoryPanel final : public Panel {
   void draw_ring_combo();
   // Whether `shape` is drawn: every shape on one device, the full-attention ones on a ring.
   bool drawn(const KvShape& shape) const;
+  // One ring step of `shape` at 128K tokens: the split and its timing (none on one device).
+  struct RingStep {
+    RingSplit split;
+    RingTiming timing;
+  };
+  std::optional<RingStep> ring_step(const KvShape& shape, double bytes_per_token) const;
+  static std::string ring_step_text(const RingStep& r);
   void draw_ring_step(const KvShape& shape, double bytes_per_token) const;
   void draw_table(const AppState& state, double bytes_per_element);
   // The "Measure" row: the button, the job's progress and Cancel, or what was measured.
