@@ -172,17 +172,6 @@ std::string format_ms(double seconds) {
   return buf;
 }
 
-std::string format_count(std::int64_t value) {
-  const std::string digits =
-      std::to_string(value < 0 ? -static_cast<unsigned long long>(value) : value);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return value < 0 ? "-" + out : out;
-}
-
 double parse_byte_size(const std::string& text, const std::string& where) {
   const std::string expected =
       "a size with a unit, e.g. 80GB (10^9 bytes) or 80GiB (2^30 bytes); units B, KB, MB, GB, TB, "

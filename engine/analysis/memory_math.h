@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/common/config.h"
+#include "engine/common/format_count.h"  // format_count, beside format_bytes
 #include "engine/kv/kv_format.h"
 
 namespace kvscope {
@@ -115,8 +116,6 @@ RingTiming ring_timing(const RingSplit& ring, int heads, int head_dim, double fl
 // "40.00 GiB = 42.95 GB", "320.00 KiB = 327.68 KB", "512 B": binary units with the decimal figure
 // beside them (below 1 KiB: plain bytes).
 std::string format_bytes(double bytes);
-// "327,680".
-std::string format_count(std::int64_t value);
 // "1.234 ms": a duration in seconds as milliseconds with three decimals.
 std::string format_ms(double seconds);
 // "12.3 us", "4.56 ms", "7.89 s": a duration with the unit that keeps it readable.

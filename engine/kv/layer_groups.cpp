@@ -5,10 +5,10 @@
 #include <map>
 #include <tuple>
 
-#include "engine/analysis/memory_math.h"
 #include "engine/common/concat.h"
 #include "engine/common/config.h"
 #include "engine/common/error.h"
+#include "engine/common/format_count.h"
 #include "engine/kv/kv_storage.h"
 
 namespace kvscope {
