@@ -40,6 +40,9 @@ latency. The scenario's cache.disaggregation section gives the defaults
   --decode-blocks N              the decode instance's pool, and the colocated one's (default:
                                  the scenario's num_blocks)
   --interval-ms X                a request with arrival_step s arrives at s x X ms
+  --decode-prefix-caching on|off whether the decode instance keeps a prefix cache of what it
+                                 receives (its cached blocks do not cross the link; default: as
+                                 the scenario's prefix_caching)
   --model PATH|NAME              override the scenario's model
   --bookkeeping                  no model compute: block accounting and the clock only
   --threads N                    CPU threads for the forward pass (default 1)
@@ -62,6 +65,10 @@ nlohmann::json to_json(const DisaggReport& r) {
   j["block_bytes"] = r.block_bytes;
   j["transfer_bytes"] = r.transfer_bytes;
   j["transfer_blocks"] = r.transfer_blocks;
+  if (r.disaggregated) {
+    j["decode_prefix_caching"] = r.decode_prefix_caching;
+    j["decode_cached_blocks"] = r.decode_cached_blocks;
+  }
   j["makespan_seconds"] = r.makespan;
   for (const InstanceStats& s : r.instances) {
     j["instances"].push_back({{"name", s.name},
@@ -70,7 +77,8 @@ nlohmann::json to_json(const DisaggReport& r) {
                               {"busy_seconds", s.busy_seconds},
                               {"peak_blocks_used", s.peak_blocks_used},
                               {"prefill_tokens", s.prefill_tokens},
-                              {"decode_tokens", s.decode_tokens}});
+                              {"decode_tokens", s.decode_tokens},
+                              {"prefix_hit_tokens", s.prefix_hit_tokens}});
   }
   for (const RequestTiming& t : r.requests) {
     j["requests"].push_back({{"id", t.id},
@@ -84,7 +92,8 @@ nlohmann::json to_json(const DisaggReport& r) {
                              {"ttft", t.ttft()},
                              {"tpot", t.tpot()},
                              {"transfer_blocks", t.transfer_blocks},
-                             {"transfer_bytes", t.transfer_bytes}});
+                             {"transfer_bytes", t.transfer_bytes},
+                             {"decode_cached_blocks", t.decode_cached_blocks}});
   }
   j["transfers"] = nlohmann::json::array();
   for (const TransferEvent& e : r.transfers) {
@@ -106,7 +115,8 @@ void print_row(const char* name, double a, double b) {
 int cmd_disagg(const Argv& argv) {
   Args args(argv,
             {"--variant", "--link", "--latency-us", "--transfer", "--gpu", "--prefill-blocks",
-             "--decode-blocks", "--interval-ms", "--model", "--threads", "--json"},
+             "--decode-blocks", "--interval-ms", "--decode-prefix-caching", "--model", "--threads",
+             "--json"},
             {"--help", "--bookkeeping", "--quiet"});
   if (args.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -156,6 +166,11 @@ int cmd_disagg(const Argv& argv) {
     if (!(ms >= 0) || !std::isfinite(ms))
       fail_expected("--interval-ms", "a finite time >= 0", args.get("--interval-ms"));
     o.arrival_interval_seconds = ms * 1e-3;
+  }
+  if (args.has("--decode-prefix-caching")) {
+    const std::string v = args.get("--decode-prefix-caching");
+    if (v != "on" && v != "off") fail_expected("--decode-prefix-caching", "on or off", v);
+    o.decode_prefix_caching = v == "on";
   }
   SimConfig config = resolved.config;
   config.threads = args.get_int("--threads", 1);
@@ -211,19 +226,31 @@ int cmd_disagg(const Argv& argv) {
   print_row("TPOT mean", a.tpot_mean, b.tpot_mean);
   print_row("TPOT p90", a.tpot_p90, b.tpot_p90);
   print_row("last token", co.makespan, di.makespan);
-  std::printf(
-      "KV over the link: %s in %d blocks of %s (every prompt token but the last, whole "
-      "blocks)\n",
-      format_bytes(static_cast<double>(di.transfer_bytes)).c_str(), di.transfer_blocks,
-      format_bytes(di.block_bytes).c_str());
+  if (di.decode_prefix_caching) {
+    std::printf(
+        "KV over the link: %s in %d blocks of %s (every prompt token but the last, whole blocks, "
+        "less %d blocks the decode instance's prefix cache held: %s not sent)\n",
+        format_bytes(static_cast<double>(di.transfer_bytes)).c_str(), di.transfer_blocks,
+        format_bytes(di.block_bytes).c_str(), di.decode_cached_blocks,
+        format_bytes(di.decode_cached_blocks * di.block_bytes).c_str());
+  } else {
+    std::printf(
+        "KV over the link: %s in %d blocks of %s (every prompt token but the last, whole "
+        "blocks)\n",
+        format_bytes(static_cast<double>(di.transfer_bytes)).c_str(), di.transfer_blocks,
+        format_bytes(di.block_bytes).c_str());
+  }
   for (const DisaggReport* r : {&co, &di}) {
     for (const InstanceStats& s : r->instances) {
       std::printf(
           "  %-9s %d blocks, peak %d used; %d steps, busy %s; %lld prompt tokens computed, "
-          "%lld decoded\n",
+          "%lld decoded",
           s.name.c_str(), s.num_blocks, s.peak_blocks_used, s.steps,
           format_ms(s.busy_seconds).c_str(), static_cast<long long>(s.prefill_tokens),
           static_cast<long long>(s.decode_tokens));
+      if (s.prefix_hit_tokens > 0)
+        std::printf("; %lld from its prefix cache", static_cast<long long>(s.prefix_hit_tokens));
+      std::printf("\n");
     }
   }
   if (a.finished != static_cast<int>(co.requests.size()) ||

@@ -55,9 +55,10 @@ void PrefixCache::drop_seq_ref(BlockId b) {
 }
 
 PrefixLookupResult PrefixCache::lookup_and_acquire(std::int32_t request,
-                                                   std::span<const TokenId> prompt) {
+                                                   std::span<const TokenId> prompt, bool record) {
   const auto n = static_cast<std::int64_t>(prompt.size());
   const int bs = config_.block_size;
+  const PrefixCacheMetrics before = metrics_;
   ++metrics_.lookups;
   ++clock_;
   metrics_.prompt_tokens += n;
@@ -99,6 +100,13 @@ PrefixLookupResult PrefixCache::lookup_and_acquire(std::int32_t request,
     }
   }
   r.hit_tokens = static_cast<std::int64_t>(r.blocks.size()) * bs;
+  if (!record) {  // the references stay; the lookup's counts go
+    const std::int64_t saved = metrics_.blocks_saved, peak = metrics_.peak_blocks_saved;
+    metrics_ = before;
+    metrics_.blocks_saved = saved;
+    metrics_.peak_blocks_saved = peak;
+    return r;
+  }
   metrics_.hit_tokens += r.hit_tokens;
   metrics_.hit_blocks += static_cast<std::int64_t>(r.blocks.size());
   ++metrics_.lookups_by_reason[static_cast<std::size_t>(r.reason)];

@@ -85,8 +85,12 @@ class PrefixCache : public BlockSource {
 
   // Finds the longest cached whole-block prefix of `prompt` (never the whole prompt: the last
   // token is always computed), takes a reference on each of its blocks, records the miss reason.
+  // `record` false: a reservation (a decode instance keeping a request's cached prefix in place
+  // until it is delivered, Scheduler::reserve_prefix), neither counted in the metrics nor
+  // recorded as a lookup; its admission's lookup is.
   [[nodiscard]] PrefixLookupResult lookup_and_acquire(std::int32_t request,
-                                                      std::span<const TokenId> prompt);
+                                                      std::span<const TokenId> prompt,
+                                                      bool record = true);
   // Read-only: the blocks a lookup of `prompt` would hit now (no refs, metrics or events).
   PrefixProbe probe(std::span<const TokenId> prompt) const;
   // A fresh block for `request` (ref 1), evicting a cached block when the pool has no free one.

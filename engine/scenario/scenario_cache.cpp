@@ -113,7 +113,7 @@ DisaggOptions parse_disaggregation(const JsonReader& r, const json& j, const std
                                    DisaggOptions o) {
   r.only_keys(j, at,
               {"link", "latency_us", "transfer", "gpu", "prefill_blocks", "decode_blocks",
-               "arrival_interval_ms"});
+               "arrival_interval_ms", "decode_prefix_caching"});
   auto key = [&](const char* k) { return r.file() + ": " + json_path(at, k); };
   if (j.contains("link"))
     o.link = parse_link(r.string(j["link"], json_path(at, "link"), true), key("link"));
@@ -132,6 +132,10 @@ DisaggOptions parse_disaggregation(const JsonReader& r, const json& j, const std
   if (j.contains("arrival_interval_ms")) {
     o.arrival_interval_seconds =
         r.number(j["arrival_interval_ms"], json_path(at, "arrival_interval_ms"), 0, 1e9) * 1e-3;
+  }
+  if (j.contains("decode_prefix_caching")) {
+    o.decode_prefix_caching =
+        r.boolean(j["decode_prefix_caching"], json_path(at, "decode_prefix_caching"));
   }
   return o;
 }

@@ -167,8 +167,9 @@ DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, Sim
   if (o.decode_blocks > 0) d.num_blocks = o.decode_blocks;
   p.title = base.title + " (prefill instance)";
   d.title = base.title + " (decode instance)";
-  d.prefix_caching = false;  // what it receives is every prompt's own copy
-  d.tiers.clear();
+  d.prefix_caching = o.decode_prefix_caching.value_or(base.prefix_caching);
+  report_.decode_prefix_caching = d.prefix_caching;
+  d.tiers.clear();  // the KV tiers are the prefill instance's
   std::vector<SimRequest> pr = requests;
   std::vector<SimRequest> dr = std::move(requests);
   const std::string prefill_at =
@@ -224,18 +225,24 @@ DisaggRun::DisaggRun(SimConfig base, DisaggOptions options, Serving serving, Sim
                   prefill().timeline()->header().kv_format);
   }
   report_.block_bytes = static_cast<double>(layout.block_bytes());
-  instances_[1].sim->set_kv_source([this](const RequestRun& r, int tokens, KvStorage& storage,
+  instances_[1].sim->set_kv_source([this](const RequestRun& r, int from, int to, KvStorage& storage,
                                           std::span<const BlockId> blocks) {
     const auto it =
         std::find_if(wire_.begin(), wire_.end(), [&](const Transfer& t) { return t.id == r.id; });
     const std::size_t bytes = storage.layout().block_bytes();
-    if (it == wire_.end() || it->bytes.size() != blocks.size() * bytes) {
+    // The decode instance's cache may hold more of the prompt now than when the transfer began
+    // (blocks that arrived for other requests meanwhile): those crossed, and are not needed.
+    const int skip = from / storage.layout().block_size - (it == wire_.end() ? 0 : it->first_block);
+    if (it == wire_.end() || skip < 0 ||
+        it->bytes.size() != (static_cast<std::size_t>(skip) + blocks.size()) * bytes) {
       throw InternalError("disaggregation", "request " + std::to_string(r.id) + " takes " +
-                                                std::to_string(tokens) +
+                                                std::to_string(to - from) +
                                                 " tokens of K/V that did not cross the link");
     }
-    for (std::size_t b = 0; b < blocks.size(); ++b)
-      storage.write_block(blocks[b], it->bytes.data() + b * bytes);
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      storage.write_block(blocks[b],
+                          it->bytes.data() + (static_cast<std::size_t>(skip) + b) * bytes);
+    }
     wire_.erase(it);
   });
 }
@@ -293,7 +300,14 @@ bool DisaggRun::step() {
       runs.push_back({r.num_computed - e.tokens, e.tokens});
       if (who == 0 && !prefill_started_[static_cast<std::size_t>(e.id)]) {
         prefill_started_[static_cast<std::size_t>(e.id)] = true;
-        report_.requests[static_cast<std::size_t>(e.id)].prefill_start = start;
+        RequestTiming& t = report_.requests[static_cast<std::size_t>(e.id)];
+        t.prefill_start = start;
+        if (is_disaggregated() && report_.decode_prefix_caching && t.prompt_tokens > 1) {
+          // The decode instance maps what its cache holds of the prompt now; those blocks are
+          // not sent.
+          t.decode_cached_blocks = instances_[1].sim->reserve_prefix(e.id);
+          blocks_sent_[static_cast<std::size_t>(e.id)] = t.decode_cached_blocks;
+        }
       }
     }
     const double cost = price_step(model_.config, in.sim->cache().layout().bytes_per_token(),
@@ -306,6 +320,8 @@ bool DisaggRun::step() {
     stats.prefill_tokens += plan.prefill_tokens;
     stats.decode_tokens += plan.decode_tokens;
     stats.peak_blocks_used = std::max(stats.peak_blocks_used, in.sim->cache().pool().num_used());
+    if (const PrefixCache* pc = in.sim->prefix_cache())
+      stats.prefix_hit_tokens = pc->metrics().hit_tokens;
     StepRecord rec;
     rec.instance = static_cast<int>(who);
     rec.start = start;
@@ -403,9 +419,9 @@ void DisaggRun::after_prefill_step(double start, double cost) {
     double& last = last_send_end_[static_cast<std::size_t>(s.id)];
     if (last < 0) {  // its first byte leaves
       t.transfer_start = begin;
-      const int needed = blocks_for(t.prompt_tokens - 1, bs);
+      const int sending = blocks_for(t.prompt_tokens - 1, bs) - t.decode_cached_blocks;
       report_.transfers.push_back(
-          {begin, false, s.id, needed, static_cast<std::int64_t>(needed * block_bytes)});
+          {begin, false, s.id, sending, static_cast<std::int64_t>(sending * block_bytes)});
     }
     last = std::max(last, end);
   };
@@ -421,9 +437,10 @@ void DisaggRun::after_prefill_step(double start, double cost) {
   }
   for (const std::int32_t id : finished) {
     RequestTiming& t = report_.requests[static_cast<std::size_t>(id)];
-    const int needed = blocks_for(t.prompt_tokens - 1, bs);
+    const int cached = t.decode_cached_blocks;
+    const int needed = blocks_for(t.prompt_tokens - 1, bs) - cached;  // what crosses
     double& last = last_send_end_[static_cast<std::size_t>(id)];
-    if (last < 0) {  // a one-token prompt: nothing to send, the hand-over alone
+    if (last < 0) {  // a one-token prompt, or all cached there: the hand-over alone
       t.transfer_start = prefill_end;
       report_.transfers.push_back({prefill_end, false, id, 0, 0});
       last = prefill_end;
@@ -435,17 +452,19 @@ void DisaggRun::after_prefill_step(double start, double cost) {
     t.transfer_end = std::max(last, prefill_end) + o.latency_seconds;
     report_.transfer_blocks += needed;
     report_.transfer_bytes += t.transfer_bytes;
+    report_.decode_cached_blocks += cached;
     report_.transfers.push_back({t.transfer_end, true, id, needed, t.transfer_bytes});
     // The bytes cross now (the clock says when they land); the prefill instance keeps the blocks
     // until then.
-    if (model_.weights != nullptr) {
+    if (model_.weights != nullptr && needed > 0) {
       Transfer w;
       w.id = id;
+      w.first_block = cached;
       const std::vector<BlockId>& table = p.cache().table(SeqId(id)).blocks;
       const auto bytes = static_cast<std::size_t>(block_bytes);
       w.bytes.resize(static_cast<std::size_t>(needed) * bytes);
       for (int b = 0; b < needed; ++b) {
-        p.cache().storage()->read_block(table[static_cast<std::size_t>(b)],
+        p.cache().storage()->read_block(table[static_cast<std::size_t>(cached + b)],
                                         w.bytes.data() + static_cast<std::size_t>(b) * bytes);
       }
       wire_.push_back(std::move(w));
@@ -465,6 +484,8 @@ void DisaggRun::after_token_step(std::size_t i, const std::vector<int>& before) 
     RequestTiming& t = report_.requests[static_cast<std::size_t>(id)];
     if (before[static_cast<std::size_t>(id)] == 0) {
       t.first_token = in.clock;
+      // K/V its admission found cached on the decode instance after all was never read.
+      std::erase_if(wire_, [&](const Transfer& w) { return w.id == id; });
       if (!is_disaggregated()) {
         t.prefill_end = in.clock;
         t.transfer_start = in.clock;

@@ -8,7 +8,10 @@
 // layers as the step that completes it computes them; whole-request transfer sends the request's
 // blocks after its prefill. The colocated baseline runs the same requests on one instance and one
 // clock. Bytes really move: the decode instance's blocks are written from the prefill instance's
-// (KvStorage::read_block / write_block), so its tokens are the colocated run's.
+// (KvStorage::read_block / write_block), so its tokens are the colocated run's. With a prefix
+// cache on the decode instance (as vLLM's decode side looks its own cache up before it pulls), a
+// request's prompt blocks already cached there are mapped when its prefill starts and stay put
+// (a reference each) until it is delivered; only the blocks after them cross.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +39,9 @@ struct RequestTiming {
   double transfer_end = 0;  // its K/V is on the decode instance
   double first_token = 0;   // the end of the step that sampled its first token
   double last_token = 0;
-  int transfer_blocks = 0;
+  int transfer_blocks = 0;  // sent over the link
   std::int64_t transfer_bytes = 0;
+  int decode_cached_blocks = 0;  // found in the decode instance's prefix cache: not sent
   double queue() const { return prefill_start - arrival; }
   double prefill() const { return prefill_end - prefill_start; }
   double transfer() const { return transfer_end - prefill_end; }
@@ -63,6 +67,7 @@ struct InstanceStats {
   int peak_blocks_used = 0;
   std::int64_t prefill_tokens = 0;  // prompt tokens computed (and recomputed)
   std::int64_t decode_tokens = 0;
+  std::int64_t prefix_hit_tokens = 0;  // prompt tokens its prefix cache served (0 without one)
 };
 
 // One step of an instance on the clock, or (start == end, no tokens) the prefill instance freeing
@@ -85,6 +90,8 @@ struct DisaggReport {
   std::vector<StepRecord> steps;         // in the order they ran (each instance's in time order)
   std::int64_t transfer_bytes = 0;
   int transfer_blocks = 0;
+  int decode_cached_blocks = 0;  // prompt blocks the decode instance's prefix cache held
+  bool decode_prefix_caching = false;
   double block_bytes = 0;  // one block, every layer, K and V, in the run's format
   double makespan = 0;     // the last token's time
 };
@@ -125,7 +132,8 @@ class DisaggRun {
   // decode pool (one GPU's memory), and no link. Throws kvscope::Error on settings it cannot run:
   // a contiguous allocator, token eviction, CacheBlend, parallel samples, a KIVI format
   // disaggregated (its open group stays in per-sequence staging, which is not sent), or a request
-  // that cannot fit an instance's pool. The decode instance has no prefix cache.
+  // that cannot fit an instance's pool. With decode_prefix_caching the decode instance maps a
+  // request's cached prefix when its prefill starts, and only the prompt blocks after it cross.
   DisaggRun(SimConfig base, DisaggOptions options, Serving serving, SimModel model,
             std::vector<SimRequest> requests);
   ~DisaggRun();
@@ -154,6 +162,7 @@ class DisaggRun {
   };
   struct Transfer {
     std::int32_t id;
+    int first_block = 0;           // the prompt's blocks before it were cached on the decode side
     std::vector<std::byte> bytes;  // the blocks as read from the prefill pool
   };
   bool is_disaggregated() const { return instances_.size() > 1; }

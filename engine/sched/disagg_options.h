@@ -3,6 +3,7 @@
 // arrivals. A scenario's cache.disaggregation section parses into it.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "engine/common/interconnect.h"
@@ -26,6 +27,9 @@ struct DisaggOptions {
   int decode_blocks = 0;                 // 0: the scenario's num_blocks
   // A request with arrival_step s arrives at s x this (both runs use the same times).
   double arrival_interval_seconds = 0.0;
+  // Whether the decode instance keeps a prefix cache of what it receives (then a request's
+  // blocks it already holds do not cross the link); unset: as the scenario's prefix_caching.
+  std::optional<bool> decode_prefix_caching;
 };
 
 }  // namespace kvscope

@@ -137,6 +137,10 @@ void Scheduler::queue_arrival(RequestRun& r) {
                           r.spec.max_new_tokens});
   int blocks = 0;
   if (auto reason = check_fits(r, &blocks)) {
+    if (r.reserved) {  // what it mapped before delivery goes back
+      cache_.free_sequence(SeqId(r.id));
+      r.reserved = false;
+    }
     r.phase = RequestPhase::kRejected;
     ++num_rejected_;
     emit(ev::RequestRejected{r.id, *reason, blocks});
@@ -146,6 +150,45 @@ void Scheduler::queue_arrival(RequestRun& r) {
   waiting_.push_back(r.id);
   if (tiers_ != nullptr && tiers_->prefetches())
     tiers_->prefetch(r.id, r.tokens, prefix_->probe(r.tokens).hit_blocks);
+}
+
+int Scheduler::reserve_prefix(std::int32_t id) {
+  RequestRun& r = request(id);
+  if (prefix_ == nullptr || !r.spec.external_arrival || r.arrived || r.spec.kv_in_tokens <= 0 ||
+      r.reserved || cache_.has_sequence(SeqId(r.id))) {
+    throw InternalError("simulator", "request " + std::to_string(id) +
+                                         " cannot reserve a cached prefix: that needs prefix "
+                                         "caching and a request not delivered yet that takes K/V "
+                                         "from elsewhere and has reserved nothing");
+  }
+  const PrefixProbe probe = prefix_->probe(r.tokens);
+  if (probe.hit_blocks == 0) return 0;
+  // Reserved blocks cannot be evicted, and a request waiting behind the head of the queue may
+  // hold some: so that the head can always be admitted once nothing runs, reservations together
+  // never hold more than the pool minus the largest request still to come.
+  std::vector<char> held(static_cast<std::size_t>(cache_.pool().num_blocks()), 0);
+  int reserved_blocks = 0, largest = 0;
+  for (const RequestRun& q : requests_) {
+    if (q.phase == RequestPhase::kFinished || q.phase == RequestPhase::kRejected) continue;
+    const auto whole = static_cast<int>(q.spec.prompt_tokens.size()) + q.spec.max_new_tokens - 1;
+    largest = std::max(largest, cache_.blocks_for(whole));
+    if (!q.reserved) continue;
+    for (const BlockId b : cache_.table(SeqId(q.id)).blocks) {
+      char& h = held[static_cast<std::size_t>(b.value)];
+      reserved_blocks += h == 0 ? 1 : 0;
+      h = 1;
+    }
+  }
+  // This request's blocks are the cache's longest match, a chain others may share: counted alone
+  // (an upper bound).
+  if (reserved_blocks + probe.hit_blocks > cache_.pool().num_blocks() - largest) return 0;
+  PrefixLookupResult hit = prefix_->lookup_and_acquire(r.id, r.tokens, /*record=*/false);
+  const auto hit_tokens = static_cast<int>(hit.hit_tokens);
+  const auto blocks = static_cast<int>(hit.blocks.size());
+  cache_.add_sequence_with_prefix(SeqId(r.id), std::move(hit.blocks), hit_tokens);
+  r.reserved = true;
+  r.reserved_tokens = hit_tokens;
+  return blocks;
 }
 
 void Scheduler::release(std::int32_t id) {
@@ -254,7 +297,15 @@ void Scheduler::admit(StepPlan& w) {
     if (!has_room_to_run()) return;
     if (prefix_ != nullptr) {
       if (!prefix_admission_fits(r, w.budget)) return;
+      const bool first = r.high_water == 0;
+      if (r.reserved) {
+        // Its reservation kept its cached prefix in place; the lookup below finds that prefix
+        // again (nothing was evicted in between), and what else was cached since.
+        cache_.free_sequence(SeqId(r.id));
+        r.reserved = false;
+      }
       start_sequence(r);  // maps the cached prefix: its prefill is skipped
+      if (first) receive_kv(r);
     } else {
       // CacheBlend's chunks, or K/V from a prefill instance, come in whole at the first
       // admission, outside the token budget (as a prefix hit does), before the rest of the prompt
@@ -278,7 +329,7 @@ void Scheduler::admit(StepPlan& w) {
         }
         if (listener_ != nullptr) {
           if (r.spec.kv_in_tokens > 0) {
-            listener_->on_kv_in(r, blended);
+            listener_->on_kv_in(r, 0, blended);
           } else {
             listener_->on_blend(r, blended);
           }
@@ -426,16 +477,22 @@ void Scheduler::fill_metrics(StepMetrics& m) const {
 }
 
 void Scheduler::check_invariants() const {
-  int host_used = 0;
+  int host_used = 0, reserved = 0;
   std::array<std::size_t, kNumRequestPhases> counted{};
   for (const RequestRun& r : requests_) {
     const std::string who = "request " + std::to_string(r.id);
     const bool has_seq = cache_.has_sequence(SeqId(r.id));
+    if (r.reserved) ++reserved;
     if (!r.arrived) {
-      if (has_seq || r.generated != 0)
+      // Only a reserved cached prefix (reserve_prefix) is mapped before delivery.
+      if (has_seq != r.reserved || r.generated != 0 ||
+          (has_seq && cache_.table(SeqId(r.id)).num_tokens != r.reserved_tokens))
         throw InternalError("simulator invariant", who + " acted before arriving");
       continue;
     }
+    if (r.reserved)
+      if (r.phase != RequestPhase::kWaiting)
+        throw InternalError("simulator invariant", who + " left its reservation unused");
     ++counted[static_cast<int>(r.phase)];
     if (r.tokens.size() != r.spec.prompt_tokens.size() + static_cast<std::size_t>(r.generated) ||
         r.generated > r.spec.max_new_tokens) {
@@ -443,11 +500,11 @@ void Scheduler::check_invariants() const {
     }
     if (r.held && r.phase != RequestPhase::kFinished)
       throw InternalError("simulator invariant", who + " holds its blocks but has not finished");
-    if ((r.phase == RequestPhase::kRunning || r.held) != has_seq) {
+    if ((r.phase == RequestPhase::kRunning || r.held || r.reserved) != has_seq) {
       throw InternalError("simulator invariant", who + (has_seq ? " holds blocks but is not running"
                                                                 : " runs without blocks"));
     }
-    if (has_seq && !config_.evicts_tokens() &&
+    if (has_seq && !r.reserved && !config_.evicts_tokens() &&
         cache_.table(SeqId(r.id)).num_tokens != r.num_computed) {
       throw InternalError("simulator invariant",
                           who + " cache holds " +
@@ -477,8 +534,11 @@ void Scheduler::check_invariants() const {
           static_cast<std::size_t>(num_rejected_)) {
     throw InternalError("simulator invariant", "request queues do not match request phases");
   }
-  if (cache_.sequences().size() != running_.size() + static_cast<std::size_t>(num_held_))
-    throw InternalError("simulator invariant", "cache sequences != running + held requests");
+  if (cache_.sequences().size() !=
+      running_.size() + static_cast<std::size_t>(num_held_) + static_cast<std::size_t>(reserved)) {
+    throw InternalError("simulator invariant",
+                        "cache sequences != running + held + reserved requests");
+  }
 }
 
 }  // namespace kvscope

@@ -49,6 +49,10 @@ struct RequestRun {
   bool forked = false;                      // fork_children were forked
   bool held = false;      // finished, its blocks still allocated (SimRequest::hold_blocks)
   int cached_blocks = 0;  // full blocks already offered to the prefix cache
+  // A decode instance's cached prefix, mapped before the request is delivered
+  // (Scheduler::reserve_prefix); cleared by its admission, which maps nothing else from the cache.
+  bool reserved = false;
+  int reserved_tokens = 0;  // of its prompt, in whole blocks (0: nothing cached)
   std::int64_t prefix_hit_tokens =
       0;                              // prompt tokens mapped from the prefix cache (all admissions)
   std::int64_t tier_hit_tokens = 0;   // prompt tokens reloaded from the KV tiers (all admissions)
@@ -90,11 +94,13 @@ class SequenceListener {
     static_cast<void>(r);
     static_cast<void>(tokens);
   }
-  // The request's first `tokens` slots were appended at admission for K/V that comes from
-  // elsewhere (SimRequest::kv_in_tokens); the listener fills them.
-  virtual void on_kv_in(const RequestRun& r, int tokens) {
+  // The request's slots [from, to) were appended at admission for K/V that comes from elsewhere
+  // (SimRequest::kv_in_tokens; `from` is the cached prefix before them, whole blocks); the
+  // listener fills them.
+  virtual void on_kv_in(const RequestRun& r, int from, int to) {
     static_cast<void>(r);
-    static_cast<void>(tokens);
+    static_cast<void>(from);
+    static_cast<void>(to);
   }
 };
 
@@ -124,6 +130,13 @@ class Scheduler {
   // Frees the blocks a finished request holds (SimRequest::hold_blocks). Throws InternalError when
   // it holds none.
   void release(std::int32_t id);
+  // A decode instance's prefix cache: maps the longest cached prefix of request `id`'s prompt into
+  // its sequence now, before it is delivered, so that those blocks stay put (a reference each)
+  // while the rest of its K/V crosses; returns the blocks mapped (0: a miss). Its admission then
+  // takes K/V from elsewhere for the prompt tokens after them only. Throws InternalError unless
+  // prefix caching is on and `id` waits for delivery, takes K/V from elsewhere and has reserved
+  // nothing yet.
+  int reserve_prefix(std::int32_t id);
   // Something to run now: a request waiting, running or swapped out.
   bool has_work() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
   // This step's plan. The cache holds slots for every planned token (with token eviction they
@@ -179,6 +192,9 @@ class Scheduler {
   // scheduler_prefix.cpp
   bool prefix_admission_fits(const RequestRun& r, int budget) const;
   void start_sequence(RequestRun& r);
+  // At a first admission, appends the slots of K/V that comes from elsewhere past what the
+  // request has computed (SimRequest::kv_in_tokens) and has the listener fill them.
+  void receive_kv(RequestRun& r);
   // Reloads what it can of the tiers' run after `hit_blocks` into fresh blocks appended to the
   // sequence; tokens reloaded.
   int reload_from_tiers(RequestRun& r, int hit_blocks);

@@ -34,13 +34,19 @@ int Scheduler::reload_from_tiers(RequestRun& r, int hit_blocks) {
 }
 
 bool Scheduler::prefix_admission_fits(const RequestRun& r, int budget) const {
+  // K/V from elsewhere comes in whole at the first admission, outside the token budget, as a hit.
+  const int kv_in = r.high_water == 0 ? r.spec.kv_in_tokens : 0;
+  const auto prompt = static_cast<int>(r.tokens.size());
+  // A reservation's blocks (reserve_prefix) are among the hits, held: not allocatable, not
+  // evictable.
   const PrefixProbe p = prefix_->probe(r.tokens);
   const int reload = tiers_ != nullptr ? tiers_->run_length(r.tokens, p.hit_blocks) : 0;
   // Blocks reloaded from the tiers need fresh pool blocks, as computed ones do.
   const int hit = (p.hit_blocks + reload) * config_.block_size;
-  const int n = std::min(static_cast<int>(r.tokens.size()) - hit, budget);
+  const int start = std::max(hit, kv_in);
+  const int n = std::min(prompt - start, budget);
   // Hit blocks nobody holds are counted as allocatable now; mapping them takes them out.
-  return cache_.blocks_for(hit + n) - p.hit_blocks <= cache_.num_allocatable() - p.evictable_hits;
+  return cache_.blocks_for(start + n) - p.hit_blocks <= cache_.num_allocatable() - p.evictable_hits;
 }
 
 void Scheduler::start_sequence(RequestRun& r) {
@@ -54,6 +60,23 @@ void Scheduler::start_sequence(RequestRun& r) {
   r.tier_hit_tokens += reloaded;
   r.num_computed = hit_tokens + reloaded;
   r.high_water = std::max(r.high_water, r.num_computed);
+}
+
+void Scheduler::receive_kv(RequestRun& r) {
+  const int from = r.num_computed, to = r.spec.kv_in_tokens;
+  if (to <= from) return;  // none, or the cached prefix covers it
+  const SeqId seq(r.id);
+  if (from % config_.block_size != 0 || !cache_.append_slots(seq, to - from)) {
+    throw InternalError("simulator", "request " + std::to_string(r.id) + " has no room for the " +
+                                         std::to_string(to - from) +
+                                         " tokens of K/V its admission counted after " +
+                                         std::to_string(from) + " cached ones");
+  }
+  if (listener_ != nullptr) listener_->on_kv_in(r, from, to);
+  r.num_computed = to;
+  r.high_water = std::max(r.high_water, to);
+  cache_full_blocks(r);  // what arrived is cached here too, for later requests
+  emit(ev::BlockTableUpdated{r.id, static_cast<std::int64_t>(cache_.table(seq).blocks.size()), to});
 }
 
 void Scheduler::cache_full_blocks(RequestRun& r) {

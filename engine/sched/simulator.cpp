@@ -109,14 +109,12 @@ void validate(const SimConfig& c, const std::vector<SimRequest>& requests, const
                                            " tokens of K/V from elsewhere; its prompt has " +
                                            std::to_string(r.prompt_tokens.size()));
     }
-    if ((r.kv_in_tokens > 0 && c.prefix_caching) ||
-        ((r.kv_in_tokens > 0 || r.hold_blocks || r.external_arrival) &&
-         (r.n_samples != 1 || !r.blend_chunks.empty() || c.evicts_tokens()))) {
+    if ((r.kv_in_tokens > 0 || r.hold_blocks || r.external_arrival) &&
+        (r.n_samples != 1 || !r.blend_chunks.empty() || c.evicts_tokens())) {
       throw InternalError("simulator", where +
                                            " is delivered, held or takes K/V from elsewhere beside "
-                                           "parallel samples, chunks or token eviction (or K/V "
-                                           "beside prefix caching): the disaggregated run "
-                                           "refuses these");
+                                           "parallel samples, chunks or token eviction: the "
+                                           "disaggregated run refuses these");
     }
     for (std::size_t j = 0; j < r.prompt_tokens.size(); ++j) {
       const int t = r.prompt_tokens[j];

@@ -46,6 +46,9 @@ class Simulator {
   // (SimRequest::hold_blocks); and where K/V that comes from elsewhere is read from
   // (SimRequest::kv_in_tokens). deliver and release throw InternalError on any other request.
   void deliver(std::int32_t id) { scheduler_->deliver(id); }
+  // A decode instance's prefix cache: maps request `id`'s cached prefix before it is delivered
+  // (Scheduler::reserve_prefix); returns the blocks mapped.
+  int reserve_prefix(std::int32_t id) { return scheduler_->reserve_prefix(id); }
   void release(std::int32_t id);
   void set_kv_source(StepExecutor::KvSource source) { executor_->set_kv_source(std::move(source)); }
   // The last step's plan: which requests ran how many tokens (empty before the first step).

@@ -60,16 +60,18 @@ void StepExecutor::on_blend(const RequestRun& r, int tokens) {
               .recomputed;
 }
 
-void StepExecutor::on_kv_in(const RequestRun& r, int tokens) {
+void StepExecutor::on_kv_in(const RequestRun& r, int from, int to) {
   if (!transformer_) return;
   if (!kv_source_) {
     throw InternalError("simulator", "request " + std::to_string(r.id) + " takes " +
-                                         std::to_string(tokens) +
+                                         std::to_string(to - from) +
                                          " tokens of K/V from elsewhere but there is no source");
   }
   const std::vector<BlockId>& table = cache_.table(SeqId(r.id)).blocks;
-  const auto n = static_cast<std::size_t>(cache_.blocks_for(tokens));
-  kv_source_(r, tokens, *cache_.storage(), std::span<const BlockId>(table).first(n));
+  const auto first = static_cast<std::size_t>(from / config_.block_size);
+  const auto end = static_cast<std::size_t>(cache_.blocks_for(to));
+  kv_source_(r, from, to, *cache_.storage(),
+             std::span<const BlockId>(table).subspan(first, end - first));
 }
 
 const std::vector<int>& StepExecutor::blend_recomputed(int id) const {

@@ -68,14 +68,15 @@ class StepExecutor final : public SequenceListener {
   // prefilled alone, its keys re-rotated into place, then the recompute pass.
   void on_blend(const RequestRun& r, int tokens) override;
   // Where K/V that comes from elsewhere (SimRequest::kv_in_tokens) is read from: called with the
-  // request, the token count and the blocks that hold them (the table's first blocks), to write
-  // into `storage` (KvStorage::write_block).
-  using KvSource = std::function<void(const RequestRun& r, int tokens, KvStorage& storage,
+  // request, its slots [from, to) (from: the whole blocks its cached prefix mapped, 0 without)
+  // and the blocks that hold them (table entries from / block_size on), to write into `storage`
+  // (KvStorage::write_block).
+  using KvSource = std::function<void(const RequestRun& r, int from, int to, KvStorage& storage,
                                       std::span<const BlockId> blocks)>;
   void set_kv_source(KvSource source) { kv_source_ = std::move(source); }
-  // Fills the request's first `tokens` slots from the KV source (nothing in a run without
-  // weights: there are no bytes). InternalError when a run with weights has no source.
-  void on_kv_in(const RequestRun& r, int tokens) override;
+  // Fills the request's slots [from, to) from the KV source (nothing in a run without weights:
+  // there are no bytes). InternalError when a run with weights has no source.
+  void on_kv_in(const RequestRun& r, int from, int to) override;
   // The context positions the request's last blend recomputed, ascending (empty before one).
   const std::vector<int>& blend_recomputed(int id) const;
 

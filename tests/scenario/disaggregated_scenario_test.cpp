@@ -13,9 +13,10 @@
 namespace kvscope {
 namespace {
 
-DisaggComparison run_variant(const std::string& variant) {
-  const Scenario s = parse_scenario(
-      (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "scenarios" / "disaggregated.json").string());
+DisaggComparison run_variant(const std::string& variant,
+                             const std::string& file = "disaggregated.json") {
+  const Scenario s =
+      parse_scenario((std::filesystem::path(KVSCOPE_SOURCE_DIR) / "scenarios" / file).string());
   const ScenarioModelLoad loaded = load_scenario_model(s, "", false, WeightFormat::kNative);
   EXPECT_EQ(loaded.weights, nullptr) << "the scenario is bookkeeping only";
   const ResolvedRun run = resolve_scenario(s, variant, loaded.shape, nullptr);
@@ -57,6 +58,48 @@ TEST(DisaggregatedScenario, TheCaptionsNumbersHold) {
   EXPECT_EQ(ms(i8.ttft_mean), 44.76);
   EXPECT_EQ(std::round(i8.transfer * 1e3), 21);
   EXPECT_EQ(ms(i8.transfer), 21.48);
+}
+
+// scenarios/disaggregated-chat.json: four-turn conversations, prefix caching on both GPUs. The
+// decode GPU's cache keeps each conversation's history off the link; the figures its captions
+// quote.
+TEST(DisaggregatedScenario, TheDecodeCacheKeepsTheHistoryOffTheLink) {
+  const DisaggComparison base = run_variant("base", "disaggregated-chat.json");
+  const DisaggComparison off = run_variant("decode-cache-off", "disaggregated-chat.json");
+  const DisaggReport& di = base.disaggregated;
+  EXPECT_TRUE(di.decode_prefix_caching);
+  EXPECT_FALSE(off.disaggregated.decode_prefix_caching);
+  std::int64_t prompt = 0;
+  for (const RequestTiming& t : di.requests) prompt += t.prompt_tokens;
+  EXPECT_EQ(prompt, 38176);
+  EXPECT_EQ(di.instances[0].prefix_hit_tokens, 22272);  // the prefill GPU's cache
+  EXPECT_EQ(base.colocated.instances[0].prefix_hit_tokens, 22272);
+  EXPECT_EQ(di.instances[0].prefill_tokens, 38176 - 22272);
+  // Every prompt block but those the decode GPU held crosses; without its cache, all of them.
+  EXPECT_EQ(di.transfer_blocks, 992);
+  EXPECT_EQ(di.decode_cached_blocks, 1392);
+  EXPECT_EQ(off.disaggregated.transfer_blocks, 992 + 1392);
+  EXPECT_EQ(off.disaggregated.decode_cached_blocks, 0);
+  EXPECT_EQ(di.transfer_bytes, 992LL * 16 * 131072);                  // 1.94 GiB
+  EXPECT_EQ(off.disaggregated.transfer_bytes, 2384LL * 16 * 131072);  // 4.66 GiB
+  // The first turn of each conversation has nothing cached; a later turn finds at least the
+  // earlier prompt's whole blocks.
+  int first_turns = 0;
+  for (const RequestTiming& t : di.requests) {
+    if (t.decode_cached_blocks == 0) ++first_turns;
+    EXPECT_EQ(t.transfer_blocks + t.decode_cached_blocks, (t.prompt_tokens - 1 + 15) / 16)
+        << "request " << t.id;
+  }
+  EXPECT_EQ(first_turns, 8);
+  // The tokens generated and the decode GPU's steps do not depend on what crossed.
+  EXPECT_EQ(di.instances[1].decode_tokens, off.disaggregated.instances[1].decode_tokens);
+
+  EXPECT_EQ(ms(summarize(base.colocated).ttft_mean), 10.77);
+  const DisaggComparison slow = run_variant("ethernet-25g", "disaggregated-chat.json");
+  const DisaggComparison slow_off =
+      run_variant("ethernet-25g-decode-cache-off", "disaggregated-chat.json");
+  EXPECT_EQ(ms(summarize(slow.disaggregated).ttft_mean), 35.87);
+  EXPECT_EQ(ms(summarize(slow_off.disaggregated).ttft_mean), 65.77);
 }
 
 }  // namespace

@@ -351,5 +351,141 @@ TEST(Disagg, DeliverKvInAndHold) {
   EXPECT_EQ(sim.cache().pool().num_used(), 0);
 }
 
+// Requests that share a 40-token prefix (5 blocks of 8) with tails of 0 to 9 tokens, real weights.
+std::vector<SimRequest> shared_prefix_requests(int n, int arrival_every) {
+  const auto& m = test::real_model();
+  const std::vector<int> prefix = m.tokenizer->encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play "
+      "outside in the sun with her friends and her big red ball.",
+      /*bos=*/true, /*eos=*/false);
+  std::vector<SimRequest> out;
+  for (int i = 0; i < n; ++i) {
+    SimRequest r;
+    r.arrival_step = i * arrival_every;
+    r.prompt_tokens.assign(prefix.begin(), prefix.begin() + 40);
+    // Request 1's prompt is the prefix and one token: every block it would send is cached.
+    const int tail = i == 1 ? 1 : 1 + (i * 5) % 10;
+    for (int k = 0; k < tail; ++k) r.prompt_tokens.push_back(20 + (i * 31 + k * 7) % 400);
+    r.max_new_tokens = 12 + (i * 7) % 20;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The decode instance's prefix cache: once request 0's K/V has arrived, every later request finds
+// the shared 5 blocks there, and only its blocks after them cross (request 1, whose prompt is the
+// prefix and one token, sends none). The decode instance computes one prompt token per request
+// and every request decodes what it generates alone.
+TEST(Disagg, TheDecodeInstancesPrefixCacheKeepsSharedBlocksOffTheLink) {
+  const std::vector<SimRequest> requests = shared_prefix_requests(6, 1);
+  SimConfig c = config(64);
+  c.prefix_caching = true;
+  DisaggOptions o = options(TransferMode::kLayerWise, 24, 40);
+  o.arrival_interval_seconds = 1.0;  // each request is done before the next arrives
+  DisaggRun run(c, o, Serving::kDisaggregated, test::real_sim_model(), requests);
+  run_checked(run);
+  const DisaggReport& rep = run.report();
+  EXPECT_TRUE(rep.decode_prefix_caching);
+  const auto block = static_cast<std::int64_t>(rep.block_bytes);
+  int cached_total = 0;
+  for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
+    const RequestTiming& t = rep.requests[static_cast<std::size_t>(i)];
+    const int prompt = static_cast<int>(requests[static_cast<std::size_t>(i)].prompt_tokens.size());
+    const int cached = i == 0 ? 0 : 5;
+    EXPECT_EQ(t.decode_cached_blocks, cached) << "request " << i;
+    EXPECT_EQ(t.transfer_blocks, blocks_for(prompt - 1, 8) - cached) << "request " << i;
+    EXPECT_EQ(t.transfer_bytes, t.transfer_blocks * block) << "request " << i;
+    cached_total += cached;
+    const RequestRun& r = run.decode()->request(i);
+    ASSERT_EQ(r.phase, RequestPhase::kFinished) << "request " << i;
+    EXPECT_EQ(r.generated_tokens(), test::generate_alone(requests[static_cast<std::size_t>(i)]))
+        << "request " << i;
+  }
+  EXPECT_EQ(rep.requests[1].transfer_blocks, 0);
+  EXPECT_EQ(rep.decode_cached_blocks, cached_total);
+  EXPECT_EQ(run.decode()->prefill_tokens_computed(), 6);
+  // Off, every prompt block crosses, and the tokens are the same.
+  o.decode_prefix_caching = false;
+  DisaggRun off(c, o, Serving::kDisaggregated, test::real_sim_model(), requests);
+  run_checked(off);
+  EXPECT_EQ(off.report().transfer_bytes, rep.transfer_bytes + cached_total * block);
+  for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
+    EXPECT_EQ(off.decode()->request(i).generated_tokens(),
+              run.decode()->request(i).generated_tokens());
+  }
+}
+
+// Arrivals close together into decode pools from too small to ample: reservations refused (the
+// pool could not admit the largest request beside them) or taken while other requests' K/V is
+// still on the link, admissions that find more cached than their reservation (blocks that arrived
+// meanwhile: the wire's copies are skipped), preemption on the decode instance. Invariants hold
+// after every step and every request decodes what it would alone.
+TEST_P(DisaggTokens, ADecodePrefixCacheUnderPressureKeepsTheTokens) {
+  const std::vector<SimRequest> requests = shared_prefix_requests(8, 1);
+  SimConfig c = config(64);
+  c.prefix_caching = true;
+  int reserved = 0, found_more = 0, preemptions = 0;
+  for (const double every : {0.0, 2e-6, 3e-6}) {
+    for (const int decode_blocks : {14, 17, 20, 40}) {
+      DisaggOptions o = options(GetParam(), 16, decode_blocks);
+      o.arrival_interval_seconds = every;
+      DisaggRun run(c, o, Serving::kDisaggregated, test::real_sim_model(), requests);
+      run_checked(run);
+      for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
+        const RequestRun& r = run.decode()->request(i);
+        ASSERT_EQ(r.phase, RequestPhase::kFinished) << "request " << i;
+        EXPECT_EQ(r.generated_tokens(), test::generate_alone(requests[static_cast<std::size_t>(i)]))
+            << "request " << i << ", decode pool " << decode_blocks << ", every " << every;
+        const int cached = run.report().requests[static_cast<std::size_t>(i)].decode_cached_blocks;
+        reserved += cached;
+        if (r.prefix_hit_tokens / 8 > cached) ++found_more;
+        preemptions += r.preemptions;
+      }
+      // Done: the decode pool holds only what its cache keeps.
+      EXPECT_EQ(run.decode()->cache().pool().num_used(),
+                run.decode()->prefix_cache()->num_cached());
+    }
+  }
+  EXPECT_GT(reserved, 0);
+  EXPECT_GT(found_more, 0);
+  EXPECT_GT(preemptions, 0);
+}
+
+// Scheduler::reserve_prefix: only before delivery, only with prefix caching and K/V from
+// elsewhere, once; the blocks it maps stay referenced until the request is admitted on them.
+TEST(Disagg, ReservePrefixMapsCachedBlocksBeforeDelivery) {
+  const ModelConfig& m = test::real_model().model->config();
+  SimRequest first;
+  first.prompt_tokens.assign(20, 3);
+  first.max_new_tokens = 1;
+  SimRequest later = first;
+  later.prompt_tokens.push_back(4);
+  later.external_arrival = true;
+  later.kv_in_tokens = 20;
+  later.max_new_tokens = 2;
+  SimConfig c = config(8);
+  c.prefix_caching = true;
+  Simulator sim(c, SimModel{m, nullptr}, {first, later});
+  while (sim.request(0).phase != RequestPhase::kFinished) ASSERT_TRUE(sim.step());
+  EXPECT_EQ(sim.reserve_prefix(1), 2);  // 16 of its 20 K/V tokens, in whole blocks
+  EXPECT_TRUE(sim.request(1).reserved);
+  EXPECT_THROW(sim.reserve_prefix(1), InternalError);
+  EXPECT_THROW(sim.reserve_prefix(0), InternalError);
+  sim.check_invariants();
+  for (const BlockId b : sim.cache().table(SeqId(1)).blocks)
+    EXPECT_EQ(sim.prefix_cache()->sequence_refs(b), 1);
+  sim.deliver(1);
+  ASSERT_TRUE(sim.step());
+  sim.check_invariants();
+  ASSERT_EQ(sim.last_plan().entries.size(), 1U);
+  EXPECT_EQ(sim.last_plan().entries[0].tokens, 1);  // 21 - 20: the last prompt token
+  EXPECT_FALSE(sim.request(1).reserved);
+  EXPECT_EQ(sim.request(1).prefix_hit_tokens, 16);
+  while (sim.step()) sim.check_invariants();
+  EXPECT_EQ(sim.request(1).generated, 2);
+  Simulator plain(config(8), SimModel{m, nullptr}, {first, later});
+  EXPECT_THROW(plain.reserve_prefix(1), InternalError);  // no prefix cache
+}
+
 }  // namespace
 }  // namespace kvscope
