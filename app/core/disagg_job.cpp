@@ -26,6 +26,7 @@ bool DisaggJob::start(Request r) {
       DisaggOptions o = resolved.disaggregation.value_or(DisaggOptions{});
       if (!r.link.empty()) o.link = parse_link(r.link, "link");
       if (!r.transfer.empty()) o.transfer = parse_transfer_mode(r.transfer, "transfer");
+      o.record_blocks = true;  // the panel draws each pool's blocks
       view->options = o;
       SimConfig config = info.config;  // the run's, with the Controls panel's changes
       config.make_backend = nullptr;   // the CPU: it writes the decode pool's bytes itself

@@ -189,8 +189,11 @@ void DisaggPanel::draw_lanes(const AppState& state) {
   const char* lanes[] = {"colocated GPU", "prefill GPU", "link", "decode GPU"};
   // The lanes take the height the pools' two rows leave, from 1.1 to 3.5 lines each.
   const float line = ImGui::GetTextLineHeight();
-  const float room = ImGui::GetContentRegionAvail().y - 2.0f * ImGui::GetFrameHeightWithSpacing();
+  const float avail = ImGui::GetContentRegionAvail().y;
+  const float room = avail - pools_height(v);
   const float h = std::clamp(room / 4.0f, line * 1.1f, line * 3.5f);
+  // The block maps take the height the lanes leave, up to 12 lines (a 1080p screen's worth).
+  map_h_ = std::clamp(map_height() + room - 4.0f * h, map_height(), 12.0f * line);
   const float label_w = ImGui::CalcTextSize("colocated GPU ").x;
   const ImVec2 p = ImGui::GetCursorScreenPos();
   const float w = std::max(60.0f, ImGui::GetContentRegionAvail().x - label_w);
@@ -255,6 +258,16 @@ void DisaggPanel::draw_lanes(const AppState& state) {
   }
 }
 
+float DisaggPanel::map_height() {
+  return 2.0f * ImGui::GetFrameHeight();  // two lines of text: legible cells at 720p
+}
+
+float DisaggPanel::pools_height(const DisaggView& v) {
+  const float row = ImGui::GetFrameHeightWithSpacing();
+  if (v.disaggregated.block_changes.empty()) return 2.0f * row;
+  return map_height() + ImGui::GetStyle().ItemSpacing.y + row;
+}
+
 void DisaggPanel::draw_pools(const AppState& state) {
   const DisaggView& v = *view_;
   const Palette& pal = palette(state.presenter);
@@ -281,6 +294,95 @@ void DisaggPanel::draw_pools(const AppState& state) {
           held > 0 ? (", " + std::to_string(held) + " held for the link").c_str() : "");
     }
   };
+  // An instance's pool as a map of its blocks, `w` x `gh`: each block a cell coloured by the
+  // request holding it (magenta: held for the link; outlined: reserved by the decode prefix
+  // cache for a request still on its way; grey: only cached), "name used/total" over it.
+  auto grid = [&](float w, float gh, int instance, const char* name, int used, int held,
+                  int total) {
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    std::vector<BlockOwner>& map = drawn_maps_[static_cast<std::size_t>(instance)];
+    map = blocks_at(v.disaggregated, instance, time_);
+    const int n = static_cast<int>(map.size());
+    const int cols =
+        std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n) * w / gh))));
+    const int rows = std::max(1, (n + cols - 1) / cols);
+    const float cw = w / static_cast<float>(cols), ch = gh / static_cast<float>(rows);
+    const float gap = cw >= 4.0f && ch >= 4.0f ? 1.0f : 0.0f;
+    dl->AddRectFilled(p, ImVec2(p.x + w, p.y + gh), pal.panel_bg);
+    int reserved = 0, cached = 0;
+    for (int b = 0; b < n; ++b) {
+      const BlockOwner& o = map[static_cast<std::size_t>(b)];
+      const int row = b / cols, col = b % cols;
+      const ImVec2 a(p.x + static_cast<float>(col) * cw, p.y + static_cast<float>(row) * ch);
+      const ImVec2 z(a.x + cw - gap, a.y + ch - gap);
+      switch (o.use) {
+        case BlockUse::kFree:
+          dl->AddRectFilled(a, z, pal.block_free);
+          break;
+        case BlockUse::kCached:
+          dl->AddRectFilled(a, z, pal.block_cached);
+          ++cached;
+          break;
+        case BlockUse::kRunning:
+          dl->AddRectFilled(a, z, sequence_color(o.request));
+          break;
+        case BlockUse::kHeld:
+          dl->AddRectFilled(a, z, part_color(2));
+          break;
+        case BlockUse::kReserved:
+          dl->AddRectFilled(a, z, sequence_color(o.request, 0.45f));
+          ++reserved;
+          break;
+      }
+    }
+    char text[64];
+    std::snprintf(text, sizeof text, "%s %d/%d", name, used, total);
+    const ImVec2 ts = ImGui::CalcTextSize(text);
+    // Over the map's first rows: a backdrop the blocks show through.
+    dl->AddRectFilled(ImVec2(p.x, p.y), ImVec2(p.x + ts.x + 8.0f, p.y + ts.y),
+                      mix_color(pal.window_bg, IM_COL32(0, 0, 0, 0), 0.35f));
+    dl->AddText(ImVec2(p.x + 4.0f, p.y), pal.text, text);
+    ImGui::Dummy(ImVec2(w, gh));
+    if (ImGui::IsItemHovered()) {
+      const ImVec2 m = ImGui::GetMousePos();
+      const int c = std::clamp(static_cast<int>((m.x - p.x) / cw), 0, cols - 1);
+      const int r = std::clamp(static_cast<int>((m.y - p.y) / ch), 0, rows - 1);
+      const int b = r * cols + c;
+      std::string what;
+      if (b < n) {
+        const BlockOwner& o = map[static_cast<std::size_t>(b)];
+        what = "\nblock " + std::to_string(b) + ": ";
+        switch (o.use) {
+          case BlockUse::kFree:
+            what += "free";
+            break;
+          case BlockUse::kCached:
+            what += "cached, held by no request";
+            break;
+          case BlockUse::kRunning:
+            what += "request " + std::to_string(o.request);
+            break;
+          case BlockUse::kHeld:
+            what += "request " + std::to_string(o.request) + "'s, held until its K/V has crossed";
+            break;
+          case BlockUse::kReserved:
+            what += "cached, kept for request " + std::to_string(o.request) +
+                    " while the rest of its K/V crosses";
+            break;
+        }
+      }
+      ImGui::SetTooltip(
+          "the %s's pool: %d of %d blocks used (colour: the request holding it)%s%s%s%s", name,
+          used, total,
+          held > 0 ? (", " + std::to_string(held) + " held for the link (magenta)").c_str() : "",
+          cached > 0 ? (", " + std::to_string(cached) + " only cached (grey)").c_str() : "",
+          reserved > 0 ? (", " + std::to_string(reserved) +
+                          " kept by its prefix cache for requests on their way (pale)")
+                             .c_str()
+                       : "",
+          what.c_str());
+    }
+  };
   char link[96];
   if (di.transfers > 0) {
     std::snprintf(link, sizeof link, " -> %d blocks, %s on the link -> ", di.blocks_in_flight,
@@ -292,16 +394,42 @@ void DisaggPanel::draw_pools(const AppState& state) {
   const float link_w = ImGui::CalcTextSize(link).x;
   const float w = std::max(30.0f, (ImGui::GetContentRegionAvail().x - label_w - link_w) / 2.0f);
   const float x0 = ImGui::GetCursorPosX();
+  const bool mapped = !v.disaggregated.block_changes.empty();
+  for (std::vector<BlockOwner>& m : drawn_maps_) m.clear();
   ImGui::TextUnformatted("split");
   ImGui::SameLine(x0 + label_w);
-  bar(w, "prefill GPU", di.blocks_used[0], di.blocks_held[0],
-      v.disaggregated.instances[0].num_blocks,
-      "the prefill GPU's pool (magenta: finished prompts held until they have crossed)");
-  ImGui::SameLine(0.0f, 0.0f);
-  ImGui::TextUnformatted(link);
-  ImGui::SameLine(0.0f, 0.0f);
-  bar(w, "decode GPU", di.blocks_used[1], 0, v.disaggregated.instances[1].num_blocks,
-      "the decode GPU's pool");
+  if (mapped) {
+    const float gh = map_h_ > 0 ? map_h_ : map_height();
+    grid(w, gh, 0, "prefill GPU", di.blocks_used[0], di.blocks_held[0],
+         v.disaggregated.instances[0].num_blocks);
+    ImGui::SameLine(0.0f, 0.0f);
+    ImGui::BeginGroup();
+    ImGui::TextUnformatted(link);
+    // One square per request on the link, in its colour.
+    const ImVec2 q = ImGui::GetCursorScreenPos();
+    float x = q.x + ImGui::CalcTextSize(" -> ").x;
+    for (const RequestTiming& t : v.disaggregated.requests) {
+      if (!(t.transfer_start <= time_ && time_ < t.transfer_end) || t.transfer_blocks == 0)
+        continue;
+      if (x + h * 0.7f > q.x + link_w) break;
+      dl->AddRectFilled(ImVec2(x, q.y + h * 0.15f), ImVec2(x + h * 0.7f, q.y + h * 0.85f),
+                        sequence_color(t.id));
+      x += h * 0.9f;
+    }
+    ImGui::Dummy(ImVec2(link_w, h));
+    ImGui::EndGroup();
+    ImGui::SameLine(0.0f, 0.0f);
+    grid(w, gh, 1, "decode GPU", di.blocks_used[1], 0, v.disaggregated.instances[1].num_blocks);
+  } else {
+    bar(w, "prefill GPU", di.blocks_used[0], di.blocks_held[0],
+        v.disaggregated.instances[0].num_blocks,
+        "the prefill GPU's pool (magenta: finished prompts held until they have crossed)");
+    ImGui::SameLine(0.0f, 0.0f);
+    ImGui::TextUnformatted(link);
+    ImGui::SameLine(0.0f, 0.0f);
+    bar(w, "decode GPU", di.blocks_used[1], 0, v.disaggregated.instances[1].num_blocks,
+        "the decode GPU's pool");
+  }
   ImGui::TextUnformatted("colocated");
   ImGui::SameLine(x0 + label_w);
   bar(w, "one GPU", co.blocks_used[0], 0, v.colocated.instances[0].num_blocks,

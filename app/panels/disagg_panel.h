@@ -6,9 +6,11 @@
 // flight between them. The link and the transfer mode are choices that re-run it.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "app/core/disagg_job.h"
 #include "app/panels/panel.h"
@@ -31,6 +33,10 @@ class DisaggPanel final : public Panel {
   double time() const { return time_; }
   void set_link(const std::string& preset) { link_ = preset; }
   const std::optional<PoolsAt>& drawn_pools() const { return drawn_; }
+  // The block maps drawn (prefill, decode; empty when the run recorded none).
+  const std::vector<BlockOwner>& drawn_map(int instance) const {
+    return drawn_maps_[static_cast<std::size_t>(instance)];
+  }
 
  private:
   struct Wanted {
@@ -46,6 +52,10 @@ class DisaggPanel final : public Panel {
   void draw_ttft(const AppState& state);
   void draw_lanes(const AppState& state);
   void draw_pools(const AppState& state);
+  // The pools' rows: each instance's block map (when the run recorded one) and the colocated
+  // pool's bar; what draw_lanes leaves them.
+  static float map_height();
+  static float pools_height(const DisaggView& v);
 
   DisaggJob job_;
   std::shared_ptr<DisaggView> view_;
@@ -56,6 +66,8 @@ class DisaggPanel final : public Panel {
   double span_ = 0;       // the time axis's width (s); 0: not placed yet
   bool playing_ = false;
   std::optional<PoolsAt> drawn_;
+  std::array<std::vector<BlockOwner>, 2> drawn_maps_;
+  float map_h_ = 0;  // the block maps' height this frame (draw_lanes sets it)
 };
 
 }  // namespace kvscope::ui

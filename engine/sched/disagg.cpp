@@ -60,6 +60,18 @@ PoolsAt pools_at(const DisaggReport& r, double t) {
   return p;
 }
 
+std::vector<BlockOwner> blocks_at(const DisaggReport& r, int instance, double t) {
+  if (instance < 0 || static_cast<std::size_t>(instance) >= r.instances.size()) return {};
+  std::vector<BlockOwner> out(
+      static_cast<std::size_t>(r.instances[static_cast<std::size_t>(instance)].num_blocks));
+  for (const BlockChange& c : r.block_changes) {
+    if (c.instance != instance) continue;
+    if (c.time > t) break;  // one instance's changes come in time order
+    out[static_cast<std::size_t>(c.block)] = {c.request, c.use};
+  }
+  return out;
+}
+
 DisaggSummary summarize(const DisaggReport& r) {
   DisaggSummary s;
   std::vector<double> ttft, tpot, queue, prefill, transfer, first;
@@ -501,11 +513,53 @@ void DisaggRun::after_token_step(std::size_t i, const std::vector<int>& before) 
 void DisaggRun::record_pool(StepRecord rec) {
   const Simulator& sim = *instances_[static_cast<std::size_t>(rec.instance)].sim;
   rec.blocks_used = sim.cache().pool().num_used();
-  for (int id = 0; id < sim.num_requests(); ++id) {
-    if (sim.request(id).held)
-      rec.blocks_held += static_cast<int>(sim.cache().table(SeqId(id)).blocks.size());
+  const PrefixCache* pc = sim.prefix_cache();
+  if (pc == nullptr && !report_.options.record_blocks) {  // no block is in two tables
+    for (int id = 0; id < sim.num_requests(); ++id) {
+      if (sim.request(id).held)
+        rec.blocks_held += static_cast<int>(sim.cache().table(SeqId(id)).blocks.size());
+    }
+    report_.steps.push_back(rec);
+    return;
   }
+  // Each block's use: running before reserved before held (a block a running request shares with
+  // a held one stays when the held one goes), its owner the lowest id of that use.
+  const auto n = static_cast<std::size_t>(sim.cache().pool().num_blocks());
+  std::vector<BlockOwner> now(n);
+  if (pc != nullptr) {
+    for (std::size_t b = 0; b < n; ++b)
+      if (pc->is_cached(BlockId(static_cast<std::int32_t>(b)))) now[b].use = BlockUse::kCached;
+  }
+  auto rank = [](BlockUse u) {
+    return u == BlockUse::kRunning    ? 3
+           : u == BlockUse::kReserved ? 2
+           : u == BlockUse::kHeld     ? 1
+                                      : 0;
+  };
+  for (const SeqId seq : sim.cache().sequences()) {
+    const RequestRun& r = sim.request(seq.value);
+    const BlockUse use = r.held       ? BlockUse::kHeld
+                         : r.reserved ? BlockUse::kReserved
+                                      : BlockUse::kRunning;
+    for (const BlockId b : sim.cache().table(seq).blocks) {
+      BlockOwner& o = now[static_cast<std::size_t>(b.value)];
+      if (o.request < 0 || rank(use) > rank(o.use) || (use == o.use && r.id < o.request))
+        o = {r.id, use};
+    }
+  }
+  for (const BlockOwner& o : now) rec.blocks_held += o.use == BlockUse::kHeld ? 1 : 0;
   report_.steps.push_back(rec);
+  if (!report_.options.record_blocks) return;
+  const auto i = static_cast<std::size_t>(rec.instance);
+  if (last_blocks_.size() <= i) last_blocks_.resize(i + 1);
+  std::vector<BlockOwner>& last = last_blocks_[i];
+  last.resize(n);
+  for (std::size_t b = 0; b < n; ++b) {
+    if (now[b].request == last[b].request && now[b].use == last[b].use) continue;
+    report_.block_changes.push_back(
+        {rec.end, rec.instance, static_cast<std::int32_t>(b), now[b].request, now[b].use});
+    last[b] = now[b];
+  }
 }
 
 std::optional<DisaggComparison> run_both(const SimConfig& config, const DisaggOptions& options,

@@ -81,13 +81,35 @@ struct StepRecord {
   int blocks_held = 0;  // of those, held for transfers (the prefill instance's finished prompts)
 };
 
+// What a pool block is doing, for a block map (DisaggOptions::record_blocks).
+enum class BlockUse : std::uint8_t {
+  kFree,
+  kCached,    // only the prefix cache keeps it
+  kRunning,   // a request's sequence holds it
+  kHeld,      // the prefill instance holds it until the request's K/V has crossed
+  kReserved,  // the decode instance's prefix cache mapped it for a request not delivered yet
+};
+// One block's use changed, at the end of a StepRecord (or at a release).
+struct BlockChange {
+  double time = 0;
+  std::int32_t instance = 0;
+  std::int32_t block = 0;
+  std::int32_t request = -1;  // the lowest request id whose sequence holds it; -1 when none
+  BlockUse use = BlockUse::kFree;
+};
+struct BlockOwner {
+  std::int32_t request = -1;
+  BlockUse use = BlockUse::kFree;
+};
+
 struct DisaggReport {
   bool disaggregated = true;
   DisaggOptions options;
-  std::vector<InstanceStats> instances;  // prefill, decode; or colocated
-  std::vector<RequestTiming> requests;   // by id
-  std::vector<TransferEvent> transfers;  // in time order
-  std::vector<StepRecord> steps;         // in the order they ran (each instance's in time order)
+  std::vector<InstanceStats> instances;    // prefill, decode; or colocated
+  std::vector<RequestTiming> requests;     // by id
+  std::vector<TransferEvent> transfers;    // in time order
+  std::vector<StepRecord> steps;           // in the order they ran (each instance's in time order)
+  std::vector<BlockChange> block_changes;  // with options.record_blocks, in the order of `steps`
   std::int64_t transfer_bytes = 0;
   int transfer_blocks = 0;
   int decode_cached_blocks = 0;  // prompt blocks the decode instance's prefix cache held
@@ -116,6 +138,8 @@ struct PoolsAt {
   std::int64_t bytes_in_flight = 0;
 };
 PoolsAt pools_at(const DisaggReport& report, double t);
+// Instance `instance`'s blocks at time t (every block free without options.record_blocks).
+std::vector<BlockOwner> blocks_at(const DisaggReport& report, int instance, double t);
 
 enum class Serving {
   kColocated,      // one instance runs prefill and decode (its pool: the decode instance's)
@@ -185,7 +209,8 @@ class DisaggRun {
   std::vector<double>
       last_send_end_;  // [id] when its last byte queued so far is across (< 0: none)
   std::vector<bool> prefill_started_;
-  double link_free_ = 0;  // when the link's queue empties
+  double link_free_ = 0;                              // when the link's queue empties
+  std::vector<std::vector<BlockOwner>> last_blocks_;  // [instance]: as last recorded
 };
 
 // The same requests run colocated, then disaggregated: what kvscope disagg and the Serving

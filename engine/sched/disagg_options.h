@@ -30,6 +30,9 @@ struct DisaggOptions {
   // Whether the decode instance keeps a prefix cache of what it receives (then a request's
   // blocks it already holds do not cross the link); unset: as the scenario's prefix_caching.
   std::optional<bool> decode_prefix_caching;
+  // Record who holds each block of each pool over the run (DisaggReport::block_changes), for a
+  // block map; off by default (kvscope disagg does not draw one).
+  bool record_blocks = false;
 };
 
 }  // namespace kvscope

@@ -78,6 +78,19 @@ TEST(DisaggPanel, ShowsWhatKvscopeDisaggComputes) {
   frame(panel, state, "a transfer under way");
   EXPECT_GE(panel.drawn_pools()->transfers, 1);
   EXPECT_GT(panel.drawn_pools()->blocks_held[0], 0);
+  // Each GPU's block map: as many blocks used and held as its pool has at that time.
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<BlockOwner>& map = panel.drawn_map(i);
+    ASSERT_EQ(static_cast<int>(map.size()),
+              v->disaggregated.instances[static_cast<std::size_t>(i)].num_blocks);
+    int used = 0, held = 0;
+    for (const BlockOwner& b : map) {
+      used += b.use != BlockUse::kFree ? 1 : 0;
+      held += b.use == BlockUse::kHeld ? 1 : 0;
+    }
+    EXPECT_EQ(used, panel.drawn_pools()->blocks_used[static_cast<std::size_t>(i)]) << "GPU " << i;
+    EXPECT_EQ(held, panel.drawn_pools()->blocks_held[static_cast<std::size_t>(i)]) << "GPU " << i;
+  }
 
   // Another link re-runs it with that link (the view shown so far goes).
   const double rdma_transfer = v->di.transfer;

@@ -44,6 +44,27 @@ int blocks_for(int tokens, int block_size) {
   return (tokens + block_size - 1) / block_size;
 }
 
+// Requests that share a 40-token prefix (5 blocks of 8) with tails of 0 to 9 tokens, real weights.
+std::vector<SimRequest> shared_prefix_requests(int n, int arrival_every) {
+  const auto& m = test::real_model();
+  const std::vector<int> prefix = m.tokenizer->encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play "
+      "outside in the sun with her friends and her big red ball.",
+      /*bos=*/true, /*eos=*/false);
+  std::vector<SimRequest> out;
+  for (int i = 0; i < n; ++i) {
+    SimRequest r;
+    r.arrival_step = i * arrival_every;
+    r.prompt_tokens.assign(prefix.begin(), prefix.begin() + 40);
+    // Request 1's prompt is the prefix and one token: every block it would send is cached.
+    const int tail = i == 1 ? 1 : 1 + (i * 5) % 10;
+    for (int k = 0; k < tail; ++k) r.prompt_tokens.push_back(20 + (i * 31 + k * 7) % 400);
+    r.max_new_tokens = 12 + (i * 7) % 20;
+    out.push_back(r);
+  }
+  return out;
+}
+
 class DisaggTokens : public ::testing::TestWithParam<TransferMode> {};
 
 // The decode instance writes the prefill instance's bytes into its own blocks and computes only
@@ -238,6 +259,58 @@ TEST(Disagg, PoolsAtTimeFollowTheRecords) {
   EXPECT_EQ(end.transfers, 0);
 }
 
+// The block map (record_blocks): at every record's time each instance's map has exactly the
+// record's used and held blocks, a held block belongs to a finished prompt on the prefill side,
+// and a reserved one to a request the decode instance has not been handed yet; with prefix
+// caching the cached blocks nobody holds are counted as used, as the pool counts them.
+TEST(Disagg, TheBlockMapAgreesWithThePools) {
+  const std::vector<SimRequest> requests = shared_prefix_requests(8, 1);
+  SimConfig c = config(64);
+  c.prefix_caching = true;
+  DisaggOptions o = options(TransferMode::kLayerWise, 16, 40);
+  o.arrival_interval_seconds = 3e-6;
+  o.record_blocks = true;
+  DisaggRun run(c, o, Serving::kDisaggregated, test::real_sim_model(), requests);
+  run_checked(run);
+  const DisaggReport& r = run.report();
+  ASSERT_FALSE(r.block_changes.empty());
+  int reserved_seen = 0, held_seen = 0;
+  for (const StepRecord& s : r.steps) {
+    // Each instance's last record ending at s.end is the one its map shows then.
+    const auto later = std::find_if(r.steps.begin(), r.steps.end(), [&](const StepRecord& q) {
+      return q.instance == s.instance && q.end == s.end && &q > &s;
+    });
+    if (later != r.steps.end()) continue;
+    const std::vector<BlockOwner> map = blocks_at(r, s.instance, s.end);
+    ASSERT_EQ(static_cast<int>(map.size()),
+              r.instances[static_cast<std::size_t>(s.instance)].num_blocks);
+    int used = 0, held = 0;
+    for (const BlockOwner& b : map) {
+      used += b.use != BlockUse::kFree ? 1 : 0;
+      held += b.use == BlockUse::kHeld ? 1 : 0;
+      EXPECT_EQ(b.request >= 0, b.use == BlockUse::kRunning || b.use == BlockUse::kHeld ||
+                                    b.use == BlockUse::kReserved);
+      if (b.use == BlockUse::kHeld) {
+        EXPECT_EQ(s.instance, 0);
+      }
+      if (b.use == BlockUse::kReserved) {
+        EXPECT_EQ(s.instance, 1);
+        ++reserved_seen;
+      }
+    }
+    EXPECT_EQ(used, s.blocks_used) << "instance " << s.instance << " at " << s.end;
+    EXPECT_EQ(held, s.blocks_held) << "instance " << s.instance << " at " << s.end;
+    held_seen += held;
+  }
+  EXPECT_GT(held_seen, 0);
+  EXPECT_GT(reserved_seen, 0);
+  // Without record_blocks there is no map.
+  o.record_blocks = false;
+  DisaggRun plain(c, o, Serving::kDisaggregated, test::real_sim_model(), requests);
+  plain.run();
+  EXPECT_TRUE(plain.report().block_changes.empty());
+}
+
 // Two prompts in one prefill step, layer by layer: the link takes layer l of both before layer
 // l + 1 of either, so on a link faster than the step each transfer ends with the step's last
 // layer, not the second one after the whole of the first.
@@ -349,27 +422,6 @@ TEST(Disagg, DeliverKvInAndHold) {
   while (sim.step()) sim.check_invariants();
   EXPECT_EQ(sim.request(0).generated, 2);
   EXPECT_EQ(sim.cache().pool().num_used(), 0);
-}
-
-// Requests that share a 40-token prefix (5 blocks of 8) with tails of 0 to 9 tokens, real weights.
-std::vector<SimRequest> shared_prefix_requests(int n, int arrival_every) {
-  const auto& m = test::real_model();
-  const std::vector<int> prefix = m.tokenizer->encode(
-      "Once upon a time, there was a little girl named Lily. She loved to play "
-      "outside in the sun with her friends and her big red ball.",
-      /*bos=*/true, /*eos=*/false);
-  std::vector<SimRequest> out;
-  for (int i = 0; i < n; ++i) {
-    SimRequest r;
-    r.arrival_step = i * arrival_every;
-    r.prompt_tokens.assign(prefix.begin(), prefix.begin() + 40);
-    // Request 1's prompt is the prefix and one token: every block it would send is cached.
-    const int tail = i == 1 ? 1 : 1 + (i * 5) % 10;
-    for (int k = 0; k < tail; ++k) r.prompt_tokens.push_back(20 + (i * 31 + k * 7) % 400);
-    r.max_new_tokens = 12 + (i * 7) % 20;
-    out.push_back(r);
-  }
-  return out;
 }
 
 // The decode instance's prefix cache: once request 0's K/V has arrived, every later request finds
