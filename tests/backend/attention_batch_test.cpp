@@ -1,10 +1,12 @@
 // The CPU backend's attention_batch: a prefill chunk's causal queries over a quantized pool share
-// one dequantization of the keys and values. Each query's output and weights must be exactly what
-// paged_attention gives it alone, for every per-token format and block size tried here (GQA: 3
-// query heads per KV head); KIVI pools (whose open group the view's length decides) and evicting
-// views keep the per-query path.
+// one dequantization of the keys and values, and over an fp32 pool go in tiles of eight that read
+// each block once. Each query's output and weights must be exactly what paged_attention gives it
+// alone, for every per-token format and block size tried here (GQA: 3 query heads per KV head);
+// KIVI pools (whose open group the view's length decides) and evicting views keep the per-query
+// path. The scores' dot products (attention_dot.h) against their order written out by hand.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/attention_dot.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/bit_cast.h"
 #include "tests/quant/kv_test_support.h"
@@ -103,8 +106,14 @@ TEST(AttentionBatch, SharedDequantizationGivesEachQueryItsOwnResultBitForBit) {
     }
   }
   // The shared path ran for the 11 pairs with a per-token format (3 block sizes each), not for
-  // fp32/fp32 (read in place).
+  // fp32/fp32 (read in place, in tiles).
   EXPECT_EQ(shared, 11 * 3);
+  const KvFormat f32 = parse_kv_format("fp32", "test");
+  test::QuantCache f32_cache(f32, f32, 4, kTokens, kKvHeads, kHeadDim);
+  EXPECT_TRUE(cpu::tiles_fp32_attention(f32_cache.view()));
+  EXPECT_FALSE(cpu::tiles_fp32_attention(test::QuantCache(f32, parse_kv_format("int4", "test"), 4,
+                                                          kTokens, kKvHeads, kHeadDim)
+                                             .view()));
   // Nor for KIVI, whose open group is read from staging by the view's length, nor for a view
   // with evicted slots.
   const KvFormat kivi = parse_kv_format("kivi4", "test"), int4 = parse_kv_format("int4", "test");
@@ -116,6 +125,88 @@ TEST(AttentionBatch, SharedDequantizationGivesEachQueryItsOwnResultBitForBit) {
   evicting.slot_live = live.data();
   EXPECT_TRUE(cpu::shares_decoded_kv(int4_cache.view()));
   EXPECT_FALSE(cpu::shares_decoded_kv(evicting));
+}
+
+// The fp32 tiles at SmolLM2's head size (64) and at one the written-out dot does not take (12,
+// the plain loop): each query's output and weights are its own, bit for bit.
+TEST(AttentionBatch, Fp32TilesGiveEachQueryItsOwnResultBitForBit) {
+  for (const int head_dim : {64, 12}) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    const int tokens = 29;
+    std::vector<float> k, v, q;
+    for (int i = 0; i < tokens * kKvHeads * head_dim; ++i) k.push_back(d(rng));
+    for (int i = 0; i < tokens * kKvHeads * head_dim; ++i) v.push_back(d(rng));
+    for (int i = 0; i < tokens * kHeads * head_dim; ++i) q.push_back(d(rng));
+    const AttentionShape shape{kHeads, kKvHeads, head_dim};
+    const KvFormat f32 = parse_kv_format("fp32", "test");
+    test::QuantCache cache(f32, f32, 16, tokens, kKvHeads, head_dim);
+    for (int t = 0; t < tokens; ++t) {
+      cache.append(&k[static_cast<std::size_t>(t) * kKvHeads * head_dim],
+                   &v[static_cast<std::size_t>(t) * kKvHeads * head_dim]);
+    }
+    auto run = [&](bool tiled, Rows& rows) {
+      std::vector<float> out(static_cast<std::size_t>(tokens) * kHeads * head_dim, 0.0f);
+      std::vector<AttentionQuery> queries;
+      for (int t = 0; t < tokens; ++t) {
+        AttentionQuery a;
+        a.view = cache.view();
+        a.view.num_slots = t + 1;
+        a.q = q.data() + static_cast<std::size_t>(t) * kHeads * head_dim;
+        a.out = out.data() + static_cast<std::size_t>(t) * kHeads * head_dim;
+        a.query_pos = t;
+        a.observer = &rows;
+        queries.push_back(a);
+      }
+      std::vector<float> scratch;
+      if (tiled) {
+        cpu::paged_attention_fp32_queries(0, shape, queries, scratch);
+      } else {
+        for (const AttentionQuery& a : queries)
+          cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer, scratch);
+      }
+      return out;
+    };
+    Rows one_rows, tile_rows;
+    const std::vector<float> one = run(false, one_rows);
+    const std::vector<float> tiles = run(true, tile_rows);
+    EXPECT_EQ(bits(one), bits(tiles)) << "head_dim " << head_dim;
+    EXPECT_EQ(one_rows.calls, tile_rows.calls) << "head_dim " << head_dim;
+    EXPECT_EQ(one_rows.weights, tile_rows.weights) << "head_dim " << head_dim;
+  }
+}
+
+// attention_dot: eight lanes of fused multiply-adds in element order, then (s0 + s2) + (s1 + s3)
+// with s_i = lane_i + lane_{i+4}; attention_dot4 gives each of its four keys the same bits.
+TEST(AttentionDot, TheOrderWrittenOutAndFourKeysAtOnce) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  for (const int n : {8, 16, 64, 128}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> q(static_cast<std::size_t>(n)), k(static_cast<std::size_t>(n) * 4 + 5);
+      for (float& x : q) x = d(rng);
+      for (float& x : k) x = d(rng);
+      const std::size_t stride = static_cast<std::size_t>(n) + 1;
+      float lane[8] = {};
+      for (int j = 0; j < n; ++j) lane[j % 8] = std::fma(q[j], k[j], lane[j % 8]);
+      const float s0 = lane[0] + lane[4], s1 = lane[1] + lane[5], s2 = lane[2] + lane[6],
+                  s3 = lane[3] + lane[7];
+      const float want = (s0 + s2) + (s1 + s3);
+      ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(cpu::attention_dot(q.data(), k.data(), n)),
+                kvscope::bit_cast<std::uint32_t>(want))
+          << "n " << n;
+      float four[4];
+      cpu::attention_dot4(q.data(), k.data(), stride, n, four);
+      for (int i = 0; i < 4; ++i) {
+        const float one = cpu::attention_dot(q.data(), k.data() + i * stride, n);
+        ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(four[i]), kvscope::bit_cast<std::uint32_t>(one))
+            << "n " << n << ", key " << i;
+      }
+    }
+  }
+  EXPECT_TRUE(cpu::attention_dot_fits(64));
+  EXPECT_FALSE(cpu::attention_dot_fits(12));
+  EXPECT_FALSE(cpu::attention_dot_fits(0));
 }
 
 }  // namespace

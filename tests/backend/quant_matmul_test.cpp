@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include "engine/backend/cpu/quant_matmul.h"
@@ -76,16 +77,19 @@ TEST(QuantMatmul, EveryInstructionSetMatchesTheScalarCodeBitForBit) {
     for (GgmlType type : kTypes) {
       // Odd block counts take the AVX-512 masked tail; up to 4 activation rows take the
       // single-pass path, more the unpacked pairs in L1-sized chunks (several at 37 x 48 blocks).
-      for (const auto& [nb, m] : {std::pair{1, 7},
-                                  {2, 1},
-                                  {3, 7},
-                                  {5, 3},
-                                  {7, 7},
-                                  {18, 4},
-                                  {18, 37},
-                                  {48, 7},
-                                  {48, 37}}) {
-        const int rows = 13, n = nb * kQuantBlock;
+      // 200 rows of 48 blocks are more than one 256 KiB set of unpacked rows (AVX-512: 56 rows of
+      // 24 pairs; AVX2: 85 rows of 48 blocks), each set met by every chunk.
+      for (const auto& [nb, m, rows] : {std::tuple{1, 7, 13},
+                                        {2, 1, 13},
+                                        {3, 7, 13},
+                                        {5, 3, 13},
+                                        {7, 7, 13},
+                                        {18, 4, 13},
+                                        {18, 37, 13},
+                                        {48, 7, 13},
+                                        {48, 37, 13},
+                                        {48, 37, 200}}) {
+        const int n = nb * kQuantBlock;
         const auto w = random_weights(type, rows, nb, 11u * nb + static_cast<unsigned>(type));
         QuantizedActs a;
         quantize_acts(random_acts(m, n, 5u + nb).data(), m, n, a);

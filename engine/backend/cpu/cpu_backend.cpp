@@ -52,7 +52,8 @@ class CpuBackend final : public Backend {
   }
   // Queries that read the same slots of a non-fp32 pool (a prefill chunk's, one after another in
   // the step) share one dequantization of their keys and values instead of one each: a 128-token
-  // chunk at 2,048 tokens of context dequantized every cached head 128 times.
+  // chunk at 2,048 tokens of context dequantized every cached head 128 times. On an fp32 pool they
+  // go in tiles of eight that read each block once.
   void attention_batch(int layer, const AttentionShape& shape,
                        std::span<const AttentionQuery> queries) override {
     use_threads();
@@ -61,13 +62,18 @@ class CpuBackend final : public Backend {
       check_host_pool(first);
       std::size_t end = i + 1;
       int slots = first.num_slots;
-      if (cpu::shares_decoded_kv(first)) {
-        while (end < queries.size() && same_slots(queries[end].view, first)) {
+      const bool tiles = cpu::tiles_fp32_attention(first);
+      if (tiles || cpu::shares_decoded_kv(first)) {
+        while (end < queries.size() && same_slots(queries[end].view, first) &&
+               (!tiles || cpu::tiles_fp32_attention(queries[end].view))) {
           slots = std::max(slots, queries[end].view.num_slots);
           ++end;
         }
       }
-      if (end - i == 1) {
+      if (tiles && end - i > 1) {
+        // An fp32 pool is read in place: a tile of queries reads each block once.
+        cpu::paged_attention_fp32_queries(layer, shape, queries.subspan(i, end - i), scratch_);
+      } else if (end - i == 1) {
         const AttentionQuery& a = queries[i];
         cpu::paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer, scratch_);
       } else {

@@ -2,6 +2,7 @@
 // work is large enough to pay for the fork/join.
 #include "engine/backend/cpu/cpu_ops.h"
 
+#include "engine/backend/cpu/attention_dot.h"
 #include "engine/backend/cpu/fma.h"
 #include "engine/backend/cpu/mla_ops.h"
 #include "engine/backend/cpu/quant_matmul.h"
@@ -31,12 +32,48 @@ constexpr long kParallelThreshold = 1L << 16;
   return static_cast<long>(n) * shape.n_heads * shape.head_dim >= kParallelThreshold;
 }
 
+// Queries of one tile of paged_attention_fp32_queries: their weights and value sums stay in L1
+// while a block of keys and values serves them all.
+constexpr int kQueryTile = 8;
+
 inline float dot(const float* a, const float* b, int n) {
+  // Head sizes that are a multiple of 8 (every model's): the order attention_dot.h writes out.
+  if (attention_dot_fits(n)) return attention_dot(a, b, n);
   // A plain loop: this file is built with -fassociative-math (see engine/CMakeLists.txt), so the
   // compiler vectorizes it with a tree reduction, as llama2.c's -Ofast build does.
   float acc = 0.0f;
   for (int j = 0; j < n; ++j) acc += a[j] * b[j];
   return acc;
+}
+
+// The largest of x[0..n) as `x[t] > m ? x[t] : m` from -inf finds it (a NaN is passed over), in
+// eight running maxima the compiler keeps in one vector register: the same value as one running
+// maximum, which waited on each comparison in turn.
+inline float max_score_of(const float* x, int n) {
+  float m[8];
+  for (float& v : m) v = -INFINITY;
+  int t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int i = 0; i < 8; ++i) m[i] = x[t + i] > m[i] ? x[t + i] : m[i];
+  float r = -INFINITY;
+  for (const float v : m) r = v > r ? v : r;
+  for (; t < n; ++t) r = x[t] > r ? x[t] : r;
+  return r;
+}
+
+// att[t] = dot(q, k_t, hd) / sqrt_hd for t0 <= t < end, key t at k + (t - t0) * row: four keys a
+// pass where attention_dot4 takes the head size (the same bits as one at a time).
+inline void scores(const float* q, const float* k, std::size_t row, int hd, float sqrt_hd, int t0,
+                   int end, float* att) {
+  int t = t0;
+  if (attention_dot_fits(hd)) {
+    for (; t + 4 <= end; t += 4) {
+      float four[4];
+      attention_dot4(q, k + static_cast<std::size_t>(t - t0) * row, row, hd, four);
+      for (int i = 0; i < 4; ++i) att[t + i] = four[i] / sqrt_hd;
+    }
+  }
+  for (; t < end; ++t) att[t] = dot(q, k + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
 }
 
 // att[t] = exp(att[t] - max) / sum over t, in place; masked slots (-inf) become 0.
@@ -71,8 +108,7 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, int head, int kv
     const int t0 = b * bs, end = std::min(n, t0 + bs);
     // The runtime `hd`, not HD: a constant length lets the compiler vectorize across tokens with
     // a different summation order per dot, which would make scores depend on the block size.
-    for (int t = t0; t < end; ++t)
-      att[t] = dot(qh, kt + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
+    scores(qh, kt, row, hd, sqrt_hd, t0, end, att);
   }
   if (view.slot_live != nullptr) {
     for (int t = 0; t < n; ++t) {
@@ -83,9 +119,7 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, int head, int kv
     view.selector->select(SelectionQuery{&view, layer, head, kv_head, qh, hd},
                           std::span<float>(att, static_cast<std::size_t>(n)));
   }
-  float max_score = -INFINITY;
-  for (int t = 0; t < n; ++t) max_score = att[t] > max_score ? att[t] : max_score;
-  softmax_in_place(att, n, max_score);
+  softmax_in_place(att, n, max_score_of(att, n));
   float acc[kFixed ? HD : 1];
   float* sum = kFixed ? acc : oh;
   for (int i = 0; i < d; ++i) sum[i] = 0.0f;
@@ -104,6 +138,75 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, int head, int kv
     }
   }
   if constexpr (kFixed) std::memcpy(oh, acc, sizeof(acc));
+}
+
+// attend_head_fp32 for a tile of queries that read the same blocks (a prefill chunk's, each
+// with its own num_slots): per query the same dot products, softmax and value sums in the same
+// order, so the same bits; each block's keys and values are read from memory once for the tile
+// (then from L1 by its other queries) instead of once per query. att[j]: query j's weights for
+// this head.
+template <int HD>
+void attend_head_fp32_tile(const KvSeqView& view, int layer, int hd, int head, int kv_head,
+                           std::span<const AttentionQuery> queries, float* const* att) {
+  constexpr bool kFixed = HD > 0;
+  const int d = kFixed ? HD : hd;
+  const auto m = static_cast<int>(queries.size());
+  const std::size_t head_off = static_cast<std::size_t>(kv_head) * hd;
+  const KvLayout& L = view.storage->layout();
+  const int bs = L.block_size;
+  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
+  const float sqrt_hd = std::sqrt(static_cast<float>(d));
+  int n_max = 0;
+  for (const AttentionQuery& a : queries) n_max = std::max(n_max, a.view.num_slots);
+  const int num_blocks = (n_max + bs - 1) / bs;
+  for (int b = 0; b < num_blocks; ++b) {
+    const float* kt = reinterpret_cast<const float*>(view.storage->tile(
+                          layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(b)])) +
+                      head_off;
+    const int t0 = b * bs;
+    for (int j = 0; j < m; ++j) {
+      const AttentionQuery& a = queries[static_cast<std::size_t>(j)];
+      const float* qh = a.q + static_cast<std::size_t>(head) * hd;
+      float* w = att[j];
+      scores(qh, kt, row, hd, sqrt_hd, t0, std::min(a.view.num_slots, t0 + bs), w);
+    }
+  }
+  for (int j = 0; j < m; ++j) {
+    const int n = queries[static_cast<std::size_t>(j)].view.num_slots;
+    float* w = att[j];
+    softmax_in_place(w, n, max_score_of(w, n));
+  }
+  constexpr int kSlots = kFixed ? HD : 1;
+  float acc[kQueryTile][kSlots];
+  for (int j = 0; j < m; ++j) {
+    float* sum = kFixed ? acc[j] : queries[static_cast<std::size_t>(j)].out +
+                                       static_cast<std::size_t>(head) * hd;
+    for (int i = 0; i < d; ++i) sum[i] = 0.0f;
+  }
+  for (int b = 0; b < num_blocks; ++b) {
+    const float* vt = reinterpret_cast<const float*>(view.storage->tile(
+                          layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(b)])) +
+                      head_off;
+    const int t0 = b * bs;
+    for (int j = 0; j < m; ++j) {
+      const AttentionQuery& a = queries[static_cast<std::size_t>(j)];
+      float* sum = kFixed ? acc[j] : a.out + static_cast<std::size_t>(head) * hd;
+      const float* w = att[j];
+      const int end = std::min(a.view.num_slots, t0 + bs);
+      for (int t = t0; t < end; ++t) {
+        const float x = w[t];
+        const float* vh = vt + static_cast<std::size_t>(t - t0) * row;
+#pragma omp simd
+        for (int i = 0; i < d; ++i) sum[i] = cpu::fma(x, vh[i], sum[i]);
+      }
+    }
+  }
+  if constexpr (kFixed) {
+    for (int j = 0; j < m; ++j) {
+      std::memcpy(queries[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(head) * hd,
+                  acc[j], sizeof(acc[j]));
+    }
+  }
 }
 
 // scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
@@ -450,6 +553,79 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
       [&](int t, int kvh, float* tmp) { return keys.head(t, kvh, tmp); },
       [&](int t, int kvh, float* tmp) { return values.head(t, kvh, tmp); });
   notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
+}
+
+bool tiles_fp32_attention(const KvSeqView& view) {
+  const KvLayout& L = view.storage->layout();
+  return view.mla == nullptr && !L.is_latent() && view.slot_live == nullptr &&
+         view.selector == nullptr && L.k_format.dtype == KvDtype::kF32 &&
+         L.v_format.dtype == KvDtype::kF32;
+}
+
+void paged_attention_fp32_queries(int layer, const AttentionShape& shape,
+                                  std::span<const AttentionQuery> queries,
+                                  std::vector<float>& scratch) {
+  if (queries.empty()) return;
+  const KvSeqView& view = queries.front().view;
+  for (const AttentionQuery& a : queries) {
+    if (!tiles_fp32_attention(a.view) || a.view.blocks.data() != view.blocks.data() ||
+        a.view.blocks.size() != view.blocks.size() || a.view.storage != view.storage) {
+      throw InternalError("paged_attention_fp32_queries",
+                          "the queries must read the same blocks of one fp32 pool, without "
+                          "eviction, selection or a latent cache");
+    }
+  }
+  const int hd = shape.head_dim;
+  const int group = shape.n_heads / shape.kv_heads;
+  auto* attend = &attend_head_fp32_tile<0>;
+  switch (hd) {
+    case 8:
+      attend = &attend_head_fp32_tile<8>;
+      break;
+    case 16:
+      attend = &attend_head_fp32_tile<16>;
+      break;
+    case 32:
+      attend = &attend_head_fp32_tile<32>;
+      break;
+    case 64:
+      attend = &attend_head_fp32_tile<64>;
+      break;
+    case 128:
+      attend = &attend_head_fp32_tile<128>;
+      break;
+    default:
+      break;
+  }
+  for (std::size_t i0 = 0; i0 < queries.size(); i0 += kQueryTile) {
+    const std::span<const AttentionQuery> tile =
+        queries.subspan(i0, std::min<std::size_t>(kQueryTile, queries.size() - i0));
+    // Each query's weights [n_heads][its num_slots], one after another (notify_observer's layout).
+    std::size_t need = 0;
+    int n_max = 0;
+    for (const AttentionQuery& a : tile) {
+      need += static_cast<std::size_t>(shape.n_heads) * a.view.num_slots;
+      n_max = std::max(n_max, a.view.num_slots);
+    }
+    if (scratch.size() < need) scratch.resize(need);
+#pragma omp parallel for schedule(static) if (attention_in_parallel(n_max, shape))
+    for (int h = 0; h < shape.n_heads; ++h) {
+      float* att[kQueryTile];
+      std::size_t at = 0;
+      for (std::size_t j = 0; j < tile.size(); ++j) {
+        const int n = tile[j].view.num_slots;
+        att[j] = scratch.data() + at + static_cast<std::size_t>(h) * n;
+        at += static_cast<std::size_t>(shape.n_heads) * n;
+      }
+      attend(view, layer, hd, h, h / group, tile, att);
+    }
+    std::size_t at = 0;
+    for (const AttentionQuery& a : tile) {
+      notify_observer(a.observer, layer, shape.n_heads, a.query_pos, a.view.num_slots,
+                      scratch.data() + at);
+      at += static_cast<std::size_t>(shape.n_heads) * a.view.num_slots;
+    }
+  }
 }
 
 bool shares_decoded_kv(const KvSeqView& view) {

@@ -31,6 +31,17 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
                      float* out, int query_pos, AttentionObserver* observer,
                      std::vector<float>& scratch);
 
+// Whether queries on `view` may go through paged_attention_fp32_queries: an fp32 pool (keys and
+// values), not latent, every slot live, no key selector.
+bool tiles_fp32_attention(const KvSeqView& view);
+// paged_attention for queries that read the same blocks of an fp32 pool (a prefill chunk's, each
+// with its own num_slots; tiles_fp32_attention true for each): the same results and observer
+// calls, in the same order, bit for bit; each block of keys and values is read once per tile of
+// eight queries instead of once per query. scratch grows to [8][n_heads][num_slots] weights.
+void paged_attention_fp32_queries(int layer, const AttentionShape& shape,
+                                  std::span<const AttentionQuery> queries,
+                                  std::vector<float>& scratch);
+
 // The K and V heads of a view's first n slots as floats, [kv_heads][n][head_dim] each (a head's
 // slots in a row, as attention walks them): what
 // paged_attention dequantizes for every query, done once for the queries of a step that read the

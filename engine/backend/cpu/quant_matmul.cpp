@@ -596,6 +596,13 @@ std::size_t l1_budget() {
   return budget;
 }
 
+// Weight rows unpacked at a time (`row_bytes` each unpacked): 256 KiB of them, which stay in L2
+// while every chunk of activation rows passes over them, so a row is unpacked once per call and
+// not once per chunk (a 2,048-token prefill has 128 chunks).
+long unpacked_rows(std::size_t row_bytes) {
+  return std::max<long>(1, static_cast<long>((256 * 1024) / std::max<std::size_t>(row_bytes, 1)));
+}
+
 int chunk_rows(const QuantizedActs& a, int per_pass) {
   const std::size_t per_token = static_cast<std::size_t>(a.n) * 4;
   const int fit = static_cast<int>(std::max<std::size_t>(1, l1_budget() / per_token));
@@ -612,13 +619,19 @@ void rows_avx2(const std::byte* w, std::int64_t row_bytes, long r0, long r1, con
       row_avx2<T, 1, false>(w + r * row_bytes, nullptr, a, 0, out, ldo, r);
     return;
   }
-  std::vector<BlockW> blocks(static_cast<std::size_t>(nb));
+  const long rows = unpacked_rows(static_cast<std::size_t>(nb) * sizeof(BlockW));
+  std::vector<BlockW> blocks(static_cast<std::size_t>(nb) * static_cast<std::size_t>(rows));
   const int chunk = chunk_rows(a, 1);
-  for (int c0 = 0; c0 < a.m; c0 += chunk) {
-    const int c1 = std::min(a.m, c0 + chunk);
-    for (long r = r0; r < r1; ++r) {
-      unpack_row_avx2<T>(w + r * row_bytes, nb, blocks.data());
-      for (int t = c0; t < c1; ++t) row_avx2<T, 1, true>(nullptr, blocks.data(), a, t, out, ldo, r);
+  for (long b0 = r0; b0 < r1; b0 += rows) {  // weight rows unpacked once, then every chunk
+    const long b1 = std::min(r1, b0 + rows);
+    for (long r = b0; r < b1; ++r)
+      unpack_row_avx2<T>(w + r * row_bytes, nb, blocks.data() + (r - b0) * nb);
+    for (int c0 = 0; c0 < a.m; c0 += chunk) {
+      const int c1 = std::min(a.m, c0 + chunk);
+      for (long r = b0; r < b1; ++r) {
+        const BlockW* bw = blocks.data() + (r - b0) * nb;
+        for (int t = c0; t < c1; ++t) row_avx2<T, 1, true>(nullptr, bw, a, t, out, ldo, r);
+      }
     }
   }
 }
@@ -640,14 +653,21 @@ void rows_avx512(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
   }
   const RowFn by_count[5] = {nullptr, &row_avx512<T, 1, true>, &row_avx512<T, 2, true>,
                              &row_avx512<T, 3, true>, &row_avx512<T, 4, true>};
-  std::vector<PairW> pairs(static_cast<std::size_t>((nb + 1) / 2));
+  const long per_row = (nb + 1) / 2;
+  const long rows = unpacked_rows(static_cast<std::size_t>(per_row) * sizeof(PairW));
+  std::vector<PairW> pairs(static_cast<std::size_t>(per_row) * static_cast<std::size_t>(rows));
   const int chunk = chunk_rows(a, kPerPass);
-  for (int c0 = 0; c0 < a.m; c0 += chunk) {
-    const int c1 = std::min(a.m, c0 + chunk);
-    for (long r = r0; r < r1; ++r) {
-      unpack_row512<T>(w + r * row_bytes, nb, pairs.data());
-      for (int t = c0; t < c1; t += kPerPass)
-        by_count[std::min(kPerPass, c1 - t)](nullptr, pairs.data(), a, t, out, ldo, r);
+  for (long b0 = r0; b0 < r1; b0 += rows) {  // weight rows unpacked once, then every chunk
+    const long b1 = std::min(r1, b0 + rows);
+    for (long r = b0; r < b1; ++r)
+      unpack_row512<T>(w + r * row_bytes, nb, pairs.data() + (r - b0) * per_row);
+    for (int c0 = 0; c0 < a.m; c0 += chunk) {
+      const int c1 = std::min(a.m, c0 + chunk);
+      for (long r = b0; r < b1; ++r) {
+        const PairW* pw = pairs.data() + (r - b0) * per_row;
+        for (int t = c0; t < c1; t += kPerPass)
+          by_count[std::min(kPerPass, c1 - t)](nullptr, pw, a, t, out, ldo, r);
+      }
     }
   }
 }
@@ -683,7 +703,12 @@ void quantize_acts(const float* x, int m, int n, QuantizedActs& out) {
     const float* xb = x + blk * kQuantBlock;
     std::int8_t* qb = out.q.data() + blk * kQuantBlock;
     float amax = 0.0f;
-    for (int e = 0; e < kQuantBlock; ++e) amax = std::fmax(amax, std::fabs(xb[e]));
+    // fmax's result (a NaN is passed over), as a comparison the compiler vectorizes: std::fmax
+    // was a call into the C library per element.
+    for (int e = 0; e < kQuantBlock; ++e) {
+      const float a = std::fabs(xb[e]);
+      amax = a > amax ? a : amax;
+    }
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out.d[blk] = d;

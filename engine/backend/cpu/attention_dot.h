@@ -1,0 +1,25 @@
+// The attention scores' dot products q . k, for head sizes that are a multiple of 8, one key at a
+// time or four at once with the same bits: eight lanes, lane i summing the products of elements
+// i, i + 8, i + 16, ... with a fused multiply-add each, in order, then s_i = lane_i + lane_{i+4}
+// and the result (s0 + s2) + (s1 + s3). That is what GCC made of the plain loop
+// `acc += a[j] * b[j]` in cpu_ops.cpp (-fassociative-math, AVX2 and FMA, 256-bit vectors) before
+// it was written out here, so the scores kept their bits; written out, it is the same on every
+// machine (AVX2 or not, the browser's WebAssembly too), and four keys can share a pass: each
+// score is a chain of fused multiply-adds, and four independent chains keep the FMA units busy
+// where one waited on its own latency (docs/performance.md).
+#pragma once
+
+#include <cstddef>
+
+namespace kvscope::cpu {
+
+// Whether the dots below take head size n (a positive multiple of 8).
+constexpr bool attention_dot_fits(int n) {
+  return n > 0 && n % 8 == 0;
+}
+// q . k over n floats (attention_dot_fits(n)).
+float attention_dot(const float* q, const float* k, int n);
+// out[i] = attention_dot(q, k + i * stride, n) for i < 4.
+void attention_dot4(const float* q, const float* k, std::size_t stride, int n, float out[4]);
+
+}  // namespace kvscope::cpu
