@@ -111,9 +111,9 @@ TEST(AttentionBatch, SharedDequantizationGivesEachQueryItsOwnResultBitForBit) {
   const KvFormat f32 = parse_kv_format("fp32", "test");
   test::QuantCache f32_cache(f32, f32, 4, kTokens, kKvHeads, kHeadDim);
   EXPECT_TRUE(cpu::tiles_fp32_attention(f32_cache.view()));
-  EXPECT_FALSE(cpu::tiles_fp32_attention(test::QuantCache(f32, parse_kv_format("int4", "test"), 4,
-                                                          kTokens, kKvHeads, kHeadDim)
-                                             .view()));
+  EXPECT_FALSE(cpu::tiles_fp32_attention(
+      test::QuantCache(f32, parse_kv_format("int4", "test"), 4, kTokens, kKvHeads, kHeadDim)
+          .view()));
   // Nor for KIVI, whose open group is read from staging by the view's length, nor for a view
   // with evicted slots.
   const KvFormat kivi = parse_kv_format("kivi4", "test"), int4 = parse_kv_format("int4", "test");
@@ -201,6 +201,22 @@ TEST(AttentionDot, TheOrderWrittenOutAndFourKeysAtOnce) {
         const float one = cpu::attention_dot(q.data(), k.data() + i * stride, n);
         ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(four[i]), kvscope::bit_cast<std::uint32_t>(one))
             << "n " << n << ", key " << i;
+      }
+    }
+  }
+  // A GQA group's query heads against one key: 1 to 9 heads, each its own attention_dot.
+  for (const int n : {8, 64}) {
+    std::vector<float> q(static_cast<std::size_t>(n) * 9), k(static_cast<std::size_t>(n));
+    for (float& x : q) x = d(rng);
+    for (float& x : k) x = d(rng);
+    for (int count = 1; count <= 9; ++count) {
+      float got[9];
+      cpu::attention_dots_one_key(q.data(), static_cast<std::size_t>(n), count, k.data(), n, got);
+      for (int j = 0; j < count; ++j) {
+        ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(got[j]),
+                  kvscope::bit_cast<std::uint32_t>(
+                      cpu::attention_dot(q.data() + static_cast<std::size_t>(j) * n, k.data(), n)))
+            << "n " << n << ", " << count << " heads, head " << j;
       }
     }
   }

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <utility>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cpu/quant_matmul.h"

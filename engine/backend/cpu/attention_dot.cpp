@@ -66,4 +66,43 @@ void attention_dot4(const float* q, const float* k, std::size_t stride, int n, f
 #endif
 }
 
+void attention_dots_one_key(const float* q, std::size_t stride, int count, const float* k, int n,
+                            float* out) {
+  int j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  for (; j + 4 <= count; j += 4) {
+    const float* q0 = q + static_cast<std::size_t>(j) * stride;
+    const float* q1 = q0 + stride;
+    const float* q2 = q1 + stride;
+    const float* q3 = q2 + stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int e = 0; e < n; e += 8) {
+      const __m256 x = _mm256_loadu_ps(k + e);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), x, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + e), x, a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + e), x, a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + e), x, a3);
+    }
+    out[j] = reduce8(a0);
+    out[j + 1] = reduce8(a1);
+    out[j + 2] = reduce8(a2);
+    out[j + 3] = reduce8(a3);
+  }
+  if (count - j == 3 || count - j == 2) {  // two at once, then at most one alone
+    const float* q0 = q + static_cast<std::size_t>(j) * stride;
+    const float* q1 = q0 + stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    for (int e = 0; e < n; e += 8) {
+      const __m256 x = _mm256_loadu_ps(k + e);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + e), x, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + e), x, a1);
+    }
+    out[j] = reduce8(a0);
+    out[j + 1] = reduce8(a1);
+    j += 2;
+  }
+#endif
+  for (; j < count; ++j) out[j] = attention_dot(q + static_cast<std::size_t>(j) * stride, k, n);
+}
+
 }  // namespace kvscope::cpu

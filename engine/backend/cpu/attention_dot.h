@@ -21,5 +21,9 @@ constexpr bool attention_dot_fits(int n) {
 float attention_dot(const float* q, const float* k, int n);
 // out[i] = attention_dot(q, k + i * stride, n) for i < 4.
 void attention_dot4(const float* q, const float* k, std::size_t stride, int n, float out[4]);
+// out[j] = attention_dot(q + j * stride, k, n) for j < count: the query heads of a GQA group
+// against one key, four at a pass.
+void attention_dots_one_key(const float* q, std::size_t stride, int count, const float* k, int n,
+                            float* out);
 
 }  // namespace kvscope::cpu

@@ -179,8 +179,9 @@ void attend_head_fp32_tile(const KvSeqView& view, int layer, int hd, int head, i
   constexpr int kSlots = kFixed ? HD : 1;
   float acc[kQueryTile][kSlots];
   for (int j = 0; j < m; ++j) {
-    float* sum = kFixed ? acc[j] : queries[static_cast<std::size_t>(j)].out +
-                                       static_cast<std::size_t>(head) * hd;
+    float* sum =
+        kFixed ? acc[j]
+               : queries[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(head) * hd;
     for (int i = 0; i < d; ++i) sum[i] = 0.0f;
   }
   for (int b = 0; b < num_blocks; ++b) {
@@ -242,9 +243,17 @@ void attend_heads(const KvSeqView& view, int layer, const AttentionShape& shape,
     float* att0 = scratch.data() + static_cast<std::size_t>(h0) * n;  // [group][n]
     // 1. Scores q . k / sqrt(head_dim) over live slots.
     for (int j = 0; j < group; ++j) max_score[j] = -INFINITY;
+    const bool written_out = attention_dot_fits(hd) && group <= 16;
     auto score = [&](int t, const float* kh) {
+      float dots[16];
+      if (written_out) {  // the group's heads together: independent chains, the same bits
+        attention_dots_one_key(q + static_cast<std::size_t>(h0) * hd, static_cast<std::size_t>(hd),
+                               group, kh, hd, dots);
+      }
       for (int j = 0; j < group; ++j) {
-        const float s = dot(q + static_cast<std::size_t>(h0 + j) * hd, kh, hd) / sqrt_hd;
+        const float d =
+            written_out ? dots[j] : dot(q + static_cast<std::size_t>(h0 + j) * hd, kh, hd);
+        const float s = d / sqrt_hd;
         att0[static_cast<std::size_t>(j) * n + t] = s;
         max_score[j] = std::max(max_score[j], s);
       }
