@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kvscope::cpu {
@@ -210,6 +211,26 @@ void attend_head_fp32_tile(const KvSeqView& view, int layer, int hd, int head, i
   }
 }
 
+// fn(std::integral_constant<int, HD>{}) with HD = hd where the attention functions are
+// specialized on it (the value accumulator in registers), else HD = 0 (hd at run time).
+template <class Fn>
+auto with_head_dim(int hd, Fn&& fn) {
+  switch (hd) {
+    case 8:
+      return fn(std::integral_constant<int, 8>{});
+    case 16:
+      return fn(std::integral_constant<int, 16>{});
+    case 32:
+      return fn(std::integral_constant<int, 32>{});
+    case 64:
+      return fn(std::integral_constant<int, 64>{});
+    case 128:
+      return fn(std::integral_constant<int, 128>{});
+    default:
+      return fn(std::integral_constant<int, 0>{});
+  }
+}
+
 // scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
 void size_scratch(const AttentionShape& shape, int n, std::vector<float>& scratch) {
   const std::size_t need = static_cast<std::size_t>(shape.n_heads) * n +
@@ -303,26 +324,7 @@ void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape
                           const float* q, float* out, float* weights /*[n_heads][n]*/) {
   const int n = view.num_slots, hd = shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;
-  auto* attend = &attend_head_fp32<0>;
-  switch (hd) {
-    case 8:
-      attend = &attend_head_fp32<8>;
-      break;
-    case 16:
-      attend = &attend_head_fp32<16>;
-      break;
-    case 32:
-      attend = &attend_head_fp32<32>;
-      break;
-    case 64:
-      attend = &attend_head_fp32<64>;
-      break;
-    case 128:
-      attend = &attend_head_fp32<128>;
-      break;
-    default:
-      break;
-  }
+  auto* attend = with_head_dim(hd, [](auto c) { return &attend_head_fp32<decltype(c)::value>; });
 #pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
   for (int h = 0; h < shape.n_heads; ++h) {
     attend(view, layer, hd, h, h / group, q + static_cast<std::size_t>(h) * hd,
@@ -586,26 +588,8 @@ void paged_attention_fp32_queries(int layer, const AttentionShape& shape,
   }
   const int hd = shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;
-  auto* attend = &attend_head_fp32_tile<0>;
-  switch (hd) {
-    case 8:
-      attend = &attend_head_fp32_tile<8>;
-      break;
-    case 16:
-      attend = &attend_head_fp32_tile<16>;
-      break;
-    case 32:
-      attend = &attend_head_fp32_tile<32>;
-      break;
-    case 64:
-      attend = &attend_head_fp32_tile<64>;
-      break;
-    case 128:
-      attend = &attend_head_fp32_tile<128>;
-      break;
-    default:
-      break;
-  }
+  auto* attend =
+      with_head_dim(hd, [](auto c) { return &attend_head_fp32_tile<decltype(c)::value>; });
   for (std::size_t i0 = 0; i0 < queries.size(); i0 += kQueryTile) {
     const std::span<const AttentionQuery> tile =
         queries.subspan(i0, std::min<std::size_t>(kQueryTile, queries.size() - i0));
