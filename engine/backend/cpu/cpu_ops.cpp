@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace kvscope::cpu {
@@ -87,68 +86,17 @@ inline void softmax_in_place(float* att, int n, float max_score) {
   for (int t = 0; t < n; ++t) att[t] /= sum;
 }
 
-// One query head over the fp32 cache, read in place block by block, with the arithmetic of the
-// llama2.c reference (divide by sqrt(head_dim), max-subtracted softmax, divide by the sum). HD is
-// the head dimension when known at compile time (the value accumulator then lives in registers
-// instead of round-tripping through memory for every token), 0 when only `hd` knows it.
+// One query head of up to kQueryTile queries that read the same blocks (one query's, or a prefill
+// chunk's, each with its own num_slots) over the fp32 cache, read in place block by block, with
+// the arithmetic of the llama2.c reference (divide by sqrt(head_dim), max-subtracted softmax,
+// divide by the sum): per query the same dot products, softmax and value sums in the same order
+// however many share the tile, so the same bits; each block's keys and values are read from
+// memory once for the tile (then from L1 by its other queries). att[j]: query j's weights for this
+// head. HD is the head dimension when known at compile time (the value accumulators then live in
+// registers instead of round-tripping through memory for every token), 0 when only `hd` knows it.
 template <int HD>
 void attend_head_fp32(const KvSeqView& view, int layer, int hd, int head, int kv_head,
-                      const float* qh, float* att, float* oh) {
-  constexpr bool kFixed = HD > 0;
-  const int d = kFixed ? HD : hd;
-  const std::size_t head_off = static_cast<std::size_t>(kv_head) * hd;
-  const KvLayout& L = view.storage->layout();
-  const int n = view.num_slots, bs = L.block_size;
-  const std::size_t row = static_cast<std::size_t>(L.kv_heads) * L.head_dim;
-  const float sqrt_hd = std::sqrt(static_cast<float>(d));
-  const int num_blocks = (n + bs - 1) / bs;
-  for (int b = 0; b < num_blocks; ++b) {
-    const float* kt = reinterpret_cast<const float*>(view.storage->tile(
-                          layer, KvKind::kKey, view.blocks[static_cast<std::size_t>(b)])) +
-                      head_off;
-    const int t0 = b * bs, end = std::min(n, t0 + bs);
-    // The runtime `hd`, not HD: a constant length lets the compiler vectorize across tokens with
-    // a different summation order per dot, which would make scores depend on the block size.
-    scores(qh, kt, row, hd, sqrt_hd, t0, end, att);
-  }
-  if (view.slot_live != nullptr) {
-    for (int t = 0; t < n; ++t) {
-      if (view.slot_live[t] == 0) att[t] = -INFINITY;  // evicted: weight 0
-    }
-  }
-  if (view.selector != nullptr) {  // sparse attention: the slots it skips get weight 0
-    view.selector->select(SelectionQuery{&view, layer, head, kv_head, qh, hd},
-                          std::span<float>(att, static_cast<std::size_t>(n)));
-  }
-  softmax_in_place(att, n, max_score_of(att, n));
-  float acc[kFixed ? HD : 1];
-  float* sum = kFixed ? acc : oh;
-  for (int i = 0; i < d; ++i) sum[i] = 0.0f;
-  for (int b = 0; b < num_blocks; ++b) {
-    const float* vt = reinterpret_cast<const float*>(view.storage->tile(
-                          layer, KvKind::kValue, view.blocks[static_cast<std::size_t>(b)])) +
-                      head_off;
-    const int t0 = b * bs, end = std::min(n, t0 + bs);
-    for (int t = t0; t < end; ++t) {
-      const float a = att[t];
-      const float* vh = vt + static_cast<std::size_t>(t - t0) * row;
-      // fma, not +=: the sum over t keeps its order (no reassociation across tokens), so it does
-      // not depend on where block boundaries fall.
-#pragma omp simd
-      for (int i = 0; i < d; ++i) sum[i] = cpu::fma(a, vh[i], sum[i]);
-    }
-  }
-  if constexpr (kFixed) std::memcpy(oh, acc, sizeof(acc));
-}
-
-// attend_head_fp32 for a tile of queries that read the same blocks (a prefill chunk's, each
-// with its own num_slots): per query the same dot products, softmax and value sums in the same
-// order, so the same bits; each block's keys and values are read from memory once for the tile
-// (then from L1 by its other queries) instead of once per query. att[j]: query j's weights for
-// this head.
-template <int HD>
-void attend_head_fp32_tile(const KvSeqView& view, int layer, int hd, int head, int kv_head,
-                           std::span<const AttentionQuery> queries, float* const* att) {
+                      std::span<const AttentionQuery> queries, float* const* att) {
   constexpr bool kFixed = HD > 0;
   const int d = kFixed ? HD : hd;
   const auto m = static_cast<int>(queries.size());
@@ -168,13 +116,26 @@ void attend_head_fp32_tile(const KvSeqView& view, int layer, int hd, int head, i
     for (int j = 0; j < m; ++j) {
       const AttentionQuery& a = queries[static_cast<std::size_t>(j)];
       const float* qh = a.q + static_cast<std::size_t>(head) * hd;
-      float* w = att[j];
-      scores(qh, kt, row, hd, sqrt_hd, t0, std::min(a.view.num_slots, t0 + bs), w);
+      // The runtime `hd`, not HD: a constant length lets the compiler vectorize across tokens
+      // with a different summation order per dot, which would make scores depend on the block
+      // size.
+      scores(qh, kt, row, hd, sqrt_hd, t0, std::min(a.view.num_slots, t0 + bs), att[j]);
     }
   }
   for (int j = 0; j < m; ++j) {
-    const int n = queries[static_cast<std::size_t>(j)].view.num_slots;
+    const AttentionQuery& a = queries[static_cast<std::size_t>(j)];
+    const int n = a.view.num_slots;
     float* w = att[j];
+    if (a.view.slot_live != nullptr) {
+      for (int t = 0; t < n; ++t) {
+        if (a.view.slot_live[t] == 0) w[t] = -INFINITY;  // evicted: weight 0
+      }
+    }
+    if (a.view.selector != nullptr) {  // sparse attention: the slots it skips get weight 0
+      a.view.selector->select(SelectionQuery{&a.view, layer, head, kv_head,
+                                             a.q + static_cast<std::size_t>(head) * hd, hd},
+                              std::span<float>(w, static_cast<std::size_t>(n)));
+    }
     softmax_in_place(w, n, max_score_of(w, n));
   }
   constexpr int kSlots = kFixed ? HD : 1;
@@ -198,6 +159,8 @@ void attend_head_fp32_tile(const KvSeqView& view, int layer, int hd, int head, i
       for (int t = t0; t < end; ++t) {
         const float x = w[t];
         const float* vh = vt + static_cast<std::size_t>(t - t0) * row;
+        // fma, not +=: the sum over t keeps its order (no reassociation across tokens), so it
+        // does not depend on where block boundaries fall.
 #pragma omp simd
         for (int i = 0; i < d; ++i) sum[i] = cpu::fma(x, vh[i], sum[i]);
       }
@@ -211,23 +174,22 @@ void attend_head_fp32_tile(const KvSeqView& view, int layer, int hd, int head, i
   }
 }
 
-// fn(std::integral_constant<int, HD>{}) with HD = hd where the attention functions are
-// specialized on it (the value accumulator in registers), else HD = 0 (hd at run time).
-template <class Fn>
-auto with_head_dim(int hd, Fn&& fn) {
+// attend_head_fp32 specialized on `hd` where it is (the value accumulators in registers), else
+// its run-time form (HD = 0).
+auto* attend_fp32_for(int hd) {
   switch (hd) {
     case 8:
-      return fn(std::integral_constant<int, 8>{});
+      return &attend_head_fp32<8>;
     case 16:
-      return fn(std::integral_constant<int, 16>{});
+      return &attend_head_fp32<16>;
     case 32:
-      return fn(std::integral_constant<int, 32>{});
+      return &attend_head_fp32<32>;
     case 64:
-      return fn(std::integral_constant<int, 64>{});
+      return &attend_head_fp32<64>;
     case 128:
-      return fn(std::integral_constant<int, 128>{});
+      return &attend_head_fp32<128>;
     default:
-      return fn(std::integral_constant<int, 0>{});
+      return &attend_head_fp32<0>;
   }
 }
 
@@ -324,11 +286,15 @@ void paged_attention_fp32(const KvSeqView& view, int layer, const AttentionShape
                           const float* q, float* out, float* weights /*[n_heads][n]*/) {
   const int n = view.num_slots, hd = shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;
-  auto* attend = with_head_dim(hd, [](auto c) { return &attend_head_fp32<decltype(c)::value>; });
+  auto* attend = attend_fp32_for(hd);
+  AttentionQuery one;
+  one.view = view;
+  one.q = q;
+  one.out = out;
 #pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
   for (int h = 0; h < shape.n_heads; ++h) {
-    attend(view, layer, hd, h, h / group, q + static_cast<std::size_t>(h) * hd,
-           weights + static_cast<std::size_t>(h) * n, out + static_cast<std::size_t>(h) * hd);
+    float* att = weights + static_cast<std::size_t>(h) * n;
+    attend(view, layer, hd, h, h / group, std::span<const AttentionQuery>(&one, 1), &att);
   }
 }
 
@@ -588,8 +554,7 @@ void paged_attention_fp32_queries(int layer, const AttentionShape& shape,
   }
   const int hd = shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;
-  auto* attend =
-      with_head_dim(hd, [](auto c) { return &attend_head_fp32_tile<decltype(c)::value>; });
+  auto* attend = attend_fp32_for(hd);
   for (std::size_t i0 = 0; i0 < queries.size(); i0 += kQueryTile) {
     const std::span<const AttentionQuery> tile =
         queries.subspan(i0, std::min<std::size_t>(kQueryTile, queries.size() - i0));
