@@ -609,6 +609,27 @@ int chunk_rows(const QuantizedActs& a, int per_pass) {
   return std::max(per_pass, fit / per_pass * per_pass);
 }
 
+// Weight rows r0 .. r1 - 1 in sets of unpacked_rows: each set unpacked once, `per_row` Units a
+// row (unpack(r, its units)), then every chunk of `chunk` of the m activation rows meets every
+// row of the set (each(its units, r, c0, c1)).
+template <class Unit, class Unpack, class Each>
+void over_unpacked_rows(long r0, long r1, std::size_t per_row, int m, int chunk,
+                        const Unpack& unpack, const Each& each) {
+  const long rows = unpacked_rows(per_row * sizeof(Unit));
+  std::vector<Unit> units(per_row * static_cast<std::size_t>(rows));
+  auto at = [&](long r, long b0) {
+    return units.data() + static_cast<std::size_t>(r - b0) * per_row;
+  };
+  for (long b0 = r0; b0 < r1; b0 += rows) {
+    const long b1 = std::min(r1, b0 + rows);
+    for (long r = b0; r < b1; ++r) unpack(r, at(r, b0));
+    for (int c0 = 0; c0 < m; c0 += chunk) {
+      const int c1 = std::min(m, c0 + chunk);
+      for (long r = b0; r < b1; ++r) each(static_cast<const Unit*>(at(r, b0)), r, c0, c1);
+    }
+  }
+}
+
 template <GgmlType T>
 void rows_avx2(const std::byte* w, std::int64_t row_bytes, long r0, long r1, const QuantizedActs& a,
                float* out, long ldo) {
@@ -619,21 +640,12 @@ void rows_avx2(const std::byte* w, std::int64_t row_bytes, long r0, long r1, con
       row_avx2<T, 1, false>(w + r * row_bytes, nullptr, a, 0, out, ldo, r);
     return;
   }
-  const long rows = unpacked_rows(static_cast<std::size_t>(nb) * sizeof(BlockW));
-  std::vector<BlockW> blocks(static_cast<std::size_t>(nb) * static_cast<std::size_t>(rows));
-  const int chunk = chunk_rows(a, 1);
-  for (long b0 = r0; b0 < r1; b0 += rows) {  // weight rows unpacked once, then every chunk
-    const long b1 = std::min(r1, b0 + rows);
-    for (long r = b0; r < b1; ++r)
-      unpack_row_avx2<T>(w + r * row_bytes, nb, blocks.data() + (r - b0) * nb);
-    for (int c0 = 0; c0 < a.m; c0 += chunk) {
-      const int c1 = std::min(a.m, c0 + chunk);
-      for (long r = b0; r < b1; ++r) {
-        const BlockW* bw = blocks.data() + (r - b0) * nb;
+  over_unpacked_rows<BlockW>(
+      r0, r1, static_cast<std::size_t>(nb), a.m, chunk_rows(a, 1),
+      [&](long r, BlockW* bw) { unpack_row_avx2<T>(w + r * row_bytes, nb, bw); },
+      [&](const BlockW* bw, long r, int c0, int c1) {
         for (int t = c0; t < c1; ++t) row_avx2<T, 1, true>(nullptr, bw, a, t, out, ldo, r);
-      }
-    }
-  }
+      });
 }
 
 template <GgmlType T>
@@ -653,23 +665,13 @@ void rows_avx512(const std::byte* w, std::int64_t row_bytes, long r0, long r1,
   }
   const RowFn by_count[5] = {nullptr, &row_avx512<T, 1, true>, &row_avx512<T, 2, true>,
                              &row_avx512<T, 3, true>, &row_avx512<T, 4, true>};
-  const long per_row = (nb + 1) / 2;
-  const long rows = unpacked_rows(static_cast<std::size_t>(per_row) * sizeof(PairW));
-  std::vector<PairW> pairs(static_cast<std::size_t>(per_row) * static_cast<std::size_t>(rows));
-  const int chunk = chunk_rows(a, kPerPass);
-  for (long b0 = r0; b0 < r1; b0 += rows) {  // weight rows unpacked once, then every chunk
-    const long b1 = std::min(r1, b0 + rows);
-    for (long r = b0; r < b1; ++r)
-      unpack_row512<T>(w + r * row_bytes, nb, pairs.data() + (r - b0) * per_row);
-    for (int c0 = 0; c0 < a.m; c0 += chunk) {
-      const int c1 = std::min(a.m, c0 + chunk);
-      for (long r = b0; r < b1; ++r) {
-        const PairW* pw = pairs.data() + (r - b0) * per_row;
+  over_unpacked_rows<PairW>(
+      r0, r1, static_cast<std::size_t>((nb + 1) / 2), a.m, chunk_rows(a, kPerPass),
+      [&](long r, PairW* pw) { unpack_row512<T>(w + r * row_bytes, nb, pw); },
+      [&](const PairW* pw, long r, int c0, int c1) {
         for (int t = c0; t < c1; t += kPerPass)
           by_count[std::min(kPerPass, c1 - t)](nullptr, pw, a, t, out, ldo, r);
-      }
-    }
-  }
+      });
 }
 
 template <GgmlType T>
