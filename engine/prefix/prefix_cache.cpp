@@ -58,12 +58,9 @@ PrefixLookupResult PrefixCache::lookup_and_acquire(std::int32_t request,
                                                    std::span<const TokenId> prompt, bool record) {
   const auto n = static_cast<std::int64_t>(prompt.size());
   const int bs = config_.block_size;
-  const PrefixCacheMetrics before = metrics_;
-  ++metrics_.lookups;
   ++clock_;
-  metrics_.prompt_tokens += n;
-  metrics_.prompt_blocks += n / bs;
   PrefixLookupResult r;
+  std::int64_t collisions = 0;
   const int max_blocks = n > 0 ? static_cast<int>((n - 1) / bs) : 0;
   if (!config_.enabled) {
     r.reason = MissReason::kDisabled;
@@ -71,7 +68,7 @@ PrefixLookupResult PrefixCache::lookup_and_acquire(std::int32_t request,
     r.reason = MissReason::kShorterThanBlock;
   } else {
     IndexMatch m = index_->match(prompt, max_blocks);
-    metrics_.collisions += m.collisions;
+    collisions = m.collisions;
     for (std::size_t i = 0; i < m.blocks.size(); ++i) {
       const BlockId b = m.blocks[i];
       unlist(b);
@@ -100,13 +97,11 @@ PrefixLookupResult PrefixCache::lookup_and_acquire(std::int32_t request,
     }
   }
   r.hit_tokens = static_cast<std::int64_t>(r.blocks.size()) * bs;
-  if (!record) {  // the references stay; the lookup's counts go
-    const std::int64_t saved = metrics_.blocks_saved, peak = metrics_.peak_blocks_saved;
-    metrics_ = before;
-    metrics_.blocks_saved = saved;
-    metrics_.peak_blocks_saved = peak;
-    return r;
-  }
+  if (!record) return r;  // a reservation: the references are taken, the lookup not counted
+  ++metrics_.lookups;
+  metrics_.prompt_tokens += n;
+  metrics_.prompt_blocks += n / bs;
+  metrics_.collisions += collisions;
   metrics_.hit_tokens += r.hit_tokens;
   metrics_.hit_blocks += static_cast<std::int64_t>(r.blocks.size());
   ++metrics_.lookups_by_reason[static_cast<std::size_t>(r.reason)];

@@ -490,9 +490,8 @@ void Scheduler::check_invariants() const {
         throw InternalError("simulator invariant", who + " acted before arriving");
       continue;
     }
-    if (r.reserved)
-      if (r.phase != RequestPhase::kWaiting)
-        throw InternalError("simulator invariant", who + " left its reservation unused");
+    if (r.reserved && r.phase != RequestPhase::kWaiting)
+      throw InternalError("simulator invariant", who + " left its reservation unused");
     ++counted[static_cast<int>(r.phase)];
     if (r.tokens.size() != r.spec.prompt_tokens.size() + static_cast<std::size_t>(r.generated) ||
         r.generated > r.spec.max_new_tokens) {

@@ -50,9 +50,10 @@ struct RequestRun {
   bool held = false;      // finished, its blocks still allocated (SimRequest::hold_blocks)
   int cached_blocks = 0;  // full blocks already offered to the prefix cache
   // A decode instance's cached prefix, mapped before the request is delivered
-  // (Scheduler::reserve_prefix); cleared by its admission, which maps nothing else from the cache.
+  // (Scheduler::reserve_prefix) so that it stays cached; its admission frees it and looks the
+  // prompt up again, finding that prefix and whatever was cached since.
   bool reserved = false;
-  int reserved_tokens = 0;  // of its prompt, in whole blocks (0: nothing cached)
+  int reserved_tokens = 0;  // of its prompt, in whole blocks (what the reservation's table holds)
   std::int64_t prefix_hit_tokens =
       0;                              // prompt tokens mapped from the prefix cache (all admissions)
   std::int64_t tier_hit_tokens = 0;   // prompt tokens reloaded from the KV tiers (all admissions)
@@ -132,8 +133,9 @@ class Scheduler {
   void release(std::int32_t id);
   // A decode instance's prefix cache: maps the longest cached prefix of request `id`'s prompt into
   // its sequence now, before it is delivered, so that those blocks stay put (a reference each)
-  // while the rest of its K/V crosses; returns the blocks mapped (0: a miss). Its admission then
-  // takes K/V from elsewhere for the prompt tokens after them only. Throws InternalError unless
+  // while the rest of its K/V crosses; returns the blocks mapped (0: a miss, or a reservation
+  // refused so that the pool can still admit the largest request). Its admission looks the prompt
+  // up again and takes K/V from elsewhere for the tokens after the hit. Throws InternalError unless
   // prefix caching is on and `id` waits for delivery, takes K/V from elsewhere and has reserved
   // nothing yet.
   int reserve_prefix(std::int32_t id);
