@@ -41,19 +41,20 @@ std::vector<std::uint32_t> bits(const std::vector<float>& v) {
   return out;
 }
 
-// Runs queries 0..kTokens-1 (query t sees slots 0..t, as in a causal chunk) through `run`.
+// Runs queries 0..tokens-1 (query t sees slots 0..t, as in a causal chunk) through `run`.
 template <class Run>
 std::vector<float> causal_queries(test::QuantCache& cache, const std::vector<float>& q, Rows& rows,
-                                  const Run& run) {
-  std::vector<float> out(static_cast<std::size_t>(kTokens) * kHeads * kHeadDim, 0.0f);
+                                  const Run& run, int tokens = kTokens, int head_dim = kHeadDim) {
+  const std::size_t per_query = static_cast<std::size_t>(kHeads) * head_dim;
+  std::vector<float> out(static_cast<std::size_t>(tokens) * per_query, 0.0f);
   std::vector<AttentionQuery> queries;
   const KvSeqView all = cache.view();
-  for (int t = 0; t < kTokens; ++t) {
+  for (int t = 0; t < tokens; ++t) {
     AttentionQuery a;
     a.view = all;
     a.view.num_slots = t + 1;
-    a.q = q.data() + static_cast<std::size_t>(t) * kHeads * kHeadDim;
-    a.out = out.data() + static_cast<std::size_t>(t) * kHeads * kHeadDim;
+    a.q = q.data() + static_cast<std::size_t>(t) * per_query;
+    a.out = out.data() + static_cast<std::size_t>(t) * per_query;
     a.query_pos = t;
     a.observer = &rows;
     queries.push_back(a);
@@ -146,26 +147,18 @@ TEST(AttentionBatch, Fp32TilesGiveEachQueryItsOwnResultBitForBit) {
                    &v[static_cast<std::size_t>(t) * kKvHeads * head_dim]);
     }
     auto run = [&](bool tiled, Rows& rows) {
-      std::vector<float> out(static_cast<std::size_t>(tokens) * kHeads * head_dim, 0.0f);
-      std::vector<AttentionQuery> queries;
-      for (int t = 0; t < tokens; ++t) {
-        AttentionQuery a;
-        a.view = cache.view();
-        a.view.num_slots = t + 1;
-        a.q = q.data() + static_cast<std::size_t>(t) * kHeads * head_dim;
-        a.out = out.data() + static_cast<std::size_t>(t) * kHeads * head_dim;
-        a.query_pos = t;
-        a.observer = &rows;
-        queries.push_back(a);
-      }
       std::vector<float> scratch;
-      if (tiled) {
-        cpu::paged_attention_fp32_queries(0, shape, queries, scratch);
-      } else {
-        for (const AttentionQuery& a : queries)
-          cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer, scratch);
-      }
-      return out;
+      return causal_queries(
+          cache, q, rows,
+          [&](const std::vector<AttentionQuery>& queries) {
+            if (tiled) {
+              cpu::paged_attention_fp32_queries(0, shape, queries, scratch);
+              return;
+            }
+            for (const AttentionQuery& a : queries)
+              cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer, scratch);
+          },
+          tokens, head_dim);
     };
     Rows one_rows, tile_rows;
     const std::vector<float> one = run(false, one_rows);
