@@ -26,6 +26,7 @@
 #include "app/core/key_queue.h"
 #include "app/core/run_session.h"
 #include "app/core/shell.h"
+#include "app/renderer.h"
 #include "app/screenshot.h"
 #include "engine/common/error.h"
 
@@ -152,7 +153,8 @@ class FrameLoop {
         io_(ImGui::GetIO()),
         capture_(!options.screenshot.empty()),
         live_(live),
-        last_(glfwGetTime()) {}
+        last_(glfwGetTime()),
+        renderer_(options.imgui_renderer ? nullptr : std::make_unique<DrawRenderer>()) {}
 
   // The exit code: 0, or 1 when the --screenshot could not be written.
   int run() {
@@ -244,7 +246,10 @@ class FrameLoop {
     const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette(shell_.state().presenter).window_bg);
     glClearColor(bg.x, bg.y, bg.z, 1.0f);
     glClear(GL_COLOR_BUFFER_BIT);
-    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    if (renderer_)
+      renderer_->render(*ImGui::GetDrawData());
+    else
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
     // Background work (attention capture, quality sweep, compare variant) finishes first, and
     // a few frames are drawn after it did (a job can finish between a panel's draw and this
     // check, and a panel takes its result on the next frame), so the screenshot shows it.
@@ -297,6 +302,7 @@ class FrameLoop {
   bool live_;
   double last_;
   WindowedGeometry saved_;
+  std::unique_ptr<DrawRenderer> renderer_;  // null: ImGui's backend draws (--renderer imgui)
   bool want_screenshot_ = false;
   int idle_frames_ = 0;  // consecutive frames drawn with no panel busy (screenshots)
   int fb_w_ = 0, fb_h_ = 0;

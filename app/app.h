@@ -20,6 +20,7 @@ struct AppOptions {
   std::string model;             // --model: the scenario runs on this model ("" = its own)
   std::string backend;           // --backend cuda-sim|cuda ("" or "cpu": the CPU), scenarios only
   int caption = 0;  // --caption N: open at presenter caption N (1-based) with its view; 0 = none
+  bool imgui_renderer = false;  // --renderer imgui: ImGui's OpenGL3 backend draws, not renderer.h
   int width = 1600;
   int height = 1000;
 };

@@ -25,6 +25,7 @@ void usage(std::FILE* out) {
       "usage: kvscope-ui [SCENARIO.json | RECORDING.kvr] [--screenshot OUT.png [--frames N]\n"
       "                  [--step S]] [--presenter] [--size WxH] [--view NAME] [--caption N]\n"
       "                  [--backend cpu|cuda-sim|cuda] [--model NAME|PATH]\n"
+      "                  [--renderer kvscope|imgui]\n"
       "       kvscope-ui --attach ENDPOINT [--replay ENDPOINT] [--topic T] [--dp N] [--bind]\n"
       "                  [--slots N] [...]\n"
       "       kvscope-ui --write-quality-sweep OUT.json [--model NAME|PATH]\n"
@@ -40,6 +41,9 @@ void usage(std::FILE* out) {
       "                        kernel, serving\n"
       "  --caption N           open at presenter caption N with its view (workspace, layer and\n"
       "                        head, sink grid), as PageDown reaches it\n"
+      "  --renderer R          how frames are drawn: kvscope (default: flat shapes skip the font\n"
+      "                        texture and opaque ones the blend, much faster on software GL)\n"
+      "                        or imgui (Dear ImGui's OpenGL3 backend); the same pixels\n"
       "  --backend B           what runs the forward pass: cpu (default), cuda-sim (the CUDA\n"
       "                        kernels on the emulated device: slow) or cuda (a GPU); also in\n"
       "                        the Controls panel\n"
@@ -99,7 +103,7 @@ std::optional<long> int_value(const char* v, long lo, long hi) {
   return n;
 }
 
-// --screenshot, --frames, --step, --size, --view, --caption, --presenter.
+// --screenshot, --frames, --step, --size, --view, --caption, --presenter, --renderer.
 Read read_view_option(const std::string& arg, int argc, char** argv, int& i,
                       kvscope::ui::AppOptions& o) {
   if (arg == "--screenshot") {
@@ -137,6 +141,12 @@ Read read_view_option(const std::string& arg, int argc, char** argv, int& i,
     o.caption = static_cast<int>(*n);
   } else if (arg == "--presenter") {
     o.presenter = true;
+  } else if (arg == "--renderer") {
+    const char* v = value_of(argc, argv, i);
+    const std::string name = v ? v : "";
+    if (name != "kvscope" && name != "imgui")
+      return done(fail("--renderer: expected kvscope or imgui, got \"" + name + "\""));
+    o.imgui_renderer = name == "imgui";
   } else {
     return {};
   }

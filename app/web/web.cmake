@@ -33,7 +33,7 @@ target_compile_definitions(kvscope_imgui PUBLIC IMGUI_IMPL_OPENGL_ES3)
 kvscope_add_ui_core()
 
 set(KVSCOPE_WEB_OUT ${PROJECT_BINARY_DIR}/page CACHE PATH "Where the page is written")
-add_executable(kvscope-ui main.cpp app.cpp screenshot.cpp web/web_page.cpp)
+add_executable(kvscope-ui main.cpp app.cpp renderer.cpp screenshot.cpp web/web_page.cpp)
 target_link_libraries(kvscope-ui PRIVATE kvscope_ui_core)
 kvscope_warnings(kvscope-ui)
 # EM_ASM's JavaScript names its arguments $0, $1, ...

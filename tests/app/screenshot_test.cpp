@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -42,6 +43,51 @@ TEST(UiScreenshot, AppRendersANonBlankPngUnderXvfb) {
   const double mean = sum / count;
   const double variance = sum2 / count - mean * mean;
   EXPECT_GT(variance, 100.0) << "the screenshot looks blank (mean " << mean << ")";
+}
+
+// kvscope's renderer (app/renderer.h) against Dear ImGui's own OpenGL3 backend on Mesa's
+// software driver: the same frames, pixel for pixel, in the views that draw the most kinds of
+// shapes (block map cells and labels, plots, the attention heatmap, presenter mode's sizes).
+TEST(UiScreenshot, TheRendererDrawsImGuiBackendsPixels) {
+  if (!have_xvfb_run()) GTEST_SKIP() << "SKIPPED: xvfb-run is not installed, cannot open a display";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "kvscope_ui_renderer_test";
+  std::filesystem::create_directories(dir);
+  const std::string scenarios = std::string(KVSCOPE_SOURCE_DIR) + "/scenarios/";
+  const char* const kViews[][2] = {
+      {"pool", "minimal.json --presenter --size 1280x720"},
+      {"attention", "minimal.json --view attention --size 1280x720"},
+      {"serving", "disaggregated-chat.json --view serving --size 1600x1000"},
+  };
+  for (const auto& view : kViews) {
+    std::vector<unsigned char> pixels[2];
+    int w[2] = {0, 0}, h[2] = {0, 0};
+    for (int r = 0; r < 2; ++r) {
+      const std::string png = (dir / (std::string(view[0]) + std::to_string(r) + ".png")).string();
+      std::filesystem::remove(png);
+      const std::string cmd =
+          std::string("ASAN_OPTIONS=detect_leaks=0 xvfb-run -a -s \"-screen 0 1600x1000x24\" ") +
+          KVSCOPE_UI_BINARY + " " + scenarios + view[1] + " --frames 10 --renderer " +
+          (r == 0 ? "imgui" : "kvscope") + " --screenshot " + png + " > " +
+          (dir / "log.txt").string() + " 2>&1";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      int n = 0;
+      unsigned char* px = stbi_load(png.c_str(), &w[r], &h[r], &n, 3);
+      ASSERT_NE(px, nullptr) << "cannot read " << png;
+      pixels[r].assign(px, px + static_cast<std::size_t>(w[r]) * h[r] * 3);
+      stbi_image_free(px);
+    }
+    ASSERT_EQ(w[0], w[1]);
+    ASSERT_EQ(h[0], h[1]);
+    std::size_t differ = 0, lit = 0;
+    for (std::size_t i = 0; i < pixels[0].size(); ++i) {
+      differ += pixels[0][i] != pixels[1][i];
+      lit += pixels[1][i] > 64;
+    }
+    EXPECT_EQ(differ, 0u) << view[0] << ": " << differ << " of " << pixels[0].size()
+                          << " channel values differ from ImGui's backend";
+    EXPECT_GT(lit, pixels[1].size() / 100) << view[0] << ": the frame looks blank";
+  }
 }
 
 }  // namespace

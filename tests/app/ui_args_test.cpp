@@ -38,6 +38,12 @@ TEST(UiArgs, BackendNamesWhatItAccepts) {
             "kvscope-ui: --backend: expected cpu, cuda-sim or cuda, got \"gpu\"");
 }
 
+TEST(UiArgs, RendererNamesWhatItAccepts) {
+  const Ran r = run_ui("--renderer gl");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(first_line(r.output), "kvscope-ui: --renderer: expected kvscope or imgui, got \"gl\"");
+}
+
 TEST(UiArgs, BackendNeedsAScenario) {
   const std::string expected =
       "kvscope-ui: --backend: runs a scenario (.json); a recording or live stream has no model";

@@ -47,6 +47,12 @@ import web_serve  # noqa: E402
 
 # The app's title: the input's name, the step shown and the last step (the transport's numbers;
 # -1 before the run's first step has arrived).
+# The page's frames per second over 2 s, counted by the browser's animation frames.
+FRAME_RATE = ("new Promise(r => { let n = 0; const t0 = performance.now();"
+              " function f() { n++; if (performance.now() - t0 < 2000)"
+              " requestAnimationFrame(f); else r(n * 1000 / (performance.now() - t0)); }"
+              " requestAnimationFrame(f); })")
+
 TITLE = re.compile(r"^kvscope: (?P<name>\S+) step (?P<step>\d+)/(?P<steps>-?\d+)$")
 
 
@@ -253,9 +259,40 @@ def main():
         except Exception as e:  # noqa: BLE001: every failure is reported, then counted
             results.append((name, e))
             print(f"[ FAIL ] {name}: {e}")
-            for line in browser.console[-15:]:
+            for line in (browser.console[-15:] if browser else []):
                 print(f"  console: {line}")
 
+    def renderer_draws_imgui_backends_pixels():
+        # kvscope's renderer (app/renderer.h) and Dear ImGui's own OpenGL3 backend
+        # (?renderer=imgui) draw the same last step of the same run: the same pixels, on the
+        # browser's WebGL. Each page's frame rate is printed, measured the same way.
+        shots = {}
+        for name in ("imgui", "kvscope"):
+            other = Browser()  # a fresh browser each: no page left over from the other
+            try:
+                other.send("Page.navigate", url=f"{url}?renderer={name}")
+                other.wait_title(lambda m: True, timeout=60)
+                other.wait_rest(timeout=30)
+                other.press("End", "End", 35)
+                other.wait_title(lambda m: m["step"] == m["steps"], timeout=30)
+                other.wait_rest(timeout=30)
+                fps = other.eval(FRAME_RATE, await_promise=True)
+                shots[name] = other.screenshot().convert("RGB")
+                print(f"  {name}'s renderer: {fps:.0f} frames/s")
+                assert not other.errors, f"{name}: {other.errors[0]}"
+            finally:
+                other.close()
+        assert shots["imgui"].size == shots["kvscope"].size, "the screenshots' sizes differ"
+        differ = sum(1 for a, b in zip(shots["imgui"].getdata(), shots["kvscope"].getdata())
+                     if a != b)
+        assert differ == 0, f"{differ} pixels differ from ImGui's backend's"
+        colours = distinct_colours(shots["kvscope"])
+        assert colours > 50, f"the page looks blank: {colours} distinct colours"
+
+    # First, with no other browser drawing beside it (the frame rates are compared).
+    browser = None
+    check("kvscope's renderer draws the pixels of ImGui's OpenGL3 backend",
+          renderer_draws_imgui_backends_pixels)
     browser = Browser()
     try:
         def default_scenario_runs():
@@ -277,11 +314,7 @@ def main():
             last = browser.wait_title(lambda m: m["step"] == m["steps"], timeout=30)
             print(f"  first frame {first_frame:.2f} s after navigation; played to step "
                   f"{playing['step']}, then End reached {last['step']}/{last['steps']}")
-            fps = browser.eval(
-                "new Promise(r => { let n = 0; const t0 = performance.now();"
-                " function f() { n++; if (performance.now() - t0 < 2000)"
-                " requestAnimationFrame(f); else r(n * 1000 / (performance.now() - t0)); }"
-                " requestAnimationFrame(f); })", await_promise=True)
+            fps = browser.eval(FRAME_RATE, await_promise=True)
             print(f"  {fps:.0f} frames/s in headless Chromium (software WebGL)")
             image = browser.screenshot()
             colours = distinct_colours(image)
