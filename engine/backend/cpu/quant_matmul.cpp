@@ -160,14 +160,52 @@ void rows_scalar(GgmlType type, const std::byte* w, std::int64_t row_bytes, long
 // no half-precision conversion): fp16_to_fp32's floats. A block's weights are unpacked once for
 // up to kTile activation rows (prefill), not once per row.
 
-// The four lane sums (4 products each) of 16 consecutive elements.
-inline v128_t lane_sums16(v128_t w8, v128_t x8) {
-  const v128_t d0 =
-      wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w8), wasm_i16x8_extend_low_i8x16(x8));
-  const v128_t d1 =
-      wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w8), wasm_i16x8_extend_high_i8x16(x8));
-  return wasm_i32x4_add(wasm_i32x4_shuffle(d0, d1, 0, 2, 4, 6),
-                        wasm_i32x4_shuffle(d0, d1, 1, 3, 5, 7));
+// 16 int8 elements as two int16 vectors: the even ones (0, 2, .., 14) and the odd ones.
+inline void even_odd16(v128_t v, v128_t& even, v128_t& odd) {
+  even = wasm_i16x8_shr(wasm_i16x8_shl(v, 8), 8);
+  odd = wasm_i16x8_shr(v, 8);
+}
+
+// A block's 32 elements as four int16 vectors: even and odd of elements 0-15, then of 16-31.
+struct Split32 {
+  v128_t even_lo, odd_lo, even_hi, odd_hi;
+};
+
+// The eight lane sums (4 products each, elements 4i..4i+3) of a block, as two vectors: with both
+// sides split even/odd, one i32x4.dot_i16x8_s sums elements 4i and 4i+2 and another 4i+1 and
+// 4i+3. The reference adds (p0+p1)+(p2+p3); integer sums are exact in any order.
+inline void lane_sums32(const Split32& w, const Split32& x, v128_t& l0, v128_t& l1) {
+  l0 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(w.even_lo, x.even_lo),
+                      wasm_i32x4_dot_i16x8(w.odd_lo, x.odd_lo));
+  l1 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(w.even_hi, x.even_hi),
+                      wasm_i32x4_dot_i16x8(w.odd_hi, x.odd_hi));
+}
+
+// A weight block's elements, split even/odd as int16.
+template <GgmlType T>
+inline Split32 unpack_split(const std::byte* qs) {
+  Split32 w;
+  if constexpr (T == GgmlType::kQ8_0) {
+    even_odd16(wasm_v128_load(qs), w.even_lo, w.odd_lo);
+    even_odd16(wasm_v128_load(qs + 16), w.even_hi, w.odd_hi);
+  } else {
+    // Byte j holds element j (low nibble) and element j + 16 (high nibble); as int16 lanes,
+    // lane k holds bytes 2k and 2k + 1.
+    const v128_t v = wasm_v128_load(qs);
+    const v128_t nibble = wasm_i16x8_splat(0x000F);
+    w.even_lo = wasm_v128_and(v, nibble);
+    w.odd_lo = wasm_v128_and(wasm_u16x8_shr(v, 8), nibble);
+    w.even_hi = wasm_v128_and(wasm_u16x8_shr(v, 4), nibble);
+    w.odd_hi = wasm_u16x8_shr(v, 12);
+    if constexpr (T == GgmlType::kQ4_0) {
+      const v128_t eight = wasm_i16x8_splat(8);
+      w.even_lo = wasm_i16x8_sub(w.even_lo, eight);
+      w.odd_lo = wasm_i16x8_sub(w.odd_lo, eight);
+      w.even_hi = wasm_i16x8_sub(w.even_hi, eight);
+      w.odd_hi = wasm_i16x8_sub(w.odd_hi, eight);
+    }
+  }
+  return w;
 }
 
 // Every fp16 value as a float: fp16_to_fp32's bits, one load.
@@ -180,69 +218,107 @@ const float* half_table() {
   return table.data();
 }
 
-template <GgmlType T>
-void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, const QuantizedActs& a,
-               float* out, long ldo) {
-  constexpr int kTile = 4;
+// Block b of a weight row (its accumulator group G = b % kGroups, known when compiled, so the
+// accumulators stay in registers) against TN activation rows.
+template <GgmlType T, int TN, int G>
+inline void block_wasm(const std::byte* blk, int b, const Split32* const* x16, const ActRow* x,
+                       const float* half, v128_t (&acc)[TN][kGroups][2],
+                       v128_t (&mins)[TN][kGroups][2]) {
+  const Split32 wb = unpack_split<T>(blk + quants_offset(T));
+  const float dw = half[load_u16(blk)];
+  for (int i = 0; i < TN; ++i) {
+    v128_t l0, l1;
+    lane_sums32(wb, x16[i][b], l0, l1);
+    const v128_t dd = wasm_f32x4_splat(dw * x[i].d[b]);
+    acc[i][G][0] = wasm_f32x4_add(acc[i][G][0], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(l0), dd));
+    acc[i][G][1] = wasm_f32x4_add(acc[i][G][1], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(l1), dd));
+    if constexpr (T == GgmlType::kQ4_1) {
+      const v128_t mw = wasm_f32x4_splat(half[load_u16(blk + 2)]);  // Q4_1's min
+      const float* lf = x[i].lane_f + b * kLanes;
+      mins[i][G][0] = wasm_f32x4_add(mins[i][G][0], wasm_f32x4_mul(mw, wasm_v128_load(lf)));
+      mins[i][G][1] = wasm_f32x4_add(mins[i][G][1], wasm_f32x4_mul(mw, wasm_v128_load(lf + 4)));
+    }
+  }
+}
+
+// Weight rows [r0, r1) against activation rows [t0, t0 + TN).
+template <GgmlType T, int TN>
+void tile_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, const QuantizedActs& a,
+               const std::vector<Split32>& split, int t0, float* out, long ldo) {
   const int nb = a.n / kQuantBlock;
   constexpr int bb = block_bytes(T);
   const float* half = half_table();
+  ActRow x[TN];
+  const Split32* x16[TN];
+  for (int i = 0; i < TN; ++i) {
+    x[i] = act_row(a, t0 + i);
+    x16[i] = split.data() + static_cast<std::size_t>(t0 + i) * nb;
+  }
   for (long r = r0; r < r1; ++r) {
     const std::byte* row = w + r * row_bytes;
-    for (int t0 = 0; t0 < a.m; t0 += kTile) {
-      const int tn = std::min(kTile, a.m - t0);
-      v128_t acc[kTile][kGroups][2], mins[kTile][kGroups][2];
-      for (int i = 0; i < tn; ++i)
-        for (int g = 0; g < kGroups; ++g)
-          acc[i][g][0] = acc[i][g][1] = mins[i][g][0] = mins[i][g][1] = wasm_f32x4_splat(0.0f);
-      for (int b = 0; b < nb; ++b) {
-        const std::byte* blk = row + static_cast<std::ptrdiff_t>(b) * bb;
-        const std::byte* qs = blk + quants_offset(T);
-        v128_t w_lo, w_hi;  // elements 0-15 and 16-31 as int8
-        if constexpr (T == GgmlType::kQ8_0) {
-          w_lo = wasm_v128_load(qs);
-          w_hi = wasm_v128_load(qs + 16);
-        } else {
-          const v128_t v = wasm_v128_load(qs);
-          w_lo = wasm_v128_and(v, wasm_i8x16_splat(0x0F));
-          w_hi = wasm_u8x16_shr(v, 4);
-          if constexpr (T == GgmlType::kQ4_0) {
-            w_lo = wasm_i8x16_sub(w_lo, wasm_i8x16_splat(8));
-            w_hi = wasm_i8x16_sub(w_hi, wasm_i8x16_splat(8));
-          }
-        }
-        const float dw = half[load_u16(blk)];
-        const v128_t mw = T == GgmlType::kQ4_1 ? wasm_f32x4_splat(half[load_u16(blk + 2)])
-                                               : wasm_f32x4_splat(0.0f);  // Q4_1's min
-        const int g = b % kGroups;
-        for (int i = 0; i < tn; ++i) {
-          const auto [xq, dx, lf] = act_row(a, t0 + i);
-          const std::int8_t* xb = xq + static_cast<std::ptrdiff_t>(b) * kQuantBlock;
-          const v128_t l0 = lane_sums16(w_lo, wasm_v128_load(xb));
-          const v128_t l1 = lane_sums16(w_hi, wasm_v128_load(xb + 16));
-          const v128_t dd = wasm_f32x4_splat(dw * dx[b]);
-          acc[i][g][0] =
-              wasm_f32x4_add(acc[i][g][0], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(l0), dd));
-          acc[i][g][1] =
-              wasm_f32x4_add(acc[i][g][1], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(l1), dd));
-          if constexpr (T == GgmlType::kQ4_1) {
-            mins[i][g][0] =
-                wasm_f32x4_add(mins[i][g][0], wasm_f32x4_mul(mw, wasm_v128_load(lf + b * kLanes)));
-            mins[i][g][1] = wasm_f32x4_add(mins[i][g][1],
-                                           wasm_f32x4_mul(mw, wasm_v128_load(lf + b * kLanes + 4)));
-          }
+    v128_t acc[TN][kGroups][2], mins[TN][kGroups][2];
+    for (int i = 0; i < TN; ++i)
+      for (int g = 0; g < kGroups; ++g)
+        acc[i][g][0] = acc[i][g][1] = mins[i][g][0] = mins[i][g][1] = wasm_f32x4_splat(0.0f);
+    const auto at = [row](int b) { return row + static_cast<std::ptrdiff_t>(b) * bb; };
+    int b = 0;
+    for (; b + kGroups <= nb; b += kGroups) {
+      static_assert(kGroups == 4);
+      block_wasm<T, TN, 0>(at(b), b, x16, x, half, acc, mins);
+      block_wasm<T, TN, 1>(at(b + 1), b + 1, x16, x, half, acc, mins);
+      block_wasm<T, TN, 2>(at(b + 2), b + 2, x16, x, half, acc, mins);
+      block_wasm<T, TN, 3>(at(b + 3), b + 3, x16, x, half, acc, mins);
+    }
+    if (b < nb) block_wasm<T, TN, 0>(at(b), b, x16, x, half, acc, mins);
+    if (b + 1 < nb) block_wasm<T, TN, 1>(at(b + 1), b + 1, x16, x, half, acc, mins);
+    if (b + 2 < nb) block_wasm<T, TN, 2>(at(b + 2), b + 2, x16, x, half, acc, mins);
+    for (int i = 0; i < TN; ++i) {
+      float accf[kAcc], minsf[kAcc];
+      for (int g = 0; g < kGroups; ++g) {
+        for (int h = 0; h < 2; ++h) {
+          wasm_v128_store(accf + g * kLanes + 4 * h, acc[i][g][h]);
+          wasm_v128_store(minsf + g * kLanes + 4 * h, mins[i][g][h]);
         }
       }
-      for (int i = 0; i < tn; ++i) {
-        float accf[kAcc], minsf[kAcc];
-        for (int g = 0; g < kGroups; ++g) {
-          for (int h = 0; h < 2; ++h) {
-            wasm_v128_store(accf + g * kLanes + 4 * h, acc[i][g][h]);
-            wasm_v128_store(minsf + g * kLanes + 4 * h, mins[i][g][h]);
-          }
-        }
-        out[(t0 + i) * ldo + r] = reduce32(accf, minsf);
-      }
+      out[(t0 + i) * ldo + r] = reduce32(accf, minsf);
+    }
+  }
+}
+
+template <GgmlType T>
+void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, const QuantizedActs& a,
+               float* out, long ldo) {
+  const int nb = a.n / kQuantBlock;
+  // The activations split even/odd once per call, for every weight row to meet.
+  thread_local std::vector<Split32> split;
+  split.resize(static_cast<std::size_t>(a.m) * nb);
+  for (int t = 0; t < a.m; ++t) {
+    const std::int8_t* xq = act_row(a, t).q;
+    for (int b = 0; b < nb; ++b) {
+      Split32& x = split[static_cast<std::size_t>(t) * nb + b];
+      even_odd16(wasm_v128_load(xq + b * kQuantBlock), x.even_lo, x.odd_lo);
+      even_odd16(wasm_v128_load(xq + b * kQuantBlock + 16), x.even_hi, x.odd_hi);
+    }
+  }
+  // A block's weights are unpacked once for up to four activation rows; the tiles of rows run
+  // inside each set of weight rows that stays in cache (64 KiB of weights).
+  const long set = std::max<long>(1, 65536 / row_bytes);
+  for (long s0 = r0; s0 < r1; s0 += set) {
+    const long s1 = std::min(r1, s0 + set);
+    int t0 = 0;
+    for (; t0 + 4 <= a.m; t0 += 4) tile_wasm<T, 4>(w, row_bytes, s0, s1, a, split, t0, out, ldo);
+    switch (a.m - t0) {
+      case 3:
+        tile_wasm<T, 3>(w, row_bytes, s0, s1, a, split, t0, out, ldo);
+        break;
+      case 2:
+        tile_wasm<T, 2>(w, row_bytes, s0, s1, a, split, t0, out, ldo);
+        break;
+      case 1:
+        tile_wasm<T, 1>(w, row_bytes, s0, s1, a, split, t0, out, ldo);
+        break;
+      default:
+        break;
     }
   }
 }
