@@ -23,7 +23,7 @@ constexpr const char* kInfoHelp =
 prints the model's shape, how its weights are held and read, and its KV bytes per token per
 format; synthetic models are described without allocating their weights.
 
-measured memory vs context (runs the model: about 20 s for SmolLM2 at 2K, minutes at 8K):
+measured memory vs context (runs the model: about 10 s for SmolLM2 at 2K, a minute at 8K):
   --measure LIST     context lengths, e.g. 2048,4096,8192: for each, one sequence of that many
                      tokens runs through the model into a paged pool sized for it; prints the
                      formula's bytes, the allocator's (blocks x block bytes) and the pool's pages

@@ -1,6 +1,7 @@
 // The CPU backend's attention_batch: a prefill chunk's causal queries over a quantized pool share
-// one dequantization of the keys and values, and over an fp32 pool go in tiles of eight that read
-// each block once. Each query's output and weights must be exactly what paged_attention gives it
+// one dequantization of the keys and values, read once per tile of eight queries (the tiles' KV
+// heads split over the threads), and over an fp32 pool go in tiles of eight that read each block
+// once. Each query's output and weights must be exactly what paged_attention gives it
 // alone, for every per-token format and block size tried here (GQA: 3 query heads per KV head);
 // KIVI pools (whose open group the view's length decides) and evicting views keep the per-query
 // path. The scores' dot products (attention_dot.h) against their order written out by hand.
@@ -64,45 +65,60 @@ std::vector<float> causal_queries(test::QuantCache& cache, const std::vector<flo
 }
 
 TEST(AttentionBatch, SharedDequantizationGivesEachQueryItsOwnResultBitForBit) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> d(0.0f, 1.5f);
-  std::vector<float> k, v, q;
-  for (int i = 0; i < kTokens * kKvHeads * kHeadDim; ++i) k.push_back(d(rng));
-  for (int i = 0; i < kTokens * kKvHeads * kHeadDim; ++i) v.push_back(d(rng));
-  for (int i = 0; i < kTokens * kHeads * kHeadDim; ++i) q.push_back(d(rng));
-  const AttentionShape shape{kHeads, kKvHeads, kHeadDim};
   const auto backend = make_cpu_backend(1);
+  const auto two_threads = make_cpu_backend(2);
   int shared = 0;
   // (K, V) formats: each per-token format beside an int4 and an fp32 V, and KIVI on both sides.
   std::vector<std::pair<std::string, std::string>> formats;
   for (const char* kf : {"fp16", "int8", "int4", "int2-g8", "fp8-e4m3", "fp32"})
     for (const char* vf : {"int4", "fp32"}) formats.emplace_back(kf, vf);
-  for (const auto& [kf, vf] : formats) {
-    {
+  // Head sizes: the tests' 16, SmolLM2's 64 (value sums in registers), and 12 (neither the
+  // written-out dot nor a fixed size: the plain loops).
+  for (const int head_dim : {kHeadDim, 64, 12}) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.0f, 1.5f);
+    std::vector<float> k, v, q;
+    for (int i = 0; i < kTokens * kKvHeads * head_dim; ++i) k.push_back(d(rng));
+    for (int i = 0; i < kTokens * kKvHeads * head_dim; ++i) v.push_back(d(rng));
+    for (int i = 0; i < kTokens * kHeads * head_dim; ++i) q.push_back(d(rng));
+    const AttentionShape shape{kHeads, kKvHeads, head_dim};
+    for (const auto& [kf, vf] : formats) {
       const KvFormat K = parse_kv_format(kf, "test"), V = parse_kv_format(vf, "test");
       for (int block_size : {1, 4, 16}) {
-        test::QuantCache cache(K, V, block_size, kTokens, kKvHeads, kHeadDim);
+        test::QuantCache cache(K, V, block_size, kTokens, kKvHeads, head_dim);
         for (int t = 0; t < kTokens; ++t) {
-          cache.append(&k[static_cast<std::size_t>(t) * kKvHeads * kHeadDim],
-                       &v[static_cast<std::size_t>(t) * kKvHeads * kHeadDim]);
+          cache.append(&k[static_cast<std::size_t>(t) * kKvHeads * head_dim],
+                       &v[static_cast<std::size_t>(t) * kKvHeads * head_dim]);
         }
         std::string what = kf;
         what.append("/").append(vf).append(" block ").append(std::to_string(block_size));
-        if (cpu::shares_decoded_kv(cache.view())) ++shared;
-        Rows one_rows, batch_rows;
+        what.append(" head ").append(std::to_string(head_dim));
+        if (cpu::shares_decoded_kv(cache.view()) && head_dim == kHeadDim) ++shared;
+        Rows one_rows, batch_rows, threaded_rows;
         std::vector<float> scratch;
-        const std::vector<float> one =
-            causal_queries(cache, q, one_rows, [&](const std::vector<AttentionQuery>& qs) {
+        const std::vector<float> one = causal_queries(
+            cache, q, one_rows,
+            [&](const std::vector<AttentionQuery>& qs) {
               for (const AttentionQuery& a : qs)
                 cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer,
                                      scratch);
-            });
+            },
+            kTokens, head_dim);
         const std::vector<float> batch = causal_queries(
             cache, q, batch_rows,
-            [&](const std::vector<AttentionQuery>& qs) { backend->attention_batch(0, shape, qs); });
+            [&](const std::vector<AttentionQuery>& qs) { backend->attention_batch(0, shape, qs); },
+            kTokens, head_dim);
         EXPECT_EQ(bits(one), bits(batch)) << what;
         EXPECT_EQ(one_rows.calls, batch_rows.calls) << what;
         EXPECT_EQ(one_rows.weights, batch_rows.weights) << what;
+        const std::vector<float> threaded = causal_queries(
+            cache, q, threaded_rows,
+            [&](const std::vector<AttentionQuery>& qs) {
+              two_threads->attention_batch(0, shape, qs);
+            },
+            kTokens, head_dim);
+        EXPECT_EQ(bits(one), bits(threaded)) << what << ", 2 threads";
+        EXPECT_EQ(one_rows.weights, threaded_rows.weights) << what << ", 2 threads";
       }
     }
   }

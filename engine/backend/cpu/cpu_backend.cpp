@@ -77,12 +77,10 @@ class CpuBackend final : public Backend {
         const AttentionQuery& a = queries[i];
         cpu::paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer, scratch_);
       } else {
+        // Another format: the keys and values decoded once, then read once per tile of queries.
         cpu::decode_kv(first, layer, slots, decoded_);
-        for (std::size_t k = i; k < end; ++k) {
-          const AttentionQuery& a = queries[k];
-          cpu::paged_attention_decoded(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer,
-                                       scratch_, decoded_);
-        }
+        cpu::paged_attention_decoded_queries(layer, shape, queries.subspan(i, end - i), scratch_,
+                                             decoded_);
       }
       i = end;
     }

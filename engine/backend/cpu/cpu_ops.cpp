@@ -201,84 +201,122 @@ void size_scratch(const AttentionShape& shape, int n, std::vector<float>& scratc
   if (scratch.size() < need) scratch.resize(need);
 }
 
-// Attention of every query head of one token over a non-fp32 pool, one KV head at a time: its
-// keys and values are read once and serve the whole GQA group. key_head / value_head(t, kvh,
-// tmp) give the head's head_dim floats for slot t (dequantized into tmp [head_dim], or a pointer
-// to floats kept elsewhere); the arithmetic is the same whichever gives them. scratch holds
-// [n_heads][n] weights, [kv_heads][head_dim] work space and [n_heads] maxima.
+// One KV head's attention for a tile of up to kQueryTile queries that read the same slots (one
+// token's query, or a prefill chunk's causal queries, each up to its own num_slots): the scores
+// of each query's GQA group over its live slots, their softmax, and the weighted sum of values.
+// key_head / value_head(t, tmp) give the head's head_dim floats for slot t (dequantized into tmp
+// [head_dim], or a pointer to floats kept elsewhere), read once for the whole tile. Each query's
+// arithmetic is the same whichever gives them and whichever tile it is in (its scores, maxima and
+// value sums in slot order). att[j]: query j's weights [n_heads][its num_slots], of which this
+// writes its group's rows.
+template <class KeyHead, class ValueHead>
+void attend_kv_head(int layer, const AttentionShape& shape, int kvh,
+                    std::span<const AttentionQuery> tile, float* const* att, float* tmp,
+                    const KeyHead& key_head, const ValueHead& value_head) {
+  const int hd = shape.head_dim;
+  const int group = shape.n_heads / shape.kv_heads;
+  const int h0 = kvh * group;
+  const float sqrt_hd = std::sqrt(static_cast<float>(hd));
+  const int m = static_cast<int>(tile.size());
+  const std::uint8_t* live = tile.front().view.slot_live;  // the tile's queries share their slots
+  int n_max = 0;
+  for (const AttentionQuery& a : tile) n_max = std::max(n_max, a.view.num_slots);
+  const auto n_of = [&](int j) { return tile[static_cast<std::size_t>(j)].view.num_slots; };
+  const auto row = [&](int j, int g) {
+    return att[j] + static_cast<std::size_t>(h0 + g) * static_cast<std::size_t>(n_of(j));
+  };
+  thread_local std::vector<float> maxima;  // [m][group]
+  maxima.assign(static_cast<std::size_t>(m) * group, -INFINITY);
+  // 1. Scores q . k / sqrt(head_dim) over live slots; evicted slots score -inf.
+  if (live != nullptr) {
+    for (int j = 0; j < m; ++j) {
+      for (int t = 0; t < n_of(j); ++t) {
+        if (live[t] != 0) continue;
+        for (int g = 0; g < group; ++g) row(j, g)[t] = -INFINITY;
+      }
+    }
+  }
+  const bool written_out = attention_dot_fits(hd) && group <= 16;
+  for (int t = 0; t < n_max; ++t) {
+    if (live != nullptr && live[t] == 0) continue;
+    const float* kh = key_head(t, tmp);
+    for (int j = 0; j < m; ++j) {
+      if (t >= n_of(j)) continue;
+      const float* qj = tile[static_cast<std::size_t>(j)].q + static_cast<std::size_t>(h0) * hd;
+      float dots[16];
+      if (written_out)  // the group's heads together: independent chains, the same bits
+        attention_dots_one_key(qj, static_cast<std::size_t>(hd), group, kh, hd, dots);
+      float* max_j = maxima.data() + static_cast<std::size_t>(j) * group;
+      for (int g = 0; g < group; ++g) {
+        const float d = written_out ? dots[g] : dot(qj + static_cast<std::size_t>(g) * hd, kh, hd);
+        const float sc = d / sqrt_hd;
+        row(j, g)[t] = sc;
+        max_j[g] = std::max(max_j[g], sc);
+      }
+    }
+  }
+  // 2. Sparse attention's selection (the slots it skips get weight 0), then softmax per query
+  // head.
+  for (int j = 0; j < m; ++j) {
+    const AttentionQuery& a = tile[static_cast<std::size_t>(j)];
+    float* max_j = maxima.data() + static_cast<std::size_t>(j) * group;
+    if (a.view.selector != nullptr) {
+      for (int g = 0; g < group; ++g) {
+        float* r = row(j, g);
+        a.view.selector->select(SelectionQuery{&a.view, layer, h0 + g, kvh,
+                                               a.q + static_cast<std::size_t>(h0 + g) * hd, hd},
+                                std::span<float>(r, static_cast<std::size_t>(n_of(j))));
+        max_j[g] = -INFINITY;
+        for (int t = 0; t < n_of(j); ++t) max_j[g] = std::max(max_j[g], r[t]);
+      }
+    }
+    for (int g = 0; g < group; ++g) {
+      softmax_in_place(row(j, g), n_of(j), max_j[g]);
+      std::memset(a.out + static_cast<std::size_t>(h0 + g) * hd, 0,
+                  static_cast<std::size_t>(hd) * sizeof(float));
+    }
+  }
+  // 3. Weighted sum of values.
+  for (int t = 0; t < n_max; ++t) {
+    if (live != nullptr && live[t] == 0) continue;
+    const float* vh = value_head(t, tmp);
+    for (int j = 0; j < m; ++j) {
+      if (t >= n_of(j)) continue;
+      for (int g = 0; g < group; ++g) {
+        const float w = row(j, g)[t];
+        if (w == 0.0f) continue;
+        float* oh = tile[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(h0 + g) * hd;
+#pragma omp simd
+        for (int i = 0; i < hd; ++i) oh[i] += w * vh[i];
+      }
+    }
+  }
+}
+
+// Attention of every query head of one token over a non-fp32 pool, one KV head at a time (a
+// tile of one query): its keys and values are read once and serve the whole GQA group.
+// key_head / value_head(t, kvh, tmp) as attend_kv_head's. scratch holds [n_heads][n] weights,
+// [kv_heads][head_dim] work space and [n_heads] maxima.
 template <class KeyHead, class ValueHead>
 void attend_heads(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
                   float* out, std::vector<float>& scratch, const KeyHead& key_head,
                   const ValueHead& value_head) {
   const int n = view.num_slots;
   const int hd = shape.head_dim;
-  const int group = shape.n_heads / shape.kv_heads;
-  const float sqrt_hd = std::sqrt(static_cast<float>(hd));
   const std::size_t weights_size = static_cast<std::size_t>(shape.n_heads) * n;
   size_scratch(shape, n, scratch);
-  // One KV head at a time: its keys and values are decoded once and serve the whole GQA group.
+  AttentionQuery one;
+  one.view = view;
+  one.q = q;
+  one.out = out;
+  float* const att = scratch.data();
 #pragma omp parallel for schedule(static) if (attention_in_parallel(n, shape))
   for (int kvh = 0; kvh < shape.kv_heads; ++kvh) {
-    const int h0 = kvh * group;
     float* tmp = scratch.data() + weights_size + static_cast<std::size_t>(kvh) * hd;  // [head_dim]
-    float* max_score =
-        scratch.data() + weights_size + static_cast<std::size_t>(shape.kv_heads) * hd + h0;
-    float* att0 = scratch.data() + static_cast<std::size_t>(h0) * n;  // [group][n]
-    // 1. Scores q . k / sqrt(head_dim) over live slots.
-    for (int j = 0; j < group; ++j) max_score[j] = -INFINITY;
-    const bool written_out = attention_dot_fits(hd) && group <= 16;
-    auto score = [&](int t, const float* kh) {
-      float dots[16];
-      if (written_out) {  // the group's heads together: independent chains, the same bits
-        attention_dots_one_key(q + static_cast<std::size_t>(h0) * hd, static_cast<std::size_t>(hd),
-                               group, kh, hd, dots);
-      }
-      for (int j = 0; j < group; ++j) {
-        const float d =
-            written_out ? dots[j] : dot(q + static_cast<std::size_t>(h0 + j) * hd, kh, hd);
-        const float s = d / sqrt_hd;
-        att0[static_cast<std::size_t>(j) * n + t] = s;
-        max_score[j] = std::max(max_score[j], s);
-      }
-    };
-    for (int t = 0; t < n; ++t) {  // evicted slots score -inf
-      if (view.slot_live != nullptr && view.slot_live[t] == 0) {
-        for (int j = 0; j < group; ++j) att0[static_cast<std::size_t>(j) * n + t] = -INFINITY;
-      }
-    }
-    for (int t = 0; t < n; ++t) {
-      if (view.slot_live == nullptr || view.slot_live[t] != 0) score(t, key_head(t, kvh, tmp));
-    }
-    if (view.selector != nullptr) {  // sparse attention: the slots it skips get weight 0
-      for (int j = 0; j < group; ++j) {
-        float* row = att0 + static_cast<std::size_t>(j) * n;
-        view.selector->select(SelectionQuery{&view, layer, h0 + j, kvh,
-                                             q + static_cast<std::size_t>(h0 + j) * hd, hd},
-                              std::span<float>(row, static_cast<std::size_t>(n)));
-        max_score[j] = -INFINITY;
-        for (int t = 0; t < n; ++t) max_score[j] = std::max(max_score[j], row[t]);
-      }
-    }
-    // 2. Softmax per query head.
-    for (int j = 0; j < group; ++j) {
-      softmax_in_place(att0 + static_cast<std::size_t>(j) * n, n, max_score[j]);
-      std::memset(out + static_cast<std::size_t>(h0 + j) * hd, 0,
-                  static_cast<std::size_t>(hd) * sizeof(float));
-    }
-    // 3. Weighted sum of values.
-    auto accumulate = [&](int t, const float* vh) {
-      for (int j = 0; j < group; ++j) {
-        const float a = att0[static_cast<std::size_t>(j) * n + t];
-        if (a == 0.0f) continue;
-        float* oh = out + static_cast<std::size_t>(h0 + j) * hd;
-#pragma omp simd
-        for (int i = 0; i < hd; ++i) oh[i] += a * vh[i];
-      }
-    };
-    for (int t = 0; t < n; ++t) {
-      if (view.slot_live == nullptr || view.slot_live[t] != 0)
-        accumulate(t, value_head(t, kvh, tmp));
-    }
+    attend_kv_head(
+        layer, shape, kvh, std::span<const AttentionQuery>(&one, 1), &att, tmp,
+        [&](int t, float* buf) { return key_head(t, kvh, buf); },
+        [&](int t, float* buf) { return value_head(t, kvh, buf); });
   }
 }
 
@@ -637,6 +675,182 @@ void paged_attention_decoded(const KvSeqView& view, int layer, const AttentionSh
       view, layer, shape, q, out, scratch, [&](int t, int kvh, float*) { return at(kv.k, t, kvh); },
       [&](int t, int kvh, float*) { return at(kv.v, t, kvh); });
   notify_observer(observer, layer, shape.n_heads, query_pos, view.num_slots, scratch.data());
+}
+
+namespace {
+
+// attend_kv_head for a tile of queries over decoded keys and values ([kv_heads][n][head_dim]),
+// with each query's arithmetic unchanged: the scores' dots four keys at a pass (attention_dot4:
+// the same bits as one at a time), and each query head's value sum kept in registers over a
+// block of slots (HD > 0: the head size known when compiled) instead of read and written back at
+// every slot; the same multiply-adds, per element in slot order.
+template <int HD>
+void attend_decoded_tile(int layer, const AttentionShape& shape, int kvh,
+                         std::span<const AttentionQuery> tile, float* const* att,
+                         const DecodedKv& kv) {
+  constexpr bool kFixed = HD > 0;
+  const int hd = kFixed ? HD : shape.head_dim;
+  const int group = shape.n_heads / shape.kv_heads;
+  const int h0 = kvh * group;
+  const float sqrt_hd = std::sqrt(static_cast<float>(hd));
+  const int m = static_cast<int>(tile.size());
+  const std::size_t n_kv = static_cast<std::size_t>(kv.n);
+  const float* keys = kv.k.data() + static_cast<std::size_t>(kvh) * n_kv * hd;
+  const float* values = kv.v.data() + static_cast<std::size_t>(kvh) * n_kv * hd;
+  const auto n_of = [&](int j) { return tile[static_cast<std::size_t>(j)].view.num_slots; };
+  const auto row = [&](int j, int g) {
+    return att[j] + static_cast<std::size_t>(h0 + g) * static_cast<std::size_t>(n_of(j));
+  };
+  thread_local std::vector<float> maxima;  // [m][group]
+  maxima.resize(static_cast<std::size_t>(m) * group);
+  // 1. Scores (every slot is live: shares_decoded_kv).
+  const bool written_out = attention_dot_fits(hd) && group <= 16;  // as attend_kv_head
+  for (int j = 0; j < m; ++j) {
+    const AttentionQuery& a = tile[static_cast<std::size_t>(j)];
+    const int n = n_of(j);
+    for (int g = 0; g < group; ++g) {
+      const float* qh = a.q + static_cast<std::size_t>(h0 + g) * hd;
+      float* r = row(j, g);
+      float mx = -INFINITY;  // in a register: r might alias maxima for all the compiler knows
+      int t = 0;
+      if (written_out) {
+        for (; t + 4 <= n; t += 4) {
+          float d4[4];
+          attention_dot4(qh, keys + static_cast<std::size_t>(t) * hd, static_cast<std::size_t>(hd),
+                         hd, d4);
+          for (int i = 0; i < 4; ++i) {
+            const float sc = d4[i] / sqrt_hd;
+            r[t + i] = sc;
+            mx = std::max(mx, sc);
+          }
+        }
+      }
+      for (; t < n; ++t) {
+        const float* kh = keys + static_cast<std::size_t>(t) * hd;
+        const float d = written_out ? attention_dot(qh, kh, hd) : dot(qh, kh, hd);
+        const float sc = d / sqrt_hd;
+        r[t] = sc;
+        mx = std::max(mx, sc);
+      }
+      maxima[static_cast<std::size_t>(j) * group + g] = mx;
+    }
+  }
+  // 2. Sparse attention's selection, then softmax per query head.
+  for (int j = 0; j < m; ++j) {
+    const AttentionQuery& a = tile[static_cast<std::size_t>(j)];
+    float* max_j = maxima.data() + static_cast<std::size_t>(j) * group;
+    if (a.view.selector != nullptr) {
+      for (int g = 0; g < group; ++g) {
+        float* r = row(j, g);
+        a.view.selector->select(SelectionQuery{&a.view, layer, h0 + g, kvh,
+                                               a.q + static_cast<std::size_t>(h0 + g) * hd, hd},
+                                std::span<float>(r, static_cast<std::size_t>(n_of(j))));
+        max_j[g] = -INFINITY;
+        for (int t = 0; t < n_of(j); ++t) max_j[g] = std::max(max_j[g], r[t]);
+      }
+    }
+    for (int g = 0; g < group; ++g) {
+      softmax_in_place(row(j, g), n_of(j), max_j[g]);
+      std::memset(a.out + static_cast<std::size_t>(h0 + g) * hd, 0,
+                  static_cast<std::size_t>(hd) * sizeof(float));
+    }
+  }
+  // 3. Weighted sum of values, a block of slots at a time (its values stay in L1 for the tile).
+  constexpr int kSlotBlock = 64;
+  int n_max = 0;
+  for (int j = 0; j < m; ++j) n_max = std::max(n_max, n_of(j));
+  for (int t0 = 0; t0 < n_max; t0 += kSlotBlock) {
+    for (int j = 0; j < m; ++j) {
+      const int t1 = std::min(t0 + kSlotBlock, n_of(j));
+      for (int g = 0; g < group; ++g) {
+        const float* r = row(j, g);
+        float* oh = tile[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(h0 + g) * hd;
+        if constexpr (kFixed) {
+          float acc[kFixed ? HD : 1];
+          std::memcpy(acc, oh, sizeof acc);
+          for (int t = t0; t < t1; ++t) {
+            const float w = r[t];
+            if (w == 0.0f) continue;
+            const float* vh = values + static_cast<std::size_t>(t) * HD;
+#pragma omp simd
+            for (int i = 0; i < HD; ++i) acc[i] += w * vh[i];
+          }
+          std::memcpy(oh, acc, sizeof acc);
+        } else {
+          for (int t = t0; t < t1; ++t) {
+            const float w = r[t];
+            if (w == 0.0f) continue;
+            const float* vh = values + static_cast<std::size_t>(t) * hd;
+#pragma omp simd
+            for (int i = 0; i < hd; ++i) oh[i] += w * vh[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+auto* attend_decoded_for(int hd) {
+  switch (hd) {
+    case 8:
+      return &attend_decoded_tile<8>;
+    case 16:
+      return &attend_decoded_tile<16>;
+    case 32:
+      return &attend_decoded_tile<32>;
+    case 64:
+      return &attend_decoded_tile<64>;
+    case 128:
+      return &attend_decoded_tile<128>;
+    default:
+      return &attend_decoded_tile<0>;
+  }
+}
+
+}  // namespace
+
+void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
+                                     std::span<const AttentionQuery> queries,
+                                     std::vector<float>& scratch, const DecodedKv& kv) {
+  for (const AttentionQuery& a : queries) {
+    if (a.view.num_slots > kv.n) {
+      throw InternalError("paged_attention_decoded_queries",
+                          "a view has " + std::to_string(a.view.num_slots) + " slots, " +
+                              std::to_string(kv.n) + " were decoded");
+    }
+  }
+  auto* attend = attend_decoded_for(shape.head_dim);
+  // Up to kBatch queries at a time: their weights [n_heads][num_slots] each in scratch, one after
+  // another (notify_observer's layout), and their tiles times the KV heads shared by the threads.
+  constexpr std::size_t kBatch = 8 * kQueryTile;
+  for (std::size_t b0 = 0; b0 < queries.size(); b0 += kBatch) {
+    const std::span<const AttentionQuery> batch =
+        queries.subspan(b0, std::min(kBatch, queries.size() - b0));
+    std::vector<std::size_t> offset(batch.size() + 1, 0);
+    long work = 0;
+    for (std::size_t j = 0; j < batch.size(); ++j) {
+      const int n = batch[j].view.num_slots;
+      offset[j + 1] = offset[j] + static_cast<std::size_t>(shape.n_heads) * n;
+      work += static_cast<long>(n) * shape.n_heads * shape.head_dim;
+    }
+    if (scratch.size() < offset.back()) scratch.resize(offset.back());
+    const int tiles = static_cast<int>((batch.size() + kQueryTile - 1) / kQueryTile);
+    const int items = tiles * shape.kv_heads;
+#pragma omp parallel for schedule(static) if (work >= kParallelThreshold)
+    for (int item = 0; item < items; ++item) {
+      const int kvh = item % shape.kv_heads;
+      const std::size_t t0 = static_cast<std::size_t>(item / shape.kv_heads) * kQueryTile;
+      const std::span<const AttentionQuery> tile =
+          batch.subspan(t0, std::min<std::size_t>(kQueryTile, batch.size() - t0));
+      float* att[kQueryTile];
+      for (std::size_t j = 0; j < tile.size(); ++j) att[j] = scratch.data() + offset[t0 + j];
+      attend(layer, shape, kvh, tile, att, kv);
+    }
+    for (std::size_t j = 0; j < batch.size(); ++j) {
+      notify_observer(batch[j].observer, layer, shape.n_heads, batch[j].query_pos,
+                      batch[j].view.num_slots, scratch.data() + offset[j]);
+    }
+  }
 }
 
 }  // namespace kvscope::cpu
