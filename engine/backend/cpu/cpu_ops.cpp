@@ -827,7 +827,7 @@ void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
     const std::span<const AttentionQuery> batch =
         queries.subspan(b0, std::min(kBatch, queries.size() - b0));
     std::vector<std::size_t> offset(batch.size() + 1, 0);
-    long work = 0;
+    [[maybe_unused]] long work = 0;  // only OpenMP's `if` reads it
     for (std::size_t j = 0; j < batch.size(); ++j) {
       const int n = batch[j].view.num_slots;
       offset[j + 1] = offset[j] + static_cast<std::size_t>(shape.n_heads) * n;
