@@ -154,7 +154,19 @@ class FrameLoop {
         capture_(!options.screenshot.empty()),
         live_(live),
         last_(glfwGetTime()),
-        renderer_(options.imgui_renderer ? nullptr : std::make_unique<DrawRenderer>()) {}
+        renderer_(options.imgui_renderer ? nullptr : make_renderer()) {}
+
+  // kvscope's renderer, or null (ImGui's backend draws) if the driver refuses its shaders: the
+  // window still shows the run, and the reason is on stderr.
+  static std::unique_ptr<DrawRenderer> make_renderer() {
+    try {
+      return std::make_unique<DrawRenderer>();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvscope-ui: %s; drawing with Dear ImGui's OpenGL3 backend instead\n",
+                   e.what());
+      return nullptr;
+    }
+  }
 
   // The exit code: 0, or 1 when the --screenshot could not be written.
   int run() {

@@ -64,7 +64,7 @@ GLuint compile(GLenum type, const char* head, const char* body) {
   char log[1024] = {};
   glGetShaderInfoLog(shader, sizeof log, nullptr, log);
   glDeleteShader(shader);
-  throw InternalError("renderer", std::string("the OpenGL driver refused a shader: ") + log);
+  throw Error("renderer", std::string("the OpenGL driver refused a shader: ") + log);
 }
 
 GLuint link(const char* vertex, const char* fragment, bool with_uv) {
@@ -87,16 +87,20 @@ GLuint link(const char* vertex, const char* fragment, bool with_uv) {
   char log[1024] = {};
   glGetProgramInfoLog(program, sizeof log, nullptr, log);
   glDeleteProgram(program);
-  throw InternalError("renderer", std::string("the OpenGL driver refused a program: ") + log);
+  throw Error("renderer", std::string("the OpenGL driver refused a program: ") + log);
 }
 
 constexpr GLenum kIndexType = sizeof(ImDrawIdx) == 2 ? GL_UNSIGNED_SHORT : GL_UNSIGNED_INT;
 
 }  // namespace
 
-DrawRenderer::DrawRenderer()
-    : textured_program_(link(kTexturedVertex, kTexturedFragment, true)),
-      flat_program_(link(kFlatVertex, kFlatFragment, false)) {
+DrawRenderer::DrawRenderer() : textured_program_(link(kTexturedVertex, kTexturedFragment, true)) {
+  try {
+    flat_program_ = link(kFlatVertex, kFlatFragment, false);
+  } catch (...) {
+    glDeleteProgram(textured_program_);
+    throw;
+  }
   textured_proj_ = glGetUniformLocation(textured_program_, "proj");
   flat_proj_ = glGetUniformLocation(flat_program_, "proj");
   atlas_ = glGetUniformLocation(textured_program_, "atlas");

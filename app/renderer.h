@@ -19,7 +19,8 @@ namespace kvscope::ui {
 class DrawRenderer {
  public:
   // Compiles the two programs for the context that is current (GLSL 1.30 on the desktop, GLSL ES
-  // 3.00 in the browser); throws kvscope::Error if the driver refuses them.
+  // 3.00 in the browser); throws kvscope::Error if the driver refuses them (kvscope-ui then draws
+  // with ImGui's backend).
   DrawRenderer();
   ~DrawRenderer();
   DrawRenderer(const DrawRenderer&) = delete;
