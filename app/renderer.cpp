@@ -53,23 +53,44 @@ constexpr const char* kFlatFragment =
     "in vec4 frag_color;\n"
     "void main() { out_color = frag_color; }\n";
 
+// `object`, a shader or a program, once compiled or linked; else it is deleted and the driver's
+// log thrown.
+GLuint checked(GLuint object, bool program) {
+  GLint ok = 0;
+  if (program)
+    glGetProgramiv(object, GL_LINK_STATUS, &ok);
+  else
+    glGetShaderiv(object, GL_COMPILE_STATUS, &ok);
+  if (ok == GL_TRUE) return object;
+  char log[1024] = {};
+  if (program) {
+    glGetProgramInfoLog(object, sizeof log, nullptr, log);
+    glDeleteProgram(object);
+  } else {
+    glGetShaderInfoLog(object, sizeof log, nullptr, log);
+    glDeleteShader(object);
+  }
+  throw Error("renderer", std::string("the OpenGL driver refused a ") +
+                              (program ? "program: " : "shader: ") + log);
+}
+
 GLuint compile(GLenum type, const char* head, const char* body) {
   const GLuint shader = glCreateShader(type);
   const char* parts[] = {head, body};
   glShaderSource(shader, 2, parts, nullptr);
   glCompileShader(shader);
-  GLint ok = 0;
-  glGetShaderiv(shader, GL_COMPILE_STATUS, &ok);
-  if (ok == GL_TRUE) return shader;
-  char log[1024] = {};
-  glGetShaderInfoLog(shader, sizeof log, nullptr, log);
-  glDeleteShader(shader);
-  throw Error("renderer", std::string("the OpenGL driver refused a shader: ") + log);
+  return checked(shader, false);
 }
 
 GLuint link(const char* vertex, const char* fragment, bool with_uv) {
   const GLuint vs = compile(GL_VERTEX_SHADER, kVertexHead, vertex);
-  const GLuint fs = compile(GL_FRAGMENT_SHADER, kFragmentHead, fragment);
+  GLuint fs = 0;
+  try {
+    fs = compile(GL_FRAGMENT_SHADER, kFragmentHead, fragment);
+  } catch (...) {
+    glDeleteShader(vs);
+    throw;
+  }
   const GLuint program = glCreateProgram();
   glAttachShader(program, vs);
   glAttachShader(program, fs);
@@ -81,13 +102,7 @@ GLuint link(const char* vertex, const char* fragment, bool with_uv) {
   glDetachShader(program, fs);
   glDeleteShader(vs);
   glDeleteShader(fs);
-  GLint ok = 0;
-  glGetProgramiv(program, GL_LINK_STATUS, &ok);
-  if (ok == GL_TRUE) return program;
-  char log[1024] = {};
-  glGetProgramInfoLog(program, sizeof log, nullptr, log);
-  glDeleteProgram(program);
-  throw Error("renderer", std::string("the OpenGL driver refused a program: ") + log);
+  return checked(program, true);
 }
 
 constexpr GLenum kIndexType = sizeof(ImDrawIdx) == 2 ? GL_UNSIGNED_SHORT : GL_UNSIGNED_INT;

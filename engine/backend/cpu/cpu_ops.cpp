@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kvscope::cpu {
@@ -174,23 +175,28 @@ void attend_head_fp32(const KvSeqView& view, int layer, int hd, int head, int kv
   }
 }
 
-// attend_head_fp32 specialized on `hd` where it is (the value accumulators in registers), else
-// its run-time form (HD = 0).
-auto* attend_fp32_for(int hd) {
+// fn.template operator()<HD>() for the head sizes the attention kernels are specialized on (their
+// value sums in registers), else fn.template operator()<0>() (the run-time form).
+template <class Fn>
+auto with_head_dim(int hd, const Fn& fn) {
   switch (hd) {
     case 8:
-      return &attend_head_fp32<8>;
+      return fn.template operator()<8>();
     case 16:
-      return &attend_head_fp32<16>;
+      return fn.template operator()<16>();
     case 32:
-      return &attend_head_fp32<32>;
+      return fn.template operator()<32>();
     case 64:
-      return &attend_head_fp32<64>;
+      return fn.template operator()<64>();
     case 128:
-      return &attend_head_fp32<128>;
+      return fn.template operator()<128>();
     default:
-      return &attend_head_fp32<0>;
+      return fn.template operator()<0>();
   }
+}
+
+auto* attend_fp32_for(int hd) {
+  return with_head_dim(hd, []<int HD>() { return &attend_head_fp32<HD>; });
 }
 
 // scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
@@ -199,6 +205,36 @@ void size_scratch(const AttentionShape& shape, int n, std::vector<float>& scratc
                            static_cast<std::size_t>(shape.kv_heads) * shape.head_dim +
                            static_cast<std::size_t>(shape.n_heads);
   if (scratch.size() < need) scratch.resize(need);
+}
+
+// Step 2 of query a's attention over KV head kvh, between its scores and its value sum: sparse
+// attention's selection (the slots it skips get weight 0, and the maxima are taken again), then
+// softmax per query head of the group, and the heads' outputs zeroed. att: a's weights
+// [n_heads][num_slots]; max_g: its group's score maxima.
+void select_and_softmax(int layer, const AttentionShape& shape, int kvh, const AttentionQuery& a,
+                        float* att, float* max_g) {
+  const int hd = shape.head_dim;
+  const int group = shape.n_heads / shape.kv_heads;
+  const int h0 = kvh * group;
+  const int n = a.view.num_slots;
+  const auto row = [&](int g) {
+    return att + static_cast<std::size_t>(h0 + g) * static_cast<std::size_t>(n);
+  };
+  if (a.view.selector != nullptr) {
+    for (int g = 0; g < group; ++g) {
+      float* r = row(g);
+      a.view.selector->select(SelectionQuery{&a.view, layer, h0 + g, kvh,
+                                             a.q + static_cast<std::size_t>(h0 + g) * hd, hd},
+                              std::span<float>(r, static_cast<std::size_t>(n)));
+      max_g[g] = -INFINITY;
+      for (int t = 0; t < n; ++t) max_g[g] = std::max(max_g[g], r[t]);
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    softmax_in_place(row(g), n, max_g[g]);
+    std::memset(a.out + static_cast<std::size_t>(h0 + g) * hd, 0,
+                static_cast<std::size_t>(hd) * sizeof(float));
+  }
 }
 
 // One KV head's attention for a tile of up to kQueryTile queries that read the same slots (one
@@ -255,26 +291,10 @@ void attend_kv_head(int layer, const AttentionShape& shape, int kvh,
       }
     }
   }
-  // 2. Sparse attention's selection (the slots it skips get weight 0), then softmax per query
-  // head.
+  // 2. Sparse attention's selection, then softmax per query head.
   for (int j = 0; j < m; ++j) {
-    const AttentionQuery& a = tile[static_cast<std::size_t>(j)];
-    float* max_j = maxima.data() + static_cast<std::size_t>(j) * group;
-    if (a.view.selector != nullptr) {
-      for (int g = 0; g < group; ++g) {
-        float* r = row(j, g);
-        a.view.selector->select(SelectionQuery{&a.view, layer, h0 + g, kvh,
-                                               a.q + static_cast<std::size_t>(h0 + g) * hd, hd},
-                                std::span<float>(r, static_cast<std::size_t>(n_of(j))));
-        max_j[g] = -INFINITY;
-        for (int t = 0; t < n_of(j); ++t) max_j[g] = std::max(max_j[g], r[t]);
-      }
-    }
-    for (int g = 0; g < group; ++g) {
-      softmax_in_place(row(j, g), n_of(j), max_j[g]);
-      std::memset(a.out + static_cast<std::size_t>(h0 + g) * hd, 0,
-                  static_cast<std::size_t>(hd) * sizeof(float));
-    }
+    select_and_softmax(layer, shape, kvh, tile[static_cast<std::size_t>(j)], att[j],
+                       maxima.data() + static_cast<std::size_t>(j) * group);
   }
   // 3. Weighted sum of values.
   for (int t = 0; t < n_max; ++t) {
@@ -737,23 +757,8 @@ void attend_decoded_tile(int layer, const AttentionShape& shape, int kvh,
   }
   // 2. Sparse attention's selection, then softmax per query head.
   for (int j = 0; j < m; ++j) {
-    const AttentionQuery& a = tile[static_cast<std::size_t>(j)];
-    float* max_j = maxima.data() + static_cast<std::size_t>(j) * group;
-    if (a.view.selector != nullptr) {
-      for (int g = 0; g < group; ++g) {
-        float* r = row(j, g);
-        a.view.selector->select(SelectionQuery{&a.view, layer, h0 + g, kvh,
-                                               a.q + static_cast<std::size_t>(h0 + g) * hd, hd},
-                                std::span<float>(r, static_cast<std::size_t>(n_of(j))));
-        max_j[g] = -INFINITY;
-        for (int t = 0; t < n_of(j); ++t) max_j[g] = std::max(max_j[g], r[t]);
-      }
-    }
-    for (int g = 0; g < group; ++g) {
-      softmax_in_place(row(j, g), n_of(j), max_j[g]);
-      std::memset(a.out + static_cast<std::size_t>(h0 + g) * hd, 0,
-                  static_cast<std::size_t>(hd) * sizeof(float));
-    }
+    select_and_softmax(layer, shape, kvh, tile[static_cast<std::size_t>(j)], att[j],
+                       maxima.data() + static_cast<std::size_t>(j) * group);
   }
   // 3. Weighted sum of values, a block of slots at a time (its values stay in L1 for the tile).
   constexpr int kSlotBlock = 64;
@@ -765,25 +770,23 @@ void attend_decoded_tile(int layer, const AttentionShape& shape, int kvh,
       for (int g = 0; g < group; ++g) {
         const float* r = row(j, g);
         float* oh = tile[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(h0 + g) * hd;
-        if constexpr (kFixed) {
-          float acc[kFixed ? HD : 1];
-          std::memcpy(acc, oh, sizeof acc);
-          for (int t = t0; t < t1; ++t) {
-            const float w = r[t];
-            if (w == 0.0f) continue;
-            const float* vh = values + static_cast<std::size_t>(t) * HD;
-#pragma omp simd
-            for (int i = 0; i < HD; ++i) acc[i] += w * vh[i];
-          }
-          std::memcpy(oh, acc, sizeof acc);
-        } else {
+        // Slots t0..t1's values into sum[0..width) (width a constant where HD is).
+        const auto add_values = [&](float* sum, auto width) {
           for (int t = t0; t < t1; ++t) {
             const float w = r[t];
             if (w == 0.0f) continue;
             const float* vh = values + static_cast<std::size_t>(t) * hd;
 #pragma omp simd
-            for (int i = 0; i < hd; ++i) oh[i] += w * vh[i];
+            for (int i = 0; i < width; ++i) sum[i] += w * vh[i];
           }
+        };
+        if constexpr (kFixed) {
+          float acc[kFixed ? HD : 1];
+          std::memcpy(acc, oh, sizeof acc);
+          add_values(acc, std::integral_constant<int, HD>{});
+          std::memcpy(oh, acc, sizeof acc);
+        } else {
+          add_values(oh, hd);
         }
       }
     }
@@ -791,20 +794,7 @@ void attend_decoded_tile(int layer, const AttentionShape& shape, int kvh,
 }
 
 auto* attend_decoded_for(int hd) {
-  switch (hd) {
-    case 8:
-      return &attend_decoded_tile<8>;
-    case 16:
-      return &attend_decoded_tile<16>;
-    case 32:
-      return &attend_decoded_tile<32>;
-    case 64:
-      return &attend_decoded_tile<64>;
-    case 128:
-      return &attend_decoded_tile<128>;
-    default:
-      return &attend_decoded_tile<0>;
-  }
+  return with_head_dim(hd, []<int HD>() { return &attend_decoded_tile<HD>; });
 }
 
 }  // namespace
