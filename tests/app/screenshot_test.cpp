@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,11 @@ TEST(UiScreenshot, TheRendererDrawsImGuiBackendsPixels) {
           (r == 0 ? "imgui" : "kvscope") + " --screenshot " + png + " > " +
           (dir / "log.txt").string() + " 2>&1";
       ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      // kvscope's renderer really drew (were its shaders refused, it would fall back to ImGui's
+      // backend and the comparison would compare that with itself).
+      std::ifstream log(dir / "log.txt");
+      const std::string said((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      ASSERT_EQ(said.find("OpenGL3 backend instead"), std::string::npos) << said;
       int n = 0;
       unsigned char* px = stbi_load(png.c_str(), &w[r], &h[r], &n, 3);
       ASSERT_NE(px, nullptr) << "cannot read " << png;

@@ -18,6 +18,7 @@
 #include "engine/backend/cpu/attention_dot.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/bit_cast.h"
+#include "engine/sparse/key_selector.h"
 #include "tests/quant/kv_test_support.h"
 
 namespace kvscope {
@@ -45,7 +46,8 @@ std::vector<std::uint32_t> bits(const std::vector<float>& v) {
 // Runs queries 0..tokens-1 (query t sees slots 0..t, as in a causal chunk) through `run`.
 template <class Run>
 std::vector<float> causal_queries(test::QuantCache& cache, const std::vector<float>& q, Rows& rows,
-                                  const Run& run, int tokens = kTokens, int head_dim = kHeadDim) {
+                                  const Run& run, int tokens = kTokens, int head_dim = kHeadDim,
+                                  KeySelector* selector = nullptr) {
   const std::size_t per_query = static_cast<std::size_t>(kHeads) * head_dim;
   std::vector<float> out(static_cast<std::size_t>(tokens) * per_query, 0.0f);
   std::vector<AttentionQuery> queries;
@@ -54,6 +56,7 @@ std::vector<float> causal_queries(test::QuantCache& cache, const std::vector<flo
     AttentionQuery a;
     a.view = all;
     a.view.num_slots = t + 1;
+    a.view.selector = selector;
     a.q = q.data() + static_cast<std::size_t>(t) * per_query;
     a.out = out.data() + static_cast<std::size_t>(t) * per_query;
     a.query_pos = t;
@@ -64,62 +67,92 @@ std::vector<float> causal_queries(test::QuantCache& cache, const std::vector<flo
   return out;
 }
 
+// A sparse selection with no state (it may be called for many queries at once): every slot
+// whose index plus the head's is a multiple of 3 is skipped, but the query's own.
+class EveryThirdSkipped final : public KeySelector {
+ public:
+  void select(const SelectionQuery& query, std::span<float> scores) override {
+    for (std::size_t t = 0; t + 1 < scores.size(); ++t) {
+      if ((t + static_cast<std::size_t>(query.head)) % 3 == 0) scores[t] = -INFINITY;
+    }
+  }
+};
+
+// Causal queries over a (K, V) cache of `tokens` random tokens: attention_batch (on one thread
+// and on two) gives each its own paged_attention result and weights, bit for bit. Returns
+// whether the batch took the shared decoded path.
+bool batch_matches_each_query(const std::string& kf, const std::string& vf, int block_size,
+                              int head_dim, int tokens, KeySelector* selector) {
+  static const auto backend = make_cpu_backend(1);
+  static const auto two_threads = make_cpu_backend(2);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.5f);
+  std::vector<float> k, v, q;
+  for (int i = 0; i < tokens * kKvHeads * head_dim; ++i) k.push_back(d(rng));
+  for (int i = 0; i < tokens * kKvHeads * head_dim; ++i) v.push_back(d(rng));
+  for (int i = 0; i < tokens * kHeads * head_dim; ++i) q.push_back(d(rng));
+  const AttentionShape shape{kHeads, kKvHeads, head_dim};
+  const KvFormat K = parse_kv_format(kf, "test"), V = parse_kv_format(vf, "test");
+  test::QuantCache cache(K, V, block_size, tokens, kKvHeads, head_dim);
+  for (int t = 0; t < tokens; ++t) {
+    cache.append(&k[static_cast<std::size_t>(t) * kKvHeads * head_dim],
+                 &v[static_cast<std::size_t>(t) * kKvHeads * head_dim]);
+  }
+  std::string what = kf;
+  what.append("/").append(vf).append(" block ").append(std::to_string(block_size));
+  what.append(" head ").append(std::to_string(head_dim)).append(", ");
+  what.append(std::to_string(tokens)).append(selector ? " queries, selecting" : " queries");
+  Rows one_rows, batch_rows, threaded_rows;
+  std::vector<float> scratch;
+  const std::vector<float> one = causal_queries(
+      cache, q, one_rows,
+      [&](const std::vector<AttentionQuery>& qs) {
+        for (const AttentionQuery& a : qs)
+          cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer, scratch);
+      },
+      tokens, head_dim, selector);
+  const std::vector<float> batch = causal_queries(
+      cache, q, batch_rows,
+      [&](const std::vector<AttentionQuery>& qs) { backend->attention_batch(0, shape, qs); },
+      tokens, head_dim, selector);
+  const std::vector<float> threaded = causal_queries(
+      cache, q, threaded_rows,
+      [&](const std::vector<AttentionQuery>& qs) { two_threads->attention_batch(0, shape, qs); },
+      tokens, head_dim, selector);
+  EXPECT_EQ(bits(one), bits(batch)) << what;
+  EXPECT_EQ(one_rows.calls, batch_rows.calls) << what;
+  EXPECT_EQ(one_rows.weights, batch_rows.weights) << what;
+  EXPECT_EQ(bits(one), bits(threaded)) << what << ", 2 threads";
+  EXPECT_EQ(one_rows.calls, threaded_rows.calls) << what << ", 2 threads";
+  EXPECT_EQ(one_rows.weights, threaded_rows.weights) << what << ", 2 threads";
+  return cpu::shares_decoded_kv(cache.view());
+}
+
 TEST(AttentionBatch, SharedDequantizationGivesEachQueryItsOwnResultBitForBit) {
-  const auto backend = make_cpu_backend(1);
-  const auto two_threads = make_cpu_backend(2);
   int shared = 0;
-  // (K, V) formats: each per-token format beside an int4 and an fp32 V, and KIVI on both sides.
+  // (K, V) formats: each per-token format beside an int4 and an fp32 V.
   std::vector<std::pair<std::string, std::string>> formats;
   for (const char* kf : {"fp16", "int8", "int4", "int2-g8", "fp8-e4m3", "fp32"})
     for (const char* vf : {"int4", "fp32"}) formats.emplace_back(kf, vf);
   // Head sizes: the tests' 16, SmolLM2's 64 (value sums in registers), and 12 (neither the
   // written-out dot nor a fixed size: the plain loops).
   for (const int head_dim : {kHeadDim, 64, 12}) {
-    std::mt19937 rng(5);
-    std::normal_distribution<float> d(0.0f, 1.5f);
-    std::vector<float> k, v, q;
-    for (int i = 0; i < kTokens * kKvHeads * head_dim; ++i) k.push_back(d(rng));
-    for (int i = 0; i < kTokens * kKvHeads * head_dim; ++i) v.push_back(d(rng));
-    for (int i = 0; i < kTokens * kHeads * head_dim; ++i) q.push_back(d(rng));
-    const AttentionShape shape{kHeads, kKvHeads, head_dim};
     for (const auto& [kf, vf] : formats) {
-      const KvFormat K = parse_kv_format(kf, "test"), V = parse_kv_format(vf, "test");
       for (int block_size : {1, 4, 16}) {
-        test::QuantCache cache(K, V, block_size, kTokens, kKvHeads, head_dim);
-        for (int t = 0; t < kTokens; ++t) {
-          cache.append(&k[static_cast<std::size_t>(t) * kKvHeads * head_dim],
-                       &v[static_cast<std::size_t>(t) * kKvHeads * head_dim]);
-        }
-        std::string what = kf;
-        what.append("/").append(vf).append(" block ").append(std::to_string(block_size));
-        what.append(" head ").append(std::to_string(head_dim));
-        if (cpu::shares_decoded_kv(cache.view()) && head_dim == kHeadDim) ++shared;
-        Rows one_rows, batch_rows, threaded_rows;
-        std::vector<float> scratch;
-        const std::vector<float> one = causal_queries(
-            cache, q, one_rows,
-            [&](const std::vector<AttentionQuery>& qs) {
-              for (const AttentionQuery& a : qs)
-                cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer,
-                                     scratch);
-            },
-            kTokens, head_dim);
-        const std::vector<float> batch = causal_queries(
-            cache, q, batch_rows,
-            [&](const std::vector<AttentionQuery>& qs) { backend->attention_batch(0, shape, qs); },
-            kTokens, head_dim);
-        EXPECT_EQ(bits(one), bits(batch)) << what;
-        EXPECT_EQ(one_rows.calls, batch_rows.calls) << what;
-        EXPECT_EQ(one_rows.weights, batch_rows.weights) << what;
-        const std::vector<float> threaded = causal_queries(
-            cache, q, threaded_rows,
-            [&](const std::vector<AttentionQuery>& qs) {
-              two_threads->attention_batch(0, shape, qs);
-            },
-            kTokens, head_dim);
-        EXPECT_EQ(bits(one), bits(threaded)) << what << ", 2 threads";
-        EXPECT_EQ(one_rows.weights, threaded_rows.weights) << what << ", 2 threads";
+        const bool took = batch_matches_each_query(kf, vf, block_size, head_dim, kTokens, nullptr);
+        if (took && head_dim == kHeadDim) ++shared;
       }
+    }
+  }
+  // 150 queries: value sums carried across 64-slot blocks, a second batch of 64 queries, work
+  // enough for two threads at every head size; and a key selector called for many queries at
+  // once.
+  EveryThirdSkipped skip;
+  for (const int head_dim : {64, 12}) {
+    for (KeySelector* selector : {static_cast<KeySelector*>(nullptr),
+                                  static_cast<KeySelector*>(&skip)}) {
+      EXPECT_TRUE(batch_matches_each_query("fp16", "int4", 16, head_dim, 150, selector));
+      EXPECT_TRUE(batch_matches_each_query("int8", "fp32", 4, head_dim, 150, selector));
     }
   }
   // The shared path ran for the 11 pairs with a per-token format (3 block sizes each), not for

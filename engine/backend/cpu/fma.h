@@ -20,12 +20,13 @@
 namespace kvscope::cpu {
 
 #if defined(__wasm__)
-// The rare case's library call, out of line: inlined, the compiler vectorizing a loop of
-// cpu::fma may compute std::fma for every element and select (a vector fma is four calls into
-// the C library in WebAssembly), which cost the page's attention 7% of its decode time.
-[[gnu::noinline]] inline float fma_rounded_halfway(float a, float b, float c) {
-  return std::fma(a, b, c);
-}
+// The rare case: s (a * b + c rounded in double) lies exactly halfway between two floats. Out of
+// line for two reasons: inlined, the compiler vectorizing a loop of cpu::fma may compute the
+// library call for every element and select (a vector fma is four calls into the C library in
+// WebAssembly), which cost the page's attention 7% of its decode time; and fma.cpp is compiled
+// without -fassociative-math, which in a caller's translation unit (cpu_ops.cpp has it) would let
+// the compiler simplify the two-sum's error term away.
+float fma_halfway(float a, float b, float c);
 #endif
 
 inline float fma(float a, float b, float c) {
@@ -34,10 +35,7 @@ inline float fma(float a, float b, float c) {
   const double s = p + static_cast<double>(c);
   if ((kvscope::bit_cast<std::uint64_t>(s) & 0x1fffffffu) != 0x10000000u)
     return static_cast<float>(s);
-  const double c_part = s - p;  // two-sum: s + err == p + c exactly
-  const double err = (p - (s - c_part)) + (static_cast<double>(c) - c_part);
-  if (err == 0.0) return static_cast<float>(s);
-  return fma_rounded_halfway(a, b, c);
+  return fma_halfway(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif
