@@ -76,7 +76,8 @@ TEST(UiScreenshot, TheRendererDrawsImGuiBackendsPixels) {
       // kvscope's renderer really drew (were its shaders refused, it would fall back to ImGui's
       // backend and the comparison would compare that with itself).
       std::ifstream log(dir / "log.txt");
-      const std::string said((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      const std::string said((std::istreambuf_iterator<char>(log)),
+                             std::istreambuf_iterator<char>());
       ASSERT_EQ(said.find("OpenGL3 backend instead"), std::string::npos) << said;
       int n = 0;
       unsigned char* px = stbi_load(png.c_str(), &w[r], &h[r], &n, 3);

@@ -149,8 +149,8 @@ TEST(AttentionBatch, SharedDequantizationGivesEachQueryItsOwnResultBitForBit) {
   // once.
   EveryThirdSkipped skip;
   for (const int head_dim : {64, 12}) {
-    for (KeySelector* selector : {static_cast<KeySelector*>(nullptr),
-                                  static_cast<KeySelector*>(&skip)}) {
+    for (KeySelector* selector :
+         {static_cast<KeySelector*>(nullptr), static_cast<KeySelector*>(&skip)}) {
       EXPECT_TRUE(batch_matches_each_query("fp16", "int4", 16, head_dim, 150, selector));
       EXPECT_TRUE(batch_matches_each_query("int8", "fp32", 4, head_dim, 150, selector));
     }
