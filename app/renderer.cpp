@@ -154,7 +154,6 @@ void DrawRenderer::point_attributes(unsigned vertex_offset) {
 }
 
 void DrawRenderer::render(const ImDrawData& data) {
-  stats_ = FrameStats{};
   const int fb_w = static_cast<int>(data.DisplaySize.x * data.FramebufferScale.x);
   const int fb_h = static_cast<int>(data.DisplaySize.y * data.FramebufferScale.y);
   if (fb_w <= 0 || fb_h <= 0) return;
@@ -244,13 +243,6 @@ void DrawRenderer::render(const ImDrawData& data) {
         const std::uintptr_t offset = (cmd.IdxOffset + run.first) * sizeof(ImDrawIdx);
         glDrawElements(GL_TRIANGLES, static_cast<GLsizei>(run.count), kIndexType,
                        reinterpret_cast<const void*>(offset));
-        ++stats_.calls;
-        if (run.textured)
-          stats_.textured += run.area;
-        else if (run.blended)
-          stats_.flat_blended += run.area;
-        else
-          stats_.flat_opaque += run.area;
       }
     }
   }

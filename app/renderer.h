@@ -30,15 +30,6 @@ class DrawRenderer {
   // scissor test off.
   void render(const ImDrawData& data);
 
-  // The last frame's draw calls and the pixels drawn in each state (before scissoring).
-  struct FrameStats {
-    int calls = 0;
-    float textured = 0.0f;      // pixels drawn sampling the atlas
-    float flat_blended = 0.0f;  // without the atlas, blended
-    float flat_opaque = 0.0f;   // without the atlas or the blend
-  };
-  const FrameStats& last_frame() const { return stats_; }
-
  private:
   void point_attributes(unsigned vertex_offset);
 
@@ -51,7 +42,6 @@ class DrawRenderer {
   unsigned vbo_ = 0;
   unsigned ebo_ = 0;
   std::vector<DrawRun> runs_;
-  FrameStats stats_;
 };
 
 }  // namespace kvscope::ui
