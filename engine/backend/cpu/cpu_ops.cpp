@@ -199,11 +199,10 @@ auto* attend_fp32_for(int hd) {
   return with_head_dim(hd, []<int HD>() { return &attend_head_fp32<HD>; });
 }
 
-// scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads, then [n_heads] maxima.
+// scratch: [n_heads][n] weights, then [kv_heads][head_dim] decoded heads.
 void size_scratch(const AttentionShape& shape, int n, std::vector<float>& scratch) {
   const std::size_t need = static_cast<std::size_t>(shape.n_heads) * n +
-                           static_cast<std::size_t>(shape.kv_heads) * shape.head_dim +
-                           static_cast<std::size_t>(shape.n_heads);
+                           static_cast<std::size_t>(shape.kv_heads) * shape.head_dim;
   if (scratch.size() < need) scratch.resize(need);
 }
 
@@ -315,8 +314,8 @@ void attend_kv_head(int layer, const AttentionShape& shape, int kvh,
 
 // Attention of every query head of one token over a non-fp32 pool, one KV head at a time (a
 // tile of one query): its keys and values are read once and serve the whole GQA group.
-// key_head / value_head(t, kvh, tmp) as attend_kv_head's. scratch holds [n_heads][n] weights,
-// [kv_heads][head_dim] work space and [n_heads] maxima.
+// key_head / value_head(t, kvh, tmp) as attend_kv_head's. scratch holds [n_heads][n] weights
+// and [kv_heads][head_dim] work space.
 template <class KeyHead, class ValueHead>
 void attend_heads(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
                   float* out, std::vector<float>& scratch, const KeyHead& key_head,
@@ -677,24 +676,6 @@ void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out) {
       if (v != out.v.data() + at) std::memcpy(out.v.data() + at, v, bytes);
     }
   }
-}
-
-void paged_attention_decoded(const KvSeqView& view, int layer, const AttentionShape& shape,
-                             const float* q, float* out, int query_pos, AttentionObserver* observer,
-                             std::vector<float>& scratch, const DecodedKv& kv) {
-  if (view.num_slots > kv.n) {
-    throw InternalError("paged_attention_decoded", "the view has " +
-                                                       std::to_string(view.num_slots) + " slots, " +
-                                                       std::to_string(kv.n) + " were decoded");
-  }
-  auto at = [&](const std::vector<float>& heads, int t, int kvh) {
-    return heads.data() +
-           (static_cast<std::size_t>(kvh) * kv.n + static_cast<std::size_t>(t)) * kv.head_dim;
-  };
-  attend_heads(
-      view, layer, shape, q, out, scratch, [&](int t, int kvh, float*) { return at(kv.k, t, kvh); },
-      [&](int t, int kvh, float*) { return at(kv.v, t, kvh); });
-  notify_observer(observer, layer, shape.n_heads, query_pos, view.num_slots, scratch.data());
 }
 
 namespace {

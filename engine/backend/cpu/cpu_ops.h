@@ -57,15 +57,11 @@ struct DecodedKv {
 // ranges of the view), every slot live.
 bool shares_decoded_kv(const KvSeqView& view);
 void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out);
-// paged_attention on the decoded heads of the same pool and layer (view.num_slots <= kv.n): the
-// same result and observer calls, bit for bit.
-void paged_attention_decoded(const KvSeqView& view, int layer, const AttentionShape& shape,
-                             const float* q, float* out, int query_pos, AttentionObserver* observer,
-                             std::vector<float>& scratch, const DecodedKv& kv);
-// paged_attention_decoded for queries that read the same slots of one pool (a prefill chunk's:
-// each up to its own num_slots <= kv.n), in tiles of eight that read each decoded key and value
-// once, the tiles' KV heads shared by the threads: each query's result and observer call the
-// same, bit for bit. scratch grows to [64][n_heads][num_slots] weights.
+// paged_attention on the decoded heads of the same pool and layer, for queries that read the same
+// slots of it (a prefill chunk's: each up to its own num_slots <= kv.n), in tiles of eight that
+// read each decoded key and value once, the tiles' KV heads shared by the threads: each query's
+// result and observer call the same as paged_attention's, bit for bit. scratch grows to
+// [64][n_heads][num_slots] weights.
 void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
                                      std::span<const AttentionQuery> queries,
                                      std::vector<float>& scratch, const DecodedKv& kv);
