@@ -34,6 +34,9 @@ struct QuantMatrix {
   GgmlType type = GgmlType::kF32;
   const std::byte* data = nullptr;
   std::int64_t row_bytes = 0;
+  // The same rows repacked for the x86 SIMD kernels (engine/backend/cpu/quant_matmul.h,
+  // make_quant_panels); null where those kernels do not run.
+  const std::byte* panels = nullptr;
 };
 
 // Whether the CPU backend multiplies matrices of `type` in their blocks (Q4_0, Q4_1, Q8_0;

@@ -17,6 +17,7 @@
 
 #include "engine/common/error.h"
 #include "engine/model/ggml_types.h"
+#include "engine/model/quant_panels.h"
 
 namespace kvscope {
 namespace {
@@ -107,7 +108,8 @@ const GgufTensorInfo& checked_tensor(const GgufFile& f, const TensorSlot& slot) 
 
 // The quantized matrices of `slots`, copied into one buffer (each 64-byte aligned, on huge pages
 // where the kernel gives them) and pointed at from a NativeWeights; `kept[i]`: whether slot i is
-// one of them.
+// one of them. On x86 builds, whose quantized kernels read panels (quant_panels.h), the same
+// buffer holds each matrix repacked into them too: about as many bytes again.
 struct NativeSet {
   NativeWeights weights;
   ZeroedBuffer buf;
@@ -134,10 +136,16 @@ NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
     return &(*it->second)[std::stoul(name.substr(4, dot - 4))];
   };
   auto aligned = [](std::size_t n) { return (n + 63) / 64 * 64; };
+  const bool panels = quant_panels_made();
+  auto panel_bytes = [&](std::size_t i) {
+    return panels ? aligned(quant_panel_bytes(static_cast<GgmlType>(infos[i]->type), slots[i].rows,
+                                              slots[i].cols))
+                  : 0;
+  };
   std::size_t total = 0;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (target(slots[i].name) && has_native_matmul(static_cast<GgmlType>(infos[i]->type)))
-      total += aligned(f.tensor_bytes(*infos[i]).size());
+      total += aligned(f.tensor_bytes(*infos[i]).size()) + panel_bytes(i);
   }
   ZeroedBuffer buf(std::max<std::size_t>(total, 1));
   std::vector<bool> kept(slots.size(), false);
@@ -150,6 +158,12 @@ NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
     std::memcpy(buf.data() + off, bytes.data(), bytes.size());
     *m = QuantMatrix{type, buf.data() + off, ggml_row_bytes(infos[i]->type, slots[i].cols)};
     off += aligned(bytes.size());
+    if (panels) {
+      make_quant_panels(type, m->data, m->row_bytes, slots[i].rows, slots[i].cols,
+                        buf.data() + off);
+      m->panels = buf.data() + off;
+      off += panel_bytes(i);
+    }
     kept[i] = true;
   }
   return {std::move(nw), std::move(buf), std::move(kept)};

@@ -1,8 +1,9 @@
 // Quantized-weight matmuls: every instruction set this CPU runs gives bit for bit what the
 // portable scalar code gives, on random blocks of every type (odd and even block counts, zero
-// blocks, int8 -128, extreme scales); the scalar code is checked against exact arithmetic on the
-// dequantized weights and quantized activations; and a row's result does not depend on how many
-// activation rows are processed with it.
+// blocks, int8 -128, extreme scales, row counts off the panels, row ranges inside panels); the
+// scalar code is checked against exact arithmetic on the dequantized weights and quantized
+// activations; and a row's result does not depend on how many activation rows are processed with
+// it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,11 +60,20 @@ std::vector<float> random_acts(int m, int n, unsigned seed) {
   return x;
 }
 
+// Rows [r0, r1) of W times every activation row, through `isa` (with the panels it reads);
+// outside those rows `out` keeps its NaNs.
 std::vector<float> run(QuantIsa isa, GgmlType type, const std::vector<std::byte>& w, int rows,
-                       const QuantizedActs& a) {
+                       const QuantizedActs& a, long r0 = 0, long r1 = -1) {
   std::vector<float> out(static_cast<std::size_t>(a.m) * rows, NAN);
   const std::int64_t row_bytes = ggml_row_bytes(static_cast<std::uint32_t>(type), a.n);
-  quant_matmul_rows(isa, type, w.data(), row_bytes, 0, rows, a, out.data(), rows);
+  std::vector<std::byte> panels;
+  QuantMatrix m{type, w.data(), row_bytes};
+  if (quant_isa_uses_panels(isa)) {
+    panels.resize(quant_panel_bytes(type, rows, a.n));
+    make_quant_panels(type, w.data(), row_bytes, rows, a.n, panels.data());
+    m.panels = panels.data();
+  }
+  quant_matmul_rows(isa, m, r0, r1 < 0 ? rows : r1, a, out.data(), rows);
   return out;
 }
 
@@ -75,20 +85,23 @@ TEST(QuantMatmul, EveryInstructionSetMatchesTheScalarCodeBitForBit) {
     if (!quant_isa_supported(isa)) continue;
     ++checked_isas;
     for (GgmlType type : kTypes) {
-      // Odd block counts take the AVX-512 masked tail; up to 4 activation rows take the
-      // single-pass path, more the unpacked pairs in L1-sized chunks (several at 37 x 48 blocks).
-      // 200 rows of 48 blocks are more than one 256 KiB set of unpacked rows (AVX-512: 56 rows of
-      // 24 pairs; AVX2: 85 rows of 48 blocks), each set met by every chunk.
+      // Row counts not a multiple of a panel's 16 (a padded last panel); 1, 2 and 3 activation
+      // rows take AVX-512's several-panel passes (4, 2, 1 panels: 93 rows are 5 panels + 13), more
+      // the passes of up to 8 rows in L1-sized chunks (several at 37 x 48 blocks). 600 rows of 48
+      // blocks are more than one 256 KiB set of panels (AVX-512: 17 panels of 15 KiB), each set
+      // met by every chunk.
       for (const auto& [nb, m, rows] : {std::tuple{1, 7, 13},
                                         {2, 1, 13},
-                                        {3, 7, 13},
+                                        {2, 1, 93},
+                                        {3, 2, 93},
                                         {5, 3, 13},
                                         {7, 7, 13},
                                         {18, 4, 13},
-                                        {18, 37, 13},
+                                        {18, 37, 32},
+                                        {18, 9, 17},
                                         {48, 7, 13},
                                         {48, 37, 13},
-                                        {48, 37, 200}}) {
+                                        {48, 37, 600}}) {
         const int n = nb * kQuantBlock;
         const auto w = random_weights(type, rows, nb, 11u * nb + static_cast<unsigned>(type));
         QuantizedActs a;
@@ -168,6 +181,39 @@ TEST(QuantMatmul, ARowsResultDoesNotDependOnTheBatch) {
   }
 }
 
+// The threads split a matrix's rows (cpu_ops.cpp): a range that starts or ends inside a panel
+// gives those rows the whole matrix's bits and writes no other row.
+TEST(QuantMatmul, ARowRangeInsidePanelsWritesThoseRowsOnly) {
+  for (QuantIsa isa :
+       {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512Vnni, QuantIsa::kWasmSimd128}) {
+    if (!quant_isa_supported(isa)) continue;
+    for (GgmlType type : kTypes) {
+      const int rows = 70, nb = 6, n = nb * kQuantBlock;
+      const auto w = random_weights(type, rows, nb, 9u);
+      for (int m : {1, 2, 3, 11}) {
+        QuantizedActs a;
+        quantize_acts(random_acts(m, n, 10u + m).data(), m, n, a);
+        const auto whole = run(isa, type, w, rows, a);
+        for (const auto& [r0, r1] : {std::pair{5L, 9L}, {3L, 37L}, {16L, 64L}, {40L, 70L}}) {
+          const auto part = run(isa, type, w, rows, a, r0, r1);
+          for (int t = 0; t < m; ++t) {
+            for (long r = 0; r < rows; ++r) {
+              const std::size_t i = static_cast<std::size_t>(t) * rows + r;
+              if (r < r0 || r >= r1) {
+                ASSERT_TRUE(std::isnan(part[i])) << quant_isa_name(isa) << " wrote row " << r;
+              } else {
+                ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(whole[i]),
+                          kvscope::bit_cast<std::uint32_t>(part[i]))
+                    << quant_isa_name(isa) << " rows " << r0 << ".." << r1 << " row " << r;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantMatmul, ActivationQuantizationFollowsItsDefinition) {
   std::vector<float> x(64, 0.0f);
   x[0] = 1.0f;
@@ -181,12 +227,9 @@ TEST(QuantMatmul, ActivationQuantizationFollowsItsDefinition) {
   EXPECT_EQ(a.q[0], 50);
   EXPECT_EQ(a.q[1], -25);
   EXPECT_EQ(a.q[5], 15);
-  EXPECT_EQ(a.lane[0], 50 - 25);
-  EXPECT_EQ(a.lane[1], 15);
-  EXPECT_EQ(a.lane[7], -127);
-  EXPECT_EQ(a.lane_f[0], a.d[0] * 25.0f);
-  EXPECT_EQ(a.lane_f[7], a.d[0] * -127.0f);
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(a.d8[static_cast<std::size_t>(i)], a.d[0]);
+  EXPECT_EQ(a.sum[0], 50 - 25 + 15 - 127);
+  EXPECT_EQ(a.sx[0], a.d[0] * -87.0f);
+  EXPECT_EQ(a.sum[1], 0);
   EXPECT_EQ(a.d[1], 0.0f);  // an all-zero block
   for (int e = 32; e < 64; ++e) EXPECT_EQ(a.q[static_cast<std::size_t>(e)], 0);
 }

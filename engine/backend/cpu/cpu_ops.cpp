@@ -447,9 +447,7 @@ void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs)
     for (const MatmulOut& o : outs) {
       const long lo = std::max(begin, base), hi = std::min(end, base + o.d);
       if (o.q.data != nullptr) {
-        if (lo < hi)
-          quant_matmul_rows(isa, o.q.type, o.q.data, o.q.row_bytes, lo - base, hi - base, acts,
-                            o.out, o.d);
+        if (lo < hi) quant_matmul_rows(isa, o.q, lo - base, hi - base, acts, o.out, o.d);
         base += o.d;
         continue;
       }
@@ -463,9 +461,13 @@ void matmul_batch(const float* x, int m, int n, std::span<const MatmulOut> outs)
   }
 #pragma omp parallel
   {
-    // The static split OpenMP would make, over all rows at once.
+    // The static split OpenMP would make, over all rows at once, at whole panels of the
+    // quantized kernels (kPanelRows rows: a split inside one makes both threads run all of it).
     const long t = omp_get_thread_num(), nt = omp_get_num_threads();
-    run_rows(rows * t / nt, rows * (t + 1) / nt);
+    const auto split = [&](long i) {
+      return i == nt ? rows : rows * i / nt / kPanelRows * kPanelRows;
+    };
+    run_rows(split(t), split(t + 1));
   }
 }
 

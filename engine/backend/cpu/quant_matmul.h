@@ -1,23 +1,28 @@
 // Matmuls on weights kept in ggml's quantized blocks (Q4_0, Q4_1, Q8_0), as GGUF files store
 // them: the activations are quantized per 32-element block to int8 and each block's dot product
-// is an exact integer sum, scaled in float. Four implementations (portable scalar, AVX2,
-// AVX-512 VNNI, WebAssembly SIMD128), picked at run time, give bit-identical results, because they
-// all compute the same exact integers and then the same float operations in the same order:
+// is an exact integer sum, scaled in float once per block. Four implementations (portable scalar,
+// AVX2, AVX-512 VNNI, WebAssembly SIMD128), picked at run time, give bit-identical results,
+// because they all compute the same exact integers and then the same float operations in the
+// same order:
 //
-//   for each block b of the row, group g = b % 4, for each lane i < 8 (elements 4i..4i+3):
-//     L[b][i] = sum of w * xq over the lane's four elements           (an exact int32)
-//     acc[g][i]  = acc[g][i] + float(L[b][i]) * (dw[b] * dx[b])
-//     mins[g][i] = mins[g][i] + m[b] * (dx[b] * float(lane sum of xq))    (Q4_1's min only)
-//   result = reduce32(acc) + reduce32(mins), reduce32 a fixed pairwise tree
+//   acc = 0
+//   for each block b of the row, in order:
+//     S = sum of w * xq over the block's 32 elements                   (an exact int32)
+//     v = float(S) * (dw[b] * dx[b])
+//     v = v + m[b] * sx[b]        (Q4_1's min only; sx = dx * float(sum of the block's xq))
+//     acc = acc + v
+//   result = acc
 //
 // Each product and each sum is rounded to float on its own (no fused multiply-add): WebAssembly
 // has no fused multiply-add, and emulating one lane by lane in double made the browser build's
-// kernel five times slower than this arithmetic (docs/web.md). This is the register layout of an
-// AVX-512 VNNI loop (two blocks per zmm register, two registers in flight) and of an AVX2 loop
-// (one block per ymm register, four in flight): four independent accumulator chains hide the
-// add latency. The result does not depend on how many activation rows are processed together,
-// so a batched step stays bit-identical to its tokens run one by one
-// (tests/backend/quant_matmul_test.cpp).
+// kernel five times slower (docs/web.md). One float step per block and weight row, whatever the
+// instruction set: the SIMD paths put 16 (AVX-512) or 8 (AVX2) weight rows' block sums in one
+// register, so a handful of float operations serve 512 multiply-adds, and different activation
+// rows (and weight panels) are the independent chains that hide the latency. The x86 paths read
+// the weights repacked into panels of kPanelRows rows (make_quant_panels); the portable and
+// WebAssembly paths read the blocks as the file stores them. The result does not depend on how
+// many activation rows are processed together, so a batched step stays bit-identical to its
+// tokens run one by one (tests/backend/quant_matmul_test.cpp).
 #pragma once
 
 #include <cstddef>
@@ -28,6 +33,7 @@
 
 #include "engine/model/checkpoint.h"
 #include "engine/model/ggml_types.h"
+#include "engine/model/quant_panels.h"
 
 namespace kvscope::cpu {
 
@@ -37,14 +43,13 @@ constexpr int kQuantBlock = 32;
 // Rows of activations quantized per block: q = round(x / d) with d = max|x| / 127 (0 for an
 // all-zero block).
 struct QuantizedActs {
-  int m = 0;                       // rows
-  int n = 0;                       // elements per row, a multiple of kQuantBlock
-  std::vector<std::int8_t> q;      // [m][n]
-  std::vector<float> d;            // [m][n / 32] block scales
-  std::vector<float> d8;           // [m][n / 32][8] each block scale 8 times (vector loads)
-  std::vector<std::int32_t> lane;  // [m][n / 32][8] sums of q over each run of 4 elements: the
-                                   // zero-point corrections of the unsigned-times-signed kernels
-  std::vector<float> lane_f;       // [m][n / 32][8] d * float(lane): Q4_1's min term per lane
+  int m = 0;                      // rows
+  int n = 0;                      // elements per row, a multiple of kQuantBlock
+  std::vector<std::int8_t> q;     // [m][n]
+  std::vector<float> d;           // [m][n / 32] block scales
+  std::vector<std::int32_t> sum;  // [m][n / 32] the sum of each block's q: the zero-point
+                                  // corrections of the unsigned-times-signed kernels
+  std::vector<float> sx;          // [m][n / 32] d * float(sum): Q4_1's min term
 };
 
 // Quantizes the m rows of x [m][n] (n a multiple of 32) into `out`, reusing its storage.
@@ -60,11 +65,16 @@ bool quant_isa_supported(QuantIsa isa);
 // on stderr.
 QuantIsa best_quant_isa();
 
+// Whether `isa` reads the matrix's panels (QuantMatrix::panels, engine/model/quant_panels.h),
+// not its blocks.
+bool quant_isa_uses_panels(QuantIsa isa);
+
 // out[t * ldo + r] = (row r of W) . (row t of the activations), for rows r0 <= r < r1 of W and
-// every row t < a.m, for a type with has_native_matmul(). W's rows are `row_bytes` apart from `w`,
-// each a.n / 32 blocks of `type`.
-void quant_matmul_rows(QuantIsa isa, GgmlType type, const std::byte* w, std::int64_t row_bytes,
-                       long r0, long r1, const QuantizedActs& a, float* out, long ldo);
+// every row t < a.m, for a type with has_native_matmul(). W's rows are w.row_bytes apart from
+// w.data, each a.n / 32 blocks of w.type; an isa that uses panels reads w.panels instead, which
+// must then be set.
+void quant_matmul_rows(QuantIsa isa, const QuantMatrix& w, long r0, long r1, const QuantizedActs& a,
+                       float* out, long ldo);
 
 // How the forward pass reads `model`'s weights, for model info lines: "Q4_1 x210, F32 x61, Q8_0 x1:
 // quantized matmuls (native, avx512vnni)" or "...: dequantized to fp32 (f32)"; "fp32" for llama2.c
