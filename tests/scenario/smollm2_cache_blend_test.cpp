@@ -1,7 +1,7 @@
 // scenarios/smollm2-cache-blend.json: two documents, each cached alone, then a question whose
 // answer needs both. What its captions say: CacheBlend's 15% picks start at document 2 (never in
 // document 1, a prefix) and include its "She"; with them the answer names the dog, as the full
-// prefill does; plain reuse and 5% do not; recomputing 100% is the full prefill token for token.
+// prefill does; plain reuse and 4% do not; recomputing 100% is the full prefill token for token.
 // The answers depend on the last bits of the build's float rounding, like the chat demo's
 // (tests/release_only.txt).
 #include <gtest/gtest.h>
@@ -97,17 +97,16 @@ TEST(SmolLM2CacheBlend, FifteenPercentFindsWhatPlainReuseLost) {
             std::vector<int>(blend.tokens.begin(), blend.tokens.begin() + 7));
   EXPECT_EQ(tok.decode_all({blend.tokens[7]}), " Pepper");
   EXPECT_EQ(tok.decode_all({reuse.tokens[7]}), " a");
-  const BlendRun few = run_of("blend-5");
-  EXPECT_EQ(few.picks.size(), 5u);
+  const BlendRun few = run_of("blend-4");
+  EXPECT_EQ(few.picks.size(), 4u);
   EXPECT_EQ(few.text.find("Pepper"), std::string::npos) << few.text;
-  EXPECT_NE(few.text.find("Anna's dog is a reference to"), std::string::npos) << few.text;
+  EXPECT_NE(few.text.find("Anna's dog is a reference to the dog's name, Anna"), std::string::npos)
+      << few.text;
   std::string heading;
   for (int p = doc2; p < doc2 + 4; ++p) heading += few.piece(tok, p);
   EXPECT_EQ(heading, "Document 2:");
-  EXPECT_EQ(std::vector<int>(few.picks.begin(), few.picks.begin() + 4),
-            (std::vector<int>{doc2, doc2 + 1, doc2 + 2, doc2 + 3}))
-      << "5%: document 2's heading and a comma";
-  EXPECT_EQ(few.piece(tok, few.picks[4]), ",");
+  EXPECT_EQ(few.picks, (std::vector<int>{doc2, doc2 + 1, doc2 + 2, doc2 + 3}))
+      << "4%: document 2's heading";
 }
 
 }  // namespace
