@@ -173,9 +173,10 @@ TEST(SmolLM2, LogitsAndGreedyTokensMatchLlamaCpp) {
 // activations per 32-element block times the file's blocks. Its logits stay within a stated
 // tolerance of our fp32 path (every vocabulary entry) and of both llama.cpp runs, and its argmax
 // is llama.cpp's Q4_1 greedy token unless that is a near-tie. The tolerances are about 1.3x the
-// figures measured when this test was written (printed below; docs/performance.md).
-constexpr double kNativeVsF32Tolerance = 2.2;  // measured 1.65 (ours native vs ours f32)
-constexpr double kNativeVsRefTolerance = 2.5;  // measured 0.98 (llama.cpp F32), 1.97 (Q4_1)
+// figures measured (printed below; docs/performance.md), last set when the quantized matmuls
+// moved to one float step per block (2026-11-30: before it 1.65, 0.98 and 1.97).
+constexpr double kNativeVsF32Tolerance = 2.3;  // measured 1.78 (ours native vs ours f32)
+constexpr double kNativeVsRefTolerance = 3.0;  // measured 1.34 (llama.cpp F32), 2.34 (Q4_1)
 
 TEST(SmolLM2, NativeWeightsStayWithinToleranceOfF32AndLlamaCpp) {
   // Our fp32 logits at every position, to compare over the whole vocabulary.

@@ -66,12 +66,6 @@ inline std::uint16_t load_u16(const std::byte* p) {
   return v;
 }
 
-inline std::int32_t load_i32(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Activation row t: its int8 values, its blocks' scales, sums and d * sum (QuantizedActs).
 struct ActRow {
   const std::int8_t* q;
@@ -310,6 +304,13 @@ void rows_wasm(const std::byte* w, std::int64_t row_bytes, long r0, long r1, con
 
 #if defined(KVSCOPE_QUANT_X86)
 // ---- Panels ----------------------------------------------------------------------------------
+
+// Four activation bytes as one 32-bit value, for a broadcast.
+inline std::int32_t load_i32(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 // Where the panels of rows [r0, r1) start and end, and which of their rows are kept.
 struct PanelSpan {
