@@ -461,8 +461,8 @@ KVSCOPE_AVX2 void panel_avx2(const std::byte* panel, int nb, const QuantizedActs
 template <GgmlType T>
 void rows_avx2(const std::byte* panels, long r0, long r1, const QuantizedActs& a, float* out,
                long ldo) {
-  // Two activation rows per pass over a panel's half: their accumulators and the unpacked groups
-  // fit AVX2's 16 registers.
+  // Two activation rows per pass over a panel's half, two independent chains (AVX2 has 16
+  // registers, not AVX-512's 32).
   constexpr int kPerPass = 2;
   const int nb = a.n / kQuantBlock;
   const std::size_t panel_bytes = static_cast<std::size_t>(nb) * panel_block_bytes(T);

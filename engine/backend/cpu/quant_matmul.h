@@ -17,12 +17,12 @@
 // has no fused multiply-add, and emulating one lane by lane in double made the browser build's
 // kernel five times slower (docs/web.md). One float step per block and weight row, whatever the
 // instruction set: the SIMD paths put 16 (AVX-512) or 8 (AVX2) weight rows' block sums in one
-// register, so a handful of float operations serve 512 multiply-adds, and different activation
-// rows (and weight panels) are the independent chains that hide the latency. The x86 paths read
-// the weights repacked into panels of kPanelRows rows (make_quant_panels); the portable and
-// WebAssembly paths read the blocks as the file stores them. The result does not depend on how
-// many activation rows are processed together, so a batched step stays bit-identical to its
-// tokens run one by one (tests/backend/quant_matmul_test.cpp).
+// register, so a handful of float operations serve 512 (256) multiply-adds, and different
+// activation rows (and weight panels) are the independent chains that hide the latency. The x86
+// paths read the weights repacked into panels of kPanelRows rows (engine/model/quant_panels.h);
+// the portable and WebAssembly paths read the blocks as the file stores them. The result does not
+// depend on how many activation rows are processed together, so a batched step stays
+// bit-identical to its tokens run one by one (tests/backend/quant_matmul_test.cpp).
 #pragma once
 
 #include <cstddef>
