@@ -402,7 +402,8 @@ std::shared_ptr<const Model> Model::from_owned(ModelConfig config, std::vector<f
 std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::unique_ptr<float[]> data,
                                               std::string source, std::string weight_types,
                                               std::optional<NativeWeights> native,
-                                              ZeroedBuffer native_buf) {
+                                              ZeroedBuffer native_buf,
+                                              std::shared_ptr<const MappedFile> native_file) {
   validate_config(source, config);
   auto model = std::shared_ptr<Model>(new Model());
   model->config_ = config;
@@ -413,6 +414,7 @@ std::shared_ptr<const Model> Model::from_gguf(ModelConfig config, std::unique_pt
   model->weights_ = map_legacy(config, model->gguf_f32_.get(), /*rope_tables=*/false);
   model->native_ = std::move(native);
   model->native_buf_ = std::move(native_buf);
+  model->native_file_ = std::move(native_file);
   if (model->native_) {
     for_each_native(config, *model->native_, model->weights_,
                     [&](const QuantMatrix&, const float*, std::int64_t rows, std::int64_t cols) {

@@ -94,8 +94,11 @@ class Model {
   WeightFormat weight_format() const {
     return native_ ? WeightFormat::kNative : WeightFormat::kF32;
   }
-  // Bytes of the quantized matrices native() points into (0 without them).
+  // Bytes the engine holds for the quantized matrices of native() (0 without them): their panels
+  // for the x86 kernels, and their blocks unless those are read in place from the file's mapping
+  // (native_blocks_in_file()).
   std::int64_t native_bytes() const { return static_cast<std::int64_t>(native_buf_.size()); }
+  bool native_blocks_in_file() const { return native_file_ != nullptr; }
   // How the file stores its weights: "fp32" for llama2.c files, e.g. "Q4_1 x210, F32 x61,
   // Q8_0 x1" for GGUF (tensor type counts).
   const std::string& weight_types() const { return weight_types_; }
@@ -126,7 +129,8 @@ class Model {
   static std::shared_ptr<const Model> from_gguf(ModelConfig config, std::unique_ptr<float[]> data,
                                                 std::string source, std::string weight_types,
                                                 std::optional<NativeWeights> native = std::nullopt,
-                                                ZeroedBuffer native_buf = {});
+                                                ZeroedBuffer native_buf = {},
+                                                std::shared_ptr<const MappedFile> native_file = {});
 
  private:
   // Owned floats in the legacy layout, with or without llama2.c's RoPE tables; checks the count.
@@ -150,7 +154,9 @@ class Model {
   mutable std::once_flag lazy_once_;
   mutable std::atomic<bool> lazy_done_{false};
   std::optional<NativeWeights> native_;
-  ZeroedBuffer native_buf_;  // the quantized matrices native_ points into
+  ZeroedBuffer native_buf_;  // the quantized matrices native_ points into (their panels)
+  std::shared_ptr<const MappedFile> native_file_;  // the file native_'s blocks are read from in
+                                                   // place, when they are not in native_buf_
 };
 
 // Reads only the header of a checkpoint or the metadata of a GGUF file (cheap; `kvscope info`).

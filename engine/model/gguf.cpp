@@ -412,7 +412,8 @@ std::int64_t GgufTensorInfo::num_elements() const {
   return n;
 }
 
-GgufFile::GgufFile(const std::string& path) : file_(path), bytes_(file_.bytes()), path_(path) {
+GgufFile::GgufFile(const std::string& path)
+    : file_(std::make_shared<const MappedFile>(path)), bytes_(file_->bytes()), path_(path) {
   parse();
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -90,11 +91,14 @@ class GgufFile {
   const GgufTensorInfo* find_tensor(const std::string& name) const;
   // The tensor's bytes inside the mapping.
   std::span<const std::byte> tensor_bytes(const GgufTensorInfo& t) const;
+  // The file's mapping (null when parsed from the caller's bytes): whoever keeps pointers into
+  // tensor_bytes past this object's life keeps it too.
+  const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
 
  private:
   void parse();
-  MappedFile file_;                   // set when constructed from a path
-  std::span<const std::byte> bytes_;  // the whole file
+  std::shared_ptr<const MappedFile> file_;  // set when constructed from a path
+  std::span<const std::byte> bytes_;        // the whole file
   std::string path_;
   std::uint32_t version_ = 0;
   std::uint32_t alignment_ = 32;

@@ -108,12 +108,15 @@ const GgufTensorInfo& checked_tensor(const GgufFile& f, const TensorSlot& slot) 
 
 // The quantized matrices of `slots`, copied into one buffer (each 64-byte aligned, on huge pages
 // where the kernel gives them) and pointed at from a NativeWeights; `kept[i]`: whether slot i is
-// one of them. On x86 builds, whose quantized kernels read panels (quant_panels.h), the same
-// buffer holds each matrix repacked into them too: about as many bytes again.
+// one of them. On x86 builds, whose quantized kernels read panels (quant_panels.h), the buffer
+// holds each matrix repacked into them instead, and the blocks (read only for a token's embedding
+// row and the lazy fp32 copy) stay in the file's mapping, which `mapping` keeps; a file parsed
+// from the caller's bytes has no mapping to keep, and gets both.
 struct NativeSet {
   NativeWeights weights;
   ZeroedBuffer buf;
   std::vector<bool> kept;
+  std::shared_ptr<const MappedFile> mapping;
 };
 NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
                          const std::vector<TensorSlot>& slots,
@@ -137,6 +140,7 @@ NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
   };
   auto aligned = [](std::size_t n) { return (n + 63) / 64 * 64; };
   const bool panels = quant_panels_made();
+  const bool in_place = panels && f.mapping() != nullptr;
   auto panel_bytes = [&](std::size_t i) {
     return panels ? aligned(quant_panel_bytes(static_cast<GgmlType>(infos[i]->type), slots[i].rows,
                                               slots[i].cols))
@@ -145,7 +149,7 @@ NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
   std::size_t total = 0;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (target(slots[i].name) && has_native_matmul(static_cast<GgmlType>(infos[i]->type)))
-      total += aligned(f.tensor_bytes(*infos[i]).size()) + panel_bytes(i);
+      total += (in_place ? 0 : aligned(f.tensor_bytes(*infos[i]).size())) + panel_bytes(i);
   }
   ZeroedBuffer buf(std::max<std::size_t>(total, 1));
   std::vector<bool> kept(slots.size(), false);
@@ -155,9 +159,14 @@ NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
     const auto type = static_cast<GgmlType>(infos[i]->type);
     if (m == nullptr || !has_native_matmul(type)) continue;
     const std::span<const std::byte> bytes = f.tensor_bytes(*infos[i]);
-    std::memcpy(buf.data() + off, bytes.data(), bytes.size());
-    *m = QuantMatrix{type, buf.data() + off, ggml_row_bytes(infos[i]->type, slots[i].cols)};
-    off += aligned(bytes.size());
+    const std::int64_t row_bytes = ggml_row_bytes(infos[i]->type, slots[i].cols);
+    if (in_place) {
+      *m = QuantMatrix{type, bytes.data(), row_bytes};
+    } else {
+      std::memcpy(buf.data() + off, bytes.data(), bytes.size());
+      *m = QuantMatrix{type, buf.data() + off, row_bytes};
+      off += aligned(bytes.size());
+    }
     if (panels) {
       make_quant_panels(type, m->data, m->row_bytes, slots[i].rows, slots[i].cols,
                         buf.data() + off);
@@ -166,7 +175,7 @@ NativeSet native_weights(const GgufFile& f, const ModelConfig& c,
     }
     kept[i] = true;
   }
-  return {std::move(nw), std::move(buf), std::move(kept)};
+  return {std::move(nw), std::move(buf), std::move(kept), in_place ? f.mapping() : nullptr};
 }
 
 }  // namespace
@@ -279,7 +288,7 @@ std::shared_ptr<const Model> load_gguf_model(const GgufFile& f, WeightFormat for
   }
   if (!native) return Model::from_gguf(c, std::move(data), path, types);
   return Model::from_gguf(c, std::move(data), path, types, std::move(native->weights),
-                          std::move(native->buf));
+                          std::move(native->buf), std::move(native->mapping));
 }
 
 std::string gguf_chat_template(const GgufFile& file) {
