@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -49,17 +50,19 @@ void print_loaded_weights(const LoadedModel& loaded, double seconds) {
       m.weight_types().c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
       m.format() == CheckpointFormat::kGguf ? "fp32 (dequantized at load)" : "fp32 (mmapped)",
       seconds);
-  if (m.native() != nullptr && m.native_blocks_in_file()) {
-    std::printf(
-        "            and %s of quantized matrices repacked for the CPU kernels, which the forward\n"
-        "            pass reads (their blocks are read in place from the file)\n",
-        human_bytes(static_cast<double>(m.native_bytes())).c_str());
-  } else if (m.native() != nullptr) {
-    std::printf(
-        "            and %s of quantized matrices as stored; the forward pass reads those\n",
-        human_bytes(static_cast<double>(m.native_bytes())).c_str());
-  }
   if (m.native() != nullptr) {
+    const std::string held = human_bytes(static_cast<double>(m.native_bytes()));
+    if (m.native_blocks_in_file()) {
+      std::printf(
+          "            and %s of quantized matrices repacked for the CPU kernels, which the "
+          "forward\n"
+          "            pass reads (their blocks are read in place from the file)\n",
+          held.c_str());
+    } else {
+      std::printf(
+          "            and %s of quantized matrices as stored; the forward pass reads those\n",
+          held.c_str());
+    }
     if (m.lazy_f32_bytes() > 0) {
       std::printf("            (their fp32 copy, %s, is made on first use: the MLA conversion)\n",
                   human_bytes(static_cast<double>(m.lazy_f32_bytes())).c_str());

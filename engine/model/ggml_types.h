@@ -34,14 +34,24 @@ struct QuantMatrix {
   GgmlType type = GgmlType::kF32;
   const std::byte* data = nullptr;
   std::int64_t row_bytes = 0;
-  // The same rows repacked for the x86 SIMD kernels (engine/backend/cpu/quant_matmul.h,
-  // make_quant_panels); null where those kernels do not run.
+  // The same rows repacked for the x86 SIMD kernels (engine/model/quant_panels.h); null where
+  // those kernels do not run.
   const std::byte* panels = nullptr;
 };
 
 // Whether the CPU backend multiplies matrices of `type` in their blocks (Q4_0, Q4_1, Q8_0;
 // engine/backend/cpu/quant_matmul.h); other types are read dequantized to fp32.
 bool has_native_matmul(GgmlType type);
+
+// The blocks of those three types (ggml-common.h): Q4_0 = f16 d, 16 bytes of nibbles; Q4_1 =
+// f16 d, f16 m, 16 bytes of nibbles; Q8_0 = f16 d, 32 int8. Nibble j (< 16) is element j in its
+// low half and element j + 16 in its high half. Bytes per block, and where its quants start:
+constexpr int native_block_bytes(GgmlType t) {
+  return t == GgmlType::kQ4_0 ? 18 : t == GgmlType::kQ4_1 ? 20 : 34;
+}
+constexpr int native_quants_offset(GgmlType t) {
+  return t == GgmlType::kQ4_1 ? 4 : 2;
+}
 
 // Traits for any type id ggml defines, including the ones dequantize_row cannot decode (Q5_0, Q2_K,
 // IQ*, I8..I64, F64, TQ*, MXFP4, ...), so errors can name them and sizes can be validated;

@@ -13,7 +13,7 @@ constexpr int kBlock = 32;  // elements per Q4_0 / Q4_1 / Q8_0 block
 template <GgmlType T>
 void write_panels(const std::byte* w, std::int64_t row_bytes, std::int64_t rows, std::int64_t n,
                   std::byte* out) {
-  constexpr int bb = T == GgmlType::kQ4_0 ? 18 : T == GgmlType::kQ4_1 ? 20 : 34;
+  constexpr int bb = native_block_bytes(T);
   constexpr int qb = panel_quant_bytes(T);
   constexpr int pb = panel_block_bytes(T);
   const std::int64_t nb = n / kBlock;
@@ -24,7 +24,7 @@ void write_panels(const std::byte* w, std::int64_t row_bytes, std::int64_t rows,
     const int j = static_cast<int>(r % kPanelRows);
     for (std::int64_t b = 0; b < nb; ++b) {
       const std::byte* blk = w + r * row_bytes + b * bb;
-      const std::byte* qs = blk + (T == GgmlType::kQ4_1 ? 4 : 2);
+      const std::byte* qs = blk + native_quants_offset(T);
       std::byte* dst = out + (p * nb + b) * pb;
       constexpr int groups = qb / 64;
       for (int k = 0; k < groups; ++k) {

@@ -36,16 +36,6 @@
 namespace kvscope::cpu {
 namespace {
 
-// ggml's block layouts (ggml-common.h): Q4_0 = f16 d, 16 bytes of nibbles; Q4_1 = f16 d, f16 m,
-// 16 bytes of nibbles; Q8_0 = f16 d, 32 int8. Nibble j (< 16) is element j in its low half and
-// element j + 16 in its high half.
-constexpr int block_bytes(GgmlType t) {
-  return t == GgmlType::kQ4_0 ? 18 : t == GgmlType::kQ4_1 ? 20 : 34;
-}
-constexpr int quants_offset(GgmlType t) {
-  return t == GgmlType::kQ4_1 ? 4 : 2;
-}
-
 // Calls fn.template operator()<T>() with T the native block type `type` names (one of the three
 // has_native_matmul() accepts): each kernel is instantiated per type.
 template <class Fn>
@@ -85,7 +75,7 @@ inline ActRow act_row(const QuantizedActs& a, int t) {
 // off, Q4_1's min handled separately).
 template <GgmlType T>
 void block_ints(const std::byte* blk, std::int32_t w[kQuantBlock]) {
-  const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + quants_offset(T));
+  const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + native_quants_offset(T));
   if constexpr (T == GgmlType::kQ8_0) {
     for (int e = 0; e < kQuantBlock; ++e) w[e] = static_cast<std::int8_t>(qs[e]);
   } else {
@@ -101,7 +91,7 @@ void block_ints(const std::byte* blk, std::int32_t w[kQuantBlock]) {
 // quant_matmul.h.
 template <GgmlType T>
 float dot_portable(const std::byte* row, int nb, const ActRow& x) {
-  constexpr int bb = block_bytes(T);
+  constexpr int bb = native_block_bytes(T);
   std::int32_t wi[kQuantBlock];
   float acc = 0.0f;
   for (int b = 0; b < nb; ++b) {
@@ -208,7 +198,7 @@ const float* half_table() {
 template <GgmlType T, int TN>
 void quad_wasm(const std::byte* const (&rows)[4], int nb, const QuantizedActs& a,
                const std::vector<Split32>& split, int t0, v128_t (&acc)[TN]) {
-  constexpr int bb = block_bytes(T);
+  constexpr int bb = native_block_bytes(T);
   const float* half = half_table();
   ActRow x[TN];
   const Split32* x16[TN];
@@ -222,7 +212,7 @@ void quad_wasm(const std::byte* const (&rows)[4], int nb, const QuantizedActs& a
     const std::byte* blk[4];
     for (int j = 0; j < 4; ++j) {
       blk[j] = rows[j] + static_cast<std::ptrdiff_t>(b) * bb;
-      w[j] = unpack_split<T>(blk[j] + quants_offset(T));
+      w[j] = unpack_split<T>(blk[j] + native_quants_offset(T));
     }
     const v128_t dw = wasm_f32x4_make(half[load_u16(blk[0])], half[load_u16(blk[1])],
                                       half[load_u16(blk[2])], half[load_u16(blk[3])]);
@@ -321,7 +311,7 @@ struct PanelSpan {
     const long lo = std::max(r0 - p * kPanelRows, 0L);
     const long hi = std::min(r1 - p * kPanelRows, static_cast<long>(kPanelRows));
     if (lo >= hi) return 0;
-    return ((hi - lo == 32 ? 0u : (1u << (hi - lo))) - 1u) << lo;
+    return ((1u << (hi - lo)) - 1u) << lo;  // hi - lo <= kPanelRows
   }
 };
 inline PanelSpan panel_span(long r0, long r1) {
