@@ -60,7 +60,9 @@ namespace {
 class FormatStepper final : public VariantStepper {
  public:
   FormatStepper(const KvLayout& layout, const std::vector<int>& window)
-      : window_(window), seq_(layout, static_cast<int>(window.size())) {}
+      : window_(window), seq_(layout, static_cast<int>(window.size())) {
+    seq_.keep_decoded();
+  }
   StepToken prepare(int pos) override {
     return StepToken{window_[static_cast<std::size_t>(pos)], pos, seq_.append(), true, nullptr};
   }
@@ -92,7 +94,9 @@ class KvFormatVariant final : public CacheVariant {
   }
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override {
-    SoloSequence(layout(t.config()), static_cast<int>(window.size())).run(t, window, on_logits);
+    SoloSequence seq(layout(t.config()), static_cast<int>(window.size()));
+    seq.keep_decoded();  // each slot dequantized once, not once per query that reads it
+    seq.run(t, window, on_logits);
   }
 
  private:

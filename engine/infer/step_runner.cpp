@@ -8,8 +8,11 @@
 
 namespace kvscope {
 
-void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<const int> tokens,
-                int first_pos, const MlaCodec* mla,
+namespace {
+
+// run_tokens with the view of each step from view_of() (after the step's slots were appended).
+void run_chunks(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<const int> tokens,
+                int first_pos, const std::function<KvSeqView()>& view_of,
                 const std::function<void(int, std::span<const float>)>& on_logits,
                 int step_tokens) {
   if (step_tokens < 1) {
@@ -21,8 +24,7 @@ void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<cons
   for (int begin = 0; begin < n; begin += step_tokens) {
     const int count = std::min(step_tokens, n - begin);
     cache.require_append_slots(seq, count);
-    KvSeqView view = cache.view(seq);
-    view.mla = mla;
+    const KvSeqView view = view_of();
     step.clear();
     add_chunk(step, view, view.num_slots - count,
               tokens.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(count)),
@@ -33,6 +35,20 @@ void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<cons
       on_logits(first_pos + begin + i, logits.subspan(static_cast<std::size_t>(i) * vocab, vocab));
     }
   }
+}
+
+}  // namespace
+
+void run_tokens(Transformer& t, KvCacheManager& cache, SeqId seq, std::span<const int> tokens,
+                int first_pos, const MlaCodec* mla,
+                const std::function<void(int, std::span<const float>)>& on_logits,
+                int step_tokens) {
+  const auto view_of = [&] {
+    KvSeqView view = cache.view(seq);
+    view.mla = mla;
+    return view;
+  };
+  run_chunks(t, cache, seq, tokens, first_pos, view_of, on_logits, step_tokens);
 }
 
 namespace {
@@ -51,14 +67,26 @@ KvLayout sized_for(KvLayout layout, int max_tokens) {
 SoloSequence::SoloSequence(const KvLayout& layout, int max_tokens, const MlaCodec* mla)
     : cache_(sized_for(layout, max_tokens), AllocatorKind::kPaged, max_tokens,
              /*with_storage=*/true),
-      mla_(mla) {
+      mla_(mla),
+      max_tokens_(max_tokens) {
   cache_.require_add_sequence(kSeq);
+}
+
+void SoloSequence::keep_decoded() {
+  const KvLayout& L = cache_.storage()->layout();
+  if (L.is_latent() || (L.k_format.dtype == KvDtype::kF32 && L.v_format.dtype == KvDtype::kF32))
+    return;  // read in place, or not K/V heads
+  if (size_ != 0)
+    throw InternalError("SoloSequence::keep_decoded",
+                        "called after " + std::to_string(size_) + " tokens");
+  decoded_ = std::make_unique<DecodedKvCache>(*cache_.storage(), max_tokens_);
 }
 
 void SoloSequence::run(Transformer& t, std::span<const int> tokens,
                        const std::function<void(int, std::span<const float>)>& on_logits,
                        int step_tokens) {
-  run_tokens(t, cache_, kSeq, tokens, size_, mla_, on_logits, step_tokens);
+  run_chunks(
+      t, cache_, kSeq, tokens, size_, [this] { return view(); }, on_logits, step_tokens);
   size_ += static_cast<int>(tokens.size());
 }
 
@@ -71,6 +99,7 @@ KvSeqView SoloSequence::append() {
 KvSeqView SoloSequence::view() {
   KvSeqView v = cache_.view(kSeq);
   v.mla = mla_;
+  v.decoded = decoded_.get();
   return v;
 }
 

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 
 #include "engine/infer/transformer.h"
 #include "engine/kv/cache_manager.h"
+#include "engine/kv/decoded_kv.h"
 #include "engine/kv/kv_storage.h"
 
 namespace kvscope {
@@ -36,6 +38,11 @@ class SoloSequence {
   // `layout` gives the shape and formats (kv_layout_for, mla_layout_for); its num_blocks is set
   // here from max_tokens. `mla`: the codec when the layout is an MLA latent cache.
   SoloSequence(const KvLayout& layout, int max_tokens, const MlaCodec* mla = nullptr);
+  // Keeps a float copy of the sequence's K and V (DecodedKvCache) in every view it hands out, so
+  // that attention over a quantized cache dequantizes each slot once instead of once per query;
+  // the same results, bit for bit, for the fp32 cache's bytes again. Does nothing for an fp32 or
+  // latent pool. For evaluation runs, before the first token.
+  void keep_decoded();
   // Tokens held so far: the next token's position.
   int size() const { return size_; }
   KvCacheManager& cache() { return cache_; }
@@ -63,6 +70,8 @@ class SoloSequence {
  private:
   KvCacheManager cache_;
   const MlaCodec* mla_;
+  std::unique_ptr<DecodedKvCache> decoded_;
+  int max_tokens_;
   int size_ = 0;
 };
 

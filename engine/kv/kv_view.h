@@ -11,8 +11,9 @@
 
 namespace kvscope {
 
-struct MlaCodec;    // engine/mla/mla_codec.h
-class KeySelector;  // engine/sparse/key_selector.h
+struct MlaCodec;       // engine/mla/mla_codec.h
+class KeySelector;     // engine/sparse/key_selector.h
+class DecodedKvCache;  // engine/kv/decoded_kv.h
 
 struct KvSeqView {
   KvStorage* storage = nullptr;
@@ -31,6 +32,11 @@ struct KvSeqView {
   // Optional: sparse attention. Each query head attends only to the live slots this selector
   // keeps (the cache itself is whole); the CPU backend runs it, the others refuse a view with one.
   KeySelector* selector = nullptr;
+  // Optional: a float copy of this sequence's K and V that the CPU backend brings up to date and
+  // attends over instead of dequantizing every slot for every query (evaluation runs of a
+  // quantized cache; the same results, bit for bit). Only for a sequence that grows by appending:
+  // no eviction, no rotation, no latent cache.
+  DecodedKvCache* decoded = nullptr;
 
   int block_size() const { return storage->layout().block_size; }
   int write_slot() const { return num_slots - 1; }

@@ -4,9 +4,12 @@
 // once. Each query's output and weights must be exactly what paged_attention gives it
 // alone, for every per-token format and block size tried here (GQA: 3 query heads per KV head);
 // KIVI pools (whose open group the view's length decides) and evicting views keep the per-query
-// path. The scores' dot products (attention_dot.h) against their order written out by hand.
+// path. The scores' dot products (attention_dot.h) against their order written out by hand. A
+// sequence's own float copy (DecodedKvCache), kept up to date as it grows, gives the same bits as
+// reading the pool, token by token (KIVI's groups closing along the way) and chunk by chunk.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -18,6 +21,8 @@
 #include "engine/backend/cpu/attention_dot.h"
 #include "engine/backend/cpu/cpu_ops.h"
 #include "engine/common/bit_cast.h"
+#include "engine/common/error.h"
+#include "engine/kv/decoded_kv.h"
 #include "engine/sparse/key_selector.h"
 #include "tests/quant/kv_test_support.h"
 
@@ -265,6 +270,148 @@ TEST(AttentionDot, TheOrderWrittenOutAndFourKeysAtOnce) {
   EXPECT_TRUE(cpu::attention_dot_fits(64));
   EXPECT_FALSE(cpu::attention_dot_fits(12));
   EXPECT_FALSE(cpu::attention_dot_fits(0));
+}
+
+// Random K, V and query rows for `tokens` tokens.
+struct Rows3 {
+  std::vector<float> k, v, q;
+  Rows3(int tokens, int head_dim, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, 1.5f);
+    for (int i = 0; i < tokens * kKvHeads * head_dim; ++i) k.push_back(d(rng));
+    for (int i = 0; i < tokens * kKvHeads * head_dim; ++i) v.push_back(d(rng));
+    for (int i = 0; i < tokens * kHeads * head_dim; ++i) q.push_back(d(rng));
+  }
+  const float* k_of(int t, int hd) const { return &k[static_cast<std::size_t>(t) * kKvHeads * hd]; }
+  const float* v_of(int t, int hd) const { return &v[static_cast<std::size_t>(t) * kKvHeads * hd]; }
+  const float* q_of(int t, int hd) const { return &q[static_cast<std::size_t>(t) * kHeads * hd]; }
+};
+
+// Token by token, as a KIVI sequence runs: after each token is written, its query through the
+// sequence's float copy gives paged_attention's output and weights on the pool, bit for bit. The
+// copy holds each slot once its bytes are final; KIVI's open group is read again each time, and
+// re-read from the tiles when the group closes (groups of 32 and of 64 tokens, over blocks of 4
+// and 16: groups spanning blocks and blocks holding groups).
+TEST(DecodedKvCache, TokenByTokenEachQueryGetsThePoolsResultBitForBit) {
+  const std::pair<const char*, const char*> formats[] = {
+      {"kivi2", "kivi2"}, {"kivi4", "kivi4"}, {"kivi2-r64", "kivi2-r64"}, {"kivi2", "fp32"},
+      {"fp32", "kivi4"},  {"int4", "int4"},   {"fp16", "int8"},           {"fp8-e4m3", "int2-g8"}};
+  const int tokens = 100;
+  for (const int head_dim : {kHeadDim, 64}) {
+    const Rows3 r(tokens, head_dim, 7);
+    const AttentionShape shape{kHeads, kKvHeads, head_dim};
+    for (const auto& [kf, vf] : formats) {
+      for (const int block_size : {4, 16}) {
+        test::QuantCache cache(parse_kv_format(kf, "test"), parse_kv_format(vf, "test"), block_size,
+                               tokens, kKvHeads, head_dim);
+        DecodedKvCache decoded(cache.storage(), tokens);
+        std::vector<float> scratch;
+        const std::size_t per_query = static_cast<std::size_t>(kHeads) * head_dim;
+        for (int t = 0; t < tokens; ++t) {
+          cache.append(r.k_of(t, head_dim), r.v_of(t, head_dim));
+          std::vector<float> want(per_query, 0.0f), got(per_query, 0.0f);
+          Rows want_rows, got_rows;
+          KvSeqView view = cache.view();
+          cpu::paged_attention(view, 0, shape, r.q_of(t, head_dim), want.data(), t, &want_rows,
+                               scratch);
+          view.decoded = &decoded;
+          cpu::paged_attention(view, 0, shape, r.q_of(t, head_dim), got.data(), t, &got_rows,
+                               scratch);
+          ASSERT_EQ(bits(want), bits(got)) << kf << "/" << vf << " block " << block_size << " head "
+                                           << head_dim << " token " << t;
+          ASSERT_EQ(want_rows.weights, got_rows.weights) << kf << "/" << vf << " token " << t;
+        }
+        // Slots of closed KIVI groups (and every slot of a per-token format) are held as final.
+        const KvFormat K = parse_kv_format(kf, "test");
+        const int want_final = K.is_kivi() ? tokens - tokens % K.residual : tokens;
+        EXPECT_EQ(decoded.final_keys(0), want_final) << kf << "/" << vf;
+      }
+    }
+  }
+}
+
+// Chunk by chunk, as a prefill runs over a per-token format: attention_batch over a chunk's causal
+// queries through the copy (which decodes only the chunk's new slots) gives each query its own
+// paged_attention result on the pool, bit for bit, on one thread and on two.
+TEST(DecodedKvCache, ChunkByChunkEachQueryGetsThePoolsResultBitForBit) {
+  const int tokens = 90, chunk = 13, head_dim = 64;
+  const Rows3 r(tokens, head_dim, 9);
+  const AttentionShape shape{kHeads, kKvHeads, head_dim};
+  const std::size_t per_query = static_cast<std::size_t>(kHeads) * head_dim;
+  for (const int threads : {1, 2}) {
+    const auto backend = make_cpu_backend(threads);
+    for (const char* f : {"int4", "fp8-e5m2", "int2-g8"}) {
+      const KvFormat F = parse_kv_format(f, "test");
+      test::QuantCache cache(F, F, 16, tokens, kKvHeads, head_dim);
+      DecodedKvCache decoded(cache.storage(), tokens);
+      std::vector<float> scratch;
+      for (int t0 = 0; t0 < tokens; t0 += chunk) {
+        const int t1 = std::min(tokens, t0 + chunk);
+        for (int t = t0; t < t1; ++t) cache.append(r.k_of(t, head_dim), r.v_of(t, head_dim));
+        std::vector<float> want(per_query * static_cast<std::size_t>(t1 - t0), 0.0f);
+        std::vector<float> got(want.size(), 0.0f);
+        Rows want_rows, got_rows;
+        std::vector<AttentionQuery> queries;
+        for (int t = t0; t < t1; ++t) {
+          AttentionQuery a;
+          a.view = cache.view();
+          a.view.num_slots = t + 1;
+          a.q = r.q_of(t, head_dim);
+          a.out = want.data() + static_cast<std::size_t>(t - t0) * per_query;
+          a.query_pos = t;
+          a.observer = &want_rows;
+          cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer, scratch);
+          a.view.decoded = &decoded;
+          a.out = got.data() + static_cast<std::size_t>(t - t0) * per_query;
+          a.observer = &got_rows;
+          queries.push_back(a);
+        }
+        backend->attention_batch(0, shape, queries);
+        ASSERT_EQ(bits(want), bits(got)) << f << ", chunk at " << t0 << ", " << threads;
+        ASSERT_EQ(want_rows.calls, got_rows.calls) << f << ", chunk at " << t0;
+        ASSERT_EQ(want_rows.weights, got_rows.weights) << f << ", chunk at " << t0;
+        EXPECT_EQ(decoded.final_keys(0), t1);
+        EXPECT_EQ(decoded.final_values(0), t1);
+      }
+    }
+  }
+}
+
+// A view the copy cannot mirror is a caller's bug, said as such: another pool's copy, more slots
+// than its room, fewer slots than it already holds as final, evicted slots.
+TEST(DecodedKvCache, AViewItCannotMirrorIsAnInternalError) {
+  const KvFormat int4 = parse_kv_format("int4", "test");
+  const Rows3 r(20, kHeadDim, 1);
+  const AttentionShape shape{kHeads, kKvHeads, kHeadDim};
+  test::QuantCache cache(int4, int4, 4, 20, kKvHeads, kHeadDim);
+  test::QuantCache other(int4, int4, 4, 20, kKvHeads, kHeadDim);
+  for (int t = 0; t < 12; ++t) cache.append(r.k_of(t, kHeadDim), r.v_of(t, kHeadDim));
+  std::vector<float> out(static_cast<std::size_t>(kHeads) * kHeadDim), scratch;
+  const auto attend = [&](const KvSeqView& view) {
+    cpu::paged_attention(view, 0, shape, r.q_of(0, kHeadDim), out.data(), view.num_slots - 1,
+                         nullptr, scratch);
+  };
+  DecodedKvCache others(other.storage(), 20);
+  KvSeqView view = cache.view();
+  view.decoded = &others;
+  EXPECT_THROW(attend(view), InternalError);
+  DecodedKvCache small(cache.storage(), 8);
+  view.decoded = &small;
+  EXPECT_THROW(attend(view), InternalError);
+  DecodedKvCache fits(cache.storage(), 20);
+  view.decoded = &fits;
+  EXPECT_NO_THROW(attend(view));
+  EXPECT_EQ(fits.final_keys(0), 12);
+  KvSeqView shorter = view;
+  shorter.num_slots = 10;
+  EXPECT_THROW(attend(shorter), InternalError);
+  const std::vector<std::uint8_t> live(12, 1);
+  KvSeqView evicting = view;
+  evicting.slot_live = live.data();
+  EXPECT_THROW(attend(evicting), InternalError);
+  fits.clear();
+  EXPECT_EQ(fits.final_keys(0), 0);
+  EXPECT_NO_THROW(attend(shorter));
 }
 
 }  // namespace

@@ -108,6 +108,45 @@ TEST(StepRunner, SoloSequenceStepsAndRunsContinueOneSequence) {
   EXPECT_THROW(seq.step(t, tokens[0]), InternalError);
 }
 
+// keep_decoded(): the sequence's float copy changes no logit, bit for bit, whether tokens go one
+// per step or in chunks (KIVI runs a token per step in any case); it must come before the first
+// token.
+TEST(StepRunner, SoloSequenceKeepingADecodedCopyGivesTheSameLogits) {
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  auto backend = make_cpu_backend(1);
+  Transformer t(m.model, *backend);
+  for (const char* format : {"int4", "kivi2-r8"}) {
+    const auto want = logits_of(format, 0);
+    std::vector<int> tokens;
+    for (int i = 0; i < static_cast<int>(want.size()); ++i)
+      tokens.push_back(1 + (i * 37) % (c.vocab_size - 1));
+    const KvFormat f = parse_kv_format(format, "test");
+    SoloSequence seq(kv_layout_for(c, 8, 1, f, f), static_cast<int>(tokens.size()));
+    seq.keep_decoded();
+    EXPECT_NE(seq.view().decoded, nullptr) << format;
+    std::vector<std::vector<float>> got;
+    for (int i = 0; i < 10; ++i) {
+      const std::span<const float> l = seq.step(t, tokens[static_cast<std::size_t>(i)]);
+      got.emplace_back(l.begin(), l.end());
+    }
+    EXPECT_THROW(seq.keep_decoded(), InternalError);
+    seq.run(
+        t, std::span<const int>(tokens).subspan(10),
+        [&](int, std::span<const float> l) { got.emplace_back(l.begin(), l.end()); }, 7);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+          << format << " position " << i;
+    }
+  }
+  // An fp32 pool is read in place: no copy.
+  const KvFormat f32 = parse_kv_format("fp32", "test");
+  SoloSequence plain(kv_layout_for(c, 8, 1, f32, f32), 16);
+  plain.keep_decoded();
+  EXPECT_EQ(plain.view().decoded, nullptr);
+}
+
 // watch(): a window run 8 (or 5) tokens per step hands the observer every attention row step()
 // would, in the same order (a query's rows layer by layer, head by head, before the next query's),
 // bit for bit; a step() after it continues the sequence.

@@ -76,6 +76,11 @@ class CpuBackend final : public Backend {
       } else if (end - i == 1) {
         const AttentionQuery& a = queries[i];
         cpu::paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer, scratch_);
+      } else if (first.decoded != nullptr) {
+        // The sequence keeps its own float copy: only the chunk's new slots are decoded.
+        cpu::refresh_decoded(first, layer, slots);
+        cpu::paged_attention_decoded_queries(layer, shape, queries.subspan(i, end - i), scratch_,
+                                             first.decoded->layer(layer));
       } else {
         // Another format: the keys and values decoded once, then read once per tile of queries.
         cpu::decode_kv(first, layer, slots, decoded_);
@@ -111,14 +116,14 @@ class CpuBackend final : public Backend {
   static bool same_slots(const KvSeqView& a, const KvSeqView& b) {
     return a.storage == b.storage && a.blocks.data() == b.blocks.data() &&
            a.blocks.size() == b.blocks.size() && a.contiguous == b.contiguous && a.mla == b.mla &&
-           a.slot_live == b.slot_live;
+           a.slot_live == b.slot_live && a.decoded == b.decoded;
   }
   void use_threads() const {
     if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
   }
   int threads_;                 // OpenMP threads for this backend's parallel ops
   std::vector<float> scratch_;  // [n_heads][num_slots] attention weights
-  cpu::DecodedKv decoded_;      // attention_batch: the shared keys and values of a run of queries
+  DecodedKv decoded_;           // attention_batch: the shared keys and values of a run of queries
   HostStep step_;               // the activations
 };
 

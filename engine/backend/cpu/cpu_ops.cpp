@@ -581,6 +581,14 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
     notify_observer(observer, layer, shape.n_heads, query_pos, n, scratch.data());
     return;
   }
+  if (view.decoded != nullptr) {
+    // The sequence's float copy, brought up to date: each slot dequantized once, not per query.
+    refresh_decoded(view, layer, n);
+    const AttentionQuery one{view, q, out, query_pos, observer};
+    paged_attention_decoded_queries(layer, shape, std::span<const AttentionQuery>(&one, 1), scratch,
+                                    view.decoded->layer(layer));
+    return;
+  }
   // Readers dequantize one head of one token at a time (fp32 tiles are read in place).
   const quant::TileReader keys(view, layer, KvKind::kKey);
   const quant::TileReader values(view, layer, KvKind::kValue);
@@ -678,6 +686,54 @@ void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out) {
       if (v != out.v.data() + at) std::memcpy(out.v.data() + at, v, bytes);
     }
   }
+}
+
+void refresh_decoded(const KvSeqView& view, int layer, int n) {
+  DecodedKvCache& cache = *view.decoded;
+  const KvLayout& L = view.storage->layout();
+  if (&cache.storage() != view.storage || n > cache.capacity() || view.slot_live != nullptr ||
+      view.mla != nullptr || L.is_latent()) {
+    throw InternalError("refresh_decoded",
+                        "a decoded K/V cache mirrors the live K/V heads of one pool's sequence "
+                        "within its capacity of " +
+                            std::to_string(cache.capacity()) + " slots; this view has " +
+                            std::to_string(n) + " slots" +
+                            (view.slot_live != nullptr ? ", evicted slots" : "") +
+                            (L.is_latent() ? ", a latent cache" : ""));
+  }
+  DecodedKv& d = cache.layer(layer);
+  KvSeqView all = view;  // the readers look at slots < num_slots only
+  all.num_slots = n;
+  const std::size_t hd = static_cast<std::size_t>(L.head_dim);
+  const std::size_t stride = static_cast<std::size_t>(d.n) * hd;  // between heads
+  const auto refresh = [&](KvKind kind, int& final_slots, std::vector<float>& to) {
+    if (n < final_slots) {
+      throw InternalError("refresh_decoded",
+                          "layer " + std::to_string(layer) + " held " +
+                              std::to_string(final_slots) + " final slots and the view now has " +
+                              std::to_string(n) + ": the cache is for a sequence that only grows");
+    }
+    const quant::TileReader reader(all, layer, kind);
+    const KvFormat& f = L.format(kind);
+    const int from = final_slots;
+#pragma omp parallel for schedule(static) if (static_cast <long>(n - from) *       \
+                                                  static_cast <long>(L.kv_heads) * \
+                                                  static_cast <long>(hd) >=        \
+                                              kParallelThreshold)
+    for (int t = from; t < n; ++t) {
+      for (int kvh = 0; kvh < L.kv_heads; ++kvh) {
+        float* at =
+            to.data() + static_cast<std::size_t>(kvh) * stride + static_cast<std::size_t>(t) * hd;
+        // Dequantized into place, or (fp32 tiles, KIVI staging) a pointer to floats, copied.
+        const float* h = reader.head(t, kvh, at);
+        if (h != at) std::memcpy(at, h, hd * sizeof(float));
+      }
+    }
+    // A KIVI open group's slots are final once the group is quantized.
+    final_slots = f.is_kivi() ? n - n % f.residual : n;
+  };
+  refresh(KvKind::kKey, cache.final_keys(layer), d.k);
+  refresh(KvKind::kValue, cache.final_values(layer), d.v);
 }
 
 namespace {

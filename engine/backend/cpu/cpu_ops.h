@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/kv/decoded_kv.h"
 
 namespace kvscope::cpu {
 
@@ -42,21 +43,20 @@ void paged_attention_fp32_queries(int layer, const AttentionShape& shape,
                                   std::span<const AttentionQuery> queries,
                                   std::vector<float>& scratch);
 
-// The K and V heads of a view's first n slots as floats, [kv_heads][n][head_dim] each (a head's
-// slots in a row, as attention walks them): what
-// paged_attention dequantizes for every query, done once for the queries of a step that read the
-// same slots (a prefill chunk's causal queries).
-struct DecodedKv {
-  int n = 0;
-  int kv_heads = 0;
-  int head_dim = 0;
-  std::vector<float> k, v;
-};
+// The K and V heads of a view's first n slots as floats (DecodedKv, engine/kv/decoded_kv.h):
+// what paged_attention dequantizes for every query, done once for the queries of a step that read
+// the same slots (a prefill chunk's causal queries).
 // Whether queries on `view` may share a DecodedKv: a pool of another format than fp32 (read in
 // place), not latent, without a per-sequence staging group (KIVI's open group is read by slot
 // ranges of the view), every slot live.
 bool shares_decoded_kv(const KvSeqView& view);
 void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out);
+// Brings layer `layer` of view.decoded (which must be set) up to the view's first n slots: the
+// slots whose bytes became final since the last call are dequantized once and kept; a KIVI open
+// group's slots, whose bytes change when the group is quantized, are copied from its staging on
+// every call. Throws InternalError for a view the cache cannot mirror (another pool, more slots
+// than its capacity, fewer slots than it holds final, evicted slots, a latent cache).
+void refresh_decoded(const KvSeqView& view, int layer, int n);
 // paged_attention on the decoded heads of the same pool and layer, for queries that read the same
 // slots of it (a prefill chunk's: each up to its own num_slots <= kv.n), in tiles of eight that
 // read each decoded key and value once, the tiles' KV heads shared by the threads: each query's
