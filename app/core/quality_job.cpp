@@ -173,8 +173,8 @@ void evaluate_sweep(const std::shared_ptr<const Model>& model, const Tokenizer* 
   sweep.positions = evaluator.num_positions();
   const SweepVariants variants = make_sweep_variants(*model, block_size);
   const std::vector<CacheVariant*>& all = variants.all;
-  // Every point in one evaluate_all: the formats and MLA ranks run a window in chunks, one
-  // after another; the KIVI formats (a token per step anyway) and the eviction runs go in
+  // Every point in one evaluate_all: the formats (KIVI's too, through the sequence's decoded
+  // copy) and MLA ranks run a window in chunks, one after another; the eviction runs go in
   // lockstep, one engine step per position for all of them, the weights read once per
   // position instead of once per run. The bar advances a run at a time. Each point run
   // alone takes its shipped one's place as soon as its report is final; the lockstep ones

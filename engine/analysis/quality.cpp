@@ -16,13 +16,41 @@ std::string default_eval_text_path() {
   return std::string(KVSCOPE_SOURCE_DIR) + "/assets/text/eval_stories.txt";
 }
 
+namespace {
+
+// kl + p * d with one rounding where the CPU has fused multiply-adds (what the compiler makes of
+// `kl += p * d` there), two where it has not: spelled out, so that both KL loops below give the
+// same bits however the compiler vectorizes them.
+inline double add_product(double kl, double p, double d) {
+#if defined(__FMA__)
+  return std::fma(p, d, kl);
+#else
+  return kl + p * d;
+#endif
+}
+
+}  // namespace
+
 double kl_divergence(std::span<const double> log_p, std::span<const double> log_q) {
   double kl = 0.0;
   for (std::size_t i = 0; i < log_p.size(); ++i) {
     const double p = std::exp(log_p[i]);
-    if (p > 0.0) kl += p * (log_p[i] - log_q[i]);
+    if (p > 0.0) kl = add_product(kl, p, log_p[i] - log_q[i]);
   }
   return std::max(0.0, kl);  // rounding can leave -1e-17 for identical distributions
+}
+
+double kl_divergence(std::span<const double> log_p, std::span<const double> p,
+                     std::span<const double> log_q) {
+  double kl = 0.0;
+  for (std::size_t i = 0; i < log_p.size(); ++i) {
+    if (p[i] > 0.0) kl = add_product(kl, p[i], log_p[i] - log_q[i]);
+  }
+  return std::max(0.0, kl);
+}
+
+long top_token(std::span<const double> log_p) {
+  return std::max_element(log_p.begin(), log_p.end()) - log_p.begin();
 }
 
 double perplexity(double sum_nll, long count) {
@@ -31,15 +59,23 @@ double perplexity(double sum_nll, long count) {
 
 void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const double> var_log_p,
                              int target) {
+  add_kl(ref_log_p, var_log_p, target, kl_divergence(ref_log_p, var_log_p), top_token(ref_log_p));
+}
+
+void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const double> ref_p,
+                             long ref_top, std::span<const double> var_log_p, int target) {
+  add_kl(ref_log_p, var_log_p, target, kl_divergence(ref_log_p, ref_p, var_log_p), ref_top);
+}
+
+void QualityAccumulator::add_kl(std::span<const double> ref_log_p,
+                                std::span<const double> var_log_p, int target, double kl,
+                                long ref_top) {
   const auto t = static_cast<std::size_t>(target);
   nll_ref_ -= ref_log_p[t];
   nll_var_ -= var_log_p[t];
-  const double kl = kl_divergence(ref_log_p, var_log_p);
   kl_sum_ += kl;
   kl_max_ = std::max(kl_max_, kl);
-  const auto ref_top = std::max_element(ref_log_p.begin(), ref_log_p.end()) - ref_log_p.begin();
-  const auto var_top = std::max_element(var_log_p.begin(), var_log_p.end()) - var_log_p.begin();
-  if (ref_top == var_top) ++top1_same_;
+  if (ref_top == top_token(var_log_p)) ++top1_same_;
   ++positions_;
 }
 
@@ -55,35 +91,12 @@ void run_stepper(VariantStepper& stepper, Transformer& t, const std::vector<int>
 
 namespace {
 
-// One window through a paged cache in the given formats, a position per engine step, for
-// evaluate_all's lockstep.
-class FormatStepper final : public VariantStepper {
- public:
-  FormatStepper(const KvLayout& layout, const std::vector<int>& window)
-      : window_(window), seq_(layout, static_cast<int>(window.size())) {
-    seq_.keep_decoded();
-  }
-  StepToken prepare(int pos) override {
-    return StepToken{window_[static_cast<std::size_t>(pos)], pos, seq_.append(), true, nullptr};
-  }
-  void after(int /*pos*/) override {}
-  void finish() override { seq_.cache().check_invariants(); }
-
- private:
-  const std::vector<int>& window_;
-  SoloSequence seq_;
-};
-
 class KvFormatVariant final : public CacheVariant {
  public:
   KvFormatVariant(const KvFormat& k, const KvFormat& v, int block_size)
       : k_(k), v_(v), block_size_(block_size) {}
-  // KIVI runs a token per step anyway (each token is written and attended before the next:
-  // Transformer::forward_step), so it joins the lockstep; the other formats run a window in
-  // chunks of kDefaultStepTokens, which reads the weights fewer times.
-  bool has_stepper() const override { return k_.is_kivi() || v_.is_kivi(); }
-  std::unique_ptr<VariantStepper> stepper(Transformer& t, const std::vector<int>& window) override {
-    return std::make_unique<FormatStepper>(layout(t.config()), window);
+  bool is_fp32_cache(int block_size) const override {
+    return k_.dtype == KvDtype::kF32 && v_.dtype == KvDtype::kF32 && block_size == block_size_;
   }
   std::string name() const override {
     return k_ == v_ ? k_.name() : "K " + k_.name() + " + V " + v_.name();
@@ -94,8 +107,10 @@ class KvFormatVariant final : public CacheVariant {
   }
   void run(Transformer& t, const std::vector<int>& window,
            const std::function<void(int, std::span<const float>)>& on_logits) override {
+    // Each slot dequantized once, not once per query that reads it; with it a KIVI window runs
+    // in chunks too (each query reads its own moment's open group from the rows as written).
     SoloSequence seq(layout(t.config()), static_cast<int>(window.size()));
-    seq.keep_decoded();  // each slot dequantized once, not once per query that reads it
+    seq.keep_decoded();
     seq.run(t, window, on_logits);
   }
 
@@ -146,7 +161,7 @@ std::unique_ptr<CacheVariant> make_kv_format_variant(const KvFormat& k, const Kv
 
 QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::vector<int>> windows,
                                    int block_size, const ProgressFn& progress, int max_window)
-    : transformer_(transformer), windows_(std::move(windows)) {
+    : transformer_(transformer), windows_(std::move(windows)), block_size_(block_size) {
   const ModelConfig& c = transformer_.config();
   const int max_len = max_window > 0 ? max_window : c.seq_len;
   for (std::size_t w = 0; w < windows_.size(); ++w) {
@@ -167,11 +182,31 @@ QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::ve
   for (const auto& win : windows_) {
     fp32->run(transformer_, win, [&](int pos, std::span<const float> logits) {
       if (pos + 1 >= static_cast<int>(win.size())) return;  // no next token to score
-      log_softmax(logits, std::span<double>(reference_.data() + row * vocab, vocab));
+      const std::span<double> log_p(reference_.data() + row * vocab, vocab);
+      log_softmax(logits, log_p);
+      reference_top_.push_back(top_token(log_p));
       ++row;
       if (progress) progress(++done, num_positions_);
     });
   }
+}
+
+// The reference at one position, as every variant's score there reads it.
+struct QualityEvaluator::RefRow {
+  std::span<const double> log_p;  // [vocab]
+  std::span<const double> p;      // [vocab] exp(log_p)
+  long top = 0;                   // top-1 token
+};
+
+QualityEvaluator::RefRow QualityEvaluator::ref_row(std::size_t row,
+                                                   std::vector<double>& p_buf) const {
+  const std::size_t vocab = p_buf.size();
+  RefRow r;
+  r.log_p = std::span<const double>(reference_.data() + row * vocab, vocab);
+  for (std::size_t i = 0; i < vocab; ++i) p_buf[i] = std::exp(r.log_p[i]);
+  r.p = p_buf;
+  r.top = reference_top_[row];
+  return r;
 }
 
 // One variant's positions scored against the reference: overall and per bucket.
@@ -179,16 +214,21 @@ class QualityEvaluator::Scorer {
  public:
   Scorer(const EvalScope& scope, std::size_t vocab) : scope_(scope), log_p_(vocab) {}
   // Position pos of `win`, whose reference row is `ref`; the last position has no next token.
-  void add(const std::vector<int>& win, int pos, std::span<const double> ref,
-           std::span<const float> logits) {
+  void add(const std::vector<int>& win, int pos, const RefRow& ref, std::span<const float> logits) {
     if (pos < scope_.score_from) return;
     log_softmax(logits, std::span<double>(log_p_));
+    add_log_p(win, pos, ref, log_p_);
+  }
+  // The variant's log-probs given (the reference's own, for a variant that is the reference).
+  void add_log_p(const std::vector<int>& win, int pos, const RefRow& ref,
+                 std::span<const double> log_p) {
+    if (pos < scope_.score_from) return;
     const int target = win[static_cast<std::size_t>(pos) + 1];
-    acc.add(ref, log_p_, target);
+    acc.add(ref.log_p, ref.p, ref.top, log_p, target);
     if (scope_.bucket_size > 0) {
       const auto b = static_cast<std::size_t>(pos / scope_.bucket_size);
       if (buckets.size() <= b) buckets.resize(b + 1);
-      buckets[b].add(ref, log_p_, target);
+      buckets[b].add(ref.log_p, ref.p, ref.top, log_p, target);
     }
   }
   QualityAccumulator acc;
@@ -231,13 +271,25 @@ QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn
                                          const EvalScope& scope) const {
   const auto vocab = static_cast<std::size_t>(transformer_.config().vocab_size);
   Scorer scorer(scope, vocab);
+  std::vector<double> p(vocab);
   std::size_t row = 0;
   long done = 0;
+  if (variant.is_fp32_cache(block_size_)) {
+    // The reference run again would give its logits again, bit for bit: its own log-probs are
+    // scored, without running the windows a second time.
+    for (const auto& win : windows_) {
+      for (int pos = 0; pos + 1 < static_cast<int>(win.size()); ++pos) {
+        const RefRow ref = ref_row(row++, p);
+        scorer.add_log_p(win, pos, ref, ref.log_p);
+        if (progress) progress(++done, num_positions_);
+      }
+    }
+    return report_of(scorer, variant);
+  }
   for (const auto& win : windows_) {
     variant.run(transformer_, win, [&](int pos, std::span<const float> logits) {
       if (pos + 1 >= static_cast<int>(win.size())) return;
-      const std::span<const double> ref(reference_.data() + row * vocab, vocab);
-      ++row;
+      const RefRow ref = ref_row(row++, p);
       if (progress) progress(++done, num_positions_);
       scorer.add(win, pos, ref, logits);
     });
@@ -271,7 +323,8 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
   std::vector<Scorer> scorers(stepped.size(), Scorer(scope, vocab));
   std::vector<std::unique_ptr<VariantStepper>> steppers(stepped.size());
   std::vector<StepToken> step(stepped.size());
-  std::size_t row = 0;  // the window's first reference row
+  std::vector<double> p(vocab);  // the reference's probabilities at a position, for all of them
+  std::size_t row = 0;           // the window's first reference row
   for (const auto& win : windows_) {
     for (std::size_t k = 0; k < stepped.size(); ++k) {
       steppers[k] = variants[stepped[k]]->stepper(transformer_, win);
@@ -284,11 +337,10 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
     for (int pos = 0; pos < n; ++pos) {
       for (std::size_t k = 0; k < stepped.size(); ++k) step[k] = steppers[k]->prepare(pos);
       const std::span<const float> logits = transformer_.forward_step(step);
+      RefRow ref;
+      if (pos + 1 < n) ref = ref_row(row + static_cast<std::size_t>(pos), p);
       for (std::size_t k = 0; k < stepped.size(); ++k) {
-        if (pos + 1 < n) {
-          const std::span<const double> ref(reference_.data() + (row + pos) * vocab, vocab);
-          scorers[k].add(win, pos, ref, logits.subspan(k * vocab, vocab));
-        }
+        if (pos + 1 < n) scorers[k].add(win, pos, ref, logits.subspan(k * vocab, vocab));
         steppers[k]->after(pos);
       }
       if (progress && pos + 1 < n) {

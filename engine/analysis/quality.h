@@ -24,6 +24,11 @@ namespace kvscope {
 // differences).
 // KL(p || q) = sum_i p_i (log p_i - log q_i) from log-probabilities; >= 0.
 double kl_divergence(std::span<const double> log_p, std::span<const double> log_q);
+// The same, given p = exp(log_p) as well (the same bits as computing it here).
+double kl_divergence(std::span<const double> log_p, std::span<const double> p,
+                     std::span<const double> log_q);
+// The index of the largest log-prob (the first of equals): the top-1 token.
+long top_token(std::span<const double> log_p);
 // exp(mean negative log-likelihood).
 double perplexity(double sum_nll, long count);
 
@@ -32,6 +37,11 @@ class QualityAccumulator {
  public:
   // One position: reference and variant log-probs [vocab] and the true next token.
   void add(std::span<const double> ref_log_p, std::span<const double> var_log_p, int target);
+  // add() given what depends on the reference alone, computed once for all the variants scored at
+  // the position: its probabilities exp(ref_log_p) and its top-1 token. The same figures, bit for
+  // bit.
+  void add(std::span<const double> ref_log_p, std::span<const double> ref_p, long ref_top,
+           std::span<const double> var_log_p, int target);
   long positions() const { return positions_; }
   double ppl_reference() const { return perplexity(nll_ref_, positions_); }
   double ppl_variant() const { return perplexity(nll_var_, positions_); }
@@ -42,6 +52,8 @@ class QualityAccumulator {
   }
 
  private:
+  void add_kl(std::span<const double> ref_log_p, std::span<const double> var_log_p, int target,
+              double kl, long ref_top);
   long positions_ = 0;
   long top1_same_ = 0;
   double nll_ref_ = 0.0, nll_var_ = 0.0, kl_sum_ = 0.0, kl_max_ = 0.0;
@@ -91,9 +103,15 @@ class CacheVariant {
   // on_logits(pos, logits[vocab]) after each position.
   virtual void run(Transformer& t, const std::vector<int>& window,
                    const std::function<void(int, std::span<const float>)>& on_logits) = 0;
-  // Whether the variant runs one position per step (token eviction; KIVI formats, whose tokens
-  // are each written and attended before the next) and so has a stepper; the others run a window
-  // their own way (the other formats and MLA run a window in chunks of tokens).
+  // Whether the variant is the exact fp32 cache in blocks of `block_size`: what the evaluator's
+  // reference already ran (its figures are the reference's own; nothing is run again).
+  virtual bool is_fp32_cache(int block_size) const {
+    (void)block_size;
+    return false;
+  }
+  // Whether the variant runs one position per step (token eviction, whose policy acts between
+  // positions) and so has a stepper; the others run a window their own way (the KV formats and MLA
+  // run a window in chunks of tokens).
   virtual bool has_stepper() const { return false; }
   // A stepper over `window` with a fresh cache (only when has_stepper()).
   virtual std::unique_ptr<VariantStepper> stepper(Transformer& t, const std::vector<int>& window) {
@@ -177,8 +195,13 @@ class QualityEvaluator {
   std::vector<std::vector<int>> windows_;
   // Scores one variant's positions into its figures (overall and per bucket).
   class Scorer;
+  struct RefRow;
   QualityReport report_of(const Scorer& s, CacheVariant& variant) const;
-  std::vector<double> reference_;  // [num_positions][vocab] fp32-cache reference log-probs
+  // Reference row `row`, its probabilities computed into p_buf [vocab].
+  RefRow ref_row(std::size_t row, std::vector<double>& p_buf) const;
+  int block_size_;
+  std::vector<double> reference_;    // [num_positions][vocab] fp32-cache reference log-probs
+  std::vector<long> reference_top_;  // [num_positions] their top-1 tokens
   long num_positions_ = 0;
   double reference_bytes_per_token_ = 0.0;
 };

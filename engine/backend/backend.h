@@ -107,6 +107,11 @@ class Backend {
       paged_attention(a.view, layer, shape, a.q, a.out, a.query_pos, a.observer);
   }
 
+  // Whether kv_write and attention honour a view's decoded copy (KvSeqView::decoded): a KIVI
+  // sequence with one may then write a whole chunk before its queries attend, each reading its own
+  // moment's cache from the copy. A backend that ignores the copy runs KIVI a token per wave.
+  virtual bool keeps_decoded_copies() const { return false; }
+
   // Token eviction's position shift: re-rotates each listed key (block, row, delta) by delta more
   // RoPE positions (base `theta`) in every layer of `storage`'s pool and stores it again in the
   // pool's K format, in the backend's memory (the CPU's tiles, or a device's copy).

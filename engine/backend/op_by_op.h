@@ -48,6 +48,7 @@ class OpByOp : public Backend {
                        std::span<const AttentionQuery> queries) override {
     inner_.attention_batch(layer, shape, queries);
   }
+  bool keeps_decoded_copies() const override { return inner_.keeps_decoded_copies(); }
   void rotate_keys(KvStorage& storage, std::span<const KvKeyRotation> rotations,
                    float theta) override {
     inner_.rotate_keys(storage, rotations, theta);

@@ -31,9 +31,11 @@ namespace {
 
 // KIVI quantizes a group of keys when its last token is written and then drops the group's
 // full-precision staging, which earlier tokens of the same group still attend through: within a
-// KIVI pool a sequence's tokens must each be written and attended before the next is written.
-bool writes_change_earlier_slots(const KvSeqView& v) {
+// KIVI pool a sequence's tokens must each be written and attended before the next is written,
+// unless the sequence keeps a decoded copy (with the rows as written) that the backend reads.
+bool writes_change_earlier_slots(const KvSeqView& v, const Backend& backend) {
   const KvLayout& l = v.storage->layout();
+  if (v.decoded != nullptr && backend.keeps_decoded_copies()) return false;
   return l.k_format.is_kivi() || l.v_format.is_kivi();
 }
 
@@ -41,7 +43,8 @@ bool writes_change_earlier_slots(const KvSeqView& v) {
 
 int Transformer::sub_steps(std::span<const StepToken> tokens, std::vector<int>& group) const {
   bool ordered = false;
-  for (const StepToken& t : tokens) ordered = ordered || writes_change_earlier_slots(t.view);
+  for (const StepToken& t : tokens)
+    ordered = ordered || writes_change_earlier_slots(t.view, backend_);
   group.assign(tokens.size(), 0);
   if (ordered) {
     // Wave k: the k-th token of every sequence (a sequence is a block table).

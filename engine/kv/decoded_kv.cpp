@@ -20,11 +20,22 @@ DecodedKvCache::DecodedKvCache(const KvStorage& storage, int capacity)
     d.k.resize(floats);
     d.v.resize(floats);
   }
-  final_.assign(layers_.size(), {0, 0});
+  group_ = {L.k_format.is_kivi() ? L.k_format.residual : 0,
+            L.v_format.is_kivi() ? L.v_format.residual : 0};
+  raw_.resize(layers_.size());
+  for (DecodedKv& d : raw_) {
+    d.n = capacity;
+    d.kv_heads = L.kv_heads;
+    d.head_dim = L.head_dim;
+    if (group_[0] > 0) d.k.resize(floats);
+    if (group_[1] > 0) d.v.resize(floats);
+  }
+  clear();
 }
 
 void DecodedKvCache::clear() {
   final_.assign(layers_.size(), {0, 0});
+  written_.assign(layers_.size(), 0);
 }
 
 }  // namespace kvscope

@@ -1,6 +1,8 @@
 // Reading and writing K/V tiles in any KvFormat: quantize one token on write, dequantize one head
 // of one token on read. The CPU kv_write and paged_attention go through these, so attention
-// dequantizes per head on the fly and never builds a dequantized copy of the cache.
+// dequantizes per head on the fly; only a step's queries that read the same slots share one
+// dequantization, and only evaluation runs keep a float copy of a sequence (DecodedKvCache,
+// engine/kv/decoded_kv.h).
 #pragma once
 
 #include <cstddef>

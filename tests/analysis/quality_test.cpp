@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "engine/common/error.h"
 #include "tests/test_support.h"
@@ -39,6 +40,31 @@ TEST(QualityMath, KlDivergenceOfHandMadeDistributions) {
   // A zero-probability entry of p contributes nothing.
   const auto r = std::vector<double>{0.0, -INFINITY};
   EXPECT_NEAR(kl_divergence(r, p), std::log(2.0), 1e-12);
+}
+
+// Given the reference's probabilities (computed once for all the variants at a position), the KL
+// and the accumulator's figures are the same bits as computing them each time.
+TEST(QualityMath, KlGivenTheReferenceProbabilitiesIsTheSameBits) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  std::vector<float> a(5000), b(5000);
+  QualityAccumulator each, shared;
+  for (int trial = 0; trial < 20; ++trial) {
+    for (float& x : a) x = d(rng);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = a[i] + 0.1f * d(rng);
+    std::vector<double> lp(a.size()), lq(b.size()), p(a.size());
+    log_softmax(a, std::span<double>(lp));
+    log_softmax(b, std::span<double>(lq));
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] = std::exp(lp[i]);
+    EXPECT_EQ(kl_divergence(lp, p, lq), kl_divergence(lp, lq)) << "trial " << trial;
+    const int target = trial * 7;
+    each.add(lp, lq, target);
+    shared.add(lp, p, top_token(lp), lq, target);
+  }
+  EXPECT_EQ(shared.kl_mean(), each.kl_mean());
+  EXPECT_EQ(shared.kl_max(), each.kl_max());
+  EXPECT_EQ(shared.ppl_variant(), each.ppl_variant());
+  EXPECT_EQ(shared.top1_agreement(), each.top1_agreement());
 }
 
 TEST(QualityMath, PerplexityAndAccumulator) {
@@ -91,6 +117,16 @@ TEST(QualityEval, Fp32IsExactAndLossGrowsAsBitsShrink) {
   EXPECT_EQ(fp32.ppl_variant, fp32.ppl_reference);
   EXPECT_GT(fp32.ppl_reference, 1.0);
   EXPECT_EQ(fp32.footprint.bytes_per_token, 1280.0);  // 2 x 5 layers x 32 values x 4 bytes
+  // The fp32 cache in the reference's blocks is scored as the reference itself; in blocks of
+  // another size it runs, and attention's arithmetic does not depend on where blocks end.
+  auto fp32_b4 = make_kv_format_variant(KvFormat{}, KvFormat{}, 4);
+  EXPECT_FALSE(fp32_b4->is_fp32_cache(16));
+  EXPECT_TRUE(make_kv_format_variant(KvFormat{}, KvFormat{}, 16)->is_fp32_cache(16));
+  const QualityReport ran = eval.evaluate(*fp32_b4);
+  EXPECT_EQ(ran.kl_mean, 0.0);
+  EXPECT_EQ(ran.top1_agreement, 1.0);
+  EXPECT_EQ(ran.ppl_variant, fp32.ppl_reference);
+  EXPECT_EQ(ran.positions, fp32.positions);
   const QualityReport int8 = report("int8", "int8");
   const QualityReport int2 = report("int2", "int2");
   EXPECT_GT(int8.kl_mean, 0.0);

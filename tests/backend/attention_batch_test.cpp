@@ -224,7 +224,8 @@ TEST(AttentionBatch, Fp32TilesGiveEachQueryItsOwnResultBitForBit) {
 }
 
 // attention_dot: eight lanes of fused multiply-adds in element order, then (s0 + s2) + (s1 + s3)
-// with s_i = lane_i + lane_{i+4}; attention_dot4 gives each of its four keys the same bits.
+// with s_i = lane_i + lane_{i+4}; attention_dot4 and attention_dot8 give each of their keys the
+// same bits.
 TEST(AttentionDot, TheOrderWrittenOutAndFourKeysAtOnce) {
   std::mt19937 rng(3);
   std::normal_distribution<float> d(0.0f, 3.0f);
@@ -249,6 +250,40 @@ TEST(AttentionDot, TheOrderWrittenOutAndFourKeysAtOnce) {
         ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(four[i]), kvscope::bit_cast<std::uint32_t>(one))
             << "n " << n << ", key " << i;
       }
+    }
+  }
+  // Eight keys at once, reduced together: each the bits of its own attention_dot.
+  for (const int n : {8, 16, 64, 128}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      const std::size_t stride = static_cast<std::size_t>(n) + 3;
+      std::vector<float> q(static_cast<std::size_t>(n)), k(stride * 8);
+      for (float& x : q) x = d(rng);
+      for (float& x : k) x = d(rng);
+      float eight[8];
+      cpu::attention_dot8(q.data(), k.data(), stride, n, eight);
+      for (int i = 0; i < 8; ++i) {
+        const float one = cpu::attention_dot(q.data(), k.data() + i * stride, n);
+        ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(eight[i]), kvscope::bit_cast<std::uint32_t>(one))
+            << "n " << n << ", key " << i;
+      }
+    }
+  }
+  // Any number of keys in one call (eight, four, then one at a time).
+  for (const int n : {8, 64}) {
+    const std::size_t stride = static_cast<std::size_t>(n) + 1;
+    std::vector<float> q(static_cast<std::size_t>(n)), k(stride * 30);
+    for (float& x : q) x = d(rng);
+    for (float& x : k) x = d(rng);
+    for (int count = 0; count <= 30; ++count) {
+      std::vector<float> got(static_cast<std::size_t>(count) + 1, -1.0f);
+      cpu::attention_dots(q.data(), k.data(), stride, n, count, got.data());
+      for (int i = 0; i < count; ++i) {
+        ASSERT_EQ(kvscope::bit_cast<std::uint32_t>(got[static_cast<std::size_t>(i)]),
+                  kvscope::bit_cast<std::uint32_t>(
+                      cpu::attention_dot(q.data(), k.data() + i * stride, n)))
+            << "n " << n << ", " << count << " keys, key " << i;
+      }
+      EXPECT_EQ(got[static_cast<std::size_t>(count)], -1.0f) << "wrote past " << count;
     }
   }
   // A GQA group's query heads against one key: 1 to 9 heads, each its own attention_dot.
@@ -308,7 +343,7 @@ TEST(DecodedKvCache, TokenByTokenEachQueryGetsThePoolsResultBitForBit) {
         std::vector<float> scratch;
         const std::size_t per_query = static_cast<std::size_t>(kHeads) * head_dim;
         for (int t = 0; t < tokens; ++t) {
-          cache.append(r.k_of(t, head_dim), r.v_of(t, head_dim));
+          cache.append(r.k_of(t, head_dim), r.v_of(t, head_dim), &decoded);
           std::vector<float> want(per_query, 0.0f), got(per_query, 0.0f);
           Rows want_rows, got_rows;
           KvSeqView view = cache.view();
@@ -330,49 +365,63 @@ TEST(DecodedKvCache, TokenByTokenEachQueryGetsThePoolsResultBitForBit) {
   }
 }
 
-// Chunk by chunk, as a prefill runs over a per-token format: attention_batch over a chunk's causal
-// queries through the copy (which decodes only the chunk's new slots) gives each query its own
-// paged_attention result on the pool, bit for bit, on one thread and on two.
-TEST(DecodedKvCache, ChunkByChunkEachQueryGetsThePoolsResultBitForBit) {
+// Chunk by chunk, as a prefill runs: every token of a chunk is written, then attention_batch runs
+// the chunk's causal queries through the copy (which decodes only the slots that became final).
+// Each query gets what paged_attention on the pool gave it right after its own token was written,
+// bit for bit, on one thread and on two: for KIVI, the rows of its own open group as written and
+// the groups closed before it quantized, even where its group closed later in the chunk.
+TEST(DecodedKvCache, ChunkByChunkEachQueryGetsItsOwnMomentsResultBitForBit) {
   const int tokens = 90, chunk = 13, head_dim = 64;
   const Rows3 r(tokens, head_dim, 9);
   const AttentionShape shape{kHeads, kKvHeads, head_dim};
   const std::size_t per_query = static_cast<std::size_t>(kHeads) * head_dim;
+  const std::pair<const char*, const char*> formats[] = {{"int4", "int4"},
+                                                         {"fp8-e5m2", "int2-g8"},
+                                                         {"kivi2", "kivi2"},
+                                                         {"kivi4-r8", "fp16"},
+                                                         {"fp32", "kivi2-r64"}};
   for (const int threads : {1, 2}) {
     const auto backend = make_cpu_backend(threads);
-    for (const char* f : {"int4", "fp8-e5m2", "int2-g8"}) {
-      const KvFormat F = parse_kv_format(f, "test");
-      test::QuantCache cache(F, F, 16, tokens, kKvHeads, head_dim);
+    for (const auto& [kf, vf] : formats) {
+      const KvFormat K = parse_kv_format(kf, "test"), V = parse_kv_format(vf, "test");
+      // The reference: each query right after its token is written, on a pool of its own.
+      test::QuantCache one_by_one(K, V, 16, tokens, kKvHeads, head_dim);
+      std::vector<float> want(per_query * tokens, 0.0f), scratch;
+      Rows want_rows;
+      for (int t = 0; t < tokens; ++t) {
+        one_by_one.append(r.k_of(t, head_dim), r.v_of(t, head_dim));
+        cpu::paged_attention(one_by_one.view(), 0, shape, r.q_of(t, head_dim),
+                             want.data() + static_cast<std::size_t>(t) * per_query, t, &want_rows,
+                             scratch);
+      }
+      test::QuantCache cache(K, V, 16, tokens, kKvHeads, head_dim);
       DecodedKvCache decoded(cache.storage(), tokens);
-      std::vector<float> scratch;
+      std::vector<float> got(want.size(), 0.0f);
+      Rows got_rows;
       for (int t0 = 0; t0 < tokens; t0 += chunk) {
         const int t1 = std::min(tokens, t0 + chunk);
-        for (int t = t0; t < t1; ++t) cache.append(r.k_of(t, head_dim), r.v_of(t, head_dim));
-        std::vector<float> want(per_query * static_cast<std::size_t>(t1 - t0), 0.0f);
-        std::vector<float> got(want.size(), 0.0f);
-        Rows want_rows, got_rows;
+        for (int t = t0; t < t1; ++t)
+          cache.append(r.k_of(t, head_dim), r.v_of(t, head_dim), &decoded);
         std::vector<AttentionQuery> queries;
         for (int t = t0; t < t1; ++t) {
           AttentionQuery a;
           a.view = cache.view();
           a.view.num_slots = t + 1;
-          a.q = r.q_of(t, head_dim);
-          a.out = want.data() + static_cast<std::size_t>(t - t0) * per_query;
-          a.query_pos = t;
-          a.observer = &want_rows;
-          cpu::paged_attention(a.view, 0, shape, a.q, a.out, a.query_pos, a.observer, scratch);
           a.view.decoded = &decoded;
-          a.out = got.data() + static_cast<std::size_t>(t - t0) * per_query;
+          a.q = r.q_of(t, head_dim);
+          a.out = got.data() + static_cast<std::size_t>(t) * per_query;
+          a.query_pos = t;
           a.observer = &got_rows;
           queries.push_back(a);
         }
         backend->attention_batch(0, shape, queries);
-        ASSERT_EQ(bits(want), bits(got)) << f << ", chunk at " << t0 << ", " << threads;
-        ASSERT_EQ(want_rows.calls, got_rows.calls) << f << ", chunk at " << t0;
-        ASSERT_EQ(want_rows.weights, got_rows.weights) << f << ", chunk at " << t0;
-        EXPECT_EQ(decoded.final_keys(0), t1);
-        EXPECT_EQ(decoded.final_values(0), t1);
+        const int closed = K.is_kivi() ? t1 - t1 % K.residual : t1;
+        EXPECT_EQ(decoded.final_keys(0), closed) << kf << "/" << vf << ", chunk at " << t0;
       }
+      const std::string what = std::string(kf) + "/" + vf + ", " + std::to_string(threads);
+      ASSERT_EQ(bits(want), bits(got)) << what;
+      ASSERT_EQ(want_rows.calls, got_rows.calls) << what;
+      ASSERT_EQ(want_rows.weights, got_rows.weights) << what;
     }
   }
 }
@@ -412,6 +461,19 @@ TEST(DecodedKvCache, AViewItCannotMirrorIsAnInternalError) {
   fits.clear();
   EXPECT_EQ(fits.final_keys(0), 0);
   EXPECT_NO_THROW(attend(shorter));
+  // A KIVI pool whose writes went by the copy: its open group's rows were never kept.
+  const KvFormat kivi = parse_kv_format("kivi2-r8", "test");
+  test::QuantCache staged(kivi, kivi, 4, 20, kKvHeads, kHeadDim);
+  DecodedKvCache missed(staged.storage(), 20);
+  for (int t = 0; t < 5; ++t) staged.append(r.k_of(t, kHeadDim), r.v_of(t, kHeadDim));
+  KvSeqView unkept = staged.view();
+  unkept.decoded = &missed;
+  EXPECT_THROW(attend(unkept), InternalError);
+  // Nor may a layer's rows skip a slot.
+  test::QuantCache gap(kivi, kivi, 4, 20, kKvHeads, kHeadDim);
+  DecodedKvCache kept(gap.storage(), 20);
+  gap.append(r.k_of(0, kHeadDim), r.v_of(0, kHeadDim));
+  EXPECT_THROW(gap.append(r.k_of(1, kHeadDim), r.v_of(1, kHeadDim), &kept), InternalError);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -232,6 +234,54 @@ TEST(QuantMatmul, ActivationQuantizationFollowsItsDefinition) {
   EXPECT_EQ(a.sum[1], 0);
   EXPECT_EQ(a.d[1], 0.0f);  // an all-zero block
   for (int e = 32; e < 64; ++e) EXPECT_EQ(a.q[static_cast<std::size_t>(e)], 0);
+}
+
+// Every block against the definition written out (max |x|, d = max / 127, q = lrint(x / d) with
+// ties to even, the sum of the q): magnitudes from 1e-30 to 1e30, exact ties, an all-zero block,
+// a block of one nonzero value; on x86 also a NaN (passed over by the max; its q is 0 and counts 0
+// in the sum, as lrint's 0x8000000000000000 truncated).
+TEST(QuantMatmul, ActivationQuantizationOfEveryBlockIsItsDefinition) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e10(-30, 30);
+  const int blocks = 400, n = blocks * 32;
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (int b = 0; b < blocks; ++b) {
+    const float scale = std::pow(10.0f, static_cast<float>(e10(rng)));
+    for (int e = 0; e < 32; ++e) x[static_cast<std::size_t>(b * 32 + e)] = u(rng) * scale;
+  }
+  for (int e = 0; e < 32; ++e) {
+    x[static_cast<std::size_t>(32 + e)] = 0.0f;                           // all zero
+    x[static_cast<std::size_t>(64 + e)] = e == 9 ? -3.0f : 0.0f;          // one value
+    x[static_cast<std::size_t>(96 + e)] = static_cast<float>(e) - 15.5f;  // ties at 127 / 15.5
+  }
+  x[128] = 127.0f;  // d = 1: every q = x exactly, ties to even
+  for (int e = 1; e < 32; ++e) x[static_cast<std::size_t>(128 + e)] = static_cast<float>(e) + 0.5f;
+#if defined(__x86_64__)
+  x[170] = std::numeric_limits<float>::quiet_NaN();
+#endif
+  QuantizedActs a;
+  quantize_acts(x.data(), 2, n / 2, a);
+  ASSERT_EQ(a.q.size(), x.size());
+  for (int b = 0; b < blocks; ++b) {
+    const float* xb = x.data() + b * 32;
+    float amax = 0.0f;
+    for (int e = 0; e < 32; ++e) amax = std::fabs(xb[e]) > amax ? std::fabs(xb[e]) : amax;
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    std::int32_t sum = 0;
+    for (int e = 0; e < 32; ++e) {
+      const long v = std::lrint(xb[e] * id);
+      ASSERT_EQ(a.q[static_cast<std::size_t>(b * 32 + e)], static_cast<std::int8_t>(v))
+          << "block " << b << " element " << e << ": " << xb[e];
+      sum += static_cast<std::int32_t>(v);
+    }
+    ASSERT_EQ(a.d[static_cast<std::size_t>(b)], d) << "block " << b;
+    ASSERT_EQ(a.sum[static_cast<std::size_t>(b)], sum) << "block " << b;
+    ASSERT_EQ(a.sx[static_cast<std::size_t>(b)], d * static_cast<float>(sum)) << "block " << b;
+  }
+  EXPECT_EQ(a.q[128 + 1], 2);  // 1.5 -> 2
+  EXPECT_EQ(a.q[128 + 2], 2);  // 2.5 -> 2
 }
 
 }  // namespace

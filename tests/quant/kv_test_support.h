@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_ops.h"
+#include "engine/kv/decoded_kv.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kv/kv_view.h"
 
@@ -29,10 +30,13 @@ class QuantCache {
     for (int b = 0; b < L.num_blocks; ++b) blocks_.emplace_back(b);
     std::shuffle(blocks_.begin(), blocks_.end(), std::mt19937(3));
   }
-  // Writes one token's K and V rows [kv_heads * head_dim] at the next slot.
-  void append(const float* k, const float* v) {
+  // Writes one token's K and V rows [kv_heads * head_dim] at the next slot (through a view with
+  // `decoded` set, when given: the copy keeps the rows as written).
+  void append(const float* k, const float* v, DecodedKvCache* decoded = nullptr) {
     ++num_slots_;
-    cpu::kv_write(view(), 0, k, v);
+    KvSeqView w = view();
+    w.decoded = decoded;
+    cpu::kv_write(w, 0, k, v);
   }
   KvSeqView view() {
     KvSeqView v;

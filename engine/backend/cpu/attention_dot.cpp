@@ -66,6 +66,73 @@ void attention_dot4(const float* q, const float* k, std::size_t stride, int n, f
 #endif
 }
 
+namespace {
+
+#if defined(__AVX2__) && defined(__FMA__)
+// attention_dot8, inlined into the loops below.
+__attribute__((always_inline)) inline void dot8(const float* q, const float* k, std::size_t stride,
+                                                int n, float* out) {
+  const float* k1 = k + stride;
+  const float* k2 = k1 + stride;
+  const float* k3 = k2 + stride;
+  const float* k4 = k3 + stride;
+  const float* k5 = k4 + stride;
+  const float* k6 = k5 + stride;
+  const float* k7 = k6 + stride;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int j = 0; j < n; j += 8) {
+    const __m256 x = _mm256_loadu_ps(q + j);
+    a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k + j), a0);
+    a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k1 + j), a1);
+    a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k2 + j), a2);
+    a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k3 + j), a3);
+    a4 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k4 + j), a4);
+    a5 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k5 + j), a5);
+    a6 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k6 + j), a6);
+    a7 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k7 + j), a7);
+  }
+  // reduce8 of the eight at once. s_i = lane_i + lane_{i+4}, keys 2i and 2i + 1 side by side:
+  // [key 2i: s0 s1 s2 s3 | key 2i+1: s0 s1 s2 s3].
+  const auto halves = [](__m256 x, __m256 y) {
+    return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+  };
+  const __m256 s01 = halves(a0, a1), s23 = halves(a2, a3), s45 = halves(a4, a5),
+               s67 = halves(a6, a7);
+  // (s0 + s2) and (s1 + s3): [2i: t0 t1, 2i+2: t0 t1 | 2i+1: t0 t1, 2i+3: t0 t1].
+  const auto pairs = [](__m256 x, __m256 y) {
+    return _mm256_add_ps(_mm256_shuffle_ps(x, y, 0x44), _mm256_shuffle_ps(x, y, 0xee));
+  };
+  const __m256 t0 = pairs(s01, s23), t1 = pairs(s45, s67);
+  // t0 + t1: keys [0 2 4 6 | 1 3 5 7], then back in order.
+  const __m256 sum =
+      _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xdd));
+  _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+#endif
+
+}  // namespace
+
+void attention_dot8(const float* q, const float* k, std::size_t stride, int n, float out[8]) {
+#if defined(__AVX2__) && defined(__FMA__)
+  dot8(q, k, stride, n, out);
+#else
+  attention_dot4(q, k, stride, n, out);
+  attention_dot4(q, k + 4 * stride, stride, n, out + 4);
+#endif
+}
+
+void attention_dots(const float* q, const float* k, std::size_t stride, int n, int count,
+                    float* out) {
+  int i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= count; i += 8)
+    dot8(q, k + static_cast<std::size_t>(i) * stride, stride, n, out + i);
+#endif
+  for (; i + 4 <= count; i += 4)
+    attention_dot4(q, k + static_cast<std::size_t>(i) * stride, stride, n, out + i);
+  for (; i < count; ++i) out[i] = attention_dot(q, k + static_cast<std::size_t>(i) * stride, n);
+}
+
 void attention_dots_one_key(const float* q, std::size_t stride, int count, const float* k, int n,
                             float* out) {
   int j = 0;

@@ -21,6 +21,13 @@ constexpr bool attention_dot_fits(int n) {
 float attention_dot(const float* q, const float* k, int n);
 // out[i] = attention_dot(q, k + i * stride, n) for i < 4.
 void attention_dot4(const float* q, const float* k, std::size_t stride, int n, float out[4]);
+// out[i] = attention_dot(q, k + i * stride, n) for i < 8: eight chains of fused multiply-adds in
+// flight (four wait on their own latency), and the eight reductions done together, transposed.
+void attention_dot8(const float* q, const float* k, std::size_t stride, int n, float out[8]);
+// out[i] = attention_dot(q, k + i * stride, n) for i < count: eight keys a pass, then four, then
+// one at a time, in one call.
+void attention_dots(const float* q, const float* k, std::size_t stride, int n, int count,
+                    float* out);
 // out[j] = attention_dot(q + j * stride, k, n) for j < count: the query heads of a GQA group
 // against one key, four at a pass.
 void attention_dots_one_key(const float* q, std::size_t stride, int count, const float* k, int n,

@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
       std::size_t end = i + 1;
       int slots = first.num_slots;
       const bool tiles = cpu::tiles_fp32_attention(first);
-      if (tiles || cpu::shares_decoded_kv(first)) {
+      if (tiles || cpu::shares_decoded_kv(first) || first.decoded != nullptr) {
         while (end < queries.size() && same_slots(queries[end].view, first) &&
                (!tiles || cpu::tiles_fp32_attention(queries[end].view))) {
           slots = std::max(slots, queries[end].view.num_slots);
@@ -80,7 +80,7 @@ class CpuBackend final : public Backend {
         // The sequence keeps its own float copy: only the chunk's new slots are decoded.
         cpu::refresh_decoded(first, layer, slots);
         cpu::paged_attention_decoded_queries(layer, shape, queries.subspan(i, end - i), scratch_,
-                                             first.decoded->layer(layer));
+                                             cpu::decoded_read(*first.decoded, layer));
       } else {
         // Another format: the keys and values decoded once, then read once per tile of queries.
         cpu::decode_kv(first, layer, slots, decoded_);
@@ -90,6 +90,7 @@ class CpuBackend final : public Backend {
       i = end;
     }
   }
+  bool keeps_decoded_copies() const override { return true; }
   void rotate_keys(KvStorage& storage, std::span<const KvKeyRotation> rotations,
                    float theta) override {
     check_host_pool(storage);

@@ -62,19 +62,19 @@ inline float max_score_of(const float* x, int n) {
   return r;
 }
 
-// att[t] = dot(q, k_t, hd) / sqrt_hd for t0 <= t < end, key t at k + (t - t0) * row: four keys a
-// pass where attention_dot4 takes the head size (the same bits as one at a time).
+// att[t] = dot(q, k_t, hd) / sqrt_hd for t0 <= t < end, key t at k + (t - t0) * row: eight keys
+// a pass (then four, then one) where attention_dots takes the head size (the same bits as one at
+// a time).
 inline void scores(const float* q, const float* k, std::size_t row, int hd, float sqrt_hd, int t0,
                    int end, float* att) {
-  int t = t0;
   if (attention_dot_fits(hd)) {
-    for (; t + 4 <= end; t += 4) {
-      float four[4];
-      attention_dot4(q, k + static_cast<std::size_t>(t - t0) * row, row, hd, four);
-      for (int i = 0; i < 4; ++i) att[t + i] = four[i] / sqrt_hd;
-    }
+    if (end <= t0) return;
+    attention_dots(q, k, row, hd, end - t0, att + t0);
+    for (int t = t0; t < end; ++t) att[t] = att[t] / sqrt_hd;
+    return;
   }
-  for (; t < end; ++t) att[t] = dot(q, k + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
+  for (int t = t0; t < end; ++t)
+    att[t] = dot(q, k + static_cast<std::size_t>(t - t0) * row, hd) / sqrt_hd;
 }
 
 // att[t] = exp(att[t] - max) / sum over t, in place; masked slots (-inf) become 0.
@@ -560,6 +560,7 @@ void kv_write(const KvSeqView& view, int layer, const float* k, const float* v) 
   // Quantize on write: the codec stores the row in the layer's K and V formats.
   quant::write_token(view, layer, KvKind::kKey, k);
   quant::write_token(view, layer, KvKind::kValue, v);
+  if (view.decoded != nullptr) keep_written_row(view, layer, k, v);
 }
 
 void paged_attention(const KvSeqView& view, int layer, const AttentionShape& shape, const float* q,
@@ -586,7 +587,7 @@ void paged_attention(const KvSeqView& view, int layer, const AttentionShape& sha
     refresh_decoded(view, layer, n);
     const AttentionQuery one{view, q, out, query_pos, observer};
     paged_attention_decoded_queries(layer, shape, std::span<const AttentionQuery>(&one, 1), scratch,
-                                    view.decoded->layer(layer));
+                                    decoded_read(*view.decoded, layer));
     return;
   }
   // Readers dequantize one head of one token at a time (fp32 tiles are read in place).
@@ -688,110 +689,225 @@ void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out) {
   }
 }
 
-void refresh_decoded(const KvSeqView& view, int layer, int n) {
-  DecodedKvCache& cache = *view.decoded;
+namespace {
+
+// A decoded copy's sequence must be one pool's, with every slot live and K/V heads.
+void check_mirrors(const DecodedKvCache& cache, const KvSeqView& view, int n) {
   const KvLayout& L = view.storage->layout();
   if (&cache.storage() != view.storage || n > cache.capacity() || view.slot_live != nullptr ||
       view.mla != nullptr || L.is_latent()) {
-    throw InternalError("refresh_decoded",
-                        "a decoded K/V cache mirrors the live K/V heads of one pool's sequence "
-                        "within its capacity of " +
+    throw InternalError("decoded K/V cache",
+                        "it mirrors the live K/V heads of one pool's sequence within its "
+                        "capacity of " +
                             std::to_string(cache.capacity()) + " slots; this view has " +
                             std::to_string(n) + " slots" +
+                            (&cache.storage() != view.storage ? " of another pool" : "") +
                             (view.slot_live != nullptr ? ", evicted slots" : "") +
                             (L.is_latent() ? ", a latent cache" : ""));
   }
+}
+
+// Row [kv_heads * head_dim] into slot t of d's k (or v) array, head by head.
+void scatter_row(const float* row, int t, int kv_heads, int head_dim, int n, float* to) {
+  const auto hd = static_cast<std::size_t>(head_dim);
+  for (int h = 0; h < kv_heads; ++h) {
+    std::memcpy(to + (static_cast<std::size_t>(h) * n + static_cast<std::size_t>(t)) * hd,
+                row + static_cast<std::size_t>(h) * hd, hd * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void keep_written_row(const KvSeqView& view, int layer, const float* k, const float* v) {
+  DecodedKvCache& cache = *view.decoded;
+  const int slot = view.write_slot();
+  check_mirrors(cache, view, slot + 1);
+  if (slot != cache.written(layer)) {
+    throw InternalError("decoded K/V cache",
+                        "layer " + std::to_string(layer) + " wrote slot " + std::to_string(slot) +
+                            " after " + std::to_string(cache.written(layer)) +
+                            " rows: the copy follows a sequence written slot after slot");
+  }
+  DecodedKv& raw = cache.raw(layer);
+  if (cache.key_group() > 0) scatter_row(k, slot, raw.kv_heads, raw.head_dim, raw.n, raw.k.data());
+  if (cache.value_group() > 0)
+    scatter_row(v, slot, raw.kv_heads, raw.head_dim, raw.n, raw.v.data());
+  ++cache.written(layer);
+}
+
+int decoded_raw_from(int n, int group) {
+  return group > 0 ? n - n % group : n;
+}
+
+DecodedRead decoded_read(const DecodedKvCache& cache, int layer) {
+  return DecodedRead{&cache.layer(layer), &cache.raw(layer), cache.key_group(),
+                     cache.value_group()};
+}
+
+void refresh_decoded(const KvSeqView& view, int layer, int n) {
+  DecodedKvCache& cache = *view.decoded;
+  check_mirrors(cache, view, n);
+  const KvLayout& L = view.storage->layout();
   DecodedKv& d = cache.layer(layer);
-  KvSeqView all = view;  // the readers look at slots < num_slots only
-  all.num_slots = n;
   const std::size_t hd = static_cast<std::size_t>(L.head_dim);
   const std::size_t stride = static_cast<std::size_t>(d.n) * hd;  // between heads
-  const auto refresh = [&](KvKind kind, int& final_slots, std::vector<float>& to) {
+  const auto refresh = [&](KvKind kind, int group, int& final_slots, std::vector<float>& to) {
     if (n < final_slots) {
-      throw InternalError("refresh_decoded",
+      throw InternalError("decoded K/V cache",
                           "layer " + std::to_string(layer) + " held " +
                               std::to_string(final_slots) + " final slots and the view now has " +
-                              std::to_string(n) + ": the cache is for a sequence that only grows");
+                              std::to_string(n) + ": the copy is for a sequence that only grows");
     }
-    const quant::TileReader reader(all, layer, kind);
-    const KvFormat& f = L.format(kind);
+    if (group > 0 && cache.written(layer) < n) {
+      throw InternalError("decoded K/V cache", "layer " + std::to_string(layer) + " has " +
+                                                   std::to_string(cache.written(layer)) +
+                                                   " rows kept of the " + std::to_string(n) +
+                                                   " the view reads: its writes went by the copy");
+    }
+    // Slots of closed groups (every slot of a format that stages none) are final: dequantized
+    // once. A staging format's open group is read from the rows as written.
+    const int closed = decoded_raw_from(n, group);
+    KvSeqView upto = view;  // the reader looks at slots < num_slots only: no open group
+    upto.num_slots = closed;
+    const quant::TileReader reader(upto, layer, kind);
     const int from = final_slots;
-#pragma omp parallel for schedule(static) if (static_cast <long>(n - from) *       \
+#pragma omp parallel for schedule(static) if (static_cast <long>(closed - from) *  \
                                                   static_cast <long>(L.kv_heads) * \
                                                   static_cast <long>(hd) >=        \
                                               kParallelThreshold)
-    for (int t = from; t < n; ++t) {
+    for (int t = from; t < closed; ++t) {
       for (int kvh = 0; kvh < L.kv_heads; ++kvh) {
         float* at =
             to.data() + static_cast<std::size_t>(kvh) * stride + static_cast<std::size_t>(t) * hd;
-        // Dequantized into place, or (fp32 tiles, KIVI staging) a pointer to floats, copied.
+        // Dequantized into place, or (fp32 tiles) a pointer to floats, copied.
         const float* h = reader.head(t, kvh, at);
         if (h != at) std::memcpy(at, h, hd * sizeof(float));
       }
     }
-    // A KIVI open group's slots are final once the group is quantized.
-    final_slots = f.is_kivi() ? n - n % f.residual : n;
+    final_slots = std::max(final_slots, closed);
   };
-  refresh(KvKind::kKey, cache.final_keys(layer), d.k);
-  refresh(KvKind::kValue, cache.final_values(layer), d.v);
+  refresh(KvKind::kKey, cache.key_group(), cache.final_keys(layer), d.k);
+  refresh(KvKind::kValue, cache.value_group(), cache.final_values(layer), d.v);
 }
 
 namespace {
 
+// Query heads of one GQA group the value sums take at a time.
+constexpr int kValueHeads = 4;
+
+// Slots [t0, t1) of G query heads' value sums: out[g][i] += r[g][t] * v_t[i] for every slot whose
+// weight is not 0, in slot order, each element its own chain of multiply-adds (the arithmetic of
+// one head at a time, so the same bits); the G heads' sums stay in registers (512-bit ones where
+// the CPU has them: a wider vector changes no element's arithmetic) and share each value row's
+// loads.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KVSCOPE_WIDE_VECTORS __attribute__((target("prefer-vector-width=512"), noinline))
+#else
+#define KVSCOPE_WIDE_VECTORS
+#endif
+template <int HD, int G>
+KVSCOPE_WIDE_VECTORS void add_values_g(const float* const* r, float* const* out,
+                                       const float* values, int t0, int t1) {
+  float acc[G][HD];
+  for (int g = 0; g < G; ++g) std::memcpy(acc[g], out[g], sizeof acc[g]);
+  for (int t = t0; t < t1; ++t) {
+    const float* vh = values + static_cast<std::size_t>(t) * HD;
+    for (int g = 0; g < G; ++g) {
+      const float w = r[g][t];
+      if (w == 0.0f) continue;
+#pragma omp simd
+      for (int i = 0; i < HD; ++i) acc[g][i] += w * vh[i];
+    }
+  }
+  for (int g = 0; g < G; ++g) std::memcpy(out[g], acc[g], sizeof acc[g]);
+}
+
+template <int HD>
+void add_values_heads(int count, const float* const* r, float* const* out, const float* values,
+                      int t0, int t1) {
+  static_assert(kValueHeads == 4);
+  switch (count) {
+    case 1:
+      return add_values_g<HD, 1>(r, out, values, t0, t1);
+    case 2:
+      return add_values_g<HD, 2>(r, out, values, t0, t1);
+    case 3:
+      return add_values_g<HD, 3>(r, out, values, t0, t1);
+    default:
+      return add_values_g<HD, 4>(r, out, values, t0, t1);
+  }
+}
+
 // attend_kv_head for a tile of queries over decoded keys and values ([kv_heads][n][head_dim]),
-// with each query's arithmetic unchanged: the scores' dots four keys at a pass (attention_dot4:
+// with each query's arithmetic unchanged: the scores' dots eight keys at a pass (attention_dot8:
 // the same bits as one at a time), and each query head's value sum kept in registers over a
 // block of slots (HD > 0: the head size known when compiled) instead of read and written back at
 // every slot; the same multiply-adds, per element in slot order.
+// Where query j reads slots [t0, t1) of a head: fn(lo, hi, base) for the part below `from` in
+// `decoded`, then the part from `from` on in `raw` (the rows as written: a KIVI group still open
+// at the query's time), slot t at base + t * head_dim.
+template <class Fn>
+inline void by_source(int t0, int t1, int from, const float* decoded, const float* raw,
+                      const Fn& fn) {
+  if (t0 < std::min(t1, from)) fn(t0, std::min(t1, from), decoded);
+  if (std::max(t0, from) < t1) fn(std::max(t0, from), t1, raw);
+}
+
 template <int HD>
 void attend_decoded_tile(int layer, const AttentionShape& shape, int kvh,
                          std::span<const AttentionQuery> tile, float* const* att,
-                         const DecodedKv& kv) {
+                         const DecodedRead& read) {
   constexpr bool kFixed = HD > 0;
   const int hd = kFixed ? HD : shape.head_dim;
   const int group = shape.n_heads / shape.kv_heads;
   const int h0 = kvh * group;
   const float sqrt_hd = std::sqrt(static_cast<float>(hd));
   const int m = static_cast<int>(tile.size());
-  const std::size_t n_kv = static_cast<std::size_t>(kv.n);
-  const float* keys = kv.k.data() + static_cast<std::size_t>(kvh) * n_kv * hd;
-  const float* values = kv.v.data() + static_cast<std::size_t>(kvh) * n_kv * hd;
+  const std::size_t head_at =
+      static_cast<std::size_t>(kvh) * static_cast<std::size_t>(read.kv->n) * hd;
+  const float* keys = read.kv->k.data() + head_at;
+  const float* values = read.kv->v.data() + head_at;
+  // The rows as written (null where the format stages none: every slot is read decoded).
+  const float* raw_keys = read.key_group > 0 ? read.raw->k.data() + head_at : nullptr;
+  const float* raw_values = read.value_group > 0 ? read.raw->v.data() + head_at : nullptr;
   const auto n_of = [&](int j) { return tile[static_cast<std::size_t>(j)].view.num_slots; };
   const auto row = [&](int j, int g) {
     return att[j] + static_cast<std::size_t>(h0 + g) * static_cast<std::size_t>(n_of(j));
   };
   thread_local std::vector<float> maxima;  // [m][group]
   maxima.resize(static_cast<std::size_t>(m) * group);
-  // 1. Scores (every slot is live: shares_decoded_kv).
+  // 1. Scores (every slot is live: shares_decoded_kv): the dots a block of keys at a time for all
+  // of the tile's query heads (the block stays in L1 while they read it), then each divided by
+  // sqrt(head_dim) and the largest found, eight lanes at a time.
   const bool written_out = attention_dot_fits(hd) && group <= 16;  // as attend_kv_head
+  constexpr int kKeyBlock = 64;
+  int n_all = 0;
+  for (int j = 0; j < m; ++j) n_all = std::max(n_all, n_of(j));
+  for (int t0 = 0; t0 < n_all; t0 += kKeyBlock) {
+    for (int j = 0; j < m; ++j) {
+      const int t1 = std::min(t0 + kKeyBlock, n_of(j));
+      const int raw_from = decoded_raw_from(n_of(j), read.key_group);
+      for (int g = 0; g < group; ++g) {
+        const float* qh =
+            tile[static_cast<std::size_t>(j)].q + static_cast<std::size_t>(h0 + g) * hd;
+        float* r = row(j, g);
+        by_source(t0, t1, raw_from, keys, raw_keys, [&](int lo, int hi, const float* k) {
+          if (written_out) {
+            attention_dots(qh, k + static_cast<std::size_t>(lo) * hd, static_cast<std::size_t>(hd),
+                           hd, hi - lo, r + lo);
+          } else {
+            for (int t = lo; t < hi; ++t) r[t] = dot(qh, k + static_cast<std::size_t>(t) * hd, hd);
+          }
+        });
+      }
+    }
+  }
   for (int j = 0; j < m; ++j) {
-    const AttentionQuery& a = tile[static_cast<std::size_t>(j)];
     const int n = n_of(j);
     for (int g = 0; g < group; ++g) {
-      const float* qh = a.q + static_cast<std::size_t>(h0 + g) * hd;
       float* r = row(j, g);
-      float mx = -INFINITY;  // in a register: r might alias maxima for all the compiler knows
-      int t = 0;
-      if (written_out) {
-        for (; t + 4 <= n; t += 4) {
-          float d4[4];
-          attention_dot4(qh, keys + static_cast<std::size_t>(t) * hd, static_cast<std::size_t>(hd),
-                         hd, d4);
-          for (int i = 0; i < 4; ++i) {
-            const float sc = d4[i] / sqrt_hd;
-            r[t + i] = sc;
-            mx = std::max(mx, sc);
-          }
-        }
-      }
-      for (; t < n; ++t) {
-        const float* kh = keys + static_cast<std::size_t>(t) * hd;
-        const float d = written_out ? attention_dot(qh, kh, hd) : dot(qh, kh, hd);
-        const float sc = d / sqrt_hd;
-        r[t] = sc;
-        mx = std::max(mx, sc);
-      }
-      maxima[static_cast<std::size_t>(j) * group + g] = mx;
+      for (int t = 0; t < n; ++t) r[t] = r[t] / sqrt_hd;
+      maxima[static_cast<std::size_t>(j) * group + g] = max_score_of(r, n);
     }
   }
   // 2. Sparse attention's selection, then softmax per query head.
@@ -806,26 +922,35 @@ void attend_decoded_tile(int layer, const AttentionShape& shape, int kvh,
   for (int t0 = 0; t0 < n_max; t0 += kSlotBlock) {
     for (int j = 0; j < m; ++j) {
       const int t1 = std::min(t0 + kSlotBlock, n_of(j));
-      for (int g = 0; g < group; ++g) {
-        const float* r = row(j, g);
-        float* oh = tile[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(h0 + g) * hd;
-        // Slots t0..t1's values into sum[0..width) (width a constant where HD is).
-        const auto add_values = [&](float* sum, auto width) {
-          for (int t = t0; t < t1; ++t) {
-            const float w = r[t];
-            if (w == 0.0f) continue;
-            const float* vh = values + static_cast<std::size_t>(t) * hd;
-#pragma omp simd
-            for (int i = 0; i < width; ++i) sum[i] += w * vh[i];
+      const int raw_from = decoded_raw_from(n_of(j), read.value_group);
+      if constexpr (kFixed) {
+        // Up to four of the group's heads at a time, sharing each value row's loads.
+        for (int g0 = 0; g0 < group; g0 += kValueHeads) {
+          const int count = std::min(kValueHeads, group - g0);
+          const float* r[kValueHeads];
+          float* oh[kValueHeads];
+          for (int g = 0; g < count; ++g) {
+            r[g] = row(j, g0 + g);
+            oh[g] =
+                tile[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(h0 + g0 + g) * hd;
           }
-        };
-        if constexpr (kFixed) {
-          float acc[kFixed ? HD : 1];
-          std::memcpy(acc, oh, sizeof acc);
-          add_values(acc, std::integral_constant<int, HD>{});
-          std::memcpy(oh, acc, sizeof acc);
-        } else {
-          add_values(oh, hd);
+          by_source(t0, t1, raw_from, values, raw_values, [&](int lo, int hi, const float* v) {
+            add_values_heads<HD>(count, r, oh, v, lo, hi);
+          });
+        }
+      } else {
+        for (int g = 0; g < group; ++g) {
+          const float* r = row(j, g);
+          float* oh = tile[static_cast<std::size_t>(j)].out + static_cast<std::size_t>(h0 + g) * hd;
+          by_source(t0, t1, raw_from, values, raw_values, [&](int lo, int hi, const float* v) {
+            for (int t = lo; t < hi; ++t) {
+              const float w = r[t];
+              if (w == 0.0f) continue;
+              const float* vh = v + static_cast<std::size_t>(t) * hd;
+#pragma omp simd
+              for (int i = 0; i < hd; ++i) oh[i] += w * vh[i];
+            }
+          });
         }
       }
     }
@@ -841,13 +966,21 @@ auto* attend_decoded_for(int hd) {
 void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
                                      std::span<const AttentionQuery> queries,
                                      std::vector<float>& scratch, const DecodedKv& kv) {
+  paged_attention_decoded_queries(layer, shape, queries, scratch, DecodedRead{&kv});
+}
+
+void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
+                                     std::span<const AttentionQuery> queries,
+                                     std::vector<float>& scratch, const DecodedRead& read) {
   for (const AttentionQuery& a : queries) {
-    if (a.view.num_slots > kv.n) {
+    if (a.view.num_slots > read.kv->n) {
       throw InternalError("paged_attention_decoded_queries",
                           "a view has " + std::to_string(a.view.num_slots) + " slots, " +
-                              std::to_string(kv.n) + " were decoded");
+                              std::to_string(read.kv->n) + " were decoded");
     }
   }
+  if ((read.key_group > 0 || read.value_group > 0) && read.raw == nullptr)
+    throw InternalError("paged_attention_decoded_queries", "staged groups without written rows");
   auto* attend = attend_decoded_for(shape.head_dim);
   // Up to kBatch queries at a time: their weights [n_heads][num_slots] each in scratch, one after
   // another (notify_observer's layout), and their tiles times the KV heads shared by the threads.
@@ -873,7 +1006,7 @@ void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
           batch.subspan(t0, std::min<std::size_t>(kQueryTile, batch.size() - t0));
       float* att[kQueryTile];
       for (std::size_t j = 0; j < tile.size(); ++j) att[j] = scratch.data() + offset[t0 + j];
-      attend(layer, shape, kvh, tile, att, kv);
+      attend(layer, shape, kvh, tile, att, read);
     }
     for (std::size_t j = 0; j < batch.size(); ++j) {
       notify_observer(batch[j].observer, layer, shape.n_heads, batch[j].query_pos,

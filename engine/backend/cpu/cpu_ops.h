@@ -57,6 +57,21 @@ void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out);
 // every call. Throws InternalError for a view the cache cannot mirror (another pool, more slots
 // than its capacity, fewer slots than it holds final, evicted slots, a latent cache).
 void refresh_decoded(const KvSeqView& view, int layer, int n);
+// kv_write's part for a view with a decoded copy: the rows as written, kept where the format
+// stages a group (KIVI); each layer's rows must come slot after slot.
+void keep_written_row(const KvSeqView& view, int layer, const float* k, const float* v);
+// The first slot a query over n slots reads from the rows as written: the start of the group of
+// `group` tokens still open at its time (n when the format stages none, group 0).
+int decoded_raw_from(int n, int group);
+// What attention over decoded heads reads: the dequantized slots, and where K (V) stages groups
+// (key_group, value_group > 0), the rows as written for each query's open group.
+struct DecodedRead {
+  const DecodedKv* kv = nullptr;
+  const DecodedKv* raw = nullptr;
+  int key_group = 0;
+  int value_group = 0;
+};
+DecodedRead decoded_read(const DecodedKvCache& cache, int layer);
 // paged_attention on the decoded heads of the same pool and layer, for queries that read the same
 // slots of it (a prefill chunk's: each up to its own num_slots <= kv.n), in tiles of eight that
 // read each decoded key and value once, the tiles' KV heads shared by the threads: each query's
@@ -65,5 +80,10 @@ void refresh_decoded(const KvSeqView& view, int layer, int n);
 void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
                                      std::span<const AttentionQuery> queries,
                                      std::vector<float>& scratch, const DecodedKv& kv);
+// The same over a sequence's decoded copy: each query reads the rows as written from the start of
+// its own open group (decoded_raw_from), the dequantized ones before it.
+void paged_attention_decoded_queries(int layer, const AttentionShape& shape,
+                                     std::span<const AttentionQuery> queries,
+                                     std::vector<float>& scratch, const DecodedRead& read);
 
 }  // namespace kvscope::cpu

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -577,6 +578,46 @@ void rows_avx512(const std::byte* panels, long r0, long r1, const QuantizedActs&
   });
 }
 
+// quantize_acts' block with eight lanes: the same max (vmaxps is the scalar `a > m ? a : m`, a NaN
+// passed over), the same scale, and cvtps2dq rounds x * id to nearest even as lrint does. A NaN
+// product is 0x80000000 there, whose low byte is lrint's too (0); the sum counts it as lrint's 0.
+KVSCOPE_AVX2 void quantize_block_avx2(const float* xb, std::int8_t* qb, float& d_out,
+                                      std::int32_t& sum_out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 x[4];
+  __m256 mx = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_loadu_ps(xb + 8 * i);
+    mx = _mm256_max_ps(_mm256_and_ps(x[i], abs_mask), mx);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 0x55));
+  const float amax = _mm_cvtss_f32(m4);
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  const __m256i nan_code = _mm256_set1_epi32(INT32_MIN);
+  __m256i q[4];
+  __m256i sum = _mm256_setzero_si256();
+  for (int i = 0; i < 4; ++i) {
+    const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(x[i], vid));
+    q[i] = _mm256_andnot_si256(_mm256_cmpeq_epi32(v, nan_code), v);
+    sum = _mm256_add_epi32(sum, q[i]);
+  }
+  // int32 -> int8 (|q| <= 127: the saturating packs are exact), then the lanes back in order.
+  const __m256i w01 = _mm256_packs_epi32(q[0], q[1]);
+  const __m256i w23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i b = _mm256_packs_epi16(w01, w23);
+  const __m256i ordered = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), ordered);
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+  d_out = d;
+  sum_out = _mm_cvtsi128_si32(s4);
+}
+
 #endif  // KVSCOPE_QUANT_X86
 
 }  // namespace
@@ -594,6 +635,16 @@ void quantize_acts(const float* x, int m, int n, QuantizedActs& out) {
   out.d.resize(blocks);
   out.sum.resize(blocks);
   out.sx.resize(blocks);
+#if defined(KVSCOPE_QUANT_X86)
+  if (quant_isa_supported(QuantIsa::kAvx2)) {
+    for (std::size_t blk = 0; blk < blocks; ++blk) {
+      quantize_block_avx2(x + blk * kQuantBlock, out.q.data() + blk * kQuantBlock, out.d[blk],
+                          out.sum[blk]);
+      out.sx[blk] = out.d[blk] * static_cast<float>(out.sum[blk]);
+    }
+    return;
+  }
+#endif
   for (std::size_t blk = 0; blk < blocks; ++blk) {
     const float* xb = x + blk * kQuantBlock;
     std::int8_t* qb = out.q.data() + blk * kQuantBlock;
