@@ -9,10 +9,24 @@
 
 namespace kvscope {
 
+// The largest of x as `x > m ? x : m` from -inf (a NaN is passed over), in eight running maxima
+// the compiler keeps in one vector register: the same value as one running maximum, which waited
+// on each comparison in turn (a tenth of the Quality sweep's scoring for SmolLM2's 49,152 logits).
+inline float max_logit(std::span<const float> x) {
+  float m[8];
+  for (float& v : m) v = -INFINITY;
+  std::size_t i = 0;
+  for (; i + 8 <= x.size(); i += 8)
+    for (std::size_t k = 0; k < 8; ++k) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+  float r = -INFINITY;
+  for (const float v : m) r = v > r ? v : r;
+  for (; i < x.size(); ++i) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
 // log sum_i exp(logits[i]).
 inline double log_partition(std::span<const float> logits) {
-  double mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  const double mx = static_cast<double>(max_logit(logits));
   double sum = 0.0;
   for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
   return mx + std::log(sum);
