@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "engine/common/error.h"
 #include "engine/infer/generate.h"
@@ -59,23 +60,25 @@ double perplexity(double sum_nll, long count) {
 
 void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const double> var_log_p,
                              int target) {
-  add_kl(ref_log_p, var_log_p, target, kl_divergence(ref_log_p, var_log_p), top_token(ref_log_p));
+  const auto t = static_cast<std::size_t>(target);
+  add_scored(ref_log_p[t], var_log_p[t], kl_divergence(ref_log_p, var_log_p),
+             top_token(ref_log_p) == top_token(var_log_p));
 }
 
 void QualityAccumulator::add(std::span<const double> ref_log_p, std::span<const double> ref_p,
                              long ref_top, std::span<const double> var_log_p, int target) {
-  add_kl(ref_log_p, var_log_p, target, kl_divergence(ref_log_p, ref_p, var_log_p), ref_top);
+  const auto t = static_cast<std::size_t>(target);
+  add_scored(ref_log_p[t], var_log_p[t], kl_divergence(ref_log_p, ref_p, var_log_p),
+             ref_top == top_token(var_log_p));
 }
 
-void QualityAccumulator::add_kl(std::span<const double> ref_log_p,
-                                std::span<const double> var_log_p, int target, double kl,
-                                long ref_top) {
-  const auto t = static_cast<std::size_t>(target);
-  nll_ref_ -= ref_log_p[t];
-  nll_var_ -= var_log_p[t];
+void QualityAccumulator::add_scored(double ref_log_p_target, double var_log_p_target, double kl,
+                                    bool same_top) {
+  nll_ref_ -= ref_log_p_target;
+  nll_var_ -= var_log_p_target;
   kl_sum_ += kl;
   kl_max_ = std::max(kl_max_, kl);
-  if (ref_top == top_token(var_log_p)) ++top1_same_;
+  if (same_top) ++top1_same_;
   ++positions_;
 }
 
@@ -193,51 +196,142 @@ QualityEvaluator::QualityEvaluator(Transformer& transformer, std::vector<std::ve
 
 // The reference at one position, as every variant's score there reads it.
 struct QualityEvaluator::RefRow {
-  std::span<const double> log_p;  // [vocab]
-  std::span<const double> p;      // [vocab] exp(log_p)
+  const double* log_p = nullptr;  // [vocab]
+  const double* p = nullptr;      // [vocab] exp(log_p)
   long top = 0;                   // top-1 token
 };
 
-QualityEvaluator::RefRow QualityEvaluator::ref_row(std::size_t row,
-                                                   std::vector<double>& p_buf) const {
-  const std::size_t vocab = p_buf.size();
-  RefRow r;
-  r.log_p = std::span<const double>(reference_.data() + row * vocab, vocab);
-  for (std::size_t i = 0; i < vocab; ++i) p_buf[i] = std::exp(r.log_p[i]);
-  r.p = p_buf;
-  r.top = reference_top_[row];
-  return r;
+namespace {
+
+// Positions a Scorer takes at a time: their KL sums and top-1 searches run side by side, eight
+// independent chains of the same operations (each position's figures the bits it gets alone)
+// where one position's sum waited on each of its 49,152 additions in turn.
+constexpr std::size_t kScoreBatch = 8;
+
+// kl[j] = KL(ref_j || var_j) and top[j] = var_j's top-1 token for M positions at once, each as
+// kl_divergence and top_token compute it.
+template <std::size_t M>
+void kl_and_top(const double* const* ref_log_p, const double* const* ref_p,
+                const double* const* var_log_p, std::size_t vocab, double* kl, long* top) {
+  double sum[M];
+  std::size_t best[M];
+  for (std::size_t j = 0; j < M; ++j) {
+    sum[j] = 0.0;
+    best[j] = 0;
+  }
+  for (std::size_t i = 0; i < vocab; ++i) {
+    for (std::size_t j = 0; j < M; ++j) {
+      const double p = ref_p[j][i];
+      if (p > 0.0) sum[j] = add_product(sum[j], p, ref_log_p[j][i] - var_log_p[j][i]);
+      if (var_log_p[j][best[j]] < var_log_p[j][i]) best[j] = i;  // the first of equals stays
+    }
+  }
+  for (std::size_t j = 0; j < M; ++j) {
+    kl[j] = std::max(0.0, sum[j]);
+    top[j] = static_cast<long>(best[j]);
+  }
 }
 
-// One variant's positions scored against the reference: overall and per bucket.
+template <std::size_t... M>
+void kl_and_top_n(std::size_t m, const double* const* ref_log_p, const double* const* ref_p,
+                  const double* const* var_log_p, std::size_t vocab, double* kl, long* top,
+                  std::index_sequence<M...>) {
+  ((m == M + 1 ? kl_and_top<M + 1>(ref_log_p, ref_p, var_log_p, vocab, kl, top) : void()), ...);
+}
+
+}  // namespace
+
+// The reference's rows for the positions a Scorer holds until it scores them: kScoreBatch slots,
+// the next one filled for each scored position (every Scorer fed from one ring takes the same
+// positions, so a slot is reused only once they all scored it).
+class QualityEvaluator::RefRing {
+ public:
+  RefRing(const QualityEvaluator& e, std::size_t vocab)
+      : e_(e), vocab_(vocab), p_(kScoreBatch * vocab) {}
+  // Reference row `row` with its probabilities in the next slot.
+  RefRow next(std::size_t row) {
+    double* p = p_.data() + (used_++ % kScoreBatch) * vocab_;
+    RefRow r;
+    r.log_p = e_.reference_.data() + row * vocab_;
+    for (std::size_t i = 0; i < vocab_; ++i) p[i] = std::exp(r.log_p[i]);
+    r.p = p;
+    r.top = e_.reference_top_[row];
+    return r;
+  }
+
+ private:
+  const QualityEvaluator& e_;
+  std::size_t vocab_;
+  std::vector<double> p_;
+  std::size_t used_ = 0;
+};
+
+// One variant's positions scored against the reference: overall and per bucket, kScoreBatch
+// positions at a time (flush() scores what is held).
 class QualityEvaluator::Scorer {
  public:
-  Scorer(const EvalScope& scope, std::size_t vocab) : scope_(scope), log_p_(vocab) {}
-  // Position pos of `win`, whose reference row is `ref`; the last position has no next token.
+  Scorer(const EvalScope& scope, std::size_t vocab)
+      : scope_(scope), vocab_(vocab), log_p_(kScoreBatch * vocab) {}
+  // Whether position pos is scored (the last position has no next token: not passed here).
+  bool scores(int pos) const { return pos >= scope_.score_from; }
+  // Position pos of `win` (scores(pos)), whose reference row is `ref` (from a RefRing).
   void add(const std::vector<int>& win, int pos, const RefRow& ref, std::span<const float> logits) {
-    if (pos < scope_.score_from) return;
-    log_softmax(logits, std::span<double>(log_p_));
-    add_log_p(win, pos, ref, log_p_);
+    double* log_p = log_p_.data() + held_.size() * vocab_;
+    log_softmax(logits, std::span<double>(log_p, vocab_));
+    hold(win, pos, ref, log_p);
   }
-  // The variant's log-probs given (the reference's own, for a variant that is the reference).
-  void add_log_p(const std::vector<int>& win, int pos, const RefRow& ref,
-                 std::span<const double> log_p) {
-    if (pos < scope_.score_from) return;
-    const int target = win[static_cast<std::size_t>(pos) + 1];
-    acc.add(ref.log_p, ref.p, ref.top, log_p, target);
-    if (scope_.bucket_size > 0) {
-      const auto b = static_cast<std::size_t>(pos / scope_.bucket_size);
-      if (buckets.size() <= b) buckets.resize(b + 1);
-      buckets[b].add(ref.log_p, ref.p, ref.top, log_p, target);
+  // The variant's log-probs given (the reference's own, for a variant that is the reference;
+  // they must outlive the next flush).
+  void add_log_p(const std::vector<int>& win, int pos, const RefRow& ref, const double* log_p) {
+    hold(win, pos, ref, log_p);
+  }
+  void flush() {
+    const std::size_t m = held_.size();
+    if (m == 0) return;
+    const double* ref_log_p[kScoreBatch];
+    const double* ref_p[kScoreBatch];
+    const double* var_log_p[kScoreBatch];
+    for (std::size_t j = 0; j < m; ++j) {
+      ref_log_p[j] = held_[j].ref.log_p;
+      ref_p[j] = held_[j].ref.p;
+      var_log_p[j] = held_[j].log_p;
     }
+    double kl[kScoreBatch];
+    long top[kScoreBatch];
+    kl_and_top_n(m, ref_log_p, ref_p, var_log_p, vocab_, kl, top,
+                 std::make_index_sequence<kScoreBatch>{});
+    for (std::size_t j = 0; j < m; ++j) {
+      const Held& h = held_[j];
+      const auto t = static_cast<std::size_t>(h.target);
+      const bool same_top = h.ref.top == top[j];
+      acc.add_scored(h.ref.log_p[t], h.log_p[t], kl[j], same_top);
+      if (scope_.bucket_size > 0) {
+        const auto b = static_cast<std::size_t>(h.pos / scope_.bucket_size);
+        if (buckets.size() <= b) buckets.resize(b + 1);
+        buckets[b].add_scored(h.ref.log_p[t], h.log_p[t], kl[j], same_top);
+      }
+    }
+    held_.clear();
   }
   QualityAccumulator acc;
   std::vector<QualityAccumulator> buckets;  // [position / bucket_size]
   int bucket_size() const { return scope_.bucket_size; }
 
  private:
+  struct Held {
+    RefRow ref;
+    const double* log_p;
+    int target;
+    int pos;
+  };
+  void hold(const std::vector<int>& win, int pos, const RefRow& ref, const double* log_p) {
+    held_.push_back({ref, log_p, win[static_cast<std::size_t>(pos) + 1], pos});
+    if (held_.size() == kScoreBatch) flush();
+  }
   EvalScope scope_;
-  std::vector<double> log_p_;  // [vocab] the variant's log-probs at one position
+  std::size_t vocab_;
+  std::vector<double> log_p_;  // [kScoreBatch][vocab] the variant's log-probs of the held positions
+  std::vector<Held> held_;
 };
 
 QualityReport QualityEvaluator::report_of(const Scorer& s, CacheVariant& variant) const {
@@ -271,29 +365,33 @@ QualityReport QualityEvaluator::evaluate(CacheVariant& variant, const ProgressFn
                                          const EvalScope& scope) const {
   const auto vocab = static_cast<std::size_t>(transformer_.config().vocab_size);
   Scorer scorer(scope, vocab);
-  std::vector<double> p(vocab);
+  RefRing ring(*this, vocab);
   std::size_t row = 0;
   long done = 0;
   if (variant.is_fp32_cache(block_size_)) {
     // The reference run again would give its logits again, bit for bit: its own log-probs are
     // scored, without running the windows a second time.
     for (const auto& win : windows_) {
-      for (int pos = 0; pos + 1 < static_cast<int>(win.size()); ++pos) {
-        const RefRow ref = ref_row(row++, p);
-        scorer.add_log_p(win, pos, ref, ref.log_p);
+      for (int pos = 0; pos + 1 < static_cast<int>(win.size()); ++pos, ++row) {
+        if (scorer.scores(pos)) {
+          const RefRow ref = ring.next(row);
+          scorer.add_log_p(win, pos, ref, ref.log_p);
+        }
         if (progress) progress(++done, num_positions_);
       }
     }
+    scorer.flush();
     return report_of(scorer, variant);
   }
   for (const auto& win : windows_) {
     variant.run(transformer_, win, [&](int pos, std::span<const float> logits) {
       if (pos + 1 >= static_cast<int>(win.size())) return;
-      const RefRow ref = ref_row(row++, p);
+      if (scorer.scores(pos)) scorer.add(win, pos, ring.next(row), logits);
+      ++row;
       if (progress) progress(++done, num_positions_);
-      scorer.add(win, pos, ref, logits);
     });
   }
+  scorer.flush();
   return report_of(scorer, variant);
 }
 
@@ -323,8 +421,8 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
   std::vector<Scorer> scorers(stepped.size(), Scorer(scope, vocab));
   std::vector<std::unique_ptr<VariantStepper>> steppers(stepped.size());
   std::vector<StepToken> step(stepped.size());
-  std::vector<double> p(vocab);  // the reference's probabilities at a position, for all of them
-  std::size_t row = 0;           // the window's first reference row
+  RefRing ring(*this, vocab);  // the reference's probabilities at a position, for all of them
+  std::size_t row = 0;         // the window's first reference row
   for (const auto& win : windows_) {
     for (std::size_t k = 0; k < stepped.size(); ++k) {
       steppers[k] = variants[stepped[k]]->stepper(transformer_, win);
@@ -337,10 +435,11 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
     for (int pos = 0; pos < n; ++pos) {
       for (std::size_t k = 0; k < stepped.size(); ++k) step[k] = steppers[k]->prepare(pos);
       const std::span<const float> logits = transformer_.forward_step(step);
+      const bool scored = pos + 1 < n && scorers.front().scores(pos);
       RefRow ref;
-      if (pos + 1 < n) ref = ref_row(row + static_cast<std::size_t>(pos), p);
+      if (scored) ref = ring.next(row + static_cast<std::size_t>(pos));
       for (std::size_t k = 0; k < stepped.size(); ++k) {
-        if (pos + 1 < n) scorers[k].add(win, pos, ref, logits.subspan(k * vocab, vocab));
+        if (scored) scorers[k].add(win, pos, ref, logits.subspan(k * vocab, vocab));
         steppers[k]->after(pos);
       }
       if (progress && pos + 1 < n) {
@@ -351,6 +450,7 @@ std::vector<QualityReport> QualityEvaluator::evaluate_all(std::span<CacheVariant
     for (auto& s : steppers) s->finish();
     row += win.size() - 1;
   }
+  for (Scorer& s : scorers) s.flush();
   for (std::size_t k = 0; k < stepped.size(); ++k) {
     reports[stepped[k]] = report_of(scorers[k], *variants[stepped[k]]);
     if (on_report) on_report(stepped[k], reports[stepped[k]]);

@@ -42,6 +42,9 @@ class QualityAccumulator {
   // bit.
   void add(std::span<const double> ref_log_p, std::span<const double> ref_p, long ref_top,
            std::span<const double> var_log_p, int target);
+  // One position from its parts: the two log-probs of the true next token, the KL and whether the
+  // two top-1 tokens agree (what add() computes them as).
+  void add_scored(double ref_log_p_target, double var_log_p_target, double kl, bool same_top);
   long positions() const { return positions_; }
   double ppl_reference() const { return perplexity(nll_ref_, positions_); }
   double ppl_variant() const { return perplexity(nll_var_, positions_); }
@@ -52,8 +55,6 @@ class QualityAccumulator {
   }
 
  private:
-  void add_kl(std::span<const double> ref_log_p, std::span<const double> var_log_p, int target,
-              double kl, long ref_top);
   long positions_ = 0;
   long top1_same_ = 0;
   double nll_ref_ = 0.0, nll_var_ = 0.0, kl_sum_ = 0.0, kl_max_ = 0.0;
@@ -196,9 +197,8 @@ class QualityEvaluator {
   // Scores one variant's positions into its figures (overall and per bucket).
   class Scorer;
   struct RefRow;
+  class RefRing;
   QualityReport report_of(const Scorer& s, CacheVariant& variant) const;
-  // Reference row `row`, its probabilities computed into p_buf [vocab].
-  RefRow ref_row(std::size_t row, std::vector<double>& p_buf) const;
   int block_size_;
   std::vector<double> reference_;    // [num_positions][vocab] fp32-cache reference log-probs
   std::vector<long> reference_top_;  // [num_positions] their top-1 tokens

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "engine/common/error.h"
+#include "engine/infer/step_runner.h"
+#include "engine/kv/kv_format.h"
 #include "tests/test_support.h"
 
 namespace kvscope {
@@ -135,6 +137,64 @@ TEST(QualityEval, Fp32IsExactAndLossGrowsAsBitsShrink) {
   const QualityReport kivi = report("kivi2", "kivi2");
   EXPECT_EQ(kivi.footprint.bytes_per_sequence, 2.0 * 5 * 32 * 32 * 4);  // K+V staging, 5 layers
   EXPECT_LT(kivi.kl_mean, int2.kl_mean);
+}
+
+// The evaluator scores positions eight at a time; every figure, overall and per bucket, is what
+// scoring them one by one with QualityAccumulator::add gives, bit for bit: two windows whose
+// scored positions are not a multiple of eight, the first positions left unscored (a prompt),
+// buckets of 16, an int2 cache and a KIVI one (a window run in chunks through its decoded copy,
+// here against the same tokens run one per step without it).
+TEST(QualityEval, ScoresAreThoseOfOnePositionAtATime) {
+  const auto& m = test::real_model();
+  const ModelConfig& c = m.model->config();
+  auto backend = make_cpu_backend(1);
+  Transformer t(m.model, *backend);
+  std::vector<std::vector<int>> windows(2);
+  for (int i = 0; i < 83; ++i) windows[0].push_back(i == 0 ? 1 : 1 + (i * 37) % (c.vocab_size - 1));
+  for (int i = 0; i < 50; ++i) windows[1].push_back(i == 0 ? 1 : 1 + (i * 11) % (c.vocab_size - 1));
+  QualityEvaluator eval(t, windows, 16);
+  EvalScope scope;
+  scope.score_from = 5;
+  scope.bucket_size = 16;
+  const auto vocab = static_cast<std::size_t>(c.vocab_size);
+  for (const char* f : {"int2", "kivi2-r8"}) {
+    const KvFormat F = parse_kv_format(f, "t");
+    auto variant = make_kv_format_variant(F, F, 16);
+    const QualityReport got = eval.evaluate(*variant, {}, scope);
+    // By hand: the reference and the variant a token per step, each position scored alone.
+    QualityAccumulator all;
+    std::vector<QualityAccumulator> buckets;
+    for (const auto& win : windows) {
+      SoloSequence ref(kv_layout_for(c, 16, 1, KvFormat{}, KvFormat{}),
+                       static_cast<int>(win.size()));
+      SoloSequence var(kv_layout_for(c, 16, 1, F, F), static_cast<int>(win.size()));
+      for (int pos = 0; pos + 1 < static_cast<int>(win.size()); ++pos) {
+        const int token = win[static_cast<std::size_t>(pos)];
+        std::vector<double> ref_lp(vocab), var_lp(vocab);
+        log_softmax(ref.step(t, token), std::span<double>(ref_lp));
+        log_softmax(var.step(t, token), std::span<double>(var_lp));
+        if (pos < scope.score_from) continue;
+        const int target = win[static_cast<std::size_t>(pos) + 1];
+        all.add(ref_lp, var_lp, target);
+        const auto b = static_cast<std::size_t>(pos / 16);
+        if (buckets.size() <= b) buckets.resize(b + 1);
+        buckets[b].add(ref_lp, var_lp, target);
+      }
+    }
+    EXPECT_EQ(got.positions, all.positions()) << f;
+    EXPECT_EQ(got.ppl_reference, all.ppl_reference()) << f;
+    EXPECT_EQ(got.ppl_variant, all.ppl_variant()) << f;
+    EXPECT_EQ(got.kl_mean, all.kl_mean()) << f;
+    EXPECT_EQ(got.kl_max, all.kl_max()) << f;
+    EXPECT_EQ(got.top1_agreement, all.top1_agreement()) << f;
+    ASSERT_EQ(got.buckets.size(), buckets.size()) << f;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      EXPECT_EQ(got.buckets[b].positions, buckets[b].positions()) << f << " bucket " << b;
+      EXPECT_EQ(got.buckets[b].ppl_variant, buckets[b].ppl_variant()) << f << " bucket " << b;
+      EXPECT_EQ(got.buckets[b].kl_mean, buckets[b].kl_mean()) << f << " bucket " << b;
+      EXPECT_EQ(got.buckets[b].top1_agreement, buckets[b].top1_agreement()) << f << " bucket " << b;
+    }
+  }
 }
 
 }  // namespace
