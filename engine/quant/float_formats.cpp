@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "engine/common/bit_cast.h"
@@ -67,7 +68,35 @@ const Fp8Table& e5m2() {
   return t;
 }
 
-// Nearest positive code by binary search over the monotonic positive codes; ties to even code.
+// 2^e as a float, for the format constants below.
+constexpr float pow2(int e) {
+  float v = 1.0f;
+  for (; e > 0; --e) v *= 2.0f;
+  for (; e < 0; ++e) v /= 2.0f;
+  return v;
+}
+
+// The nearest code of a finite a >= 0 below the format's largest value, for a format with M
+// mantissa bits and exponent bias B, ties to the even code (round to nearest even). Below the
+// smallest normal value the codes are the integers a / 2^(1 - B - M), and the FPU rounds a scaled
+// by that power of two (exact) to the nearest even integer; 2^M, the smallest normal code, is the
+// largest it can give. Above, the float's own bits are rounded: M mantissa bits kept, half an
+// ulp added, and the kept bits' parity breaks ties; a carry out of the mantissa steps the
+// exponent, as the next code does.
+template <int M, int B>
+int nearest_code(float a) {
+  constexpr float kMinNormal = pow2(1 - B);
+  constexpr float kScale = pow2(B - 1 + M);
+  if (a < kMinNormal) return static_cast<int>(std::nearbyint(a * kScale));
+  constexpr int kShift = 23 - M;
+  const std::uint32_t bits = kvscope::bit_cast<std::uint32_t>(a);
+  const std::uint32_t rounded = bits + ((1u << (kShift - 1)) - 1u) + ((bits >> kShift) & 1u);
+  return static_cast<int>((rounded >> kShift) - (static_cast<std::uint32_t>(127 - B) << M));
+}
+
+// x in an 8-bit format: NaN to the format's NaN, at or above the largest value saturated to it,
+// else the nearest code; the sign kept (zero included).
+template <int M, int B>
 std::uint8_t encode_fp8(const Fp8Table& t, float x) {
   const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
   if (std::isnan(x)) return static_cast<std::uint8_t>(sign | t.nan);
@@ -75,19 +104,7 @@ std::uint8_t encode_fp8(const Fp8Table& t, float x) {
   if (a >= t.value[static_cast<std::size_t>(t.max_code)]) {
     return static_cast<std::uint8_t>(sign | t.max_code);
   }
-  int lo = 0, hi = t.max_code;  // value[lo] <= a < value[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (t.value[static_cast<std::size_t>(mid)] <= a)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const float dl = a - t.value[static_cast<std::size_t>(lo)];
-  const float dh = t.value[static_cast<std::size_t>(hi)] - a;
-  int code = dl < dh ? lo : (dh < dl ? hi : ((lo & 1) == 0 ? lo : hi));
-  if (code == 0) return sign;  // keep the sign of zero
-  return static_cast<std::uint8_t>(sign | code);
+  return static_cast<std::uint8_t>(sign | nearest_code<M, B>(a));
 }
 
 }  // namespace
@@ -162,13 +179,13 @@ void bf16_row_to_f32(const std::byte* src, float* dst, int n) {
 }
 
 std::uint8_t f32_to_e4m3(float x) {
-  return encode_fp8(e4m3(), x);
+  return encode_fp8<3, 7>(e4m3(), x);
 }
 float e4m3_to_f32(std::uint8_t c) {
   return e4m3().value[c];
 }
 std::uint8_t f32_to_e5m2(float x) {
-  return encode_fp8(e5m2(), x);
+  return encode_fp8<2, 15>(e5m2(), x);
 }
 float e5m2_to_f32(std::uint8_t c) {
   return e5m2().value[c];
