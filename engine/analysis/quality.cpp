@@ -30,6 +30,37 @@ inline double add_product(double kl, double p, double d) {
 #endif
 }
 
+// kl[j] = KL(ref_j || var_j) given ref_j's probabilities, and top[j] = var_j's top-1 token, for M
+// positions at once, their chains side by side, each as kl_divergence and top_token compute it.
+template <std::size_t M>
+void kl_and_top(const double* const* ref_log_p, const double* const* ref_p,
+                const double* const* var_log_p, std::size_t vocab, double* kl, long* top) {
+  double sum[M];
+  std::size_t best[M];
+  for (std::size_t j = 0; j < M; ++j) {
+    sum[j] = 0.0;
+    best[j] = 0;
+  }
+  for (std::size_t i = 0; i < vocab; ++i) {
+    for (std::size_t j = 0; j < M; ++j) {
+      const double p = ref_p[j][i];
+      if (p > 0.0) sum[j] = add_product(sum[j], p, ref_log_p[j][i] - var_log_p[j][i]);
+      if (var_log_p[j][best[j]] < var_log_p[j][i]) best[j] = i;  // the first of equals stays
+    }
+  }
+  for (std::size_t j = 0; j < M; ++j) {
+    kl[j] = std::max(0.0, sum[j]);
+    top[j] = static_cast<long>(best[j]);
+  }
+}
+
+template <std::size_t... M>
+void kl_and_top_n(std::size_t m, const double* const* ref_log_p, const double* const* ref_p,
+                  const double* const* var_log_p, std::size_t vocab, double* kl, long* top,
+                  std::index_sequence<M...>) {
+  ((m == M + 1 ? kl_and_top<M + 1>(ref_log_p, ref_p, var_log_p, vocab, kl, top) : void()), ...);
+}
+
 }  // namespace
 
 double kl_divergence(std::span<const double> log_p, std::span<const double> log_q) {
@@ -43,11 +74,13 @@ double kl_divergence(std::span<const double> log_p, std::span<const double> log_
 
 double kl_divergence(std::span<const double> log_p, std::span<const double> p,
                      std::span<const double> log_q) {
+  const double* lp = log_p.data();
+  const double* pp = p.data();
+  const double* lq = log_q.data();
   double kl = 0.0;
-  for (std::size_t i = 0; i < log_p.size(); ++i) {
-    if (p[i] > 0.0) kl = add_product(kl, p[i], log_p[i] - log_q[i]);
-  }
-  return std::max(0.0, kl);
+  long top = 0;
+  kl_and_top<1>(&lp, &pp, &lq, log_p.size(), &kl, &top);
+  return kl;
 }
 
 long top_token(std::span<const double> log_p) {
@@ -207,37 +240,6 @@ namespace {
 // independent chains of the same operations (each position's figures the bits it gets alone)
 // where one position's sum waited on each of its 49,152 additions in turn.
 constexpr std::size_t kScoreBatch = 8;
-
-// kl[j] = KL(ref_j || var_j) and top[j] = var_j's top-1 token for M positions at once, each as
-// kl_divergence and top_token compute it.
-template <std::size_t M>
-void kl_and_top(const double* const* ref_log_p, const double* const* ref_p,
-                const double* const* var_log_p, std::size_t vocab, double* kl, long* top) {
-  double sum[M];
-  std::size_t best[M];
-  for (std::size_t j = 0; j < M; ++j) {
-    sum[j] = 0.0;
-    best[j] = 0;
-  }
-  for (std::size_t i = 0; i < vocab; ++i) {
-    for (std::size_t j = 0; j < M; ++j) {
-      const double p = ref_p[j][i];
-      if (p > 0.0) sum[j] = add_product(sum[j], p, ref_log_p[j][i] - var_log_p[j][i]);
-      if (var_log_p[j][best[j]] < var_log_p[j][i]) best[j] = i;  // the first of equals stays
-    }
-  }
-  for (std::size_t j = 0; j < M; ++j) {
-    kl[j] = std::max(0.0, sum[j]);
-    top[j] = static_cast<long>(best[j]);
-  }
-}
-
-template <std::size_t... M>
-void kl_and_top_n(std::size_t m, const double* const* ref_log_p, const double* const* ref_p,
-                  const double* const* var_log_p, std::size_t vocab, double* kl, long* top,
-                  std::index_sequence<M...>) {
-  ((m == M + 1 ? kl_and_top<M + 1>(ref_log_p, ref_p, var_log_p, vocab, kl, top) : void()), ...);
-}
 
 }  // namespace
 

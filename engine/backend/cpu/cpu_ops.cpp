@@ -68,7 +68,6 @@ inline float max_score_of(const float* x, int n) {
 inline void scores(const float* q, const float* k, std::size_t row, int hd, float sqrt_hd, int t0,
                    int end, float* att) {
   if (attention_dot_fits(hd)) {
-    if (end <= t0) return;
     attention_dots(q, k, row, hd, end - t0, att + t0);
     for (int t = t0; t < end; ++t) att[t] = att[t] / sqrt_hd;
     return;
@@ -661,6 +660,28 @@ bool shares_decoded_kv(const KvSeqView& view) {
          (L.k_format.dtype != KvDtype::kF32 || L.v_format.dtype != KvDtype::kF32);
 }
 
+namespace {
+
+// Slots [from, to) of `reader`'s heads into out ([kv_heads][n][head_dim], n slots per head):
+// dequantized into place, or (fp32 tiles) a pointer into the pool, copied.
+void decode_slots(const quant::TileReader& reader, int from, int to, int kv_heads, int head_dim,
+                  int n, float* out) {
+  const auto hd = static_cast<std::size_t>(head_dim);
+#pragma omp parallel for schedule(static) if (static_cast <long>(to - from) *     \
+                                                  static_cast <long>(kv_heads) *  \
+                                                  static_cast <long>(head_dim) >= \
+                                              kParallelThreshold)
+  for (int t = from; t < to; ++t) {
+    for (int kvh = 0; kvh < kv_heads; ++kvh) {
+      float* at = out + (static_cast<std::size_t>(kvh) * n + static_cast<std::size_t>(t)) * hd;
+      const float* h = reader.head(t, kvh, at);
+      if (h != at) std::memcpy(at, h, hd * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
 void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out) {
   const KvLayout& L = view.storage->layout();
   out.n = n;
@@ -671,22 +692,10 @@ void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out) {
   out.v.resize(static_cast<std::size_t>(n) * row);
   KvSeqView all = view;  // the readers look at slots < num_slots only
   all.num_slots = n;
-  const quant::TileReader keys(all, layer, KvKind::kKey);
-  const quant::TileReader values(all, layer, KvKind::kValue);
-  const auto bytes = static_cast<std::size_t>(L.head_dim) * sizeof(float);
-#pragma omp parallel for schedule(static) if (static_cast <long>(n) * static_cast <long>(row) >= \
-                                              kParallelThreshold)
-  for (int t = 0; t < n; ++t) {
-    for (int kvh = 0; kvh < L.kv_heads; ++kvh) {
-      const std::size_t at =
-          (static_cast<std::size_t>(kvh) * n + static_cast<std::size_t>(t)) * L.head_dim;
-      // Dequantized into place, or (an fp32 side) a pointer into the pool, copied.
-      const float* k = keys.head(t, kvh, out.k.data() + at);
-      if (k != out.k.data() + at) std::memcpy(out.k.data() + at, k, bytes);
-      const float* v = values.head(t, kvh, out.v.data() + at);
-      if (v != out.v.data() + at) std::memcpy(out.v.data() + at, v, bytes);
-    }
-  }
+  decode_slots(quant::TileReader(all, layer, KvKind::kKey), 0, n, L.kv_heads, L.head_dim, n,
+               out.k.data());
+  decode_slots(quant::TileReader(all, layer, KvKind::kValue), 0, n, L.kv_heads, L.head_dim, n,
+               out.v.data());
 }
 
 namespace {
@@ -749,8 +758,6 @@ void refresh_decoded(const KvSeqView& view, int layer, int n) {
   check_mirrors(cache, view, n);
   const KvLayout& L = view.storage->layout();
   DecodedKv& d = cache.layer(layer);
-  const std::size_t hd = static_cast<std::size_t>(L.head_dim);
-  const std::size_t stride = static_cast<std::size_t>(d.n) * hd;  // between heads
   const auto refresh = [&](KvKind kind, int group, int& final_slots, std::vector<float>& to) {
     if (n < final_slots) {
       throw InternalError("decoded K/V cache",
@@ -769,21 +776,8 @@ void refresh_decoded(const KvSeqView& view, int layer, int n) {
     const int closed = decoded_raw_from(n, group);
     KvSeqView upto = view;  // the reader looks at slots < num_slots only: no open group
     upto.num_slots = closed;
-    const quant::TileReader reader(upto, layer, kind);
-    const int from = final_slots;
-#pragma omp parallel for schedule(static) if (static_cast <long>(closed - from) *  \
-                                                  static_cast <long>(L.kv_heads) * \
-                                                  static_cast <long>(hd) >=        \
-                                              kParallelThreshold)
-    for (int t = from; t < closed; ++t) {
-      for (int kvh = 0; kvh < L.kv_heads; ++kvh) {
-        float* at =
-            to.data() + static_cast<std::size_t>(kvh) * stride + static_cast<std::size_t>(t) * hd;
-        // Dequantized into place, or (fp32 tiles) a pointer to floats, copied.
-        const float* h = reader.head(t, kvh, at);
-        if (h != at) std::memcpy(at, h, hd * sizeof(float));
-      }
-    }
+    decode_slots(quant::TileReader(upto, layer, kind), final_slots, closed, L.kv_heads, L.head_dim,
+                 d.n, to.data());
     final_slots = std::max(final_slots, closed);
   };
   refresh(KvKind::kKey, cache.key_group(), cache.final_keys(layer), d.k);
@@ -838,11 +832,6 @@ void add_values_heads(int count, const float* const* r, float* const* out, const
   }
 }
 
-// attend_kv_head for a tile of queries over decoded keys and values ([kv_heads][n][head_dim]),
-// with each query's arithmetic unchanged: the scores' dots eight keys at a pass (attention_dot8:
-// the same bits as one at a time), and each query head's value sum kept in registers over a
-// block of slots (HD > 0: the head size known when compiled) instead of read and written back at
-// every slot; the same multiply-adds, per element in slot order.
 // Where query j reads slots [t0, t1) of a head: fn(lo, hi, base) for the part below `from` in
 // `decoded`, then the part from `from` on in `raw` (the rows as written: a KIVI group still open
 // at the query's time), slot t at base + t * head_dim.
@@ -853,6 +842,11 @@ inline void by_source(int t0, int t1, int from, const float* decoded, const floa
   if (std::max(t0, from) < t1) fn(std::max(t0, from), t1, raw);
 }
 
+// attend_kv_head for a tile of queries over decoded keys and values ([kv_heads][n][head_dim]),
+// with each query's arithmetic unchanged: the scores' dots eight keys at a pass (attention_dot8:
+// the same bits as one at a time), and each query head's value sum kept in registers over a
+// block of slots (HD > 0: the head size known when compiled) instead of read and written back at
+// every slot; the same multiply-adds, per element in slot order.
 template <int HD>
 void attend_decoded_tile(int layer, const AttentionShape& shape, int kvh,
                          std::span<const AttentionQuery> tile, float* const* att,

@@ -53,9 +53,10 @@ bool shares_decoded_kv(const KvSeqView& view);
 void decode_kv(const KvSeqView& view, int layer, int n, DecodedKv& out);
 // Brings layer `layer` of view.decoded (which must be set) up to the view's first n slots: the
 // slots whose bytes became final since the last call are dequantized once and kept; a KIVI open
-// group's slots, whose bytes change when the group is quantized, are copied from its staging on
-// every call. Throws InternalError for a view the cache cannot mirror (another pool, more slots
-// than its capacity, fewer slots than it holds final, evicted slots, a latent cache).
+// group's slots, whose bytes change when the group is quantized, are left to the rows as written
+// (keep_written_row), which attention reads for them (decoded_raw_from). Throws InternalError for a
+// view the cache cannot mirror (another pool, more slots than its capacity, fewer slots than it
+// holds final, evicted slots, a latent cache).
 void refresh_decoded(const KvSeqView& view, int layer, int n);
 // kv_write's part for a view with a decoded copy: the rows as written, kept where the format
 // stages a group (KIVI); each layer's rows must come slot after slot.
